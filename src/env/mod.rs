@@ -1,0 +1,246 @@
+//! Environments: the [`Env`] trait, the built-in envs and a [`Registry`] that builds them by name.
+//!
+//! An env writes observations straight into a caller-owned `&mut [f32]` so that the
+//! collection loop can point it at the batch buffer: no allocation per step.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::spec::{Spec, SpecError};
+
+mod cartpole;
+mod counting;
+mod mountain_car;
+mod pendulum;
+
+pub use cartpole::{CartPole, CartPoleConfig};
+pub use counting::{Counting, CountingConfig};
+pub use mountain_car::{MountainCarContinuous, MountainCarContinuousConfig};
+pub use pendulum::{Pendulum, PendulumConfig};
+
+/// One action for one env.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Action<'a> {
+    /// A choice in `0..n` of a discrete action spec.
+    Discrete(i64),
+    /// A continuous vector for a box action spec.
+    Continuous(&'a [f32]),
+}
+
+/// What one step returned besides the observation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Transition {
+    /// The reward, at the precision the env computes it.
+    pub reward: f64,
+    /// The episode ended in a terminal state.
+    pub terminated: bool,
+    /// The episode was cut short (time limit).
+    pub truncated: bool,
+}
+
+impl Transition {
+    /// `terminated || truncated`.
+    pub fn done(&self) -> bool {
+        self.terminated || self.truncated
+    }
+}
+
+/// What went wrong inside or around an env.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EnvError {
+    /// No env is registered under this name.
+    #[error("unknown env `{name}` (known: {known})")]
+    Unknown {
+        /// The name asked for.
+        name: String,
+        /// The registered names, comma separated.
+        known: String,
+    },
+    /// The serde config did not parse or holds a bad value.
+    #[error("bad config for env `{env}`: {reason}")]
+    Config {
+        /// The env's name.
+        env: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The action does not fit the action spec.
+    #[error("bad action: {0}")]
+    Action(#[from] SpecError),
+    /// The observation buffer has the wrong length.
+    #[error("observation buffer holds {got} values, the env writes {expected}")]
+    ObservationBuffer {
+        /// Length required.
+        expected: usize,
+        /// Length given.
+        got: usize,
+    },
+    /// `set_state` was given a state of the wrong size.
+    #[error("bad state: {0}")]
+    State(String),
+    /// `step` was called before `reset`, or after the episode ended.
+    #[error("step called {0}; call reset first")]
+    NeedsReset(&'static str),
+    /// The env failed in a way of its own (user envs).
+    #[error("env failed: {0}")]
+    Failed(String),
+}
+
+/// A reinforcement-learning environment with gymnasium's step semantics.
+///
+/// `step` after an episode ended is an error: the caller resets. Time limits
+/// (gymnasium's `TimeLimit`) are part of each env and show as `truncated`.
+pub trait Env: Send {
+    /// The registered name, e.g. `CartPole-v1`.
+    fn name(&self) -> &str;
+    /// The observation space (a box; observations are f32).
+    fn observation_spec(&self) -> &Spec;
+    /// The action space.
+    fn action_spec(&self) -> &Spec;
+    /// Starts an episode and writes the first observation into `obs`.
+    /// With a seed the env's random generator is reseeded first.
+    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError>;
+    /// Applies `action` and writes the next observation into `obs`.
+    fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Transition, EnvError>;
+    /// The internal state, widened to f64 (for parity tests and checkpoints).
+    fn state(&self) -> Vec<f64>;
+    /// Sets the internal state exactly (as `state` returns it) mid-episode.
+    fn set_state(&mut self, state: &[f64]) -> Result<(), EnvError>;
+    /// Steps taken in the current episode (what the time limit counts).
+    fn elapsed_steps(&self) -> u64;
+    /// Sets the elapsed step count (to replay a transition near the time limit).
+    fn set_elapsed_steps(&mut self, steps: u64);
+}
+
+/// Checks that an observation buffer has the length an env writes.
+pub(crate) fn check_obs_len(obs: &[f32], expected: usize) -> Result<(), EnvError> {
+    if obs.len() != expected {
+        return Err(EnvError::ObservationBuffer {
+            expected,
+            got: obs.len(),
+        });
+    }
+    Ok(())
+}
+
+/// Parses an env's serde config; `null` means all defaults.
+pub fn parse_config<T: for<'de> Deserialize<'de> + Default>(
+    env: &str,
+    config: &serde_json::Value,
+) -> Result<T, EnvError> {
+    if config.is_null() {
+        return Ok(T::default());
+    }
+    serde_json::from_value(config.clone()).map_err(|e| EnvError::Config {
+        env: env.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+/// Which env to build: a registered name plus its serde config (`null` for defaults).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EnvSpec {
+    /// Registered name, e.g. `CartPole-v1`.
+    pub name: String,
+    /// Env-specific config; `null` means defaults.
+    #[serde(default)]
+    pub config: serde_json::Value,
+}
+
+impl EnvSpec {
+    /// An env by name with its default config.
+    pub fn new(name: impl Into<String>) -> EnvSpec {
+        EnvSpec {
+            name: name.into(),
+            config: serde_json::Value::Null,
+        }
+    }
+
+    /// The same env with a config.
+    pub fn with_config(mut self, config: serde_json::Value) -> EnvSpec {
+        self.config = config;
+        self
+    }
+}
+
+impl From<&str> for EnvSpec {
+    fn from(name: &str) -> EnvSpec {
+        EnvSpec::new(name)
+    }
+}
+
+/// Builds an env from its config.
+pub type EnvFactory = Arc<dyn Fn(&serde_json::Value) -> Result<Box<dyn Env>, EnvError> + Send + Sync>;
+
+/// Env constructors by name. Users register their own envs here so that nodes
+/// (local or remote) can build them from an [`EnvSpec`].
+#[derive(Clone)]
+pub struct Registry {
+    factories: BTreeMap<String, EnvFactory>,
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.factories.keys()).finish()
+    }
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry::with_builtins()
+    }
+}
+
+impl Registry {
+    /// A registry with no env at all.
+    pub fn empty() -> Registry {
+        Registry {
+            factories: BTreeMap::new(),
+        }
+    }
+
+    /// A registry with `CartPole-v1`, `Pendulum-v1`, `MountainCarContinuous-v0` and `Counting`.
+    pub fn with_builtins() -> Registry {
+        let mut r = Registry::empty();
+        r.register("CartPole-v1", |c| Ok(Box::new(CartPole::new(parse_config(CartPole::NAME, c)?)?)));
+        r.register("Pendulum-v1", |c| Ok(Box::new(Pendulum::new(parse_config(Pendulum::NAME, c)?)?)));
+        r.register("MountainCarContinuous-v0", |c| {
+            Ok(Box::new(MountainCarContinuous::new(parse_config(
+                MountainCarContinuous::NAME,
+                c,
+            )?)?))
+        });
+        r.register("Counting", |c| Ok(Box::new(Counting::new(parse_config(Counting::NAME, c)?)?)));
+        r
+    }
+
+    /// Registers (or replaces) a constructor under `name`.
+    pub fn register<F>(&mut self, name: &str, factory: F)
+    where
+        F: Fn(&serde_json::Value) -> Result<Box<dyn Env>, EnvError> + Send + Sync + 'static,
+    {
+        self.factories.insert(name.to_string(), Arc::new(factory));
+    }
+
+    /// True when `name` is registered.
+    pub fn contains(&self, name: &str) -> bool {
+        self.factories.contains_key(name)
+    }
+
+    /// The registered names.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.factories.keys().map(String::as_str)
+    }
+
+    /// Builds the env `spec` names.
+    pub fn make(&self, spec: &EnvSpec) -> Result<Box<dyn Env>, EnvError> {
+        let f = self.factories.get(&spec.name).ok_or_else(|| EnvError::Unknown {
+            name: spec.name.clone(),
+            known: self.names().collect::<Vec<_>>().join(", "),
+        })?;
+        f(&spec.config)
+    }
+}

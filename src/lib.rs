@@ -1,0 +1,19 @@
+//! rollout: the pure core of a distributed reinforcement-learning collector.
+//!
+//! Everything here is data and decisions: tensors, environments, policies, the
+//! collection loop, post-processing, the message vocabulary and the state
+//! machines of the trainer and the node. No threads, no sockets, no actix:
+//! the `rollout-actors` crate wraps these in actors.
+#![warn(missing_docs)]
+
+pub mod env;
+pub mod policy;
+pub mod postproc;
+pub mod rollout;
+pub mod spec;
+pub mod tensor;
+
+pub use env::{Action, Env, EnvError, EnvSpec, Registry, Transition};
+pub use policy::{ExplorationType, Policy, PolicyConfig, PolicyError, PolicySpec, Weights};
+pub use spec::{Spec, SpecError};
+pub use tensor::{DType, Tensor, TensorDict, TensorError};

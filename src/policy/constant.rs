@@ -1,0 +1,16 @@
+//! STUB
+use super::*;
+/// Random.
+pub struct Constant { w: Weights }
+impl Constant {
+    /// New.
+    pub fn new(_a: &Spec, _v: f32) -> Result<Self, PolicyError> { Ok(Self { w: Weights::default() }) }
+    #[allow(dead_code)] fn x() -> Self { Constant { w: Weights::default() } }
+}
+impl Policy for Constant {
+    fn act(&mut self, _obs: &[f32], _k: usize, _a: ActionsMut<'_>) -> Result<(), PolicyError> { todo!() }
+    fn weights(&self) -> &Weights { &self.w }
+    fn set_weights(&mut self, _w: &Weights) -> Result<(), PolicyError> { Ok(()) }
+    fn set_exploration(&mut self, _e: ExplorationType) {}
+    fn reseed(&mut self, _s: u64) {}
+}

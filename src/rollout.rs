@@ -1,0 +1,1 @@
+//! The collection loop (stub).

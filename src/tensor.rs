@@ -1,0 +1,774 @@
+//! Dtype-tagged tensors over ndarray and the `TensorDict` that carries a batch.
+//!
+//! A [`Tensor`] is one of a few concrete element types so that batches can be
+//! typed, checked and encoded without generics leaking into messages. A
+//! [`TensorDict`] maps dotted paths (`next.observation`) to tensors that all
+//! share a leading batch shape.
+//!
+//! On the wire (and in `--output` files) a tensor is a map
+//! `{dtype, shape, data}` where `data` is one little-endian, C-order byte blob.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Range;
+
+use ndarray::{ArrayD, Axis, IxDyn};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Element type of a [`Tensor`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DType {
+    /// 32-bit float.
+    F32,
+    /// 64-bit float.
+    F64,
+    /// 64-bit signed integer.
+    I64,
+    /// Boolean, one byte per element (0 or 1) when encoded.
+    Bool,
+    /// Unsigned byte.
+    U8,
+}
+
+impl DType {
+    /// Bytes per element in the encoded form.
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::F64 | DType::I64 => 8,
+            DType::Bool | DType::U8 => 1,
+        }
+    }
+
+    /// The name used on the wire (`"f32"`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+            DType::I64 => "i64",
+            DType::Bool => "bool",
+            DType::U8 => "u8",
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What went wrong with a tensor operation.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TensorError {
+    /// Two tensors (or a tensor and a batch) disagree on shape.
+    #[error("shape mismatch for `{key}`: expected {expected:?}, got {got:?}")]
+    Shape {
+        /// Key (or context) of the offending tensor.
+        key: String,
+        /// The shape required.
+        expected: Vec<usize>,
+        /// The shape found.
+        got: Vec<usize>,
+    },
+    /// A tensor has a different element type than required.
+    #[error("dtype mismatch for `{key}`: expected {expected}, got {got}")]
+    DType {
+        /// Key (or context) of the offending tensor.
+        key: String,
+        /// The dtype required.
+        expected: DType,
+        /// The dtype found.
+        got: DType,
+    },
+    /// A key is absent.
+    #[error("no tensor under key `{0}`")]
+    MissingKey(String),
+    /// The dicts to stack or concatenate have different key sets.
+    #[error("key sets differ: `{0}` is not in every tensordict")]
+    KeysDiffer(String),
+    /// An index or range falls outside a dimension.
+    #[error("index {index} out of range for dimension {dim} of size {size}")]
+    OutOfRange {
+        /// The index (or range end) asked for.
+        index: usize,
+        /// The dimension.
+        dim: usize,
+        /// Its size.
+        size: usize,
+    },
+    /// Operation needs at least one input.
+    #[error("cannot {0} an empty list")]
+    Empty(&'static str),
+    /// Batch dims larger than a tensor's rank, or zero-dim operation.
+    #[error("{0}")]
+    Invalid(String),
+    /// Encoded bytes do not describe a tensor.
+    #[error("bad tensor encoding: {0}")]
+    Encoding(String),
+}
+
+/// A dense n-dimensional array of one of the supported element types.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Tensor {
+    /// f32 elements.
+    F32(ArrayD<f32>),
+    /// f64 elements.
+    F64(ArrayD<f64>),
+    /// i64 elements.
+    I64(ArrayD<i64>),
+    /// bool elements.
+    Bool(ArrayD<bool>),
+    /// u8 elements.
+    U8(ArrayD<u8>),
+}
+
+/// Applies the same expression to whichever array a tensor holds.
+macro_rules! map_tensor {
+    ($t:expr, $a:ident => $body:expr) => {
+        match $t {
+            Tensor::F32($a) => Tensor::F32($body),
+            Tensor::F64($a) => Tensor::F64($body),
+            Tensor::I64($a) => Tensor::I64($body),
+            Tensor::Bool($a) => Tensor::Bool($body),
+            Tensor::U8($a) => Tensor::U8($body),
+        }
+    };
+}
+
+/// Evaluates an expression on the inner array, whatever its type.
+macro_rules! with_tensor {
+    ($t:expr, $a:ident => $body:expr) => {
+        match $t {
+            Tensor::F32($a) => $body,
+            Tensor::F64($a) => $body,
+            Tensor::I64($a) => $body,
+            Tensor::Bool($a) => $body,
+            Tensor::U8($a) => $body,
+        }
+    };
+}
+
+/// Collects arrays of one variant from a list of tensors, or fails on a dtype mismatch.
+macro_rules! same_variant {
+    ($ts:expr, $variant:ident, $key:expr, $dtype:expr) => {{
+        let mut out = Vec::with_capacity($ts.len());
+        for t in $ts {
+            match t {
+                Tensor::$variant(a) => out.push(a.view()),
+                other => {
+                    return Err(TensorError::DType {
+                        key: $key.to_string(),
+                        expected: $dtype,
+                        got: other.dtype(),
+                    })
+                }
+            }
+        }
+        out
+    }};
+}
+
+impl Tensor {
+    /// A tensor of zeros (false for bool) of the given type and shape.
+    pub fn zeros(dtype: DType, shape: &[usize]) -> Tensor {
+        let s = IxDyn(shape);
+        match dtype {
+            DType::F32 => Tensor::F32(ArrayD::zeros(s)),
+            DType::F64 => Tensor::F64(ArrayD::zeros(s)),
+            DType::I64 => Tensor::I64(ArrayD::zeros(s)),
+            DType::Bool => Tensor::Bool(ArrayD::from_elem(s, false)),
+            DType::U8 => Tensor::U8(ArrayD::zeros(s)),
+        }
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Tensor::F32(_) => DType::F32,
+            Tensor::F64(_) => DType::F64,
+            Tensor::I64(_) => DType::I64,
+            Tensor::Bool(_) => DType::Bool,
+            Tensor::U8(_) => DType::U8,
+        }
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        with_tensor!(self, a => a.shape())
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        with_tensor!(self, a => a.len())
+    }
+
+    /// True when the tensor has no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Borrow as f32, if it is.
+    pub fn as_f32(&self) -> Option<&ArrayD<f32>> {
+        match self {
+            Tensor::F32(a) => Some(a),
+            _ => None,
+        }
+    }
+    /// Borrow as f64, if it is.
+    pub fn as_f64(&self) -> Option<&ArrayD<f64>> {
+        match self {
+            Tensor::F64(a) => Some(a),
+            _ => None,
+        }
+    }
+    /// Borrow as i64, if it is.
+    pub fn as_i64(&self) -> Option<&ArrayD<i64>> {
+        match self {
+            Tensor::I64(a) => Some(a),
+            _ => None,
+        }
+    }
+    /// Borrow as bool, if it is.
+    pub fn as_bool(&self) -> Option<&ArrayD<bool>> {
+        match self {
+            Tensor::Bool(a) => Some(a),
+            _ => None,
+        }
+    }
+    /// Borrow as u8, if it is.
+    pub fn as_u8(&self) -> Option<&ArrayD<u8>> {
+        match self {
+            Tensor::U8(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// Element `index` along `axis`, removing that axis.
+    pub fn index_axis(&self, axis: usize, index: usize) -> Result<Tensor, TensorError> {
+        self.check_axis(axis, index, index + 1)?;
+        Ok(map_tensor!(self, a => a.index_axis(Axis(axis), index).to_owned()))
+    }
+
+    /// Elements `range` along `axis`, keeping the axis.
+    pub fn slice_axis(&self, axis: usize, range: Range<usize>) -> Result<Tensor, TensorError> {
+        if range.start > range.end {
+            return Err(TensorError::Invalid(format!(
+                "range {}..{} is reversed",
+                range.start, range.end
+            )));
+        }
+        self.check_axis(axis, range.start, range.end)?;
+        let r = ndarray::Slice::from(range);
+        Ok(map_tensor!(self, a => a.slice_axis(Axis(axis), r).to_owned()))
+    }
+
+    fn check_axis(&self, axis: usize, start: usize, end: usize) -> Result<(), TensorError> {
+        let shape = self.shape();
+        if axis >= shape.len() {
+            return Err(TensorError::Invalid(format!(
+                "axis {axis} out of range for a tensor of rank {}",
+                shape.len()
+            )));
+        }
+        if end > shape[axis] || start > shape[axis] {
+            return Err(TensorError::OutOfRange {
+                index: end.max(start),
+                dim: axis,
+                size: shape[axis],
+            });
+        }
+        Ok(())
+    }
+
+    /// Stacks tensors of one dtype and shape along a new leading axis.
+    pub fn stack(tensors: &[&Tensor], key: &str) -> Result<Tensor, TensorError> {
+        let first = tensors.first().ok_or(TensorError::Empty("stack"))?;
+        for t in tensors {
+            if t.shape() != first.shape() {
+                return Err(TensorError::Shape {
+                    key: key.to_string(),
+                    expected: first.shape().to_vec(),
+                    got: t.shape().to_vec(),
+                });
+            }
+        }
+        Self::join(tensors, key, true)
+    }
+
+    /// Concatenates tensors of one dtype along axis 0.
+    pub fn cat(tensors: &[&Tensor], key: &str) -> Result<Tensor, TensorError> {
+        let first = tensors.first().ok_or(TensorError::Empty("cat"))?;
+        for t in tensors {
+            if t.shape().is_empty() || t.shape()[1..] != first.shape()[1..] {
+                return Err(TensorError::Shape {
+                    key: key.to_string(),
+                    expected: first.shape().to_vec(),
+                    got: t.shape().to_vec(),
+                });
+            }
+        }
+        Self::join(tensors, key, false)
+    }
+
+    fn join(tensors: &[&Tensor], key: &str, stack: bool) -> Result<Tensor, TensorError> {
+        let dtype = tensors[0].dtype();
+        let err = |e: ndarray::ShapeError| TensorError::Invalid(format!("`{key}`: {e}"));
+        macro_rules! go {
+            ($variant:ident) => {{
+                let views = same_variant!(tensors.iter().copied(), $variant, key, dtype);
+                let out = if stack {
+                    ndarray::stack(Axis(0), &views).map_err(err)?
+                } else {
+                    ndarray::concatenate(Axis(0), &views).map_err(err)?
+                };
+                Tensor::$variant(out)
+            }};
+        }
+        Ok(match dtype {
+            DType::F32 => go!(F32),
+            DType::F64 => go!(F64),
+            DType::I64 => go!(I64),
+            DType::Bool => go!(Bool),
+            DType::U8 => go!(U8),
+        })
+    }
+
+    /// Reshapes (C order) without changing the element count.
+    pub fn reshape(self, shape: &[usize]) -> Result<Tensor, TensorError> {
+        let got = self.shape().to_vec();
+        if shape.iter().product::<usize>() != got.iter().product::<usize>() {
+            return Err(TensorError::Shape {
+                key: "reshape".into(),
+                expected: shape.to_vec(),
+                got,
+            });
+        }
+        let s = IxDyn(shape);
+        Ok(map_tensor!(self, a => {
+            let a = if a.is_standard_layout() { a } else { a.as_standard_layout().into_owned() };
+            a.into_shape_with_order(s.clone()).map_err(|e| TensorError::Invalid(e.to_string()))?
+        }))
+    }
+
+    /// Appends the little-endian C-order bytes of the elements to `out`.
+    pub fn write_le_bytes(&self, out: &mut Vec<u8>) {
+        out.reserve(self.len() * self.dtype().size());
+        match self {
+            Tensor::F32(a) => a.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+            Tensor::F64(a) => a.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+            Tensor::I64(a) => a.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+            Tensor::Bool(a) => a.iter().for_each(|v| out.push(u8::from(*v))),
+            Tensor::U8(a) => match a.as_slice() {
+                Some(s) => out.extend_from_slice(s),
+                None => a.iter().for_each(|v| out.push(*v)),
+            },
+        }
+    }
+
+    /// The little-endian C-order bytes of the elements.
+    pub fn to_le_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.write_le_bytes(&mut out);
+        out
+    }
+
+    /// Builds a tensor from its encoded parts, checking that they agree.
+    pub fn from_le_bytes(dtype: DType, shape: &[usize], data: &[u8]) -> Result<Tensor, TensorError> {
+        let n = shape
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+            .ok_or_else(|| TensorError::Encoding(format!("shape {shape:?} overflows")))?;
+        let want = n
+            .checked_mul(dtype.size())
+            .ok_or_else(|| TensorError::Encoding(format!("shape {shape:?} overflows")))?;
+        if data.len() != want {
+            return Err(TensorError::Encoding(format!(
+                "{dtype} tensor of shape {shape:?} needs {want} bytes, got {}",
+                data.len()
+            )));
+        }
+        let s = IxDyn(shape);
+        let shape_err = |e: ndarray::ShapeError| TensorError::Encoding(e.to_string());
+        macro_rules! decode {
+            ($t:ty, $n:expr) => {{
+                let v: Vec<$t> = data
+                    .chunks_exact($n)
+                    .map(|c| {
+                        let mut b = [0u8; $n];
+                        b.copy_from_slice(c);
+                        <$t>::from_le_bytes(b)
+                    })
+                    .collect();
+                ArrayD::from_shape_vec(s, v).map_err(shape_err)?
+            }};
+        }
+        Ok(match dtype {
+            DType::F32 => Tensor::F32(decode!(f32, 4)),
+            DType::F64 => Tensor::F64(decode!(f64, 8)),
+            DType::I64 => Tensor::I64(decode!(i64, 8)),
+            DType::U8 => Tensor::U8(ArrayD::from_shape_vec(s, data.to_vec()).map_err(shape_err)?),
+            DType::Bool => {
+                let mut v = Vec::with_capacity(n);
+                for &b in data {
+                    match b {
+                        0 => v.push(false),
+                        1 => v.push(true),
+                        other => {
+                            return Err(TensorError::Encoding(format!(
+                                "bool byte must be 0 or 1, got {other}"
+                            )))
+                        }
+                    }
+                }
+                Tensor::Bool(ArrayD::from_shape_vec(s, v).map_err(shape_err)?)
+            }
+        })
+    }
+}
+
+macro_rules! impl_from_array {
+    ($t:ty, $variant:ident) => {
+        impl From<ArrayD<$t>> for Tensor {
+            fn from(a: ArrayD<$t>) -> Tensor {
+                Tensor::$variant(a)
+            }
+        }
+    };
+}
+impl_from_array!(f32, F32);
+impl_from_array!(f64, F64);
+impl_from_array!(i64, I64);
+impl_from_array!(bool, Bool);
+impl_from_array!(u8, U8);
+
+/// The encoded form of a tensor: header plus one byte blob.
+#[derive(Serialize, Deserialize)]
+struct EncodedTensor<'a> {
+    dtype: DType,
+    shape: Vec<usize>,
+    #[serde(borrow, with = "serde_bytes")]
+    data: std::borrow::Cow<'a, [u8]>,
+}
+
+impl Serialize for Tensor {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        EncodedTensor {
+            dtype: self.dtype(),
+            shape: self.shape().to_vec(),
+            data: std::borrow::Cow::Owned(self.to_le_bytes()),
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Tensor {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Tensor, D::Error> {
+        let e = EncodedTensor::deserialize(d)?;
+        Tensor::from_le_bytes(e.dtype, &e.shape, &e.data).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Tensors under dotted keys sharing a leading batch shape.
+///
+/// Every tensor's shape starts with `batch_size`; the rest is that entry's
+/// feature shape. Keys are dotted paths, so `next.reward` is the `reward`
+/// entry of the nested `next` dict.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+pub struct TensorDict {
+    batch_size: Vec<usize>,
+    tensors: BTreeMap<String, Tensor>,
+}
+
+impl TensorDict {
+    /// An empty dict with the given batch shape.
+    pub fn new(batch_size: &[usize]) -> TensorDict {
+        TensorDict {
+            batch_size: batch_size.to_vec(),
+            tensors: BTreeMap::new(),
+        }
+    }
+
+    /// Builds a dict from entries, checking each against the batch shape.
+    pub fn from_entries(
+        batch_size: &[usize],
+        entries: impl IntoIterator<Item = (String, Tensor)>,
+    ) -> Result<TensorDict, TensorError> {
+        let mut td = TensorDict::new(batch_size);
+        for (k, v) in entries {
+            td.set(&k, v)?;
+        }
+        Ok(td)
+    }
+
+    /// The leading batch shape.
+    pub fn batch_size(&self) -> &[usize] {
+        &self.batch_size
+    }
+
+    /// Number of elements in the batch (product of batch dims).
+    pub fn numel(&self) -> usize {
+        self.batch_size.iter().product()
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.tensors.len()
+    }
+
+    /// True when there is no entry.
+    pub fn is_empty(&self) -> bool {
+        self.tensors.is_empty()
+    }
+
+    /// The dotted keys, sorted.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.tensors.keys().map(String::as_str)
+    }
+
+    /// The entries, sorted by key.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Tensor)> {
+        self.tensors.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    /// Consumes the dict into its entries.
+    pub fn into_entries(self) -> BTreeMap<String, Tensor> {
+        self.tensors
+    }
+
+    /// True when `key` is present.
+    pub fn contains(&self, key: &str) -> bool {
+        self.tensors.contains_key(key)
+    }
+
+    /// The tensor under `key`.
+    pub fn get(&self, key: &str) -> Result<&Tensor, TensorError> {
+        self.tensors
+            .get(key)
+            .ok_or_else(|| TensorError::MissingKey(key.to_string()))
+    }
+
+    /// Mutable access to the tensor under `key` (its shape must not change).
+    pub fn get_mut(&mut self, key: &str) -> Result<&mut Tensor, TensorError> {
+        self.tensors
+            .get_mut(key)
+            .ok_or_else(|| TensorError::MissingKey(key.to_string()))
+    }
+
+    /// The tensor under `key`, which must be of `dtype`.
+    pub fn get_typed(&self, key: &str, dtype: DType) -> Result<&Tensor, TensorError> {
+        let t = self.get(key)?;
+        if t.dtype() != dtype {
+            return Err(TensorError::DType {
+                key: key.to_string(),
+                expected: dtype,
+                got: t.dtype(),
+            });
+        }
+        Ok(t)
+    }
+
+    /// The f32 array under `key`.
+    pub fn f32(&self, key: &str) -> Result<&ArrayD<f32>, TensorError> {
+        self.get_typed(key, DType::F32).map(|t| t.as_f32().expect("checked dtype"))
+    }
+    /// The i64 array under `key`.
+    pub fn i64(&self, key: &str) -> Result<&ArrayD<i64>, TensorError> {
+        self.get_typed(key, DType::I64).map(|t| t.as_i64().expect("checked dtype"))
+    }
+    /// The bool array under `key`.
+    pub fn bool(&self, key: &str) -> Result<&ArrayD<bool>, TensorError> {
+        self.get_typed(key, DType::Bool).map(|t| t.as_bool().expect("checked dtype"))
+    }
+
+    /// Inserts (or replaces) `key`; its shape must start with the batch shape.
+    pub fn set(&mut self, key: &str, value: Tensor) -> Result<(), TensorError> {
+        if key.is_empty() || key.split('.').any(str::is_empty) {
+            return Err(TensorError::Invalid(format!("`{key}` is not a valid dotted key")));
+        }
+        let shape = value.shape();
+        if shape.len() < self.batch_size.len() || shape[..self.batch_size.len()] != self.batch_size[..] {
+            return Err(TensorError::Shape {
+                key: key.to_string(),
+                expected: self.batch_size.clone(),
+                got: shape.to_vec(),
+            });
+        }
+        if let Some(old) = self.tensors.get(key) {
+            if old.dtype() != value.dtype() {
+                return Err(TensorError::DType {
+                    key: key.to_string(),
+                    expected: old.dtype(),
+                    got: value.dtype(),
+                });
+            }
+        }
+        self.tensors.insert(key.to_string(), value);
+        Ok(())
+    }
+
+    /// Removes and returns `key`.
+    pub fn remove(&mut self, key: &str) -> Option<Tensor> {
+        self.tensors.remove(key)
+    }
+
+    /// The entries under `prefix.` as a dict of their own (keys without the prefix).
+    pub fn sub(&self, prefix: &str) -> TensorDict {
+        let p = format!("{prefix}.");
+        TensorDict {
+            batch_size: self.batch_size.clone(),
+            tensors: self
+                .tensors
+                .iter()
+                .filter_map(|(k, v)| k.strip_prefix(&p).map(|s| (s.to_string(), v.clone())))
+                .collect(),
+        }
+    }
+
+    /// Stacks dicts with equal batch shapes and keys along a new leading batch dim.
+    pub fn stack(dicts: &[TensorDict]) -> Result<TensorDict, TensorError> {
+        let first = dicts.first().ok_or(TensorError::Empty("stack"))?;
+        for d in dicts {
+            if d.batch_size != first.batch_size {
+                return Err(TensorError::Shape {
+                    key: "batch_size".into(),
+                    expected: first.batch_size.clone(),
+                    got: d.batch_size.clone(),
+                });
+            }
+        }
+        let mut batch = vec![dicts.len()];
+        batch.extend_from_slice(&first.batch_size);
+        Self::combine(dicts, batch, Tensor::stack)
+    }
+
+    /// Concatenates dicts along batch dim 0 (the other batch dims must agree).
+    pub fn cat(dicts: &[TensorDict]) -> Result<TensorDict, TensorError> {
+        let first = dicts.first().ok_or(TensorError::Empty("cat"))?;
+        if first.batch_size.is_empty() {
+            return Err(TensorError::Invalid("cannot cat dicts with no batch dim".into()));
+        }
+        let mut n0 = 0;
+        for d in dicts {
+            if d.batch_size.len() != first.batch_size.len() || d.batch_size[1..] != first.batch_size[1..] {
+                return Err(TensorError::Shape {
+                    key: "batch_size".into(),
+                    expected: first.batch_size.clone(),
+                    got: d.batch_size.clone(),
+                });
+            }
+            n0 += d.batch_size[0];
+        }
+        let mut batch = first.batch_size.clone();
+        batch[0] = n0;
+        Self::combine(dicts, batch, Tensor::cat)
+    }
+
+    fn combine(
+        dicts: &[TensorDict],
+        batch_size: Vec<usize>,
+        op: fn(&[&Tensor], &str) -> Result<Tensor, TensorError>,
+    ) -> Result<TensorDict, TensorError> {
+        let first = &dicts[0];
+        for d in dicts {
+            if let Some(k) = d.tensors.keys().find(|k| !first.tensors.contains_key(*k)) {
+                return Err(TensorError::KeysDiffer(k.clone()));
+            }
+            if let Some(k) = first.tensors.keys().find(|k| !d.tensors.contains_key(*k)) {
+                return Err(TensorError::KeysDiffer(k.clone()));
+            }
+        }
+        let mut tensors = BTreeMap::new();
+        for key in first.tensors.keys() {
+            let parts: Vec<&Tensor> = dicts.iter().map(|d| &d.tensors[key]).collect();
+            tensors.insert(key.clone(), op(&parts, key)?);
+        }
+        Ok(TensorDict { batch_size, tensors })
+    }
+
+    /// Element `index` along batch dim `dim` (that dim is removed).
+    pub fn index(&self, dim: usize, index: usize) -> Result<TensorDict, TensorError> {
+        self.check_dim(dim)?;
+        let size = self.batch_size[dim];
+        if index >= size {
+            return Err(TensorError::OutOfRange { index, dim, size });
+        }
+        let mut batch_size = self.batch_size.clone();
+        batch_size.remove(dim);
+        let tensors = self
+            .tensors
+            .iter()
+            .map(|(k, v)| Ok((k.clone(), v.index_axis(dim, index)?)))
+            .collect::<Result<_, TensorError>>()?;
+        Ok(TensorDict { batch_size, tensors })
+    }
+
+    /// Elements `range` along batch dim `dim` (that dim is kept).
+    pub fn slice(&self, dim: usize, range: Range<usize>) -> Result<TensorDict, TensorError> {
+        self.check_dim(dim)?;
+        let size = self.batch_size[dim];
+        if range.end > size || range.start > range.end {
+            return Err(TensorError::OutOfRange {
+                index: range.end,
+                dim,
+                size,
+            });
+        }
+        let mut batch_size = self.batch_size.clone();
+        batch_size[dim] = range.len();
+        let tensors = self
+            .tensors
+            .iter()
+            .map(|(k, v)| Ok((k.clone(), v.slice_axis(dim, range.clone())?)))
+            .collect::<Result<_, TensorError>>()?;
+        Ok(TensorDict { batch_size, tensors })
+    }
+
+    /// Reshapes the batch dims (the element count must stay the same).
+    pub fn reshape(self, batch_size: &[usize]) -> Result<TensorDict, TensorError> {
+        if batch_size.iter().product::<usize>() != self.numel() {
+            return Err(TensorError::Shape {
+                key: "batch_size".into(),
+                expected: self.batch_size.clone(),
+                got: batch_size.to_vec(),
+            });
+        }
+        let nb = self.batch_size.len();
+        let mut tensors = BTreeMap::new();
+        for (k, v) in self.tensors {
+            let mut shape = batch_size.to_vec();
+            shape.extend_from_slice(&v.shape()[nb..]);
+            tensors.insert(k, v.reshape(&shape)?);
+        }
+        Ok(TensorDict {
+            batch_size: batch_size.to_vec(),
+            tensors,
+        })
+    }
+
+    fn check_dim(&self, dim: usize) -> Result<(), TensorError> {
+        if dim >= self.batch_size.len() {
+            return Err(TensorError::Invalid(format!(
+                "batch dim {dim} out of range for batch shape {:?}",
+                self.batch_size
+            )));
+        }
+        Ok(())
+    }
+
+    /// Checks the invariant after decoding from untrusted bytes.
+    pub fn validate(&self) -> Result<(), TensorError> {
+        for (k, v) in &self.tensors {
+            let shape = v.shape();
+            if shape.len() < self.batch_size.len() || shape[..self.batch_size.len()] != self.batch_size[..] {
+                return Err(TensorError::Shape {
+                    key: k.clone(),
+                    expected: self.batch_size.clone(),
+                    got: shape.to_vec(),
+                });
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,1 @@
+//! Integration scenarios live in tests/.
