@@ -7,6 +7,9 @@
 #![warn(missing_docs)]
 
 pub mod env;
+pub mod machine;
+pub mod message;
+pub mod node_spec;
 pub mod policy;
 pub mod postproc;
 pub mod rollout;

@@ -1,1 +1,21 @@
-//! rollout actors (stub).
+//! rollout-actors: the rollout collector as an actix actor system.
+//!
+//! A [`Trainer`](trainer::Trainer) actor asks [`Node`](node::Node) actors for
+//! frames; each node drives its [`EnvWorker`](env_worker::EnvWorker)s, one
+//! arbiter thread each. Most users touch only [`DistributedCollector`].
+#![warn(missing_docs)]
+
+mod block;
+pub mod collector;
+pub mod env_worker;
+pub mod error;
+pub mod launch;
+pub mod messages;
+pub mod node;
+pub mod testkit;
+pub mod trainer;
+
+pub use collector::{CollectorBuilder, DistributedCollector, Postproc};
+pub use error::CollectError;
+pub use launch::Launcher;
+pub use rollout::machine::Collected;

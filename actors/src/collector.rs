@@ -1,0 +1,487 @@
+//! `DistributedCollector`: the facade most users touch.
+//!
+//! It runs an actix system on a thread of its own (trainer and nodes on its
+//! arbiter, one arbiter thread per env worker) and turns the trainer's messages
+//! into plain blocking calls, each with a deadline.
+
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use actix::prelude::*;
+use rollout::machine::{Collected, ConfigError, TrainerConfig, TrainerMachine};
+use rollout::node_spec::NodeSpec;
+use rollout::postproc;
+use rollout::rollout::RolloutConfig;
+use rollout::{EnvSpec, ExplorationType, PolicyConfig, PolicySpec, Registry, TensorDict, Weights};
+
+use crate::block::block_on_timeout;
+use crate::error::CollectError;
+use crate::launch::{local, Launcher};
+use crate::messages::{NextBatch, PushWeights, SetSeed, StopNodes, StoreWeights};
+use crate::trainer::Trainer;
+
+/// A transformation applied to every yielded batch (torchrl's `postproc`), e.g. n-step returns.
+pub trait Postproc: Send {
+    /// Transforms one batch.
+    fn apply(&self, batch: TensorDict) -> Result<TensorDict, String>;
+}
+
+impl<F> Postproc for F
+where
+    F: Fn(TensorDict) -> Result<TensorDict, String> + Send,
+{
+    fn apply(&self, batch: TensorDict) -> Result<TensorDict, String> {
+        self(batch)
+    }
+}
+
+impl Postproc for postproc::MultiStep {
+    fn apply(&self, batch: TensorDict) -> Result<TensorDict, String> {
+        postproc::MultiStep::apply(self, &batch).map_err(|e| e.to_string())
+    }
+}
+
+fn config_err(field: &'static str, reason: impl Into<String>) -> CollectError {
+    CollectError::Config(ConfigError {
+        field,
+        reason: reason.into(),
+    })
+}
+
+/// Builds a [`DistributedCollector`]; torchrl's argument names in snake_case.
+pub struct CollectorBuilder {
+    env: Option<EnvSpec>,
+    registry: Registry,
+    policy: PolicySpec,
+    nodes: usize,
+    envs_per_node: usize,
+    frames_per_batch: Option<usize>,
+    total_frames: i64,
+    sync: bool,
+    seed: Option<u64>,
+    launcher: Launcher,
+    update_after_each_batch: bool,
+    max_weight_update_interval: Option<u64>,
+    update_interval: Option<u64>,
+    max_frames_per_traj: Option<u64>,
+    init_random_frames: u64,
+    reset_at_each_iter: bool,
+    split_trajs: bool,
+    exploration_type: Option<ExplorationType>,
+    postproc: Option<Box<dyn Postproc>>,
+    batch_timeout: Duration,
+    shutdown_timeout: Duration,
+}
+
+impl Default for CollectorBuilder {
+    fn default() -> Self {
+        CollectorBuilder {
+            env: None,
+            registry: Registry::with_builtins(),
+            policy: PolicySpec::default(),
+            nodes: 1,
+            envs_per_node: 1,
+            frames_per_batch: None,
+            total_frames: -1,
+            sync: false,
+            seed: None,
+            launcher: Launcher::Local,
+            update_after_each_batch: false,
+            max_weight_update_interval: None,
+            update_interval: None,
+            max_frames_per_traj: None,
+            init_random_frames: 0,
+            reset_at_each_iter: false,
+            split_trajs: false,
+            exploration_type: None,
+            postproc: None,
+            batch_timeout: Duration::from_secs(60),
+            shutdown_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl CollectorBuilder {
+    /// The env every node steps: a registered name, or an [`EnvSpec`] with a config.
+    pub fn env(mut self, env: impl Into<EnvSpec>) -> Self {
+        self.env = Some(env.into());
+        self
+    }
+    /// The registry envs are built from (to use envs of your own).
+    pub fn registry(mut self, registry: Registry) -> Self {
+        self.registry = registry;
+        self
+    }
+    /// The policy (a [`PolicyConfig`] or a full [`PolicySpec`]).
+    pub fn policy(mut self, policy: impl Into<PolicySpec>) -> Self {
+        self.policy = policy.into();
+        self
+    }
+    /// Number of nodes.
+    pub fn nodes(mut self, n: usize) -> Self {
+        self.nodes = n;
+        self
+    }
+    /// Env workers per node (torchrl's `num_workers_per_collector`).
+    pub fn envs_per_node(mut self, k: usize) -> Self {
+        self.envs_per_node = k;
+        self
+    }
+    /// Frames per yielded batch (required).
+    pub fn frames_per_batch(mut self, f: usize) -> Self {
+        self.frames_per_batch = Some(f);
+        self
+    }
+    /// Frames to yield in all; `-1` (torchrl's convention) collects until shutdown.
+    pub fn total_frames(mut self, t: i64) -> Self {
+        self.total_frames = t;
+        self
+    }
+    /// Collect until shutdown (same as `total_frames(-1)`).
+    pub fn endless(self) -> Self {
+        self.total_frames(-1)
+    }
+    /// Sync (every batch stacks a share of every node) or async (first ready, first served).
+    pub fn sync(mut self, sync: bool) -> Self {
+        self.sync = sync;
+        self
+    }
+    /// Seed of the run; without one a seed is drawn from the clock.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+    /// Where the nodes run.
+    pub fn launcher(mut self, launcher: Launcher) -> Self {
+        self.launcher = launcher;
+        self
+    }
+    /// Push stored weights before each collection (sync: all; async: the node that delivered).
+    pub fn update_after_each_batch(mut self, on: bool) -> Self {
+        self.update_after_each_batch = on;
+        self
+    }
+    /// Update a node that produced more than `n` batches since its last update.
+    pub fn max_weight_update_interval(mut self, n: u64) -> Self {
+        self.max_weight_update_interval = Some(n);
+        self
+    }
+    /// Push stored weights to all nodes every `n` yielded batches.
+    pub fn update_interval(mut self, n: u64) -> Self {
+        self.update_interval = Some(n);
+        self
+    }
+    /// Truncate trajectories longer than this.
+    pub fn max_frames_per_traj(mut self, n: u64) -> Self {
+        self.max_frames_per_traj = Some(n);
+        self
+    }
+    /// Frames stepped with a random policy first (split evenly over all env workers).
+    pub fn init_random_frames(mut self, n: u64) -> Self {
+        self.init_random_frames = n;
+        self
+    }
+    /// Start each batch with fresh episodes.
+    pub fn reset_at_each_iter(mut self, on: bool) -> Self {
+        self.reset_at_each_iter = on;
+        self
+    }
+    /// Yield batches split into trajectories (`[n_traj, max_len]` with `collector.mask`).
+    pub fn split_trajs(mut self, on: bool) -> Self {
+        self.split_trajs = on;
+        self
+    }
+    /// Deterministic (mode) or random (sampled) actions.
+    pub fn exploration_type(mut self, e: ExplorationType) -> Self {
+        self.exploration_type = Some(e);
+        self
+    }
+    /// A transformation applied to every yielded batch (after `split_trajs`).
+    pub fn postproc(mut self, p: impl Postproc + 'static) -> Self {
+        self.postproc = Some(Box::new(p));
+        self
+    }
+    /// Longest wait for one batch before `next_batch` returns an error (default 60 s).
+    pub fn batch_timeout(mut self, d: Duration) -> Self {
+        self.batch_timeout = d;
+        self
+    }
+    /// Longest wait for the nodes to go down at shutdown (default 10 s).
+    pub fn shutdown_timeout(mut self, d: Duration) -> Self {
+        self.shutdown_timeout = d;
+        self
+    }
+
+    /// Validates everything, starts the nodes and seeds them.
+    pub fn build(self) -> Result<DistributedCollector, CollectError> {
+        let env = self
+            .env
+            .clone()
+            .ok_or_else(|| config_err("env", "required: name a registered env"))?;
+        let probe = self.registry.make(&env)?;
+        let f = self
+            .frames_per_batch
+            .ok_or_else(|| config_err("frames_per_batch", "required"))?;
+        let total_frames = match self.total_frames {
+            -1 => None,
+            t if t < 0 => return Err(config_err("total_frames", format!("{t}: use -1 for endless"))),
+            t => Some(t as u64),
+        };
+        if self.batch_timeout.is_zero() {
+            return Err(config_err("batch_timeout", "must be longer than zero"));
+        }
+        let (n, k) = (self.nodes, self.envs_per_node);
+        let cfg = TrainerConfig {
+            nodes: n,
+            envs_per_node: vec![k; n],
+            frames_per_batch: f,
+            total_frames,
+            sync: self.sync,
+            update_after_each_batch: self.update_after_each_batch,
+            max_weight_update_interval: self.max_weight_update_interval,
+            update_interval: self.update_interval,
+        };
+        let machine = TrainerMachine::new(cfg)?;
+        let mut policy = self.policy.clone();
+        if let Some(e) = self.exploration_type {
+            policy.exploration = e;
+        }
+        // Fail at build time, naming the policy, rather than on every node.
+        policy
+            .build(probe.observation_spec(), probe.action_spec(), 0)
+            .map_err(|e| config_err("policy", e.to_string()))?;
+        if self.max_frames_per_traj == Some(0) {
+            return Err(config_err("max_frames_per_traj", "must be at least 1"));
+        }
+        let lanes = (n * k) as u64;
+        let seed = self.seed.unwrap_or_else(|| {
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0)
+        });
+        let worker_frames = if self.sync { f / n / k } else { f / k };
+        let specs: Vec<NodeSpec> = (0..n)
+            .map(|i| NodeSpec {
+                index: i,
+                env: env.clone(),
+                policy: policy.clone(),
+                envs_per_node: k,
+                first_lane: (i * k) as u64,
+                lanes,
+                rollout: RolloutConfig {
+                    frames_per_batch: worker_frames,
+                    max_frames_per_traj: self.max_frames_per_traj,
+                    reset_at_each_iter: self.reset_at_each_iter,
+                    init_random_frames: self.init_random_frames.div_ceil(lanes),
+                    seed: seed.wrapping_add((i * k) as u64),
+                    nan_is_failure: false,
+                },
+            })
+            .collect();
+        let Launcher::Local = self.launcher;
+        let registry = self.registry.clone();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("rollout-system".into())
+            .spawn(move || {
+                let sys = System::new();
+                let started = sys.block_on(async { local::start(machine, &specs, &registry) });
+                let arbiters = match started {
+                    Ok(s) => {
+                        let _ = ready_tx.send(Ok((s.trainer, System::current())));
+                        s.arbiters
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                if let Err(e) = sys.run() {
+                    tracing::error!(error = %e, "actix system ended with an error");
+                }
+                for a in &arbiters {
+                    a.stop();
+                }
+                for a in arbiters {
+                    let _ = a.join();
+                }
+                let _ = done_tx.send(());
+            })
+            .map_err(|e| CollectError::Stopped(format!("cannot spawn the system thread: {e}")))?;
+        let (trainer, system) = match ready_rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                return Err(e);
+            }
+            Err(_) => {
+                return Err(CollectError::Timeout {
+                    what: "starting the nodes",
+                    seconds: 60.0,
+                })
+            }
+        };
+        let mut c = DistributedCollector {
+            trainer,
+            system,
+            thread: Some(thread),
+            done: done_rx,
+            batch_timeout: self.batch_timeout,
+            shutdown_timeout: self.shutdown_timeout,
+            split_trajs: self.split_trajs,
+            postproc: self.postproc,
+            down: false,
+            nodes: n,
+        };
+        c.set_seed(seed)?;
+        Ok(c)
+    }
+}
+
+/// A running collection: nodes stepping envs, batches on demand.
+pub struct DistributedCollector {
+    trainer: Addr<Trainer>,
+    system: System,
+    thread: Option<JoinHandle<()>>,
+    done: mpsc::Receiver<()>,
+    batch_timeout: Duration,
+    shutdown_timeout: Duration,
+    split_trajs: bool,
+    postproc: Option<Box<dyn Postproc>>,
+    down: bool,
+    nodes: usize,
+}
+
+impl std::fmt::Debug for DistributedCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DistributedCollector")
+            .field("nodes", &self.nodes)
+            .field("down", &self.down)
+            .finish()
+    }
+}
+
+impl DistributedCollector {
+    /// A builder with torchrl's defaults.
+    pub fn builder() -> CollectorBuilder {
+        CollectorBuilder::default()
+    }
+
+    /// The default policy config, for convenience (`linear`).
+    pub fn default_policy() -> PolicyConfig {
+        PolicyConfig::Linear
+    }
+
+    fn ask<M>(&self, msg: M, what: &'static str, timeout: Duration) -> Result<M::Result, CollectError>
+    where
+        M: Message + Send + 'static,
+        M::Result: Send,
+        Trainer: Handler<M>,
+    {
+        if self.down {
+            return Err(CollectError::Stopped("the collector was shut down".into()));
+        }
+        match block_on_timeout(self.trainer.send(msg), timeout) {
+            Some(Ok(r)) => Ok(r),
+            Some(Err(e)) => Err(CollectError::Stopped(e.to_string())),
+            None => Err(CollectError::Timeout {
+                what,
+                seconds: timeout.as_secs_f64(),
+            }),
+        }
+    }
+
+    /// The next batch, or `None` once `total_frames` have been yielded.
+    pub fn next_batch(&mut self) -> Result<Option<Collected>, CollectError> {
+        if self.down {
+            return Ok(None);
+        }
+        let Some(mut c) = self.ask(NextBatch, "collecting a batch", self.batch_timeout)?? else {
+            return Ok(None);
+        };
+        if self.split_trajs {
+            c.data = postproc::split_trajectories(&c.data).map_err(|e| CollectError::Postproc(e.to_string()))?;
+        }
+        if let Some(p) = &self.postproc {
+            c.data = p.apply(c.data).map_err(CollectError::Postproc)?;
+        }
+        Ok(Some(c))
+    }
+
+    /// Stores `weights` as the next version and pushes them to `nodes` (all when `None`).
+    /// Returns the new version.
+    pub fn update_policy_weights(&mut self, weights: Weights, nodes: Option<&[usize]>) -> Result<u64, CollectError> {
+        let v = self.set_policy_weights(weights)?;
+        self.push_policy_weights(nodes)?;
+        Ok(v)
+    }
+
+    /// Stores `weights` as the next version without sending them; the update
+    /// options (`update_interval`, ...) or [`Self::push_policy_weights`] deliver them.
+    pub fn set_policy_weights(&mut self, weights: Weights) -> Result<u64, CollectError> {
+        self.ask(StoreWeights(weights), "storing weights", self.batch_timeout)
+    }
+
+    /// Pushes the stored weights to `nodes` (all when `None`).
+    pub fn push_policy_weights(&mut self, nodes: Option<&[usize]>) -> Result<(), CollectError> {
+        self.ask(
+            PushWeights(nodes.map(<[usize]>::to_vec)),
+            "pushing weights",
+            self.batch_timeout,
+        )?
+    }
+
+    /// Reseeds every node (node k gets the seed node k-1 did not use) and returns the next seed.
+    pub fn set_seed(&mut self, seed: u64) -> Result<u64, CollectError> {
+        self.ask(SetSeed(seed), "seeding the nodes", self.batch_timeout)?
+    }
+
+    /// Number of nodes.
+    pub fn nodes(&self) -> usize {
+        self.nodes
+    }
+
+    /// Stops every node, waits for them (bounded), joins every thread started.
+    /// Idempotent.
+    pub fn shutdown(&mut self) -> Result<(), CollectError> {
+        if self.down {
+            return Ok(());
+        }
+        let r = self.ask(StopNodes, "shutting the nodes down", self.shutdown_timeout);
+        self.down = true;
+        self.system.stop();
+        let joined = self.done.recv_timeout(self.shutdown_timeout).is_ok();
+        if let Some(t) = self.thread.take() {
+            if joined {
+                let _ = t.join();
+            }
+        }
+        r??;
+        if !joined {
+            return Err(CollectError::Timeout {
+                what: "joining the collector's threads",
+                seconds: self.shutdown_timeout.as_secs_f64(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Iterator for DistributedCollector {
+    type Item = Result<Collected, CollectError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_batch().transpose()
+    }
+}
+
+impl Drop for DistributedCollector {
+    fn drop(&mut self) {
+        if let Err(e) = self.shutdown() {
+            tracing::warn!(error = %e, "shutdown on drop");
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! actix envelopes for the core vocabulary (`rollout::message`) and the
+//! trainer's own requests. The core types stay free of actix; these wrappers
+//! give them a `Message` impl without copying anything.
+
+use actix::prelude::*;
+use rollout::machine::{Collected, WorkerCmd};
+use rollout::message::{FromNode, ToNode};
+use rollout::{TensorDict, Weights};
+
+use crate::error::CollectError;
+
+/// A trainer → node message.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct ToNodeMsg(pub ToNode);
+
+/// A node → trainer message.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct FromNodeMsg(pub FromNode);
+
+/// A node → env-worker command.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct ToWorker(pub WorkerCmd);
+
+/// An env worker's answer to its node.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub enum WorkerEvent {
+    /// The frames asked for by `Collect`.
+    Batch {
+        /// Worker index in the node.
+        worker: usize,
+        /// The node's seq.
+        seq: u64,
+        /// Weights version used.
+        version: u64,
+        /// The frames, `[1, frames]`.
+        data: TensorDict,
+    },
+    /// The worker failed (env or policy error, or a caught panic).
+    Failed {
+        /// Worker index.
+        worker: usize,
+        /// What happened.
+        reason: String,
+    },
+    /// The worker stopped after `Stop`.
+    Stopped {
+        /// Worker index.
+        worker: usize,
+    },
+}
+
+/// Ask the trainer for the next batch; `Ok(None)` once `total_frames` were yielded.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<Option<Collected>, CollectError>")]
+pub struct NextBatch;
+
+/// Store new weights (the next version) without sending them; returns the version.
+#[derive(Message, Debug)]
+#[rtype(result = "u64")]
+pub struct StoreWeights(pub Weights);
+
+/// Send the stored weights to these nodes (all when `None`).
+#[derive(Message, Debug)]
+#[rtype(result = "Result<(), CollectError>")]
+pub struct PushWeights(pub Option<Vec<usize>>);
+
+/// Reseed every node (torchrl-style chain); answers the next unused seed.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<u64, CollectError>")]
+pub struct SetSeed(pub u64);
+
+/// Stop every node; answers once all are down.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<(), CollectError>")]
+pub struct StopNodes;
+
+/// What a subscribed actor receives from the trainer (push mode).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub enum TrainerEvent {
+    /// A batch, in order.
+    Batch(Collected),
+    /// `total_frames` reached; nothing more comes.
+    Finished,
+    /// Collection failed.
+    Failed(CollectError),
+}
+
+/// Subscribe an actor: the trainer then collects on its own and pushes every
+/// batch to it as a [`TrainerEvent`] (the embedded use).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Subscribe(pub Recipient<TrainerEvent>);

@@ -1,0 +1,1 @@
+//! Message-level test helpers (todo).

@@ -1,0 +1,206 @@
+//! The Trainer actor: a thin shell around [`TrainerMachine`].
+//!
+//! It holds one recipient per node (local or remote, it cannot tell), feeds the
+//! machine what arrives and sends what the machine returns. Consumers either
+//! pull with [`NextBatch`] (the `DistributedCollector` does) or [`Subscribe`]
+//! an actor of their own and receive every batch as a [`TrainerEvent`].
+
+use actix::prelude::*;
+use rollout::machine::{Collected, Output, TrainerError, TrainerMachine};
+use tokio::sync::oneshot;
+
+use crate::error::CollectError;
+use crate::messages::{
+    FromNodeMsg, NextBatch, PushWeights, SetSeed, StopNodes, StoreWeights, Subscribe, ToNodeMsg, TrainerEvent,
+};
+
+type Reply<T> = oneshot::Sender<Result<T, CollectError>>;
+
+/// The trainer: asks nodes for frames and hands batches to its consumer.
+pub struct Trainer {
+    machine: TrainerMachine,
+    nodes: Vec<Recipient<ToNodeMsg>>,
+    out: Vec<Output>,
+    next: Option<Reply<Option<Collected>>>,
+    seed: Option<Reply<u64>>,
+    stop: Option<Reply<()>>,
+    sink: Option<Recipient<TrainerEvent>>,
+    failure: Option<CollectError>,
+}
+
+impl Trainer {
+    /// A trainer over a machine and the nodes' recipients (index = node index).
+    pub fn new(machine: TrainerMachine, nodes: Vec<Recipient<ToNodeMsg>>) -> Trainer {
+        Trainer {
+            machine,
+            nodes,
+            out: Vec::new(),
+            next: None,
+            seed: None,
+            stop: None,
+            sink: None,
+            failure: None,
+        }
+    }
+
+    fn dispatch(&mut self) {
+        let outs: Vec<Output> = self.out.drain(..).collect();
+        for o in outs {
+            match o {
+                Output::Send { node, msg } => match self.nodes.get(node) {
+                    Some(r) => r.do_send(ToNodeMsg(msg)),
+                    None => tracing::error!(node, "no recipient for node"),
+                },
+                Output::Yield(c) => self.deliver(Ok(Some(c))),
+                Output::Finished => self.deliver(Ok(None)),
+                Output::Seeded { next_seed } => {
+                    if let Some(tx) = self.seed.take() {
+                        let _ = tx.send(Ok(next_seed));
+                    }
+                }
+                Output::AllDown => {
+                    if let Some(tx) = self.stop.take() {
+                        let _ = tx.send(Ok(()));
+                    }
+                }
+            }
+        }
+    }
+
+    fn deliver(&mut self, r: Result<Option<Collected>, CollectError>) {
+        if let Some(sink) = &self.sink {
+            let ev = match r {
+                Ok(Some(c)) => TrainerEvent::Batch(c),
+                Ok(None) => TrainerEvent::Finished,
+                Err(e) => TrainerEvent::Failed(e),
+            };
+            let more = matches!(ev, TrainerEvent::Batch(_));
+            sink.do_send(ev);
+            if more {
+                // Push mode: the consumer is always ready for the next batch.
+                if let Err(e) = self.machine.request(&mut self.out) {
+                    self.fail(e.into());
+                }
+            }
+            return;
+        }
+        if let Some(tx) = self.next.take() {
+            let _ = tx.send(r);
+        } else if let Err(e) = r {
+            self.failure = Some(e);
+        }
+    }
+
+    fn fail(&mut self, e: CollectError) {
+        tracing::error!(error = %e, "collection failed");
+        self.failure = Some(e.clone());
+        self.deliver(Err(e.clone()));
+        if let Some(tx) = self.seed.take() {
+            let _ = tx.send(Err(e));
+        }
+    }
+}
+
+impl Actor for Trainer {
+    type Context = Context<Self>;
+}
+
+impl Handler<FromNodeMsg> for Trainer {
+    type Result = ();
+
+    fn handle(&mut self, msg: FromNodeMsg, _ctx: &mut Self::Context) {
+        match self.machine.on_node(msg.0, &mut self.out) {
+            Ok(()) => {}
+            Err(TrainerError::NodeFailed { node, reason }) => {
+                self.dispatch();
+                self.fail(CollectError::NodeFailed { node, reason });
+                return;
+            }
+            Err(e) => tracing::warn!(error = %e, "trainer dropped a node message"),
+        }
+        self.dispatch();
+    }
+}
+
+impl Handler<NextBatch> for Trainer {
+    type Result = ResponseFuture<Result<Option<Collected>, CollectError>>;
+
+    fn handle(&mut self, _msg: NextBatch, _ctx: &mut Self::Context) -> Self::Result {
+        if let Some(e) = self.failure.clone() {
+            return Box::pin(async move { Err(e) });
+        }
+        let (tx, rx) = oneshot::channel();
+        self.next = Some(tx);
+        if let Err(e) = self.machine.request(&mut self.out) {
+            self.fail(e.into());
+        }
+        self.dispatch();
+        Box::pin(async move {
+            rx.await
+                .unwrap_or_else(|_| Err(CollectError::Stopped("the trainer dropped the request".into())))
+        })
+    }
+}
+
+impl Handler<StoreWeights> for Trainer {
+    type Result = u64;
+
+    fn handle(&mut self, msg: StoreWeights, _ctx: &mut Self::Context) -> u64 {
+        self.machine.set_weights(msg.0)
+    }
+}
+
+impl Handler<PushWeights> for Trainer {
+    type Result = Result<(), CollectError>;
+
+    fn handle(&mut self, msg: PushWeights, _ctx: &mut Self::Context) -> Self::Result {
+        let r = self.machine.push_weights(msg.0.as_deref(), &mut self.out);
+        self.dispatch();
+        Ok(r?)
+    }
+}
+
+impl Handler<SetSeed> for Trainer {
+    type Result = ResponseFuture<Result<u64, CollectError>>;
+
+    fn handle(&mut self, msg: SetSeed, _ctx: &mut Self::Context) -> Self::Result {
+        let (tx, rx) = oneshot::channel();
+        self.seed = Some(tx);
+        self.machine.set_seed(msg.0, &mut self.out);
+        self.dispatch();
+        Box::pin(async move {
+            rx.await
+                .unwrap_or_else(|_| Err(CollectError::Stopped("the trainer dropped the request".into())))
+        })
+    }
+}
+
+impl Handler<StopNodes> for Trainer {
+    type Result = ResponseFuture<Result<(), CollectError>>;
+
+    fn handle(&mut self, _msg: StopNodes, _ctx: &mut Self::Context) -> Self::Result {
+        let (tx, rx) = oneshot::channel();
+        self.stop = Some(tx);
+        if let Some(tx) = self.next.take() {
+            let _ = tx.send(Ok(None));
+        }
+        self.machine.shutdown(&mut self.out);
+        self.dispatch();
+        Box::pin(async move {
+            rx.await
+                .unwrap_or_else(|_| Err(CollectError::Stopped("the trainer dropped the request".into())))
+        })
+    }
+}
+
+impl Handler<Subscribe> for Trainer {
+    type Result = ();
+
+    fn handle(&mut self, msg: Subscribe, _ctx: &mut Self::Context) {
+        self.sink = Some(msg.0);
+        if let Err(e) = self.machine.request(&mut self.out) {
+            self.fail(e.into());
+        }
+        self.dispatch();
+    }
+}

@@ -1,0 +1,578 @@
+//! The trainer's decisions, with no IO: who gets `Continue`, how shares assemble
+//! into a batch, when weights go out, when the run is over.
+//!
+//! Feed it the consumer's requests and the nodes' messages; it appends what to
+//! send and what to yield to an output list. The Trainer actor is a thin shell
+//! around it, and the testkit pumps it in memory.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use crate::message::{Batch, Continue, FromNode, Seed, ToNode, UpdateWeights};
+use crate::policy::Weights;
+use crate::tensor::{TensorDict, TensorError};
+
+/// How the trainer collects; torchrl's argument names.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrainerConfig {
+    /// Number of nodes.
+    pub nodes: usize,
+    /// Env workers of each node (one entry per node).
+    pub envs_per_node: Vec<usize>,
+    /// Frames per yielded batch.
+    pub frames_per_batch: usize,
+    /// Frames to yield in all; `None` collects until shutdown.
+    pub total_frames: Option<u64>,
+    /// Sync (every node collects a share of each batch) or async (first ready, first served).
+    pub sync: bool,
+    /// Push the stored weights before each collection (sync: all nodes; async: the node that delivered).
+    pub update_after_each_batch: bool,
+    /// Push to a node that produced more than this many batches since its last update.
+    pub max_weight_update_interval: Option<u64>,
+    /// Push to all nodes every this many yielded batches.
+    pub update_interval: Option<u64>,
+}
+
+/// A config the trainer cannot run, naming the field.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("invalid `{field}`: {reason}")]
+pub struct ConfigError {
+    /// The field (a builder method name).
+    pub field: &'static str,
+    /// Why.
+    pub reason: String,
+}
+
+fn cfg_err(field: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError {
+        field,
+        reason: reason.into(),
+    }
+}
+
+impl TrainerConfig {
+    /// Checks every field, so that a run never fails halfway for a reason known up front.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let n = self.nodes;
+        if n == 0 {
+            return Err(cfg_err("nodes", "must be at least 1"));
+        }
+        if self.envs_per_node.len() != n {
+            return Err(cfg_err(
+                "envs_per_node",
+                format!("{} entries for {n} nodes", self.envs_per_node.len()),
+            ));
+        }
+        if let Some(i) = self.envs_per_node.iter().position(|&k| k == 0) {
+            return Err(cfg_err("envs_per_node", format!("node {i} has no env")));
+        }
+        let f = self.frames_per_batch;
+        if f == 0 {
+            return Err(cfg_err("frames_per_batch", "must be at least 1"));
+        }
+        if self.total_frames == Some(0) {
+            return Err(cfg_err("total_frames", "must be at least 1 (or endless)"));
+        }
+        if self.max_weight_update_interval == Some(0) {
+            return Err(cfg_err("max_weight_update_interval", "must be at least 1 (or unset)"));
+        }
+        if self.update_interval == Some(0) {
+            return Err(cfg_err("update_interval", "must be at least 1 (or unset)"));
+        }
+        let tail = self.total_frames.map_or(0, |t| (t % f as u64) as usize);
+        if self.sync {
+            if f % n != 0 {
+                return Err(cfg_err(
+                    "frames_per_batch",
+                    format!("sync collection splits {f} frames evenly over {n} nodes, and {n} does not divide {f}"),
+                ));
+            }
+            let share = f / n;
+            if let Some(i) = self.envs_per_node.iter().position(|&k| share % k != 0) {
+                return Err(cfg_err(
+                    "frames_per_batch",
+                    format!(
+                        "each node's share of {share} frames must divide over its {} envs (node {i})",
+                        self.envs_per_node[i]
+                    ),
+                ));
+            }
+            if self.envs_per_node.iter().any(|&k| k != self.envs_per_node[0]) {
+                return Err(cfg_err("envs_per_node", "sync collection stacks node shares, so every node needs the same env count"));
+            }
+            if tail != 0 && (tail % n != 0 || (tail / n) % self.envs_per_node[0] != 0) {
+                return Err(cfg_err(
+                    "total_frames",
+                    format!("the last batch of {tail} frames cannot be split evenly over {n} nodes x {} envs", self.envs_per_node[0]),
+                ));
+            }
+        } else {
+            if let Some(i) = self.envs_per_node.iter().position(|&k| f % k != 0) {
+                return Err(cfg_err(
+                    "frames_per_batch",
+                    format!("{f} frames do not divide over the {} envs of node {i}", self.envs_per_node[i]),
+                ));
+            }
+            if let Some(i) = self.envs_per_node.iter().position(|&k| tail % k != 0) {
+                return Err(cfg_err(
+                    "total_frames",
+                    format!("the last batch of {tail} frames cannot be split over the {} envs of node {i}", self.envs_per_node[i]),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A batch ready for the consumer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Collected {
+    /// 0-based index of the batch in the run.
+    pub index: u64,
+    /// The node that collected it (async), or `None` for a sync batch stacked from all nodes.
+    pub node: Option<usize>,
+    /// The oldest weights version any of its frames were collected with.
+    pub weights_version: u64,
+    /// Weights version of each share (one entry per node in sync mode, one in async).
+    pub weights_versions: Vec<u64>,
+    /// The frames: `[nodes, envs, T]` in sync mode, `[envs, T]` in async mode.
+    pub data: TensorDict,
+}
+
+/// What the machine wants done.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Output {
+    /// Send `msg` to node `node`.
+    Send {
+        /// Node index.
+        node: usize,
+        /// The message.
+        msg: ToNode,
+    },
+    /// Hand this batch to the consumer.
+    Yield(Collected),
+    /// `total_frames` have been yielded; no batch will come.
+    Finished,
+    /// The seeding chain is complete; `next_seed` is the first seed no node used.
+    Seeded {
+        /// The first unused seed.
+        next_seed: u64,
+    },
+    /// Every node answered `Shutdown` with `Down`.
+    AllDown,
+}
+
+/// A node message the trainer did not accept; the message is dropped, the run goes on.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TrainerError {
+    /// A node index outside `0..nodes`.
+    #[error("message from unknown node {0}")]
+    UnknownNode(usize),
+    /// A `Batch` answering no outstanding `Continue` (late, duplicated or invented).
+    #[error("node {node} sent a batch for seq {seq}, which is not outstanding ({expected})")]
+    UnexpectedBatch {
+        /// The node.
+        node: usize,
+        /// The seq it sent.
+        seq: u64,
+        /// What the trainer waits for from it.
+        expected: String,
+    },
+    /// A `Batch` whose content does not match what was asked.
+    #[error("node {node} sent a bad batch: {reason}")]
+    BadBatch {
+        /// The node.
+        node: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The node reported a failure.
+    #[error("node {node} failed: {reason}")]
+    NodeFailed {
+        /// The node.
+        node: usize,
+        /// Its reason.
+        reason: String,
+    },
+    /// Stacking shares failed.
+    #[error("cannot assemble the batch: {0}")]
+    Tensor(#[from] TensorError),
+}
+
+#[derive(Clone, Debug, Default)]
+struct NodeState {
+    /// The `Continue` in flight: (seq, frames).
+    outstanding: Option<(u64, usize)>,
+    /// Version last pushed to the node (0: the initial weights).
+    pushed_version: u64,
+    /// Batches produced since the last weight update.
+    since_update: u64,
+    down: bool,
+}
+
+/// The trainer's state machine.
+#[derive(Debug)]
+pub struct TrainerMachine {
+    cfg: TrainerConfig,
+    nodes: Vec<NodeState>,
+    next_seq: u64,
+    weights: Option<Arc<Weights>>,
+    version: u64,
+    frames_yielded: u64,
+    batches_yielded: u64,
+    finished: bool,
+    /// Sync: the shares of the round in flight.
+    round: Option<Vec<Option<Batch>>>,
+    /// Async: batches received and not yet yielded.
+    ready: VecDeque<Batch>,
+    /// Async: Continue already sent to every node.
+    started: bool,
+    /// Async: the node whose batch was yielded last and has not been told to continue.
+    to_continue: Option<usize>,
+    /// The consumer asked for a batch and has not got it yet.
+    wanted: bool,
+    /// Seeding chain in progress: the node being seeded.
+    seeding: Option<usize>,
+    shutting_down: bool,
+}
+
+impl TrainerMachine {
+    /// A machine for a validated config.
+    pub fn new(cfg: TrainerConfig) -> Result<TrainerMachine, ConfigError> {
+        cfg.validate()?;
+        Ok(TrainerMachine {
+            nodes: vec![NodeState::default(); cfg.nodes],
+            cfg,
+            next_seq: 0,
+            weights: None,
+            version: 0,
+            frames_yielded: 0,
+            batches_yielded: 0,
+            finished: false,
+            round: None,
+            ready: VecDeque::new(),
+            started: false,
+            to_continue: None,
+            wanted: false,
+            seeding: None,
+            shutting_down: false,
+        })
+    }
+
+    /// The config.
+    pub fn config(&self) -> &TrainerConfig {
+        &self.cfg
+    }
+
+    /// Frames yielded so far.
+    pub fn frames_yielded(&self) -> u64 {
+        self.frames_yielded
+    }
+
+    /// Batches yielded so far.
+    pub fn batches_yielded(&self) -> u64 {
+        self.batches_yielded
+    }
+
+    /// True once `total_frames` have been yielded.
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// The version of the stored weights (0 before any).
+    pub fn weights_version(&self) -> u64 {
+        self.version
+    }
+
+    /// The stored weights, if any were set.
+    pub fn weights(&self) -> Option<&Arc<Weights>> {
+        self.weights.as_ref()
+    }
+
+    /// The `Continue` each node has in flight, as `(seq, frames)`.
+    pub fn outstanding(&self, node: usize) -> Option<(u64, usize)> {
+        self.nodes.get(node).and_then(|n| n.outstanding)
+    }
+
+    /// Stores new weights under the next version and returns it. Nothing is sent:
+    /// pushes happen by [`TrainerMachine::push_weights`] or the update options.
+    pub fn set_weights(&mut self, mut weights: Weights) -> u64 {
+        self.version += 1;
+        weights.version = self.version;
+        self.weights = Some(Arc::new(weights));
+        self.version
+    }
+
+    /// Sends the stored weights to `nodes` (all when `None`) that do not have them yet.
+    pub fn push_weights(&mut self, nodes: Option<&[usize]>, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        match nodes {
+            None => {
+                for i in 0..self.nodes.len() {
+                    self.push_to(i, out);
+                }
+            }
+            Some(list) => {
+                if let Some(&bad) = list.iter().find(|&&i| i >= self.nodes.len()) {
+                    return Err(TrainerError::UnknownNode(bad));
+                }
+                for &i in list {
+                    self.push_to(i, out);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn push_to(&mut self, i: usize, out: &mut Vec<Output>) {
+        let n = &mut self.nodes[i];
+        n.since_update = 0;
+        if let Some(w) = &self.weights {
+            if n.pushed_version != w.version && !n.down {
+                n.pushed_version = w.version;
+                out.push(Output::Send {
+                    node: i,
+                    msg: ToNode::UpdateWeights(UpdateWeights { weights: w.clone() }),
+                });
+            }
+        }
+    }
+
+    fn push_stale(&mut self, out: &mut Vec<Output>) {
+        if let Some(max) = self.cfg.max_weight_update_interval {
+            for i in 0..self.nodes.len() {
+                if self.nodes[i].since_update > max {
+                    self.push_to(i, out);
+                }
+            }
+        }
+    }
+
+    /// Starts the seeding chain: node 0 gets `seed`, node k+1 the seed node k did not use.
+    /// Ends with [`Output::Seeded`].
+    pub fn set_seed(&mut self, seed: u64, out: &mut Vec<Output>) {
+        self.seeding = Some(0);
+        out.push(Output::Send {
+            node: 0,
+            msg: ToNode::Seed(Seed { seed }),
+        });
+    }
+
+    fn continue_node(&mut self, node: usize, frames: usize, out: &mut Vec<Output>) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.nodes[node].outstanding = Some((seq, frames));
+        out.push(Output::Send {
+            node,
+            msg: ToNode::Continue(Continue { seq, frames }),
+        });
+    }
+
+    fn remaining(&self) -> Option<u64> {
+        self.cfg.total_frames.map(|t| t.saturating_sub(self.frames_yielded))
+    }
+
+    /// The consumer wants the next batch. Yields at once if one is ready, else
+    /// sends what is needed and yields when the nodes have answered.
+    pub fn request(&mut self, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        if self.finished {
+            out.push(Output::Finished);
+            return Ok(());
+        }
+        self.wanted = true;
+        if self.cfg.sync {
+            if self.round.is_none() {
+                if self.cfg.update_after_each_batch {
+                    self.push_weights(None, out)?;
+                }
+                self.push_stale(out);
+                let f = self.remaining().map_or(self.cfg.frames_per_batch as u64, |r| {
+                    r.min(self.cfg.frames_per_batch as u64)
+                }) as usize;
+                let share = f / self.cfg.nodes;
+                for i in 0..self.cfg.nodes {
+                    self.continue_node(i, share, out);
+                }
+                self.round = Some(vec![None; self.cfg.nodes]);
+            }
+        } else {
+            self.push_stale(out);
+            if !self.started {
+                self.started = true;
+                for i in 0..self.cfg.nodes {
+                    self.continue_node(i, self.cfg.frames_per_batch, out);
+                }
+            } else if let Some(node) = self.to_continue.take() {
+                if self.cfg.update_after_each_batch {
+                    self.push_weights(Some(&[node]), out)?;
+                }
+                self.continue_node(node, self.cfg.frames_per_batch, out);
+            }
+            self.try_yield_async(out)?;
+        }
+        Ok(())
+    }
+
+    fn try_yield_async(&mut self, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        if !self.wanted {
+            return Ok(());
+        }
+        let Some(b) = self.ready.pop_front() else {
+            return Ok(());
+        };
+        let node = b.node;
+        let mut data = b.data;
+        if let Some(r) = self.remaining() {
+            let n = data.numel() as u64;
+            if n > r {
+                let envs = data.batch_size()[0];
+                let steps = r as usize / envs;
+                data = data.slice(1, 0..steps)?;
+            }
+        }
+        self.to_continue = Some(node);
+        self.emit(node_batch(Some(node), vec![b.weights_version], data), out);
+        Ok(())
+    }
+
+    fn emit(&mut self, mut c: Collected, out: &mut Vec<Output>) {
+        c.index = self.batches_yielded;
+        self.wanted = false;
+        self.batches_yielded += 1;
+        self.frames_yielded += c.data.numel() as u64;
+        out.push(Output::Yield(c));
+        if let Some(ui) = self.cfg.update_interval {
+            if self.batches_yielded % ui == 0 {
+                for i in 0..self.nodes.len() {
+                    self.push_to(i, out);
+                }
+            }
+        }
+        if self.remaining() == Some(0) {
+            self.finished = true;
+            self.to_continue = None;
+        }
+    }
+
+    /// A message from a node. An error means the message was refused and dropped;
+    /// the machine's state is as before.
+    pub fn on_node(&mut self, msg: FromNode, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        let node = msg.node();
+        if node >= self.nodes.len() {
+            return Err(TrainerError::UnknownNode(node));
+        }
+        match msg {
+            FromNode::Batch(b) => self.on_batch(b, out),
+            FromNode::WeightsUpdated { .. } => Ok(()),
+            FromNode::Seeded { node, next_seed } => {
+                if self.seeding != Some(node) {
+                    return Ok(());
+                }
+                if node + 1 < self.nodes.len() {
+                    self.seeding = Some(node + 1);
+                    out.push(Output::Send {
+                        node: node + 1,
+                        msg: ToNode::Seed(Seed { seed: next_seed }),
+                    });
+                } else {
+                    self.seeding = None;
+                    out.push(Output::Seeded { next_seed });
+                }
+                Ok(())
+            }
+            FromNode::Down { node } => {
+                self.nodes[node].down = true;
+                self.nodes[node].outstanding = None;
+                if self.shutting_down && self.nodes.iter().all(|n| n.down) {
+                    out.push(Output::AllDown);
+                }
+                Ok(())
+            }
+            FromNode::Failed { node, reason } => Err(TrainerError::NodeFailed { node, reason }),
+        }
+    }
+
+    fn on_batch(&mut self, b: Batch, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        let node = b.node;
+        let st = &self.nodes[node];
+        let Some((seq, frames)) = st.outstanding.filter(|(s, _)| *s == b.seq) else {
+            return Err(TrainerError::UnexpectedBatch {
+                node,
+                seq: b.seq,
+                expected: match st.outstanding {
+                    Some((s, _)) => format!("seq {s}"),
+                    None => "nothing".into(),
+                },
+            });
+        };
+        let _ = seq;
+        let envs = self.cfg.envs_per_node[node];
+        let bs = b.data.batch_size();
+        if bs.len() != 2 || bs[0] != envs || bs[0] * bs[1] != frames {
+            return Err(TrainerError::BadBatch {
+                node,
+                reason: format!("asked for {frames} frames over {envs} envs, got batch shape {bs:?}"),
+            });
+        }
+        b.data.validate().map_err(|e| TrainerError::BadBatch {
+            node,
+            reason: e.to_string(),
+        })?;
+        let st = &mut self.nodes[node];
+        st.outstanding = None;
+        st.since_update += 1;
+        if self.finished {
+            return Ok(());
+        }
+        if self.cfg.sync {
+            let Some(round) = self.round.as_mut() else {
+                return Ok(());
+            };
+            round[node] = Some(b);
+            if round.iter().all(Option::is_some) {
+                let shares: Vec<Batch> = self.round.take().into_iter().flatten().flatten().collect();
+                let versions: Vec<u64> = shares.iter().map(|s| s.weights_version).collect();
+                let data: Vec<TensorDict> = shares.into_iter().map(|s| s.data).collect();
+                let stacked = TensorDict::stack(&data)?;
+                self.emit(node_batch(None, versions, stacked), out);
+            }
+            Ok(())
+        } else {
+            self.ready.push_back(b);
+            self.try_yield_async(out)
+        }
+    }
+
+    /// Starts the shutdown: `Shutdown` to every node still up. Ends with [`Output::AllDown`].
+    pub fn shutdown(&mut self, out: &mut Vec<Output>) {
+        self.shutting_down = true;
+        self.finished = true;
+        let mut any = false;
+        for (i, n) in self.nodes.iter().enumerate() {
+            if !n.down {
+                any = true;
+                out.push(Output::Send {
+                    node: i,
+                    msg: ToNode::Shutdown,
+                });
+            }
+        }
+        if !any {
+            out.push(Output::AllDown);
+        }
+    }
+
+    /// Nodes that have not answered `Shutdown` yet.
+    pub fn nodes_up(&self) -> Vec<usize> {
+        (0..self.nodes.len()).filter(|&i| !self.nodes[i].down).collect()
+    }
+}
+
+fn node_batch(node: Option<usize>, versions: Vec<u64>, data: TensorDict) -> Collected {
+    Collected {
+        index: 0,
+        node,
+        weights_version: versions.iter().copied().min().unwrap_or(0),
+        weights_versions: versions,
+        data,
+    }
+}

@@ -1,0 +1,109 @@
+//! The vocabulary: every message the trainer, the nodes and the env workers exchange.
+//!
+//! The same types travel in-process (moved, never encoded) and over TCP (encoded
+//! once with MessagePack). Weights are behind an `Arc` so one version is shared by
+//! every node instead of copied to each.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::policy::Weights;
+use crate::tensor::TensorDict;
+
+/// Trainer → node: collect `frames` frames and answer with a [`Batch`] of the same `seq`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Continue {
+    /// Sequence number, unique per node and increasing; the answer carries it back.
+    pub seq: u64,
+    /// Frames to collect over all the node's envs.
+    pub frames: usize,
+}
+
+/// Node → trainer: one node's share of frames.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Batch {
+    /// Index of the node that collected it.
+    pub node: usize,
+    /// The `seq` of the [`Continue`] it answers.
+    pub seq: u64,
+    /// Version of the weights the frames were collected with.
+    pub weights_version: u64,
+    /// The frames, batch shape `[envs, frames / envs]`.
+    pub data: TensorDict,
+}
+
+/// Trainer → node: use these weights from the next step on.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UpdateWeights {
+    /// The weights and their version, shared by all recipients.
+    pub weights: Arc<Weights>,
+}
+
+/// Trainer → node: reseed every env of the node, env `i` with `seed + i`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Seed {
+    /// The node's first seed.
+    pub seed: u64,
+}
+
+/// Everything the trainer sends to a node.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToNode {
+    /// Collect frames.
+    Continue(Continue),
+    /// New weights.
+    UpdateWeights(UpdateWeights),
+    /// Reseed.
+    Seed(Seed),
+    /// Stop everything and answer [`FromNode::Down`].
+    Shutdown,
+}
+
+/// Everything a node sends to the trainer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum FromNode {
+    /// An answer to a [`Continue`].
+    Batch(Batch),
+    /// The node now uses weights `version`.
+    WeightsUpdated {
+        /// The node.
+        node: usize,
+        /// The version now in use.
+        version: u64,
+    },
+    /// The node reseeded its envs; `next_seed` is the first seed it did not use.
+    Seeded {
+        /// The node.
+        node: usize,
+        /// The first seed not used by this node.
+        next_seed: u64,
+    },
+    /// The node stopped and released everything.
+    Down {
+        /// The node.
+        node: usize,
+    },
+    /// The node failed and cannot go on.
+    Failed {
+        /// The node.
+        node: usize,
+        /// What happened.
+        reason: String,
+    },
+}
+
+impl FromNode {
+    /// The node the message is from.
+    pub fn node(&self) -> usize {
+        match self {
+            FromNode::Batch(b) => b.node,
+            FromNode::WeightsUpdated { node, .. }
+            | FromNode::Seeded { node, .. }
+            | FromNode::Down { node }
+            | FromNode::Failed { node, .. } => *node,
+        }
+    }
+}
