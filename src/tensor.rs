@@ -264,6 +264,21 @@ impl Tensor {
         Ok(map_tensor!(self, a => a.slice_axis(Axis(axis), r).to_owned()))
     }
 
+    /// Gathers the elements at `indices` along `axis` (in that order, repeats
+    /// allowed), keeping the axis, which gets length `indices.len()`.
+    pub fn select(&self, axis: usize, indices: &[usize]) -> Result<Tensor, TensorError> {
+        self.check_axis(axis, 0, 0)?;
+        let size = self.shape()[axis];
+        if let Some(&index) = indices.iter().find(|&&i| i >= size) {
+            return Err(TensorError::OutOfRange {
+                index,
+                dim: axis,
+                size,
+            });
+        }
+        Ok(map_tensor!(self, a => a.select(Axis(axis), indices)))
+    }
+
     fn check_axis(&self, axis: usize, start: usize, end: usize) -> Result<(), TensorError> {
         let shape = self.shape();
         if axis >= shape.len() {
@@ -770,5 +785,42 @@ impl TensorDict {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn elems(t: &Tensor) -> Vec<i64> {
+        t.as_i64().unwrap().iter().copied().collect()
+    }
+
+    #[test]
+    fn select_gathers_rows_in_order_with_repeats() {
+        let a = ArrayD::from_shape_vec(IxDyn(&[3, 2]), vec![0i64, 1, 10, 11, 20, 21]).unwrap();
+        let t = Tensor::from(a);
+        let s = t.select(0, &[2, 0, 2]).unwrap();
+        assert_eq!(s.shape(), &[3, 2]);
+        assert_eq!(elems(&s), vec![20, 21, 0, 1, 20, 21]);
+        let c = t.select(1, &[1]).unwrap();
+        assert_eq!(elems(&c), vec![1, 11, 21]);
+        let e = t.select(0, &[]).unwrap();
+        assert_eq!(e.shape(), &[0, 2]);
+    }
+
+    #[test]
+    fn select_rejects_out_of_range() {
+        let t = Tensor::zeros(DType::Bool, &[2, 1]);
+        let err = t.select(0, &[0, 2]).unwrap_err();
+        assert_eq!(
+            err,
+            TensorError::OutOfRange {
+                index: 2,
+                dim: 0,
+                size: 2
+            }
+        );
+        assert!(matches!(t.select(2, &[0]), Err(TensorError::Invalid(_))));
     }
 }
