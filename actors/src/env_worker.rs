@@ -33,13 +33,6 @@ impl EnvWorker {
         }
     }
 
-    fn fail(&mut self, reason: String) {
-        tracing::warn!(worker = self.worker, %reason, "env worker failed");
-        self.node.do_send(WorkerEvent::Failed {
-            worker: self.worker,
-            reason,
-        });
-    }
 }
 
 impl Actor for EnvWorker {
@@ -63,44 +56,65 @@ pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
+/// Runs one command on a worker's rollout: the whole of a worker's logic, shared
+/// by the actor and the testkit. A panic drops the rollout (its state is suspect)
+/// and turns into `Failed`; `Stop` drops it and answers `Stopped`.
+pub fn execute(rollout: &mut Option<Rollout>, worker: usize, cmd: WorkerCmd) -> Option<WorkerEvent> {
+    if let WorkerCmd::Stop = cmd {
+        *rollout = None;
+        return Some(WorkerEvent::Stopped { worker });
+    }
+    let Some(r) = rollout.as_mut() else {
+        return Some(WorkerEvent::Failed {
+            worker,
+            reason: "the worker's env was lost to an earlier panic".into(),
+        });
+    };
+    let result = catch_unwind(AssertUnwindSafe(|| match cmd {
+        WorkerCmd::Collect { seq, frames } => r.collect_frames(frames).map(|data| {
+            Some(WorkerEvent::Batch {
+                worker,
+                seq,
+                version: r.weights().version,
+                data,
+            })
+        }),
+        WorkerCmd::SetWeights(w) => r.set_weights(&w).map(|_| None),
+        WorkerCmd::Seed { seed } => {
+            r.set_seed(seed);
+            Ok(None)
+        }
+        WorkerCmd::Stop => Ok(None),
+    }));
+    match result {
+        Ok(Ok(ev)) => ev,
+        Ok(Err(e)) => Some(WorkerEvent::Failed {
+            worker,
+            reason: e.to_string(),
+        }),
+        Err(p) => {
+            *rollout = None;
+            Some(WorkerEvent::Failed {
+                worker,
+                reason: format!("panic: {}", panic_message(p.as_ref())),
+            })
+        }
+    }
+}
+
 impl Handler<ToWorker> for EnvWorker {
     type Result = ();
 
     fn handle(&mut self, msg: ToWorker, ctx: &mut Self::Context) {
-        if let WorkerCmd::Stop = msg.0 {
-            self.rollout = None;
-            self.node.do_send(WorkerEvent::Stopped { worker: self.worker });
-            ctx.stop();
-            return;
+        let stop = matches!(msg.0, WorkerCmd::Stop);
+        if let Some(ev) = execute(&mut self.rollout, self.worker, msg.0) {
+            if let WorkerEvent::Failed { reason, .. } = &ev {
+                tracing::warn!(worker = self.worker, %reason, "env worker failed");
+            }
+            self.node.do_send(ev);
         }
-        let Some(rollout) = self.rollout.as_mut() else {
-            self.fail("the worker's env was lost to an earlier panic".into());
-            return;
-        };
-        let result = catch_unwind(AssertUnwindSafe(|| match msg.0 {
-            WorkerCmd::Collect { seq, frames } => rollout.collect_frames(frames).map(|data| {
-                Some(WorkerEvent::Batch {
-                    worker: self.worker,
-                    seq,
-                    version: rollout.weights().version,
-                    data,
-                })
-            }),
-            WorkerCmd::SetWeights(w) => rollout.set_weights(&w).map(|_| None),
-            WorkerCmd::Seed { seed } => {
-                rollout.set_seed(seed);
-                Ok(None)
-            }
-            WorkerCmd::Stop => Ok(None),
-        }));
-        match result {
-            Ok(Ok(Some(ev))) => self.node.do_send(ev),
-            Ok(Ok(None)) => {}
-            Ok(Err(e)) => self.fail(e.to_string()),
-            Err(p) => {
-                self.rollout = None;
-                self.fail(format!("panic: {}", panic_message(p.as_ref())));
-            }
+        if stop {
+            ctx.stop();
         }
     }
 }

@@ -1,1 +1,306 @@
-//! Message-level test helpers (todo).
+//! Message-level testing without threads or sleeps.
+//!
+//! As quinn tests its protocol core with an in-memory pair, these harnesses
+//! pump the very state machines the actors run: [`NodeHarness`] drives one node
+//! (with real env workers, stepped on the calling thread), [`TrainerHarness`]
+//! drives the trainer against nodes the test scripts by hand, and [`Cluster`]
+//! wires a trainer to in-memory nodes so a whole run happens in one call stack.
+
+use std::collections::VecDeque;
+
+use rollout::machine::{Collected, NodeMachine, NodeOutput, Output, TrainerConfig, TrainerError, TrainerMachine};
+use rollout::message::{Batch, Continue, FromNode, ToNode};
+use rollout::node_spec::NodeSpec;
+use rollout::rollout::{keys, Rollout, RolloutError};
+use rollout::{Registry, Tensor, TensorDict, Weights};
+
+use crate::env_worker::execute;
+use crate::messages::WorkerEvent;
+
+/// One node with real env workers, driven by messages in memory.
+pub struct NodeHarness {
+    machine: NodeMachine,
+    workers: Vec<Option<Rollout>>,
+    out: Vec<NodeOutput>,
+    log: Vec<String>,
+}
+
+impl NodeHarness {
+    /// Builds the node `spec` describes, envs from `registry`.
+    pub fn new(spec: &NodeSpec, registry: &Registry) -> Result<NodeHarness, RolloutError> {
+        let workers = spec.build_workers(registry)?.into_iter().map(Some).collect();
+        Ok(NodeHarness::from_rollouts(spec.index, workers))
+    }
+
+    /// A node over rollouts built by the test (one per worker).
+    pub fn from_rollouts(index: usize, workers: Vec<Option<Rollout>>) -> NodeHarness {
+        NodeHarness {
+            machine: NodeMachine::new(index, workers.len(), 1),
+            workers,
+            out: Vec::new(),
+            log: Vec::new(),
+        }
+    }
+
+    /// Delivers `msg` and runs the node until it is idle; returns what it sent the trainer.
+    pub fn send(&mut self, msg: ToNode) -> Vec<FromNode> {
+        if let Err(e) = self.machine.handle(msg, &mut self.out) {
+            self.log.push(e.to_string());
+        }
+        self.pump()
+    }
+
+    /// Messages the node refused or worker answers it dropped, as text.
+    pub fn refusals(&self) -> &[String] {
+        &self.log
+    }
+
+    /// The node's machine.
+    pub fn machine(&self) -> &NodeMachine {
+        &self.machine
+    }
+
+    fn pump(&mut self) -> Vec<FromNode> {
+        let mut to_trainer = Vec::new();
+        while !self.out.is_empty() {
+            let batch: Vec<NodeOutput> = self.out.drain(..).collect();
+            for o in batch {
+                match o {
+                    NodeOutput::Trainer(m) => to_trainer.push(m),
+                    NodeOutput::Worker { worker, cmd } => {
+                        let Some(slot) = self.workers.get_mut(worker) else {
+                            self.log.push(format!("no worker {worker}"));
+                            continue;
+                        };
+                        let Some(ev) = execute(slot, worker, cmd) else {
+                            continue;
+                        };
+                        let r = match ev {
+                            WorkerEvent::Batch {
+                                worker,
+                                seq,
+                                version,
+                                data,
+                            } => self.machine.on_worker_batch(worker, seq, version, data, &mut self.out),
+                            WorkerEvent::Failed { worker, reason } => {
+                                self.machine.on_worker_failed(worker, &reason, &mut self.out);
+                                Ok(())
+                            }
+                            WorkerEvent::Stopped { worker } => {
+                                self.machine.on_worker_stopped(worker, &mut self.out);
+                                Ok(())
+                            }
+                        };
+                        if let Err(e) = r {
+                            self.log.push(e.to_string());
+                        }
+                    }
+                }
+            }
+        }
+        to_trainer
+    }
+}
+
+/// The trainer's machine against nodes the test plays by hand.
+pub struct TrainerHarness {
+    machine: TrainerMachine,
+    out: Vec<Output>,
+    sent: VecDeque<(usize, ToNode)>,
+    yielded: VecDeque<Collected>,
+    finished: bool,
+    seeded: Option<u64>,
+    all_down: bool,
+}
+
+impl TrainerHarness {
+    /// A trainer for `cfg`.
+    pub fn new(cfg: TrainerConfig) -> Result<TrainerHarness, rollout::machine::ConfigError> {
+        Ok(TrainerHarness {
+            machine: TrainerMachine::new(cfg)?,
+            out: Vec::new(),
+            sent: VecDeque::new(),
+            yielded: VecDeque::new(),
+            finished: false,
+            seeded: None,
+            all_down: false,
+        })
+    }
+
+    fn sort(&mut self) {
+        for o in self.out.drain(..) {
+            match o {
+                Output::Send { node, msg } => self.sent.push_back((node, msg)),
+                Output::Yield(c) => self.yielded.push_back(c),
+                Output::Finished => self.finished = true,
+                Output::Seeded { next_seed } => self.seeded = Some(next_seed),
+                Output::AllDown => self.all_down = true,
+            }
+        }
+    }
+
+    /// The consumer asks for the next batch.
+    pub fn request(&mut self) -> Result<(), TrainerError> {
+        let r = self.machine.request(&mut self.out);
+        self.sort();
+        r
+    }
+
+    /// A node's message arrives.
+    pub fn reply(&mut self, msg: FromNode) -> Result<(), TrainerError> {
+        let r = self.machine.on_node(msg, &mut self.out);
+        self.sort();
+        r
+    }
+
+    /// Stores weights (next version) and returns the version.
+    pub fn set_weights(&mut self, w: Weights) -> u64 {
+        self.machine.set_weights(w)
+    }
+
+    /// Pushes the stored weights to `nodes` (all when `None`).
+    pub fn push_weights(&mut self, nodes: Option<&[usize]>) -> Result<(), TrainerError> {
+        let r = self.machine.push_weights(nodes, &mut self.out);
+        self.sort();
+        r
+    }
+
+    /// Starts the seeding chain.
+    pub fn set_seed(&mut self, seed: u64) {
+        self.machine.set_seed(seed, &mut self.out);
+        self.sort();
+    }
+
+    /// Starts the shutdown.
+    pub fn shutdown(&mut self) {
+        self.machine.shutdown(&mut self.out);
+        self.sort();
+    }
+
+    /// Everything sent to nodes since the last call, in order.
+    pub fn take_sent(&mut self) -> Vec<(usize, ToNode)> {
+        self.sent.drain(..).collect()
+    }
+
+    /// The `Continue`s sent since the last call (other messages are kept).
+    pub fn take_continues(&mut self) -> Vec<(usize, Continue)> {
+        let mut cont = Vec::new();
+        let mut rest = VecDeque::new();
+        for (n, m) in self.sent.drain(..) {
+            match m {
+                ToNode::Continue(c) => cont.push((n, c)),
+                other => rest.push_back((n, other)),
+            }
+        }
+        self.sent = rest;
+        cont
+    }
+
+    /// Batches yielded since the last call.
+    pub fn take_yielded(&mut self) -> Vec<Collected> {
+        self.yielded.drain(..).collect()
+    }
+
+    /// True once the machine said `Finished`.
+    pub fn finished(&self) -> bool {
+        self.finished
+    }
+
+    /// The seed the seeding chain ended with.
+    pub fn seeded(&self) -> Option<u64> {
+        self.seeded
+    }
+
+    /// True once every node is down.
+    pub fn all_down(&self) -> bool {
+        self.all_down
+    }
+
+    /// The machine.
+    pub fn machine(&self) -> &TrainerMachine {
+        &self.machine
+    }
+}
+
+/// A well-formed batch answering `c` from `node` with `envs` envs: frames counted
+/// from `first` in `observation`, everything else zero. For scripted nodes.
+pub fn scripted_batch(node: usize, c: Continue, envs: usize, version: u64, first: f32) -> Batch {
+    let steps = c.frames / envs.max(1);
+    let n = envs * steps;
+    let obs: Vec<f32> = (0..n).map(|i| first + i as f32).collect();
+    let mk = |shape: &[usize], t: Tensor| (shape.to_vec(), t);
+    let entries = [
+        (keys::OBSERVATION, mk(&[envs, steps, 1], Tensor::F32(ndarray::ArrayD::from_shape_vec(vec![envs, steps, 1], obs).unwrap_or_default()))),
+        (keys::NEXT_REWARD, mk(&[envs, steps, 1], Tensor::zeros(rollout::DType::F32, &[envs, steps, 1]))),
+        (keys::TRAJ_IDS, mk(&[envs, steps], Tensor::zeros(rollout::DType::I64, &[envs, steps]))),
+    ];
+    let mut data = TensorDict::new(&[envs, steps]);
+    for (k, (_, t)) in entries {
+        // Shapes are built from the batch shape above, so `set` cannot fail.
+        let _ = data.set(k, t);
+    }
+    Batch {
+        node,
+        seq: c.seq,
+        weights_version: version,
+        data,
+    }
+}
+
+/// A trainer wired to in-memory nodes: a whole run in one call stack, no threads.
+pub struct Cluster {
+    /// The trainer side.
+    pub trainer: TrainerHarness,
+    /// The nodes, by index.
+    pub nodes: Vec<NodeHarness>,
+}
+
+impl Cluster {
+    /// A cluster of a trainer for `cfg` and nodes built from `specs`.
+    pub fn new(cfg: TrainerConfig, specs: &[NodeSpec], registry: &Registry) -> Result<Cluster, String> {
+        let trainer = TrainerHarness::new(cfg).map_err(|e| e.to_string())?;
+        let nodes = specs
+            .iter()
+            .map(|s| NodeHarness::new(s, registry))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())?;
+        Ok(Cluster { trainer, nodes })
+    }
+
+    /// Delivers every message in flight, both ways, until nothing moves.
+    /// Returns the trainer's refusals of node messages.
+    pub fn pump(&mut self) -> Vec<TrainerError> {
+        let mut errors = Vec::new();
+        loop {
+            let sent = self.trainer.take_sent();
+            if sent.is_empty() {
+                return errors;
+            }
+            for (node, msg) in sent {
+                let replies = match self.nodes.get_mut(node) {
+                    Some(n) => n.send(msg),
+                    None => continue,
+                };
+                for r in replies {
+                    if let Err(e) = self.trainer.reply(r) {
+                        errors.push(e);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs the seeding chain to its end and returns the next seed.
+    pub fn set_seed(&mut self, seed: u64) -> Option<u64> {
+        self.trainer.set_seed(seed);
+        self.pump();
+        self.trainer.seeded()
+    }
+
+    /// Requests and pumps until a batch is yielded (or the run is finished).
+    pub fn next_batch(&mut self) -> Result<Option<Collected>, TrainerError> {
+        self.trainer.request()?;
+        self.pump();
+        Ok(self.trainer.yielded.pop_front())
+    }
+}

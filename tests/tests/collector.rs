@@ -1,0 +1,380 @@
+//! torchrl's test_distributed.py scenarios, ported (same numbers), plus our own:
+//! unique trajectory ids, seeding, endless mode, weight-version tags, bad config.
+
+use std::collections::HashMap;
+
+use ndarray::ArrayD;
+use rollout::rollout::keys;
+use rollout::{PolicyConfig, Tensor, Weights};
+use rollout_actors::{Collected, CollectError, DistributedCollector, Launcher};
+
+fn counting_collector(sync: bool, fpb: usize, total: i64) -> DistributedCollector {
+    DistributedCollector::builder()
+        .env("Counting")
+        .policy(PolicyConfig::Constant { value: 1.0 })
+        .nodes(2)
+        .envs_per_node(1)
+        .frames_per_batch(fpb)
+        .total_frames(total)
+        .sync(sync)
+        .seed(0)
+        .launcher(Launcher::Local)
+        .build()
+        .expect("valid config")
+}
+
+fn drain(c: &mut DistributedCollector) -> Vec<Collected> {
+    let mut out = Vec::new();
+    while let Some(b) = c.next_batch().expect("batch") {
+        out.push(b);
+        assert!(out.len() < 10_000, "runaway collection");
+    }
+    out
+}
+
+fn check_frames(sync: bool, fpb: usize, total: i64) {
+    let mut c = counting_collector(sync, fpb, total);
+    let batches = drain(&mut c);
+    assert_eq!(batches.len(), total as usize / fpb);
+    for b in &batches {
+        assert_eq!(b.data.numel(), fpb, "every batch has exactly fpb frames");
+        if sync {
+            assert_eq!(b.data.batch_size(), &[2, 1, fpb / 2]);
+            assert_eq!(b.node, None);
+        } else {
+            assert_eq!(b.data.batch_size(), &[1, fpb]);
+            assert!(b.node.is_some());
+        }
+    }
+    let frames: usize = batches.iter().map(|b| b.data.numel()).sum();
+    assert_eq!(frames as i64, total);
+    c.shutdown().expect("shutdown");
+}
+
+#[test]
+fn sync_fpb_50_total_1000() {
+    check_frames(true, 50, 1000);
+}
+#[test]
+fn async_fpb_50_total_1000() {
+    check_frames(false, 50, 1000);
+}
+#[test]
+fn sync_fpb_100_total_1000() {
+    check_frames(true, 100, 1000);
+}
+#[test]
+fn async_fpb_100_total_1000() {
+    check_frames(false, 100, 1000);
+}
+#[test]
+fn sync_fpb_200_total_1000() {
+    check_frames(true, 200, 1000);
+}
+#[test]
+fn async_fpb_200_total_1000() {
+    check_frames(false, 200, 1000);
+}
+#[test]
+fn sync_fpb_50_total_200() {
+    check_frames(true, 50, 200);
+}
+#[test]
+fn async_fpb_50_total_200() {
+    check_frames(false, 50, 200);
+}
+
+#[test]
+fn last_batch_is_cut_so_total_frames_is_exact() {
+    for sync in [true, false] {
+        let mut c = counting_collector(sync, 100, 250);
+        let sizes: Vec<usize> = drain(&mut c).iter().map(|b| b.data.numel()).collect();
+        assert_eq!(sizes, vec![100, 100, 50], "sync={sync}");
+    }
+}
+
+fn envs_per_node(sync: bool) {
+    let mut c = DistributedCollector::builder()
+        .env("CartPole-v1")
+        .policy(PolicyConfig::Linear)
+        .nodes(2)
+        .envs_per_node(3)
+        .frames_per_batch(120)
+        .total_frames(600)
+        .sync(sync)
+        .seed(1)
+        .build()
+        .expect("valid config");
+    let batches = drain(&mut c);
+    assert_eq!(batches.len(), 5);
+    for b in &batches {
+        let want: &[usize] = if sync { &[2, 3, 20] } else { &[3, 40] };
+        assert_eq!(b.data.batch_size(), want);
+    }
+    assert_unique_traj_ids(&batches);
+}
+
+#[test]
+fn sync_envs_per_node_3() {
+    envs_per_node(true);
+}
+#[test]
+fn async_envs_per_node_3() {
+    envs_per_node(false);
+}
+
+fn value_weights(v: f32) -> Weights {
+    let mut t = std::collections::BTreeMap::new();
+    t.insert("value".to_string(), Tensor::F32(ArrayD::from_elem(vec![1], v)));
+    Weights::new(t)
+}
+
+fn actions(b: &Collected) -> Vec<f32> {
+    b.data.f32(keys::ACTION).expect("f32 actions").iter().copied().collect()
+}
+
+/// torchrl's `_test_distributed_collector_updatepolicy`: the weight goes from 1 to 2
+/// after batch 0; the batch completing 300 frames (collected once 250 were) is all 2.
+fn update_policy(sync: bool, periodic: bool) {
+    let mut b = DistributedCollector::builder()
+        .env("Counting")
+        .policy(PolicyConfig::Constant { value: 1.0 })
+        .nodes(2)
+        .frames_per_batch(50)
+        .total_frames(300)
+        .sync(sync)
+        .seed(0);
+    if periodic {
+        b = b.update_interval(1);
+    }
+    let mut c = b.build().expect("valid config");
+    let mut frames = 0;
+    let mut last = None;
+    let mut i = 0;
+    while let Some(batch) = c.next_batch().expect("batch") {
+        if i == 0 {
+            assert!(actions(&batch).iter().all(|&a| a == 1.0), "first batch uses weight 1");
+            assert_eq!(batch.weights_version, 0);
+            if periodic {
+                c.set_policy_weights(value_weights(2.0)).expect("store");
+            } else {
+                c.update_policy_weights(value_weights(2.0), None).expect("push");
+            }
+        }
+        frames += batch.data.numel();
+        if frames > 250 {
+            last = Some(batch);
+        }
+        i += 1;
+    }
+    assert_eq!(frames, 300);
+    let last = last.expect("a batch after 250 frames");
+    assert!(actions(&last).iter().all(|&a| a == 2.0), "last batch uses weight 2: {:?}", actions(&last));
+    assert_eq!(last.weights_version, 1);
+}
+
+#[test]
+fn sync_update_policy_weights() {
+    update_policy(true, false);
+}
+#[test]
+fn async_update_policy_weights() {
+    update_policy(false, false);
+}
+#[test]
+fn sync_update_interval_delivers_stored_weights() {
+    update_policy(true, true);
+}
+#[test]
+fn async_update_interval_delivers_stored_weights() {
+    update_policy(false, true);
+}
+
+#[test]
+fn weights_to_a_subset_of_nodes_tag_only_their_batches() {
+    let mut c = counting_collector(true, 50, -1);
+    c.update_policy_weights(value_weights(3.0), Some(&[1])).expect("push to node 1");
+    let b = c.next_batch().expect("ok").expect("batch");
+    assert_eq!(b.weights_versions, vec![0, 1]);
+    assert_eq!(b.weights_version, 0, "the oldest share's version");
+    let node0 = b.data.index(0, 0).expect("node 0");
+    let node1 = b.data.index(0, 1).expect("node 1");
+    assert!(node0.f32(keys::ACTION).expect("a").iter().all(|&a| a == 1.0));
+    assert!(node1.f32(keys::ACTION).expect("a").iter().all(|&a| a == 3.0));
+    assert!(matches!(
+        c.update_policy_weights(value_weights(3.0), Some(&[2])),
+        Err(CollectError::Trainer(_))
+    ));
+}
+
+#[test]
+fn update_after_each_batch_in_async_updates_the_delivering_node() {
+    let mut c = DistributedCollector::builder()
+        .env("Counting")
+        .policy(PolicyConfig::Constant { value: 1.0 })
+        .nodes(2)
+        .frames_per_batch(20)
+        .total_frames(400)
+        .update_after_each_batch(true)
+        .seed(0)
+        .build()
+        .expect("valid");
+    let first = c.next_batch().expect("ok").expect("batch");
+    c.set_policy_weights(value_weights(5.0)).expect("store");
+    let mut seen_new = HashMap::new();
+    let mut rest = drain(&mut c);
+    rest.insert(0, first);
+    for b in &rest[1..] {
+        let node = b.node.expect("async batch has a node");
+        if b.weights_version == 1 {
+            assert!(actions(b).iter().all(|&a| a == 5.0));
+            seen_new.insert(node, true);
+        } else {
+            assert!(!seen_new.contains_key(&node), "node {node} went back to old weights");
+        }
+    }
+    assert_eq!(seen_new.len(), 2, "both nodes got the update");
+}
+
+#[test]
+fn max_weight_update_interval_updates_stale_nodes() {
+    let mut c = DistributedCollector::builder()
+        .env("Counting")
+        .policy(PolicyConfig::Constant { value: 1.0 })
+        .nodes(2)
+        .frames_per_batch(20)
+        .total_frames(-1)
+        .sync(true)
+        .max_weight_update_interval(2)
+        .seed(0)
+        .build()
+        .expect("valid");
+    c.set_policy_weights(value_weights(7.0)).expect("store");
+    let versions: Vec<u64> = (0..5)
+        .map(|_| c.next_batch().expect("ok").expect("batch").weights_version)
+        .collect();
+    // Batches 0, 1, 2 are produced; a node that produced more than 2 is then updated.
+    assert_eq!(versions, vec![0, 0, 0, 1, 1]);
+}
+
+/// Each trajectory id belongs to exactly one (node, env) lane and its frames there
+/// are consecutive steps; ids never repeat across nodes or batches.
+fn assert_unique_traj_ids(batches: &[Collected]) {
+    // id -> (lane, last step_count)
+    let mut seen: HashMap<i64, (Vec<usize>, i64)> = HashMap::new();
+    for b in batches {
+        let ids = b.data.i64(keys::TRAJ_IDS).expect("ids");
+        let steps = b.data.i64(keys::STEP_COUNT).expect("steps");
+        let shape = ids.shape().to_vec();
+        let t = *shape.last().expect("time dim");
+        let rows = ids.len() / t;
+        let ids = ids.as_slice().expect("contiguous");
+        let steps = steps.as_slice().expect("contiguous");
+        for r in 0..rows {
+            let lane = match b.node {
+                Some(n) => vec![n, r],
+                None => vec![r / shape[1], r % shape[1]],
+            };
+            for i in 0..t {
+                let (id, sc) = (ids[r * t + i], steps[r * t + i]);
+                match seen.get_mut(&id) {
+                    None => {
+                        seen.insert(id, (lane.clone(), sc));
+                    }
+                    Some((l, last)) => {
+                        assert_eq!(*l, lane, "traj id {id} appears in two lanes");
+                        assert_eq!(sc, *last + 1, "traj id {id} frames are not consecutive");
+                        *last = sc;
+                    }
+                }
+            }
+        }
+    }
+    assert!(seen.len() > 1);
+}
+
+#[test]
+fn traj_ids_unique_across_nodes_and_batches_sync() {
+    let mut c = counting_collector(true, 100, 1000);
+    let batches = drain(&mut c);
+    assert_unique_traj_ids(&batches);
+}
+
+#[test]
+fn traj_ids_unique_across_nodes_and_batches_async() {
+    let mut c = counting_collector(false, 100, 1000);
+    let batches = drain(&mut c);
+    assert_unique_traj_ids(&batches);
+}
+
+fn cartpole(seed: u64) -> DistributedCollector {
+    DistributedCollector::builder()
+        .env("CartPole-v1")
+        .policy(PolicyConfig::Linear)
+        .nodes(2)
+        .envs_per_node(2)
+        .frames_per_batch(400)
+        .total_frames(2000)
+        .sync(true)
+        .seed(seed)
+        .build()
+        .expect("valid")
+}
+
+#[test]
+fn same_seed_gives_bit_identical_sync_runs() {
+    let a: Vec<_> = drain(&mut cartpole(7)).into_iter().map(|b| b.data).collect();
+    let b: Vec<_> = drain(&mut cartpole(7)).into_iter().map(|b| b.data).collect();
+    let c: Vec<_> = drain(&mut cartpole(8)).into_iter().map(|b| b.data).collect();
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+}
+
+#[test]
+fn set_seed_returns_the_next_seed_and_repeats_runs() {
+    let mut c = cartpole(0);
+    // 2 nodes x 2 envs: seeds 100..104 are used.
+    assert_eq!(c.set_seed(100).expect("seed"), 104);
+    let first: Vec<_> = (0..2).map(|_| c.next_batch().expect("ok").expect("b").data).collect();
+    assert_eq!(c.set_seed(100).expect("seed"), 104);
+    let again: Vec<_> = (0..2).map(|_| c.next_batch().expect("ok").expect("b").data).collect();
+    let obs = |d: &rollout::TensorDict| d.f32(keys::OBSERVATION).expect("obs").clone();
+    assert_eq!(obs(&first[0]), obs(&again[0]));
+    assert_eq!(obs(&first[1]), obs(&again[1]));
+}
+
+#[test]
+fn endless_mode_yields_until_shutdown() {
+    for sync in [true, false] {
+        let mut c = counting_collector(sync, 50, -1);
+        for i in 0..30 {
+            let b = c.next_batch().expect("ok").unwrap_or_else(|| panic!("endless run ended at batch {i}"));
+            assert_eq!(b.index, i);
+        }
+        c.shutdown().expect("shutdown");
+        c.shutdown().expect("shutdown is idempotent");
+        assert!(c.next_batch().expect("ok after shutdown").is_none());
+    }
+}
+
+fn build_err(b: rollout_actors::CollectorBuilder) -> String {
+    b.build().expect_err("must be refused").to_string()
+}
+
+#[test]
+fn bad_config_fails_at_build_naming_the_field() {
+    let base = || DistributedCollector::builder().env("CartPole-v1").frames_per_batch(100).total_frames(1000);
+    assert!(build_err(base().frames_per_batch(0)).contains("frames_per_batch"));
+    assert!(build_err(base().nodes(3).sync(true)).contains("frames_per_batch"));
+    assert!(build_err(base().nodes(0)).contains("nodes"));
+    assert!(build_err(base().envs_per_node(0)).contains("envs_per_node"));
+    assert!(build_err(base().envs_per_node(3)).contains("frames_per_batch"));
+    assert!(build_err(base().total_frames(-5)).contains("total_frames"));
+    assert!(build_err(base().total_frames(1030).sync(true).nodes(2)).contains("total_frames"));
+    assert!(build_err(base().env("Nope-v0")).contains("Nope-v0"));
+    assert!(build_err(DistributedCollector::builder().env("CartPole-v1")).contains("frames_per_batch"));
+    assert!(build_err(DistributedCollector::builder().frames_per_batch(10)).contains("env"));
+    assert!(build_err(base().max_weight_update_interval(0)).contains("max_weight_update_interval"));
+    assert!(build_err(base().update_interval(0)).contains("update_interval"));
+    assert!(build_err(base().policy(PolicyConfig::Mlp { hidden: vec![0] })).contains("policy"));
+}
