@@ -823,4 +823,105 @@ mod tests {
         );
         assert!(matches!(t.select(2, &[0]), Err(TensorError::Invalid(_))));
     }
+
+    fn f32s(shape: &[usize], start: f32) -> Tensor {
+        let n: usize = shape.iter().product();
+        Tensor::F32(ArrayD::from_shape_vec(IxDyn(shape), (0..n).map(|i| start + i as f32).collect()).unwrap())
+    }
+
+    fn td(batch: &[usize], start: f32) -> TensorDict {
+        let mut obs_shape = batch.to_vec();
+        obs_shape.push(2);
+        TensorDict::from_entries(
+            batch,
+            [
+                ("observation".to_string(), f32s(&obs_shape, start)),
+                ("next.done".to_string(), Tensor::zeros(DType::Bool, batch)),
+            ],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn set_checks_batch_shape_dtype_and_key() {
+        let mut d = TensorDict::new(&[2, 3]);
+        assert_eq!(d.numel(), 6);
+        d.set("next.reward", Tensor::zeros(DType::F32, &[2, 3, 1])).unwrap();
+        assert!(matches!(
+            d.set("x", Tensor::zeros(DType::F32, &[3, 2])),
+            Err(TensorError::Shape { .. })
+        ));
+        assert!(matches!(
+            d.set("next.reward", Tensor::zeros(DType::I64, &[2, 3, 1])),
+            Err(TensorError::DType { .. })
+        ));
+        assert!(matches!(d.set("a..b", Tensor::zeros(DType::F32, &[2, 3])), Err(TensorError::Invalid(_))));
+        assert_eq!(d.get("nope"), Err(TensorError::MissingKey("nope".into())));
+        assert!(matches!(d.get_typed("next.reward", DType::I64), Err(TensorError::DType { .. })));
+        assert_eq!(d.sub("next").keys().collect::<Vec<_>>(), vec!["reward"]);
+    }
+
+    #[test]
+    fn stack_cat_index_slice() {
+        let a = td(&[2], 0.0);
+        let b = td(&[2], 100.0);
+        let s = TensorDict::stack(&[a.clone(), b.clone()]).unwrap();
+        assert_eq!(s.batch_size(), &[2, 2]);
+        assert_eq!(s.get("observation").unwrap().shape(), &[2, 2, 2]);
+        assert_eq!(s.index(0, 1).unwrap(), b);
+        let c = TensorDict::cat(&[a.clone(), b.clone()]).unwrap();
+        assert_eq!(c.batch_size(), &[4]);
+        assert_eq!(c.slice(0, 2..4).unwrap(), b);
+        assert_eq!(c.slice(0, 0..2).unwrap(), a);
+        let obs = c.f32("observation").unwrap();
+        assert_eq!(obs[[2, 0]], 100.0);
+        assert!(matches!(c.index(0, 4), Err(TensorError::OutOfRange { .. })));
+        assert!(matches!(c.slice(0, 3..5), Err(TensorError::OutOfRange { .. })));
+        assert!(matches!(c.index(1, 0), Err(TensorError::Invalid(_))));
+        let mut other = td(&[2], 0.0);
+        other.remove("next.done");
+        assert!(matches!(TensorDict::stack(&[a.clone(), other]), Err(TensorError::KeysDiffer(_))));
+        assert!(matches!(TensorDict::stack(&[a.clone(), td(&[3], 0.0)]), Err(TensorError::Shape { .. })));
+        assert!(matches!(TensorDict::stack(&[]), Err(TensorError::Empty(_))));
+        let r = s.reshape(&[4]).unwrap();
+        assert_eq!(r, c);
+    }
+
+    #[test]
+    fn serde_is_header_plus_little_endian_blob() {
+        let t = Tensor::F32(ArrayD::from_shape_vec(IxDyn(&[2]), vec![1.0f32, -2.5]).unwrap());
+        let bytes = rmp_serde::to_vec_named(&t).unwrap();
+        // Decode generically: a map with dtype, shape and a binary `data`.
+        #[derive(serde::Deserialize)]
+        struct Raw {
+            dtype: String,
+            shape: Vec<usize>,
+            #[serde(with = "serde_bytes")]
+            data: Vec<u8>,
+        }
+        let raw: Raw = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(raw.dtype, "f32");
+        assert_eq!(raw.shape, vec![2]);
+        let mut want = 1.0f32.to_le_bytes().to_vec();
+        want.extend_from_slice(&(-2.5f32).to_le_bytes());
+        assert_eq!(raw.data, want);
+        // bin8 marker (0xc4) before the 8 data bytes: one blob, not an array of numbers.
+        assert!(bytes.windows(2).any(|w| w == [0xc4, 8]));
+        let back: Tensor = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(back, t);
+        for d in [td(&[2, 3], 1.5)] {
+            let enc = rmp_serde::to_vec_named(&d).unwrap();
+            let dec: TensorDict = rmp_serde::from_slice(&enc).unwrap();
+            assert_eq!(dec, d);
+        }
+    }
+
+    #[test]
+    fn decoding_rejects_inconsistent_tensors() {
+        assert!(Tensor::from_le_bytes(DType::F32, &[3], &[0; 8]).is_err());
+        assert!(Tensor::from_le_bytes(DType::Bool, &[1], &[2]).is_err());
+        assert!(Tensor::from_le_bytes(DType::F64, &[usize::MAX, 2], &[]).is_err());
+        let ok = Tensor::from_le_bytes(DType::I64, &[1], &7i64.to_le_bytes()).unwrap();
+        assert_eq!(ok.as_i64().unwrap()[[0]], 7);
+    }
 }
