@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Runs every test of the project on a fresh machine of this kind, installing
+# what the tests need first. This is README's test command; .ci/run calls it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v cargo-nextest >/dev/null 2>&1; then
+  cargo install --locked cargo-nextest
+fi
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+cargo nextest run --workspace --profile ci
+cargo test --workspace --doc
