@@ -1,16 +1,219 @@
-//! STUB
-use super::*;
-/// Random.
-pub struct Mlp { w: Weights }
-impl Mlp {
-    /// New.
-    pub fn new(_o: &Spec, _a: &Spec, _h: &[usize], _i: u64, _s: u64) -> Result<Self, PolicyError> { Ok(Self { w: Weights::default() }) }
-    #[allow(dead_code)] fn x() -> Self { Mlp { w: Weights::default() } }
+//! A multi-layer perceptron: tanh hidden layers, then a head as for [`Linear`](super::Linear).
+
+use super::common::Net;
+use super::{ActionsMut, ExplorationType, Policy, PolicyError, Weights};
+use crate::spec::Spec;
+
+/// Dense layers of the given hidden widths with tanh activations, then a
+/// linear output layer and the same action head as [`Linear`](super::Linear).
+///
+/// Weights: `layers.{i}.weight` f32 `[out, in]` and `layers.{i}.bias` f32
+/// `[out]` for `i` in `0..=hidden.len()`; the last layer is the output one
+/// (`n` logits, or one value per action element). With no hidden layer this
+/// computes exactly what [`Linear`](super::Linear) does, under other names.
+///
+/// Initial weights: one ChaCha8 seeded by `init_seed`, layer by layer, weight
+/// then bias, uniform in `±1/sqrt(fan_in)` (torch's `nn.Linear` default).
+/// Sampling and exploration noise are as for [`Linear`](super::Linear).
+pub struct Mlp {
+    net: Net,
 }
+
+impl Mlp {
+    /// An MLP policy with these `hidden` widths (each at least 1), initial
+    /// weights from `init_seed` and its sampling generator seeded with `seed`.
+    pub fn new(
+        obs: &Spec,
+        action: &Spec,
+        hidden: &[usize],
+        init_seed: u64,
+        seed: u64,
+    ) -> Result<Mlp, PolicyError> {
+        let names = |i| (format!("layers.{i}.weight"), format!("layers.{i}.bias"));
+        Ok(Mlp {
+            net: Net::new(obs, action, hidden, names, init_seed, seed)?,
+        })
+    }
+}
+
 impl Policy for Mlp {
-    fn act(&mut self, _obs: &[f32], _k: usize, _a: ActionsMut<'_>) -> Result<(), PolicyError> { todo!() }
-    fn weights(&self) -> &Weights { &self.w }
-    fn set_weights(&mut self, _w: &Weights) -> Result<(), PolicyError> { Ok(()) }
-    fn set_exploration(&mut self, _e: ExplorationType) {}
-    fn reseed(&mut self, _s: u64) {}
+    fn act(&mut self, obs: &[f32], k: usize, actions: ActionsMut<'_>) -> Result<(), PolicyError> {
+        self.net.act(obs, k, actions)
+    }
+
+    fn weights(&self) -> &Weights {
+        self.net.weights()
+    }
+
+    fn set_weights(&mut self, weights: &Weights) -> Result<(), PolicyError> {
+        self.net.set_weights(weights)
+    }
+
+    fn set_exploration(&mut self, exploration: ExplorationType) {
+        self.net.set_exploration(exploration);
+    }
+
+    fn reseed(&mut self, seed: u64) {
+        self.net.reseed(seed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::common::testutil::{t, vals, w};
+    use super::super::Linear;
+    use super::*;
+
+    #[test]
+    fn layout_and_deterministic_init() {
+        let o = Spec::uniform_box(4, -1.0, 1.0);
+        let a = Spec::Discrete { n: 3 };
+        let p = Mlp::new(&o, &a, &[16, 8], 5, 0).unwrap();
+        let ws = p.weights();
+        let shapes: Vec<(&str, &[usize])> = ws
+            .tensors
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.shape()))
+            .collect();
+        assert_eq!(
+            shapes,
+            [
+                ("layers.0.bias", &[16][..]),
+                ("layers.0.weight", &[16, 4][..]),
+                ("layers.1.bias", &[8][..]),
+                ("layers.1.weight", &[8, 16][..]),
+                ("layers.2.bias", &[3][..]),
+                ("layers.2.weight", &[3, 8][..]),
+            ]
+        );
+        assert_eq!(ws.numel(), 16 * 4 + 16 + 8 * 16 + 8 + 3 * 8 + 3);
+        for (name, bound) in [
+            ("layers.0.weight", 0.5),
+            ("layers.1.weight", 0.25),
+            ("layers.2.bias", 1.0 / 8f32.sqrt()),
+        ] {
+            assert!(vals(ws, name).iter().all(|v| v.abs() <= bound), "{name}");
+        }
+        assert_eq!(ws, Mlp::new(&o, &a, &[16, 8], 5, 1).unwrap().weights());
+        assert_ne!(ws, Mlp::new(&o, &a, &[16, 8], 6, 0).unwrap().weights());
+    }
+
+    #[test]
+    fn zero_width_is_a_spec_error() {
+        let o = Spec::uniform_box(4, -1.0, 1.0);
+        let a = Spec::Discrete { n: 2 };
+        match Mlp::new(&o, &a, &[8, 0], 0, 0) {
+            Err(PolicyError::Spec(m)) => assert!(m.contains("hidden layer 1"), "{m}"),
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("accepted a zero width"),
+        }
+    }
+
+    #[test]
+    fn no_hidden_layer_equals_linear() {
+        let o = Spec::uniform_box(4, -1.0, 1.0);
+        let a = Spec::uniform_box(2, -3.0, 1.0);
+        let mut m = Mlp::new(&o, &a, &[], 9, 4).unwrap();
+        let mut l = Linear::new(&o, &a, 9, 4).unwrap();
+        assert_eq!(
+            vals(m.weights(), "layers.0.weight"),
+            vals(l.weights(), "weight")
+        );
+        assert_eq!(
+            vals(m.weights(), "layers.0.bias"),
+            vals(l.weights(), "bias")
+        );
+        let obs = [0.1, -0.2, 0.3, 0.9, 1.0, 0.0, -1.0, 0.5];
+        let (mut x, mut y) = ([0.0; 4], [0.0; 4]);
+        for _ in 0..10 {
+            m.act(&obs, 2, ActionsMut::Continuous(&mut x)).unwrap();
+            l.act(&obs, 2, ActionsMut::Continuous(&mut y)).unwrap();
+            assert_eq!(x, y);
+        }
+    }
+
+    /// obs x = [1, 2]
+    /// layer 0: W = [[1, 0], [0.5, -1]], b = [0, 0.5] -> [1, -1] -> tanh -> [t, -t], t = tanh(1)
+    /// layer 1: W = [[1, -1], [-2, 0]], b = [0.1, 0] -> z = [0.1 + 2t, -2t] = [1.62318831, -1.52318831]
+    /// head, bounds [-1, 1] and [0, 4]: [tanh(z0), 2 + 2 tanh(z1)] = [0.92509, 0.18150]
+    fn hand_net(action: Spec) -> Mlp {
+        let o = Spec::uniform_box(2, -10.0, 10.0);
+        let mut p = Mlp::new(&o, &action, &[2], 0, 0).unwrap();
+        p.set_weights(&w(
+            1,
+            vec![
+                ("layers.0.weight", t(&[2, 2], &[1.0, 0.0, 0.5, -1.0])),
+                ("layers.0.bias", t(&[2], &[0.0, 0.5])),
+                ("layers.1.weight", t(&[2, 2], &[1.0, -1.0, -2.0, 0.0])),
+                ("layers.1.bias", t(&[2], &[0.1, 0.0])),
+            ],
+        ))
+        .unwrap();
+        p.set_exploration(ExplorationType::Deterministic);
+        p
+    }
+
+    #[test]
+    fn hand_worked_network() {
+        let a = Spec::Box {
+            low: vec![-1.0, 0.0],
+            high: vec![1.0, 4.0],
+        };
+        let mut p = hand_net(a);
+        let mut out = [0.0f32; 4];
+        p.act(&[1.0, 2.0, 1.0, 2.0], 2, ActionsMut::Continuous(&mut out))
+            .unwrap();
+        let expect = [0.925_09, 0.181_50];
+        for (g, e) in out.iter().zip(expect.iter().cycle()) {
+            assert!((g - e).abs() < 1e-4, "{out:?} vs {expect:?}");
+        }
+        // Same computation in f64, tighter.
+        let t1 = 1f64.tanh();
+        let exact = [(0.1 + 2.0 * t1).tanh(), 2.0 + 2.0 * (-2.0 * t1).tanh()];
+        for (g, e) in out.iter().zip(exact) {
+            assert!((*g as f64 - e).abs() < 1e-5);
+        }
+        // As logits: z0 > z1, so argmax is 0; for x = [-1, -2]: z = [0.1 - 2t, 2t] -> 1.
+        let mut p = hand_net(Spec::Discrete { n: 2 });
+        let mut d = [9i64; 2];
+        p.act(&[1.0, 2.0, -1.0, -2.0], 2, ActionsMut::Discrete(&mut d))
+            .unwrap();
+        assert_eq!(d, [0, 1]);
+    }
+
+    #[test]
+    fn set_weights_checks_every_layer() {
+        let mut p = hand_net(Spec::Discrete { n: 2 });
+        let mut ws = p.weights().clone().with_version(8);
+        ws.tensors
+            .insert("layers.1.bias".into(), t(&[3], &[0.0; 3]));
+        assert!(matches!(p.set_weights(&ws), Err(PolicyError::Weights(_))));
+        assert_eq!(p.weights().version, 1);
+        ws.tensors
+            .insert("layers.1.bias".into(), t(&[2], &[0.0, 7.0]));
+        p.set_weights(&ws).unwrap();
+        assert_eq!(p.weights().version, 8);
+        assert_eq!(vals(p.weights(), "layers.1.bias"), [0.0, 7.0]);
+        let mut d = [9i64; 1];
+        p.act(&[1.0, 2.0], 1, ActionsMut::Discrete(&mut d)).unwrap();
+        assert_eq!(d, [1]);
+    }
+
+    #[test]
+    fn sampling_is_deterministic_by_seed() {
+        let o = Spec::uniform_box(3, -1.0, 1.0);
+        let a = Spec::uniform_box(2, -2.0, 2.0);
+        let mut p1 = Mlp::new(&o, &a, &[4], 0, 21).unwrap();
+        let mut p2 = Mlp::new(&o, &a, &[4], 0, 21).unwrap();
+        let obs = [0.3f32; 9];
+        let (mut x, mut y) = ([0.0; 6], [0.0; 6]);
+        p1.act(&obs, 3, ActionsMut::Continuous(&mut x)).unwrap();
+        p2.act(&obs, 3, ActionsMut::Continuous(&mut y)).unwrap();
+        assert_eq!(x, y);
+        assert_ne!(x[..2], x[2..4], "noise differs between rows");
+        assert!(x.iter().all(|v| (-2.0..=2.0).contains(v)));
+        p1.reseed(21);
+        p1.act(&obs, 3, ActionsMut::Continuous(&mut y)).unwrap();
+        assert_eq!(x, y);
+    }
 }

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::spec::{Spec, SpecError};
 use crate::tensor::{Tensor, TensorError};
 
+mod common;
 mod constant;
 mod linear;
 mod mlp;
@@ -44,7 +45,10 @@ pub struct Weights {
 impl Weights {
     /// Weights with version 0.
     pub fn new(tensors: BTreeMap<String, Tensor>) -> Weights {
-        Weights { version: 0, tensors }
+        Weights {
+            version: 0,
+            tensors,
+        }
     }
 
     /// The same tensors under another version.
@@ -75,7 +79,11 @@ impl Weights {
                 )));
             }
         }
-        if let Some(extra) = other.tensors.keys().find(|k| !self.tensors.contains_key(*k)) {
+        if let Some(extra) = other
+            .tensors
+            .keys()
+            .find(|k| !self.tensors.contains_key(*k))
+        {
             return Err(PolicyError::Weights(format!("unexpected tensor `{extra}`")));
         }
         Ok(())
@@ -87,7 +95,10 @@ impl Weights {
             Some(Tensor::F32(a)) => a
                 .as_slice()
                 .ok_or_else(|| PolicyError::Weights(format!("`{name}` is not contiguous"))),
-            Some(other) => Err(PolicyError::Weights(format!("`{name}` must be f32, got {}", other.dtype()))),
+            Some(other) => Err(PolicyError::Weights(format!(
+                "`{name}` must be f32, got {}",
+                other.dtype()
+            ))),
             None => Err(PolicyError::Weights(format!("missing tensor `{name}`"))),
         }
     }
@@ -140,12 +151,13 @@ pub trait Policy: Send {
 }
 
 /// Which policy to build; travels in configs and over the wire.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum PolicyConfig {
     /// Uniform samples of the action spec; no weights.
     Random,
     /// One linear layer: logits (discrete) or tanh-squashed means (continuous).
+    #[default]
     Linear,
     /// Tanh hidden layers, then a linear output as for `Linear`.
     Mlp {
@@ -162,12 +174,6 @@ pub enum PolicyConfig {
 
 fn one() -> f32 {
     1.0
-}
-
-impl Default for PolicyConfig {
-    fn default() -> Self {
-        PolicyConfig::Linear
-    }
 }
 
 /// Everything needed to build a policy on a node.
@@ -195,16 +201,163 @@ impl From<PolicyConfig> for PolicySpec {
 impl PolicySpec {
     /// Builds the policy for these specs, with initial weights from `init_seed`
     /// and its sampling generator seeded with `seed`.
-    pub fn build(&self, obs: &Spec, action: &Spec, seed: u64) -> Result<Box<dyn Policy>, PolicyError> {
+    pub fn build(
+        &self,
+        obs: &Spec,
+        action: &Spec,
+        seed: u64,
+    ) -> Result<Box<dyn Policy>, PolicyError> {
         obs.validate()?;
         action.validate()?;
         let mut p: Box<dyn Policy> = match &self.config {
             PolicyConfig::Random => Box::new(RandomPolicy::new(action.clone(), seed)),
             PolicyConfig::Linear => Box::new(Linear::new(obs, action, self.init_seed, seed)?),
-            PolicyConfig::Mlp { hidden } => Box::new(Mlp::new(obs, action, hidden, self.init_seed, seed)?),
+            PolicyConfig::Mlp { hidden } => {
+                Box::new(Mlp::new(obs, action, hidden, self.init_seed, seed)?)
+            }
             PolicyConfig::Constant { value } => Box::new(Constant::new(action, *value)?),
         };
         p.set_exploration(self.exploration);
         Ok(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cartpole() -> (Spec, Spec) {
+        (
+            Spec::uniform_box(4, f32::NEG_INFINITY, f32::INFINITY),
+            Spec::Discrete { n: 2 },
+        )
+    }
+
+    fn pendulum() -> (Spec, Spec) {
+        (
+            Spec::uniform_box(3, -8.0, 8.0),
+            Spec::uniform_box(1, -2.0, 2.0),
+        )
+    }
+
+    fn names(p: &dyn Policy) -> Vec<&str> {
+        p.weights().tensors.keys().map(String::as_str).collect()
+    }
+
+    #[test]
+    fn build_every_config() {
+        let configs = [
+            (PolicyConfig::Random, vec![]),
+            (PolicyConfig::Linear, vec!["bias", "weight"]),
+            (
+                PolicyConfig::Mlp { hidden: vec![8] },
+                vec![
+                    "layers.0.bias",
+                    "layers.0.weight",
+                    "layers.1.bias",
+                    "layers.1.weight",
+                ],
+            ),
+            (PolicyConfig::Constant { value: 1.0 }, vec!["value"]),
+        ];
+        for (config, expected) in configs {
+            for (obs, action) in [cartpole(), pendulum()] {
+                let spec = PolicySpec::from(config.clone());
+                let mut p = spec.build(&obs, &action, 0).unwrap();
+                assert_eq!(names(p.as_ref()), expected, "{config:?}");
+                let k = 3;
+                let o = vec![0.1f32; k * obs.dim()];
+                if action.is_discrete() {
+                    let mut a = vec![-1i64; k];
+                    p.act(&o, k, ActionsMut::Discrete(&mut a)).unwrap();
+                    assert!(
+                        a.iter().all(|&x| action.check_discrete(x).is_ok()),
+                        "{config:?} {a:?}"
+                    );
+                } else {
+                    let mut a = vec![f32::NAN; k * action.dim()];
+                    p.act(&o, k, ActionsMut::Continuous(&mut a)).unwrap();
+                    for row in a.chunks(action.dim()) {
+                        action.check_continuous(row).unwrap();
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn build_uses_init_seed_and_exploration() {
+        let (obs, action) = cartpole();
+        let spec = |init_seed, exploration| PolicySpec {
+            config: PolicyConfig::Mlp { hidden: vec![4] },
+            exploration,
+            init_seed,
+        };
+        let a = spec(1, ExplorationType::Random)
+            .build(&obs, &action, 0)
+            .unwrap();
+        let b = spec(1, ExplorationType::Random)
+            .build(&obs, &action, 9)
+            .unwrap();
+        let c = spec(2, ExplorationType::Random)
+            .build(&obs, &action, 0)
+            .unwrap();
+        assert_eq!(a.weights(), b.weights());
+        assert_ne!(a.weights(), c.weights());
+
+        // Deterministic: the same observation always gives the same action.
+        let mut d = spec(1, ExplorationType::Deterministic)
+            .build(&obs, &action, 0)
+            .unwrap();
+        let o = [0.3f32, -0.1, 0.2, 0.05];
+        let mut first = [0i64];
+        d.act(&o, 1, ActionsMut::Discrete(&mut first)).unwrap();
+        for _ in 0..100 {
+            let mut x = [0i64];
+            d.act(&o, 1, ActionsMut::Discrete(&mut x)).unwrap();
+            assert_eq!(x, first);
+        }
+    }
+
+    #[test]
+    fn build_rejects_bad_specs() {
+        let (obs, action) = cartpole();
+        let bad_box = Spec::Box {
+            low: vec![0.0, 1.0],
+            high: vec![1.0],
+        };
+        for config in [
+            PolicyConfig::Random,
+            PolicyConfig::Linear,
+            PolicyConfig::Constant { value: 0.0 },
+        ] {
+            let spec = PolicySpec::from(config);
+            assert!(spec.build(&obs, &Spec::Discrete { n: 0 }, 0).is_err());
+            assert!(spec.build(&bad_box, &action, 0).is_err());
+        }
+        let spec = PolicySpec::from(PolicyConfig::Mlp { hidden: vec![0] });
+        assert!(matches!(
+            spec.build(&obs, &action, 0),
+            Err(PolicyError::Spec(_))
+        ));
+    }
+
+    #[test]
+    fn weights_round_trip_between_policies() {
+        let (obs, action) = pendulum();
+        let spec = PolicySpec::from(PolicyConfig::Linear);
+        let src = PolicySpec {
+            init_seed: 5,
+            ..spec.clone()
+        }
+        .build(&obs, &action, 0)
+        .unwrap();
+        let mut dst = spec.build(&obs, &action, 0).unwrap();
+        assert_ne!(dst.weights(), src.weights());
+        let update = src.weights().clone().with_version(3);
+        let bytes = rmp_serde::to_vec(&update).unwrap();
+        let decoded: Weights = rmp_serde::from_slice(&bytes).unwrap();
+        dst.set_weights(&decoded).unwrap();
+        assert_eq!(dst.weights(), &update);
     }
 }

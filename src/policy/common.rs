@@ -1,0 +1,529 @@
+//! Pieces shared by the policies: buffer checks, the sampling generator, the
+//! action head and a small dense network (used by both `Linear` and `Mlp`).
+//!
+//! Everything called from `act` works on plain slices and scratch buffers
+//! allocated once in the constructor: no allocation and no formatting on the
+//! success path.
+
+use std::collections::BTreeMap;
+
+use ndarray::{ArrayD, IxDyn};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::{ActionsMut, ExplorationType, PolicyError, Weights};
+use crate::spec::Spec;
+use crate::tensor::Tensor;
+
+/// Refuse networks with more parameters than this (4 GiB of f32), so that an
+/// absurd spec (say `Discrete { n: 1 << 40 }`) is an error, not an abort.
+const MAX_PARAMS: usize = 1 << 30;
+
+/// Std of the exploration noise, as a fraction of the half-range of the action box.
+pub(super) const NOISE_FRACTION: f32 = 0.1;
+
+/// Checks that `obs` holds exactly `k` observations of `obs_dim` values.
+#[inline]
+pub(super) fn check_obs(obs: &[f32], k: usize, obs_dim: usize) -> Result<(), PolicyError> {
+    if Some(obs.len()) == k.checked_mul(obs_dim) {
+        Ok(())
+    } else {
+        Err(obs_len_error(obs.len(), k, obs_dim))
+    }
+}
+
+/// The error for an observation buffer of the wrong length.
+#[cold]
+#[inline(never)]
+fn obs_len_error(len: usize, k: usize, obs_dim: usize) -> PolicyError {
+    PolicyError::Buffer(format!(
+        "observation buffer has {len} values, expected k * obs_dim = {k} * {obs_dim}"
+    ))
+}
+
+/// Checks an action buffer against the action spec: right kind, exactly `k` actions.
+#[inline]
+pub(super) fn check_actions(
+    action: &Spec,
+    k: usize,
+    actions: &ActionsMut<'_>,
+) -> Result<(), PolicyError> {
+    let (len, dim) = match (action, actions) {
+        (Spec::Discrete { .. }, ActionsMut::Discrete(a)) => (a.len(), 1),
+        (Spec::Box { low, .. }, ActionsMut::Continuous(a)) => (a.len(), low.len()),
+        _ => return Err(action_kind_error(action, actions)),
+    };
+    if Some(len) == k.checked_mul(dim) {
+        Ok(())
+    } else {
+        Err(action_len_error(len, k, dim))
+    }
+}
+
+/// The error for an action buffer of the wrong kind.
+#[cold]
+#[inline(never)]
+pub(super) fn action_kind_error(action: &Spec, actions: &ActionsMut<'_>) -> PolicyError {
+    let (spec, buffer) = match (action, actions) {
+        (Spec::Discrete { .. }, _) => ("discrete", "ActionsMut::Continuous"),
+        (Spec::Box { .. }, _) => ("a box", "ActionsMut::Discrete"),
+    };
+    PolicyError::Buffer(format!(
+        "the action spec is {spec} but the buffer is {buffer}"
+    ))
+}
+
+/// The error for an action buffer of the wrong length.
+#[cold]
+#[inline(never)]
+pub(super) fn action_len_error(len: usize, k: usize, dim: usize) -> PolicyError {
+    PolicyError::Buffer(format!(
+        "action buffer has {len} values, expected k * action_dim = {k} * {dim}"
+    ))
+}
+
+/// The sampling generator: ChaCha8 plus the spare normal of Box–Muller.
+pub(super) struct Sampler {
+    rng: ChaCha8Rng,
+    spare: Option<f32>,
+}
+
+impl Sampler {
+    /// A generator seeded with `seed`.
+    pub(super) fn new(seed: u64) -> Sampler {
+        Sampler {
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            spare: None,
+        }
+    }
+
+    /// Restarts the stream from `seed`.
+    pub(super) fn reseed(&mut self, seed: u64) {
+        *self = Sampler::new(seed);
+    }
+
+    /// The generator itself.
+    pub(super) fn rng(&mut self) -> &mut ChaCha8Rng {
+        &mut self.rng
+    }
+
+    /// Uniform in `[0, 1)`.
+    #[inline]
+    pub(super) fn uniform(&mut self) -> f32 {
+        self.rng.random::<f32>()
+    }
+
+    /// Standard normal, by Box–Muller (two per pair of uniforms; the second is kept).
+    #[inline]
+    pub(super) fn normal(&mut self) -> f32 {
+        if let Some(z) = self.spare.take() {
+            return z;
+        }
+        let u1 = 1.0 - self.rng.random::<f32>(); // (0, 1]: ln is finite
+        let u2 = self.rng.random::<f32>();
+        let r = (-2.0 * u1.ln()).sqrt();
+        let (s, c) = (std::f32::consts::TAU * u2).sin_cos();
+        self.spare = Some(r * s);
+        r * c
+    }
+}
+
+/// Index of the first maximum (NaNs are never a maximum unless first).
+#[inline]
+pub(super) fn argmax(z: &[f32]) -> usize {
+    let mut best = 0;
+    let mut best_v = z[0];
+    for (i, &v) in z.iter().enumerate().skip(1) {
+        if v > best_v {
+            best = i;
+            best_v = v;
+        }
+    }
+    best
+}
+
+/// Samples an index from softmax(`z`) with the uniform `u` in `[0, 1)`.
+///
+/// Subtracts the max before `exp`; overwrites `z` with the unnormalised
+/// probabilities. Falls back to the argmax when the logits are not finite.
+#[inline]
+pub(super) fn sample_softmax(z: &mut [f32], u: f32) -> usize {
+    let best = argmax(z);
+    let m = z[best];
+    let mut sum = 0.0f32;
+    for v in z.iter_mut() {
+        *v = (*v - m).exp();
+        sum += *v;
+    }
+    if !(sum.is_finite() && sum > 0.0) {
+        return best;
+    }
+    let t = u * sum;
+    let mut acc = 0.0f32;
+    let mut last = best;
+    for (i, &e) in z.iter().enumerate() {
+        acc += e;
+        if t < acc {
+            return i;
+        }
+        if e > 0.0 {
+            last = i;
+        }
+    }
+    // Rounding left `t` at or past the total: the last index with mass.
+    last
+}
+
+/// How raw outputs become actions.
+pub(super) enum Head {
+    /// Logits over `n` choices.
+    Discrete {
+        /// Number of choices.
+        n: usize,
+    },
+    /// `mid + half * tanh(z)`, plus noise `noise * N(0, 1)` when exploring,
+    /// clipped to `[low, high]`. For an element with an infinite bound,
+    /// `mid = 0`, `half = 1`, `noise = 0.1`.
+    Continuous {
+        low: Vec<f32>,
+        high: Vec<f32>,
+        mid: Vec<f32>,
+        half: Vec<f32>,
+        noise: Vec<f32>,
+    },
+}
+
+impl Head {
+    /// The head for `action` (which must be valid).
+    pub(super) fn new(action: &Spec) -> Result<Head, PolicyError> {
+        action.validate()?;
+        Ok(match action {
+            Spec::Discrete { n } => Head::Discrete {
+                n: usize::try_from(*n)
+                    .ok()
+                    .filter(|&n| n <= MAX_PARAMS)
+                    .ok_or_else(|| {
+                        PolicyError::Spec(format!("{n} discrete actions are too many"))
+                    })?,
+            },
+            Spec::Box { low, high } => {
+                let mut mid = Vec::with_capacity(low.len());
+                let mut half = Vec::with_capacity(low.len());
+                for (&l, &h) in low.iter().zip(high) {
+                    if l.is_finite() && h.is_finite() {
+                        // Halve first so that huge finite bounds cannot overflow.
+                        mid.push(0.5 * l + 0.5 * h);
+                        half.push(0.5 * h - 0.5 * l);
+                    } else {
+                        mid.push(0.0);
+                        half.push(1.0);
+                    }
+                }
+                let noise = half.iter().map(|h| NOISE_FRACTION * h).collect();
+                Head::Continuous {
+                    low: low.clone(),
+                    high: high.clone(),
+                    mid,
+                    half,
+                    noise,
+                }
+            }
+        })
+    }
+
+    /// Number of raw outputs: `n` logits, or one per action element.
+    pub(super) fn out_dim(&self) -> usize {
+        match self {
+            Head::Discrete { n } => *n,
+            Head::Continuous { low, .. } => low.len(),
+        }
+    }
+}
+
+/// One dense layer inside the flat parameter vector.
+struct Layer {
+    n_in: usize,
+    n_out: usize,
+    /// Offset of the `[n_out, n_in]` weight in `params`.
+    w: usize,
+    /// Offset of the `[n_out]` bias in `params`.
+    b: usize,
+    w_name: String,
+    b_name: String,
+}
+
+/// Dense layers (tanh between them) followed by a [`Head`]; the engine of
+/// `Linear` and `Mlp`.
+pub(super) struct Net {
+    obs_dim: usize,
+    action: Spec,
+    layers: Vec<Layer>,
+    /// All parameters, layer by layer, weight then bias: the fast copy of `weights`.
+    params: Vec<f32>,
+    /// Ping-pong scratch of the widest layer; the output ends in `buf_a`.
+    buf_a: Vec<f32>,
+    buf_b: Vec<f32>,
+    head: Head,
+    sampler: Sampler,
+    exploration: ExplorationType,
+    weights: Weights,
+}
+
+impl Net {
+    /// Builds the network `obs_dim -> hidden... -> head`, naming layer `i`'s
+    /// tensors with `names(i)`, with torch-like initial weights from `init_seed`.
+    pub(super) fn new(
+        obs: &Spec,
+        action: &Spec,
+        hidden: &[usize],
+        names: impl Fn(usize) -> (String, String),
+        init_seed: u64,
+        seed: u64,
+    ) -> Result<Net, PolicyError> {
+        obs.validate()?;
+        let head = Head::new(action)?;
+        if let Some(i) = hidden.iter().position(|&w| w == 0) {
+            return Err(PolicyError::Spec(format!("hidden layer {i} has width 0")));
+        }
+        let obs_dim = obs.dim();
+        let mut dims = Vec::with_capacity(hidden.len() + 2);
+        dims.push(obs_dim);
+        dims.extend_from_slice(hidden);
+        dims.push(head.out_dim());
+
+        let too_big = || PolicyError::Spec(format!("network {dims:?} has too many parameters"));
+        let mut layers = Vec::with_capacity(dims.len() - 1);
+        let mut total = 0usize;
+        for (i, io) in dims.windows(2).enumerate() {
+            let (n_in, n_out) = (io[0], io[1]);
+            let nw = n_in.checked_mul(n_out).ok_or_else(too_big)?;
+            let w = total;
+            let b = w.checked_add(nw).ok_or_else(too_big)?;
+            total = b.checked_add(n_out).ok_or_else(too_big)?;
+            if total > MAX_PARAMS {
+                return Err(too_big());
+            }
+            let (w_name, b_name) = names(i);
+            layers.push(Layer {
+                n_in,
+                n_out,
+                w,
+                b,
+                w_name,
+                b_name,
+            });
+        }
+
+        // torch.nn.Linear's default: weight and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+        let mut init = ChaCha8Rng::seed_from_u64(init_seed);
+        let mut params = Vec::with_capacity(total);
+        for l in &layers {
+            let bound = 1.0 / (l.n_in as f32).sqrt();
+            for _ in 0..(l.n_in * l.n_out + l.n_out) {
+                params.push(bound * (2.0 * init.random::<f32>() - 1.0));
+            }
+        }
+
+        let mut tensors = BTreeMap::new();
+        for l in &layers {
+            let w = ArrayD::from_shape_vec(IxDyn(&[l.n_out, l.n_in]), params[l.w..l.b].to_vec())
+                .expect("weight length matches its shape");
+            let b = ArrayD::from_shape_vec(IxDyn(&[l.n_out]), params[l.b..l.b + l.n_out].to_vec())
+                .expect("bias length matches its shape");
+            tensors.insert(l.w_name.clone(), Tensor::F32(w));
+            tensors.insert(l.b_name.clone(), Tensor::F32(b));
+        }
+
+        let width = dims.iter().copied().max().unwrap_or(0);
+        Ok(Net {
+            obs_dim,
+            action: action.clone(),
+            layers,
+            params,
+            buf_a: vec![0.0; width],
+            buf_b: vec![0.0; width],
+            head,
+            sampler: Sampler::new(seed),
+            exploration: ExplorationType::default(),
+            weights: Weights::new(tensors),
+        })
+    }
+
+    /// See [`Policy::act`](super::Policy::act).
+    pub(super) fn act(
+        &mut self,
+        obs: &[f32],
+        k: usize,
+        actions: ActionsMut<'_>,
+    ) -> Result<(), PolicyError> {
+        check_obs(obs, k, self.obs_dim)?;
+        let random = self.exploration == ExplorationType::Random;
+        // Index arithmetic rather than `chunks_exact`, which divides (slow at k = 1).
+        let od = self.obs_dim;
+        match (&self.head, actions) {
+            (Head::Discrete { n }, ActionsMut::Discrete(out)) => {
+                if out.len() != k {
+                    return Err(action_len_error(out.len(), k, 1));
+                }
+                let n = *n;
+                for (r, o) in out.iter_mut().enumerate() {
+                    let x = &obs[r * od..(r + 1) * od];
+                    forward(
+                        &self.layers,
+                        &self.params,
+                        x,
+                        &mut self.buf_a,
+                        &mut self.buf_b,
+                    );
+                    let z = &mut self.buf_a[..n];
+                    let i = match (random, n) {
+                        (false, _) => argmax(z),
+                        // softmax of two logits: p(1) = 1 / (1 + exp(z0 - z1)), one exp.
+                        (true, 2) => {
+                            let p1 = 1.0 / (1.0 + (z[0] - z[1]).exp());
+                            (self.sampler.uniform() < p1) as usize
+                        }
+                        (true, _) => sample_softmax(z, self.sampler.uniform()),
+                    };
+                    *o = i as i64;
+                }
+            }
+            (
+                Head::Continuous {
+                    low,
+                    high,
+                    mid,
+                    half,
+                    noise,
+                },
+                ActionsMut::Continuous(out),
+            ) => {
+                let d = low.len();
+                if Some(out.len()) != k.checked_mul(d) {
+                    return Err(action_len_error(out.len(), k, d));
+                }
+                for r in 0..k {
+                    let x = &obs[r * od..(r + 1) * od];
+                    let o = &mut out[r * d..(r + 1) * d];
+                    forward(
+                        &self.layers,
+                        &self.params,
+                        x,
+                        &mut self.buf_a,
+                        &mut self.buf_b,
+                    );
+                    let z = &self.buf_a[..d];
+                    for j in 0..d {
+                        let mut a = mid[j] + half[j] * z[j].tanh();
+                        if random {
+                            a += noise[j] * self.sampler.normal();
+                        }
+                        o[j] = a.max(low[j]).min(high[j]);
+                    }
+                }
+            }
+            (_, actions) => return Err(action_kind_error(&self.action, &actions)),
+        }
+        Ok(())
+    }
+
+    /// The current weights.
+    pub(super) fn weights(&self) -> &Weights {
+        &self.weights
+    }
+
+    /// Copies `weights` in place (layout checked first, so nothing changes on error).
+    pub(super) fn set_weights(&mut self, weights: &Weights) -> Result<(), PolicyError> {
+        self.weights.check_layout(weights)?;
+        for l in &self.layers {
+            for (name, off) in [(&l.w_name, l.w), (&l.b_name, l.b)] {
+                let src = weights.tensors[name.as_str()]
+                    .as_f32()
+                    .expect("layout checked: f32");
+                for (d, s) in self.params[off..].iter_mut().zip(src.iter()) {
+                    *d = *s;
+                }
+                match self.weights.tensors.get_mut(name.as_str()) {
+                    Some(Tensor::F32(dst)) => dst.assign(src),
+                    _ => unreachable!("own weights are f32"),
+                }
+            }
+        }
+        self.weights.version = weights.version;
+        Ok(())
+    }
+
+    /// Mode or sampling.
+    pub(super) fn set_exploration(&mut self, exploration: ExplorationType) {
+        self.exploration = exploration;
+    }
+
+    /// Restarts the sampling stream.
+    pub(super) fn reseed(&mut self, seed: u64) {
+        self.sampler.reseed(seed);
+    }
+}
+
+/// Runs `x` through `layers`; the output is left in `a[..last n_out]`.
+#[inline(always)]
+fn forward(layers: &[Layer], params: &[f32], x: &[f32], a: &mut Vec<f32>, b: &mut Vec<f32>) {
+    if let [l] = layers {
+        // Linear: straight into `a`.
+        let out = &mut a[..l.n_out];
+        dense(&params[l.w..l.b], &params[l.b..l.b + l.n_out], x, out);
+        return;
+    }
+    let last = layers.len() - 1;
+    for (i, l) in layers.iter().enumerate() {
+        let input: &[f32] = if i == 0 { x } else { &a[..l.n_in] };
+        let out = &mut b[..l.n_out];
+        dense(&params[l.w..l.b], &params[l.b..l.b + l.n_out], input, out);
+        if i != last {
+            for v in out.iter_mut() {
+                *v = v.tanh();
+            }
+        }
+        std::mem::swap(a, b);
+    }
+}
+
+/// `out = w x + b` with `w` row-major `[out.len(), x.len()]`.
+#[inline]
+fn dense(w: &[f32], b: &[f32], x: &[f32], out: &mut [f32]) {
+    let n_in = x.len();
+    for (j, (o, &bias)) in out.iter_mut().zip(b).enumerate() {
+        let row = &w[j * n_in..(j + 1) * n_in];
+        let mut s = bias;
+        for (wi, xi) in row.iter().zip(x) {
+            s += wi * xi;
+        }
+        *o = s;
+    }
+}
+
+/// Test helpers shared by the policies' unit tests.
+#[cfg(test)]
+pub(super) mod testutil {
+    use super::*;
+
+    /// An f32 tensor of `shape` from `data`.
+    pub(crate) fn t(shape: &[usize], data: &[f32]) -> Tensor {
+        Tensor::F32(ArrayD::from_shape_vec(IxDyn(shape), data.to_vec()).unwrap())
+    }
+
+    /// Weights from `(name, tensor)` pairs.
+    pub(crate) fn w(version: u64, entries: Vec<(&str, Tensor)>) -> Weights {
+        Weights::new(
+            entries
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+        )
+        .with_version(version)
+    }
+
+    /// The flattened f32 tensor `name` of `w`.
+    pub(crate) fn vals(w: &Weights, name: &str) -> Vec<f32> {
+        w.f32_slice(name).unwrap().to_vec()
+    }
+}
