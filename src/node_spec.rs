@@ -33,9 +33,11 @@ impl NodeSpec {
             .make(&self.env)
             .map_err(|source| RolloutError::Env { env: worker, source })?;
         let seed = self.rollout.seed.wrapping_add(worker as u64);
-        let policy = self
-            .policy
-            .build(env.observation_spec(), env.action_spec(), seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 1)?;
+        let policy = self.policy.build(
+            env.observation_spec(),
+            env.action_spec(),
+            seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 1,
+        )?;
         let ids = TrajIds::new(self.first_lane + worker as u64, self.lanes)?;
         let mut cfg = self.rollout.clone();
         cfg.seed = seed;
@@ -44,6 +46,8 @@ impl NodeSpec {
 
     /// Builds the rollouts of all the node's workers.
     pub fn build_workers(&self, registry: &Registry) -> Result<Vec<Rollout>, RolloutError> {
-        (0..self.envs_per_node).map(|w| self.build_worker(registry, w)).collect()
+        (0..self.envs_per_node)
+            .map(|w| self.build_worker(registry, w))
+            .collect()
     }
 }

@@ -113,11 +113,7 @@ impl Layout {
 }
 
 /// The tensor under `key`, or a [`PostprocError::MissingKey`] naming it.
-fn require<'a>(
-    batch: &'a TensorDict,
-    key: &str,
-    op: &'static str,
-) -> Result<&'a Tensor, PostprocError> {
+fn require<'a>(batch: &'a TensorDict, key: &str, op: &'static str) -> Result<&'a Tensor, PostprocError> {
     batch.get(key).map_err(|_| PostprocError::MissingKey {
         key: key.to_string(),
         op,
@@ -189,12 +185,7 @@ impl Segment {
 /// A segment ends at the end of its row, before a change of id, after a done
 /// frame (when `done` is given) and before a frame whose `valid` flag is false
 /// (such frames belong to no segment).
-fn segments(
-    layout: Layout,
-    ids: &[i64],
-    done: Option<&[bool]>,
-    valid: Option<&[bool]>,
-) -> Vec<Segment> {
+fn segments(layout: Layout, ids: &[i64], done: Option<&[bool]>, valid: Option<&[bool]>) -> Vec<Segment> {
     let mut out: Vec<Segment> = Vec::new();
     for row in 0..layout.rows {
         let mut current: Option<Segment> = None;
@@ -248,13 +239,7 @@ pub fn split_trajectories(batch: &TensorDict) -> Result<TensorDict, PostprocErro
     let layout = Layout::of(batch, OP)?;
     let ids = per_frame(batch, TRAJ_IDS_KEY, OP, DType::I64, Tensor::as_i64)?;
     let old_mask = if batch.contains(MASK_KEY) {
-        Some(per_frame(
-            batch,
-            MASK_KEY,
-            OP,
-            DType::Bool,
-            Tensor::as_bool,
-        )?)
+        Some(per_frame(batch, MASK_KEY, OP, DType::Bool, Tensor::as_bool)?)
     } else {
         None
     };
@@ -389,13 +374,7 @@ impl MultiStep {
         let ids = per_frame(batch, TRAJ_IDS_KEY, OP, DType::I64, Tensor::as_i64)?;
         let done = per_frame(batch, DONE_KEY, OP, DType::Bool, Tensor::as_bool)?;
         let valid = if batch.contains(MASK_KEY) {
-            Some(per_frame(
-                batch,
-                MASK_KEY,
-                OP,
-                DType::Bool,
-                Tensor::as_bool,
-            )?)
+            Some(per_frame(batch, MASK_KEY, OP, DType::Bool, Tensor::as_bool)?)
         } else {
             None
         };
@@ -430,9 +409,7 @@ impl MultiStep {
                 steps[f] = i64::try_from(m).map_err(|e| TensorError::Invalid(e.to_string()))?;
                 discount[f] = powers[m] as f32;
                 for c in 0..width {
-                    let sum: f64 = (0..m)
-                        .map(|i| powers[i] * f64::from(reward[(f + i) * width + c]))
-                        .sum();
+                    let sum: f64 = (0..m).map(|i| powers[i] * f64::from(reward[(f + i) * width + c])).sum();
                     new_reward[f * width + c] = sum as f32;
                 }
             }
@@ -449,18 +426,16 @@ impl MultiStep {
             let shifted = tensor.clone().reshape(&flat_shape)?.select(0, &source)?;
             out.set(key, shifted.reshape(tensor.shape())?)?;
         }
-        let shape_err =
-            |key: &str, e: ndarray::ShapeError| TensorError::Invalid(format!("`{key}`: {e}"));
-        let reward = ArrayD::from_shape_vec(IxDyn(reward_tensor.shape()), new_reward)
-            .map_err(|e| shape_err(REWARD_KEY, e))?;
+        let shape_err = |key: &str, e: ndarray::ShapeError| TensorError::Invalid(format!("`{key}`: {e}"));
+        let reward =
+            ArrayD::from_shape_vec(IxDyn(reward_tensor.shape()), new_reward).map_err(|e| shape_err(REWARD_KEY, e))?;
         out.set(REWARD_KEY, Tensor::F32(reward))?;
         let mut frame_shape = batch.batch_size().to_vec();
         frame_shape.push(1);
-        let steps = ArrayD::from_shape_vec(IxDyn(&frame_shape), steps)
-            .map_err(|e| shape_err(STEPS_TO_NEXT_OBS_KEY, e))?;
+        let steps =
+            ArrayD::from_shape_vec(IxDyn(&frame_shape), steps).map_err(|e| shape_err(STEPS_TO_NEXT_OBS_KEY, e))?;
         out.set(STEPS_TO_NEXT_OBS_KEY, Tensor::I64(steps))?;
-        let discount = ArrayD::from_shape_vec(IxDyn(&frame_shape), discount)
-            .map_err(|e| shape_err(GAMMA_KEY, e))?;
+        let discount = ArrayD::from_shape_vec(IxDyn(&frame_shape), discount).map_err(|e| shape_err(GAMMA_KEY, e))?;
         out.set(GAMMA_KEY, Tensor::F32(discount))?;
         Ok(out)
     }
@@ -477,9 +452,7 @@ mod tests {
         Tensor::I64(ArrayD::from_shape_vec(IxDyn(shape), v).unwrap())
     }
     fn bools(shape: &[usize], v: &[u8]) -> Tensor {
-        Tensor::Bool(
-            ArrayD::from_shape_vec(IxDyn(shape), v.iter().map(|&b| b == 1).collect()).unwrap(),
-        )
+        Tensor::Bool(ArrayD::from_shape_vec(IxDyn(shape), v.iter().map(|&b| b == 1).collect()).unwrap())
     }
     fn vf32(td: &TensorDict, key: &str) -> Vec<f32> {
         td.f32(key).unwrap().iter().copied().collect()
@@ -496,9 +469,7 @@ mod tests {
     /// row 1 holds 11 (started before, done at t=3) and 13 (continues).
     fn split_batch() -> TensorDict {
         let obs: Vec<f32> = (0..2)
-            .flat_map(|r| {
-                (0..6).flat_map(move |t| [(10 * r + t) as f32, (100 + 10 * r + t) as f32])
-            })
+            .flat_map(|r| (0..6).flat_map(move |t| [(10 * r + t) as f32, (100 + 10 * r + t) as f32]))
             .collect();
         TensorDict::from_entries(
             &[2, 6],
@@ -510,10 +481,7 @@ mod tests {
                 ),
                 (
                     "collector.traj_ids".to_string(),
-                    i64s(
-                        &[2, 6],
-                        vec![10, 10, 12, 12, 12, 14, 11, 11, 11, 11, 13, 13],
-                    ),
+                    i64s(&[2, 6], vec![10, 10, 12, 12, 12, 14, 11, 11, 11, 11, 13, 13]),
                 ),
                 (
                     "next.done".to_string(),
@@ -570,10 +538,7 @@ mod tests {
         );
         assert_eq!(
             vf32(&out, "next.reward"),
-            vec![
-                0.5, 1.5, 0., 0., 2.5, 3.5, 4.5, 0., 5.5, 0., 0., 0., 6.5, 7.5, 8.5, 9.5, 10.5,
-                11.5, 0., 0.
-            ]
+            vec![0.5, 1.5, 0., 0., 2.5, 3.5, 4.5, 0., 5.5, 0., 0., 0., 6.5, 7.5, 8.5, 9.5, 10.5, 11.5, 0., 0.]
         );
         assert_eq!(
             vi64(&out, "step_count"),
@@ -597,10 +562,7 @@ mod tests {
         // Malformed on purpose: id 7 ends row 0 and starts row 1; rows are never joined.
         let batch = TensorDict::from_entries(
             &[2, 2],
-            [(
-                "collector.traj_ids".to_string(),
-                i64s(&[2, 2, 1], vec![7, 7, 7, 8]),
-            )],
+            [("collector.traj_ids".to_string(), i64s(&[2, 2, 1], vec![7, 7, 7, 8]))],
         )
         .unwrap();
         let out = split_trajectories(&batch).unwrap();
@@ -641,20 +603,13 @@ mod tests {
 
         let mut batch = split_batch();
         batch.remove(TRAJ_IDS_KEY);
-        batch
-            .set(TRAJ_IDS_KEY, f32s(&[2, 6], vec![0.; 12]))
-            .unwrap();
+        batch.set(TRAJ_IDS_KEY, f32s(&[2, 6], vec![0.; 12])).unwrap();
         let err = split_trajectories(&batch).unwrap_err();
-        assert!(
-            matches!(err, PostprocError::Tensor(TensorError::DType { .. })),
-            "{err}"
-        );
+        assert!(matches!(err, PostprocError::Tensor(TensorError::DType { .. })), "{err}");
 
         let mut batch = split_batch();
         batch.remove(TRAJ_IDS_KEY);
-        batch
-            .set(TRAJ_IDS_KEY, i64s(&[2, 6, 2], vec![0; 24]))
-            .unwrap();
+        batch.set(TRAJ_IDS_KEY, i64s(&[2, 6, 2], vec![0; 24])).unwrap();
         let err = split_trajectories(&batch).unwrap_err();
         assert!(matches!(err, PostprocError::BadEntry { .. }), "{err}");
         assert!(err.to_string().contains("collector.traj_ids"), "{err}");
@@ -668,9 +623,7 @@ mod tests {
     /// throughout, but truncated at t=2, so t=0..2 and t=3..7 are separate.
     fn multistep_batch() -> TensorDict {
         let next_obs: Vec<f32> = (0..2)
-            .flat_map(|r| {
-                (0..8).flat_map(move |t| [(10 * r + t + 1) as f32, -((10 * r + t + 1) as f32)])
-            })
+            .flat_map(|r| (0..8).flat_map(move |t| [(10 * r + t + 1) as f32, -((10 * r + t + 1) as f32)]))
             .collect();
         let obs: Vec<f32> = (0..2)
             .flat_map(|r| (0..8).flat_map(move |t| [(10 * r + t) as f32, -((10 * r + t) as f32)]))
@@ -689,24 +642,15 @@ mod tests {
                     "next.reward".to_string(),
                     f32s(&[2, 8, 1], (1..=16).map(|v| v as f32).collect()),
                 ),
-                (
-                    "next.done".to_string(),
-                    bools(&[2, 8, 1], &cat(&row0_done, &row1_done)),
-                ),
+                ("next.done".to_string(), bools(&[2, 8, 1], &cat(&row0_done, &row1_done))),
                 (
                     "next.terminated".to_string(),
                     bools(&[2, 8, 1], &cat(&row0_done, &none)),
                 ),
-                (
-                    "next.truncated".to_string(),
-                    bools(&[2, 8, 1], &cat(&none, &row1_done)),
-                ),
+                ("next.truncated".to_string(), bools(&[2, 8, 1], &cat(&none, &row1_done))),
                 (
                     "collector.traj_ids".to_string(),
-                    i64s(
-                        &[2, 8],
-                        vec![0, 0, 0, 0, 1, 1, 1, 1, 5, 5, 5, 5, 5, 5, 5, 5],
-                    ),
+                    i64s(&[2, 8], vec![0, 0, 0, 0, 1, 1, 1, 1, 5, 5, 5, 5, 5, 5, 5, 5]),
                 ),
             ],
         )
@@ -727,10 +671,7 @@ mod tests {
         //   t5: 14 + 7.5 + 4 = 25.5       t6: 15 + 8 = 23         t7: 16
         assert_eq!(
             vf32(&out, "next.reward"),
-            vec![
-                2.75, 4.5, 5., 4., 9.75, 11.5, 11., 8., 16.75, 15.5, 11., 22., 23.75, 25.5, 23.,
-                16.
-            ]
+            vec![2.75, 4.5, 5., 4., 9.75, 11.5, 11., 8., 16.75, 15.5, 11., 22., 23.75, 25.5, 23., 16.]
         );
         assert_eq!(out.get("next.reward").unwrap().shape(), &[2, 8, 1]);
         assert_eq!(
@@ -752,8 +693,7 @@ mod tests {
             vf32(&out, "next.observation"),
             vec![
                 3., -3., 4., -4., 4., -4., 4., -4., 7., -7., 8., -8., 8., -8., 8., -8., //
-                13., -13., 13., -13., 13., -13., 16., -16., 17., -17., 18., -18., 18., -18., 18.,
-                -18.
+                13., -13., 13., -13., 13., -13., 16., -16., 17., -17., 18., -18., 18., -18., 18., -18.
             ]
         );
         assert_eq!(
@@ -816,9 +756,7 @@ mod tests {
     fn multistep_works_on_node_env_time_batches() {
         let ms = MultiStep::new(0.5, 3).unwrap();
         let flat = ms.apply(&multistep_batch()).unwrap();
-        let nested = ms
-            .apply(&multistep_batch().reshape(&[2, 1, 8]).unwrap())
-            .unwrap();
+        let nested = ms.apply(&multistep_batch().reshape(&[2, 1, 8]).unwrap()).unwrap();
         assert_eq!(nested.batch_size(), &[2, 1, 8]);
         assert_eq!(nested.reshape(&[2, 8]).unwrap(), flat);
     }
@@ -830,14 +768,8 @@ mod tests {
         let batch = TensorDict::from_entries(
             &[1, 5],
             [
-                (
-                    "collector.traj_ids".to_string(),
-                    i64s(&[1, 5], vec![0, 0, 1, 1, 1]),
-                ),
-                (
-                    "next.reward".to_string(),
-                    f32s(&[1, 5, 1], vec![1., 2., 3., 4., 5.]),
-                ),
+                ("collector.traj_ids".to_string(), i64s(&[1, 5], vec![0, 0, 1, 1, 1])),
+                ("next.reward".to_string(), f32s(&[1, 5, 1], vec![1., 2., 3., 4., 5.])),
                 ("next.done".to_string(), bools(&[1, 5, 1], &[0, 0, 0, 0, 0])),
                 (
                     "next.observation".to_string(),
@@ -868,13 +800,7 @@ mod tests {
         }
         let err = MultiStep::new(0.9, 0).unwrap_err();
         assert!(
-            matches!(
-                err,
-                PostprocError::InvalidParam {
-                    field: "n_steps",
-                    ..
-                }
-            ),
+            matches!(err, PostprocError::InvalidParam { field: "n_steps", .. }),
             "{err}"
         );
         assert!(err.to_string().contains("`n_steps`"), "{err}");
@@ -918,9 +844,7 @@ mod tests {
     fn multistep_reward_dtype_is_checked() {
         let mut batch = multistep_batch();
         batch.remove("next.reward");
-        batch
-            .set("next.reward", i64s(&[2, 8, 1], vec![1; 16]))
-            .unwrap();
+        batch.set("next.reward", i64s(&[2, 8, 1], vec![1; 16])).unwrap();
         let err = MultiStep::new(0.9, 2).unwrap().apply(&batch).unwrap_err();
         assert!(err.to_string().contains("next.reward"), "{err}");
     }

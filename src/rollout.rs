@@ -237,7 +237,7 @@ impl Rollout {
                 reason: "must be at least 1".into(),
             });
         }
-        if f % k != 0 {
+        if !f.is_multiple_of(k) {
             return Err(RolloutError::Config {
                 field: "frames_per_batch",
                 reason: format!("{f} frames do not divide evenly over {k} envs"),
@@ -341,7 +341,8 @@ impl Rollout {
             *s = Some(seed.wrapping_add(i as u64));
         }
         self.needs_reset.iter_mut().for_each(|r| *r = true);
-        self.policy.reseed(seed.wrapping_add(k).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        self.policy
+            .reseed(seed.wrapping_add(k).wrapping_mul(0x9e37_79b9_7f4a_7c15));
         if let Some(r) = &mut self.random {
             r.reseed(seed ^ 0x5eed_5eed_5eed_5eed);
         }
@@ -385,7 +386,11 @@ impl Rollout {
         Buffers {
             obs: sized(b.obs, n * self.obs_dim),
             next_obs: sized(b.next_obs, n * self.obs_dim),
-            action_i: if self.discrete { sized(b.action_i, n) } else { Vec::new() },
+            action_i: if self.discrete {
+                sized(b.action_i, n)
+            } else {
+                Vec::new()
+            },
             action_f: if self.discrete {
                 Vec::new()
             } else {
@@ -429,7 +434,7 @@ impl Rollout {
     /// Collects a batch of exactly `frames` frames (a multiple of the env count), shape `[K, frames/K]`.
     pub fn collect_frames(&mut self, frames: usize) -> Result<TensorDict, RolloutError> {
         let k_envs = self.envs.len();
-        if frames == 0 || frames % k_envs != 0 {
+        if frames == 0 || !frames.is_multiple_of(k_envs) {
             return Err(RolloutError::Config {
                 field: "frames",
                 reason: format!("{frames} frames cannot be split evenly over {k_envs} envs"),
@@ -475,10 +480,7 @@ impl Rollout {
                     .map_err(|source| RolloutError::Env { env: k, source })?;
                 cur.copy_from_slice(next);
                 let sc = self.step_count[k];
-                let cut = self
-                    .config
-                    .max_frames_per_traj
-                    .is_some_and(|m| (sc + 1) as u64 >= m);
+                let cut = self.config.max_frames_per_traj.is_some_and(|m| (sc + 1) as u64 >= m);
                 let truncated = tr.truncated || (cut && !tr.terminated);
                 b.reward[i] = tr.reward as f32;
                 b.terminated[i] = tr.terminated;
@@ -494,16 +496,19 @@ impl Rollout {
             }
             self.frames += k_envs as u64;
         }
-        self.into_tensordict(b)
+        self.to_tensordict(b)
     }
 
-    fn into_tensordict(&self, b: Buffers) -> Result<TensorDict, RolloutError> {
+    fn to_tensordict(&self, b: Buffers) -> Result<TensorDict, RolloutError> {
         let (k, t, d, a) = (self.envs.len(), self.steps, self.obs_dim, self.act_dim);
         let bs = [k, t];
         let arr = |shape: &[usize]| IxDyn(shape);
         let e = |e: ndarray::ShapeError| TensorError::Invalid(e.to_string());
         let mut td = TensorDict::new(&bs);
-        td.set(keys::OBSERVATION, ArrayD::from_shape_vec(arr(&[k, t, d]), b.obs).map_err(e)?.into())?;
+        td.set(
+            keys::OBSERVATION,
+            ArrayD::from_shape_vec(arr(&[k, t, d]), b.obs).map_err(e)?.into(),
+        )?;
         td.set(
             keys::NEXT_OBSERVATION,
             ArrayD::from_shape_vec(arr(&[k, t, d]), b.next_obs).map_err(e)?.into(),
@@ -515,8 +520,14 @@ impl Rollout {
         };
         td.set(keys::ACTION, action)?;
         let one = [k, t, 1];
-        td.set(keys::NEXT_REWARD, ArrayD::from_shape_vec(arr(&one), b.reward).map_err(e)?.into())?;
-        td.set(keys::NEXT_DONE, ArrayD::from_shape_vec(arr(&one), b.done).map_err(e)?.into())?;
+        td.set(
+            keys::NEXT_REWARD,
+            ArrayD::from_shape_vec(arr(&one), b.reward).map_err(e)?.into(),
+        )?;
+        td.set(
+            keys::NEXT_DONE,
+            ArrayD::from_shape_vec(arr(&one), b.done).map_err(e)?.into(),
+        )?;
         td.set(
             keys::NEXT_TERMINATED,
             ArrayD::from_shape_vec(arr(&one), b.terminated).map_err(e)?.into(),
@@ -525,8 +536,14 @@ impl Rollout {
             keys::NEXT_TRUNCATED,
             ArrayD::from_shape_vec(arr(&one), b.truncated).map_err(e)?.into(),
         )?;
-        td.set(keys::TRAJ_IDS, ArrayD::from_shape_vec(arr(&[k, t]), b.traj_ids).map_err(e)?.into())?;
-        td.set(keys::STEP_COUNT, ArrayD::from_shape_vec(arr(&one), b.step_count).map_err(e)?.into())?;
+        td.set(
+            keys::TRAJ_IDS,
+            ArrayD::from_shape_vec(arr(&[k, t]), b.traj_ids).map_err(e)?.into(),
+        )?;
+        td.set(
+            keys::STEP_COUNT,
+            ArrayD::from_shape_vec(arr(&one), b.step_count).map_err(e)?.into(),
+        )?;
         Ok(td)
     }
 }
@@ -732,7 +749,9 @@ mod tests {
                 .map(|_| Box::new(Counting::new(CountingConfig::default()).expect("env")) as Box<dyn Env>)
                 .collect(),
             Box::new(Constant::new(&Spec::uniform_box(1, 0.0, 1.0), 1.0).expect("p")),
-            (0..k as u64).map(|i| TrajIds::new(i, k.max(1) as u64).expect("ids")).collect(),
+            (0..k as u64)
+                .map(|i| TrajIds::new(i, k.max(1) as u64).expect("ids"))
+                .collect(),
             c,
         ) {
             Err(RolloutError::Config { field, .. }) => field,
@@ -753,7 +772,10 @@ mod tests {
             "max_frames_per_traj"
         );
         let mut r = counting(2, 0, 2, cfg(4));
-        assert!(matches!(r.collect_frames(3), Err(RolloutError::Config { field: "frames", .. })));
+        assert!(matches!(
+            r.collect_frames(3),
+            Err(RolloutError::Config { field: "frames", .. })
+        ));
     }
 
     /// Emits a NaN observation on its second step.
@@ -803,7 +825,10 @@ mod tests {
     fn nan_observation_is_a_failure_only_when_asked() {
         for nan_is_failure in [false, true] {
             let spec = Spec::uniform_box(1, -1.0, 1.0);
-            let env = NanEnv { spec: spec.clone(), t: 0 };
+            let env = NanEnv {
+                spec: spec.clone(),
+                t: 0,
+            };
             let mut r = Rollout::new(
                 vec![Box::new(env)],
                 Box::new(Constant::new(&spec, 0.5).expect("p")),

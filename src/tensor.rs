@@ -270,11 +270,7 @@ impl Tensor {
         self.check_axis(axis, 0, 0)?;
         let size = self.shape()[axis];
         if let Some(&index) = indices.iter().find(|&&i| i >= size) {
-            return Err(TensorError::OutOfRange {
-                index,
-                dim: axis,
-                size,
-            });
+            return Err(TensorError::OutOfRange { index, dim: axis, size });
         }
         Ok(map_tensor!(self, a => a.select(Axis(axis), indices)))
     }
@@ -430,11 +426,7 @@ impl Tensor {
                     match b {
                         0 => v.push(false),
                         1 => v.push(true),
-                        other => {
-                            return Err(TensorError::Encoding(format!(
-                                "bool byte must be 0 or 1, got {other}"
-                            )))
-                        }
+                        other => return Err(TensorError::Encoding(format!("bool byte must be 0 or 1, got {other}"))),
                     }
                 }
                 Tensor::Bool(ArrayD::from_shape_vec(s, v).map_err(shape_err)?)
@@ -586,15 +578,18 @@ impl TensorDict {
 
     /// The f32 array under `key`.
     pub fn f32(&self, key: &str) -> Result<&ArrayD<f32>, TensorError> {
-        self.get_typed(key, DType::F32).map(|t| t.as_f32().expect("checked dtype"))
+        self.get_typed(key, DType::F32)
+            .map(|t| t.as_f32().expect("checked dtype"))
     }
     /// The i64 array under `key`.
     pub fn i64(&self, key: &str) -> Result<&ArrayD<i64>, TensorError> {
-        self.get_typed(key, DType::I64).map(|t| t.as_i64().expect("checked dtype"))
+        self.get_typed(key, DType::I64)
+            .map(|t| t.as_i64().expect("checked dtype"))
     }
     /// The bool array under `key`.
     pub fn bool(&self, key: &str) -> Result<&ArrayD<bool>, TensorError> {
-        self.get_typed(key, DType::Bool).map(|t| t.as_bool().expect("checked dtype"))
+        self.get_typed(key, DType::Bool)
+            .map(|t| t.as_bool().expect("checked dtype"))
     }
 
     /// Inserts (or replaces) `key`; its shape must start with the batch shape.
@@ -855,9 +850,15 @@ mod tests {
             d.set("next.reward", Tensor::zeros(DType::I64, &[2, 3, 1])),
             Err(TensorError::DType { .. })
         ));
-        assert!(matches!(d.set("a..b", Tensor::zeros(DType::F32, &[2, 3])), Err(TensorError::Invalid(_))));
+        assert!(matches!(
+            d.set("a..b", Tensor::zeros(DType::F32, &[2, 3])),
+            Err(TensorError::Invalid(_))
+        ));
         assert_eq!(d.get("nope"), Err(TensorError::MissingKey("nope".into())));
-        assert!(matches!(d.get_typed("next.reward", DType::I64), Err(TensorError::DType { .. })));
+        assert!(matches!(
+            d.get_typed("next.reward", DType::I64),
+            Err(TensorError::DType { .. })
+        ));
         assert_eq!(d.sub("next").keys().collect::<Vec<_>>(), vec!["reward"]);
     }
 
@@ -880,8 +881,14 @@ mod tests {
         assert!(matches!(c.index(1, 0), Err(TensorError::Invalid(_))));
         let mut other = td(&[2], 0.0);
         other.remove("next.done");
-        assert!(matches!(TensorDict::stack(&[a.clone(), other]), Err(TensorError::KeysDiffer(_))));
-        assert!(matches!(TensorDict::stack(&[a.clone(), td(&[3], 0.0)]), Err(TensorError::Shape { .. })));
+        assert!(matches!(
+            TensorDict::stack(&[a.clone(), other]),
+            Err(TensorError::KeysDiffer(_))
+        ));
+        assert!(matches!(
+            TensorDict::stack(&[a.clone(), td(&[3], 0.0)]),
+            Err(TensorError::Shape { .. })
+        ));
         assert!(matches!(TensorDict::stack(&[]), Err(TensorError::Empty(_))));
         let r = s.reshape(&[4]).unwrap();
         assert_eq!(r, c);
@@ -909,7 +916,8 @@ mod tests {
         assert!(bytes.windows(2).any(|w| w == [0xc4, 8]));
         let back: Tensor = rmp_serde::from_slice(&bytes).unwrap();
         assert_eq!(back, t);
-        for d in [td(&[2, 3], 1.5)] {
+        {
+            let d = td(&[2, 3], 1.5);
             let enc = rmp_serde::to_vec_named(&d).unwrap();
             let dec: TensorDict = rmp_serde::from_slice(&enc).unwrap();
             assert_eq!(dec, d);

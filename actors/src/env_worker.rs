@@ -32,7 +32,6 @@ impl EnvWorker {
             owns_arbiter,
         }
     }
-
 }
 
 impl Actor for EnvWorker {

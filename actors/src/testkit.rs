@@ -230,9 +230,21 @@ pub fn scripted_batch(node: usize, c: Continue, envs: usize, version: u64, first
     let obs: Vec<f32> = (0..n).map(|i| first + i as f32).collect();
     let mk = |shape: &[usize], t: Tensor| (shape.to_vec(), t);
     let entries = [
-        (keys::OBSERVATION, mk(&[envs, steps, 1], Tensor::F32(ndarray::ArrayD::from_shape_vec(vec![envs, steps, 1], obs).unwrap_or_default()))),
-        (keys::NEXT_REWARD, mk(&[envs, steps, 1], Tensor::zeros(rollout::DType::F32, &[envs, steps, 1]))),
-        (keys::TRAJ_IDS, mk(&[envs, steps], Tensor::zeros(rollout::DType::I64, &[envs, steps]))),
+        (
+            keys::OBSERVATION,
+            mk(
+                &[envs, steps, 1],
+                Tensor::F32(ndarray::ArrayD::from_shape_vec(vec![envs, steps, 1], obs).unwrap_or_default()),
+            ),
+        ),
+        (
+            keys::NEXT_REWARD,
+            mk(&[envs, steps, 1], Tensor::zeros(rollout::DType::F32, &[envs, steps, 1])),
+        ),
+        (
+            keys::TRAJ_IDS,
+            mk(&[envs, steps], Tensor::zeros(rollout::DType::I64, &[envs, steps])),
+        ),
     ];
     let mut data = TensorDict::new(&[envs, steps]);
     for (k, (_, t)) in entries {

@@ -156,7 +156,11 @@ fn main() {
         }));
     }
     println!("bare loop (1 thread)        {:>12.0} frames/s", a);
-    println!("Rollout   (1 thread)        {:>12.0} frames/s   ratio b/a = {:.3}", b, b / a);
+    println!(
+        "Rollout   (1 thread)        {:>12.0} frames/s   ratio b/a = {:.3}",
+        b,
+        b / a
+    );
 
     for sync in [false, true] {
         let mut c = collector(sync);

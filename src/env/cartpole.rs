@@ -32,9 +32,7 @@ pub struct CartPoleConfig {
 
 impl Default for CartPoleConfig {
     fn default() -> Self {
-        CartPoleConfig {
-            max_episode_steps: 500,
-        }
+        CartPoleConfig { max_episode_steps: 500 }
     }
 }
 
@@ -136,9 +134,7 @@ impl Env for CartPole {
         };
         self.action_spec.check_discrete(a)?;
         if self.needs_reset {
-            return Err(EnvError::NeedsReset(
-                "before reset or after the episode ended",
-            ));
+            return Err(EnvError::NeedsReset("before reset or after the episode ended"));
         }
 
         let [x, x_dot, theta, theta_dot] = self.state;
@@ -158,10 +154,8 @@ impl Env for CartPole {
 
         // gymnasium's comparisons, written out (a NaN state does not terminate, as there).
         #[allow(clippy::manual_range_contains)]
-        let terminated = x < -X_THRESHOLD
-            || x > X_THRESHOLD
-            || theta < -THETA_THRESHOLD_RADIANS
-            || theta > THETA_THRESHOLD_RADIANS;
+        let terminated =
+            x < -X_THRESHOLD || x > X_THRESHOLD || theta < -THETA_THRESHOLD_RADIANS || theta > THETA_THRESHOLD_RADIANS;
         self.elapsed += 1;
         let truncated = self.elapsed >= self.max_episode_steps;
         self.needs_reset = terminated || truncated;
@@ -178,9 +172,9 @@ impl Env for CartPole {
     }
 
     fn set_state(&mut self, state: &[f64]) -> Result<(), EnvError> {
-        let s: [f64; 4] = state.try_into().map_err(|_| {
-            EnvError::State(format!("CartPole state has 4 values, got {}", state.len()))
-        })?;
+        let s: [f64; 4] = state
+            .try_into()
+            .map_err(|_| EnvError::State(format!("CartPole state has 4 values, got {}", state.len())))?;
         self.state = s;
         self.needs_reset = false;
         Ok(())
@@ -260,10 +254,7 @@ mod tests {
 
     #[test]
     fn truncates_at_the_time_limit() {
-        let mut env = CartPole::new(CartPoleConfig {
-            max_episode_steps: 3,
-        })
-        .unwrap();
+        let mut env = CartPole::new(CartPoleConfig { max_episode_steps: 3 }).unwrap();
         let mut obs = [0.0; 4];
         env.reset(Some(1), &mut obs).unwrap();
         for i in 0..3 {
@@ -292,10 +283,7 @@ mod tests {
         let mut short = [0.0; 3];
         assert!(matches!(
             env.step(Action::Discrete(0), &mut short),
-            Err(EnvError::ObservationBuffer {
-                expected: 4,
-                got: 3
-            })
+            Err(EnvError::ObservationBuffer { expected: 4, got: 3 })
         ));
         assert!(env.set_state(&[0.0; 3]).is_err());
         // The episode is still usable after rejected actions.
@@ -304,21 +292,12 @@ mod tests {
 
     #[test]
     fn bad_config_names_the_field() {
-        let err = CartPole::new(CartPoleConfig {
-            max_episode_steps: 0,
-        })
-        .unwrap_err();
-        assert!(
-            matches!(&err, EnvError::Config { reason, .. } if reason.contains("max_episode_steps"))
-        );
-        let err = super::super::parse_config::<CartPoleConfig>(
-            CartPole::NAME,
-            &serde_json::json!({"max_steps": 3}),
-        )
-        .unwrap_err();
+        let err = CartPole::new(CartPoleConfig { max_episode_steps: 0 }).unwrap_err();
+        assert!(matches!(&err, EnvError::Config { reason, .. } if reason.contains("max_episode_steps")));
+        let err = super::super::parse_config::<CartPoleConfig>(CartPole::NAME, &serde_json::json!({"max_steps": 3}))
+            .unwrap_err();
         assert!(err.to_string().contains("max_steps"));
-        let c: CartPoleConfig =
-            super::super::parse_config(CartPole::NAME, &serde_json::json!({})).unwrap();
+        let c: CartPoleConfig = super::super::parse_config(CartPole::NAME, &serde_json::json!({})).unwrap();
         assert_eq!(c.max_episode_steps, 500);
     }
 

@@ -91,9 +91,7 @@ impl Env for Counting {
         };
         self.action_spec.check_continuous(a)?;
         if self.needs_reset {
-            return Err(EnvError::NeedsReset(
-                "before reset or after the episode ended",
-            ));
+            return Err(EnvError::NeedsReset("before reset or after the episode ended"));
         }
         self.count += f64::from(a[0]);
         self.elapsed += 1;
@@ -211,21 +209,14 @@ mod tests {
             env.observation_spec(),
             &Spec::uniform_box(1, f32::NEG_INFINITY, f32::INFINITY)
         );
-        let err = super::super::parse_config::<CountingConfig>(
-            Counting::NAME,
-            &serde_json::json!({"max_step": 3}),
-        )
-        .unwrap_err();
+        let err = super::super::parse_config::<CountingConfig>(Counting::NAME, &serde_json::json!({"max_step": 3}))
+            .unwrap_err();
         assert!(err.to_string().contains("max_step"));
-        let err = super::super::parse_config::<CountingConfig>(
-            Counting::NAME,
-            &serde_json::json!({"max_steps": -3}),
-        )
-        .unwrap_err();
+        let err = super::super::parse_config::<CountingConfig>(Counting::NAME, &serde_json::json!({"max_steps": -3}))
+            .unwrap_err();
         assert!(matches!(err, EnvError::Config { .. }));
         let c: CountingConfig =
-            super::super::parse_config(Counting::NAME, &serde_json::json!({"max_steps": 2}))
-                .unwrap();
+            super::super::parse_config(Counting::NAME, &serde_json::json!({"max_steps": 2})).unwrap();
         assert_eq!(c.max_steps, 2);
     }
 }

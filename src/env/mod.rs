@@ -205,15 +205,21 @@ impl Registry {
     /// A registry with `CartPole-v1`, `Pendulum-v1`, `MountainCarContinuous-v0` and `Counting`.
     pub fn with_builtins() -> Registry {
         let mut r = Registry::empty();
-        r.register("CartPole-v1", |c| Ok(Box::new(CartPole::new(parse_config(CartPole::NAME, c)?)?)));
-        r.register("Pendulum-v1", |c| Ok(Box::new(Pendulum::new(parse_config(Pendulum::NAME, c)?)?)));
+        r.register("CartPole-v1", |c| {
+            Ok(Box::new(CartPole::new(parse_config(CartPole::NAME, c)?)?))
+        });
+        r.register("Pendulum-v1", |c| {
+            Ok(Box::new(Pendulum::new(parse_config(Pendulum::NAME, c)?)?))
+        });
         r.register("MountainCarContinuous-v0", |c| {
             Ok(Box::new(MountainCarContinuous::new(parse_config(
                 MountainCarContinuous::NAME,
                 c,
             )?)?))
         });
-        r.register("Counting", |c| Ok(Box::new(Counting::new(parse_config(Counting::NAME, c)?)?)));
+        r.register("Counting", |c| {
+            Ok(Box::new(Counting::new(parse_config(Counting::NAME, c)?)?))
+        });
         r
     }
 

@@ -38,9 +38,7 @@ pub struct MountainCarContinuousConfig {
 
 impl Default for MountainCarContinuousConfig {
     fn default() -> Self {
-        MountainCarContinuousConfig {
-            max_episode_steps: 999,
-        }
+        MountainCarContinuousConfig { max_episode_steps: 999 }
     }
 }
 
@@ -147,9 +145,7 @@ impl Env for MountainCarContinuous {
         };
         self.action_spec.check_continuous(a)?;
         if self.needs_reset {
-            return Err(EnvError::NeedsReset(
-                "before reset or after the episode ended",
-            ));
+            return Err(EnvError::NeedsReset("before reset or after the episode ended"));
         }
 
         let a = a[0];
@@ -227,12 +223,9 @@ impl Env for MountainCarContinuous {
     /// are exact f32 values is taken as gymnasium's float32 state (as after a step),
     /// any other as the float64 state of a reset.
     fn set_state(&mut self, state: &[f64]) -> Result<(), EnvError> {
-        let s: [f64; 2] = state.try_into().map_err(|_| {
-            EnvError::State(format!(
-                "MountainCarContinuous state has 2 values, got {}",
-                state.len()
-            ))
-        })?;
+        let s: [f64; 2] = state
+            .try_into()
+            .map_err(|_| EnvError::State(format!("MountainCarContinuous state has 2 values, got {}", state.len())))?;
         self.f32_state = s.iter().all(|&v| f64::from(v as f32) == v);
         self.state = s;
         self.needs_reset = false;
@@ -298,16 +291,10 @@ mod tests {
 
     #[test]
     fn truncates_at_the_time_limit() {
-        let mut env = MountainCarContinuous::new(MountainCarContinuousConfig {
-            max_episode_steps: 2,
-        })
-        .unwrap();
+        let mut env = MountainCarContinuous::new(MountainCarContinuousConfig { max_episode_steps: 2 }).unwrap();
         let mut obs = [0.0; 2];
         env.reset(Some(0), &mut obs).unwrap();
-        assert!(!env
-            .step(Action::Continuous(&[0.0]), &mut obs)
-            .unwrap()
-            .done());
+        assert!(!env.step(Action::Continuous(&[0.0]), &mut obs).unwrap().done());
         let t = env.step(Action::Continuous(&[0.0]), &mut obs).unwrap();
         assert!(t.truncated && !t.terminated);
     }
@@ -330,8 +317,7 @@ mod tests {
         let mut env = env();
         let mut obs = [0.0; 2];
         env.reset(Some(0), &mut obs).unwrap();
-        env.set_state(&[f64::from(-1.19f32), f64::from(-0.07f32)])
-            .unwrap();
+        env.set_state(&[f64::from(-1.19f32), f64::from(-0.07f32)]).unwrap();
         env.step(Action::Continuous(&[-1.0]), &mut obs).unwrap();
         assert_eq!(obs, [-1.2, 0.0]);
     }
@@ -351,10 +337,7 @@ mod tests {
         ));
         assert!(matches!(
             env.step(Action::Continuous(&[0.0, 0.0]), &mut obs),
-            Err(EnvError::Action(SpecError::Length {
-                expected: 1,
-                got: 2
-            }))
+            Err(EnvError::Action(SpecError::Length { expected: 1, got: 2 }))
         ));
         assert!(env.step(Action::Continuous(&[0.0]), &mut [0.0; 3]).is_err());
         assert!(env.set_state(&[0.0; 3]).is_err());
@@ -362,13 +345,8 @@ mod tests {
 
     #[test]
     fn bad_config_names_the_field() {
-        let err = MountainCarContinuous::new(MountainCarContinuousConfig {
-            max_episode_steps: 0,
-        })
-        .unwrap_err();
-        assert!(
-            matches!(&err, EnvError::Config { reason, .. } if reason.contains("max_episode_steps"))
-        );
+        let err = MountainCarContinuous::new(MountainCarContinuousConfig { max_episode_steps: 0 }).unwrap_err();
+        assert!(matches!(&err, EnvError::Config { reason, .. } if reason.contains("max_episode_steps")));
         let err = super::super::parse_config::<MountainCarContinuousConfig>(
             MountainCarContinuous::NAME,
             &serde_json::json!({"max_episode_steps": -1}),

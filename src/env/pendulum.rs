@@ -34,9 +34,7 @@ pub struct PendulumConfig {
 
 impl Default for PendulumConfig {
     fn default() -> Self {
-        PendulumConfig {
-            max_episode_steps: 200,
-        }
+        PendulumConfig { max_episode_steps: 200 }
     }
 }
 
@@ -144,10 +142,7 @@ impl Env for Pendulum {
         if let Some(seed) = seed {
             self.rng = ChaCha8Rng::seed_from_u64(seed);
         }
-        self.state = [
-            self.rng.random_range(-PI..PI),
-            self.rng.random_range(-1.0..1.0),
-        ];
+        self.state = [self.rng.random_range(-PI..PI), self.rng.random_range(-1.0..1.0)];
         self.elapsed = 0;
         self.needs_reset = false;
         self.write_obs(obs);
@@ -168,9 +163,7 @@ impl Env for Pendulum {
         };
         self.action_spec.check_continuous(a)?;
         if self.needs_reset {
-            return Err(EnvError::NeedsReset(
-                "before reset or after the episode ended",
-            ));
+            return Err(EnvError::NeedsReset("before reset or after the episode ended"));
         }
 
         let [th, thdot] = self.state;
@@ -179,8 +172,7 @@ impl Env for Pendulum {
         // f64 terms, then `0.001 * (u ** 2)` in f32 (NEP 50), widened by the f64 sum.
         let costs = pow2(angle_normalize(th)) + 0.1 * pow2(thdot) + f64::from(0.001f32 * pow2f(u));
         // `3.0 / (m * l**2) * u` is f32; `3 * g / (2 * l) * sin(th)` is f64.
-        let newthdot = thdot
-            + (3.0 * G / (2.0 * L) * th.sin() + f64::from((3.0 / (M * L * L)) as f32 * u)) * DT;
+        let newthdot = thdot + (3.0 * G / (2.0 * L) * th.sin() + f64::from((3.0 / (M * L * L)) as f32 * u)) * DT;
         let newthdot = newthdot.clamp(-MAX_SPEED, MAX_SPEED);
         let newth = th + newthdot * DT;
         self.state = [newth, newthdot];
@@ -202,9 +194,9 @@ impl Env for Pendulum {
 
     /// Sets `[theta, theta_dot]`; the env can step afterwards.
     fn set_state(&mut self, state: &[f64]) -> Result<(), EnvError> {
-        let s: [f64; 2] = state.try_into().map_err(|_| {
-            EnvError::State(format!("Pendulum state has 2 values, got {}", state.len()))
-        })?;
+        let s: [f64; 2] = state
+            .try_into()
+            .map_err(|_| EnvError::State(format!("Pendulum state has 2 values, got {}", state.len())))?;
         self.state = s;
         self.needs_reset = false;
         Ok(())
@@ -255,25 +247,15 @@ mod tests {
 
     #[test]
     fn needs_reset_after_truncation() {
-        let mut env = Pendulum::new(PendulumConfig {
-            max_episode_steps: 2,
-        })
-        .unwrap();
+        let mut env = Pendulum::new(PendulumConfig { max_episode_steps: 2 }).unwrap();
         let mut obs = [0.0; 3];
         assert!(matches!(
             env.step(Action::Continuous(&[0.0]), &mut obs),
             Err(EnvError::NeedsReset(_))
         ));
         env.reset(Some(0), &mut obs).unwrap();
-        assert!(!env
-            .step(Action::Continuous(&[0.0]), &mut obs)
-            .unwrap()
-            .done());
-        assert!(
-            env.step(Action::Continuous(&[0.0]), &mut obs)
-                .unwrap()
-                .truncated
-        );
+        assert!(!env.step(Action::Continuous(&[0.0]), &mut obs).unwrap().done());
+        assert!(env.step(Action::Continuous(&[0.0]), &mut obs).unwrap().truncated);
         assert!(matches!(
             env.step(Action::Continuous(&[0.0]), &mut obs),
             Err(EnvError::NeedsReset(_))
@@ -295,17 +277,11 @@ mod tests {
         ));
         assert!(matches!(
             env.step(Action::Continuous(&[0.0, 1.0]), &mut obs),
-            Err(EnvError::Action(SpecError::Length {
-                expected: 1,
-                got: 2
-            }))
+            Err(EnvError::Action(SpecError::Length { expected: 1, got: 2 }))
         ));
         assert!(matches!(
             env.step(Action::Continuous(&[]), &mut obs),
-            Err(EnvError::Action(SpecError::Length {
-                expected: 1,
-                got: 0
-            }))
+            Err(EnvError::Action(SpecError::Length { expected: 1, got: 0 }))
         ));
         assert!(env.step(Action::Continuous(&[0.0]), &mut [0.0; 2]).is_err());
         assert!(env.set_state(&[0.0]).is_err());
@@ -338,17 +314,11 @@ mod tests {
 
     #[test]
     fn bad_config_names_the_field() {
-        let err = Pendulum::new(PendulumConfig {
-            max_episode_steps: 0,
-        })
-        .unwrap_err();
+        let err = Pendulum::new(PendulumConfig { max_episode_steps: 0 }).unwrap_err();
         assert!(matches!(&err, EnvError::Config { env, reason }
             if env == "Pendulum-v1" && reason.contains("max_episode_steps")));
-        let err = super::super::parse_config::<PendulumConfig>(
-            Pendulum::NAME,
-            &serde_json::json!({"g": 9.8}),
-        )
-        .unwrap_err();
+        let err =
+            super::super::parse_config::<PendulumConfig>(Pendulum::NAME, &serde_json::json!({"g": 9.8})).unwrap_err();
         assert!(err.to_string().contains("`g`"));
     }
 }

@@ -206,7 +206,11 @@ impl NodeMachine {
         data: TensorDict,
         out: &mut Vec<NodeOutput>,
     ) -> Result<(), NodeError> {
-        let Some(p) = self.pending.as_mut().filter(|p| p.seq == seq && worker < p.shares.len()) else {
+        let Some(p) = self
+            .pending
+            .as_mut()
+            .filter(|p| p.seq == seq && worker < p.shares.len())
+        else {
             return Err(NodeError::Unexpected { worker, seq });
         };
         if p.shares[worker].is_some() {

@@ -81,14 +81,14 @@ impl TrainerConfig {
         }
         let tail = self.total_frames.map_or(0, |t| (t % f as u64) as usize);
         if self.sync {
-            if f % n != 0 {
+            if !f.is_multiple_of(n) {
                 return Err(cfg_err(
                     "frames_per_batch",
                     format!("sync collection splits {f} frames evenly over {n} nodes, and {n} does not divide {f}"),
                 ));
             }
             let share = f / n;
-            if let Some(i) = self.envs_per_node.iter().position(|&k| share % k != 0) {
+            if let Some(i) = self.envs_per_node.iter().position(|&k| !share.is_multiple_of(k)) {
                 return Err(cfg_err(
                     "frames_per_batch",
                     format!(
@@ -98,25 +98,37 @@ impl TrainerConfig {
                 ));
             }
             if self.envs_per_node.iter().any(|&k| k != self.envs_per_node[0]) {
-                return Err(cfg_err("envs_per_node", "sync collection stacks node shares, so every node needs the same env count"));
+                return Err(cfg_err(
+                    "envs_per_node",
+                    "sync collection stacks node shares, so every node needs the same env count",
+                ));
             }
-            if tail != 0 && (tail % n != 0 || (tail / n) % self.envs_per_node[0] != 0) {
+            if tail != 0 && (!tail.is_multiple_of(n) || !(tail / n).is_multiple_of(self.envs_per_node[0])) {
                 return Err(cfg_err(
                     "total_frames",
-                    format!("the last batch of {tail} frames cannot be split evenly over {n} nodes x {} envs", self.envs_per_node[0]),
+                    format!(
+                        "the last batch of {tail} frames cannot be split evenly over {n} nodes x {} envs",
+                        self.envs_per_node[0]
+                    ),
                 ));
             }
         } else {
-            if let Some(i) = self.envs_per_node.iter().position(|&k| f % k != 0) {
+            if let Some(i) = self.envs_per_node.iter().position(|&k| !f.is_multiple_of(k)) {
                 return Err(cfg_err(
                     "frames_per_batch",
-                    format!("{f} frames do not divide over the {} envs of node {i}", self.envs_per_node[i]),
+                    format!(
+                        "{f} frames do not divide over the {} envs of node {i}",
+                        self.envs_per_node[i]
+                    ),
                 ));
             }
-            if let Some(i) = self.envs_per_node.iter().position(|&k| tail % k != 0) {
+            if let Some(i) = self.envs_per_node.iter().position(|&k| !tail.is_multiple_of(k)) {
                 return Err(cfg_err(
                     "total_frames",
-                    format!("the last batch of {tail} frames cannot be split over the {} envs of node {i}", self.envs_per_node[i]),
+                    format!(
+                        "the last batch of {tail} frames cannot be split over the {} envs of node {i}",
+                        self.envs_per_node[i]
+                    ),
                 ));
             }
         }
@@ -441,7 +453,7 @@ impl TrainerMachine {
         self.frames_yielded += c.data.numel() as u64;
         out.push(Output::Yield(c));
         if let Some(ui) = self.cfg.update_interval {
-            if self.batches_yielded % ui == 0 {
+            if self.batches_yielded.is_multiple_of(ui) {
                 for i in 0..self.nodes.len() {
                     self.push_to(i, out);
                 }

@@ -43,11 +43,7 @@ fn obs_len_error(len: usize, k: usize, obs_dim: usize) -> PolicyError {
 
 /// Checks an action buffer against the action spec: right kind, exactly `k` actions.
 #[inline]
-pub(super) fn check_actions(
-    action: &Spec,
-    k: usize,
-    actions: &ActionsMut<'_>,
-) -> Result<(), PolicyError> {
+pub(super) fn check_actions(action: &Spec, k: usize, actions: &ActionsMut<'_>) -> Result<(), PolicyError> {
     let (len, dim) = match (action, actions) {
         (Spec::Discrete { .. }, ActionsMut::Discrete(a)) => (a.len(), 1),
         (Spec::Box { low, .. }, ActionsMut::Continuous(a)) => (a.len(), low.len()),
@@ -68,9 +64,7 @@ pub(super) fn action_kind_error(action: &Spec, actions: &ActionsMut<'_>) -> Poli
         (Spec::Discrete { .. }, _) => ("discrete", "ActionsMut::Continuous"),
         (Spec::Box { .. }, _) => ("a box", "ActionsMut::Discrete"),
     };
-    PolicyError::Buffer(format!(
-        "the action spec is {spec} but the buffer is {buffer}"
-    ))
+    PolicyError::Buffer(format!("the action spec is {spec} but the buffer is {buffer}"))
 }
 
 /// The error for an action buffer of the wrong length.
@@ -202,9 +196,7 @@ impl Head {
                 n: usize::try_from(*n)
                     .ok()
                     .filter(|&n| n <= MAX_PARAMS)
-                    .ok_or_else(|| {
-                        PolicyError::Spec(format!("{n} discrete actions are too many"))
-                    })?,
+                    .ok_or_else(|| PolicyError::Spec(format!("{n} discrete actions are too many")))?,
             },
             Spec::Box { low, high } => {
                 let mut mid = Vec::with_capacity(low.len());
@@ -350,12 +342,7 @@ impl Net {
     }
 
     /// See [`Policy::act`](super::Policy::act).
-    pub(super) fn act(
-        &mut self,
-        obs: &[f32],
-        k: usize,
-        actions: ActionsMut<'_>,
-    ) -> Result<(), PolicyError> {
+    pub(super) fn act(&mut self, obs: &[f32], k: usize, actions: ActionsMut<'_>) -> Result<(), PolicyError> {
         check_obs(obs, k, self.obs_dim)?;
         let random = self.exploration == ExplorationType::Random;
         // Index arithmetic rather than `chunks_exact`, which divides (slow at k = 1).
@@ -368,13 +355,7 @@ impl Net {
                 let n = *n;
                 for (r, o) in out.iter_mut().enumerate() {
                     let x = &obs[r * od..(r + 1) * od];
-                    forward(
-                        &self.layers,
-                        &self.params,
-                        x,
-                        &mut self.buf_a,
-                        &mut self.buf_b,
-                    );
+                    forward(&self.layers, &self.params, x, &mut self.buf_a, &mut self.buf_b);
                     let z = &mut self.buf_a[..n];
                     let i = match (random, n) {
                         (false, _) => argmax(z),
@@ -405,13 +386,7 @@ impl Net {
                 for r in 0..k {
                     let x = &obs[r * od..(r + 1) * od];
                     let o = &mut out[r * d..(r + 1) * d];
-                    forward(
-                        &self.layers,
-                        &self.params,
-                        x,
-                        &mut self.buf_a,
-                        &mut self.buf_b,
-                    );
+                    forward(&self.layers, &self.params, x, &mut self.buf_a, &mut self.buf_b);
                     let z = &self.buf_a[..d];
                     for j in 0..d {
                         let mut a = mid[j] + half[j] * z[j].tanh();
@@ -437,9 +412,7 @@ impl Net {
         self.weights.check_layout(weights)?;
         for l in &self.layers {
             for (name, off) in [(&l.w_name, l.w), (&l.b_name, l.b)] {
-                let src = weights.tensors[name.as_str()]
-                    .as_f32()
-                    .expect("layout checked: f32");
+                let src = weights.tensors[name.as_str()].as_f32().expect("layout checked: f32");
                 for (d, s) in self.params[off..].iter_mut().zip(src.iter()) {
                     *d = *s;
                 }
@@ -513,13 +486,7 @@ pub(super) mod testutil {
 
     /// Weights from `(name, tensor)` pairs.
     pub(crate) fn w(version: u64, entries: Vec<(&str, Tensor)>) -> Weights {
-        Weights::new(
-            entries
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v))
-                .collect(),
-        )
-        .with_version(version)
+        Weights::new(entries.into_iter().map(|(k, v)| (k.to_string(), v)).collect()).with_version(version)
     }
 
     /// The flattened f32 tensor `name` of `w`.

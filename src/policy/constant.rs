@@ -29,10 +29,7 @@ impl Constant {
     pub fn new(action: &Spec, value: f32) -> Result<Constant, PolicyError> {
         action.validate()?;
         let mut tensors = BTreeMap::new();
-        tensors.insert(
-            "value".to_string(),
-            Tensor::F32(ArrayD::from_elem(IxDyn(&[1]), value)),
-        );
+        tensors.insert("value".to_string(), Tensor::F32(ArrayD::from_elem(IxDyn(&[1]), value)));
         Ok(Constant {
             action: action.clone(),
             value,
@@ -57,14 +54,8 @@ impl Policy for Constant {
 
     fn set_weights(&mut self, weights: &Weights) -> Result<(), PolicyError> {
         self.weights.check_layout(weights)?;
-        let src = weights.tensors["value"]
-            .as_f32()
-            .expect("layout checked: f32");
-        let value = src
-            .iter()
-            .next()
-            .copied()
-            .expect("layout checked: one element");
+        let src = weights.tensors["value"].as_f32().expect("layout checked: f32");
+        let value = src.iter().next().copied().expect("layout checked: one element");
         match self.weights.tensors.get_mut("value") {
             Some(Tensor::F32(dst)) => dst.fill(value),
             _ => unreachable!("own weight is f32"),
@@ -90,12 +81,10 @@ mod tests {
         assert_eq!(vals(p.weights(), "value"), [1.0]);
         assert_eq!(p.weights().tensors["value"].shape(), &[1]);
         let mut out = [0f32; 6];
-        p.act(&[0.0; 9], 3, ActionsMut::Continuous(&mut out))
-            .unwrap();
+        p.act(&[0.0; 9], 3, ActionsMut::Continuous(&mut out)).unwrap();
         assert_eq!(out, [1.0; 6]);
         // Out of bounds on purpose: not clipped.
-        p.set_weights(&w(4, vec![("value", t(&[1], &[2.0]))]))
-            .unwrap();
+        p.set_weights(&w(4, vec![("value", t(&[1], &[2.0]))])).unwrap();
         assert_eq!(p.weights().version, 4);
         assert_eq!(vals(p.weights(), "value"), [2.0]);
         p.set_exploration(ExplorationType::Deterministic);
@@ -109,8 +98,7 @@ mod tests {
         let mut out = [0i64; 2];
         p.act(&[], 2, ActionsMut::Discrete(&mut out)).unwrap();
         assert_eq!(out, [3, 3]);
-        p.set_weights(&w(1, vec![("value", t(&[1], &[-0.4]))]))
-            .unwrap();
+        p.set_weights(&w(1, vec![("value", t(&[1], &[-0.4]))])).unwrap();
         p.act(&[], 2, ActionsMut::Discrete(&mut out)).unwrap();
         assert_eq!(out, [0, 0]);
     }
@@ -122,10 +110,7 @@ mod tests {
             w(1, vec![("value", t(&[2], &[1.0, 2.0]))]),
             w(1, vec![("value", t(&[], &[1.0]))]),
             w(1, vec![("v", t(&[1], &[1.0]))]),
-            w(
-                1,
-                vec![("value", Tensor::zeros(crate::tensor::DType::I64, &[1]))],
-            ),
+            w(1, vec![("value", Tensor::zeros(crate::tensor::DType::I64, &[1]))]),
         ] {
             assert!(matches!(p.set_weights(&bad), Err(PolicyError::Weights(_))));
         }

@@ -30,12 +30,7 @@ pub struct Linear {
 impl Linear {
     /// A linear policy for these specs, with initial weights from `init_seed`
     /// and its sampling generator seeded with `seed`.
-    pub fn new(
-        obs: &Spec,
-        action: &Spec,
-        init_seed: u64,
-        seed: u64,
-    ) -> Result<Linear, PolicyError> {
+    pub fn new(obs: &Spec, action: &Spec, init_seed: u64, seed: u64) -> Result<Linear, PolicyError> {
         let names = |_| ("weight".to_string(), "bias".to_string());
         Ok(Linear {
             net: Net::new(obs, action, &[], names, init_seed, seed)?,
@@ -117,31 +112,17 @@ mod tests {
         let mut p2 = Linear::new(&o, &a, 1, 5).unwrap();
         let mut p3 = Linear::new(&o, &a, 1, 6).unwrap();
         // Make the choice genuinely random: equal logits.
-        let zero = w(
-            0,
-            vec![
-                ("weight", t(&[2, 4], &[0.0; 8])),
-                ("bias", t(&[2], &[0.0; 2])),
-            ],
-        );
+        let zero = w(0, vec![("weight", t(&[2, 4], &[0.0; 8])), ("bias", t(&[2], &[0.0; 2]))]);
         for p in [&mut p1, &mut p2, &mut p3] {
             p.set_weights(&zero).unwrap();
         }
-        let s1: Vec<i64> = (0..50)
-            .flat_map(|_| run_discrete(&mut p1, &obs, 8))
-            .collect();
-        let s2: Vec<i64> = (0..50)
-            .flat_map(|_| run_discrete(&mut p2, &obs, 8))
-            .collect();
-        let s3: Vec<i64> = (0..50)
-            .flat_map(|_| run_discrete(&mut p3, &obs, 8))
-            .collect();
+        let s1: Vec<i64> = (0..50).flat_map(|_| run_discrete(&mut p1, &obs, 8)).collect();
+        let s2: Vec<i64> = (0..50).flat_map(|_| run_discrete(&mut p2, &obs, 8)).collect();
+        let s3: Vec<i64> = (0..50).flat_map(|_| run_discrete(&mut p3, &obs, 8)).collect();
         assert_eq!(s1, s2);
         assert_ne!(s1, s3);
         p1.reseed(5);
-        let again: Vec<i64> = (0..50)
-            .flat_map(|_| run_discrete(&mut p1, &obs, 8))
-            .collect();
+        let again: Vec<i64> = (0..50).flat_map(|_| run_discrete(&mut p1, &obs, 8)).collect();
         assert_eq!(s1, again);
     }
 
@@ -190,10 +171,7 @@ mod tests {
         let obs = [0.5f32; 32];
         let mut zeros = 0;
         for _ in 0..1250 {
-            zeros += run_discrete(&mut p, &obs, 8)
-                .iter()
-                .filter(|&&x| x == 0)
-                .count();
+            zeros += run_discrete(&mut p, &obs, 8).iter().filter(|&&x| x == 0).count();
         }
         let f = zeros as f64 / 10_000.0;
         assert!((0.75..0.85).contains(&f), "frequency of action 0: {f}");
@@ -206,11 +184,8 @@ mod tests {
         let mut p = Linear::new(&o, &a, 0, 8).unwrap();
         let probs = [0.5f32, 0.3, 0.2];
         let bias: Vec<f32> = probs.iter().map(|p| p.ln() - 2.0).collect();
-        p.set_weights(&w(
-            0,
-            vec![("weight", t(&[3, 1], &[0.0; 3])), ("bias", t(&[3], &bias))],
-        ))
-        .unwrap();
+        p.set_weights(&w(0, vec![("weight", t(&[3, 1], &[0.0; 3])), ("bias", t(&[3], &bias))]))
+            .unwrap();
         let mut counts = [0usize; 3];
         for _ in 0..10_000 {
             counts[run_discrete(&mut p, &[0.3], 1)[0] as usize] += 1;
@@ -249,11 +224,8 @@ mod tests {
         let mut p = Linear::new(&o, &a, 0, 0).unwrap();
         p.set_exploration(ExplorationType::Deterministic);
         let bias = [0.3f32, -0.7, 0.4, -0.4];
-        p.set_weights(&w(
-            0,
-            vec![("weight", t(&[4, 1], &[0.0; 4])), ("bias", t(&[4], &bias))],
-        ))
-        .unwrap();
+        p.set_weights(&w(0, vec![("weight", t(&[4, 1], &[0.0; 4])), ("bias", t(&[4], &bias))]))
+            .unwrap();
         let out = run_continuous(&mut p, &[0.0, 5.0], 2, 4);
         let expect = [
             0.0 + (0.3f32.tanh() + 1.0) / 2.0 * 1.0,
@@ -269,10 +241,7 @@ mod tests {
         // Saturation stays inside the box.
         p.set_weights(&w(
             0,
-            vec![
-                ("weight", t(&[4, 1], &[100.0; 4])),
-                ("bias", t(&[4], &[0.0; 4])),
-            ],
+            vec![("weight", t(&[4, 1], &[100.0; 4])), ("bias", t(&[4], &[0.0; 4]))],
         ))
         .unwrap();
         let out = run_continuous(&mut p, &[1.0, -1.0], 2, 4);
@@ -291,10 +260,7 @@ mod tests {
         // Means near the upper bounds, so noise often pushes past them.
         let weights = w(
             0,
-            vec![
-                ("weight", t(&[2, 2], &[0.0; 4])),
-                ("bias", t(&[2], &[2.0, 2.0])),
-            ],
+            vec![("weight", t(&[2, 2], &[0.0; 4])), ("bias", t(&[2], &[2.0, 2.0]))],
         );
         p.set_weights(&weights).unwrap();
         let mean1 = 5.0 + 5.0 * 2.0f32.tanh();
@@ -328,10 +294,7 @@ mod tests {
         let mut p = Linear::new(&o, &a, 0, 11).unwrap();
         p.set_weights(&w(
             0,
-            vec![
-                ("weight", t(&[2, 1], &[0.0; 2])),
-                ("bias", t(&[2], &[0.0; 2])),
-            ],
+            vec![("weight", t(&[2, 1], &[0.0; 2])), ("bias", t(&[2], &[0.0; 2]))],
         ))
         .unwrap();
         let n = 10_000;
@@ -347,10 +310,7 @@ mod tests {
             let mean = s[j] / n as f64;
             let std = (ss[j] / n as f64 - mean * mean).sqrt();
             assert!(mean.abs() < 0.1 * want, "mean {mean} for std {want}");
-            assert!(
-                (std / want - 1.0).abs() < 0.05,
-                "std {std}, expected {want}"
-            );
+            assert!((std / want - 1.0).abs() < 0.05, "std {std}, expected {want}");
         }
     }
 
@@ -362,14 +322,8 @@ mod tests {
         let good_w = t(&[2, 4], &[1.0; 8]);
         let good_b = t(&[2], &[2.0; 2]);
         let bad = [
-            w(
-                1,
-                vec![("weight", t(&[4, 2], &[1.0; 8])), ("bias", good_b.clone())],
-            ),
-            w(
-                1,
-                vec![("weight", good_w.clone()), ("bias", t(&[3], &[0.0; 3]))],
-            ),
+            w(1, vec![("weight", t(&[4, 2], &[1.0; 8])), ("bias", good_b.clone())]),
+            w(1, vec![("weight", good_w.clone()), ("bias", t(&[3], &[0.0; 3]))]),
             w(1, vec![("weight", good_w.clone())]),
             w(
                 1,
@@ -389,10 +343,7 @@ mod tests {
             ),
         ];
         for b in &bad {
-            assert!(
-                matches!(p.set_weights(b), Err(PolicyError::Weights(_))),
-                "{b:?}"
-            );
+            assert!(matches!(p.set_weights(b), Err(PolicyError::Weights(_))), "{b:?}");
             assert_eq!(p.weights(), &before);
         }
         p.set_weights(&w(17, vec![("weight", good_w), ("bias", good_b)]))
@@ -409,9 +360,7 @@ mod tests {
         let mut p = Linear::new(&o, &a, 0, 0).unwrap();
         p.set_exploration(ExplorationType::Deterministic);
         // Stored [[0, 1], [5, 0]], seen transposed: [[0, 5], [1, 0]].
-        let stored =
-            ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[2, 2]), vec![0.0f32, 1.0, 5.0, 0.0])
-                .unwrap();
+        let stored = ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[2, 2]), vec![0.0f32, 1.0, 5.0, 0.0]).unwrap();
         let weights = w(
             2,
             vec![
@@ -436,11 +385,7 @@ mod tests {
         assert!(buffer(p.act(&obs[..7], 2, ActionsMut::Discrete(&mut d))));
         assert!(buffer(p.act(&obs, 2, ActionsMut::Discrete(&mut d[..1]))));
         assert!(buffer(p.act(&obs, 2, ActionsMut::Continuous(&mut c))));
-        assert!(buffer(p.act(
-            &obs,
-            usize::MAX,
-            ActionsMut::Discrete(&mut d)
-        )));
+        assert!(buffer(p.act(&obs, usize::MAX, ActionsMut::Discrete(&mut d))));
         p.act(&obs, 2, ActionsMut::Discrete(&mut d)).unwrap();
         p.act(&[], 0, ActionsMut::Discrete(&mut [])).unwrap();
 
@@ -456,13 +401,7 @@ mod tests {
     fn bad_specs_are_errors() {
         let o = Spec::uniform_box(2, -1.0, 1.0);
         assert!(Linear::new(&o, &Spec::Discrete { n: 0 }, 0, 0).is_err());
-        assert!(Linear::new(
-            &Spec::uniform_box(0, 0.0, 1.0),
-            &Spec::Discrete { n: 2 },
-            0,
-            0
-        )
-        .is_err());
+        assert!(Linear::new(&Spec::uniform_box(0, 0.0, 1.0), &Spec::Discrete { n: 2 }, 0, 0).is_err());
         let inverted = Spec::Box {
             low: vec![1.0],
             high: vec![0.0],

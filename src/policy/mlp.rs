@@ -22,13 +22,7 @@ pub struct Mlp {
 impl Mlp {
     /// An MLP policy with these `hidden` widths (each at least 1), initial
     /// weights from `init_seed` and its sampling generator seeded with `seed`.
-    pub fn new(
-        obs: &Spec,
-        action: &Spec,
-        hidden: &[usize],
-        init_seed: u64,
-        seed: u64,
-    ) -> Result<Mlp, PolicyError> {
+    pub fn new(obs: &Spec, action: &Spec, hidden: &[usize], init_seed: u64, seed: u64) -> Result<Mlp, PolicyError> {
         let names = |i| (format!("layers.{i}.weight"), format!("layers.{i}.bias"));
         Ok(Mlp {
             net: Net::new(obs, action, hidden, names, init_seed, seed)?,
@@ -70,11 +64,7 @@ mod tests {
         let a = Spec::Discrete { n: 3 };
         let p = Mlp::new(&o, &a, &[16, 8], 5, 0).unwrap();
         let ws = p.weights();
-        let shapes: Vec<(&str, &[usize])> = ws
-            .tensors
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.shape()))
-            .collect();
+        let shapes: Vec<(&str, &[usize])> = ws.tensors.iter().map(|(k, v)| (k.as_str(), v.shape())).collect();
         assert_eq!(
             shapes,
             [
@@ -115,14 +105,8 @@ mod tests {
         let a = Spec::uniform_box(2, -3.0, 1.0);
         let mut m = Mlp::new(&o, &a, &[], 9, 4).unwrap();
         let mut l = Linear::new(&o, &a, 9, 4).unwrap();
-        assert_eq!(
-            vals(m.weights(), "layers.0.weight"),
-            vals(l.weights(), "weight")
-        );
-        assert_eq!(
-            vals(m.weights(), "layers.0.bias"),
-            vals(l.weights(), "bias")
-        );
+        assert_eq!(vals(m.weights(), "layers.0.weight"), vals(l.weights(), "weight"));
+        assert_eq!(vals(m.weights(), "layers.0.bias"), vals(l.weights(), "bias"));
         let obs = [0.1, -0.2, 0.3, 0.9, 1.0, 0.0, -1.0, 0.5];
         let (mut x, mut y) = ([0.0; 4], [0.0; 4]);
         for _ in 0..10 {
@@ -176,8 +160,7 @@ mod tests {
         // As logits: z0 > z1, so argmax is 0; for x = [-1, -2]: z = [0.1 - 2t, 2t] -> 1.
         let mut p = hand_net(Spec::Discrete { n: 2 });
         let mut d = [9i64; 2];
-        p.act(&[1.0, 2.0, -1.0, -2.0], 2, ActionsMut::Discrete(&mut d))
-            .unwrap();
+        p.act(&[1.0, 2.0, -1.0, -2.0], 2, ActionsMut::Discrete(&mut d)).unwrap();
         assert_eq!(d, [0, 1]);
     }
 
@@ -185,12 +168,10 @@ mod tests {
     fn set_weights_checks_every_layer() {
         let mut p = hand_net(Spec::Discrete { n: 2 });
         let mut ws = p.weights().clone().with_version(8);
-        ws.tensors
-            .insert("layers.1.bias".into(), t(&[3], &[0.0; 3]));
+        ws.tensors.insert("layers.1.bias".into(), t(&[3], &[0.0; 3]));
         assert!(matches!(p.set_weights(&ws), Err(PolicyError::Weights(_))));
         assert_eq!(p.weights().version, 1);
-        ws.tensors
-            .insert("layers.1.bias".into(), t(&[2], &[0.0, 7.0]));
+        ws.tensors.insert("layers.1.bias".into(), t(&[2], &[0.0, 7.0]));
         p.set_weights(&ws).unwrap();
         assert_eq!(p.weights().version, 8);
         assert_eq!(vals(p.weights(), "layers.1.bias"), [0.0, 7.0]);

@@ -45,10 +45,7 @@ pub struct Weights {
 impl Weights {
     /// Weights with version 0.
     pub fn new(tensors: BTreeMap<String, Tensor>) -> Weights {
-        Weights {
-            version: 0,
-            tensors,
-        }
+        Weights { version: 0, tensors }
     }
 
     /// The same tensors under another version.
@@ -79,11 +76,7 @@ impl Weights {
                 )));
             }
         }
-        if let Some(extra) = other
-            .tensors
-            .keys()
-            .find(|k| !self.tensors.contains_key(*k))
-        {
+        if let Some(extra) = other.tensors.keys().find(|k| !self.tensors.contains_key(*k)) {
             return Err(PolicyError::Weights(format!("unexpected tensor `{extra}`")));
         }
         Ok(())
@@ -201,20 +194,13 @@ impl From<PolicyConfig> for PolicySpec {
 impl PolicySpec {
     /// Builds the policy for these specs, with initial weights from `init_seed`
     /// and its sampling generator seeded with `seed`.
-    pub fn build(
-        &self,
-        obs: &Spec,
-        action: &Spec,
-        seed: u64,
-    ) -> Result<Box<dyn Policy>, PolicyError> {
+    pub fn build(&self, obs: &Spec, action: &Spec, seed: u64) -> Result<Box<dyn Policy>, PolicyError> {
         obs.validate()?;
         action.validate()?;
         let mut p: Box<dyn Policy> = match &self.config {
             PolicyConfig::Random => Box::new(RandomPolicy::new(action.clone(), seed)),
             PolicyConfig::Linear => Box::new(Linear::new(obs, action, self.init_seed, seed)?),
-            PolicyConfig::Mlp { hidden } => {
-                Box::new(Mlp::new(obs, action, hidden, self.init_seed, seed)?)
-            }
+            PolicyConfig::Mlp { hidden } => Box::new(Mlp::new(obs, action, hidden, self.init_seed, seed)?),
             PolicyConfig::Constant { value } => Box::new(Constant::new(action, *value)?),
         };
         p.set_exploration(self.exploration);
@@ -234,10 +220,7 @@ mod tests {
     }
 
     fn pendulum() -> (Spec, Spec) {
-        (
-            Spec::uniform_box(3, -8.0, 8.0),
-            Spec::uniform_box(1, -2.0, 2.0),
-        )
+        (Spec::uniform_box(3, -8.0, 8.0), Spec::uniform_box(1, -2.0, 2.0))
     }
 
     fn names(p: &dyn Policy) -> Vec<&str> {
@@ -251,12 +234,7 @@ mod tests {
             (PolicyConfig::Linear, vec!["bias", "weight"]),
             (
                 PolicyConfig::Mlp { hidden: vec![8] },
-                vec![
-                    "layers.0.bias",
-                    "layers.0.weight",
-                    "layers.1.bias",
-                    "layers.1.weight",
-                ],
+                vec!["layers.0.bias", "layers.0.weight", "layers.1.bias", "layers.1.weight"],
             ),
             (PolicyConfig::Constant { value: 1.0 }, vec!["value"]),
         ];
@@ -270,10 +248,7 @@ mod tests {
                 if action.is_discrete() {
                     let mut a = vec![-1i64; k];
                     p.act(&o, k, ActionsMut::Discrete(&mut a)).unwrap();
-                    assert!(
-                        a.iter().all(|&x| action.check_discrete(x).is_ok()),
-                        "{config:?} {a:?}"
-                    );
+                    assert!(a.iter().all(|&x| action.check_discrete(x).is_ok()), "{config:?} {a:?}");
                 } else {
                     let mut a = vec![f32::NAN; k * action.dim()];
                     p.act(&o, k, ActionsMut::Continuous(&mut a)).unwrap();
@@ -293,22 +268,14 @@ mod tests {
             exploration,
             init_seed,
         };
-        let a = spec(1, ExplorationType::Random)
-            .build(&obs, &action, 0)
-            .unwrap();
-        let b = spec(1, ExplorationType::Random)
-            .build(&obs, &action, 9)
-            .unwrap();
-        let c = spec(2, ExplorationType::Random)
-            .build(&obs, &action, 0)
-            .unwrap();
+        let a = spec(1, ExplorationType::Random).build(&obs, &action, 0).unwrap();
+        let b = spec(1, ExplorationType::Random).build(&obs, &action, 9).unwrap();
+        let c = spec(2, ExplorationType::Random).build(&obs, &action, 0).unwrap();
         assert_eq!(a.weights(), b.weights());
         assert_ne!(a.weights(), c.weights());
 
         // Deterministic: the same observation always gives the same action.
-        let mut d = spec(1, ExplorationType::Deterministic)
-            .build(&obs, &action, 0)
-            .unwrap();
+        let mut d = spec(1, ExplorationType::Deterministic).build(&obs, &action, 0).unwrap();
         let o = [0.3f32, -0.1, 0.2, 0.05];
         let mut first = [0i64];
         d.act(&o, 1, ActionsMut::Discrete(&mut first)).unwrap();
@@ -336,10 +303,7 @@ mod tests {
             assert!(spec.build(&bad_box, &action, 0).is_err());
         }
         let spec = PolicySpec::from(PolicyConfig::Mlp { hidden: vec![0] });
-        assert!(matches!(
-            spec.build(&obs, &action, 0),
-            Err(PolicyError::Spec(_))
-        ));
+        assert!(matches!(spec.build(&obs, &action, 0), Err(PolicyError::Spec(_))));
     }
 
     #[test]

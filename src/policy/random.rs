@@ -79,11 +79,7 @@ impl Policy for RandomPolicy {
                 if d == 0 {
                     return Ok(());
                 }
-                let params = self
-                    .offset
-                    .iter()
-                    .zip(&self.scale)
-                    .zip(low.iter().zip(high));
+                let params = self.offset.iter().zip(&self.scale).zip(low.iter().zip(high));
                 for row in out.chunks_exact_mut(d) {
                     for (o, ((a, b), (&l, &h))) in row.iter_mut().zip(params.clone()) {
                         let u: f64 = self.sampler.rng().random();
@@ -93,11 +89,7 @@ impl Policy for RandomPolicy {
                     }
                 }
             }
-            _ => {
-                return Err(PolicyError::Buffer(
-                    "action buffer of the wrong kind".into(),
-                ))
-            }
+            _ => return Err(PolicyError::Buffer("action buffer of the wrong kind".into())),
         }
         Ok(())
     }
@@ -158,20 +150,12 @@ mod tests {
     fn box_samples_fill_the_bounds() {
         let spec = Spec::Box {
             low: vec![-2.0, 10.0, f32::NEG_INFINITY, 0.0, 5.0, -f32::MAX],
-            high: vec![
-                2.0,
-                10.0,
-                f32::INFINITY,
-                f32::INFINITY,
-                f32::INFINITY,
-                f32::MAX,
-            ],
+            high: vec![2.0, 10.0, f32::INFINITY, f32::INFINITY, f32::INFINITY, f32::MAX],
         };
         let mut p = RandomPolicy::new(spec, 0);
         let n = 4000;
         let mut out = vec![0f32; n * 6];
-        p.act(&[0.0; 3], n, ActionsMut::Continuous(&mut out))
-            .unwrap();
+        p.act(&[0.0; 3], n, ActionsMut::Continuous(&mut out)).unwrap();
         let col = |j: usize| out.iter().skip(j).step_by(6).copied().collect::<Vec<f32>>();
         let c0 = col(0);
         assert!(c0.iter().all(|v| (-2.0..=2.0).contains(v)));

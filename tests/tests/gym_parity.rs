@@ -28,8 +28,7 @@ struct Fixture {
 }
 
 fn num(s: &str) -> f64 {
-    s.parse()
-        .unwrap_or_else(|e| panic!("bad float `{s}` in fixture: {e}"))
+    s.parse().unwrap_or_else(|e| panic!("bad float `{s}` in fixture: {e}"))
 }
 
 fn nums(v: &[String]) -> Vec<f64> {
@@ -40,23 +39,16 @@ fn load(env_id: &str) -> Fixture {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("fixtures/gym")
         .join(format!("{env_id}.json"));
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    let fixture: Fixture =
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let fixture: Fixture = serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()));
     assert_eq!(fixture.env, env_id);
     fixture
 }
 
 fn replay(env_id: &str) {
     let fixture = load(env_id);
-    assert!(
-        fixture.transitions.len() >= 100,
-        "{env_id}: too few transitions"
-    );
-    let mut env = Registry::with_builtins()
-        .make(&EnvSpec::new(env_id))
-        .unwrap();
+    assert!(fixture.transitions.len() >= 100, "{env_id}: too few transitions");
+    let mut env = Registry::with_builtins().make(&EnvSpec::new(env_id)).unwrap();
     assert_eq!(env.name(), env_id);
     let dim = env.observation_spec().dim();
     let mut obs = vec![0.0f32; dim];
@@ -88,9 +80,9 @@ fn replay(env_id: &str) {
             }
             other => panic!("{env_id} #{i}: bad action {other}"),
         };
-        let step = env.step(action, &mut obs).unwrap_or_else(|e| {
-            panic!("{env_id} #{i}: step({action:?}) from {state:?} failed: {e}")
-        });
+        let step = env
+            .step(action, &mut obs)
+            .unwrap_or_else(|e| panic!("{env_id} #{i}: step({action:?}) from {state:?} failed: {e}"));
 
         let want_obs = nums(&t.obs);
         assert_eq!(want_obs.len(), dim, "{env_id} #{i}: observation length");
@@ -121,24 +113,14 @@ fn replay(env_id: &str) {
             got_next, want_next,
             "{env_id} #{i}: next state; state {state:?}, action {action:?}"
         );
-        assert_eq!(
-            env.elapsed_steps(),
-            t.elapsed + 1,
-            "{env_id} #{i}: elapsed steps"
-        );
+        assert_eq!(env.elapsed_steps(), t.elapsed + 1, "{env_id} #{i}: elapsed steps");
         terminated += usize::from(t.terminated);
         truncated += usize::from(t.truncated);
     }
     // The fixtures must exercise the episode ends.
-    assert!(
-        truncated >= 1,
-        "{env_id}: no truncated transition in fixture"
-    );
+    assert!(truncated >= 1, "{env_id}: no truncated transition in fixture");
     if env_id != "Pendulum-v1" {
-        assert!(
-            terminated >= 1,
-            "{env_id}: no terminated transition in fixture"
-        );
+        assert!(terminated >= 1, "{env_id}: no terminated transition in fixture");
     }
 }
 

@@ -29,7 +29,11 @@ fn shutdown_and_drop_leave_no_thread_behind() {
             .expect("valid");
         c.next_batch().expect("ok").expect("batch");
         // system thread + 4 env-worker arbiters
-        assert!(collector_threads() >= 5, "threads while running: {}", collector_threads());
+        assert!(
+            collector_threads() >= 5,
+            "threads while running: {}",
+            collector_threads()
+        );
         if use_drop {
             drop(c);
         } else {

@@ -24,13 +24,10 @@ pub struct Started {
 pub fn start(machine: TrainerMachine, specs: &[NodeSpec], registry: &Registry) -> Result<Started, CollectError> {
     let mut rollouts = Vec::with_capacity(specs.len());
     for spec in specs {
-        rollouts.push(
-            spec.build_workers(registry)
-                .map_err(|source| CollectError::NodeBuild {
-                    node: spec.index,
-                    source,
-                })?,
-        );
+        rollouts.push(spec.build_workers(registry).map_err(|source| CollectError::NodeBuild {
+            node: spec.index,
+            source,
+        })?);
     }
     let trainer_ctx = Context::<Trainer>::new();
     let trainer = trainer_ctx.address();
