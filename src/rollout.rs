@@ -167,10 +167,27 @@ struct Buffers {
     step_count: Vec<i64>,
 }
 
+/// A buffer of exactly `n` elements. A recycled buffer of the right size is
+/// returned as is: every element is overwritten by the next batch anyway.
 fn sized<T: Clone + Default>(mut v: Vec<T>, n: usize) -> Vec<T> {
-    v.clear();
-    v.resize(n, T::default());
+    if v.len() != n {
+        v.clear();
+        v.resize(n, T::default());
+    }
     v
+}
+
+/// Copies one small row (an observation or an action). Constant lengths for the
+/// common sizes let the compiler inline the copy instead of calling `memcpy`.
+#[inline(always)]
+fn copy_row(dst: &mut [f32], src: &[f32]) {
+    match src.len() {
+        1 => dst[..1].copy_from_slice(&src[..1]),
+        2 => dst[..2].copy_from_slice(&src[..2]),
+        3 => dst[..3].copy_from_slice(&src[..3]),
+        4 => dst[..4].copy_from_slice(&src[..4]),
+        _ => dst.copy_from_slice(src),
+    }
 }
 
 fn take_vec<T: Clone>(t: Tensor, unwrap: fn(Tensor) -> Option<ArrayD<T>>) -> Vec<T> {
@@ -465,20 +482,20 @@ impl Rollout {
             for k in 0..k_envs {
                 let i = k * steps + t;
                 let cur = &mut self.cur_obs[k * d..(k + 1) * d];
-                b.obs[i * d..(i + 1) * d].copy_from_slice(cur);
+                copy_row(&mut b.obs[i * d..(i + 1) * d], cur);
                 let action = if self.discrete {
                     b.action_i[i] = self.act_i[k];
                     Action::Discrete(self.act_i[k])
                 } else {
                     let src = &self.act_f[k * a..(k + 1) * a];
-                    b.action_f[i * a..(i + 1) * a].copy_from_slice(src);
+                    copy_row(&mut b.action_f[i * a..(i + 1) * a], src);
                     Action::Continuous(src)
                 };
                 let next = &mut b.next_obs[i * d..(i + 1) * d];
                 let tr = self.envs[k]
                     .step(action, next)
                     .map_err(|source| RolloutError::Env { env: k, source })?;
-                cur.copy_from_slice(next);
+                copy_row(cur, next);
                 let sc = self.step_count[k];
                 let cut = self.config.max_frames_per_traj.is_some_and(|m| (sc + 1) as u64 >= m);
                 let truncated = tr.truncated || (cut && !tr.terminated);

@@ -18,7 +18,7 @@ use rollout::{EnvSpec, ExplorationType, PolicyConfig, PolicySpec, Registry, Tens
 use crate::block::block_on_timeout;
 use crate::error::CollectError;
 use crate::launch::{local, Launcher};
-use crate::messages::{NextBatch, PushWeights, SetSeed, StopNodes, StoreWeights};
+use crate::messages::{NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights};
 use crate::trainer::Trainer;
 
 /// A transformation applied to every yielded batch (torchrl's `postproc`), e.g. n-step returns.
@@ -437,6 +437,18 @@ impl DistributedCollector {
     /// Reseeds every node (node k gets the seed node k-1 did not use) and returns the next seed.
     pub fn set_seed(&mut self, seed: u64) -> Result<u64, CollectError> {
         self.ask(SetSeed(seed), "seeding the nodes", self.batch_timeout)?
+    }
+
+    /// Hands a batch back once you are done with it, so the node that collected it
+    /// reuses its storage instead of allocating (async batches of nodes with one
+    /// env worker; others are simply dropped). Optional: dropping a batch is fine.
+    pub fn recycle(&mut self, batch: Collected) {
+        if !self.down && !self.split_trajs && self.postproc.is_none() {
+            self.trainer.do_send(Recycle {
+                node: batch.node,
+                data: batch.data,
+            });
+        }
     }
 
     /// Number of nodes.

@@ -83,6 +83,10 @@ pub fn execute(rollout: &mut Option<Rollout>, worker: usize, cmd: WorkerCmd) -> 
             r.set_seed(seed);
             Ok(None)
         }
+        WorkerCmd::Recycle(data) => {
+            r.recycle(data);
+            Ok(None)
+        }
         WorkerCmd::Stop => Ok(None),
     }));
     match result {

@@ -95,3 +95,13 @@ pub enum TrainerEvent {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Subscribe(pub Recipient<TrainerEvent>);
+
+/// Storage of a yielded batch handed back for reuse (in-process nodes only).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct Recycle {
+    /// The node that produced it (`None` for a sync batch, which is then dropped).
+    pub node: Option<usize>,
+    /// The batch.
+    pub data: TensorDict,
+}

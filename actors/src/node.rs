@@ -4,7 +4,7 @@ use actix::prelude::*;
 use rollout::machine::{NodeMachine, NodeOutput};
 
 use crate::env_worker::EnvWorker;
-use crate::messages::{FromNodeMsg, ToNodeMsg, ToWorker, WorkerEvent};
+use crate::messages::{FromNodeMsg, Recycle, ToNodeMsg, ToWorker, WorkerEvent};
 
 /// One node: receives the trainer's messages, drives its env workers.
 pub struct Node {
@@ -79,6 +79,15 @@ impl Handler<WorkerEvent> for Node {
         if let Err(e) = r {
             tracing::warn!(node = self.machine.index(), error = %e, "node dropped a worker answer");
         }
+        self.dispatch(ctx);
+    }
+}
+
+impl Handler<Recycle> for Node {
+    type Result = ();
+
+    fn handle(&mut self, msg: Recycle, ctx: &mut Self::Context) {
+        self.machine.recycle(msg.data, &mut self.out);
         self.dispatch(ctx);
     }
 }

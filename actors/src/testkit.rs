@@ -135,6 +135,7 @@ impl TrainerHarness {
                 Output::Finished => self.finished = true,
                 Output::Seeded { next_seed } => self.seeded = Some(next_seed),
                 Output::AllDown => self.all_down = true,
+                Output::Recycle { .. } => {}
             }
         }
     }

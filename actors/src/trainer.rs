@@ -11,7 +11,8 @@ use tokio::sync::oneshot;
 
 use crate::error::CollectError;
 use crate::messages::{
-    FromNodeMsg, NextBatch, PushWeights, SetSeed, StopNodes, StoreWeights, Subscribe, ToNodeMsg, TrainerEvent,
+    FromNodeMsg, NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights, Subscribe, ToNodeMsg,
+    TrainerEvent,
 };
 
 type Reply<T> = oneshot::Sender<Result<T, CollectError>>;
@@ -20,6 +21,8 @@ type Reply<T> = oneshot::Sender<Result<T, CollectError>>;
 pub struct Trainer {
     machine: TrainerMachine,
     nodes: Vec<Recipient<ToNodeMsg>>,
+    /// Where spent batches go for reuse: in-process nodes only (`None` for remote ones).
+    recyclers: Vec<Option<Recipient<Recycle>>>,
     out: Vec<Output>,
     next: Option<Reply<Option<Collected>>>,
     seed: Option<Reply<u64>>,
@@ -33,6 +36,7 @@ impl Trainer {
     pub fn new(machine: TrainerMachine, nodes: Vec<Recipient<ToNodeMsg>>) -> Trainer {
         Trainer {
             machine,
+            recyclers: vec![None; nodes.len()],
             nodes,
             out: Vec::new(),
             next: None,
@@ -40,6 +44,18 @@ impl Trainer {
             stop: None,
             sink: None,
             failure: None,
+        }
+    }
+
+    /// Lets spent batches of node `i` go back to it for reuse (in-process nodes).
+    pub fn with_recyclers(mut self, recyclers: Vec<Option<Recipient<Recycle>>>) -> Trainer {
+        self.recyclers = recyclers;
+        self
+    }
+
+    fn recycle(&self, node: Option<usize>, data: rollout::TensorDict) {
+        if let Some(Some(r)) = node.and_then(|n| self.recyclers.get(n)) {
+            r.do_send(Recycle { node, data });
         }
     }
 
@@ -58,6 +74,7 @@ impl Trainer {
                         let _ = tx.send(Ok(next_seed));
                     }
                 }
+                Output::Recycle { node, data } => self.recycle(Some(node), data),
                 Output::AllDown => {
                     if let Some(tx) = self.stop.take() {
                         let _ = tx.send(Ok(()));
@@ -202,5 +219,13 @@ impl Handler<Subscribe> for Trainer {
             self.fail(e.into());
         }
         self.dispatch();
+    }
+}
+
+impl Handler<Recycle> for Trainer {
+    type Result = ();
+
+    fn handle(&mut self, msg: Recycle, _ctx: &mut Self::Context) {
+        self.recycle(msg.node, msg.data);
     }
 }

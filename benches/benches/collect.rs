@@ -168,6 +168,7 @@ fn main() {
             rate(1.0, F, || {
                 let batch = c.next_batch().expect("batch").expect("endless");
                 black_box(batch.data.numel());
+                c.recycle(batch);
             })
         });
         let a2 = rate(0.4, F, || bare.run()).max(a);

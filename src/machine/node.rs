@@ -24,6 +24,8 @@ pub enum WorkerCmd {
         /// First seed of the worker.
         seed: u64,
     },
+    /// Storage of a batch the worker produced, handed back for reuse.
+    Recycle(TensorDict),
     /// Stop and release everything.
     Stop,
 }
@@ -223,7 +225,15 @@ impl NodeMachine {
             let data = if parts.len() == 1 {
                 parts.pop().expect("one part")
             } else {
-                TensorDict::cat(&parts)?
+                let joined = TensorDict::cat(&parts)?;
+                // The parts were copied: their storage goes back to the workers.
+                for (worker, part) in parts.into_iter().enumerate() {
+                    out.push(NodeOutput::Worker {
+                        worker,
+                        cmd: WorkerCmd::Recycle(part),
+                    });
+                }
+                joined
             };
             out.push(NodeOutput::Trainer(FromNode::Batch(Batch {
                 node: self.index,
@@ -233,6 +243,17 @@ impl NodeMachine {
             })));
         }
         Ok(())
+    }
+
+    /// A batch this node produced comes back for reuse. With one worker the
+    /// batch is that worker's own storage; otherwise it was a copy and is dropped.
+    pub fn recycle(&mut self, data: TensorDict, out: &mut Vec<NodeOutput>) {
+        if self.workers == 1 && !self.down {
+            out.push(NodeOutput::Worker {
+                worker: 0,
+                cmd: WorkerCmd::Recycle(data),
+            });
+        }
     }
 
     /// A worker stopped (after `Stop`).

@@ -172,6 +172,14 @@ pub enum Output {
     },
     /// Every node answered `Shutdown` with `Down`.
     AllDown,
+    /// A share was copied into a yielded batch: its storage can go back to
+    /// `node` for reuse (an in-process optimisation; remote nodes ignore it).
+    Recycle {
+        /// Node index.
+        node: usize,
+        /// The share.
+        data: TensorDict,
+    },
 }
 
 /// A node message the trainer did not accept; the message is dropped, the run goes on.
@@ -545,6 +553,9 @@ impl TrainerMachine {
                 let versions: Vec<u64> = shares.iter().map(|s| s.weights_version).collect();
                 let data: Vec<TensorDict> = shares.into_iter().map(|s| s.data).collect();
                 let stacked = TensorDict::stack(&data)?;
+                for (node, data) in data.into_iter().enumerate() {
+                    out.push(Output::Recycle { node, data });
+                }
                 self.emit(node_batch(None, versions, stacked), out);
             }
             Ok(())

@@ -33,6 +33,7 @@ pub fn start(machine: TrainerMachine, specs: &[NodeSpec], registry: &Registry) -
     let trainer = trainer_ctx.address();
     let mut arbiters = Vec::new();
     let mut nodes = Vec::with_capacity(specs.len());
+    let mut recyclers = Vec::with_capacity(specs.len());
     for (spec, workers) in specs.iter().zip(rollouts) {
         let node_ctx = Context::<Node>::new();
         let node_addr = node_ctx.address();
@@ -47,8 +48,9 @@ pub fn start(machine: TrainerMachine, specs: &[NodeSpec], registry: &Registry) -
         }
         let machine = NodeMachine::new(spec.index, spec.envs_per_node, 1);
         node_ctx.run(Node::new(machine, addrs, trainer.clone().recipient()));
+        recyclers.push(Some(node_addr.clone().recipient()));
         nodes.push(node_addr.recipient());
     }
-    trainer_ctx.run(Trainer::new(machine, nodes));
+    trainer_ctx.run(Trainer::new(machine, nodes).with_recyclers(recyclers));
     Ok(Started { trainer, arbiters })
 }
