@@ -213,8 +213,22 @@ impl CollectorBuilder {
         self
     }
 
-    /// Validates everything, starts the nodes and seeds them.
+    /// Starts trainer and nodes inside the actix `System` this is called from: the
+    /// embedded use. Pull batches with [`NextBatch`](crate::messages::NextBatch) or
+    /// [`Subscribe`](crate::messages::Subscribe) an actor of yours. Stop with
+    /// [`StopNodes`](crate::messages::StopNodes), then stop and join the returned arbiters.
+    pub fn start(self) -> Result<local::Started, CollectError> {
+        let (plan, _) = self.prepare()?;
+        plan.start()
+    }
+
+    /// Validates everything, starts the nodes on threads of their own and seeds them.
     pub fn build(self) -> Result<DistributedCollector, CollectError> {
+        let (plan, opts) = self.prepare()?;
+        DistributedCollector::launch(plan, opts)
+    }
+
+    fn prepare(self) -> Result<(Plan, FacadeOptions), CollectError> {
         let env = self
             .env
             .clone()
@@ -281,14 +295,55 @@ impl CollectorBuilder {
             })
             .collect();
         let Launcher::Local = self.launcher;
-        let registry = self.registry.clone();
+        let plan = Plan {
+            machine,
+            specs,
+            registry: self.registry,
+            seed,
+        };
+        let opts = FacadeOptions {
+            batch_timeout: self.batch_timeout,
+            shutdown_timeout: self.shutdown_timeout,
+            split_trajs: self.split_trajs,
+            postproc: self.postproc,
+            nodes: n,
+        };
+        Ok((plan, opts))
+    }
+}
+
+/// A validated collector: what to start, before anything is started.
+struct Plan {
+    machine: TrainerMachine,
+    specs: Vec<NodeSpec>,
+    registry: Registry,
+    seed: u64,
+}
+
+impl Plan {
+    fn start(self) -> Result<local::Started, CollectError> {
+        local::start(self.machine, &self.specs, &self.registry, self.seed)
+    }
+}
+
+/// What the facade itself does with batches and deadlines.
+struct FacadeOptions {
+    batch_timeout: Duration,
+    shutdown_timeout: Duration,
+    split_trajs: bool,
+    postproc: Option<Box<dyn Postproc>>,
+    nodes: usize,
+}
+
+impl DistributedCollector {
+    fn launch(plan: Plan, opts: FacadeOptions) -> Result<DistributedCollector, CollectError> {
         let (ready_tx, ready_rx) = mpsc::channel();
         let (done_tx, done_rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("rollout-system".into())
             .spawn(move || {
                 let sys = System::new();
-                let started = sys.block_on(async { local::start(machine, &specs, &registry) });
+                let started = sys.block_on(async { plan.start() });
                 let arbiters = match started {
                     Ok(s) => {
                         let _ = ready_tx.send(Ok((s.trainer, System::current())));
@@ -324,20 +379,18 @@ impl CollectorBuilder {
                 })
             }
         };
-        let mut c = DistributedCollector {
+        Ok(DistributedCollector {
             trainer,
             system,
             thread: Some(thread),
             done: done_rx,
-            batch_timeout: self.batch_timeout,
-            shutdown_timeout: self.shutdown_timeout,
-            split_trajs: self.split_trajs,
-            postproc: self.postproc,
+            batch_timeout: opts.batch_timeout,
+            shutdown_timeout: opts.shutdown_timeout,
+            split_trajs: opts.split_trajs,
+            postproc: opts.postproc,
             down: false,
-            nodes: n,
-        };
-        c.set_seed(seed)?;
-        Ok(c)
+            nodes: opts.nodes,
+        })
     }
 }
 

@@ -29,6 +29,7 @@ pub struct Trainer {
     stop: Option<Reply<()>>,
     sink: Option<Recipient<TrainerEvent>>,
     failure: Option<CollectError>,
+    initial_seed: Option<u64>,
 }
 
 impl Trainer {
@@ -44,7 +45,15 @@ impl Trainer {
             stop: None,
             sink: None,
             failure: None,
+            initial_seed: None,
         }
+    }
+
+    /// Seeds every node (the torchrl-style chain) as soon as the trainer starts,
+    /// before any frame is collected.
+    pub fn with_initial_seed(mut self, seed: u64) -> Trainer {
+        self.initial_seed = Some(seed);
+        self
     }
 
     /// Lets spent batches of node `i` go back to it for reuse (in-process nodes).
@@ -120,6 +129,14 @@ impl Trainer {
 
 impl Actor for Trainer {
     type Context = Context<Self>;
+
+    fn started(&mut self, _ctx: &mut Self::Context) {
+        if let Some(seed) = self.initial_seed.take() {
+            // Requests that arrive meanwhile wait for the chain: see TrainerMachine::request.
+            self.machine.set_seed(seed, &mut self.out);
+            self.dispatch();
+        }
+    }
 }
 
 impl Handler<FromNodeMsg> for Trainer {

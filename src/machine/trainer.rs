@@ -253,6 +253,9 @@ pub struct TrainerMachine {
     wanted: bool,
     /// Seeding chain in progress: the node being seeded.
     seeding: Option<usize>,
+    /// A request arrived during the seeding chain; it is served once the chain ends,
+    /// so no node ever collects with a half-applied seed.
+    deferred: bool,
     shutting_down: bool,
 }
 
@@ -275,6 +278,7 @@ impl TrainerMachine {
             to_continue: None,
             wanted: false,
             seeding: None,
+            deferred: false,
             shutting_down: false,
         })
     }
@@ -399,6 +403,10 @@ impl TrainerMachine {
             return Ok(());
         }
         self.wanted = true;
+        if self.seeding.is_some() {
+            self.deferred = true;
+            return Ok(());
+        }
         if self.cfg.sync {
             if self.round.is_none() {
                 if self.cfg.update_after_each_batch {
@@ -496,6 +504,9 @@ impl TrainerMachine {
                 } else {
                     self.seeding = None;
                     out.push(Output::Seeded { next_seed });
+                    if std::mem::take(&mut self.deferred) {
+                        self.request(out)?;
+                    }
                 }
                 Ok(())
             }

@@ -21,7 +21,13 @@ pub struct Started {
 
 /// Starts a trainer over local nodes. Must run inside a running actix `System`.
 /// Every env and policy is built first, so a bad config fails here, before any thread starts.
-pub fn start(machine: TrainerMachine, specs: &[NodeSpec], registry: &Registry) -> Result<Started, CollectError> {
+/// The trainer seeds the nodes with `seed` before its first batch.
+pub fn start(
+    machine: TrainerMachine,
+    specs: &[NodeSpec],
+    registry: &Registry,
+    seed: u64,
+) -> Result<Started, CollectError> {
     let mut rollouts = Vec::with_capacity(specs.len());
     for spec in specs {
         rollouts.push(spec.build_workers(registry).map_err(|source| CollectError::NodeBuild {
@@ -51,6 +57,10 @@ pub fn start(machine: TrainerMachine, specs: &[NodeSpec], registry: &Registry) -
         recyclers.push(Some(node_addr.clone().recipient()));
         nodes.push(node_addr.recipient());
     }
-    trainer_ctx.run(Trainer::new(machine, nodes).with_recyclers(recyclers));
+    trainer_ctx.run(
+        Trainer::new(machine, nodes)
+            .with_recyclers(recyclers)
+            .with_initial_seed(seed),
+    );
     Ok(Started { trainer, arbiters })
 }
