@@ -51,7 +51,7 @@ fn rollout_bin() -> &'static Path {
         };
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
-        let log_path = target_dir.join("rollout-cli-test-build.log");
+        let log_path = target_dir.join(format!("rollout-cli-test-build-{}.log", std::process::id()));
         let log = std::fs::File::create(&log_path).expect("create the build log");
         let mut child = Command::new(cargo)
             .args([
@@ -74,6 +74,7 @@ fn rollout_bin() -> &'static Path {
             .expect("spawn cargo build");
         let status = wait_with_deadline(&mut child, BUILD_TIMEOUT);
         let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        let _ = std::fs::remove_file(&log_path);
         match status {
             Some(s) if s.success() => {}
             Some(s) => panic!("cargo build of `rollout` failed ({s}):\n{log}"),
