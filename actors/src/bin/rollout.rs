@@ -1,1 +1,496 @@
-fn main() {}
+//! `rollout`: the command line of the rollout collector.
+//!
+//! ```text
+//! rollout collect --env CartPole-v1 --nodes 2 --frames-per-batch 1000 --total-frames 10000 --json
+//! ```
+//!
+//! # Exit status
+//!
+//! * `0`: every batch was collected.
+//! * `2`: a bad flag or a bad value (unknown env, `frames_per_batch` that does not divide, invalid
+//!   JSON, ...); nothing was collected and stderr holds ONE line `error: ...` naming the problem.
+//! * `1`: a runtime error after the collection started; stderr ends with one line `error: ...`.
+//!
+//! # `--json`
+//!
+//! One JSON object per line on stdout for every yielded batch,
+//! `{"batch": i, "frames": n, "node": k|null, "weights_version": v}` (`node` is `null` for sync
+//! batches, which stack a share of every node; `frames` counts real frames, padding excluded after
+//! `--split-trajs`), then one summary object `{"frames": .., "batches": .., "seconds": .., "fps": ..}`.
+//!
+//! # `--output FILE` format
+//!
+//! FILE is created (truncated if it exists) and every yielded batch is appended to it, in order, as
+//! one MessagePack map with named fields (`rmp_serde::encode::write_named`); the file is the plain
+//! concatenation of these maps, with no header and no length prefix, so read it by decoding maps
+//! until end of file:
+//!
+//! ```text
+//! {
+//!   "batch": u64,                 // 0-based index of the batch in the run
+//!   "node": u64 | nil,            // the node that collected it (async), nil for a sync batch
+//!   "weights_version": u64,       // oldest policy weights version among its frames
+//!   "data": {                     // one entry per batch key, the dotted path as the key
+//!     KEY: {                      // e.g. "observation", "action", "next.reward", "collector.traj_ids"
+//!       "dtype": "f32" | "f64" | "i64" | "bool" | "u8",
+//!       "shape": [u64, ...],      // batch dims first: [envs, T] async, [nodes, envs, T] sync,
+//!                                 // [n_traj, max_len] with --split-trajs; then the feature dims
+//!       "data": bin               // the elements, little-endian, C order (bool: one byte, 0 or 1)
+//!     }, ...
+//!   }
+//! }
+//! ```
+//!
+//! Each `data` value is exactly the serde form of `rollout::Tensor`, so in Rust a record decodes
+//! into `struct { batch: u64, node: Option<usize>, weights_version: u64, data: BTreeMap<String,
+//! rollout::Tensor> }` with `rmp_serde::decode::from_read` called repeatedly on one reader.
+
+use std::fs::File;
+use std::io::{self, BufWriter, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use clap::error::ErrorKind;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rollout::rollout::keys;
+use rollout::{EnvSpec, ExplorationType, PolicyConfig, Tensor, TensorDict};
+use rollout_actors::{CollectError, Collected, DistributedCollector, Launcher};
+use serde::ser::SerializeMap;
+use serde::{Serialize, Serializer};
+use tracing_subscriber::EnvFilter;
+
+/// Distributed reinforcement-learning data collection.
+#[derive(Parser, Debug)]
+#[command(name = "rollout", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Collect batches of frames from envs stepped by a policy on local nodes.
+    Collect(Box<CollectArgs>),
+}
+
+/// The policy kinds of `--policy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum PolicyKind {
+    /// Uniform samples of the action spec.
+    Random,
+    /// One linear layer.
+    Linear,
+    /// Tanh hidden layers (see `--hidden`), then a linear output.
+    Mlp,
+    /// Every action is `--value`.
+    Constant,
+}
+
+/// `--exploration-type`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Exploration {
+    /// The mode of the action distribution.
+    Deterministic,
+    /// A sample of the action distribution.
+    Random,
+}
+
+/// `--launcher`: where the nodes run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum LauncherKind {
+    /// Nodes on threads of this process.
+    Local,
+}
+
+#[derive(Args, Debug)]
+struct CollectArgs {
+    /// Registered env name (CartPole-v1, Pendulum-v1, MountainCarContinuous-v0, Counting).
+    #[arg(long, default_value = "CartPole-v1")]
+    env: String,
+    /// Env config as a JSON object, e.g. '{"max_episode_steps": 200}'.
+    #[arg(long, value_name = "JSON")]
+    env_config: Option<String>,
+    /// Number of nodes.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    nodes: usize,
+    /// Env workers per node.
+    #[arg(long, default_value_t = 1, value_name = "K")]
+    envs_per_node: usize,
+    /// Frames per yielded batch.
+    #[arg(long, default_value_t = 1000, value_name = "F")]
+    frames_per_batch: usize,
+    /// Frames to collect in all; -1 collects until killed.
+    #[arg(long, default_value_t = 10000, value_name = "T", allow_negative_numbers = true)]
+    total_frames: i64,
+    /// Sync collection (every batch stacks a share of every node); default async.
+    #[arg(long)]
+    sync: bool,
+    /// Seed of the run (drawn from the clock when absent).
+    #[arg(long, value_name = "S")]
+    seed: Option<u64>,
+    /// Policy.
+    #[arg(long, value_enum, default_value_t = PolicyKind::Linear)]
+    policy: PolicyKind,
+    /// Hidden layer widths of `--policy mlp` [default: 64,64].
+    #[arg(long, value_delimiter = ',', value_name = "W,W,..")]
+    hidden: Option<Vec<usize>>,
+    /// Action value of `--policy constant` [default: 1].
+    #[arg(long, value_name = "X", allow_negative_numbers = true)]
+    value: Option<f32>,
+    /// Deterministic (mode) or random (sampled) actions.
+    #[arg(long, value_enum)]
+    exploration_type: Option<Exploration>,
+    /// Where the nodes run.
+    #[arg(long, value_enum, default_value_t = LauncherKind::Local)]
+    launcher: LauncherKind,
+    /// Push stored weights before each collection.
+    #[arg(long)]
+    update_after_each_batch: bool,
+    /// Update a node that produced more than N batches since its last update.
+    #[arg(long, value_name = "N")]
+    max_weight_update_interval: Option<u64>,
+    /// Push stored weights to all nodes every N yielded batches.
+    #[arg(long, value_name = "N")]
+    update_interval: Option<u64>,
+    /// Truncate trajectories longer than N frames.
+    #[arg(long, value_name = "N")]
+    max_frames_per_traj: Option<u64>,
+    /// Frames stepped with a random policy first.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    init_random_frames: u64,
+    /// Start each batch with fresh episodes.
+    #[arg(long)]
+    reset_at_each_iter: bool,
+    /// Yield batches split into trajectories ([n_traj, max_len] with `collector.mask`).
+    #[arg(long)]
+    split_trajs: bool,
+    /// Longest wait for one batch, in seconds.
+    #[arg(long, default_value_t = 60.0, value_name = "SECS", allow_negative_numbers = true)]
+    batch_timeout: f64,
+    /// One JSON object per batch on stdout, then a summary object.
+    #[arg(long)]
+    json: bool,
+    /// Append every batch to FILE as MessagePack (see the format in the crate docs).
+    #[arg(long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+/// A failure and the exit status it maps to.
+enum Failure {
+    /// Bad flags or values: exit 2.
+    Usage(String),
+    /// Failed after the start: exit 1.
+    Runtime(String),
+}
+
+fn usage(field: &str, reason: impl std::fmt::Display) -> Failure {
+    Failure::Usage(format!("invalid `{field}`: {reason}"))
+}
+
+/// A build error: a config the collector refused (exit 2) or a failure to start (exit 1).
+fn build_failure(e: CollectError) -> Failure {
+    match e {
+        CollectError::Config(_) | CollectError::Env(_) | CollectError::NodeBuild { .. } => {
+            Failure::Usage(e.to_string())
+        }
+        other => Failure::Runtime(other.to_string()),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // --help, --version, and the help shown when no subcommand is given.
+        Err(e) if !e.use_stderr() || e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
+        Err(e) => {
+            eprintln!("{}", one_line(&e.render().to_string()));
+            return ExitCode::from(2);
+        }
+    };
+    init_tracing();
+    let result = match cli.command {
+        Command::Collect(args) => collect(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Usage(m)) => {
+            eprintln!("error: {}", one_line(&m));
+            ExitCode::from(2)
+        }
+        Err(Failure::Runtime(m)) => {
+            eprintln!("error: {}", one_line(&m));
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Folds a possibly multi-line message (clap's usage errors) into one line, dropping clap's
+/// `Usage:` and `For more information` trailers.
+fn one_line(s: &str) -> String {
+    let mut out = String::new();
+    for line in s.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if line.starts_with("Usage:") || line.starts_with("For more information") {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(if out.ends_with(':') { " " } else { "; " });
+        }
+        out.push_str(line);
+    }
+    out
+}
+
+fn init_tracing() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(io::stderr)
+        .with_ansi(io::stderr().is_terminal())
+        .try_init();
+}
+
+fn policy_config(args: &CollectArgs) -> Result<PolicyConfig, Failure> {
+    if args.hidden.is_some() && args.policy != PolicyKind::Mlp {
+        return Err(usage("hidden", "only used by `--policy mlp`"));
+    }
+    if args.value.is_some() && args.policy != PolicyKind::Constant {
+        return Err(usage("value", "only used by `--policy constant`"));
+    }
+    Ok(match args.policy {
+        PolicyKind::Random => PolicyConfig::Random,
+        PolicyKind::Linear => PolicyConfig::Linear,
+        PolicyKind::Mlp => {
+            let hidden = args.hidden.clone().unwrap_or_else(|| vec![64, 64]);
+            if hidden.contains(&0) {
+                return Err(usage("hidden", "every layer needs at least one unit"));
+            }
+            PolicyConfig::Mlp { hidden }
+        }
+        PolicyKind::Constant => {
+            let value = args.value.unwrap_or(1.0);
+            if !value.is_finite() {
+                return Err(usage("value", format!("{value} is not finite")));
+            }
+            PolicyConfig::Constant { value }
+        }
+    })
+}
+
+fn build(args: &CollectArgs) -> Result<DistributedCollector, Failure> {
+    let config = match &args.env_config {
+        None => serde_json::Value::Null,
+        Some(s) => serde_json::from_str(s).map_err(|e| usage("env_config", format!("not valid JSON: {e}")))?,
+    };
+    let env = EnvSpec {
+        name: args.env.clone(),
+        config,
+    };
+    let batch_timeout = Duration::try_from_secs_f64(args.batch_timeout).map_err(|_| {
+        usage(
+            "batch_timeout",
+            format!("{} is not a number of seconds", args.batch_timeout),
+        )
+    })?;
+    let launcher = match args.launcher {
+        LauncherKind::Local => Launcher::Local,
+    };
+    let mut b = DistributedCollector::builder()
+        .env(env)
+        .policy(policy_config(args)?)
+        .nodes(args.nodes)
+        .envs_per_node(args.envs_per_node)
+        .frames_per_batch(args.frames_per_batch)
+        .total_frames(args.total_frames)
+        .sync(args.sync)
+        .launcher(launcher)
+        .update_after_each_batch(args.update_after_each_batch)
+        .init_random_frames(args.init_random_frames)
+        .reset_at_each_iter(args.reset_at_each_iter)
+        .split_trajs(args.split_trajs)
+        .batch_timeout(batch_timeout);
+    if let Some(s) = args.seed {
+        b = b.seed(s);
+    }
+    if let Some(e) = args.exploration_type {
+        b = b.exploration_type(match e {
+            Exploration::Deterministic => ExplorationType::Deterministic,
+            Exploration::Random => ExplorationType::Random,
+        });
+    }
+    if let Some(n) = args.max_weight_update_interval {
+        b = b.max_weight_update_interval(n);
+    }
+    if let Some(n) = args.update_interval {
+        b = b.update_interval(n);
+    }
+    if let Some(n) = args.max_frames_per_traj {
+        b = b.max_frames_per_traj(n);
+    }
+    b.build().map_err(build_failure)
+}
+
+/// The `data` map of an output record: every tensor under its dotted key.
+struct Data<'a>(&'a TensorDict);
+
+impl Serialize for Data<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, t) in self.0.iter() {
+            m.serialize_entry(k, t)?;
+        }
+        m.end()
+    }
+}
+
+/// One batch as written by `--output`.
+#[derive(Serialize)]
+struct Record<'a> {
+    batch: u64,
+    node: Option<usize>,
+    weights_version: u64,
+    data: Data<'a>,
+}
+
+/// One `--json` line per batch.
+#[derive(Serialize)]
+struct BatchLine {
+    batch: u64,
+    frames: u64,
+    node: Option<usize>,
+    weights_version: u64,
+}
+
+/// The last `--json` line.
+#[derive(Serialize)]
+struct Summary {
+    frames: u64,
+    batches: u64,
+    seconds: f64,
+    fps: f64,
+}
+
+/// Real frames of a batch: the `collector.mask` count after `--split-trajs`, else every frame.
+fn frames_of(data: &TensorDict) -> u64 {
+    match data.get(keys::MASK) {
+        Ok(Tensor::Bool(m)) => m.iter().filter(|&&b| b).count() as u64,
+        _ => data.numel() as u64,
+    }
+}
+
+fn progress_bar(args: &CollectArgs) -> ProgressBar {
+    if args.quiet || !io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let (pb, template) = if args.total_frames >= 0 {
+        (
+            ProgressBar::with_draw_target(Some(args.total_frames as u64), ProgressDrawTarget::stderr()),
+            "{elapsed_precise} [{wide_bar}] {human_pos}/{human_len} frames, {msg}",
+        )
+    } else {
+        (
+            ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()),
+            "{elapsed_precise} {spinner} {human_pos} frames, {msg}",
+        )
+    };
+    if let Ok(style) = ProgressStyle::with_template(template) {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb.set_message("0 batches");
+    pb
+}
+
+fn collect(args: &CollectArgs) -> Result<(), Failure> {
+    // Create the output before starting anything: a path we cannot write is a bad value.
+    let mut output = match &args.output {
+        None => None,
+        Some(p) => {
+            Some(BufWriter::new(File::create(p).map_err(|e| {
+                usage("output", format!("cannot create {}: {e}", p.display()))
+            })?))
+        }
+    };
+    let mut collector = build(args)?;
+    let pb = progress_bar(args);
+    let run = run(args, &mut collector, output.as_mut(), &pb);
+    pb.finish_and_clear();
+    let flushed = match output.as_mut() {
+        Some(w) => w.flush().context("writing the output file"),
+        None => Ok(()),
+    };
+    let down = collector.shutdown();
+    let (frames, batches, seconds) = run.map_err(|e| Failure::Runtime(format!("{e:#}")))?;
+    flushed.map_err(|e| Failure::Runtime(format!("{e:#}")))?;
+    down.map_err(|e| Failure::Runtime(format!("shutting down: {e}")))?;
+    let fps = if seconds > 0.0 { frames as f64 / seconds } else { 0.0 };
+    if args.json {
+        let summary = Summary {
+            frames,
+            batches,
+            seconds,
+            fps,
+        };
+        let summary = serde_json::to_string(&summary).map_err(|e| Failure::Runtime(e.to_string()))?;
+        let mut out = io::stdout().lock();
+        writeln!(out, "{summary}")
+            .and_then(|()| out.flush())
+            .map_err(|e| Failure::Runtime(format!("writing stdout: {e}")))?;
+    } else {
+        eprintln!("collected {frames} frames in {batches} batches in {seconds:.2} s ({fps:.0} frames/s)");
+    }
+    Ok(())
+}
+
+/// Collects until the collector is done; returns (frames, batches, seconds).
+fn run(
+    args: &CollectArgs,
+    collector: &mut DistributedCollector,
+    mut output: Option<&mut BufWriter<File>>,
+    pb: &ProgressBar,
+) -> anyhow::Result<(u64, u64, f64)> {
+    let start = Instant::now();
+    let (mut frames, mut batches) = (0u64, 0u64);
+    let mut stdout = io::stdout().lock();
+    while let Some(c) = collector.next_batch()? {
+        let Collected {
+            index,
+            node,
+            weights_version,
+            ref data,
+            ..
+        } = c;
+        let n = frames_of(data);
+        frames += n;
+        batches += 1;
+        if let Some(w) = output.as_deref_mut() {
+            let record = Record {
+                batch: index,
+                node,
+                weights_version,
+                data: Data(data),
+            };
+            rmp_serde::encode::write_named(w, &record).with_context(|| format!("writing batch {index}"))?;
+        }
+        if args.json {
+            let line = serde_json::to_string(&BatchLine {
+                batch: index,
+                frames: n,
+                node,
+                weights_version,
+            })?;
+            writeln!(stdout, "{line}")
+                .and_then(|()| stdout.flush())
+                .context("writing stdout")?;
+        }
+        pb.inc(n);
+        let secs = start.elapsed().as_secs_f64();
+        let fps = if secs > 0.0 { frames as f64 / secs } else { 0.0 };
+        pb.set_message(format!("{fps:.0} frames/s, {batches} batches"));
+    }
+    Ok((frames, batches, start.elapsed().as_secs_f64()))
+}

@@ -1,0 +1,399 @@
+//! The `rollout` command line, run as a child process.
+//!
+//! `cargo test` builds the binaries of the package under test only, and `rollout` belongs to
+//! `rollout-actors`, so the first test to need it runs `cargo build -p rollout-actors --bin rollout`
+//! with this test's own target dir and profile (derived from the test executable's path,
+//! `<target>/<profile>/deps/cli-<hash>`). Every child is waited for with a deadline, then killed.
+
+use std::collections::BTreeMap;
+use std::io::{Cursor, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rollout::{DType, Tensor};
+use serde::de::IgnoredAny;
+use serde::Deserialize;
+
+const BUILD_TIMEOUT: Duration = Duration::from_secs(600);
+const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Waits for `child` at most `timeout`, killing it on expiry. Returns `None` on a timeout.
+fn wait_with_deadline(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait().expect("try_wait") {
+            Some(status) => return Some(status),
+            None if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            None => thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// The `rollout` binary, built once per test process.
+fn rollout_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let exe = std::env::current_exe().expect("current_exe");
+        let profile_dir = exe.parent().and_then(Path::parent).expect("<target>/<profile>/deps/");
+        let target_dir = profile_dir.parent().expect("<target>/");
+        let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+            Some("debug") => "dev",
+            Some(other) => other,
+            None => panic!("cannot tell the profile from {}", exe.display()),
+        };
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+        let log_path = target_dir.join(format!("rollout-cli-test-build-{}.log", std::process::id()));
+        let log = std::fs::File::create(&log_path).expect("create the build log");
+        let mut child = Command::new(cargo)
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "rollout-actors",
+                "--bin",
+                "rollout",
+                "--profile",
+                profile,
+            ])
+            .arg("--manifest-path")
+            .arg(&manifest)
+            .env("CARGO_TARGET_DIR", target_dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn cargo build");
+        let status = wait_with_deadline(&mut child, BUILD_TIMEOUT);
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        let _ = std::fs::remove_file(&log_path);
+        match status {
+            Some(s) if s.success() => {}
+            Some(s) => panic!("cargo build of `rollout` failed ({s}):\n{log}"),
+            None => panic!("cargo build of `rollout` took longer than {BUILD_TIMEOUT:?}:\n{log}"),
+        }
+        let bin = profile_dir.join(format!("rollout{}", std::env::consts::EXE_SUFFIX));
+        assert!(bin.exists(), "{} missing after the build", bin.display());
+        bin
+    })
+}
+
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+fn drain(mut r: impl Read + Send + 'static) -> thread::JoinHandle<String> {
+    thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = r.read_to_end(&mut buf);
+        String::from_utf8_lossy(&buf).into_owned()
+    })
+}
+
+/// Runs `rollout ARGS` with a deadline; panics if it does not end in time.
+fn rollout(args: &[&str]) -> Run {
+    let mut child = Command::new(rollout_bin())
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rollout");
+    let out = drain(child.stdout.take().expect("stdout"));
+    let err = drain(child.stderr.take().expect("stderr"));
+    let status = wait_with_deadline(&mut child, RUN_TIMEOUT);
+    let (stdout, stderr) = (out.join().expect("stdout reader"), err.join().expect("stderr reader"));
+    let Some(status) = status else {
+        panic!(
+            "`rollout {}` ran longer than {RUN_TIMEOUT:?}; stderr:\n{stderr}",
+            args.join(" ")
+        );
+    };
+    Run {
+        code: status.code(),
+        stdout,
+        stderr,
+    }
+}
+
+fn assert_ok(run: &Run, args: &str) {
+    assert_eq!(run.code, Some(0), "`rollout {args}` failed; stderr:\n{}", run.stderr);
+}
+
+fn json_lines(run: &Run) -> Vec<serde_json::Value> {
+    run.stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+/// Checks the batch lines and summary of a `--json` run; returns the batch lines.
+fn check_json(run: &Run, batches: u64, frames_per_batch: u64) -> Vec<serde_json::Value> {
+    let mut lines = json_lines(run);
+    assert_eq!(lines.len() as u64, batches + 1, "stdout:\n{}", run.stdout);
+    let summary = lines.pop().expect("summary");
+    assert_eq!(summary["frames"], batches * frames_per_batch, "{summary}");
+    assert_eq!(summary["batches"], batches, "{summary}");
+    assert!(summary["seconds"].as_f64().is_some_and(|s| s >= 0.0), "{summary}");
+    assert!(summary["fps"].as_f64().is_some_and(|f| f >= 0.0), "{summary}");
+    for (i, l) in lines.iter().enumerate() {
+        let obj = l.as_object().expect("object");
+        let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(keys, ["batch", "frames", "node", "weights_version"], "{l}");
+        assert_eq!(l["batch"], i as u64, "{l}");
+        assert_eq!(l["frames"], frames_per_batch, "{l}");
+        assert!(l["weights_version"].is_u64(), "{l}");
+    }
+    lines
+}
+
+#[test]
+fn help_lists_the_collect_subcommand() {
+    let run = rollout(&["--help"]);
+    assert_ok(&run, "--help");
+    assert!(run.stdout.contains("collect"), "{}", run.stdout);
+    let run = rollout(&["collect", "--help"]);
+    assert_ok(&run, "collect --help");
+    for flag in [
+        "--frames-per-batch",
+        "--total-frames",
+        "--sync",
+        "--json",
+        "--output",
+        "--launcher",
+    ] {
+        assert!(run.stdout.contains(flag), "{flag} missing from:\n{}", run.stdout);
+    }
+}
+
+#[test]
+fn json_async_yields_every_batch_then_a_summary() {
+    let args = "collect --nodes 2 --frames-per-batch 100 --total-frames 1000 --seed 3 --json --quiet";
+    let run = rollout(&args.split(' ').collect::<Vec<_>>());
+    assert_ok(&run, args);
+    let lines = check_json(&run, 10, 100);
+    for l in &lines {
+        assert!(
+            l["node"].as_u64().is_some_and(|n| n < 2),
+            "async batches name their node: {l}"
+        );
+    }
+}
+
+#[test]
+fn json_sync_batches_have_no_node() {
+    let args = "collect --sync --nodes 2 --envs-per-node 2 --frames-per-batch 200 --total-frames 1000 --json --quiet";
+    let run = rollout(&args.split(' ').collect::<Vec<_>>());
+    assert_ok(&run, args);
+    for l in check_json(&run, 5, 200) {
+        assert!(l["node"].is_null(), "sync batches have node null: {l}");
+    }
+}
+
+#[test]
+fn human_summary_goes_to_stderr() {
+    let args = "collect --nodes 1 --frames-per-batch 50 --total-frames 100 --quiet";
+    let run = rollout(&args.split(' ').collect::<Vec<_>>());
+    assert_ok(&run, args);
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+    let last = run.stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("100 frames") && last.contains("2 batches"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// A record of `--output`, decoded with types.
+#[derive(Deserialize)]
+struct Record {
+    batch: u64,
+    node: Option<usize>,
+    weights_version: u64,
+    data: BTreeMap<String, Tensor>,
+}
+
+/// Decodes every record of an `--output` file, checking field names on the way.
+fn read_records(path: &Path) -> Vec<Record> {
+    let bytes = std::fs::read(path).expect("read the output file");
+    // Field names: every record is a map with exactly these keys, every tensor a map too.
+    let mut cur = Cursor::new(&bytes[..]);
+    let mut n = 0;
+    while (cur.position() as usize) < bytes.len() {
+        let rec: BTreeMap<String, IgnoredAny> = rmp_serde::from_read(&mut cur).expect("a record is a named map");
+        assert_eq!(
+            rec.keys().collect::<Vec<_>>(),
+            ["batch", "data", "node", "weights_version"]
+        );
+        n += 1;
+    }
+    assert_eq!(cur.position() as usize, bytes.len());
+    #[derive(Deserialize)]
+    struct Raw {
+        data: BTreeMap<String, BTreeMap<String, IgnoredAny>>,
+    }
+    let mut cur = Cursor::new(&bytes[..]);
+    for _ in 0..n {
+        let raw: Raw = rmp_serde::from_read(&mut cur).expect("raw record");
+        for (key, t) in &raw.data {
+            assert_eq!(t.keys().collect::<Vec<_>>(), ["data", "dtype", "shape"], "{key}");
+        }
+    }
+    let mut cur = Cursor::new(&bytes[..]);
+    (0..n)
+        .map(|_| rmp_serde::from_read(&mut cur).expect("typed record"))
+        .collect()
+}
+
+fn temp_path(name: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    std::env::temp_dir().join(format!("rollout-cli-{}-{n}-{name}", std::process::id()))
+}
+
+/// Checks the CartPole keys of one record against the leading batch shape `lead`.
+fn check_cartpole(rec: &Record, lead: &[usize]) {
+    let with = |tail: &[usize]| [lead, tail].concat();
+    let expect: [(&str, DType, Vec<usize>); 7] = [
+        ("observation", DType::F32, with(&[4])),
+        ("action", DType::I64, with(&[])),
+        ("next.observation", DType::F32, with(&[4])),
+        ("next.reward", DType::F32, with(&[1])),
+        ("next.done", DType::Bool, with(&[1])),
+        ("next.terminated", DType::Bool, with(&[1])),
+        ("collector.traj_ids", DType::I64, with(&[])),
+    ];
+    for (key, dtype, shape) in expect {
+        let t = rec
+            .data
+            .get(key)
+            .unwrap_or_else(|| panic!("batch {} lacks `{key}`: {:?}", rec.batch, rec.data.keys()));
+        assert_eq!(t.dtype(), dtype, "{key}");
+        assert_eq!(t.shape(), &shape[..], "{key}");
+    }
+    for (key, t) in &rec.data {
+        assert_eq!(&t.shape()[..lead.len()], lead, "{key}");
+    }
+}
+
+#[test]
+fn output_file_decodes_into_the_documented_records_async() {
+    let path = temp_path("async.msgpack");
+    let p = path.to_str().expect("utf-8 temp path");
+    let args = [
+        "collect",
+        "--nodes",
+        "2",
+        "--envs-per-node",
+        "2",
+        "--frames-per-batch",
+        "100",
+        "--total-frames",
+        "300",
+        "--seed",
+        "7",
+        "--quiet",
+        "--json",
+        "--output",
+        p,
+    ];
+    let run = rollout(&args);
+    assert_ok(&run, &args.join(" "));
+    let lines = check_json(&run, 3, 100);
+    let records = read_records(&path);
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(records.len(), 3);
+    for (i, (rec, line)) in records.iter().zip(&lines).enumerate() {
+        assert_eq!(rec.batch, i as u64);
+        assert!(rec.node.is_some_and(|n| n < 2));
+        assert_eq!(
+            rec.node.map(|n| n as u64),
+            line["node"].as_u64(),
+            "the file and stdout agree"
+        );
+        assert_eq!(rec.weights_version, line["weights_version"].as_u64().expect("u64"));
+        check_cartpole(rec, &[2, 50]);
+    }
+}
+
+#[test]
+fn output_file_decodes_into_the_documented_records_sync() {
+    let path = temp_path("sync.msgpack");
+    let p = path.to_str().expect("utf-8 temp path");
+    let args = [
+        "collect",
+        "--sync",
+        "--nodes",
+        "2",
+        "--frames-per-batch",
+        "200",
+        "--total-frames",
+        "400",
+        "--policy",
+        "random",
+        "--quiet",
+        "--output",
+        p,
+    ];
+    let run = rollout(&args);
+    assert_ok(&run, &args.join(" "));
+    let records = read_records(&path);
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(records.len(), 2);
+    for (i, rec) in records.iter().enumerate() {
+        assert_eq!(rec.batch, i as u64);
+        assert_eq!(rec.node, None, "sync records have node nil");
+        check_cartpole(rec, &[2, 1, 100]);
+        let obs = rec.data["observation"].as_f32().expect("f32");
+        assert!(obs.iter().all(|x| x.is_finite()));
+    }
+}
+
+/// Runs a bad command line: exit 2, one stderr line `error: ...` mentioning `needle`.
+fn assert_usage_error(args: &[&str], needle: &str) {
+    let run = rollout(args);
+    let cmd = args.join(" ");
+    assert_eq!(
+        run.code,
+        Some(2),
+        "`rollout {cmd}` should exit 2; stderr:\n{}",
+        run.stderr
+    );
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "`rollout {cmd}`: one stderr line expected, got:\n{}",
+        run.stderr
+    );
+    assert!(lines[0].starts_with("error: "), "{}", lines[0]);
+    assert!(lines[0].contains(needle), "`{needle}` not in: {}", lines[0]);
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+}
+
+#[test]
+fn bad_flags_exit_2_with_one_line() {
+    assert_usage_error(&["collect", "--frames-per-batch", "0"], "frames_per_batch");
+    assert_usage_error(
+        &["collect", "--nodes", "3", "--sync", "--frames-per-batch", "100"],
+        "frames_per_batch",
+    );
+    assert_usage_error(&["collect", "--env", "Nope"], "Nope");
+    assert_usage_error(&["collect", "--policy", "nope"], "--policy");
+    assert_usage_error(&["collect", "--env-config", "{not json"], "env_config");
+    assert_usage_error(&["collect", "--total-frames", "-5"], "total_frames");
+    assert_usage_error(&["collect", "--nodes", "0"], "nodes");
+    assert_usage_error(&["collect", "--hidden", "8", "--policy", "linear"], "hidden");
+}
