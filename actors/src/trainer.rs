@@ -11,8 +11,7 @@ use tokio::sync::oneshot;
 
 use crate::error::CollectError;
 use crate::messages::{
-    FromNodeMsg, NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights, Subscribe, ToNodeMsg,
-    TrainerEvent,
+    FromNodeMsg, NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights, Subscribe, ToNodeMsg, TrainerEvent,
 };
 
 type Reply<T> = oneshot::Sender<Result<T, CollectError>>;

@@ -88,6 +88,7 @@ pub struct NodeMachine {
     envs_per_worker: usize,
     pending: Option<Pending>,
     stopped: Vec<bool>,
+    stopping: bool,
     down: bool,
 }
 
@@ -100,6 +101,7 @@ impl NodeMachine {
             envs_per_worker,
             pending: None,
             stopped: vec![false; workers],
+            stopping: false,
             down: false,
         }
     }
@@ -183,6 +185,7 @@ impl NodeMachine {
             }
             ToNode::Shutdown => {
                 self.pending = None;
+                self.stopping = true;
                 for worker in 0..self.workers {
                     if !self.stopped[worker] {
                         out.push(NodeOutput::Worker {

@@ -256,6 +256,8 @@ pub struct TrainerMachine {
     /// A request arrived during the seeding chain; it is served once the chain ends,
     /// so no node ever collects with a half-applied seed.
     deferred: bool,
+    /// A seeding chain asked for while another was running.
+    queued_seed: Option<u64>,
     shutting_down: bool,
 }
 
@@ -279,6 +281,7 @@ impl TrainerMachine {
             wanted: false,
             seeding: None,
             deferred: false,
+            queued_seed: None,
             shutting_down: false,
         })
     }
@@ -373,7 +376,13 @@ impl TrainerMachine {
 
     /// Starts the seeding chain: node 0 gets `seed`, node k+1 the seed node k did not use.
     /// Ends with [`Output::Seeded`].
+    /// A chain asked for while another runs starts when that one ends; only the
+    /// last chain's result is reported.
     pub fn set_seed(&mut self, seed: u64, out: &mut Vec<Output>) {
+        if self.seeding.is_some() {
+            self.queued_seed = Some(seed);
+            return;
+        }
         self.seeding = Some(0);
         out.push(Output::Send {
             node: 0,
@@ -503,6 +512,10 @@ impl TrainerMachine {
                     });
                 } else {
                     self.seeding = None;
+                    if let Some(seed) = self.queued_seed.take() {
+                        self.set_seed(seed, out);
+                        return Ok(());
+                    }
                     out.push(Output::Seeded { next_seed });
                     if std::mem::take(&mut self.deferred) {
                         self.request(out)?;
