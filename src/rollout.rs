@@ -422,27 +422,6 @@ impl Rollout {
         }
     }
 
-    fn reset_env(&mut self, k: usize) -> Result<(), RolloutError> {
-        let d = self.obs_dim;
-        let seed = self.pending_seed[k].take();
-        self.envs[k]
-            .reset(seed, &mut self.cur_obs[k * d..(k + 1) * d])
-            .map_err(|source| RolloutError::Env { env: k, source })?;
-        self.check_nan(k)?;
-        self.traj_id[k] = self.ids[k].alloc();
-        self.step_count[k] = 0;
-        self.needs_reset[k] = false;
-        Ok(())
-    }
-
-    fn check_nan(&self, k: usize) -> Result<(), RolloutError> {
-        let d = self.obs_dim;
-        if self.config.nan_is_failure && self.cur_obs[k * d..(k + 1) * d].iter().any(|x| x.is_nan()) {
-            return Err(RolloutError::NanObservation { env: k });
-        }
-        Ok(())
-    }
-
     /// Collects one batch of exactly `frames_per_batch` frames, shape `[K, F/K]`.
     pub fn collect(&mut self) -> Result<TensorDict, RolloutError> {
         self.collect_frames(self.config.frames_per_batch)
@@ -462,58 +441,160 @@ impl Rollout {
             self.needs_reset.iter_mut().for_each(|r| *r = true);
         }
         let mut b = self.buffers();
-        let (steps, d, a) = (self.steps, self.obs_dim, self.act_dim);
+        // Specialised for common observation sizes and for one env: constant-length
+        // rows compile to plain moves and the env loop disappears (0 = any size).
+        let filled = match (self.obs_dim, k_envs) {
+            (1, 1) => self.fill::<1, 1>(&mut b),
+            (2, 1) => self.fill::<2, 1>(&mut b),
+            (3, 1) => self.fill::<3, 1>(&mut b),
+            (4, 1) => self.fill::<4, 1>(&mut b),
+            (1, _) => self.fill::<1, 0>(&mut b),
+            (2, _) => self.fill::<2, 0>(&mut b),
+            (3, _) => self.fill::<3, 0>(&mut b),
+            (4, _) => self.fill::<4, 0>(&mut b),
+            _ => self.fill::<0, 0>(&mut b),
+        };
+        match filled {
+            Ok(()) => self.to_tensordict(b),
+            Err(e) => {
+                self.spare = Some(b);
+                Err(e)
+            }
+        }
+    }
+
+    /// The hot loop. Fields are borrowed apart into locals first, so the compiler
+    /// keeps them in registers across the env and policy calls.
+    fn fill<const D: usize, const K: usize>(&mut self, b: &mut Buffers) -> Result<(), RolloutError> {
+        let Rollout {
+            envs,
+            policy,
+            random,
+            config,
+            discrete,
+            obs_dim,
+            act_dim,
+            steps,
+            cur_obs,
+            traj_id,
+            step_count,
+            needs_reset,
+            pending_seed,
+            act_i,
+            act_f,
+            ids,
+            frames,
+            ..
+        } = self;
+        let d = if D == 0 { *obs_dim } else { D };
+        let (a, steps, discrete) = (*act_dim, *steps, *discrete);
+        let k_envs = if K == 0 { envs.len() } else { K };
+        let nan_is_failure = config.nan_is_failure;
+        let max_traj = config.max_frames_per_traj.unwrap_or(u64::MAX);
+        let init_random = config.init_random_frames;
+        let Buffers {
+            obs,
+            next_obs,
+            action_i,
+            action_f,
+            reward,
+            done,
+            terminated,
+            truncated,
+            traj_ids,
+            step_count: step_counts,
+        } = b;
+        // Checked once here, so the compiler can drop the per-frame bounds checks.
+        let n = k_envs * steps;
+        let sizes_ok = obs.len() == n * d
+            && next_obs.len() == n * d
+            && (if discrete {
+                action_i.len() == n
+            } else {
+                action_f.len() == n * a
+            })
+            && [reward.len(), traj_ids.len(), step_counts.len()]
+                .iter()
+                .all(|&l| l == n)
+            && [done.len(), terminated.len(), truncated.len()].iter().all(|&l| l == n)
+            && cur_obs.len() == k_envs * d
+            && envs.len() == k_envs
+            && [
+                traj_id.len(),
+                step_count.len(),
+                needs_reset.len(),
+                pending_seed.len(),
+                ids.len(),
+            ]
+            .iter()
+            .all(|&l| l == k_envs);
+        if !sizes_ok {
+            return Err(RolloutError::Config {
+                field: "buffers",
+                reason: "internal buffer sizes disagree with the batch shape".into(),
+            });
+        }
         for t in 0..steps {
             for k in 0..k_envs {
-                if self.needs_reset[k] {
-                    self.reset_env(k)?;
+                if needs_reset[k] {
+                    let cur = &mut cur_obs[k * d..(k + 1) * d];
+                    envs[k]
+                        .reset(pending_seed[k].take(), cur)
+                        .map_err(|source| RolloutError::Env { env: k, source })?;
+                    if nan_is_failure && has_nan(cur) {
+                        return Err(RolloutError::NanObservation { env: k });
+                    }
+                    traj_id[k] = ids[k].alloc();
+                    step_count[k] = 0;
+                    needs_reset[k] = false;
                 }
             }
-            let random = self.frames < self.config.init_random_frames;
-            let actions = if self.discrete {
-                ActionsMut::Discrete(&mut self.act_i)
+            let actions = if discrete {
+                ActionsMut::Discrete(act_i)
             } else {
-                ActionsMut::Continuous(&mut self.act_f)
+                ActionsMut::Continuous(act_f)
             };
-            match (&mut self.random, random) {
-                (Some(r), true) => r.act(&self.cur_obs, k_envs, actions)?,
-                _ => self.policy.act(&self.cur_obs, k_envs, actions)?,
+            match random {
+                Some(r) if *frames < init_random => r.act(cur_obs, k_envs, actions)?,
+                _ => policy.act(cur_obs, k_envs, actions)?,
             }
             for k in 0..k_envs {
                 let i = k * steps + t;
-                let cur = &mut self.cur_obs[k * d..(k + 1) * d];
-                copy_row(&mut b.obs[i * d..(i + 1) * d], cur);
-                let action = if self.discrete {
-                    b.action_i[i] = self.act_i[k];
-                    Action::Discrete(self.act_i[k])
+                let cur = &mut cur_obs[k * d..(k + 1) * d];
+                copy_row(&mut obs[i * d..(i + 1) * d], cur);
+                let action = if discrete {
+                    action_i[i] = act_i[k];
+                    Action::Discrete(act_i[k])
                 } else {
-                    let src = &self.act_f[k * a..(k + 1) * a];
-                    copy_row(&mut b.action_f[i * a..(i + 1) * a], src);
+                    let src = &act_f[k * a..(k + 1) * a];
+                    copy_row(&mut action_f[i * a..(i + 1) * a], src);
                     Action::Continuous(src)
                 };
-                let next = &mut b.next_obs[i * d..(i + 1) * d];
-                let tr = self.envs[k]
-                    .step(action, next)
-                    .map_err(|source| RolloutError::Env { env: k, source })?;
+                let next = &mut next_obs[i * d..(i + 1) * d];
+                let tr = match envs[k].step(action, next) {
+                    Ok(tr) => tr,
+                    Err(source) => return Err(RolloutError::Env { env: k, source }),
+                };
                 copy_row(cur, next);
-                let sc = self.step_count[k];
-                let cut = self.config.max_frames_per_traj.is_some_and(|m| (sc + 1) as u64 >= m);
-                let truncated = tr.truncated || (cut && !tr.terminated);
-                b.reward[i] = tr.reward as f32;
-                b.terminated[i] = tr.terminated;
-                b.truncated[i] = truncated;
-                b.done[i] = tr.terminated || truncated;
-                b.traj_ids[i] = self.traj_id[k];
-                b.step_count[i] = sc;
-                self.step_count[k] = sc + 1;
-                self.needs_reset[k] = tr.terminated || truncated;
-                if !self.needs_reset[k] {
-                    self.check_nan(k)?;
+                let sc = step_count[k];
+                let cut = (sc + 1) as u64 >= max_traj && !tr.terminated;
+                let trunc = tr.truncated || cut;
+                let end = tr.terminated || trunc;
+                reward[i] = tr.reward as f32;
+                terminated[i] = tr.terminated;
+                truncated[i] = trunc;
+                done[i] = end;
+                traj_ids[i] = traj_id[k];
+                step_counts[i] = sc;
+                step_count[k] = sc + 1;
+                needs_reset[k] = end;
+                if nan_is_failure && !end && has_nan(cur) {
+                    return Err(RolloutError::NanObservation { env: k });
                 }
             }
-            self.frames += k_envs as u64;
+            *frames += k_envs as u64;
         }
-        self.to_tensordict(b)
+        Ok(())
     }
 
     fn to_tensordict(&self, b: Buffers) -> Result<TensorDict, RolloutError> {
@@ -563,6 +644,10 @@ impl Rollout {
         )?;
         Ok(td)
     }
+}
+
+fn has_nan(v: &[f32]) -> bool {
+    v.iter().any(|x| x.is_nan())
 }
 
 fn into_f32(t: Tensor) -> Option<ArrayD<f32>> {

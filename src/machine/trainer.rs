@@ -247,8 +247,6 @@ pub struct TrainerMachine {
     ready: VecDeque<Batch>,
     /// Async: Continue already sent to every node.
     started: bool,
-    /// Async: the node whose batch was yielded last and has not been told to continue.
-    to_continue: Option<usize>,
     /// The consumer asked for a batch and has not got it yet.
     wanted: bool,
     /// Seeding chain in progress: the node being seeded.
@@ -277,7 +275,6 @@ impl TrainerMachine {
             round: None,
             ready: VecDeque::new(),
             started: false,
-            to_continue: None,
             wanted: false,
             seeding: None,
             deferred: false,
@@ -438,11 +435,6 @@ impl TrainerMachine {
                 for i in 0..self.cfg.nodes {
                     self.continue_node(i, self.cfg.frames_per_batch, out);
                 }
-            } else if let Some(node) = self.to_continue.take() {
-                if self.cfg.update_after_each_batch {
-                    self.push_weights(Some(&[node]), out)?;
-                }
-                self.continue_node(node, self.cfg.frames_per_batch, out);
             }
             self.try_yield_async(out)?;
         }
@@ -466,7 +458,15 @@ impl TrainerMachine {
                 data = data.slice(1, 0..steps)?;
             }
         }
-        self.to_continue = Some(node);
+        // The node whose batch is yielded goes on at once (after its weight update,
+        // if any), so it never idles while the consumer works on the batch.
+        let more = self.remaining().is_none_or(|r| r > data.numel() as u64);
+        if more {
+            if self.cfg.update_after_each_batch {
+                self.push_weights(Some(&[node]), out)?;
+            }
+            self.continue_node(node, self.cfg.frames_per_batch, out);
+        }
         self.emit(node_batch(Some(node), vec![b.weights_version], data), out);
         Ok(())
     }
@@ -486,7 +486,6 @@ impl TrainerMachine {
         }
         if self.remaining() == Some(0) {
             self.finished = true;
-            self.to_continue = None;
         }
     }
 
