@@ -15,6 +15,7 @@ pub mod postproc;
 pub mod rollout;
 pub mod spec;
 pub mod tensor;
+pub mod wire;
 
 pub use env::{Action, Env, EnvError, EnvSpec, Registry, Transition};
 pub use policy::{ExplorationType, Policy, PolicyConfig, PolicyError, PolicySpec, Weights};
