@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::env::{Action, Env, EnvError};
 use crate::policy::{ActionsMut, Policy, PolicyError, RandomPolicy, Weights};
 use crate::spec::Spec;
-use crate::tensor::{Tensor, TensorDict, TensorError};
+use crate::tensor::{DType, Tensor, TensorDict, TensorError};
 
 /// Keys of a collected batch, torchrl's names.
 pub mod keys {
@@ -36,6 +36,34 @@ pub mod keys {
     pub const STEP_COUNT: &str = "step_count";
     /// Real (true) or padding (false) frame, after `split_trajectories`.
     pub const MASK: &str = "collector.mask";
+}
+
+/// Per-frame layout of a batch: key → (dtype, feature shape after the batch dims).
+pub type BatchLayout = std::collections::BTreeMap<String, (DType, Vec<usize>)>;
+
+/// The layout of every batch a rollout over envs with these specs produces; the
+/// trainer checks each (remote) batch against it.
+pub fn batch_layout(observation: &Spec, action: &Spec) -> BatchLayout {
+    let obs = (DType::F32, observation.feature_shape());
+    let act = if action.is_discrete() {
+        (DType::I64, vec![])
+    } else {
+        (DType::F32, action.feature_shape())
+    };
+    [
+        (keys::OBSERVATION, obs.clone()),
+        (keys::NEXT_OBSERVATION, obs),
+        (keys::ACTION, act),
+        (keys::NEXT_REWARD, (DType::F32, vec![1])),
+        (keys::NEXT_DONE, (DType::Bool, vec![1])),
+        (keys::NEXT_TERMINATED, (DType::Bool, vec![1])),
+        (keys::NEXT_TRUNCATED, (DType::Bool, vec![1])),
+        (keys::TRAJ_IDS, (DType::I64, vec![])),
+        (keys::STEP_COUNT, (DType::I64, vec![1])),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
 }
 
 /// What went wrong while building or running a rollout.

@@ -4,6 +4,8 @@
 //! arbiter, one arbiter thread per env worker) and turns the trainer's messages
 //! into plain blocking calls, each with a deadline.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -12,13 +14,17 @@ use actix::prelude::*;
 use rollout::machine::{Collected, ConfigError, TrainerConfig, TrainerMachine};
 use rollout::node_spec::NodeSpec;
 use rollout::postproc;
-use rollout::rollout::RolloutConfig;
+use rollout::rollout::{batch_layout, RolloutConfig};
+use rollout::wire::DEFAULT_MAX_FRAME;
 use rollout::{EnvSpec, ExplorationType, PolicyConfig, PolicySpec, Registry, TensorDict, Weights};
 
 use crate::block::block_on_timeout;
 use crate::error::CollectError;
-use crate::launch::{local, Launcher};
+use crate::launch::process::Children;
+use crate::launch::{self, local, Launcher};
 use crate::messages::{NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights};
+use crate::remote::listener::DoorConfig;
+use crate::remote::peer::PeerTiming;
 use crate::trainer::Trainer;
 
 /// A transformation applied to every yielded batch (torchrl's `postproc`), e.g. n-step returns.
@@ -72,6 +78,14 @@ pub struct CollectorBuilder {
     postproc: Option<Box<dyn Postproc>>,
     batch_timeout: Duration,
     shutdown_timeout: Duration,
+    listen: String,
+    token: Option<Vec<u8>>,
+    join_timeout: Duration,
+    heartbeat: Duration,
+    heartbeat_timeout: Duration,
+    handshake_timeout: Duration,
+    node_program: Option<PathBuf>,
+    max_frame: usize,
 }
 
 impl Default for CollectorBuilder {
@@ -98,6 +112,14 @@ impl Default for CollectorBuilder {
             postproc: None,
             batch_timeout: Duration::from_secs(60),
             shutdown_timeout: Duration::from_secs(10),
+            listen: "127.0.0.1:0".into(),
+            token: None,
+            join_timeout: Duration::from_secs(60),
+            heartbeat: Duration::from_secs(1),
+            heartbeat_timeout: Duration::from_secs(5),
+            handshake_timeout: Duration::from_secs(5),
+            node_program: None,
+            max_frame: DEFAULT_MAX_FRAME,
         }
     }
 }
@@ -222,6 +244,46 @@ impl CollectorBuilder {
         plan.start()
     }
 
+    /// Address remote nodes join (`Process` and `External` launchers); default
+    /// `127.0.0.1:0` (loopback, any free port). Binding other addresses is explicit.
+    pub fn listen(mut self, addr: impl Into<String>) -> Self {
+        self.listen = addr.into();
+        self
+    }
+    /// The shared token remote nodes prove they hold (required for `External`;
+    /// `Process` draws a random one when none is given).
+    pub fn token(mut self, token: impl Into<Vec<u8>>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+    /// Longest wait for every remote node to join (default 60 s).
+    pub fn join_timeout(mut self, d: Duration) -> Self {
+        self.join_timeout = d;
+        self
+    }
+    /// Heartbeat interval, and the silence after which a remote peer is gone
+    /// (defaults 1 s and 5 s).
+    pub fn heartbeat(mut self, interval: Duration, timeout: Duration) -> Self {
+        self.heartbeat = interval;
+        self.heartbeat_timeout = timeout;
+        self
+    }
+    /// Longest a connecting node may take over its handshake (default 5 s).
+    pub fn handshake_timeout(mut self, d: Duration) -> Self {
+        self.handshake_timeout = d;
+        self
+    }
+    /// The `rollout` binary the `Process` launcher starts (default: this executable).
+    pub fn node_program(mut self, path: impl Into<PathBuf>) -> Self {
+        self.node_program = Some(path.into());
+        self
+    }
+    /// Largest frame body sent or accepted over TCP (default 256 MiB).
+    pub fn max_frame(mut self, bytes: usize) -> Self {
+        self.max_frame = bytes;
+        self
+    }
+
     /// Validates everything, starts the nodes on threads of their own and seeds them.
     pub fn build(self) -> Result<DistributedCollector, CollectError> {
         let (plan, opts) = self.prepare()?;
@@ -294,12 +356,51 @@ impl CollectorBuilder {
                 },
             })
             .collect();
-        let Launcher::Local = self.launcher;
+        let remote = match self.launcher {
+            Launcher::Local => None,
+            Launcher::Process | Launcher::External => {
+                let token = match (&self.token, &self.launcher) {
+                    (Some(t), _) if !t.is_empty() => t.clone(),
+                    (_, Launcher::Process) => random_token(),
+                    _ => return Err(config_err("token", "required for nodes that join from outside")),
+                };
+                if self.heartbeat.is_zero() || self.heartbeat_timeout <= self.heartbeat {
+                    return Err(config_err("heartbeat", "the timeout must be longer than the interval"));
+                }
+                if self.max_frame < 1024 {
+                    return Err(config_err("max_frame", "must be at least 1024 bytes"));
+                }
+                let program = match (&self.launcher, &self.node_program) {
+                    (Launcher::Process, Some(p)) => Some(p.clone()),
+                    (Launcher::Process, None) => Some(
+                        std::env::current_exe()
+                            .map_err(|e| config_err("node_program", format!("cannot find this executable: {e}")))?,
+                    ),
+                    _ => None,
+                };
+                Some(RemotePlan {
+                    listen: self.listen.clone(),
+                    door: DoorConfig {
+                        token,
+                        timing: PeerTiming {
+                            heartbeat: self.heartbeat,
+                            timeout: self.heartbeat_timeout,
+                            max_frame: self.max_frame,
+                        },
+                        handshake_timeout: self.handshake_timeout,
+                    },
+                    join_timeout: self.join_timeout,
+                    program,
+                })
+            }
+        };
+        let machine = machine.with_layout(batch_layout(probe.observation_spec(), probe.action_spec()));
         let plan = Plan {
             machine,
             specs,
             registry: self.registry,
             seed,
+            remote,
         };
         let opts = FacadeOptions {
             batch_timeout: self.batch_timeout,
@@ -318,12 +419,36 @@ struct Plan {
     specs: Vec<NodeSpec>,
     registry: Registry,
     seed: u64,
+    remote: Option<RemotePlan>,
+}
+
+/// How remote nodes come in.
+struct RemotePlan {
+    listen: String,
+    door: DoorConfig,
+    join_timeout: Duration,
+    /// The binary to start nodes from (`Process`), or `None` (`External`).
+    program: Option<PathBuf>,
 }
 
 impl Plan {
     fn start(self) -> Result<local::Started, CollectError> {
+        if self.remote.is_some() {
+            return Err(config_err(
+                "launcher",
+                "start() runs local nodes only; use build() for remote nodes",
+            ));
+        }
         local::start(self.machine, &self.specs, &self.registry, self.seed)
     }
+}
+
+/// A random token for nodes this trainer starts itself.
+fn random_token() -> Vec<u8> {
+    (0..32)
+        .map(|_| format!("{:02x}", rand::random::<u8>()))
+        .collect::<String>()
+        .into_bytes()
 }
 
 /// What the facade itself does with batches and deadlines.
@@ -336,14 +461,43 @@ struct FacadeOptions {
 }
 
 impl DistributedCollector {
-    fn launch(plan: Plan, opts: FacadeOptions) -> Result<DistributedCollector, CollectError> {
+    fn launch(mut plan: Plan, opts: FacadeOptions) -> Result<DistributedCollector, CollectError> {
+        // Remote nodes: bind here, so the address is known before anything starts.
+        let mut listen_addr = None;
+        let mut children = None;
+        let mut remote = None;
+        let mut ready_wait = Duration::from_secs(60);
+        if let Some(r) = plan.remote.take() {
+            let listener = std::net::TcpListener::bind(&r.listen)
+                .map_err(|e| config_err("listen", format!("cannot bind {}: {e}", r.listen)))?;
+            let addr = listener
+                .local_addr()
+                .map_err(|e| config_err("listen", format!("cannot read the bound address: {e}")))?;
+            listen_addr = Some(addr);
+            if let Some(program) = &r.program {
+                children = Some(
+                    Children::spawn(program, addr, &r.door.token, plan.specs.len())
+                        .map_err(|e| config_err("node_program", format!("cannot start {}: {e}", program.display())))?,
+                );
+            }
+            ready_wait = r.join_timeout + Duration::from_secs(30);
+            remote = Some((listener, r.door, r.join_timeout));
+        }
         let (ready_tx, ready_rx) = mpsc::channel();
         let (done_tx, done_rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("rollout-system".into())
             .spawn(move || {
                 let sys = System::new();
-                let started = sys.block_on(async { plan.start() });
+                let started = sys.block_on(async move {
+                    match remote {
+                        None => plan.start(),
+                        Some((listener, door, join_timeout)) => {
+                            launch::remote::start(plan.machine, plan.specs, listener, door, join_timeout, plan.seed)
+                                .await
+                        }
+                    }
+                });
                 let arbiters = match started {
                     Ok(s) => {
                         let _ = ready_tx.send(Ok((s.trainer, System::current())));
@@ -366,7 +520,7 @@ impl DistributedCollector {
                 let _ = done_tx.send(());
             })
             .map_err(|e| CollectError::Stopped(format!("cannot spawn the system thread: {e}")))?;
-        let (trainer, system) = match ready_rx.recv_timeout(Duration::from_secs(60)) {
+        let (trainer, system) = match ready_rx.recv_timeout(ready_wait) {
             Ok(Ok(v)) => v,
             Ok(Err(e)) => {
                 let _ = thread.join();
@@ -375,7 +529,7 @@ impl DistributedCollector {
             Err(_) => {
                 return Err(CollectError::Timeout {
                     what: "starting the nodes",
-                    seconds: 60.0,
+                    seconds: ready_wait.as_secs_f64(),
                 })
             }
         };
@@ -390,6 +544,8 @@ impl DistributedCollector {
             postproc: opts.postproc,
             down: false,
             nodes: opts.nodes,
+            listen_addr,
+            children,
         })
     }
 }
@@ -406,6 +562,8 @@ pub struct DistributedCollector {
     postproc: Option<Box<dyn Postproc>>,
     down: bool,
     nodes: usize,
+    listen_addr: Option<SocketAddr>,
+    children: Option<Children>,
 }
 
 impl std::fmt::Debug for DistributedCollector {
@@ -509,6 +667,16 @@ impl DistributedCollector {
         self.nodes
     }
 
+    /// The address remote nodes join, when they do.
+    pub fn listen_addr(&self) -> Option<SocketAddr> {
+        self.listen_addr
+    }
+
+    /// Process ids of the node processes this collector started (`Process` launcher).
+    pub fn node_pids(&self) -> Vec<u32> {
+        self.children.as_ref().map_or_else(Vec::new, Children::pids)
+    }
+
     /// Stops every node, waits for them (bounded), joins every thread started.
     /// Idempotent.
     pub fn shutdown(&mut self) -> Result<(), CollectError> {
@@ -518,6 +686,9 @@ impl DistributedCollector {
         let r = self.ask(StopNodes, "shutting the nodes down", self.shutdown_timeout);
         self.down = true;
         self.system.stop();
+        if let Some(mut c) = self.children.take() {
+            c.reap(self.shutdown_timeout);
+        }
         let joined = self.done.recv_timeout(self.shutdown_timeout).is_ok();
         if let Some(t) = self.thread.take() {
             if joined {

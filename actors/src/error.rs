@@ -43,6 +43,9 @@ pub enum CollectError {
     /// The actor system is gone (shut down, or its thread died).
     #[error("the collector's actor system is not running: {0}")]
     Stopped(String),
+    /// Remote nodes did not join (in time, or at all).
+    #[error("nodes did not join: {0}")]
+    Join(String),
     /// Post-processing of a yielded batch failed.
     #[error("post-processing failed: {0}")]
     Postproc(String),

@@ -12,6 +12,7 @@ pub mod error;
 pub mod launch;
 pub mod messages;
 pub mod node;
+pub mod remote;
 pub mod testkit;
 pub mod trainer;
 

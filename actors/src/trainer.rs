@@ -13,6 +13,7 @@ use crate::error::CollectError;
 use crate::messages::{
     FromNodeMsg, NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights, Subscribe, ToNodeMsg, TrainerEvent,
 };
+use crate::remote::peer::Disconnect;
 
 type Reply<T> = oneshot::Sender<Result<T, CollectError>>;
 
@@ -22,6 +23,8 @@ pub struct Trainer {
     nodes: Vec<Recipient<ToNodeMsg>>,
     /// Where spent batches go for reuse: in-process nodes only (`None` for remote ones).
     recyclers: Vec<Option<Recipient<Recycle>>>,
+    /// How to cut a remote node's connection (`None` for in-process nodes).
+    closers: Vec<Option<Recipient<Disconnect>>>,
     out: Vec<Output>,
     next: Option<Reply<Option<Collected>>>,
     seed: Option<Reply<u64>>,
@@ -37,6 +40,7 @@ impl Trainer {
         Trainer {
             machine,
             recyclers: vec![None; nodes.len()],
+            closers: vec![None; nodes.len()],
             nodes,
             out: Vec::new(),
             next: None,
@@ -58,6 +62,12 @@ impl Trainer {
     /// Lets spent batches of node `i` go back to it for reuse (in-process nodes).
     pub fn with_recyclers(mut self, recyclers: Vec<Option<Recipient<Recycle>>>) -> Trainer {
         self.recyclers = recyclers;
+        self
+    }
+
+    /// Lets the trainer cut node `i`'s connection when it breaks the protocol.
+    pub fn with_closers(mut self, closers: Vec<Option<Recipient<Disconnect>>>) -> Trainer {
+        self.closers = closers;
         self
     }
 
@@ -148,6 +158,14 @@ impl Handler<FromNodeMsg> for Trainer {
                 self.dispatch();
                 self.fail(CollectError::NodeFailed { node, reason });
                 return;
+            }
+            Err(e @ TrainerError::NodeLost { .. }) => tracing::error!(error = %e, "node lost"),
+            Err(e @ (TrainerError::UnexpectedBatch { node, .. } | TrainerError::BadBatch { node, .. })) => {
+                // A protocol violation: a remote node's connection is closed for it.
+                tracing::warn!(error = %e, "trainer dropped a node message");
+                if let Some(Some(c)) = self.closers.get(node) {
+                    c.do_send(Disconnect(e.to_string()));
+                }
             }
             Err(e) => tracing::warn!(error = %e, "trainer dropped a node message"),
         }

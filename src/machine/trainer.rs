@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crate::message::{Batch, Continue, FromNode, Seed, ToNode, UpdateWeights};
 use crate::policy::Weights;
+use crate::rollout::BatchLayout;
 use crate::tensor::{TensorDict, TensorError};
 
 /// How the trainer collects; torchrl's argument names.
@@ -206,6 +207,14 @@ pub enum TrainerError {
         /// What is wrong.
         reason: String,
     },
+    /// A node was lost; the run goes on without it (async mode, other nodes left).
+    #[error("node {node} lost, going on without it: {reason}")]
+    NodeLost {
+        /// The node.
+        node: usize,
+        /// Why.
+        reason: String,
+    },
     /// The node reported a failure.
     #[error("node {node} failed: {reason}")]
     NodeFailed {
@@ -257,6 +266,29 @@ pub struct TrainerMachine {
     /// A seeding chain asked for while another was running.
     queued_seed: Option<u64>,
     shutting_down: bool,
+    /// What every batch must hold, if known.
+    layout: Option<BatchLayout>,
+}
+
+/// Checks a batch's entries against a layout: same keys, dtypes and feature shapes.
+pub fn check_layout(data: &TensorDict, layout: &BatchLayout) -> Result<(), String> {
+    let nb = data.batch_size().len();
+    for (key, (dtype, feature)) in layout {
+        let t = data.get(key).map_err(|e| e.to_string())?;
+        if t.dtype() != *dtype {
+            return Err(format!("`{key}` must be {dtype}, got {}", t.dtype()));
+        }
+        if t.shape()[nb..] != feature[..] {
+            return Err(format!(
+                "`{key}` must have feature shape {feature:?}, got {:?}",
+                &t.shape()[nb..]
+            ));
+        }
+    }
+    if let Some(extra) = data.keys().find(|k| !layout.contains_key(*k)) {
+        return Err(format!("unexpected entry `{extra}`"));
+    }
+    Ok(())
 }
 
 impl TrainerMachine {
@@ -280,7 +312,14 @@ impl TrainerMachine {
             deferred: false,
             queued_seed: None,
             shutting_down: false,
+            layout: None,
         })
+    }
+
+    /// Every batch will be checked against `layout` (keys, dtypes, feature shapes).
+    pub fn with_layout(mut self, layout: BatchLayout) -> TrainerMachine {
+        self.layout = Some(layout);
+        self
     }
 
     /// The config.
@@ -530,8 +569,36 @@ impl TrainerMachine {
                 }
                 Ok(())
             }
-            FromNode::Failed { node, reason } => Err(TrainerError::NodeFailed { node, reason }),
+            FromNode::Failed { node, reason } => self.node_lost(node, reason, out),
         }
+    }
+
+    /// Node `node` is gone (failed, disconnected, silent). During shutdown it counts
+    /// as down. In async mode the run goes on with the nodes left, if any; in sync
+    /// mode no batch can be whole any more, so it is an error.
+    fn node_lost(&mut self, node: usize, reason: String, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        let st = &mut self.nodes[node];
+        let was_down = st.down;
+        st.down = true;
+        st.outstanding = None;
+        if self.shutting_down {
+            if !was_down && self.nodes.iter().all(|n| n.down) {
+                out.push(Output::AllDown);
+            }
+            return Ok(());
+        }
+        if was_down {
+            return Ok(());
+        }
+        if !self.cfg.sync && self.nodes.iter().any(|n| !n.down) {
+            return Err(TrainerError::NodeLost { node, reason });
+        }
+        Err(TrainerError::NodeFailed { node, reason })
+    }
+
+    /// Nodes still serving (not down, failed or lost).
+    pub fn nodes_alive(&self) -> usize {
+        self.nodes.iter().filter(|n| !n.down).count()
     }
 
     fn on_batch(&mut self, b: Batch, out: &mut Vec<Output>) -> Result<(), TrainerError> {
@@ -560,6 +627,9 @@ impl TrainerMachine {
             node,
             reason: e.to_string(),
         })?;
+        if let Some(layout) = &self.layout {
+            check_layout(&b.data, layout).map_err(|reason| TrainerError::BadBatch { node, reason })?;
+        }
         let st = &mut self.nodes[node];
         st.outstanding = None;
         st.since_update += 1;

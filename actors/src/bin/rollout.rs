@@ -57,6 +57,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rollout::rollout::keys;
 use rollout::{EnvSpec, ExplorationType, PolicyConfig, Tensor, TensorDict};
+use rollout_actors::remote::{read_token, run_node, JoinError, NodeOptions};
 use rollout_actors::{CollectError, Collected, DistributedCollector, Launcher};
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
@@ -72,8 +73,29 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Collect batches of frames from envs stepped by a policy on local nodes.
+    /// Collect batches of frames from envs stepped by a policy on nodes.
     Collect(Box<CollectArgs>),
+    /// Join a trainer as a node and serve it until it shuts down.
+    Node(NodeArgs),
+}
+
+#[derive(Args, Debug)]
+struct NodeArgs {
+    /// The trainer's address, HOST:PORT.
+    #[arg(long, value_name = "HOST:PORT")]
+    join: String,
+    /// File holding the shared token (else the ROLLOUT_TOKEN env var). Never pass it as an argument.
+    #[arg(long, value_name = "PATH")]
+    token_file: Option<PathBuf>,
+    /// Name shown in the trainer's logs [default: host:pid].
+    #[arg(long)]
+    name: Option<String>,
+    /// Ask for this node index (a node rejoining its slot).
+    #[arg(long, value_name = "I")]
+    index: Option<usize>,
+    /// Give up connecting after this many seconds.
+    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
+    connect_timeout: f64,
 }
 
 /// The policy kinds of `--policy`.
@@ -103,6 +125,10 @@ enum Exploration {
 enum LauncherKind {
     /// Nodes on threads of this process.
     Local,
+    /// Child processes of this binary joining over loopback.
+    Process,
+    /// Nodes started by anyone else with `rollout node --join` (see `--listen`).
+    External,
 }
 
 #[derive(Args, Debug)]
@@ -167,6 +193,16 @@ struct CollectArgs {
     /// Yield batches split into trajectories ([n_traj, max_len] with `collector.mask`).
     #[arg(long)]
     split_trajs: bool,
+    /// Address remote nodes join [default: 127.0.0.1:0]; setting it implies
+    /// `--launcher external` unless another remote launcher is given.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// File holding the shared token for remote nodes (else ROLLOUT_TOKEN).
+    #[arg(long, value_name = "PATH")]
+    token_file: Option<PathBuf>,
+    /// Longest wait for remote nodes to join, in seconds.
+    #[arg(long, default_value_t = 60.0, value_name = "SECS")]
+    join_timeout: f64,
     /// Longest wait for one batch, in seconds.
     #[arg(long, default_value_t = 60.0, value_name = "SECS", allow_negative_numbers = true)]
     batch_timeout: f64,
@@ -216,6 +252,7 @@ fn main() -> ExitCode {
     init_tracing();
     let result = match cli.command {
         Command::Collect(args) => collect(&args),
+        Command::Node(args) => node(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -297,9 +334,17 @@ fn build(args: &CollectArgs) -> Result<DistributedCollector, Failure> {
             format!("{} is not a number of seconds", args.batch_timeout),
         )
     })?;
-    let launcher = match args.launcher {
-        LauncherKind::Local => Launcher::Local,
+    let launcher = match (args.launcher, &args.listen) {
+        (LauncherKind::Local, Some(_)) | (LauncherKind::External, _) => Launcher::External,
+        (LauncherKind::Local, None) => Launcher::Local,
+        (LauncherKind::Process, _) => Launcher::Process,
     };
+    let join_timeout = Duration::try_from_secs_f64(args.join_timeout).map_err(|_| {
+        usage(
+            "join_timeout",
+            format!("{} is not a number of seconds", args.join_timeout),
+        )
+    })?;
     let mut b = DistributedCollector::builder()
         .env(env)
         .policy(policy_config(args)?)
@@ -308,7 +353,7 @@ fn build(args: &CollectArgs) -> Result<DistributedCollector, Failure> {
         .frames_per_batch(args.frames_per_batch)
         .total_frames(args.total_frames)
         .sync(args.sync)
-        .launcher(launcher)
+        .launcher(launcher.clone())
         .update_after_each_batch(args.update_after_each_batch)
         .init_random_frames(args.init_random_frames)
         .reset_at_each_iter(args.reset_at_each_iter)
@@ -332,7 +377,45 @@ fn build(args: &CollectArgs) -> Result<DistributedCollector, Failure> {
     if let Some(n) = args.max_frames_per_traj {
         b = b.max_frames_per_traj(n);
     }
-    b.build().map_err(build_failure)
+    b = b.join_timeout(join_timeout);
+    if let Some(addr) = &args.listen {
+        b = b.listen(addr.clone());
+    }
+    if launcher != Launcher::Local {
+        match read_token(args.token_file.as_deref()) {
+            Ok(t) => b = b.token(t),
+            Err(JoinError::NoToken) if launcher == Launcher::Process => {}
+            Err(e) => return Err(usage("token", e)),
+        }
+    }
+    let c = b.build().map_err(build_failure)?;
+    if let (Launcher::External, Some(addr)) = (&launcher, c.listen_addr()) {
+        eprintln!("listening on {addr}");
+    }
+    Ok(c)
+}
+
+/// `rollout node`: join, serve until Shutdown, exit 0.
+fn node(args: &NodeArgs) -> Result<(), Failure> {
+    let token = read_token(args.token_file.as_deref()).map_err(|e| usage("token", e))?;
+    let connect_timeout = Duration::try_from_secs_f64(args.connect_timeout).map_err(|_| {
+        usage(
+            "connect_timeout",
+            format!("{} is not a number of seconds", args.connect_timeout),
+        )
+    })?;
+    let mut opts = NodeOptions {
+        index: args.index,
+        connect_timeout,
+        ..NodeOptions::default()
+    };
+    if let Some(n) = &args.name {
+        opts.name = n.clone();
+    }
+    run_node(&args.join, &token, opts).map_err(|e| match e {
+        JoinError::Connect { .. } | JoinError::Rejected(_) => Failure::Runtime(e.to_string()),
+        other => Failure::Runtime(other.to_string()),
+    })
 }
 
 /// The `data` map of an output record: every tensor under its dotted key.

@@ -1,0 +1,347 @@
+//! The node's side: join a trainer over TCP, build the node it is told to be,
+//! serve until `Shutdown`. `rollout node --join` is this, and so is any user
+//! binary that registers envs of its own and calls [`run_node`].
+
+use std::io;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use bytes::{Bytes, BytesMut};
+use rollout::machine::NodeMachine;
+use rollout::message::FromNode;
+use rollout::rollout::RolloutError;
+use rollout::wire::{self, NodeFrame, TrainerFrame, Welcome, DEFAULT_MAX_FRAME, PROTOCOL_VERSION};
+use rollout::Registry;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::codec::FramedRead;
+
+use super::codec::FrameCodec;
+use super::link::spawn_writer;
+use super::listener::read_frame;
+use crate::env_worker::EnvWorker;
+use crate::messages::{FromNodeMsg, ToNodeMsg};
+use crate::node::Node;
+
+/// Why a node could not join or stopped serving.
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    /// No token in `--token-file` or `ROLLOUT_TOKEN`.
+    #[error("no token: pass --token-file PATH or set ROLLOUT_TOKEN")]
+    NoToken,
+    /// The token file could not be read.
+    #[error("cannot read the token file {path}: {source}")]
+    TokenFile {
+        /// The file.
+        path: String,
+        /// Why.
+        source: io::Error,
+    },
+    /// The trainer could not be reached.
+    #[error("cannot connect to {addr}: {reason}")]
+    Connect {
+        /// The address.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
+    /// The trainer refused this node.
+    #[error("rejected by the trainer: {0}")]
+    Rejected(String),
+    /// The trainer broke the protocol.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// The env workers could not be built from the trainer's config.
+    #[error("cannot build the node: {0}")]
+    Build(#[from] RolloutError),
+    /// The connection was lost before `Shutdown`.
+    #[error("lost the trainer: {0}")]
+    Lost(String),
+}
+
+/// How a node joins.
+#[derive(Clone, Debug)]
+pub struct NodeOptions {
+    /// A name for the trainer's logs.
+    pub name: String,
+    /// Ask for this node index (`None`: any free slot).
+    pub index: Option<usize>,
+    /// Give up connecting and handshaking after this long.
+    pub connect_timeout: Duration,
+    /// Where envs are built from: register your own envs here.
+    pub registry: Registry,
+}
+
+impl Default for NodeOptions {
+    fn default() -> Self {
+        NodeOptions {
+            name: default_name(),
+            index: None,
+            connect_timeout: Duration::from_secs(30),
+            registry: Registry::with_builtins(),
+        }
+    }
+}
+
+fn default_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    format!("{}:{}", host.trim(), std::process::id())
+}
+
+/// The shared token: the file's content (trailing newline removed) or `ROLLOUT_TOKEN`.
+/// Never a command-line argument: those show in `ps`.
+pub fn read_token(token_file: Option<&Path>) -> Result<Vec<u8>, JoinError> {
+    let token = match token_file {
+        Some(p) => {
+            let raw = std::fs::read(p).map_err(|source| JoinError::TokenFile {
+                path: p.display().to_string(),
+                source,
+            })?;
+            let end = raw.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(0, |i| i + 1);
+            raw[..end].to_vec()
+        }
+        None => std::env::var("ROLLOUT_TOKEN").unwrap_or_default().into_bytes(),
+    };
+    if token.is_empty() {
+        return Err(JoinError::NoToken);
+    }
+    Ok(token)
+}
+
+/// Joins the trainer at `addr` and serves until it says `Shutdown`; blocking.
+/// Starts an actix system of its own and joins every thread it started.
+pub fn run_node(addr: &str, token: &[u8], opts: NodeOptions) -> Result<(), JoinError> {
+    let sys = System::new();
+    let (result, arbiters) = sys.block_on(serve(addr.to_string(), token.to_vec(), opts));
+    for a in &arbiters {
+        a.stop();
+    }
+    for a in arbiters {
+        let _ = a.join();
+    }
+    result
+}
+
+async fn handshake(addr: &str, token: &[u8], opts: &NodeOptions) -> Result<(TcpStream, Welcome), JoinError> {
+    let connect = |reason: String| JoinError::Connect {
+        addr: addr.to_string(),
+        reason,
+    };
+    let mut s = TcpStream::connect(addr).await.map_err(|e| connect(e.to_string()))?;
+    let _ = s.set_nodelay(true);
+    let max = DEFAULT_MAX_FRAME;
+    let hello = NodeFrame::Hello {
+        protocol_version: PROTOCOL_VERSION,
+        node_name: opts.name.clone(),
+        node_index: opts.index,
+    };
+    let send = |f: NodeFrame| wire::encode(&f, max).map_err(|e| JoinError::Protocol(e.to_string()));
+    s.write_all(&send(hello)?).await.map_err(|e| connect(e.to_string()))?;
+    let nonce = match read_trainer_frame(&mut s, max).await? {
+        TrainerFrame::Challenge { nonce } => nonce,
+        TrainerFrame::Reject { reason } => return Err(JoinError::Rejected(reason)),
+        _ => return Err(JoinError::Protocol("expected a challenge".into())),
+    };
+    let proof = wire::auth_proof(token, &nonce, &opts.name);
+    s.write_all(&send(NodeFrame::Auth { proof })?)
+        .await
+        .map_err(|e| connect(e.to_string()))?;
+    match read_trainer_frame(&mut s, max).await? {
+        TrainerFrame::Welcome(w) => Ok((s, *w)),
+        TrainerFrame::Reject { reason } => Err(JoinError::Rejected(reason)),
+        _ => Err(JoinError::Protocol("expected welcome or reject".into())),
+    }
+}
+
+async fn read_trainer_frame(s: &mut TcpStream, max: usize) -> Result<TrainerFrame, JoinError> {
+    let body = read_frame(s, max).await.map_err(JoinError::Lost)?;
+    wire::decode(&body).map_err(|e| JoinError::Protocol(e.to_string()))
+}
+
+async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), JoinError>, Vec<Arbiter>) {
+    let (stream, welcome) = match tokio::time::timeout(opts.connect_timeout, handshake(&addr, &token, &opts)).await {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => return (Err(e), Vec::new()),
+        Err(_) => {
+            return (
+                Err(JoinError::Connect {
+                    addr,
+                    reason: format!("no welcome within {:.1} s", opts.connect_timeout.as_secs_f64()),
+                }),
+                Vec::new(),
+            )
+        }
+    };
+    let index = welcome.node_index;
+    tracing::info!(node = index, trainer = %addr, "joined");
+    let mut rollouts = match welcome.spec.build_workers(&opts.registry) {
+        Ok(r) => r,
+        Err(e) => return (Err(e.into()), Vec::new()),
+    };
+    if let Some(w) = &welcome.weights {
+        for r in &mut rollouts {
+            if let Err(e) = r.set_weights(w) {
+                return (Err(e.into()), Vec::new());
+            }
+        }
+    }
+    let max = (welcome.max_frame as usize).max(1);
+    let (read, write) = stream.into_split();
+    let (done_tx, done_rx) = oneshot::channel();
+    let link_ctx = Context::<TrainerLink>::new();
+    let link = link_ctx.address();
+    let fail = link.clone();
+    let (out, writer) = spawn_writer(write, move |reason| fail.do_send(Lost(reason)));
+    let node_ctx = Context::<Node>::new();
+    let node_addr = node_ctx.address();
+    let mut arbiters = Vec::new();
+    let mut workers = Vec::new();
+    let k = rollouts.len();
+    for (w, r) in rollouts.into_iter().enumerate() {
+        let arbiter = Arbiter::new();
+        let to_node = node_addr.clone().recipient();
+        workers.push(EnvWorker::start_in_arbiter(&arbiter.handle(), move |_| {
+            EnvWorker::new(w, r, to_node, true)
+        }));
+        arbiters.push(arbiter);
+    }
+    node_ctx.run(Node::new(
+        NodeMachine::new(index, k, 1),
+        workers,
+        link.clone().recipient(),
+    ));
+    let heartbeat = Duration::from_millis(welcome.heartbeat_ms.max(1));
+    let timeout = Duration::from_millis(welcome.heartbeat_timeout_ms.max(1));
+    let framed = FramedRead::new(read, FrameCodec::new(max));
+    link_ctx.run(TrainerLink {
+        index,
+        node: node_addr,
+        out,
+        max,
+        heartbeat,
+        timeout,
+        last_seen: Instant::now(),
+        done: Some(done_tx),
+        stream: Some(framed),
+    });
+    let result = done_rx
+        .await
+        .unwrap_or_else(|_| Err(JoinError::Lost("the link stopped".into())));
+    // The link has stopped and dropped its sender: let the writer flush what is
+    // queued (Down must reach the trainer), bounded.
+    drop(link);
+    let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
+    (result, arbiters)
+}
+
+/// The link died.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Lost(String);
+
+/// The node's connection to the trainer: frames in → node, node's messages → frames out.
+struct TrainerLink {
+    index: usize,
+    node: Addr<Node>,
+    out: mpsc::UnboundedSender<Bytes>,
+    max: usize,
+    heartbeat: Duration,
+    timeout: Duration,
+    last_seen: Instant,
+    done: Option<oneshot::Sender<Result<(), JoinError>>>,
+    stream: Option<FramedRead<tokio::net::tcp::OwnedReadHalf, FrameCodec>>,
+}
+
+impl TrainerLink {
+    fn finish(&mut self, ctx: &mut Context<Self>, r: Result<(), JoinError>) {
+        if let Some(tx) = self.done.take() {
+            if let Err(e) = &r {
+                tracing::warn!(node = self.index, error = %e, "leaving");
+            }
+            let _ = tx.send(r);
+        }
+        ctx.stop();
+    }
+
+    fn send(&mut self, f: &NodeFrame, ctx: &mut Context<Self>) {
+        match wire::encode(f, self.max) {
+            Ok(b) => {
+                if self.out.send(Bytes::from(b)).is_err() {
+                    self.finish(ctx, Err(JoinError::Lost("writer gone".into())));
+                }
+            }
+            Err(e) => tracing::error!(node = self.index, error = %e, "cannot encode a frame"),
+        }
+    }
+}
+
+impl Actor for TrainerLink {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        if let Some(s) = self.stream.take() {
+            ctx.add_stream(s);
+        }
+        ctx.run_interval(self.heartbeat, |act, ctx| {
+            if act.last_seen.elapsed() > act.timeout {
+                let secs = act.timeout.as_secs_f64();
+                act.finish(
+                    ctx,
+                    Err(JoinError::Lost(format!("no frame from the trainer for {secs:.1} s"))),
+                );
+                return;
+            }
+            act.send(&NodeFrame::Heartbeat, ctx);
+        });
+    }
+}
+
+impl StreamHandler<Result<BytesMut, io::Error>> for TrainerLink {
+    fn handle(&mut self, item: Result<BytesMut, io::Error>, ctx: &mut Self::Context) {
+        self.last_seen = Instant::now();
+        let body = match item {
+            Ok(b) => b,
+            Err(e) => return self.finish(ctx, Err(JoinError::Lost(e.to_string()))),
+        };
+        let frame: TrainerFrame = match wire::decode(&body) {
+            Ok(f) => f,
+            Err(e) => return self.finish(ctx, Err(JoinError::Protocol(e.to_string()))),
+        };
+        match frame {
+            TrainerFrame::Heartbeat => {}
+            other => match other.into_to_node() {
+                Some(m) => self.node.do_send(ToNodeMsg(m)),
+                None => self.finish(
+                    ctx,
+                    Err(JoinError::Protocol("handshake frame after the handshake".into())),
+                ),
+            },
+        }
+    }
+
+    fn finished(&mut self, ctx: &mut Self::Context) {
+        self.finish(ctx, Err(JoinError::Lost("the trainer closed the connection".into())));
+    }
+}
+
+impl Handler<FromNodeMsg> for TrainerLink {
+    type Result = ();
+
+    fn handle(&mut self, msg: FromNodeMsg, ctx: &mut Self::Context) {
+        let down = matches!(msg.0, FromNode::Down { .. });
+        self.send(&NodeFrame::from(msg.0), ctx);
+        if down {
+            self.finish(ctx, Ok(()));
+        }
+    }
+}
+
+impl Handler<Lost> for TrainerLink {
+    type Result = ();
+
+    fn handle(&mut self, msg: Lost, ctx: &mut Self::Context) {
+        self.finish(ctx, Err(JoinError::Lost(msg.0)));
+    }
+}

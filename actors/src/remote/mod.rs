@@ -1,0 +1,9 @@
+//! Remote nodes over TCP: the trainer's listener and peers, the node's join.
+
+pub mod codec;
+pub mod join;
+pub mod link;
+pub mod listener;
+pub mod peer;
+
+pub use join::{read_token, run_node, JoinError, NodeOptions};
