@@ -131,7 +131,8 @@ async fn handshake(
                 return Err(reason);
             }
             HandshakeStep::Authenticated { node_name, node_index } => {
-                let index = match admission.borrow_mut().admit(node_index) {
+                let admitted = admission.borrow_mut().admit(node_index);
+                let index = match admitted {
                     Ok(i) => i,
                     Err(reason) => {
                         let _ = send(&mut s, &TrainerFrame::Reject { reason: reason.clone() }, max).await;
