@@ -17,7 +17,7 @@ pub mod spec;
 pub mod tensor;
 pub mod wire;
 
-pub use env::{Action, Env, EnvError, EnvSpec, Registry, Transition};
+pub use env::{Action, Counting, CountingConfig, Env, EnvError, EnvSpec, Registry, Transition};
 pub use policy::{ExplorationType, Policy, PolicyConfig, PolicyError, PolicySpec, Weights};
 pub use spec::{Spec, SpecError};
 pub use tensor::{DType, Tensor, TensorDict, TensorError};

@@ -259,7 +259,7 @@ pub struct TrainerMachine {
     /// The consumer asked for a batch and has not got it yet.
     wanted: bool,
     /// Seeding chain in progress: the node being seeded.
-    seeding: Option<usize>,
+    seeding: Option<(usize, u64)>,
     /// A request arrived during the seeding chain; it is served once the chain ends,
     /// so no node ever collects with a half-applied seed.
     deferred: bool,
@@ -419,11 +419,36 @@ impl TrainerMachine {
             self.queued_seed = Some(seed);
             return;
         }
-        self.seeding = Some(0);
-        out.push(Output::Send {
-            node: 0,
-            msg: ToNode::Seed(Seed { seed }),
-        });
+        if let Err(e) = self.seed_from(0, seed, out) {
+            tracing::error!(error = %e, "seeding failed");
+        }
+    }
+
+    /// Sends `seed` to the first live node from `node` on; a node that is down is
+    /// skipped as if it had used its envs' seeds, so the others get the seeds they
+    /// would have had. Past the last node the chain is complete.
+    fn seed_from(&mut self, mut node: usize, mut seed: u64, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        while node < self.nodes.len() && self.nodes[node].down {
+            seed = seed.wrapping_add(self.cfg.envs_per_node[node] as u64);
+            node += 1;
+        }
+        if node < self.nodes.len() {
+            self.seeding = Some((node, seed));
+            out.push(Output::Send {
+                node,
+                msg: ToNode::Seed(Seed { seed }),
+            });
+            return Ok(());
+        }
+        self.seeding = None;
+        if let Some(queued) = self.queued_seed.take() {
+            return self.seed_from(0, queued, out);
+        }
+        out.push(Output::Seeded { next_seed: seed });
+        if std::mem::take(&mut self.deferred) {
+            self.request(out)?;
+        }
+        Ok(())
     }
 
     fn continue_node(&mut self, node: usize, frames: usize, out: &mut Vec<Output>) {
@@ -539,27 +564,10 @@ impl TrainerMachine {
             FromNode::Batch(b) => self.on_batch(b, out),
             FromNode::WeightsUpdated { .. } => Ok(()),
             FromNode::Seeded { node, next_seed } => {
-                if self.seeding != Some(node) {
+                if self.seeding.map(|(n, _)| n) != Some(node) {
                     return Ok(());
                 }
-                if node + 1 < self.nodes.len() {
-                    self.seeding = Some(node + 1);
-                    out.push(Output::Send {
-                        node: node + 1,
-                        msg: ToNode::Seed(Seed { seed: next_seed }),
-                    });
-                } else {
-                    self.seeding = None;
-                    if let Some(seed) = self.queued_seed.take() {
-                        self.set_seed(seed, out);
-                        return Ok(());
-                    }
-                    out.push(Output::Seeded { next_seed });
-                    if std::mem::take(&mut self.deferred) {
-                        self.request(out)?;
-                    }
-                }
-                Ok(())
+                self.seed_from(node + 1, next_seed, out)
             }
             FromNode::Down { node } => {
                 self.nodes[node].down = true;
@@ -589,6 +597,12 @@ impl TrainerMachine {
         }
         if was_down {
             return Ok(());
+        }
+        if let Some((n, seed)) = self.seeding {
+            if n == node {
+                // The chain goes on without it.
+                self.seed_from(node + 1, seed.wrapping_add(self.cfg.envs_per_node[node] as u64), out)?;
+            }
         }
         if !self.cfg.sync && self.nodes.iter().any(|n| !n.down) {
             return Err(TrainerError::NodeLost { node, reason });

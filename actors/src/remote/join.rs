@@ -129,7 +129,20 @@ async fn handshake(addr: &str, token: &[u8], opts: &NodeOptions) -> Result<(TcpS
         addr: addr.to_string(),
         reason,
     };
-    let mut s = TcpStream::connect(addr).await.map_err(|e| connect(e.to_string()))?;
+    // The trainer may not be listening yet (nodes are often started first, by a
+    // scheduler): retry with backoff; the caller's deadline bounds the whole wait.
+    let mut backoff = Duration::from_millis(20);
+    let mut s = loop {
+        match TcpStream::connect(addr).await {
+            Ok(s) => break s,
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                tracing::debug!(%addr, "trainer not listening yet, retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+            Err(e) => return Err(connect(e.to_string())),
+        }
+    };
     let _ = s.set_nodelay(true);
     let max = DEFAULT_MAX_FRAME;
     let hello = NodeFrame::Hello {
@@ -168,7 +181,10 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
             return (
                 Err(JoinError::Connect {
                     addr,
-                    reason: format!("no welcome within {:.1} s", opts.connect_timeout.as_secs_f64()),
+                    reason: format!(
+                        "not connected and welcomed within {:.1} s",
+                        opts.connect_timeout.as_secs_f64()
+                    ),
                 }),
                 Vec::new(),
             )

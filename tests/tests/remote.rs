@@ -1,0 +1,649 @@
+//! Remote nodes over real loopback sockets: process nodes, nodes joined by hand,
+//! a node library call with a custom env, and every kind of bad input — each of
+//! which must close that one connection with a logged reason while the trainer
+//! goes on serving the other nodes.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use ndarray::ArrayD;
+use rollout::message::{Batch, Continue};
+use rollout::rollout::keys;
+use rollout::wire::{self, NodeFrame, TrainerFrame, Welcome, PROTOCOL_VERSION};
+use rollout::{Counting, CountingConfig, Env, EnvError, PolicyConfig, Registry, Tensor, TensorDict, Weights};
+use rollout_actors::remote::{run_node, NodeOptions};
+use rollout_actors::{Collected, DistributedCollector, Launcher};
+use rollout_tests::rollout_bin;
+
+const TOKEN: &[u8] = b"s3cret-token";
+const DEADLINE: Duration = Duration::from_secs(20);
+
+/// Every log line of this process, so tests can check that a reason was logged.
+fn logs() -> &'static Arc<Mutex<Vec<u8>>> {
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let w = buf.clone();
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("info")
+            .with_ansi(false)
+            .with_writer(move || LogWriter(w.clone()))
+            .try_init();
+        buf
+    })
+}
+
+struct LogWriter(Arc<Mutex<Vec<u8>>>);
+
+impl Write for LogWriter {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Waits until the log holds `needle`, or fails after the deadline.
+fn assert_logged(needle: &str) {
+    let end = Instant::now() + DEADLINE;
+    loop {
+        let text = String::from_utf8_lossy(&logs().lock().unwrap_or_else(|p| p.into_inner())).into_owned();
+        if text.contains(needle) {
+            return;
+        }
+        assert!(Instant::now() < end, "`{needle}` was never logged; log:\n{text}");
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn free_addr() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr")
+}
+
+/// A trainer expecting `nodes` external nodes, built on a thread (build waits for the joins).
+fn trainer(addr: SocketAddr, nodes: usize, sync: bool, total: i64) -> JoinHandle<DistributedCollector> {
+    logs();
+    thread::spawn(move || {
+        DistributedCollector::builder()
+            .env("Counting")
+            .policy(PolicyConfig::Constant { value: 1.0 })
+            .nodes(nodes)
+            .frames_per_batch(100)
+            .total_frames(total)
+            .sync(sync)
+            .seed(0)
+            .launcher(Launcher::External)
+            .listen(addr.to_string())
+            .token(TOKEN)
+            .handshake_timeout(Duration::from_millis(500))
+            .heartbeat(Duration::from_millis(100), Duration::from_millis(1500))
+            .join_timeout(DEADLINE)
+            .batch_timeout(DEADLINE)
+            .build()
+            .expect("collector")
+    })
+}
+
+/// A well-behaved node served by the library function, on a thread.
+fn good_node(addr: SocketAddr, index: Option<usize>) -> JoinHandle<Result<(), String>> {
+    thread::spawn(move || {
+        let opts = NodeOptions {
+            name: format!("good-{index:?}"),
+            index,
+            connect_timeout: DEADLINE,
+            ..NodeOptions::default()
+        };
+        run_node(&addr.to_string(), TOKEN, opts).map_err(|e| e.to_string())
+    })
+}
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    let end = Instant::now() + DEADLINE;
+    loop {
+        match TcpStream::connect(addr) {
+            Ok(s) => {
+                s.set_read_timeout(Some(DEADLINE)).expect("timeout");
+                return s;
+            }
+            Err(e) => {
+                assert!(Instant::now() < end, "cannot connect to {addr}: {e}");
+                thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+fn send<T: serde::Serialize>(s: &mut TcpStream, f: &T) {
+    let bytes = wire::encode(f, wire::DEFAULT_MAX_FRAME).expect("encode");
+    s.write_all(&bytes).expect("write");
+}
+
+/// The next frame, or `None` once the trainer closed the connection.
+fn recv(s: &mut TcpStream) -> Option<TrainerFrame> {
+    let mut prefix = [0u8; 4];
+    if s.read_exact(&mut prefix).is_err() {
+        return None;
+    }
+    let mut body = vec![0u8; u32::from_be_bytes(prefix) as usize];
+    s.read_exact(&mut body).ok()?;
+    Some(wire::decode(&body).expect("the trainer sends valid frames"))
+}
+
+/// Reads until the trainer closes; returns the reason of a `Reject`, if one came.
+fn until_closed(s: &mut TcpStream) -> Option<String> {
+    let mut reason = None;
+    while let Some(f) = recv(s) {
+        if let TrainerFrame::Reject { reason: r } = f {
+            reason = Some(r);
+        }
+    }
+    reason
+}
+
+fn hello(s: &mut TcpStream, version: u32, name: &str, index: Option<usize>) {
+    send(
+        s,
+        &NodeFrame::Hello {
+            protocol_version: version,
+            node_name: name.into(),
+            node_index: index,
+        },
+    );
+}
+
+/// Full handshake with `token`; the trainer's answer.
+fn handshake(s: &mut TcpStream, token: &[u8], name: &str, index: Option<usize>) -> TrainerFrame {
+    hello(s, PROTOCOL_VERSION, name, index);
+    let Some(TrainerFrame::Challenge { nonce }) = recv(s) else {
+        panic!("expected a challenge");
+    };
+    send(
+        s,
+        &NodeFrame::Auth {
+            proof: wire::auth_proof(token, &nonce, name),
+        },
+    );
+    recv(s).expect("an answer to auth")
+}
+
+/// The run completes with exact frames, every batch from `from` (async) nodes.
+fn finish(t: JoinHandle<DistributedCollector>, total: usize, from: &[usize]) -> Vec<Collected> {
+    let mut c = t.join().expect("trainer thread");
+    let mut batches = Vec::new();
+    while let Some(b) = c.next_batch().expect("batch") {
+        batches.push(b);
+    }
+    let frames: usize = batches.iter().map(|b| b.data.numel()).sum();
+    assert_eq!(frames, total);
+    for b in &batches {
+        if let Some(n) = b.node {
+            assert!(from.contains(&n), "a batch from node {n}");
+        }
+    }
+    c.shutdown().expect("shutdown");
+    batches
+}
+
+fn pre_handshake_case(rogue: impl FnOnce(&mut TcpStream) -> Option<String>, expect_reason: &str) {
+    let addr = free_addr();
+    let t = trainer(addr, 2, false, 600);
+    let mut s = connect(addr);
+    let reason = rogue(&mut s);
+    if let Some(r) = reason {
+        assert!(r.contains(expect_reason), "reject reason `{r}` lacks `{expect_reason}`");
+    }
+    assert_logged(expect_reason);
+    let nodes = [good_node(addr, None), good_node(addr, None)];
+    finish(t, 600, &[0, 1]);
+    for n in nodes {
+        assert_eq!(n.join().expect("node thread"), Ok(()));
+    }
+}
+
+#[test]
+fn garbage_bytes_instead_of_a_frame() {
+    pre_handshake_case(
+        |s| {
+            s.write_all(&[0, 0, 0, 5, 0xc1, 0xc1, 0xc1, 0xc1, 0xc1]).expect("write");
+            until_closed(s)
+        },
+        "malformed handshake frame",
+    );
+}
+
+#[test]
+fn length_prefix_over_the_maximum() {
+    pre_handshake_case(
+        |s| {
+            s.write_all(&u32::MAX.to_be_bytes()).expect("write");
+            until_closed(s)
+        },
+        "exceeds the maximum",
+    );
+}
+
+#[test]
+fn truncated_frame_then_eof() {
+    pre_handshake_case(
+        |s| {
+            s.write_all(&[0, 0, 0, 100, 1, 2, 3]).expect("write");
+            s.shutdown(std::net::Shutdown::Write).expect("shutdown");
+            until_closed(s)
+        },
+        "frame cut short",
+    );
+}
+
+#[test]
+fn valid_msgpack_of_the_wrong_message() {
+    pre_handshake_case(
+        |s| {
+            send(s, &NodeFrame::Heartbeat);
+            until_closed(s)
+        },
+        "expected hello, got heartbeat",
+    );
+}
+
+#[test]
+fn wrong_token_is_rejected() {
+    pre_handshake_case(
+        |s| match handshake(s, b"not-the-token", "intruder", None) {
+            TrainerFrame::Reject { reason } => {
+                assert!(recv(s).is_none(), "closed after the reject");
+                Some(reason)
+            }
+            other => panic!("admitted with a wrong token: {other:?}"),
+        },
+        "wrong token",
+    );
+}
+
+#[test]
+fn wrong_protocol_version_is_rejected() {
+    pre_handshake_case(
+        |s| {
+            hello(s, PROTOCOL_VERSION + 1, "future", None);
+            until_closed(s)
+        },
+        "protocol version 2 is not supported",
+    );
+}
+
+#[test]
+fn silent_client_is_closed_at_the_handshake_deadline() {
+    pre_handshake_case(
+        |s| {
+            let start = Instant::now();
+            let r = until_closed(s);
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "closed in {:?}",
+                start.elapsed()
+            );
+            r
+        },
+        "handshake not done within 0.5 s",
+    );
+}
+
+#[test]
+fn index_taken_and_late_nodes_are_rejected() {
+    let addr = free_addr();
+    let t = trainer(addr, 2, false, 600);
+    let first = good_node(addr, Some(0));
+    // Wait until node 0 is in, then claim its index.
+    assert_logged("node joined");
+    let mut s = connect(addr);
+    match handshake(&mut s, TOKEN, "twin", Some(0)) {
+        TrainerFrame::Reject { reason } => assert!(reason.contains("node index 0 is already taken"), "{reason}"),
+        other => panic!("a second node 0 was admitted: {other:?}"),
+    }
+    let second = good_node(addr, None);
+    let mut c = t.join().expect("trainer");
+    let mut late = connect(addr);
+    match handshake(&mut late, TOKEN, "late", None) {
+        TrainerFrame::Reject { reason } => assert!(reason.contains("all 2 node slots are taken"), "{reason}"),
+        other => panic!("a third node was admitted: {other:?}"),
+    }
+    let mut frames = 0;
+    while let Some(b) = c.next_batch().expect("batch") {
+        frames += b.data.numel();
+    }
+    assert_eq!(frames, 600);
+    c.shutdown().expect("shutdown");
+    assert_eq!(first.join().expect("node"), Ok(()));
+    assert_eq!(second.join().expect("node"), Ok(()));
+}
+
+/// A node that joins properly as node 0, then answers its first Continue with `bad`.
+fn post_join_case(bad: impl FnOnce(&mut TcpStream, &Welcome, Continue), expect_reason: &str) {
+    let addr = free_addr();
+    let t = trainer(addr, 2, false, 600);
+    let mut s = connect(addr);
+    let TrainerFrame::Welcome(welcome) = handshake(&mut s, TOKEN, "rogue", Some(0)) else {
+        panic!("rogue not admitted");
+    };
+    let good = good_node(addr, Some(1));
+    // The consumer pulls batches meanwhile: that is what sends the Continues.
+    let driver = thread::spawn(move || finish(t, 600, &[1]).len());
+    // Behave until the first Continue: answer the seeding chain, keep the heartbeat.
+    let c = loop {
+        send(&mut s, &NodeFrame::Heartbeat);
+        match recv(&mut s).expect("the trainer sends work") {
+            TrainerFrame::Continue(c) => break c,
+            TrainerFrame::Seed(seed) => send(
+                &mut s,
+                &NodeFrame::Seeded {
+                    node: 0,
+                    next_seed: seed.seed + 1,
+                },
+            ),
+            _ => continue,
+        }
+    };
+    bad(&mut s, &welcome, c);
+    assert!(until_closed(&mut s).is_none());
+    assert_logged(expect_reason);
+    assert!(driver.join().expect("driver") > 0);
+    assert_eq!(good.join().expect("node thread"), Ok(()));
+}
+
+/// A correct answer to `c`, collected by a real rollout built from the Welcome.
+fn real_batch(w: &Welcome, c: Continue) -> Batch {
+    let mut r = w.spec.build_worker(&Registry::with_builtins(), 0).expect("rollout");
+    Batch {
+        node: w.node_index,
+        seq: c.seq,
+        weights_version: 0,
+        data: r.collect_frames(c.frames).expect("collect"),
+    }
+}
+
+#[test]
+fn batch_with_the_wrong_shape() {
+    post_join_case(
+        |s, w, c| {
+            let mut b = real_batch(w, c);
+            b.data = b.data.reshape(&[2, c.frames / 2]).expect("reshape");
+            send(s, &NodeFrame::Batch(b));
+        },
+        "got batch shape [2, 50]",
+    );
+}
+
+#[test]
+fn batch_with_the_wrong_dtype() {
+    post_join_case(
+        |s, w, c| {
+            let mut b = real_batch(w, c);
+            let mut entries: BTreeMap<String, Tensor> = b.data.clone().into_entries();
+            entries.insert(
+                keys::OBSERVATION.into(),
+                Tensor::F64(ArrayD::zeros(vec![1, c.frames, 1])),
+            );
+            b.data = TensorDict::from_entries(&[1, c.frames], entries).expect("dict");
+            send(s, &NodeFrame::Batch(b));
+        },
+        "`observation` must be f32, got f64",
+    );
+}
+
+#[test]
+fn batch_with_the_wrong_frame_count() {
+    post_join_case(
+        |s, w, c| {
+            let b = real_batch(
+                w,
+                Continue {
+                    seq: c.seq,
+                    frames: c.frames - 10,
+                },
+            );
+            send(s, &NodeFrame::Batch(b));
+        },
+        "asked for 100 frames over 1 envs",
+    );
+}
+
+#[test]
+fn batch_for_a_continue_never_sent() {
+    post_join_case(
+        |s, w, c| {
+            let b = real_batch(
+                w,
+                Continue {
+                    seq: c.seq + 1000,
+                    frames: c.frames,
+                },
+            );
+            send(s, &NodeFrame::Batch(b));
+        },
+        "which is not outstanding",
+    );
+}
+
+#[test]
+fn batch_claiming_another_node() {
+    post_join_case(
+        |s, w, c| {
+            let mut b = real_batch(w, c);
+            b.node = 1;
+            send(s, &NodeFrame::Batch(b));
+        },
+        "node 0 sent a message as node 1",
+    );
+}
+
+#[test]
+fn handshake_frame_after_the_handshake() {
+    post_join_case(
+        |s, _w, _c| hello(s, PROTOCOL_VERSION, "again", None),
+        "handshake frame after the handshake",
+    );
+}
+
+#[test]
+fn garbage_after_the_handshake() {
+    post_join_case(
+        |s, _w, _c| s.write_all(&[0, 0, 0, 3, 0xc1, 0xc1, 0xc1]).expect("write"),
+        "bad frame",
+    );
+}
+
+#[test]
+fn silent_node_is_dropped_after_the_heartbeat_timeout() {
+    // Joins and then says nothing at all: no heartbeat, no answer to the seeding chain.
+    let addr = free_addr();
+    let t = trainer(addr, 2, false, 600);
+    let mut s = connect(addr);
+    assert!(matches!(
+        handshake(&mut s, TOKEN, "mute", Some(0)),
+        TrainerFrame::Welcome(_)
+    ));
+    let good = good_node(addr, Some(1));
+    let driver = thread::spawn(move || finish(t, 600, &[1]).len());
+    let start = Instant::now();
+    assert!(until_closed(&mut s).is_none());
+    // Timeout 1.5 s, checked every 0.1 s.
+    assert!(
+        start.elapsed() < Duration::from_secs(4),
+        "closed after {:?}",
+        start.elapsed()
+    );
+    assert_logged("heartbeat timeout");
+    assert!(driver.join().expect("driver") > 0);
+    assert_eq!(good.join().expect("node thread"), Ok(()));
+}
+
+#[test]
+fn sync_run_with_a_lost_node_fails_clearly_instead_of_hanging() {
+    let addr = free_addr();
+    let t = trainer(addr, 2, true, 600);
+    let mut s = connect(addr);
+    assert!(matches!(
+        handshake(&mut s, TOKEN, "rogue", Some(0)),
+        TrainerFrame::Welcome(_)
+    ));
+    let good = good_node(addr, Some(1));
+    let mut c = t.join().expect("trainer");
+    drop(s);
+    let start = Instant::now();
+    let err = loop {
+        match c.next_batch() {
+            Err(e) => break e.to_string(),
+            Ok(Some(_)) => assert!(start.elapsed() < DEADLINE, "no error"),
+            Ok(None) => panic!("the run ended without node 0"),
+        }
+    };
+    assert!(err.contains("node 0"), "{err}");
+    assert!(start.elapsed() < DEADLINE);
+    c.shutdown().ok();
+    let _ = good.join();
+}
+
+/// A user env that only the user's binary knows: registered on both sides.
+fn custom_registry() -> Registry {
+    let mut r = Registry::with_builtins();
+    r.register("Custom-v0", |_c| -> Result<Box<dyn Env>, EnvError> {
+        Ok(Box::new(Counting::new(CountingConfig { max_steps: 2 })?))
+    });
+    r
+}
+
+#[test]
+fn library_nodes_run_user_envs() {
+    logs();
+    let addr = free_addr();
+    let t = thread::spawn(move || {
+        DistributedCollector::builder()
+            .env("Custom-v0")
+            .registry(custom_registry())
+            .policy(PolicyConfig::Constant { value: 1.0 })
+            .nodes(2)
+            .frames_per_batch(60)
+            .total_frames(300)
+            .sync(true)
+            .launcher(Launcher::External)
+            .listen(addr.to_string())
+            .token(TOKEN)
+            .join_timeout(DEADLINE)
+            .build()
+            .expect("collector")
+    });
+    let nodes: Vec<_> = (0..2)
+        .map(|i| {
+            thread::spawn(move || {
+                let opts = NodeOptions {
+                    name: format!("custom-{i}"),
+                    registry: custom_registry(),
+                    connect_timeout: DEADLINE,
+                    ..NodeOptions::default()
+                };
+                run_node(&addr.to_string(), TOKEN, opts).map_err(|e| e.to_string())
+            })
+        })
+        .collect();
+    let batches = finish(t, 300, &[]);
+    // max_steps 2: observations cycle 0, 1, 2.
+    let obs: Vec<f32> = batches[0]
+        .data
+        .f32(keys::OBSERVATION)
+        .expect("obs")
+        .iter()
+        .copied()
+        .collect();
+    assert_eq!(&obs[..6], &[0., 1., 2., 0., 1., 2.]);
+    for n in nodes {
+        assert_eq!(n.join().expect("node"), Ok(()));
+    }
+}
+
+fn process_collector(sync: bool, fpb: usize, total: i64) -> DistributedCollector {
+    logs();
+    DistributedCollector::builder()
+        .env("Counting")
+        .policy(PolicyConfig::Constant { value: 1.0 })
+        .nodes(2)
+        .frames_per_batch(fpb)
+        .total_frames(total)
+        .sync(sync)
+        .seed(0)
+        .launcher(Launcher::Process)
+        .node_program(rollout_bin())
+        .join_timeout(DEADLINE)
+        .batch_timeout(DEADLINE)
+        .build()
+        .expect("collector")
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+#[test]
+fn process_nodes_collect_exact_frames_and_are_reaped() {
+    for sync in [true, false] {
+        for fpb in [50, 100, 200] {
+            let mut c = process_collector(sync, fpb, 1000);
+            let pids = c.node_pids();
+            assert_eq!(pids.len(), 2);
+            assert!(pids.iter().all(|&p| alive(p)));
+            let mut frames = 0;
+            while let Some(b) = c.next_batch().expect("batch") {
+                assert_eq!(b.data.numel(), fpb);
+                frames += fpb;
+            }
+            assert_eq!(frames, 1000, "sync={sync} fpb={fpb}");
+            c.shutdown().expect("shutdown");
+            for p in pids {
+                assert!(!alive(p), "node process {p} left behind");
+            }
+        }
+    }
+}
+
+#[test]
+fn process_nodes_take_weight_updates() {
+    for sync in [true, false] {
+        let mut c = process_collector(sync, 50, 300);
+        let mut frames = 0;
+        let mut last = None;
+        let mut first = true;
+        while let Some(b) = c.next_batch().expect("batch") {
+            if first {
+                first = false;
+                assert!(b.data.f32(keys::ACTION).expect("a").iter().all(|&a| a == 1.0));
+                let mut t = BTreeMap::new();
+                t.insert("value".to_string(), Tensor::F32(ArrayD::from_elem(vec![1], 2.0)));
+                c.update_policy_weights(Weights::new(t), None).expect("push");
+            }
+            frames += b.data.numel();
+            if frames > 250 {
+                last = Some(b);
+            }
+        }
+        assert_eq!(frames, 300);
+        let last = last.expect("last batch");
+        assert_eq!(last.weights_version, 1, "sync={sync}");
+        assert!(last.data.f32(keys::ACTION).expect("a").iter().all(|&a| a == 2.0));
+    }
+}
+
+#[test]
+fn process_nodes_are_reaped_when_the_trainer_is_dropped_mid_run() {
+    let mut c = process_collector(false, 100, -1);
+    let pids = c.node_pids();
+    c.next_batch().expect("ok").expect("batch");
+    drop(c);
+    for p in pids {
+        assert!(!alive(p), "node process {p} left behind");
+    }
+}
