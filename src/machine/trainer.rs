@@ -525,28 +525,36 @@ impl TrainerMachine {
         // The node whose batch is yielded goes on at once (after its weight update,
         // if any), so it never idles while the consumer works on the batch.
         let more = self.remaining().is_none_or(|r| r > data.numel() as u64);
+        // Periodic pushes go out before the node continues, so its next batch has them.
+        self.interval_push(self.batches_yielded + 1, out);
         if more {
             if self.cfg.update_after_each_batch {
                 self.push_weights(Some(&[node]), out)?;
             }
             self.continue_node(node, self.cfg.frames_per_batch, out);
         }
-        self.emit(node_batch(Some(node), vec![b.weights_version], data), out);
+        self.emit(node_batch(Some(node), vec![b.weights_version], data), false, out);
         Ok(())
     }
 
-    fn emit(&mut self, mut c: Collected, out: &mut Vec<Output>) {
+    fn interval_push(&mut self, yielded: u64, out: &mut Vec<Output>) {
+        if let Some(ui) = self.cfg.update_interval {
+            if yielded.is_multiple_of(ui) {
+                for i in 0..self.nodes.len() {
+                    self.push_to(i, out);
+                }
+            }
+        }
+    }
+
+    fn emit(&mut self, mut c: Collected, push: bool, out: &mut Vec<Output>) {
         c.index = self.batches_yielded;
         self.wanted = false;
         self.batches_yielded += 1;
         self.frames_yielded += c.data.numel() as u64;
         out.push(Output::Yield(c));
-        if let Some(ui) = self.cfg.update_interval {
-            if self.batches_yielded.is_multiple_of(ui) {
-                for i in 0..self.nodes.len() {
-                    self.push_to(i, out);
-                }
-            }
+        if push {
+            self.interval_push(self.batches_yielded, out);
         }
         if self.remaining() == Some(0) {
             self.finished = true;
@@ -663,7 +671,7 @@ impl TrainerMachine {
                 for (node, data) in data.into_iter().enumerate() {
                     out.push(Output::Recycle { node, data });
                 }
-                self.emit(node_batch(None, versions, stacked), out);
+                self.emit(node_batch(None, versions, stacked), true, out);
             }
             Ok(())
         } else {

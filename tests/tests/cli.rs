@@ -20,8 +20,6 @@ use serde::Deserialize;
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// The `rollout` binary, built once per test process.
-
 struct Run {
     code: Option<i32>,
     stdout: String,
