@@ -228,7 +228,12 @@ impl CollectorBuilder {
         DistributedCollector::launch(plan, opts)
     }
 
-    fn prepare(self) -> Result<(Plan, FacadeOptions), CollectError> {
+    /// What [`Self::build`] and [`Self::start`] would run, without starting anything:
+    /// the trainer's config, one [`NodeSpec`] per node (trajectory-id lanes, per-worker
+    /// frames, node `i` seeded `seed + i * envs_per_node`) and the run's seed (drawn
+    /// from the clock when none was set). Validates the config as `build` does.
+    /// Feed these to [`crate::testkit::Cluster`] to replay a run in memory.
+    pub fn plan_specs(&self) -> Result<(TrainerConfig, Vec<NodeSpec>, u64), CollectError> {
         let env = self
             .env
             .clone()
@@ -242,9 +247,6 @@ impl CollectorBuilder {
             t if t < 0 => return Err(config_err("total_frames", format!("{t}: use -1 for endless"))),
             t => Some(t as u64),
         };
-        if self.batch_timeout.is_zero() {
-            return Err(config_err("batch_timeout", "must be longer than zero"));
-        }
         let (n, k) = (self.nodes, self.envs_per_node);
         let cfg = TrainerConfig {
             nodes: n,
@@ -256,7 +258,7 @@ impl CollectorBuilder {
             max_weight_update_interval: self.max_weight_update_interval,
             update_interval: self.update_interval,
         };
-        let machine = TrainerMachine::new(cfg)?;
+        cfg.validate()?;
         let mut policy = self.policy.clone();
         if let Some(e) = self.exploration_type {
             policy.exploration = e;
@@ -294,6 +296,16 @@ impl CollectorBuilder {
                 },
             })
             .collect();
+        Ok((cfg, specs, seed))
+    }
+
+    fn prepare(self) -> Result<(Plan, FacadeOptions), CollectError> {
+        if self.batch_timeout.is_zero() {
+            return Err(config_err("batch_timeout", "must be longer than zero"));
+        }
+        let (cfg, specs, seed) = self.plan_specs()?;
+        let n = cfg.nodes;
+        let machine = TrainerMachine::new(cfg)?;
         let Launcher::Local = self.launcher;
         let plan = Plan {
             machine,
