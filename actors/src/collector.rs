@@ -290,7 +290,12 @@ impl CollectorBuilder {
         DistributedCollector::launch(plan, opts)
     }
 
-    fn prepare(self) -> Result<(Plan, FacadeOptions), CollectError> {
+    /// What [`Self::build`] and [`Self::start`] would run, without starting anything:
+    /// the trainer's config, one [`NodeSpec`] per node (trajectory-id lanes, per-worker
+    /// frames, node `i` seeded `seed + i * envs_per_node`) and the run's seed (drawn
+    /// from the clock when none was set). Validates the config as `build` does.
+    /// Feed these to [`crate::testkit::Cluster`] to replay a run in memory.
+    pub fn plan_specs(&self) -> Result<(TrainerConfig, Vec<NodeSpec>, u64), CollectError> {
         let env = self
             .env
             .clone()
@@ -304,9 +309,6 @@ impl CollectorBuilder {
             t if t < 0 => return Err(config_err("total_frames", format!("{t}: use -1 for endless"))),
             t => Some(t as u64),
         };
-        if self.batch_timeout.is_zero() {
-            return Err(config_err("batch_timeout", "must be longer than zero"));
-        }
         let (n, k) = (self.nodes, self.envs_per_node);
         let cfg = TrainerConfig {
             nodes: n,
@@ -318,7 +320,7 @@ impl CollectorBuilder {
             max_weight_update_interval: self.max_weight_update_interval,
             update_interval: self.update_interval,
         };
-        let machine = TrainerMachine::new(cfg)?;
+        cfg.validate()?;
         let mut policy = self.policy.clone();
         if let Some(e) = self.exploration_type {
             policy.exploration = e;
@@ -356,6 +358,21 @@ impl CollectorBuilder {
                 },
             })
             .collect();
+        Ok((cfg, specs, seed))
+    }
+
+    fn prepare(self) -> Result<(Plan, FacadeOptions), CollectError> {
+        if self.batch_timeout.is_zero() {
+            return Err(config_err("batch_timeout", "must be longer than zero"));
+        }
+        let (cfg, specs, seed) = self.plan_specs()?;
+        let n = cfg.nodes;
+        let machine = TrainerMachine::new(cfg)?;
+        let env = self
+            .env
+            .clone()
+            .ok_or_else(|| config_err("env", "required: name a registered env"))?;
+        let probe = self.registry.make(&env)?;
         let remote = match self.launcher {
             Launcher::Local => None,
             Launcher::Process | Launcher::External => {

@@ -78,6 +78,15 @@ impl Trainer {
     }
 
     fn dispatch(&mut self) {
+        // Delivering a batch to a subscriber asks the machine for the next one, which
+        // appends more output: loop until nothing is left, or it would wait for the
+        // next message to the trainer (forever, in sync push mode).
+        while !self.out.is_empty() {
+            self.dispatch_once();
+        }
+    }
+
+    fn dispatch_once(&mut self) {
         let outs: Vec<Output> = self.out.drain(..).collect();
         for o in outs {
             match o {

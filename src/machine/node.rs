@@ -71,6 +71,14 @@ pub enum NodeError {
         /// Seq.
         seq: u64,
     },
+    /// A message after `Shutdown`: the node is stopping or down and takes no more work.
+    #[error("{msg} after Shutdown: the node is {state}")]
+    ShutDown {
+        /// The kind of message refused.
+        msg: &'static str,
+        /// `stopping` or `down`.
+        state: &'static str,
+    },
     /// Joining the shares failed.
     #[error(transparent)]
     Tensor(#[from] TensorError),
@@ -128,6 +136,19 @@ impl NodeMachine {
 
     /// A message from the trainer.
     pub fn handle(&mut self, msg: ToNode, out: &mut Vec<NodeOutput>) -> Result<(), NodeError> {
+        if self.stopping {
+            // Its workers are stopped or stopping: anything sent to them now would
+            // come back as a failure (or, for a second Shutdown, a second Down).
+            return Err(NodeError::ShutDown {
+                msg: match msg {
+                    ToNode::Continue(_) => "Continue",
+                    ToNode::UpdateWeights(_) => "UpdateWeights",
+                    ToNode::Seed(_) => "Seed",
+                    ToNode::Shutdown => "Shutdown",
+                },
+                state: if self.down { "down" } else { "stopping" },
+            });
+        }
         match msg {
             ToNode::Continue(c) => {
                 if let Some(p) = &self.pending {
