@@ -647,3 +647,20 @@ fn process_nodes_are_reaped_when_the_trainer_is_dropped_mid_run() {
         assert!(!alive(p), "node process {p} left behind");
     }
 }
+
+#[test]
+fn endless_process_run_shuts_down_cleanly() {
+    for sync in [false, true] {
+        let mut c = process_collector(sync, 10_000, -1);
+        let pids = c.node_pids();
+        for _ in 0..5 {
+            c.next_batch().expect("ok").expect("batch");
+        }
+        let start = Instant::now();
+        c.shutdown().expect("shutdown");
+        assert!(start.elapsed() < Duration::from_secs(5), "shutdown took {:?}", start.elapsed());
+        for p in pids {
+            assert!(!alive(p), "node process {p} left behind");
+        }
+    }
+}

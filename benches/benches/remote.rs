@@ -1,0 +1,165 @@
+//! Remote collection against raw loopback TCP, measured in one run.
+//!
+//! (a) raw loopback TCP bandwidth: one socket, 4 MiB writes;
+//! (b) in-process collection, 2 nodes x 1 env (async);
+//! (c) collection with 2 process nodes over loopback (async);
+//! (d) a weight update of a 10-million-parameter policy to 2 process nodes,
+//!     against writing the same bytes twice over raw loopback.
+//! Prints each figure, c/b and d/(2 x raw write).
+//!
+//! Run: `cargo bench -p rollout-benches --bench remote`
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use ndarray::ArrayD;
+use rollout::{PolicyConfig, Tensor, Weights};
+use rollout_actors::{DistributedCollector, Launcher};
+
+const F: usize = 10_000;
+
+/// Bytes per second of one loopback socket carrying `total` bytes in large writes.
+fn raw_tcp(total: usize) -> f64 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let reader = thread::spawn(move || {
+        let (mut s, _) = l.accept().expect("accept");
+        let mut buf = vec![0u8; 4 << 20];
+        let mut got = 0;
+        while got < total {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got += n,
+            }
+        }
+        got
+    });
+    let mut s = TcpStream::connect(addr).expect("connect");
+    let chunk = vec![7u8; 4 << 20];
+    let start = Instant::now();
+    let mut sent = 0;
+    while sent < total {
+        let n = chunk.len().min(total - sent);
+        s.write_all(&chunk[..n]).expect("write");
+        sent += n;
+    }
+    let got = reader.join().expect("reader");
+    assert_eq!(got, total);
+    total as f64 / start.elapsed().as_secs_f64()
+}
+
+fn collector(launcher: Launcher, policy: PolicyConfig, fpb: usize, sync: bool) -> DistributedCollector {
+    let mut b = DistributedCollector::builder()
+        .sync(sync)
+        .env("CartPole-v1")
+        .policy(policy)
+        .nodes(2)
+        .envs_per_node(1)
+        .frames_per_batch(fpb)
+        .total_frames(-1)
+        .seed(0)
+        .launcher(launcher.clone());
+    if launcher == Launcher::Process {
+        b = b.node_program(rollout_tests::rollout_bin());
+    }
+    b.build().expect("collector")
+}
+
+/// Frames per second pulled from `c` for about `secs`.
+fn rate(c: &mut DistributedCollector, secs: f64) -> f64 {
+    for _ in 0..4 {
+        let b = c.next_batch().expect("batch").expect("endless");
+        c.recycle(b);
+    }
+    let start = Instant::now();
+    let mut frames = 0;
+    while start.elapsed() < Duration::from_secs_f64(secs) {
+        let b = c.next_batch().expect("batch").expect("endless");
+        frames += b.data.numel();
+        black_box(&b);
+        c.recycle(b);
+    }
+    frames as f64 / start.elapsed().as_secs_f64()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let rounds = 5;
+    let mut inproc = collector(Launcher::Local, PolicyConfig::Linear, F, false);
+    let mut remote = collector(Launcher::Process, PolicyConfig::Linear, F, false);
+    let (mut a, mut b, mut c, mut cb) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..rounds {
+        let ra = raw_tcp(256 << 20);
+        let rb = rate(&mut inproc, 0.5);
+        let rc = rate(&mut remote, 0.5);
+        a.push(ra);
+        b.push(rb);
+        c.push(rc);
+        cb.push(rc / rb);
+    }
+    inproc.shutdown().expect("shutdown");
+    remote.shutdown().expect("shutdown");
+    println!("median of {rounds} interleaved rounds");
+    println!("(a) raw loopback TCP, one socket      {:>8.2} GB/s", median(a) / 1e9);
+    println!("(b) in-process, 2 nodes x 1 env       {:>12.0} frames/s", median(b.clone()));
+    println!(
+        "(c) 2 process nodes over loopback     {:>12.0} frames/s   c/b = {:.3}",
+        median(c),
+        median(cb)
+    );
+
+    // (d) 10 M parameters: CartPole (4 obs, 2 actions), hidden [3160, 3160].
+    let hidden = vec![3160, 3160];
+    // Sync, one frame per node: the nodes are idle while weights are measured (a
+    // forward pass of this policy takes milliseconds).
+    let mut w = collector(Launcher::Process, PolicyConfig::Mlp { hidden: hidden.clone() }, 2, true);
+    w.next_batch().expect("batch").expect("endless");
+    let shapes = [
+        ("layers.0.weight", vec![3160, 4]),
+        ("layers.0.bias", vec![3160]),
+        ("layers.1.weight", vec![3160, 3160]),
+        ("layers.1.bias", vec![3160]),
+        ("layers.2.weight", vec![2, 3160]),
+        ("layers.2.bias", vec![2]),
+    ];
+    let mut tensors = BTreeMap::new();
+    for (k, s) in &shapes {
+        tensors.insert(k.to_string(), Tensor::F32(ArrayD::from_elem(s.clone(), 0.001f32)));
+    }
+    let weights = Weights::new(tensors);
+    let params = weights.numel();
+    let bytes = params * 4;
+    let (mut d, mut raw2, mut ratio) = (vec![], vec![], vec![]);
+    for i in 0..rounds {
+        // Seeding is a round trip through both nodes that queues behind the
+        // weights on each connection: it returns once both nodes decoded them.
+        let t0 = Instant::now();
+        w.set_seed(i as u64).expect("seed");
+        let chain = t0.elapsed().as_secs_f64();
+        let t1 = Instant::now();
+        w.update_policy_weights(weights.clone(), None).expect("push");
+        w.set_seed(i as u64).expect("seed");
+        let update = (t1.elapsed().as_secs_f64() - chain).max(1e-9);
+        let raw = 2.0 * bytes as f64 / raw_tcp(bytes);
+        d.push(update);
+        raw2.push(raw);
+        ratio.push(update / raw);
+    }
+    w.shutdown().expect("shutdown");
+    println!(
+        "(d) weight update, {:.1} M params ({:.0} MB) to 2 nodes  {:>7.1} ms   raw loopback x2 {:>7.1} ms   d/raw = {:.2}",
+        params as f64 / 1e6,
+        bytes as f64 / 1e6,
+        median(d) * 1e3,
+        median(raw2) * 1e3,
+        median(ratio)
+    );
+}
