@@ -8,6 +8,8 @@ if ! command -v cargo-nextest >/dev/null 2>&1; then
   cargo install --locked cargo-nextest
 fi
 
+python3 -c "import msgpack" 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check msgpack
+
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo nextest run --workspace --profile ci

@@ -404,14 +404,22 @@ impl Tensor {
         let shape_err = |e: ndarray::ShapeError| TensorError::Encoding(e.to_string());
         macro_rules! decode {
             ($t:ty, $n:expr) => {{
-                let v: Vec<$t> = data
-                    .chunks_exact($n)
-                    .map(|c| {
-                        let mut b = [0u8; $n];
-                        b.copy_from_slice(c);
-                        <$t>::from_le_bytes(b)
-                    })
-                    .collect();
+                // On a little-endian machine the blob already is the elements' memory:
+                // one alignment-safe copy into a new vector (zeroed by the allocator, as
+                // `bytemuck::pod_collect_to_vec` does; that one needs a bytemuck feature).
+                let v: Vec<$t> = if cfg!(target_endian = "little") {
+                    let mut v = vec![0 as $t; n];
+                    bytemuck::cast_slice_mut::<$t, u8>(&mut v).copy_from_slice(data);
+                    v
+                } else {
+                    data.chunks_exact($n)
+                        .map(|c| {
+                            let mut b = [0u8; $n];
+                            b.copy_from_slice(c);
+                            <$t>::from_le_bytes(b)
+                        })
+                        .collect()
+                };
                 ArrayD::from_shape_vec(s, v).map_err(shape_err)?
             }};
         }
@@ -451,7 +459,7 @@ impl_from_array!(bool, Bool);
 impl_from_array!(u8, U8);
 
 /// The encoded form of a tensor: header plus one byte blob.
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct EncodedTensor<'a> {
     dtype: DType,
     shape: Vec<usize>,
@@ -459,12 +467,47 @@ struct EncodedTensor<'a> {
     data: std::borrow::Cow<'a, [u8]>,
 }
 
+/// The same form for encoding, borrowing everything (field order is the wire's).
+#[derive(Serialize)]
+struct EncodedTensorRef<'a> {
+    dtype: DType,
+    shape: &'a [usize],
+    data: &'a serde_bytes::Bytes,
+}
+
+impl Tensor {
+    /// The element bytes straight from the array's memory, when that memory already is
+    /// the encoded form: standard (C-order, contiguous) layout on a little-endian machine.
+    /// `None` when they must be copied out (other layouts, big-endian, bool).
+    fn le_bytes_in_place(&self) -> Option<&[u8]> {
+        if !cfg!(target_endian = "little") {
+            return None;
+        }
+        match self {
+            Tensor::F32(a) => a.as_slice().map(bytemuck::cast_slice),
+            Tensor::F64(a) => a.as_slice().map(bytemuck::cast_slice),
+            Tensor::I64(a) => a.as_slice().map(bytemuck::cast_slice),
+            Tensor::U8(a) => a.as_slice(),
+            // bytemuck refuses bool (not every byte is a valid bool); copying is cheap enough.
+            Tensor::Bool(_) => None,
+        }
+    }
+}
+
 impl Serialize for Tensor {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        EncodedTensor {
+        let copied;
+        let data = match self.le_bytes_in_place() {
+            Some(bytes) => bytes,
+            None => {
+                copied = self.to_le_bytes();
+                &copied[..]
+            }
+        };
+        EncodedTensorRef {
             dtype: self.dtype(),
-            shape: self.shape().to_vec(),
-            data: std::borrow::Cow::Owned(self.to_le_bytes()),
+            shape: self.shape(),
+            data: serde_bytes::Bytes::new(data),
         }
         .serialize(s)
     }
@@ -482,10 +525,41 @@ impl<'de> Deserialize<'de> for Tensor {
 /// Every tensor's shape starts with `batch_size`; the rest is that entry's
 /// feature shape. Keys are dotted paths, so `next.reward` is the `reward`
 /// entry of the nested `next` dict.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+///
+/// Decoding checks the same invariants as [`TensorDict::set`] (every shape starts
+/// with the batch shape, keys are valid dotted paths), so a dict read from
+/// untrusted bytes is as consistent as one built in memory.
+#[derive(Clone, Debug, PartialEq, Default, Serialize)]
 pub struct TensorDict {
     batch_size: Vec<usize>,
     tensors: BTreeMap<String, Tensor>,
+}
+
+/// A decoded but not yet checked [`TensorDict`].
+#[derive(Deserialize)]
+struct RawTensorDict {
+    batch_size: Vec<usize>,
+    tensors: BTreeMap<String, Tensor>,
+}
+
+impl<'de> Deserialize<'de> for TensorDict {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<TensorDict, D::Error> {
+        let raw = RawTensorDict::deserialize(d)?;
+        if let Some(bad) = raw.tensors.keys().find(|k| !valid_key(k)) {
+            return Err(serde::de::Error::custom(format!("`{bad}` is not a valid dotted key")));
+        }
+        let td = TensorDict {
+            batch_size: raw.batch_size,
+            tensors: raw.tensors,
+        };
+        td.validate().map_err(serde::de::Error::custom)?;
+        Ok(td)
+    }
+}
+
+/// A dotted key: non-empty segments separated by single dots.
+fn valid_key(key: &str) -> bool {
+    !key.is_empty() && !key.split('.').any(str::is_empty)
 }
 
 impl TensorDict {
@@ -594,7 +668,7 @@ impl TensorDict {
 
     /// Inserts (or replaces) `key`; its shape must start with the batch shape.
     pub fn set(&mut self, key: &str, value: Tensor) -> Result<(), TensorError> {
-        if key.is_empty() || key.split('.').any(str::is_empty) {
+        if !valid_key(key) {
             return Err(TensorError::Invalid(format!("`{key}` is not a valid dotted key")));
         }
         let shape = value.shape();
@@ -921,6 +995,110 @@ mod tests {
             let enc = rmp_serde::to_vec_named(&d).unwrap();
             let dec: TensorDict = rmp_serde::from_slice(&enc).unwrap();
             assert_eq!(dec, d);
+        }
+    }
+
+    /// The raw parts of an encoded tensor.
+    #[derive(serde::Deserialize)]
+    struct RawParts {
+        dtype: String,
+        shape: Vec<usize>,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    }
+
+    #[test]
+    fn ten_million_f32_round_trip_through_the_blob() {
+        let n = 10_000_000;
+        let t = Tensor::F32(
+            ArrayD::from_shape_vec(IxDyn(&[n / 4, 4]), (0..n).map(|i| i as f32 * 0.5 - 7.0).collect()).unwrap(),
+        );
+        let bytes = rmp_serde::to_vec_named(&t).unwrap();
+        // Header + bin32 marker + 4-byte length + the blob: nothing per element.
+        assert!(bytes.len() < 4 * n + 64, "{} bytes", bytes.len());
+        let back: Tensor = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(back, t);
+        let raw: RawParts = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(raw.data.len(), 4 * n);
+        assert_eq!(raw.data[4 * 3..4 * 4], (-5.5f32).to_le_bytes());
+    }
+
+    #[test]
+    fn every_layout_and_dtype_encodes_c_order_little_endian() {
+        // A transposed (non-standard layout) array takes the copying path; the bytes are the same
+        // as those of its standard-layout copy.
+        let a = ArrayD::from_shape_vec(IxDyn(&[2, 3]), vec![1i64, 2, 3, 4, 5, -6]).unwrap();
+        let t = Tensor::I64(a.t().to_owned());
+        let tt = Tensor::I64(a.clone().reversed_axes());
+        assert!(
+            tt.as_i64().unwrap().as_slice().is_none(),
+            "reversed axes are not standard layout"
+        );
+        let enc = |t: &Tensor| rmp_serde::to_vec_named(t).unwrap();
+        assert_eq!(enc(&tt), enc(&t));
+        let raw: RawParts = rmp_serde::from_slice(&enc(&tt)).unwrap();
+        assert_eq!(raw.shape, vec![3, 2]);
+        let want: Vec<u8> = [1i64, 4, 2, 5, 3, -6].iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(raw.data, want);
+        assert_eq!(rmp_serde::from_slice::<Tensor>(&enc(&tt)).unwrap(), t);
+
+        let cases = [
+            Tensor::F32(ArrayD::from_shape_vec(IxDyn(&[2]), vec![1.5f32, -0.0]).unwrap()),
+            Tensor::F64(ArrayD::from_shape_vec(IxDyn(&[1, 2]), vec![f64::MAX, f64::NAN]).unwrap()),
+            Tensor::I64(ArrayD::from_shape_vec(IxDyn(&[]), vec![i64::MIN]).unwrap()),
+            Tensor::Bool(ArrayD::from_shape_vec(IxDyn(&[3]), vec![true, false, true]).unwrap()),
+            Tensor::U8(ArrayD::from_shape_vec(IxDyn(&[2, 0]), vec![]).unwrap()),
+            Tensor::U8(ArrayD::from_shape_vec(IxDyn(&[3]), vec![0, 255, 7]).unwrap()),
+        ];
+        for t in cases {
+            let bytes = enc(&t);
+            let raw: RawParts = rmp_serde::from_slice(&bytes).unwrap();
+            assert_eq!(raw.dtype, t.dtype().name());
+            assert_eq!(raw.shape, t.shape());
+            assert_eq!(raw.data, t.to_le_bytes(), "{t:?}");
+            let back: Tensor = rmp_serde::from_slice(&bytes).unwrap();
+            // NaN != NaN: compare the bytes.
+            assert_eq!(back.dtype(), t.dtype());
+            assert_eq!(back.shape(), t.shape());
+            assert_eq!(back.to_le_bytes(), t.to_le_bytes());
+        }
+        assert_eq!(
+            Tensor::Bool(ArrayD::from_shape_vec(IxDyn(&[2]), vec![true, false]).unwrap()).to_le_bytes(),
+            vec![1, 0]
+        );
+    }
+
+    #[test]
+    fn decoded_tensordict_is_validated() {
+        // Built by hand: a batch shape the tensors do not start with.
+        #[derive(serde::Serialize)]
+        struct Raw<'a> {
+            batch_size: Vec<usize>,
+            tensors: BTreeMap<&'a str, Tensor>,
+        }
+        let enc = |batch_size: Vec<usize>, key: &'static str, shape: &[usize]| {
+            rmp_serde::to_vec_named(&Raw {
+                batch_size,
+                tensors: [(key, Tensor::zeros(DType::F32, shape))].into_iter().collect(),
+            })
+            .unwrap()
+        };
+        let ok: TensorDict = rmp_serde::from_slice(&enc(vec![2, 3], "next.reward", &[2, 3, 1])).unwrap();
+        assert_eq!(ok.batch_size(), &[2, 3]);
+        for (batch, key, shape) in [
+            (vec![5], "observation", &[3, 4][..]),
+            (vec![2, 3], "observation", &[2][..]),
+            (vec![2, 3], "observation", &[3, 2][..]),
+            (vec![2], "", &[2][..]),
+            (vec![2], "next..reward", &[2][..]),
+            (vec![2], "next.", &[2][..]),
+        ] {
+            let err = rmp_serde::from_slice::<TensorDict>(&enc(batch.clone(), key, shape)).unwrap_err();
+            let msg = err.to_string();
+            assert!(
+                msg.contains(key) || msg.contains("shape"),
+                "{batch:?} {key:?} {shape:?}: {msg}"
+            );
         }
     }
 

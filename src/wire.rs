@@ -473,3 +473,667 @@ impl Admission {
         self.taken.iter().filter(|t| **t).count()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use ndarray::{ArrayD, IxDyn};
+    use serde::de::IgnoredAny;
+
+    use super::*;
+    use crate::env::EnvSpec;
+    use crate::message::{FromNode, ToNode};
+    use crate::policy::{PolicyConfig, PolicySpec};
+    use crate::rollout::RolloutConfig;
+    use crate::tensor::{DType, Tensor, TensorDict};
+
+    const TOKEN: &[u8] = b"secret";
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    fn nonce() -> Vec<u8> {
+        (0..NONCE_LEN as u8).collect()
+    }
+
+    fn f32s(shape: &[usize], start: f32) -> Tensor {
+        let n: usize = shape.iter().product();
+        Tensor::F32(ArrayD::from_shape_vec(IxDyn(shape), (0..n).map(|i| start + i as f32 * 0.25).collect()).unwrap())
+    }
+
+    fn spec() -> NodeSpec {
+        NodeSpec {
+            index: 1,
+            env: EnvSpec::new("CartPole-v1"),
+            policy: PolicySpec::from(PolicyConfig::Mlp { hidden: vec![8] }),
+            envs_per_node: 2,
+            first_lane: 2,
+            lanes: 4,
+            rollout: RolloutConfig {
+                max_frames_per_traj: Some(200),
+                ..RolloutConfig::default()
+            },
+        }
+    }
+
+    fn weights() -> Weights {
+        Weights {
+            version: 3,
+            tensors: [
+                ("weight".to_string(), f32s(&[2, 4], -1.0)),
+                ("bias".to_string(), f32s(&[2], 0.5)),
+            ]
+            .into_iter()
+            .collect(),
+        }
+    }
+
+    fn batch() -> Batch {
+        let data = TensorDict::from_entries(
+            &[2, 3],
+            [
+                ("observation".to_string(), f32s(&[2, 3, 4], 0.0)),
+                (
+                    "action".to_string(),
+                    Tensor::I64(ArrayD::from_shape_vec(IxDyn(&[2, 3]), vec![0, 1, 1, 0, 1, -1]).unwrap()),
+                ),
+                (
+                    "next.done".to_string(),
+                    Tensor::Bool(
+                        ArrayD::from_shape_vec(IxDyn(&[2, 3, 1]), vec![false, false, true, false, true, false])
+                            .unwrap(),
+                    ),
+                ),
+            ],
+        )
+        .unwrap();
+        Batch {
+            node: 1,
+            seq: 9,
+            weights_version: 3,
+            data,
+        }
+    }
+
+    fn welcome(weights: Option<Weights>) -> TrainerFrame {
+        TrainerFrame::Welcome(Box::new(Welcome {
+            node_index: 1,
+            spec: spec(),
+            weights,
+            heartbeat_ms: 1000,
+            heartbeat_timeout_ms: 5000,
+            max_frame: DEFAULT_MAX_FRAME as u64,
+        }))
+    }
+
+    fn node_frames() -> Vec<NodeFrame> {
+        vec![
+            NodeFrame::Hello {
+                protocol_version: PROTOCOL_VERSION,
+                node_name: "node-0".into(),
+                node_index: Some(1),
+            },
+            NodeFrame::Hello {
+                protocol_version: PROTOCOL_VERSION,
+                node_name: String::new(),
+                node_index: None,
+            },
+            NodeFrame::Auth {
+                proof: auth_proof(TOKEN, &nonce(), "node-0"),
+            },
+            NodeFrame::Heartbeat,
+            NodeFrame::Batch(batch()),
+            NodeFrame::WeightsUpdated { node: 1, version: 3 },
+            NodeFrame::Seeded {
+                node: 1,
+                next_seed: u64::MAX,
+            },
+            NodeFrame::Down { node: 1 },
+            NodeFrame::Failed {
+                node: 1,
+                reason: "env 0 failed: boom ✗".into(),
+            },
+        ]
+    }
+
+    fn trainer_frames() -> Vec<TrainerFrame> {
+        vec![
+            TrainerFrame::Challenge { nonce: nonce() },
+            welcome(Some(weights())),
+            welcome(None),
+            TrainerFrame::Reject {
+                reason: "node index 7 does not exist".into(),
+            },
+            TrainerFrame::Heartbeat,
+            TrainerFrame::Continue(Continue { seq: 7, frames: 1000 }),
+            TrainerFrame::UpdateWeights(UpdateWeights {
+                weights: Arc::new(weights()),
+            }),
+            TrainerFrame::Seed(Seed { seed: 42 }),
+            TrainerFrame::Shutdown,
+        ]
+    }
+
+    fn body<T: Serialize>(msg: &T) -> Vec<u8> {
+        let mut f = encode(msg, DEFAULT_MAX_FRAME).unwrap();
+        let len = u32::from_be_bytes(f[..4].try_into().unwrap()) as usize;
+        assert_eq!(len, f.len() - PREFIX_LEN);
+        f.drain(..PREFIX_LEN);
+        f
+    }
+
+    /// The top-level keys of a body, as a generic MessagePack map.
+    fn keys(body: &[u8]) -> Vec<String> {
+        let m: BTreeMap<String, IgnoredAny> = rmp_serde::from_slice(body).unwrap();
+        m.into_keys().collect()
+    }
+
+    /// The `type` field of a body.
+    fn type_of(body: &[u8]) -> String {
+        #[derive(Deserialize)]
+        struct Tag {
+            r#type: String,
+        }
+        rmp_serde::from_slice::<Tag>(body).unwrap().r#type
+    }
+
+    #[test]
+    fn every_frame_round_trips() {
+        for f in node_frames() {
+            let back: NodeFrame = decode(&body(&f)).unwrap();
+            assert_eq!(back, f);
+        }
+        for f in trainer_frames() {
+            let back: TrainerFrame = decode(&body(&f)).unwrap();
+            assert_eq!(back, f);
+        }
+    }
+
+    #[test]
+    fn frames_are_tagged_maps_with_flattened_fields() {
+        let sorted = |v: &[&str]| {
+            let mut v: Vec<String> = v.iter().map(|s| s.to_string()).collect();
+            v.sort();
+            v
+        };
+        let node: Vec<(&str, Vec<&str>)> = vec![
+            ("hello", vec!["type", "protocol_version", "node_name", "node_index"]),
+            ("hello", vec!["type", "protocol_version", "node_name", "node_index"]),
+            ("auth", vec!["type", "proof"]),
+            ("heartbeat", vec!["type"]),
+            ("batch", vec!["type", "node", "seq", "weights_version", "data"]),
+            ("weights_updated", vec!["type", "node", "version"]),
+            ("seeded", vec!["type", "node", "next_seed"]),
+            ("down", vec!["type", "node"]),
+            ("failed", vec!["type", "node", "reason"]),
+        ];
+        for (f, (tag, k)) in node_frames().iter().zip(&node) {
+            let b = body(f);
+            assert_eq!(type_of(&b), *tag);
+            assert_eq!(frame_name(f), *tag);
+            assert_eq!(keys(&b), sorted(k), "{tag}");
+        }
+        let welcome_keys = vec![
+            "type",
+            "node_index",
+            "spec",
+            "weights",
+            "heartbeat_ms",
+            "heartbeat_timeout_ms",
+            "max_frame",
+        ];
+        let trainer: Vec<(&str, Vec<&str>)> = vec![
+            ("challenge", vec!["type", "nonce"]),
+            ("welcome", welcome_keys.clone()),
+            ("welcome", welcome_keys),
+            ("reject", vec!["type", "reason"]),
+            ("heartbeat", vec!["type"]),
+            ("continue", vec!["type", "seq", "frames"]),
+            ("update_weights", vec!["type", "weights"]),
+            ("seed", vec!["type", "seed"]),
+            ("shutdown", vec!["type"]),
+        ];
+        for (f, (tag, k)) in trainer_frames().iter().zip(&trainer) {
+            let b = body(f);
+            assert_eq!(type_of(&b), *tag);
+            assert_eq!(keys(&b), sorted(k), "{tag}");
+        }
+
+        // Nested layouts: the batch's TensorDict, a tensor, the weights, the spec.
+        #[derive(Deserialize)]
+        struct BatchData {
+            data: BTreeMap<String, IgnoredAny>,
+        }
+        let d: BatchData = rmp_serde::from_slice(&body(&NodeFrame::Batch(batch()))).unwrap();
+        assert_eq!(d.data.keys().collect::<Vec<_>>(), ["batch_size", "tensors"]);
+        #[derive(Deserialize)]
+        struct WelcomeParts {
+            spec: BTreeMap<String, IgnoredAny>,
+            weights: BTreeMap<String, IgnoredAny>,
+        }
+        let w: WelcomeParts = rmp_serde::from_slice(&body(&welcome(Some(weights())))).unwrap();
+        assert_eq!(
+            w.spec.keys().collect::<Vec<_>>(),
+            [
+                "env",
+                "envs_per_node",
+                "first_lane",
+                "index",
+                "lanes",
+                "policy",
+                "rollout"
+            ]
+        );
+        assert_eq!(w.weights.keys().collect::<Vec<_>>(), ["tensors", "version"]);
+    }
+
+    #[test]
+    fn worked_examples_are_byte_exact() {
+        // The example of PROTOCOL.md.
+        let f = encode(
+            &TrainerFrame::Continue(Continue { seq: 7, frames: 1000 }),
+            DEFAULT_MAX_FRAME,
+        )
+        .unwrap();
+        assert_eq!(
+            hex(&f),
+            concat!(
+                "0000001e", // body length 30, big-endian
+                "83",       // map of 3
+                "a4",
+                "74797065", // "type"
+                "a8",
+                "636f6e74696e7565", // "continue"
+                "a3",
+                "736571",
+                "07", // "seq": 7
+                "a6",
+                "6672616d6573",
+                "cd03e8", // "frames": 1000 (uint16)
+            )
+        );
+        let f = encode(&NodeFrame::Heartbeat, DEFAULT_MAX_FRAME).unwrap();
+        assert_eq!(hex(&f), "0000001081a474797065a9686561727462656174");
+        // A tensor: {dtype, shape, data} with data one bin blob.
+        let t = Tensor::F32(ArrayD::from_shape_vec(IxDyn(&[2]), vec![1.0f32, -2.0]).unwrap());
+        assert_eq!(
+            hex(&rmp_serde::to_vec_named(&t).unwrap()),
+            concat!(
+                "83",
+                "a5",
+                "6474797065",
+                "a3",
+                "663332", // "dtype": "f32"
+                "a5",
+                "7368617065",
+                "91",
+                "02", // "shape": [2]
+                "a4",
+                "64617461",
+                "c408",
+                "0000803f",
+                "000000c0", // "data": bin8 of 8 bytes
+            )
+        );
+        // Node names and unset optional fields: nil.
+        let hello = NodeFrame::Hello {
+            protocol_version: 1,
+            node_name: "n".into(),
+            node_index: None,
+        };
+        assert_eq!(
+            hex(&body(&hello)),
+            concat!(
+                "84",
+                "a4",
+                "74797065",
+                "a5",
+                "68656c6c6f",
+                "b0",
+                "70726f746f636f6c5f76657273696f6e",
+                "01",
+                "a9",
+                "6e6f64655f6e616d65",
+                "a1",
+                "6e",
+                "aa",
+                "6e6f64655f696e646578",
+                "c0",
+            )
+        );
+        // An absent optional `node_index` is accepted too.
+        let no_index = "83a474797065a568656c6c6fb070726f746f636f6c5f76657273696f6e01a96e6f64655f6e616d65a16e";
+        let bytes: Vec<u8> = (0..no_index.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&no_index[i..i + 2], 16).unwrap())
+            .collect();
+        assert_eq!(decode::<NodeFrame>(&bytes).unwrap(), hello);
+    }
+
+    #[test]
+    fn auth_proof_matches_the_documented_vector() {
+        let proof = auth_proof(TOKEN, &nonce(), "node-0");
+        assert_eq!(
+            hex(&proof),
+            "80c3993cb8c48285d68f527efd0db4117095266e2a31ccc8a16541acba52e274"
+        );
+        assert!(verify_proof(TOKEN, &nonce(), "node-0", &proof));
+        assert!(!verify_proof(b"other", &nonce(), "node-0", &proof));
+        assert!(!verify_proof(TOKEN, &[0; NONCE_LEN], "node-0", &proof));
+        assert!(!verify_proof(TOKEN, &nonce(), "node-1", &proof));
+        assert!(!verify_proof(TOKEN, &nonce(), "node-0", &proof[..31]));
+        assert!(!verify_proof(TOKEN, &nonce(), "node-0", &[]));
+        // Long tokens are hashed first (HMAC), any length works.
+        let long = vec![7u8; 1000];
+        assert!(verify_proof(&long, &nonce(), "x", &auth_proof(&long, &nonce(), "x")));
+    }
+
+    #[test]
+    fn in_process_messages_convert_both_ways() {
+        for m in [
+            ToNode::Continue(Continue { seq: 1, frames: 2 }),
+            ToNode::UpdateWeights(UpdateWeights {
+                weights: Arc::new(weights()),
+            }),
+            ToNode::Seed(Seed { seed: 3 }),
+            ToNode::Shutdown,
+        ] {
+            assert_eq!(TrainerFrame::from(m.clone()).into_to_node(), Some(m));
+        }
+        assert_eq!(TrainerFrame::Heartbeat.into_to_node(), None);
+        assert_eq!(TrainerFrame::Challenge { nonce: nonce() }.into_to_node(), None);
+        for m in [
+            FromNode::Batch(batch()),
+            FromNode::WeightsUpdated { node: 0, version: 1 },
+            FromNode::Seeded { node: 0, next_seed: 4 },
+            FromNode::Down { node: 0 },
+            FromNode::Failed {
+                node: 0,
+                reason: "x".into(),
+            },
+        ] {
+            assert_eq!(NodeFrame::from(m.clone()).into_from_node(), Some(m));
+        }
+        assert_eq!(NodeFrame::Heartbeat.into_from_node(), None);
+        assert_eq!(NodeFrame::Auth { proof: vec![] }.into_from_node(), None);
+    }
+
+    /// Every frame of both directions, back to back, and their bodies.
+    fn stream() -> (Vec<u8>, Vec<Vec<u8>>) {
+        let mut bytes = Vec::new();
+        let mut bodies = Vec::new();
+        for f in node_frames() {
+            encode_into(&f, DEFAULT_MAX_FRAME, &mut bytes).unwrap();
+            bodies.push(body(&f));
+        }
+        for f in trainer_frames() {
+            encode_into(&f, DEFAULT_MAX_FRAME, &mut bytes).unwrap();
+            bodies.push(body(&f));
+        }
+        (bytes, bodies)
+    }
+
+    fn drain(d: &mut FrameDecoder, out: &mut Vec<Vec<u8>>) {
+        while let Some(b) = d.next_frame().unwrap() {
+            out.push(b);
+        }
+    }
+
+    #[test]
+    fn decoder_splits_a_stream_cut_at_every_byte() {
+        let (bytes, bodies) = stream();
+        for cut in 0..=bytes.len() {
+            let mut d = FrameDecoder::new(DEFAULT_MAX_FRAME);
+            let mut got = Vec::new();
+            d.push(&bytes[..cut]);
+            drain(&mut d, &mut got);
+            d.push(&bytes[cut..]);
+            drain(&mut d, &mut got);
+            assert_eq!(got, bodies, "cut at {cut}");
+            assert_eq!(d.buffered(), 0);
+        }
+        // One byte at a time, and in uneven chunks.
+        for chunk in [1, 3, 7, 64, 1000] {
+            let mut d = FrameDecoder::new(DEFAULT_MAX_FRAME);
+            let mut got = Vec::new();
+            for c in bytes.chunks(chunk) {
+                d.push(c);
+                drain(&mut d, &mut got);
+            }
+            assert_eq!(got, bodies, "chunks of {chunk}");
+            assert_eq!(d.buffered(), 0);
+        }
+        // Partial frame: nothing yet, and the bytes stay buffered.
+        let mut d = FrameDecoder::new(DEFAULT_MAX_FRAME);
+        d.push(&bytes[..PREFIX_LEN + 1]);
+        assert_eq!(d.next_frame(), Ok(None));
+        assert_eq!(d.buffered(), PREFIX_LEN + 1);
+    }
+
+    #[test]
+    fn oversize_prefix_is_refused_from_its_four_bytes() {
+        let mut d = FrameDecoder::new(100);
+        d.push(&101u32.to_be_bytes());
+        assert_eq!(d.next_frame(), Err(WireError::TooLarge { len: 101, max: 100 }));
+        assert_eq!(d.buffered(), PREFIX_LEN);
+        for len in [DEFAULT_MAX_FRAME as u32 + 1, u32::MAX] {
+            let mut d = FrameDecoder::new(DEFAULT_MAX_FRAME);
+            d.push(&len.to_be_bytes());
+            assert_eq!(
+                d.next_frame(),
+                Err(WireError::TooLarge {
+                    len: len as usize,
+                    max: DEFAULT_MAX_FRAME
+                })
+            );
+        }
+        // Exactly the maximum is fine (the Continue example is 30 bytes).
+        let f = encode(&TrainerFrame::Continue(Continue { seq: 7, frames: 1000 }), 30).unwrap();
+        let mut d = FrameDecoder::new(30);
+        d.push(&f);
+        assert_eq!(d.next_frame().unwrap().map(|b| b.len()), Some(30));
+        let mut d = FrameDecoder::new(29);
+        d.push(&f[..PREFIX_LEN]);
+        assert_eq!(d.next_frame(), Err(WireError::TooLarge { len: 30, max: 29 }));
+        // The sender refuses too, and leaves its buffer as it was.
+        let mut out = vec![1, 2, 3];
+        assert_eq!(
+            encode_into(&TrainerFrame::Continue(Continue { seq: 7, frames: 1000 }), 29, &mut out),
+            Err(WireError::TooLarge { len: 30, max: 29 })
+        );
+        assert_eq!(out, [1, 2, 3]);
+        assert_eq!(
+            body_len([0, 0, 0, 30], 29),
+            Err(WireError::TooLarge { len: 30, max: 29 })
+        );
+        assert_eq!(body_len([0, 0, 1, 0], 1000), Ok(256));
+    }
+
+    #[test]
+    fn empty_frames_and_garbage_bodies_are_errors() {
+        let mut d = FrameDecoder::new(DEFAULT_MAX_FRAME);
+        d.push(&[0, 0, 0, 0]);
+        assert_eq!(d.next_frame(), Err(WireError::Empty));
+        assert_eq!(decode::<NodeFrame>(&[]), Err(WireError::Empty));
+        for garbage in [
+            &[0xc1][..],                         // never-used marker
+            &[0x81, 0xa4],                       // truncated
+            b"\x91\x01",                         // an array, not a tagged map
+            b"\x81\xa4type\xa4nope",             // unknown type
+            b"\x81\xa3seq\x07",                  // no type
+            b"\x82\xa4type\xa4down\xa4node\xff", // negative node
+            b"hello world",
+        ] {
+            assert!(
+                matches!(decode::<NodeFrame>(garbage), Err(WireError::Decode(_))),
+                "{garbage:?}"
+            );
+            assert!(
+                matches!(decode::<TrainerFrame>(garbage), Err(WireError::Decode(_))),
+                "{garbage:?}"
+            );
+        }
+        // Frames of the other direction do not decode.
+        let cont = body(&TrainerFrame::Continue(Continue { seq: 1, frames: 2 }));
+        assert!(matches!(decode::<NodeFrame>(&cont), Err(WireError::Decode(_))));
+        let down = body(&NodeFrame::Down { node: 0 });
+        assert!(matches!(decode::<TrainerFrame>(&down), Err(WireError::Decode(_))));
+        // A batch whose tensors do not start with the batch shape does not decode.
+        let mut bad = body(&NodeFrame::Batch(batch()));
+        let at = bad
+            .windows(13)
+            .position(|w| w == b"\xaabatch_size\x92\x02")
+            .expect("batch_size [2, 3] in the body");
+        bad[at + 12] = 0x03;
+        let err = decode::<NodeFrame>(&bad).unwrap_err();
+        assert!(matches!(&err, WireError::Decode(m) if m.contains("shape")), "{err}");
+    }
+
+    fn hello(name: &str, version: u32, index: Option<usize>) -> Vec<u8> {
+        body(&NodeFrame::Hello {
+            protocol_version: version,
+            node_name: name.into(),
+            node_index: index,
+        })
+    }
+
+    fn auth(token: &[u8], nonce: &[u8], name: &str) -> Vec<u8> {
+        body(&NodeFrame::Auth {
+            proof: auth_proof(token, nonce, name),
+        })
+    }
+
+    fn rejected(step: HandshakeStep, needle: &str) {
+        match step {
+            HandshakeStep::Reject(reason) => assert!(reason.contains(needle), "{reason:?} lacks {needle:?}"),
+            other => panic!("expected a rejection containing {needle:?}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn handshake_happy_path() {
+        let mut hs = TrainerHandshake::new(TOKEN, nonce());
+        assert_eq!(
+            hs.on_frame(&hello("node-0", PROTOCOL_VERSION, Some(1))),
+            HandshakeStep::Send(TrainerFrame::Challenge { nonce: nonce() })
+        );
+        assert_eq!(
+            hs.on_frame(&auth(TOKEN, &nonce(), "node-0")),
+            HandshakeStep::Authenticated {
+                node_name: "node-0".into(),
+                node_index: Some(1),
+            }
+        );
+        rejected(hs.on_frame(&body(&NodeFrame::Heartbeat)), "already finished");
+
+        let mut hs = TrainerHandshake::new(TOKEN, nonce());
+        assert!(matches!(hs.on_frame(&hello("", 1, None)), HandshakeStep::Send(_)));
+        assert_eq!(
+            hs.on_frame(&auth(TOKEN, &nonce(), "")),
+            HandshakeStep::Authenticated {
+                node_name: String::new(),
+                node_index: None,
+            }
+        );
+    }
+
+    #[test]
+    fn handshake_rejections() {
+        let start = || {
+            let mut hs = TrainerHandshake::new(TOKEN, nonce());
+            assert!(matches!(hs.on_frame(&hello("node-0", 1, None)), HandshakeStep::Send(_)));
+            hs
+        };
+        // Wrong token.
+        rejected(start().on_frame(&auth(b"guess", &nonce(), "node-0")), "wrong token");
+        // A proof made for another node name (or another nonce) fails.
+        rejected(start().on_frame(&auth(TOKEN, &nonce(), "node-1")), "wrong token");
+        rejected(start().on_frame(&auth(TOKEN, &[9; NONCE_LEN], "node-0")), "wrong token");
+        rejected(
+            start().on_frame(&body(&NodeFrame::Auth { proof: vec![] })),
+            "wrong token",
+        );
+        // Wrong version.
+        let mut hs = TrainerHandshake::new(TOKEN, nonce());
+        rejected(hs.on_frame(&hello("node-0", 2, None)), "protocol version 2");
+        rejected(hs.on_frame(&auth(TOKEN, &nonce(), "node-0")), "already finished");
+        // Wrong first frame; Auth before Hello.
+        rejected(
+            TrainerHandshake::new(TOKEN, nonce()).on_frame(&body(&NodeFrame::Heartbeat)),
+            "expected hello, got heartbeat",
+        );
+        rejected(
+            TrainerHandshake::new(TOKEN, nonce()).on_frame(&body(&NodeFrame::Batch(batch()))),
+            "expected hello, got batch",
+        );
+        let mut hs = TrainerHandshake::new(TOKEN, nonce());
+        rejected(
+            hs.on_frame(&auth(TOKEN, &nonce(), "node-0")),
+            "expected hello, got auth",
+        );
+        rejected(hs.on_frame(&hello("node-0", 1, None)), "already finished");
+        // Wrong second frame.
+        rejected(start().on_frame(&hello("node-0", 1, None)), "expected auth, got hello");
+        rejected(
+            start().on_frame(&body(&NodeFrame::Down { node: 0 })),
+            "expected auth, got down",
+        );
+        // Malformed bytes, first or second.
+        rejected(
+            TrainerHandshake::new(TOKEN, nonce()).on_frame(&[0xc1, 0x00]),
+            "malformed",
+        );
+        rejected(TrainerHandshake::new(TOKEN, nonce()).on_frame(&[]), "malformed");
+        rejected(start().on_frame(b"\x81\xa4type\xa4auth"), "malformed");
+        // A trainer frame sent by the node.
+        rejected(
+            TrainerHandshake::new(TOKEN, nonce()).on_frame(&body(&TrainerFrame::Challenge { nonce: nonce() })),
+            "malformed",
+        );
+        // Absurd names.
+        rejected(
+            TrainerHandshake::new(TOKEN, nonce()).on_frame(&hello(&"x".repeat(257), 1, None)),
+            "longer than 256",
+        );
+    }
+
+    #[test]
+    fn admission_by_request_and_lowest_free_slot() {
+        let mut a = Admission::new(3);
+        assert_eq!((a.count(), a.full()), (0, false));
+        assert_eq!(a.admit(Some(1)), Ok(1));
+        let err = a.admit(Some(1)).unwrap_err();
+        assert!(err.contains("node index 1 is already taken"), "{err}");
+        let err = a.admit(Some(3)).unwrap_err();
+        assert!(
+            err.contains("node index 3 does not exist") && err.contains("3 nodes"),
+            "{err}"
+        );
+        assert_eq!(a.admit(None), Ok(0));
+        assert_eq!(a.admit(None), Ok(2));
+        assert_eq!((a.count(), a.full()), (3, true));
+        let err = a.admit(None).unwrap_err();
+        assert!(err.contains("all 3 node slots are taken"), "{err}");
+        a.release(1);
+        a.release(99);
+        assert_eq!((a.count(), a.full()), (2, false));
+        assert_eq!(a.admit(None), Ok(1));
+        a.release(2);
+        assert_eq!(a.admit(Some(2)), Ok(2));
+        let mut none = Admission::new(0);
+        assert!(none.full());
+        assert!(none.admit(None).is_err());
+        assert!(none.admit(Some(0)).is_err());
+    }
+
+    #[test]
+    fn tensor_dtypes_keep_their_names_on_the_wire() {
+        for d in [DType::F32, DType::F64, DType::I64, DType::Bool, DType::U8] {
+            let b = rmp_serde::to_vec_named(&d).unwrap();
+            assert_eq!(rmp_serde::from_slice::<String>(&b).unwrap(), d.name());
+        }
+    }
+}

@@ -109,7 +109,10 @@ fn main() {
     remote.shutdown().expect("shutdown");
     println!("median of {rounds} interleaved rounds");
     println!("(a) raw loopback TCP, one socket      {:>8.2} GB/s", median(a) / 1e9);
-    println!("(b) in-process, 2 nodes x 1 env       {:>12.0} frames/s", median(b.clone()));
+    println!(
+        "(b) in-process, 2 nodes x 1 env       {:>12.0} frames/s",
+        median(b.clone())
+    );
     println!(
         "(c) 2 process nodes over loopback     {:>12.0} frames/s   c/b = {:.3}",
         median(c),

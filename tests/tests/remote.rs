@@ -658,7 +658,11 @@ fn endless_process_run_shuts_down_cleanly() {
         }
         let start = Instant::now();
         c.shutdown().expect("shutdown");
-        assert!(start.elapsed() < Duration::from_secs(5), "shutdown took {:?}", start.elapsed());
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "shutdown took {:?}",
+            start.elapsed()
+        );
         for p in pids {
             assert!(!alive(p), "node process {p} left behind");
         }

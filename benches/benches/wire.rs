@@ -1,0 +1,108 @@
+//! Encoding and decoding speed of a 40 MB weights frame against a plain memcpy of the same bytes.
+//!
+//! DESIGN rule 3: a tensor goes on the wire as a header plus one little-endian blob written
+//! straight from the array's memory, so encoding and decoding should run at memory speed.
+//! Baselines, measured in the same run: `memcpy` into a reused buffer (the physical limit, what
+//! encoding into a reused output buffer can reach) and `to_vec` (memcpy into a fresh allocation,
+//! what decoding must pay at least, since it builds a new array). For reference, the
+//! element-by-element `to_le_bytes` copy (the path used before the blob was written in place).
+//! Prints MB/s (1 MB = 10^6 bytes) of the blob and the ratios against the baselines.
+//!
+//! Run: `cargo bench -p rollout-benches --bench wire`
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ndarray::{ArrayD, IxDyn};
+use rollout::message::UpdateWeights;
+use rollout::wire::{decode, encode_into, TrainerFrame, DEFAULT_MAX_FRAME, PREFIX_LEN};
+use rollout::{Tensor, Weights};
+
+const ELEMS: usize = 10_000_000;
+const BYTES: usize = ELEMS * 4;
+/// Each measurement: the best of this many runs.
+const REPS: usize = 15;
+
+/// Best time of `REPS` runs of `f`.
+fn best(mut f: impl FnMut()) -> Duration {
+    (0..REPS)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .min()
+        .expect("REPS > 0")
+}
+
+fn mbps(d: Duration) -> f64 {
+    BYTES as f64 / d.as_secs_f64() / 1e6
+}
+
+fn main() {
+    let data: Vec<f32> = (0..ELEMS).map(|i| (i as f32).sin()).collect();
+    let mut tensors = BTreeMap::new();
+    tensors.insert(
+        "weight".to_string(),
+        Tensor::F32(ArrayD::from_shape_vec(IxDyn(&[ELEMS / 1000, 1000]), data.clone()).expect("shape")),
+    );
+    let frame = TrainerFrame::UpdateWeights(UpdateWeights {
+        weights: Arc::new(Weights { version: 1, tensors }),
+    });
+    // The same bytes as the blob, as the baselines' source.
+    let src: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let src = &src[..];
+
+    // Baselines.
+    let mut dst = vec![0u8; BYTES];
+    let memcpy = best(|| {
+        dst.copy_from_slice(black_box(src));
+        black_box(&dst);
+    });
+    let to_vec = best(|| {
+        black_box(black_box(src).to_vec());
+    });
+    let tensor = match &frame {
+        TrainerFrame::UpdateWeights(u) => u.weights.tensors["weight"].clone(),
+        _ => unreachable!(),
+    };
+    let mut le = Vec::with_capacity(BYTES);
+    let elementwise = best(|| {
+        le.clear();
+        black_box(&tensor).write_le_bytes(&mut le);
+        black_box(&le);
+    });
+
+    // Encode into a reused buffer, as a sender does.
+    let mut out = Vec::with_capacity(BYTES + 1024);
+    let encode = best(|| {
+        out.clear();
+        encode_into(black_box(&frame), DEFAULT_MAX_FRAME, &mut out).expect("encode");
+        black_box(&out);
+    });
+    let body = out[PREFIX_LEN..].to_vec();
+    let decode_t = best(|| {
+        let f: TrainerFrame = decode(black_box(&body)).expect("decode");
+        black_box(f);
+    });
+    let back: TrainerFrame = decode(&body).expect("decode");
+    assert!(back == frame, "the frame round-trips");
+
+    println!("wire: UpdateWeights frame, one f32 tensor of {ELEMS} elements ({BYTES} bytes), best of {REPS}");
+    println!("  memcpy (reused buffer)     {:>9.0} MB/s   baseline", mbps(memcpy));
+    println!("  to_vec (fresh allocation)  {:>9.0} MB/s", mbps(to_vec));
+    println!("  element-wise to_le_bytes   {:>9.0} MB/s", mbps(elementwise));
+    println!(
+        "  encode frame               {:>9.0} MB/s   {:.2} x memcpy",
+        mbps(encode),
+        memcpy.as_secs_f64() / encode.as_secs_f64()
+    );
+    println!(
+        "  decode frame               {:>9.0} MB/s   {:.2} x memcpy, {:.2} x to_vec",
+        mbps(decode_t),
+        memcpy.as_secs_f64() / decode_t.as_secs_f64(),
+        to_vec.as_secs_f64() / decode_t.as_secs_f64()
+    );
+}

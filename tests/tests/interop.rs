@@ -1,0 +1,538 @@
+//! The wire format is standard MessagePack: frames and `--output` files written by Rust are read
+//! back by `scripts/msgpack_check.py` with Python's own `msgpack` package (no rmp-serde), and what
+//! Python sees is compared field by field, and tensor values exactly, with the Rust side.
+//!
+//! Needs `python3` with `msgpack` (scripts/test.sh installs it); the tests fail, not skip, without.
+//! The `rollout` binary is built the way tests/tests/cli.rs builds it. Every child process is waited
+//! for with a deadline, then killed.
+
+use std::collections::BTreeMap;
+use std::io::{Cursor, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rollout::message::{Batch, Continue, Seed, UpdateWeights};
+use rollout::node_spec::NodeSpec;
+use rollout::rollout::RolloutConfig;
+use rollout::wire::{auth_proof, encode_into, NodeFrame, TrainerFrame, Welcome, DEFAULT_MAX_FRAME, PROTOCOL_VERSION};
+use rollout::{EnvSpec, PolicyConfig, PolicySpec, Registry, Tensor, TensorDict, Weights};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+const BUILD_TIMEOUT: Duration = Duration::from_secs(600);
+const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Waits for `child` at most `timeout`, killing it on expiry. Returns `None` on a timeout.
+fn wait_with_deadline(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait().expect("try_wait") {
+            Some(status) => return Some(status),
+            None if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            None => thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+fn drain(mut r: impl Read + Send + 'static) -> thread::JoinHandle<Vec<u8>> {
+    thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = r.read_to_end(&mut buf);
+        buf
+    })
+}
+
+struct Run {
+    status: ExitStatus,
+    stdout: Vec<u8>,
+    stderr: String,
+}
+
+/// Runs a command with a deadline; panics if it does not end in time.
+fn run(mut cmd: Command, what: &str) -> Run {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+    let out = drain(child.stdout.take().expect("stdout"));
+    let err = drain(child.stderr.take().expect("stderr"));
+    let status = wait_with_deadline(&mut child, RUN_TIMEOUT);
+    let (stdout, stderr) = (out.join().expect("stdout reader"), err.join().expect("stderr reader"));
+    let stderr = String::from_utf8_lossy(&stderr).into_owned();
+    let Some(status) = status else {
+        panic!("{what} ran longer than {RUN_TIMEOUT:?}; stderr:\n{stderr}");
+    };
+    Run { status, stdout, stderr }
+}
+
+/// Python 3 with `msgpack`, checked once; a clear failure otherwise.
+fn python() -> &'static str {
+    static OK: OnceLock<()> = OnceLock::new();
+    OK.get_or_init(|| {
+        let mut cmd = Command::new("python3");
+        cmd.args(["-c", "import msgpack"]);
+        let r = run(cmd, "python3 -c 'import msgpack'");
+        assert!(
+            r.status.success(),
+            "python3 cannot import msgpack ({}): run scripts/test.sh, which installs it \
+             (python3 -m pip install msgpack)\n{}",
+            r.status,
+            r.stderr
+        );
+    });
+    "python3"
+}
+
+/// Runs `scripts/msgpack_check.py MODE FILE` and parses its JSON.
+fn msgpack_check(mode: &str, file: &Path) -> Vec<Value> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/msgpack_check.py");
+    let mut cmd = Command::new(python());
+    cmd.arg(&script).arg(mode).arg(file);
+    let r = run(cmd, "msgpack_check.py");
+    assert!(
+        r.status.success(),
+        "msgpack_check.py {mode} failed ({}):\n{}",
+        r.status,
+        r.stderr
+    );
+    let v: Value = serde_json::from_slice(&r.stdout).expect("msgpack_check.py prints JSON");
+    v.as_array().expect("a JSON array").clone()
+}
+
+fn temp_path(name: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    std::env::temp_dir().join(format!("rollout-interop-{}-{n}-{name}", std::process::id()))
+}
+
+/// Removes a file when dropped (also when the test panics).
+struct TempFile(PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Checks Python's view of a tensor against the Rust one: dtype, shape and every value exactly.
+fn assert_tensor(py: &Value, t: &Tensor, what: &str) {
+    assert_eq!(py["dtype"], t.dtype().name(), "{what}");
+    let shape: Vec<usize> = serde_json::from_value(py["shape"].clone()).expect("shape");
+    assert_eq!(shape, t.shape(), "{what}");
+    let values = py["values"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{what}: no values in {py}"));
+    assert_eq!(values.len(), t.len(), "{what}");
+    // A finite float arrives as the exact double of the element (an f32 widened exactly); JSON
+    // parsing may be 1 ulp off in f64, which rounding back to f32 removes.
+    let float = |v: &Value| match v {
+        Value::String(s) if s == "nan" => f64::NAN,
+        Value::String(s) if s == "inf" => f64::INFINITY,
+        Value::String(s) if s == "-inf" => f64::NEG_INFINITY,
+        v => v.as_f64().unwrap_or_else(|| panic!("{what}: {v} is not a float")),
+    };
+    let same_f32 = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+    match t {
+        Tensor::F32(a) => {
+            for (i, (v, x)) in values.iter().zip(a.iter()).enumerate() {
+                assert!(same_f32(float(v) as f32, *x), "{what}[{i}]: python {v}, rust {x}");
+            }
+        }
+        Tensor::F64(a) => {
+            for (i, (v, x)) in values.iter().zip(a.iter()).enumerate() {
+                let p = float(v);
+                assert!(
+                    p == *x || (p.is_nan() && x.is_nan()),
+                    "{what}[{i}]: python {v}, rust {x}"
+                );
+            }
+        }
+        Tensor::I64(a) => {
+            let p: Vec<i64> = values.iter().map(|v| v.as_i64().expect("i64")).collect();
+            assert_eq!(p, a.iter().copied().collect::<Vec<_>>(), "{what}");
+        }
+        Tensor::Bool(a) => {
+            let p: Vec<bool> = values.iter().map(|v| v.as_bool().expect("bool")).collect();
+            assert_eq!(p, a.iter().copied().collect::<Vec<_>>(), "{what}");
+        }
+        Tensor::U8(a) => {
+            let p: Vec<u8> = values.iter().map(|v| v.as_u64().expect("u8") as u8).collect();
+            assert_eq!(p, a.iter().copied().collect::<Vec<_>>(), "{what}");
+        }
+    }
+}
+
+fn assert_tensordict(py: &Value, td: &TensorDict, what: &str) {
+    let batch: Vec<usize> = serde_json::from_value(py["batch_size"].clone()).expect("batch_size");
+    assert_eq!(batch, td.batch_size(), "{what}");
+    let tensors = py["tensors"].as_object().expect("tensors map");
+    assert_eq!(
+        tensors.keys().map(String::as_str).collect::<Vec<_>>(),
+        td.keys().collect::<Vec<_>>(),
+        "{what}"
+    );
+    for (k, t) in td.iter() {
+        assert_tensor(&tensors[k], t, &format!("{what}.{k}"));
+    }
+}
+
+fn assert_weights(py: &Value, w: &Weights, what: &str) {
+    assert_eq!(keys(py), ["tensors", "version"], "{what}");
+    assert_eq!(py["version"], w.version, "{what}");
+    let tensors = py["tensors"].as_object().expect("tensors map");
+    assert_eq!(tensors.len(), w.tensors.len(), "{what}");
+    for (k, t) in &w.tensors {
+        assert_tensor(&tensors[k], t, &format!("{what}.{k}"));
+    }
+}
+
+fn keys(v: &Value) -> Vec<&str> {
+    let mut k: Vec<&str> = v.as_object().expect("a map").keys().map(String::as_str).collect();
+    k.sort_unstable();
+    k
+}
+
+/// A node's share, collected the way a node does it: one `Rollout` per env worker, concatenated.
+fn cartpole_batch() -> (NodeSpec, Batch, Weights) {
+    let spec = NodeSpec {
+        index: 1,
+        env: EnvSpec::new("CartPole-v1"),
+        policy: PolicySpec::from(PolicyConfig::Linear),
+        envs_per_node: 2,
+        first_lane: 2,
+        lanes: 4,
+        rollout: RolloutConfig {
+            frames_per_batch: 8,
+            max_frames_per_traj: Some(5),
+            seed: 11,
+            ..RolloutConfig::default()
+        },
+    };
+    let mut workers = spec
+        .build_workers(&Registry::with_builtins())
+        .expect("CartPole workers");
+    let weights = workers[0].weights().clone();
+    let parts: Vec<TensorDict> = workers
+        .iter_mut()
+        .map(|w| w.collect_frames(12).expect("collect"))
+        .collect();
+    let data = TensorDict::cat(&parts).expect("cat");
+    assert_eq!(data.batch_size(), &[2, 12]);
+    let batch = Batch {
+        node: 1,
+        seq: 3,
+        weights_version: 0,
+        data,
+    };
+    (spec, batch, weights)
+}
+
+#[test]
+fn frames_decode_with_python_msgpack() {
+    let (spec, batch, weights) = cartpole_batch();
+    let weights = weights.with_version(4);
+    let nonce: Vec<u8> = (0..32).collect();
+    let proof = auth_proof(b"token", &nonce, "node-1");
+    let mut bytes = Vec::new();
+    let mut put_t = |f: &TrainerFrame| encode_into(f, DEFAULT_MAX_FRAME, &mut bytes).expect("encode");
+    put_t(&TrainerFrame::Continue(Continue { seq: 3, frames: 24 }));
+    put_t(&TrainerFrame::Welcome(Box::new(Welcome {
+        node_index: 1,
+        spec: spec.clone(),
+        weights: Some(weights.clone()),
+        heartbeat_ms: 1000,
+        heartbeat_timeout_ms: 5000,
+        max_frame: DEFAULT_MAX_FRAME as u64,
+    })));
+    put_t(&TrainerFrame::UpdateWeights(UpdateWeights {
+        weights: Arc::new(weights.clone()),
+    }));
+    put_t(&TrainerFrame::Challenge { nonce: nonce.clone() });
+    put_t(&TrainerFrame::Seed(Seed { seed: 99 }));
+    put_t(&TrainerFrame::Reject {
+        reason: "no ✗".into()
+    });
+    put_t(&TrainerFrame::Heartbeat);
+    put_t(&TrainerFrame::Shutdown);
+    let mut put_n = |f: &NodeFrame| encode_into(f, DEFAULT_MAX_FRAME, &mut bytes).expect("encode");
+    put_n(&NodeFrame::Batch(batch.clone()));
+    put_n(&NodeFrame::Hello {
+        protocol_version: PROTOCOL_VERSION,
+        node_name: "node-1".into(),
+        node_index: None,
+    });
+    put_n(&NodeFrame::Auth { proof: proof.clone() });
+    put_n(&NodeFrame::WeightsUpdated { node: 1, version: 4 });
+    put_n(&NodeFrame::Seeded {
+        node: 1,
+        next_seed: u64::MAX,
+    });
+    put_n(&NodeFrame::Down { node: 1 });
+    put_n(&NodeFrame::Failed {
+        node: 1,
+        reason: "env 0 failed".into(),
+    });
+
+    let file = TempFile(temp_path("frames.bin"));
+    std::fs::write(&file.0, &bytes).expect("write frames");
+    let frames = msgpack_check("frames", &file.0);
+    let types: Vec<&str> = frames.iter().map(|f| f["type"].as_str().expect("type")).collect();
+    assert_eq!(
+        types,
+        [
+            "continue",
+            "welcome",
+            "update_weights",
+            "challenge",
+            "seed",
+            "reject",
+            "heartbeat",
+            "shutdown",
+            "batch",
+            "hello",
+            "auth",
+            "weights_updated",
+            "seeded",
+            "down",
+            "failed"
+        ]
+    );
+    let [cont, welcome, update, challenge, seed, reject, hb, shutdown, b, hello, auth, wu, seeded, down, failed] =
+        &frames[..]
+    else {
+        unreachable!()
+    };
+
+    assert_eq!(cont, &json!({"type": "continue", "seq": 3, "frames": 24}));
+
+    assert_eq!(
+        keys(welcome),
+        [
+            "heartbeat_ms",
+            "heartbeat_timeout_ms",
+            "max_frame",
+            "node_index",
+            "spec",
+            "type",
+            "weights"
+        ]
+    );
+    assert_eq!(welcome["node_index"], 1);
+    assert_eq!(welcome["heartbeat_ms"], 1000);
+    assert_eq!(welcome["heartbeat_timeout_ms"], 5000);
+    assert_eq!(welcome["max_frame"], DEFAULT_MAX_FRAME as u64);
+    // The spec has no float and no bytes: serde_json's view of it is exactly Python's.
+    assert_eq!(welcome["spec"], serde_json::to_value(&spec).expect("spec to JSON"));
+    assert_eq!(
+        welcome["spec"]["policy"]["config"],
+        json!({"kind": "linear"}),
+        "policy config is internally tagged by `kind`"
+    );
+    assert_eq!(welcome["spec"]["env"], json!({"name": "CartPole-v1", "config": null}));
+    assert_weights(&welcome["weights"], &weights, "welcome.weights");
+
+    assert_eq!(keys(update), ["type", "weights"]);
+    assert_weights(&update["weights"], &weights, "update_weights.weights");
+
+    assert_eq!(challenge, &json!({"type": "challenge", "nonce": {"hex": hex(&nonce)}}));
+    assert_eq!(seed, &json!({"type": "seed", "seed": 99}));
+    assert_eq!(reject, &json!({"type": "reject", "reason": "no ✗"}));
+    assert_eq!(hb, &json!({"type": "heartbeat"}));
+    assert_eq!(shutdown, &json!({"type": "shutdown"}));
+
+    assert_eq!(keys(b), ["data", "node", "seq", "type", "weights_version"]);
+    assert_eq!(b["node"], 1);
+    assert_eq!(b["seq"], 3);
+    assert_eq!(b["weights_version"], 0);
+    assert_eq!(keys(&b["data"]), ["batch_size", "tensors"]);
+    assert_tensordict(&b["data"], &batch.data, "batch.data");
+    // The CartPole keys a trainer relies on, with torchrl's names and dtypes.
+    for (k, dtype, shape) in [
+        ("observation", "f32", json!([2, 12, 4])),
+        ("action", "i64", json!([2, 12])),
+        ("next.observation", "f32", json!([2, 12, 4])),
+        ("next.reward", "f32", json!([2, 12, 1])),
+        ("next.done", "bool", json!([2, 12, 1])),
+        ("next.terminated", "bool", json!([2, 12, 1])),
+        ("next.truncated", "bool", json!([2, 12, 1])),
+        ("collector.traj_ids", "i64", json!([2, 12])),
+        ("step_count", "i64", json!([2, 12, 1])),
+    ] {
+        let t = &b["data"]["tensors"][k];
+        assert_eq!((&t["dtype"], &t["shape"]), (&json!(dtype), &shape), "{k}");
+    }
+    // max_frames_per_traj = 5 over 12 steps: some truncations happened, so bools are not all false.
+    let trunc = b["data"]["tensors"]["next.truncated"]["values"]
+        .as_array()
+        .expect("values");
+    assert!(trunc.iter().any(|v| v == true), "{trunc:?}");
+
+    assert_eq!(
+        hello,
+        &json!({"type": "hello", "protocol_version": PROTOCOL_VERSION, "node_name": "node-1", "node_index": null})
+    );
+    assert_eq!(auth, &json!({"type": "auth", "proof": {"hex": hex(&proof)}}));
+    assert_eq!(wu, &json!({"type": "weights_updated", "node": 1, "version": 4}));
+    assert_eq!(seeded, &json!({"type": "seeded", "node": 1, "next_seed": u64::MAX}));
+    assert_eq!(down, &json!({"type": "down", "node": 1}));
+    assert_eq!(failed, &json!({"type": "failed", "node": 1, "reason": "env 0 failed"}));
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn python_rejects_a_broken_frame_file() {
+    // The checker is a real check: a truncated frame and a wrong blob length are errors.
+    let mut bytes = Vec::new();
+    encode_into(
+        &TrainerFrame::Continue(Continue { seq: 1, frames: 2 }),
+        DEFAULT_MAX_FRAME,
+        &mut bytes,
+    )
+    .unwrap();
+    let file = TempFile(temp_path("broken.bin"));
+    std::fs::write(&file.0, &bytes[..bytes.len() - 1]).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/msgpack_check.py");
+    let mut cmd = Command::new(python());
+    cmd.arg(&script).arg("frames").arg(&file.0);
+    let r = run(cmd, "msgpack_check.py");
+    assert_eq!(r.status.code(), Some(1), "{}", r.stderr);
+    assert!(r.stderr.contains("announces"), "{}", r.stderr);
+}
+
+// --- `rollout collect --output FILE`, read by Python ---------------------------------------
+
+/// The `rollout` binary, built once per test process (as tests/tests/cli.rs does).
+fn rollout_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let exe = std::env::current_exe().expect("current_exe");
+        let profile_dir = exe.parent().and_then(Path::parent).expect("<target>/<profile>/deps/");
+        let target_dir = profile_dir.parent().expect("<target>/");
+        let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+            Some("debug") => "dev",
+            Some(other) => other,
+            None => panic!("cannot tell the profile from {}", exe.display()),
+        };
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+        let log_path = target_dir.join(format!("rollout-interop-test-build-{}.log", std::process::id()));
+        let log = std::fs::File::create(&log_path).expect("create the build log");
+        let mut child = Command::new(cargo)
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "rollout-actors",
+                "--bin",
+                "rollout",
+                "--profile",
+                profile,
+            ])
+            .arg("--manifest-path")
+            .arg(&manifest)
+            .env("CARGO_TARGET_DIR", target_dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn cargo build");
+        let status = wait_with_deadline(&mut child, BUILD_TIMEOUT);
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        let _ = std::fs::remove_file(&log_path);
+        match status {
+            Some(s) if s.success() => {}
+            Some(s) => panic!("cargo build of `rollout` failed ({s}):\n{log}"),
+            None => panic!("cargo build of `rollout` took longer than {BUILD_TIMEOUT:?}:\n{log}"),
+        }
+        let bin = profile_dir.join(format!("rollout{}", std::env::consts::EXE_SUFFIX));
+        assert!(bin.exists(), "{} missing after the build", bin.display());
+        bin
+    })
+}
+
+/// A record of `--output`, decoded by Rust.
+#[derive(Deserialize)]
+struct Record {
+    batch: u64,
+    node: Option<usize>,
+    weights_version: u64,
+    data: BTreeMap<String, Tensor>,
+}
+
+#[test]
+fn output_file_decodes_with_python_msgpack() {
+    // Python is checked first: without msgpack this fails fast, before the build.
+    python();
+    let file = TempFile(temp_path("output.msgpack"));
+    let path = file.0.to_str().expect("utf-8 temp path");
+    let args = [
+        "collect",
+        "--env",
+        "Counting",
+        "--policy",
+        "constant",
+        "--total-frames",
+        "100",
+        "--frames-per-batch",
+        "50",
+        "--output",
+        path,
+        "--quiet",
+    ];
+    let mut cmd = Command::new(rollout_bin());
+    cmd.args(args).env_remove("RUST_LOG");
+    let r = run(cmd, "rollout collect");
+    assert!(r.status.success(), "`rollout {}` failed:\n{}", args.join(" "), r.stderr);
+
+    let bytes = std::fs::read(&file.0).expect("read the output file");
+    let mut cur = Cursor::new(&bytes[..]);
+    let mut records = Vec::new();
+    while (cur.position() as usize) < bytes.len() {
+        let rec: Record = rmp_serde::from_read(&mut cur).expect("a record");
+        records.push(rec);
+    }
+    assert_eq!(records.len(), 2);
+
+    let py = msgpack_check("output", &file.0);
+    assert_eq!(py.len(), records.len());
+    let mut frames = 0;
+    for (i, (p, rec)) in py.iter().zip(&records).enumerate() {
+        assert_eq!(keys(p), ["batch", "data", "node", "weights_version"]);
+        assert_eq!(rec.batch, i as u64);
+        assert_eq!(p["batch"], rec.batch);
+        assert_eq!(p["node"], json!(rec.node));
+        assert_eq!(p["weights_version"], rec.weights_version);
+        let data = p["data"].as_object().expect("data map");
+        assert_eq!(
+            data.keys().map(String::as_str).collect::<Vec<_>>(),
+            rec.data.keys().map(String::as_str).collect::<Vec<_>>()
+        );
+        for (k, t) in &rec.data {
+            assert_tensor(&data[k], t, &format!("record {i}.{k}"));
+        }
+        let obs = &data["observation"];
+        assert_eq!(obs["dtype"], "f32");
+        let shape: Vec<usize> = serde_json::from_value(obs["shape"].clone()).unwrap();
+        frames += shape[..shape.len() - 1].iter().product::<usize>();
+        // The constant policy's action is 1: the count goes up by one per step.
+        let action = &data["action"]["values"];
+        assert!(
+            action.as_array().unwrap().iter().all(|v| v.as_f64() == Some(1.0)),
+            "{action}"
+        );
+    }
+    assert_eq!(frames, 100);
+}
