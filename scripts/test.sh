@@ -8,6 +8,9 @@ if ! command -v cargo-nextest >/dev/null 2>&1; then
   cargo install --locked cargo-nextest
 fi
 
+# A real one-node SLURM cluster for tests/tests/slurm.rs (idempotent, fast when up).
+./scripts/slurm-local.sh
+
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo nextest run --workspace --profile ci
