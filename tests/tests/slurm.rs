@@ -49,7 +49,8 @@ fn require_slurm() {
     let (ok, out, err) = slurm("sinfo", &["-h", "-o", "%T"]);
     assert!(ok, "`sinfo` failed ({err}); {HINT}");
     assert!(
-        out.lines().any(|s| s.starts_with("idle") || s.starts_with("mix") || s.starts_with("alloc")),
+        out.lines()
+            .any(|s| s.starts_with("idle") || s.starts_with("mix") || s.starts_with("alloc")),
         "no SLURM node is up (sinfo: {out:?}); {HINT}"
     );
 }
@@ -58,7 +59,10 @@ fn require_slurm() {
 fn queued(id: &str) -> Vec<String> {
     let (ok, out, err) = slurm("squeue", &["-h", "-r", "-j", id, "-o", "%i %T %r"]);
     assert!(ok || err.contains("Invalid job id"), "squeue failed: {err}");
-    out.lines().map(str::to_string).filter(|l| !l.trim().is_empty()).collect()
+    out.lines()
+        .map(str::to_string)
+        .filter(|l| !l.trim().is_empty())
+        .collect()
 }
 
 /// Waits (bounded) until `cond` holds of job `id`'s queued tasks.
@@ -69,7 +73,10 @@ fn wait_queue(id: &str, what: &str, cond: impl Fn(&[String]) -> bool) {
         if cond(&q) {
             return;
         }
-        assert!(Instant::now() < end, "SLURM job {id}: {what} not within {DEADLINE:?}; queue: {q:?}");
+        assert!(
+            Instant::now() < end,
+            "SLURM job {id}: {what} not within {DEADLINE:?}; queue: {q:?}"
+        );
         thread::sleep(Duration::from_millis(100));
     }
 }
@@ -129,7 +136,10 @@ fn two_nodes(sync: bool) {
     if sync {
         assert!(nodes.iter().all(Option::is_none), "sync batches stack both nodes");
     } else {
-        assert!(nodes.contains(&Some(0)) && nodes.contains(&Some(1)), "both nodes delivered: {nodes:?}");
+        assert!(
+            nodes.contains(&Some(0)) && nodes.contains(&Some(1)),
+            "both nodes delivered: {nodes:?}"
+        );
     }
     c.shutdown().expect("shutdown");
     assert_no_job(&id);
@@ -178,7 +188,10 @@ fn async_run_completes_from_the_other_node_when_a_task_is_cancelled() {
     assert_eq!(frames, 6000, "exact frames");
     // At most the batch node 1 had in flight when it was killed.
     let from_1 = after.iter().filter(|n| **n == Some(1)).count();
-    assert!(from_1 <= 1, "node 1 kept delivering after its task was cancelled: {after:?}");
+    assert!(
+        from_1 <= 1,
+        "node 1 kept delivering after its task was cancelled: {after:?}"
+    );
     assert!(t.elapsed() < DEADLINE, "the rest of the run took {:?}", t.elapsed());
     c.shutdown().expect("shutdown");
     assert_no_job(&id);
@@ -205,15 +218,25 @@ fn sync_run_fails_clearly_when_a_task_is_cancelled() {
         }
     };
     eprintln!("sync error after {:?}: {err}", t.elapsed());
-    assert!(t.elapsed() < Duration::from_secs(20), "detected after {:?}", t.elapsed());
-    assert!(err.contains("node 1") || err.contains("node: 1"), "the error names node 1: {err}");
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "detected after {:?}",
+        t.elapsed()
+    );
+    assert!(
+        err.contains("node 1") || err.contains("node: 1"),
+        "the error names node 1: {err}"
+    );
     let _ = c.shutdown();
     assert_no_job(&id);
 }
 
 /// The job id in an error message (`SLURM job 42: ...`).
 fn job_in(msg: &str) -> String {
-    let rest = msg.split("SLURM job ").nth(1).unwrap_or_else(|| panic!("no SLURM job in `{msg}`"));
+    let rest = msg
+        .split("SLURM job ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no SLURM job in `{msg}`"));
     rest.chars().take_while(char::is_ascii_digit).collect()
 }
 
@@ -233,7 +256,10 @@ fn a_job_that_cannot_start_fails_within_the_join_deadline_naming_the_reason() {
     eprintln!("after {took:?}: {err}");
     assert!(took < SHORT_JOIN + Duration::from_secs(10), "took {took:?}");
     assert!(err.contains("missing node indices [0, 1]"), "{err}");
-    assert!(err.contains("task 0 PENDING") && err.contains("task 1 PENDING"), "{err}");
+    assert!(
+        err.contains("task 0 PENDING") && err.contains("task 1 PENDING"),
+        "{err}"
+    );
     assert!(err.contains("reason: PartitionConfig"), "the SLURM reason: {err}");
     assert_no_job(&job_in(&err));
 }
@@ -249,7 +275,10 @@ fn a_task_that_fails_ends_the_join_wait_early() {
         .to_string();
     let took = t.elapsed();
     eprintln!("after {took:?}: {err}");
-    assert!(took < SHORT_JOIN, "the failed tasks were seen early, not at the deadline ({took:?})");
+    assert!(
+        took < SHORT_JOIN,
+        "the failed tasks were seen early, not at the deadline ({took:?})"
+    );
     assert!(err.contains("ended before joining") && err.contains("FAILED"), "{err}");
     assert!(err.contains("/nonexistent/rollout"), "the task's log is quoted: {err}");
     assert_no_job(&job_in(&err));
@@ -313,7 +342,10 @@ fn options_map_to_sbatch_lines() {
         let mode = std::fs::metadata(&token).expect("token file").permissions().mode();
         assert_eq!(mode & 0o777, 0o600, "the token file is readable by its owner only");
         let token = std::fs::read(&token).expect("token");
-        assert!(!script.contains(&*String::from_utf8_lossy(&token)), "the token is not in the script");
+        assert!(
+            !script.contains(&*String::from_utf8_lossy(&token)),
+            "the token is not in the script"
+        );
     }
     while c.next_batch().expect("batch").is_some() {}
     c.shutdown().expect("shutdown");
@@ -406,4 +438,68 @@ fn external_nodes_from_a_hand_written_sbatch_script() {
     c.shutdown().expect("shutdown");
     // The nodes exit at Shutdown, so their tasks complete by themselves.
     wait_queue(&id, "every task done", <[String]>::is_empty);
+}
+
+/// `rollout collect ARGS` (bounded); (exit code, stdout, stderr).
+fn cli(args: &[&str]) -> (Option<i32>, String, String) {
+    let mut child = Command::new(rollout_bin())
+        .arg("collect")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rollout");
+    let status = wait_with_deadline(&mut child, Duration::from_secs(60)).expect("rollout collect hung");
+    let mut out = String::new();
+    let mut err = String::new();
+    use std::io::Read;
+    let _ = child.stdout.take().expect("stdout").read_to_string(&mut out);
+    let _ = child.stderr.take().expect("stderr").read_to_string(&mut err);
+    (status.code(), out, err)
+}
+
+#[test]
+fn cli_collects_with_the_slurm_launcher() {
+    require_slurm();
+    let dir = scratch("cli");
+    let dir = dir.display().to_string();
+    let (code, out, err) = cli(&[
+        "--launcher",
+        "slurm",
+        "--advertise",
+        "127.0.0.1",
+        "--env",
+        "Counting",
+        "--nodes",
+        "2",
+        "--frames-per-batch",
+        "100",
+        "--total-frames",
+        "1000",
+        "--job-name",
+        "rollout-test-cli",
+        "--cpus-per-task",
+        "1",
+        "--sbatch-line",
+        "--comment=cli",
+        "--output-dir",
+        &dir,
+        "--json",
+    ]);
+    assert_eq!(code, Some(0), "stderr: {err}");
+    let summary = out.lines().last().expect("a summary line");
+    assert!(summary.contains("\"frames\":1000"), "{summary}");
+    let job = job_in(&err);
+    assert_no_job(&job);
+}
+
+#[test]
+fn cli_slurm_flags_are_checked() {
+    let (code, _, err) = cli(&["--launcher", "slurm", "--env", "Counting"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("advertise"), "{err}");
+    let (code, _, err) = cli(&["--partition", "debug", "--env", "Counting"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("partition") && err.contains("--launcher slurm"), "{err}");
 }

@@ -242,7 +242,7 @@ struct SlurmArgs {
     #[arg(long, value_name = "M")]
     mem: Option<String>,
     /// One more `#SBATCH` line for the batch script, e.g. '--qos=high' (repeatable).
-    #[arg(long, value_name = "LINE")]
+    #[arg(long, value_name = "LINE", allow_hyphen_values = true)]
     sbatch_line: Vec<String>,
     /// sbatch --job-name [default: rollout].
     #[arg(long, value_name = "N")]

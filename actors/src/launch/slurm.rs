@@ -406,7 +406,7 @@ impl SlurmQuery {
                     .filter(|t| which.contains(&t.task))
                     .map(ToString::to_string)
                     .collect();
-                format!("SLURM job {}: {}", self.job, parts.join(", "))
+                format!("SLURM job {}: {}", self.job, parts.join("; "))
             }
             Err(e) => format!("SLURM job {}: cannot read the task states: {e}", self.job),
         }
@@ -423,7 +423,7 @@ impl SlurmQuery {
                 _ => t.to_string(),
             })
             .collect();
-        (!ended.is_empty()).then(|| format!("SLURM job {} ended before joining: {}", self.job, ended.join(", ")))
+        (!ended.is_empty()).then(|| format!("SLURM job {} ended before joining: {}", self.job, ended.join("; ")))
     }
 }
 
