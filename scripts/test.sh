@@ -8,7 +8,11 @@ if ! command -v cargo-nextest >/dev/null 2>&1; then
   cargo install --locked cargo-nextest
 fi
 
+# Python's msgpack: an independent decoder for tests/tests/interop.rs.
 python3 -c "import msgpack" 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check msgpack
+
+# A real one-node SLURM cluster for tests/tests/slurm.rs (idempotent, fast when up).
+./scripts/slurm-local.sh
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings

@@ -21,6 +21,7 @@ use rollout::{EnvSpec, ExplorationType, PolicyConfig, PolicySpec, Registry, Tens
 use crate::block::block_on_timeout;
 use crate::error::CollectError;
 use crate::launch::process::Children;
+use crate::launch::slurm::{self, SlurmJob, SlurmOptions};
 use crate::launch::{self, local, Launcher};
 use crate::messages::{NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights};
 use crate::remote::listener::DoorConfig;
@@ -86,6 +87,7 @@ pub struct CollectorBuilder {
     handshake_timeout: Duration,
     node_program: Option<PathBuf>,
     max_frame: usize,
+    advertise: Option<String>,
 }
 
 impl Default for CollectorBuilder {
@@ -120,6 +122,7 @@ impl Default for CollectorBuilder {
             handshake_timeout: Duration::from_secs(5),
             node_program: None,
             max_frame: DEFAULT_MAX_FRAME,
+            advertise: None,
         }
     }
 }
@@ -284,6 +287,14 @@ impl CollectorBuilder {
         self
     }
 
+    /// The address remote nodes dial, `HOST:PORT` or `HOST` (the bound `listen` port is
+    /// used then, as for `HOST:0`). Required by the `Slurm` launcher, whose tasks run on
+    /// other machines: `listen` must then be an address they can reach (e.g. `0.0.0.0:0`).
+    pub fn advertise(mut self, addr: impl Into<String>) -> Self {
+        self.advertise = Some(addr.into());
+        self
+    }
+
     /// Validates everything, starts the nodes on threads of their own and seeds them.
     pub fn build(self) -> Result<DistributedCollector, CollectError> {
         let (plan, opts) = self.prepare()?;
@@ -375,10 +386,10 @@ impl CollectorBuilder {
         let probe = self.registry.make(&env)?;
         let remote = match self.launcher {
             Launcher::Local => None,
-            Launcher::Process | Launcher::External => {
+            Launcher::Process | Launcher::External | Launcher::Slurm(_) => {
                 let token = match (&self.token, &self.launcher) {
                     (Some(t), _) if !t.is_empty() => t.clone(),
-                    (_, Launcher::Process) => random_token(),
+                    (_, Launcher::Process | Launcher::Slurm(_)) => random_token(),
                     _ => return Err(config_err("token", "required for nodes that join from outside")),
                 };
                 if self.heartbeat.is_zero() || self.heartbeat_timeout <= self.heartbeat {
@@ -387,9 +398,13 @@ impl CollectorBuilder {
                 if self.max_frame < 1024 {
                     return Err(config_err("max_frame", "must be at least 1024 bytes"));
                 }
+                let slurm = match &self.launcher {
+                    Launcher::Slurm(o) => Some((o.clone(), self.slurm_advertise(o)?)),
+                    _ => None,
+                };
                 let program = match (&self.launcher, &self.node_program) {
-                    (Launcher::Process, Some(p)) => Some(p.clone()),
-                    (Launcher::Process, None) => Some(
+                    (Launcher::Process | Launcher::Slurm(_), Some(p)) => Some(p.clone()),
+                    (Launcher::Process | Launcher::Slurm(_), None) => Some(
                         std::env::current_exe()
                             .map_err(|e| config_err("node_program", format!("cannot find this executable: {e}")))?,
                     ),
@@ -408,6 +423,7 @@ impl CollectorBuilder {
                     },
                     join_timeout: self.join_timeout,
                     program,
+                    slurm,
                 })
             }
         };
@@ -430,6 +446,36 @@ impl CollectorBuilder {
     }
 }
 
+impl CollectorBuilder {
+    /// Checks the `Slurm` launcher's settings; returns the `advertise` address.
+    fn slurm_advertise(&self, o: &SlurmOptions) -> Result<String, CollectError> {
+        o.validate().map_err(|(field, reason)| config_err(field, reason))?;
+        let advertise = match self.advertise.as_deref().map(str::trim) {
+            Some(a) if !a.is_empty() && !a.contains(char::is_whitespace) => a.to_string(),
+            Some(a) => return Err(config_err("advertise", format!("{a:?} is not HOST[:PORT]"))),
+            None => {
+                return Err(config_err(
+                    "advertise",
+                    "required for the Slurm launcher: the HOST[:PORT] its tasks dial",
+                ))
+            }
+        };
+        let host = slurm::advertise_host(&advertise);
+        let listen_loopback = self.listen.parse::<SocketAddr>().is_ok_and(|l| l.ip().is_loopback());
+        let host_loopback = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+        if listen_loopback && !host_loopback {
+            return Err(config_err(
+                "listen",
+                format!(
+                    "{} accepts loopback only but tasks dial {advertise}: listen on 0.0.0.0:0 or that host's address",
+                    self.listen
+                ),
+            ));
+        }
+        Ok(advertise)
+    }
+}
+
 /// A validated collector: what to start, before anything is started.
 struct Plan {
     machine: TrainerMachine,
@@ -444,8 +490,10 @@ struct RemotePlan {
     listen: String,
     door: DoorConfig,
     join_timeout: Duration,
-    /// The binary to start nodes from (`Process`), or `None` (`External`).
+    /// The binary to start nodes from (`Process`, `Slurm`), or `None` (`External`).
     program: Option<PathBuf>,
+    /// The `Slurm` launcher's options and the address its tasks dial.
+    slurm: Option<(SlurmOptions, String)>,
 }
 
 impl Plan {
@@ -482,6 +530,8 @@ impl DistributedCollector {
         // Remote nodes: bind here, so the address is known before anything starts.
         let mut listen_addr = None;
         let mut children = None;
+        let mut slurm_job = None;
+        let mut watch: Option<std::sync::Arc<dyn launch::remote::JoinWatch>> = None;
         let mut remote = None;
         let mut ready_wait = Duration::from_secs(60);
         if let Some(r) = plan.remote.take() {
@@ -491,7 +541,13 @@ impl DistributedCollector {
                 .local_addr()
                 .map_err(|e| config_err("listen", format!("cannot read the bound address: {e}")))?;
             listen_addr = Some(addr);
-            if let Some(program) = &r.program {
+            if let (Some((opts, advertise)), Some(program)) = (&r.slurm, &r.program) {
+                let advertise = slurm::advertise_addr(advertise, addr);
+                let job = SlurmJob::submit(opts, program, &advertise, &r.door.token, plan.specs.len())
+                    .map_err(|e| CollectError::Launch(e.to_string()))?;
+                watch = Some(std::sync::Arc::new(job.query()));
+                slurm_job = Some(job);
+            } else if let Some(program) = &r.program {
                 children = Some(
                     Children::spawn(program, addr, &r.door.token, plan.specs.len())
                         .map_err(|e| config_err("node_program", format!("cannot start {}: {e}", program.display())))?,
@@ -510,8 +566,16 @@ impl DistributedCollector {
                     match remote {
                         None => plan.start(),
                         Some((listener, door, join_timeout)) => {
-                            launch::remote::start(plan.machine, plan.specs, listener, door, join_timeout, plan.seed)
-                                .await
+                            launch::remote::start_watched(
+                                plan.machine,
+                                plan.specs,
+                                listener,
+                                door,
+                                join_timeout,
+                                plan.seed,
+                                watch,
+                            )
+                            .await
                         }
                     }
                 });
@@ -563,6 +627,7 @@ impl DistributedCollector {
             nodes: opts.nodes,
             listen_addr,
             children,
+            slurm_job,
         })
     }
 }
@@ -581,6 +646,7 @@ pub struct DistributedCollector {
     nodes: usize,
     listen_addr: Option<SocketAddr>,
     children: Option<Children>,
+    slurm_job: Option<SlurmJob>,
 }
 
 impl std::fmt::Debug for DistributedCollector {
@@ -694,8 +760,14 @@ impl DistributedCollector {
         self.children.as_ref().map_or_else(Vec::new, Children::pids)
     }
 
-    /// Stops every node, waits for them (bounded), joins every thread started.
-    /// Idempotent.
+    /// The id of the SLURM job array running the nodes (`Slurm` launcher); node `i` is
+    /// array task `i` (`ID_i`).
+    pub fn slurm_job_id(&self) -> Option<&str> {
+        self.slurm_job.as_ref().map(SlurmJob::id)
+    }
+
+    /// Stops every node, waits for them (bounded), joins every thread started, and
+    /// ends the SLURM job (checking that no task is left). Idempotent.
     pub fn shutdown(&mut self) -> Result<(), CollectError> {
         if self.down {
             return Ok(());
@@ -706,6 +778,7 @@ impl DistributedCollector {
         if let Some(mut c) = self.children.take() {
             c.reap(self.shutdown_timeout);
         }
+        let slurm = self.slurm_job.take().map(|mut j| j.shutdown(self.shutdown_timeout));
         let joined = self.done.recv_timeout(self.shutdown_timeout).is_ok();
         if let Some(t) = self.thread.take() {
             if joined {
@@ -713,6 +786,9 @@ impl DistributedCollector {
             }
         }
         r??;
+        if let Some(Err(e)) = slurm {
+            return Err(CollectError::Launch(e.to_string()));
+        }
         if !joined {
             return Err(CollectError::Timeout {
                 what: "joining the collector's threads",

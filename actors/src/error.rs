@@ -46,6 +46,9 @@ pub enum CollectError {
     /// Remote nodes did not join (in time, or at all).
     #[error("nodes did not join: {0}")]
     Join(String),
+    /// A launcher could not start or end its nodes (e.g. `sbatch` or `scancel` failed).
+    #[error("launcher: {0}")]
+    Launch(String),
     /// Post-processing of a yielded batch failed.
     #[error("post-processing failed: {0}")]
     Postproc(String),

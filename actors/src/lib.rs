@@ -18,5 +18,5 @@ pub mod trainer;
 
 pub use collector::{CollectorBuilder, DistributedCollector, Postproc};
 pub use error::CollectError;
-pub use launch::Launcher;
+pub use launch::{Launcher, SlurmOptions};
 pub use rollout::machine::Collected;

@@ -58,7 +58,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rollout::rollout::keys;
 use rollout::{EnvSpec, ExplorationType, PolicyConfig, Tensor, TensorDict};
 use rollout_actors::remote::{read_token, run_node, JoinError, NodeOptions};
-use rollout_actors::{CollectError, Collected, DistributedCollector, Launcher};
+use rollout_actors::{CollectError, Collected, DistributedCollector, Launcher, SlurmOptions};
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 use tracing_subscriber::EnvFilter;
@@ -129,6 +129,8 @@ enum LauncherKind {
     Process,
     /// Nodes started by anyone else with `rollout node --join` (see `--listen`).
     External,
+    /// ONE sbatch job array of `--nodes` tasks (see `--advertise` and the SLURM options).
+    Slurm,
 }
 
 #[derive(Args, Debug)]
@@ -206,6 +208,8 @@ struct CollectArgs {
     /// Longest wait for one batch, in seconds.
     #[arg(long, default_value_t = 60.0, value_name = "SECS", allow_negative_numbers = true)]
     batch_timeout: f64,
+    #[command(flatten)]
+    slurm: SlurmArgs,
     /// One JSON object per batch on stdout, then a summary object.
     #[arg(long)]
     json: bool,
@@ -215,6 +219,70 @@ struct CollectArgs {
     /// No progress bar.
     #[arg(long, short)]
     quiet: bool,
+}
+
+/// The options of `--launcher slurm`; each maps to the sbatch option of the same name.
+#[derive(Args, Debug)]
+#[command(next_help_heading = "SLURM (--launcher slurm)")]
+struct SlurmArgs {
+    /// The address the SLURM tasks dial, HOST[:PORT] (required; without a port, the one
+    /// `--listen` bound). `--listen` must be reachable from the compute nodes, e.g. 0.0.0.0:0.
+    #[arg(long, value_name = "ADDR")]
+    advertise: Option<String>,
+    /// sbatch --partition [default: the cluster's default].
+    #[arg(long, value_name = "P")]
+    partition: Option<String>,
+    /// sbatch --time, e.g. 1:00:00 [default: the partition's].
+    #[arg(long, value_name = "T")]
+    time: Option<String>,
+    /// sbatch --cpus-per-task [default: SLURM's, 1].
+    #[arg(long, value_name = "C")]
+    cpus_per_task: Option<u32>,
+    /// sbatch --mem, e.g. 4G [default: the partition's].
+    #[arg(long, value_name = "M")]
+    mem: Option<String>,
+    /// One more `#SBATCH` line for the batch script, e.g. '--qos=high' (repeatable).
+    #[arg(long, value_name = "LINE", allow_hyphen_values = true)]
+    sbatch_line: Vec<String>,
+    /// sbatch --job-name [default: rollout].
+    #[arg(long, value_name = "N")]
+    job_name: Option<String>,
+    /// Folder for the batch script, the token file (0600) and the tasks' logs; must be
+    /// shared with the compute nodes [default: ./rollout-slurm].
+    #[arg(long, value_name = "DIR")]
+    output_dir: Option<PathBuf>,
+}
+
+impl SlurmArgs {
+    /// The launcher's options; an error names a flag given without `--launcher slurm`.
+    fn options(&self, slurm: bool) -> Result<Option<SlurmOptions>, Failure> {
+        let given = [
+            ("advertise", self.advertise.is_some()),
+            ("partition", self.partition.is_some()),
+            ("time", self.time.is_some()),
+            ("cpus_per_task", self.cpus_per_task.is_some()),
+            ("mem", self.mem.is_some()),
+            ("sbatch_line", !self.sbatch_line.is_empty()),
+            ("job_name", self.job_name.is_some()),
+            ("output_dir", self.output_dir.is_some()),
+        ];
+        if !slurm {
+            return match given.iter().find(|(_, on)| *on) {
+                Some((field, _)) => Err(usage(field, "only used by `--launcher slurm`")),
+                None => Ok(None),
+            };
+        }
+        let d = SlurmOptions::default();
+        Ok(Some(SlurmOptions {
+            partition: self.partition.clone(),
+            time: self.time.clone(),
+            cpus_per_task: self.cpus_per_task,
+            mem: self.mem.clone(),
+            extra_lines: self.sbatch_line.clone(),
+            job_name: self.job_name.clone().unwrap_or(d.job_name),
+            output_dir: self.output_dir.clone().unwrap_or(d.output_dir),
+        }))
+    }
 }
 
 /// A failure and the exit status it maps to.
@@ -334,10 +402,12 @@ fn build(args: &CollectArgs) -> Result<DistributedCollector, Failure> {
             format!("{} is not a number of seconds", args.batch_timeout),
         )
     })?;
-    let launcher = match (args.launcher, &args.listen) {
-        (LauncherKind::Local, Some(_)) | (LauncherKind::External, _) => Launcher::External,
-        (LauncherKind::Local, None) => Launcher::Local,
-        (LauncherKind::Process, _) => Launcher::Process,
+    let slurm = args.slurm.options(args.launcher == LauncherKind::Slurm)?;
+    let launcher = match (args.launcher, &args.listen, slurm) {
+        (_, _, Some(o)) => Launcher::Slurm(o),
+        (LauncherKind::Local, Some(_), _) | (LauncherKind::External, _, _) => Launcher::External,
+        (LauncherKind::Local, None, _) => Launcher::Local,
+        (LauncherKind::Process | LauncherKind::Slurm, _, _) => Launcher::Process,
     };
     let join_timeout = Duration::try_from_secs_f64(args.join_timeout).map_err(|_| {
         usage(
@@ -381,16 +451,22 @@ fn build(args: &CollectArgs) -> Result<DistributedCollector, Failure> {
     if let Some(addr) = &args.listen {
         b = b.listen(addr.clone());
     }
+    if let Some(addr) = &args.slurm.advertise {
+        b = b.advertise(addr.clone());
+    }
     if launcher != Launcher::Local {
         match read_token(args.token_file.as_deref()) {
             Ok(t) => b = b.token(t),
-            Err(JoinError::NoToken) if launcher == Launcher::Process => {}
+            Err(JoinError::NoToken) if matches!(launcher, Launcher::Process | Launcher::Slurm(_)) => {}
             Err(e) => return Err(usage("token", e)),
         }
     }
     let c = b.build().map_err(build_failure)?;
     if let (Launcher::External, Some(addr)) = (&launcher, c.listen_addr()) {
         eprintln!("listening on {addr}");
+    }
+    if let Some(job) = c.slurm_job_id() {
+        eprintln!("SLURM job {job}: every node joined");
     }
     Ok(c)
 }

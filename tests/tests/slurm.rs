@@ -1,0 +1,505 @@
+//! The `Slurm` launcher against a real SLURM cluster (no mock of `sbatch`):
+//! `scripts/slurm-local.sh` sets up a one-node cluster on this machine. Every
+//! trainer listens on and advertises 127.0.0.1 only.
+//!
+//! Without the SLURM tools these tests FAIL (they do not skip): run
+//! `scripts/slurm-local.sh` (as root) first; `scripts/test.sh` does.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rollout::PolicyConfig;
+use rollout_actors::{CollectorBuilder, DistributedCollector, Launcher, SlurmOptions};
+use rollout_tests::{rollout_bin, wait_with_deadline};
+
+const DEADLINE: Duration = Duration::from_secs(30);
+/// The join timeout of runs expected to fail.
+const SHORT_JOIN: Duration = Duration::from_secs(15);
+const HINT: &str = "run scripts/slurm-local.sh (as root) to start a local SLURM cluster";
+
+/// Runs a SLURM command (bounded); (success, stdout, stderr).
+fn slurm(program: &str, args: &[&str]) -> (bool, String, String) {
+    let mut child = match Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => panic!("cannot run `{program}` ({e}): the SLURM tools are not on PATH; {HINT}"),
+    };
+    let status = wait_with_deadline(&mut child, DEADLINE).unwrap_or_else(|| panic!("`{program} {args:?}` hung"));
+    let read = |r: Option<&mut dyn std::io::Read>| {
+        let mut s = String::new();
+        if let Some(r) = r {
+            let _ = r.read_to_string(&mut s);
+        }
+        s
+    };
+    let out = read(child.stdout.as_mut().map(|r| r as &mut dyn std::io::Read));
+    let err = read(child.stderr.as_mut().map(|r| r as &mut dyn std::io::Read));
+    (status.success(), out, err)
+}
+
+/// Fails (never skips) unless a SLURM node is up.
+fn require_slurm() {
+    let (ok, out, err) = slurm("sinfo", &["-h", "-o", "%T"]);
+    assert!(ok, "`sinfo` failed ({err}); {HINT}");
+    assert!(
+        out.lines()
+            .any(|s| s.starts_with("idle") || s.starts_with("mix") || s.starts_with("alloc")),
+        "no SLURM node is up (sinfo: {out:?}); {HINT}"
+    );
+}
+
+/// The tasks of job `id` still in the queue.
+fn queued(id: &str) -> Vec<String> {
+    let (ok, out, err) = slurm("squeue", &["-h", "-r", "-j", id, "-o", "%i %T %r"]);
+    assert!(ok || err.contains("Invalid job id"), "squeue failed: {err}");
+    out.lines()
+        .map(str::to_string)
+        .filter(|l| !l.trim().is_empty())
+        .collect()
+}
+
+/// Waits (bounded) until `cond` holds of job `id`'s queued tasks.
+fn wait_queue(id: &str, what: &str, cond: impl Fn(&[String]) -> bool) {
+    let end = Instant::now() + DEADLINE;
+    loop {
+        let q = queued(id);
+        if cond(&q) {
+            return;
+        }
+        assert!(
+            Instant::now() < end,
+            "SLURM job {id}: {what} not within {DEADLINE:?}; queue: {q:?}"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn assert_no_job(id: &str) {
+    let q = queued(id);
+    assert!(q.is_empty(), "SLURM job {id} left tasks behind: {q:?}");
+}
+
+/// A fresh folder for one test's SLURM files.
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("rollout-slurm-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+fn builder(name: &str, sync: bool, total: i64, opts: SlurmOptions) -> CollectorBuilder {
+    require_slurm();
+    DistributedCollector::builder()
+        .env("Counting")
+        .policy(PolicyConfig::Constant { value: 1.0 })
+        .nodes(2)
+        .frames_per_batch(100)
+        .total_frames(total)
+        .sync(sync)
+        .seed(0)
+        .launcher(Launcher::Slurm(SlurmOptions {
+            job_name: format!("rollout-test-{name}"),
+            output_dir: scratch(name),
+            ..opts
+        }))
+        .listen("127.0.0.1:0")
+        .advertise("127.0.0.1")
+        .node_program(rollout_bin())
+        .heartbeat(Duration::from_millis(100), Duration::from_millis(1500))
+        .join_timeout(DEADLINE)
+        .batch_timeout(DEADLINE)
+}
+
+/// Two SLURM nodes, exact frames, then no task of the job in the queue.
+fn two_nodes(sync: bool) {
+    let t0 = Instant::now();
+    let name = if sync { "sync" } else { "async" };
+    let mut c = builder(name, sync, 2000, SlurmOptions::default())
+        .build()
+        .expect("collector");
+    let id = c.slurm_job_id().expect("a SLURM job").to_string();
+    let joined = t0.elapsed();
+    let (mut frames, mut nodes) = (0, Vec::new());
+    while let Some(b) = c.next_batch().expect("batch") {
+        assert_eq!(b.data.numel(), 100, "every batch is frames_per_batch");
+        frames += b.data.numel();
+        nodes.push(b.node);
+    }
+    assert_eq!(frames, 2000);
+    if sync {
+        assert!(nodes.iter().all(Option::is_none), "sync batches stack both nodes");
+    } else {
+        assert!(
+            nodes.contains(&Some(0)) && nodes.contains(&Some(1)),
+            "both nodes delivered: {nodes:?}"
+        );
+    }
+    c.shutdown().expect("shutdown");
+    assert_no_job(&id);
+    eprintln!("{name}: joined in {joined:?}, done in {:?}", t0.elapsed());
+}
+
+#[test]
+fn sync_collection_with_two_slurm_nodes() {
+    two_nodes(true);
+}
+
+#[test]
+fn async_collection_with_two_slurm_nodes() {
+    two_nodes(false);
+}
+
+/// `scancel ID_1` ends node 1's task; waits until SLURM no longer runs it.
+fn cancel_task_1(id: &str) {
+    let task = format!("{id}_1");
+    let (ok, _, err) = slurm("scancel", &[&task]);
+    assert!(ok, "scancel {task}: {err}");
+    wait_queue(id, "task 1 gone", |q| !q.iter().any(|l| l.starts_with(&task)));
+}
+
+#[test]
+fn async_run_completes_from_the_other_node_when_a_task_is_cancelled() {
+    let mut c = builder("cancel-async", false, 6000, SlurmOptions::default())
+        .build()
+        .expect("collector");
+    let id = c.slurm_job_id().expect("a SLURM job").to_string();
+    let mut frames = 0;
+    let mut seen = Vec::new();
+    while seen.len() < 4 || !seen.contains(&Some(1)) {
+        let b = c.next_batch().expect("batch").expect("not done yet");
+        frames += b.data.numel();
+        seen.push(b.node);
+        assert!(seen.len() < 30, "node 1 never delivered: {seen:?}");
+    }
+    cancel_task_1(&id);
+    let t = Instant::now();
+    let mut after = Vec::new();
+    while let Some(b) = c.next_batch().expect("the run goes on without node 1") {
+        frames += b.data.numel();
+        after.push(b.node);
+    }
+    assert_eq!(frames, 6000, "exact frames");
+    // At most the batch node 1 had in flight when it was killed.
+    let from_1 = after.iter().filter(|n| **n == Some(1)).count();
+    assert!(
+        from_1 <= 1,
+        "node 1 kept delivering after its task was cancelled: {after:?}"
+    );
+    assert!(t.elapsed() < DEADLINE, "the rest of the run took {:?}", t.elapsed());
+    c.shutdown().expect("shutdown");
+    assert_no_job(&id);
+}
+
+#[test]
+fn sync_run_fails_clearly_when_a_task_is_cancelled() {
+    let mut c = builder("cancel-sync", true, -1, SlurmOptions::default())
+        .batch_timeout(Duration::from_secs(20))
+        .build()
+        .expect("collector");
+    let id = c.slurm_job_id().expect("a SLURM job").to_string();
+    for _ in 0..3 {
+        c.next_batch().expect("batch").expect("endless");
+    }
+    cancel_task_1(&id);
+    let t = Instant::now();
+    let err = loop {
+        // A batch already stacked before the kill may still come; then an error, never a hang.
+        match c.next_batch() {
+            Ok(Some(_)) => assert!(t.elapsed() < DEADLINE, "sync batches keep coming without node 1"),
+            Ok(None) => panic!("an endless sync run ended quietly after losing node 1"),
+            Err(e) => break e.to_string(),
+        }
+    };
+    eprintln!("sync error after {:?}: {err}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "detected after {:?}",
+        t.elapsed()
+    );
+    assert!(
+        err.contains("node 1") || err.contains("node: 1"),
+        "the error names node 1: {err}"
+    );
+    let _ = c.shutdown();
+    assert_no_job(&id);
+}
+
+/// The job id in an error message (`SLURM job 42: ...`).
+fn job_in(msg: &str) -> String {
+    let rest = msg
+        .split("SLURM job ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no SLURM job in `{msg}`"));
+    rest.chars().take_while(char::is_ascii_digit).collect()
+}
+
+#[test]
+fn a_job_that_cannot_start_fails_within_the_join_deadline_naming_the_reason() {
+    let t = Instant::now();
+    let opts = SlurmOptions {
+        cpus_per_task: Some(4096),
+        ..SlurmOptions::default()
+    };
+    let err = builder("cannot-start", false, 1000, opts)
+        .join_timeout(SHORT_JOIN)
+        .build()
+        .expect_err("no task can start")
+        .to_string();
+    let took = t.elapsed();
+    eprintln!("after {took:?}: {err}");
+    assert!(took < SHORT_JOIN + Duration::from_secs(10), "took {took:?}");
+    assert!(err.contains("missing node indices [0, 1]"), "{err}");
+    assert!(
+        err.contains("task 0 PENDING") && err.contains("task 1 PENDING"),
+        "{err}"
+    );
+    assert!(err.contains("reason: PartitionConfig"), "the SLURM reason: {err}");
+    assert_no_job(&job_in(&err));
+}
+
+#[test]
+fn a_task_that_fails_ends_the_join_wait_early() {
+    let t = Instant::now();
+    let err = builder("task-fails", false, 1000, SlurmOptions::default())
+        .node_program("/nonexistent/rollout")
+        .join_timeout(SHORT_JOIN)
+        .build()
+        .expect_err("no node can start")
+        .to_string();
+    let took = t.elapsed();
+    eprintln!("after {took:?}: {err}");
+    assert!(
+        took < SHORT_JOIN,
+        "the failed tasks were seen early, not at the deadline ({took:?})"
+    );
+    assert!(err.contains("ended before joining") && err.contains("FAILED"), "{err}");
+    assert!(err.contains("/nonexistent/rollout"), "the task's log is quoted: {err}");
+    assert_no_job(&job_in(&err));
+}
+
+#[test]
+fn dropping_the_collector_ends_the_job() {
+    let mut c = builder("drop", false, -1, SlurmOptions::default())
+        .build()
+        .expect("collector");
+    let id = c.slurm_job_id().expect("a SLURM job").to_string();
+    c.next_batch().expect("batch").expect("endless");
+    let t = Instant::now();
+    drop(c);
+    assert!(t.elapsed() < DEADLINE, "drop took {:?}", t.elapsed());
+    assert_no_job(&id);
+}
+
+#[test]
+fn options_map_to_sbatch_lines() {
+    let dir = scratch("options");
+    let mut c = builder("options", false, 400, SlurmOptions::default())
+        .launcher(Launcher::Slurm(SlurmOptions {
+            partition: Some("debug".into()),
+            time: Some("5".into()),
+            cpus_per_task: Some(1),
+            mem: Some("100M".into()),
+            extra_lines: vec!["#SBATCH --comment=extra-one".into(), "--comment=extra-two".into()],
+            job_name: "rollout-test-options".into(),
+            output_dir: dir.clone(),
+        }))
+        .build()
+        .expect("collector");
+    let id = c.slurm_job_id().expect("a SLURM job").to_string();
+    let (_, show, _) = slurm("scontrol", &["-o", "show", "job", &id]);
+    for want in ["JobName=rollout-test-options", "Partition=debug", "TimeLimit=00:05:00"] {
+        assert!(show.contains(want), "`{want}` not in {show}");
+    }
+    let job_dir = std::fs::read_dir(&dir)
+        .expect("output dir")
+        .next()
+        .expect("a job folder")
+        .expect("entry")
+        .path();
+    let script = std::fs::read_to_string(job_dir.join("nodes.sbatch")).expect("script");
+    for want in [
+        "#SBATCH --partition=debug\n",
+        "#SBATCH --time=5\n",
+        "#SBATCH --cpus-per-task=1\n",
+        "#SBATCH --mem=100M\n",
+        "#SBATCH --comment=extra-one\n",
+        "#SBATCH --comment=extra-two\n",
+        "#SBATCH --array=0-1\n",
+        "--token-file",
+    ] {
+        assert!(script.contains(want), "`{want}` not in\n{script}");
+    }
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let token = job_dir.join("token");
+        let mode = std::fs::metadata(&token).expect("token file").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "the token file is readable by its owner only");
+        let token = std::fs::read(&token).expect("token");
+        assert!(
+            !script.contains(&*String::from_utf8_lossy(&token)),
+            "the token is not in the script"
+        );
+    }
+    while c.next_batch().expect("batch").is_some() {}
+    c.shutdown().expect("shutdown");
+    assert!(!job_dir.join("token").exists(), "the token file is removed at shutdown");
+    assert_no_job(&id);
+}
+
+#[test]
+fn missing_advertise_is_a_config_error_naming_the_field() {
+    let err = DistributedCollector::builder()
+        .env("Counting")
+        .frames_per_batch(100)
+        .launcher(Launcher::Slurm(SlurmOptions::default()))
+        .build()
+        .expect_err("advertise is required")
+        .to_string();
+    assert!(err.contains("advertise"), "{err}");
+}
+
+#[test]
+fn external_nodes_from_a_hand_written_sbatch_script() {
+    require_slurm();
+    let dir = scratch("external");
+    let token = "external-s3cret";
+    let token_file = dir.join("token");
+    {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&token_file)
+            .expect("token file");
+        f.write_all(token.as_bytes()).expect("write token");
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let script = dir.join("nodes.sbatch");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n\
+             #SBATCH --job-name=rollout-test-external\n\
+             #SBATCH --array=0-1\n\
+             #SBATCH --output={dir}/node-%a.out\n\
+             exec {bin} node --join {addr} --index \"$SLURM_ARRAY_TASK_ID\" --token-file {token}\n",
+            dir = dir.display(),
+            bin = rollout_bin().display(),
+            token = token_file.display(),
+        ),
+    )
+    .expect("script");
+    let (ok, out, err) = slurm("sbatch", &["--parsable", &script.display().to_string()]);
+    assert!(ok, "sbatch: {err}");
+    let id = out.trim().split(';').next().expect("job id").to_string();
+    /// Cancels the hand-submitted job whatever happens.
+    struct Cancel(String);
+    impl Drop for Cancel {
+        fn drop(&mut self) {
+            let _ = Command::new("scancel").arg(&self.0).status();
+        }
+    }
+    let _guard = Cancel(id.clone());
+    let mut c = DistributedCollector::builder()
+        .env("Counting")
+        .policy(PolicyConfig::Constant { value: 1.0 })
+        .nodes(2)
+        .frames_per_batch(100)
+        .total_frames(1000)
+        .launcher(Launcher::External)
+        .listen(addr)
+        .token(token)
+        .join_timeout(DEADLINE)
+        .batch_timeout(DEADLINE)
+        .build()
+        .expect("collector");
+    let mut frames = 0;
+    let mut nodes = Vec::new();
+    while let Some(b) = c.next_batch().expect("batch") {
+        frames += b.data.numel();
+        nodes.push(b.node);
+    }
+    assert_eq!(frames, 1000);
+    assert!(nodes.contains(&Some(0)) && nodes.contains(&Some(1)), "{nodes:?}");
+    c.shutdown().expect("shutdown");
+    // The nodes exit at Shutdown, so their tasks complete by themselves.
+    wait_queue(&id, "every task done", <[String]>::is_empty);
+}
+
+/// `rollout collect ARGS` (bounded); (exit code, stdout, stderr).
+fn cli(args: &[&str]) -> (Option<i32>, String, String) {
+    let mut child = Command::new(rollout_bin())
+        .arg("collect")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rollout");
+    let status = wait_with_deadline(&mut child, Duration::from_secs(60)).expect("rollout collect hung");
+    let mut out = String::new();
+    let mut err = String::new();
+    use std::io::Read;
+    let _ = child.stdout.take().expect("stdout").read_to_string(&mut out);
+    let _ = child.stderr.take().expect("stderr").read_to_string(&mut err);
+    (status.code(), out, err)
+}
+
+#[test]
+fn cli_collects_with_the_slurm_launcher() {
+    require_slurm();
+    let dir = scratch("cli");
+    let dir = dir.display().to_string();
+    let (code, out, err) = cli(&[
+        "--launcher",
+        "slurm",
+        "--advertise",
+        "127.0.0.1",
+        "--env",
+        "Counting",
+        "--nodes",
+        "2",
+        "--frames-per-batch",
+        "100",
+        "--total-frames",
+        "1000",
+        "--job-name",
+        "rollout-test-cli",
+        "--cpus-per-task",
+        "1",
+        "--sbatch-line",
+        "--comment=cli",
+        "--output-dir",
+        &dir,
+        "--json",
+    ]);
+    assert_eq!(code, Some(0), "stderr: {err}");
+    let summary = out.lines().last().expect("a summary line");
+    assert!(summary.contains("\"frames\":1000"), "{summary}");
+    let job = job_in(&err);
+    assert_no_job(&job);
+}
+
+#[test]
+fn cli_slurm_flags_are_checked() {
+    let (code, _, err) = cli(&["--launcher", "slurm", "--env", "Counting"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("advertise"), "{err}");
+    let (code, _, err) = cli(&["--partition", "debug", "--env", "Counting"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("partition") && err.contains("--launcher slurm"), "{err}");
+}
