@@ -147,8 +147,9 @@ fn main() {
         let t0 = Instant::now();
         w.set_seed(i as u64).expect("seed");
         let chain = t0.elapsed().as_secs_f64();
+        let copy = weights.clone();
         let t1 = Instant::now();
-        w.update_policy_weights(weights.clone(), None).expect("push");
+        w.update_policy_weights(copy, None).expect("push");
         w.set_seed(i as u64).expect("seed");
         let update = (t1.elapsed().as_secs_f64() - chain).max(1e-9);
         let raw = 2.0 * bytes as f64 / raw_tcp(bytes);
