@@ -221,7 +221,11 @@ impl Learner {
             batches: self.batches,
             frames: self.frames,
             seconds,
-            fps: if seconds > 0.0 { self.frames as f64 / seconds } else { 0.0 },
+            fps: if seconds > 0.0 {
+                self.frames as f64 / seconds
+            } else {
+                0.0
+            },
             episodes: self.episodes.episodes(),
             mean_return: self.episodes.mean(),
             weights_version: self.ppo.version(),
@@ -238,7 +242,10 @@ impl Learner {
             Ok(Ok(Err(e))) => act.finish(Err(e.into()), ctx),
             Ok(Err(e)) => act.finish(Err(CollectError::Stopped(e.to_string()).into()), ctx),
             Err(_) => act.finish(
-                Err(TrainError::Timeout(format!("no batch within {:.1} s", timeout.as_secs_f64()))),
+                Err(TrainError::Timeout(format!(
+                    "no batch within {:.1} s",
+                    timeout.as_secs_f64()
+                ))),
                 ctx,
             ),
         }));

@@ -65,7 +65,9 @@ impl DenseNet {
     /// with torch's default initialisation (uniform in `±1/sqrt(fan_in)`) from `seed`.
     pub fn new(dims: &[usize], names: impl Fn(usize) -> (String, String), seed: u64) -> Result<DenseNet, LearnError> {
         if dims.len() < 2 || dims.contains(&0) {
-            return Err(LearnError::Config(format!("network widths {dims:?}: need at least two, none zero")));
+            return Err(LearnError::Config(format!(
+                "network widths {dims:?}: need at least two, none zero"
+            )));
         }
         let mut layers = Vec::with_capacity(dims.len() - 1);
         let mut total = 0;
@@ -116,10 +118,7 @@ impl DenseNet {
     /// Copies `weights` (f32 tensors under this network's names and shapes) into the parameters.
     pub fn set_weights(&mut self, weights: &Weights) -> Result<(), LearnError> {
         for l in &self.layers {
-            for (name, off, shape) in [
-                (&l.w_name, l.w, vec![l.n_out, l.n_in]),
-                (&l.b_name, l.b, vec![l.n_out]),
-            ] {
+            for (name, off, shape) in [(&l.w_name, l.w, vec![l.n_out, l.n_in]), (&l.b_name, l.b, vec![l.n_out])] {
                 let t = weights
                     .tensors
                     .get(name.as_str())
@@ -274,7 +273,12 @@ mod tests {
 
     #[test]
     fn missing_or_misshaped_weights_are_errors() {
-        let mut net = DenseNet::new(&[2, 3, 2], |i| layer_names(&PolicyConfig::Mlp { hidden: vec![3] }, i), 0).unwrap();
+        let mut net = DenseNet::new(
+            &[2, 3, 2],
+            |i| layer_names(&PolicyConfig::Mlp { hidden: vec![3] }, i),
+            0,
+        )
+        .unwrap();
         let mut w = net.to_weights();
         w.tensors.remove("layers.1.bias");
         assert!(matches!(net.set_weights(&w), Err(LearnError::Weights(_))));

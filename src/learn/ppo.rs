@@ -140,14 +140,21 @@ fn flatten(batch: &TensorDict, obs_dim: usize, n_actions: usize) -> Result<Flat,
     let f32s = |key: &str, per: usize| -> Result<Vec<f64>, LearnError> {
         let a = batch.f32(key)?;
         if a.len() != n * per {
-            return Err(LearnError::Batch(format!("`{key}` has {} values, expected {}", a.len(), n * per)));
+            return Err(LearnError::Batch(format!(
+                "`{key}` has {} values, expected {}",
+                a.len(),
+                n * per
+            )));
         }
         Ok(a.iter().map(|&v| f64::from(v)).collect())
     };
     let bools = |key: &str| -> Result<Vec<bool>, LearnError> {
         let a = batch.bool(key)?;
         if a.len() != n {
-            return Err(LearnError::Batch(format!("`{key}` has {} values, expected {n}", a.len())));
+            return Err(LearnError::Batch(format!(
+                "`{key}` has {} values, expected {n}",
+                a.len()
+            )));
         }
         Ok(a.iter().copied().collect())
     };
@@ -219,7 +226,9 @@ impl Ppo {
     pub fn new(obs: &Spec, action: &Spec, policy: &PolicySpec, cfg: PpoConfig) -> Result<Ppo, LearnError> {
         cfg.validate()?;
         let Spec::Discrete { n } = action else {
-            return Err(LearnError::Unsupported("continuous actions (only discrete softmax policies learn)".into()));
+            return Err(LearnError::Unsupported(
+                "continuous actions (only discrete softmax policies learn)".into(),
+            ));
         };
         let n_actions = usize::try_from(*n).map_err(|_| LearnError::Unsupported(format!("{n} actions")))?;
         let obs_dim = obs.dim();
@@ -236,7 +245,11 @@ impl Ppo {
         let mut net = DenseNet::new(&dims, |i| layer_names(&config, i), 0)?;
         net.set_weights(initial.weights())?;
         let vdims = [vec![obs_dim], cfg.value_hidden.clone(), vec![1]].concat();
-        let value = DenseNet::new(&vdims, |i| (format!("value.{i}.weight"), format!("value.{i}.bias")), cfg.seed)?;
+        let value = DenseNet::new(
+            &vdims,
+            |i| (format!("value.{i}.weight"), format!("value.{i}.bias")),
+            cfg.seed,
+        )?;
         let mut history = VecDeque::new();
         history.push_back((0, net.params.clone()));
         Ok(Ppo {
@@ -401,7 +414,9 @@ impl Ppo {
             }
         }
         if !self.policy.params.iter().all(|p| p.is_finite()) {
-            return Err(LearnError::Diverged("non-finite policy weights after the update".into()));
+            return Err(LearnError::Diverged(
+                "non-finite policy weights after the update".into(),
+            ));
         }
         self.version += 1;
         self.history.push_back((self.version, self.policy.params.clone()));
@@ -542,7 +557,11 @@ mod tests {
         };
         let mut grad = vec![0.0; net.len()];
         let out = policy_loss_grad(&net, &net.params, &obs, &actions, &old_logp, &adv, 0.2, 0.01, &mut grad);
-        assert!(out.clipped > 0 && out.clipped < 4, "exercise both branches: {}", out.clipped);
+        assert!(
+            out.clipped > 0 && out.clipped < 4,
+            "exercise both branches: {}",
+            out.clipped
+        );
         assert!(grad.iter().any(|g| g.abs() > 1e-4));
         fd_check(&grad, &net.params, loss);
 
@@ -616,7 +635,11 @@ mod tests {
             let mut l = Ppo::new(&o, &a, &spec, PpoConfig::default()).unwrap();
             assert_eq!(&l.weights(), r.weights());
             let s = l.update(&batch, &[0]).unwrap();
-            assert_eq!((s.frames, s.unknown_behaviour), (64, 0), "frames_per_batch counts all envs");
+            assert_eq!(
+                (s.frames, s.unknown_behaviour),
+                (64, 0),
+                "frames_per_batch counts all envs"
+            );
             assert_eq!(l.version(), 1);
             l.weights()
         };
