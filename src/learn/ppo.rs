@@ -92,7 +92,7 @@ impl PpoConfig {
         if !(self.entropy_coef >= 0.0 && self.entropy_coef.is_finite()) {
             return bad("entropy_coef", format!("{} must be >= 0", self.entropy_coef));
         }
-        if !(self.max_grad_norm > 0.0) {
+        if self.max_grad_norm.is_nan() || self.max_grad_norm <= 0.0 {
             return bad("max_grad_norm", format!("{} must be positive", self.max_grad_norm));
         }
         if self.value_hidden.contains(&0) {
@@ -255,7 +255,7 @@ impl Ppo {
         Ok(Ppo {
             pi_opt: Adam::new(net.len(), cfg.lr),
             v_opt: Adam::new(value.len(), cfg.value_lr),
-            rng: ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x5eed_0f_ba7c4e5),
+            rng: ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x0005_eed0_fba7_c4e5),
             obs_dim,
             n_actions,
             policy: net,
