@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 pub mod env;
+pub mod learn;
 pub mod machine;
 pub mod message;
 pub mod node_spec;

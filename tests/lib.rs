@@ -77,3 +77,49 @@ pub fn rollout_bin() -> &'static Path {
         bin
     })
 }
+
+/// The `rollout` binary built with the `release` profile, once per test process, in this
+/// test's target dir (for scenarios too slow for a debug build, such as training to a target).
+pub fn rollout_release_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let exe = std::env::current_exe().expect("current_exe");
+        let profile_dir = exe.parent().and_then(Path::parent).expect("<target>/<profile>/deps/");
+        let target_dir = profile_dir.parent().expect("<target>/");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+        let log_path = target_dir.join(format!("rollout-release-build-{}.log", std::process::id()));
+        let log = std::fs::File::create(&log_path).expect("create the build log");
+        let mut child = Command::new(cargo)
+            .args([
+                "build",
+                "--quiet",
+                "--release",
+                "-p",
+                "rollout-actors",
+                "--bin",
+                "rollout",
+            ])
+            .arg("--manifest-path")
+            .arg(&manifest)
+            .env("CARGO_TARGET_DIR", target_dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn cargo build");
+        let status = wait_with_deadline(&mut child, BUILD_TIMEOUT);
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        let _ = std::fs::remove_file(&log_path);
+        match status {
+            Some(s) if s.success() => {}
+            Some(s) => panic!("cargo build --release of `rollout` failed ({s}):\n{log}"),
+            None => panic!("cargo build --release of `rollout` took longer than {BUILD_TIMEOUT:?}:\n{log}"),
+        }
+        let bin = target_dir
+            .join("release")
+            .join(format!("rollout{}", std::env::consts::EXE_SUFFIX));
+        assert!(bin.exists(), "{} missing after the build", bin.display());
+        bin
+    })
+}

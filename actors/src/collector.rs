@@ -814,3 +814,70 @@ impl Drop for DistributedCollector {
         }
     }
 }
+
+/// What [`CollectorBuilder::start_embedded`] started inside the caller's actix `System`.
+pub struct Embedded {
+    /// The trainer.
+    pub trainer: Addr<Trainer>,
+    /// One arbiter per local env worker (none for remote nodes); the owner stops and joins them.
+    pub arbiters: Vec<Arbiter>,
+    /// Node processes of the `Process` launcher; the owner reaps them after the nodes are stopped.
+    pub children: Option<Children>,
+    /// The address remote nodes joined, when they did.
+    pub listen_addr: Option<SocketAddr>,
+}
+
+impl std::fmt::Debug for Embedded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Embedded")
+            .field("arbiters", &self.arbiters.len())
+            .field("children", &self.children)
+            .field("listen_addr", &self.listen_addr)
+            .finish()
+    }
+}
+
+impl CollectorBuilder {
+    /// [`Self::start`] for every launcher: local nodes start at once; for `Process`
+    /// the node processes are spawned and, as for `External`, awaited (bounded by
+    /// `join_timeout`) before the trainer starts. Must run inside an actix `System`
+    /// (e.g. under `System::block_on`).
+    pub async fn start_embedded(self) -> Result<Embedded, CollectError> {
+        let (mut plan, _) = self.prepare()?;
+        let Some(r) = plan.remote.take() else {
+            let started = plan.start()?;
+            return Ok(Embedded {
+                trainer: started.trainer,
+                arbiters: started.arbiters,
+                children: None,
+                listen_addr: None,
+            });
+        };
+        let listener = std::net::TcpListener::bind(&r.listen)
+            .map_err(|e| config_err("listen", format!("cannot bind {}: {e}", r.listen)))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| config_err("listen", format!("cannot read the bound address: {e}")))?;
+        let mut children = match &r.program {
+            Some(program) => Some(
+                Children::spawn(program, addr, &r.door.token, plan.specs.len())
+                    .map_err(|e| config_err("node_program", format!("cannot start {}: {e}", program.display())))?,
+            ),
+            None => None,
+        };
+        match launch::remote::start(plan.machine, plan.specs, listener, r.door, r.join_timeout, plan.seed).await {
+            Ok(started) => Ok(Embedded {
+                trainer: started.trainer,
+                arbiters: started.arbiters,
+                children,
+                listen_addr: Some(addr),
+            }),
+            Err(e) => {
+                if let Some(c) = children.as_mut() {
+                    c.reap(Duration::from_secs(1));
+                }
+                Err(e)
+            }
+        }
+    }
+}

@@ -10,13 +10,14 @@ pub mod collector;
 pub mod env_worker;
 pub mod error;
 pub mod launch;
+pub mod learner;
 pub mod messages;
 pub mod node;
 pub mod remote;
 pub mod testkit;
 pub mod trainer;
 
-pub use collector::{CollectorBuilder, DistributedCollector, Postproc};
+pub use collector::{CollectorBuilder, DistributedCollector, Embedded, Postproc};
 pub use error::CollectError;
 pub use launch::{Launcher, SlurmOptions};
 pub use rollout::machine::Collected;

@@ -1,0 +1,505 @@
+//! Training in the embedded use: a [`Learner`] actor next to the trainer takes
+//! every batch, runs a PPO update ([`rollout::learn::Ppo`]) and sends the new
+//! weights back (`StoreWeights` + `PushWeights`), until the mean return of the
+//! last episodes reaches a target or a frame budget runs out.
+//!
+//! [`train`] runs the whole thing in an actix `System` of its own, on a thread
+//! of its own, and reports progress to a callback on the caller's thread. Every
+//! wait is bounded.
+//!
+//! # Flow
+//!
+//! * [`Flow::Lockstep`] (the default): the learner asks for each batch
+//!   ([`NextBatch`]) after it sent the weights of the previous update, so every
+//!   batch is collected with the newest weights. Messages from one actor reach the
+//!   trainer in order, so the push always precedes the next `Continue`: a sync run
+//!   with a fixed seed is reproducible, whatever the thread timing.
+//! * [`Flow::Subscribe`]: the learner [`Subscribe`]s and the trainer starts the
+//!   next batch as soon as it yields one, overlapping collection and learning.
+//!   Each batch then uses weights one or two updates old (the learner corrects its
+//!   probability ratios with the weights that collected the batch), and which
+//!   ones depends on timing: faster, not reproducible.
+
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use rollout::learn::{EpisodeTracker, LearnError, Ppo, PpoConfig, UpdateStats};
+use rollout::{EnvSpec, ExplorationType, PolicyConfig, PolicySpec, Registry, Weights};
+use serde::Serialize;
+
+use crate::error::CollectError;
+use crate::launch::Launcher;
+use crate::messages::{NextBatch, PushWeights, StopNodes, StoreWeights, Subscribe, TrainerEvent};
+use crate::trainer::Trainer;
+use crate::CollectorBuilder;
+
+/// How batches reach the learner.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Flow {
+    /// Ask for each batch after pushing the previous update's weights (reproducible in sync mode).
+    #[default]
+    Lockstep,
+    /// Subscribe and overlap collection with learning (weights lag; not reproducible).
+    Subscribe,
+}
+
+/// Everything [`train`] needs. The defaults reach a mean return of 475 over the
+/// last 20 episodes of CartPole-v1.
+#[derive(Clone, Debug)]
+pub struct TrainConfig {
+    /// The env every node steps.
+    pub env: EnvSpec,
+    /// The policy: `Linear` or `Mlp` (softmax over discrete actions).
+    pub policy: PolicyConfig,
+    /// Seed of the run: env seeds, initial policy weights, value network, minibatches.
+    pub seed: u64,
+    /// Number of nodes.
+    pub nodes: usize,
+    /// Env workers per node.
+    pub envs_per_node: usize,
+    /// Frames per batch (one update per batch).
+    pub frames_per_batch: usize,
+    /// Sync collection (each batch holds a share of every node).
+    pub sync: bool,
+    /// Where the nodes run.
+    pub launcher: Launcher,
+    /// The `rollout` binary node processes are started from (`Process`; default: this executable).
+    pub node_program: Option<PathBuf>,
+    /// How batches reach the learner.
+    pub flow: Flow,
+    /// PPO's hyper-parameters (its `seed` is replaced by [`Self::seed`]).
+    pub ppo: PpoConfig,
+    /// Stop once the mean return of the last `window` episodes is at least this.
+    pub target: f64,
+    /// Episodes the mean covers.
+    pub window: usize,
+    /// Stop (target not reached) once this many frames were collected.
+    pub max_frames: u64,
+    /// Longest wait for one batch (and for the nodes to start or stop).
+    pub batch_timeout: Duration,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        TrainConfig {
+            env: "CartPole-v1".into(),
+            policy: PolicyConfig::Mlp { hidden: vec![32, 32] },
+            seed: 0,
+            nodes: 2,
+            envs_per_node: 2,
+            frames_per_batch: 2048,
+            sync: true,
+            launcher: Launcher::Local,
+            node_program: None,
+            flow: Flow::Lockstep,
+            ppo: PpoConfig::default(),
+            target: 475.0,
+            window: 20,
+            max_frames: 500_000,
+            batch_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// One progress report, after each batch.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Progress {
+    /// Batches seen.
+    pub batches: u64,
+    /// Frames seen.
+    pub frames: u64,
+    /// Seconds since the first batch was asked for.
+    pub seconds: f64,
+    /// Frames per second.
+    pub fps: f64,
+    /// Episodes finished.
+    pub episodes: u64,
+    /// Mean return of the last `window` episodes (`None` before the first).
+    pub mean_return: Option<f64>,
+    /// Version of the newest weights sent to the nodes.
+    pub weights_version: u64,
+    /// The update made on this batch (`None` for the batch that ended the run).
+    pub update: Option<UpdateStats>,
+}
+
+/// How a run ended.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TrainSummary {
+    /// True when the target was reached (false: the frame budget ran out).
+    pub reached: bool,
+    /// Episodes finished.
+    pub episodes: u64,
+    /// Frames collected.
+    pub frames: u64,
+    /// Batches collected.
+    pub batches: u64,
+    /// Wall-clock seconds of the run (nodes started to nodes stopped).
+    pub seconds: f64,
+    /// Mean return of the last `window` episodes at the end.
+    pub mean_return: Option<f64>,
+    /// Best episode return.
+    pub best_return: Option<f64>,
+    /// Version of the last weights sent.
+    pub weights_version: u64,
+    /// Every finished episode's return, in order.
+    pub returns: Vec<f64>,
+    /// The final policy weights.
+    #[serde(skip)]
+    pub weights: Weights,
+}
+
+/// Why training could not run or went wrong.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TrainError {
+    /// A bad config, naming the field.
+    #[error("invalid `{field}`: {reason}")]
+    Config {
+        /// The field.
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// Collection failed (or could not start).
+    #[error(transparent)]
+    Collect(#[from] CollectError),
+    /// The learner failed.
+    #[error(transparent)]
+    Learn(#[from] LearnError),
+    /// Nothing happened within a deadline.
+    #[error("{0}")]
+    Timeout(String),
+    /// The actor system ended without a result.
+    #[error("the training system stopped: {0}")]
+    Stopped(String),
+}
+
+impl TrainError {
+    /// True for errors in the config (nothing ran): the CLI's exit status 2.
+    pub fn is_config(&self) -> bool {
+        matches!(
+            self,
+            TrainError::Config { .. }
+                | TrainError::Learn(LearnError::Config(_) | LearnError::Unsupported(_))
+                | TrainError::Collect(CollectError::Config(_) | CollectError::Env(_) | CollectError::NodeBuild { .. })
+        )
+    }
+}
+
+/// What the learner reports to [`train`]'s caller.
+#[derive(Debug)]
+enum Report {
+    Progress(Progress),
+    Done(Result<TrainSummary, TrainError>),
+}
+
+/// The learner actor: updates on every batch and sends the weights back.
+pub struct Learner {
+    trainer: Addr<Trainer>,
+    arbiters: Vec<ArbiterHandle>,
+    ppo: Ppo,
+    episodes: EpisodeTracker,
+    returns: Vec<f64>,
+    flow: Flow,
+    target: f64,
+    max_frames: u64,
+    batch_timeout: Duration,
+    frames: u64,
+    batches: u64,
+    start: Instant,
+    last_batch: Instant,
+    done: bool,
+    report: mpsc::Sender<Report>,
+}
+
+impl Learner {
+    fn progress(&self, update: Option<UpdateStats>) -> Progress {
+        let seconds = self.start.elapsed().as_secs_f64();
+        Progress {
+            batches: self.batches,
+            frames: self.frames,
+            seconds,
+            fps: if seconds > 0.0 {
+                self.frames as f64 / seconds
+            } else {
+                0.0
+            },
+            episodes: self.episodes.episodes(),
+            mean_return: self.episodes.mean(),
+            weights_version: self.ppo.version(),
+            update,
+        }
+    }
+
+    fn ask_next(&mut self, ctx: &mut Context<Self>) {
+        let ask = tokio::time::timeout(self.batch_timeout, self.trainer.send(NextBatch));
+        let timeout = self.batch_timeout;
+        ctx.spawn(actix::fut::wrap_future::<_, Self>(ask).map(move |r, act, ctx| match r {
+            Ok(Ok(Ok(Some(c)))) => act.on_batch(c, ctx),
+            Ok(Ok(Ok(None))) => act.finish(Err(TrainError::Stopped("the collection ended".into())), ctx),
+            Ok(Ok(Err(e))) => act.finish(Err(e.into()), ctx),
+            Ok(Err(e)) => act.finish(Err(CollectError::Stopped(e.to_string()).into()), ctx),
+            Err(_) => act.finish(
+                Err(TrainError::Timeout(format!(
+                    "no batch within {:.1} s",
+                    timeout.as_secs_f64()
+                ))),
+                ctx,
+            ),
+        }));
+    }
+
+    fn on_batch(&mut self, c: rollout::machine::Collected, ctx: &mut Context<Self>) {
+        if self.done {
+            return;
+        }
+        self.last_batch = Instant::now();
+        self.batches += 1;
+        self.frames += c.data.numel() as u64;
+        match self.episodes.observe(&c.data) {
+            Ok(ended) => self.returns.extend(ended),
+            Err(e) => return self.finish(Err(e.into()), ctx),
+        }
+        let reached = self.episodes.window_full() && self.episodes.mean().is_some_and(|m| m >= self.target);
+        if reached || self.frames >= self.max_frames {
+            let _ = self.report.send(Report::Progress(self.progress(None)));
+            return self.finish(Ok(reached), ctx);
+        }
+        let stats = match self.ppo.update(&c.data, &c.weights_versions) {
+            Ok(s) => s,
+            Err(e) => return self.finish(Err(e.into()), ctx),
+        };
+        // One actor's messages reach the trainer in order: the push sends what was
+        // stored, and (lockstep) the next request comes after the push.
+        self.trainer.do_send(StoreWeights(self.ppo.weights()));
+        self.trainer.do_send(PushWeights(None));
+        let _ = self.report.send(Report::Progress(self.progress(Some(stats))));
+        if self.flow == Flow::Lockstep {
+            self.ask_next(ctx);
+        }
+    }
+
+    /// Ends the run: stops the nodes (bounded), reports, stops the system.
+    fn finish(&mut self, outcome: Result<bool, TrainError>, ctx: &mut Context<Self>) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        let summary = outcome.map(|reached| TrainSummary {
+            reached,
+            episodes: self.episodes.episodes(),
+            frames: self.frames,
+            batches: self.batches,
+            seconds: self.start.elapsed().as_secs_f64(),
+            mean_return: self.episodes.mean(),
+            best_return: self.episodes.best(),
+            weights_version: self.ppo.version(),
+            returns: std::mem::take(&mut self.returns),
+            weights: self.ppo.weights(),
+        });
+        let stop = tokio::time::timeout(self.batch_timeout, self.trainer.send(StopNodes));
+        let arbiters = std::mem::take(&mut self.arbiters);
+        let report = self.report.clone();
+        ctx.spawn(
+            async move {
+                let stopped = match stop.await {
+                    Ok(Ok(Ok(()))) => Ok(()),
+                    Ok(Ok(Err(e))) => Err(TrainError::Collect(e)),
+                    Ok(Err(e)) => Err(TrainError::Stopped(e.to_string())),
+                    Err(_) => Err(TrainError::Timeout("the nodes did not stop in time".into())),
+                };
+                if let Err(e) = &stopped {
+                    tracing::warn!(error = %e, "stopping the nodes");
+                }
+                let _ = report.send(Report::Done(summary));
+                for a in &arbiters {
+                    a.stop();
+                }
+                System::current().stop();
+            }
+            .into_actor(self),
+        );
+    }
+}
+
+impl Actor for Learner {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        self.start = Instant::now();
+        self.last_batch = self.start;
+        match self.flow {
+            Flow::Lockstep => self.ask_next(ctx),
+            Flow::Subscribe => {
+                self.trainer.do_send(Subscribe(ctx.address().recipient()));
+                let timeout = self.batch_timeout;
+                ctx.run_interval(Duration::from_millis(200), move |act, ctx| {
+                    if !act.done && act.last_batch.elapsed() > timeout {
+                        let e = TrainError::Timeout(format!("no batch within {:.1} s", timeout.as_secs_f64()));
+                        act.finish(Err(e), ctx);
+                    }
+                });
+            }
+        }
+    }
+}
+
+impl Handler<TrainerEvent> for Learner {
+    type Result = ();
+
+    fn handle(&mut self, ev: TrainerEvent, ctx: &mut Self::Context) {
+        match ev {
+            TrainerEvent::Batch(c) => self.on_batch(c, ctx),
+            TrainerEvent::Finished => self.finish(Err(TrainError::Stopped("the collection ended".into())), ctx),
+            TrainerEvent::Failed(e) => self.finish(Err(e.into()), ctx),
+        }
+    }
+}
+
+fn check(config: &TrainConfig) -> Result<(), TrainError> {
+    let bad = |field, reason: String| Err(TrainError::Config { field, reason });
+    if !config.target.is_finite() {
+        return bad("target", format!("{} is not a number", config.target));
+    }
+    if config.window == 0 {
+        return bad("window", "must be at least 1".into());
+    }
+    if config.max_frames == 0 {
+        return bad("max_frames", "must be at least 1".into());
+    }
+    if config.batch_timeout.is_zero() {
+        return bad("batch_timeout", "must be longer than zero".into());
+    }
+    Ok(())
+}
+
+/// Trains until the mean return of the last `window` episodes reaches `target`
+/// (`Ok` with `reached: true`) or `max_frames` were collected (`reached: false`).
+/// Calls `progress` on this thread after every batch. Blocks; every wait is bounded
+/// by `batch_timeout` (plus the join timeout of remote nodes at the start).
+pub fn train(config: TrainConfig, mut progress: impl FnMut(&Progress)) -> Result<TrainSummary, TrainError> {
+    check(&config)?;
+    let registry = Registry::with_builtins();
+    let probe = registry.make(&config.env).map_err(CollectError::from)?;
+    let policy = PolicySpec {
+        config: config.policy.clone(),
+        exploration: ExplorationType::Random,
+        init_seed: config.seed,
+    };
+    let ppo_cfg = PpoConfig {
+        seed: config.seed,
+        ..config.ppo.clone()
+    };
+    // Fails here, on this thread, for a policy or env the learner cannot train.
+    let ppo = Ppo::new(probe.observation_spec(), probe.action_spec(), &policy, ppo_cfg)?;
+    let mut builder = CollectorBuilder::default()
+        .env(config.env.clone())
+        .policy(policy)
+        .nodes(config.nodes)
+        .envs_per_node(config.envs_per_node)
+        .frames_per_batch(config.frames_per_batch)
+        .endless()
+        .sync(config.sync)
+        .seed(config.seed)
+        .launcher(config.launcher.clone())
+        .batch_timeout(config.batch_timeout)
+        .join_timeout(config.batch_timeout);
+    if let Some(p) = &config.node_program {
+        builder = builder.node_program(p.clone());
+    }
+    // Validate on this thread too: a bad config is an error before any thread starts.
+    builder.plan_specs()?;
+
+    let (tx, rx) = mpsc::channel::<Report>();
+    let (sys_tx, sys_rx) = mpsc::channel::<System>();
+    let timeout = config.batch_timeout;
+    let (flow, target, max_frames) = (config.flow, config.target, config.max_frames);
+    let window = config.window;
+    let thread = std::thread::Builder::new()
+        .name("rollout-train".into())
+        .spawn(move || {
+            let sys = System::new();
+            let _ = sys_tx.send(System::current());
+            let report = tx.clone();
+            let started = sys.block_on(async move {
+                let e = builder.start_embedded().await?;
+                let now = Instant::now();
+                Learner {
+                    trainer: e.trainer,
+                    arbiters: e.arbiters.iter().map(Arbiter::handle).collect(),
+                    ppo,
+                    episodes: EpisodeTracker::new(window),
+                    returns: Vec::new(),
+                    flow,
+                    target,
+                    max_frames,
+                    batch_timeout: timeout,
+                    frames: 0,
+                    batches: 0,
+                    start: now,
+                    last_batch: now,
+                    done: false,
+                    report,
+                }
+                .start();
+                Ok::<_, CollectError>((e.arbiters, e.children))
+            });
+            let (arbiters, children) = match started {
+                Ok(v) => v,
+                Err(e) => {
+                    let _ = tx.send(Report::Done(Err(e.into())));
+                    return;
+                }
+            };
+            if let Err(e) = sys.run() {
+                tracing::error!(error = %e, "the training system ended with an error");
+            }
+            for a in &arbiters {
+                a.stop();
+            }
+            for a in arbiters {
+                let _ = a.join();
+            }
+            if let Some(mut c) = children {
+                c.reap(Duration::from_secs(5));
+            }
+        })
+        .map_err(|e| TrainError::Stopped(format!("cannot spawn the training thread: {e}")))?;
+    let system = sys_rx.recv_timeout(timeout).ok();
+    // Remote nodes may take the join timeout to come, then each batch its own.
+    let mut wait = timeout + timeout + Duration::from_secs(5);
+    let result = loop {
+        match rx.recv_timeout(wait) {
+            Ok(Report::Progress(p)) => {
+                progress(&p);
+                wait = timeout + Duration::from_secs(5);
+            }
+            Ok(Report::Done(r)) => break r,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if let Some(s) = &system {
+                    s.stop();
+                }
+                break Err(TrainError::Timeout(format!(
+                    "the learner reported nothing for {:.1} s",
+                    wait.as_secs_f64()
+                )));
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                break Err(TrainError::Stopped("the training thread ended without a result".into()))
+            }
+        }
+    };
+    // The system stops right after its last report; join it (bounded by the
+    // arbiters' and children's own deadlines).
+    let (jtx, jrx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = thread.join();
+        let _ = jtx.send(());
+    });
+    if jrx.recv_timeout(timeout).is_err() {
+        tracing::warn!("the training thread did not end in time");
+    }
+    result
+}

@@ -1,0 +1,177 @@
+//! Learning from collected batches: a policy-gradient learner with no actors and
+//! no threads (the `rollout-actors` crate runs it as an actor).
+//!
+//! [`Ppo`] trains the `Linear` and `Mlp` softmax policies on discrete actions:
+//! a clipped-surrogate policy loss on GAE advantages (normalised per batch), a
+//! separate value network, Adam, gradients written out by hand over flat f64
+//! slices. Every update yields new [`Weights`](crate::Weights) with the
+//! policy's own names and shapes, ready for the nodes.
+//!
+//! Batches are used as they come: a trajectory cut by the end of a batch is
+//! bootstrapped with the value of its last next observation, so no frame waits
+//! for a later batch. [`EpisodeTracker`] follows episode returns across batches
+//! by trajectory id, for progress reports and stopping rules.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::rollout::keys;
+use crate::tensor::{TensorDict, TensorError};
+
+pub mod adam;
+pub mod advantage;
+pub mod net;
+pub mod ppo;
+
+pub use adam::Adam;
+pub use net::DenseNet;
+pub use ppo::{Ppo, PpoConfig, UpdateStats};
+
+/// What went wrong while learning.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LearnError {
+    /// A hyper-parameter or network shape the learner cannot use.
+    #[error("bad learner config: {0}")]
+    Config(String),
+    /// A policy or action space without a gradient here.
+    #[error("cannot learn {0}")]
+    Unsupported(String),
+    /// Weights of the wrong names or shapes.
+    #[error("bad weights: {0}")]
+    Weights(String),
+    /// A batch without the keys, dtypes or shapes the learner needs.
+    #[error("bad batch: {0}")]
+    Batch(String),
+    /// A tensor error while reading a batch.
+    #[error(transparent)]
+    Tensor(#[from] TensorError),
+    /// The weights became NaN or infinite.
+    #[error("training diverged: {0}")]
+    Diverged(String),
+}
+
+/// Sums rewards per trajectory id across batches and records every finished episode's return.
+#[derive(Clone, Debug, Default)]
+pub struct EpisodeTracker {
+    partial: BTreeMap<i64, f64>,
+    window: VecDeque<f64>,
+    window_len: usize,
+    episodes: u64,
+    best: Option<f64>,
+}
+
+impl EpisodeTracker {
+    /// A tracker whose [`Self::mean`] covers the last `window` episodes (at least 1).
+    pub fn new(window: usize) -> EpisodeTracker {
+        EpisodeTracker {
+            window_len: window.max(1),
+            ..EpisodeTracker::default()
+        }
+    }
+
+    /// Reads `next.reward`, `next.done` and `collector.traj_ids` of a batch (`[.., T]`,
+    /// time last); returns the returns of the episodes that ended in it, in order
+    /// (lane by lane, then time).
+    pub fn observe(&mut self, batch: &TensorDict) -> Result<Vec<f64>, crate::learn::LearnError> {
+        let reward = batch.f32(keys::NEXT_REWARD)?;
+        let done = batch.bool(keys::NEXT_DONE)?;
+        let ids = batch.i64(keys::TRAJ_IDS)?;
+        if reward.len() != ids.len() || done.len() != ids.len() {
+            return Err(LearnError::Batch(format!(
+                "{} rewards, {} dones and {} trajectory ids",
+                reward.len(),
+                done.len(),
+                ids.len()
+            )));
+        }
+        let mut ended = Vec::new();
+        for ((&r, &d), &id) in reward.iter().zip(done.iter()).zip(ids.iter()) {
+            let sum = self.partial.entry(id).or_insert(0.0);
+            *sum += f64::from(r);
+            if d {
+                let total = self.partial.remove(&id).unwrap_or(0.0);
+                ended.push(total);
+                self.episodes += 1;
+                self.best = Some(self.best.map_or(total, |b| b.max(total)));
+                self.window.push_back(total);
+                if self.window.len() > self.window_len {
+                    self.window.pop_front();
+                }
+            }
+        }
+        Ok(ended)
+    }
+
+    /// Episodes finished so far.
+    pub fn episodes(&self) -> u64 {
+        self.episodes
+    }
+
+    /// Mean return of the last `window` episodes (fewer at the start), `None` before the first.
+    pub fn mean(&self) -> Option<f64> {
+        (!self.window.is_empty()).then(|| self.window.iter().sum::<f64>() / self.window.len() as f64)
+    }
+
+    /// True once `window` episodes have finished.
+    pub fn window_full(&self) -> bool {
+        self.window.len() == self.window_len
+    }
+
+    /// The best return so far.
+    pub fn best(&self) -> Option<f64> {
+        self.best
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::Tensor;
+    use ndarray::{ArrayD, IxDyn};
+
+    fn batch(reward: &[f32], done: &[bool], ids: &[i64], shape: &[usize]) -> TensorDict {
+        let mut td = TensorDict::new(shape);
+        let fshape: Vec<usize> = [shape, &[1]].concat();
+        td.set(
+            keys::NEXT_REWARD,
+            Tensor::F32(ArrayD::from_shape_vec(IxDyn(&fshape), reward.to_vec()).unwrap()),
+        )
+        .unwrap();
+        td.set(
+            keys::NEXT_DONE,
+            Tensor::Bool(ArrayD::from_shape_vec(IxDyn(&fshape), done.to_vec()).unwrap()),
+        )
+        .unwrap();
+        td.set(
+            keys::TRAJ_IDS,
+            Tensor::I64(ArrayD::from_shape_vec(IxDyn(shape), ids.to_vec()).unwrap()),
+        )
+        .unwrap();
+        td
+    }
+
+    #[test]
+    fn episodes_span_batches_by_trajectory_id() {
+        let mut t = EpisodeTracker::new(2);
+        assert_eq!(t.mean(), None);
+        // Two lanes of 3 steps: lane 0 ends traj 0 after 2 steps and starts traj 2;
+        // lane 1 runs traj 1 past the batch end.
+        let b1 = batch(
+            &[1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
+            &[false, true, false, false, false, false],
+            &[0, 0, 2, 1, 1, 1],
+            &[2, 3],
+        );
+        assert_eq!(t.observe(&b1).unwrap(), [2.0]);
+        let b2 = batch(
+            &[1.0, 1.0, 1.0, 2.0, 1.0, 1.0],
+            &[false, true, false, true, false, false],
+            &[2, 2, 4, 1, 3, 3],
+            &[2, 3],
+        );
+        assert_eq!(t.observe(&b2).unwrap(), [3.0, 5.0]);
+        assert_eq!(t.episodes(), 3);
+        assert_eq!(t.mean(), Some(4.0), "the window holds the last two");
+        assert!(t.window_full());
+        assert_eq!(t.best(), Some(5.0));
+    }
+}

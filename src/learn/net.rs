@@ -1,0 +1,288 @@
+//! A dense network with hand-written backpropagation, in f64: the learner's copy
+//! of the `Linear` / `Mlp` policies (and of the value function).
+//!
+//! Parameters live in one flat vector, layer by layer, weight (`[out, in]`,
+//! row-major) then bias, exactly as the policies lay them out; hidden layers are
+//! tanh, the output layer is linear.
+
+use std::collections::BTreeMap;
+
+use ndarray::{ArrayD, IxDyn};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::LearnError;
+use crate::policy::{PolicyConfig, Weights};
+use crate::tensor::Tensor;
+
+/// One dense layer inside the flat parameter vector.
+#[derive(Clone, Debug, PartialEq)]
+struct Layer {
+    n_in: usize,
+    n_out: usize,
+    /// Offset of the weight in the parameters.
+    w: usize,
+    /// Offset of the bias in the parameters.
+    b: usize,
+    w_name: String,
+    b_name: String,
+}
+
+/// Dense layers with tanh between them; parameters in f64.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DenseNet {
+    layers: Vec<Layer>,
+    /// Every parameter, layer by layer, weight then bias.
+    pub params: Vec<f64>,
+}
+
+/// The activations of a forward pass over `n` rows, kept for [`DenseNet::backward`].
+#[derive(Clone, Debug, Default)]
+pub struct Cache {
+    n: usize,
+    /// `acts[0]` is the input, `acts[i + 1]` the output of layer `i` (tanh applied for hidden layers).
+    acts: Vec<Vec<f64>>,
+}
+
+impl Cache {
+    /// The network's output, `[n, out]` row-major.
+    pub fn output(&self) -> &[f64] {
+        self.acts.last().map_or(&[], Vec::as_slice)
+    }
+}
+
+/// Tensor names of layer `i` for a policy config (`weight`/`bias` for `Linear`,
+/// `layers.{i}.weight`/`layers.{i}.bias` for `Mlp`).
+pub fn layer_names(config: &PolicyConfig, i: usize) -> (String, String) {
+    match config {
+        PolicyConfig::Linear => ("weight".into(), "bias".into()),
+        _ => (format!("layers.{i}.weight"), format!("layers.{i}.bias")),
+    }
+}
+
+impl DenseNet {
+    /// A network `dims[0] -> dims[1] -> ... -> dims[last]`, tensors named by `names(i)`,
+    /// with torch's default initialisation (uniform in `±1/sqrt(fan_in)`) from `seed`.
+    pub fn new(dims: &[usize], names: impl Fn(usize) -> (String, String), seed: u64) -> Result<DenseNet, LearnError> {
+        if dims.len() < 2 || dims.contains(&0) {
+            return Err(LearnError::Config(format!(
+                "network widths {dims:?}: need at least two, none zero"
+            )));
+        }
+        let mut layers = Vec::with_capacity(dims.len() - 1);
+        let mut total = 0;
+        for (i, io) in dims.windows(2).enumerate() {
+            let (w_name, b_name) = names(i);
+            let (n_in, n_out) = (io[0], io[1]);
+            layers.push(Layer {
+                n_in,
+                n_out,
+                w: total,
+                b: total + n_in * n_out,
+                w_name,
+                b_name,
+            });
+            total += n_in * n_out + n_out;
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut params = Vec::with_capacity(total);
+        for l in &layers {
+            let bound = 1.0 / (l.n_in as f64).sqrt();
+            for _ in 0..(l.n_in * l.n_out + l.n_out) {
+                params.push(bound * (2.0 * rng.random::<f64>() - 1.0));
+            }
+        }
+        Ok(DenseNet { layers, params })
+    }
+
+    /// Input width.
+    pub fn n_in(&self) -> usize {
+        self.layers[0].n_in
+    }
+
+    /// Output width.
+    pub fn n_out(&self) -> usize {
+        self.layers[self.layers.len() - 1].n_out
+    }
+
+    /// Number of parameters.
+    pub fn len(&self) -> usize {
+        self.params.len()
+    }
+
+    /// True when the network has no parameter (never, for a built one).
+    pub fn is_empty(&self) -> bool {
+        self.params.is_empty()
+    }
+
+    /// Copies `weights` (f32 tensors under this network's names and shapes) into the parameters.
+    pub fn set_weights(&mut self, weights: &Weights) -> Result<(), LearnError> {
+        for l in &self.layers {
+            for (name, off, shape) in [(&l.w_name, l.w, vec![l.n_out, l.n_in]), (&l.b_name, l.b, vec![l.n_out])] {
+                let t = weights
+                    .tensors
+                    .get(name.as_str())
+                    .ok_or_else(|| LearnError::Weights(format!("missing tensor `{name}`")))?;
+                let a = t
+                    .as_f32()
+                    .filter(|a| a.shape() == shape.as_slice())
+                    .ok_or_else(|| LearnError::Weights(format!("`{name}` must be f32 {shape:?}")))?;
+                for (d, s) in self.params[off..].iter_mut().zip(a.iter()) {
+                    *d = f64::from(*s);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The parameters as f32 [`Weights`] (version 0) under this network's names.
+    pub fn to_weights(&self) -> Weights {
+        let mut tensors = BTreeMap::new();
+        for l in &self.layers {
+            let w: Vec<f32> = self.params[l.w..l.b].iter().map(|&x| x as f32).collect();
+            let b: Vec<f32> = self.params[l.b..l.b + l.n_out].iter().map(|&x| x as f32).collect();
+            let w = ArrayD::from_shape_vec(IxDyn(&[l.n_out, l.n_in]), w).expect("weight length matches its shape");
+            let b = ArrayD::from_shape_vec(IxDyn(&[l.n_out]), b).expect("bias length matches its shape");
+            tensors.insert(l.w_name.clone(), Tensor::F32(w));
+            tensors.insert(l.b_name.clone(), Tensor::F32(b));
+        }
+        Weights::new(tensors)
+    }
+
+    /// Runs `n` rows of `x` (`[n, n_in]` row-major) through the network with `params`
+    /// (this network's layout; pass `&self.params` for the current ones).
+    pub fn forward_with(&self, params: &[f64], x: &[f64], n: usize) -> Cache {
+        debug_assert_eq!(x.len(), n * self.n_in());
+        let mut acts = Vec::with_capacity(self.layers.len() + 1);
+        acts.push(x.to_vec());
+        let last = self.layers.len() - 1;
+        for (i, l) in self.layers.iter().enumerate() {
+            let input = &acts[i];
+            let w = &params[l.w..l.b];
+            let b = &params[l.b..l.b + l.n_out];
+            let mut out = vec![0.0; n * l.n_out];
+            for r in 0..n {
+                let xr = &input[r * l.n_in..(r + 1) * l.n_in];
+                for (j, o) in out[r * l.n_out..(r + 1) * l.n_out].iter_mut().enumerate() {
+                    let row = &w[j * l.n_in..(j + 1) * l.n_in];
+                    let s: f64 = row.iter().zip(xr).map(|(a, b)| a * b).sum();
+                    *o = if i == last { s + b[j] } else { (s + b[j]).tanh() };
+                }
+            }
+            acts.push(out);
+        }
+        Cache { n, acts }
+    }
+
+    /// [`Self::forward_with`] the current parameters.
+    pub fn forward(&self, x: &[f64], n: usize) -> Cache {
+        self.forward_with(&self.params, x, n)
+    }
+
+    /// Adds to `grad` (this network's layout) the gradient of a loss whose gradient
+    /// with respect to the output of `cache` is `d_out` (`[n, n_out]`).
+    pub fn backward_with(&self, params: &[f64], cache: &Cache, d_out: &[f64], grad: &mut [f64]) {
+        let n = cache.n;
+        let mut delta = d_out.to_vec();
+        for (i, l) in self.layers.iter().enumerate().rev() {
+            // `delta` is dL/d(pre-activation) of layer i, `[n, n_out]`.
+            let input = &cache.acts[i];
+            let w = &params[l.w..l.b];
+            let (gw, rest) = grad[l.w..].split_at_mut(l.n_in * l.n_out);
+            let gb = &mut rest[..l.n_out];
+            for r in 0..n {
+                let xr = &input[r * l.n_in..(r + 1) * l.n_in];
+                let dr = &delta[r * l.n_out..(r + 1) * l.n_out];
+                for (j, &d) in dr.iter().enumerate() {
+                    if d == 0.0 {
+                        continue;
+                    }
+                    gb[j] += d;
+                    for (g, &x) in gw[j * l.n_in..(j + 1) * l.n_in].iter_mut().zip(xr) {
+                        *g += d * x;
+                    }
+                }
+            }
+            if i == 0 {
+                break;
+            }
+            // Through the weights, then through the tanh of layer i - 1 (whose output is `input`).
+            let mut prev = vec![0.0; n * l.n_in];
+            for r in 0..n {
+                let dr = &delta[r * l.n_out..(r + 1) * l.n_out];
+                let pr = &mut prev[r * l.n_in..(r + 1) * l.n_in];
+                for (j, &d) in dr.iter().enumerate() {
+                    if d == 0.0 {
+                        continue;
+                    }
+                    for (p, &wv) in pr.iter_mut().zip(&w[j * l.n_in..(j + 1) * l.n_in]) {
+                        *p += d * wv;
+                    }
+                }
+                for (p, &a) in pr.iter_mut().zip(&input[r * l.n_in..(r + 1) * l.n_in]) {
+                    *p *= 1.0 - a * a;
+                }
+            }
+            delta = prev;
+        }
+    }
+
+    /// [`Self::backward_with`] the current parameters.
+    pub fn backward(&self, cache: &Cache, d_out: &[f64], grad: &mut [f64]) {
+        self.backward_with(&self.params, cache, d_out, grad);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{ActionsMut, ExplorationType, PolicySpec};
+    use crate::spec::Spec;
+
+    #[test]
+    fn round_trips_policy_weights_and_matches_the_policy() {
+        let obs = Spec::uniform_box(4, -1.0, 1.0);
+        let act = Spec::Discrete { n: 2 };
+        for config in [PolicyConfig::Linear, PolicyConfig::Mlp { hidden: vec![5, 3] }] {
+            let spec = PolicySpec {
+                config: config.clone(),
+                exploration: ExplorationType::Deterministic,
+                init_seed: 4,
+            };
+            let mut p = spec.build(&obs, &act, 0).unwrap();
+            let dims: Vec<usize> = match &config {
+                PolicyConfig::Mlp { hidden } => [vec![4], hidden.clone(), vec![2]].concat(),
+                _ => vec![4, 2],
+            };
+            let mut net = DenseNet::new(&dims, |i| layer_names(&config, i), 0).unwrap();
+            net.set_weights(p.weights()).unwrap();
+            assert_eq!(&net.to_weights(), p.weights());
+            // The same argmax as the policy.
+            let x = [0.3f32, -0.2, 0.9, 0.1, -0.5, 0.4, -0.9, 0.2];
+            let mut a = [0i64; 2];
+            p.act(&x, 2, ActionsMut::Discrete(&mut a)).unwrap();
+            let xd: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+            let out = net.forward(&xd, 2);
+            for (r, &ar) in a.iter().enumerate() {
+                let z = &out.output()[r * 2..r * 2 + 2];
+                assert_eq!(ar, i64::from(z[1] > z[0]), "{config:?} {z:?}");
+            }
+            p.set_weights(&net.to_weights().with_version(1)).unwrap();
+        }
+    }
+
+    #[test]
+    fn missing_or_misshaped_weights_are_errors() {
+        let mut net = DenseNet::new(
+            &[2, 3, 2],
+            |i| layer_names(&PolicyConfig::Mlp { hidden: vec![3] }, i),
+            0,
+        )
+        .unwrap();
+        let mut w = net.to_weights();
+        w.tensors.remove("layers.1.bias");
+        assert!(matches!(net.set_weights(&w), Err(LearnError::Weights(_))));
+        assert!(DenseNet::new(&[2], |i| layer_names(&PolicyConfig::Linear, i), 0).is_err());
+        assert!(DenseNet::new(&[2, 0, 2], |i| layer_names(&PolicyConfig::Linear, i), 0).is_err());
+    }
+}
