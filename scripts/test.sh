@@ -14,6 +14,10 @@ python3 -c "import msgpack" 2>/dev/null || python3 -m pip install --quiet --disa
 # A real one-node SLURM cluster for tests/tests/slurm.rs (idempotent, fast when up).
 ./scripts/slurm-local.sh
 
+# The release binary the training test runs (debug training is ~25x slower);
+# built here so that no test spends its deadline compiling.
+cargo build --release -p rollout-actors --bin rollout
+
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo nextest run --workspace --profile ci

@@ -732,7 +732,7 @@ mod train_cmd {
         let launcher = match args.launcher {
             LauncherKind::Local => Launcher::Local,
             LauncherKind::Process => Launcher::Process,
-            LauncherKind::External => {
+            LauncherKind::External | LauncherKind::Slurm => {
                 return Err(usage(
                     "launcher",
                     "`train` starts its nodes itself: use local or process",
