@@ -103,12 +103,21 @@ pub struct Escalation {
     pub total_restarts: u32,
 }
 
+/// Restarts shown in an [`Escalation`]'s message: the most recent ones.
+pub const HISTORY_SHOWN: usize = 8;
+
 fn history_text(history: &[RestartRecord]) -> String {
     if history.is_empty() {
         return String::new();
     }
-    let items: Vec<String> = history.iter().map(ToString::to_string).collect();
-    format!("; history: {}", items.join("; "))
+    let skip = history.len().saturating_sub(HISTORY_SHOWN);
+    let items: Vec<String> = history[skip..].iter().map(ToString::to_string).collect();
+    let earlier = if skip > 0 {
+        format!("{skip} earlier restarts not shown; ")
+    } else {
+        String::new()
+    };
+    format!("; history: {earlier}{}", items.join("; "))
 }
 
 /// The restart bookkeeping of one supervised child.
@@ -241,6 +250,23 @@ mod tests {
             assert!(r.record(s(10.0 + 2.6 * i as f64), "slow").is_ok());
         }
         assert_eq!(r.total(), 103);
+    }
+
+    #[test]
+    fn a_long_history_shows_the_most_recent_restarts() {
+        let mut r = Restarts::new(RestartIntensity::new(20, s(100.0)).unwrap());
+        for i in 0..20 {
+            r.record(s(i as f64), format!("f{i}")).unwrap();
+        }
+        let e = r.record(s(20.0), "last").unwrap_err();
+        assert_eq!(e.history.len(), 20, "the value keeps all of it");
+        let text = e.to_string();
+        assert!(
+            text.contains("history: 12 earlier restarts not shown; restart 13 at 12.000 s after f12;"),
+            "{text}"
+        );
+        assert!(text.ends_with("restart 20 at 19.000 s after f19"), "{text}");
+        assert!(!text.contains("after f11"), "{text}");
     }
 
     #[test]

@@ -508,3 +508,218 @@ fn max_traj_id(data: &TensorDict) -> Option<u64> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use ndarray::ArrayD;
+
+    use super::*;
+    use crate::message::{Continue, Seed, UpdateWeights};
+
+    fn s(secs: u64) -> Duration {
+        Duration::from_secs(secs)
+    }
+
+    /// A worker's share of `n` frames whose trajectory ids are `ids` (cycled).
+    fn share(n: usize, ids: &[i64]) -> TensorDict {
+        let mut d = TensorDict::new(&[1, n]);
+        let v: Vec<i64> = (0..n).map(|i| ids[i % ids.len()]).collect();
+        d.set(
+            keys::TRAJ_IDS,
+            Tensor::I64(ArrayD::from_shape_vec(vec![1, n], v).unwrap()),
+        )
+        .unwrap();
+        d
+    }
+
+    fn cont(m: &mut NodeMachine, seq: u64, frames: usize) {
+        let mut out = Vec::new();
+        m.handle(ToNode::Continue(Continue { seq, frames }), &mut out).unwrap();
+    }
+
+    fn trainer_msgs(out: &[NodeOutput]) -> Vec<&FromNode> {
+        out.iter()
+            .filter_map(|o| match o {
+                NodeOutput::Trainer(m) => Some(m),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_worker_failing_mid_collect_is_restarted_and_asked_again() {
+        let mut m = NodeMachine::new(3, 2, 1).with_base_seed(100);
+        cont(&mut m, 1, 8);
+        let mut out = Vec::new();
+        m.on_worker_batch(0, 1, 0, share(4, &[3, 7]), &mut out).unwrap();
+        m.on_worker_failed(1, "panic: boom", s(1), &mut out);
+        assert_eq!(
+            out,
+            vec![
+                NodeOutput::RestartWorker {
+                    worker: 1,
+                    restart: 1,
+                    seed: restart_seed(101, 1),
+                    skip_traj_ids_below: 0,
+                    frames: 0,
+                    weights: None,
+                    cause: "panic: boom".into(),
+                },
+                NodeOutput::Worker {
+                    worker: 1,
+                    cmd: WorkerCmd::Collect { seq: 1, frames: 4 },
+                },
+            ]
+        );
+        out.clear();
+        m.on_worker_batch(1, 1, 0, share(4, &[1, 5]), &mut out).unwrap();
+        let msgs = trainer_msgs(&out);
+        assert_eq!(msgs.len(), 1, "one whole batch");
+        match msgs[0] {
+            FromNode::Batch(b) => assert_eq!((b.node, b.seq, b.data.numel()), (3, 1, 8)),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(m.restarts(1), 1);
+        assert_eq!(m.restarts(0), 0);
+        // The same seed for the same (base seed, worker, restart): reproducible.
+        assert_eq!(
+            m.restart_seed(1, 1),
+            NodeMachine::new(0, 2, 1).with_base_seed(100).restart_seed(1, 1)
+        );
+    }
+
+    #[test]
+    fn restart_skips_delivered_traj_ids_resumes_frames_and_gets_current_weights() {
+        let mut m = NodeMachine::new(0, 1, 1).with_base_seed(5);
+        let mut out = Vec::new();
+        let w = Arc::new(Weights::new(BTreeMap::new()).with_version(4));
+        m.handle(ToNode::UpdateWeights(UpdateWeights { weights: w.clone() }), &mut out)
+            .unwrap();
+        m.handle(ToNode::Seed(Seed { seed: 40 }), &mut out).unwrap();
+        cont(&mut m, 1, 6);
+        m.on_worker_batch(0, 1, 4, share(6, &[2, 10, 6]), &mut out).unwrap();
+        cont(&mut m, 2, 6);
+        out.clear();
+        m.on_worker_failed(0, "env 0 failed: bad", s(0), &mut out);
+        match &out[0] {
+            NodeOutput::RestartWorker {
+                seed,
+                skip_traj_ids_below,
+                frames,
+                weights,
+                ..
+            } => {
+                assert_eq!(*seed, restart_seed(40, 1), "from the base seed the last Seed set");
+                assert_eq!(*skip_traj_ids_below, 11);
+                assert_eq!(*frames, 6);
+                assert_eq!(weights.as_ref(), Some(&w));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            out[1],
+            NodeOutput::Worker {
+                worker: 0,
+                cmd: WorkerCmd::Collect { seq: 2, frames: 6 }
+            }
+        );
+    }
+
+    #[test]
+    fn a_failure_after_the_share_was_delivered_does_not_ask_again() {
+        let mut m = NodeMachine::new(0, 2, 1);
+        cont(&mut m, 1, 4);
+        let mut out = Vec::new();
+        m.on_worker_batch(0, 1, 0, share(2, &[0]), &mut out).unwrap();
+        m.on_worker_failed(0, "policy failed", s(0), &mut out);
+        assert_eq!(out.len(), 1);
+        assert!(matches!(out[0], NodeOutput::RestartWorker { worker: 0, .. }));
+        // Idle node: a restart, nothing to ask again.
+        let mut m = NodeMachine::new(0, 1, 1);
+        out.clear();
+        m.on_worker_failed(0, "x", s(0), &mut out);
+        assert_eq!(out.len(), 1);
+    }
+
+    #[test]
+    fn past_the_intensity_the_node_fails_naming_worker_cause_and_history() {
+        let mut m = NodeMachine::new(2, 2, 1).with_intensity(RestartIntensity::new(2, s(10)).unwrap());
+        cont(&mut m, 1, 4);
+        let mut out = Vec::new();
+        m.on_worker_failed(1, "panic: a", s(0), &mut out);
+        m.on_worker_failed(1, "panic: b", s(1), &mut out);
+        out.clear();
+        m.on_worker_failed(1, "panic: c", s(2), &mut out);
+        assert_eq!(out.len(), 1, "{out:?}");
+        let NodeOutput::Trainer(FromNode::Failed { node, reason }) = &out[0] else {
+            panic!("{out:?}");
+        };
+        assert_eq!(*node, 2);
+        for want in [
+            "env worker 1 failed after 2 restarts: panic: c",
+            "limit 2 restarts within 10.000 s",
+            "restart 1 at 0.000 s after panic: a",
+            "restart 2 at 1.000 s after panic: b",
+        ] {
+            assert!(reason.contains(want), "{want:?} not in {reason}");
+        }
+        assert!(m.has_failed());
+        assert_eq!(m.pending_seq(), None, "the Continue in flight is dropped");
+        // Later failures (and late shares) produce nothing more.
+        out.clear();
+        m.on_worker_failed(0, "panic: d", s(3), &mut out);
+        assert!(out.is_empty());
+        assert!(m.on_worker_batch(0, 1, 0, share(2, &[0]), &mut out).is_err());
+    }
+
+    #[test]
+    fn failures_spread_wider_than_the_window_restart_forever() {
+        let mut m = NodeMachine::new(0, 1, 1).with_intensity(RestartIntensity::new(1, s(5)).unwrap());
+        let mut out = Vec::new();
+        for i in 0..20 {
+            m.on_worker_failed(0, "slow", s(5 * i), &mut out);
+        }
+        assert!(!m.has_failed());
+        assert_eq!(m.restarts(0), 20);
+        m.on_worker_failed(0, "fast", s(5 * 19 + 1), &mut out);
+        assert!(m.has_failed());
+    }
+
+    #[test]
+    fn no_restart_while_stopping() {
+        let mut m = NodeMachine::new(0, 1, 1);
+        let mut out = Vec::new();
+        m.handle(ToNode::Shutdown, &mut out).unwrap();
+        out.clear();
+        m.on_worker_failed(0, "late", s(0), &mut out);
+        assert!(out.is_empty());
+        m.on_worker_stopped(0, &mut out);
+        assert_eq!(out, vec![NodeOutput::Trainer(FromNode::Down { node: 0 })]);
+    }
+
+    #[test]
+    fn from_spec_takes_seed_and_intensity() {
+        let spec = NodeSpec {
+            index: 4,
+            env: crate::EnvSpec::new("Counting"),
+            policy: crate::PolicySpec::default(),
+            envs_per_node: 3,
+            first_lane: 0,
+            lanes: 3,
+            rollout: crate::rollout::RolloutConfig {
+                seed: 77,
+                ..Default::default()
+            },
+            max_restarts: 9,
+            restart_window_ms: 250,
+        };
+        let m = NodeMachine::from_spec(&spec);
+        assert_eq!((m.index(), m.workers(), m.base_seed()), (4, 3, 77));
+        assert_eq!(
+            m.intensity(),
+            RestartIntensity::new(9, Duration::from_millis(250)).unwrap()
+        );
+    }
+}
