@@ -69,7 +69,7 @@ impl Node {
             let outs = std::mem::take(&mut self.out);
             for o in outs {
                 match o {
-                    NodeOutput::Worker { worker, cmd } => self.to_worker(worker, cmd),
+                    NodeOutput::Worker { worker, cmd } => self.send_worker(worker, cmd),
                     NodeOutput::Trainer(m) => self.trainer.do_send(FromNodeMsg(m)),
                     NodeOutput::RestartWorker {
                         worker,
@@ -99,7 +99,7 @@ impl Node {
         }
     }
 
-    fn to_worker(&mut self, worker: usize, cmd: WorkerCmd) {
+    fn send_worker(&mut self, worker: usize, cmd: WorkerCmd) {
         let Some(w) = self.workers.get(worker) else {
             tracing::error!(node = self.machine.index(), worker, "no such worker");
             return;

@@ -389,6 +389,7 @@ fn bad_config_fails_at_build_naming_the_field() {
     assert!(build_err(DistributedCollector::builder().frames_per_batch(10)).contains("env"));
     assert!(build_err(base().max_weight_update_interval(0)).contains("max_weight_update_interval"));
     assert!(build_err(base().update_interval(0)).contains("update_interval"));
+    assert!(build_err(base().restart_window(std::time::Duration::ZERO)).contains("restart_window"));
     assert!(build_err(base().policy(PolicyConfig::Mlp { hidden: vec![0] })).contains("policy"));
 }
 

@@ -374,3 +374,67 @@ fn a_restarted_worker_collects_with_the_current_weights() {
     }
     c.shutdown().expect("shutdown");
 }
+
+#[test]
+fn remote_nodes_restart_their_workers_too() {
+    // Two library nodes joining over loopback, with the Panicky env: the same Node
+    // actor, built from the Welcome, supervises its workers.
+    const TOKEN: &[u8] = b"supervision-token";
+    let deadline = Duration::from_secs(20);
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let t = std::thread::spawn(move || {
+        DistributedCollector::builder()
+            .env("Panicky")
+            .registry(panicky_registry(37).0)
+            .policy(PolicyConfig::Constant { value: 1.0 })
+            .nodes(2)
+            .frames_per_batch(20)
+            .total_frames(600)
+            .sync(true)
+            .seed(0)
+            .max_restarts(1000)
+            .restart_window(Duration::from_secs(60))
+            .launcher(Launcher::External)
+            .listen(addr.to_string())
+            .token(TOKEN)
+            .join_timeout(deadline)
+            .batch_timeout(deadline)
+            .build()
+            .expect("collector")
+    });
+    let builds: Vec<_> = (0..2).map(|_| panicky_registry(37)).collect();
+    let counters: Vec<_> = builds.iter().map(|(_, b)| b.clone()).collect();
+    let nodes: Vec<_> = builds
+        .into_iter()
+        .enumerate()
+        .map(|(i, (registry, _))| {
+            std::thread::spawn(move || {
+                let opts = rollout_actors::remote::NodeOptions {
+                    name: format!("panicky-{i}"),
+                    registry,
+                    connect_timeout: deadline,
+                    ..Default::default()
+                };
+                rollout_actors::remote::run_node(&addr.to_string(), TOKEN, opts).map_err(|e| e.to_string())
+            })
+        })
+        .collect();
+    let mut c = t.join().expect("trainer thread");
+    let start = Instant::now();
+    let batches = drain(&mut c);
+    assert_eq!(batches.len(), 30);
+    assert!(batches.iter().all(|b| b.data.numel() == 20), "every batch is full");
+    assert_unique_traj_ids(&batches);
+    assert!(start.elapsed() < Duration::from_secs(30));
+    c.shutdown().expect("shutdown");
+    for n in nodes {
+        assert_eq!(n.join().expect("node thread"), Ok(()));
+    }
+    // 300 frames per node in shares of 10; an instance delivers 3 shares (steps 1..30)
+    // and panics in its 4th: 10 instances, 9 restarts on each node.
+    for (i, b) in counters.iter().enumerate() {
+        assert_eq!(b.load(Ordering::SeqCst), 1 + 9, "node {i}: the worker and its rebuilds");
+    }
+}
