@@ -15,6 +15,7 @@ pub mod policy;
 pub mod postproc;
 pub mod rollout;
 pub mod spec;
+pub mod supervisor;
 pub mod tensor;
 pub mod wire;
 

@@ -4,8 +4,17 @@
 use serde::{Deserialize, Serialize};
 
 use crate::env::{EnvSpec, Registry};
-use crate::policy::PolicySpec;
+use crate::policy::{PolicySpec, Weights};
 use crate::rollout::{Rollout, RolloutConfig, RolloutError, TrajIds};
+use crate::supervisor::{RestartIntensity, DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW};
+
+fn default_max_restarts() -> u32 {
+    DEFAULT_MAX_RESTARTS
+}
+
+fn default_restart_window_ms() -> u64 {
+    DEFAULT_RESTART_WINDOW_MS
+}
 
 /// Everything that defines one node.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -24,9 +33,28 @@ pub struct NodeSpec {
     pub lanes: u64,
     /// Collection-loop settings; `frames_per_batch` is the largest share a worker is asked for.
     pub rollout: RolloutConfig,
+    /// Restarts of one env worker allowed within `restart_window_ms` before the node
+    /// fails (absent on the wire: 5).
+    #[serde(default = "default_max_restarts")]
+    pub max_restarts: u32,
+    /// The window of `max_restarts`, in milliseconds (absent on the wire: 5000; 0 is
+    /// read as 1 ms).
+    #[serde(default = "default_restart_window_ms")]
+    pub restart_window_ms: u64,
 }
 
+/// The default [`NodeSpec::restart_window_ms`]: 5000 (5 s, as in OTP).
+pub const DEFAULT_RESTART_WINDOW_MS: u64 = DEFAULT_RESTART_WINDOW.as_millis() as u64;
+
 impl NodeSpec {
+    /// How often each of the node's env workers may be restarted.
+    pub fn restart_intensity(&self) -> RestartIntensity {
+        RestartIntensity {
+            max_restarts: self.max_restarts,
+            window: std::time::Duration::from_millis(self.restart_window_ms.max(1)),
+        }
+    }
+
     /// Builds the rollout of worker `worker` (one env), seeded `rollout.seed + worker`.
     pub fn build_worker(&self, registry: &Registry, worker: usize) -> Result<Rollout, RolloutError> {
         let env = registry
@@ -42,6 +70,30 @@ impl NodeSpec {
         let mut cfg = self.rollout.clone();
         cfg.seed = seed;
         Rollout::new(vec![env], policy, vec![ids], cfg)
+    }
+
+    /// Builds worker `worker`'s rollout anew after a failure (see
+    /// [`NodeOutput::RestartWorker`](crate::machine::NodeOutput::RestartWorker)): built
+    /// as at the start, then reseeded with `seed`, its trajectory ids moved to
+    /// `skip_traj_ids_below` or beyond, its frame count resumed at `frames`, and
+    /// `weights` loaded when given.
+    pub fn rebuild_worker(
+        &self,
+        registry: &Registry,
+        worker: usize,
+        seed: u64,
+        skip_traj_ids_below: u64,
+        frames: u64,
+        weights: Option<&Weights>,
+    ) -> Result<Rollout, RolloutError> {
+        let mut r = self.build_worker(registry, worker)?;
+        r.set_seed(seed);
+        r.skip_traj_ids_below(skip_traj_ids_below);
+        r.resume_frames(frames);
+        if let Some(w) = weights {
+            r.set_weights(w)?;
+        }
+        Ok(r)
     }
 
     /// Builds the rollouts of all the node's workers.

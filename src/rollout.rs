@@ -378,6 +378,21 @@ impl Rollout {
         &self.ids
     }
 
+    /// Moves every env's trajectory-id allocator past `min`: no id below it is handed
+    /// out again (a restarted worker must not repeat ids its predecessor delivered).
+    /// The trajectory in progress keeps its id; the next one gets a fresh id.
+    pub fn skip_traj_ids_below(&mut self, min: u64) {
+        for ids in &mut self.ids {
+            ids.skip_below(min);
+        }
+    }
+
+    /// Sets the count of frames collected so far, so a rollout rebuilt after a
+    /// failure resumes its predecessor's count (`init_random_frames` is not redone).
+    pub fn resume_frames(&mut self, frames: u64) {
+        self.frames = frames;
+    }
+
     /// Reseeds: env `k` starts a new episode seeded `seed + k` at its next step,
     /// the policy's sampling is reseeded too. Returns the next unused seed.
     pub fn set_seed(&mut self, seed: u64) -> u64 {

@@ -516,6 +516,8 @@ mod tests {
                 max_frames_per_traj: Some(200),
                 ..RolloutConfig::default()
             },
+            max_restarts: crate::supervisor::DEFAULT_MAX_RESTARTS,
+            restart_window_ms: crate::node_spec::DEFAULT_RESTART_WINDOW_MS,
         }
     }
 
@@ -723,11 +725,38 @@ mod tests {
                 "first_lane",
                 "index",
                 "lanes",
+                "max_restarts",
                 "policy",
+                "restart_window_ms",
                 "rollout"
             ]
         );
         assert_eq!(w.weights.keys().collect::<Vec<_>>(), ["tensors", "version"]);
+    }
+
+    #[test]
+    fn a_spec_without_supervision_fields_decodes_with_the_defaults() {
+        // A Welcome from a trainer that predates supervision: no max_restarts, no window.
+        let mut v: BTreeMap<String, serde_json::Value> =
+            rmp_serde::from_slice(&rmp_serde::to_vec_named(&spec()).unwrap()).unwrap();
+        v.remove("max_restarts");
+        v.remove("restart_window_ms");
+        let old = rmp_serde::to_vec_named(&v).unwrap();
+        let mut s = spec();
+        s.max_restarts = 0;
+        s.restart_window_ms = 1;
+        let back: NodeSpec = rmp_serde::from_slice(&old).unwrap();
+        assert_eq!(back.max_restarts, 5);
+        assert_eq!(back.restart_window_ms, 5000);
+        assert_eq!(back.restart_intensity(), crate::supervisor::RestartIntensity::default());
+        assert_eq!(
+            NodeSpec {
+                max_restarts: 5,
+                restart_window_ms: 5000,
+                ..s
+            },
+            back
+        );
     }
 
     #[test]

@@ -15,6 +15,7 @@ use rollout::machine::{Collected, ConfigError, TrainerConfig, TrainerMachine};
 use rollout::node_spec::NodeSpec;
 use rollout::postproc;
 use rollout::rollout::{batch_layout, RolloutConfig};
+use rollout::supervisor::RestartIntensity;
 use rollout::wire::DEFAULT_MAX_FRAME;
 use rollout::{EnvSpec, ExplorationType, PolicyConfig, PolicySpec, Registry, TensorDict, Weights};
 
@@ -88,6 +89,7 @@ pub struct CollectorBuilder {
     node_program: Option<PathBuf>,
     max_frame: usize,
     advertise: Option<String>,
+    restart: RestartIntensity,
 }
 
 impl Default for CollectorBuilder {
@@ -123,6 +125,7 @@ impl Default for CollectorBuilder {
             node_program: None,
             max_frame: DEFAULT_MAX_FRAME,
             advertise: None,
+            restart: RestartIntensity::default(),
         }
     }
 }
@@ -237,6 +240,17 @@ impl CollectorBuilder {
         self.shutdown_timeout = d;
         self
     }
+    /// Restarts of one env worker a node allows within [`Self::restart_window`] before
+    /// it fails (default 5; 0: the first failure fails the node).
+    pub fn max_restarts(mut self, n: u32) -> Self {
+        self.restart.max_restarts = n;
+        self
+    }
+    /// The window [`Self::max_restarts`] counts in (default 5 s; must be longer than zero).
+    pub fn restart_window(mut self, d: Duration) -> Self {
+        self.restart.window = d;
+        self
+    }
 
     /// Starts trainer and nodes inside the actix `System` this is called from: the
     /// embedded use. Pull batches with [`NextBatch`](crate::messages::NextBatch) or
@@ -343,6 +357,9 @@ impl CollectorBuilder {
         if self.max_frames_per_traj == Some(0) {
             return Err(config_err("max_frames_per_traj", "must be at least 1"));
         }
+        if self.restart.window.as_millis() == 0 {
+            return Err(config_err("restart_window", "must be at least 1 ms"));
+        }
         let lanes = (n * k) as u64;
         let seed = self.seed.unwrap_or_else(|| {
             SystemTime::now()
@@ -367,6 +384,8 @@ impl CollectorBuilder {
                     seed: seed.wrapping_add((i * k) as u64),
                     nan_is_failure: false,
                 },
+                max_restarts: self.restart.max_restarts,
+                restart_window_ms: self.restart.window.as_millis() as u64,
             })
             .collect();
         Ok((cfg, specs, seed))

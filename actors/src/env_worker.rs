@@ -2,8 +2,10 @@
 //!
 //! Collection runs inside the handler: the worker's thread is its own, so a
 //! batch being collected blocks nobody else. Env and policy code is run under
-//! `catch_unwind`: a panic there becomes a `Failed` event, and the rollout it
-//! poisoned is dropped, never used again.
+//! `catch_unwind`: a panic there becomes a `Failed` event. After any failure
+//! (error or panic) the rollout is dropped, never used again: the worker answers
+//! `Failed` once, then ignores commands until its node sends a [`Replace`] with a
+//! rollout rebuilt from the spec (fresh state, as an OTP restart).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -11,7 +13,7 @@ use actix::prelude::*;
 use rollout::machine::WorkerCmd;
 use rollout::rollout::Rollout;
 
-use crate::messages::{ToWorker, WorkerEvent};
+use crate::messages::{Replace, ToWorker, WorkerEvent};
 
 /// One env worker of a node.
 pub struct EnvWorker {
@@ -56,19 +58,16 @@ pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// Runs one command on a worker's rollout: the whole of a worker's logic, shared
-/// by the actor and the testkit. A panic drops the rollout (its state is suspect)
-/// and turns into `Failed`; `Stop` drops it and answers `Stopped`.
+/// by the actor and the testkit. A failure (an error, or a panic: its state is
+/// suspect) drops the rollout and answers `Failed`; with no rollout, commands are
+/// ignored until the node replaces it (the failure was reported once already);
+/// `Stop` drops it and answers `Stopped`.
 pub fn execute(rollout: &mut Option<Rollout>, worker: usize, cmd: WorkerCmd) -> Option<WorkerEvent> {
     if let WorkerCmd::Stop = cmd {
         *rollout = None;
         return Some(WorkerEvent::Stopped { worker });
     }
-    let Some(r) = rollout.as_mut() else {
-        return Some(WorkerEvent::Failed {
-            worker,
-            reason: "the worker's env was lost to an earlier panic".into(),
-        });
-    };
+    let r = rollout.as_mut()?;
     let result = catch_unwind(AssertUnwindSafe(|| match cmd {
         WorkerCmd::Collect { seq, frames } => r.collect_frames(frames).map(|data| {
             Some(WorkerEvent::Batch {
@@ -91,10 +90,13 @@ pub fn execute(rollout: &mut Option<Rollout>, worker: usize, cmd: WorkerCmd) -> 
     }));
     match result {
         Ok(Ok(ev)) => ev,
-        Ok(Err(e)) => Some(WorkerEvent::Failed {
-            worker,
-            reason: e.to_string(),
-        }),
+        Ok(Err(e)) => {
+            *rollout = None;
+            Some(WorkerEvent::Failed {
+                worker,
+                reason: e.to_string(),
+            })
+        }
         Err(p) => {
             *rollout = None;
             Some(WorkerEvent::Failed {
@@ -119,5 +121,13 @@ impl Handler<ToWorker> for EnvWorker {
         if stop {
             ctx.stop();
         }
+    }
+}
+
+impl Handler<Replace> for EnvWorker {
+    type Result = ();
+
+    fn handle(&mut self, msg: Replace, _ctx: &mut Self::Context) {
+        self.rollout = Some(msg.0);
     }
 }

@@ -5,6 +5,7 @@
 use actix::prelude::*;
 use rollout::machine::{Collected, WorkerCmd};
 use rollout::message::{FromNode, ToNode};
+use rollout::rollout::Rollout;
 use rollout::{TensorDict, Weights};
 
 use crate::error::CollectError;
@@ -23,6 +24,21 @@ pub struct FromNodeMsg(pub FromNode);
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct ToWorker(pub WorkerCmd);
+
+/// Node → env worker: the worker's rollout failed; go on with this one, rebuilt from
+/// the node's spec. Sent in order with [`ToWorker`], so later commands use it.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Replace(pub Rollout);
+
+impl std::fmt::Debug for Replace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replace")
+            .field("envs", &self.0.num_envs())
+            .field("frames", &self.0.frames())
+            .finish()
+    }
+}
 
 /// An env worker's answer to its node.
 #[derive(Message, Debug)]

@@ -7,6 +7,7 @@
 //! wires a trainer to in-memory nodes so a whole run happens in one call stack.
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use rollout::machine::{Collected, NodeMachine, NodeOutput, Output, TrainerConfig, TrainerError, TrainerMachine};
 use rollout::message::{Batch, Continue, FromNode, ToNode};
@@ -18,28 +19,70 @@ use crate::env_worker::execute;
 use crate::messages::WorkerEvent;
 
 /// One node with real env workers, driven by messages in memory.
+///
+/// It supervises its workers as the Node actor does: a failed worker is rebuilt
+/// from the spec (when built with [`Self::new`]) on the node's `RestartWorker`.
+/// Time is a manual clock, moved with [`Self::advance`]: restart intensities are
+/// tested without waiting.
 pub struct NodeHarness {
     machine: NodeMachine,
     workers: Vec<Option<Rollout>>,
     out: Vec<NodeOutput>,
     log: Vec<String>,
+    rebuild: Option<(NodeSpec, Registry)>,
+    now: Duration,
+    restarts: Vec<(usize, u32, u64)>,
 }
 
 impl NodeHarness {
-    /// Builds the node `spec` describes, envs from `registry`.
+    /// Builds the node `spec` describes, envs from `registry`; failed workers are
+    /// rebuilt from them.
     pub fn new(spec: &NodeSpec, registry: &Registry) -> Result<NodeHarness, RolloutError> {
         let workers = spec.build_workers(registry)?.into_iter().map(Some).collect();
-        Ok(NodeHarness::from_rollouts(spec.index, workers))
+        let mut h = NodeHarness::from_rollouts(spec.index, workers);
+        h.machine = NodeMachine::from_spec(spec);
+        h.rebuild = Some((spec.clone(), registry.clone()));
+        Ok(h)
     }
 
-    /// A node over rollouts built by the test (one per worker).
+    /// A node over rollouts built by the test (one per worker). With no spec, a
+    /// failed worker cannot be rebuilt: each attempt counts as one more failure.
     pub fn from_rollouts(index: usize, workers: Vec<Option<Rollout>>) -> NodeHarness {
         NodeHarness {
             machine: NodeMachine::new(index, workers.len(), 1),
             workers,
             out: Vec::new(),
             log: Vec::new(),
+            rebuild: None,
+            now: Duration::ZERO,
+            restarts: Vec::new(),
         }
+    }
+
+    /// Replaces the node's machine (say, one with another restart intensity).
+    pub fn with_machine(mut self, machine: NodeMachine) -> NodeHarness {
+        self.machine = machine;
+        self
+    }
+
+    /// Moves the harness clock forward by `d` (it starts at zero).
+    pub fn advance(&mut self, d: Duration) {
+        self.now += d;
+    }
+
+    /// The harness clock.
+    pub fn now(&self) -> Duration {
+        self.now
+    }
+
+    /// Every restart done so far: (worker, restart number, seed).
+    pub fn restarts(&self) -> &[(usize, u32, u64)] {
+        &self.restarts
+    }
+
+    /// The rollout of worker `worker` (`None` while failed and not rebuilt).
+    pub fn worker(&self, worker: usize) -> Option<&Rollout> {
+        self.workers.get(worker).and_then(Option::as_ref)
     }
 
     /// Delivers `msg` and runs the node until it is idle; returns what it sent the trainer.
@@ -67,6 +110,33 @@ impl NodeHarness {
             for o in batch {
                 match o {
                     NodeOutput::Trainer(m) => to_trainer.push(m),
+                    NodeOutput::RestartWorker {
+                        worker,
+                        restart,
+                        seed,
+                        skip_traj_ids_below,
+                        frames,
+                        weights,
+                        cause,
+                    } => {
+                        let built = match &self.rebuild {
+                            Some((spec, registry)) => spec
+                                .rebuild_worker(registry, worker, seed, skip_traj_ids_below, frames, weights.as_deref())
+                                .map_err(|e| e.to_string()),
+                            None => Err("this node has no spec to rebuild workers from".to_string()),
+                        };
+                        match (built, self.workers.get_mut(worker)) {
+                            (Ok(r), Some(slot)) => {
+                                *slot = Some(r);
+                                self.restarts.push((worker, restart, seed));
+                            }
+                            (Ok(_), None) => self.log.push(format!("no worker {worker}")),
+                            (Err(e), _) => {
+                                let reason = format!("rebuild after `{cause}` failed: {e}");
+                                self.machine.on_worker_failed(worker, &reason, self.now, &mut self.out);
+                            }
+                        }
+                    }
                     NodeOutput::Worker { worker, cmd } => {
                         let Some(slot) = self.workers.get_mut(worker) else {
                             self.log.push(format!("no worker {worker}"));
@@ -83,7 +153,7 @@ impl NodeHarness {
                                 data,
                             } => self.machine.on_worker_batch(worker, seq, version, data, &mut self.out),
                             WorkerEvent::Failed { worker, reason } => {
-                                self.machine.on_worker_failed(worker, &reason, &mut self.out);
+                                self.machine.on_worker_failed(worker, &reason, self.now, &mut self.out);
                                 Ok(())
                             }
                             WorkerEvent::Stopped { worker } => {

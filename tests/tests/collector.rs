@@ -389,58 +389,42 @@ fn bad_config_fails_at_build_naming_the_field() {
     assert!(build_err(DistributedCollector::builder().frames_per_batch(10)).contains("env"));
     assert!(build_err(base().max_weight_update_interval(0)).contains("max_weight_update_interval"));
     assert!(build_err(base().update_interval(0)).contains("update_interval"));
+    assert!(build_err(base().restart_window(std::time::Duration::ZERO)).contains("restart_window"));
     assert!(build_err(base().policy(PolicyConfig::Mlp { hidden: vec![0] })).contains("policy"));
 }
 
-/// Counting, but its step panics once the count reaches `panic_at`.
-struct Panicky {
-    inner: rollout::Counting,
-    steps: u64,
-    panic_at: u64,
-}
-
-impl rollout::Env for Panicky {
-    fn name(&self) -> &str {
-        "Panicky"
-    }
-    fn observation_spec(&self) -> &rollout::Spec {
-        self.inner.observation_spec()
-    }
-    fn action_spec(&self) -> &rollout::Spec {
-        self.inner.action_spec()
-    }
-    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), rollout::EnvError> {
-        self.inner.reset(seed, obs)
-    }
-    fn step(&mut self, a: rollout::Action<'_>, obs: &mut [f32]) -> Result<rollout::Transition, rollout::EnvError> {
-        self.steps += 1;
-        assert!(self.steps < self.panic_at, "env exploded at step {}", self.steps);
-        self.inner.step(a, obs)
-    }
-    fn state(&self) -> Vec<f64> {
-        self.inner.state()
-    }
-    fn set_state(&mut self, s: &[f64]) -> Result<(), rollout::EnvError> {
-        self.inner.set_state(s)
-    }
-    fn elapsed_steps(&self) -> u64 {
-        self.inner.elapsed_steps()
-    }
-    fn set_elapsed_steps(&mut self, s: u64) {
-        self.inner.set_elapsed_steps(s)
-    }
+#[test]
+fn env_panic_restarts_the_worker_and_the_run_goes_on() {
+    let (reg, built) = rollout_tests::panicky_registry(120);
+    let mut c = DistributedCollector::builder()
+        .env("Panicky")
+        .registry(reg)
+        .policy(PolicyConfig::Constant { value: 1.0 })
+        .nodes(2)
+        .frames_per_batch(100)
+        .total_frames(600)
+        .sync(true)
+        .seed(0)
+        .batch_timeout(std::time::Duration::from_secs(20))
+        .build()
+        .expect("valid");
+    let at_start = built.load(std::sync::atomic::Ordering::SeqCst);
+    let start = std::time::Instant::now();
+    // 50 frames per node per batch: the 120th step of each env panics in batch 2 and 4;
+    // the worker is rebuilt and the share collected again.
+    let batches = drain(&mut c);
+    assert_eq!(batches.len(), 6);
+    assert!(batches.iter().all(|b| b.data.numel() == 100));
+    assert_unique_traj_ids(&batches);
+    // 2 restarts of each worker.
+    assert_eq!(built.load(std::sync::atomic::Ordering::SeqCst) - at_start, 4);
+    assert!(start.elapsed() < std::time::Duration::from_secs(20));
+    c.shutdown().expect("shutdown");
 }
 
 #[test]
-fn env_panic_becomes_a_clear_error_not_a_hang() {
-    let mut reg = rollout::Registry::with_builtins();
-    reg.register("Panicky", |_c| {
-        Ok(Box::new(Panicky {
-            inner: rollout::Counting::new(rollout::CountingConfig::default())?,
-            steps: 0,
-            panic_at: 120,
-        }))
-    });
+fn env_panic_with_no_restarts_allowed_is_a_clear_error_not_a_hang() {
+    let (reg, _) = rollout_tests::panicky_registry(120);
     let mut c = DistributedCollector::builder()
         .env("Panicky")
         .registry(reg)
@@ -450,16 +434,17 @@ fn env_panic_becomes_a_clear_error_not_a_hang() {
         .total_frames(-1)
         .sync(true)
         .seed(0)
+        .max_restarts(0)
         .batch_timeout(std::time::Duration::from_secs(20))
         .build()
         .expect("valid");
     let start = std::time::Instant::now();
-    // 50 frames per node per batch: the 120th step of each env panics in batch 2.
     assert!(c.next_batch().expect("batch 0").is_some());
     assert!(c.next_batch().expect("batch 1").is_some());
     let err = c.next_batch().expect_err("batch 2 cannot be whole").to_string();
     assert!(err.contains("panic: env exploded at step 120"), "{err}");
     assert!(err.contains("node"), "{err}");
+    assert!(err.contains("env worker 0 failed after 0 restarts"), "{err}");
     assert!(start.elapsed() < std::time::Duration::from_secs(10));
     // The collector still shuts down cleanly.
     c.shutdown().expect("shutdown");

@@ -217,6 +217,8 @@ fn cartpole_batch() -> (NodeSpec, Batch, Weights) {
             seed: 11,
             ..RolloutConfig::default()
         },
+        max_restarts: rollout::supervisor::DEFAULT_MAX_RESTARTS,
+        restart_window_ms: rollout::node_spec::DEFAULT_RESTART_WINDOW_MS,
     };
     let mut workers = spec
         .build_workers(&Registry::with_builtins())

@@ -29,6 +29,8 @@ fn counting_spec(index: usize, envs: usize) -> NodeSpec {
             frames_per_batch: 4,
             ..RolloutConfig::default()
         },
+        max_restarts: rollout::supervisor::DEFAULT_MAX_RESTARTS,
+        restart_window_ms: rollout::node_spec::DEFAULT_RESTART_WINDOW_MS,
     }
 }
 

@@ -110,6 +110,8 @@ fn trainer_samples() -> Vec<TrainerFrame> {
                 first_lane: 0,
                 lanes: 2,
                 rollout: RolloutConfig::default(),
+                max_restarts: rollout::supervisor::DEFAULT_MAX_RESTARTS,
+                restart_window_ms: rollout::node_spec::DEFAULT_RESTART_WINDOW_MS,
             },
             weights: Some(weights()),
             heartbeat_ms: 100,

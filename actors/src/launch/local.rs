@@ -44,16 +44,22 @@ pub fn start(
         let node_ctx = Context::<Node>::new();
         let node_addr = node_ctx.address();
         let mut addrs = Vec::with_capacity(workers.len());
+        let mut handles = Vec::with_capacity(workers.len());
         for (w, rollout) in workers.into_iter().enumerate() {
             let arbiter = Arbiter::new();
             let to_node = node_addr.clone().recipient();
             addrs.push(EnvWorker::start_in_arbiter(&arbiter.handle(), move |_| {
                 EnvWorker::new(w, rollout, to_node, true)
             }));
+            handles.push(arbiter.handle());
             arbiters.push(arbiter);
         }
-        let machine = NodeMachine::new(spec.index, spec.envs_per_node, 1);
-        node_ctx.run(Node::new(machine, addrs, trainer.clone().recipient()));
+        let machine = NodeMachine::from_spec(spec);
+        node_ctx.run(Node::new(machine, addrs, trainer.clone().recipient()).with_rebuild(
+            spec.clone(),
+            registry.clone(),
+            handles,
+        ));
         recyclers.push(Some(node_addr.clone().recipient()));
         nodes.push(node_addr.recipient());
     }

@@ -4,6 +4,7 @@
 
 use std::io;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
@@ -213,6 +214,7 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
     let node_ctx = Context::<Node>::new();
     let node_addr = node_ctx.address();
     let mut arbiters = Vec::new();
+    let mut handles = Vec::new();
     let mut workers = Vec::new();
     let k = rollouts.len();
     for (w, r) in rollouts.into_iter().enumerate() {
@@ -221,12 +223,20 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
         workers.push(EnvWorker::start_in_arbiter(&arbiter.handle(), move |_| {
             EnvWorker::new(w, r, to_node, true)
         }));
+        handles.push(arbiter.handle());
         arbiters.push(arbiter);
     }
-    node_ctx.run(Node::new(
-        NodeMachine::new(index, k, 1),
-        workers,
-        link.clone().recipient(),
+    let mut machine = NodeMachine::new(index, k, 1)
+        .with_base_seed(welcome.spec.rollout.seed)
+        .with_intensity(welcome.spec.restart_intensity());
+    if let Some(w) = &welcome.weights {
+        // A restarted worker starts from the weights the others started from.
+        machine = machine.with_weights(Arc::new(w.clone()));
+    }
+    node_ctx.run(Node::new(machine, workers, link.clone().recipient()).with_rebuild(
+        welcome.spec.clone(),
+        opts.registry.clone(),
+        handles,
     ));
     let heartbeat = Duration::from_millis(welcome.heartbeat_ms.max(1));
     let timeout = Duration::from_millis(welcome.heartbeat_timeout_ms.max(1));
