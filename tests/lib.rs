@@ -24,7 +24,52 @@ pub fn wait_with_deadline(child: &mut Child, timeout: Duration) -> Option<ExitSt
     }
 }
 
-/// The `rollout` binary, built once per test process.
+/// Builds the `rollout` binary with cargo `profile` into this test's target dir and returns
+/// its path. Bounded by a deadline; panics with cargo's output if the build fails.
+fn build_rollout(profile: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let profile_dir = exe.parent().and_then(Path::parent).expect("<target>/<profile>/deps/");
+    let target_dir = profile_dir.parent().expect("<target>/");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+    let log_path = target_dir.join(format!("rollout-{profile}-build-{}.log", std::process::id()));
+    let log = std::fs::File::create(&log_path).expect("create the build log");
+    let mut child = Command::new(cargo)
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "rollout-actors",
+            "--bin",
+            "rollout",
+            "--profile",
+            profile,
+        ])
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .env("CARGO_TARGET_DIR", target_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn cargo build");
+    let status = wait_with_deadline(&mut child, BUILD_TIMEOUT);
+    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let _ = std::fs::remove_file(&log_path);
+    match status {
+        Some(s) if s.success() => {}
+        Some(s) => panic!("cargo build --profile {profile} of `rollout` failed ({s}):\n{log}"),
+        None => panic!("cargo build --profile {profile} of `rollout` took longer than {BUILD_TIMEOUT:?}:\n{log}"),
+    }
+    let dir = if profile == "dev" { "debug" } else { profile };
+    let bin = target_dir
+        .join(dir)
+        .join(format!("rollout{}", std::env::consts::EXE_SUFFIX));
+    assert!(bin.exists(), "{} missing after the build", bin.display());
+    bin
+}
+
+/// The `rollout` binary of this test's own profile, built once per test process.
 ///
 /// `cargo test` builds the binaries of the package under test only, and `rollout` belongs to
 /// `rollout-actors`, so the first test to need it runs `cargo build -p rollout-actors --bin rollout`
@@ -35,46 +80,12 @@ pub fn rollout_bin() -> &'static Path {
     BIN.get_or_init(|| {
         let exe = std::env::current_exe().expect("current_exe");
         let profile_dir = exe.parent().and_then(Path::parent).expect("<target>/<profile>/deps/");
-        let target_dir = profile_dir.parent().expect("<target>/");
         let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
             Some("debug") => "dev",
             Some(other) => other,
             None => panic!("cannot tell the profile from {}", exe.display()),
         };
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
-        let log_path = target_dir.join(format!("rollout-cli-test-build-{}.log", std::process::id()));
-        let log = std::fs::File::create(&log_path).expect("create the build log");
-        let mut child = Command::new(cargo)
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "rollout-actors",
-                "--bin",
-                "rollout",
-                "--profile",
-                profile,
-            ])
-            .arg("--manifest-path")
-            .arg(&manifest)
-            .env("CARGO_TARGET_DIR", target_dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn cargo build");
-        let status = wait_with_deadline(&mut child, BUILD_TIMEOUT);
-        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-        let _ = std::fs::remove_file(&log_path);
-        match status {
-            Some(s) if s.success() => {}
-            Some(s) => panic!("cargo build of `rollout` failed ({s}):\n{log}"),
-            None => panic!("cargo build of `rollout` took longer than {BUILD_TIMEOUT:?}:\n{log}"),
-        }
-        let bin = profile_dir.join(format!("rollout{}", std::env::consts::EXE_SUFFIX));
-        assert!(bin.exists(), "{} missing after the build", bin.display());
-        bin
+        build_rollout(profile)
     })
 }
 
@@ -82,46 +93,43 @@ pub fn rollout_bin() -> &'static Path {
 /// test's target dir (for scenarios too slow for a debug build, such as training to a target).
 pub fn rollout_release_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let exe = std::env::current_exe().expect("current_exe");
-        let profile_dir = exe.parent().and_then(Path::parent).expect("<target>/<profile>/deps/");
-        let target_dir = profile_dir.parent().expect("<target>/");
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
-        let log_path = target_dir.join(format!("rollout-release-build-{}.log", std::process::id()));
-        let log = std::fs::File::create(&log_path).expect("create the build log");
-        let mut child = Command::new(cargo)
-            .args([
-                "build",
-                "--quiet",
-                "--release",
-                "-p",
-                "rollout-actors",
-                "--bin",
-                "rollout",
-            ])
-            .arg("--manifest-path")
-            .arg(&manifest)
-            .env("CARGO_TARGET_DIR", target_dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn cargo build");
-        let status = wait_with_deadline(&mut child, BUILD_TIMEOUT);
-        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-        let _ = std::fs::remove_file(&log_path);
-        match status {
-            Some(s) if s.success() => {}
-            Some(s) => panic!("cargo build --release of `rollout` failed ({s}):\n{log}"),
-            None => panic!("cargo build --release of `rollout` took longer than {BUILD_TIMEOUT:?}:\n{log}"),
+    BIN.get_or_init(|| build_rollout("release"))
+}
+
+/// Asserts that each trajectory id belongs to exactly one (node, env) lane and that its frames
+/// there are consecutive steps, across all `batches` (async `[envs, T]` or sync `[nodes, envs, T]`).
+pub fn assert_unique_traj_ids(batches: &[rollout_actors::Collected]) {
+    use rollout::rollout::keys;
+    let mut seen: std::collections::HashMap<i64, (Vec<usize>, i64)> = std::collections::HashMap::new();
+    for b in batches {
+        let ids = b.data.i64(keys::TRAJ_IDS).expect("ids");
+        let steps = b.data.i64(keys::STEP_COUNT).expect("steps");
+        let shape = ids.shape().to_vec();
+        let t = *shape.last().expect("time dim");
+        let rows = ids.len() / t;
+        let ids = ids.as_slice().expect("contiguous");
+        let steps = steps.as_slice().expect("contiguous");
+        for r in 0..rows {
+            let lane = match b.node {
+                Some(n) => vec![n, r],
+                None => vec![r / shape[1], r % shape[1]],
+            };
+            for i in 0..t {
+                let (id, sc) = (ids[r * t + i], steps[r * t + i]);
+                match seen.get_mut(&id) {
+                    None => {
+                        seen.insert(id, (lane.clone(), sc));
+                    }
+                    Some((l, last)) => {
+                        assert_eq!(*l, lane, "traj id {id} appears in two lanes");
+                        assert_eq!(sc, *last + 1, "traj id {id} frames are not consecutive");
+                        *last = sc;
+                    }
+                }
+            }
         }
-        let bin = target_dir
-            .join("release")
-            .join(format!("rollout{}", std::env::consts::EXE_SUFFIX));
-        assert!(bin.exists(), "{} missing after the build", bin.display());
-        bin
-    })
+    }
+    assert!(seen.len() > 1, "too few trajectories to tell");
 }
 
 /// `Counting`, but every instance panics on its `panic_at`-th step (and any later

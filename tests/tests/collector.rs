@@ -7,6 +7,7 @@ use ndarray::ArrayD;
 use rollout::rollout::keys;
 use rollout::{PolicyConfig, Tensor, Weights};
 use rollout_actors::{CollectError, Collected, DistributedCollector, Launcher};
+use rollout_tests::assert_unique_traj_ids;
 
 fn counting_collector(sync: bool, fpb: usize, total: i64) -> DistributedCollector {
     DistributedCollector::builder()
@@ -260,42 +261,6 @@ fn max_weight_update_interval_updates_stale_nodes() {
         .collect();
     // Batches 0, 1, 2 are produced; a node that produced more than 2 is then updated.
     assert_eq!(versions, vec![0, 0, 0, 1, 1]);
-}
-
-/// Each trajectory id belongs to exactly one (node, env) lane and its frames there
-/// are consecutive steps; ids never repeat across nodes or batches.
-fn assert_unique_traj_ids(batches: &[Collected]) {
-    // id -> (lane, last step_count)
-    let mut seen: HashMap<i64, (Vec<usize>, i64)> = HashMap::new();
-    for b in batches {
-        let ids = b.data.i64(keys::TRAJ_IDS).expect("ids");
-        let steps = b.data.i64(keys::STEP_COUNT).expect("steps");
-        let shape = ids.shape().to_vec();
-        let t = *shape.last().expect("time dim");
-        let rows = ids.len() / t;
-        let ids = ids.as_slice().expect("contiguous");
-        let steps = steps.as_slice().expect("contiguous");
-        for r in 0..rows {
-            let lane = match b.node {
-                Some(n) => vec![n, r],
-                None => vec![r / shape[1], r % shape[1]],
-            };
-            for i in 0..t {
-                let (id, sc) = (ids[r * t + i], steps[r * t + i]);
-                match seen.get_mut(&id) {
-                    None => {
-                        seen.insert(id, (lane.clone(), sc));
-                    }
-                    Some((l, last)) => {
-                        assert_eq!(*l, lane, "traj id {id} appears in two lanes");
-                        assert_eq!(sc, *last + 1, "traj id {id} frames are not consecutive");
-                        *last = sc;
-                    }
-                }
-            }
-        }
-    }
-    assert!(seen.len() > 1);
 }
 
 #[test]

@@ -20,10 +20,10 @@ use rollout::node_spec::NodeSpec;
 use rollout::rollout::RolloutConfig;
 use rollout::wire::{auth_proof, encode_into, NodeFrame, TrainerFrame, Welcome, DEFAULT_MAX_FRAME, PROTOCOL_VERSION};
 use rollout::{EnvSpec, PolicyConfig, PolicySpec, Registry, Tensor, TensorDict, Weights};
+use rollout_tests::rollout_bin;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-const BUILD_TIMEOUT: Duration = Duration::from_secs(600);
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Waits for `child` at most `timeout`, killing it on expiry. Returns `None` on a timeout.
@@ -415,55 +415,6 @@ fn python_rejects_a_broken_frame_file() {
 }
 
 // --- `rollout collect --output FILE`, read by Python ---------------------------------------
-
-/// The `rollout` binary, built once per test process (as tests/tests/cli.rs does).
-fn rollout_bin() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let exe = std::env::current_exe().expect("current_exe");
-        let profile_dir = exe.parent().and_then(Path::parent).expect("<target>/<profile>/deps/");
-        let target_dir = profile_dir.parent().expect("<target>/");
-        let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
-            Some("debug") => "dev",
-            Some(other) => other,
-            None => panic!("cannot tell the profile from {}", exe.display()),
-        };
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
-        let log_path = target_dir.join(format!("rollout-interop-test-build-{}.log", std::process::id()));
-        let log = std::fs::File::create(&log_path).expect("create the build log");
-        let mut child = Command::new(cargo)
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "rollout-actors",
-                "--bin",
-                "rollout",
-                "--profile",
-                profile,
-            ])
-            .arg("--manifest-path")
-            .arg(&manifest)
-            .env("CARGO_TARGET_DIR", target_dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn cargo build");
-        let status = wait_with_deadline(&mut child, BUILD_TIMEOUT);
-        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-        let _ = std::fs::remove_file(&log_path);
-        match status {
-            Some(s) if s.success() => {}
-            Some(s) => panic!("cargo build of `rollout` failed ({s}):\n{log}"),
-            None => panic!("cargo build of `rollout` took longer than {BUILD_TIMEOUT:?}:\n{log}"),
-        }
-        let bin = profile_dir.join(format!("rollout{}", std::env::consts::EXE_SUFFIX));
-        assert!(bin.exists(), "{} missing after the build", bin.display());
-        bin
-    })
-}
 
 /// A record of `--output`, decoded by Rust.
 #[derive(Deserialize)]

@@ -6,7 +6,7 @@
 //! The first tests pump a node in memory (no threads, no sleeps, a manual clock);
 //! the last ones run whole collections with local nodes, every wait bounded.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,7 +20,7 @@ use rollout::supervisor::RestartIntensity;
 use rollout::{EnvSpec, PolicyConfig, PolicySpec, Tensor, TensorDict, Weights};
 use rollout_actors::testkit::NodeHarness;
 use rollout_actors::{CollectError, Collected, DistributedCollector, Launcher};
-use rollout_tests::panicky_registry;
+use rollout_tests::{assert_unique_traj_ids, panicky_registry};
 
 // ---------------------------------------------------------------- helpers
 
@@ -238,41 +238,6 @@ fn drain(c: &mut DistributedCollector) -> Vec<Collected> {
         assert!(out.len() < 10_000, "runaway collection");
     }
     out
-}
-
-/// Each trajectory id belongs to one (node, env) lane and its frames there are
-/// consecutive steps; ids never repeat across nodes, batches or restarts.
-fn assert_unique_traj_ids(batches: &[Collected]) {
-    let mut seen: HashMap<i64, (Vec<usize>, i64)> = HashMap::new();
-    for b in batches {
-        let ids = b.data.i64(keys::TRAJ_IDS).expect("ids");
-        let steps = b.data.i64(keys::STEP_COUNT).expect("steps");
-        let shape = ids.shape().to_vec();
-        let t = *shape.last().expect("time dim");
-        let rows = ids.len() / t;
-        let ids = ids.as_slice().expect("contiguous");
-        let steps = steps.as_slice().expect("contiguous");
-        for r in 0..rows {
-            let lane = match b.node {
-                Some(n) => vec![n, r],
-                None => vec![r / shape[1], r % shape[1]],
-            };
-            for i in 0..t {
-                let (id, sc) = (ids[r * t + i], steps[r * t + i]);
-                match seen.get_mut(&id) {
-                    None => {
-                        seen.insert(id, (lane.clone(), sc));
-                    }
-                    Some((l, last)) => {
-                        assert_eq!(*l, lane, "traj id {id} appears in two lanes");
-                        assert_eq!(sc, *last + 1, "traj id {id} frames are not consecutive");
-                        *last = sc;
-                    }
-                }
-            }
-        }
-    }
-    assert!(seen.len() > 1);
 }
 
 fn collection_survives_panics(sync: bool) {
