@@ -8,7 +8,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use super::{check_obs_len, Action, Env, EnvError, Transition};
-use crate::spec::{Spec, SpecError};
+use crate::spec::Spec;
 
 const GRAVITY: f64 = 9.8;
 const MASSCART: f64 = 1.0;
@@ -122,17 +122,7 @@ impl Env for CartPole {
     #[inline]
     fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Transition, EnvError> {
         check_obs_len(obs, 4)?;
-        let a = match action {
-            Action::Discrete(a) => a,
-            Action::Continuous(_) => {
-                return Err(SpecError::Kind {
-                    expected: "discrete",
-                    got: "continuous",
-                }
-                .into())
-            }
-        };
-        self.action_spec.check_discrete(a)?;
+        let a = action.discrete(&self.action_spec)?;
         if self.needs_reset {
             return Err(EnvError::NeedsReset("before reset or after the episode ended"));
         }
@@ -192,6 +182,7 @@ impl Env for CartPole {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::SpecError;
 
     fn episode(env: &mut CartPole, seed: u64) -> Vec<[f32; 4]> {
         let mut obs = [0.0f32; 4];

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{check_obs_len, Action, Env, EnvError, Transition};
-use crate::spec::{Spec, SpecError};
+use crate::spec::Spec;
 
 /// Serde config of [`Counting`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -79,17 +79,7 @@ impl Env for Counting {
 
     fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Transition, EnvError> {
         check_obs_len(obs, 1)?;
-        let a = match action {
-            Action::Continuous(a) => a,
-            Action::Discrete(_) => {
-                return Err(SpecError::Kind {
-                    expected: "continuous",
-                    got: "discrete",
-                }
-                .into())
-            }
-        };
-        self.action_spec.check_continuous(a)?;
+        let a = action.continuous(&self.action_spec)?;
         if self.needs_reset {
             return Err(EnvError::NeedsReset("before reset or after the episode ended"));
         }
@@ -136,6 +126,7 @@ impl Env for Counting {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::SpecError;
 
     #[test]
     fn counts_and_terminates_after_max_steps() {

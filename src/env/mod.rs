@@ -30,6 +30,38 @@ pub enum Action<'a> {
     Continuous(&'a [f32]),
 }
 
+impl<'a> Action<'a> {
+    /// The continuous values, checked against `spec` (a box: right length, no NaN).
+    pub fn continuous(self, spec: &Spec) -> Result<&'a [f32], EnvError> {
+        match self {
+            Action::Continuous(a) => {
+                spec.check_continuous(a)?;
+                Ok(a)
+            }
+            Action::Discrete(_) => Err(SpecError::Kind {
+                expected: "continuous",
+                got: "discrete",
+            }
+            .into()),
+        }
+    }
+
+    /// The discrete choice, checked against `spec` (in `0..n`).
+    pub fn discrete(self, spec: &Spec) -> Result<i64, EnvError> {
+        match self {
+            Action::Discrete(a) => {
+                spec.check_discrete(a)?;
+                Ok(a)
+            }
+            Action::Continuous(_) => Err(SpecError::Kind {
+                expected: "discrete",
+                got: "continuous",
+            }
+            .into()),
+        }
+    }
+}
+
 /// What one step returned besides the observation.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Transition {

@@ -18,7 +18,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use super::{check_obs_len, Action, Env, EnvError, Transition};
-use crate::spec::{Spec, SpecError};
+use crate::spec::Spec;
 
 const MIN_ACTION: f32 = -1.0;
 const MAX_ACTION: f32 = 1.0;
@@ -133,17 +133,7 @@ impl Env for MountainCarContinuous {
 
     fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Transition, EnvError> {
         check_obs_len(obs, 2)?;
-        let a = match action {
-            Action::Continuous(a) => a,
-            Action::Discrete(_) => {
-                return Err(SpecError::Kind {
-                    expected: "continuous",
-                    got: "discrete",
-                }
-                .into())
-            }
-        };
-        self.action_spec.check_continuous(a)?;
+        let a = action.continuous(&self.action_spec)?;
         if self.needs_reset {
             return Err(EnvError::NeedsReset("before reset or after the episode ended"));
         }
@@ -244,6 +234,7 @@ impl Env for MountainCarContinuous {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::SpecError;
 
     fn env() -> MountainCarContinuous {
         MountainCarContinuous::new(MountainCarContinuousConfig::default()).unwrap()

@@ -15,7 +15,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use super::{check_obs_len, Action, Env, EnvError, Transition};
-use crate::spec::{Spec, SpecError};
+use crate::spec::Spec;
 
 const MAX_SPEED: f64 = 8.0;
 const MAX_TORQUE: f32 = 2.0;
@@ -151,17 +151,7 @@ impl Env for Pendulum {
 
     fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Transition, EnvError> {
         check_obs_len(obs, 3)?;
-        let a = match action {
-            Action::Continuous(a) => a,
-            Action::Discrete(_) => {
-                return Err(SpecError::Kind {
-                    expected: "continuous",
-                    got: "discrete",
-                }
-                .into())
-            }
-        };
-        self.action_spec.check_continuous(a)?;
+        let a = action.continuous(&self.action_spec)?;
         if self.needs_reset {
             return Err(EnvError::NeedsReset("before reset or after the episode ended"));
         }
@@ -214,6 +204,7 @@ impl Env for Pendulum {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::SpecError;
 
     fn episode(env: &mut Pendulum, seed: u64) -> Vec<([f32; 3], f64)> {
         let mut obs = [0.0f32; 3];
