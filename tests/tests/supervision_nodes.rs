@@ -1,0 +1,280 @@
+//! The trainer supervises its nodes (issue #5, trainer level): a failed node is
+//! restarted up to the restart intensity, gets the current weights and a restart seed,
+//! and the `Continue` its failed incarnation lost is sent again under a new seq.
+//! First message-level tests through the testkit (no threads, no sleeps), then real faults.
+
+use std::time::Duration;
+
+use rollout::machine::{NodeSupervision, TrainerConfig, TrainerError};
+use rollout::message::{Continue, FromNode, ToNode};
+use rollout::supervisor::{restart_seed, RestartIntensity};
+use rollout::Weights;
+use rollout_actors::testkit::{scripted_batch, TrainerHarness};
+
+// ---------------------------------------------------------------- helpers
+
+fn cfg(nodes: usize, envs: usize, fpb: usize, total: Option<u64>, sync: bool) -> TrainerConfig {
+    TrainerConfig {
+        nodes,
+        envs_per_node: vec![envs; nodes],
+        frames_per_batch: fpb,
+        total_frames: total,
+        sync,
+        update_after_each_batch: false,
+        max_weight_update_interval: None,
+        update_interval: None,
+    }
+}
+
+fn sup(max_restarts: u32, window_s: u64, continue_timeout: Option<Duration>) -> NodeSupervision {
+    NodeSupervision {
+        intensity: RestartIntensity::new(max_restarts, Duration::from_secs(window_s)).expect("valid"),
+        continue_timeout,
+        continue_without_lost_nodes: false,
+    }
+}
+
+fn harness(c: TrainerConfig, s: NodeSupervision) -> TrainerHarness {
+    TrainerHarness::supervised(c, s).expect("valid config")
+}
+
+fn failed(node: usize, reason: &str) -> FromNode {
+    FromNode::Failed {
+        node,
+        reason: reason.into(),
+    }
+}
+
+fn answer(t: &mut TrainerHarness, node: usize, c: Continue, envs: usize, version: u64) {
+    t.reply(FromNode::Batch(scripted_batch(node, c, envs, version, 0.0)))
+        .unwrap_or_else(|e| panic!("node {node} answer to {c:?} refused: {e}"));
+}
+
+/// `(node, "C<seq>:<frames>" | "W<version>" | "S<seed>" | "X")` of what was sent.
+fn describe(sent: &[(usize, ToNode)]) -> Vec<(usize, String)> {
+    sent.iter()
+        .map(|(n, m)| {
+            let s = match m {
+                ToNode::Continue(c) => format!("C{}:{}", c.seq, c.frames),
+                ToNode::UpdateWeights(u) => format!("W{}", u.weights.version),
+                ToNode::Seed(s) => format!("S{}", s.seed),
+                ToNode::Shutdown => "X".to_string(),
+            };
+            (*n, s)
+        })
+        .collect()
+}
+
+fn continue_of(sent: &[(usize, ToNode)], node: usize) -> Continue {
+    sent.iter()
+        .find_map(|(n, m)| match m {
+            ToNode::Continue(c) if *n == node => Some(*c),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no Continue to node {node} in {:?}", describe(sent)))
+}
+
+// ---------------------------------------------------------------- TrainerHarness
+
+#[test]
+fn restart_sends_weights_then_seed_then_the_lost_continue_under_a_new_seq() {
+    let mut t = harness(cfg(2, 2, 8, None, false), sup(3, 10, None));
+    t.set_seed(100);
+    let sent = t.take_sent();
+    assert_eq!(describe(&sent), [(0, "S100".to_string())]);
+    t.reply(FromNode::Seeded {
+        node: 0,
+        next_seed: 102,
+    })
+    .unwrap();
+    t.reply(FromNode::Seeded {
+        node: 1,
+        next_seed: 104,
+    })
+    .unwrap();
+    assert_eq!(t.seeded(), Some(104));
+    t.set_weights(Weights::default());
+    t.push_weights(None).unwrap();
+    t.take_sent();
+    t.request().unwrap();
+    let sent = t.take_sent();
+    let c1 = continue_of(&sent, 1);
+    // Node 1 dies with its Continue in flight.
+    t.reply(failed(1, "connection reset")).unwrap();
+    assert_eq!(t.take_restarts(), [(1, 1, "connection reset".to_string())]);
+    assert!(t.machine().is_restarting(1));
+    assert!(t.take_sent().is_empty(), "nothing goes to a restarting node");
+    // Pushes skip it while it restarts.
+    t.set_weights(Weights::default());
+    t.push_weights(None).unwrap();
+    assert_eq!(describe(&t.take_sent()), [(0, "W2".to_string())]);
+    t.node_restarted(1).unwrap();
+    let sent = describe(&t.take_sent());
+    let seed = restart_seed(102, 1);
+    assert_eq!(
+        sent,
+        [
+            (1, "W2".to_string()),
+            (1, format!("S{seed}")),
+            (1, format!("C{}:{}", c1.seq + 1, c1.frames)),
+        ],
+        "weights (same version), restart seed, the lost Continue under a new seq"
+    );
+    assert_eq!(t.machine().stats().restarts, [0, 1]);
+}
+
+#[test]
+fn a_late_batch_of_the_old_incarnation_is_dropped_and_counted() {
+    let mut t = harness(cfg(2, 1, 4, Some(16), false), sup(3, 10, None));
+    t.request().unwrap();
+    let sent = t.take_sent();
+    let (c0, c1) = (continue_of(&sent, 0), continue_of(&sent, 1));
+    t.reply(failed(1, "heartbeat timeout")).unwrap();
+    // While it restarts, the old incarnation's answer arrives: late.
+    answer(&mut t, 1, c1, 1, 0);
+    t.node_restarted(1).unwrap();
+    let new = continue_of(&t.take_sent(), 1);
+    assert!(new.seq > c1.seq);
+    // And once more after the restart: still late, refused without closing anything.
+    answer(&mut t, 1, c1, 1, 0);
+    assert_eq!(t.machine().stats().dropped_late, 2);
+    answer(&mut t, 0, c0, 1, 0);
+    answer(&mut t, 1, new, 1, 0);
+    let mut got = t.take_yielded();
+    while got.len() < 4 {
+        t.request().unwrap();
+        for (n, c) in t.take_continues() {
+            answer(&mut t, n, c, 1, 0);
+        }
+        got.extend(t.take_yielded());
+        assert!(got.len() <= 4);
+    }
+    let frames: usize = got.iter().map(|c| c.data.numel()).sum();
+    assert_eq!(frames, 16);
+    assert_eq!(t.machine().frames_yielded(), 16);
+    assert!(t.machine().stats().frames_collected >= 16);
+}
+
+#[test]
+fn a_sync_round_completes_with_each_share_once() {
+    let mut t = harness(cfg(3, 2, 12, Some(12), true), sup(3, 10, None));
+    t.request().unwrap();
+    let sent = t.take_sent();
+    let cs: Vec<Continue> = (0..3).map(|i| continue_of(&sent, i)).collect();
+    answer(&mut t, 0, cs[0], 2, 0);
+    answer(&mut t, 2, cs[2], 2, 0);
+    t.reply(failed(1, "killed")).unwrap();
+    assert!(t.take_yielded().is_empty());
+    t.node_restarted(1).unwrap();
+    let again = continue_of(&t.take_sent(), 1);
+    assert_eq!(again.frames, cs[1].frames);
+    // The old share never counts; the shares kept are not asked again.
+    answer(&mut t, 1, cs[1], 2, 0);
+    assert!(t.take_yielded().is_empty());
+    answer(&mut t, 1, again, 2, 0);
+    let got = t.take_yielded();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].data.batch_size(), &[3, 2, 2]);
+    assert!(t.take_continues().is_empty(), "no share asked twice");
+    assert_eq!(t.machine().stats().dropped_late, 1);
+    assert_eq!(t.machine().stats().frames_collected, 12);
+}
+
+#[test]
+fn a_sync_round_started_while_a_node_restarts_waits_for_it() {
+    let mut t = harness(cfg(2, 1, 4, None, true), sup(3, 10, None));
+    t.request().unwrap();
+    for (n, c) in t.take_continues() {
+        answer(&mut t, n, c, 1, 0);
+    }
+    assert_eq!(t.take_yielded().len(), 1);
+    t.reply(failed(0, "gone")).unwrap();
+    t.request().unwrap();
+    let cs = t.take_continues();
+    assert_eq!(cs.len(), 1, "only the live node is asked: {cs:?}");
+    assert_eq!(cs[0].0, 1);
+    answer(&mut t, 1, cs[0].1, 1, 0);
+    t.node_restarted(0).unwrap();
+    let c = continue_of(&t.take_sent(), 0);
+    answer(&mut t, 0, c, 1, 0);
+    assert_eq!(t.take_yielded().len(), 1);
+}
+
+#[test]
+fn past_the_intensity_the_failure_names_node_cause_and_history() {
+    let mut t = harness(cfg(2, 1, 4, None, false), sup(2, 60, None));
+    t.request().unwrap();
+    for k in 0..2u32 {
+        t.tick(Duration::from_secs(k as u64)).unwrap();
+        t.reply(failed(1, &format!("crash {k}"))).unwrap();
+        t.node_restarted(1).unwrap();
+    }
+    t.tick(Duration::from_secs(3)).unwrap();
+    let e = t.reply(failed(1, "crash 2")).unwrap_err();
+    let TrainerError::NodeFailed { node, reason } = &e else {
+        panic!("expected NodeFailed, got {e:?}");
+    };
+    assert_eq!(*node, 1);
+    assert!(reason.starts_with("crash 2; not restarted: 2 restarts"), "{reason}");
+    assert!(
+        reason.contains("after crash 0") && reason.contains("after crash 1"),
+        "{reason}"
+    );
+    assert_eq!(t.machine().stats().restarts, [0, 2]);
+    assert!(e.to_string().contains("node 1"), "{e}");
+}
+
+#[test]
+fn an_unanswered_continue_times_out_through_tick() {
+    let mut t = harness(cfg(2, 1, 4, None, false), sup(3, 60, Some(Duration::from_secs(2))));
+    t.tick(Duration::from_secs(10)).unwrap();
+    t.request().unwrap();
+    let sent = t.take_sent();
+    let (c0, c1) = (continue_of(&sent, 0), continue_of(&sent, 1));
+    t.tick(Duration::from_millis(11_000)).unwrap();
+    answer(&mut t, 0, c0, 1, 0);
+    assert_eq!(t.take_yielded().len(), 1);
+    t.take_sent();
+    t.tick(Duration::from_millis(11_900)).unwrap();
+    assert!(t.take_restarts().is_empty());
+    t.tick(Duration::from_millis(12_000)).unwrap();
+    let r = t.take_restarts();
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].0, 1);
+    assert!(r[0].2.contains(&format!("Continue seq {}", c1.seq)), "{r:?}");
+    assert!(r[0].2.contains("within 2.000 s"), "{r:?}");
+    t.node_restarted(1).unwrap();
+    let again = continue_of(&t.take_sent(), 1);
+    assert_eq!(again.frames, c1.frames);
+    assert!(again.seq > c1.seq);
+}
+
+#[test]
+fn a_restart_the_launcher_cannot_do_fails_the_run_unless_told_to_go_on() {
+    let mut t = harness(cfg(2, 1, 4, None, false), sup(3, 60, None));
+    t.request().unwrap();
+    t.reply(failed(1, "gone")).unwrap();
+    let e = t.node_restart_failed(1, "no node rejoined within 1.0 s").unwrap_err();
+    assert!(matches!(e, TrainerError::NodeFailed { node: 1, .. }), "{e:?}");
+    assert!(e.to_string().contains("no node rejoined"), "{e}");
+
+    let mut s = sup(3, 60, None);
+    s.continue_without_lost_nodes = true;
+    let mut t = harness(cfg(2, 1, 4, None, false), s);
+    t.request().unwrap();
+    t.reply(failed(1, "gone")).unwrap();
+    let e = t.node_restart_failed(1, "nobody came").unwrap_err();
+    assert!(matches!(e, TrainerError::NodeLost { node: 1, .. }), "{e:?}");
+    assert_eq!(t.machine().nodes_alive(), 1);
+}
+
+#[test]
+fn a_restarting_node_counts_as_down_at_shutdown() {
+    let mut t = harness(cfg(2, 1, 4, None, false), sup(3, 60, None));
+    t.request().unwrap();
+    t.reply(failed(1, "gone")).unwrap();
+    t.shutdown();
+    assert_eq!(describe(&t.take_sent()).last(), Some(&(0, "X".to_string())));
+    t.reply(FromNode::Down { node: 0 }).unwrap();
+    assert!(t.all_down());
+}
