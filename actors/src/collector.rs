@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use actix::prelude::*;
-use rollout::machine::{Collected, ConfigError, TrainerConfig, TrainerMachine};
+use rollout::machine::{Collected, ConfigError, NodeSupervision, SupervisionStats, TrainerConfig, TrainerMachine};
 use rollout::node_spec::NodeSpec;
 use rollout::postproc;
 use rollout::rollout::{batch_layout, RolloutConfig};
@@ -27,7 +27,7 @@ use crate::launch::{self, local, Launcher};
 use crate::messages::{NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights};
 use crate::remote::listener::DoorConfig;
 use crate::remote::peer::PeerTiming;
-use crate::trainer::Trainer;
+use crate::trainer::{GetStats, Trainer};
 
 /// A transformation applied to every yielded batch (torchrl's `postproc`), e.g. n-step returns.
 pub trait Postproc: Send {
@@ -90,6 +90,7 @@ pub struct CollectorBuilder {
     max_frame: usize,
     advertise: Option<String>,
     restart: RestartIntensity,
+    node_supervision: Option<NodeSupervision>,
 }
 
 impl Default for CollectorBuilder {
@@ -126,6 +127,7 @@ impl Default for CollectorBuilder {
             max_frame: DEFAULT_MAX_FRAME,
             advertise: None,
             restart: RestartIntensity::default(),
+            node_supervision: None,
         }
     }
 }
@@ -249,6 +251,43 @@ impl CollectorBuilder {
     /// The window [`Self::max_restarts`] counts in (default 5 s; must be longer than zero).
     pub fn restart_window(mut self, d: Duration) -> Self {
         self.restart.window = d;
+        self
+    }
+
+    // ---- Node supervision by the trainer (any of these turns it on).
+    /// Restarts of one node the trainer allows within [`Self::node_restart_window`]
+    /// (default 5 s) before the run fails; turns node supervision on (off by default:
+    /// a lost node stays lost). A restarted node gets the current weights, a seed from
+    /// (seed, node, restart count) and the work its predecessor lost.
+    pub fn node_max_restarts(mut self, n: u32) -> Self {
+        self.node_supervision
+            .get_or_insert_with(NodeSupervision::default)
+            .intensity
+            .max_restarts = n;
+        self
+    }
+    /// The window [`Self::node_max_restarts`] counts in (default 5 s); turns node supervision on.
+    pub fn node_restart_window(mut self, d: Duration) -> Self {
+        self.node_supervision
+            .get_or_insert_with(NodeSupervision::default)
+            .intensity
+            .window = d;
+        self
+    }
+    /// A `Continue` a node leaves unanswered this long counts as its failure (default:
+    /// no limit); turns node supervision on.
+    pub fn continue_timeout(mut self, d: Duration) -> Self {
+        self.node_supervision
+            .get_or_insert_with(NodeSupervision::default)
+            .continue_timeout = Some(d);
+        self
+    }
+    /// When a failed node cannot be brought back: async collection goes on without it
+    /// (`true`) or fails (`false`, the default); turns node supervision on.
+    pub fn continue_without_lost_nodes(mut self, on: bool) -> Self {
+        self.node_supervision
+            .get_or_insert_with(NodeSupervision::default)
+            .continue_without_lost_nodes = on;
         self
     }
 
@@ -446,7 +485,16 @@ impl CollectorBuilder {
                 })
             }
         };
-        let machine = machine.with_layout(batch_layout(probe.observation_spec(), probe.action_spec()));
+        let mut machine = machine.with_layout(batch_layout(probe.observation_spec(), probe.action_spec()));
+        if let Some(sup) = self.node_supervision.clone() {
+            if sup.intensity.window.as_millis() == 0 {
+                return Err(config_err("node_restart_window", "must be at least 1 ms"));
+            }
+            if sup.continue_timeout.is_some_and(|t| t.is_zero()) {
+                return Err(config_err("continue_timeout", "must be longer than zero"));
+            }
+            machine = machine.with_supervision(sup);
+        }
         let plan = Plan {
             machine,
             specs,
@@ -767,6 +815,11 @@ impl DistributedCollector {
     /// Number of nodes.
     pub fn nodes(&self) -> usize {
         self.nodes
+    }
+
+    /// Node restarts, late batches dropped and frames collected so far.
+    pub fn stats(&self) -> Result<SupervisionStats, CollectError> {
+        self.ask(GetStats, "reading the stats", self.batch_timeout)
     }
 
     /// The address remote nodes join, when they do.

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use crate::message::{Batch, Continue, FromNode, Seed, ToNode, UpdateWeights};
 use crate::policy::Weights;
-use crate::rollout::BatchLayout;
+use crate::rollout::{keys, BatchLayout};
 use crate::supervisor::{restart_seed, RestartIntensity, Restarts};
-use crate::tensor::{TensorDict, TensorError};
+use crate::tensor::{Tensor, TensorDict, TensorError};
 
 /// How the trainer collects; torchrl's argument names.
 #[derive(Clone, Debug, PartialEq)]
@@ -259,6 +259,11 @@ struct NodeState {
     sent_at: Duration,
     /// Seqs below this were sent to an earlier incarnation: their batches are late.
     incarnation_seq: u64,
+    /// Added to the trajectory ids of this incarnation's batches (a multiple of all
+    /// lanes), so a restarted node never repeats an id its predecessors delivered.
+    traj_offset: u64,
+    /// The highest trajectory id delivered by the node (after the offset).
+    max_traj: Option<u64>,
 }
 
 /// How the trainer supervises its nodes (off by default: a lost node is lost).
@@ -455,7 +460,11 @@ impl TrainerMachine {
         let seed = restart_seed(self.chain_seed_of(node), restart);
         let weights = self.weights.clone();
         let next_seq = self.next_seq;
+        let lanes: u64 = self.cfg.envs_per_node.iter().map(|&k| k as u64).sum::<u64>().max(1);
         let st = &mut self.nodes[node];
+        if let Some(max) = st.max_traj {
+            st.traj_offset = (max + 1).div_ceil(lanes) * lanes;
+        }
         st.restarting = false;
         st.since_update = 0;
         st.pushed_version = 0;
@@ -874,7 +883,7 @@ impl TrainerMachine {
         self.nodes.iter().filter(|n| !n.down).count()
     }
 
-    fn on_batch(&mut self, b: Batch, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+    fn on_batch(&mut self, mut b: Batch, out: &mut Vec<Output>) -> Result<(), TrainerError> {
         let node = b.node;
         let st = &self.nodes[node];
         let Some((seq, frames)) = st.outstanding.filter(|(s, _)| *s == b.seq) else {
@@ -909,6 +918,17 @@ impl TrainerMachine {
             check_layout(&b.data, layout).map_err(|reason| TrainerError::BadBatch { node, reason })?;
         }
         let st = &mut self.nodes[node];
+        if self.supervision.is_some() {
+            if let Ok(Tensor::I64(ids)) = b.data.get_mut(keys::TRAJ_IDS) {
+                let off = st.traj_offset as i64;
+                if off > 0 {
+                    ids.mapv_inplace(|x| if x >= 0 { x.saturating_add(off) } else { x });
+                }
+                if let Some(m) = ids.iter().copied().max().and_then(|m| u64::try_from(m).ok()) {
+                    st.max_traj = Some(st.max_traj.map_or(m, |p| p.max(m)));
+                }
+            }
+        }
         st.outstanding = None;
         st.since_update += 1;
         self.frames_collected += frames as u64;

@@ -3,13 +3,17 @@
 //! and the `Continue` its failed incarnation lost is sent again under a new seq.
 //! First message-level tests through the testkit (no threads, no sleeps), then real faults.
 
-use std::time::Duration;
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
 
-use rollout::machine::{NodeSupervision, TrainerConfig, TrainerError};
+use rollout::machine::{Collected, NodeSupervision, TrainerConfig, TrainerError};
 use rollout::message::{Continue, FromNode, ToNode};
+use rollout::rollout::keys;
 use rollout::supervisor::{restart_seed, RestartIntensity};
-use rollout::Weights;
+use rollout::{PolicyConfig, Weights};
 use rollout_actors::testkit::{scripted_batch, TrainerHarness};
+use rollout_actors::{CollectError, DistributedCollector, Launcher};
+use rollout_tests::panicky_registry;
 
 // ---------------------------------------------------------------- helpers
 
@@ -277,4 +281,148 @@ fn a_restarting_node_counts_as_down_at_shutdown() {
     assert_eq!(describe(&t.take_sent()).last(), Some(&(0, "X".to_string())));
     t.reply(FromNode::Down { node: 0 }).unwrap();
     assert!(t.all_down());
+}
+
+// ---------------------------------------------------------------- whole collections
+
+fn drain(c: &mut DistributedCollector) -> Vec<Collected> {
+    let mut out = Vec::new();
+    while let Some(b) = c.next_batch().expect("batch") {
+        out.push(b);
+        assert!(out.len() < 10_000, "runaway collection");
+    }
+    out
+}
+
+/// Each trajectory id belongs to one (node, env) lane and its frames there are
+/// consecutive steps; ids never repeat across nodes, batches or restarts.
+fn assert_unique_traj_ids(batches: &[Collected]) {
+    let mut seen: HashMap<i64, (Vec<usize>, i64)> = HashMap::new();
+    for b in batches {
+        let ids = b.data.i64(keys::TRAJ_IDS).expect("ids");
+        let steps = b.data.i64(keys::STEP_COUNT).expect("steps");
+        let shape = ids.shape().to_vec();
+        let t = *shape.last().expect("time dim");
+        let rows = ids.len() / t;
+        let ids = ids.as_slice().expect("contiguous");
+        let steps = steps.as_slice().expect("contiguous");
+        for r in 0..rows {
+            let lane = match b.node {
+                Some(n) => vec![n, r],
+                None => vec![r / shape[1], r % shape[1]],
+            };
+            for i in 0..t {
+                let (id, sc) = (ids[r * t + i], steps[r * t + i]);
+                match seen.get_mut(&id) {
+                    None => {
+                        seen.insert(id, (lane.clone(), sc));
+                    }
+                    Some((l, last)) => {
+                        assert_eq!(*l, lane, "traj id {id} appears in two lanes");
+                        assert_eq!(sc, *last + 1, "traj id {id} frames are not consecutive");
+                        *last = sc;
+                    }
+                }
+            }
+        }
+    }
+    assert!(seen.len() > 1);
+}
+
+/// Every batch index once, and frames exact.
+fn assert_exact(batches: &[Collected], total: usize) {
+    let frames: usize = batches.iter().map(|b| b.data.numel()).sum();
+    assert_eq!(frames, total, "exact frames");
+    let idx: HashSet<u64> = batches.iter().map(|b| b.index).collect();
+    assert_eq!(idx.len(), batches.len(), "no batch twice");
+}
+
+/// Local nodes whose env workers may not restart (`max_restarts(0)`): every env panic
+/// fails the whole node, which the trainer rebuilds.
+fn escalating_local(sync: bool) {
+    let (reg, _) = panicky_registry(37);
+    let mut c = DistributedCollector::builder()
+        .env("Panicky")
+        .registry(reg)
+        .policy(PolicyConfig::Constant { value: 1.0 })
+        .nodes(2)
+        .frames_per_batch(20)
+        .total_frames(600)
+        .sync(sync)
+        .seed(0)
+        .launcher(Launcher::Local)
+        .max_restarts(0)
+        .node_max_restarts(1000)
+        .node_restart_window(Duration::from_secs(60))
+        .batch_timeout(Duration::from_secs(20))
+        .build()
+        .expect("valid config");
+    let start = Instant::now();
+    let batches = drain(&mut c);
+    assert_exact(&batches, 600);
+    assert_unique_traj_ids(&batches);
+    let stats = c.stats().expect("stats");
+    let restarts: u32 = stats.restarts.iter().sum();
+    assert!(restarts >= 8, "{stats:?}");
+    assert!(stats.frames_collected >= 600, "{stats:?}");
+    assert!(start.elapsed() < Duration::from_secs(30));
+    c.shutdown().expect("shutdown");
+}
+
+#[test]
+fn sync_local_nodes_failing_past_their_worker_intensity_are_restarted_by_the_trainer() {
+    escalating_local(true);
+}
+
+#[test]
+fn async_local_nodes_failing_past_their_worker_intensity_are_restarted_by_the_trainer() {
+    escalating_local(false);
+}
+
+fn trainer_intensity_exceeded(sync: bool) {
+    // Every instance panics on its first step: every node incarnation fails at once.
+    let (reg, _) = panicky_registry(1);
+    let mut c = DistributedCollector::builder()
+        .env("Panicky")
+        .registry(reg)
+        .policy(PolicyConfig::Constant { value: 1.0 })
+        .nodes(2)
+        .frames_per_batch(20)
+        .total_frames(-1)
+        .sync(sync)
+        .seed(0)
+        .max_restarts(0)
+        .node_max_restarts(2)
+        .batch_timeout(Duration::from_secs(20))
+        .build()
+        .expect("valid config");
+    let start = Instant::now();
+    let err = c.next_batch().expect_err("no batch can be collected");
+    assert!(start.elapsed() < Duration::from_secs(10), "took {:?}", start.elapsed());
+    let CollectError::NodeFailed { node, reason } = &err else {
+        panic!("expected NodeFailed, got {err:?}");
+    };
+    assert!(*node < 2);
+    let text = err.to_string();
+    for want in [
+        "panic: env exploded at step 1",
+        "not restarted: 2 restarts",
+        "restart 1 at ",
+        "restart 2 at ",
+        "limit 2 restarts within 5.000 s",
+    ] {
+        assert!(text.contains(want), "{want:?} not in {text}");
+    }
+    assert!(text.contains(&format!("node {node}")), "{reason}");
+    c.shutdown().expect("shutdown");
+}
+
+#[test]
+fn sync_past_the_trainer_intensity_next_batch_errs_naming_node_cause_and_history() {
+    trainer_intensity_exceeded(true);
+}
+
+#[test]
+fn async_past_the_trainer_intensity_next_batch_errs_naming_node_cause_and_history() {
+    trainer_intensity_exceeded(false);
 }
