@@ -615,16 +615,17 @@ impl DistributedCollector {
                 watch = Some(std::sync::Arc::new(job.query()));
                 slurm_job = Some(job);
             } else if let Some(program) = &r.program {
-                children = Some(
+                children = Some(std::sync::Arc::new(std::sync::Mutex::new(
                     Children::spawn(program, addr, &r.door.token, plan.specs.len())
                         .map_err(|e| config_err("node_program", format!("cannot start {}: {e}", program.display())))?,
-                );
+                )));
             }
             ready_wait = r.join_timeout + Duration::from_secs(30);
             remote = Some((listener, r.door, r.join_timeout));
         }
         let (ready_tx, ready_rx) = mpsc::channel();
         let (done_tx, done_rx) = mpsc::channel();
+        let restartable = children.clone();
         let thread = std::thread::Builder::new()
             .name("rollout-system".into())
             .spawn(move || {
@@ -641,6 +642,7 @@ impl DistributedCollector {
                                 join_timeout,
                                 plan.seed,
                                 watch,
+                                restartable,
                             )
                             .await
                         }
@@ -712,7 +714,7 @@ pub struct DistributedCollector {
     down: bool,
     nodes: usize,
     listen_addr: Option<SocketAddr>,
-    children: Option<Children>,
+    children: Option<std::sync::Arc<std::sync::Mutex<Children>>>,
     slurm_job: Option<SlurmJob>,
 }
 
@@ -829,7 +831,10 @@ impl DistributedCollector {
 
     /// Process ids of the node processes this collector started (`Process` launcher).
     pub fn node_pids(&self) -> Vec<u32> {
-        self.children.as_ref().map_or_else(Vec::new, Children::pids)
+        self.children
+            .as_ref()
+            .and_then(|c| c.lock().ok().map(|c| c.pids()))
+            .unwrap_or_default()
     }
 
     /// The id of the SLURM job array running the nodes (`Slurm` launcher); node `i` is
@@ -847,8 +852,11 @@ impl DistributedCollector {
         let r = self.ask(StopNodes, "shutting the nodes down", self.shutdown_timeout);
         self.down = true;
         self.system.stop();
-        if let Some(mut c) = self.children.take() {
-            c.reap(self.shutdown_timeout);
+        if let Some(c) = self.children.take() {
+            match c.lock() {
+                Ok(mut c) => c.reap(self.shutdown_timeout),
+                Err(poisoned) => poisoned.into_inner().reap(self.shutdown_timeout),
+            }
         }
         let slurm = self.slurm_job.take().map(|mut j| j.shutdown(self.shutdown_timeout));
         let joined = self.done.recv_timeout(self.shutdown_timeout).is_ok();

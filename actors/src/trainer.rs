@@ -106,6 +106,11 @@ impl Trainer {
         match (self.restarter.as_mut(), self.me.clone()) {
             (Some(r), Some(me)) => {
                 tracing::warn!(node, restart, %cause, "restarting node");
+                // The failed incarnation's connection, if any, is cut (a stopped process
+                // would keep it open); its late reports are ignored while it restarts.
+                if let Some(Some(c)) = self.closers.get(node) {
+                    c.do_send(Disconnect(format!("replaced by restart {restart}: {cause}")));
+                }
                 r.restart(node, restart, &cause, me);
             }
             _ => {

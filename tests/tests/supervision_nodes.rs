@@ -10,10 +10,10 @@ use rollout::machine::{Collected, NodeSupervision, TrainerConfig, TrainerError};
 use rollout::message::{Continue, FromNode, ToNode};
 use rollout::rollout::keys;
 use rollout::supervisor::{restart_seed, RestartIntensity};
-use rollout::{PolicyConfig, Weights};
+use rollout::{PolicyConfig, Tensor, Weights};
 use rollout_actors::testkit::{scripted_batch, TrainerHarness};
 use rollout_actors::{CollectError, DistributedCollector, Launcher};
-use rollout_tests::panicky_registry;
+use rollout_tests::{panicky_registry, rollout_bin};
 
 // ---------------------------------------------------------------- helpers
 
@@ -425,4 +425,115 @@ fn sync_past_the_trainer_intensity_next_batch_errs_naming_node_cause_and_history
 #[test]
 fn async_past_the_trainer_intensity_next_batch_errs_naming_node_cause_and_history() {
     trainer_intensity_exceeded(false);
+}
+
+// ---------------------------------------------------------------- process nodes, real faults
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+fn signal(pid: u32, sig: &str) {
+    let st = std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(st.success(), "kill -{sig} {pid}");
+}
+
+fn value_weights(v: f32) -> Weights {
+    let mut t = std::collections::BTreeMap::new();
+    t.insert("value".to_string(), Tensor::F32(ndarray::ArrayD::from_elem(vec![1], v)));
+    Weights::new(t)
+}
+
+fn process_collector(sync: bool, fpb: usize, total: i64) -> DistributedCollector {
+    DistributedCollector::builder()
+        .env("Counting")
+        .policy(PolicyConfig::Constant { value: 1.0 })
+        .nodes(2)
+        .frames_per_batch(fpb)
+        .total_frames(total)
+        .sync(sync)
+        .seed(0)
+        .launcher(Launcher::Process)
+        .node_program(rollout_bin())
+        .heartbeat(Duration::from_millis(100), Duration::from_secs(1))
+        .node_max_restarts(3)
+        .node_restart_window(Duration::from_secs(60))
+        .join_timeout(Duration::from_secs(20))
+        .batch_timeout(Duration::from_secs(20))
+        .build()
+        .expect("collector")
+}
+
+/// Runs to the end; after every node delivered weights v1, `fault` hits node 1's
+/// process. Every batch after it must carry v1 (the restarted node got the current
+/// weights), frames are exact, trajectory ids unique, and node 1 was replaced.
+fn process_fault(sync: bool, fault: &str) {
+    let (fpb, total) = (20, 2400);
+    let mut c = process_collector(sync, fpb, total);
+    let pids = c.node_pids();
+    let mut batches = Vec::new();
+    c.update_policy_weights(value_weights(2.0), None).expect("push v1");
+    let mut hit: Option<usize> = None;
+    let mut seen_v1 = [false; 2];
+    let start = Instant::now();
+    while let Some(b) = c.next_batch().expect("batch") {
+        if b.weights_version == 1 {
+            match b.node {
+                Some(n) => seen_v1[n] = true,
+                None => seen_v1 = [true; 2],
+            }
+        }
+        if hit.is_some() {
+            assert_eq!(b.weights_version, 1, "batch {} after the fault", b.index);
+            assert!(b.data.f32(keys::ACTION).expect("a").iter().all(|&a| a == 2.0));
+            // Give the replacement time to join before node 0 collects everything.
+            std::thread::sleep(Duration::from_millis(3));
+        }
+        batches.push(b);
+        if hit.is_none() && seen_v1 == [true; 2] {
+            signal(pids[1], fault);
+            hit = Some(batches.len());
+        }
+    }
+    let hit = hit.expect("the fault happened");
+    assert!(start.elapsed() < Duration::from_secs(60));
+    assert_exact(&batches, total as usize);
+    assert_unique_traj_ids(&batches);
+    let after_from_1 = batches[hit..].iter().filter(|b| b.node.is_none_or(|n| n == 1)).count();
+    assert!(
+        after_from_1 >= 2,
+        "the restarted node delivered ({after_from_1} batches)"
+    );
+    let stats = c.stats().expect("stats");
+    assert_eq!(stats.restarts, [0, 1], "{stats:?}");
+    let now = c.node_pids();
+    assert_eq!(now[0], pids[0]);
+    assert_ne!(now[1], pids[1], "node 1 runs in a new process");
+    assert!(!alive(pids[1]), "the old process is gone");
+    c.shutdown().expect("shutdown");
+    for p in now {
+        assert!(!alive(p), "node process {p} left behind");
+    }
+}
+
+#[test]
+fn sync_process_node_killed_mid_run_is_restarted_and_the_run_completes_exactly() {
+    process_fault(true, "KILL");
+}
+
+#[test]
+fn async_process_node_killed_mid_run_is_restarted_and_the_run_completes_exactly() {
+    process_fault(false, "KILL");
+}
+
+#[test]
+fn a_stopped_process_node_is_detected_by_heartbeat_and_replaced() {
+    let start = Instant::now();
+    process_fault(true, "STOP");
+    // Detection within the 1 s heartbeat timeout, a restart, and the rest of the run.
+    assert!(start.elapsed() < Duration::from_secs(30), "{:?}", start.elapsed());
 }
