@@ -537,3 +537,189 @@ fn a_stopped_process_node_is_detected_by_heartbeat_and_replaced() {
     // Detection within the 1 s heartbeat timeout, a restart, and the rest of the run.
     assert!(start.elapsed() < Duration::from_secs(30), "{:?}", start.elapsed());
 }
+
+// ---------------------------------------------------------------- external nodes rejoin
+
+const TOKEN: &[u8] = b"supervision-token";
+
+fn free_addr() -> std::net::SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr")
+}
+
+/// `rollout node --join ADDR --index i`, started by the test as "anyone else" would.
+fn external_node(addr: std::net::SocketAddr, i: usize) -> std::process::Child {
+    std::process::Command::new(rollout_bin())
+        .arg("node")
+        .arg("--join")
+        .arg(addr.to_string())
+        .arg("--index")
+        .arg(i.to_string())
+        .env("ROLLOUT_TOKEN", std::str::from_utf8(TOKEN).expect("utf8"))
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn node")
+}
+
+fn external_collector(
+    addr: std::net::SocketAddr,
+    sync: bool,
+    total: i64,
+    join_timeout: Duration,
+) -> std::thread::JoinHandle<DistributedCollector> {
+    std::thread::spawn(move || {
+        DistributedCollector::builder()
+            .env("Counting")
+            .policy(PolicyConfig::Constant { value: 1.0 })
+            .nodes(2)
+            .frames_per_batch(20)
+            .total_frames(total)
+            .sync(sync)
+            .seed(0)
+            .launcher(Launcher::External)
+            .listen(addr.to_string())
+            .token(TOKEN)
+            .heartbeat(Duration::from_millis(100), Duration::from_secs(1))
+            .node_max_restarts(3)
+            .join_timeout(join_timeout)
+            .batch_timeout(Duration::from_secs(20))
+            .build()
+            .expect("collector")
+    })
+}
+
+#[test]
+fn an_external_node_that_rejoins_under_its_index_replaces_the_lost_one() {
+    let addr = free_addr();
+    let t = external_collector(addr, true, 1200, Duration::from_secs(20));
+    let mut nodes: Vec<std::process::Child> = (0..2).map(|i| external_node(addr, i)).collect();
+    let mut c = t.join().expect("collector thread");
+    let mut batches = Vec::new();
+    for _ in 0..5 {
+        batches.push(c.next_batch().expect("ok").expect("batch"));
+    }
+    let _ = nodes[1].kill();
+    let _ = nodes[1].wait();
+    // Its replacement comes a little later, as a scheduler's would (a node asking for
+    // index 1 before the loss is noticed is refused: the slot is still taken).
+    std::thread::sleep(Duration::from_millis(300));
+    nodes[1] = external_node(addr, 1);
+    while let Some(b) = c.next_batch().expect("batch") {
+        batches.push(b);
+    }
+    assert_exact(&batches, 1200);
+    assert_unique_traj_ids(&batches);
+    assert_eq!(c.stats().expect("stats").restarts, [0, 1]);
+    c.shutdown().expect("shutdown");
+    for mut n in nodes {
+        let st = rollout_tests::wait_with_deadline(&mut n, Duration::from_secs(10));
+        assert!(st.is_some_and(|s| s.success()), "node exits after Shutdown: {st:?}");
+    }
+}
+
+#[test]
+fn an_external_node_that_never_rejoins_fails_the_run_within_the_join_timeout() {
+    let addr = free_addr();
+    let t = external_collector(addr, true, -1, Duration::from_secs(2));
+    let mut nodes: Vec<std::process::Child> = (0..2).map(|i| external_node(addr, i)).collect();
+    let mut c = t.join().expect("collector thread");
+    c.next_batch().expect("ok").expect("batch");
+    let _ = nodes[1].kill();
+    let _ = nodes[1].wait();
+    let start = Instant::now();
+    let err = loop {
+        match c.next_batch() {
+            Ok(Some(_)) => assert!(start.elapsed() < Duration::from_secs(10), "no error"),
+            Ok(None) => panic!("an endless run ended"),
+            Err(e) => break e,
+        }
+    };
+    assert!(start.elapsed() < Duration::from_secs(10), "{:?}", start.elapsed());
+    let text = err.to_string();
+    assert!(text.contains("node 1") && text.contains("no node rejoined"), "{text}");
+    let _ = c.shutdown();
+    for mut n in nodes {
+        let _ = n.kill();
+        let _ = n.wait();
+    }
+}
+
+// ---------------------------------------------------------------- chaos
+
+/// A bounded soak: SIGKILLs of random process nodes about every 0.8 s while the
+/// consumer pulls batches; frames exact, batches once, trajectory ids unique, and no
+/// node process left behind at the end.
+fn chaos(sync: bool, seconds: u64) {
+    let (fpb, total) = (20usize, 400_000i64);
+    let mut c = DistributedCollector::builder()
+        .env("Counting")
+        .policy(PolicyConfig::Constant { value: 1.0 })
+        .nodes(2)
+        .frames_per_batch(fpb)
+        .total_frames(total)
+        .sync(sync)
+        .seed(0)
+        .launcher(Launcher::Process)
+        .node_program(rollout_bin())
+        .heartbeat(Duration::from_millis(100), Duration::from_secs(1))
+        .node_max_restarts(100)
+        .node_restart_window(Duration::from_secs(60))
+        .join_timeout(Duration::from_secs(20))
+        .batch_timeout(Duration::from_secs(20))
+        .build()
+        .expect("collector");
+    let start = Instant::now();
+    let mut all_pids: HashSet<u32> = c.node_pids().into_iter().collect();
+    let mut batches = Vec::new();
+    let mut last_kill = Instant::now();
+    let mut kills = 0u32;
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    while let Some(b) = c.next_batch().expect("batch") {
+        batches.push(b);
+        if start.elapsed() < Duration::from_secs(seconds) && last_kill.elapsed() > Duration::from_millis(800) {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let pids = c.node_pids();
+            let victim = pids[(rng % pids.len() as u64) as usize];
+            all_pids.extend(pids);
+            signal(victim, "KILL");
+            kills += 1;
+            last_kill = Instant::now();
+        }
+        if start.elapsed() > Duration::from_secs(seconds) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    all_pids.extend(c.node_pids());
+    // Frames exact for what was yielded (the run is cut at the soak's end).
+    let frames: usize = batches.iter().map(|b| b.data.numel()).sum();
+    assert_eq!(frames, batches.len() * fpb);
+    assert!(c.stats().expect("stats").frames_collected as usize >= frames);
+    assert_exact(&batches, frames);
+    assert_unique_traj_ids(&batches);
+    let restarts: u32 = c.stats().expect("stats").restarts.iter().sum();
+    assert!(
+        kills >= 3 && restarts >= kills.saturating_sub(1),
+        "{kills} kills, {restarts} restarts"
+    );
+    eprintln!(
+        "chaos sync={sync}: {kills} kills, {restarts} restarts, {} batches, {frames} frames",
+        batches.len()
+    );
+    c.shutdown().expect("shutdown");
+    for p in all_pids {
+        assert!(!alive(p), "node process {p} left behind");
+    }
+}
+
+#[test]
+fn chaos_soak_async_process_nodes_under_random_sigkills() {
+    chaos(false, 8);
+}
+
+#[test]
+fn chaos_soak_sync_process_nodes_under_random_sigkills() {
+    chaos(true, 8);
+}
