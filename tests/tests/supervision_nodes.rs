@@ -449,6 +449,13 @@ fn value_weights(v: f32) -> Weights {
 }
 
 fn process_collector(sync: bool, fpb: usize, total: i64) -> DistributedCollector {
+    process_builder(sync, fpb, total)
+        .heartbeat(Duration::from_millis(100), Duration::from_secs(1))
+        .build()
+        .expect("collector")
+}
+
+fn process_builder(sync: bool, fpb: usize, total: i64) -> rollout_actors::CollectorBuilder {
     DistributedCollector::builder()
         .env("Counting")
         .policy(PolicyConfig::Constant { value: 1.0 })
@@ -459,21 +466,21 @@ fn process_collector(sync: bool, fpb: usize, total: i64) -> DistributedCollector
         .seed(0)
         .launcher(Launcher::Process)
         .node_program(rollout_bin())
-        .heartbeat(Duration::from_millis(100), Duration::from_secs(1))
         .node_max_restarts(3)
         .node_restart_window(Duration::from_secs(60))
         .join_timeout(Duration::from_secs(20))
         .batch_timeout(Duration::from_secs(20))
-        .build()
-        .expect("collector")
 }
 
 /// Runs to the end; after every node delivered weights v1, `fault` hits node 1's
 /// process. Every batch after it must carry v1 (the restarted node got the current
 /// weights), frames are exact, trajectory ids unique, and node 1 was replaced.
 fn process_fault(sync: bool, fault: &str) {
-    let (fpb, total) = (20, 2400);
-    let mut c = process_collector(sync, fpb, total);
+    process_fault_with(process_collector(sync, 20, 2400), fault);
+}
+
+fn process_fault_with(mut c: DistributedCollector, fault: &str) {
+    let total = 2400;
     let pids = c.node_pids();
     let mut batches = Vec::new();
     c.update_policy_weights(value_weights(2.0), None).expect("push v1");
@@ -528,6 +535,19 @@ fn sync_process_node_killed_mid_run_is_restarted_and_the_run_completes_exactly()
 #[test]
 fn async_process_node_killed_mid_run_is_restarted_and_the_run_completes_exactly() {
     process_fault(false, "KILL");
+}
+
+#[test]
+fn a_stopped_process_node_is_detected_by_the_continue_timeout_and_replaced() {
+    // Heartbeats would take 20 s to notice; the unanswered Continue is noticed in 1 s.
+    let c = process_builder(true, 20, 2400)
+        .heartbeat(Duration::from_millis(100), Duration::from_secs(20))
+        .continue_timeout(Duration::from_secs(1))
+        .build()
+        .expect("collector");
+    let start = Instant::now();
+    process_fault_with(c, "STOP");
+    assert!(start.elapsed() < Duration::from_secs(15), "{:?}", start.elapsed());
 }
 
 #[test]
