@@ -284,6 +284,9 @@ impl Handler<NodeRestarted> for Trainer {
         self.nodes[node] = msg.recipient;
         self.recyclers[node] = msg.recycler;
         self.closers[node] = msg.closer;
+        // The re-sent Continue's deadline counts from now, not from the last tick.
+        let r = self.machine.tick(self.start.elapsed(), &mut self.out);
+        self.on_result(r);
         let r = self.machine.node_restarted(node, &mut self.out);
         self.on_result(r);
         self.dispatch();

@@ -743,3 +743,29 @@ fn chaos_soak_async_process_nodes_under_random_sigkills() {
 fn chaos_soak_sync_process_nodes_under_random_sigkills() {
     chaos(true, 8);
 }
+
+#[test]
+fn a_restarted_incarnation_s_trajectory_ids_are_moved_past_its_predecessors() {
+    // 2 nodes x 2 envs: 4 lanes. Scripted batches carry trajectory id 0 everywhere.
+    let mut t = harness(cfg(2, 2, 4, None, false), sup(3, 60, None));
+    t.request().unwrap();
+    let c1 = continue_of(&t.take_sent(), 1);
+    answer(&mut t, 1, c1, 2, 0);
+    let first = t.take_yielded();
+    assert_eq!(first.len(), 1);
+    assert!(first[0].data.i64(keys::TRAJ_IDS).unwrap().iter().all(|&i| i == 0));
+    let again = continue_of(&t.take_sent(), 1);
+    t.reply(failed(1, "killed")).unwrap();
+    t.node_restarted(1).unwrap();
+    let c = continue_of(&t.take_sent(), 1);
+    assert_eq!(c.frames, again.frames);
+    t.request().unwrap();
+    answer(&mut t, 1, c, 2, 0);
+    let got = t.take_yielded();
+    assert_eq!(got.len(), 1);
+    let ids: Vec<i64> = got[0].data.i64(keys::TRAJ_IDS).unwrap().iter().copied().collect();
+    assert!(
+        ids.iter().all(|&i| i == 4),
+        "moved by a multiple of the 4 lanes past 0: {ids:?}"
+    );
+}
