@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use actix::prelude::*;
-use rollout::machine::{Collected, ConfigError, TrainerConfig, TrainerMachine};
+use rollout::machine::{Collected, ConfigError, NodeSupervision, SupervisionStats, TrainerConfig, TrainerMachine};
 use rollout::node_spec::NodeSpec;
 use rollout::postproc;
 use rollout::rollout::{batch_layout, RolloutConfig};
@@ -27,7 +27,7 @@ use crate::launch::{self, local, Launcher};
 use crate::messages::{NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights};
 use crate::remote::listener::DoorConfig;
 use crate::remote::peer::PeerTiming;
-use crate::trainer::Trainer;
+use crate::trainer::{GetStats, Trainer};
 
 /// A transformation applied to every yielded batch (torchrl's `postproc`), e.g. n-step returns.
 pub trait Postproc: Send {
@@ -90,6 +90,7 @@ pub struct CollectorBuilder {
     max_frame: usize,
     advertise: Option<String>,
     restart: RestartIntensity,
+    node_supervision: Option<NodeSupervision>,
 }
 
 impl Default for CollectorBuilder {
@@ -126,6 +127,7 @@ impl Default for CollectorBuilder {
             max_frame: DEFAULT_MAX_FRAME,
             advertise: None,
             restart: RestartIntensity::default(),
+            node_supervision: None,
         }
     }
 }
@@ -249,6 +251,43 @@ impl CollectorBuilder {
     /// The window [`Self::max_restarts`] counts in (default 5 s; must be longer than zero).
     pub fn restart_window(mut self, d: Duration) -> Self {
         self.restart.window = d;
+        self
+    }
+
+    // ---- Node supervision by the trainer (any of these turns it on).
+    /// Restarts of one node the trainer allows within [`Self::node_restart_window`]
+    /// (default 5 s) before the run fails; turns node supervision on (off by default:
+    /// a lost node stays lost). A restarted node gets the current weights, a seed from
+    /// (seed, node, restart count) and the work its predecessor lost.
+    pub fn node_max_restarts(mut self, n: u32) -> Self {
+        self.node_supervision
+            .get_or_insert_with(NodeSupervision::default)
+            .intensity
+            .max_restarts = n;
+        self
+    }
+    /// The window [`Self::node_max_restarts`] counts in (default 5 s); turns node supervision on.
+    pub fn node_restart_window(mut self, d: Duration) -> Self {
+        self.node_supervision
+            .get_or_insert_with(NodeSupervision::default)
+            .intensity
+            .window = d;
+        self
+    }
+    /// A `Continue` a node leaves unanswered this long counts as its failure (default:
+    /// no limit); turns node supervision on.
+    pub fn continue_timeout(mut self, d: Duration) -> Self {
+        self.node_supervision
+            .get_or_insert_with(NodeSupervision::default)
+            .continue_timeout = Some(d);
+        self
+    }
+    /// When a failed node cannot be brought back: async collection goes on without it
+    /// (`true`) or fails (`false`, the default); turns node supervision on.
+    pub fn continue_without_lost_nodes(mut self, on: bool) -> Self {
+        self.node_supervision
+            .get_or_insert_with(NodeSupervision::default)
+            .continue_without_lost_nodes = on;
         self
     }
 
@@ -446,7 +485,16 @@ impl CollectorBuilder {
                 })
             }
         };
-        let machine = machine.with_layout(batch_layout(probe.observation_spec(), probe.action_spec()));
+        let mut machine = machine.with_layout(batch_layout(probe.observation_spec(), probe.action_spec()));
+        if let Some(sup) = self.node_supervision.clone() {
+            if sup.intensity.window.as_millis() == 0 {
+                return Err(config_err("node_restart_window", "must be at least 1 ms"));
+            }
+            if sup.continue_timeout.is_some_and(|t| t.is_zero()) {
+                return Err(config_err("continue_timeout", "must be longer than zero"));
+            }
+            machine = machine.with_supervision(sup);
+        }
         let plan = Plan {
             machine,
             specs,
@@ -567,16 +615,17 @@ impl DistributedCollector {
                 watch = Some(std::sync::Arc::new(job.query()));
                 slurm_job = Some(job);
             } else if let Some(program) = &r.program {
-                children = Some(
+                children = Some(std::sync::Arc::new(std::sync::Mutex::new(
                     Children::spawn(program, addr, &r.door.token, plan.specs.len())
                         .map_err(|e| config_err("node_program", format!("cannot start {}: {e}", program.display())))?,
-                );
+                )));
             }
             ready_wait = r.join_timeout + Duration::from_secs(30);
             remote = Some((listener, r.door, r.join_timeout));
         }
         let (ready_tx, ready_rx) = mpsc::channel();
         let (done_tx, done_rx) = mpsc::channel();
+        let restartable = children.clone();
         let thread = std::thread::Builder::new()
             .name("rollout-system".into())
             .spawn(move || {
@@ -593,6 +642,7 @@ impl DistributedCollector {
                                 join_timeout,
                                 plan.seed,
                                 watch,
+                                restartable,
                             )
                             .await
                         }
@@ -664,7 +714,7 @@ pub struct DistributedCollector {
     down: bool,
     nodes: usize,
     listen_addr: Option<SocketAddr>,
-    children: Option<Children>,
+    children: Option<std::sync::Arc<std::sync::Mutex<Children>>>,
     slurm_job: Option<SlurmJob>,
 }
 
@@ -769,6 +819,11 @@ impl DistributedCollector {
         self.nodes
     }
 
+    /// Node restarts, late batches dropped and frames collected so far.
+    pub fn stats(&self) -> Result<SupervisionStats, CollectError> {
+        self.ask(GetStats, "reading the stats", self.batch_timeout)
+    }
+
     /// The address remote nodes join, when they do.
     pub fn listen_addr(&self) -> Option<SocketAddr> {
         self.listen_addr
@@ -776,7 +831,10 @@ impl DistributedCollector {
 
     /// Process ids of the node processes this collector started (`Process` launcher).
     pub fn node_pids(&self) -> Vec<u32> {
-        self.children.as_ref().map_or_else(Vec::new, Children::pids)
+        self.children
+            .as_ref()
+            .and_then(|c| c.lock().ok().map(|c| c.pids()))
+            .unwrap_or_default()
     }
 
     /// The id of the SLURM job array running the nodes (`Slurm` launcher); node `i` is
@@ -794,8 +852,11 @@ impl DistributedCollector {
         let r = self.ask(StopNodes, "shutting the nodes down", self.shutdown_timeout);
         self.down = true;
         self.system.stop();
-        if let Some(mut c) = self.children.take() {
-            c.reap(self.shutdown_timeout);
+        if let Some(c) = self.children.take() {
+            match c.lock() {
+                Ok(mut c) => c.reap(self.shutdown_timeout),
+                Err(poisoned) => poisoned.into_inner().reap(self.shutdown_timeout),
+            }
         }
         let slurm = self.slurm_job.take().map(|mut j| j.shutdown(self.shutdown_timeout));
         let joined = self.done.recv_timeout(self.shutdown_timeout).is_ok();

@@ -229,3 +229,16 @@ impl Handler<Recycle> for Node {
         self.dispatch(ctx);
     }
 }
+
+/// Stops a node actor at once, sending nothing (its replacement takes over).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Halt;
+
+impl Handler<Halt> for Node {
+    type Result = ();
+
+    fn handle(&mut self, _msg: Halt, ctx: &mut Self::Context) {
+        ctx.stop();
+    }
+}

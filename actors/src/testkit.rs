@@ -181,9 +181,48 @@ pub struct TrainerHarness {
     finished: bool,
     seeded: Option<u64>,
     all_down: bool,
+    restarts: VecDeque<(usize, u32, String)>,
 }
 
 impl TrainerHarness {
+    /// A trainer for `cfg` that supervises its nodes.
+    pub fn supervised(
+        cfg: TrainerConfig,
+        sup: rollout::machine::NodeSupervision,
+    ) -> Result<TrainerHarness, rollout::machine::ConfigError> {
+        let mut t = TrainerHarness::new(cfg)?;
+        t.machine = t.machine.with_supervision(sup);
+        Ok(t)
+    }
+
+    /// The clock moves to `now` (checks `continue_timeout`).
+    pub fn tick(&mut self, now: Duration) -> Result<(), TrainerError> {
+        let r = self.machine.tick(now, &mut self.out);
+        self.sort();
+        r
+    }
+
+    /// The launcher brought node `node` back.
+    pub fn node_restarted(&mut self, node: usize) -> Result<(), TrainerError> {
+        let r = self.machine.node_restarted(node, &mut self.out);
+        self.sort();
+        r
+    }
+
+    /// The launcher could not bring node `node` back.
+    pub fn node_restart_failed(&mut self, node: usize, reason: &str) -> Result<(), TrainerError> {
+        let r = self
+            .machine
+            .node_restart_failed(node, reason.to_string(), &mut self.out);
+        self.sort();
+        r
+    }
+
+    /// The `(node, restart, cause)` of every restart asked for since the last call.
+    pub fn take_restarts(&mut self) -> Vec<(usize, u32, String)> {
+        self.restarts.drain(..).collect()
+    }
+
     /// A trainer for `cfg`.
     pub fn new(cfg: TrainerConfig) -> Result<TrainerHarness, rollout::machine::ConfigError> {
         Ok(TrainerHarness {
@@ -194,6 +233,7 @@ impl TrainerHarness {
             finished: false,
             seeded: None,
             all_down: false,
+            restarts: VecDeque::new(),
         })
     }
 
@@ -206,6 +246,7 @@ impl TrainerHarness {
                 Output::Seeded { next_seed } => self.seeded = Some(next_seed),
                 Output::AllDown => self.all_down = true,
                 Output::Recycle { .. } => {}
+                Output::RestartNode { node, restart, cause } => self.restarts.push_back((node, restart, cause)),
             }
         }
     }

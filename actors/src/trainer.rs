@@ -5,8 +5,10 @@
 //! pull with [`NextBatch`] (the `DistributedCollector` does) or [`Subscribe`]
 //! an actor of their own and receive every batch as a [`TrainerEvent`].
 
+use std::time::{Duration, Instant};
+
 use actix::prelude::*;
-use rollout::machine::{Collected, Output, TrainerError, TrainerMachine};
+use rollout::machine::{Collected, Output, SupervisionStats, TrainerError, TrainerMachine};
 use tokio::sync::oneshot;
 
 use crate::error::CollectError;
@@ -16,6 +18,42 @@ use crate::messages::{
 use crate::remote::peer::Disconnect;
 
 type Reply<T> = oneshot::Sender<Result<T, CollectError>>;
+
+/// Brings failed nodes back for the trainer (one per launcher). It runs on the
+/// trainer's arbiter and answers with [`NodeRestarted`] or [`NodeRestartFailed`].
+pub trait Restarter {
+    /// Starts restart number `restart` of node `node` after `cause`; must not block.
+    fn restart(&mut self, node: usize, restart: u32, cause: &str, trainer: Addr<Trainer>);
+}
+
+/// Node `node` is back: its new recipients replace the old ones.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct NodeRestarted {
+    /// Node index.
+    pub node: usize,
+    /// Where its messages go now.
+    pub recipient: Recipient<ToNodeMsg>,
+    /// Where its spent batches go (in-process nodes).
+    pub recycler: Option<Recipient<Recycle>>,
+    /// How to cut its connection (remote nodes).
+    pub closer: Option<Recipient<Disconnect>>,
+}
+
+/// Node `node` could not be brought back.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct NodeRestartFailed {
+    /// Node index.
+    pub node: usize,
+    /// Why.
+    pub reason: String,
+}
+
+/// Asks the trainer for its supervision counters.
+#[derive(Message)]
+#[rtype(result = "SupervisionStats")]
+pub struct GetStats;
 
 /// The trainer: asks nodes for frames and hands batches to its consumer.
 pub struct Trainer {
@@ -32,6 +70,9 @@ pub struct Trainer {
     sink: Option<Recipient<TrainerEvent>>,
     failure: Option<CollectError>,
     initial_seed: Option<u64>,
+    restarter: Option<Box<dyn Restarter>>,
+    me: Option<Addr<Trainer>>,
+    start: Instant,
 }
 
 impl Trainer {
@@ -49,6 +90,55 @@ impl Trainer {
             sink: None,
             failure: None,
             initial_seed: None,
+            restarter: None,
+            me: None,
+            start: Instant::now(),
+        }
+    }
+
+    /// Lets the trainer restart failed nodes through `r` (with supervision on in the machine).
+    pub fn with_restarter(mut self, r: Box<dyn Restarter>) -> Trainer {
+        self.restarter = Some(r);
+        self
+    }
+
+    fn restart_node(&mut self, node: usize, restart: u32, cause: String) {
+        match (self.restarter.as_mut(), self.me.clone()) {
+            (Some(r), Some(me)) => {
+                tracing::warn!(node, restart, %cause, "restarting node");
+                // The failed incarnation's connection, if any, is cut (a stopped process
+                // would keep it open); its late reports are ignored while it restarts.
+                if let Some(Some(c)) = self.closers.get(node) {
+                    c.do_send(Disconnect(format!("replaced by restart {restart}: {cause}")));
+                }
+                r.restart(node, restart, &cause, me);
+            }
+            _ => {
+                let r =
+                    self.machine
+                        .node_restart_failed(node, "this launcher cannot restart nodes".into(), &mut self.out);
+                self.on_result(r);
+            }
+        }
+    }
+
+    /// Acts on what the machine said about a node message, tick or restart.
+    fn on_result(&mut self, r: Result<(), TrainerError>) {
+        match r {
+            Ok(()) => {}
+            Err(TrainerError::NodeFailed { node, reason }) => {
+                self.dispatch();
+                self.fail(CollectError::NodeFailed { node, reason });
+            }
+            Err(e @ TrainerError::NodeLost { .. }) => tracing::error!(error = %e, "node lost"),
+            Err(e @ (TrainerError::UnexpectedBatch { node, .. } | TrainerError::BadBatch { node, .. })) => {
+                // A protocol violation: a remote node's connection is closed for it.
+                tracing::warn!(error = %e, "trainer dropped a node message");
+                if let Some(Some(c)) = self.closers.get(node) {
+                    c.do_send(Disconnect(e.to_string()));
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "trainer dropped a node message"),
         }
     }
 
@@ -102,6 +192,7 @@ impl Trainer {
                     }
                 }
                 Output::Recycle { node, data } => self.recycle(Some(node), data),
+                Output::RestartNode { node, restart, cause } => self.restart_node(node, restart, cause),
                 Output::AllDown => {
                     if let Some(tx) = self.stop.take() {
                         let _ = tx.send(Ok(()));
@@ -148,7 +239,18 @@ impl Trainer {
 impl Actor for Trainer {
     type Context = Context<Self>;
 
-    fn started(&mut self, _ctx: &mut Self::Context) {
+    fn started(&mut self, ctx: &mut Self::Context) {
+        self.me = Some(ctx.address());
+        if let Some(sup) = self.machine.supervision() {
+            let every = sup.continue_timeout.map_or(Duration::from_millis(100), |t| {
+                (t / 4).clamp(Duration::from_millis(5), Duration::from_millis(100))
+            });
+            ctx.run_interval(every, |act, _ctx| {
+                let r = act.machine.tick(act.start.elapsed(), &mut act.out);
+                act.on_result(r);
+                act.dispatch();
+            });
+        }
         if let Some(seed) = self.initial_seed.take() {
             // Requests that arrive meanwhile wait for the chain: see TrainerMachine::request.
             self.machine.set_seed(seed, &mut self.out);
@@ -161,24 +263,51 @@ impl Handler<FromNodeMsg> for Trainer {
     type Result = ();
 
     fn handle(&mut self, msg: FromNodeMsg, _ctx: &mut Self::Context) {
-        match self.machine.on_node(msg.0, &mut self.out) {
-            Ok(()) => {}
-            Err(TrainerError::NodeFailed { node, reason }) => {
-                self.dispatch();
-                self.fail(CollectError::NodeFailed { node, reason });
-                return;
-            }
-            Err(e @ TrainerError::NodeLost { .. }) => tracing::error!(error = %e, "node lost"),
-            Err(e @ (TrainerError::UnexpectedBatch { node, .. } | TrainerError::BadBatch { node, .. })) => {
-                // A protocol violation: a remote node's connection is closed for it.
-                tracing::warn!(error = %e, "trainer dropped a node message");
-                if let Some(Some(c)) = self.closers.get(node) {
-                    c.do_send(Disconnect(e.to_string()));
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "trainer dropped a node message"),
-        }
+        // The machine's clock follows the actor's, so failures are recorded when they happen.
+        let r = self.machine.tick(self.start.elapsed(), &mut self.out);
+        self.on_result(r);
+        let r = self.machine.on_node(msg.0, &mut self.out);
+        self.on_result(r);
         self.dispatch();
+    }
+}
+
+impl Handler<NodeRestarted> for Trainer {
+    type Result = ();
+
+    fn handle(&mut self, msg: NodeRestarted, _ctx: &mut Self::Context) {
+        let node = msg.node;
+        if node >= self.nodes.len() {
+            tracing::error!(node, "restarted an unknown node");
+            return;
+        }
+        self.nodes[node] = msg.recipient;
+        self.recyclers[node] = msg.recycler;
+        self.closers[node] = msg.closer;
+        // The re-sent Continue's deadline counts from now, not from the last tick.
+        let r = self.machine.tick(self.start.elapsed(), &mut self.out);
+        self.on_result(r);
+        let r = self.machine.node_restarted(node, &mut self.out);
+        self.on_result(r);
+        self.dispatch();
+    }
+}
+
+impl Handler<NodeRestartFailed> for Trainer {
+    type Result = ();
+
+    fn handle(&mut self, msg: NodeRestartFailed, _ctx: &mut Self::Context) {
+        let r = self.machine.node_restart_failed(msg.node, msg.reason, &mut self.out);
+        self.on_result(r);
+        self.dispatch();
+    }
+}
+
+impl Handler<GetStats> for Trainer {
+    type Result = MessageResult<GetStats>;
+
+    fn handle(&mut self, _msg: GetStats, _ctx: &mut Self::Context) -> Self::Result {
+        MessageResult(self.machine.stats())
     }
 }
 

@@ -7,4 +7,6 @@ pub mod node;
 pub mod trainer;
 
 pub use node::{NodeError, NodeMachine, NodeOutput, WorkerCmd};
-pub use trainer::{Collected, ConfigError, Output, TrainerConfig, TrainerError, TrainerMachine};
+pub use trainer::{
+    Collected, ConfigError, NodeSupervision, Output, SupervisionStats, TrainerConfig, TrainerError, TrainerMachine,
+};

@@ -7,11 +7,13 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::message::{Batch, Continue, FromNode, Seed, ToNode, UpdateWeights};
 use crate::policy::Weights;
-use crate::rollout::BatchLayout;
-use crate::tensor::{TensorDict, TensorError};
+use crate::rollout::{keys, BatchLayout};
+use crate::supervisor::{restart_seed, RestartIntensity, Restarts};
+use crate::tensor::{Tensor, TensorDict, TensorError};
 
 /// How the trainer collects; torchrl's argument names.
 #[derive(Clone, Debug, PartialEq)]
@@ -173,6 +175,17 @@ pub enum Output {
     },
     /// Every node answered `Shutdown` with `Down`.
     AllDown,
+    /// Node `node` failed and is to be restarted (restart number `restart` over its
+    /// life): the launcher brings it back and calls [`TrainerMachine::node_restarted`],
+    /// or [`TrainerMachine::node_restart_failed`] when it cannot.
+    RestartNode {
+        /// Node index.
+        node: usize,
+        /// The restart's number over the node's life, from 1.
+        restart: u32,
+        /// The failure.
+        cause: String,
+    },
     /// A share was copied into a yielded batch: its storage can go back to
     /// `node` for reuse (an in-process optimisation; remote nodes ignore it).
     Recycle {
@@ -237,6 +250,43 @@ struct NodeState {
     /// Batches produced since the last weight update.
     since_update: u64,
     down: bool,
+    /// Being restarted: no `Continue`, no pushes until [`TrainerMachine::node_restarted`].
+    restarting: bool,
+    /// Frames of the `Continue` lost with the failed incarnation (or held back while
+    /// restarting), sent again under a new seq once the node is back.
+    lost: Option<usize>,
+    /// When the outstanding `Continue` was sent (machine clock).
+    sent_at: Duration,
+    /// Seqs below this were sent to an earlier incarnation: their batches are late.
+    incarnation_seq: u64,
+    /// Added to the trajectory ids of this incarnation's batches (a multiple of all
+    /// lanes), so a restarted node never repeats an id its predecessors delivered.
+    traj_offset: u64,
+    /// The highest trajectory id delivered by the node (after the offset).
+    max_traj: Option<u64>,
+}
+
+/// How the trainer supervises its nodes (off by default: a lost node is lost).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeSupervision {
+    /// Restarts of one node allowed within a window; past it the failure is an error.
+    pub intensity: RestartIntensity,
+    /// A `Continue` not answered within this long counts as a node failure (`None`: no limit).
+    pub continue_timeout: Option<Duration>,
+    /// When a node cannot be restarted (the launcher gave up): in async mode go on
+    /// with the other nodes (`true`) or fail the run (`false`, the default).
+    pub continue_without_lost_nodes: bool,
+}
+
+/// Counters of a supervised run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SupervisionStats {
+    /// Restarts of each node over the run.
+    pub restarts: Vec<u32>,
+    /// Batches refused because they answered a `Continue` of an incarnation that was replaced.
+    pub dropped_late: u64,
+    /// Frames in the batches accepted from nodes.
+    pub frames_collected: u64,
 }
 
 /// The trainer's state machine.
@@ -268,6 +318,18 @@ pub struct TrainerMachine {
     shutting_down: bool,
     /// What every batch must hold, if known.
     layout: Option<BatchLayout>,
+    /// Node supervision, when on.
+    supervision: Option<NodeSupervision>,
+    /// Restart bookkeeping per node (used when supervision is on).
+    restarts: Vec<Restarts>,
+    /// The machine's clock: the latest [`TrainerMachine::tick`].
+    now: Duration,
+    /// The seed of the last seeding chain (node 0's seed), 0 before any.
+    chain_seed: u64,
+    /// Late batches refused.
+    dropped_late: u64,
+    /// Frames in accepted batches.
+    frames_collected: u64,
 }
 
 /// Checks a batch's entries against a layout: same keys, dtypes and feature shapes.
@@ -313,7 +375,152 @@ impl TrainerMachine {
             queued_seed: None,
             shutting_down: false,
             layout: None,
+            supervision: None,
+            restarts: Vec::new(),
+            now: Duration::ZERO,
+            chain_seed: 0,
+            dropped_late: 0,
+            frames_collected: 0,
         })
+    }
+
+    /// Supervises the nodes: a failed node is restarted (see [`Output::RestartNode`])
+    /// up to the intensity, then its failure is an error.
+    pub fn with_supervision(mut self, sup: NodeSupervision) -> TrainerMachine {
+        self.restarts = vec![Restarts::new(sup.intensity); self.cfg.nodes];
+        self.supervision = Some(sup);
+        self
+    }
+
+    /// The node supervision, when on.
+    pub fn supervision(&self) -> Option<&NodeSupervision> {
+        self.supervision.as_ref()
+    }
+
+    /// Restarts, late batches and frames collected so far.
+    pub fn stats(&self) -> SupervisionStats {
+        SupervisionStats {
+            restarts: (0..self.cfg.nodes)
+                .map(|i| self.restarts.get(i).map_or(0, Restarts::total))
+                .collect(),
+            dropped_late: self.dropped_late,
+            frames_collected: self.frames_collected,
+        }
+    }
+
+    /// True while node `node` is being restarted.
+    pub fn is_restarting(&self, node: usize) -> bool {
+        self.nodes.get(node).is_some_and(|n| n.restarting)
+    }
+
+    /// The seed node `node` gets from the last seeding chain (all nodes up).
+    fn chain_seed_of(&self, node: usize) -> u64 {
+        let before: u64 = self.cfg.envs_per_node[..node].iter().map(|&k| k as u64).sum();
+        self.chain_seed.wrapping_add(before)
+    }
+
+    /// The clock moved to `now` (since an origin the caller picks): a `Continue`
+    /// unanswered for longer than `continue_timeout` counts as a node failure.
+    pub fn tick(&mut self, now: Duration, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        self.now = self.now.max(now);
+        let Some(limit) = self.supervision.as_ref().and_then(|s| s.continue_timeout) else {
+            return Ok(());
+        };
+        if self.shutting_down {
+            return Ok(());
+        }
+        for i in 0..self.nodes.len() {
+            let n = &self.nodes[i];
+            if n.down || n.restarting {
+                continue;
+            }
+            if let Some((seq, frames)) = n.outstanding {
+                if self.now.saturating_sub(n.sent_at) >= limit {
+                    let reason = format!(
+                        "no answer to Continue seq {seq} ({frames} frames) within {:.3} s",
+                        limit.as_secs_f64()
+                    );
+                    self.node_lost(i, reason, out)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The launcher brought node `node` back: it gets the current weights, its restart
+    /// seed, then the `Continue` its failed incarnation lost, under a new seq.
+    pub fn node_restarted(&mut self, node: usize, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        if node >= self.nodes.len() {
+            return Err(TrainerError::UnknownNode(node));
+        }
+        if !self.nodes[node].restarting {
+            return Ok(());
+        }
+        let restart = self.restarts.get(node).map_or(0, Restarts::total);
+        let seed = restart_seed(self.chain_seed_of(node), restart);
+        let weights = self.weights.clone();
+        let next_seq = self.next_seq;
+        let lanes: u64 = self.cfg.envs_per_node.iter().map(|&k| k as u64).sum::<u64>().max(1);
+        let st = &mut self.nodes[node];
+        if let Some(max) = st.max_traj {
+            st.traj_offset = (max + 1).div_ceil(lanes) * lanes;
+        }
+        st.restarting = false;
+        st.since_update = 0;
+        st.pushed_version = 0;
+        st.incarnation_seq = next_seq;
+        if let Some(w) = weights {
+            st.pushed_version = w.version;
+            out.push(Output::Send {
+                node,
+                msg: ToNode::UpdateWeights(UpdateWeights { weights: w }),
+            });
+        }
+        out.push(Output::Send {
+            node,
+            msg: ToNode::Seed(Seed { seed }),
+        });
+        tracing::info!(node, restart, seed, "node restarted");
+        if let Some(frames) = self.nodes[node].lost.take() {
+            if !self.finished {
+                self.continue_node(node, frames, out);
+            }
+        }
+        Ok(())
+    }
+
+    /// The launcher could not bring node `node` back: the failure stands. Sync mode
+    /// fails; async mode goes on without the node if `continue_without_lost_nodes`.
+    pub fn node_restart_failed(
+        &mut self,
+        node: usize,
+        reason: String,
+        out: &mut Vec<Output>,
+    ) -> Result<(), TrainerError> {
+        if node >= self.nodes.len() {
+            return Err(TrainerError::UnknownNode(node));
+        }
+        let st = &mut self.nodes[node];
+        if !st.restarting {
+            return Ok(());
+        }
+        st.restarting = false;
+        st.down = true;
+        st.lost = None;
+        st.outstanding = None;
+        let reason = format!("restart failed: {reason}");
+        tracing::error!(node, %reason, "node not restarted");
+        if self.shutting_down {
+            if self.nodes.iter().all(|n| n.down) {
+                out.push(Output::AllDown);
+            }
+            return Ok(());
+        }
+        let go_on = self.supervision.as_ref().is_some_and(|s| s.continue_without_lost_nodes);
+        if !self.cfg.sync && go_on && self.nodes.iter().any(|n| !n.down) {
+            return Err(TrainerError::NodeLost { node, reason });
+        }
+        Err(TrainerError::NodeFailed { node, reason })
     }
 
     /// Every batch will be checked against `layout` (keys, dtypes, feature shapes).
@@ -390,7 +597,7 @@ impl TrainerMachine {
         let n = &mut self.nodes[i];
         n.since_update = 0;
         if let Some(w) = &self.weights {
-            if n.pushed_version != w.version && !n.down {
+            if n.pushed_version != w.version && !n.down && !n.restarting {
                 n.pushed_version = w.version;
                 out.push(Output::Send {
                     node: i,
@@ -419,6 +626,7 @@ impl TrainerMachine {
             self.queued_seed = Some(seed);
             return;
         }
+        self.chain_seed = seed;
         if let Err(e) = self.seed_from(0, seed, out) {
             tracing::error!(error = %e, "seeding failed");
         }
@@ -428,7 +636,7 @@ impl TrainerMachine {
     /// skipped as if it had used its envs' seeds, so the others get the seeds they
     /// would have had. Past the last node the chain is complete.
     fn seed_from(&mut self, mut node: usize, mut seed: u64, out: &mut Vec<Output>) -> Result<(), TrainerError> {
-        while node < self.nodes.len() && self.nodes[node].down {
+        while node < self.nodes.len() && (self.nodes[node].down || self.nodes[node].restarting) {
             seed = seed.wrapping_add(self.cfg.envs_per_node[node] as u64);
             node += 1;
         }
@@ -442,6 +650,7 @@ impl TrainerMachine {
         }
         self.seeding = None;
         if let Some(queued) = self.queued_seed.take() {
+            self.chain_seed = queued;
             return self.seed_from(0, queued, out);
         }
         out.push(Output::Seeded { next_seed: seed });
@@ -452,9 +661,15 @@ impl TrainerMachine {
     }
 
     fn continue_node(&mut self, node: usize, frames: usize, out: &mut Vec<Output>) {
+        if self.nodes[node].restarting {
+            // Held back: sent under a new seq once the node is back.
+            self.nodes[node].lost = Some(frames);
+            return;
+        }
         let seq = self.next_seq;
         self.next_seq += 1;
         self.nodes[node].outstanding = Some((seq, frames));
+        self.nodes[node].sent_at = self.now;
         out.push(Output::Send {
             node,
             msg: ToNode::Continue(Continue { seq, frames }),
@@ -596,7 +811,14 @@ impl TrainerMachine {
         let st = &mut self.nodes[node];
         let was_down = st.down;
         st.down = true;
-        st.outstanding = None;
+        if let Some((_, frames)) = st.outstanding.take() {
+            st.lost = Some(frames);
+        }
+        if st.restarting && !self.shutting_down {
+            // A late report about the incarnation being replaced.
+            st.down = false;
+            return Ok(());
+        }
         if self.shutting_down {
             if !was_down && self.nodes.iter().all(|n| n.down) {
                 out.push(Output::AllDown);
@@ -605,6 +827,9 @@ impl TrainerMachine {
         }
         if was_down {
             return Ok(());
+        }
+        if self.supervision.is_some() {
+            return self.supervise(node, reason, out);
         }
         if let Some((n, seed)) = self.seeding {
             if n == node {
@@ -618,15 +843,55 @@ impl TrainerMachine {
         Err(TrainerError::NodeFailed { node, reason })
     }
 
+    /// A supervised node failed: restart it within the intensity, else escalate.
+    fn supervise(&mut self, node: usize, cause: String, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        let st = &mut self.nodes[node];
+        // `node_lost` marked it down; a supervised node is restarting instead.
+        st.down = false;
+        if st.restarting {
+            // Another report of the incarnation already being replaced.
+            return Ok(());
+        }
+        let now = self.now;
+        match self.restarts[node].record(now, cause.clone()) {
+            Ok(restart) => {
+                let st = &mut self.nodes[node];
+                st.restarting = true;
+                // `outstanding` was cleared by the caller; keep the frames asked.
+                tracing::warn!(node, restart, %cause, "node failed; restarting it");
+                if let Some((n, seed)) = self.seeding {
+                    if n == node {
+                        self.seed_from(node + 1, seed.wrapping_add(self.cfg.envs_per_node[node] as u64), out)?;
+                    }
+                }
+                out.push(Output::RestartNode { node, restart, cause });
+                Ok(())
+            }
+            Err(esc) => {
+                self.nodes[node].down = true;
+                tracing::error!(node, restarts = esc.total_restarts, cause = %esc.cause, "node failed past its restart intensity");
+                Err(TrainerError::NodeFailed {
+                    node,
+                    reason: esc.to_string(),
+                })
+            }
+        }
+    }
+
     /// Nodes still serving (not down, failed or lost).
     pub fn nodes_alive(&self) -> usize {
         self.nodes.iter().filter(|n| !n.down).count()
     }
 
-    fn on_batch(&mut self, b: Batch, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+    fn on_batch(&mut self, mut b: Batch, out: &mut Vec<Output>) -> Result<(), TrainerError> {
         let node = b.node;
         let st = &self.nodes[node];
         let Some((seq, frames)) = st.outstanding.filter(|(s, _)| *s == b.seq) else {
+            if self.supervision.is_some() && (st.restarting || b.seq < st.incarnation_seq) {
+                self.dropped_late += 1;
+                tracing::info!(node, seq = b.seq, "dropped a late batch of a replaced node incarnation");
+                return Ok(());
+            }
             return Err(TrainerError::UnexpectedBatch {
                 node,
                 seq: b.seq,
@@ -653,8 +918,20 @@ impl TrainerMachine {
             check_layout(&b.data, layout).map_err(|reason| TrainerError::BadBatch { node, reason })?;
         }
         let st = &mut self.nodes[node];
+        if self.supervision.is_some() {
+            if let Ok(Tensor::I64(ids)) = b.data.get_mut(keys::TRAJ_IDS) {
+                let off = st.traj_offset as i64;
+                if off > 0 {
+                    ids.mapv_inplace(|x| if x >= 0 { x.saturating_add(off) } else { x });
+                }
+                if let Some(m) = ids.iter().copied().max().and_then(|m| u64::try_from(m).ok()) {
+                    st.max_traj = Some(st.max_traj.map_or(m, |p| p.max(m)));
+                }
+            }
+        }
         st.outstanding = None;
         st.since_update += 1;
+        self.frames_collected += frames as u64;
         if self.finished {
             return Ok(());
         }
@@ -684,6 +961,12 @@ impl TrainerMachine {
     pub fn shutdown(&mut self, out: &mut Vec<Output>) {
         self.shutting_down = true;
         self.finished = true;
+        for n in &mut self.nodes {
+            if n.restarting {
+                n.restarting = false;
+                n.down = true;
+            }
+        }
         let mut any = false;
         for (i, n) in self.nodes.iter().enumerate() {
             if !n.down {

@@ -4,12 +4,13 @@
 use actix::prelude::*;
 use rollout::machine::{NodeMachine, TrainerMachine};
 use rollout::node_spec::NodeSpec;
+use rollout::rollout::Rollout;
 use rollout::Registry;
 
 use crate::env_worker::EnvWorker;
 use crate::error::CollectError;
-use crate::node::Node;
-use crate::trainer::Trainer;
+use crate::node::{Halt, Node};
+use crate::trainer::{NodeRestartFailed, NodeRestarted, Restarter, Trainer};
 
 /// What a launch started: the trainer and the threads to join at the end.
 pub struct Started {
@@ -19,9 +20,100 @@ pub struct Started {
     pub arbiters: Vec<Arbiter>,
 }
 
+/// Starts one node actor over freshly built workers, each on an arbiter of its own.
+fn start_node(
+    spec: &NodeSpec,
+    registry: &Registry,
+    workers: Vec<Rollout>,
+    trainer: &Addr<Trainer>,
+) -> (Addr<Node>, Vec<Arbiter>) {
+    let node_ctx = Context::<Node>::new();
+    let node_addr = node_ctx.address();
+    let mut addrs = Vec::with_capacity(workers.len());
+    let mut handles = Vec::with_capacity(workers.len());
+    let mut arbiters = Vec::with_capacity(workers.len());
+    for (w, rollout) in workers.into_iter().enumerate() {
+        let arbiter = Arbiter::new();
+        let to_node = node_addr.clone().recipient();
+        addrs.push(EnvWorker::start_in_arbiter(&arbiter.handle(), move |_| {
+            EnvWorker::new(w, rollout, to_node, true)
+        }));
+        handles.push(arbiter.handle());
+        arbiters.push(arbiter);
+    }
+    let machine = NodeMachine::from_spec(spec);
+    node_ctx.run(Node::new(machine, addrs, trainer.clone().recipient()).with_rebuild(
+        spec.clone(),
+        registry.clone(),
+        handles,
+    ));
+    (node_addr, arbiters)
+}
+
+/// Restarts local nodes in place: the old node actor is halted and its env workers'
+/// arbiters stopped, a new node is built from its [`NodeSpec`].
+pub struct LocalRestarter {
+    specs: Vec<NodeSpec>,
+    registry: Registry,
+    nodes: Vec<Addr<Node>>,
+    /// The arbiters of each node's current workers.
+    handles: Vec<Vec<ArbiterHandle>>,
+    /// Arbiters started by restarts; stopped and joined when the restarter goes.
+    spawned: Vec<Arbiter>,
+}
+
+impl Restarter for LocalRestarter {
+    fn restart(&mut self, node: usize, restart: u32, cause: &str, trainer: Addr<Trainer>) {
+        let (Some(spec), Some(old)) = (self.specs.get(node), self.nodes.get(node)) else {
+            trainer.do_send(NodeRestartFailed {
+                node,
+                reason: "no such local node".into(),
+            });
+            return;
+        };
+        old.do_send(Halt);
+        for h in self.handles[node].drain(..) {
+            h.stop();
+        }
+        tracing::warn!(node, restart, %cause, "rebuilding local node");
+        let workers = match spec.build_workers(&self.registry) {
+            Ok(w) => w,
+            Err(e) => {
+                trainer.do_send(NodeRestartFailed {
+                    node,
+                    reason: format!("rebuilding node {node} failed: {e}"),
+                });
+                return;
+            }
+        };
+        let (addr, arbiters) = start_node(spec, &self.registry, workers, &trainer);
+        self.handles[node] = arbiters.iter().map(Arbiter::handle).collect();
+        self.spawned.extend(arbiters);
+        self.nodes[node] = addr.clone();
+        trainer.do_send(NodeRestarted {
+            node,
+            recipient: addr.clone().recipient(),
+            recycler: Some(addr.recipient()),
+            closer: None,
+        });
+    }
+}
+
+impl Drop for LocalRestarter {
+    fn drop(&mut self) {
+        for a in &self.spawned {
+            a.stop();
+        }
+        for a in self.spawned.drain(..) {
+            let _ = a.join();
+        }
+    }
+}
+
 /// Starts a trainer over local nodes. Must run inside a running actix `System`.
 /// Every env and policy is built first, so a bad config fails here, before any thread starts.
-/// The trainer seeds the nodes with `seed` before its first batch.
+/// The trainer seeds the nodes with `seed` before its first batch. With supervision
+/// on in `machine`, failed nodes are rebuilt in place from their spec.
 pub fn start(
     machine: TrainerMachine,
     specs: &[NodeSpec],
@@ -40,33 +132,29 @@ pub fn start(
     let mut arbiters = Vec::new();
     let mut nodes = Vec::with_capacity(specs.len());
     let mut recyclers = Vec::with_capacity(specs.len());
+    let mut addrs = Vec::with_capacity(specs.len());
+    let mut handles = Vec::with_capacity(specs.len());
     for (spec, workers) in specs.iter().zip(rollouts) {
-        let node_ctx = Context::<Node>::new();
-        let node_addr = node_ctx.address();
-        let mut addrs = Vec::with_capacity(workers.len());
-        let mut handles = Vec::with_capacity(workers.len());
-        for (w, rollout) in workers.into_iter().enumerate() {
-            let arbiter = Arbiter::new();
-            let to_node = node_addr.clone().recipient();
-            addrs.push(EnvWorker::start_in_arbiter(&arbiter.handle(), move |_| {
-                EnvWorker::new(w, rollout, to_node, true)
-            }));
-            handles.push(arbiter.handle());
-            arbiters.push(arbiter);
-        }
-        let machine = NodeMachine::from_spec(spec);
-        node_ctx.run(Node::new(machine, addrs, trainer.clone().recipient()).with_rebuild(
-            spec.clone(),
-            registry.clone(),
-            handles,
-        ));
+        let (node_addr, node_arbiters) = start_node(spec, registry, workers, &trainer);
+        handles.push(node_arbiters.iter().map(Arbiter::handle).collect());
+        arbiters.extend(node_arbiters);
         recyclers.push(Some(node_addr.clone().recipient()));
-        nodes.push(node_addr.recipient());
+        nodes.push(node_addr.clone().recipient());
+        addrs.push(node_addr);
     }
-    trainer_ctx.run(
-        Trainer::new(machine, nodes)
-            .with_recyclers(recyclers)
-            .with_initial_seed(seed),
-    );
+    let supervised = machine.supervision().is_some();
+    let mut t = Trainer::new(machine, nodes)
+        .with_recyclers(recyclers)
+        .with_initial_seed(seed);
+    if supervised {
+        t = t.with_restarter(Box::new(LocalRestarter {
+            specs: specs.to_vec(),
+            registry: registry.clone(),
+            nodes: addrs,
+            handles,
+            spawned: Vec::new(),
+        }));
+    }
+    trainer_ctx.run(t);
     Ok(Started { trainer, arbiters })
 }

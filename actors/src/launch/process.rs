@@ -11,6 +11,22 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Default)]
 pub struct Children {
     procs: Vec<Child>,
+    /// How to start node `i` again: program, address, token.
+    how: Option<(std::path::PathBuf, SocketAddr, String)>,
+}
+
+fn spawn_one(program: &Path, addr: SocketAddr, token: &str, i: usize) -> io::Result<Child> {
+    Command::new(program)
+        .arg("node")
+        .arg("--join")
+        .arg(addr.to_string())
+        .arg("--index")
+        .arg(i.to_string())
+        .arg("--name")
+        .arg(format!("process-{i}"))
+        .env("ROLLOUT_TOKEN", token)
+        .stdin(Stdio::null())
+        .spawn()
 }
 
 impl Children {
@@ -20,20 +36,27 @@ impl Children {
         let token = String::from_utf8_lossy(token).into_owned();
         let mut children = Children::default();
         for i in 0..n {
-            let child = Command::new(program)
-                .arg("node")
-                .arg("--join")
-                .arg(addr.to_string())
-                .arg("--index")
-                .arg(i.to_string())
-                .arg("--name")
-                .arg(format!("process-{i}"))
-                .env("ROLLOUT_TOKEN", &token)
-                .stdin(Stdio::null())
-                .spawn()?;
-            children.procs.push(child);
+            children.procs.push(spawn_one(program, addr, &token, i)?);
         }
+        children.how = Some((program.to_path_buf(), addr, token));
         Ok(children)
+    }
+
+    /// Kills node `i`'s process (SIGKILL: also one that is stopped) and starts a new
+    /// one with the same `--index`, which joins again. Returns its process id.
+    pub fn respawn(&mut self, i: usize) -> io::Result<u32> {
+        let Some((program, addr, token)) = self.how.clone() else {
+            return Err(io::Error::other("these children cannot be started again"));
+        };
+        let Some(old) = self.procs.get_mut(i) else {
+            return Err(io::Error::other(format!("no node process {i}")));
+        };
+        let _ = old.kill();
+        let _ = old.wait();
+        let child = spawn_one(&program, addr, &token, i)?;
+        let pid = child.id();
+        self.procs[i] = child;
+        Ok(pid)
     }
 
     /// Process ids, by node index.

@@ -2,22 +2,24 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix::prelude::*;
 use rollout::machine::TrainerMachine;
 use rollout::node_spec::NodeSpec;
+use rollout::wire::Admission;
 use tokio::net::TcpListener;
 use tokio_util::codec::FramedRead;
 
 use super::local::Started;
+use super::process::Children;
 use crate::error::CollectError;
 use crate::remote::codec::FrameCodec;
 use crate::remote::link::spawn_writer;
 use crate::remote::listener::{self, DoorConfig, Joined};
-use crate::remote::peer::{Disconnect, RemoteNode, WeightsCache};
-use crate::trainer::Trainer;
+use crate::remote::peer::{Disconnect, PeerTiming, RemoteNode, WeightsCache};
+use crate::trainer::{NodeRestartFailed, NodeRestarted, Restarter, Trainer};
 
 /// Watches the nodes a launcher started while the trainer waits for them to join
 /// (the `Slurm` launcher reads its tasks' states). Both calls may block (they run on a
@@ -49,10 +51,82 @@ pub async fn start(
     join_timeout: Duration,
     seed: u64,
 ) -> Result<Started, CollectError> {
-    start_watched(machine, specs, listener, door, join_timeout, seed, None).await
+    start_watched(machine, specs, listener, door, join_timeout, seed, None, None).await
 }
 
-/// [`start`], with a [`JoinWatch`] on the nodes while they join.
+/// Restarts remote nodes: frees the node's slot, starts a new process for it when this
+/// trainer started the old one (`Process`: the old one is killed, also when stopped),
+/// and waits (bounded by the join timeout) for a node to join under the same index.
+struct RemoteRestarter {
+    admission: Rc<RefCell<Admission>>,
+    children: Option<Arc<Mutex<Children>>>,
+    join_timeout: Duration,
+    /// The restart in progress of each node.
+    pending: Rc<RefCell<Vec<Option<u32>>>>,
+}
+
+impl Restarter for RemoteRestarter {
+    fn restart(&mut self, node: usize, restart: u32, cause: &str, trainer: Addr<Trainer>) {
+        self.admission.borrow_mut().release(node);
+        if let Some(p) = self.pending.borrow_mut().get_mut(node) {
+            *p = Some(restart);
+        }
+        if let Some(children) = &self.children {
+            let r = match children.lock() {
+                Ok(mut c) => c.respawn(node),
+                Err(_) => Err(std::io::Error::other("the process table is poisoned")),
+            };
+            match r {
+                Ok(pid) => tracing::warn!(node, restart, pid, %cause, "node process replaced"),
+                Err(e) => {
+                    if let Some(p) = self.pending.borrow_mut().get_mut(node) {
+                        *p = None;
+                    }
+                    trainer.do_send(NodeRestartFailed {
+                        node,
+                        reason: format!("cannot start node process {node} again: {e}"),
+                    });
+                    return;
+                }
+            }
+        } else {
+            tracing::warn!(node, restart, %cause, "waiting for node to rejoin");
+        }
+        let pending = self.pending.clone();
+        let wait = self.join_timeout;
+        actix_rt::spawn(async move {
+            tokio::time::sleep(wait).await;
+            let expired = pending.borrow().get(node).copied().flatten() == Some(restart);
+            if expired {
+                if let Some(p) = pending.borrow_mut().get_mut(node) {
+                    *p = None;
+                }
+                trainer.do_send(NodeRestartFailed {
+                    node,
+                    reason: format!("no node rejoined as index {node} within {:.1} s", wait.as_secs_f64()),
+                });
+            }
+        });
+    }
+}
+
+/// Starts the actor serving a node that joined.
+fn start_peer(j: Joined, trainer: &Addr<Trainer>, cache: &WeightsCache, timing: PeerTiming) -> Addr<RemoteNode> {
+    let (read, write) = j.stream.into_split();
+    let to_trainer = trainer.clone().recipient();
+    let cache = cache.clone();
+    RemoteNode::create(move |ctx| {
+        let me = ctx.address();
+        let (out, _writer) = spawn_writer(write, move |reason| me.do_send(Disconnect(reason)));
+        ctx.add_stream(FramedRead::new(read, FrameCodec::new(timing.max_frame)));
+        RemoteNode::new(j.index, j.name, out, to_trainer, cache, timing)
+    })
+}
+
+/// [`start`], with a [`JoinWatch`] on the nodes while they join. With supervision on in
+/// `machine`, a failed node's slot is freed and a node joining under its index replaces
+/// it; `children` (the `Process` launcher's) are restarted for it.
+#[allow(clippy::too_many_arguments)]
 pub async fn start_watched(
     machine: TrainerMachine,
     specs: Vec<NodeSpec>,
@@ -61,6 +135,7 @@ pub async fn start_watched(
     join_timeout: Duration,
     seed: u64,
     watch: Option<Arc<dyn JoinWatch>>,
+    children: Option<Arc<Mutex<Children>>>,
 ) -> Result<Started, CollectError> {
     let n = specs.len();
     listener
@@ -69,7 +144,8 @@ pub async fn start_watched(
     let listener = TcpListener::from_std(listener)
         .map_err(|e| CollectError::Join(format!("cannot use the listening socket: {e}")))?;
     let timing = door.timing;
-    let mut joined_rx = listener::open(listener, specs, door, Rc::new(RefCell::new(None)));
+    let admission = Rc::new(RefCell::new(Admission::new(n)));
+    let mut joined_rx = listener::open_with(listener, specs, door, Rc::new(RefCell::new(None)), admission.clone());
     let mut joined: Vec<Joined> = Vec::with_capacity(n);
     let deadline = tokio::time::Instant::now() + join_timeout;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -117,23 +193,45 @@ pub async fn start_watched(
     let mut nodes = Vec::with_capacity(n);
     let mut closers = Vec::with_capacity(n);
     for j in joined {
-        let (read, write) = j.stream.into_split();
-        let to_trainer = trainer.clone().recipient();
-        let cache = cache.clone();
-        let peer = RemoteNode::create(move |ctx| {
-            let me = ctx.address();
-            let (out, _writer) = spawn_writer(write, move |reason| me.do_send(Disconnect(reason)));
-            ctx.add_stream(FramedRead::new(read, FrameCodec::new(timing.max_frame)));
-            RemoteNode::new(j.index, j.name, out, to_trainer, cache, timing)
-        });
+        let peer = start_peer(j, &trainer, &cache, timing);
         closers.push(Some(peer.clone().recipient()));
         nodes.push(peer.recipient());
     }
-    trainer_ctx.run(
-        Trainer::new(machine, nodes)
-            .with_closers(closers)
-            .with_initial_seed(seed),
-    );
+    let supervised = machine.supervision().is_some();
+    let mut t = Trainer::new(machine, nodes)
+        .with_closers(closers)
+        .with_initial_seed(seed);
+    if supervised {
+        let pending = Rc::new(RefCell::new(vec![None; n]));
+        t = t.with_restarter(Box::new(RemoteRestarter {
+            admission: admission.clone(),
+            children,
+            join_timeout,
+            pending: pending.clone(),
+        }));
+        let trainer = trainer.clone();
+        actix_rt::spawn(async move {
+            while let Some(j) = joined_rx.recv().await {
+                let node = j.index;
+                let restart = pending.borrow_mut().get_mut(node).and_then(Option::take);
+                let Some(restart) = restart else {
+                    // Admitted into a slot freed by a restart that already gave up.
+                    tracing::warn!(node, "a node joined with no restart waiting for it; closing it");
+                    admission.borrow_mut().release(node);
+                    continue;
+                };
+                tracing::info!(node, restart, name = %j.name, "node rejoined");
+                let peer = start_peer(j, &trainer, &cache, timing);
+                trainer.do_send(NodeRestarted {
+                    node,
+                    recipient: peer.clone().recipient(),
+                    recycler: None,
+                    closer: Some(peer.recipient()),
+                });
+            }
+        });
+    }
+    trainer_ctx.run(t);
     Ok(Started {
         trainer,
         arbiters: Vec::new(),

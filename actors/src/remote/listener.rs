@@ -66,8 +66,20 @@ pub fn open(
     cfg: DoorConfig,
     weights: Rc<RefCell<Option<Weights>>>,
 ) -> mpsc::UnboundedReceiver<Joined> {
-    let (tx, rx) = mpsc::unbounded_channel();
     let admission = Rc::new(RefCell::new(Admission::new(specs.len())));
+    open_with(listener, specs, cfg, weights, admission)
+}
+
+/// [`open`] over slots the caller keeps: releasing slot `i` (its node is gone and
+/// being replaced) lets a node asking for index `i` in again.
+pub fn open_with(
+    listener: TcpListener,
+    specs: Vec<NodeSpec>,
+    cfg: DoorConfig,
+    weights: Rc<RefCell<Option<Weights>>>,
+    admission: Rc<RefCell<Admission>>,
+) -> mpsc::UnboundedReceiver<Joined> {
+    let (tx, rx) = mpsc::unbounded_channel();
     let specs = Rc::new(specs);
     actix_rt::spawn(async move {
         loop {
