@@ -21,7 +21,8 @@ pub struct Started {
 
 /// Starts a trainer over local nodes. Must run inside a running actix `System`.
 /// Every env and policy is built first, so a bad config fails here, before any thread starts.
-/// The trainer seeds the nodes with `seed` before its first batch.
+/// The trainer seeds the nodes with `seed` before its first batch, and checks each
+/// node's batches against the layout of the workers built for it here.
 pub fn start(
     machine: TrainerMachine,
     specs: &[NodeSpec],
@@ -35,6 +36,8 @@ pub fn start(
             source,
         })?);
     }
+    let layouts = rollouts.iter().map(|w| w.first().map(|r| r.batch_layout())).collect();
+    let machine = machine.with_layouts(layouts);
     let trainer_ctx = Context::<Trainer>::new();
     let trainer = trainer_ctx.address();
     let mut arbiters = Vec::new();
