@@ -539,20 +539,8 @@ impl CollectorBuilder {
                 })
             }
         };
-        // Local nodes: local::start reads each node's layout off the workers it builds.
-        // Remote nodes: the layout their spec gives with this trainer's registry.
-        let machine = if remote.is_some() {
-            let layouts = specs
-                .iter()
-                .map(|s| {
-                    let e = self.registry.make(&s.env)?;
-                    Ok(Some(batch_layout(e.observation_spec(), e.action_spec())))
-                })
-                .collect::<Result<Vec<_>, CollectError>>()?;
-            machine.with_layouts(layouts)
-        } else {
-            machine
-        };
+        // Each node's layout is learnt from the node: local::start reads it off the
+        // workers it builds; a remote node advertises it in its `Ready`.
         let plan = Plan {
             machine,
             specs,

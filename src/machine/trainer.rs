@@ -638,6 +638,7 @@ impl TrainerMachine {
                 Ok(())
             }
             FromNode::Failed { node, reason } => self.node_lost(node, reason, out),
+            FromNode::Ready { node, layout } => self.set_layout(node, layout),
         }
     }
 

@@ -288,3 +288,70 @@ fn machine_layouts_are_per_node_and_sync_refuses_a_differing_one() {
     m.set_layout(1, cart).expect("an equal layout");
     assert_eq!(m.set_layout(2, layout("Counting")), Err(TrainerError::UnknownNode(2)));
 }
+
+/// A remote node (the library's `run_node` on a thread, `Launcher::External`) whose
+/// env differs from node 0's: it advertises its layout in `Ready` and the trainer
+/// checks its batches against that one.
+#[test]
+fn remote_node_with_another_env_in_async() {
+    use rollout_actors::remote::{run_node, NodeOptions};
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr")
+    };
+    let token = b"hetero-token".to_vec();
+    let trainer = {
+        let token = token.clone();
+        std::thread::spawn(move || {
+            DistributedCollector::builder()
+                .env("CartPole-v1")
+                .node_config(1, env_override("Counting"))
+                .policy(PolicyConfig::Random)
+                .nodes(2)
+                .frames_per_batch(50)
+                .total_frames(500)
+                .seed(2)
+                .launcher(Launcher::External)
+                .listen(addr.to_string())
+                .token(token)
+                .join_timeout(std::time::Duration::from_secs(20))
+                .batch_timeout(std::time::Duration::from_secs(20))
+                .build()
+        })
+    };
+    let nodes: Vec<_> = (0..2)
+        .map(|i| {
+            let token = token.clone();
+            std::thread::spawn(move || {
+                let opts = NodeOptions {
+                    name: format!("hetero-{i}"),
+                    index: Some(i),
+                    connect_timeout: std::time::Duration::from_secs(20),
+                    ..NodeOptions::default()
+                };
+                run_node(&addr.to_string(), &token, opts).map_err(|e| e.to_string())
+            })
+        })
+        .collect();
+    let mut c = trainer.join().expect("trainer thread").expect("collector");
+    let batches = drain(&mut c);
+    c.shutdown().expect("shutdown");
+    for n in nodes {
+        assert_eq!(n.join().expect("node thread"), Ok(()));
+    }
+    let frames: usize = batches.iter().map(|b| b.data.numel()).sum();
+    assert_eq!(frames, 500, "frames exact");
+    let mut per_node = [0usize; 2];
+    for b in &batches {
+        let node = b.node.expect("async");
+        per_node[node] += 1;
+        let obs = b.data.get(keys::OBSERVATION).expect("obs").shape().to_vec();
+        let act = b.data.get(keys::ACTION).expect("action").dtype();
+        if node == 0 {
+            assert_eq!((obs, act), (vec![1, 50, 4], DType::I64));
+        } else {
+            assert_eq!((obs, act), (vec![1, 50, 1], DType::F32));
+        }
+    }
+    assert!(per_node.iter().all(|&n| n > 0), "{per_node:?}");
+}
