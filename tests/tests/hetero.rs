@@ -355,3 +355,69 @@ fn remote_node_with_another_env_in_async() {
     }
     assert!(per_node.iter().all(|&n| n > 0), "{per_node:?}");
 }
+
+/// In sync mode a remote node whose `Ready` advertises another layout than the other
+/// node's (its registry builds another env under the same name) is disconnected with
+/// the difference as the reason, and the run fails clearly instead of stacking.
+#[test]
+fn sync_remote_ready_with_another_layout_is_refused() {
+    use rollout_actors::remote::{run_node, NodeOptions};
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr")
+    };
+    let token = b"hetero-token".to_vec();
+    let trainer = {
+        let token = token.clone();
+        std::thread::spawn(move || {
+            DistributedCollector::builder()
+                .env("Counting")
+                .policy(PolicyConfig::Random)
+                .nodes(2)
+                .frames_per_batch(20)
+                .total_frames(200)
+                .sync(true)
+                .seed(2)
+                .launcher(Launcher::External)
+                .listen(addr.to_string())
+                .token(token)
+                .join_timeout(std::time::Duration::from_secs(20))
+                .batch_timeout(std::time::Duration::from_secs(20))
+                .build()
+        })
+    };
+    let nodes: Vec<_> = (0..2)
+        .map(|i| {
+            let token = token.clone();
+            std::thread::spawn(move || {
+                let mut registry = Registry::with_builtins();
+                if i == 1 {
+                    // Same name, another env: CartPole's observation is f32 [4].
+                    let builtins = Registry::with_builtins();
+                    registry.register("Counting", move |_c| builtins.make(&EnvSpec::from("CartPole-v1")));
+                }
+                let opts = NodeOptions {
+                    name: format!("sync-{i}"),
+                    index: Some(i),
+                    connect_timeout: std::time::Duration::from_secs(20),
+                    registry,
+                };
+                run_node(&addr.to_string(), &token, opts).map_err(|e| e.to_string())
+            })
+        })
+        .collect();
+    let mut c = trainer.join().expect("trainer thread").expect("collector");
+    let start = std::time::Instant::now();
+    let err = match c.next_batch() {
+        Err(e) => e.to_string(),
+        Ok(Some(_)) => panic!("a sync batch stacked from nodes of different layouts"),
+        Ok(None) => panic!("the run ended"),
+    };
+    assert!(err.contains("sync collection stacks node shares"), "{err}");
+    assert!(err.contains("observation is f32"), "{err}");
+    assert!(start.elapsed() < std::time::Duration::from_secs(20));
+    c.shutdown().ok();
+    for n in nodes {
+        let _ = n.join();
+    }
+}
