@@ -13,6 +13,7 @@ pub mod message;
 pub mod node_spec;
 pub mod policy;
 pub mod postproc;
+pub mod replay;
 pub mod rollout;
 pub mod spec;
 pub mod supervisor;

@@ -93,6 +93,14 @@ pub enum FromNode {
         /// What happened.
         reason: String,
     },
+    /// The node built its workers and will serve: the layout of every batch it will
+    /// send (a remote node's first message; local nodes' layouts are known at start).
+    Ready {
+        /// The node.
+        node: usize,
+        /// Per-frame entries of its batches.
+        layout: crate::rollout::BatchLayout,
+    },
 }
 
 impl FromNode {
@@ -103,7 +111,8 @@ impl FromNode {
             FromNode::WeightsUpdated { node, .. }
             | FromNode::Seeded { node, .. }
             | FromNode::Down { node }
-            | FromNode::Failed { node, .. } => *node,
+            | FromNode::Failed { node, .. }
+            | FromNode::Ready { node, .. } => *node,
         }
     }
 }

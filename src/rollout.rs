@@ -66,6 +66,29 @@ pub fn batch_layout(observation: &Spec, action: &Spec) -> BatchLayout {
     .collect()
 }
 
+/// The first difference between two nodes' layouts, worded for a config error, e.g.
+/// "node 1's observation is f32 [1], node 0's is f32 [4]"; `None` when they agree.
+pub fn layout_difference(node_a: usize, a: &BatchLayout, node_b: usize, b: &BatchLayout) -> Option<String> {
+    let show = |e: Option<&(DType, Vec<usize>)>| match e {
+        Some((dtype, shape)) => format!("{dtype} {shape:?}"),
+        None => "absent".to_string(),
+    };
+    // The observation first, then the action: what a reader recognises the env by.
+    let first = [keys::OBSERVATION.to_string(), keys::ACTION.to_string()];
+    first
+        .iter()
+        .chain(a.keys())
+        .chain(b.keys().filter(|k| !a.contains_key(*k)))
+        .find(|k| a.get(*k) != b.get(*k))
+        .map(|k| {
+            format!(
+                "node {node_a}'s {k} is {}, node {node_b}'s is {}",
+                show(a.get(k)),
+                show(b.get(k))
+            )
+        })
+}
+
 /// What went wrong while building or running a rollout.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum RolloutError {
@@ -341,6 +364,11 @@ impl Rollout {
             frames: 0,
             spare: None,
         })
+    }
+
+    /// The layout of every batch this rollout produces (from its envs' specs).
+    pub fn batch_layout(&self) -> BatchLayout {
+        batch_layout(self.envs[0].observation_spec(), self.envs[0].action_spec())
     }
 
     /// Number of envs.

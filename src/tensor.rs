@@ -251,6 +251,42 @@ impl Tensor {
         Ok(map_tensor!(self, a => a.index_axis(Axis(axis), index).to_owned()))
     }
 
+    /// Overwrites rows `start..start + src.shape()[0]` along axis 0 with `src` (same
+    /// dtype, same shape after axis 0). Nothing is written on error.
+    pub fn assign_rows(&mut self, start: usize, src: &Tensor) -> Result<(), TensorError> {
+        if self.dtype() != src.dtype() {
+            return Err(TensorError::DType {
+                key: "assign_rows".into(),
+                expected: self.dtype(),
+                got: src.dtype(),
+            });
+        }
+        let (dst_shape, src_shape) = (self.shape(), src.shape());
+        if dst_shape.is_empty() || src_shape.len() != dst_shape.len() || src_shape[1..] != dst_shape[1..] {
+            let mut expected = dst_shape.to_vec();
+            if let Some(first) = expected.first_mut() {
+                *first = src_shape.first().copied().unwrap_or(0);
+            }
+            return Err(TensorError::Shape {
+                key: "assign_rows".into(),
+                expected,
+                got: src_shape.to_vec(),
+            });
+        }
+        let end = start + src_shape[0];
+        self.check_axis(0, start, end)?;
+        let rows = ndarray::Slice::from(start..end);
+        match (self, src) {
+            (Tensor::F32(a), Tensor::F32(b)) => a.slice_axis_mut(Axis(0), rows).assign(b),
+            (Tensor::F64(a), Tensor::F64(b)) => a.slice_axis_mut(Axis(0), rows).assign(b),
+            (Tensor::I64(a), Tensor::I64(b)) => a.slice_axis_mut(Axis(0), rows).assign(b),
+            (Tensor::Bool(a), Tensor::Bool(b)) => a.slice_axis_mut(Axis(0), rows).assign(b),
+            (Tensor::U8(a), Tensor::U8(b)) => a.slice_axis_mut(Axis(0), rows).assign(b),
+            _ => unreachable!("dtypes checked equal above"),
+        }
+        Ok(())
+    }
+
     /// Elements `range` along `axis`, keeping the axis.
     pub fn slice_axis(&self, axis: usize, range: Range<usize>) -> Result<Tensor, TensorError> {
         if range.start > range.end {

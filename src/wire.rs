@@ -13,9 +13,10 @@ use sha2::Sha256;
 use crate::message::{Batch, Continue, FromNode, Seed, ToNode, UpdateWeights};
 use crate::node_spec::NodeSpec;
 use crate::policy::Weights;
+use crate::rollout::BatchLayout;
 
 /// Version of this protocol; a node speaking another one is rejected.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 /// Default largest frame body accepted, in bytes (256 MiB).
 pub const DEFAULT_MAX_FRAME: usize = 256 << 20;
 /// Length of the trainer's challenge nonce.
@@ -69,6 +70,15 @@ pub enum NodeFrame {
     },
     /// Liveness, both ways, every heartbeat interval.
     Heartbeat,
+    /// The node built its workers from the `Welcome` and will serve: the layout of
+    /// every batch it will send. Its first frame after the handshake; a `Batch`
+    /// before it is a protocol violation (protocol version 2).
+    Ready {
+        /// The node.
+        node: usize,
+        /// Per-frame entries of its batches: key → (dtype, feature shape).
+        layout: BatchLayout,
+    },
     /// See [`FromNode::Batch`].
     Batch(Batch),
     /// See [`FromNode::WeightsUpdated`].
@@ -177,6 +187,7 @@ impl From<FromNode> for NodeFrame {
             FromNode::Seeded { node, next_seed } => NodeFrame::Seeded { node, next_seed },
             FromNode::Down { node } => NodeFrame::Down { node },
             FromNode::Failed { node, reason } => NodeFrame::Failed { node, reason },
+            FromNode::Ready { node, layout } => NodeFrame::Ready { node, layout },
         }
     }
 }
@@ -190,6 +201,7 @@ impl NodeFrame {
             NodeFrame::Seeded { node, next_seed } => Some(FromNode::Seeded { node, next_seed }),
             NodeFrame::Down { node } => Some(FromNode::Down { node }),
             NodeFrame::Failed { node, reason } => Some(FromNode::Failed { node, reason }),
+            NodeFrame::Ready { node, layout } => Some(FromNode::Ready { node, layout }),
             _ => None,
         }
     }
@@ -423,6 +435,7 @@ fn frame_name(f: &NodeFrame) -> &'static str {
         NodeFrame::Seeded { .. } => "seeded",
         NodeFrame::Down { .. } => "down",
         NodeFrame::Failed { .. } => "failed",
+        NodeFrame::Ready { .. } => "ready",
     }
 }
 
@@ -1043,6 +1056,23 @@ mod tests {
     }
 
     #[test]
+    fn ready_round_trips_with_its_layout() {
+        let obs = crate::Spec::uniform_box(4, -1.0, 1.0);
+        let act = crate::Spec::Discrete { n: 2 };
+        let f = NodeFrame::Ready {
+            node: 3,
+            layout: crate::rollout::batch_layout(&obs, &act),
+        };
+        let b = body(&f);
+        let back: NodeFrame = decode(&b).unwrap();
+        assert_eq!(back, f);
+        let v: serde_json::Value = rmp_serde::from_slice(&b).unwrap();
+        assert_eq!(v["type"], "ready");
+        assert_eq!(v["layout"]["observation"], serde_json::json!(["f32", [4]]));
+        assert_eq!(back.into_from_node().map(|m| m.node()), Some(3));
+    }
+
+    #[test]
     fn handshake_happy_path() {
         let mut hs = TrainerHandshake::new(TOKEN, nonce());
         assert_eq!(
@@ -1059,7 +1089,10 @@ mod tests {
         rejected(hs.on_frame(&body(&NodeFrame::Heartbeat)), "already finished");
 
         let mut hs = TrainerHandshake::new(TOKEN, nonce());
-        assert!(matches!(hs.on_frame(&hello("", 1, None)), HandshakeStep::Send(_)));
+        assert!(matches!(
+            hs.on_frame(&hello("", PROTOCOL_VERSION, None)),
+            HandshakeStep::Send(_)
+        ));
         assert_eq!(
             hs.on_frame(&auth(TOKEN, &nonce(), "")),
             HandshakeStep::Authenticated {
@@ -1073,7 +1106,10 @@ mod tests {
     fn handshake_rejections() {
         let start = || {
             let mut hs = TrainerHandshake::new(TOKEN, nonce());
-            assert!(matches!(hs.on_frame(&hello("node-0", 1, None)), HandshakeStep::Send(_)));
+            assert!(matches!(
+                hs.on_frame(&hello("node-0", PROTOCOL_VERSION, None)),
+                HandshakeStep::Send(_)
+            ));
             hs
         };
         // Wrong token.
@@ -1087,7 +1123,7 @@ mod tests {
         );
         // Wrong version.
         let mut hs = TrainerHandshake::new(TOKEN, nonce());
-        rejected(hs.on_frame(&hello("node-0", 2, None)), "protocol version 2");
+        rejected(hs.on_frame(&hello("node-0", 99, None)), "protocol version 99");
         rejected(hs.on_frame(&auth(TOKEN, &nonce(), "node-0")), "already finished");
         // Wrong first frame; Auth before Hello.
         rejected(
@@ -1103,9 +1139,15 @@ mod tests {
             hs.on_frame(&auth(TOKEN, &nonce(), "node-0")),
             "expected hello, got auth",
         );
-        rejected(hs.on_frame(&hello("node-0", 1, None)), "already finished");
+        rejected(
+            hs.on_frame(&hello("node-0", PROTOCOL_VERSION, None)),
+            "already finished",
+        );
         // Wrong second frame.
-        rejected(start().on_frame(&hello("node-0", 1, None)), "expected auth, got hello");
+        rejected(
+            start().on_frame(&hello("node-0", PROTOCOL_VERSION, None)),
+            "expected auth, got hello",
+        );
         rejected(
             start().on_frame(&body(&NodeFrame::Down { node: 0 })),
             "expected auth, got down",
@@ -1124,7 +1166,7 @@ mod tests {
         );
         // Absurd names.
         rejected(
-            TrainerHandshake::new(TOKEN, nonce()).on_frame(&hello(&"x".repeat(257), 1, None)),
+            TrainerHandshake::new(TOKEN, nonce()).on_frame(&hello(&"x".repeat(257), PROTOCOL_VERSION, None)),
             "longer than 256",
         );
     }

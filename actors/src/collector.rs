@@ -14,7 +14,7 @@ use actix::prelude::*;
 use rollout::machine::{Collected, ConfigError, NodeSupervision, SupervisionStats, TrainerConfig, TrainerMachine};
 use rollout::node_spec::NodeSpec;
 use rollout::postproc;
-use rollout::rollout::{batch_layout, RolloutConfig};
+use rollout::rollout::{batch_layout, layout_difference, BatchLayout, RolloutConfig};
 use rollout::supervisor::RestartIntensity;
 use rollout::wire::DEFAULT_MAX_FRAME;
 use rollout::{EnvSpec, ExplorationType, PolicyConfig, PolicySpec, Registry, TensorDict, Weights};
@@ -27,6 +27,7 @@ use crate::launch::{self, local, Launcher};
 use crate::messages::{NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights};
 use crate::remote::listener::DoorConfig;
 use crate::remote::peer::PeerTiming;
+use crate::replay::{self, SharedReplayBuffer};
 use crate::trainer::{GetStats, Trainer};
 
 /// A transformation applied to every yielded batch (torchrl's `postproc`), e.g. n-step returns.
@@ -57,9 +58,22 @@ fn config_err(field: &'static str, reason: impl Into<String>) -> CollectError {
     })
 }
 
+/// What one node does differently from the others (torchrl's per-collector
+/// `collector_kwargs`); `None` keeps the builder's setting.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeOverrides {
+    /// The env this node's workers step instead of [`CollectorBuilder::env`].
+    pub env: Option<EnvSpec>,
+    /// This node's env workers instead of [`CollectorBuilder::envs_per_node`].
+    pub envs_per_node: Option<usize>,
+    /// This node's exploration instead of [`CollectorBuilder::exploration_type`].
+    pub exploration_type: Option<ExplorationType>,
+}
+
 /// Builds a [`DistributedCollector`]; torchrl's argument names in snake_case.
 pub struct CollectorBuilder {
     env: Option<EnvSpec>,
+    node_configs: std::collections::BTreeMap<usize, NodeOverrides>,
     registry: Registry,
     policy: PolicySpec,
     nodes: usize,
@@ -78,6 +92,7 @@ pub struct CollectorBuilder {
     split_trajs: bool,
     exploration_type: Option<ExplorationType>,
     postproc: Option<Box<dyn Postproc>>,
+    replay_buffer: Option<SharedReplayBuffer>,
     batch_timeout: Duration,
     shutdown_timeout: Duration,
     listen: String,
@@ -97,6 +112,7 @@ impl Default for CollectorBuilder {
     fn default() -> Self {
         CollectorBuilder {
             env: None,
+            node_configs: std::collections::BTreeMap::new(),
             registry: Registry::with_builtins(),
             policy: PolicySpec::default(),
             nodes: 1,
@@ -115,6 +131,7 @@ impl Default for CollectorBuilder {
             split_trajs: false,
             exploration_type: None,
             postproc: None,
+            replay_buffer: None,
             batch_timeout: Duration::from_secs(60),
             shutdown_timeout: Duration::from_secs(10),
             listen: "127.0.0.1:0".into(),
@@ -136,6 +153,22 @@ impl CollectorBuilder {
     /// The env every node steps: a registered name, or an [`EnvSpec`] with a config.
     pub fn env(mut self, env: impl Into<EnvSpec>) -> Self {
         self.env = Some(env.into());
+        self
+    }
+    /// Node `node` runs with these overrides (heterogeneous nodes, torchrl's per-node
+    /// `collector_kwargs`); a later call for the same node replaces an earlier one.
+    /// Async collection accepts nodes whose batches differ in layout (each batch has
+    /// its node's); sync collection stacks shares, so every node's layout and env
+    /// count must then agree, which [`Self::build`] checks, naming `node_config`.
+    pub fn node_config(mut self, node: usize, overrides: NodeOverrides) -> Self {
+        self.node_configs.insert(node, overrides);
+        self
+    }
+    /// [`Self::node_config`] for nodes `0..overrides.len()`.
+    pub fn node_configs(mut self, overrides: Vec<NodeOverrides>) -> Self {
+        for (i, o) in overrides.into_iter().enumerate() {
+            self.node_configs.insert(i, o);
+        }
         self
     }
     /// The registry envs are built from (to use envs of your own).
@@ -230,6 +263,18 @@ impl CollectorBuilder {
     /// A transformation applied to every yielded batch (after `split_trajs`).
     pub fn postproc(mut self, p: impl Postproc + 'static) -> Self {
         self.postproc = Some(Box::new(p));
+        self
+    }
+    /// Every batch goes into `buffer` (after `postproc`, its batch dims flattened to
+    /// frames) instead of to the caller, as torchrl's collectors do with a
+    /// `replay_buffer`: [`DistributedCollector::next_batch`] then returns the batch's
+    /// metadata (index, node, weights versions) with `data` holding no entry, only
+    /// the batch shape, so `data.numel()` still counts its frames. A learner samples
+    /// from the same buffer meanwhile. Not with `split_trajs` (padding is no frame).
+    /// Applies to the blocking collector of [`Self::build`]; embedded runs
+    /// ([`Self::start`]) receive whole batches and extend a buffer themselves.
+    pub fn replay_buffer(mut self, buffer: SharedReplayBuffer) -> Self {
+        self.replay_buffer = Some(buffer);
         self
     }
     /// Longest wait for one batch before `next_batch` returns an error (default 60 s).
@@ -356,7 +401,8 @@ impl CollectorBuilder {
 
     /// What [`Self::build`] and [`Self::start`] would run, without starting anything:
     /// the trainer's config, one [`NodeSpec`] per node (trajectory-id lanes, per-worker
-    /// frames, node `i` seeded `seed + i * envs_per_node`) and the run's seed (drawn
+    /// frames, node `i`'s workers seeded from `seed + first_lane`, overrides of
+    /// [`Self::node_config`] applied) and the run's seed (drawn
     /// from the clock when none was set). Validates the config as `build` does.
     /// Feed these to [`crate::testkit::Cluster`] to replay a run in memory.
     pub fn plan_specs(&self) -> Result<(TrainerConfig, Vec<NodeSpec>, u64), CollectError> {
@@ -364,7 +410,6 @@ impl CollectorBuilder {
             .env
             .clone()
             .ok_or_else(|| config_err("env", "required: name a registered env"))?;
-        let probe = self.registry.make(&env)?;
         let f = self
             .frames_per_batch
             .ok_or_else(|| config_err("frames_per_batch", "required"))?;
@@ -373,10 +418,21 @@ impl CollectorBuilder {
             t if t < 0 => return Err(config_err("total_frames", format!("{t}: use -1 for endless"))),
             t => Some(t as u64),
         };
-        let (n, k) = (self.nodes, self.envs_per_node);
+        let n = self.nodes;
+        if let Some((&i, _)) = self.node_configs.iter().find(|(&i, _)| i >= n.max(1)) {
+            return Err(config_err(
+                "node_config",
+                format!("node {i} does not exist: there are {n} nodes"),
+            ));
+        }
+        let over = |i: usize| self.node_configs.get(&i).cloned().unwrap_or_default();
+        let envs: Vec<EnvSpec> = (0..n).map(|i| over(i).env.unwrap_or_else(|| env.clone())).collect();
+        let ks: Vec<usize> = (0..n)
+            .map(|i| over(i).envs_per_node.unwrap_or(self.envs_per_node))
+            .collect();
         let cfg = TrainerConfig {
             nodes: n,
-            envs_per_node: vec![k; n],
+            envs_per_node: ks.clone(),
             frames_per_batch: f,
             total_frames,
             sync: self.sync,
@@ -384,49 +440,85 @@ impl CollectorBuilder {
             max_weight_update_interval: self.max_weight_update_interval,
             update_interval: self.update_interval,
         };
-        cfg.validate()?;
-        let mut policy = self.policy.clone();
-        if let Some(e) = self.exploration_type {
-            policy.exploration = e;
+        if self.sync && self.node_configs.values().any(|o| o.envs_per_node.is_some()) {
+            if let Some(i) = ks.iter().position(|&k| k != ks[0]) {
+                return Err(config_err(
+                    "node_config",
+                    format!(
+                        "sync collection stacks node shares, but node {i} has {} envs and node 0 has {}",
+                        ks[i], ks[0]
+                    ),
+                ));
+            }
         }
-        // Fail at build time, naming the policy, rather than on every node.
-        policy
-            .build(probe.observation_spec(), probe.action_spec(), 0)
-            .map_err(|e| config_err("policy", e.to_string()))?;
+        cfg.validate()?;
+        let mut policies = Vec::with_capacity(n);
+        let mut layouts: Vec<BatchLayout> = Vec::with_capacity(n);
+        for (i, env_i) in envs.iter().enumerate() {
+            let probe = self.registry.make(env_i).map_err(|e| {
+                if self.node_configs.get(&i).is_some_and(|o| o.env.is_some()) {
+                    config_err("node_config", format!("node {i}'s env: {e}"))
+                } else {
+                    CollectError::from(e)
+                }
+            })?;
+            let mut policy = self.policy.clone();
+            if let Some(e) = over(i).exploration_type.or(self.exploration_type) {
+                policy.exploration = e;
+            }
+            // Fail at build time, naming the policy, rather than on every node.
+            policy
+                .build(probe.observation_spec(), probe.action_spec(), 0)
+                .map_err(|e| config_err("policy", format!("node {i}: {e}")))?;
+            policies.push(policy);
+            layouts.push(batch_layout(probe.observation_spec(), probe.action_spec()));
+        }
+        if self.sync {
+            if let Some(diff) = (1..n).find_map(|i| layout_difference(i, &layouts[i], 0, &layouts[0])) {
+                return Err(config_err(
+                    "node_config",
+                    format!("sync collection stacks node shares, but {diff}"),
+                ));
+            }
+        }
         if self.max_frames_per_traj == Some(0) {
             return Err(config_err("max_frames_per_traj", "must be at least 1"));
         }
         if self.restart.window.as_millis() == 0 {
             return Err(config_err("restart_window", "must be at least 1 ms"));
         }
-        let lanes = (n * k) as u64;
+        let lanes: u64 = ks.iter().map(|&k| k as u64).sum();
         let seed = self.seed.unwrap_or_else(|| {
             SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map(|d| d.as_nanos() as u64)
                 .unwrap_or(0)
         });
-        let worker_frames = if self.sync { f / n / k } else { f / k };
-        let specs: Vec<NodeSpec> = (0..n)
-            .map(|i| NodeSpec {
+        let mut specs = Vec::with_capacity(n);
+        let mut first_lane = 0u64;
+        for (i, ((env_i, policy), &k)) in envs.into_iter().zip(policies).zip(&ks).enumerate() {
+            let worker_frames = if self.sync { f / n / k } else { f / k };
+            specs.push(NodeSpec {
                 index: i,
-                env: env.clone(),
-                policy: policy.clone(),
+                env: env_i,
+                policy,
                 envs_per_node: k,
-                first_lane: (i * k) as u64,
+                first_lane,
                 lanes,
                 rollout: RolloutConfig {
                     frames_per_batch: worker_frames,
                     max_frames_per_traj: self.max_frames_per_traj,
                     reset_at_each_iter: self.reset_at_each_iter,
                     init_random_frames: self.init_random_frames.div_ceil(lanes),
-                    seed: seed.wrapping_add((i * k) as u64),
+                    // Node i's workers take the seeds after those of nodes 0..i.
+                    seed: seed.wrapping_add(first_lane),
                     nan_is_failure: false,
                 },
                 max_restarts: self.restart.max_restarts,
                 restart_window_ms: self.restart.window.as_millis() as u64,
-            })
-            .collect();
+            });
+            first_lane += k as u64;
+        }
         Ok((cfg, specs, seed))
     }
 
@@ -434,14 +526,15 @@ impl CollectorBuilder {
         if self.batch_timeout.is_zero() {
             return Err(config_err("batch_timeout", "must be longer than zero"));
         }
+        if self.replay_buffer.is_some() && self.split_trajs {
+            return Err(config_err(
+                "replay_buffer",
+                "a replay buffer stores frames and split_trajs pads trajectories: use one or the other",
+            ));
+        }
         let (cfg, specs, seed) = self.plan_specs()?;
         let n = cfg.nodes;
         let machine = TrainerMachine::new(cfg)?;
-        let env = self
-            .env
-            .clone()
-            .ok_or_else(|| config_err("env", "required: name a registered env"))?;
-        let probe = self.registry.make(&env)?;
         let remote = match self.launcher {
             Launcher::Local => None,
             Launcher::Process | Launcher::External | Launcher::Slurm(_) => {
@@ -485,7 +578,9 @@ impl CollectorBuilder {
                 })
             }
         };
-        let mut machine = machine.with_layout(batch_layout(probe.observation_spec(), probe.action_spec()));
+        // Each node's layout is learnt from the node: local::start reads it off the
+        // workers it builds; a remote node advertises it in its `Ready`.
+        let mut machine = machine;
         if let Some(sup) = self.node_supervision.clone() {
             if sup.intensity.window.as_millis() == 0 {
                 return Err(config_err("node_restart_window", "must be at least 1 ms"));
@@ -507,6 +602,7 @@ impl CollectorBuilder {
             shutdown_timeout: self.shutdown_timeout,
             split_trajs: self.split_trajs,
             postproc: self.postproc,
+            replay_buffer: self.replay_buffer,
             nodes: n,
         };
         Ok((plan, opts))
@@ -589,6 +685,7 @@ struct FacadeOptions {
     shutdown_timeout: Duration,
     split_trajs: bool,
     postproc: Option<Box<dyn Postproc>>,
+    replay_buffer: Option<SharedReplayBuffer>,
     nodes: usize,
 }
 
@@ -692,6 +789,7 @@ impl DistributedCollector {
             shutdown_timeout: opts.shutdown_timeout,
             split_trajs: opts.split_trajs,
             postproc: opts.postproc,
+            replay_buffer: opts.replay_buffer,
             down: false,
             nodes: opts.nodes,
             listen_addr,
@@ -711,6 +809,7 @@ pub struct DistributedCollector {
     shutdown_timeout: Duration,
     split_trajs: bool,
     postproc: Option<Box<dyn Postproc>>,
+    replay_buffer: Option<SharedReplayBuffer>,
     down: bool,
     nodes: usize,
     listen_addr: Option<SocketAddr>,
@@ -757,7 +856,9 @@ impl DistributedCollector {
         }
     }
 
-    /// The next batch, or `None` once `total_frames` have been yielded.
+    /// The next batch, or `None` once `total_frames` have been yielded. With a
+    /// [`CollectorBuilder::replay_buffer`] the frames go into the buffer and the batch
+    /// returned carries no entry (its `data` keeps the batch shape).
     pub fn next_batch(&mut self) -> Result<Option<Collected>, CollectError> {
         if self.down {
             return Ok(None);
@@ -770,6 +871,10 @@ impl DistributedCollector {
         }
         if let Some(p) = &self.postproc {
             c.data = p.apply(c.data).map_err(CollectError::Postproc)?;
+        }
+        if let Some(buffer) = &self.replay_buffer {
+            replay::lock(buffer).extend(&c.data)?;
+            c.data = TensorDict::new(c.data.batch_size());
         }
         Ok(Some(c))
     }
@@ -806,7 +911,7 @@ impl DistributedCollector {
     /// reuses its storage instead of allocating (async batches of nodes with one
     /// env worker; others are simply dropped). Optional: dropping a batch is fine.
     pub fn recycle(&mut self, batch: Collected) {
-        if !self.down && !self.split_trajs && self.postproc.is_none() {
+        if !self.down && !self.split_trajs && self.postproc.is_none() && self.replay_buffer.is_none() {
             self.trainer.do_send(Recycle {
                 node: batch.node,
                 data: batch.data,

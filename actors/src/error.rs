@@ -52,4 +52,7 @@ pub enum CollectError {
     /// Post-processing of a yielded batch failed.
     #[error("post-processing failed: {0}")]
     Postproc(String),
+    /// The replay buffer refused a batch.
+    #[error("replay buffer: {0}")]
+    Replay(#[from] rollout::replay::ReplayError),
 }

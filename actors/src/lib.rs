@@ -14,10 +14,12 @@ pub mod learner;
 pub mod messages;
 pub mod node;
 pub mod remote;
+pub mod replay;
 pub mod testkit;
 pub mod trainer;
 
-pub use collector::{CollectorBuilder, DistributedCollector, Embedded, Postproc};
+pub use collector::{CollectorBuilder, DistributedCollector, Embedded, NodeOverrides, Postproc};
 pub use error::CollectError;
 pub use launch::{Launcher, SlurmOptions};
+pub use replay::SharedReplayBuffer;
 pub use rollout::machine::Collected;

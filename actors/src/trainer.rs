@@ -131,7 +131,11 @@ impl Trainer {
                 self.fail(CollectError::NodeFailed { node, reason });
             }
             Err(e @ TrainerError::NodeLost { .. }) => tracing::error!(error = %e, "node lost"),
-            Err(e @ (TrainerError::UnexpectedBatch { node, .. } | TrainerError::BadBatch { node, .. })) => {
+            Err(
+                e @ (TrainerError::UnexpectedBatch { node, .. }
+                | TrainerError::BadBatch { node, .. }
+                | TrainerError::BadLayout { node, .. }),
+            ) => {
                 // A protocol violation: a remote node's connection is closed for it.
                 tracing::warn!(error = %e, "trainer dropped a node message");
                 if let Some(Some(c)) = self.closers.get(node) {

@@ -220,6 +220,15 @@ pub enum TrainerError {
         /// What is wrong.
         reason: String,
     },
+    /// A layout a node advertised that this run cannot use (sync mode: it differs from
+    /// another node's).
+    #[error("node {node} advertised a layout the trainer cannot use: {reason}")]
+    BadLayout {
+        /// The node.
+        node: usize,
+        /// What is wrong.
+        reason: String,
+    },
     /// A node was lost; the run goes on without it (async mode, other nodes left).
     #[error("node {node} lost, going on without it: {reason}")]
     NodeLost {
@@ -316,8 +325,9 @@ pub struct TrainerMachine {
     /// A seeding chain asked for while another was running.
     queued_seed: Option<u64>,
     shutting_down: bool,
-    /// What every batch must hold, if known.
-    layout: Option<BatchLayout>,
+    /// What each node's batches must hold, once known (given at start for local
+    /// nodes, advertised by a remote node in its `Ready`).
+    layouts: Vec<Option<BatchLayout>>,
     /// Node supervision, when on.
     supervision: Option<NodeSupervision>,
     /// Restart bookkeeping per node (used when supervision is on).
@@ -357,6 +367,7 @@ impl TrainerMachine {
     /// A machine for a validated config.
     pub fn new(cfg: TrainerConfig) -> Result<TrainerMachine, ConfigError> {
         cfg.validate()?;
+        let cfg_nodes = cfg.nodes;
         Ok(TrainerMachine {
             nodes: vec![NodeState::default(); cfg.nodes],
             cfg,
@@ -374,7 +385,7 @@ impl TrainerMachine {
             deferred: false,
             queued_seed: None,
             shutting_down: false,
-            layout: None,
+            layouts: vec![None; cfg_nodes],
             supervision: None,
             restarts: Vec::new(),
             now: Duration::ZERO,
@@ -523,10 +534,51 @@ impl TrainerMachine {
         Err(TrainerError::NodeFailed { node, reason })
     }
 
-    /// Every batch will be checked against `layout` (keys, dtypes, feature shapes).
+    /// Every batch of every node will be checked against `layout` (keys, dtypes,
+    /// feature shapes). Same as [`Self::with_layouts`] with `layout` for each node.
     pub fn with_layout(mut self, layout: BatchLayout) -> TrainerMachine {
-        self.layout = Some(layout);
+        self.layouts = vec![Some(layout); self.cfg.nodes];
         self
+    }
+
+    /// Node `i`'s batches will be checked against `layouts[i]` (unchecked where `None`,
+    /// or beyond the end). Sync mode needs equal layouts: see [`Self::set_layout`].
+    pub fn with_layouts(mut self, layouts: Vec<Option<BatchLayout>>) -> TrainerMachine {
+        let n = self.cfg.nodes;
+        self.layouts = layouts.into_iter().chain(std::iter::repeat(None)).take(n).collect();
+        self
+    }
+
+    /// Records the layout node `node` advertised (a remote node's `Ready`). In sync
+    /// mode, where shares are stacked, a layout that differs from another node's is
+    /// refused with the difference (the layout is not recorded).
+    pub fn set_layout(&mut self, node: usize, layout: BatchLayout) -> Result<(), TrainerError> {
+        if node >= self.layouts.len() {
+            return Err(TrainerError::UnknownNode(node));
+        }
+        if self.cfg.sync {
+            for (other, known) in self.layouts.iter().enumerate() {
+                if other == node {
+                    continue;
+                }
+                if let Some(diff) = known
+                    .as_ref()
+                    .and_then(|k| crate::rollout::layout_difference(node, &layout, other, k))
+                {
+                    return Err(TrainerError::BadLayout {
+                        node,
+                        reason: format!("sync collection stacks node shares, but {diff}"),
+                    });
+                }
+            }
+        }
+        self.layouts[node] = Some(layout);
+        Ok(())
+    }
+
+    /// The layout node `node`'s batches are checked against, once known.
+    pub fn layout(&self, node: usize) -> Option<&BatchLayout> {
+        self.layouts.get(node).and_then(Option::as_ref)
     }
 
     /// The config.
@@ -801,6 +853,7 @@ impl TrainerMachine {
                 Ok(())
             }
             FromNode::Failed { node, reason } => self.node_lost(node, reason, out),
+            FromNode::Ready { node, layout } => self.set_layout(node, layout),
         }
     }
 
@@ -914,7 +967,7 @@ impl TrainerMachine {
             node,
             reason: e.to_string(),
         })?;
-        if let Some(layout) = &self.layout {
+        if let Some(layout) = self.layouts.get(node).and_then(Option::as_ref) {
             check_layout(&b.data, layout).map_err(|reason| TrainerError::BadBatch { node, reason })?;
         }
         let st = &mut self.nodes[node];

@@ -273,7 +273,7 @@ fn wrong_protocol_version_is_rejected() {
             hello(s, PROTOCOL_VERSION + 1, "future", None);
             until_closed(s)
         },
-        "protocol version 2 is not supported",
+        &format!("protocol version {} is not supported", PROTOCOL_VERSION + 1),
     );
 }
 
@@ -323,14 +323,33 @@ fn index_taken_and_late_nodes_are_rejected() {
     assert_eq!(second.join().expect("node"), Ok(()));
 }
 
-/// A node that joins properly as node 0, then answers its first Continue with `bad`.
+/// A node that joins properly as node 0 (Ready included), then answers its first
+/// Continue with `bad`.
 fn post_join_case(bad: impl FnOnce(&mut TcpStream, &Welcome, Continue), expect_reason: &str) {
+    post_join_case_ready(true, bad, expect_reason)
+}
+
+/// [`post_join_case`], sending `Ready` after the handshake or not.
+fn post_join_case_ready(ready: bool, bad: impl FnOnce(&mut TcpStream, &Welcome, Continue), expect_reason: &str) {
     let addr = free_addr();
     let t = trainer(addr, 2, false, 600);
     let mut s = connect(addr);
     let TrainerFrame::Welcome(welcome) = handshake(&mut s, TOKEN, "rogue", Some(0)) else {
         panic!("rogue not admitted");
     };
+    if ready {
+        let r = welcome
+            .spec
+            .build_worker(&Registry::with_builtins(), 0)
+            .expect("rollout");
+        send(
+            &mut s,
+            &NodeFrame::Ready {
+                node: 0,
+                layout: r.batch_layout(),
+            },
+        );
+    }
     let good = good_node(addr, Some(1));
     // The consumer pulls batches meanwhile: that is what sends the Continues.
     let driver = thread::spawn(move || finish(t, 600, &[1]).len());
@@ -365,6 +384,18 @@ fn real_batch(w: &Welcome, c: Continue) -> Batch {
         weights_version: 0,
         data: r.collect_frames(c.frames).expect("collect"),
     }
+}
+
+#[test]
+fn batch_before_ready() {
+    post_join_case_ready(
+        false,
+        |s, w, c| {
+            let b = real_batch(w, c);
+            send(s, &NodeFrame::Batch(b));
+        },
+        "a Batch before Ready",
+    );
 }
 
 #[test]

@@ -112,8 +112,9 @@ impl Drop for LocalRestarter {
 
 /// Starts a trainer over local nodes. Must run inside a running actix `System`.
 /// Every env and policy is built first, so a bad config fails here, before any thread starts.
-/// The trainer seeds the nodes with `seed` before its first batch. With supervision
-/// on in `machine`, failed nodes are rebuilt in place from their spec.
+/// The trainer seeds the nodes with `seed` before its first batch, and checks each
+/// node's batches against the layout of the workers built for it here. With
+/// supervision on in `machine`, failed nodes are rebuilt in place from their spec.
 pub fn start(
     machine: TrainerMachine,
     specs: &[NodeSpec],
@@ -127,6 +128,8 @@ pub fn start(
             source,
         })?);
     }
+    let layouts = rollouts.iter().map(|w| w.first().map(|r| r.batch_layout())).collect();
+    let machine = machine.with_layouts(layouts);
     let trainer_ctx = Context::<Trainer>::new();
     let trainer = trainer_ctx.address();
     let mut arbiters = Vec::new();

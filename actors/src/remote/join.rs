@@ -205,12 +205,29 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
         }
     }
     let max = (welcome.max_frame as usize).max(1);
+    // Ready: the first frame after the handshake, before any answer to the trainer.
+    let ready = NodeFrame::Ready {
+        node: index,
+        layout: rollouts.first().map(|r| r.batch_layout()).unwrap_or_default(),
+    };
+    let ready = match wire::encode(&ready, max) {
+        Ok(b) => Bytes::from(b),
+        Err(e) => {
+            return (
+                Err(JoinError::Protocol(format!("cannot encode Ready: {e}"))),
+                Vec::new(),
+            )
+        }
+    };
     let (read, write) = stream.into_split();
     let (done_tx, done_rx) = oneshot::channel();
     let link_ctx = Context::<TrainerLink>::new();
     let link = link_ctx.address();
     let fail = link.clone();
     let (out, writer) = spawn_writer(write, move |reason| fail.do_send(Lost(reason)));
+    if out.send(ready).is_err() {
+        return (Err(JoinError::Lost("writer gone before Ready".into())), Vec::new());
+    }
     let node_ctx = Context::<Node>::new();
     let node_addr = node_ctx.address();
     let mut arbiters = Vec::new();

@@ -69,6 +69,8 @@ pub struct RemoteNode {
     heartbeat: Bytes,
     closed: bool,
     down: bool,
+    /// The node sent its `Ready` (its batch layout).
+    ready: bool,
 }
 
 impl RemoteNode {
@@ -93,6 +95,7 @@ impl RemoteNode {
             heartbeat,
             closed: false,
             down: false,
+            ready: false,
         }
     }
 
@@ -130,8 +133,14 @@ impl RemoteNode {
                 format!("node {} sent a message as node {}", self.index, msg.node()),
             );
         }
-        if let FromNode::Down { .. } = msg {
-            self.down = true;
+        match &msg {
+            FromNode::Down { .. } => self.down = true,
+            FromNode::Ready { .. } if self.ready => return self.close(ctx, "a second Ready".into()),
+            FromNode::Ready { .. } => self.ready = true,
+            FromNode::Batch(_) if !self.ready => {
+                return self.close(ctx, "a Batch before Ready (the node's batch layout)".into())
+            }
+            _ => {}
         }
         self.trainer.do_send(FromNodeMsg(msg));
     }
