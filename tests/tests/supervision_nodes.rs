@@ -3,7 +3,7 @@
 //! and the `Continue` its failed incarnation lost is sent again under a new seq.
 //! First message-level tests through the testkit (no threads, no sleeps), then real faults.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use rollout::machine::{Collected, NodeSupervision, TrainerConfig, TrainerError};
@@ -13,6 +13,7 @@ use rollout::supervisor::{restart_seed, RestartIntensity};
 use rollout::{PolicyConfig, Tensor, Weights};
 use rollout_actors::testkit::{scripted_batch, TrainerHarness};
 use rollout_actors::{CollectError, DistributedCollector, Launcher};
+use rollout_tests::assert_unique_traj_ids;
 use rollout_tests::{panicky_registry, rollout_bin};
 
 // ---------------------------------------------------------------- helpers
@@ -292,41 +293,6 @@ fn drain(c: &mut DistributedCollector) -> Vec<Collected> {
         assert!(out.len() < 10_000, "runaway collection");
     }
     out
-}
-
-/// Each trajectory id belongs to one (node, env) lane and its frames there are
-/// consecutive steps; ids never repeat across nodes, batches or restarts.
-fn assert_unique_traj_ids(batches: &[Collected]) {
-    let mut seen: HashMap<i64, (Vec<usize>, i64)> = HashMap::new();
-    for b in batches {
-        let ids = b.data.i64(keys::TRAJ_IDS).expect("ids");
-        let steps = b.data.i64(keys::STEP_COUNT).expect("steps");
-        let shape = ids.shape().to_vec();
-        let t = *shape.last().expect("time dim");
-        let rows = ids.len() / t;
-        let ids = ids.as_slice().expect("contiguous");
-        let steps = steps.as_slice().expect("contiguous");
-        for r in 0..rows {
-            let lane = match b.node {
-                Some(n) => vec![n, r],
-                None => vec![r / shape[1], r % shape[1]],
-            };
-            for i in 0..t {
-                let (id, sc) = (ids[r * t + i], steps[r * t + i]);
-                match seen.get_mut(&id) {
-                    None => {
-                        seen.insert(id, (lane.clone(), sc));
-                    }
-                    Some((l, last)) => {
-                        assert_eq!(*l, lane, "traj id {id} appears in two lanes");
-                        assert_eq!(sc, *last + 1, "traj id {id} frames are not consecutive");
-                        *last = sc;
-                    }
-                }
-            }
-        }
-    }
-    assert!(seen.len() > 1);
 }
 
 /// Every batch index once, and frames exact.
@@ -736,12 +702,12 @@ fn chaos(sync: bool, seconds: u64) {
 
 #[test]
 fn chaos_soak_async_process_nodes_under_random_sigkills() {
-    chaos(false, 8);
+    chaos(false, 25);
 }
 
 #[test]
 fn chaos_soak_sync_process_nodes_under_random_sigkills() {
-    chaos(true, 8);
+    chaos(true, 25);
 }
 
 #[test]
