@@ -89,6 +89,7 @@ pub struct CollectorBuilder {
     max_frames_per_traj: Option<u64>,
     init_random_frames: u64,
     reset_at_each_iter: bool,
+    nan_is_failure: bool,
     split_trajs: bool,
     exploration_type: Option<ExplorationType>,
     postproc: Option<Box<dyn Postproc>>,
@@ -128,6 +129,7 @@ impl Default for CollectorBuilder {
             max_frames_per_traj: None,
             init_random_frames: 0,
             reset_at_each_iter: false,
+            nan_is_failure: false,
             split_trajs: false,
             exploration_type: None,
             postproc: None,
@@ -248,6 +250,12 @@ impl CollectorBuilder {
     /// Start each batch with fresh episodes.
     pub fn reset_at_each_iter(mut self, on: bool) -> Self {
         self.reset_at_each_iter = on;
+        self
+    }
+    /// Treat a NaN in an observation as a failure of the env worker (restarted as any
+    /// other failure) instead of collecting it.
+    pub fn nan_is_failure(mut self, on: bool) -> Self {
+        self.nan_is_failure = on;
         self
     }
     /// Yield batches split into trajectories (`[n_traj, max_len]` with `collector.mask`).
@@ -512,7 +520,7 @@ impl CollectorBuilder {
                     init_random_frames: self.init_random_frames.div_ceil(lanes),
                     // Node i's workers take the seeds after those of nodes 0..i.
                     seed: seed.wrapping_add(first_lane),
-                    nan_is_failure: false,
+                    nan_is_failure: self.nan_is_failure,
                 },
                 max_restarts: self.restart.max_restarts,
                 restart_window_ms: self.restart.window.as_millis() as u64,

@@ -414,3 +414,78 @@ fn env_panic_with_no_restarts_allowed_is_a_clear_error_not_a_hang() {
     // The collector still shuts down cleanly.
     c.shutdown().expect("shutdown");
 }
+
+/// Counting whose third step (of every instance) observes a NaN.
+struct NanAt3(rollout::Counting, u64);
+
+impl rollout::Env for NanAt3 {
+    fn name(&self) -> &str {
+        "NanAt3"
+    }
+    fn observation_spec(&self) -> &rollout::Spec {
+        self.0.observation_spec()
+    }
+    fn action_spec(&self) -> &rollout::Spec {
+        self.0.action_spec()
+    }
+    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), rollout::EnvError> {
+        self.0.reset(seed, obs)
+    }
+    fn step(&mut self, a: rollout::Action<'_>, obs: &mut [f32]) -> Result<rollout::Transition, rollout::EnvError> {
+        self.1 += 1;
+        let t = self.0.step(a, obs)?;
+        if self.1 == 3 {
+            obs[0] = f32::NAN;
+        }
+        Ok(t)
+    }
+    fn state(&self) -> Vec<f64> {
+        self.0.state()
+    }
+    fn set_state(&mut self, s: &[f64]) -> Result<(), rollout::EnvError> {
+        self.0.set_state(s)
+    }
+    fn elapsed_steps(&self) -> u64 {
+        self.0.elapsed_steps()
+    }
+    fn set_elapsed_steps(&mut self, s: u64) {
+        self.0.set_elapsed_steps(s)
+    }
+}
+
+#[test]
+fn nan_observations_fail_the_worker_only_when_asked() {
+    let reg = || {
+        let mut r = rollout::Registry::with_builtins();
+        r.register("NanAt3", |_c| {
+            Ok(Box::new(NanAt3(
+                rollout::Counting::new(rollout::CountingConfig::default())?,
+                0,
+            )))
+        });
+        r
+    };
+    let build = |nan_is_failure: bool| {
+        DistributedCollector::builder()
+            .env("NanAt3")
+            .registry(reg())
+            .policy(PolicyConfig::Constant { value: 1.0 })
+            .nodes(1)
+            .frames_per_batch(10)
+            .total_frames(-1)
+            .seed(0)
+            .nan_is_failure(nan_is_failure)
+            .max_restarts(0)
+            .batch_timeout(std::time::Duration::from_secs(20))
+            .build()
+            .expect("valid")
+    };
+    let mut lenient = build(false);
+    let b = lenient.next_batch().expect("ok").expect("batch");
+    assert!(b.data.f32(keys::NEXT_OBSERVATION).expect("obs")[[0, 2, 0]].is_nan());
+    lenient.shutdown().expect("shutdown");
+    let mut strict = build(true);
+    let err = strict.next_batch().expect_err("the NaN fails the worker").to_string();
+    assert!(err.contains("NaN observation"), "{err}");
+    strict.shutdown().expect("shutdown");
+}

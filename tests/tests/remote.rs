@@ -699,3 +699,90 @@ fn endless_process_run_shuts_down_cleanly() {
         }
     }
 }
+
+/// Issue 5: a remote node whose socket is cut in the middle of a frame is detected
+/// at once, and with supervision on the trainer frees its slot, waits for a node to
+/// rejoin under its index and completes the run exactly, each share once (sync).
+#[test]
+fn socket_cut_mid_frame_is_detected_and_the_rejoined_node_completes_the_run() {
+    logs();
+    let addr = free_addr();
+    let t = thread::spawn(move || {
+        DistributedCollector::builder()
+            .env("Counting")
+            .policy(PolicyConfig::Constant { value: 1.0 })
+            .nodes(2)
+            .frames_per_batch(100)
+            .total_frames(600)
+            .sync(true)
+            .seed(0)
+            .launcher(Launcher::External)
+            .listen(addr.to_string())
+            .token(TOKEN)
+            .heartbeat(Duration::from_millis(100), Duration::from_millis(1500))
+            .node_max_restarts(2)
+            .join_timeout(DEADLINE)
+            .batch_timeout(DEADLINE)
+            .build()
+            .expect("collector")
+    });
+    let mut s = connect(addr);
+    let TrainerFrame::Welcome(welcome) = handshake(&mut s, TOKEN, "cut", Some(0)) else {
+        panic!("not admitted");
+    };
+    let layout = welcome
+        .spec
+        .build_worker(&Registry::with_builtins(), 0)
+        .expect("rollout")
+        .batch_layout();
+    send(&mut s, &NodeFrame::Ready { node: 0, layout });
+    let other = good_node(addr, Some(1));
+    let driver = thread::spawn(move || {
+        let mut c = t.join().expect("trainer thread");
+        let mut batches = Vec::new();
+        while let Some(b) = c.next_batch().expect("batch") {
+            batches.push(b);
+        }
+        let restarts = c.stats().expect("stats").restarts;
+        c.shutdown().expect("shutdown");
+        (batches, restarts)
+    });
+    let c = loop {
+        send(&mut s, &NodeFrame::Heartbeat);
+        match recv(&mut s).expect("the trainer sends work") {
+            TrainerFrame::Continue(c) => break c,
+            TrainerFrame::Seed(seed) => send(
+                &mut s,
+                &NodeFrame::Seeded {
+                    node: 0,
+                    next_seed: seed.seed + 1,
+                },
+            ),
+            _ => continue,
+        }
+    };
+    // Half of a real answer, then the connection is gone.
+    let frame = wire::encode(&NodeFrame::Batch(real_batch(&welcome, c)), wire::DEFAULT_MAX_FRAME).expect("encode");
+    s.write_all(&frame[..frame.len() / 2]).expect("write");
+    let cut = Instant::now();
+    drop(s);
+    assert_logged("connection closed inside a frame");
+    assert!(
+        cut.elapsed() < Duration::from_secs(5),
+        "detected after {:?}",
+        cut.elapsed()
+    );
+    // The replacement joins under index 0, as a scheduler would start it.
+    let replacement = good_node(addr, Some(0));
+    let (batches, restarts) = driver.join().expect("driver");
+    let frames: usize = batches.iter().map(|b| b.data.numel()).sum();
+    assert_eq!(frames, 600);
+    assert!(
+        batches.iter().all(|b| b.data.batch_size() == [2, 1, 50]),
+        "every sync batch whole"
+    );
+    rollout_tests::assert_unique_traj_ids(&batches);
+    assert_eq!(restarts, vec![1, 0]);
+    assert_eq!(replacement.join().expect("node"), Ok(()));
+    assert_eq!(other.join().expect("node"), Ok(()));
+}
