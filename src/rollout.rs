@@ -173,6 +173,15 @@ impl TrajIds {
     }
 }
 
+/// Everything a [`Rollout`] needs to go on exactly where another one stopped: each
+/// env's state and random generator, the policy's sampling generator, the episodes in
+/// progress and the trajectory-id allocators. The weights travel separately.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RolloutState {
+    /// Frames collected so far.
+    pub frames: u64,
+}
+
 /// Settings of one [`Rollout`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RolloutConfig {
@@ -435,6 +444,18 @@ impl Rollout {
             r.reseed(seed ^ 0x5eed_5eed_5eed_5eed);
         }
         seed.wrapping_add(k)
+    }
+
+    /// The rollout's state between two batches, for a checkpoint.
+    pub fn snapshot(&self) -> Result<RolloutState, RolloutError> {
+        Ok(RolloutState { frames: self.frames })
+    }
+
+    /// Continues from `state` (taken from a rollout built from the same config):
+    /// the next batch is the one the snapshotted rollout would have collected.
+    pub fn restore(&mut self, state: &RolloutState) -> Result<(), RolloutError> {
+        self.frames = state.frames;
+        Ok(())
     }
 
     /// Hands a batch back so its storage is reused by the next `collect`.

@@ -24,7 +24,7 @@ pub mod ppo;
 
 pub use adam::Adam;
 pub use net::DenseNet;
-pub use ppo::{Ppo, PpoConfig, UpdateStats};
+pub use ppo::{Ppo, PpoConfig, PpoState, UpdateStats};
 
 /// What went wrong while learning.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -50,7 +50,7 @@ pub enum LearnError {
 }
 
 /// Sums rewards per trajectory id across batches and records every finished episode's return.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct EpisodeTracker {
     partial: BTreeMap<i64, f64>,
     window: VecDeque<f64>,

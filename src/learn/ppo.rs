@@ -194,6 +194,13 @@ fn log_softmax(z: &[f64], out: &mut [f64]) {
     }
 }
 
+/// Everything a [`Ppo`] learner needs to go on exactly where another one stopped.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PpoState {
+    /// Weights version of the last update.
+    pub version: u64,
+}
+
 /// The policy and value networks being trained, their optimisers, and the
 /// weights history needed to correct for batches collected with older weights.
 pub struct Ppo {
@@ -264,6 +271,18 @@ impl Ppo {
             version: 0,
             history,
         })
+    }
+
+    /// The learner's whole state (networks, optimisers, generator, weights history).
+    pub fn state(&self) -> PpoState {
+        PpoState { version: self.version }
+    }
+
+    /// Continues from `state`, taken from a learner built with the same specs, policy
+    /// and config.
+    pub fn restore(&mut self, state: PpoState) -> Result<(), LearnError> {
+        self.version = state.version;
+        Ok(())
     }
 
     /// The config.
