@@ -6,6 +6,7 @@
 //! the `rollout-actors` crate wraps these in actors.
 #![warn(missing_docs)]
 
+pub mod checkpoint;
 pub mod env;
 pub mod learn;
 pub mod machine;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::checkpoint::NodeState;
 use crate::policy::Weights;
 use crate::tensor::TensorDict;
 
@@ -59,6 +60,12 @@ pub enum ToNode {
     Seed(Seed),
     /// Stop everything and answer [`FromNode::Down`].
     Shutdown,
+    /// Answer with [`FromNode::Snapshot`]: the node's whole state (for a checkpoint).
+    /// Sent only while the node has no `Continue` in flight.
+    Snapshot,
+    /// Go on from this state (a resumed checkpoint) and answer [`FromNode::Restored`].
+    /// Sent before any `Continue`.
+    Restore(Box<NodeState>),
 }
 
 /// Everything a node sends to the trainer.
@@ -101,6 +108,26 @@ pub enum FromNode {
         /// Per-frame entries of its batches.
         layout: crate::rollout::BatchLayout,
     },
+    /// Answer to [`ToNode::Snapshot`].
+    Snapshot {
+        /// The node.
+        node: usize,
+        /// Its state.
+        state: Box<NodeState>,
+    },
+    /// Answer to [`ToNode::Restore`]: the node goes on from the state it was sent.
+    Restored {
+        /// The node.
+        node: usize,
+    },
+    /// A `Snapshot` or `Restore` the node could not do (e.g. a user env without
+    /// checkpoint support, or a state that does not fit). The node goes on serving.
+    CheckpointFailed {
+        /// The node.
+        node: usize,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl FromNode {
@@ -112,7 +139,10 @@ impl FromNode {
             | FromNode::Seeded { node, .. }
             | FromNode::Down { node }
             | FromNode::Failed { node, .. }
-            | FromNode::Ready { node, .. } => *node,
+            | FromNode::Ready { node, .. }
+            | FromNode::Snapshot { node, .. }
+            | FromNode::Restored { node }
+            | FromNode::CheckpointFailed { node, .. } => *node,
         }
     }
 }

@@ -10,13 +10,14 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
+use crate::checkpoint::NodeState;
 use crate::message::{Batch, Continue, FromNode, Seed, ToNode, UpdateWeights};
 use crate::node_spec::NodeSpec;
 use crate::policy::Weights;
 use crate::rollout::BatchLayout;
 
 /// Version of this protocol; a node speaking another one is rejected.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 /// Default largest frame body accepted, in bytes (256 MiB).
 pub const DEFAULT_MAX_FRAME: usize = 256 << 20;
 /// Length of the trainer's challenge nonce.
@@ -107,6 +108,25 @@ pub enum NodeFrame {
         /// What happened.
         reason: String,
     },
+    /// See [`FromNode::Snapshot`] (protocol version 3).
+    Snapshot {
+        /// The node.
+        node: usize,
+        /// Its state.
+        state: Box<NodeState>,
+    },
+    /// See [`FromNode::Restored`] (protocol version 3).
+    Restored {
+        /// The node.
+        node: usize,
+    },
+    /// See [`FromNode::CheckpointFailed`] (protocol version 3).
+    CheckpointFailed {
+        /// The node.
+        node: usize,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// What the trainer tells a node it admitted.
@@ -153,6 +173,10 @@ pub enum TrainerFrame {
     Seed(Seed),
     /// See [`ToNode::Shutdown`].
     Shutdown,
+    /// See [`ToNode::Snapshot`] (protocol version 3).
+    Snapshot,
+    /// See [`ToNode::Restore`] (protocol version 3).
+    Restore(Box<NodeState>),
 }
 
 impl From<ToNode> for TrainerFrame {
@@ -162,6 +186,8 @@ impl From<ToNode> for TrainerFrame {
             ToNode::UpdateWeights(u) => TrainerFrame::UpdateWeights(u),
             ToNode::Seed(s) => TrainerFrame::Seed(s),
             ToNode::Shutdown => TrainerFrame::Shutdown,
+            ToNode::Snapshot => TrainerFrame::Snapshot,
+            ToNode::Restore(s) => TrainerFrame::Restore(s),
         }
     }
 }
@@ -174,6 +200,8 @@ impl TrainerFrame {
             TrainerFrame::UpdateWeights(u) => Some(ToNode::UpdateWeights(u)),
             TrainerFrame::Seed(s) => Some(ToNode::Seed(s)),
             TrainerFrame::Shutdown => Some(ToNode::Shutdown),
+            TrainerFrame::Snapshot => Some(ToNode::Snapshot),
+            TrainerFrame::Restore(s) => Some(ToNode::Restore(s)),
             _ => None,
         }
     }
@@ -188,6 +216,9 @@ impl From<FromNode> for NodeFrame {
             FromNode::Down { node } => NodeFrame::Down { node },
             FromNode::Failed { node, reason } => NodeFrame::Failed { node, reason },
             FromNode::Ready { node, layout } => NodeFrame::Ready { node, layout },
+            FromNode::Snapshot { node, state } => NodeFrame::Snapshot { node, state },
+            FromNode::Restored { node } => NodeFrame::Restored { node },
+            FromNode::CheckpointFailed { node, reason } => NodeFrame::CheckpointFailed { node, reason },
         }
     }
 }
@@ -202,6 +233,9 @@ impl NodeFrame {
             NodeFrame::Down { node } => Some(FromNode::Down { node }),
             NodeFrame::Failed { node, reason } => Some(FromNode::Failed { node, reason }),
             NodeFrame::Ready { node, layout } => Some(FromNode::Ready { node, layout }),
+            NodeFrame::Snapshot { node, state } => Some(FromNode::Snapshot { node, state }),
+            NodeFrame::Restored { node } => Some(FromNode::Restored { node }),
+            NodeFrame::CheckpointFailed { node, reason } => Some(FromNode::CheckpointFailed { node, reason }),
             _ => None,
         }
     }
@@ -436,6 +470,9 @@ fn frame_name(f: &NodeFrame) -> &'static str {
         NodeFrame::Down { .. } => "down",
         NodeFrame::Failed { .. } => "failed",
         NodeFrame::Ready { .. } => "ready",
+        NodeFrame::Snapshot { .. } => "snapshot",
+        NodeFrame::Restored { .. } => "restored",
+        NodeFrame::CheckpointFailed { .. } => "checkpoint_failed",
     }
 }
 

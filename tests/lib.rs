@@ -188,3 +188,22 @@ pub fn panicky_registry(panic_at: u64) -> (rollout::Registry, std::sync::Arc<std
     });
     (reg, built)
 }
+
+/// A compact view of what a trainer sent, for comparing message sequences:
+/// `(node, "C<seq>:<frames>" | "W<version>" | "S<seed>" | "X" | "P" (snapshot) | "R<node>" (restore))`.
+pub fn describe_sent(sent: &[(usize, rollout::message::ToNode)]) -> Vec<(usize, String)> {
+    use rollout::message::ToNode;
+    sent.iter()
+        .map(|(n, m)| {
+            let s = match m {
+                ToNode::Continue(c) => format!("C{}:{}", c.seq, c.frames),
+                ToNode::UpdateWeights(u) => format!("W{}", u.weights.version),
+                ToNode::Seed(s) => format!("S{}", s.seed),
+                ToNode::Shutdown => "X".to_string(),
+                ToNode::Snapshot => "P".to_string(),
+                ToNode::Restore(st) => format!("R{}", st.node),
+            };
+            (*n, s)
+        })
+        .collect()
+}

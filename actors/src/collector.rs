@@ -11,6 +11,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use actix::prelude::*;
+use rollout::checkpoint::Checkpoint;
 use rollout::machine::{Collected, ConfigError, NodeSupervision, SupervisionStats, TrainerConfig, TrainerMachine};
 use rollout::node_spec::NodeSpec;
 use rollout::postproc;
@@ -24,7 +25,7 @@ use crate::error::CollectError;
 use crate::launch::process::Children;
 use crate::launch::slurm::{self, SlurmJob, SlurmOptions};
 use crate::launch::{self, local, Launcher};
-use crate::messages::{NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights};
+use crate::messages::{NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights, TakeCheckpoint};
 use crate::remote::listener::DoorConfig;
 use crate::remote::peer::PeerTiming;
 use crate::replay::{self, SharedReplayBuffer};
@@ -107,6 +108,7 @@ pub struct CollectorBuilder {
     advertise: Option<String>,
     restart: RestartIntensity,
     node_supervision: Option<NodeSupervision>,
+    resume: Option<Checkpoint>,
 }
 
 impl Default for CollectorBuilder {
@@ -147,6 +149,7 @@ impl Default for CollectorBuilder {
             advertise: None,
             restart: RestartIntensity::default(),
             node_supervision: None,
+            resume: None,
         }
     }
 }
@@ -401,6 +404,18 @@ impl CollectorBuilder {
         self
     }
 
+    /// Goes on from `checkpoint` (taken with [`DistributedCollector::checkpoint`])
+    /// instead of starting afresh: frames and batches yielded, weights, every env's
+    /// state and generator, episodes in progress. The run must be configured as the
+    /// one the checkpoint was taken from (`build` names the first setting that
+    /// differs); `total_frames` may grow. The seed is not used: the generators'
+    /// positions are in the checkpoint. In sync mode the batches that follow are
+    /// bit for bit those the checkpointed run would have yielded next.
+    pub fn resume(mut self, checkpoint: Checkpoint) -> Self {
+        self.resume = Some(checkpoint);
+        self
+    }
+
     /// Validates everything, starts the nodes on threads of their own and seeds them.
     pub fn build(self) -> Result<DistributedCollector, CollectError> {
         let (plan, opts) = self.prepare()?;
@@ -542,7 +557,10 @@ impl CollectorBuilder {
         }
         let (cfg, specs, seed) = self.plan_specs()?;
         let n = cfg.nodes;
-        let machine = TrainerMachine::new(cfg)?;
+        let mut machine = TrainerMachine::new(cfg)?;
+        if let Some(c) = self.resume.clone() {
+            machine = machine.with_resume(c)?;
+        }
         let remote = match self.launcher {
             Launcher::Local => None,
             Launcher::Process | Launcher::External | Launcher::Slurm(_) => {
@@ -588,7 +606,6 @@ impl CollectorBuilder {
         };
         // Each node's layout is learnt from the node: local::start reads it off the
         // workers it builds; a remote node advertises it in its `Ready`.
-        let mut machine = machine;
         if let Some(sup) = self.node_supervision.clone() {
             if sup.intensity.window.as_millis() == 0 {
                 return Err(config_err("node_restart_window", "must be at least 1 ms"));
@@ -908,6 +925,19 @@ impl DistributedCollector {
             "pushing weights",
             self.batch_timeout,
         )?
+    }
+
+    /// Takes a checkpoint of the whole run: the trainer's state and every node's
+    /// (each env's state and generator, episodes in progress, weights). Call it
+    /// between batches; it waits until no node has work in flight (async: batches
+    /// in flight are received and kept in the checkpoint, to be yielded after a
+    /// resume as they would have been). Save it with [`crate::checkpoint_file::save`]
+    /// and go on from it with [`CollectorBuilder::resume`]. Fails (and collection
+    /// goes on) when a node is down or restarting, or an env or policy cannot be
+    /// checkpointed.
+    pub fn checkpoint(&mut self) -> Result<Checkpoint, CollectError> {
+        self.ask(TakeCheckpoint, "taking a checkpoint", self.batch_timeout)?
+            .map(|c| *c)
     }
 
     /// Reseeds every node (node k gets the seed node k-1 did not use) and returns the next seed.

@@ -86,6 +86,16 @@ pub fn execute(rollout: &mut Option<Rollout>, worker: usize, cmd: WorkerCmd) -> 
             r.recycle(data);
             Ok(None)
         }
+        // A checkpoint the rollout cannot take (or a state it refuses) is an answer,
+        // not a failure: the rollout is untouched and goes on.
+        WorkerCmd::Snapshot => Ok(Some(WorkerEvent::Snapshot {
+            worker,
+            state: r.snapshot().map(Box::new).map_err(|e| e.to_string()),
+        })),
+        WorkerCmd::Restore(state) => Ok(Some(WorkerEvent::Restored {
+            worker,
+            result: r.restore(&state).map_err(|e| e.to_string()),
+        })),
         WorkerCmd::Stop => Ok(None),
     }));
     match result {

@@ -55,4 +55,13 @@ pub enum CollectError {
     /// The replay buffer refused a batch.
     #[error("replay buffer: {0}")]
     Replay(#[from] rollout::replay::ReplayError),
+    /// A checkpoint could not be taken, read, written or resumed.
+    #[error("checkpoint: {0}")]
+    Checkpoint(String),
+}
+
+impl From<rollout::checkpoint::CheckpointError> for CollectError {
+    fn from(e: rollout::checkpoint::CheckpointError) -> Self {
+        CollectError::Checkpoint(e.to_string())
+    }
 }

@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 
 mod block;
+pub mod checkpoint_file;
 pub mod collector;
 pub mod env_worker;
 pub mod error;
@@ -22,4 +23,5 @@ pub use collector::{CollectorBuilder, DistributedCollector, Embedded, NodeOverri
 pub use error::CollectError;
 pub use launch::{Launcher, SlurmOptions};
 pub use replay::SharedReplayBuffer;
+pub use rollout::checkpoint::Checkpoint;
 pub use rollout::machine::Collected;

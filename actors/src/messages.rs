@@ -5,7 +5,7 @@
 use actix::prelude::*;
 use rollout::machine::{Collected, WorkerCmd};
 use rollout::message::{FromNode, ToNode};
-use rollout::rollout::Rollout;
+use rollout::rollout::{Rollout, RolloutState};
 use rollout::{TensorDict, Weights};
 
 use crate::error::CollectError;
@@ -67,6 +67,20 @@ pub enum WorkerEvent {
         /// Worker index.
         worker: usize,
     },
+    /// Answer to `Snapshot`.
+    Snapshot {
+        /// Worker index.
+        worker: usize,
+        /// The rollout's state, or why it cannot be taken.
+        state: Result<Box<RolloutState>, String>,
+    },
+    /// Answer to `Restore`.
+    Restored {
+        /// Worker index.
+        worker: usize,
+        /// Done, or why not.
+        result: Result<(), String>,
+    },
 }
 
 /// Ask the trainer for the next batch; `Ok(None)` once `total_frames` were yielded.
@@ -88,6 +102,12 @@ pub struct PushWeights(pub Option<Vec<usize>>);
 #[derive(Message, Debug)]
 #[rtype(result = "Result<u64, CollectError>")]
 pub struct SetSeed(pub u64);
+
+/// Take a checkpoint of the whole run (between batches); answers once every node
+/// reported its state. Collection waits meanwhile, then goes on.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<Box<rollout::checkpoint::Checkpoint>, CollectError>")]
+pub struct TakeCheckpoint;
 
 /// Stop every node; answers once all are down.
 #[derive(Message, Debug)]

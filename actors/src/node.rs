@@ -213,6 +213,10 @@ impl Handler<WorkerEvent> for Node {
                 self.machine.on_worker_stopped(worker, &mut self.out);
                 Ok(())
             }
+            WorkerEvent::Snapshot { worker, state } => {
+                self.machine.on_worker_snapshot(worker, state.map(|s| *s), &mut self.out)
+            }
+            WorkerEvent::Restored { worker, result } => self.machine.on_worker_restored(worker, result, &mut self.out),
         };
         if let Err(e) = r {
             tracing::warn!(node = self.machine.index(), error = %e, "node dropped a worker answer");

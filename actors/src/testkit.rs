@@ -9,6 +9,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use rollout::checkpoint::{Checkpoint, CheckpointError};
 use rollout::machine::{Collected, NodeMachine, NodeOutput, Output, TrainerConfig, TrainerError, TrainerMachine};
 use rollout::message::{Batch, Continue, FromNode, ToNode};
 use rollout::node_spec::NodeSpec;
@@ -160,6 +161,13 @@ impl NodeHarness {
                                 self.machine.on_worker_stopped(worker, &mut self.out);
                                 Ok(())
                             }
+                            WorkerEvent::Snapshot { worker, state } => {
+                                self.machine
+                                    .on_worker_snapshot(worker, state.map(|s| *s), &mut self.out)
+                            }
+                            WorkerEvent::Restored { worker, result } => {
+                                self.machine.on_worker_restored(worker, result, &mut self.out)
+                            }
                         };
                         if let Err(e) = r {
                             self.log.push(e.to_string());
@@ -182,6 +190,7 @@ pub struct TrainerHarness {
     seeded: Option<u64>,
     all_down: bool,
     restarts: VecDeque<(usize, u32, String)>,
+    checkpoints: VecDeque<Result<Checkpoint, String>>,
 }
 
 impl TrainerHarness {
@@ -234,6 +243,7 @@ impl TrainerHarness {
             seeded: None,
             all_down: false,
             restarts: VecDeque::new(),
+            checkpoints: VecDeque::new(),
         })
     }
 
@@ -247,6 +257,8 @@ impl TrainerHarness {
                 Output::AllDown => self.all_down = true,
                 Output::Recycle { .. } => {}
                 Output::RestartNode { node, restart, cause } => self.restarts.push_back((node, restart, cause)),
+                Output::Checkpoint(c) => self.checkpoints.push_back(Ok(*c)),
+                Output::CheckpointFailed(reason) => self.checkpoints.push_back(Err(reason)),
             }
         }
     }
@@ -281,6 +293,25 @@ impl TrainerHarness {
     pub fn set_seed(&mut self, seed: u64) {
         self.machine.set_seed(seed, &mut self.out);
         self.sort();
+    }
+
+    /// Starts a checkpoint (see [`TrainerMachine::begin_checkpoint`]).
+    pub fn begin_checkpoint(&mut self) -> Result<(), TrainerError> {
+        let r = self.machine.begin_checkpoint(&mut self.out);
+        self.sort();
+        r
+    }
+
+    /// Goes on from `checkpoint` (see [`TrainerMachine::restore`]).
+    pub fn restore(&mut self, checkpoint: Checkpoint) -> Result<(), CheckpointError> {
+        let r = self.machine.restore(checkpoint, &mut self.out);
+        self.sort();
+        r
+    }
+
+    /// Checkpoints taken (or failed, with the reason) since the last call.
+    pub fn take_checkpoints(&mut self) -> Vec<Result<Checkpoint, String>> {
+        self.checkpoints.drain(..).collect()
     }
 
     /// Starts the shutdown.
@@ -419,6 +450,26 @@ impl Cluster {
         self.trainer.set_seed(seed);
         self.pump();
         self.trainer.seeded()
+    }
+
+    /// Takes a checkpoint of the whole cluster (between batches).
+    pub fn checkpoint(&mut self) -> Result<Checkpoint, String> {
+        self.trainer.begin_checkpoint().map_err(|e| e.to_string())?;
+        self.pump();
+        match self.trainer.take_checkpoints().pop() {
+            Some(r) => r,
+            None => Err("the checkpoint did not complete".into()),
+        }
+    }
+
+    /// Goes on from `checkpoint` (call before the first request).
+    pub fn restore(&mut self, checkpoint: Checkpoint) -> Result<(), String> {
+        self.trainer.restore(checkpoint).map_err(|e| e.to_string())?;
+        let errors = self.pump();
+        match errors.into_iter().next() {
+            Some(e) => Err(e.to_string()),
+            None => Ok(()),
+        }
     }
 
     /// Requests and pumps until a batch is yielded (or the run is finished).

@@ -8,12 +8,14 @@
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
+use rollout::checkpoint::Checkpoint;
 use rollout::machine::{Collected, Output, SupervisionStats, TrainerError, TrainerMachine};
 use tokio::sync::oneshot;
 
 use crate::error::CollectError;
 use crate::messages::{
-    FromNodeMsg, NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights, Subscribe, ToNodeMsg, TrainerEvent,
+    FromNodeMsg, NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights, Subscribe, TakeCheckpoint, ToNodeMsg,
+    TrainerEvent,
 };
 use crate::remote::peer::Disconnect;
 
@@ -66,6 +68,7 @@ pub struct Trainer {
     out: Vec<Output>,
     next: Option<Reply<Option<Collected>>>,
     seed: Option<Reply<u64>>,
+    checkpoint: Option<Reply<Box<Checkpoint>>>,
     stop: Option<Reply<()>>,
     sink: Option<Recipient<TrainerEvent>>,
     failure: Option<CollectError>,
@@ -86,6 +89,7 @@ impl Trainer {
             out: Vec::new(),
             next: None,
             seed: None,
+            checkpoint: None,
             stop: None,
             sink: None,
             failure: None,
@@ -197,6 +201,16 @@ impl Trainer {
                 }
                 Output::Recycle { node, data } => self.recycle(Some(node), data),
                 Output::RestartNode { node, restart, cause } => self.restart_node(node, restart, cause),
+                Output::Checkpoint(c) => {
+                    if let Some(tx) = self.checkpoint.take() {
+                        let _ = tx.send(Ok(c));
+                    }
+                }
+                Output::CheckpointFailed(reason) => {
+                    if let Some(tx) = self.checkpoint.take() {
+                        let _ = tx.send(Err(CollectError::Checkpoint(reason)));
+                    }
+                }
                 Output::AllDown => {
                     if let Some(tx) = self.stop.take() {
                         let _ = tx.send(Ok(()));
@@ -235,6 +249,9 @@ impl Trainer {
         self.failure = Some(e.clone());
         self.deliver(Err(e.clone()));
         if let Some(tx) = self.seed.take() {
+            let _ = tx.send(Err(e.clone()));
+        }
+        if let Some(tx) = self.checkpoint.take() {
             let _ = tx.send(Err(e));
         }
     }
@@ -255,6 +272,14 @@ impl Actor for Trainer {
                 act.dispatch();
             });
         }
+        // A resumed run restores every node's state (seeds and generators included)
+        // instead of seeding; requests that arrive meanwhile wait for it.
+        match self.machine.start_resume(&mut self.out) {
+            Ok(true) => self.initial_seed = None,
+            Ok(false) => {}
+            Err(e) => self.fail(e.into()),
+        }
+        self.dispatch();
         if let Some(seed) = self.initial_seed.take() {
             // Requests that arrive meanwhile wait for the chain: see TrainerMachine::request.
             self.machine.set_seed(seed, &mut self.out);
@@ -360,6 +385,26 @@ impl Handler<SetSeed> for Trainer {
         let (tx, rx) = oneshot::channel();
         self.seed = Some(tx);
         self.machine.set_seed(msg.0, &mut self.out);
+        self.dispatch();
+        Box::pin(async move {
+            rx.await
+                .unwrap_or_else(|_| Err(CollectError::Stopped("the trainer dropped the request".into())))
+        })
+    }
+}
+
+impl Handler<TakeCheckpoint> for Trainer {
+    type Result = ResponseFuture<Result<Box<Checkpoint>, CollectError>>;
+
+    fn handle(&mut self, _msg: TakeCheckpoint, _ctx: &mut Self::Context) -> Self::Result {
+        if let Some(e) = self.failure.clone() {
+            return Box::pin(async move { Err(e) });
+        }
+        let (tx, rx) = oneshot::channel();
+        if let Err(e) = self.machine.begin_checkpoint(&mut self.out) {
+            return Box::pin(async move { Err(e.into()) });
+        }
+        self.checkpoint = Some(tx);
         self.dispatch();
         Box::pin(async move {
             rx.await

@@ -11,7 +11,8 @@ use std::time::Duration;
 use crate::message::{Batch, FromNode, ToNode};
 use crate::node_spec::NodeSpec;
 use crate::policy::Weights;
-use crate::rollout::keys;
+use crate::checkpoint::{NodeState, WorkerState};
+use crate::rollout::{keys, RolloutState};
 use crate::supervisor::{restart_seed, RestartIntensity, Restarts};
 use crate::tensor::{Tensor, TensorDict, TensorError};
 
@@ -34,6 +35,10 @@ pub enum WorkerCmd {
     },
     /// Storage of a batch the worker produced, handed back for reuse.
     Recycle(TensorDict),
+    /// Answer with the rollout's state (for a checkpoint).
+    Snapshot,
+    /// Go on from this state (a resumed checkpoint).
+    Restore(Box<RolloutState>),
     /// Stop and release everything.
     Stop,
 }
@@ -145,6 +150,10 @@ pub struct NodeMachine {
     weights: Option<Arc<Weights>>,
     lives: Vec<WorkerLife>,
     failed: bool,
+    /// A `Snapshot` being answered: the worker states received so far.
+    snapshot: Option<Vec<Option<RolloutState>>>,
+    /// A `Restore` being applied: the workers that confirmed.
+    restoring: Option<Vec<bool>>,
 }
 
 impl NodeMachine {
@@ -168,6 +177,8 @@ impl NodeMachine {
             weights: None,
             lives: vec![life; workers],
             failed: false,
+            snapshot: None,
+            restoring: None,
         }
     }
 
@@ -265,6 +276,8 @@ impl NodeMachine {
                     ToNode::UpdateWeights(_) => "UpdateWeights",
                     ToNode::Seed(_) => "Seed",
                     ToNode::Shutdown => "Shutdown",
+                    ToNode::Snapshot => "Snapshot",
+                    ToNode::Restore(_) => "Restore",
                 },
                 state: if self.down { "down" } else { "stopping" },
             });
@@ -327,8 +340,12 @@ impl NodeMachine {
                     next_seed: s.seed.wrapping_add(self.workers as u64 * per),
                 }));
             }
+            ToNode::Snapshot => self.begin_snapshot(out),
+            ToNode::Restore(state) => self.begin_restore(*state, out),
             ToNode::Shutdown => {
                 self.pending = None;
+                self.snapshot = None;
+                self.restoring = None;
                 self.stopping = true;
                 for worker in 0..self.workers {
                     if !self.stopped[worker] {
@@ -477,6 +494,16 @@ impl NodeMachine {
                         },
                     });
                 }
+                if self.snapshot.as_ref().is_some_and(|s| s[worker].is_none()) {
+                    // The new incarnation's state is the truth now.
+                    out.push(NodeOutput::Worker {
+                        worker,
+                        cmd: WorkerCmd::Snapshot,
+                    });
+                }
+                if self.restoring.take().is_some() {
+                    self.checkpoint_failed(format!("env worker {worker} failed while restoring: {reason}"), out);
+                }
             }
             Err(escalation) => {
                 tracing::error!(
@@ -488,6 +515,8 @@ impl NodeMachine {
                 );
                 self.failed = true;
                 self.pending = None;
+                self.snapshot = None;
+                self.restoring = None;
                 out.push(NodeOutput::Trainer(FromNode::Failed {
                     node: self.index,
                     reason: format!(
@@ -497,6 +526,138 @@ impl NodeMachine {
                 }));
             }
         }
+    }
+
+    fn checkpoint_failed(&self, reason: String, out: &mut Vec<NodeOutput>) {
+        tracing::warn!(node = self.index, %reason, "checkpoint request failed");
+        out.push(NodeOutput::Trainer(FromNode::CheckpointFailed {
+            node: self.index,
+            reason,
+        }));
+    }
+
+    fn begin_snapshot(&mut self, out: &mut Vec<NodeOutput>) {
+        if let Some(p) = &self.pending {
+            // The trainer waits for every batch before it asks; this is a protocol slip.
+            return self.checkpoint_failed(format!("Snapshot while Continue {} is in flight", p.seq), out);
+        }
+        if self.snapshot.is_some() || self.restoring.is_some() {
+            return self.checkpoint_failed("Snapshot while another checkpoint request runs".into(), out);
+        }
+        self.snapshot = Some(vec![None; self.workers]);
+        for worker in 0..self.workers {
+            out.push(NodeOutput::Worker {
+                worker,
+                cmd: WorkerCmd::Snapshot,
+            });
+        }
+    }
+
+    fn begin_restore(&mut self, state: NodeState, out: &mut Vec<NodeOutput>) {
+        if self.pending.is_some() || self.snapshot.is_some() || self.restoring.is_some() {
+            return self.checkpoint_failed("Restore while the node is busy".into(), out);
+        }
+        if state.node != self.index {
+            return self.checkpoint_failed(
+                format!("the state is node {}'s, this is node {}", state.node, self.index),
+                out,
+            );
+        }
+        if state.workers.len() != self.workers {
+            return self.checkpoint_failed(
+                format!(
+                    "the state has {} env workers, this node has {}",
+                    state.workers.len(),
+                    self.workers
+                ),
+                out,
+            );
+        }
+        self.base_seed = state.base_seed;
+        self.weights = state.weights.clone();
+        self.restoring = Some(vec![false; self.workers]);
+        for (worker, w) in state.workers.into_iter().enumerate() {
+            self.lives[worker].next_traj_id = w.next_traj_id;
+            self.lives[worker].frames = w.frames;
+            if let Some(weights) = &state.weights {
+                out.push(NodeOutput::Worker {
+                    worker,
+                    cmd: WorkerCmd::SetWeights(weights.clone()),
+                });
+            }
+            out.push(NodeOutput::Worker {
+                worker,
+                cmd: WorkerCmd::Restore(Box::new(w.rollout)),
+            });
+        }
+    }
+
+    /// A worker's answer to [`WorkerCmd::Snapshot`]. Once every worker answered the
+    /// node sends its [`NodeState`]; a worker that cannot snapshot fails the request.
+    pub fn on_worker_snapshot(
+        &mut self,
+        worker: usize,
+        state: Result<RolloutState, String>,
+        out: &mut Vec<NodeOutput>,
+    ) -> Result<(), NodeError> {
+        let Some(states) = self.snapshot.as_mut().filter(|s| worker < s.len()) else {
+            return Err(NodeError::Unexpected { worker, seq: 0 });
+        };
+        match state {
+            Ok(s) => states[worker] = Some(s),
+            Err(reason) => {
+                self.snapshot = None;
+                self.checkpoint_failed(format!("env worker {worker}: {reason}"), out);
+                return Ok(());
+            }
+        }
+        if states.iter().all(Option::is_some) {
+            let states = self.snapshot.take().unwrap_or_default();
+            let workers = states
+                .into_iter()
+                .flatten()
+                .zip(&self.lives)
+                .map(|(rollout, life)| WorkerState {
+                    rollout,
+                    next_traj_id: life.next_traj_id,
+                    frames: life.frames,
+                })
+                .collect();
+            out.push(NodeOutput::Trainer(FromNode::Snapshot {
+                node: self.index,
+                state: Box::new(NodeState {
+                    node: self.index,
+                    base_seed: self.base_seed,
+                    weights: self.weights.clone(),
+                    workers,
+                }),
+            }));
+        }
+        Ok(())
+    }
+
+    /// A worker's answer to [`WorkerCmd::Restore`]. Once every worker restored the
+    /// node answers `Restored`; a worker that cannot fails the request.
+    pub fn on_worker_restored(
+        &mut self,
+        worker: usize,
+        result: Result<(), String>,
+        out: &mut Vec<NodeOutput>,
+    ) -> Result<(), NodeError> {
+        let Some(done) = self.restoring.as_mut().filter(|d| worker < d.len()) else {
+            return Err(NodeError::Unexpected { worker, seq: 0 });
+        };
+        if let Err(reason) = result {
+            self.restoring = None;
+            self.checkpoint_failed(format!("env worker {worker} cannot restore: {reason}"), out);
+            return Ok(());
+        }
+        done[worker] = true;
+        if done.iter().all(|d| *d) {
+            self.restoring = None;
+            out.push(NodeOutput::Trainer(FromNode::Restored { node: self.index }));
+        }
+        Ok(())
     }
 
     fn set_down(&mut self, out: &mut Vec<NodeOutput>) {

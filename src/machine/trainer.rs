@@ -9,6 +9,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::checkpoint::{Checkpoint, CheckpointError, NodeBook, NodeState as NodeCheckpoint, TrainerState};
 use crate::message::{Batch, Continue, FromNode, Seed, ToNode, UpdateWeights};
 use crate::policy::Weights;
 use crate::rollout::{keys, BatchLayout};
@@ -194,6 +195,10 @@ pub enum Output {
         /// The share.
         data: TensorDict,
     },
+    /// The checkpoint asked for by [`TrainerMachine::begin_checkpoint`].
+    Checkpoint(Box<Checkpoint>),
+    /// The checkpoint asked for could not be taken; collection goes on.
+    CheckpointFailed(String),
 }
 
 /// A node message the trainer did not accept; the message is dropped, the run goes on.
@@ -237,6 +242,9 @@ pub enum TrainerError {
         /// Why.
         reason: String,
     },
+    /// A checkpoint cannot be taken or restored now.
+    #[error("checkpoint: {0}")]
+    Checkpoint(String),
     /// The node reported a failure.
     #[error("node {node} failed: {reason}")]
     NodeFailed {
@@ -340,6 +348,19 @@ pub struct TrainerMachine {
     dropped_late: u64,
     /// Frames in accepted batches.
     frames_collected: u64,
+    /// A checkpoint being taken.
+    checkpoint: Option<CheckpointRun>,
+    /// A checkpoint being restored: the nodes that confirmed.
+    restoring: Option<Vec<bool>>,
+    /// A checkpoint to restore when the run starts.
+    resume: Option<Box<Checkpoint>>,
+}
+
+/// A checkpoint in progress: which nodes were asked and what they answered.
+#[derive(Debug)]
+struct CheckpointRun {
+    asked: Vec<bool>,
+    states: Vec<Option<NodeCheckpoint>>,
 }
 
 /// Checks a batch's entries against a layout: same keys, dtypes and feature shapes.
@@ -392,6 +413,9 @@ impl TrainerMachine {
             chain_seed: 0,
             dropped_late: 0,
             frames_collected: 0,
+            checkpoint: None,
+            restoring: None,
+            resume: None,
         })
     }
 
@@ -706,6 +730,10 @@ impl TrainerMachine {
             return self.seed_from(0, queued, out);
         }
         out.push(Output::Seeded { next_seed: seed });
+        if self.checkpoint.is_some() {
+            self.advance_checkpoint(out);
+            return Ok(());
+        }
         if std::mem::take(&mut self.deferred) {
             self.request(out)?;
         }
@@ -740,7 +768,7 @@ impl TrainerMachine {
             return Ok(());
         }
         self.wanted = true;
-        if self.seeding.is_some() {
+        if self.seeding.is_some() || self.checkpointing() {
             self.deferred = true;
             return Ok(());
         }
@@ -773,7 +801,8 @@ impl TrainerMachine {
     }
 
     fn try_yield_async(&mut self, out: &mut Vec<Output>) -> Result<(), TrainerError> {
-        if !self.wanted {
+        // While a checkpoint is taken or restored no node may be sent new work.
+        if !self.wanted || self.checkpointing() {
             return Ok(());
         }
         let Some(b) = self.ready.pop_front() else {
@@ -854,6 +883,20 @@ impl TrainerMachine {
             }
             FromNode::Failed { node, reason } => self.node_lost(node, reason, out),
             FromNode::Ready { node, layout } => self.set_layout(node, layout),
+            FromNode::Snapshot { node, state } => self.on_snapshot(node, *state, out),
+            FromNode::Restored { node } => self.on_restored(node, out),
+            FromNode::CheckpointFailed { node, reason } => {
+                if self.restoring.is_some() {
+                    return Err(TrainerError::NodeFailed {
+                        node,
+                        reason: format!("cannot restore the checkpoint: {reason}"),
+                    });
+                }
+                if self.checkpoint.is_some() {
+                    self.abort_checkpoint(format!("node {node}: {reason}"), out)?;
+                }
+                Ok(())
+            }
         }
     }
 
@@ -861,6 +904,29 @@ impl TrainerMachine {
     /// as down. In async mode the run goes on with the nodes left, if any; in sync
     /// mode no batch can be whole any more, so it is an error.
     fn node_lost(&mut self, node: usize, reason: String, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        // A checkpoint needs every node: it fails, and what waited for it is served
+        // once the node is marked lost (so no work goes to it).
+        let aborted = self.checkpoint.take().is_some();
+        if aborted {
+            let why = format!("node {node} was lost: {reason}");
+            tracing::warn!(reason = %why, "checkpoint failed");
+            out.push(Output::CheckpointFailed(why));
+        }
+        let r = self.node_gone(node, reason, out);
+        if aborted && !matches!(r, Err(TrainerError::NodeFailed { .. })) {
+            self.resume_after_checkpoint(out)?;
+        }
+        r
+    }
+
+    fn node_gone(&mut self, node: usize, reason: String, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        if let Some(done) = self.restoring.as_mut() {
+            if !done[node] {
+                // A restarted node starts fresh; do not wait for it.
+                tracing::warn!(node, %reason, "node lost while restoring the checkpoint; it will not resume exactly");
+                done[node] = true;
+            }
+        }
         let st = &mut self.nodes[node];
         let was_down = st.down;
         st.down = true;
@@ -985,29 +1051,248 @@ impl TrainerMachine {
         st.outstanding = None;
         st.since_update += 1;
         self.frames_collected += frames as u64;
-        if self.finished {
+        if !self.finished {
+            if self.cfg.sync {
+                if let Some(round) = self.round.as_mut() {
+                    round[node] = Some(b);
+                    if round.iter().all(Option::is_some) {
+                        let shares: Vec<Batch> = self.round.take().into_iter().flatten().flatten().collect();
+                        let versions: Vec<u64> = shares.iter().map(|s| s.weights_version).collect();
+                        let data: Vec<TensorDict> = shares.into_iter().map(|s| s.data).collect();
+                        let stacked = TensorDict::stack(&data)?;
+                        for (node, data) in data.into_iter().enumerate() {
+                            out.push(Output::Recycle { node, data });
+                        }
+                        self.emit(node_batch(None, versions, stacked), true, out);
+                    }
+                }
+            } else {
+                self.ready.push_back(b);
+                self.try_yield_async(out)?;
+            }
+        }
+        self.advance_checkpoint(out);
+        Ok(())
+    }
+
+    fn checkpointing(&self) -> bool {
+        self.checkpoint.is_some() || self.restoring.is_some()
+    }
+
+    /// Starts a checkpoint: every node is asked for its state as soon as it has no
+    /// work in flight (sync: once the round in flight is whole; async: once its batch
+    /// arrived, which then waits in the checkpoint to be yielded). Meanwhile no node
+    /// gets new work and requests wait. Ends with [`Output::Checkpoint`] or
+    /// [`Output::CheckpointFailed`]; an error here means it could not start.
+    pub fn begin_checkpoint(&mut self, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        if self.shutting_down {
+            return Err(TrainerError::Checkpoint("the collector is shutting down".into()));
+        }
+        if self.checkpointing() {
+            return Err(TrainerError::Checkpoint(
+                "another checkpoint is being taken or restored".into(),
+            ));
+        }
+        if let Some(i) = self.nodes.iter().position(|n| n.down || n.restarting) {
+            let what = if self.nodes[i].down { "down" } else { "restarting" };
+            return Err(TrainerError::Checkpoint(format!(
+                "node {i} is {what}; a checkpoint needs every node"
+            )));
+        }
+        let n = self.nodes.len();
+        self.checkpoint = Some(CheckpointRun {
+            asked: vec![false; n],
+            states: vec![None; n],
+        });
+        self.advance_checkpoint(out);
+        Ok(())
+    }
+
+    /// Asks every idle node not asked yet for its state.
+    fn advance_checkpoint(&mut self, out: &mut Vec<Output>) {
+        if self.seeding.is_some() || (self.cfg.sync && self.round.is_some()) {
+            return;
+        }
+        let Some(run) = self.checkpoint.as_mut() else {
+            return;
+        };
+        for (i, n) in self.nodes.iter().enumerate() {
+            if !run.asked[i] && n.outstanding.is_none() {
+                run.asked[i] = true;
+                out.push(Output::Send {
+                    node: i,
+                    msg: ToNode::Snapshot,
+                });
+            }
+        }
+    }
+
+    fn on_snapshot(&mut self, node: usize, state: NodeCheckpoint, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        let Some(run) = self.checkpoint.as_mut().filter(|r| r.asked[node]) else {
+            return Err(TrainerError::Checkpoint(format!(
+                "node {node} sent a snapshot nobody asked for"
+            )));
+        };
+        if state.node != node || state.workers.len() != self.cfg.envs_per_node[node] {
+            let reason = format!(
+                "node {node} sent the state of node {} with {} env workers",
+                state.node,
+                state.workers.len()
+            );
+            return self.abort_checkpoint(reason, out);
+        }
+        run.states[node] = Some(state);
+        if run.states.iter().all(Option::is_some) {
+            let run = self.checkpoint.take().expect("checked above");
+            let nodes: Vec<NodeCheckpoint> = run.states.into_iter().flatten().collect();
+            let mut trainer = self.trainer_state();
+            for (book, st) in trainer.nodes.iter_mut().zip(&nodes) {
+                // What the node holds is the truth, whatever was pushed meanwhile.
+                book.pushed_version = st.weights.as_ref().map_or(0, |w| w.version);
+            }
+            tracing::info!(batches = self.batches_yielded, frames = self.frames_yielded, "checkpoint taken");
+            out.push(Output::Checkpoint(Box::new(Checkpoint { trainer, nodes })));
+            self.resume_after_checkpoint(out)?;
+        }
+        Ok(())
+    }
+
+    fn abort_checkpoint(&mut self, reason: String, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        if self.checkpoint.take().is_none() {
             return Ok(());
         }
-        if self.cfg.sync {
-            let Some(round) = self.round.as_mut() else {
-                return Ok(());
-            };
-            round[node] = Some(b);
-            if round.iter().all(Option::is_some) {
-                let shares: Vec<Batch> = self.round.take().into_iter().flatten().flatten().collect();
-                let versions: Vec<u64> = shares.iter().map(|s| s.weights_version).collect();
-                let data: Vec<TensorDict> = shares.into_iter().map(|s| s.data).collect();
-                let stacked = TensorDict::stack(&data)?;
-                for (node, data) in data.into_iter().enumerate() {
-                    out.push(Output::Recycle { node, data });
-                }
-                self.emit(node_batch(None, versions, stacked), true, out);
-            }
-            Ok(())
-        } else {
-            self.ready.push_back(b);
-            self.try_yield_async(out)
+        tracing::warn!(%reason, "checkpoint failed");
+        out.push(Output::CheckpointFailed(reason));
+        self.resume_after_checkpoint(out)
+    }
+
+    /// Serves what waited for the checkpoint.
+    fn resume_after_checkpoint(&mut self, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        if self.checkpointing() || self.seeding.is_some() {
+            return Ok(());
         }
+        if std::mem::take(&mut self.deferred) {
+            return self.request(out);
+        }
+        if !self.cfg.sync {
+            return self.try_yield_async(out);
+        }
+        Ok(())
+    }
+
+    /// The trainer's part of a checkpoint (call between batches).
+    pub fn trainer_state(&self) -> TrainerState {
+        TrainerState {
+            sync: self.cfg.sync,
+            frames_per_batch: self.cfg.frames_per_batch,
+            envs_per_node: self.cfg.envs_per_node.clone(),
+            frames_yielded: self.frames_yielded,
+            batches_yielded: self.batches_yielded,
+            next_seq: self.next_seq,
+            weights_version: self.version,
+            weights: self.weights.clone(),
+            chain_seed: self.chain_seed,
+            started: self.started,
+            ready: self.ready.iter().cloned().collect(),
+            frames_collected: self.frames_collected,
+            nodes: self
+                .nodes
+                .iter()
+                .map(|n| NodeBook {
+                    pushed_version: n.pushed_version,
+                    since_update: n.since_update,
+                    traj_offset: n.traj_offset,
+                    max_traj: n.max_traj,
+                })
+                .collect(),
+        }
+    }
+
+    /// The run will go on from `checkpoint` (see [`Self::start_resume`]); whether it
+    /// fits this run's config is checked now, naming the first setting that differs.
+    pub fn with_resume(mut self, checkpoint: Checkpoint) -> Result<TrainerMachine, CheckpointError> {
+        checkpoint.check_fits(
+            self.cfg.sync,
+            self.cfg.frames_per_batch,
+            &self.cfg.envs_per_node,
+            self.cfg.total_frames,
+        )?;
+        self.resume = Some(Box::new(checkpoint));
+        Ok(self)
+    }
+
+    /// Starts restoring the checkpoint given to [`Self::with_resume`], if any
+    /// (returns whether there was one): the run's first step, instead of seeding.
+    pub fn start_resume(&mut self, out: &mut Vec<Output>) -> Result<bool, CheckpointError> {
+        match self.resume.take() {
+            Some(c) => self.restore(*c, out).map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    /// Goes on from `checkpoint` instead of starting afresh: call before anything
+    /// else (no seeding chain; the seeds are in the checkpoint). Every node is sent
+    /// its state; requests wait until all confirmed. A node that cannot restore
+    /// fails the run (see [`FromNode::CheckpointFailed`]).
+    pub fn restore(&mut self, checkpoint: Checkpoint, out: &mut Vec<Output>) -> Result<(), CheckpointError> {
+        checkpoint.check_fits(
+            self.cfg.sync,
+            self.cfg.frames_per_batch,
+            &self.cfg.envs_per_node,
+            self.cfg.total_frames,
+        )?;
+        if self.next_seq != 0 || self.batches_yielded != 0 || self.checkpointing() || self.seeding.is_some() {
+            return Err(CheckpointError::Mismatch {
+                field: "resume",
+                reason: "a checkpoint is restored before collection starts".into(),
+            });
+        }
+        let Checkpoint { trainer: t, nodes } = checkpoint;
+        self.frames_yielded = t.frames_yielded;
+        self.batches_yielded = t.batches_yielded;
+        self.next_seq = t.next_seq;
+        self.version = t.weights_version;
+        self.weights = t.weights;
+        self.chain_seed = t.chain_seed;
+        self.started = t.started;
+        self.frames_collected = t.frames_collected;
+        self.ready = t.ready.into_iter().collect();
+        for (n, b) in self.nodes.iter_mut().zip(t.nodes) {
+            n.pushed_version = b.pushed_version;
+            n.since_update = b.since_update;
+            n.traj_offset = b.traj_offset;
+            n.max_traj = b.max_traj;
+            n.incarnation_seq = t.next_seq;
+        }
+        if self.remaining() == Some(0) {
+            self.finished = true;
+        }
+        self.restoring = Some(vec![false; self.nodes.len()]);
+        for (i, st) in nodes.into_iter().enumerate() {
+            out.push(Output::Send {
+                node: i,
+                msg: ToNode::Restore(Box::new(st)),
+            });
+        }
+        tracing::info!(
+            batches = self.batches_yielded,
+            frames = self.frames_yielded,
+            "restoring a checkpoint"
+        );
+        Ok(())
+    }
+
+    fn on_restored(&mut self, node: usize, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        let Some(done) = self.restoring.as_mut() else {
+            return Err(TrainerError::Checkpoint(format!("node {node} restored nothing asked")));
+        };
+        done[node] = true;
+        if done.iter().all(|d| *d) {
+            self.restoring = None;
+            tracing::info!("every node restored the checkpoint");
+            self.resume_after_checkpoint(out)?;
+        }
+        Ok(())
     }
 
     /// Starts the shutdown: `Shutdown` to every node still up. Ends with [`Output::AllDown`].

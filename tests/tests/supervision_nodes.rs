@@ -55,20 +55,6 @@ fn answer(t: &mut TrainerHarness, node: usize, c: Continue, envs: usize, version
         .unwrap_or_else(|e| panic!("node {node} answer to {c:?} refused: {e}"));
 }
 
-/// `(node, "C<seq>:<frames>" | "W<version>" | "S<seed>" | "X")` of what was sent.
-fn describe(sent: &[(usize, ToNode)]) -> Vec<(usize, String)> {
-    sent.iter()
-        .map(|(n, m)| {
-            let s = match m {
-                ToNode::Continue(c) => format!("C{}:{}", c.seq, c.frames),
-                ToNode::UpdateWeights(u) => format!("W{}", u.weights.version),
-                ToNode::Seed(s) => format!("S{}", s.seed),
-                ToNode::Shutdown => "X".to_string(),
-            };
-            (*n, s)
-        })
-        .collect()
-}
 
 fn continue_of(sent: &[(usize, ToNode)], node: usize) -> Continue {
     sent.iter()
@@ -76,7 +62,7 @@ fn continue_of(sent: &[(usize, ToNode)], node: usize) -> Continue {
             ToNode::Continue(c) if *n == node => Some(*c),
             _ => None,
         })
-        .unwrap_or_else(|| panic!("no Continue to node {node} in {:?}", describe(sent)))
+        .unwrap_or_else(|| panic!("no Continue to node {node} in {:?}", rollout_tests::describe_sent(sent)))
 }
 
 // ---------------------------------------------------------------- TrainerHarness
@@ -86,7 +72,7 @@ fn restart_sends_weights_then_seed_then_the_lost_continue_under_a_new_seq() {
     let mut t = harness(cfg(2, 2, 8, None, false), sup(3, 10, None));
     t.set_seed(100);
     let sent = t.take_sent();
-    assert_eq!(describe(&sent), [(0, "S100".to_string())]);
+    assert_eq!(rollout_tests::describe_sent(&sent), [(0, "S100".to_string())]);
     t.reply(FromNode::Seeded {
         node: 0,
         next_seed: 102,
@@ -112,9 +98,9 @@ fn restart_sends_weights_then_seed_then_the_lost_continue_under_a_new_seq() {
     // Pushes skip it while it restarts.
     t.set_weights(Weights::default());
     t.push_weights(None).unwrap();
-    assert_eq!(describe(&t.take_sent()), [(0, "W2".to_string())]);
+    assert_eq!(rollout_tests::describe_sent(&t.take_sent()), [(0, "W2".to_string())]);
     t.node_restarted(1).unwrap();
-    let sent = describe(&t.take_sent());
+    let sent = rollout_tests::describe_sent(&t.take_sent());
     let seed = restart_seed(102, 1);
     assert_eq!(
         sent,
@@ -279,7 +265,7 @@ fn a_restarting_node_counts_as_down_at_shutdown() {
     t.request().unwrap();
     t.reply(failed(1, "gone")).unwrap();
     t.shutdown();
-    assert_eq!(describe(&t.take_sent()).last(), Some(&(0, "X".to_string())));
+    assert_eq!(rollout_tests::describe_sent(&t.take_sent()).last(), Some(&(0, "X".to_string())));
     t.reply(FromNode::Down { node: 0 }).unwrap();
     assert!(t.all_down());
 }

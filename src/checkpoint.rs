@@ -1,0 +1,245 @@
+//! Checkpoints: the whole state of a collection run, so a new collector can go on
+//! exactly where an old one stopped (torchrl leaves `state_dict` unimplemented on
+//! its distributed collectors).
+//!
+//! A checkpoint is taken between batches, when no node has work in flight: each
+//! node reports a [`NodeState`] (every env's state and generator, the episodes in
+//! progress, the weights it uses) and the trainer adds its own [`TrainerState`]
+//! (frames and batches yielded, the stored weights, batches received and not yet
+//! yielded). In sync mode with a seed, a run resumed from the checkpoint of batch k
+//! yields batches k+1, k+2, ... bit for bit as the run that was never stopped.
+//!
+//! On disk: the 8 bytes `ROLLCKPT`, a big-endian `u32` format version, then one
+//! MessagePack map (named fields) of [`Checkpoint`].
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::message::Batch;
+use crate::policy::Weights;
+use crate::rollout::RolloutState;
+
+/// First bytes of a checkpoint file.
+pub const MAGIC: &[u8; 8] = b"ROLLCKPT";
+
+/// Version of the checkpoint format this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// One env worker's part of a node's state.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkerState {
+    /// Its rollout: envs, generators, episodes in progress.
+    pub rollout: RolloutState,
+    /// One past the highest trajectory id it delivered (restarts skip below it).
+    pub next_traj_id: u64,
+    /// Frames it delivered.
+    pub frames: u64,
+}
+
+/// A node's state between two batches.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeState {
+    /// The node's index.
+    pub node: usize,
+    /// The base seed its restart seeds derive from (the last `Seed` it was sent).
+    pub base_seed: u64,
+    /// The weights it collects with (`None`: the policy's initial ones).
+    pub weights: Option<Arc<Weights>>,
+    /// One entry per env worker.
+    pub workers: Vec<WorkerState>,
+}
+
+/// What the trainer keeps per node.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeBook {
+    /// Weights version last pushed to the node.
+    pub pushed_version: u64,
+    /// Batches the node produced since its last weight update.
+    pub since_update: u64,
+    /// Offset added to its trajectory ids (after restarts).
+    pub traj_offset: u64,
+    /// Highest trajectory id it delivered (after the offset).
+    pub max_traj: Option<u64>,
+}
+
+/// The trainer's state between two batches.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrainerState {
+    /// Sync or async collection (a checkpoint resumes only in the same mode).
+    pub sync: bool,
+    /// Frames per batch of the run.
+    pub frames_per_batch: usize,
+    /// Env workers of each node.
+    pub envs_per_node: Vec<usize>,
+    /// Frames yielded so far.
+    pub frames_yielded: u64,
+    /// Batches yielded so far.
+    pub batches_yielded: u64,
+    /// The next `Continue` seq.
+    pub next_seq: u64,
+    /// Version of the stored weights.
+    pub weights_version: u64,
+    /// The stored weights, if any were set.
+    pub weights: Option<Arc<Weights>>,
+    /// Node 0's seed of the last seeding chain.
+    pub chain_seed: u64,
+    /// Async: every node had been sent its first `Continue`.
+    pub started: bool,
+    /// Async: batches received from nodes and not yet yielded, oldest first.
+    pub ready: Vec<Batch>,
+    /// Frames in batches accepted from nodes.
+    pub frames_collected: u64,
+    /// One entry per node.
+    pub nodes: Vec<NodeBook>,
+}
+
+/// A whole run's state: the trainer's and every node's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// The trainer.
+    pub trainer: TrainerState,
+    /// Every node, by index.
+    pub nodes: Vec<NodeState>,
+}
+
+/// A checkpoint that cannot be read or does not fit the collector it is loaded into.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CheckpointError {
+    /// Not a checkpoint file.
+    #[error("not a rollout checkpoint (the file does not start with `ROLLCKPT`)")]
+    Magic,
+    /// Written by another format version.
+    #[error("checkpoint format version {found}, this build reads version {FORMAT_VERSION}")]
+    Version {
+        /// The version in the file.
+        found: u32,
+    },
+    /// The body does not decode.
+    #[error("the checkpoint does not decode: {0}")]
+    Decode(String),
+    /// The body does not encode.
+    #[error("the checkpoint does not encode: {0}")]
+    Encode(String),
+    /// It was taken from a run configured otherwise; names the setting.
+    #[error("the checkpoint does not fit this collector: `{field}` {reason}")]
+    Mismatch {
+        /// The builder setting that differs.
+        field: &'static str,
+        /// How.
+        reason: String,
+    },
+}
+
+impl Checkpoint {
+    /// The file's bytes: magic, format version, MessagePack body.
+    pub fn to_bytes(&self) -> Result<Vec<u8>, CheckpointError> {
+        let mut out = Vec::with_capacity(4096);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&FORMAT_VERSION.to_be_bytes());
+        rmp_serde::encode::write_named(&mut out, self).map_err(|e| CheckpointError::Encode(e.to_string()))?;
+        Ok(out)
+    }
+
+    /// Reads what [`Self::to_bytes`] wrote, checking magic, version and structure.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
+        let rest = bytes.strip_prefix(MAGIC.as_slice()).ok_or(CheckpointError::Magic)?;
+        let (version, body) = rest.split_first_chunk::<4>().ok_or(CheckpointError::Magic)?;
+        let found = u32::from_be_bytes(*version);
+        if found != FORMAT_VERSION {
+            return Err(CheckpointError::Version { found });
+        }
+        let c: Checkpoint = rmp_serde::from_slice(body).map_err(|e| CheckpointError::Decode(e.to_string()))?;
+        c.check_shape()?;
+        Ok(c)
+    }
+
+    /// Internal consistency: one node state per node, in order, one worker state per env.
+    fn check_shape(&self) -> Result<(), CheckpointError> {
+        let t = &self.trainer;
+        let n = t.envs_per_node.len();
+        let bad = |field, reason: String| Err(CheckpointError::Mismatch { field, reason });
+        if self.nodes.len() != n || t.nodes.len() != n {
+            return bad(
+                "nodes",
+                format!(
+                    "is inconsistent inside the checkpoint: {n} env counts, {} node states, {} node books",
+                    self.nodes.len(),
+                    t.nodes.len()
+                ),
+            );
+        }
+        for (i, s) in self.nodes.iter().enumerate() {
+            if s.node != i {
+                return bad("nodes", format!("entry {i} holds node {}", s.node));
+            }
+            if s.workers.len() != t.envs_per_node[i] {
+                return bad(
+                    "envs_per_node",
+                    format!(
+                        "node {i} has {} worker states for {} envs",
+                        s.workers.len(),
+                        t.envs_per_node[i]
+                    ),
+                );
+            }
+        }
+        for b in &t.ready {
+            if b.node >= n {
+                return bad("nodes", format!("a pending batch names node {}", b.node));
+            }
+            let bs = b.data.batch_size();
+            if bs.len() != 2 || bs[0] != t.envs_per_node[b.node] || bs[0] * bs[1] != t.frames_per_batch {
+                return bad(
+                    "frames_per_batch",
+                    format!("a pending batch of node {} has batch shape {bs:?}", b.node),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that this checkpoint can resume a collector of `nodes` nodes with
+    /// `envs_per_node`, `frames_per_batch` and `sync`, that has not yielded more
+    /// than `total_frames`. Names the first setting that differs.
+    pub fn check_fits(
+        &self,
+        sync: bool,
+        frames_per_batch: usize,
+        envs_per_node: &[usize],
+        total_frames: Option<u64>,
+    ) -> Result<(), CheckpointError> {
+        let t = &self.trainer;
+        let bad = |field, reason: String| Err(CheckpointError::Mismatch { field, reason });
+        if t.envs_per_node.len() != envs_per_node.len() {
+            return bad(
+                "nodes",
+                format!("is {}, the checkpoint has {}", envs_per_node.len(), t.envs_per_node.len()),
+            );
+        }
+        if t.envs_per_node != envs_per_node {
+            return bad(
+                "envs_per_node",
+                format!("is {envs_per_node:?}, the checkpoint has {:?}", t.envs_per_node),
+            );
+        }
+        if t.sync != sync {
+            return bad("sync", format!("is {sync}, the checkpoint was taken with {}", t.sync));
+        }
+        if t.frames_per_batch != frames_per_batch {
+            return bad(
+                "frames_per_batch",
+                format!("is {frames_per_batch}, the checkpoint has {}", t.frames_per_batch),
+            );
+        }
+        if let Some(total) = total_frames {
+            if total < t.frames_yielded {
+                return bad(
+                    "total_frames",
+                    format!("is {total}, but the checkpoint already yielded {}", t.frames_yielded),
+                );
+            }
+        }
+        Ok(())
+    }
+}
