@@ -1,5 +1,9 @@
 //! The Adam optimiser (Kingma & Ba), with optional gradient clipping by global norm.
 
+use serde::{Deserialize, Serialize};
+
+use super::LearnError;
+
 /// Adam over a flat parameter vector.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Adam {
@@ -52,6 +56,55 @@ impl Adam {
     }
 }
 
+/// The part of an [`Adam`] that changes while training (moments and step count), for
+/// checkpoints; the hyper-parameters come from the config the learner is rebuilt with.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AdamState {
+    m: Vec<f64>,
+    v: Vec<f64>,
+    t: i32,
+}
+
+impl Adam {
+    /// The moments and step count.
+    pub fn state(&self) -> AdamState {
+        AdamState {
+            m: self.m.clone(),
+            v: self.v.clone(),
+            t: self.t,
+        }
+    }
+
+    /// Continues from `state`. It may come from a file, so it is checked first (one
+    /// moment per parameter, a non-negative step count, finite moments, a non-negative
+    /// second moment) and `self` is left untouched when it does not fit.
+    pub fn restore(&mut self, state: AdamState) -> Result<(), LearnError> {
+        let n = self.m.len();
+        if state.m.len() != n || state.v.len() != n {
+            return Err(LearnError::Checkpoint(format!(
+                "Adam moments of lengths {} and {}, expected {n} (one per parameter)",
+                state.m.len(),
+                state.v.len()
+            )));
+        }
+        if state.t < 0 {
+            return Err(LearnError::Checkpoint(format!(
+                "Adam step count {} is negative",
+                state.t
+            )));
+        }
+        if !state.m.iter().all(|x| x.is_finite()) || !state.v.iter().all(|x| x.is_finite() && *x >= 0.0) {
+            return Err(LearnError::Checkpoint(
+                "Adam moments must be finite, the second one non-negative".into(),
+            ));
+        }
+        self.m = state.m;
+        self.v = state.v;
+        self.t = state.t;
+        Ok(())
+    }
+}
+
 /// Scales `grad` so that its Euclidean norm is at most `max_norm`; returns the norm before.
 pub fn clip_grad_norm(grad: &mut [f64], max_norm: f64) -> f64 {
     let norm = grad.iter().map(|g| g * g).sum::<f64>().sqrt();
@@ -96,5 +149,28 @@ mod tests {
         let mut h = vec![0.3, 0.4];
         clip_grad_norm(&mut h, 1.0);
         assert_eq!(h, [0.3, 0.4]);
+    }
+
+    #[test]
+    fn state_roundtrip_continues_the_same_steps_and_rejects_misfits() {
+        let mut a = Adam::new(2, 0.1);
+        let mut p = vec![1.0, 2.0];
+        a.step(&mut p, &[0.5, -1.0]);
+        let mut b = Adam::new(2, 0.1);
+        b.restore(a.state()).unwrap();
+        let mut q = p.clone();
+        a.step(&mut p, &[0.3, 0.2]);
+        b.step(&mut q, &[0.3, 0.2]);
+        assert_eq!((p, a.steps()), (q, b.steps()));
+
+        let mut c = Adam::new(3, 0.1);
+        assert!(matches!(c.restore(a.state()), Err(LearnError::Checkpoint(_))));
+        let mut bad = a.state();
+        bad.t = -1;
+        assert!(matches!(b.restore(bad), Err(LearnError::Checkpoint(_))));
+        let mut bad = a.state();
+        bad.v[0] = -1.0;
+        assert!(matches!(b.restore(bad), Err(LearnError::Checkpoint(_))));
+        assert_eq!(c, Adam::new(3, 0.1), "a failed restore changes nothing");
     }
 }

@@ -22,7 +22,7 @@ pub mod advantage;
 pub mod net;
 pub mod ppo;
 
-pub use adam::Adam;
+pub use adam::{Adam, AdamState};
 pub use net::DenseNet;
 pub use ppo::{Ppo, PpoConfig, PpoState, UpdateStats};
 
@@ -47,16 +47,66 @@ pub enum LearnError {
     /// The weights became NaN or infinite.
     #[error("training diverged: {0}")]
     Diverged(String),
+    /// Saved learner state that does not fit the learner it is loaded into, or is
+    /// inconsistent in itself.
+    #[error("bad checkpoint: {0}")]
+    Checkpoint(String),
 }
 
 /// Sums rewards per trajectory id across batches and records every finished episode's return.
+///
+/// Serialisable for checkpoints; deserialising checks the invariants (window no
+/// longer than its length, counts consistent) so a hand-edited or corrupt file fails
+/// to load instead of breaking [`Self::mean`] or [`Self::window_full`] later.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "TrackerRepr")]
 pub struct EpisodeTracker {
     partial: BTreeMap<i64, f64>,
     window: VecDeque<f64>,
     window_len: usize,
     episodes: u64,
     best: Option<f64>,
+}
+
+/// The serialised form of an [`EpisodeTracker`], checked before it becomes one.
+#[derive(serde::Deserialize)]
+struct TrackerRepr {
+    partial: BTreeMap<i64, f64>,
+    window: VecDeque<f64>,
+    window_len: usize,
+    episodes: u64,
+    best: Option<f64>,
+}
+
+impl TryFrom<TrackerRepr> for EpisodeTracker {
+    type Error = LearnError;
+
+    fn try_from(r: TrackerRepr) -> Result<EpisodeTracker, LearnError> {
+        let bad = |why: String| Err(LearnError::Checkpoint(format!("episode tracker: {why}")));
+        if r.window_len == 0 {
+            return bad("a window of 0 episodes".into());
+        }
+        if r.window.len() > r.window_len {
+            return bad(format!("{} returns in a window of {}", r.window.len(), r.window_len));
+        }
+        if r.window.len() as u64 > r.episodes {
+            return bad(format!(
+                "{} returns in the window but {} episodes",
+                r.window.len(),
+                r.episodes
+            ));
+        }
+        if r.best.is_some() != (r.episodes > 0) {
+            return bad(format!("best return {:?} after {} episodes", r.best, r.episodes));
+        }
+        Ok(EpisodeTracker {
+            partial: r.partial,
+            window: r.window,
+            window_len: r.window_len,
+            episodes: r.episodes,
+            best: r.best,
+        })
+    }
 }
 
 impl EpisodeTracker {
@@ -109,6 +159,12 @@ impl EpisodeTracker {
     /// Mean return of the last `window` episodes (fewer at the start), `None` before the first.
     pub fn mean(&self) -> Option<f64> {
         (!self.window.is_empty()).then(|| self.window.iter().sum::<f64>() / self.window.len() as f64)
+    }
+
+    /// How many episodes [`Self::mean`] covers, so a resumed run can check that it
+    /// was started with the same window.
+    pub fn window_len(&self) -> usize {
+        self.window_len
     }
 
     /// True once `window` episodes have finished.
@@ -173,5 +229,60 @@ mod tests {
         assert_eq!(t.mean(), Some(4.0), "the window holds the last two");
         assert!(t.window_full());
         assert_eq!(t.best(), Some(5.0));
+    }
+
+    /// A tracker saved with an episode in progress and restored carries on summing it:
+    /// the rest of the trajectory gives the same returns as on the original.
+    #[test]
+    fn roundtrip_keeps_partial_episodes() {
+        let mut t = EpisodeTracker::new(3);
+        let b1 = batch(
+            &[1.0, 2.0, 0.5, 1.0],
+            &[true, false, false, false],
+            &[7, 8, 9, 9],
+            &[2, 2],
+        );
+        assert_eq!(t.observe(&b1).unwrap(), [1.0]);
+        let bytes = rmp_serde::to_vec_named(&t).unwrap();
+        let mut u: EpisodeTracker = rmp_serde::from_slice(&bytes).unwrap();
+        assert_eq!(u, t);
+        assert_eq!(u.window_len(), 3);
+        let b2 = batch(
+            &[3.0, 1.0, 1.0, 4.0],
+            &[true, false, false, true],
+            &[8, 10, 9, 9],
+            &[2, 2],
+        );
+        let want = t.observe(&b2).unwrap();
+        assert_eq!(want, [5.0, 6.5], "traj 8 and 9 finish with their earlier rewards");
+        assert_eq!(u.observe(&b2).unwrap(), want);
+        assert_eq!(u, t);
+    }
+
+    /// A file whose window holds more returns than its length is refused, not loaded.
+    #[test]
+    fn deserialising_checks_the_window() {
+        #[derive(serde::Serialize)]
+        struct Raw {
+            partial: BTreeMap<i64, f64>,
+            window: Vec<f64>,
+            window_len: usize,
+            episodes: u64,
+            best: Option<f64>,
+        }
+        let raw = |window: Vec<f64>, window_len, episodes, best| Raw {
+            partial: BTreeMap::new(),
+            window,
+            window_len,
+            episodes,
+            best,
+        };
+        let load = |r: Raw| rmp_serde::from_slice::<EpisodeTracker>(&rmp_serde::to_vec_named(&r).unwrap());
+        assert!(load(raw(vec![1.0, 2.0], 2, 2, Some(2.0))).is_ok());
+        let err = load(raw(vec![1.0, 2.0, 3.0], 2, 3, Some(3.0))).unwrap_err();
+        assert!(err.to_string().contains("3 returns in a window of 2"), "{err}");
+        assert!(load(raw(vec![], 0, 0, None)).is_err());
+        assert!(load(raw(vec![1.0], 2, 0, None)).is_err());
+        assert!(load(raw(vec![], 2, 1, None)).is_err());
     }
 }

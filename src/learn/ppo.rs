@@ -7,7 +7,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use super::adam::{clip_grad_norm, Adam};
+use super::adam::{clip_grad_norm, Adam, AdamState};
 use super::advantage::{gae, normalize};
 use super::net::{layer_names, DenseNet};
 use super::LearnError;
@@ -194,11 +194,68 @@ fn log_softmax(z: &[f64], out: &mut [f64]) {
     }
 }
 
-/// Everything a [`Ppo`] learner needs to go on exactly where another one stopped.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+/// Everything a [`Ppo`] learner needs to go on exactly where another one stopped:
+/// networks, optimisers, the minibatch generator and the weights history. The config
+/// is not in it (the caller rebuilds the learner with the same one); [`Ppo::restore`]
+/// checks that the state fits. Opaque apart from the version, so that only
+/// [`Ppo::state`] or a deserialiser makes one.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PpoState {
     /// Weights version of the last update.
     pub version: u64,
+    policy: Vec<f64>,
+    value: Vec<f64>,
+    pi_opt: AdamState,
+    v_opt: AdamState,
+    rng: RngState,
+    history: VecDeque<(u64, Vec<f64>)>,
+}
+
+/// Names the part of a [`PpoState`] a checkpoint error comes from (without nesting
+/// "bad checkpoint" twice).
+fn in_part(part: &str, e: LearnError) -> LearnError {
+    match e {
+        LearnError::Checkpoint(m) => LearnError::Checkpoint(format!("{part}: {m}")),
+        other => LearnError::Checkpoint(format!("{part}: {other}")),
+    }
+}
+
+/// Position of a [`ChaCha8Rng`], so a restored generator yields the same minibatches.
+/// Private to the learner (the env side keeps its own).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct RngState {
+    /// A `Vec` rather than `[u8; 32]` so a bad length is a checkpoint error, not a decode one.
+    #[serde(with = "serde_bytes")]
+    seed: Vec<u8>,
+    stream: u64,
+    /// The u128 word position split in two: msgpack has no 128-bit integers.
+    word_pos_hi: u64,
+    word_pos_lo: u64,
+}
+
+impl RngState {
+    fn capture(rng: &ChaCha8Rng) -> RngState {
+        let pos = rng.get_word_pos();
+        RngState {
+            seed: rng.get_seed().to_vec(),
+            stream: rng.get_stream(),
+            word_pos_hi: (pos >> 64) as u64,
+            word_pos_lo: pos as u64,
+        }
+    }
+
+    fn rebuild(&self) -> Result<ChaCha8Rng, LearnError> {
+        let seed: [u8; 32] = self.seed.as_slice().try_into().map_err(|_| {
+            LearnError::Checkpoint(format!(
+                "minibatch generator seed of {} bytes, expected 32",
+                self.seed.len()
+            ))
+        })?;
+        let mut rng = ChaCha8Rng::from_seed(seed);
+        rng.set_stream(self.stream);
+        rng.set_word_pos((u128::from(self.word_pos_hi) << 64) | u128::from(self.word_pos_lo));
+        Ok(rng)
+    }
 }
 
 /// The policy and value networks being trained, their optimisers, and the
@@ -275,13 +332,83 @@ impl Ppo {
 
     /// The learner's whole state (networks, optimisers, generator, weights history).
     pub fn state(&self) -> PpoState {
-        PpoState { version: self.version }
+        PpoState {
+            version: self.version,
+            policy: self.policy.params.clone(),
+            value: self.value.params.clone(),
+            pi_opt: self.pi_opt.state(),
+            v_opt: self.v_opt.state(),
+            rng: RngState::capture(&self.rng),
+            history: self.history.clone(),
+        }
     }
 
     /// Continues from `state`, taken from a learner built with the same specs, policy
-    /// and config.
+    /// and config: the next updates are bit for bit those the original would have made.
+    ///
+    /// The state usually comes from a file, so everything is checked against this
+    /// learner first (parameter counts, optimiser lengths, history, generator seed);
+    /// on error nothing changes.
     pub fn restore(&mut self, state: PpoState) -> Result<(), LearnError> {
+        let bad = |why: String| Err(LearnError::Checkpoint(why));
+        let (np, nv) = (self.policy.len(), self.value.len());
+        if state.policy.len() != np {
+            return bad(format!(
+                "{} policy parameters, this learner's policy has {np} (another policy config?)",
+                state.policy.len()
+            ));
+        }
+        if state.value.len() != nv {
+            return bad(format!(
+                "{} value parameters, this learner's value network has {nv} (another `value_hidden`?)",
+                state.value.len()
+            ));
+        }
+        if !state.policy.iter().chain(&state.value).all(|p| p.is_finite()) {
+            return bad("non-finite network parameters".into());
+        }
+        if state.history.is_empty() || state.history.len() > HISTORY {
+            return bad(format!(
+                "weights history of {} entries, expected 1 to {HISTORY}",
+                state.history.len()
+            ));
+        }
+        let mut prev = None;
+        for (v, params) in &state.history {
+            if params.len() != np {
+                return bad(format!(
+                    "weights history version {v} has {} parameters, expected {np}",
+                    params.len()
+                ));
+            }
+            if !params.iter().all(|p| p.is_finite()) {
+                return bad(format!("weights history version {v} has non-finite parameters"));
+            }
+            if prev.is_some_and(|p| p >= *v) {
+                return bad("weights history versions must increase".into());
+            }
+            prev = Some(*v);
+        }
+        if prev != Some(state.version) {
+            return bad(format!(
+                "the newest weights in the history are version {prev:?}, the state is at version {}",
+                state.version
+            ));
+        }
+        let rng = state.rng.rebuild()?;
+        let mut pi_opt = self.pi_opt.clone();
+        pi_opt
+            .restore(state.pi_opt)
+            .map_err(|e| in_part("policy optimiser", e))?;
+        let mut v_opt = self.v_opt.clone();
+        v_opt.restore(state.v_opt).map_err(|e| in_part("value optimiser", e))?;
+        self.policy.params = state.policy;
+        self.value.params = state.value;
+        self.pi_opt = pi_opt;
+        self.v_opt = v_opt;
+        self.rng = rng;
         self.version = state.version;
+        self.history = state.history;
         Ok(())
     }
 
@@ -672,5 +799,162 @@ mod tests {
         p.set_weights(&w).unwrap();
         let mut act = [0i64];
         p.act(&[0.0; 4], 1, ActionsMut::Discrete(&mut act)).unwrap();
+    }
+
+    /// CartPole specs, an `Mlp { hidden }` policy spec and a two-env rollout of it.
+    fn cartpole(hidden: Vec<usize>) -> (Spec, Spec, PolicySpec, Rollout) {
+        let reg = Registry::with_builtins();
+        let env = reg.make(&"CartPole-v1".into()).unwrap();
+        let (o, a) = (env.observation_spec().clone(), env.action_spec().clone());
+        let spec = PolicySpec {
+            config: PolicyConfig::Mlp { hidden },
+            exploration: ExplorationType::Random,
+            init_seed: 11,
+        };
+        let envs = (0..2).map(|_| reg.make(&"CartPole-v1".into()).unwrap()).collect();
+        let policy = spec.build(&o, &a, 1).unwrap();
+        let cfg = RolloutConfig {
+            frames_per_batch: 64,
+            seed: 9,
+            ..RolloutConfig::default()
+        };
+        let ids = (0..2).map(|i| TrajIds::new(i, 2).unwrap()).collect();
+        let r = Rollout::new(envs, policy, ids, cfg).unwrap();
+        (o, a, spec, r)
+    }
+
+    /// Several minibatches per epoch, so the generator's position matters.
+    fn small_cfg() -> PpoConfig {
+        PpoConfig {
+            epochs: 3,
+            minibatch: 16,
+            ..PpoConfig::default()
+        }
+    }
+
+    /// Collects a batch with `l`'s current weights; the behaviour versions name the
+    /// current weights for lane 0 and the previous ones for lane 1, so the weights
+    /// history is read too.
+    fn collect(r: &mut Rollout, l: &Ppo) -> (TensorDict, Vec<u64>) {
+        r.set_weights(&l.weights()).unwrap();
+        let v = l.version();
+        (r.collect().unwrap(), vec![v, v.saturating_sub(1)])
+    }
+
+    fn bytes(state: &PpoState) -> Vec<u8> {
+        rmp_serde::to_vec_named(state).unwrap()
+    }
+
+    /// Save after two updates, load into a fresh learner: the next two updates are
+    /// bit for bit the original's; a fresh learner without the state drifts apart.
+    #[test]
+    fn restored_learner_makes_identical_updates() {
+        let (o, a, spec, mut r) = cartpole(vec![32, 32]);
+        let mut orig = Ppo::new(&o, &a, &spec, small_cfg()).unwrap();
+        for _ in 0..2 {
+            let (batch, behaviour) = collect(&mut r, &orig);
+            orig.update(&batch, &behaviour).unwrap();
+        }
+        let saved = bytes(&orig.state());
+        let state: PpoState = rmp_serde::from_slice(&saved).unwrap();
+        assert_eq!(state, orig.state(), "msgpack keeps every bit");
+        let mut resumed = Ppo::new(&o, &a, &spec, small_cfg()).unwrap();
+        resumed.restore(state).unwrap();
+        assert_eq!(resumed.version(), 2);
+        assert_eq!(resumed.weights(), orig.weights());
+        let mut fresh = Ppo::new(&o, &a, &spec, small_cfg()).unwrap();
+        for _ in 0..2 {
+            let (batch, behaviour) = collect(&mut r, &orig);
+            let want = orig.update(&batch, &behaviour).unwrap();
+            assert_eq!(resumed.update(&batch, &behaviour).unwrap(), want);
+            fresh.update(&batch, &behaviour).unwrap();
+            assert_eq!(resumed.weights(), orig.weights());
+        }
+        assert_eq!(bytes(&resumed.state()), bytes(&orig.state()), "f64 state identical too");
+        assert_ne!(
+            fresh.weights().with_version(orig.version()),
+            orig.weights(),
+            "without the state the updates differ"
+        );
+    }
+
+    /// Each part of the state matters: a state with only the generator moved on makes
+    /// different updates (so the test above would catch a generator not restored).
+    #[test]
+    fn the_generator_position_is_part_of_the_state() {
+        let (o, a, spec, mut r) = cartpole(vec![8]);
+        let mut orig = Ppo::new(&o, &a, &spec, small_cfg()).unwrap();
+        let (batch, behaviour) = collect(&mut r, &orig);
+        orig.update(&batch, &behaviour).unwrap();
+        let mut moved = orig.state();
+        let pos = (u128::from(moved.rng.word_pos_hi) << 64) | u128::from(moved.rng.word_pos_lo);
+        moved.rng.word_pos_lo = (pos + 1) as u64;
+        let mut other = Ppo::new(&o, &a, &spec, small_cfg()).unwrap();
+        other.restore(moved).unwrap();
+        assert_eq!(other.weights(), orig.weights());
+        let (batch, behaviour) = collect(&mut r, &orig);
+        orig.update(&batch, &behaviour).unwrap();
+        other.update(&batch, &behaviour).unwrap();
+        assert_ne!(other.weights(), orig.weights());
+    }
+
+    /// States that do not fit are refused with a checkpoint error, and the learner is
+    /// left as it was.
+    #[test]
+    fn restore_rejects_states_that_do_not_fit() {
+        let (o, a, spec, mut r) = cartpole(vec![32, 32]);
+        let mut mlp = Ppo::new(&o, &a, &spec, small_cfg()).unwrap();
+        let (batch, behaviour) = collect(&mut r, &mlp);
+        mlp.update(&batch, &behaviour).unwrap();
+        let linear_spec = PolicySpec {
+            config: PolicyConfig::Linear,
+            ..spec.clone()
+        };
+        let mut linear = Ppo::new(&o, &a, &linear_spec, small_cfg()).unwrap();
+        let before = linear.state();
+        let err = linear.restore(mlp.state()).unwrap_err();
+        assert!(
+            matches!(&err, LearnError::Checkpoint(m) if m.contains("policy parameters")),
+            "{err}"
+        );
+        assert_eq!(linear.state(), before);
+
+        let mut target = Ppo::new(&o, &a, &spec, small_cfg()).unwrap();
+        let before = target.state();
+        let mut truncated = mlp.state();
+        truncated.rng.seed.pop();
+        let err = target.restore(truncated).unwrap_err();
+        assert!(
+            matches!(&err, LearnError::Checkpoint(m) if m.contains("seed of 31 bytes")),
+            "{err}"
+        );
+        // The same through msgpack, as from a file.
+        let mut truncated = mlp.state();
+        truncated.rng.seed.truncate(4);
+        let decoded: PpoState = rmp_serde::from_slice(&bytes(&truncated)).unwrap();
+        assert!(matches!(target.restore(decoded), Err(LearnError::Checkpoint(_))));
+
+        let mut short_adam = mlp.state();
+        short_adam.v_opt = Adam::new(3, 1e-3).state();
+        let err = target.restore(short_adam).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "bad checkpoint: value optimiser: Adam moments of lengths 3 and 3, expected {} (one per parameter)",
+                target.value.len()
+            )
+        );
+        let mut short_history = mlp.state();
+        short_history.history[0].1.pop();
+        assert!(matches!(target.restore(short_history), Err(LearnError::Checkpoint(_))));
+        let mut bad_version = mlp.state();
+        bad_version.version = 7;
+        assert!(matches!(target.restore(bad_version), Err(LearnError::Checkpoint(_))));
+        let mut no_history = mlp.state();
+        no_history.history.clear();
+        assert!(matches!(target.restore(no_history), Err(LearnError::Checkpoint(_))));
+        assert_eq!(target.state(), before, "a refused state changes nothing");
+        target.restore(mlp.state()).unwrap();
+        assert_eq!(target.state(), mlp.state());
     }
 }
