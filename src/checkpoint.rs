@@ -214,7 +214,11 @@ impl Checkpoint {
         if t.envs_per_node.len() != envs_per_node.len() {
             return bad(
                 "nodes",
-                format!("is {}, the checkpoint has {}", envs_per_node.len(), t.envs_per_node.len()),
+                format!(
+                    "is {}, the checkpoint has {}",
+                    envs_per_node.len(),
+                    t.envs_per_node.len()
+                ),
             );
         }
         if t.envs_per_node != envs_per_node {

@@ -17,14 +17,15 @@ pub fn save(checkpoint: &Checkpoint, path: &Path) -> Result<(), CollectError> {
 
 /// Reads a checkpoint written by [`save`]; names the path in every error.
 pub fn load(path: &Path) -> Result<Checkpoint, CollectError> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| CollectError::Checkpoint(format!("cannot read {}: {e}", path.display())))?;
+    let bytes =
+        std::fs::read(path).map_err(|e| CollectError::Checkpoint(format!("cannot read {}: {e}", path.display())))?;
     Checkpoint::from_bytes(&bytes).map_err(|e| CollectError::Checkpoint(format!("{}: {e}", path.display())))
 }
 
 /// Writes `bytes` to `path` so that a reader sees the old file or the new one, never a part.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CollectError> {
-    let err = |what: &str, e: std::io::Error| CollectError::Checkpoint(format!("cannot {what} {}: {e}", path.display()));
+    let err =
+        |what: &str, e: std::io::Error| CollectError::Checkpoint(format!("cannot {what} {}: {e}", path.display()));
     let name = path
         .file_name()
         .ok_or_else(|| CollectError::Checkpoint(format!("{} is not a file path", path.display())))?;

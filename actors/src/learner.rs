@@ -20,18 +20,20 @@
 //!   probability ratios with the weights that collected the batch), and which
 //!   ones depends on timing: faster, not reproducible.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use rollout::learn::{EpisodeTracker, LearnError, Ppo, PpoConfig, UpdateStats};
+use rollout::checkpoint::Checkpoint;
+use rollout::learn::{EpisodeTracker, LearnError, Ppo, PpoConfig, PpoState, UpdateStats};
 use rollout::{EnvSpec, ExplorationType, PolicyConfig, PolicySpec, Registry, Weights};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
+use crate::checkpoint_file::write_atomic;
 use crate::error::CollectError;
 use crate::launch::Launcher;
-use crate::messages::{NextBatch, PushWeights, StopNodes, StoreWeights, Subscribe, TrainerEvent};
+use crate::messages::{NextBatch, PushWeights, StopNodes, StoreWeights, Subscribe, TakeCheckpoint, TrainerEvent};
 use crate::trainer::Trainer;
 use crate::CollectorBuilder;
 
@@ -80,6 +82,13 @@ pub struct TrainConfig {
     pub max_frames: u64,
     /// Longest wait for one batch (and for the nodes to start or stop).
     pub batch_timeout: Duration,
+    /// Save a [`TrainCheckpoint`] here every `checkpoint_every` batches (lockstep only).
+    pub checkpoint: Option<PathBuf>,
+    /// Batches between two checkpoints.
+    pub checkpoint_every: u64,
+    /// Go on from this [`TrainCheckpoint`] (the rest of the config must be the one
+    /// it was taken with); a sync run then continues bit for bit.
+    pub resume: Option<PathBuf>,
 }
 
 impl Default for TrainConfig {
@@ -100,7 +109,65 @@ impl Default for TrainConfig {
             window: 20,
             max_frames: 500_000,
             batch_timeout: Duration::from_secs(60),
+            checkpoint: None,
+            checkpoint_every: 10,
+            resume: None,
         }
+    }
+}
+
+/// First bytes of a training checkpoint file.
+const TRAIN_MAGIC: &[u8; 8] = b"ROLLTRAN";
+/// Version of the training checkpoint format.
+const TRAIN_FORMAT: u32 = 1;
+
+/// Everything `rollout train --resume` needs: the collector's checkpoint and the
+/// learner's own state, taken together between an update and the next batch.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrainCheckpoint {
+    /// The collection run.
+    pub collector: Checkpoint,
+    /// Networks, optimisers and generator of the learner.
+    pub ppo: PpoState,
+    /// Episode returns so far, with the episodes in progress.
+    pub episodes: EpisodeTracker,
+    /// Every finished episode's return.
+    pub returns: Vec<f64>,
+    /// Frames seen.
+    pub frames: u64,
+    /// Batches seen.
+    pub batches: u64,
+}
+
+impl TrainCheckpoint {
+    /// Writes the checkpoint to `path` atomically (`ROLLTRAN`, format version, MessagePack).
+    pub fn save(&self, path: &Path) -> Result<(), TrainError> {
+        let mut bytes = Vec::with_capacity(8192);
+        bytes.extend_from_slice(TRAIN_MAGIC);
+        bytes.extend_from_slice(&TRAIN_FORMAT.to_be_bytes());
+        rmp_serde::encode::write_named(&mut bytes, self)
+            .map_err(|e| TrainError::Checkpoint(format!("cannot encode: {e}")))?;
+        write_atomic(path, &bytes).map_err(|e| TrainError::Checkpoint(e.to_string()))
+    }
+
+    /// Reads a checkpoint [`Self::save`] wrote; every error names the path.
+    pub fn load(path: &Path) -> Result<TrainCheckpoint, TrainError> {
+        let err = |why: String| TrainError::Checkpoint(format!("{}: {why}", path.display()));
+        let bytes = std::fs::read(path).map_err(|e| err(format!("cannot read: {e}")))?;
+        let rest = bytes
+            .strip_prefix(TRAIN_MAGIC.as_slice())
+            .ok_or_else(|| err("not a `rollout train` checkpoint".into()))?;
+        let (version, body) = rest
+            .split_first_chunk::<4>()
+            .ok_or_else(|| err("not a `rollout train` checkpoint".into()))?;
+        let found = u32::from_be_bytes(*version);
+        if found != TRAIN_FORMAT {
+            return Err(err(format!(
+                "format version {found}, this build reads version {TRAIN_FORMAT}"
+            )));
+        }
+        let c: TrainCheckpoint = rmp_serde::from_slice(body).map_err(|e| err(format!("does not decode: {e}")))?;
+        Ok(c)
     }
 }
 
@@ -174,6 +241,9 @@ pub enum TrainError {
     /// The actor system ended without a result.
     #[error("the training system stopped: {0}")]
     Stopped(String),
+    /// A checkpoint could not be written, read or resumed.
+    #[error("checkpoint {0}")]
+    Checkpoint(String),
 }
 
 impl TrainError {
@@ -182,7 +252,8 @@ impl TrainError {
         matches!(
             self,
             TrainError::Config { .. }
-                | TrainError::Learn(LearnError::Config(_) | LearnError::Unsupported(_))
+                | TrainError::Checkpoint(_)
+                | TrainError::Learn(LearnError::Config(_) | LearnError::Unsupported(_) | LearnError::Checkpoint(_))
                 | TrainError::Collect(CollectError::Config(_) | CollectError::Env(_) | CollectError::NodeBuild { .. })
         )
     }
@@ -208,6 +279,9 @@ pub struct Learner {
     batch_timeout: Duration,
     frames: u64,
     batches: u64,
+    /// Frames seen before this process (a resumed run), left out of the fps.
+    frames_before: u64,
+    checkpoint: Option<(PathBuf, u64)>,
     start: Instant,
     last_batch: Instant,
     done: bool,
@@ -222,7 +296,7 @@ impl Learner {
             frames: self.frames,
             seconds,
             fps: if seconds > 0.0 {
-                self.frames as f64 / seconds
+                (self.frames - self.frames_before) as f64 / seconds
             } else {
                 0.0
             },
@@ -276,9 +350,41 @@ impl Learner {
         self.trainer.do_send(StoreWeights(self.ppo.weights()));
         self.trainer.do_send(PushWeights(None));
         let _ = self.report.send(Report::Progress(self.progress(Some(stats))));
+        if let Some((path, every)) = self.checkpoint.clone() {
+            if self.batches.is_multiple_of(every) {
+                return self.save_checkpoint(path, ctx);
+            }
+        }
         if self.flow == Flow::Lockstep {
             self.ask_next(ctx);
         }
+    }
+
+    /// Takes the collector's checkpoint (after the push, which it therefore holds),
+    /// adds the learner's state, writes the file, then asks for the next batch.
+    fn save_checkpoint(&mut self, path: PathBuf, ctx: &mut Context<Self>) {
+        let ask = tokio::time::timeout(self.batch_timeout, self.trainer.send(TakeCheckpoint));
+        ctx.spawn(actix::fut::wrap_future::<_, Self>(ask).map(move |r, act, ctx| {
+            let collector = match r {
+                Ok(Ok(Ok(c))) => *c,
+                Ok(Ok(Err(e))) => return act.finish(Err(e.into()), ctx),
+                Ok(Err(e)) => return act.finish(Err(TrainError::Stopped(e.to_string())), ctx),
+                Err(_) => return act.finish(Err(TrainError::Timeout("the checkpoint did not complete".into())), ctx),
+            };
+            let c = TrainCheckpoint {
+                collector,
+                ppo: act.ppo.state(),
+                episodes: act.episodes.clone(),
+                returns: act.returns.clone(),
+                frames: act.frames,
+                batches: act.batches,
+            };
+            if let Err(e) = c.save(&path) {
+                return act.finish(Err(e), ctx);
+            }
+            tracing::info!(path = %path.display(), batches = act.batches, "training checkpoint saved");
+            act.ask_next(ctx);
+        }));
     }
 
     /// Ends the run: stops the nodes (bounded), reports, stops the system.
@@ -372,6 +478,15 @@ fn check(config: &TrainConfig) -> Result<(), TrainError> {
     if config.batch_timeout.is_zero() {
         return bad("batch_timeout", "must be longer than zero".into());
     }
+    if config.checkpoint.is_some() && config.flow != Flow::Lockstep {
+        return bad(
+            "checkpoint",
+            "needs the lockstep flow (sync): a subscribed learner has the next batch in flight".into(),
+        );
+    }
+    if config.checkpoint_every == 0 {
+        return bad("checkpoint_every", "must be at least 1".into());
+    }
     Ok(())
 }
 
@@ -393,7 +508,15 @@ pub fn train(config: TrainConfig, mut progress: impl FnMut(&Progress)) -> Result
         ..config.ppo.clone()
     };
     // Fails here, on this thread, for a policy or env the learner cannot train.
-    let ppo = Ppo::new(probe.observation_spec(), probe.action_spec(), &policy, ppo_cfg)?;
+    let mut ppo = Ppo::new(probe.observation_spec(), probe.action_spec(), &policy, ppo_cfg)?;
+    let resumed = match &config.resume {
+        Some(path) => {
+            let c = TrainCheckpoint::load(path)?;
+            ppo.restore(c.ppo.clone())?;
+            Some(c)
+        }
+        None => None,
+    };
     let mut builder = CollectorBuilder::default()
         .env(config.env.clone())
         .policy(policy)
@@ -409,6 +532,20 @@ pub fn train(config: TrainConfig, mut progress: impl FnMut(&Progress)) -> Result
     if let Some(p) = &config.node_program {
         builder = builder.node_program(p.clone());
     }
+    let (episodes, returns, frames, batches) = match resumed {
+        Some(c) => {
+            builder = builder.resume(c.collector);
+            if c.episodes.window_len() != config.window {
+                return Err(TrainError::Config {
+                    field: "window",
+                    reason: format!("is {}, the checkpoint has {}", config.window, c.episodes.window_len()),
+                });
+            }
+            (c.episodes, c.returns, c.frames, c.batches)
+        }
+        None => (EpisodeTracker::new(config.window), Vec::new(), 0, 0),
+    };
+    let checkpoint = config.checkpoint.clone().map(|p| (p, config.checkpoint_every));
     // Validate on this thread too: a bad config is an error before any thread starts.
     builder.plan_specs()?;
 
@@ -416,7 +553,6 @@ pub fn train(config: TrainConfig, mut progress: impl FnMut(&Progress)) -> Result
     let (sys_tx, sys_rx) = mpsc::channel::<System>();
     let timeout = config.batch_timeout;
     let (flow, target, max_frames) = (config.flow, config.target, config.max_frames);
-    let window = config.window;
     let thread = std::thread::Builder::new()
         .name("rollout-train".into())
         .spawn(move || {
@@ -430,14 +566,16 @@ pub fn train(config: TrainConfig, mut progress: impl FnMut(&Progress)) -> Result
                     trainer: e.trainer,
                     arbiters: e.arbiters.iter().map(Arbiter::handle).collect(),
                     ppo,
-                    episodes: EpisodeTracker::new(window),
-                    returns: Vec::new(),
+                    episodes,
+                    returns,
                     flow,
                     target,
                     max_frames,
                     batch_timeout: timeout,
-                    frames: 0,
-                    batches: 0,
+                    frames,
+                    batches,
+                    frames_before: frames,
+                    checkpoint,
                     start: now,
                     last_batch: now,
                     done: false,

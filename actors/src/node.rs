@@ -214,7 +214,8 @@ impl Handler<WorkerEvent> for Node {
                 Ok(())
             }
             WorkerEvent::Snapshot { worker, state } => {
-                self.machine.on_worker_snapshot(worker, state.map(|s| *s), &mut self.out)
+                self.machine
+                    .on_worker_snapshot(worker, state.map(|s| *s), &mut self.out)
             }
             WorkerEvent::Restored { worker, result } => self.machine.on_worker_restored(worker, result, &mut self.out),
         };

@@ -14,8 +14,8 @@ use tokio::sync::oneshot;
 
 use crate::error::CollectError;
 use crate::messages::{
-    FromNodeMsg, NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights, Subscribe, TakeCheckpoint, ToNodeMsg,
-    TrainerEvent,
+    FromNodeMsg, NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights, Subscribe, TakeCheckpoint,
+    ToNodeMsg, TrainerEvent,
 };
 use crate::remote::peer::Disconnect;
 

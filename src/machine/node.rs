@@ -8,10 +8,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::checkpoint::{NodeState, WorkerState};
 use crate::message::{Batch, FromNode, ToNode};
 use crate::node_spec::NodeSpec;
 use crate::policy::Weights;
-use crate::checkpoint::{NodeState, WorkerState};
 use crate::rollout::{keys, RolloutState};
 use crate::supervisor::{restart_seed, RestartIntensity, Restarts};
 use crate::tensor::{Tensor, TensorDict, TensorError};

@@ -1150,7 +1150,11 @@ impl TrainerMachine {
                 // What the node holds is the truth, whatever was pushed meanwhile.
                 book.pushed_version = st.weights.as_ref().map_or(0, |w| w.version);
             }
-            tracing::info!(batches = self.batches_yielded, frames = self.frames_yielded, "checkpoint taken");
+            tracing::info!(
+                batches = self.batches_yielded,
+                frames = self.frames_yielded,
+                "checkpoint taken"
+            );
             out.push(Output::Checkpoint(Box::new(Checkpoint { trainer, nodes })));
             self.resume_after_checkpoint(out)?;
         }

@@ -203,7 +203,10 @@ fn a_checkpoint_that_does_not_fit_names_the_setting() {
     let cases: Vec<(&str, CollectorBuilder)> = vec![
         ("frames_per_batch", builder(true, 1200).frames_per_batch(240)),
         ("nodes", builder(true, 1200).nodes(4).frames_per_batch(120)),
-        ("envs_per_node", builder(true, 1200).envs_per_node(3).frames_per_batch(120)),
+        (
+            "envs_per_node",
+            builder(true, 1200).envs_per_node(3).frames_per_batch(120),
+        ),
         ("sync", builder(false, 1200)),
         ("total_frames", builder(true, 1200).total_frames(60)),
     ];
@@ -259,7 +262,10 @@ fn bad_checkpoint_files_are_clear_errors() {
     assert_eq!(checkpoint_file::load(&path).expect("load"), ck);
     let leftovers = std::fs::read_dir(path.parent().expect("dir"))
         .expect("list")
-        .filter(|e| e.as_ref().is_ok_and(|e| e.file_name().to_string_lossy().contains(".tmp")))
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().contains(".tmp"))
+        })
         .count();
     assert_eq!(leftovers, 0);
 }

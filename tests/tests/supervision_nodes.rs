@@ -55,7 +55,6 @@ fn answer(t: &mut TrainerHarness, node: usize, c: Continue, envs: usize, version
         .unwrap_or_else(|e| panic!("node {node} answer to {c:?} refused: {e}"));
 }
 
-
 fn continue_of(sent: &[(usize, ToNode)], node: usize) -> Continue {
     sent.iter()
         .find_map(|(n, m)| match m {
@@ -265,7 +264,10 @@ fn a_restarting_node_counts_as_down_at_shutdown() {
     t.request().unwrap();
     t.reply(failed(1, "gone")).unwrap();
     t.shutdown();
-    assert_eq!(rollout_tests::describe_sent(&t.take_sent()).last(), Some(&(0, "X".to_string())));
+    assert_eq!(
+        rollout_tests::describe_sent(&t.take_sent()).last(),
+        Some(&(0, "X".to_string()))
+    );
     t.reply(FromNode::Down { node: 0 }).unwrap();
     assert!(t.all_down());
 }

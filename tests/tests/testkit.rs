@@ -93,7 +93,6 @@ fn weight_pushes(sent: &[(usize, ToNode)]) -> Vec<(usize, u64)> {
         .collect()
 }
 
-
 fn d(v: &[(usize, &str)]) -> Vec<(usize, String)> {
     v.iter().map(|(n, s)| (*n, s.to_string())).collect()
 }
@@ -389,7 +388,10 @@ fn a_request_during_the_seeding_chain_waits_for_its_end() {
     assert_eq!(rollout_tests::describe_sent(&t.take_sent()), d(&[(1, "S2")]));
     t.reply(FromNode::Seeded { node: 1, next_seed: 4 }).expect("seeded");
     assert_eq!(t.seeded(), Some(4));
-    assert_eq!(rollout_tests::describe_sent(&t.take_sent()), d(&[(0, "C0:4"), (1, "C1:4")]));
+    assert_eq!(
+        rollout_tests::describe_sent(&t.take_sent()),
+        d(&[(0, "C0:4"), (1, "C1:4")])
+    );
 }
 
 #[test]
@@ -401,7 +403,10 @@ fn a_seed_asked_during_a_chain_runs_after_it_and_only_it_is_reported() {
     t.reply(FromNode::Seeded { node: 0, next_seed: 1 }).expect("seeded");
     t.reply(FromNode::Seeded { node: 1, next_seed: 2 }).expect("seeded");
     assert_eq!(t.seeded(), None, "the first chain's result is not reported");
-    assert_eq!(rollout_tests::describe_sent(&t.take_sent()), d(&[(1, "S1"), (0, "S100")]));
+    assert_eq!(
+        rollout_tests::describe_sent(&t.take_sent()),
+        d(&[(1, "S1"), (0, "S100")])
+    );
     t.reply(FromNode::Seeded {
         node: 0,
         next_seed: 101,
@@ -501,19 +506,32 @@ fn update_after_each_batch_async_updates_only_the_delivering_node() {
     c.update_after_each_batch = true;
     let mut t = harness(c);
     t.request().expect("request");
-    assert_eq!(rollout_tests::describe_sent(&t.take_sent()), d(&[(0, "C0:4"), (1, "C1:4")]));
+    assert_eq!(
+        rollout_tests::describe_sent(&t.take_sent()),
+        d(&[(0, "C0:4"), (1, "C1:4")])
+    );
     t.set_weights(value_weights(2.0, 0));
     answer(&mut t, 1, cont(1, 4), 1, 0, 0.0);
     assert_eq!(t.take_yielded().len(), 1);
-    assert_eq!(rollout_tests::describe_sent(&t.take_sent()), d(&[(1, "W1"), (1, "C2:4")]));
+    assert_eq!(
+        rollout_tests::describe_sent(&t.take_sent()),
+        d(&[(1, "W1"), (1, "C2:4")])
+    );
     t.request().expect("request");
     answer(&mut t, 0, cont(0, 4), 1, 0, 0.0);
     assert_eq!(t.take_yielded()[0].node, Some(0));
-    assert_eq!(rollout_tests::describe_sent(&t.take_sent()), d(&[(0, "W1"), (0, "C3:4")]));
+    assert_eq!(
+        rollout_tests::describe_sent(&t.take_sent()),
+        d(&[(0, "W1"), (0, "C3:4")])
+    );
     t.request().expect("request");
     answer(&mut t, 1, cont(2, 4), 1, 1, 0.0);
     assert_eq!(t.take_yielded()[0].weights_version, 1);
-    assert_eq!(rollout_tests::describe_sent(&t.take_sent()), d(&[(1, "C4:4")]), "node 1 is up to date");
+    assert_eq!(
+        rollout_tests::describe_sent(&t.take_sent()),
+        d(&[(1, "C4:4")]),
+        "node 1 is up to date"
+    );
 }
 
 #[test]
@@ -548,7 +566,10 @@ fn shutdown_reaches_every_node_and_ends_with_all_down() {
     t.request().expect("request");
     t.take_sent();
     t.shutdown();
-    assert_eq!(rollout_tests::describe_sent(&t.take_sent()), d(&[(0, "X"), (1, "X"), (2, "X")]));
+    assert_eq!(
+        rollout_tests::describe_sent(&t.take_sent()),
+        d(&[(0, "X"), (1, "X"), (2, "X")])
+    );
     assert_eq!(t.machine().nodes_up(), vec![0, 1, 2]);
     t.reply(FromNode::Down { node: 2 }).expect("down");
     t.reply(FromNode::Down { node: 0 }).expect("down");

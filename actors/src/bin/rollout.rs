@@ -720,6 +720,15 @@ mod train_cmd {
         /// Longest wait for one batch, in seconds.
         #[arg(long, default_value_t = 60.0, value_name = "SECS")]
         batch_timeout: f64,
+        /// Save a checkpoint (collector and learner) to PATH every `--checkpoint-every` batches.
+        #[arg(long, value_name = "PATH")]
+        checkpoint: Option<std::path::PathBuf>,
+        /// Batches between two checkpoints.
+        #[arg(long, default_value_t = 10, value_name = "N")]
+        checkpoint_every: u64,
+        /// Go on from a checkpoint written by `--checkpoint` (same flags otherwise).
+        #[arg(long, value_name = "PATH")]
+        resume: Option<std::path::PathBuf>,
         /// A JSON summary on stdout.
         #[arg(long)]
         json: bool,
@@ -784,6 +793,9 @@ mod train_cmd {
             window: 20,
             max_frames: args.max_frames,
             batch_timeout,
+            checkpoint: args.checkpoint.clone(),
+            checkpoint_every: args.checkpoint_every,
+            resume: args.resume.clone(),
         })
     }
 
