@@ -15,13 +15,15 @@ pub mod node_spec;
 pub mod policy;
 pub mod postproc;
 pub mod replay;
+pub mod rng;
 pub mod rollout;
 pub mod spec;
 pub mod supervisor;
 pub mod tensor;
 pub mod wire;
 
-pub use env::{Action, Counting, CountingConfig, Env, EnvError, EnvSpec, Registry, Transition};
-pub use policy::{ExplorationType, Policy, PolicyConfig, PolicyError, PolicySpec, Weights};
+pub use env::{Action, Counting, CountingConfig, Env, EnvError, EnvSnapshot, EnvSpec, Registry, Transition};
+pub use policy::{ExplorationType, Policy, PolicyConfig, PolicyError, PolicySpec, SamplerState, Weights};
+pub use rng::RngState;
 pub use spec::{Spec, SpecError};
 pub use tensor::{DType, Tensor, TensorDict, TensorError};

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{check_obs_len, Action, Env, EnvError, Transition};
+use super::{check_obs_len, Action, Env, EnvError, EnvSnapshot, Transition};
 use crate::spec::Spec;
 
 /// Serde config of [`Counting`].
@@ -120,6 +120,28 @@ impl Env for Counting {
 
     fn set_elapsed_steps(&mut self, steps: u64) {
         self.elapsed = steps;
+    }
+
+    fn snapshot(&self) -> Result<EnvSnapshot, EnvError> {
+        Ok(EnvSnapshot {
+            state: vec![self.count],
+            elapsed_steps: self.elapsed,
+            needs_reset: self.needs_reset,
+            rng: None,
+        })
+    }
+
+    fn restore(&mut self, s: &EnvSnapshot) -> Result<(), EnvError> {
+        s.check(Self::NAME, 1)?;
+        if s.rng.is_some() {
+            return Err(EnvError::State(
+                "Counting snapshot: has a generator state, the env has none".into(),
+            ));
+        }
+        self.count = s.state[0];
+        self.elapsed = s.elapsed_steps;
+        self.needs_reset = s.needs_reset;
+        Ok(())
     }
 }
 

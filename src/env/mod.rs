@@ -7,8 +7,10 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
+use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
+use crate::rng::RngState;
 use crate::spec::{Spec, SpecError};
 
 mod cartpole;
@@ -119,6 +121,53 @@ pub enum EnvError {
     /// The env failed in a way of its own (user envs).
     #[error("env failed: {0}")]
     Failed(String),
+    /// The env does not implement the checkpoint hooks.
+    #[error("env `{0}` cannot be checkpointed: implement Env::snapshot and Env::restore")]
+    NotCheckpointable(String),
+}
+
+/// An env's complete state for a checkpoint: restoring it into a fresh env of the same
+/// config makes every later `reset` and `step` return exactly what the original's would.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EnvSnapshot {
+    /// Internal state, env-specific (for the built-in envs, what [`Env::state`] returns
+    /// plus any hidden flag).
+    pub state: Vec<f64>,
+    /// Steps taken in the current episode.
+    pub elapsed_steps: u64,
+    /// The episode ended (or never started): `step` needs a `reset` first.
+    pub needs_reset: bool,
+    /// The generator `reset` draws from, for envs that have one.
+    pub rng: Option<RngState>,
+}
+
+impl EnvSnapshot {
+    /// Checks a snapshot for env `name` whose state has `len` values.
+    pub(crate) fn check(&self, name: &str, len: usize) -> Result<(), EnvError> {
+        if self.state.len() != len {
+            return Err(snapshot_error(
+                name,
+                format!("state has {} values, expected {len}", self.state.len()),
+            ));
+        }
+        if self.elapsed_steps == u64::MAX {
+            return Err(snapshot_error(name, "elapsed step count is at its maximum"));
+        }
+        Ok(())
+    }
+
+    /// The generator of a snapshot for env `name`, which has one.
+    pub(crate) fn rng(&self, name: &str) -> Result<ChaCha8Rng, EnvError> {
+        let r = self
+            .rng
+            .as_ref()
+            .ok_or_else(|| snapshot_error(name, "no generator state"))?;
+        r.to_rng().map_err(|e| snapshot_error(name, e))
+    }
+}
+
+fn snapshot_error(name: &str, why: impl fmt::Display) -> EnvError {
+    EnvError::State(format!("{name} snapshot: {why}"))
 }
 
 /// A reinforcement-learning environment with gymnasium's step semantics.
@@ -145,6 +194,17 @@ pub trait Env: Send {
     fn elapsed_steps(&self) -> u64;
     /// Sets the elapsed step count (to replay a transition near the time limit).
     fn set_elapsed_steps(&mut self, steps: u64);
+    /// Everything later `reset`s and `step`s depend on, for a checkpoint. Envs that do
+    /// not implement it refuse, so that a resumed run never silently diverges.
+    fn snapshot(&self) -> Result<EnvSnapshot, EnvError> {
+        Err(EnvError::NotCheckpointable(self.name().to_string()))
+    }
+    /// Continues from `snapshot` (taken from an env of the same config). A snapshot that
+    /// does not fit is an error and leaves the env as it was.
+    fn restore(&mut self, snapshot: &EnvSnapshot) -> Result<(), EnvError> {
+        let _ = snapshot;
+        Err(EnvError::NotCheckpointable(self.name().to_string()))
+    }
 }
 
 /// Checks that an observation buffer has the length an env writes.

@@ -17,7 +17,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use super::{check_obs_len, Action, Env, EnvError, Transition};
+use super::{check_obs_len, Action, Env, EnvError, EnvSnapshot, Transition};
+use crate::rng::RngState;
 use crate::spec::Spec;
 
 const MIN_ACTION: f32 = -1.0;
@@ -228,6 +229,34 @@ impl Env for MountainCarContinuous {
 
     fn set_elapsed_steps(&mut self, steps: u64) {
         self.elapsed = steps;
+    }
+
+    /// The state is `[position, velocity, f32_state]`, the last 1.0 when the state is
+    /// gymnasium's float32 array (after a step), 0.0 when it is reset's float64 one.
+    fn snapshot(&self) -> Result<EnvSnapshot, EnvError> {
+        let [position, velocity] = self.state;
+        Ok(EnvSnapshot {
+            state: vec![position, velocity, if self.f32_state { 1.0 } else { 0.0 }],
+            elapsed_steps: self.elapsed,
+            needs_reset: self.needs_reset,
+            rng: Some(RngState::of(&self.rng)),
+        })
+    }
+
+    fn restore(&mut self, s: &EnvSnapshot) -> Result<(), EnvError> {
+        s.check(Self::NAME, 3)?;
+        let rng = s.rng(Self::NAME)?;
+        let f32_state = s.state[2] == 1.0;
+        if !f32_state && s.state[2] != 0.0 {
+            let why = format!("{} snapshot: f32 flag is {}, expected 0 or 1", Self::NAME, s.state[2]);
+            return Err(EnvError::State(why));
+        }
+        self.state = [s.state[0], s.state[1]];
+        self.f32_state = f32_state;
+        self.elapsed = s.elapsed_steps;
+        self.needs_reset = s.needs_reset;
+        self.rng = rng;
+        Ok(())
     }
 }
 

@@ -14,7 +14,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use super::{check_obs_len, Action, Env, EnvError, Transition};
+use super::{check_obs_len, Action, Env, EnvError, EnvSnapshot, Transition};
+use crate::rng::RngState;
 use crate::spec::Spec;
 
 const MAX_SPEED: f64 = 8.0;
@@ -198,6 +199,25 @@ impl Env for Pendulum {
 
     fn set_elapsed_steps(&mut self, steps: u64) {
         self.elapsed = steps;
+    }
+
+    fn snapshot(&self) -> Result<EnvSnapshot, EnvError> {
+        Ok(EnvSnapshot {
+            state: self.state.to_vec(),
+            elapsed_steps: self.elapsed,
+            needs_reset: self.needs_reset,
+            rng: Some(RngState::of(&self.rng)),
+        })
+    }
+
+    fn restore(&mut self, s: &EnvSnapshot) -> Result<(), EnvError> {
+        s.check(Self::NAME, 2)?;
+        let rng = s.rng(Self::NAME)?;
+        self.state.copy_from_slice(&s.state);
+        self.elapsed = s.elapsed_steps;
+        self.needs_reset = s.needs_reset;
+        self.rng = rng;
+        Ok(())
     }
 }
 

@@ -11,7 +11,8 @@ use ndarray::{ArrayD, IxDyn};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::{ActionsMut, ExplorationType, PolicyError, Weights};
+use super::{ActionsMut, ExplorationType, PolicyError, SamplerState, Weights};
+use crate::rng::RngState;
 use crate::spec::Spec;
 use crate::tensor::Tensor;
 
@@ -94,6 +95,22 @@ impl Sampler {
     /// Restarts the stream from `seed`.
     pub(super) fn reseed(&mut self, seed: u64) {
         *self = Sampler::new(seed);
+    }
+
+    /// The position, for a checkpoint.
+    pub(super) fn state(&self) -> SamplerState {
+        SamplerState {
+            rng: RngState::of(&self.rng),
+            spare: self.spare,
+        }
+    }
+
+    /// Continues from `state`; a missing or corrupt state is an error and changes nothing.
+    pub(super) fn set_state(&mut self, state: Option<&SamplerState>) -> Result<(), PolicyError> {
+        let state = state.ok_or_else(|| PolicyError::Checkpoint("the policy samples but the state is empty".into()))?;
+        self.rng = state.rng.to_rng().map_err(|e| PolicyError::Checkpoint(e.to_string()))?;
+        self.spare = state.spare;
+        Ok(())
     }
 
     /// The generator itself.
@@ -434,6 +451,16 @@ impl Net {
     /// Restarts the sampling stream.
     pub(super) fn reseed(&mut self, seed: u64) {
         self.sampler.reseed(seed);
+    }
+
+    /// Continues sampling from `state`, for checkpoints.
+    pub(super) fn set_sampler_state(&mut self, state: Option<&SamplerState>) -> Result<(), PolicyError> {
+        self.sampler.set_state(state)
+    }
+
+    /// The sampler's position, for checkpoints.
+    pub(super) fn sampler_state(&self) -> SamplerState {
+        self.sampler.state()
     }
 }
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use ndarray::{ArrayD, IxDyn};
 
 use super::common::check_actions;
-use super::{ActionsMut, ExplorationType, Policy, PolicyError, Weights};
+use super::{ActionsMut, ExplorationType, Policy, PolicyError, SamplerState, Weights};
 use crate::spec::Spec;
 use crate::tensor::Tensor;
 
@@ -68,6 +68,18 @@ impl Policy for Constant {
     fn set_exploration(&mut self, _exploration: ExplorationType) {}
 
     fn reseed(&mut self, _seed: u64) {}
+
+    /// No generator: the state is `None`.
+    fn sampler_state(&self) -> Result<Option<SamplerState>, PolicyError> {
+        Ok(None)
+    }
+
+    fn set_sampler_state(&mut self, state: Option<&SamplerState>) -> Result<(), PolicyError> {
+        match state {
+            None => Ok(()),
+            Some(_) => Err(PolicyError::Checkpoint("the constant policy has no generator".into())),
+        }
+    }
 }
 
 #[cfg(test)]

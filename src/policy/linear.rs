@@ -1,7 +1,7 @@
 //! One linear layer from observations to logits (discrete) or tanh-squashed means (continuous).
 
 use super::common::Net;
-use super::{ActionsMut, ExplorationType, Policy, PolicyError, Weights};
+use super::{ActionsMut, ExplorationType, Policy, PolicyError, SamplerState, Weights};
 use crate::spec::Spec;
 
 /// A single linear layer `z = W x + b` and an action head.
@@ -57,6 +57,14 @@ impl Policy for Linear {
 
     fn reseed(&mut self, seed: u64) {
         self.net.reseed(seed);
+    }
+
+    fn sampler_state(&self) -> Result<Option<SamplerState>, PolicyError> {
+        Ok(Some(self.net.sampler_state()))
+    }
+
+    fn set_sampler_state(&mut self, state: Option<&SamplerState>) -> Result<(), PolicyError> {
+        self.net.set_sampler_state(state)
     }
 }
 

@@ -1,7 +1,7 @@
 //! A multi-layer perceptron: tanh hidden layers, then a head as for [`Linear`](super::Linear).
 
 use super::common::Net;
-use super::{ActionsMut, ExplorationType, Policy, PolicyError, Weights};
+use super::{ActionsMut, ExplorationType, Policy, PolicyError, SamplerState, Weights};
 use crate::spec::Spec;
 
 /// Dense layers of the given hidden widths with tanh activations, then a
@@ -49,6 +49,14 @@ impl Policy for Mlp {
 
     fn reseed(&mut self, seed: u64) {
         self.net.reseed(seed);
+    }
+
+    fn sampler_state(&self) -> Result<Option<SamplerState>, PolicyError> {
+        Ok(Some(self.net.sampler_state()))
+    }
+
+    fn set_sampler_state(&mut self, state: Option<&SamplerState>) -> Result<(), PolicyError> {
+        self.net.set_sampler_state(state)
     }
 }
 

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::rng::RngState;
 use crate::spec::{Spec, SpecError};
 use crate::tensor::{Tensor, TensorError};
 
@@ -127,6 +128,22 @@ pub enum PolicyError {
     /// A user policy failed in a way of its own.
     #[error("policy failed: {0}")]
     Failed(String),
+    /// The policy does not implement the checkpoint hooks; names its type.
+    #[error("policy `{0}` cannot be checkpointed: implement Policy::sampler_state and Policy::set_sampler_state")]
+    NotCheckpointable(&'static str),
+    /// A sampler state that does not fit this policy.
+    #[error("bad sampler state: {0}")]
+    Checkpoint(String),
+}
+
+/// Where a policy's sampling generator stands, for a checkpoint: the ChaCha8 position
+/// plus the second normal Box–Muller produced but not used yet.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SamplerState {
+    /// The generator.
+    pub rng: RngState,
+    /// The pending normal, if any.
+    pub spare: Option<f32>,
 }
 
 /// Maps observations to actions.
@@ -141,6 +158,18 @@ pub trait Policy: Send {
     fn set_exploration(&mut self, exploration: ExplorationType);
     /// Reseeds the sampling generator.
     fn reseed(&mut self, seed: u64);
+    /// The sampling generator's state for a checkpoint; `None` for a policy without one.
+    /// Weights and the exploration type are not part of it. Policies that do not
+    /// implement it refuse, so that a resumed run never silently diverges.
+    fn sampler_state(&self) -> Result<Option<SamplerState>, PolicyError> {
+        Err(PolicyError::NotCheckpointable(std::any::type_name::<Self>()))
+    }
+    /// Continues sampling from `state` (as `sampler_state` returned it). A state that
+    /// does not fit is an error and leaves the policy as it was.
+    fn set_sampler_state(&mut self, state: Option<&SamplerState>) -> Result<(), PolicyError> {
+        let _ = state;
+        Err(PolicyError::NotCheckpointable(std::any::type_name::<Self>()))
+    }
 }
 
 /// Which policy to build; travels in configs and over the wire.

@@ -3,7 +3,7 @@
 use rand::Rng;
 
 use super::common::{check_actions, Sampler};
-use super::{ActionsMut, ExplorationType, Policy, PolicyError, Weights};
+use super::{ActionsMut, ExplorationType, Policy, PolicyError, SamplerState, Weights};
 use crate::spec::Spec;
 
 /// Uniform samples of the action spec (torchrl's `RandomPolicy`).
@@ -108,6 +108,14 @@ impl Policy for RandomPolicy {
 
     fn reseed(&mut self, seed: u64) {
         self.sampler.reseed(seed);
+    }
+
+    fn sampler_state(&self) -> Result<Option<SamplerState>, PolicyError> {
+        Ok(Some(self.sampler.state()))
+    }
+
+    fn set_sampler_state(&mut self, state: Option<&SamplerState>) -> Result<(), PolicyError> {
+        self.sampler.set_state(state)
     }
 }
 
