@@ -621,6 +621,33 @@ mod tests {
         }))
     }
 
+    /// A real node state: one CartPole env with a sampling linear policy, two batches in.
+    fn node_state() -> Box<NodeState> {
+        let registry = crate::env::Registry::with_builtins();
+        let env = registry.make(&EnvSpec::new("CartPole-v1")).unwrap();
+        let policy = PolicySpec::from(PolicyConfig::Linear)
+            .build(env.observation_spec(), env.action_spec(), 0)
+            .unwrap();
+        let ids = vec![crate::rollout::TrajIds::new(0, 1).unwrap()];
+        let cfg = RolloutConfig {
+            frames_per_batch: 10,
+            ..RolloutConfig::default()
+        };
+        let mut r = crate::rollout::Rollout::new(vec![env], policy, ids, cfg).unwrap();
+        r.collect_frames(10).unwrap();
+        r.collect_frames(10).unwrap();
+        Box::new(NodeState {
+            node: 1,
+            base_seed: 9,
+            weights: Some(Arc::new(weights())),
+            workers: vec![crate::checkpoint::WorkerState {
+                rollout: r.snapshot().unwrap(),
+                next_traj_id: 3,
+                frames: 20,
+            }],
+        })
+    }
+
     fn node_frames() -> Vec<NodeFrame> {
         vec![
             NodeFrame::Hello {
@@ -648,6 +675,15 @@ mod tests {
                 node: 1,
                 reason: "env 0 failed: boom ✗".into(),
             },
+            NodeFrame::Snapshot {
+                node: 1,
+                state: node_state(),
+            },
+            NodeFrame::Restored { node: 1 },
+            NodeFrame::CheckpointFailed {
+                node: 1,
+                reason: "env `Mine` cannot be checkpointed".into(),
+            },
         ]
     }
 
@@ -666,6 +702,8 @@ mod tests {
             }),
             TrainerFrame::Seed(Seed { seed: 42 }),
             TrainerFrame::Shutdown,
+            TrainerFrame::Snapshot,
+            TrainerFrame::Restore(node_state()),
         ]
     }
 
@@ -919,6 +957,8 @@ mod tests {
             }),
             ToNode::Seed(Seed { seed: 3 }),
             ToNode::Shutdown,
+            ToNode::Snapshot,
+            ToNode::Restore(node_state()),
         ] {
             assert_eq!(TrainerFrame::from(m.clone()).into_to_node(), Some(m));
         }
@@ -930,6 +970,15 @@ mod tests {
             FromNode::Seeded { node: 0, next_seed: 4 },
             FromNode::Down { node: 0 },
             FromNode::Failed {
+                node: 0,
+                reason: "x".into(),
+            },
+            FromNode::Snapshot {
+                node: 1,
+                state: node_state(),
+            },
+            FromNode::Restored { node: 1 },
+            FromNode::CheckpointFailed {
                 node: 0,
                 reason: "x".into(),
             },

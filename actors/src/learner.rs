@@ -146,8 +146,8 @@ impl TrainCheckpoint {
         bytes.extend_from_slice(TRAIN_MAGIC);
         bytes.extend_from_slice(&TRAIN_FORMAT.to_be_bytes());
         rmp_serde::encode::write_named(&mut bytes, self)
-            .map_err(|e| TrainError::Checkpoint(format!("cannot encode: {e}")))?;
-        write_atomic(path, &bytes).map_err(|e| TrainError::Checkpoint(e.to_string()))
+            .map_err(|e| TrainError::CheckpointSave(format!("cannot encode: {e}")))?;
+        write_atomic(path, &bytes).map_err(|e| TrainError::CheckpointSave(e.to_string()))
     }
 
     /// Reads a checkpoint [`Self::save`] wrote; every error names the path.
@@ -241,9 +241,12 @@ pub enum TrainError {
     /// The actor system ended without a result.
     #[error("the training system stopped: {0}")]
     Stopped(String),
-    /// A checkpoint could not be written, read or resumed.
+    /// A checkpoint to resume from could not be read or does not fit the config.
     #[error("checkpoint {0}")]
     Checkpoint(String),
+    /// A checkpoint could not be saved mid-run.
+    #[error("saving the checkpoint failed: {0}")]
+    CheckpointSave(String),
 }
 
 impl TrainError {
@@ -534,6 +537,11 @@ pub fn train(config: TrainConfig, mut progress: impl FnMut(&Progress)) -> Result
     }
     let (episodes, returns, frames, batches) = match resumed {
         Some(c) => {
+            // Checked here, on this thread: a checkpoint of another run is bad input.
+            let envs = vec![config.envs_per_node; config.nodes];
+            c.collector
+                .check_fits(config.sync, config.frames_per_batch, &envs, None)
+                .map_err(|e| TrainError::Checkpoint(e.to_string()))?;
             builder = builder.resume(c.collector);
             if c.episodes.window_len() != config.window {
                 return Err(TrainError::Config {

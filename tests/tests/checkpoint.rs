@@ -295,3 +295,151 @@ fn an_env_without_checkpoint_support_is_refused_and_collection_goes_on() {
     assert_eq!(frames, 100);
     c.shutdown().expect("shutdown");
 }
+
+mod machine {
+    //! The trainer's side of a checkpoint, message by message, against nodes the test plays.
+
+    use rollout::checkpoint::NodeState;
+    use rollout::machine::{NodeSupervision, TrainerConfig};
+    use rollout::message::{Continue, FromNode, ToNode};
+    use rollout::Registry;
+    use rollout_actors::testkit::{scripted_batch, NodeHarness, TrainerHarness};
+    use rollout_tests::describe_sent;
+
+    fn cfg(sync: bool) -> TrainerConfig {
+        TrainerConfig {
+            nodes: 2,
+            envs_per_node: vec![1, 1],
+            frames_per_batch: 4,
+            total_frames: None,
+            sync,
+            update_after_each_batch: false,
+            max_weight_update_interval: None,
+            update_interval: None,
+        }
+    }
+
+    /// A real state for node `node` (one Counting env).
+    fn state(node: usize) -> Box<NodeState> {
+        let b = rollout_actors::DistributedCollector::builder()
+            .env("Counting")
+            .policy(rollout::PolicyConfig::Constant { value: 1.0 })
+            .nodes(2)
+            .frames_per_batch(4);
+        let (_, specs, _) = b.plan_specs().expect("plan");
+        let mut h = NodeHarness::new(&specs[node], &Registry::with_builtins()).expect("node");
+        match h.send(ToNode::Snapshot).pop() {
+            Some(FromNode::Snapshot { state, .. }) => state,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn snapshot(node: usize) -> FromNode {
+        FromNode::Snapshot {
+            node,
+            state: state(node),
+        }
+    }
+
+    fn conts(t: &mut TrainerHarness) -> Vec<(usize, Continue)> {
+        t.take_continues()
+    }
+
+    #[test]
+    fn async_snapshots_wait_for_in_flight_batches_and_requests_wait_for_the_checkpoint() {
+        let mut t = TrainerHarness::new(cfg(false)).expect("trainer");
+        t.request().expect("request");
+        let first = conts(&mut t);
+        assert_eq!(first.len(), 2);
+        t.reply(FromNode::Batch(scripted_batch(0, first[0].1, 1, 0, 0.0)))
+            .expect("batch");
+        assert_eq!(t.take_yielded().len(), 1);
+        let again = conts(&mut t);
+        assert_eq!(again.len(), 1, "node 0 goes on at once");
+        t.begin_checkpoint().expect("begin");
+        assert!(t.take_sent().is_empty(), "both nodes are busy: nobody is asked yet");
+        t.request().expect("request during the checkpoint");
+        assert!(t.take_sent().is_empty() && t.take_yielded().is_empty(), "held");
+        t.reply(FromNode::Batch(scripted_batch(1, first[1].1, 1, 0, 10.0)))
+            .expect("batch");
+        assert_eq!(describe_sent(&t.take_sent()), vec![(1, "P".to_string())]);
+        assert!(t.take_yielded().is_empty(), "nothing yielded while the checkpoint runs");
+        t.reply(FromNode::Batch(scripted_batch(0, again[0].1, 1, 0, 20.0)))
+            .expect("batch");
+        assert_eq!(describe_sent(&t.take_sent()), vec![(0, "P".to_string())]);
+        t.reply(snapshot(1)).expect("snapshot");
+        assert!(t.take_checkpoints().is_empty(), "one node still to answer");
+        t.reply(snapshot(0)).expect("snapshot");
+        let ck = t.take_checkpoints().pop().expect("done").expect("a checkpoint");
+        assert_eq!(ck.trainer.ready.len(), 2, "both received batches are in it");
+        assert_eq!(ck.trainer.batches_yielded, 1);
+        // The held request is served now: node 1's batch (first ready), node 1 goes on.
+        let y = t.take_yielded();
+        assert_eq!((y.len(), y[0].node), (1, Some(1)));
+        assert_eq!(conts(&mut t).iter().map(|c| c.0).collect::<Vec<_>>(), vec![1]);
+    }
+
+    #[test]
+    fn sync_snapshots_wait_for_the_round_in_flight() {
+        let mut t = TrainerHarness::new(cfg(true)).expect("trainer");
+        t.request().expect("request");
+        let round = conts(&mut t);
+        t.begin_checkpoint().expect("begin");
+        t.reply(FromNode::Batch(scripted_batch(0, round[0].1, 1, 0, 0.0)))
+            .expect("share");
+        assert!(t.take_sent().is_empty(), "node 0 is idle but its round is not whole");
+        t.reply(FromNode::Batch(scripted_batch(1, round[1].1, 1, 0, 0.0)))
+            .expect("share");
+        assert_eq!(t.take_yielded().len(), 1, "the round completes and is yielded");
+        let asked = describe_sent(&t.take_sent());
+        assert_eq!(asked, vec![(0, "P".to_string()), (1, "P".to_string())]);
+    }
+
+    #[test]
+    fn a_node_lost_during_a_checkpoint_fails_it_and_the_run_goes_on() {
+        let mut t = TrainerHarness::new(cfg(false)).expect("trainer");
+        t.request().expect("request");
+        let first = conts(&mut t);
+        t.begin_checkpoint().expect("begin");
+        t.request().expect("held");
+        t.reply(FromNode::Batch(scripted_batch(0, first[0].1, 1, 0, 0.0)))
+            .expect("batch");
+        let _ = t.take_sent();
+        let lost = t.reply(FromNode::Failed {
+            node: 1,
+            reason: "gone".into(),
+        });
+        assert!(lost.is_err(), "async: lost, going on without it");
+        let r = t.take_checkpoints().pop().expect("an answer");
+        assert!(r.expect_err("failed").contains("node 1 was lost"));
+        assert_eq!(t.take_yielded().len(), 1, "the held request is served by node 0");
+        assert!(t.begin_checkpoint().is_err(), "node 1 is down: no checkpoint");
+    }
+
+    #[test]
+    fn no_checkpoint_while_a_node_restarts_and_a_refusal_is_reported() {
+        let mut t = TrainerHarness::supervised(cfg(false), NodeSupervision::default()).expect("trainer");
+        t.request().expect("request");
+        let first = conts(&mut t);
+        t.reply(FromNode::Failed {
+            node: 1,
+            reason: "boom".into(),
+        })
+        .expect("supervised");
+        let err = t.begin_checkpoint().expect_err("restarting").to_string();
+        assert!(err.contains("node 1 is restarting"), "{err}");
+        t.node_restarted(1).expect("back");
+        let _ = t.take_sent();
+        t.reply(FromNode::Batch(scripted_batch(0, first[0].1, 1, 0, 0.0)))
+            .expect("batch");
+        let _ = conts(&mut t);
+        t.begin_checkpoint().expect("begin");
+        t.reply(FromNode::CheckpointFailed {
+            node: 1,
+            reason: "env `Mine` cannot be checkpointed".into(),
+        })
+        .expect("refusal");
+        let r = t.take_checkpoints().pop().expect("an answer");
+        assert!(r.expect_err("refused").contains("Mine"));
+    }
+}

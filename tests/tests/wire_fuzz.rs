@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use ndarray::{ArrayD, IxDyn};
 use proptest::prelude::*;
-use rollout::message::{Batch, Continue, Seed, UpdateWeights};
+use rollout::checkpoint::NodeState;
+use rollout::message::{Batch, Continue, FromNode, Seed, ToNode, UpdateWeights};
 use rollout::node_spec::NodeSpec;
 use rollout::policy::PolicySpec;
 use rollout::rollout::RolloutConfig;
@@ -19,7 +20,8 @@ use rollout::wire::{
     auth_proof, decode, encode, verify_proof, FrameDecoder, HandshakeStep, NodeFrame, TrainerFrame, TrainerHandshake,
     Welcome, WireError, NONCE_LEN, PREFIX_LEN, PROTOCOL_VERSION,
 };
-use rollout::{EnvSpec, PolicyConfig, Tensor, TensorDict, Weights};
+use rollout::{EnvSpec, PolicyConfig, Registry, Tensor, TensorDict, Weights};
+use rollout_actors::testkit::NodeHarness;
 
 /// Small enough that random prefixes often fit, large enough for every sample frame.
 const MAX: usize = 4096;
@@ -75,6 +77,54 @@ fn weights() -> Weights {
     Weights { version: 2, tensors }
 }
 
+/// The node a decoded `restore` is applied to: one CartPole env, sampling linear policy.
+fn restore_spec() -> NodeSpec {
+    NodeSpec {
+        index: 0,
+        env: EnvSpec::new("CartPole-v1"),
+        policy: PolicySpec::from(PolicyConfig::Linear),
+        envs_per_node: 1,
+        first_lane: 0,
+        lanes: 1,
+        rollout: RolloutConfig {
+            frames_per_batch: 4,
+            ..RolloutConfig::default()
+        },
+        max_restarts: rollout::supervisor::DEFAULT_MAX_RESTARTS,
+        restart_window_ms: rollout::node_spec::DEFAULT_RESTART_WINDOW_MS,
+    }
+}
+
+/// A real state of that node, after two batches.
+fn node_state() -> Box<NodeState> {
+    let mut h = NodeHarness::new(&restore_spec(), &Registry::with_builtins()).unwrap();
+    h.send(ToNode::Continue(Continue { seq: 0, frames: 4 }));
+    h.send(ToNode::Continue(Continue { seq: 1, frames: 4 }));
+    match h.send(ToNode::Snapshot).pop() {
+        Some(FromNode::Snapshot { state, .. }) => state,
+        other => panic!("no snapshot: {other:?}"),
+    }
+}
+
+/// Applies a decoded state to a fresh node: refused or restored, never a panic, and a
+/// restored node still collects (or fails as a node, with a reason).
+fn check_restore(state: &NodeState) {
+    let Ok(mut h) = NodeHarness::new(&restore_spec(), &Registry::with_builtins()) else {
+        return;
+    };
+    match h.send(ToNode::Restore(Box::new(state.clone()))).as_slice() {
+        [FromNode::Restored { node: 0 }] => {
+            let after = h.send(ToNode::Continue(Continue { seq: 0, frames: 4 }));
+            assert!(
+                matches!(after.as_slice(), [FromNode::Batch(_)] | [FromNode::Failed { .. }]),
+                "{after:?}"
+            );
+        }
+        [FromNode::CheckpointFailed { .. }] => {}
+        other => panic!("a restore is answered once: {other:?}"),
+    }
+}
+
 fn node_samples() -> Vec<NodeFrame> {
     vec![
         NodeFrame::Hello {
@@ -93,6 +143,10 @@ fn node_samples() -> Vec<NodeFrame> {
         NodeFrame::Failed {
             node: 0,
             reason: "boom".into(),
+        },
+        NodeFrame::Snapshot {
+            node: 0,
+            state: node_state(),
         },
     ]
 }
@@ -126,6 +180,7 @@ fn trainer_samples() -> Vec<TrainerFrame> {
         }),
         TrainerFrame::Seed(Seed { seed: 1 }),
         TrainerFrame::Shutdown,
+        TrainerFrame::Restore(node_state()),
     ]
 }
 
@@ -161,6 +216,10 @@ fn check_body(body: &[u8]) {
             let w = match &f {
                 TrainerFrame::Welcome(w) => w.weights.as_ref(),
                 TrainerFrame::UpdateWeights(u) => Some(&*u.weights),
+                TrainerFrame::Restore(st) => {
+                    check_restore(st);
+                    st.weights.as_deref()
+                }
                 _ => None,
             };
             w.iter().flat_map(|w| w.tensors.values()).for_each(check_tensor);
