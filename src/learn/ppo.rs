@@ -12,6 +12,7 @@ use super::advantage::{gae, normalize};
 use super::net::{layer_names, DenseNet};
 use super::LearnError;
 use crate::policy::{PolicyConfig, PolicySpec, Weights};
+use crate::rng::RngState;
 use crate::rollout::keys;
 use crate::spec::Spec;
 use crate::tensor::TensorDict;
@@ -220,44 +221,6 @@ fn in_part(part: &str, e: LearnError) -> LearnError {
     }
 }
 
-/// Position of a [`ChaCha8Rng`], so a restored generator yields the same minibatches.
-/// Private to the learner (the env side keeps its own).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-struct RngState {
-    /// A `Vec` rather than `[u8; 32]` so a bad length is a checkpoint error, not a decode one.
-    #[serde(with = "serde_bytes")]
-    seed: Vec<u8>,
-    stream: u64,
-    /// The u128 word position split in two: msgpack has no 128-bit integers.
-    word_pos_hi: u64,
-    word_pos_lo: u64,
-}
-
-impl RngState {
-    fn capture(rng: &ChaCha8Rng) -> RngState {
-        let pos = rng.get_word_pos();
-        RngState {
-            seed: rng.get_seed().to_vec(),
-            stream: rng.get_stream(),
-            word_pos_hi: (pos >> 64) as u64,
-            word_pos_lo: pos as u64,
-        }
-    }
-
-    fn rebuild(&self) -> Result<ChaCha8Rng, LearnError> {
-        let seed: [u8; 32] = self.seed.as_slice().try_into().map_err(|_| {
-            LearnError::Checkpoint(format!(
-                "minibatch generator seed of {} bytes, expected 32",
-                self.seed.len()
-            ))
-        })?;
-        let mut rng = ChaCha8Rng::from_seed(seed);
-        rng.set_stream(self.stream);
-        rng.set_word_pos((u128::from(self.word_pos_hi) << 64) | u128::from(self.word_pos_lo));
-        Ok(rng)
-    }
-}
-
 /// The policy and value networks being trained, their optimisers, and the
 /// weights history needed to correct for batches collected with older weights.
 pub struct Ppo {
@@ -338,7 +301,7 @@ impl Ppo {
             value: self.value.params.clone(),
             pi_opt: self.pi_opt.state(),
             v_opt: self.v_opt.state(),
-            rng: RngState::capture(&self.rng),
+            rng: RngState::of(&self.rng),
             history: self.history.clone(),
         }
     }
@@ -395,7 +358,10 @@ impl Ppo {
                 state.version
             ));
         }
-        let rng = state.rng.rebuild()?;
+        let rng = state
+            .rng
+            .to_rng()
+            .map_err(|e| LearnError::Checkpoint(format!("minibatch generator: {e}")))?;
         let mut pi_opt = self.pi_opt.clone();
         pi_opt
             .restore(state.pi_opt)
@@ -925,7 +891,7 @@ mod tests {
         truncated.rng.seed.pop();
         let err = target.restore(truncated).unwrap_err();
         assert!(
-            matches!(&err, LearnError::Checkpoint(m) if m.contains("seed of 31 bytes")),
+            matches!(&err, LearnError::Checkpoint(m) if m.contains("seed has 31 bytes")),
             "{err}"
         );
         // The same through msgpack, as from a file.

@@ -1212,15 +1212,19 @@ impl TrainerMachine {
         }
     }
 
-    /// The run will go on from `checkpoint` (see [`Self::start_resume`]); whether it
-    /// fits this run's config is checked now, naming the first setting that differs.
-    pub fn with_resume(mut self, checkpoint: Checkpoint) -> Result<TrainerMachine, CheckpointError> {
+    fn check_fits(&self, checkpoint: &Checkpoint) -> Result<(), CheckpointError> {
         checkpoint.check_fits(
             self.cfg.sync,
             self.cfg.frames_per_batch,
             &self.cfg.envs_per_node,
             self.cfg.total_frames,
-        )?;
+        )
+    }
+
+    /// The run will go on from `checkpoint` (see [`Self::start_resume`]); whether it
+    /// fits this run's config is checked now, naming the first setting that differs.
+    pub fn with_resume(mut self, checkpoint: Checkpoint) -> Result<TrainerMachine, CheckpointError> {
+        self.check_fits(&checkpoint)?;
         self.resume = Some(Box::new(checkpoint));
         Ok(self)
     }
@@ -1239,12 +1243,7 @@ impl TrainerMachine {
     /// its state; requests wait until all confirmed. A node that cannot restore
     /// fails the run (see [`FromNode::CheckpointFailed`]).
     pub fn restore(&mut self, checkpoint: Checkpoint, out: &mut Vec<Output>) -> Result<(), CheckpointError> {
-        checkpoint.check_fits(
-            self.cfg.sync,
-            self.cfg.frames_per_batch,
-            &self.cfg.envs_per_node,
-            self.cfg.total_frames,
-        )?;
+        self.check_fits(&checkpoint)?;
         if self.next_seq != 0 || self.batches_yielded != 0 || self.checkpointing() || self.seeding.is_some() {
             return Err(CheckpointError::Mismatch {
                 field: "resume",
