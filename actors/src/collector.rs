@@ -747,7 +747,11 @@ impl DistributedCollector {
         }
         let (ready_tx, ready_rx) = mpsc::channel();
         let (done_tx, done_rx) = mpsc::channel();
-        let restartable = children.clone();
+        let restartable = match (&children, &slurm_job) {
+            (Some(c), _) => Some(launch::remote::Respawn::Process(std::sync::Arc::clone(c))),
+            (None, Some(j)) => Some(launch::remote::Respawn::Slurm(j.resubmitter())),
+            _ => None,
+        };
         let thread = std::thread::Builder::new()
             .name("rollout-system".into())
             .spawn(move || {
@@ -984,6 +988,12 @@ impl DistributedCollector {
     /// array task `i` (`ID_i`).
     pub fn slurm_job_id(&self) -> Option<&str> {
         self.slurm_job.as_ref().map(SlurmJob::id)
+    }
+
+    /// Every SLURM job of the run: the job array, then each single task resubmitted to
+    /// restart a node (supervised runs). Empty for other launchers.
+    pub fn slurm_job_ids(&self) -> Vec<String> {
+        self.slurm_job.as_ref().map(SlurmJob::job_ids).unwrap_or_default()
     }
 
     /// Stops every node, waits for them (bounded), joins every thread started, and

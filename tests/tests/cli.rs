@@ -136,6 +136,17 @@ fn json_sync_batches_have_no_node() {
     }
 }
 
+/// `--node-max-restarts` turns node supervision on; the run is the same when nothing fails.
+#[test]
+fn supervised_collection_runs_and_a_bad_restart_count_is_a_usage_error() {
+    let args =
+        "collect --sync --nodes 2 --frames-per-batch 100 --total-frames 500 --node-max-restarts 2 --json --quiet";
+    let run = rollout(&args.split(' ').collect::<Vec<_>>());
+    assert_ok(&run, args);
+    check_json(&run, 5, 100);
+    assert_usage_error(&["collect", "--node-max-restarts", "many"], "--node-max-restarts");
+}
+
 #[test]
 fn human_summary_goes_to_stderr() {
     let args = "collect --nodes 1 --frames-per-batch 50 --total-frames 100 --quiet";

@@ -503,3 +503,35 @@ fn cli_slurm_flags_are_checked() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("partition") && err.contains("--launcher slurm"), "{err}");
 }
+
+/// Supervised: a cancelled task is resubmitted as a single task under the same node
+/// index, it rejoins, and the sync run completes with exact frames; at shutdown no job
+/// of the run (the array or the resubmission) is left.
+#[test]
+fn a_cancelled_task_is_resubmitted_and_the_sync_run_completes() {
+    let mut c = builder("resubmit", true, 3000, SlurmOptions::default())
+        .node_max_restarts(3)
+        .build()
+        .expect("collector");
+    let id = c.slurm_job_id().expect("a SLURM job").to_string();
+    let mut frames = 0;
+    for _ in 0..3 {
+        frames += c.next_batch().expect("batch").expect("not done").data.numel();
+    }
+    cancel_task_1(&id);
+    let t = Instant::now();
+    while let Some(b) = c.next_batch().expect("the run goes on with node 1 resubmitted") {
+        assert_eq!(b.data.numel(), 100, "every batch whole");
+        frames += b.data.numel();
+    }
+    assert_eq!(frames, 3000, "exact frames");
+    let stats = c.stats().expect("stats");
+    assert_eq!(stats.restarts, vec![0, 1], "node 1 restarted once");
+    let jobs = c.slurm_job_ids();
+    assert_eq!(jobs.len(), 2, "the array and one resubmitted task: {jobs:?}");
+    eprintln!("resubmitted as job {} and completed in {:?}", jobs[1], t.elapsed());
+    c.shutdown().expect("shutdown");
+    for j in &jobs {
+        assert_no_job(j);
+    }
+}

@@ -210,6 +210,11 @@ struct CollectArgs {
     /// Longest wait for one batch, in seconds.
     #[arg(long, default_value_t = 60.0, value_name = "SECS", allow_negative_numbers = true)]
     batch_timeout: f64,
+    /// Supervise the nodes: restart a failed node (local: rebuilt; process: respawned;
+    /// slurm: its task resubmitted; external: its slot waits for a rejoin) up to N times
+    /// within 5 s [default: off, a lost node stays lost].
+    #[arg(long, value_name = "N")]
+    node_max_restarts: Option<u32>,
     #[command(flatten)]
     slurm: SlurmArgs,
     /// One JSON object per batch on stdout, then a summary object.
@@ -443,6 +448,9 @@ fn build(args: &CollectArgs) -> Result<DistributedCollector, Failure> {
     }
     if let Some(n) = args.max_weight_update_interval {
         b = b.max_weight_update_interval(n);
+    }
+    if let Some(n) = args.node_max_restarts {
+        b = b.node_max_restarts(n);
     }
     if let Some(n) = args.update_interval {
         b = b.update_interval(n);

@@ -54,12 +54,21 @@ pub async fn start(
     start_watched(machine, specs, listener, door, join_timeout, seed, None, None).await
 }
 
-/// Restarts remote nodes: frees the node's slot, starts a new process for it when this
-/// trainer started the old one (`Process`: the old one is killed, also when stopped),
-/// and waits (bounded by the join timeout) for a node to join under the same index.
+/// How a launcher that started its nodes starts one again.
+#[derive(Clone)]
+pub enum Respawn {
+    /// `Process`: kill the old child (also when stopped), spawn a new one.
+    Process(Arc<Mutex<Children>>),
+    /// `Slurm`: cancel the old task, resubmit the batch script as that single array task.
+    Slurm(super::slurm::SlurmResubmit),
+}
+
+/// Restarts remote nodes: frees the node's slot, starts a new node for it when this
+/// trainer started the old one ([`Respawn`]), and waits (bounded by the join timeout)
+/// for a node to join under the same index.
 struct RemoteRestarter {
     admission: Rc<RefCell<Admission>>,
-    children: Option<Arc<Mutex<Children>>>,
+    respawn: Option<Respawn>,
     join_timeout: Duration,
     /// The restart in progress of each node.
     pending: Rc<RefCell<Vec<Option<u32>>>>,
@@ -71,26 +80,41 @@ impl Restarter for RemoteRestarter {
         if let Some(p) = self.pending.borrow_mut().get_mut(node) {
             *p = Some(restart);
         }
-        if let Some(children) = &self.children {
-            let r = match children.lock() {
-                Ok(mut c) => c.respawn(node),
-                Err(_) => Err(std::io::Error::other("the process table is poisoned")),
-            };
-            match r {
-                Ok(pid) => tracing::warn!(node, restart, pid, %cause, "node process replaced"),
-                Err(e) => {
-                    if let Some(p) = self.pending.borrow_mut().get_mut(node) {
-                        *p = None;
+        match &self.respawn {
+            Some(Respawn::Process(children)) => {
+                let r = match children.lock() {
+                    Ok(mut c) => c.respawn(node),
+                    Err(_) => Err(std::io::Error::other("the process table is poisoned")),
+                };
+                match r {
+                    Ok(pid) => tracing::warn!(node, restart, pid, %cause, "node process replaced"),
+                    Err(e) => {
+                        return self.give_up(node, format!("cannot start node process {node} again: {e}"), &trainer);
                     }
-                    trainer.do_send(NodeRestartFailed {
-                        node,
-                        reason: format!("cannot start node process {node} again: {e}"),
-                    });
-                    return;
                 }
             }
-        } else {
-            tracing::warn!(node, restart, %cause, "waiting for node to rejoin");
+            Some(Respawn::Slurm(slurm)) => {
+                // sbatch blocks (bounded): off the trainer's thread.
+                tracing::warn!(node, restart, %cause, "resubmitting the node's SLURM task");
+                let slurm = slurm.clone();
+                let pending = self.pending.clone();
+                let trainer = trainer.clone();
+                actix_rt::spawn(async move {
+                    let r = actix_rt::task::spawn_blocking(move || slurm.resubmit(node)).await;
+                    let reason = match r {
+                        Ok(Ok(_)) => return,
+                        Ok(Err(e)) => format!("cannot resubmit node {node}'s SLURM task: {e}"),
+                        Err(e) => format!("cannot resubmit node {node}'s SLURM task: {e}"),
+                    };
+                    if pending.borrow().get(node).copied().flatten() == Some(restart) {
+                        if let Some(p) = pending.borrow_mut().get_mut(node) {
+                            *p = None;
+                        }
+                        trainer.do_send(NodeRestartFailed { node, reason });
+                    }
+                });
+            }
+            None => tracing::warn!(node, restart, %cause, "waiting for node to rejoin"),
         }
         let pending = self.pending.clone();
         let wait = self.join_timeout;
@@ -110,6 +134,15 @@ impl Restarter for RemoteRestarter {
     }
 }
 
+impl RemoteRestarter {
+    fn give_up(&mut self, node: usize, reason: String, trainer: &Addr<Trainer>) {
+        if let Some(p) = self.pending.borrow_mut().get_mut(node) {
+            *p = None;
+        }
+        trainer.do_send(NodeRestartFailed { node, reason });
+    }
+}
+
 /// Starts the actor serving a node that joined.
 fn start_peer(j: Joined, trainer: &Addr<Trainer>, cache: &WeightsCache, timing: PeerTiming) -> Addr<RemoteNode> {
     let (read, write) = j.stream.into_split();
@@ -125,7 +158,7 @@ fn start_peer(j: Joined, trainer: &Addr<Trainer>, cache: &WeightsCache, timing: 
 
 /// [`start`], with a [`JoinWatch`] on the nodes while they join. With supervision on in
 /// `machine`, a failed node's slot is freed and a node joining under its index replaces
-/// it; `children` (the `Process` launcher's) are restarted for it.
+/// it; a node this trainer started is started again by `respawn`.
 #[allow(clippy::too_many_arguments)]
 pub async fn start_watched(
     machine: TrainerMachine,
@@ -135,7 +168,7 @@ pub async fn start_watched(
     join_timeout: Duration,
     seed: u64,
     watch: Option<Arc<dyn JoinWatch>>,
-    children: Option<Arc<Mutex<Children>>>,
+    respawn: Option<Respawn>,
 ) -> Result<Started, CollectError> {
     let n = specs.len();
     listener
@@ -205,7 +238,7 @@ pub async fn start_watched(
         let pending = Rc::new(RefCell::new(vec![None; n]));
         t = t.with_restarter(Box::new(RemoteRestarter {
             admission: admission.clone(),
-            children,
+            respawn,
             join_timeout,
             pending: pending.clone(),
         }));

@@ -7,6 +7,10 @@
 //! `sacct`, then `scontrol`), and at shutdown, and whenever the trainer fails or is
 //! dropped, it ends the job (`scancel`) and checks that no task is left.
 //!
+//! A supervised run restarts a failed node by resubmitting the same batch script as a
+//! single array task under the node's index ([`SlurmResubmit`]); those jobs are ended
+//! with the first one.
+//!
 //! Every SLURM command runs with a deadline ([`COMMAND_TIMEOUT`]).
 
 use std::collections::BTreeMap;
@@ -16,7 +20,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Longest any one SLURM command (`sbatch`, `squeue`, `scancel`, ...) may take.
@@ -194,6 +198,9 @@ pub enum SlurmError {
     /// `sbatch --parsable` printed something that is not a job id.
     #[error("sbatch printed no job id: {0:?}")]
     NoJobId(String),
+    /// The job is being ended: no node is resubmitted any more.
+    #[error("the SLURM job is being ended")]
+    Closed,
     /// Tasks of the job were still in the queue after `scancel` and `scancel --signal=KILL`.
     #[error("SLURM job {job} is not ended after scancel: {states}")]
     NotEnded {
@@ -462,7 +469,75 @@ pub struct SlurmJob {
     query: SlurmQuery,
     dir: PathBuf,
     token_file: PathBuf,
+    script: PathBuf,
+    resubmitted: Arc<Mutex<Resubmitted>>,
     ended: bool,
+}
+
+/// Jobs submitted after the first one, to restart single nodes.
+#[derive(Debug, Default)]
+struct Resubmitted {
+    /// Every resubmitted job id, in order.
+    jobs: Vec<String>,
+    /// The task now serving each restarted node: `JOBID_i`.
+    current: BTreeMap<usize, String>,
+    /// Set once the job is being ended: no more resubmissions.
+    closed: bool,
+}
+
+/// Restarts single nodes of a [`SlurmJob`] (cheap to clone, usable from any thread).
+#[derive(Clone, Debug)]
+pub struct SlurmResubmit {
+    first: String,
+    script: PathBuf,
+    resubmitted: Arc<Mutex<Resubmitted>>,
+}
+
+impl SlurmResubmit {
+    /// Ends node `node`'s task (`scancel`; it may be gone already), then submits the
+    /// job's batch script again as the single array task `node` (its log appends to
+    /// `task-<node>.out`). Returns the new job id. Blocks for the two commands.
+    pub fn resubmit(&self, node: usize) -> Result<String, SlurmError> {
+        let current = {
+            let r = self.resubmitted.lock().unwrap_or_else(|p| p.into_inner());
+            if r.closed {
+                return Err(SlurmError::Closed);
+            }
+            r.current
+                .get(&node)
+                .cloned()
+                .unwrap_or_else(|| format!("{}_{node}", self.first))
+        };
+        if let Err(e) = run("scancel", &[&current], COMMAND_TIMEOUT) {
+            tracing::debug!(task = %current, error = %e, "scancel before resubmitting");
+        }
+        let script = self.script.display().to_string();
+        let array = format!("--array={node}");
+        let out = run(
+            "sbatch",
+            &["--parsable", &array, "--open-mode=append", &script],
+            COMMAND_TIMEOUT,
+        )?;
+        let id = job_id(&out).ok_or(SlurmError::NoJobId(out))?;
+        let mut r = self.resubmitted.lock().unwrap_or_else(|p| p.into_inner());
+        r.jobs.push(id.clone());
+        r.current.insert(node, format!("{id}_{node}"));
+        let closed = r.closed;
+        drop(r);
+        if closed {
+            // The job was ended meanwhile: end this one too.
+            let _ = run("scancel", &[&id], COMMAND_TIMEOUT);
+            return Err(SlurmError::Closed);
+        }
+        tracing::warn!(node, job = %id, replaced = %current, "resubmitted the node's SLURM task");
+        Ok(id)
+    }
+}
+
+/// The job id `sbatch --parsable` printed (`ID` or `ID;cluster`).
+fn job_id(out: &str) -> Option<String> {
+    let id = out.trim().split(';').next().unwrap_or("").trim();
+    (!id.is_empty() && id.bytes().all(|b| b.is_ascii_digit())).then(|| id.to_string())
 }
 
 impl SlurmJob {
@@ -516,12 +591,10 @@ impl SlurmJob {
                 return Err(e);
             }
         };
-        // `ID` or `ID;cluster`.
-        let id = out.trim().split(';').next().unwrap_or("").trim().to_string();
-        if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) {
+        let Some(id) = job_id(&out) else {
             let _ = std::fs::remove_file(&token_file);
             return Err(SlurmError::NoJobId(out));
-        }
+        };
         tracing::info!(job = %id, tasks, script = %script.display(), "submitted the SLURM job array");
         let mut query = SlurmQuery::new(id, tasks);
         query.logs = Some(dir.clone());
@@ -529,8 +602,36 @@ impl SlurmJob {
             query,
             dir,
             token_file,
+            script,
+            resubmitted: Arc::default(),
             ended: false,
         })
+    }
+
+    /// What restarts single nodes of this job.
+    pub fn resubmitter(&self) -> SlurmResubmit {
+        SlurmResubmit {
+            first: self.id().to_string(),
+            script: self.script.clone(),
+            resubmitted: self.resubmitted.clone(),
+        }
+    }
+
+    /// The first job's id, then every job resubmitted to restart a node.
+    pub fn job_ids(&self) -> Vec<String> {
+        let r = self.resubmitted.lock().unwrap_or_else(|p| p.into_inner());
+        std::iter::once(self.id().to_string())
+            .chain(r.jobs.iter().cloned())
+            .collect()
+    }
+
+    /// The queued tasks of every job of this run.
+    fn live(&self) -> Result<Vec<TaskState>, SlurmError> {
+        let mut all = Vec::new();
+        for id in self.job_ids() {
+            all.extend(SlurmQuery::new(id, self.query.tasks).live()?);
+        }
+        Ok(all)
     }
 
     /// The job id (`scancel ID_i` ends task `i`).
@@ -571,28 +672,35 @@ impl SlurmJob {
     }
 
     fn end(&self, grace: Duration) -> Result<(), SlurmError> {
-        let job = self.id().to_string();
+        self.resubmitted.lock().unwrap_or_else(|p| p.into_inner()).closed = true;
+        let jobs = self.job_ids();
+        let job = jobs.join(",");
+        let ids: Vec<&str> = jobs.iter().map(String::as_str).collect();
         // Running tasks get `grace` to finish; pending ones never will.
         let until = Instant::now() + grace;
-        let mut live = self.query.live()?;
+        let mut live = self.live()?;
         while !live.is_empty() && live.iter().any(|t| t.state != "PENDING") && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(200));
-            live = self.query.live()?;
+            live = self.live()?;
         }
         if live.is_empty() {
             return Ok(());
         }
-        run("scancel", &[&job], COMMAND_TIMEOUT)?;
+        run("scancel", &ids, COMMAND_TIMEOUT)?;
         if self.wait_gone(CANCEL_WAIT)? {
             return Ok(());
         }
         tracing::warn!(%job, "tasks still queued after scancel: sending SIGKILL");
-        run("scancel", &["--signal=KILL", "--full", &job], COMMAND_TIMEOUT)?;
-        let _ = run("scancel", &[&job], COMMAND_TIMEOUT);
+        let kill: Vec<&str> = ["--signal=KILL", "--full"]
+            .into_iter()
+            .chain(ids.iter().copied())
+            .collect();
+        run("scancel", &kill, COMMAND_TIMEOUT)?;
+        let _ = run("scancel", &ids, COMMAND_TIMEOUT);
         if self.wait_gone(Duration::from_secs(10))? {
             return Ok(());
         }
-        let states = self.query.live()?.iter().map(ToString::to_string).collect::<Vec<_>>();
+        let states = self.live()?.iter().map(ToString::to_string).collect::<Vec<_>>();
         Err(SlurmError::NotEnded {
             job,
             states: states.join(", "),
@@ -602,7 +710,7 @@ impl SlurmJob {
     fn wait_gone(&self, wait: Duration) -> Result<bool, SlurmError> {
         let until = Instant::now() + wait;
         loop {
-            if self.query.live()?.is_empty() {
+            if self.live()?.is_empty() {
                 return Ok(true);
             }
             if Instant::now() >= until {
