@@ -189,6 +189,34 @@ pub fn panicky_registry(panic_at: u64) -> (rollout::Registry, std::sync::Arc<std
     (reg, built)
 }
 
+/// The builtins plus `Panicky`, each instance panicking at a step drawn (xorshift from
+/// `seed`, one draw per instance built) from `lo..hi`: faults at unpredictable points.
+/// Also returns the count of instances built.
+pub fn flaky_registry(
+    seed: u64,
+    lo: u64,
+    hi: u64,
+) -> (rollout::Registry, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let state = std::sync::Arc::new(std::sync::Mutex::new(seed | 1));
+    let built = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = built.clone();
+    let mut reg = rollout::Registry::with_builtins();
+    reg.register("Panicky", move |_c| {
+        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let mut x = state.lock().unwrap_or_else(|p| p.into_inner());
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        let panic_at = lo + *x % (hi - lo).max(1);
+        Ok(Box::new(Panicky {
+            inner: rollout::Counting::new(rollout::CountingConfig::default())?,
+            steps: 0,
+            panic_at,
+        }))
+    });
+    (reg, built)
+}
+
 /// A compact view of what a trainer sent, for comparing message sequences:
 /// `(node, "C<seq>:<frames>" | "W<version>" | "S<seed>" | "X" | "P" (snapshot) | "R<node>" (restore))`.
 pub fn describe_sent(sent: &[(usize, rollout::message::ToNode)]) -> Vec<(usize, String)> {

@@ -688,6 +688,65 @@ fn chaos(sync: bool, seconds: u64) {
     }
 }
 
+/// A bounded soak in one process: every env instance panics at a random step (30 to
+/// 300), workers restart (and past their intensity their node fails and is rebuilt);
+/// frames exact, batches once, trajectory ids unique, every restart counted.
+fn chaos_env_panics(sync: bool, seconds: u64) {
+    let (fpb, total) = (40usize, 4_000_000i64);
+    let (registry, built) = rollout_tests::flaky_registry(if sync { 7 } else { 8 }, 30, 300);
+    let mut c = DistributedCollector::builder()
+        .env("Panicky")
+        .registry(registry)
+        .policy(PolicyConfig::Constant { value: 1.0 })
+        .nodes(2)
+        .envs_per_node(2)
+        .frames_per_batch(fpb)
+        .total_frames(total)
+        .sync(sync)
+        .seed(0)
+        .launcher(Launcher::Local)
+        .max_restarts(3)
+        .restart_window(Duration::from_millis(50))
+        .node_max_restarts(1000)
+        .node_restart_window(Duration::from_secs(60))
+        .batch_timeout(Duration::from_secs(20))
+        .build()
+        .expect("collector");
+    let start = Instant::now();
+    let mut batches = Vec::new();
+    while let Some(b) = c.next_batch().expect("batch") {
+        batches.push(b);
+        if start.elapsed() > Duration::from_secs(seconds) {
+            break;
+        }
+    }
+    let frames: usize = batches.iter().map(|b| b.data.numel()).sum();
+    assert_eq!(frames, batches.len() * fpb);
+    assert_exact(&batches, frames);
+    assert_unique_traj_ids(&batches);
+    let node_restarts: u32 = c.stats().expect("stats").restarts.iter().sum();
+    let built = built.load(std::sync::atomic::Ordering::SeqCst);
+    eprintln!(
+        "env chaos sync={sync}: {} batches, {frames} frames, {built} envs built, {node_restarts} node restarts",
+        batches.len()
+    );
+    assert!(frames >= 4 * 300, "the soak collected only {frames} frames");
+    // No instance steps 300 times, so the frames took at least frames / 299 instances:
+    // the envs really panicked and were rebuilt all along.
+    assert!(built >= frames / 299, "{built} env instances for {frames} frames");
+    c.shutdown().expect("shutdown");
+}
+
+#[test]
+fn chaos_soak_async_local_nodes_with_envs_panicking_at_random_steps() {
+    chaos_env_panics(false, 5);
+}
+
+#[test]
+fn chaos_soak_sync_local_nodes_with_envs_panicking_at_random_steps() {
+    chaos_env_panics(true, 5);
+}
+
 #[test]
 fn chaos_soak_async_process_nodes_under_random_sigkills() {
     chaos(false, 25);
