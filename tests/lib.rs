@@ -235,3 +235,27 @@ pub fn describe_sent(sent: &[(usize, rollout::message::ToNode)]) -> Vec<(usize, 
         })
         .collect()
 }
+
+/// A fresh folder under the system temp dir, removed (with its content) when dropped.
+pub struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    /// `rollout-<name>-<pid>`, emptied first.
+    pub fn new(name: &str) -> TempDir {
+        let d = std::env::temp_dir().join(format!("rollout-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("temp dir");
+        TempDir(d)
+    }
+
+    /// `file` inside the folder.
+    pub fn join(&self, file: &str) -> std::path::PathBuf {
+        self.0.join(file)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

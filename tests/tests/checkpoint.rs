@@ -2,7 +2,6 @@
 //! checkpoint goes on as if it had never stopped (sync mode: bit for bit), with
 //! nothing lost and nothing doubled in async mode; bad checkpoints are clear errors.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use rollout::checkpoint::Checkpoint;
@@ -11,15 +10,9 @@ use rollout::{PolicyConfig, Tensor};
 use rollout_actors::checkpoint_file;
 use rollout_actors::testkit::Cluster;
 use rollout_actors::{Collected, CollectorBuilder, DistributedCollector, Launcher};
-use rollout_tests::{assert_unique_traj_ids, panicky_registry, rollout_bin};
+use rollout_tests::{assert_unique_traj_ids, panicky_registry, rollout_bin, TempDir};
 
 const DEADLINE: Duration = Duration::from_secs(30);
-
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rollout-ckpt-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir.join("run.ckpt")
-}
 
 /// CartPole with a sampling linear policy: envs' generators and the policy's both matter.
 fn builder(sync: bool, total: i64) -> CollectorBuilder {
@@ -107,7 +100,8 @@ fn sync_resume_is_bit_identical(launcher: Launcher) {
     assert_eq!(whole.len(), 10);
     let (head, ck) = run(b(1200).build().expect("collector"), Some(4));
     assert_same_batches(&head, &whole[..4]);
-    let path = tmp(&format!("sync-{launcher:?}"));
+    let dir = TempDir::new(&format!("ckpt-sync-{launcher:?}"));
+    let path = dir.join("run.ckpt");
     checkpoint_file::save(&ck.expect("checkpoint"), &path).expect("save");
     let loaded = checkpoint_file::load(&path).expect("load");
     assert_eq!(loaded.trainer.batches_yielded, 4);
@@ -239,7 +233,8 @@ fn bad_checkpoint_files_are_clear_errors() {
     let ck = c.checkpoint().expect("checkpoint");
     c.shutdown().expect("shutdown");
     let good = ck.to_bytes().expect("encode");
-    let path = tmp("bad");
+    let dir = TempDir::new("ckpt-bad");
+    let path = dir.join("run.ckpt");
     let mut wrong_version = good.clone();
     wrong_version[11] = 9;
     let cases: Vec<(&str, Vec<u8>)> = vec![

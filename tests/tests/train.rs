@@ -184,8 +184,7 @@ fn small(seed: u64, max_batches: u64) -> TrainConfig {
 /// checkpoint ends as the run that never stopped: same returns, same weights bit for bit.
 #[test]
 fn library_training_resumed_from_a_checkpoint_matches_the_uninterrupted_run() {
-    let dir = std::env::temp_dir().join(format!("rollout-train-ckpt-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = rollout_tests::TempDir::new("train-ckpt");
     let path = dir.join("train.ckpt");
     let whole = short_run(small(5, 6));
     assert_eq!(whole.batches, 6);
@@ -228,8 +227,7 @@ fn library_training_resumed_from_a_checkpoint_matches_the_uninterrupted_run() {
 #[test]
 fn cli_train_checkpoint_and_resume_end_as_the_uninterrupted_run() {
     let bin = rollout_release_bin();
-    let dir = std::env::temp_dir().join(format!("rollout-cli-ckpt-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = rollout_tests::TempDir::new("cli-ckpt");
     let path = dir.join("cartpole.ckpt");
     let p = path.to_str().expect("utf-8 path");
     let base = ["train", "--seed", "3", "--json", "--quiet"];
