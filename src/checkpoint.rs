@@ -184,6 +184,23 @@ impl Checkpoint {
                 );
             }
         }
+        // Counters of a real run stay far below 2^63; beyond, arithmetic would overflow.
+        let limit = i64::MAX as u64;
+        let counters = [
+            ("frames_yielded", t.frames_yielded),
+            ("batches_yielded", t.batches_yielded),
+            ("next_seq", t.next_seq),
+            ("weights_version", t.weights_version),
+            ("frames_collected", t.frames_collected),
+        ];
+        if let Some((name, v)) = counters.iter().find(|(_, v)| *v > limit) {
+            return bad("resume", format!("holds {name} = {v}, out of range"));
+        }
+        for (i, b) in t.nodes.iter().enumerate() {
+            if b.traj_offset > limit || b.max_traj.is_some_and(|m| m > limit) || b.since_update > limit {
+                return bad("resume", format!("holds out-of-range counters for node {i}"));
+            }
+        }
         for b in &t.ready {
             if b.node >= n {
                 return bad("nodes", format!("a pending batch names node {}", b.node));
@@ -199,9 +216,10 @@ impl Checkpoint {
         Ok(())
     }
 
-    /// Checks that this checkpoint can resume a collector of `nodes` nodes with
-    /// `envs_per_node`, `frames_per_batch` and `sync`, that has not yielded more
-    /// than `total_frames`. Names the first setting that differs.
+    /// Checks that this checkpoint is whole (one state per node and per env, pending
+    /// batches of the right nodes and shapes) and can resume a collector of
+    /// `envs_per_node.len()` nodes with `envs_per_node`, `frames_per_batch` and `sync`,
+    /// that has not yielded more than `total_frames`. Names the first setting that differs.
     pub fn check_fits(
         &self,
         sync: bool,
@@ -209,6 +227,7 @@ impl Checkpoint {
         envs_per_node: &[usize],
         total_frames: Option<u64>,
     ) -> Result<(), CheckpointError> {
+        self.check_shape()?;
         let t = &self.trainer;
         let bad = |field, reason: String| Err(CheckpointError::Mismatch { field, reason });
         if t.envs_per_node.len() != envs_per_node.len() {

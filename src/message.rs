@@ -62,7 +62,11 @@ pub enum ToNode {
     Shutdown,
     /// Answer with [`FromNode::Snapshot`]: the node's whole state (for a checkpoint).
     /// Sent only while the node has no `Continue` in flight.
-    Snapshot,
+    Snapshot {
+        /// The checkpoint's id (from 1), echoed in the answer so a late answer to an
+        /// abandoned checkpoint is never taken for another's.
+        id: u64,
+    },
     /// Go on from this state (a resumed checkpoint) and answer [`FromNode::Restored`].
     /// Sent before any `Continue`.
     Restore(Box<NodeState>),
@@ -112,6 +116,8 @@ pub enum FromNode {
     Snapshot {
         /// The node.
         node: usize,
+        /// The `id` of the `Snapshot` answered.
+        id: u64,
         /// Its state.
         state: Box<NodeState>,
     },
@@ -125,6 +131,8 @@ pub enum FromNode {
     CheckpointFailed {
         /// The node.
         node: usize,
+        /// The `id` of the `Snapshot` refused, or 0 for a `Restore`.
+        id: u64,
         /// Why.
         reason: String,
     },

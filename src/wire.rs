@@ -112,6 +112,8 @@ pub enum NodeFrame {
     Snapshot {
         /// The node.
         node: usize,
+        /// The `id` of the `Snapshot` answered.
+        id: u64,
         /// Its state.
         state: Box<NodeState>,
     },
@@ -124,6 +126,8 @@ pub enum NodeFrame {
     CheckpointFailed {
         /// The node.
         node: usize,
+        /// The `id` of the `Snapshot` refused, or 0 for a `Restore`.
+        id: u64,
         /// Why.
         reason: String,
     },
@@ -174,7 +178,10 @@ pub enum TrainerFrame {
     /// See [`ToNode::Shutdown`].
     Shutdown,
     /// See [`ToNode::Snapshot`] (protocol version 3).
-    Snapshot,
+    Snapshot {
+        /// The checkpoint's id.
+        id: u64,
+    },
     /// See [`ToNode::Restore`] (protocol version 3).
     Restore(Box<NodeState>),
 }
@@ -186,7 +193,7 @@ impl From<ToNode> for TrainerFrame {
             ToNode::UpdateWeights(u) => TrainerFrame::UpdateWeights(u),
             ToNode::Seed(s) => TrainerFrame::Seed(s),
             ToNode::Shutdown => TrainerFrame::Shutdown,
-            ToNode::Snapshot => TrainerFrame::Snapshot,
+            ToNode::Snapshot { id } => TrainerFrame::Snapshot { id },
             ToNode::Restore(s) => TrainerFrame::Restore(s),
         }
     }
@@ -200,7 +207,7 @@ impl TrainerFrame {
             TrainerFrame::UpdateWeights(u) => Some(ToNode::UpdateWeights(u)),
             TrainerFrame::Seed(s) => Some(ToNode::Seed(s)),
             TrainerFrame::Shutdown => Some(ToNode::Shutdown),
-            TrainerFrame::Snapshot => Some(ToNode::Snapshot),
+            TrainerFrame::Snapshot { id } => Some(ToNode::Snapshot { id }),
             TrainerFrame::Restore(s) => Some(ToNode::Restore(s)),
             _ => None,
         }
@@ -216,9 +223,9 @@ impl From<FromNode> for NodeFrame {
             FromNode::Down { node } => NodeFrame::Down { node },
             FromNode::Failed { node, reason } => NodeFrame::Failed { node, reason },
             FromNode::Ready { node, layout } => NodeFrame::Ready { node, layout },
-            FromNode::Snapshot { node, state } => NodeFrame::Snapshot { node, state },
+            FromNode::Snapshot { node, id, state } => NodeFrame::Snapshot { node, id, state },
             FromNode::Restored { node } => NodeFrame::Restored { node },
-            FromNode::CheckpointFailed { node, reason } => NodeFrame::CheckpointFailed { node, reason },
+            FromNode::CheckpointFailed { node, id, reason } => NodeFrame::CheckpointFailed { node, id, reason },
         }
     }
 }
@@ -233,9 +240,9 @@ impl NodeFrame {
             NodeFrame::Down { node } => Some(FromNode::Down { node }),
             NodeFrame::Failed { node, reason } => Some(FromNode::Failed { node, reason }),
             NodeFrame::Ready { node, layout } => Some(FromNode::Ready { node, layout }),
-            NodeFrame::Snapshot { node, state } => Some(FromNode::Snapshot { node, state }),
+            NodeFrame::Snapshot { node, id, state } => Some(FromNode::Snapshot { node, id, state }),
             NodeFrame::Restored { node } => Some(FromNode::Restored { node }),
-            NodeFrame::CheckpointFailed { node, reason } => Some(FromNode::CheckpointFailed { node, reason }),
+            NodeFrame::CheckpointFailed { node, id, reason } => Some(FromNode::CheckpointFailed { node, id, reason }),
             _ => None,
         }
     }
@@ -677,11 +684,13 @@ mod tests {
             },
             NodeFrame::Snapshot {
                 node: 1,
+                id: 4,
                 state: node_state(),
             },
             NodeFrame::Restored { node: 1 },
             NodeFrame::CheckpointFailed {
                 node: 1,
+                id: 4,
                 reason: "env `Mine` cannot be checkpointed".into(),
             },
         ]
@@ -702,7 +711,7 @@ mod tests {
             }),
             TrainerFrame::Seed(Seed { seed: 42 }),
             TrainerFrame::Shutdown,
-            TrainerFrame::Snapshot,
+            TrainerFrame::Snapshot { id: 4 },
             TrainerFrame::Restore(node_state()),
         ]
     }
@@ -957,7 +966,7 @@ mod tests {
             }),
             ToNode::Seed(Seed { seed: 3 }),
             ToNode::Shutdown,
-            ToNode::Snapshot,
+            ToNode::Snapshot { id: 1 },
             ToNode::Restore(node_state()),
         ] {
             assert_eq!(TrainerFrame::from(m.clone()).into_to_node(), Some(m));
@@ -975,11 +984,13 @@ mod tests {
             },
             FromNode::Snapshot {
                 node: 1,
+                id: 2,
                 state: node_state(),
             },
             FromNode::Restored { node: 1 },
             FromNode::CheckpointFailed {
                 node: 0,
+                id: 0,
                 reason: "x".into(),
             },
         ] {

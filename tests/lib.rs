@@ -218,7 +218,7 @@ pub fn flaky_registry(
 }
 
 /// A compact view of what a trainer sent, for comparing message sequences:
-/// `(node, "C<seq>:<frames>" | "W<version>" | "S<seed>" | "X" | "P" (snapshot) | "R<node>" (restore))`.
+/// `(node, "C<seq>:<frames>" | "W<version>" | "S<seed>" | "X" | "P<id>" (snapshot) | "R<node>" (restore))`.
 pub fn describe_sent(sent: &[(usize, rollout::message::ToNode)]) -> Vec<(usize, String)> {
     use rollout::message::ToNode;
     sent.iter()
@@ -228,7 +228,7 @@ pub fn describe_sent(sent: &[(usize, rollout::message::ToNode)]) -> Vec<(usize, 
                 ToNode::UpdateWeights(u) => format!("W{}", u.weights.version),
                 ToNode::Seed(s) => format!("S{}", s.seed),
                 ToNode::Shutdown => "X".to_string(),
-                ToNode::Snapshot => "P".to_string(),
+                ToNode::Snapshot { id } => format!("P{id}"),
                 ToNode::Restore(st) => format!("R{}", st.node),
             };
             (*n, s)

@@ -940,7 +940,9 @@ impl DistributedCollector {
     /// goes on) when a node is down or restarting, or an env or policy cannot be
     /// checkpointed.
     pub fn checkpoint(&mut self) -> Result<Checkpoint, CollectError> {
-        self.ask(TakeCheckpoint, "taking a checkpoint", self.batch_timeout)?
+        let timeout = self.batch_timeout;
+        // The reply comes by the machine's own deadline; the ask's is a backstop.
+        self.ask(TakeCheckpoint { timeout }, "taking a checkpoint", timeout + timeout)?
             .map(|c| *c)
     }
 

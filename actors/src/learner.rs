@@ -366,7 +366,8 @@ impl Learner {
     /// Takes the collector's checkpoint (after the push, which it therefore holds),
     /// adds the learner's state, writes the file, then asks for the next batch.
     fn save_checkpoint(&mut self, path: PathBuf, ctx: &mut Context<Self>) {
-        let ask = tokio::time::timeout(self.batch_timeout, self.trainer.send(TakeCheckpoint));
+        let timeout = self.batch_timeout;
+        let ask = tokio::time::timeout(timeout + timeout, self.trainer.send(TakeCheckpoint { timeout }));
         ctx.spawn(actix::fut::wrap_future::<_, Self>(ask).map(move |r, act, ctx| {
             let collector = match r {
                 Ok(Ok(Ok(c))) => *c,

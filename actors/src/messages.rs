@@ -104,10 +104,14 @@ pub struct PushWeights(pub Option<Vec<usize>>);
 pub struct SetSeed(pub u64);
 
 /// Take a checkpoint of the whole run (between batches); answers once every node
-/// reported its state. Collection waits meanwhile, then goes on.
+/// reported its state, or fails once the deadline passed without (collection goes on
+/// either way). Collection waits meanwhile.
 #[derive(Message, Debug)]
 #[rtype(result = "Result<Box<rollout::checkpoint::Checkpoint>, CollectError>")]
-pub struct TakeCheckpoint;
+pub struct TakeCheckpoint {
+    /// Longest wait for every node's state (batches in flight are received first).
+    pub timeout: std::time::Duration,
+}
 
 /// Stop every node; answers once all are down.
 #[derive(Message, Debug)]

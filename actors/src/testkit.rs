@@ -295,9 +295,16 @@ impl TrainerHarness {
         self.sort();
     }
 
-    /// Starts a checkpoint (see [`TrainerMachine::begin_checkpoint`]).
-    pub fn begin_checkpoint(&mut self) -> Result<(), TrainerError> {
+    /// Starts a checkpoint (see [`TrainerMachine::begin_checkpoint`]); returns its id.
+    pub fn begin_checkpoint(&mut self) -> Result<u64, TrainerError> {
         let r = self.machine.begin_checkpoint(&mut self.out);
+        self.sort();
+        r
+    }
+
+    /// Gives up checkpoint `id` (its deadline passed).
+    pub fn cancel_checkpoint(&mut self, id: u64, reason: &str) -> Result<(), TrainerError> {
+        let r = self.machine.cancel_checkpoint(id, reason.to_string(), &mut self.out);
         self.sort();
         r
     }
@@ -454,7 +461,7 @@ impl Cluster {
 
     /// Takes a checkpoint of the whole cluster (between batches).
     pub fn checkpoint(&mut self) -> Result<Checkpoint, String> {
-        self.trainer.begin_checkpoint().map_err(|e| e.to_string())?;
+        let _id = self.trainer.begin_checkpoint().map_err(|e| e.to_string())?;
         self.pump();
         match self.trainer.take_checkpoints().pop() {
             Some(r) => r,

@@ -396,16 +396,29 @@ impl Handler<SetSeed> for Trainer {
 impl Handler<TakeCheckpoint> for Trainer {
     type Result = ResponseFuture<Result<Box<Checkpoint>, CollectError>>;
 
-    fn handle(&mut self, _msg: TakeCheckpoint, _ctx: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, msg: TakeCheckpoint, ctx: &mut Self::Context) -> Self::Result {
         if let Some(e) = self.failure.clone() {
             return Box::pin(async move { Err(e) });
         }
         let (tx, rx) = oneshot::channel();
-        if let Err(e) = self.machine.begin_checkpoint(&mut self.out) {
-            return Box::pin(async move { Err(e.into()) });
-        }
+        let id = match self.machine.begin_checkpoint(&mut self.out) {
+            Ok(id) => id,
+            Err(e) => return Box::pin(async move { Err(e.into()) }),
+        };
         self.checkpoint = Some(tx);
         self.dispatch();
+        // A node that never answers must not hold collection back: past the deadline
+        // the checkpoint is given up and the waiting requests are served.
+        let timeout = msg.timeout;
+        ctx.run_later(timeout, move |act, _ctx| {
+            let reason = format!(
+                "not every node reported its state within {:.1} s",
+                timeout.as_secs_f64()
+            );
+            let r = act.machine.cancel_checkpoint(id, reason, &mut act.out);
+            act.on_result(r);
+            act.dispatch();
+        });
         Box::pin(async move {
             rx.await
                 .unwrap_or_else(|_| Err(CollectError::Stopped("the trainer dropped the request".into())))

@@ -150,8 +150,8 @@ pub struct NodeMachine {
     weights: Option<Arc<Weights>>,
     lives: Vec<WorkerLife>,
     failed: bool,
-    /// A `Snapshot` being answered: the worker states received so far.
-    snapshot: Option<Vec<Option<RolloutState>>>,
+    /// A `Snapshot` being answered: its id and the worker states received so far.
+    snapshot: Option<(u64, Vec<Option<RolloutState>>)>,
     /// A `Restore` being applied: the workers that confirmed.
     restoring: Option<Vec<bool>>,
 }
@@ -276,7 +276,7 @@ impl NodeMachine {
                     ToNode::UpdateWeights(_) => "UpdateWeights",
                     ToNode::Seed(_) => "Seed",
                     ToNode::Shutdown => "Shutdown",
-                    ToNode::Snapshot => "Snapshot",
+                    ToNode::Snapshot { .. } => "Snapshot",
                     ToNode::Restore(_) => "Restore",
                 },
                 state: if self.down { "down" } else { "stopping" },
@@ -340,7 +340,7 @@ impl NodeMachine {
                     next_seed: s.seed.wrapping_add(self.workers as u64 * per),
                 }));
             }
-            ToNode::Snapshot => self.begin_snapshot(out),
+            ToNode::Snapshot { id } => self.begin_snapshot(id, out),
             ToNode::Restore(state) => self.begin_restore(*state, out),
             ToNode::Shutdown => {
                 self.pending = None;
@@ -387,7 +387,7 @@ impl NodeMachine {
             return Err(NodeError::Unexpected { worker, seq });
         }
         let life = &mut self.lives[worker];
-        life.frames += data.numel() as u64;
+        life.frames = life.frames.saturating_add(data.numel() as u64);
         if let Some(max) = max_traj_id(&data) {
             life.next_traj_id = life.next_traj_id.max(max + 1);
         }
@@ -494,7 +494,7 @@ impl NodeMachine {
                         },
                     });
                 }
-                if self.snapshot.as_ref().is_some_and(|s| s[worker].is_none()) {
+                if self.snapshot.as_ref().is_some_and(|(_, s)| s[worker].is_none()) {
                     // The new incarnation's state is the truth now.
                     out.push(NodeOutput::Worker {
                         worker,
@@ -502,7 +502,7 @@ impl NodeMachine {
                     });
                 }
                 if self.restoring.take().is_some() {
-                    self.checkpoint_failed(format!("env worker {worker} failed while restoring: {reason}"), out);
+                    self.checkpoint_failed(0, format!("env worker {worker} failed while restoring: {reason}"), out);
                 }
             }
             Err(escalation) => {
@@ -528,23 +528,25 @@ impl NodeMachine {
         }
     }
 
-    fn checkpoint_failed(&self, reason: String, out: &mut Vec<NodeOutput>) {
-        tracing::warn!(node = self.index, %reason, "checkpoint request failed");
+    /// Refuses the `Snapshot` `id` (0: the `Restore`).
+    fn checkpoint_failed(&self, id: u64, reason: String, out: &mut Vec<NodeOutput>) {
+        tracing::warn!(node = self.index, id, %reason, "checkpoint request failed");
         out.push(NodeOutput::Trainer(FromNode::CheckpointFailed {
             node: self.index,
+            id,
             reason,
         }));
     }
 
-    fn begin_snapshot(&mut self, out: &mut Vec<NodeOutput>) {
+    fn begin_snapshot(&mut self, id: u64, out: &mut Vec<NodeOutput>) {
         if let Some(p) = &self.pending {
             // The trainer waits for every batch before it asks; this is a protocol slip.
-            return self.checkpoint_failed(format!("Snapshot while Continue {} is in flight", p.seq), out);
+            return self.checkpoint_failed(id, format!("Snapshot while Continue {} is in flight", p.seq), out);
         }
         if self.snapshot.is_some() || self.restoring.is_some() {
-            return self.checkpoint_failed("Snapshot while another checkpoint request runs".into(), out);
+            return self.checkpoint_failed(id, "Snapshot while another checkpoint request runs".into(), out);
         }
-        self.snapshot = Some(vec![None; self.workers]);
+        self.snapshot = Some((id, vec![None; self.workers]));
         for worker in 0..self.workers {
             out.push(NodeOutput::Worker {
                 worker,
@@ -555,21 +557,35 @@ impl NodeMachine {
 
     fn begin_restore(&mut self, state: NodeState, out: &mut Vec<NodeOutput>) {
         if self.pending.is_some() || self.snapshot.is_some() || self.restoring.is_some() {
-            return self.checkpoint_failed("Restore while the node is busy".into(), out);
+            return self.checkpoint_failed(0, "Restore while the node is busy".into(), out);
         }
         if state.node != self.index {
             return self.checkpoint_failed(
+                0,
                 format!("the state is node {}'s, this is node {}", state.node, self.index),
                 out,
             );
         }
         if state.workers.len() != self.workers {
             return self.checkpoint_failed(
+                0,
                 format!(
                     "the state has {} env workers, this node has {}",
                     state.workers.len(),
                     self.workers
                 ),
+                out,
+            );
+        }
+        // Counters travel as u64 but are i64 in batches: anything past that is not a real run.
+        if let Some(w) = state
+            .workers
+            .iter()
+            .position(|w| w.frames > i64::MAX as u64 || w.next_traj_id > i64::MAX as u64)
+        {
+            return self.checkpoint_failed(
+                0,
+                format!("worker {w}'s frame or trajectory count is out of range"),
                 out,
             );
         }
@@ -600,19 +616,24 @@ impl NodeMachine {
         state: Result<RolloutState, String>,
         out: &mut Vec<NodeOutput>,
     ) -> Result<(), NodeError> {
-        let Some(states) = self.snapshot.as_mut().filter(|s| worker < s.len()) else {
+        let Some((id, states)) = self
+            .snapshot
+            .as_mut()
+            .filter(|(_, s)| worker < s.len() && s[worker].is_none())
+        else {
             return Err(NodeError::Unexpected { worker, seq: 0 });
         };
+        let id = *id;
         match state {
             Ok(s) => states[worker] = Some(s),
             Err(reason) => {
                 self.snapshot = None;
-                self.checkpoint_failed(format!("env worker {worker}: {reason}"), out);
+                self.checkpoint_failed(id, format!("env worker {worker}: {reason}"), out);
                 return Ok(());
             }
         }
         if states.iter().all(Option::is_some) {
-            let states = self.snapshot.take().unwrap_or_default();
+            let states = self.snapshot.take().map(|(_, s)| s).unwrap_or_default();
             let workers = states
                 .into_iter()
                 .flatten()
@@ -625,6 +646,7 @@ impl NodeMachine {
                 .collect();
             out.push(NodeOutput::Trainer(FromNode::Snapshot {
                 node: self.index,
+                id,
                 state: Box::new(NodeState {
                     node: self.index,
                     base_seed: self.base_seed,
@@ -644,12 +666,12 @@ impl NodeMachine {
         result: Result<(), String>,
         out: &mut Vec<NodeOutput>,
     ) -> Result<(), NodeError> {
-        let Some(done) = self.restoring.as_mut().filter(|d| worker < d.len()) else {
+        let Some(done) = self.restoring.as_mut().filter(|d| worker < d.len() && !d[worker]) else {
             return Err(NodeError::Unexpected { worker, seq: 0 });
         };
         if let Err(reason) = result {
             self.restoring = None;
-            self.checkpoint_failed(format!("env worker {worker} cannot restore: {reason}"), out);
+            self.checkpoint_failed(0, format!("env worker {worker} cannot restore: {reason}"), out);
             return Ok(());
         }
         done[worker] = true;
@@ -862,6 +884,164 @@ mod tests {
         assert!(out.is_empty());
         m.on_worker_stopped(0, &mut out);
         assert_eq!(out, vec![NodeOutput::Trainer(FromNode::Down { node: 0 })]);
+    }
+
+    /// A real rollout state (one Counting env).
+    fn rollout_state() -> RolloutState {
+        let spec = NodeSpec {
+            index: 0,
+            env: crate::EnvSpec::new("Counting"),
+            policy: crate::PolicySpec::from(crate::PolicyConfig::Constant { value: 1.0 }),
+            envs_per_node: 1,
+            first_lane: 0,
+            lanes: 1,
+            rollout: crate::rollout::RolloutConfig {
+                frames_per_batch: 2,
+                ..Default::default()
+            },
+            max_restarts: 5,
+            restart_window_ms: 5000,
+        };
+        let r = spec.build_workers(&crate::Registry::with_builtins()).unwrap();
+        r[0].snapshot().unwrap()
+    }
+
+    fn worker_cmds(out: &[NodeOutput]) -> Vec<(usize, &WorkerCmd)> {
+        out.iter()
+            .filter_map(|o| match o {
+                NodeOutput::Worker { worker, cmd } => Some((*worker, cmd)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_snapshot_gathers_every_worker_and_echoes_the_id() {
+        let mut m = NodeMachine::new(2, 2, 1).with_base_seed(9);
+        let mut out = Vec::new();
+        m.handle(ToNode::Snapshot { id: 7 }, &mut out).unwrap();
+        assert_eq!(
+            worker_cmds(&out),
+            vec![(0, &WorkerCmd::Snapshot), (1, &WorkerCmd::Snapshot)]
+        );
+        out.clear();
+        m.on_worker_snapshot(1, Ok(rollout_state()), &mut out).unwrap();
+        assert!(out.is_empty(), "one worker still to answer");
+        assert!(
+            m.on_worker_snapshot(1, Ok(rollout_state()), &mut out).is_err(),
+            "a second answer of the same worker is refused"
+        );
+        m.on_worker_snapshot(0, Ok(rollout_state()), &mut out).unwrap();
+        match trainer_msgs(&out).as_slice() {
+            [FromNode::Snapshot { node: 2, id: 7, state }] => {
+                assert_eq!((state.node, state.base_seed, state.workers.len()), (2, 9, 2));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_snapshot_is_refused_while_a_continue_is_in_flight_and_a_worker_refusal_fails_it() {
+        let mut m = NodeMachine::new(0, 1, 1);
+        cont(&mut m, 1, 2);
+        let mut out = Vec::new();
+        m.handle(ToNode::Snapshot { id: 3 }, &mut out).unwrap();
+        match trainer_msgs(&out).as_slice() {
+            [FromNode::CheckpointFailed { id: 3, reason, .. }] => assert!(reason.contains("in flight"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+        let mut m = NodeMachine::new(0, 1, 1);
+        out.clear();
+        m.handle(ToNode::Snapshot { id: 4 }, &mut out).unwrap();
+        out.clear();
+        m.on_worker_snapshot(0, Err("env `Mine` cannot be checkpointed".into()), &mut out)
+            .unwrap();
+        match trainer_msgs(&out).as_slice() {
+            [FromNode::CheckpointFailed { id: 4, reason, .. }] => assert!(reason.contains("Mine"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+        // The node is free again: the next snapshot is taken.
+        out.clear();
+        m.handle(ToNode::Snapshot { id: 5 }, &mut out).unwrap();
+        assert_eq!(worker_cmds(&out), vec![(0, &WorkerCmd::Snapshot)]);
+    }
+
+    #[test]
+    fn a_worker_failing_during_a_snapshot_is_restarted_and_asked_again() {
+        let mut m = NodeMachine::new(0, 2, 1);
+        let mut out = Vec::new();
+        m.handle(ToNode::Snapshot { id: 1 }, &mut out).unwrap();
+        m.on_worker_snapshot(0, Ok(rollout_state()), &mut out).unwrap();
+        out.clear();
+        m.on_worker_failed(1, "panic: boom", s(0), &mut out);
+        assert!(matches!(out[0], NodeOutput::RestartWorker { worker: 1, .. }));
+        assert_eq!(worker_cmds(&out), vec![(1, &WorkerCmd::Snapshot)]);
+        out.clear();
+        m.on_worker_snapshot(1, Ok(rollout_state()), &mut out).unwrap();
+        assert!(matches!(
+            trainer_msgs(&out).as_slice(),
+            [FromNode::Snapshot { id: 1, .. }]
+        ));
+    }
+
+    #[test]
+    fn a_restore_loads_weights_and_states_then_confirms_or_refuses() {
+        let state = |node, workers: usize| NodeState {
+            node,
+            base_seed: 33,
+            weights: Some(Arc::new(Weights::new(BTreeMap::new()).with_version(6))),
+            workers: (0..workers)
+                .map(|_| WorkerState {
+                    rollout: rollout_state(),
+                    next_traj_id: 12,
+                    frames: 40,
+                })
+                .collect(),
+        };
+        let mut out = Vec::new();
+        for (bad, want) in [(state(1, 2), "node 1's"), (state(0, 3), "3 env workers")] {
+            let mut m = NodeMachine::new(0, 2, 1);
+            out.clear();
+            m.handle(ToNode::Restore(Box::new(bad)), &mut out).unwrap();
+            match trainer_msgs(&out).as_slice() {
+                [FromNode::CheckpointFailed { id: 0, reason, .. }] => assert!(reason.contains(want), "{reason}"),
+                other => panic!("{other:?}"),
+            }
+        }
+        let mut m = NodeMachine::new(0, 2, 1);
+        out.clear();
+        m.handle(ToNode::Restore(Box::new(state(0, 2))), &mut out).unwrap();
+        let cmds = worker_cmds(&out);
+        assert_eq!(cmds.len(), 4, "weights, then the state, for each worker");
+        assert!(matches!(cmds[0], (0, WorkerCmd::SetWeights(w)) if w.version == 6));
+        assert!(matches!(cmds[1], (0, WorkerCmd::Restore(_))));
+        assert_eq!(m.base_seed(), 33);
+        out.clear();
+        m.on_worker_restored(0, Ok(()), &mut out).unwrap();
+        assert!(out.is_empty());
+        m.on_worker_restored(1, Ok(()), &mut out).unwrap();
+        assert_eq!(trainer_msgs(&out), vec![&FromNode::Restored { node: 0 }]);
+        // A restarted worker skips the restored trajectory ids and counts on from 40 frames.
+        out.clear();
+        m.on_worker_failed(1, "x", s(0), &mut out);
+        assert!(matches!(
+            out[0],
+            NodeOutput::RestartWorker {
+                skip_traj_ids_below: 12,
+                frames: 40,
+                ..
+            }
+        ));
+        // A worker that cannot restore fails the request.
+        let mut m = NodeMachine::new(0, 2, 1);
+        out.clear();
+        m.handle(ToNode::Restore(Box::new(state(0, 2))), &mut out).unwrap();
+        out.clear();
+        m.on_worker_restored(1, Err("obs dim".into()), &mut out).unwrap();
+        assert!(matches!(
+            trainer_msgs(&out).as_slice(),
+            [FromNode::CheckpointFailed { id: 0, .. }]
+        ));
     }
 
     #[test]

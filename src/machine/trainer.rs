@@ -354,11 +354,16 @@ pub struct TrainerMachine {
     restoring: Option<Vec<bool>>,
     /// A checkpoint to restore when the run starts.
     resume: Option<Box<Checkpoint>>,
+    /// The id of the last checkpoint begun (0 before any).
+    checkpoint_id: u64,
+    /// Weight pushes asked for during a checkpoint: sent once it ends (`Some(None)`: all nodes).
+    deferred_push: Option<Option<Vec<usize>>>,
 }
 
 /// A checkpoint in progress: which nodes were asked and what they answered.
 #[derive(Debug)]
 struct CheckpointRun {
+    id: u64,
     asked: Vec<bool>,
     states: Vec<Option<NodeCheckpoint>>,
 }
@@ -416,6 +421,8 @@ impl TrainerMachine {
             checkpoint: None,
             restoring: None,
             resume: None,
+            checkpoint_id: 0,
+            deferred_push: None,
         })
     }
 
@@ -650,7 +657,23 @@ impl TrainerMachine {
     }
 
     /// Sends the stored weights to `nodes` (all when `None`) that do not have them yet.
+    /// During a checkpoint the push waits for its end, so that no node's state in it
+    /// is taken on one side of the push and the trainer's on the other.
     pub fn push_weights(&mut self, nodes: Option<&[usize]>, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        if let Some(&bad) = nodes.and_then(|l| l.iter().find(|&&i| i >= self.nodes.len())) {
+            return Err(TrainerError::UnknownNode(bad));
+        }
+        if self.checkpointing() {
+            self.deferred_push = Some(match (self.deferred_push.take(), nodes) {
+                (Some(None), _) | (_, None) => None,
+                (Some(Some(mut a)), Some(b)) => {
+                    a.extend_from_slice(b);
+                    Some(a)
+                }
+                (None, Some(b)) => Some(b.to_vec()),
+            });
+            return Ok(());
+        }
         match nodes {
             None => {
                 for i in 0..self.nodes.len() {
@@ -698,7 +721,7 @@ impl TrainerMachine {
     /// A chain asked for while another runs starts when that one ends; only the
     /// last chain's result is reported.
     pub fn set_seed(&mut self, seed: u64, out: &mut Vec<Output>) {
-        if self.seeding.is_some() {
+        if self.seeding.is_some() || self.checkpointing() {
             self.queued_seed = Some(seed);
             return;
         }
@@ -789,9 +812,14 @@ impl TrainerMachine {
             }
         } else {
             self.push_stale(out);
-            if !self.started {
-                self.started = true;
-                for i in 0..self.cfg.nodes {
+            // Every live node with nothing in flight and nothing waiting to be yielded
+            // gets work: all of them at the start, and after a resume those whose batch
+            // is not among the kept ones (a run resumed with a larger `total_frames`).
+            self.started = true;
+            for i in 0..self.cfg.nodes {
+                let n = &self.nodes[i];
+                let idle = !n.down && !n.restarting && n.outstanding.is_none() && n.lost.is_none();
+                if idle && !self.ready.iter().any(|b| b.node == i) {
                     self.continue_node(i, self.cfg.frames_per_batch, out);
                 }
             }
@@ -802,7 +830,7 @@ impl TrainerMachine {
 
     fn try_yield_async(&mut self, out: &mut Vec<Output>) -> Result<(), TrainerError> {
         // While a checkpoint is taken or restored no node may be sent new work.
-        if !self.wanted || self.checkpointing() {
+        if !self.wanted || self.finished || self.checkpointing() {
             return Ok(());
         }
         let Some(b) = self.ready.pop_front() else {
@@ -883,18 +911,25 @@ impl TrainerMachine {
             }
             FromNode::Failed { node, reason } => self.node_lost(node, reason, out),
             FromNode::Ready { node, layout } => self.set_layout(node, layout),
-            FromNode::Snapshot { node, state } => self.on_snapshot(node, *state, out),
+            FromNode::Snapshot { node, id, state } => self.on_snapshot(node, id, *state, out),
             FromNode::Restored { node } => self.on_restored(node, out),
-            FromNode::CheckpointFailed { node, reason } => {
+            FromNode::CheckpointFailed { node, id: 0, reason } => {
                 if self.restoring.is_some() {
                     return Err(TrainerError::NodeFailed {
                         node,
                         reason: format!("cannot restore the checkpoint: {reason}"),
                     });
                 }
-                if self.checkpoint.is_some() {
-                    self.abort_checkpoint(format!("node {node}: {reason}"), out)?;
+                Err(TrainerError::Checkpoint(format!(
+                    "node {node} refused a restore nobody sent: {reason}"
+                )))
+            }
+            FromNode::CheckpointFailed { node, id, reason } => {
+                if self.checkpoint.as_ref().is_some_and(|r| r.id == id) {
+                    return self.abort_checkpoint(format!("node {node}: {reason}"), out);
                 }
+                // About a checkpoint already given up.
+                tracing::debug!(node, id, %reason, "late refusal of an abandoned checkpoint");
                 Ok(())
             }
         }
@@ -912,8 +947,14 @@ impl TrainerMachine {
             tracing::warn!(reason = %why, "checkpoint failed");
             out.push(Output::CheckpointFailed(why));
         }
+        let was_restoring = self.restoring.is_some();
         let r = self.node_gone(node, reason, out);
-        if aborted && !matches!(r, Err(TrainerError::NodeFailed { .. })) {
+        if matches!(r, Err(TrainerError::NodeFailed { .. })) {
+            return r;
+        }
+        if was_restoring {
+            self.finish_restore_if_done(out)?;
+        } else if aborted {
             self.resume_after_checkpoint(out)?;
         }
         r
@@ -1051,8 +1092,8 @@ impl TrainerMachine {
         st.outstanding = None;
         st.since_update += 1;
         self.frames_collected += frames as u64;
-        if !self.finished {
-            if self.cfg.sync {
+        if self.cfg.sync {
+            if !self.finished {
                 if let Some(round) = self.round.as_mut() {
                     round[node] = Some(b);
                     if round.iter().all(Option::is_some) {
@@ -1066,10 +1107,12 @@ impl TrainerMachine {
                         self.emit(node_batch(None, versions, stacked), true, out);
                     }
                 }
-            } else {
-                self.ready.push_back(b);
-                self.try_yield_async(out)?;
             }
+        } else {
+            // Kept even once the run is finished: a checkpoint then holds these frames,
+            // and a run resumed with a larger `total_frames` yields them first.
+            self.ready.push_back(b);
+            self.try_yield_async(out)?;
         }
         self.advance_checkpoint(out);
         Ok(())
@@ -1083,8 +1126,9 @@ impl TrainerMachine {
     /// work in flight (sync: once the round in flight is whole; async: once its batch
     /// arrived, which then waits in the checkpoint to be yielded). Meanwhile no node
     /// gets new work and requests wait. Ends with [`Output::Checkpoint`] or
-    /// [`Output::CheckpointFailed`]; an error here means it could not start.
-    pub fn begin_checkpoint(&mut self, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+    /// [`Output::CheckpointFailed`]; an error here means it could not start. Returns
+    /// the checkpoint's id (see [`Self::cancel_checkpoint`]).
+    pub fn begin_checkpoint(&mut self, out: &mut Vec<Output>) -> Result<u64, TrainerError> {
         if self.shutting_down {
             return Err(TrainerError::Checkpoint("the collector is shutting down".into()));
         }
@@ -1100,11 +1144,23 @@ impl TrainerMachine {
             )));
         }
         let n = self.nodes.len();
+        self.checkpoint_id += 1;
+        let id = self.checkpoint_id;
         self.checkpoint = Some(CheckpointRun {
+            id,
             asked: vec![false; n],
             states: vec![None; n],
         });
         self.advance_checkpoint(out);
+        Ok(id)
+    }
+
+    /// Gives up checkpoint `id` if it is still being taken (its deadline passed):
+    /// [`Output::CheckpointFailed`] with `reason`, and collection goes on.
+    pub fn cancel_checkpoint(&mut self, id: u64, reason: String, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        if self.checkpoint.as_ref().is_some_and(|r| r.id == id) {
+            return self.abort_checkpoint(reason, out);
+        }
         Ok(())
     }
 
@@ -1121,16 +1177,27 @@ impl TrainerMachine {
                 run.asked[i] = true;
                 out.push(Output::Send {
                     node: i,
-                    msg: ToNode::Snapshot,
+                    msg: ToNode::Snapshot { id: run.id },
                 });
             }
         }
     }
 
-    fn on_snapshot(&mut self, node: usize, state: NodeCheckpoint, out: &mut Vec<Output>) -> Result<(), TrainerError> {
-        let Some(run) = self.checkpoint.as_mut().filter(|r| r.asked[node]) else {
+    fn on_snapshot(
+        &mut self,
+        node: usize,
+        id: u64,
+        state: NodeCheckpoint,
+        out: &mut Vec<Output>,
+    ) -> Result<(), TrainerError> {
+        let Some(run) = self
+            .checkpoint
+            .as_mut()
+            .filter(|r| r.id == id && r.asked[node] && r.states[node].is_none())
+        else {
+            // A late answer to an abandoned checkpoint, or an invented one: never used.
             return Err(TrainerError::Checkpoint(format!(
-                "node {node} sent a snapshot nobody asked for"
+                "node {node} sent a snapshot for checkpoint {id}, which is not waiting for it"
             )));
         };
         if state.node != node || state.workers.len() != self.cfg.envs_per_node[node] {
@@ -1170,9 +1237,17 @@ impl TrainerMachine {
         self.resume_after_checkpoint(out)
     }
 
-    /// Serves what waited for the checkpoint.
+    /// Serves what waited for the checkpoint: weight pushes, a seeding chain, requests.
     fn resume_after_checkpoint(&mut self, out: &mut Vec<Output>) -> Result<(), TrainerError> {
         if self.checkpointing() || self.seeding.is_some() {
+            return Ok(());
+        }
+        if let Some(nodes) = self.deferred_push.take() {
+            self.push_weights(nodes.as_deref(), out)?;
+        }
+        if let Some(seed) = self.queued_seed.take() {
+            // The chain serves the waiting request when it ends.
+            self.set_seed(seed, out);
             return Ok(());
         }
         if std::mem::take(&mut self.deferred) {
@@ -1290,7 +1365,12 @@ impl TrainerMachine {
             return Err(TrainerError::Checkpoint(format!("node {node} restored nothing asked")));
         };
         done[node] = true;
-        if done.iter().all(|d| *d) {
+        self.finish_restore_if_done(out)
+    }
+
+    /// Once every node restored (or was lost meanwhile), serves what waited.
+    fn finish_restore_if_done(&mut self, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        if self.restoring.as_ref().is_some_and(|d| d.iter().all(|x| *x)) {
             self.restoring = None;
             tracing::info!("every node restored the checkpoint");
             self.resume_after_checkpoint(out)?;

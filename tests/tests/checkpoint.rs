@@ -155,6 +155,41 @@ fn async_resume_loses_nothing_and_doubles_nothing() {
     assert_unique_traj_ids(&all);
 }
 
+/// A run checkpointed after its last batch and resumed with a larger `total_frames`
+/// goes on on every node: the batches that arrived after the end are yielded first,
+/// trajectories carry on where they stopped, frames are exact over both runs.
+#[test]
+fn a_finished_run_resumed_with_a_larger_total_goes_on() {
+    for sync in [false, true] {
+        let mut c = builder(sync, 480).build().expect("collector");
+        let mut all = Vec::new();
+        while let Some(b) = c.next_batch().expect("batch") {
+            all.push(b);
+        }
+        let ck = c.checkpoint().expect("checkpoint at the end");
+        c.shutdown().expect("shutdown");
+        let kept = ck.trainer.ready.len();
+        let mut r = builder(sync, 960)
+            .batch_timeout(Duration::from_secs(10))
+            .resume(ck)
+            .build()
+            .expect("resumed");
+        let mut nodes = std::collections::BTreeSet::new();
+        while let Some(b) = r.next_batch().expect("the resumed run collects") {
+            nodes.insert(b.node);
+            all.push(b);
+        }
+        r.shutdown().expect("shutdown");
+        let frames: usize = all.iter().map(|b| b.data.numel()).sum();
+        assert_eq!(frames, 960, "sync={sync}: exact over both runs");
+        if !sync {
+            assert!(kept <= 2);
+            assert_eq!(nodes.len(), 2, "both nodes work after the resume: {nodes:?}");
+        }
+        assert_unique_traj_ids(&all);
+    }
+}
+
 #[test]
 fn in_memory_async_resume_is_bit_identical() {
     let b = builder(false, 1200);
@@ -294,10 +329,10 @@ fn an_env_without_checkpoint_support_is_refused_and_collection_goes_on() {
 mod machine {
     //! The trainer's side of a checkpoint, message by message, against nodes the test plays.
 
-    use rollout::checkpoint::NodeState;
+    use rollout::checkpoint::{Checkpoint, NodeState};
     use rollout::machine::{NodeSupervision, TrainerConfig};
     use rollout::message::{Continue, FromNode, ToNode};
-    use rollout::Registry;
+    use rollout::{Registry, Weights};
     use rollout_actors::testkit::{scripted_batch, NodeHarness, TrainerHarness};
     use rollout_tests::describe_sent;
 
@@ -323,78 +358,92 @@ mod machine {
             .frames_per_batch(4);
         let (_, specs, _) = b.plan_specs().expect("plan");
         let mut h = NodeHarness::new(&specs[node], &Registry::with_builtins()).expect("node");
-        match h.send(ToNode::Snapshot).pop() {
+        match h.send(ToNode::Snapshot { id: 1 }).pop() {
             Some(FromNode::Snapshot { state, .. }) => state,
             other => panic!("{other:?}"),
         }
     }
 
-    fn snapshot(node: usize) -> FromNode {
+    fn snapshot(node: usize, id: u64) -> FromNode {
         FromNode::Snapshot {
             node,
+            id,
             state: state(node),
         }
     }
 
-    fn conts(t: &mut TrainerHarness) -> Vec<(usize, Continue)> {
-        t.take_continues()
+    fn sent(t: &mut TrainerHarness) -> Vec<(usize, String)> {
+        describe_sent(&t.take_sent())
+    }
+
+    fn p(node: usize, id: u64) -> (usize, String) {
+        (node, format!("P{id}"))
+    }
+
+    /// A checkpoint of an idle trainer with two nodes.
+    fn idle_checkpoint(sync: bool) -> Checkpoint {
+        let mut t = TrainerHarness::new(cfg(sync)).expect("trainer");
+        let id = t.begin_checkpoint().expect("begin");
+        for n in 0..2 {
+            t.reply(snapshot(n, id)).expect("snapshot");
+        }
+        t.take_checkpoints().pop().expect("done").expect("a checkpoint")
     }
 
     #[test]
     fn async_snapshots_wait_for_in_flight_batches_and_requests_wait_for_the_checkpoint() {
         let mut t = TrainerHarness::new(cfg(false)).expect("trainer");
         t.request().expect("request");
-        let first = conts(&mut t);
+        let first = t.take_continues();
         assert_eq!(first.len(), 2);
         t.reply(FromNode::Batch(scripted_batch(0, first[0].1, 1, 0, 0.0)))
             .expect("batch");
         assert_eq!(t.take_yielded().len(), 1);
-        let again = conts(&mut t);
+        let again = t.take_continues();
         assert_eq!(again.len(), 1, "node 0 goes on at once");
-        t.begin_checkpoint().expect("begin");
+        let id = t.begin_checkpoint().expect("begin");
         assert!(t.take_sent().is_empty(), "both nodes are busy: nobody is asked yet");
         t.request().expect("request during the checkpoint");
         assert!(t.take_sent().is_empty() && t.take_yielded().is_empty(), "held");
         t.reply(FromNode::Batch(scripted_batch(1, first[1].1, 1, 0, 10.0)))
             .expect("batch");
-        assert_eq!(describe_sent(&t.take_sent()), vec![(1, "P".to_string())]);
+        assert_eq!(sent(&mut t), vec![p(1, id)]);
         assert!(t.take_yielded().is_empty(), "nothing yielded while the checkpoint runs");
         t.reply(FromNode::Batch(scripted_batch(0, again[0].1, 1, 0, 20.0)))
             .expect("batch");
-        assert_eq!(describe_sent(&t.take_sent()), vec![(0, "P".to_string())]);
-        t.reply(snapshot(1)).expect("snapshot");
+        assert_eq!(sent(&mut t), vec![p(0, id)]);
+        t.reply(snapshot(1, id)).expect("snapshot");
         assert!(t.take_checkpoints().is_empty(), "one node still to answer");
-        t.reply(snapshot(0)).expect("snapshot");
+        t.reply(snapshot(0, id)).expect("snapshot");
         let ck = t.take_checkpoints().pop().expect("done").expect("a checkpoint");
         assert_eq!(ck.trainer.ready.len(), 2, "both received batches are in it");
         assert_eq!(ck.trainer.batches_yielded, 1);
         // The held request is served now: node 1's batch (first ready), node 1 goes on.
         let y = t.take_yielded();
         assert_eq!((y.len(), y[0].node), (1, Some(1)));
-        assert_eq!(conts(&mut t).iter().map(|c| c.0).collect::<Vec<_>>(), vec![1]);
+        assert_eq!(t.take_continues().iter().map(|c| c.0).collect::<Vec<_>>(), vec![1]);
     }
 
     #[test]
     fn sync_snapshots_wait_for_the_round_in_flight() {
         let mut t = TrainerHarness::new(cfg(true)).expect("trainer");
         t.request().expect("request");
-        let round = conts(&mut t);
-        t.begin_checkpoint().expect("begin");
+        let round = t.take_continues();
+        let id = t.begin_checkpoint().expect("begin");
         t.reply(FromNode::Batch(scripted_batch(0, round[0].1, 1, 0, 0.0)))
             .expect("share");
         assert!(t.take_sent().is_empty(), "node 0 is idle but its round is not whole");
         t.reply(FromNode::Batch(scripted_batch(1, round[1].1, 1, 0, 0.0)))
             .expect("share");
         assert_eq!(t.take_yielded().len(), 1, "the round completes and is yielded");
-        let asked = describe_sent(&t.take_sent());
-        assert_eq!(asked, vec![(0, "P".to_string()), (1, "P".to_string())]);
+        assert_eq!(sent(&mut t), vec![p(0, id), p(1, id)]);
     }
 
     #[test]
     fn a_node_lost_during_a_checkpoint_fails_it_and_the_run_goes_on() {
         let mut t = TrainerHarness::new(cfg(false)).expect("trainer");
         t.request().expect("request");
-        let first = conts(&mut t);
+        let first = t.take_continues();
         t.begin_checkpoint().expect("begin");
         t.request().expect("held");
         t.reply(FromNode::Batch(scripted_batch(0, first[0].1, 1, 0, 0.0)))
@@ -415,7 +464,7 @@ mod machine {
     fn no_checkpoint_while_a_node_restarts_and_a_refusal_is_reported() {
         let mut t = TrainerHarness::supervised(cfg(false), NodeSupervision::default()).expect("trainer");
         t.request().expect("request");
-        let first = conts(&mut t);
+        let first = t.take_continues();
         t.reply(FromNode::Failed {
             node: 1,
             reason: "boom".into(),
@@ -427,14 +476,155 @@ mod machine {
         let _ = t.take_sent();
         t.reply(FromNode::Batch(scripted_batch(0, first[0].1, 1, 0, 0.0)))
             .expect("batch");
-        let _ = conts(&mut t);
-        t.begin_checkpoint().expect("begin");
+        let _ = t.take_continues();
+        let id = t.begin_checkpoint().expect("begin");
         t.reply(FromNode::CheckpointFailed {
             node: 1,
+            id,
             reason: "env `Mine` cannot be checkpointed".into(),
         })
         .expect("refusal");
         let r = t.take_checkpoints().pop().expect("an answer");
         assert!(r.expect_err("refused").contains("Mine"));
+    }
+
+    #[test]
+    fn late_answers_to_an_abandoned_checkpoint_never_reach_the_next_one() {
+        let mut t = TrainerHarness::new(cfg(true)).expect("trainer");
+        let old = t.begin_checkpoint().expect("begin");
+        assert_eq!(sent(&mut t), vec![p(0, old), p(1, old)]);
+        t.request().expect("held");
+        assert!(t.take_continues().is_empty());
+        // The deadline passes: given up, the held request is served.
+        t.cancel_checkpoint(old, "deadline").expect("cancel");
+        let r = t.take_checkpoints().pop().expect("an answer");
+        assert!(r.expect_err("given up").contains("deadline"));
+        let round = t.take_continues();
+        assert_eq!(round.len(), 2, "collection goes on");
+        for (n, c) in round {
+            t.reply(FromNode::Batch(scripted_batch(n, c, 1, 0, 0.0)))
+                .expect("share");
+        }
+        let new = t.begin_checkpoint().expect("begin again");
+        assert_ne!(new, old);
+        let _ = t.take_sent();
+        // Node 0's late snapshot and node 1's late refusal, both of the old checkpoint.
+        assert!(t.reply(snapshot(0, old)).is_err(), "a stale snapshot is refused");
+        t.reply(FromNode::CheckpointFailed {
+            node: 1,
+            id: old,
+            reason: "late".into(),
+        })
+        .expect("ignored");
+        assert!(t.take_checkpoints().is_empty(), "the new checkpoint is still waiting");
+        t.reply(snapshot(0, new)).expect("snapshot");
+        t.reply(snapshot(1, new)).expect("snapshot");
+        let ck = t.take_checkpoints().pop().expect("done").expect("a checkpoint");
+        assert_eq!(ck.trainer.batches_yielded, 1);
+    }
+
+    #[test]
+    fn a_push_and_a_seed_during_a_checkpoint_wait_for_its_end() {
+        let mut t = TrainerHarness::new(cfg(true)).expect("trainer");
+        let id = t.begin_checkpoint().expect("begin");
+        let _ = t.take_sent();
+        t.set_weights(Weights::default());
+        t.push_weights(None).expect("push");
+        t.set_seed(5);
+        assert!(t.take_sent().is_empty(), "nothing goes out while the nodes snapshot");
+        for n in 0..2 {
+            t.reply(snapshot(n, id)).expect("snapshot");
+        }
+        let ck = t.take_checkpoints().pop().expect("done").expect("a checkpoint");
+        let books: Vec<u64> = ck.trainer.nodes.iter().map(|b| b.pushed_version).collect();
+        assert_eq!(books, vec![0, 0], "the nodes held version 0 when they were snapshotted");
+        assert_eq!(ck.trainer.weights_version, 1, "the stored weights are in it");
+        // After the checkpoint: the push, then the seeding chain.
+        assert_eq!(
+            sent(&mut t),
+            vec![(0, "W1".to_string()), (1, "W1".to_string()), (0, "S5".to_string())]
+        );
+    }
+
+    #[test]
+    fn a_node_lost_while_restoring_does_not_hang_the_run() {
+        for supervised in [true, false] {
+            let mut t = if supervised {
+                TrainerHarness::supervised(cfg(false), NodeSupervision::default()).expect("trainer")
+            } else {
+                TrainerHarness::new(cfg(false)).expect("trainer")
+            };
+            t.restore(idle_checkpoint(false)).expect("restore");
+            assert_eq!(sent(&mut t), vec![(0, "R0".to_string()), (1, "R1".to_string())]);
+            t.reply(FromNode::Restored { node: 0 }).expect("restored");
+            let lost = t.reply(FromNode::Failed {
+                node: 1,
+                reason: "boom".into(),
+            });
+            assert_eq!(lost.is_err(), !supervised, "unsupervised async: lost, going on");
+            if supervised {
+                t.node_restarted(1).expect("back");
+                let _ = t.take_sent();
+            }
+            t.request().expect("request");
+            let want = if supervised { 2 } else { 1 };
+            assert_eq!(t.take_continues().len(), want, "supervised={supervised}");
+        }
+    }
+
+    #[test]
+    fn a_restore_refused_by_a_node_fails_the_run() {
+        let mut t = TrainerHarness::new(cfg(true)).expect("trainer");
+        t.restore(idle_checkpoint(true)).expect("restore");
+        let err = t
+            .reply(FromNode::CheckpointFailed {
+                node: 1,
+                id: 0,
+                reason: "another env".into(),
+            })
+            .expect_err("fails the run")
+            .to_string();
+        assert!(err.contains("cannot restore the checkpoint: another env"), "{err}");
+    }
+
+    #[test]
+    fn a_checkpoint_that_is_not_whole_is_refused_before_anything_is_sent() {
+        let mut bad_batch = idle_checkpoint(false);
+        let mut b = scripted_batch(0, Continue { seq: 0, frames: 4 }, 1, 0, 0.0);
+        b.node = 7;
+        bad_batch.trainer.ready.push(b);
+        let mut missing = idle_checkpoint(false);
+        missing.nodes.pop();
+        let mut wrong_shape = idle_checkpoint(false);
+        wrong_shape
+            .trainer
+            .ready
+            .push(scripted_batch(1, Continue { seq: 0, frames: 2 }, 1, 0, 0.0));
+        let mut huge = idle_checkpoint(false);
+        huge.trainer.frames_yielded = u64::MAX;
+        let mut huge_offset = idle_checkpoint(false);
+        huge_offset.trainer.nodes[1].traj_offset = u64::MAX;
+        for (want, ck) in [
+            ("pending batch names node 7", bad_batch),
+            ("1 node states", missing),
+            ("batch shape [1, 2]", wrong_shape),
+            ("frames_yielded = 18446744073709551615, out of range", huge),
+            ("out-of-range counters for node 1", huge_offset),
+        ] {
+            let mut t = TrainerHarness::new(cfg(false)).expect("trainer");
+            let err = t.restore(ck.clone()).expect_err(want).to_string();
+            assert!(err.contains(want), "{want}: {err}");
+            assert!(t.take_sent().is_empty());
+            // The collector refuses it at build time too.
+            let err = super::builder(false, -1)
+                .nodes(2)
+                .envs_per_node(1)
+                .frames_per_batch(4)
+                .resume(ck)
+                .build()
+                .expect_err(want)
+                .to_string();
+            assert!(err.contains(want), "{want}: {err}");
+        }
     }
 }

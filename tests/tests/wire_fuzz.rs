@@ -100,7 +100,7 @@ fn node_state() -> Box<NodeState> {
     let mut h = NodeHarness::new(&restore_spec(), &Registry::with_builtins()).unwrap();
     h.send(ToNode::Continue(Continue { seq: 0, frames: 4 }));
     h.send(ToNode::Continue(Continue { seq: 1, frames: 4 }));
-    match h.send(ToNode::Snapshot).pop() {
+    match h.send(ToNode::Snapshot { id: 1 }).pop() {
         Some(FromNode::Snapshot { state, .. }) => state,
         other => panic!("no snapshot: {other:?}"),
     }
@@ -146,6 +146,7 @@ fn node_samples() -> Vec<NodeFrame> {
         },
         NodeFrame::Snapshot {
             node: 0,
+            id: 1,
             state: node_state(),
         },
     ]

@@ -20,7 +20,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Longest any one SLURM command (`sbatch`, `squeue`, `scancel`, ...) may take.
@@ -470,8 +470,21 @@ pub struct SlurmJob {
     dir: PathBuf,
     token_file: PathBuf,
     script: PathBuf,
-    resubmitted: Arc<Mutex<Resubmitted>>,
+    resubmitted: Arc<Shared>,
     ended: bool,
+}
+
+/// [`Resubmitted`] and a condition to wait on resubmissions in flight.
+#[derive(Debug, Default)]
+struct Shared {
+    state: Mutex<Resubmitted>,
+    idle: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Resubmitted> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// Jobs submitted after the first one, to restart single nodes.
@@ -483,6 +496,8 @@ struct Resubmitted {
     current: BTreeMap<usize, String>,
     /// Set once the job is being ended: no more resubmissions.
     closed: bool,
+    /// Resubmissions running `scancel`/`sbatch` now; ending the job waits for them.
+    in_flight: usize,
 }
 
 /// Restarts single nodes of a [`SlurmJob`] (cheap to clone, usable from any thread).
@@ -490,7 +505,7 @@ struct Resubmitted {
 pub struct SlurmResubmit {
     first: String,
     script: PathBuf,
-    resubmitted: Arc<Mutex<Resubmitted>>,
+    resubmitted: Arc<Shared>,
 }
 
 impl SlurmResubmit {
@@ -499,16 +514,33 @@ impl SlurmResubmit {
     /// `task-<node>.out`). Returns the new job id. Blocks for the two commands.
     pub fn resubmit(&self, node: usize) -> Result<String, SlurmError> {
         let current = {
-            let r = self.resubmitted.lock().unwrap_or_else(|p| p.into_inner());
+            let mut r = self.resubmitted.lock();
             if r.closed {
                 return Err(SlurmError::Closed);
             }
+            // Counted until its id is recorded, so the job's end sees (and ends) it.
+            r.in_flight += 1;
             r.current
                 .get(&node)
                 .cloned()
                 .unwrap_or_else(|| format!("{}_{node}", self.first))
         };
-        if let Err(e) = run("scancel", &[&current], COMMAND_TIMEOUT) {
+        let submitted = self.submit(node, &current);
+        let mut r = self.resubmitted.lock();
+        if let Ok(id) = &submitted {
+            r.jobs.push(id.clone());
+            r.current.insert(node, format!("{id}_{node}"));
+        }
+        r.in_flight -= 1;
+        drop(r);
+        self.resubmitted.idle.notify_all();
+        let id = submitted?;
+        tracing::warn!(node, job = %id, replaced = %current, "resubmitted the node's SLURM task");
+        Ok(id)
+    }
+
+    fn submit(&self, node: usize, current: &str) -> Result<String, SlurmError> {
+        if let Err(e) = run("scancel", &[current], COMMAND_TIMEOUT) {
             tracing::debug!(task = %current, error = %e, "scancel before resubmitting");
         }
         let script = self.script.display().to_string();
@@ -518,19 +550,7 @@ impl SlurmResubmit {
             &["--parsable", &array, "--open-mode=append", &script],
             COMMAND_TIMEOUT,
         )?;
-        let id = job_id(&out).ok_or(SlurmError::NoJobId(out))?;
-        let mut r = self.resubmitted.lock().unwrap_or_else(|p| p.into_inner());
-        r.jobs.push(id.clone());
-        r.current.insert(node, format!("{id}_{node}"));
-        let closed = r.closed;
-        drop(r);
-        if closed {
-            // The job was ended meanwhile: end this one too.
-            let _ = run("scancel", &[&id], COMMAND_TIMEOUT);
-            return Err(SlurmError::Closed);
-        }
-        tracing::warn!(node, job = %id, replaced = %current, "resubmitted the node's SLURM task");
-        Ok(id)
+        job_id(&out).ok_or(SlurmError::NoJobId(out))
     }
 }
 
@@ -619,7 +639,7 @@ impl SlurmJob {
 
     /// The first job's id, then every job resubmitted to restart a node.
     pub fn job_ids(&self) -> Vec<String> {
-        let r = self.resubmitted.lock().unwrap_or_else(|p| p.into_inner());
+        let r = self.resubmitted.lock();
         std::iter::once(self.id().to_string())
             .chain(r.jobs.iter().cloned())
             .collect()
@@ -672,7 +692,26 @@ impl SlurmJob {
     }
 
     fn end(&self, grace: Duration) -> Result<(), SlurmError> {
-        self.resubmitted.lock().unwrap_or_else(|p| p.into_inner()).closed = true;
+        {
+            // No resubmission starts from now on; those running finish (bounded by
+            // their commands' deadlines) and record their job, which is ended below.
+            let mut r = self.resubmitted.lock();
+            r.closed = true;
+            let until = Instant::now() + COMMAND_TIMEOUT + COMMAND_TIMEOUT + Duration::from_secs(1);
+            while r.in_flight > 0 {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    tracing::error!(in_flight = r.in_flight, "a SLURM resubmission did not finish in time");
+                    break;
+                }
+                r = self
+                    .resubmitted
+                    .idle
+                    .wait_timeout(r, left)
+                    .map(|(g, _)| g)
+                    .unwrap_or_else(|p| p.into_inner().0);
+            }
+        }
         let jobs = self.job_ids();
         let job = jobs.join(",");
         let ids: Vec<&str> = jobs.iter().map(String::as_str).collect();
