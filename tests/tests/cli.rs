@@ -342,3 +342,61 @@ fn bad_flags_exit_2_with_one_line() {
     assert_usage_error(&["collect", "--nodes", "0"], "nodes");
     assert_usage_error(&["collect", "--hidden", "8", "--policy", "linear"], "hidden");
 }
+
+/// `collect --checkpoint` stopped after 5 batches (checkpoint after 4), then `--resume` with
+/// the full total: the output file is cut back to the 4 checkpointed batches and the rest is
+/// appended, so it is byte for byte the file of the run that never stopped (sync, seed).
+#[test]
+fn collect_checkpoint_and_resume_write_the_uninterrupted_output_file() {
+    let dir = rollout_tests::TempDir::new("cli-collect-ckpt");
+    let (whole, part, ck) = (
+        dir.join("whole.msgpack"),
+        dir.join("part.msgpack"),
+        dir.join("run.ckpt"),
+    );
+    let s = |p: &std::path::Path| p.to_str().expect("utf-8").to_string();
+    let base = "collect --sync --nodes 2 --envs-per-node 2 --frames-per-batch 100 --seed 3 --quiet";
+    let with = |extra: String| -> Vec<String> { format!("{base} {extra}").split(' ').map(str::to_string).collect() };
+    let go = |a: Vec<String>| rollout(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let r = go(with(format!("--total-frames 1000 --output {}", s(&whole))));
+    assert_ok(&r, "whole");
+    let r = go(with(format!(
+        "--total-frames 500 --output {} --checkpoint {} --checkpoint-every 2",
+        s(&part),
+        s(&ck)
+    )));
+    assert_ok(&r, "stopped");
+    assert!(std::fs::metadata(&part).expect("part").len() < std::fs::metadata(&whole).expect("whole").len());
+    let r = go(with(format!(
+        "--total-frames 1000 --output {} --resume {}",
+        s(&part),
+        s(&ck)
+    )));
+    assert_ok(&r, "resumed");
+    assert!(r.stderr.contains("collected 600 frames"), "{}", r.stderr);
+    assert_eq!(
+        std::fs::read(&part).expect("part"),
+        std::fs::read(&whole).expect("whole"),
+        "the resumed output is the uninterrupted one"
+    );
+    // Bad resumes: one line, exit 2.
+    std::fs::write(dir.join("junk"), b"junk").expect("write");
+    assert_usage_error(&["collect", "--resume", &s(&dir.join("junk"))], "resume");
+    assert_usage_error(&["collect", "--resume", &s(&dir.join("missing"))], "resume");
+    assert_usage_error(&["collect", "--checkpoint-every", "0"], "checkpoint_every");
+    std::fs::write(dir.join("short"), b"").expect("write");
+    let args = with(format!(
+        "--total-frames 1000 --output {} --resume {}",
+        s(&dir.join("short")),
+        s(&ck)
+    ));
+    assert_usage_error(
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        "not the run's output file",
+    );
+    let other = format!(
+        "collect --sync --nodes 2 --envs-per-node 2 --frames-per-batch 200 --total-frames 1000 --resume {}",
+        s(&ck)
+    );
+    assert_usage_error(&other.split(' ').collect::<Vec<_>>(), "`frames_per_batch`");
+}

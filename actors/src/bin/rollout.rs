@@ -46,7 +46,7 @@
 //! rollout::Tensor> }` with `rmp_serde::decode::from_read` called repeatedly on one reader.
 
 use std::fs::File;
-use std::io::{self, BufWriter, IsTerminal, Write};
+use std::io::{self, BufWriter, IsTerminal, Seek, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -62,6 +62,9 @@ use rollout_actors::{CollectError, Collected, DistributedCollector, Launcher, Sl
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 use tracing_subscriber::EnvFilter;
+
+#[path = "rollout/resume.rs"]
+mod resume;
 
 /// Distributed reinforcement-learning data collection.
 #[derive(Parser, Debug)]
@@ -210,6 +213,17 @@ struct CollectArgs {
     /// Longest wait for one batch, in seconds.
     #[arg(long, default_value_t = 60.0, value_name = "SECS", allow_negative_numbers = true)]
     batch_timeout: f64,
+    /// Save a checkpoint to PATH every `--checkpoint-every` batches (with the length of the
+    /// `--output` file, which a resumed run cuts back to it).
+    #[arg(long, value_name = "PATH")]
+    checkpoint: Option<PathBuf>,
+    /// Batches between two checkpoints.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    checkpoint_every: u64,
+    /// Go on from a checkpoint written by `--checkpoint` (same flags otherwise; a larger
+    /// `--total-frames` is fine): batches continue where it was taken.
+    #[arg(long, value_name = "PATH")]
+    resume: Option<PathBuf>,
     /// Supervise the nodes: restart a failed node (local: rebuilt; process: respawned;
     /// slurm: its task resubmitted; external: its slot waits for a rejoin) up to N times
     /// within 5 s [default: off, a lost node stays lost].
@@ -307,9 +321,11 @@ fn usage(field: &str, reason: impl std::fmt::Display) -> Failure {
 /// A build error: a config the collector refused (exit 2) or a failure to start (exit 1).
 fn build_failure(e: CollectError) -> Failure {
     match e {
-        CollectError::Config(_) | CollectError::Env(_) | CollectError::NodeBuild { .. } => {
-            Failure::Usage(e.to_string())
-        }
+        // A checkpoint refused at build time does not fit the flags: bad input too.
+        CollectError::Config(_)
+        | CollectError::Env(_)
+        | CollectError::NodeBuild { .. }
+        | CollectError::Checkpoint(_) => Failure::Usage(e.to_string()),
         other => Failure::Runtime(other.to_string()),
     }
 }
@@ -395,7 +411,7 @@ fn policy_config(args: &CollectArgs) -> Result<PolicyConfig, Failure> {
     })
 }
 
-fn build(args: &CollectArgs) -> Result<DistributedCollector, Failure> {
+fn build(args: &CollectArgs, resume: Option<rollout::checkpoint::Checkpoint>) -> Result<DistributedCollector, Failure> {
     let config = match &args.env_config {
         None => serde_json::Value::Null,
         Some(s) => serde_json::from_str(s).map_err(|e| usage("env_config", format!("not valid JSON: {e}")))?,
@@ -471,6 +487,9 @@ fn build(args: &CollectArgs) -> Result<DistributedCollector, Failure> {
             Err(JoinError::NoToken) if matches!(launcher, Launcher::Process | Launcher::Slurm(_)) => {}
             Err(e) => return Err(usage("token", e)),
         }
+    }
+    if let Some(ck) = resume {
+        b = b.resume(ck);
     }
     let c = b.build().map_err(build_failure)?;
     if let (Launcher::External, Some(addr)) = (&launcher, c.listen_addr()) {
@@ -576,17 +595,29 @@ fn progress_bar(args: &CollectArgs) -> ProgressBar {
 }
 
 fn collect(args: &CollectArgs) -> Result<(), Failure> {
-    // Create the output before starting anything: a path we cannot write is a bad value.
-    let mut output = match &args.output {
+    if args.checkpoint_every == 0 {
+        return Err(usage("checkpoint_every", "must be at least 1"));
+    }
+    let resumed = match &args.resume {
+        Some(p) => Some(resume::CollectCheckpoint::load(p).map_err(|e| usage("resume", format!("{e:#}")))?),
         None => None,
-        Some(p) => {
+    };
+    // Open the output before starting anything: a path we cannot write is a bad value.
+    let mut output = match (&args.output, resumed.as_ref().and_then(|r| r.output_len)) {
+        (None, _) => None,
+        (Some(p), Some(len)) => Some(BufWriter::new(
+            resume::reopen_output(p, len).map_err(|e| usage("output", format!("{e:#}")))?,
+        )),
+        (Some(p), None) => {
             Some(BufWriter::new(File::create(p).map_err(|e| {
                 usage("output", format!("cannot create {}: {e}", p.display()))
             })?))
         }
     };
-    let mut collector = build(args)?;
+    let before = resumed.as_ref().map_or(0, |r| r.collector.trainer.frames_yielded);
+    let mut collector = build(args, resumed.map(|r| r.collector))?;
     let pb = progress_bar(args);
+    pb.set_position(before);
     let run = run(args, &mut collector, output.as_mut(), &pb);
     pb.finish_and_clear();
     let flushed = match output.as_mut() {
@@ -656,6 +687,22 @@ fn run(
             writeln!(stdout, "{line}")
                 .and_then(|()| stdout.flush())
                 .context("writing stdout")?;
+        }
+        if let Some(path) = &args.checkpoint {
+            if batches.is_multiple_of(args.checkpoint_every) {
+                // The file must hold exactly the batches the checkpoint has yielded.
+                let output_len = match output.as_deref_mut() {
+                    Some(w) => {
+                        w.flush().context("writing the output file")?;
+                        Some(w.get_mut().stream_position().context("reading the output position")?)
+                    }
+                    None => None,
+                };
+                let collector = collector.checkpoint().context("taking a checkpoint")?;
+                resume::CollectCheckpoint { collector, output_len }
+                    .save(path)
+                    .context("saving the checkpoint")?;
+            }
         }
         pb.inc(n);
         let secs = start.elapsed().as_secs_f64();
