@@ -354,6 +354,8 @@ pub struct TrainerMachine {
     restoring: Option<Vec<bool>>,
     /// A checkpoint to restore when the run starts.
     resume: Option<Box<Checkpoint>>,
+    /// While restoring: each node's state, sent again to a node restarted meanwhile.
+    restore_states: Vec<Option<NodeCheckpoint>>,
     /// The id of the last checkpoint begun (0 before any).
     checkpoint_id: u64,
     /// Weight pushes asked for during a checkpoint: sent once it ends (`Some(None)`: all nodes).
@@ -421,6 +423,7 @@ impl TrainerMachine {
             checkpoint: None,
             restoring: None,
             resume: None,
+            restore_states: Vec::new(),
             checkpoint_id: 0,
             deferred_push: None,
         })
@@ -499,9 +502,24 @@ impl TrainerMachine {
             return Ok(());
         }
         let restart = self.restarts.get(node).map_or(0, Restarts::total);
+        let next_seq = self.next_seq;
+        let unrestored = self.restoring.as_ref().is_some_and(|d| !d[node]);
+        if let Some(state) = self.restore_states.get(node).cloned().flatten().filter(|_| unrestored) {
+            // Lost while restoring: the new incarnation gets the same state, so the run
+            // still resumes exactly (it delivered nothing since, its ids need no offset).
+            let st = &mut self.nodes[node];
+            st.restarting = false;
+            st.incarnation_seq = next_seq;
+            st.pushed_version = state.weights.as_ref().map_or(0, |w| w.version);
+            out.push(Output::Send {
+                node,
+                msg: ToNode::Restore(Box::new(state)),
+            });
+            tracing::info!(node, restart, "node restarted while restoring: its state is sent again");
+            return Ok(());
+        }
         let seed = restart_seed(self.chain_seed_of(node), restart);
         let weights = self.weights.clone();
-        let next_seq = self.next_seq;
         let lanes: u64 = self.cfg.envs_per_node.iter().map(|&k| k as u64).sum::<u64>().max(1);
         let st = &mut self.nodes[node];
         if let Some(max) = st.max_traj {
@@ -548,6 +566,9 @@ impl TrainerMachine {
         }
         st.restarting = false;
         st.down = true;
+        if let Some(done) = self.restoring.as_mut() {
+            done[node] = true;
+        }
         st.lost = None;
         st.outstanding = None;
         let reason = format!("restart failed: {reason}");
@@ -560,6 +581,7 @@ impl TrainerMachine {
         }
         let go_on = self.supervision.as_ref().is_some_and(|s| s.continue_without_lost_nodes);
         if !self.cfg.sync && go_on && self.nodes.iter().any(|n| !n.down) {
+            self.finish_restore_if_done(out)?;
             return Err(TrainerError::NodeLost { node, reason });
         }
         Err(TrainerError::NodeFailed { node, reason })
@@ -962,11 +984,12 @@ impl TrainerMachine {
 
     fn node_gone(&mut self, node: usize, reason: String, out: &mut Vec<Output>) -> Result<(), TrainerError> {
         if let Some(done) = self.restoring.as_mut() {
-            if !done[node] {
-                // A restarted node starts fresh; do not wait for it.
-                tracing::warn!(node, %reason, "node lost while restoring the checkpoint; it will not resume exactly");
+            if !done[node] && self.supervision.is_none() {
+                // Lost for good: do not wait for it.
+                tracing::warn!(node, %reason, "node lost while restoring the checkpoint");
                 done[node] = true;
             }
+            // Supervised, it is restarted and sent its state again (see `node_restarted`).
         }
         let st = &mut self.nodes[node];
         let was_down = st.down;
@@ -1346,6 +1369,7 @@ impl TrainerMachine {
             self.finished = true;
         }
         self.restoring = Some(vec![false; self.nodes.len()]);
+        self.restore_states = nodes.iter().cloned().map(Some).collect();
         for (i, st) in nodes.into_iter().enumerate() {
             out.push(Output::Send {
                 node: i,
@@ -1372,6 +1396,7 @@ impl TrainerMachine {
     fn finish_restore_if_done(&mut self, out: &mut Vec<Output>) -> Result<(), TrainerError> {
         if self.restoring.as_ref().is_some_and(|d| d.iter().all(|x| *x)) {
             self.restoring = None;
+            self.restore_states = Vec::new();
             tracing::info!("every node restored the checkpoint");
             self.resume_after_checkpoint(out)?;
         }
