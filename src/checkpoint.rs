@@ -14,6 +14,7 @@
 
 use std::sync::Arc;
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::message::Batch;
@@ -106,14 +107,19 @@ pub struct Checkpoint {
 /// A checkpoint that cannot be read or does not fit the collector it is loaded into.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum CheckpointError {
-    /// Not a checkpoint file.
-    #[error("not a rollout checkpoint (the file does not start with `ROLLCKPT`)")]
-    Magic,
+    /// Not a checkpoint file of this kind.
+    #[error("not a rollout checkpoint of this kind (the file does not start with `{expected}`)")]
+    Magic {
+        /// The magic bytes expected, as text.
+        expected: String,
+    },
     /// Written by another format version.
-    #[error("checkpoint format version {found}, this build reads version {FORMAT_VERSION}")]
+    #[error("checkpoint format version {found}, this build reads version {reads}")]
     Version {
         /// The version in the file.
         found: u32,
+        /// The version this build reads.
+        reads: u32,
     },
     /// The body does not decode.
     #[error("the checkpoint does not decode: {0}")]
@@ -131,25 +137,40 @@ pub enum CheckpointError {
     },
 }
 
+/// The bytes of a checkpoint-like file: 8 `magic` bytes, `version` as a big-endian `u32`,
+/// then `value` as one MessagePack map (named fields). Shared by every checkpoint file kind
+/// (`rollout train` and `rollout collect` wrap a [`Checkpoint`] in their own).
+pub fn encode_file<T: Serialize>(magic: &[u8; 8], version: u32, value: &T) -> Result<Vec<u8>, CheckpointError> {
+    let mut out = Vec::with_capacity(4096);
+    out.extend_from_slice(magic);
+    out.extend_from_slice(&version.to_be_bytes());
+    rmp_serde::encode::write_named(&mut out, value).map_err(|e| CheckpointError::Encode(e.to_string()))?;
+    Ok(out)
+}
+
+/// Reads what [`encode_file`] wrote with the same `magic` and `version`.
+pub fn decode_file<T: DeserializeOwned>(magic: &[u8; 8], version: u32, bytes: &[u8]) -> Result<T, CheckpointError> {
+    let not_it = || CheckpointError::Magic {
+        expected: String::from_utf8_lossy(magic).into_owned(),
+    };
+    let rest = bytes.strip_prefix(magic.as_slice()).ok_or_else(not_it)?;
+    let (found, body) = rest.split_first_chunk::<4>().ok_or_else(not_it)?;
+    let found = u32::from_be_bytes(*found);
+    if found != version {
+        return Err(CheckpointError::Version { found, reads: version });
+    }
+    rmp_serde::from_slice(body).map_err(|e| CheckpointError::Decode(e.to_string()))
+}
+
 impl Checkpoint {
     /// The file's bytes: magic, format version, MessagePack body.
     pub fn to_bytes(&self) -> Result<Vec<u8>, CheckpointError> {
-        let mut out = Vec::with_capacity(4096);
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&FORMAT_VERSION.to_be_bytes());
-        rmp_serde::encode::write_named(&mut out, self).map_err(|e| CheckpointError::Encode(e.to_string()))?;
-        Ok(out)
+        encode_file(MAGIC, FORMAT_VERSION, self)
     }
 
     /// Reads what [`Self::to_bytes`] wrote, checking magic, version and structure.
     pub fn from_bytes(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
-        let rest = bytes.strip_prefix(MAGIC.as_slice()).ok_or(CheckpointError::Magic)?;
-        let (version, body) = rest.split_first_chunk::<4>().ok_or(CheckpointError::Magic)?;
-        let found = u32::from_be_bytes(*version);
-        if found != FORMAT_VERSION {
-            return Err(CheckpointError::Version { found });
-        }
-        let c: Checkpoint = rmp_serde::from_slice(body).map_err(|e| CheckpointError::Decode(e.to_string()))?;
+        let c: Checkpoint = decode_file(MAGIC, FORMAT_VERSION, bytes)?;
         c.check_shape()?;
         Ok(c)
     }

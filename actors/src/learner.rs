@@ -25,7 +25,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use rollout::checkpoint::Checkpoint;
+use rollout::checkpoint::{decode_file, encode_file, Checkpoint};
 use rollout::learn::{EpisodeTracker, LearnError, Ppo, PpoConfig, PpoState, UpdateStats};
 use rollout::{EnvSpec, ExplorationType, PolicyConfig, PolicySpec, Registry, Weights};
 use serde::{Deserialize, Serialize};
@@ -142,11 +142,8 @@ pub struct TrainCheckpoint {
 impl TrainCheckpoint {
     /// Writes the checkpoint to `path` atomically (`ROLLTRAN`, format version, MessagePack).
     pub fn save(&self, path: &Path) -> Result<(), TrainError> {
-        let mut bytes = Vec::with_capacity(8192);
-        bytes.extend_from_slice(TRAIN_MAGIC);
-        bytes.extend_from_slice(&TRAIN_FORMAT.to_be_bytes());
-        rmp_serde::encode::write_named(&mut bytes, self)
-            .map_err(|e| TrainError::CheckpointSave(format!("cannot encode: {e}")))?;
+        let bytes =
+            encode_file(TRAIN_MAGIC, TRAIN_FORMAT, self).map_err(|e| TrainError::CheckpointSave(e.to_string()))?;
         write_atomic(path, &bytes).map_err(|e| TrainError::CheckpointSave(e.to_string()))
     }
 
@@ -154,20 +151,7 @@ impl TrainCheckpoint {
     pub fn load(path: &Path) -> Result<TrainCheckpoint, TrainError> {
         let err = |why: String| TrainError::Checkpoint(format!("{}: {why}", path.display()));
         let bytes = std::fs::read(path).map_err(|e| err(format!("cannot read: {e}")))?;
-        let rest = bytes
-            .strip_prefix(TRAIN_MAGIC.as_slice())
-            .ok_or_else(|| err("not a `rollout train` checkpoint".into()))?;
-        let (version, body) = rest
-            .split_first_chunk::<4>()
-            .ok_or_else(|| err("not a `rollout train` checkpoint".into()))?;
-        let found = u32::from_be_bytes(*version);
-        if found != TRAIN_FORMAT {
-            return Err(err(format!(
-                "format version {found}, this build reads version {TRAIN_FORMAT}"
-            )));
-        }
-        let c: TrainCheckpoint = rmp_serde::from_slice(body).map_err(|e| err(format!("does not decode: {e}")))?;
-        Ok(c)
+        decode_file(TRAIN_MAGIC, TRAIN_FORMAT, &bytes).map_err(|e| err(e.to_string()))
     }
 }
 

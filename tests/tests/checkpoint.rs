@@ -273,7 +273,7 @@ fn bad_checkpoint_files_are_clear_errors() {
     let mut wrong_version = good.clone();
     wrong_version[11] = 9;
     let cases: Vec<(&str, Vec<u8>)> = vec![
-        ("not a rollout checkpoint", b"hello world".to_vec()),
+        ("does not start with `ROLLCKPT`", b"hello world".to_vec()),
         ("format version", wrong_version),
         ("does not decode", good[..good.len() / 2].to_vec()),
         ("does not decode", [&good[..12], &[0xc1, 0xff, 0x00]].concat()),

@@ -7,7 +7,7 @@ use std::io::{Seek, SeekFrom};
 use std::path::Path;
 
 use anyhow::{bail, Context as _};
-use rollout::checkpoint::Checkpoint;
+use rollout::checkpoint::{decode_file, encode_file, Checkpoint};
 use rollout_actors::checkpoint_file::write_atomic;
 use serde::{Deserialize, Serialize};
 
@@ -28,30 +28,14 @@ pub struct CollectCheckpoint {
 impl CollectCheckpoint {
     /// Writes it to `path` atomically.
     pub fn save(&self, path: &Path) -> anyhow::Result<()> {
-        let mut bytes = Vec::with_capacity(4096);
-        bytes.extend_from_slice(MAGIC);
-        bytes.extend_from_slice(&FORMAT.to_be_bytes());
-        rmp_serde::encode::write_named(&mut bytes, self).context("encoding the checkpoint")?;
+        let bytes = encode_file(MAGIC, FORMAT, self)?;
         write_atomic(path, &bytes).map_err(|e| anyhow::anyhow!("{e}"))
     }
 
     /// Reads what [`Self::save`] wrote; the error names the path.
     pub fn load(path: &Path) -> anyhow::Result<CollectCheckpoint> {
         let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-        let Some((version, body)) = bytes
-            .strip_prefix(MAGIC.as_slice())
-            .and_then(|r| r.split_first_chunk::<4>())
-        else {
-            bail!("{} is not a `rollout collect` checkpoint", path.display());
-        };
-        let found = u32::from_be_bytes(*version);
-        if found != FORMAT {
-            bail!(
-                "{}: checkpoint format version {found}, this build reads version {FORMAT}",
-                path.display()
-            );
-        }
-        rmp_serde::from_slice(body).with_context(|| format!("{}: the checkpoint does not decode", path.display()))
+        decode_file(MAGIC, FORMAT, &bytes).with_context(|| path.display().to_string())
     }
 }
 
