@@ -13,6 +13,7 @@ pub mod machine;
 pub mod message;
 pub mod node_spec;
 pub mod policy;
+pub mod pool;
 pub mod postproc;
 pub mod replay;
 pub mod rng;

@@ -6,6 +6,8 @@
 //! them unique across envs, nodes and batches. Buffers handed back with
 //! [`Rollout::recycle`] are reused, so steady-state collection allocates nothing.
 
+use std::sync::Arc;
+
 use ndarray::{ArrayD, IxDyn};
 use serde::{Deserialize, Serialize};
 
@@ -433,6 +435,12 @@ impl Rollout {
     /// Loads new weights into the policy.
     pub fn set_weights(&mut self, weights: &Weights) -> Result<(), RolloutError> {
         Ok(self.policy.set_weights(weights)?)
+    }
+
+    /// Loads weights shared with others (see [`Policy::set_shared_weights`]): what a
+    /// node's workers do with the one decoded update they all receive.
+    pub fn set_shared_weights(&mut self, weights: &Arc<Weights>) -> Result<(), RolloutError> {
+        Ok(self.policy.set_shared_weights(weights)?)
     }
 
     /// The trajectory id allocators, one per env.

@@ -15,6 +15,8 @@ use std::ops::Range;
 use ndarray::{ArrayD, Axis, IxDyn};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::pool;
+
 /// Element type of a [`Tensor`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -440,22 +442,20 @@ impl Tensor {
         let shape_err = |e: ndarray::ShapeError| TensorError::Encoding(e.to_string());
         macro_rules! decode {
             ($t:ty, $n:expr) => {{
-                // On a little-endian machine the blob already is the elements' memory:
-                // one alignment-safe copy into a new vector (zeroed by the allocator, as
-                // `bytemuck::pod_collect_to_vec` does; that one needs a bytemuck feature).
-                let v: Vec<$t> = if cfg!(target_endian = "little") {
-                    let mut v = vec![0 as $t; n];
+                // Storage from the pool lent to this thread (see `pool::lend`) if it has
+                // some of this length, else a new zeroed vector (as bytemuck's
+                // `pod_collect_to_vec` allocates; that one needs a bytemuck feature).
+                let mut v: Vec<$t> = pool::take_lent(n).unwrap_or_else(|| vec![0 as $t; n]);
+                if cfg!(target_endian = "little") {
+                    // The blob already is the elements' memory: one alignment-safe copy.
                     bytemuck::cast_slice_mut::<$t, u8>(&mut v).copy_from_slice(data);
-                    v
                 } else {
-                    data.chunks_exact($n)
-                        .map(|c| {
-                            let mut b = [0u8; $n];
-                            b.copy_from_slice(c);
-                            <$t>::from_le_bytes(b)
-                        })
-                        .collect()
-                };
+                    for (d, c) in v.iter_mut().zip(data.chunks_exact($n)) {
+                        let mut b = [0u8; $n];
+                        b.copy_from_slice(c);
+                        *d = <$t>::from_le_bytes(b);
+                    }
+                }
                 ArrayD::from_shape_vec(s, v).map_err(shape_err)?
             }};
         }
@@ -463,15 +463,14 @@ impl Tensor {
             DType::F32 => Tensor::F32(decode!(f32, 4)),
             DType::F64 => Tensor::F64(decode!(f64, 8)),
             DType::I64 => Tensor::I64(decode!(i64, 8)),
-            DType::U8 => Tensor::U8(ArrayD::from_shape_vec(s, data.to_vec()).map_err(shape_err)?),
+            DType::U8 => Tensor::U8(decode!(u8, 1)),
             DType::Bool => {
-                let mut v = Vec::with_capacity(n);
-                for &b in data {
-                    match b {
-                        0 => v.push(false),
-                        1 => v.push(true),
-                        other => return Err(TensorError::Encoding(format!("bool byte must be 0 or 1, got {other}"))),
-                    }
+                if let Some(other) = data.iter().find(|&&b| b > 1) {
+                    return Err(TensorError::Encoding(format!("bool byte must be 0 or 1, got {other}")));
+                }
+                let mut v: Vec<bool> = pool::take_lent(n).unwrap_or_else(|| vec![false; n]);
+                for (d, &b) in v.iter_mut().zip(data) {
+                    *d = b == 1;
                 }
                 Tensor::Bool(ArrayD::from_shape_vec(s, v).map_err(shape_err)?)
             }

@@ -951,9 +951,11 @@ impl DistributedCollector {
         self.ask(SetSeed(seed), "seeding the nodes", self.batch_timeout)?
     }
 
-    /// Hands a batch back once you are done with it, so the node that collected it
-    /// reuses its storage instead of allocating (async batches of nodes with one
-    /// env worker; others are simply dropped). Optional: dropping a batch is fine.
+    /// Hands a batch back once you are done with it, so its storage is reused instead
+    /// of fresh memory: an in-process node with one env worker collects into it again,
+    /// a remote node's connection decodes that node's next batch into it. Async
+    /// batches only (a sync batch is a stacked copy; the trainer recycles the nodes'
+    /// shares itself). Optional: dropping a batch is fine.
     pub fn recycle(&mut self, batch: Collected) {
         if !self.down && !self.split_trajs && self.postproc.is_none() && self.replay_buffer.is_none() {
             self.trainer.do_send(Recycle {

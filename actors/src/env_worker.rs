@@ -77,7 +77,7 @@ pub fn execute(rollout: &mut Option<Rollout>, worker: usize, cmd: WorkerCmd) -> 
                 data,
             })
         }),
-        WorkerCmd::SetWeights(w) => r.set_weights(&w).map(|_| None),
+        WorkerCmd::SetWeights(w) => r.set_shared_weights(&w).map(|_| None),
         WorkerCmd::Seed { seed } => {
             r.set_seed(seed);
             Ok(None)

@@ -136,7 +136,8 @@ pub enum TrainerEvent {
 #[rtype(result = "()")]
 pub struct Subscribe(pub Recipient<TrainerEvent>);
 
-/// Storage of a yielded batch handed back for reuse (in-process nodes only).
+/// Storage of a yielded batch handed back for reuse: an in-process node collects
+/// into it again, a remote node's connection decodes its next batch into it.
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct Recycle {

@@ -92,6 +92,18 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
+    // Profiling aid: `ROLLOUT_BENCH_ONLY=local|process` collects for 3 s and prints the rate.
+    if let Ok(which) = std::env::var("ROLLOUT_BENCH_ONLY") {
+        let launcher = if which == "process" {
+            Launcher::Process
+        } else {
+            Launcher::Local
+        };
+        let mut c = collector(launcher, PolicyConfig::Linear, F, false);
+        println!("{which}: {:.0} frames/s", rate(&mut c, 3.0));
+        c.shutdown().expect("shutdown");
+        return;
+    }
     let rounds = 5;
     let mut inproc = collector(Launcher::Local, PolicyConfig::Linear, F, false);
     let mut remote = collector(Launcher::Process, PolicyConfig::Linear, F, false);

@@ -6,6 +6,7 @@
 //! success path.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use ndarray::{ArrayD, IxDyn};
 use rand::{Rng, SeedableRng};
@@ -275,7 +276,9 @@ pub(super) struct Net {
     head: Head,
     sampler: Sampler,
     exploration: ExplorationType,
-    weights: Weights,
+    /// The named form of `params`, shared with whoever else holds these weights
+    /// (see [`Net::set_shared_weights`]).
+    weights: Arc<Weights>,
 }
 
 impl Net {
@@ -354,7 +357,7 @@ impl Net {
             head,
             sampler: Sampler::new(seed),
             exploration: ExplorationType::default(),
-            weights: Weights::new(tensors),
+            weights: Arc::new(Weights::new(tensors)),
         })
     }
 
@@ -427,20 +430,45 @@ impl Net {
     /// Copies `weights` in place (layout checked first, so nothing changes on error).
     pub(super) fn set_weights(&mut self, weights: &Weights) -> Result<(), PolicyError> {
         self.weights.check_layout(weights)?;
+        self.load_params(weights);
+        match Arc::get_mut(&mut self.weights) {
+            Some(own) => {
+                for (name, dst) in own.tensors.iter_mut() {
+                    match (dst, &weights.tensors[name.as_str()]) {
+                        (Tensor::F32(d), Tensor::F32(s)) => d.assign(s),
+                        _ => unreachable!("layout checked: f32"),
+                    }
+                }
+                own.version = weights.version;
+            }
+            // Shared with a caller of `set_shared_weights`: never write through it.
+            None => self.weights = Arc::new(weights.clone()),
+        }
+        Ok(())
+    }
+
+    /// Copies `weights` into the flat parameters and keeps the `Arc` as the named
+    /// copy: one copy of the data instead of two.
+    pub(super) fn set_shared_weights(&mut self, weights: &Arc<Weights>) -> Result<(), PolicyError> {
+        self.weights.check_layout(weights)?;
+        self.load_params(weights);
+        self.weights = Arc::clone(weights);
+        Ok(())
+    }
+
+    /// Copies every layer's tensors into `params` (layout already checked).
+    fn load_params(&mut self, weights: &Weights) {
         for l in &self.layers {
             for (name, off) in [(&l.w_name, l.w), (&l.b_name, l.b)] {
                 let src = weights.tensors[name.as_str()].as_f32().expect("layout checked: f32");
-                for (d, s) in self.params[off..].iter_mut().zip(src.iter()) {
-                    *d = *s;
-                }
-                match self.weights.tensors.get_mut(name.as_str()) {
-                    Some(Tensor::F32(dst)) => dst.assign(src),
-                    _ => unreachable!("own weights are f32"),
+                let dst = &mut self.params[off..off + src.len()];
+                match src.as_slice() {
+                    Some(s) => dst.copy_from_slice(s),
+                    // Not in standard layout (a transposed view): element by element.
+                    None => dst.iter_mut().zip(src.iter()).for_each(|(d, s)| *d = *s),
                 }
             }
         }
-        self.weights.version = weights.version;
-        Ok(())
     }
 
     /// Mode or sampling.

@@ -1,5 +1,7 @@
 //! One linear layer from observations to logits (discrete) or tanh-squashed means (continuous).
 
+use std::sync::Arc;
+
 use super::common::Net;
 use super::{ActionsMut, ExplorationType, Policy, PolicyError, SamplerState, Weights};
 use crate::spec::Spec;
@@ -49,6 +51,10 @@ impl Policy for Linear {
 
     fn set_weights(&mut self, weights: &Weights) -> Result<(), PolicyError> {
         self.net.set_weights(weights)
+    }
+
+    fn set_shared_weights(&mut self, weights: &Arc<Weights>) -> Result<(), PolicyError> {
+        self.net.set_shared_weights(weights)
     }
 
     fn set_exploration(&mut self, exploration: ExplorationType) {
@@ -359,6 +365,45 @@ mod tests {
         assert_eq!(p.weights().version, 17);
         assert_eq!(vals(p.weights(), "weight"), [1.0; 8]);
         assert_eq!(vals(p.weights(), "bias"), [2.0; 2]);
+    }
+
+    #[test]
+    fn shared_weights_are_kept_not_copied_and_never_written_through() {
+        let o = Spec::uniform_box(2, -1.0, 1.0);
+        let a = Spec::Discrete { n: 2 };
+        let mut p = Linear::new(&o, &a, 0, 0).unwrap();
+        p.set_exploration(ExplorationType::Deterministic);
+        // Action 1 wins for any positive observation.
+        let shared = Arc::new(w(
+            5,
+            vec![
+                ("weight", t(&[2, 2], &[0.0, 0.0, 1.0, 1.0])),
+                ("bias", t(&[2], &[0.0; 2])),
+            ],
+        ));
+        p.set_shared_weights(&shared).unwrap();
+        assert!(
+            std::ptr::eq(p.weights(), &*shared),
+            "the policy's named copy is the Arc"
+        );
+        assert_eq!(run_discrete(&mut p, &[0.5, 0.5], 1), [1]);
+        // A plain update afterwards must not write into what others share.
+        let own = w(
+            6,
+            vec![
+                ("weight", t(&[2, 2], &[1.0, 1.0, 0.0, 0.0])),
+                ("bias", t(&[2], &[0.0; 2])),
+            ],
+        );
+        p.set_weights(&own).unwrap();
+        assert_eq!(shared.version, 5);
+        assert_eq!(vals(&shared, "weight"), [0.0, 0.0, 1.0, 1.0]);
+        assert_eq!(p.weights(), &own);
+        assert_eq!(run_discrete(&mut p, &[0.5, 0.5], 1), [0]);
+        // A bad layout is refused and changes nothing.
+        let bad = Arc::new(w(7, vec![("weight", t(&[2, 2], &[0.0; 4]))]));
+        assert!(matches!(p.set_shared_weights(&bad), Err(PolicyError::Weights(_))));
+        assert_eq!(p.weights(), &own);
     }
 
     #[test]

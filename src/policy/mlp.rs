@@ -1,5 +1,7 @@
 //! A multi-layer perceptron: tanh hidden layers, then a head as for [`Linear`](super::Linear).
 
+use std::sync::Arc;
+
 use super::common::Net;
 use super::{ActionsMut, ExplorationType, Policy, PolicyError, SamplerState, Weights};
 use crate::spec::Spec;
@@ -41,6 +43,10 @@ impl Policy for Mlp {
 
     fn set_weights(&mut self, weights: &Weights) -> Result<(), PolicyError> {
         self.net.set_weights(weights)
+    }
+
+    fn set_shared_weights(&mut self, weights: &Arc<Weights>) -> Result<(), PolicyError> {
+        self.net.set_shared_weights(weights)
     }
 
     fn set_exploration(&mut self, exploration: ExplorationType) {

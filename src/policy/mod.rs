@@ -5,6 +5,7 @@
 //! buffers it reuses for the whole run: no allocation per step.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -154,6 +155,13 @@ pub trait Policy: Send {
     fn weights(&self) -> &Weights;
     /// Replaces the weights; names, shapes and dtypes must match the current ones.
     fn set_weights(&mut self, weights: &Weights) -> Result<(), PolicyError>;
+    /// As [`Policy::set_weights`], for weights others hold too (a node's workers all
+    /// get the same decoded update): a policy may keep the `Arc` as its own copy
+    /// instead of copying every tensor, which for a large network is the cost of
+    /// an update. The default copies.
+    fn set_shared_weights(&mut self, weights: &Arc<Weights>) -> Result<(), PolicyError> {
+        self.set_weights(weights)
+    }
     /// Switches between mode and sampling.
     fn set_exploration(&mut self, exploration: ExplorationType);
     /// Reseeds the sampling generator.

@@ -668,6 +668,77 @@ fn process_nodes_take_weight_updates() {
     }
 }
 
+/// CartPole batches; `recycle` hands every batch back (with process nodes its storage
+/// then takes a later batch on the trainer). Sync (2 nodes) pushes new weights after
+/// every batch, so old weight versions take later updates on process nodes; async
+/// runs one node and pushes nothing, so that its batches do not depend on timing.
+fn reused_storage_run(launcher: Launcher, sync: bool, recycle: bool) -> Vec<(u64, TensorDict)> {
+    let nodes = if sync { 2 } else { 1 };
+    let mut c = DistributedCollector::builder()
+        .env("CartPole-v1")
+        .policy(PolicyConfig::Linear)
+        .nodes(nodes)
+        .frames_per_batch(400)
+        .total_frames(4000)
+        .sync(sync)
+        .seed(3)
+        .launcher(launcher)
+        .node_program(rollout_bin())
+        .join_timeout(DEADLINE)
+        .batch_timeout(DEADLINE)
+        .build()
+        .expect("collector");
+    let mut out = Vec::new();
+    while let Some(b) = c.next_batch().expect("batch") {
+        if !sync {
+            out.push((b.weights_version, b.data.clone()));
+            if recycle {
+                c.recycle(b);
+            }
+            continue;
+        }
+        let i = out.len() as f32;
+        let mut t = BTreeMap::new();
+        t.insert(
+            "weight".to_string(),
+            Tensor::F32(ArrayD::from_shape_fn(vec![2, 4], |d| {
+                (d[0] as f32 - 0.5) * (d[1] as f32 + i) * 0.3
+            })),
+        );
+        t.insert("bias".to_string(), Tensor::F32(ArrayD::from_elem(vec![2], 0.1 * i)));
+        c.update_policy_weights(Weights::new(t), None).expect("push");
+        out.push((b.weights_version, b.data.clone()));
+        if recycle {
+            c.recycle(b);
+        }
+    }
+    c.shutdown().expect("shutdown");
+    out
+}
+
+/// Process nodes decode batches (trainer) and weight updates (nodes) into storage
+/// freed earlier; the in-process run, where nothing is decoded, is the reference.
+#[test]
+fn reusing_batch_and_weight_storage_changes_no_frame() {
+    for sync in [true, false] {
+        let fresh = reused_storage_run(Launcher::Local, sync, false);
+        let reused = reused_storage_run(Launcher::Process, sync, true);
+        assert_eq!(fresh.len(), 10);
+        if sync {
+            let versions: Vec<u64> = fresh.iter().map(|b| b.0).collect();
+            assert_eq!(
+                versions,
+                (0..10).collect::<Vec<u64>>(),
+                "each batch used the weights pushed before it"
+            );
+        }
+        for (i, (a, b)) in fresh.iter().zip(&reused).enumerate() {
+            assert_eq!(a.0, b.0, "sync={sync} batch {i}: weights version");
+            assert_eq!(a.1, b.1, "sync={sync} batch {i}: frames");
+        }
+    }
+}
+
 #[test]
 fn process_nodes_are_reaped_when_the_trainer_is_dropped_mid_run() {
     let mut c = process_collector(false, 100, -1);

@@ -225,14 +225,17 @@ pub async fn start_watched(
     let cache = WeightsCache::default();
     let mut nodes = Vec::with_capacity(n);
     let mut closers = Vec::with_capacity(n);
+    let mut recyclers = Vec::with_capacity(n);
     for j in joined {
         let peer = start_peer(j, &trainer, &cache, timing);
         closers.push(Some(peer.clone().recipient()));
+        recyclers.push(Some(peer.clone().recipient()));
         nodes.push(peer.recipient());
     }
     let supervised = machine.supervision().is_some();
     let mut t = Trainer::new(machine, nodes)
         .with_closers(closers)
+        .with_recyclers(recyclers)
         .with_initial_seed(seed);
     if supervised {
         let pending = Rc::new(RefCell::new(vec![None; n]));
@@ -258,7 +261,7 @@ pub async fn start_watched(
                 trainer.do_send(NodeRestarted {
                     node,
                     recipient: peer.clone().recipient(),
-                    recycler: None,
+                    recycler: Some(peer.clone().recipient()),
                     closer: Some(peer.recipient()),
                 });
             }

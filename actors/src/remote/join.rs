@@ -2,6 +2,7 @@
 //! serve until `Shutdown`. `rollout node --join` is this, and so is any user
 //! binary that registers envs of its own and calls [`run_node`].
 
+use std::collections::VecDeque;
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
@@ -11,6 +12,8 @@ use actix::prelude::*;
 use bytes::{Bytes, BytesMut};
 use rollout::machine::NodeMachine;
 use rollout::message::FromNode;
+use rollout::policy::Weights;
+use rollout::pool::TensorPool;
 use rollout::rollout::RolloutError;
 use rollout::wire::{self, NodeFrame, TrainerFrame, Welcome, DEFAULT_MAX_FRAME, PROTOCOL_VERSION};
 use rollout::Registry;
@@ -23,7 +26,7 @@ use super::codec::FrameCodec;
 use super::link::spawn_writer;
 use super::listener::read_frame;
 use crate::env_worker::EnvWorker;
-use crate::messages::{FromNodeMsg, ToNodeMsg};
+use crate::messages::{FromNodeMsg, Recycle, ToNodeMsg};
 use crate::node::Node;
 
 /// Why a node could not join or stopped serving.
@@ -268,6 +271,9 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
         last_seen: Instant::now(),
         done: Some(done_tx),
         stream: Some(framed),
+        pool: TensorPool::new(max),
+        retired: VecDeque::new(),
+        batch_len: 0,
     });
     let result = done_rx
         .await
@@ -295,6 +301,13 @@ struct TrainerLink {
     last_seen: Instant,
     done: Option<oneshot::Sender<Result<(), JoinError>>>,
     stream: Option<FramedRead<tokio::net::tcp::OwnedReadHalf, FrameCodec>>,
+    /// Storage the next weight update decodes into: the tensors of versions no
+    /// worker uses any more.
+    pool: TensorPool,
+    /// Weight versions decoded here, oldest first, until nobody else holds them.
+    retired: VecDeque<Arc<Weights>>,
+    /// Size of the last batch frame sent.
+    batch_len: usize,
 }
 
 impl TrainerLink {
@@ -308,9 +321,32 @@ impl TrainerLink {
         ctx.stop();
     }
 
+    /// Moves the storage of weight versions nobody holds any more into the pool.
+    /// A version stays while the node or a worker uses it, so an update decodes
+    /// into the one before the current one: double buffering, at the cost of
+    /// keeping one spare copy of the weights.
+    fn reclaim_weights(&mut self) {
+        let mut kept = VecDeque::with_capacity(self.retired.len());
+        while let Some(w) = self.retired.pop_front() {
+            match Arc::try_unwrap(w) {
+                Ok(free) => self.pool.put_weights(free),
+                Err(held) => kept.push_back(held),
+            }
+        }
+        self.retired = kept;
+    }
+
     fn send(&mut self, f: &NodeFrame, ctx: &mut Context<Self>) {
-        match wire::encode(f, self.max) {
+        // A batch frame is sized like the last one: one allocation, no regrowth.
+        let mut buf = match f {
+            NodeFrame::Batch(_) => Vec::with_capacity(self.batch_len),
+            _ => Vec::new(),
+        };
+        match wire::encode_into(f, self.max, &mut buf).map(|()| buf) {
             Ok(b) => {
+                if let NodeFrame::Batch(_) = f {
+                    self.batch_len = b.len();
+                }
                 if self.out.send(Bytes::from(b)).is_err() {
                     self.finish(ctx, Err(JoinError::Lost("writer gone".into())));
                 }
@@ -348,10 +384,14 @@ impl StreamHandler<Result<BytesMut, io::Error>> for TrainerLink {
             Ok(b) => b,
             Err(e) => return self.finish(ctx, Err(JoinError::Lost(e.to_string()))),
         };
-        let frame: TrainerFrame = match wire::decode(&body) {
+        self.reclaim_weights();
+        let frame: TrainerFrame = match wire::decode_pooled(&body, &mut self.pool) {
             Ok(f) => f,
             Err(e) => return self.finish(ctx, Err(JoinError::Protocol(e.to_string()))),
         };
+        if let TrainerFrame::UpdateWeights(u) = &frame {
+            self.retired.push_back(Arc::clone(&u.weights));
+        }
         match frame {
             TrainerFrame::Heartbeat => {}
             other => match other.into_to_node() {
@@ -374,7 +414,15 @@ impl Handler<FromNodeMsg> for TrainerLink {
 
     fn handle(&mut self, msg: FromNodeMsg, ctx: &mut Self::Context) {
         let down = matches!(msg.0, FromNode::Down { .. });
-        self.send(&NodeFrame::from(msg.0), ctx);
+        let frame = NodeFrame::from(msg.0);
+        self.send(&frame, ctx);
+        if let NodeFrame::Batch(b) = frame {
+            // On the wire now: the worker collects its next batch into this storage.
+            self.node.do_send(Recycle {
+                node: Some(self.index),
+                data: b.data,
+            });
+        }
         if down {
             self.finish(ctx, Ok(()));
         }

@@ -12,10 +12,12 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use bytes::{Bytes, BytesMut};
 use rollout::message::{FromNode, ToNode};
+use rollout::policy::Weights;
+use rollout::pool::TensorPool;
 use rollout::wire::{self, NodeFrame, TrainerFrame};
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::messages::{FromNodeMsg, ToNodeMsg};
+use crate::messages::{FromNodeMsg, Recycle, ToNodeMsg};
 
 /// Encoded `UpdateWeights` frames by version, shared by every peer: one version is
 /// encoded once and the same bytes go to every node.
@@ -24,6 +26,10 @@ pub struct WeightsCache(Arc<Mutex<Option<(u64, Bytes)>>>);
 
 impl WeightsCache {
     /// The frame for `msg` (an `UpdateWeights`), encoding it only if this version is new.
+    ///
+    /// A new version is encoded into the previous version's buffer when no writer
+    /// holds that any more, sized up front otherwise: tens of megabytes written into
+    /// memory already mapped, instead of into a vector grown by doubling.
     pub fn frame(&self, msg: &ToNode, max: usize) -> Result<Bytes, wire::WireError> {
         let ToNode::UpdateWeights(u) = msg else {
             return wire::encode(&TrainerFrame::from(msg.clone()), max).map(Bytes::from);
@@ -35,10 +41,29 @@ impl WeightsCache {
                 return Ok(bytes.clone());
             }
         }
-        let bytes = Bytes::from(wire::encode(&TrainerFrame::from(msg.clone()), max)?);
+        let mut buf = match slot.take().map(|(_, old)| old.try_into_mut()) {
+            Some(Ok(unique)) => Vec::from(unique),
+            _ => Vec::new(),
+        };
+        buf.clear();
+        buf.reserve(encoded_len_hint(&u.weights));
+        wire::encode_into(&TrainerFrame::from(msg.clone()), max, &mut buf)?;
+        let bytes = Bytes::from(buf);
         *slot = Some((version, bytes.clone()));
         Ok(bytes)
     }
+}
+
+/// About the encoded size of `weights`: every tensor's data plus room for its
+/// name and header. Only a capacity hint; the encoder grows the buffer if short.
+fn encoded_len_hint(weights: &Weights) -> usize {
+    let header = 64;
+    weights
+        .tensors
+        .iter()
+        .map(|(name, t)| name.len() + t.len() * t.dtype().size() + header)
+        .sum::<usize>()
+        + header
 }
 
 /// Close this connection, logging `reason`.
@@ -71,6 +96,8 @@ pub struct RemoteNode {
     down: bool,
     /// The node sent its `Ready` (its batch layout).
     ready: bool,
+    /// Storage of this node's recycled batches, which its next batches decode into.
+    pool: TensorPool,
 }
 
 impl RemoteNode {
@@ -96,6 +123,7 @@ impl RemoteNode {
             closed: false,
             down: false,
             ready: false,
+            pool: TensorPool::new(timing.max_frame),
         }
     }
 
@@ -117,7 +145,7 @@ impl RemoteNode {
     }
 
     fn on_frame(&mut self, body: &[u8], ctx: &mut Context<Self>) {
-        let frame: NodeFrame = match wire::decode(body) {
+        let frame: NodeFrame = match wire::decode_pooled(body, &mut self.pool) {
             Ok(f) => f,
             Err(e) => return self.close(ctx, format!("bad frame: {e}")),
         };
@@ -181,6 +209,15 @@ impl StreamHandler<Result<BytesMut, io::Error>> for RemoteNode {
     }
 }
 
+impl Handler<Recycle> for RemoteNode {
+    type Result = ();
+
+    /// A batch of this node the consumer is done with: its storage takes the next one.
+    fn handle(&mut self, msg: Recycle, _ctx: &mut Self::Context) {
+        self.pool.put_dict(msg.data);
+    }
+}
+
 impl Handler<ToNodeMsg> for RemoteNode {
     type Result = ();
 
@@ -204,5 +241,51 @@ impl Handler<Disconnect> for RemoteNode {
 
     fn handle(&mut self, msg: Disconnect, ctx: &mut Self::Context) {
         self.close(ctx, msg.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use ndarray::ArrayD;
+    use rollout::message::UpdateWeights;
+    use rollout::wire::{DEFAULT_MAX_FRAME, PREFIX_LEN};
+    use rollout::Tensor;
+
+    use super::*;
+
+    fn update(version: u64, value: f32) -> ToNode {
+        let mut tensors = BTreeMap::new();
+        tensors.insert("w".to_string(), Tensor::F32(ArrayD::from_elem(vec![1000], value)));
+        ToNode::UpdateWeights(UpdateWeights {
+            weights: Arc::new(Weights::new(tensors).with_version(version)),
+        })
+    }
+
+    fn decoded(frame: &Bytes) -> ToNode {
+        let f: TrainerFrame = wire::decode(&frame[PREFIX_LEN..]).expect("decodes");
+        f.into_to_node().expect("a node message")
+    }
+
+    #[test]
+    fn one_encoding_per_version_and_a_held_frame_is_never_overwritten() {
+        let cache = WeightsCache::default();
+        let v1 = cache.frame(&update(1, 1.0), DEFAULT_MAX_FRAME).unwrap();
+        let again = cache.frame(&update(1, 1.0), DEFAULT_MAX_FRAME).unwrap();
+        assert_eq!(v1.as_ptr(), again.as_ptr(), "the same bytes for every node");
+        drop(again);
+        // v1 still held (a writer has it queued): v2 goes into new memory.
+        let v2 = cache.frame(&update(2, 2.0), DEFAULT_MAX_FRAME).unwrap();
+        assert_ne!(v1.as_ptr(), v2.as_ptr());
+        assert_eq!(decoded(&v1), update(1, 1.0));
+        assert_eq!(decoded(&v2), update(2, 2.0));
+        // Nobody holds v2 any more: v3 reuses its buffer.
+        let v2_at = v2.as_ptr();
+        drop(v2);
+        let v3 = cache.frame(&update(3, 3.0), DEFAULT_MAX_FRAME).unwrap();
+        assert_eq!(v3.as_ptr(), v2_at, "encoded into the released buffer");
+        assert_eq!(decoded(&v3), update(3, 3.0));
+        assert_eq!(decoded(&v1), update(1, 1.0));
     }
 }
