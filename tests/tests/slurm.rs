@@ -136,9 +136,11 @@ fn two_nodes(sync: bool) {
     if sync {
         assert!(nodes.iter().all(Option::is_none), "sync batches stack both nodes");
     } else {
+        // Which node delivers which batch is timing (on a loaded machine one node can
+        // take every batch while the other starts); each batch is one node's.
         assert!(
-            nodes.contains(&Some(0)) && nodes.contains(&Some(1)),
-            "both nodes delivered: {nodes:?}"
+            nodes.iter().all(|n| matches!(n, Some(0) | Some(1))),
+            "async batches come from one node each: {nodes:?}"
         );
     }
     c.shutdown().expect("shutdown");
@@ -420,6 +422,9 @@ fn external_nodes_from_a_hand_written_sbatch_script() {
         .nodes(2)
         .frames_per_batch(100)
         .total_frames(1000)
+        // Sync: every batch needs both nodes (async would let one fast node take every
+        // batch while the other is still starting on a loaded machine).
+        .sync(true)
         .launcher(Launcher::External)
         .listen(addr)
         .token(token)
@@ -428,13 +433,12 @@ fn external_nodes_from_a_hand_written_sbatch_script() {
         .build()
         .expect("collector");
     let mut frames = 0;
-    let mut nodes = Vec::new();
     while let Some(b) = c.next_batch().expect("batch") {
         frames += b.data.numel();
-        nodes.push(b.node);
+        assert_eq!(b.data.batch_size(), [2, 1, 50], "one env of each node");
+        assert_eq!(b.weights_versions.len(), 2, "a share of each node");
     }
     assert_eq!(frames, 1000);
-    assert!(nodes.contains(&Some(0)) && nodes.contains(&Some(1)), "{nodes:?}");
     c.shutdown().expect("shutdown");
     // The nodes exit at Shutdown, so their tasks complete by themselves.
     wait_queue(&id, "every task done", <[String]>::is_empty);
