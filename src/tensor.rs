@@ -513,7 +513,7 @@ struct EncodedTensorRef<'a> {
 impl Tensor {
     /// The element bytes straight from the array's memory, when that memory already is
     /// the encoded form: standard (C-order, contiguous) layout on a little-endian machine.
-    /// `None` when they must be copied out (other layouts, big-endian, bool).
+    /// `None` when they must be copied out (other layouts, big-endian).
     fn le_bytes_in_place(&self) -> Option<&[u8]> {
         if !cfg!(target_endian = "little") {
             return None;
@@ -523,8 +523,8 @@ impl Tensor {
             Tensor::F64(a) => a.as_slice().map(bytemuck::cast_slice),
             Tensor::I64(a) => a.as_slice().map(bytemuck::cast_slice),
             Tensor::U8(a) => a.as_slice(),
-            // bytemuck refuses bool (not every byte is a valid bool); copying is cheap enough.
-            Tensor::Bool(_) => None,
+            // A bool is one byte, 0 or 1: read as bytes it already is the encoding.
+            Tensor::Bool(a) => a.as_slice().map(bytemuck::cast_slice),
         }
     }
 }

@@ -86,51 +86,10 @@ fn rate(c: &mut DistributedCollector, secs: f64) -> f64 {
     frames as f64 / start.elapsed().as_secs_f64()
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn main() {
-    // Profiling aid: `ROLLOUT_BENCH_ONLY=local|process` collects for 3 s and prints the rate.
-    if let Ok(which) = std::env::var("ROLLOUT_BENCH_ONLY") {
-        let launcher = if which == "process" {
-            Launcher::Process
-        } else {
-            Launcher::Local
-        };
-        let mut c = collector(launcher, PolicyConfig::Linear, F, false);
-        println!("{which}: {:.0} frames/s", rate(&mut c, 3.0));
-        c.shutdown().expect("shutdown");
-        return;
-    }
-    let rounds = 5;
-    let mut inproc = collector(Launcher::Local, PolicyConfig::Linear, F, false);
-    let mut remote = collector(Launcher::Process, PolicyConfig::Linear, F, false);
-    let (mut a, mut b, mut c, mut cb) = (vec![], vec![], vec![], vec![]);
-    for _ in 0..rounds {
-        let ra = raw_tcp(256 << 20);
-        let rb = rate(&mut inproc, 0.5);
-        let rc = rate(&mut remote, 0.5);
-        a.push(ra);
-        b.push(rb);
-        c.push(rc);
-        cb.push(rc / rb);
-    }
-    inproc.shutdown().expect("shutdown");
-    remote.shutdown().expect("shutdown");
-    println!("median of {rounds} interleaved rounds");
-    println!("(a) raw loopback TCP, one socket      {:>8.2} GB/s", median(a) / 1e9);
-    println!(
-        "(b) in-process, 2 nodes x 1 env       {:>12.0} frames/s",
-        median(b.clone())
-    );
-    println!(
-        "(c) 2 process nodes over loopback     {:>12.0} frames/s   c/b = {:.3}",
-        median(c),
-        median(cb)
-    );
-
+/// (d): `rounds` updates of a 10-million-parameter MLP to 2 process nodes, each next
+/// to writing the same bytes twice over raw loopback. (params, bytes, update s,
+/// raw s, ratio) per round.
+fn weight_update(rounds: usize) -> (usize, usize, Vec<f64>, Vec<f64>, Vec<f64>) {
     // (d) 10 M parameters: CartPole (4 obs, 2 actions), hidden [3160, 3160].
     let hidden = vec![3160, 3160];
     // Sync, one frame per node: the nodes are idle while weights are measured (a
@@ -170,8 +129,68 @@ fn main() {
         ratio.push(update / raw);
     }
     w.shutdown().expect("shutdown");
+    (params, bytes, d, raw2, ratio)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    // Profiling aids: `ROLLOUT_BENCH_ONLY=local|process` collects for 3 s and prints
+    // the rate; `ROLLOUT_BENCH_ONLY=weights` runs 30 weight updates.
+    if let Ok(which) = std::env::var("ROLLOUT_BENCH_ONLY") {
+        if which == "weights" {
+            let (_, _, d, raw2, ratio) = weight_update(30);
+            println!(
+                "weights: {:.1} ms, raw x2 {:.1} ms, d/raw {:.2}",
+                median(d) * 1e3,
+                median(raw2) * 1e3,
+                median(ratio)
+            );
+            return;
+        }
+        let launcher = if which == "process" {
+            Launcher::Process
+        } else {
+            Launcher::Local
+        };
+        let mut c = collector(launcher, PolicyConfig::Linear, F, false);
+        println!("{which}: {:.0} frames/s", rate(&mut c, 3.0));
+        c.shutdown().expect("shutdown");
+        return;
+    }
+    let rounds = 5;
+    let mut inproc = collector(Launcher::Local, PolicyConfig::Linear, F, false);
+    let mut remote = collector(Launcher::Process, PolicyConfig::Linear, F, false);
+    let (mut a, mut b, mut c, mut cb) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..rounds {
+        let ra = raw_tcp(256 << 20);
+        let rb = rate(&mut inproc, 0.5);
+        let rc = rate(&mut remote, 0.5);
+        a.push(ra);
+        b.push(rb);
+        c.push(rc);
+        cb.push(rc / rb);
+    }
+    inproc.shutdown().expect("shutdown");
+    remote.shutdown().expect("shutdown");
+    println!("median of {rounds} interleaved rounds");
+    println!("(a) raw loopback TCP, one socket      {:>8.2} GB/s", median(a) / 1e9);
     println!(
-        "(d) weight update, {:.1} M params ({:.0} MB) to 2 nodes  {:>7.1} ms   raw loopback x2 {:>7.1} ms   d/raw = {:.2}",
+        "(b) in-process, 2 nodes x 1 env       {:>12.0} frames/s",
+        median(b.clone())
+    );
+    println!(
+        "(c) 2 process nodes over loopback     {:>12.0} frames/s   c/b = {:.3}",
+        median(c),
+        median(cb)
+    );
+
+    let (params, bytes, d, raw2, ratio) = weight_update(15);
+    println!(
+        "(d) weight update (median of 15), {:.1} M params ({:.0} MB) to 2 nodes  {:>7.1} ms   raw loopback x2 {:>7.1} ms   d/raw = {:.2}",
         params as f64 / 1e6,
         bytes as f64 / 1e6,
         median(d) * 1e3,

@@ -6,6 +6,8 @@
 //! encoding into a reused output buffer can reach) and `to_vec` (memcpy into a fresh allocation,
 //! what decoding must pay at least, since it builds a new array). For reference, the
 //! element-by-element `to_le_bytes` copy (the path used before the blob was written in place).
+//! Decoding is measured twice: into fresh memory, and into storage from a [`TensorPool`] (what a
+//! remote node's connection does with a retired weight version), which should reach memcpy speed.
 //! Prints MB/s (1 MB = 10^6 bytes) of the blob and the ratios against the baselines.
 //!
 //! Run: `cargo bench -p rollout-benches --bench wire`
@@ -17,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use ndarray::{ArrayD, IxDyn};
 use rollout::message::UpdateWeights;
-use rollout::wire::{decode, encode_into, TrainerFrame, DEFAULT_MAX_FRAME, PREFIX_LEN};
+use rollout::pool::TensorPool;
+use rollout::wire::{decode, decode_pooled, encode_into, TrainerFrame, DEFAULT_MAX_FRAME, PREFIX_LEN};
 use rollout::{Tensor, Weights};
 
 const ELEMS: usize = 10_000_000;
@@ -89,6 +92,16 @@ fn main() {
     });
     let back: TrainerFrame = decode(&body).expect("decode");
     assert!(back == frame, "the frame round-trips");
+    // Into pooled storage: each run's tensors go back to the pool for the next one.
+    let mut pool = TensorPool::new(2 * BYTES);
+    let decode_pooled_t = best(|| {
+        let f: TrainerFrame = decode_pooled(black_box(&body), &mut pool).expect("decode");
+        if let TrainerFrame::UpdateWeights(u) = f {
+            pool.put_weights(Arc::try_unwrap(u.weights).expect("unique"));
+        }
+    });
+    let again: TrainerFrame = decode_pooled(&body, &mut pool).expect("decode");
+    assert!(again == frame, "the pooled decode is the same frame");
 
     println!("wire: UpdateWeights frame, one f32 tensor of {ELEMS} elements ({BYTES} bytes), best of {REPS}");
     println!("  memcpy (reused buffer)     {:>9.0} MB/s   baseline", mbps(memcpy));
@@ -104,5 +117,10 @@ fn main() {
         mbps(decode_t),
         memcpy.as_secs_f64() / decode_t.as_secs_f64(),
         to_vec.as_secs_f64() / decode_t.as_secs_f64()
+    );
+    println!(
+        "  decode frame, pooled       {:>9.0} MB/s   {:.2} x memcpy",
+        mbps(decode_pooled_t),
+        memcpy.as_secs_f64() / decode_pooled_t.as_secs_f64()
     );
 }
