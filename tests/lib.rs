@@ -96,6 +96,28 @@ pub fn rollout_release_bin() -> &'static Path {
     BIN.get_or_init(|| build_rollout("release"))
 }
 
+/// How many trajectories end, in what was yielded, on a frame that is not `done`:
+/// cut short by a failure (a killed node, a panicking env) or still running when
+/// the run stopped (at most one per env lane).
+pub fn cut_trajectories(batches: &[rollout_actors::Collected]) -> usize {
+    use rollout::rollout::keys;
+    let mut last_done: std::collections::HashMap<i64, bool> = std::collections::HashMap::new();
+    for b in batches {
+        let ids = b.data.i64(keys::TRAJ_IDS).expect("ids");
+        let done = b.data.bool(keys::NEXT_DONE).expect("done");
+        let t = *ids.shape().last().expect("time dim");
+        let ids = ids.as_slice().expect("contiguous");
+        let done = done.as_slice().expect("contiguous");
+        // Rows are lanes, time last: within a batch a lane's frames are in order.
+        for r in 0..ids.len() / t {
+            for i in 0..t {
+                last_done.insert(ids[r * t + i], done[r * t + i]);
+            }
+        }
+    }
+    last_done.values().filter(|d| !**d).count()
+}
+
 /// Asserts that each trajectory id belongs to exactly one (node, env) lane and that its frames
 /// there are consecutive steps, across all `batches` (async `[envs, T]` or sync `[nodes, envs, T]`).
 pub fn assert_unique_traj_ids(batches: &[rollout_actors::Collected]) {

@@ -17,7 +17,10 @@ fn registry() -> Registry {
     let mut r = Registry::with_builtins();
     // A stand-in for a real custom env: counts to 3.
     r.register("ShortCount-v0", |_config| -> Result<Box<dyn Env>, EnvError> {
-        Ok(Box::new(Counting::new(CountingConfig { max_steps: 3 })?))
+        Ok(Box::new(Counting::new(CountingConfig {
+            max_steps: 3,
+            ..CountingConfig::default()
+        })?))
     });
     r
 }

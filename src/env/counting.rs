@@ -3,6 +3,9 @@
 //! The observation is a counter that starts at 0 on reset; each step adds the action
 //! to it. The reward is always 0 and the episode terminates once the count exceeds
 //! `max_steps` (torchrl's `count > max_steps`). It never truncates.
+//!
+//! For supervision tests it can also fail on purpose: with `panic_between` it panics
+//! on a step drawn from the seed of its last seeded reset, as a buggy user env would.
 
 use serde::{Deserialize, Serialize};
 
@@ -15,11 +18,19 @@ use crate::spec::Spec;
 pub struct CountingConfig {
     /// The episode terminates on the step where the count exceeds this (torchrl: 5).
     pub max_steps: u64,
+    /// Fault injection: `[lo, hi]` makes the env panic on step `lo + h % (hi - lo)`
+    /// after each seeded reset (counted across the automatic resets that follow),
+    /// `h` a hash of that reset's seed. A restarted env is reseeded differently, so it
+    /// panics elsewhere. `None` (the default): never. Needs `1 <= lo < hi`.
+    pub panic_between: Option<[u64; 2]>,
 }
 
 impl Default for CountingConfig {
     fn default() -> Self {
-        CountingConfig { max_steps: 5 }
+        CountingConfig {
+            max_steps: 5,
+            panic_between: None,
+        }
     }
 }
 
@@ -36,6 +47,9 @@ pub struct Counting {
     count: f64,
     elapsed: u64,
     needs_reset: bool,
+    panic_between: Option<[u64; 2]>,
+    /// Steps left until the injected panic, once a seeded reset drew it.
+    panic_in: Option<u64>,
 }
 
 impl Counting {
@@ -44,7 +58,17 @@ impl Counting {
 
     /// Builds the env.
     pub fn new(config: CountingConfig) -> Result<Self, EnvError> {
+        if let Some([lo, hi]) = config.panic_between {
+            if lo == 0 || hi <= lo {
+                return Err(EnvError::Config {
+                    env: Self::NAME.into(),
+                    reason: format!("panic_between [{lo}, {hi}] needs 1 <= lo < hi"),
+                });
+            }
+        }
         Ok(Counting {
+            panic_between: config.panic_between,
+            panic_in: None,
             observation_spec: Spec::uniform_box(1, f32::NEG_INFINITY, f32::INFINITY),
             action_spec: Spec::uniform_box(1, 0.0, 1.0),
             max_steps: config.max_steps as f64,
@@ -68,8 +92,11 @@ impl Env for Counting {
         &self.action_spec
     }
 
-    fn reset(&mut self, _seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
+    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
         check_obs_len(obs, 1)?;
+        if let (Some([lo, hi]), Some(seed)) = (self.panic_between, seed) {
+            self.panic_in = Some(lo + mix(seed) % (hi - lo));
+        }
         self.count = 0.0;
         self.elapsed = 0;
         self.needs_reset = false;
@@ -82,6 +109,14 @@ impl Env for Counting {
         let a = action.continuous(&self.action_spec)?;
         if self.needs_reset {
             return Err(EnvError::NeedsReset("before reset or after the episode ended"));
+        }
+        if let Some(left) = self.panic_in {
+            if left <= 1 {
+                self.panic_in = None;
+                let [lo, hi] = self.panic_between.unwrap_or_default();
+                panic!("Counting: injected panic (panic_between [{lo}, {hi}])");
+            }
+            self.panic_in = Some(left - 1);
         }
         self.count += f64::from(a[0]);
         self.elapsed += 1;
@@ -123,6 +158,12 @@ impl Env for Counting {
     }
 
     fn snapshot(&self) -> Result<EnvSnapshot, EnvError> {
+        if self.panic_between.is_some() {
+            return Err(EnvError::Failed(
+                "a Counting env with `panic_between` cannot be checkpointed (its fault schedule is not in a snapshot)"
+                    .into(),
+            ));
+        }
         Ok(EnvSnapshot {
             state: vec![self.count],
             elapsed_steps: self.elapsed,
@@ -145,10 +186,78 @@ impl Env for Counting {
     }
 }
 
+/// splitmix64's finaliser: a seed spread over all 64 bits.
+fn mix(seed: u64) -> u64 {
+    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::spec::SpecError;
+
+    /// Steps (with auto-reset) until `env` panics; `None` if it lasts `limit` steps.
+    fn steps_until_panic(env: &mut Counting, limit: u64) -> Option<u64> {
+        let mut obs = [0.0];
+        for i in 1..=limit {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                env.step(Action::Continuous(&[1.0]), &mut obs)
+            }));
+            match r {
+                Err(_) => return Some(i),
+                Ok(Ok(t)) if t.done() => env.reset(None, &mut obs).unwrap(),
+                Ok(r) => {
+                    r.unwrap();
+                }
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn panics_where_the_seed_says_and_never_without_a_seeded_reset() {
+        let cfg = CountingConfig {
+            panic_between: Some([10, 40]),
+            ..CountingConfig::default()
+        };
+        let mut at = Vec::new();
+        for seed in 0..20 {
+            let mut env = Counting::new(cfg.clone()).unwrap();
+            env.reset(Some(seed), &mut [0.0]).unwrap();
+            let n = steps_until_panic(&mut env, 100).expect("panics");
+            assert!((10..40).contains(&n), "seed {seed}: step {n}");
+            // Same seed, same step.
+            let mut again = Counting::new(cfg.clone()).unwrap();
+            again.reset(Some(seed), &mut [0.0]).unwrap();
+            assert_eq!(steps_until_panic(&mut again, 100), Some(n));
+            at.push(n);
+        }
+        at.sort_unstable();
+        at.dedup();
+        assert!(at.len() > 5, "seeds spread the step: {at:?}");
+        let mut unseeded = Counting::new(cfg).unwrap();
+        unseeded.reset(None, &mut [0.0]).unwrap();
+        assert_eq!(steps_until_panic(&mut unseeded, 100), None);
+        assert!(unseeded.snapshot().is_err(), "its schedule is not checkpointable");
+    }
+
+    #[test]
+    fn a_bad_fault_range_is_a_config_error() {
+        for range in [[0, 5], [5, 5], [9, 3]] {
+            let cfg = CountingConfig {
+                panic_between: Some(range),
+                ..CountingConfig::default()
+            };
+            match Counting::new(cfg) {
+                Err(EnvError::Config { reason, .. }) => assert!(reason.contains("panic_between"), "{reason}"),
+                Err(e) => panic!("{e}"),
+                Ok(_) => panic!("{range:?} accepted"),
+            }
+        }
+    }
 
     #[test]
     fn counts_and_terminates_after_max_steps() {
@@ -176,7 +285,11 @@ mod tests {
 
     #[test]
     fn actions_are_not_clipped() {
-        let mut env = Counting::new(CountingConfig { max_steps: 10 }).unwrap();
+        let mut env = Counting::new(CountingConfig {
+            max_steps: 10,
+            ..CountingConfig::default()
+        })
+        .unwrap();
         let mut obs = [0.0];
         env.reset(None, &mut obs).unwrap();
         env.step(Action::Continuous(&[2.0]), &mut obs).unwrap();

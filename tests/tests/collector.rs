@@ -245,26 +245,30 @@ fn update_after_each_batch_in_async_updates_the_delivering_node() {
         .policy(PolicyConfig::Constant { value: 1.0 })
         .nodes(2)
         .frames_per_batch(20)
-        .total_frames(400)
+        .total_frames(-1)
         .update_after_each_batch(true)
         .seed(0)
         .build()
         .expect("valid");
-    let first = c.next_batch().expect("ok").expect("batch");
+    c.next_batch().expect("ok").expect("batch");
     c.set_policy_weights(value_weights(5.0)).expect("store");
+    // Endless until both nodes delivered with the new weights: which node answers
+    // when is timing (on a loaded machine one node can take many batches in a row).
     let mut seen_new = HashMap::new();
-    let mut rest = drain(&mut c);
-    rest.insert(0, first);
-    for b in &rest[1..] {
+    let mut pulled = 0;
+    while seen_new.len() < 2 {
+        let b = c.next_batch().expect("ok").expect("endless");
         let node = b.node.expect("async batch has a node");
         if b.weights_version == 1 {
-            assert!(actions(b).iter().all(|&a| a == 5.0));
+            assert!(actions(&b).iter().all(|&a| a == 5.0));
             seen_new.insert(node, true);
         } else {
             assert!(!seen_new.contains_key(&node), "node {node} went back to old weights");
         }
+        pulled += 1;
+        assert!(pulled < 10_000, "a node never got the update: {seen_new:?}");
     }
-    assert_eq!(seen_new.len(), 2, "both nodes got the update");
+    c.shutdown().expect("shutdown");
 }
 
 #[test]

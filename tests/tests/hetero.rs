@@ -32,18 +32,24 @@ fn async_nodes_with_different_envs_yield_their_own_layouts() {
         .policy(PolicyConfig::Random)
         .nodes(2)
         .frames_per_batch(40)
-        .total_frames(400)
+        .total_frames(-1)
         .seed(3)
         .launcher(Launcher::Local)
         .build()
         .expect("async accepts nodes of different layouts");
-    let batches = drain(&mut c);
+    // Endless, until both nodes delivered: which node answers first is timing (on a
+    // loaded machine one node can take many batches before the other starts).
+    let mut batches = Vec::new();
+    while batches.len() < 10
+        || !(batches.iter().any(|b: &Collected| b.node == Some(0)) && batches.iter().any(|b| b.node == Some(1)))
+    {
+        batches.push(c.next_batch().expect("batch").expect("endless"));
+        assert!(batches.len() < 10_000, "one node never delivered");
+    }
     c.shutdown().expect("shutdown");
-    assert_eq!(batches.len(), 10);
-    let frames: usize = batches.iter().map(|b| b.data.numel()).sum();
-    assert_eq!(frames, 400, "frames exact");
     let mut per_node = [0usize; 2];
     for b in &batches {
+        assert_eq!(b.data.numel(), 40, "every batch is frames_per_batch");
         let node = b.node.expect("async batches name their node");
         per_node[node] += 1;
         let obs = b.data.get(keys::OBSERVATION).expect("observation");

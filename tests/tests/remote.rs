@@ -544,7 +544,10 @@ fn sync_run_with_a_lost_node_fails_clearly_instead_of_hanging() {
 fn custom_registry() -> Registry {
     let mut r = Registry::with_builtins();
     r.register("Custom-v0", |_c| -> Result<Box<dyn Env>, EnvError> {
-        Ok(Box::new(Counting::new(CountingConfig { max_steps: 2 })?))
+        Ok(Box::new(Counting::new(CountingConfig {
+            max_steps: 2,
+            ..CountingConfig::default()
+        })?))
     });
     r
 }

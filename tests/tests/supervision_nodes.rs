@@ -10,7 +10,7 @@ use rollout::machine::{Collected, NodeSupervision, TrainerConfig, TrainerError};
 use rollout::message::{Continue, FromNode, ToNode};
 use rollout::rollout::keys;
 use rollout::supervisor::{restart_seed, RestartIntensity};
-use rollout::{PolicyConfig, Tensor, Weights};
+use rollout::{EnvSpec, PolicyConfig, Tensor, Weights};
 use rollout_actors::testkit::{scripted_batch, TrainerHarness};
 use rollout_actors::{CollectError, DistributedCollector, Launcher};
 use rollout_tests::assert_unique_traj_ids;
@@ -621,12 +621,15 @@ fn an_external_node_that_never_rejoins_fails_the_run_within_the_join_timeout() {
 // ---------------------------------------------------------------- chaos
 
 /// A bounded soak: SIGKILLs of random process nodes about every 0.8 s while the
-/// consumer pulls batches; frames exact, batches once, trajectory ids unique, and no
-/// node process left behind at the end.
+/// consumer pulls batches, and inside the nodes every env panicking on a random
+/// step (`Counting`'s `panic_between`, redrawn at every reseed) so that env workers
+/// restart all along; frames exact, batches once, trajectory ids unique, and no node
+/// process left behind at the end.
 fn chaos(sync: bool, seconds: u64) {
     let (fpb, total) = (20usize, 400_000i64);
+    let env = EnvSpec::new("Counting").with_config(serde_json::json!({ "panic_between": [200, 2000] }));
     let mut c = DistributedCollector::builder()
-        .env("Counting")
+        .env(env)
         .policy(PolicyConfig::Constant { value: 1.0 })
         .nodes(2)
         .frames_per_batch(fpb)
@@ -636,6 +639,8 @@ fn chaos(sync: bool, seconds: u64) {
         .launcher(Launcher::Process)
         .node_program(rollout_bin())
         .heartbeat(Duration::from_millis(100), Duration::from_secs(1))
+        .max_restarts(1000)
+        .restart_window(Duration::from_secs(60))
         .node_max_restarts(100)
         .node_restart_window(Duration::from_secs(60))
         .join_timeout(Duration::from_secs(20))
@@ -678,8 +683,16 @@ fn chaos(sync: bool, seconds: u64) {
         kills >= 3 && restarts >= kills.saturating_sub(1),
         "{kills} kills, {restarts} restarts"
     );
+    // A kill cuts at most the one trajectory of the killed node's env, and the run's
+    // end one per lane (2): the envs' panics cut the rest.
+    let cut = rollout_tests::cut_trajectories(&batches);
+    let panics = cut.saturating_sub(kills as usize + 2);
+    assert!(
+        panics >= 5,
+        "{cut} cut trajectories for {kills} kills: the envs did not panic"
+    );
     eprintln!(
-        "chaos sync={sync}: {kills} kills, {restarts} restarts, {} batches, {frames} frames",
+        "chaos sync={sync}: {kills} kills, {restarts} node restarts, at least {panics} env panics, {} batches, {frames} frames",
         batches.len()
     );
     c.shutdown().expect("shutdown");
@@ -748,12 +761,12 @@ fn chaos_soak_sync_local_nodes_with_envs_panicking_at_random_steps() {
 }
 
 #[test]
-fn chaos_soak_async_process_nodes_under_random_sigkills() {
+fn chaos_soak_async_process_nodes_under_random_sigkills_and_env_panics() {
     chaos(false, 25);
 }
 
 #[test]
-fn chaos_soak_sync_process_nodes_under_random_sigkills() {
+fn chaos_soak_sync_process_nodes_under_random_sigkills_and_env_panics() {
     chaos(true, 25);
 }
 
