@@ -20,6 +20,10 @@ use crate::tensor::Tensor;
 /// Refuse networks with more parameters than this (4 GiB of f32), so that an
 /// absurd spec (say `Discrete { n: 1 << 40 }`) is an error, not an abort.
 const MAX_PARAMS: usize = 1 << 30;
+/// From this many parameters on, a network reads its layers from the named tensors
+/// (one lookup per layer per row, nothing next to a forward pass this size) instead
+/// of keeping a flat copy: a weight update then copies nothing.
+const NAMED_MIN_PARAMS: usize = 1 << 16;
 
 /// Std of the exploration noise, as a fraction of the half-range of the action box.
 pub(super) const NOISE_FRACTION: f32 = 0.1;
@@ -250,7 +254,7 @@ impl Head {
     }
 }
 
-/// One dense layer inside the flat parameter vector.
+/// One dense layer: its place in the flat parameter vector and its tensors' names.
 struct Layer {
     n_in: usize,
     n_out: usize,
@@ -268,8 +272,11 @@ pub(super) struct Net {
     obs_dim: usize,
     action: Spec,
     layers: Vec<Layer>,
-    /// All parameters, layer by layer, weight then bias: the fast copy of `weights`.
+    /// All parameters, layer by layer, weight then bias: the fast copy of `weights`
+    /// for small networks; empty when `named`.
     params: Vec<f32>,
+    /// Large network: layers are read from `weights` itself (f32, contiguous).
+    named: bool,
     /// Ping-pong scratch of the widest layer; the output ends in `buf_a`.
     buf_a: Vec<f32>,
     buf_b: Vec<f32>,
@@ -347,11 +354,13 @@ impl Net {
         }
 
         let width = dims.iter().copied().max().unwrap_or(0);
+        let named = total >= NAMED_MIN_PARAMS;
         Ok(Net {
             obs_dim,
             action: action.clone(),
             layers,
-            params,
+            params: if named { Vec::new() } else { params },
+            named,
             buf_a: vec![0.0; width],
             buf_b: vec![0.0; width],
             head,
@@ -375,7 +384,11 @@ impl Net {
                 let n = *n;
                 for (r, o) in out.iter_mut().enumerate() {
                     let x = &obs[r * od..(r + 1) * od];
-                    forward(&self.layers, &self.params, x, &mut self.buf_a, &mut self.buf_b);
+                    if self.named {
+                        forward(&self.layers, &Named(&self.weights), x, &mut self.buf_a, &mut self.buf_b);
+                    } else {
+                        forward(&self.layers, &Flat(&self.params), x, &mut self.buf_a, &mut self.buf_b);
+                    }
                     let z = &mut self.buf_a[..n];
                     let i = match (random, n) {
                         (false, _) => argmax(z),
@@ -406,7 +419,11 @@ impl Net {
                 for r in 0..k {
                     let x = &obs[r * od..(r + 1) * od];
                     let o = &mut out[r * d..(r + 1) * d];
-                    forward(&self.layers, &self.params, x, &mut self.buf_a, &mut self.buf_b);
+                    if self.named {
+                        forward(&self.layers, &Named(&self.weights), x, &mut self.buf_a, &mut self.buf_b);
+                    } else {
+                        forward(&self.layers, &Flat(&self.params), x, &mut self.buf_a, &mut self.buf_b);
+                    }
                     let z = &self.buf_a[..d];
                     for j in 0..d {
                         let mut a = mid[j] + half[j] * z[j].tanh();
@@ -430,7 +447,9 @@ impl Net {
     /// Copies `weights` in place (layout checked first, so nothing changes on error).
     pub(super) fn set_weights(&mut self, weights: &Weights) -> Result<(), PolicyError> {
         self.weights.check_layout(weights)?;
-        self.load_params(weights);
+        if !self.named {
+            self.load_params(weights);
+        }
         match Arc::get_mut(&mut self.weights) {
             Some(own) => {
                 for (name, dst) in own.tensors.iter_mut() {
@@ -442,17 +461,23 @@ impl Net {
                 own.version = weights.version;
             }
             // Shared with a caller of `set_shared_weights`: never write through it.
-            None => self.weights = Arc::new(weights.clone()),
+            None => self.weights = Arc::new(contiguous_copy(weights)),
         }
         Ok(())
     }
 
-    /// Copies `weights` into the flat parameters and keeps the `Arc` as the named
-    /// copy: one copy of the data instead of two.
+    /// Keeps the `Arc` as the named copy: a large network reads it directly (no copy
+    /// at all), a small one copies it into its flat parameters (one copy, not two).
     pub(super) fn set_shared_weights(&mut self, weights: &Arc<Weights>) -> Result<(), PolicyError> {
         self.weights.check_layout(weights)?;
-        self.load_params(weights);
-        self.weights = Arc::clone(weights);
+        if !self.named {
+            self.load_params(weights);
+            self.weights = Arc::clone(weights);
+        } else if weights.tensors.values().all(is_contiguous) {
+            self.weights = Arc::clone(weights);
+        } else {
+            self.weights = Arc::new(contiguous_copy(weights));
+        }
         Ok(())
     }
 
@@ -469,6 +494,27 @@ impl Net {
                 }
             }
         }
+    }
+
+    /// Whether layers are read from the named tensors (a large network).
+    #[cfg(test)]
+    pub(super) fn is_named(&self) -> bool {
+        self.named
+    }
+
+    /// The same network computing from a flat copy of its parameters, for comparing
+    /// the two ways of reading them.
+    #[cfg(test)]
+    pub(super) fn into_flat(mut self) -> Net {
+        let mut params = Vec::new();
+        for l in &self.layers {
+            for name in [&l.w_name, &l.b_name] {
+                params.extend_from_slice(self.weights.f32_slice(name).expect("f32, contiguous"));
+            }
+        }
+        self.params = params;
+        self.named = false;
+        self
     }
 
     /// Mode or sampling.
@@ -492,20 +538,74 @@ impl Net {
     }
 }
 
+/// f32 in standard layout: what a large network reads its layers from.
+fn is_contiguous(t: &Tensor) -> bool {
+    matches!(t, Tensor::F32(a) if a.is_standard_layout())
+}
+
+/// `w` with every tensor in standard layout (a transposed view is laid out anew).
+fn contiguous_copy(w: &Weights) -> Weights {
+    let tensors = w
+        .tensors
+        .iter()
+        .map(|(k, t)| {
+            let t = match t {
+                Tensor::F32(a) if !a.is_standard_layout() => Tensor::F32(a.as_standard_layout().into_owned()),
+                other => other.clone(),
+            };
+            (k.clone(), t)
+        })
+        .collect();
+    Weights {
+        version: w.version,
+        tensors,
+    }
+}
+
+/// Where a layer's weight and bias are read from.
+trait LayerSource {
+    /// The `[n_out, n_in]` weight and `[n_out]` bias of `l`.
+    fn layer(&self, l: &Layer) -> (&[f32], &[f32]);
+}
+
+/// The flat parameter vector of a small network.
+struct Flat<'a>(&'a [f32]);
+
+impl LayerSource for Flat<'_> {
+    #[inline(always)]
+    fn layer(&self, l: &Layer) -> (&[f32], &[f32]) {
+        (&self.0[l.w..l.b], &self.0[l.b..l.b + l.n_out])
+    }
+}
+
+/// The named tensors of a large network.
+struct Named<'a>(&'a Weights);
+
+impl LayerSource for Named<'_> {
+    fn layer(&self, l: &Layer) -> (&[f32], &[f32]) {
+        match (self.0.f32_slice(&l.w_name), self.0.f32_slice(&l.b_name)) {
+            (Ok(w), Ok(b)) => (w, b),
+            _ => unreachable!("a large network's weights are checked f32 and contiguous when set"),
+        }
+    }
+}
+
 /// Runs `x` through `layers`; the output is left in `a[..last n_out]`.
 #[inline(always)]
-fn forward(layers: &[Layer], params: &[f32], x: &[f32], a: &mut Vec<f32>, b: &mut Vec<f32>) {
+fn forward(layers: &[Layer], params: &impl LayerSource, x: &[f32], a: &mut Vec<f32>, b: &mut Vec<f32>) {
     if let [l] = layers {
         // Linear: straight into `a`.
         let out = &mut a[..l.n_out];
-        dense(&params[l.w..l.b], &params[l.b..l.b + l.n_out], x, out);
+        let (w, bias) = params.layer(l);
+        dense(w, bias, x, out);
         return;
     }
     let last = layers.len() - 1;
     for (i, l) in layers.iter().enumerate() {
         let input: &[f32] = if i == 0 { x } else { &a[..l.n_in] };
         let out = &mut b[..l.n_out];
-        dense(&params[l.w..l.b], &params[l.b..l.b + l.n_out], input, out);
+        let (w, bias) = params.layer(l);
+        dense(w, bias, input, out);
         if i != last {
             for v in out.iter_mut() {
                 *v = v.tanh();

@@ -71,6 +71,7 @@ mod tests {
     use super::super::common::testutil::{t, vals, w};
     use super::super::Linear;
     use super::*;
+    use crate::tensor::Tensor;
 
     #[test]
     fn layout_and_deterministic_init() {
@@ -192,6 +193,91 @@ mod tests {
         let mut d = [9i64; 1];
         p.act(&[1.0, 2.0], 1, ActionsMut::Discrete(&mut d)).unwrap();
         assert_eq!(d, [1]);
+    }
+
+    /// A network over the size from which layers are read from the named tensors.
+    fn large(action: &Spec) -> Mlp {
+        let o = Spec::uniform_box(6, -1.0, 1.0);
+        Mlp::new(&o, action, &[300, 300], 3, 9).unwrap()
+    }
+
+    #[test]
+    fn a_large_network_reads_its_named_tensors_and_computes_as_a_flat_one() {
+        for action in [Spec::Discrete { n: 4 }, Spec::uniform_box(3, -2.0, 2.0)] {
+            let mut named = large(&action);
+            assert!(named.net.is_named());
+            let mut flat = Mlp {
+                net: large(&action).net.into_flat(),
+            };
+            assert!(!flat.net.is_named());
+            assert!(!Mlp::new(&Spec::uniform_box(6, -1.0, 1.0), &action, &[64, 64], 3, 9)
+                .unwrap()
+                .net
+                .is_named());
+            let obs: Vec<f32> = (0..6 * 5).map(|i| (i as f32 * 0.37).sin()).collect();
+            for exploration in [ExplorationType::Deterministic, ExplorationType::Random] {
+                named.set_exploration(exploration);
+                flat.set_exploration(exploration);
+                for _ in 0..3 {
+                    match &action {
+                        Spec::Discrete { .. } => {
+                            let (mut x, mut y) = ([0i64; 5], [0i64; 5]);
+                            named.act(&obs, 5, ActionsMut::Discrete(&mut x)).unwrap();
+                            flat.act(&obs, 5, ActionsMut::Discrete(&mut y)).unwrap();
+                            assert_eq!(x, y);
+                        }
+                        _ => {
+                            let (mut x, mut y) = ([0f32; 15], [0f32; 15]);
+                            named.act(&obs, 5, ActionsMut::Continuous(&mut x)).unwrap();
+                            flat.act(&obs, 5, ActionsMut::Continuous(&mut y)).unwrap();
+                            assert_eq!(x, y, "bit for bit");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_large_network_keeps_shared_weights_without_copying_and_lays_out_views() {
+        let action = Spec::uniform_box(3, -2.0, 2.0);
+        let mut p = large(&action);
+        let obs = [0.1f32, -0.3, 0.5, 0.2, 0.9, -0.7];
+        let mut before = [0f32; 3];
+        p.set_exploration(ExplorationType::Deterministic);
+        p.act(&obs, 1, ActionsMut::Continuous(&mut before)).unwrap();
+        // Scaled weights, shared: the policy computes with them and holds the same Arc.
+        let mut scaled = p.weights().clone().with_version(4);
+        for t in scaled.tensors.values_mut() {
+            if let Tensor::F32(a) = t {
+                a.mapv_inplace(|v| v * 0.5);
+            }
+        }
+        let shared = Arc::new(scaled);
+        p.set_shared_weights(&shared).unwrap();
+        assert!(std::ptr::eq(p.weights(), &*shared), "no copy");
+        let mut after = [0f32; 3];
+        p.act(&obs, 1, ActionsMut::Continuous(&mut after)).unwrap();
+        assert_ne!(before, after);
+        // A transposed view of the output layer's weight is laid out anew, values kept.
+        let mut viewed = (*shared).clone().with_version(5);
+        let w = viewed.tensors["layers.2.weight"].as_f32().unwrap().clone();
+        let t = w.t().as_standard_layout().into_owned();
+        viewed
+            .tensors
+            .insert("layers.2.weight".into(), Tensor::F32(t.reversed_axes()));
+        assert!(viewed.tensors["layers.2.weight"].as_f32().unwrap().as_slice().is_none());
+        p.set_shared_weights(&Arc::new(viewed)).unwrap();
+        let mut again = [0f32; 3];
+        p.act(&obs, 1, ActionsMut::Continuous(&mut again)).unwrap();
+        assert_eq!(after, again);
+        assert_eq!(p.weights().version, 5);
+        // A plain update never writes through the Arc others hold.
+        let held = Arc::clone(&shared);
+        p.set_shared_weights(&shared).unwrap();
+        p.set_weights(&(*shared).clone().with_version(6)).unwrap();
+        assert_eq!(held.version, 4);
+        assert_eq!(p.weights().version, 6);
     }
 
     #[test]
