@@ -513,8 +513,9 @@ struct EncodedTensorRef<'a> {
 impl Tensor {
     /// The element bytes straight from the array's memory, when that memory already is
     /// the encoded form: standard (C-order, contiguous) layout on a little-endian machine.
-    /// `None` when they must be copied out (other layouts, big-endian).
-    fn le_bytes_in_place(&self) -> Option<&[u8]> {
+    /// `None` when they must be copied out (other layouts, big-endian). The encoder
+    /// writes exactly this slice, which is how [`crate::wire::encode_parts`] finds it.
+    pub fn le_bytes_in_place(&self) -> Option<&[u8]> {
         if !cfg!(target_endian = "little") {
             return None;
         }

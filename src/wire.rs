@@ -273,6 +273,87 @@ pub fn encode<T: Serialize>(msg: &T, max: usize) -> Result<Vec<u8>, WireError> {
     Ok(out)
 }
 
+/// A piece of a frame encoded by [`encode_parts`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FramePart {
+    /// Bytes of the frame's own (the prefix, MessagePack headers, small values).
+    Own(Vec<u8>),
+    /// The whole of `blobs[i]`, at this place in the frame, not copied.
+    Blob(usize),
+}
+
+/// Blobs shorter than this are copied anyway: a part of their own costs more.
+const MIN_BLOB: usize = 4096;
+
+/// [`encode`], except that wherever the encoder writes one of `blobs` whole (the
+/// memory of a tensor, see [`Tensor::le_bytes_in_place`](crate::tensor::Tensor::le_bytes_in_place)),
+/// the result names it instead of copying it: a sender writes the parts one after
+/// the other (vectored) and a 40 MB weight update is never copied into a frame. The
+/// concatenated parts are exactly what [`encode`] returns.
+pub fn encode_parts<T: Serialize>(msg: &T, max: usize, blobs: &[&[u8]]) -> Result<Vec<FramePart>, WireError> {
+    let mut w = PartsWriter {
+        cur: vec![0; PREFIX_LEN],
+        parts: Vec::new(),
+        blobs,
+        len: PREFIX_LEN,
+    };
+    rmp_serde::encode::write_named(&mut w, msg).map_err(|e| WireError::Encode(e.to_string()))?;
+    w.cut();
+    let len = w.len - PREFIX_LEN;
+    if len > max || len > u32::MAX as usize {
+        return Err(WireError::TooLarge { len, max });
+    }
+    match w.parts.first_mut() {
+        Some(FramePart::Own(first)) if first.len() >= PREFIX_LEN => {
+            first[..PREFIX_LEN].copy_from_slice(&(len as u32).to_be_bytes());
+        }
+        _ => return Err(WireError::Encode("a frame must start with its own bytes".into())),
+    }
+    Ok(w.parts)
+}
+
+/// The sink of [`encode_parts`]: copies small writes, names whole blobs.
+struct PartsWriter<'a> {
+    cur: Vec<u8>,
+    parts: Vec<FramePart>,
+    blobs: &'a [&'a [u8]],
+    /// Bytes written so far, prefix included.
+    len: usize,
+}
+
+impl PartsWriter<'_> {
+    fn cut(&mut self) {
+        if !self.cur.is_empty() {
+            self.parts.push(FramePart::Own(std::mem::take(&mut self.cur)));
+        }
+    }
+}
+
+impl std::io::Write for PartsWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let blob = (buf.len() >= MIN_BLOB)
+            .then(|| {
+                self.blobs
+                    .iter()
+                    .position(|b| std::ptr::eq(b.as_ptr(), buf.as_ptr()) && b.len() == buf.len())
+            })
+            .flatten();
+        match blob {
+            Some(i) => {
+                self.cut();
+                self.parts.push(FramePart::Blob(i));
+            }
+            None => self.cur.extend_from_slice(buf),
+        }
+        self.len += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Decodes a frame body (without its prefix).
 pub fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, WireError> {
     if body.is_empty() {
@@ -670,6 +751,53 @@ mod tests {
         assert!(decode_pooled::<NodeFrame>(&body[..body.len() - 1], &mut pool).is_err());
         let again = decode_pooled::<NodeFrame>(body, &mut pool).unwrap();
         assert_eq!(again, NodeFrame::Batch(b));
+    }
+
+    #[test]
+    fn a_frame_in_parts_is_the_frame_with_the_blobs_not_copied() {
+        let big = f32s(&[64, 100], 0.5); // 25,600 bytes: named
+        let small = f32s(&[3], 1.0); // copied
+        let w = Weights {
+            version: 7,
+            tensors: [("a".to_string(), big), ("b".to_string(), small)].into_iter().collect(),
+        };
+        let shared = Arc::new(w.clone());
+        let blobs: Vec<&[u8]> = shared.tensors.values().filter_map(Tensor::le_bytes_in_place).collect();
+        assert_eq!(blobs.len(), 2);
+        let frame = TrainerFrame::UpdateWeights(UpdateWeights {
+            weights: Arc::clone(&shared),
+        });
+        let parts = encode_parts(&frame, DEFAULT_MAX_FRAME, &blobs).unwrap();
+        assert_eq!(
+            parts
+                .iter()
+                .filter(|p| matches!(p, FramePart::Blob(_)))
+                .collect::<Vec<_>>(),
+            [&FramePart::Blob(0)]
+        );
+        let mut joined = Vec::new();
+        for p in &parts {
+            match p {
+                FramePart::Own(b) => joined.extend_from_slice(b),
+                FramePart::Blob(i) => joined.extend_from_slice(blobs[*i]),
+            }
+        }
+        assert_eq!(
+            joined,
+            encode(&frame, DEFAULT_MAX_FRAME).unwrap(),
+            "byte for byte the plain encoding"
+        );
+        // No blob, or blobs the frame does not hold: one part of its own.
+        let plain = encode_parts(&frame, DEFAULT_MAX_FRAME, &[]).unwrap();
+        assert_eq!(plain, [FramePart::Own(encode(&frame, DEFAULT_MAX_FRAME).unwrap())]);
+        let copy = w.tensors["a"].clone();
+        let other = encode_parts(&frame, DEFAULT_MAX_FRAME, &[copy.le_bytes_in_place().unwrap()]).unwrap();
+        assert_eq!(other.len(), 1, "same bytes elsewhere in memory are not the blob");
+        // The maximum counts the blobs.
+        assert!(matches!(
+            encode_parts(&frame, 25_600, &blobs),
+            Err(WireError::TooLarge { max: 25_600, .. })
+        ));
     }
 
     /// A real node state: one CartPole env with a sampling linear policy, two batches in.

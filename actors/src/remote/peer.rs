@@ -14,7 +14,7 @@ use bytes::{Bytes, BytesMut};
 use rollout::message::{FromNode, ToNode};
 use rollout::policy::Weights;
 use rollout::pool::TensorPool;
-use rollout::wire::{self, NodeFrame, TrainerFrame};
+use rollout::wire::{self, FramePart, NodeFrame, TrainerFrame};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::messages::{FromNodeMsg, Recycle, ToNodeMsg};
@@ -22,48 +22,70 @@ use crate::messages::{FromNodeMsg, Recycle, ToNodeMsg};
 /// Encoded `UpdateWeights` frames by version, shared by every peer: one version is
 /// encoded once and the same bytes go to every node.
 #[derive(Clone, Default)]
-pub struct WeightsCache(Arc<Mutex<Option<(u64, Bytes)>>>);
+pub struct WeightsCache(Arc<Mutex<Option<Encoded>>>);
+
+/// A version and its frame's parts.
+type Encoded = (u64, Vec<Bytes>);
 
 impl WeightsCache {
-    /// The frame for `msg` (an `UpdateWeights`), encoding it only if this version is new.
+    /// The frame for `msg`, in parts to be written one after the other; an
+    /// `UpdateWeights` is encoded only if its version is new.
     ///
-    /// A new version is encoded into the previous version's buffer when no writer
-    /// holds that any more, sized up front otherwise: tens of megabytes written into
-    /// memory already mapped, instead of into a vector grown by doubling.
-    pub fn frame(&self, msg: &ToNode, max: usize) -> Result<Bytes, wire::WireError> {
+    /// The tensors of an update are not copied into the frame: their parts are
+    /// their own memory (kept alive by the shared `Arc<Weights>`), between small
+    /// parts holding the frame's prefix and MessagePack headers.
+    pub fn frame(&self, msg: &ToNode, max: usize) -> Result<Vec<Bytes>, wire::WireError> {
         let ToNode::UpdateWeights(u) = msg else {
-            return wire::encode(&TrainerFrame::from(msg.clone()), max).map(Bytes::from);
+            return Ok(vec![Bytes::from(wire::encode(&TrainerFrame::from(msg.clone()), max)?)]);
         };
         let version = u.weights.version;
         let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((v, bytes)) = slot.as_ref() {
+        if let Some((v, parts)) = slot.as_ref() {
             if *v == version {
-                return Ok(bytes.clone());
+                return Ok(parts.clone());
             }
         }
-        let mut buf = match slot.take().map(|(_, old)| old.try_into_mut()) {
-            Some(Ok(unique)) => Vec::from(unique),
-            _ => Vec::new(),
-        };
-        buf.clear();
-        buf.reserve(encoded_len_hint(&u.weights));
-        wire::encode_into(&TrainerFrame::from(msg.clone()), max, &mut buf)?;
-        let bytes = Bytes::from(buf);
-        *slot = Some((version, bytes.clone()));
-        Ok(bytes)
+        let names: Vec<&String> = u
+            .weights
+            .tensors
+            .iter()
+            .filter(|(_, t)| t.le_bytes_in_place().is_some())
+            .map(|(name, _)| name)
+            .collect();
+        let blobs: Vec<&[u8]> = names
+            .iter()
+            .filter_map(|n| u.weights.tensors.get(*n).and_then(|t| t.le_bytes_in_place()))
+            .collect();
+        let parts = wire::encode_parts(&TrainerFrame::from(msg.clone()), max, &blobs)?
+            .into_iter()
+            .map(|p| match p {
+                FramePart::Own(bytes) => Bytes::from(bytes),
+                FramePart::Blob(i) => Bytes::from_owner(TensorMemory {
+                    weights: Arc::clone(&u.weights),
+                    name: names[i].clone(),
+                }),
+            })
+            .collect::<Vec<_>>();
+        *slot = Some((version, parts.clone()));
+        Ok(parts)
     }
 }
 
-/// About the encoded size of `weights`: every tensor's data plus room for its
-/// name and header. Only a capacity hint; the encoder grows the buffer if short.
-fn encoded_len_hint(weights: &Weights) -> usize {
-    let header = 64;
-    weights
-        .tensors
-        .iter()
-        .map(|(name, t)| name.len() + t.len() * t.dtype().size() + header)
-        .sum::<usize>()
-        + header
+/// One tensor's memory as bytes, kept alive (and unchanged: nobody writes through a
+/// shared `Arc`) by the weights it belongs to.
+struct TensorMemory {
+    weights: Arc<Weights>,
+    name: String,
+}
+
+impl AsRef<[u8]> for TensorMemory {
+    fn as_ref(&self) -> &[u8] {
+        self.weights
+            .tensors
+            .get(&self.name)
+            .and_then(|t| t.le_bytes_in_place())
+            .unwrap_or_default()
+    }
 }
 
 /// Close this connection, logging `reason`.
@@ -226,9 +248,13 @@ impl Handler<ToNodeMsg> for RemoteNode {
             return;
         }
         match self.weights.frame(&msg.0, self.timing.max_frame) {
-            Ok(frame) => {
-                if self.out.send(frame).is_err() {
-                    self.close(ctx, "the connection's writer is gone".into());
+            Ok(parts) => {
+                // One after the other on the one channel only this actor writes to:
+                // the writer puts them on the socket back to back.
+                for part in parts {
+                    if self.out.send(part).is_err() {
+                        return self.close(ctx, "the connection's writer is gone".into());
+                    }
                 }
             }
             Err(e) => tracing::error!(node = self.index, error = %e, "cannot encode a message for the node"),
@@ -257,35 +283,50 @@ mod tests {
 
     fn update(version: u64, value: f32) -> ToNode {
         let mut tensors = BTreeMap::new();
-        tensors.insert("w".to_string(), Tensor::F32(ArrayD::from_elem(vec![1000], value)));
+        tensors.insert("w".to_string(), Tensor::F32(ArrayD::from_elem(vec![2000], value)));
         ToNode::UpdateWeights(UpdateWeights {
             weights: Arc::new(Weights::new(tensors).with_version(version)),
         })
     }
 
-    fn decoded(frame: &Bytes) -> ToNode {
+    fn decoded(parts: &[Bytes]) -> ToNode {
+        let frame: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
         let f: TrainerFrame = wire::decode(&frame[PREFIX_LEN..]).expect("decodes");
         f.into_to_node().expect("a node message")
     }
 
     #[test]
-    fn one_encoding_per_version_and_a_held_frame_is_never_overwritten() {
+    fn one_encoding_per_version_with_the_tensors_memory_not_copied() {
         let cache = WeightsCache::default();
-        let v1 = cache.frame(&update(1, 1.0), DEFAULT_MAX_FRAME).unwrap();
-        let again = cache.frame(&update(1, 1.0), DEFAULT_MAX_FRAME).unwrap();
-        assert_eq!(v1.as_ptr(), again.as_ptr(), "the same bytes for every node");
-        drop(again);
-        // v1 still held (a writer has it queued): v2 goes into new memory.
+        let msg = update(1, 1.0);
+        let parts = cache.frame(&msg, DEFAULT_MAX_FRAME).unwrap();
+        let again = cache.frame(&msg, DEFAULT_MAX_FRAME).unwrap();
+        assert_eq!(parts, again);
+        assert!(
+            parts.iter().zip(&again).all(|(a, b)| a.as_ptr() == b.as_ptr()),
+            "the same bytes for every node"
+        );
+        let ToNode::UpdateWeights(u) = &msg else {
+            panic!("an update")
+        };
+        let memory = u.weights.tensors["w"].le_bytes_in_place().unwrap();
+        assert!(
+            parts
+                .iter()
+                .any(|p| p.as_ptr() == memory.as_ptr() && p.len() == memory.len()),
+            "the tensor goes out from its own memory"
+        );
+        let plain = wire::encode(&TrainerFrame::from(msg.clone()), DEFAULT_MAX_FRAME).unwrap();
+        assert_eq!(parts.concat(), plain, "byte for byte the plain encoding");
+        assert_eq!(decoded(&parts), msg);
+        // A new version is encoded anew; a frame still held keeps its bytes.
         let v2 = cache.frame(&update(2, 2.0), DEFAULT_MAX_FRAME).unwrap();
-        assert_ne!(v1.as_ptr(), v2.as_ptr());
-        assert_eq!(decoded(&v1), update(1, 1.0));
         assert_eq!(decoded(&v2), update(2, 2.0));
-        // Nobody holds v2 any more: v3 reuses its buffer.
-        let v2_at = v2.as_ptr();
-        drop(v2);
-        let v3 = cache.frame(&update(3, 3.0), DEFAULT_MAX_FRAME).unwrap();
-        assert_eq!(v3.as_ptr(), v2_at, "encoded into the released buffer");
-        assert_eq!(decoded(&v3), update(3, 3.0));
-        assert_eq!(decoded(&v1), update(1, 1.0));
+        assert_eq!(decoded(&parts), update(1, 1.0));
+        // Other messages: one part.
+        let seed = cache
+            .frame(&ToNode::Seed(rollout::message::Seed { seed: 3 }), DEFAULT_MAX_FRAME)
+            .unwrap();
+        assert_eq!(seed.len(), 1);
     }
 }
