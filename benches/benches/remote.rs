@@ -188,9 +188,9 @@ fn main() {
         median(cb)
     );
 
-    let (params, bytes, d, raw2, ratio) = weight_update(15);
+    let (params, bytes, d, raw2, ratio) = weight_update(31);
     println!(
-        "(d) weight update (median of 15), {:.1} M params ({:.0} MB) to 2 nodes  {:>7.1} ms   raw loopback x2 {:>7.1} ms   d/raw = {:.2}",
+        "(d) weight update (median of 31), {:.1} M params ({:.0} MB) to 2 nodes  {:>7.1} ms   raw loopback x2 {:>7.1} ms   d/raw = {:.2}",
         params as f64 / 1e6,
         bytes as f64 / 1e6,
         median(d) * 1e3,
