@@ -16,28 +16,37 @@ use crate::tensor::{Tensor, TensorDict};
 
 /// Vectors of finished tensors by element type, for decoding to reuse.
 ///
-/// Bounded by `max_bytes`: storage handed in beyond that is dropped.
+/// Bounded twice: by `max_bytes`, and by use — storage that two decodes in a row
+/// that took from the pool left there is surplus (a tensor the consumer added to a
+/// batch, a layout that changed) and is dropped, so nothing is pinned for nothing.
 #[derive(Debug, Default)]
 pub struct TensorPool {
-    f32: Vec<Vec<f32>>,
-    f64: Vec<Vec<f64>>,
-    i64: Vec<Vec<i64>>,
-    bool: Vec<Vec<bool>>,
-    u8: Vec<Vec<u8>>,
+    f32: Shelf<f32>,
+    f64: Shelf<f64>,
+    i64: Shelf<i64>,
+    bool: Shelf<bool>,
+    u8: Shelf<u8>,
     bytes: usize,
     max_bytes: usize,
+    /// Decodes that took from the pool so far.
+    generation: u64,
+    /// The current lend took something.
+    took: bool,
 }
 
-/// An element type a pool keeps vectors of.
-pub trait Pooled: Copy + Sized + 'static {
+/// Vectors of one element type, each with the generation it came in.
+type Shelf<T> = Vec<(Vec<T>, u64)>;
+
+/// An element type a pool keeps vectors of (the element types of a tensor).
+pub(crate) trait Pooled: Copy + Sized + 'static {
     /// This type's shelf in `pool`.
-    fn shelf(pool: &mut TensorPool) -> &mut Vec<Vec<Self>>;
+    fn shelf(pool: &mut TensorPool) -> &mut Shelf<Self>;
 }
 
 macro_rules! pooled {
     ($t:ty, $field:ident) => {
         impl Pooled for $t {
-            fn shelf(pool: &mut TensorPool) -> &mut Vec<Vec<$t>> {
+            fn shelf(pool: &mut TensorPool) -> &mut Shelf<$t> {
                 &mut pool.$field
             }
         }
@@ -58,7 +67,7 @@ impl TensorPool {
         }
     }
 
-    /// Bytes of storage held.
+    /// Bytes of storage held (capacity, not length).
     pub fn bytes(&self) -> usize {
         self.bytes
     }
@@ -104,21 +113,49 @@ impl TensorPool {
             return;
         }
         let (v, offset) = a.into_raw_vec_and_offset();
-        let size = v.len() * std::mem::size_of::<T>();
+        let size = v.capacity() * std::mem::size_of::<T>();
         if offset.unwrap_or(0) != 0 || self.bytes + size > self.max_bytes {
             return;
         }
         self.bytes += size;
-        T::shelf(self).push(v);
+        let generation = self.generation;
+        T::shelf(self).push((v, generation));
     }
 
     /// A vector of exactly `n` elements (contents unspecified), if one is held.
-    pub fn take<T: Pooled>(&mut self, n: usize) -> Option<Vec<T>> {
+    pub(crate) fn take<T: Pooled>(&mut self, n: usize) -> Option<Vec<T>> {
         let shelf = T::shelf(self);
-        let i = shelf.iter().position(|v| v.len() == n)?;
-        let v = shelf.swap_remove(i);
-        self.bytes -= n * std::mem::size_of::<T>();
+        let i = shelf.iter().position(|(v, _)| v.len() == n)?;
+        let (v, _) = shelf.swap_remove(i);
+        self.bytes -= v.capacity() * std::mem::size_of::<T>();
+        self.took = true;
         Some(v)
+    }
+
+    /// Ends one lend: if it took anything, a generation has passed, and what two
+    /// such generations left untouched goes.
+    fn end_lend(&mut self) {
+        if !std::mem::take(&mut self.took) {
+            return;
+        }
+        self.generation += 1;
+        let cutoff = self.generation.saturating_sub(1);
+        let mut freed = 0;
+        fn evict<T>(shelf: &mut Shelf<T>, cutoff: u64, freed: &mut usize) {
+            shelf.retain(|(v, g)| {
+                let keep = *g >= cutoff;
+                if !keep {
+                    *freed += v.capacity() * std::mem::size_of::<T>();
+                }
+                keep
+            });
+        }
+        evict(&mut self.f32, cutoff, &mut freed);
+        evict(&mut self.f64, cutoff, &mut freed);
+        evict(&mut self.i64, cutoff, &mut freed);
+        evict(&mut self.bool, cutoff, &mut freed);
+        evict(&mut self.u8, cutoff, &mut freed);
+        self.bytes -= freed;
     }
 }
 
@@ -139,6 +176,7 @@ pub fn lend<R>(pool: &mut TensorPool, f: impl FnOnce() -> R) -> R {
         fn drop(&mut self) {
             let outer = self.outer.take();
             *self.pool = LENT.with(|l| l.replace(outer)).unwrap_or_default();
+            self.pool.end_lend();
         }
     }
     let outer = LENT.with(|l| l.replace(Some(std::mem::take(pool))));
@@ -193,7 +231,7 @@ mod tests {
         p.put(f32s(&[3], 9.0));
         p.put(Tensor::U8(ArrayD::from_elem(vec![2], 1)));
         let ptr = match p.f32.first() {
-            Some(v) => v.as_ptr(),
+            Some((v, _)) => v.as_ptr(),
             None => panic!("kept"),
         };
         let data: Vec<u8> = [1.0f32, 2.0, 3.0].iter().flat_map(|x| x.to_le_bytes()).collect();
@@ -201,9 +239,35 @@ mod tests {
         assert_eq!(t.as_f32().unwrap().as_slice().unwrap(), &[1.0, 2.0, 3.0]);
         assert_eq!(t.as_f32().unwrap().as_ptr(), ptr, "decoded into the pooled vector");
         assert_eq!(p.len(), 1, "the unused u8 vector is back");
+        assert_eq!(p.bytes(), 2);
         // Without the pool lent, decoding allocates.
         let u = Tensor::from_le_bytes(crate::tensor::DType::F32, &[3], &data).unwrap();
         assert_eq!(u, t);
+    }
+
+    #[test]
+    fn storage_two_consuming_decodes_left_untouched_is_dropped() {
+        let data: Vec<u8> = [1.0f32, 2.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+        let decode =
+            |p: &mut TensorPool| lend(p, || Tensor::from_le_bytes(crate::tensor::DType::F32, &[2], &data)).unwrap();
+        let mut p = TensorPool::new(1 << 20);
+        p.put(f32s(&[7], 0.0)); // never of a decoded length: surplus
+        p.put(f32s(&[2], 0.0));
+        // A lend that takes nothing (a heartbeat) ages nothing.
+        lend(&mut p, || ());
+        lend(&mut p, || ());
+        decode(&mut p); // takes the [2]; the [7] was left by one consuming decode
+        assert_eq!(p.len(), 1);
+        p.put(f32s(&[2], 0.0));
+        decode(&mut p); // the second one: the [7] goes
+        assert_eq!(p.len(), 0);
+        assert_eq!(p.bytes(), 0);
+        // Storage put back between decodes keeps being reused.
+        for _ in 0..5 {
+            let t = decode(&mut p);
+            p.put(t);
+            assert_eq!(p.len(), 1);
+        }
     }
 
     #[test]

@@ -675,14 +675,27 @@ fn process_nodes_take_weight_updates() {
 /// then takes a later batch on the trainer). Sync (2 nodes) pushes new weights after
 /// every batch, so old weight versions take later updates on process nodes; async
 /// runs one node and pushes nothing, so that its batches do not depend on timing.
-fn reused_storage_run(launcher: Launcher, sync: bool, recycle: bool) -> Vec<(u64, TensorDict)> {
+/// `hidden`: an MLP policy of these widths instead of the linear one — with
+/// [256, 256] (67,586 parameters) it computes from the named tensors and its
+/// updates go out in parts from the tensors' own memory.
+fn reused_storage_run(launcher: Launcher, sync: bool, recycle: bool, hidden: &[usize]) -> Vec<(u64, TensorDict)> {
     let nodes = if sync { 2 } else { 1 };
+    let (policy, batches) = if hidden.is_empty() {
+        (PolicyConfig::Linear, 10)
+    } else {
+        (
+            PolicyConfig::Mlp {
+                hidden: hidden.to_vec(),
+            },
+            4,
+        )
+    };
     let mut c = DistributedCollector::builder()
         .env("CartPole-v1")
-        .policy(PolicyConfig::Linear)
+        .policy(policy)
         .nodes(nodes)
-        .frames_per_batch(400)
-        .total_frames(4000)
+        .frames_per_batch(200)
+        .total_frames(200 * batches)
         .sync(sync)
         .seed(3)
         .launcher(launcher)
@@ -693,23 +706,10 @@ fn reused_storage_run(launcher: Launcher, sync: bool, recycle: bool) -> Vec<(u64
         .expect("collector");
     let mut out = Vec::new();
     while let Some(b) = c.next_batch().expect("batch") {
-        if !sync {
-            out.push((b.weights_version, b.data.clone()));
-            if recycle {
-                c.recycle(b);
-            }
-            continue;
+        if sync {
+            c.update_policy_weights(pushed_weights(out.len(), hidden), None)
+                .expect("push");
         }
-        let i = out.len() as f32;
-        let mut t = BTreeMap::new();
-        t.insert(
-            "weight".to_string(),
-            Tensor::F32(ArrayD::from_shape_fn(vec![2, 4], |d| {
-                (d[0] as f32 - 0.5) * (d[1] as f32 + i) * 0.3
-            })),
-        );
-        t.insert("bias".to_string(), Tensor::F32(ArrayD::from_elem(vec![2], 0.1 * i)));
-        c.update_policy_weights(Weights::new(t), None).expect("push");
         out.push((b.weights_version, b.data.clone()));
         if recycle {
             c.recycle(b);
@@ -719,25 +719,49 @@ fn reused_storage_run(launcher: Launcher, sync: bool, recycle: bool) -> Vec<(u64
     out
 }
 
+/// The weights pushed after batch `i`: distinct for every `i`.
+fn pushed_weights(i: usize, hidden: &[usize]) -> Weights {
+    if !hidden.is_empty() {
+        let obs = rollout::Spec::uniform_box(4, f32::NEG_INFINITY, f32::INFINITY);
+        let act = rollout::Spec::Discrete { n: 2 };
+        let mlp = rollout::policy::Mlp::new(&obs, &act, hidden, 100 + i as u64, 0).expect("mlp");
+        return rollout::Policy::weights(&mlp).clone();
+    }
+    let i = i as f32;
+    let mut t = BTreeMap::new();
+    t.insert(
+        "weight".to_string(),
+        Tensor::F32(ArrayD::from_shape_fn(vec![2, 4], |d| {
+            (d[0] as f32 - 0.5) * (d[1] as f32 + i) * 0.3
+        })),
+    );
+    t.insert("bias".to_string(), Tensor::F32(ArrayD::from_elem(vec![2], 0.1 * i)));
+    Weights::new(t)
+}
+
 /// Process nodes decode batches (trainer) and weight updates (nodes) into storage
-/// freed earlier; the in-process run, where nothing is decoded, is the reference.
+/// freed earlier, and large updates go out from the tensors' own memory; the
+/// in-process run, where nothing is encoded or decoded, is the reference.
 #[test]
 fn reusing_batch_and_weight_storage_changes_no_frame() {
-    for sync in [true, false] {
-        let fresh = reused_storage_run(Launcher::Local, sync, false);
-        let reused = reused_storage_run(Launcher::Process, sync, true);
-        assert_eq!(fresh.len(), 10);
-        if sync {
-            let versions: Vec<u64> = fresh.iter().map(|b| b.0).collect();
-            assert_eq!(
-                versions,
-                (0..10).collect::<Vec<u64>>(),
-                "each batch used the weights pushed before it"
-            );
-        }
-        for (i, (a, b)) in fresh.iter().zip(&reused).enumerate() {
-            assert_eq!(a.0, b.0, "sync={sync} batch {i}: weights version");
-            assert_eq!(a.1, b.1, "sync={sync} batch {i}: frames");
+    for hidden in [&[][..], &[256, 256][..]] {
+        for sync in [true, false] {
+            let fresh = reused_storage_run(Launcher::Local, sync, false, hidden);
+            let reused = reused_storage_run(Launcher::Process, sync, true, hidden);
+            let n = if hidden.is_empty() { 10 } else { 4 };
+            assert_eq!(fresh.len(), n);
+            if sync {
+                let versions: Vec<u64> = fresh.iter().map(|b| b.0).collect();
+                assert_eq!(
+                    versions,
+                    (0..n as u64).collect::<Vec<u64>>(),
+                    "each batch used the weights pushed before it"
+                );
+            }
+            for (i, (a, b)) in fresh.iter().zip(&reused).enumerate() {
+                assert_eq!(a.0, b.0, "hidden={hidden:?} sync={sync} batch {i}: weights version");
+                assert_eq!(a.1, b.1, "hidden={hidden:?} sync={sync} batch {i}: frames");
+            }
         }
     }
 }
