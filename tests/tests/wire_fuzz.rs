@@ -15,10 +15,11 @@ use rollout::checkpoint::NodeState;
 use rollout::message::{Batch, Continue, FromNode, Seed, ToNode, UpdateWeights};
 use rollout::node_spec::NodeSpec;
 use rollout::policy::PolicySpec;
+use rollout::pool::TensorPool;
 use rollout::rollout::RolloutConfig;
 use rollout::wire::{
-    auth_proof, decode, encode, verify_proof, FrameDecoder, HandshakeStep, NodeFrame, TrainerFrame, TrainerHandshake,
-    Welcome, WireError, NONCE_LEN, PREFIX_LEN, PROTOCOL_VERSION,
+    auth_proof, decode, decode_pooled, encode, verify_proof, FrameDecoder, HandshakeStep, NodeFrame, TrainerFrame,
+    TrainerHandshake, Welcome, WireError, NONCE_LEN, PREFIX_LEN, PROTOCOL_VERSION,
 };
 use rollout::{EnvSpec, PolicyConfig, Registry, Tensor, TensorDict, Weights};
 use rollout_actors::testkit::NodeHarness;
@@ -198,8 +199,30 @@ fn check_tensor(t: &Tensor) {
     assert_eq!(t.to_le_bytes().len(), t.len() * t.dtype().size());
 }
 
+/// A pool holding storage of every tensor of the sample batch and weights, so that
+/// mutated frames decode partly into it.
+fn sample_pool() -> TensorPool {
+    let mut pool = TensorPool::new(usize::MAX);
+    pool.put_dict(batch().data);
+    pool.put_weights(weights());
+    pool
+}
+
+/// A decode into pooled storage (what every connection does) agrees with the plain
+/// one, on any input: the same frame, or an error both ways.
+fn check_pooled<T: serde::de::DeserializeOwned + PartialEq + std::fmt::Debug>(body: &[u8]) {
+    let mut pool = sample_pool();
+    match (decode::<T>(body), decode_pooled::<T>(body, &mut pool)) {
+        (Ok(a), Ok(b)) => assert_eq!(a, b, "pooled decode differs"),
+        (Err(_), Err(_)) => {}
+        (a, b) => panic!("plain {a:?} but pooled {b:?}"),
+    }
+}
+
 /// Decodes a body both ways; checks whatever decodes.
 fn check_body(body: &[u8]) {
+    check_pooled::<NodeFrame>(body);
+    check_pooled::<TrainerFrame>(body);
     match decode::<NodeFrame>(body) {
         Ok(f) => {
             if let NodeFrame::Batch(b) = &f {
