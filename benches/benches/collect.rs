@@ -158,7 +158,7 @@ fn collector(sync: bool) -> DistributedCollector {
 
 fn main() {
     let _ = Spec::Discrete { n: 2 };
-    // Profiling aid: `ROLLOUT_BENCH_ONLY=bare|rollout` runs one loop for 3 s.
+    // Profiling aid: `ROLLOUT_BENCH_ONLY=bare|rollout|parallel|async|sync` runs that one for 3 s.
     if let Ok(which) = std::env::var("ROLLOUT_BENCH_ONLY") {
         let rate = match which.as_str() {
             "bare" => {

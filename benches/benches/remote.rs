@@ -7,7 +7,9 @@
 //!     against writing the same bytes twice over raw loopback.
 //! Prints each figure, c/b and d/(2 x raw write).
 //!
-//! Run: `cargo bench -p rollout-benches --bench remote`
+//! Run: `cargo bench -p rollout-benches --bench remote`. For profiling one part
+//! (`perf record -a`), `ROLLOUT_BENCH_ONLY=local|process` collects for 3 s and
+//! `ROLLOUT_BENCH_ONLY=weights` runs (d) for 30 rounds.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
