@@ -146,6 +146,23 @@ fn two_nodes(sync: bool) {
     c.shutdown().expect("shutdown");
     assert_no_job(&id);
     eprintln!("{name}: joined in {joined:?}, done in {:?}", t0.elapsed());
+    if !sync {
+        // Both SLURM nodes serve: an endless run until each delivered, bounded.
+        let mut c = builder("async-both", false, -1, SlurmOptions::default())
+            .build()
+            .expect("collector");
+        let id = c.slurm_job_id().expect("a SLURM job").to_string();
+        let mut seen = [false; 2];
+        let mut pulled = 0;
+        while !seen.iter().all(|s| *s) {
+            let b = c.next_batch().expect("batch").expect("endless");
+            seen[b.node.expect("async batch names its node")] = true;
+            pulled += 1;
+            assert!(pulled < 100_000, "a SLURM node never delivered: {seen:?}");
+        }
+        c.shutdown().expect("shutdown");
+        assert_no_job(&id);
+    }
 }
 
 #[test]
