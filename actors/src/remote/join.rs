@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use bytes::{Bytes, BytesMut};
 use rollout::machine::NodeMachine;
-use rollout::message::FromNode;
+use rollout::message::{Batch, FromNode};
 use rollout::policy::Weights;
 use rollout::pool::TensorPool;
 use rollout::rollout::RolloutError;
-use rollout::wire::{self, NodeFrame, TrainerFrame, Welcome, DEFAULT_MAX_FRAME, PROTOCOL_VERSION};
-use rollout::Registry;
+use rollout::wire::{self, FramePart, NodeFrame, TrainerFrame, Welcome, DEFAULT_MAX_FRAME, PROTOCOL_VERSION};
+use rollout::{Registry, TensorDict};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
@@ -273,7 +273,6 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
         stream: Some(framed),
         pool: TensorPool::new(max),
         retired: VecDeque::new(),
-        batch_len: 0,
     });
     let result = done_rx
         .await
@@ -306,8 +305,6 @@ struct TrainerLink {
     pool: TensorPool,
     /// Weight versions decoded here, oldest first, until nobody else holds them.
     retired: VecDeque<Arc<Weights>>,
-    /// Size of the last batch frame sent.
-    batch_len: usize,
 }
 
 impl TrainerLink {
@@ -337,22 +334,102 @@ impl TrainerLink {
     }
 
     fn send(&mut self, f: &NodeFrame, ctx: &mut Context<Self>) {
-        // A batch frame is sized like the last one: one allocation, no regrowth.
-        let mut buf = match f {
-            NodeFrame::Batch(_) => Vec::with_capacity(self.batch_len),
-            _ => Vec::new(),
-        };
-        match wire::encode_into(f, self.max, &mut buf).map(|()| buf) {
-            Ok(b) => {
-                if let NodeFrame::Batch(_) = f {
-                    self.batch_len = b.len();
-                }
-                if self.out.send(Bytes::from(b)).is_err() {
-                    self.finish(ctx, Err(JoinError::Lost("writer gone".into())));
-                }
-            }
+        match wire::encode(f, self.max) {
+            Ok(b) => self.send_parts(vec![Bytes::from(b)], ctx),
             Err(e) => tracing::error!(node = self.index, error = %e, "cannot encode a frame"),
         }
+    }
+
+    /// Sends a batch without copying its tensors into a frame: the frame's parts are
+    /// its MessagePack headers and the tensors' own memory. Once the writer has put
+    /// the last part on the socket, the storage goes back to the worker.
+    fn send_batch(&mut self, batch: Batch, ctx: &mut Context<Self>) {
+        let frame = NodeFrame::Batch(batch);
+        let NodeFrame::Batch(b) = &frame else {
+            unreachable!("built as a batch")
+        };
+        let keys: Vec<String> = b
+            .data
+            .iter()
+            .filter(|(_, t)| t.le_bytes_in_place().is_some())
+            .map(|(k, _)| k.to_string())
+            .collect();
+        let blobs: Vec<&[u8]> = keys
+            .iter()
+            .filter_map(|k| b.data.get(k).ok().and_then(|t| t.le_bytes_in_place()))
+            .collect();
+        let parts = wire::encode_parts(&frame, self.max, &blobs);
+        let NodeFrame::Batch(b) = frame else {
+            unreachable!("built as a batch")
+        };
+        let outgoing = Arc::new(OutgoingBatch {
+            data: b.data,
+            node: self.index,
+            back: self.node.clone().recipient(),
+        });
+        match parts {
+            Ok(parts) => {
+                let parts = parts
+                    .into_iter()
+                    .map(|p| match p {
+                        FramePart::Own(bytes) => Bytes::from(bytes),
+                        FramePart::Blob(i) => Bytes::from_owner(BatchTensor {
+                            batch: Arc::clone(&outgoing),
+                            key: keys[i].clone(),
+                        }),
+                    })
+                    .collect();
+                self.send_parts(parts, ctx);
+            }
+            Err(e) => tracing::error!(node = self.index, error = %e, "cannot encode a batch"),
+        }
+    }
+
+    /// Queues a frame's parts back to back: only this actor writes to `out`, so no
+    /// other frame comes between them.
+    fn send_parts(&mut self, parts: Vec<Bytes>, ctx: &mut Context<Self>) {
+        for part in parts {
+            if self.out.send(part).is_err() {
+                return self.finish(ctx, Err(JoinError::Lost("writer gone".into())));
+            }
+        }
+    }
+}
+
+/// A batch on its way out, shared by the frame parts that are its tensors; when the
+/// last part is dropped (written, or the connection gone) its storage goes back to
+/// the node, whose worker collects its next batch into it.
+struct OutgoingBatch {
+    data: TensorDict,
+    node: usize,
+    back: Recipient<Recycle>,
+}
+
+impl Drop for OutgoingBatch {
+    fn drop(&mut self) {
+        let data = std::mem::take(&mut self.data);
+        self.back.do_send(Recycle {
+            node: Some(self.node),
+            data,
+        });
+    }
+}
+
+/// One tensor of an outgoing batch as bytes (its memory is not written to while the
+/// batch is shared).
+struct BatchTensor {
+    batch: Arc<OutgoingBatch>,
+    key: String,
+}
+
+impl AsRef<[u8]> for BatchTensor {
+    fn as_ref(&self) -> &[u8] {
+        self.batch
+            .data
+            .get(&self.key)
+            .ok()
+            .and_then(|t| t.le_bytes_in_place())
+            .unwrap_or_default()
     }
 }
 
@@ -414,14 +491,9 @@ impl Handler<FromNodeMsg> for TrainerLink {
 
     fn handle(&mut self, msg: FromNodeMsg, ctx: &mut Self::Context) {
         let down = matches!(msg.0, FromNode::Down { .. });
-        let frame = NodeFrame::from(msg.0);
-        self.send(&frame, ctx);
-        if let NodeFrame::Batch(b) = frame {
-            // On the wire now: the worker collects its next batch into this storage.
-            self.node.do_send(Recycle {
-                node: Some(self.index),
-                data: b.data,
-            });
+        match msg.0 {
+            FromNode::Batch(b) => self.send_batch(b, ctx),
+            other => self.send(&NodeFrame::from(other), ctx),
         }
         if down {
             self.finish(ctx, Ok(()));
