@@ -766,6 +766,35 @@ fn reusing_batch_and_weight_storage_changes_no_frame() {
     }
 }
 
+/// A node whose batch cannot be sent (over the maximum frame size) says so: the sync
+/// run fails at once naming the node and why, instead of waiting for `batch_timeout`.
+#[test]
+fn a_batch_over_the_maximum_frame_fails_its_node_with_the_reason() {
+    let mut c = DistributedCollector::builder()
+        .env("CartPole-v1")
+        .policy(PolicyConfig::Linear)
+        .nodes(2)
+        .frames_per_batch(400) // 200 frames of about 63 bytes per node
+        .total_frames(4000)
+        .sync(true)
+        .seed(0)
+        .max_frame(4096)
+        .launcher(Launcher::Process)
+        .node_program(rollout_bin())
+        .join_timeout(DEADLINE)
+        .batch_timeout(Duration::from_secs(120))
+        .build()
+        .expect("collector");
+    let t = Instant::now();
+    let err = c.next_batch().expect_err("no batch fits").to_string();
+    assert!(t.elapsed() < DEADLINE, "failed only after {:?}", t.elapsed());
+    assert!(
+        err.contains("cannot send its batch") && err.contains("exceeds the maximum of 4096"),
+        "{err}"
+    );
+    c.shutdown().expect("shutdown");
+}
+
 #[test]
 fn process_nodes_are_reaped_when_the_trainer_is_dropped_mid_run() {
     let mut c = process_collector(false, 100, -1);

@@ -381,7 +381,19 @@ impl TrainerLink {
                     .collect();
                 self.send_parts(parts, ctx);
             }
-            Err(e) => tracing::error!(node = self.index, error = %e, "cannot encode a batch"),
+            Err(e) => {
+                // The trainer waits for this batch: tell it the node cannot deliver it
+                // (a batch over the maximum frame size), rather than leave it to time out.
+                tracing::error!(node = self.index, error = %e, "cannot encode a batch");
+                let reason = format!("cannot send its batch: {e}");
+                self.send(
+                    &NodeFrame::Failed {
+                        node: self.index,
+                        reason,
+                    },
+                    ctx,
+                );
+            }
         }
     }
 

@@ -49,7 +49,15 @@ pub fn spawn_writer(
 /// `parts` is empty afterwards.
 async fn write_all_vectored(w: &mut OwnedWriteHalf, parts: &mut Vec<Bytes>) -> std::io::Result<()> {
     let mut first = 0;
-    while first < parts.len() {
+    loop {
+        // Parts empty from the start count as written (and a write of nothing would
+        // look like a closed socket).
+        while first < parts.len() && parts[first].is_empty() {
+            first += 1;
+        }
+        if first == parts.len() {
+            break;
+        }
         let slices: Vec<IoSlice<'_>> = parts[first..].iter().map(|p| IoSlice::new(p)).collect();
         let mut n = w.write_vectored(&slices).await?;
         if n == 0 {
@@ -64,10 +72,6 @@ async fn write_all_vectored(w: &mut OwnedWriteHalf, parts: &mut Vec<Bytes>) -> s
             if p.is_empty() {
                 first += 1;
             }
-        }
-        // Parts empty from the start count as written.
-        while first < parts.len() && parts[first].is_empty() {
-            first += 1;
         }
     }
     parts.clear();
@@ -109,6 +113,28 @@ mod tests {
             task.await.expect("writer");
             assert_eq!(got.len(), want.len());
             assert!(got == want, "every byte, in order");
+        });
+    }
+
+    #[test]
+    fn nothing_but_empty_parts_is_written_without_error() {
+        actix_rt::System::new().block_on(async {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            let addr = l.local_addr().expect("addr");
+            let client = tokio::net::TcpStream::connect(addr).await.expect("connect");
+            let (_read, mut write) = client.into_split();
+            let mut parts = vec![Bytes::new(), Bytes::new()];
+            write_all_vectored(&mut write, &mut parts)
+                .await
+                .expect("an empty write is no error");
+            assert!(parts.is_empty());
+            let mut parts = vec![Bytes::new(), Bytes::from_static(b"abc"), Bytes::new()];
+            write_all_vectored(&mut write, &mut parts).await.expect("written");
+            drop(write);
+            let (mut server, _) = l.accept().await.expect("accept");
+            let mut got = Vec::new();
+            server.read_to_end(&mut got).await.expect("read");
+            assert_eq!(got, b"abc");
         });
     }
 }
