@@ -138,6 +138,20 @@ pub enum FromNode {
     },
 }
 
+impl ToNode {
+    /// The message's name on the wire (its `type`), for logs and errors.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ToNode::Continue(_) => "continue",
+            ToNode::UpdateWeights(_) => "update_weights",
+            ToNode::Seed(_) => "seed",
+            ToNode::Shutdown => "shutdown",
+            ToNode::Snapshot { .. } => "snapshot",
+            ToNode::Restore(_) => "restore",
+        }
+    }
+}
+
 impl FromNode {
     /// The node the message is from.
     pub fn node(&self) -> usize {

@@ -795,6 +795,51 @@ fn a_batch_over_the_maximum_frame_fails_its_node_with_the_reason() {
     c.shutdown().expect("shutdown");
 }
 
+/// Weights over the maximum frame size fail the nodes they were for, naming why,
+/// instead of the nodes going on silently with the old ones.
+#[test]
+fn weights_over_the_maximum_frame_fail_their_nodes_with_the_reason() {
+    let mut c = DistributedCollector::builder()
+        .env("Counting")
+        .policy(PolicyConfig::Mlp { hidden: vec![1024] }) // 3,073 parameters: 12 KB
+        .nodes(2)
+        .frames_per_batch(20)
+        .total_frames(2000)
+        .sync(true)
+        .seed(0)
+        .max_frame(4096)
+        .launcher(Launcher::Process)
+        .node_program(rollout_bin())
+        .join_timeout(DEADLINE)
+        .batch_timeout(Duration::from_secs(120))
+        .build()
+        .expect("collector");
+    let first = c
+        .next_batch()
+        .expect("the nodes' own initial weights need no frame")
+        .expect("a batch");
+    assert_eq!(first.weights_version, 0);
+    let obs = rollout::Spec::uniform_box(1, f32::NEG_INFINITY, f32::INFINITY);
+    let act = rollout::Spec::uniform_box(1, 0.0, 1.0);
+    let mlp = rollout::policy::Mlp::new(&obs, &act, &[1024], 5, 0).expect("mlp");
+    c.update_policy_weights(rollout::Policy::weights(&mlp).clone(), None)
+        .expect("stored and pushed");
+    let t = Instant::now();
+    let err = loop {
+        match c.next_batch() {
+            Ok(Some(b)) => assert_eq!(b.weights_version, 0, "no node has the new weights"),
+            Ok(None) => panic!("the run ended without the failure"),
+            Err(e) => break e.to_string(),
+        }
+    };
+    assert!(t.elapsed() < DEADLINE, "failed only after {:?}", t.elapsed());
+    assert!(
+        err.contains("cannot send it update_weights") && err.contains("exceeds the maximum of 4096"),
+        "{err}"
+    );
+    c.shutdown().expect("shutdown");
+}
+
 #[test]
 fn process_nodes_are_reaped_when_the_trainer_is_dropped_mid_run() {
     let mut c = process_collector(false, 100, -1);

@@ -257,7 +257,9 @@ impl Handler<ToNodeMsg> for RemoteNode {
                     }
                 }
             }
-            Err(e) => tracing::error!(node = self.index, error = %e, "cannot encode a message for the node"),
+            // The node would go on without what it was sent (say, weights over the
+            // maximum frame size): it fails instead, with the reason.
+            Err(e) => self.close(ctx, format!("cannot send it {}: {e}", msg.0.name())),
         }
     }
 }
