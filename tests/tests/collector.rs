@@ -1,16 +1,28 @@
 //! torchrl's test_distributed.py scenarios, ported (same numbers), plus our own:
 //! unique trajectory ids, seeding, endless mode, weight-version tags, bad config.
+//! The ported scenarios run with in-process nodes and with process nodes over TCP.
 
 use std::collections::HashMap;
 
 use ndarray::ArrayD;
 use rollout::rollout::keys;
 use rollout::{PolicyConfig, Tensor, Weights};
-use rollout_actors::{CollectError, Collected, DistributedCollector, Launcher};
-use rollout_tests::assert_unique_traj_ids;
+use rollout_actors::{CollectError, Collected, CollectorBuilder, DistributedCollector, Launcher};
+use rollout_tests::{assert_unique_traj_ids, rollout_bin};
 
-fn counting_collector(sync: bool, fpb: usize, total: i64) -> DistributedCollector {
-    DistributedCollector::builder()
+/// The launchers every ported torchrl scenario runs with.
+const LAUNCHERS: [Launcher; 2] = [Launcher::Local, Launcher::Process];
+
+/// `b` with nodes started by `launcher` (process nodes run this workspace's binary).
+fn launched(b: CollectorBuilder, launcher: &Launcher) -> CollectorBuilder {
+    match launcher {
+        Launcher::Process => b.launcher(Launcher::Process).node_program(rollout_bin()),
+        other => b.launcher(other.clone()),
+    }
+}
+
+fn counting_on(launcher: &Launcher, sync: bool, fpb: usize, total: i64) -> DistributedCollector {
+    let b = DistributedCollector::builder()
         .env("Counting")
         .policy(PolicyConfig::Constant { value: 1.0 })
         .nodes(2)
@@ -18,10 +30,12 @@ fn counting_collector(sync: bool, fpb: usize, total: i64) -> DistributedCollecto
         .frames_per_batch(fpb)
         .total_frames(total)
         .sync(sync)
-        .seed(0)
-        .launcher(Launcher::Local)
-        .build()
-        .expect("valid config")
+        .seed(0);
+    launched(b, launcher).build().expect("valid config")
+}
+
+fn counting_collector(sync: bool, fpb: usize, total: i64) -> DistributedCollector {
+    counting_on(&Launcher::Local, sync, fpb, total)
 }
 
 fn drain(c: &mut DistributedCollector) -> Vec<Collected> {
@@ -34,7 +48,13 @@ fn drain(c: &mut DistributedCollector) -> Vec<Collected> {
 }
 
 fn check_frames(sync: bool, fpb: usize, total: i64) {
-    let mut c = counting_collector(sync, fpb, total);
+    for launcher in &LAUNCHERS {
+        check_frames_on(launcher, sync, fpb, total);
+    }
+}
+
+fn check_frames_on(launcher: &Launcher, sync: bool, fpb: usize, total: i64) {
+    let mut c = counting_on(launcher, sync, fpb, total);
     let batches = drain(&mut c);
     assert_eq!(batches.len(), total as usize / fpb);
     for b in &batches {
@@ -87,15 +107,23 @@ fn async_fpb_50_total_200() {
 
 #[test]
 fn last_batch_is_cut_so_total_frames_is_exact() {
-    for sync in [true, false] {
-        let mut c = counting_collector(sync, 100, 250);
-        let sizes: Vec<usize> = drain(&mut c).iter().map(|b| b.data.numel()).collect();
-        assert_eq!(sizes, vec![100, 100, 50], "sync={sync}");
+    for launcher in &LAUNCHERS {
+        for sync in [true, false] {
+            let mut c = counting_on(launcher, sync, 100, 250);
+            let sizes: Vec<usize> = drain(&mut c).iter().map(|b| b.data.numel()).collect();
+            assert_eq!(sizes, vec![100, 100, 50], "{launcher:?} sync={sync}");
+        }
     }
 }
 
 fn envs_per_node(sync: bool) {
-    let mut c = DistributedCollector::builder()
+    for launcher in &LAUNCHERS {
+        envs_per_node_on(launcher, sync);
+    }
+}
+
+fn envs_per_node_on(launcher: &Launcher, sync: bool) {
+    let b = DistributedCollector::builder()
         .env("CartPole-v1")
         .policy(PolicyConfig::Linear)
         .nodes(2)
@@ -103,9 +131,8 @@ fn envs_per_node(sync: bool) {
         .frames_per_batch(120)
         .total_frames(600)
         .sync(sync)
-        .seed(1)
-        .build()
-        .expect("valid config");
+        .seed(1);
+    let mut c = launched(b, launcher).build().expect("valid config");
     let batches = drain(&mut c);
     assert_eq!(batches.len(), 5);
     for b in &batches {
@@ -142,6 +169,12 @@ fn actions(b: &Collected) -> Vec<f32> {
 /// consumer can react) and may have a `Continue` in flight, so at most its first two
 /// batches can predate the update; its third and later must have it.
 fn update_policy(sync: bool, periodic: bool) {
+    for launcher in &LAUNCHERS {
+        update_policy_on(launcher, sync, periodic);
+    }
+}
+
+fn update_policy_on(launcher: &Launcher, sync: bool, periodic: bool) {
     let mut b = DistributedCollector::builder()
         .env("Counting")
         .policy(PolicyConfig::Constant { value: 1.0 })
@@ -153,7 +186,7 @@ fn update_policy(sync: bool, periodic: bool) {
     if periodic {
         b = b.update_interval(1);
     }
-    let mut c = b.build().expect("valid config");
+    let mut c = launched(b, launcher).build().expect("valid config");
     let mut frames = 0;
     let mut per_node: std::collections::BTreeMap<Option<usize>, (u64, u64)> = Default::default();
     let mut checked = 0;
