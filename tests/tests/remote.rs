@@ -766,16 +766,15 @@ fn reusing_batch_and_weight_storage_changes_no_frame() {
     }
 }
 
-/// A node whose batch cannot be sent (over the maximum frame size) says so: the sync
-/// run fails at once naming the node and why, instead of waiting for `batch_timeout`.
-#[test]
-fn a_batch_over_the_maximum_frame_fails_its_node_with_the_reason() {
-    let mut c = DistributedCollector::builder()
-        .env("CartPole-v1")
-        .policy(PolicyConfig::Linear)
+/// Two sync process nodes with frames of at most 4 KiB, and a `batch_timeout` far
+/// longer than the tests' deadline (a failure must not wait for it).
+fn small_frames(env: &str, policy: PolicyConfig, fpb: usize) -> DistributedCollector {
+    DistributedCollector::builder()
+        .env(env)
+        .policy(policy)
         .nodes(2)
-        .frames_per_batch(400) // 200 frames of about 63 bytes per node
-        .total_frames(4000)
+        .frames_per_batch(fpb)
+        .total_frames(fpb as i64 * 100)
         .sync(true)
         .seed(0)
         .max_frame(4096)
@@ -784,7 +783,15 @@ fn a_batch_over_the_maximum_frame_fails_its_node_with_the_reason() {
         .join_timeout(DEADLINE)
         .batch_timeout(Duration::from_secs(120))
         .build()
-        .expect("collector");
+        .expect("collector")
+}
+
+/// A node whose batch cannot be sent (over the maximum frame size) says so: the sync
+/// run fails at once naming the node and why, instead of waiting for `batch_timeout`.
+#[test]
+fn a_batch_over_the_maximum_frame_fails_its_node_with_the_reason() {
+    // 200 frames of about 63 bytes per node.
+    let mut c = small_frames("CartPole-v1", PolicyConfig::Linear, 400);
     let t = Instant::now();
     let err = c.next_batch().expect_err("no batch fits").to_string();
     assert!(t.elapsed() < DEADLINE, "failed only after {:?}", t.elapsed());
@@ -799,21 +806,8 @@ fn a_batch_over_the_maximum_frame_fails_its_node_with_the_reason() {
 /// instead of the nodes going on silently with the old ones.
 #[test]
 fn weights_over_the_maximum_frame_fail_their_nodes_with_the_reason() {
-    let mut c = DistributedCollector::builder()
-        .env("Counting")
-        .policy(PolicyConfig::Mlp { hidden: vec![1024] }) // 3,073 parameters: 12 KB
-        .nodes(2)
-        .frames_per_batch(20)
-        .total_frames(2000)
-        .sync(true)
-        .seed(0)
-        .max_frame(4096)
-        .launcher(Launcher::Process)
-        .node_program(rollout_bin())
-        .join_timeout(DEADLINE)
-        .batch_timeout(Duration::from_secs(120))
-        .build()
-        .expect("collector");
+    // 3,073 parameters: 12 KB of weights; batches of 10 frames per node fit.
+    let mut c = small_frames("Counting", PolicyConfig::Mlp { hidden: vec![1024] }, 20);
     let first = c
         .next_batch()
         .expect("the nodes' own initial weights need no frame")

@@ -15,7 +15,7 @@ use rollout::message::{Batch, FromNode};
 use rollout::policy::Weights;
 use rollout::pool::TensorPool;
 use rollout::rollout::RolloutError;
-use rollout::wire::{self, FramePart, NodeFrame, TrainerFrame, Welcome, DEFAULT_MAX_FRAME, PROTOCOL_VERSION};
+use rollout::wire::{self, NodeFrame, TrainerFrame, Welcome, DEFAULT_MAX_FRAME, PROTOCOL_VERSION};
 use rollout::{Registry, TensorDict};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -25,6 +25,7 @@ use tokio_util::codec::FramedRead;
 use super::codec::FrameCodec;
 use super::link::spawn_writer;
 use super::listener::read_frame;
+use super::parts;
 use crate::env_worker::EnvWorker;
 use crate::messages::{FromNodeMsg, Recycle, ToNodeMsg};
 use crate::node::Node;
@@ -348,17 +349,8 @@ impl TrainerLink {
         let NodeFrame::Batch(b) = &frame else {
             unreachable!("built as a batch")
         };
-        let keys: Vec<String> = b
-            .data
-            .iter()
-            .filter(|(_, t)| t.le_bytes_in_place().is_some())
-            .map(|(k, _)| k.to_string())
-            .collect();
-        let blobs: Vec<&[u8]> = keys
-            .iter()
-            .filter_map(|k| b.data.get(k).ok().and_then(|t| t.le_bytes_in_place()))
-            .collect();
-        let parts = wire::encode_parts(&frame, self.max, &blobs);
+        let (keys, blobs) = parts::blobs(b.data.iter());
+        let encoded = wire::encode_parts(&frame, self.max, &blobs);
         let NodeFrame::Batch(b) = frame else {
             unreachable!("built as a batch")
         };
@@ -367,19 +359,10 @@ impl TrainerLink {
             node: self.index,
             back: self.node.clone().recipient(),
         });
-        match parts {
-            Ok(parts) => {
-                let parts = parts
-                    .into_iter()
-                    .map(|p| match p {
-                        FramePart::Own(bytes) => Bytes::from(bytes),
-                        FramePart::Blob(i) => Bytes::from_owner(BatchTensor {
-                            batch: Arc::clone(&outgoing),
-                            key: keys[i].clone(),
-                        }),
-                    })
-                    .collect();
-                self.send_parts(parts, ctx);
+        match encoded {
+            Ok(encoded) => {
+                let bytes = parts::to_bytes(encoded, &keys, &outgoing);
+                self.send_parts(bytes, ctx);
             }
             Err(e) => {
                 // The trainer waits for this batch: tell it the node cannot deliver it
@@ -427,21 +410,9 @@ impl Drop for OutgoingBatch {
     }
 }
 
-/// One tensor of an outgoing batch as bytes (its memory is not written to while the
-/// batch is shared).
-struct BatchTensor {
-    batch: Arc<OutgoingBatch>,
-    key: String,
-}
-
-impl AsRef<[u8]> for BatchTensor {
-    fn as_ref(&self) -> &[u8] {
-        self.batch
-            .data
-            .get(&self.key)
-            .ok()
-            .and_then(|t| t.le_bytes_in_place())
-            .unwrap_or_default()
+impl parts::TensorHolder for OutgoingBatch {
+    fn tensor(&self, key: &str) -> Option<&rollout::Tensor> {
+        self.data.get(key).ok()
     }
 }
 

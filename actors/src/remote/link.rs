@@ -84,14 +84,20 @@ mod tests {
 
     use super::*;
 
+    /// A connected loopback pair: the server's stream, and the client's two halves.
+    async fn loopback() -> (tokio::net::TcpStream, tokio::net::tcp::OwnedReadHalf, OwnedWriteHalf) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = l.local_addr().expect("addr");
+        let client = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let (server, _) = l.accept().await.expect("accept");
+        let (read, write) = client.into_split();
+        (server, read, write)
+    }
+
     #[test]
     fn parts_arrive_in_order_byte_for_byte() {
         actix_rt::System::new().block_on(async {
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-            let addr = l.local_addr().expect("addr");
-            let client = tokio::net::TcpStream::connect(addr).await.expect("connect");
-            let (mut server, _) = l.accept().await.expect("accept");
-            let (_read, write) = client.into_split();
+            let (mut server, _read, write) = loopback().await;
             let (tx, task) = spawn_writer(write, |e| panic!("{e}"));
             // Small and large parts (larger than a socket buffer), some empty, queued
             // faster than they can be written.
@@ -119,10 +125,7 @@ mod tests {
     #[test]
     fn nothing_but_empty_parts_is_written_without_error() {
         actix_rt::System::new().block_on(async {
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-            let addr = l.local_addr().expect("addr");
-            let client = tokio::net::TcpStream::connect(addr).await.expect("connect");
-            let (_read, mut write) = client.into_split();
+            let (mut server, _read, mut write) = loopback().await;
             let mut parts = vec![Bytes::new(), Bytes::new()];
             write_all_vectored(&mut write, &mut parts)
                 .await
@@ -131,7 +134,6 @@ mod tests {
             let mut parts = vec![Bytes::new(), Bytes::from_static(b"abc"), Bytes::new()];
             write_all_vectored(&mut write, &mut parts).await.expect("written");
             drop(write);
-            let (mut server, _) = l.accept().await.expect("accept");
             let mut got = Vec::new();
             server.read_to_end(&mut got).await.expect("read");
             assert_eq!(got, b"abc");

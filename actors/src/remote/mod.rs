@@ -4,6 +4,7 @@ pub mod codec;
 pub mod join;
 pub mod link;
 pub mod listener;
+pub mod parts;
 pub mod peer;
 
 pub use join::{read_token, run_node, JoinError, NodeOptions};

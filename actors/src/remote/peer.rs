@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use bytes::{Bytes, BytesMut};
 use rollout::message::{FromNode, ToNode};
-use rollout::policy::Weights;
 use rollout::pool::TensorPool;
-use rollout::wire::{self, FramePart, NodeFrame, TrainerFrame};
+use rollout::wire::{self, NodeFrame, TrainerFrame};
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::parts;
 use crate::messages::{FromNodeMsg, Recycle, ToNodeMsg};
 
 /// Encoded `UpdateWeights` frames by version, shared by every peer: one version is
@@ -45,46 +45,11 @@ impl WeightsCache {
                 return Ok(parts.clone());
             }
         }
-        let names: Vec<&String> = u
-            .weights
-            .tensors
-            .iter()
-            .filter(|(_, t)| t.le_bytes_in_place().is_some())
-            .map(|(name, _)| name)
-            .collect();
-        let blobs: Vec<&[u8]> = names
-            .iter()
-            .filter_map(|n| u.weights.tensors.get(*n).and_then(|t| t.le_bytes_in_place()))
-            .collect();
-        let parts = wire::encode_parts(&TrainerFrame::from(msg.clone()), max, &blobs)?
-            .into_iter()
-            .map(|p| match p {
-                FramePart::Own(bytes) => Bytes::from(bytes),
-                FramePart::Blob(i) => Bytes::from_owner(TensorMemory {
-                    weights: Arc::clone(&u.weights),
-                    name: names[i].clone(),
-                }),
-            })
-            .collect::<Vec<_>>();
+        let (keys, blobs) = parts::blobs(u.weights.tensors.iter().map(|(k, t)| (k.as_str(), t)));
+        let encoded = wire::encode_parts(&TrainerFrame::from(msg.clone()), max, &blobs)?;
+        let parts = parts::to_bytes(encoded, &keys, &u.weights);
         *slot = Some((version, parts.clone()));
         Ok(parts)
-    }
-}
-
-/// One tensor's memory as bytes, kept alive (and unchanged: nobody writes through a
-/// shared `Arc`) by the weights it belongs to.
-struct TensorMemory {
-    weights: Arc<Weights>,
-    name: String,
-}
-
-impl AsRef<[u8]> for TensorMemory {
-    fn as_ref(&self) -> &[u8] {
-        self.weights
-            .tensors
-            .get(&self.name)
-            .and_then(|t| t.le_bytes_in_place())
-            .unwrap_or_default()
     }
 }
 
@@ -279,7 +244,7 @@ mod tests {
     use ndarray::ArrayD;
     use rollout::message::UpdateWeights;
     use rollout::wire::{DEFAULT_MAX_FRAME, PREFIX_LEN};
-    use rollout::Tensor;
+    use rollout::{Tensor, Weights};
 
     use super::*;
 
