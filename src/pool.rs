@@ -122,6 +122,14 @@ impl TensorPool {
         T::shelf(self).push((v, generation));
     }
 
+    /// Keeps a vector (a tensor's storage, without its shape), as [`Self::put`].
+    pub(crate) fn put_vec<T: Pooled>(&mut self, v: Vec<T>) {
+        let n = v.len();
+        if let Ok(a) = ndarray::ArrayD::from_shape_vec(vec![n], v) {
+            self.keep(a);
+        }
+    }
+
     /// A vector of exactly `n` elements (contents unspecified), if one is held.
     pub(crate) fn take<T: Pooled>(&mut self, n: usize) -> Option<Vec<T>> {
         let shelf = T::shelf(self);

@@ -432,6 +432,12 @@ impl Tensor {
         let want = n
             .checked_mul(dtype.size())
             .ok_or_else(|| TensorError::Encoding(format!("shape {shape:?} overflows")))?;
+        if data.is_empty() && want > 0 {
+            // A blob a `FrameReader` read straight into storage of its own.
+            if let Some(f) = crate::frame_reader::claim(dtype, n) {
+                return f.into_tensor(shape);
+            }
+        }
         if data.len() != want {
             return Err(TensorError::Encoding(format!(
                 "{dtype} tensor of shape {shape:?} needs {want} bytes, got {}",

@@ -1,5 +1,6 @@
 //! Property-based fuzzing of the wire layer: random bytes and mutated valid frames go through
-//! `FrameDecoder`, `decode::<NodeFrame>` / `decode::<TrainerFrame>` and the trainer's handshake.
+//! `FrameDecoder`, `decode::<NodeFrame>` / `decode::<TrainerFrame>` (plain, into pooled storage,
+//! and by a `FrameReader` reading tensors aside) and the trainer's handshake.
 //!
 //! Nothing may panic, every failure must be an error value, and whatever does decode must be
 //! consistent: a batch's TensorDict respects its batch shape, every tensor holds as many elements
@@ -12,6 +13,7 @@ use std::sync::Arc;
 use ndarray::{ArrayD, IxDyn};
 use proptest::prelude::*;
 use rollout::checkpoint::NodeState;
+use rollout::frame_reader::FrameReader;
 use rollout::message::{Batch, Continue, FromNode, Seed, ToNode, UpdateWeights};
 use rollout::node_spec::NodeSpec;
 use rollout::policy::PolicySpec;
@@ -208,14 +210,51 @@ fn sample_pool() -> TensorPool {
     pool
 }
 
-/// A decode into pooled storage (what every connection does) agrees with the plain
-/// one, on any input: the same frame, or an error both ways.
-fn check_pooled<T: serde::de::DeserializeOwned + PartialEq + std::fmt::Debug>(body: &[u8]) {
+/// What a `FrameReader` makes of `body` (framed), fed in pieces of at most `chunk`
+/// bytes, reading every tensor blob it may straight into storage of its own.
+fn read_with_reader<T: serde::de::DeserializeOwned>(body: &[u8], chunk: usize) -> Result<T, WireError> {
+    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(body);
+    let mut r = FrameReader::new(usize::MAX).with_min_blob(1);
     let mut pool = sample_pool();
-    match (decode::<T>(body), decode_pooled::<T>(body, &mut pool)) {
-        (Ok(a), Ok(b)) => assert_eq!(a, b, "pooled decode differs"),
+    let mut pos = 0;
+    while pos < frame.len() {
+        let buf = r.buf();
+        assert!(!buf.is_empty());
+        let n = buf.len().min(chunk).min(frame.len() - pos);
+        buf[..n].copy_from_slice(&frame[pos..pos + n]);
+        pos += n;
+        if r.filled(n, &mut pool)? {
+            assert_eq!(pos, frame.len(), "the frame ends where its prefix says");
+            return r.decode(&mut pool);
+        }
+    }
+    panic!("the whole frame was read but not completed");
+}
+
+/// A decode into pooled storage, and one by a `FrameReader` reading tensors aside
+/// (what every connection does), agree with the plain one on any input: the same
+/// frame, or an error every way.
+fn check_pooled<T: serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug>(body: &[u8]) {
+    // Compared by their encodings: bit for bit, and a NaN (which a mutated float
+    // may well be) equals itself.
+    let same = |a: &T, b: &T| encode(a, usize::MAX).ok() == encode(b, usize::MAX).ok();
+    let mut pool = sample_pool();
+    let plain = decode::<T>(body);
+    match (&plain, decode_pooled::<T>(body, &mut pool)) {
+        (Ok(a), Ok(b)) => assert!(same(a, &b), "pooled decode differs: {a:?} vs {b:?}"),
         (Err(_), Err(_)) => {}
         (a, b) => panic!("plain {a:?} but pooled {b:?}"),
+    }
+    for chunk in [1, 5, usize::MAX] {
+        match (&plain, read_with_reader::<T>(body, chunk)) {
+            (Ok(a), Ok(b)) => assert!(
+                same(a, &b),
+                "the frame reader's decode (pieces of {chunk}) differs: {a:?} vs {b:?}"
+            ),
+            (Err(_), Err(_)) => {}
+            (a, b) => panic!("plain {a:?} but the frame reader's (pieces of {chunk}) {b:?}"),
+        }
     }
 }
 

@@ -8,14 +8,13 @@ use std::time::Duration;
 use actix::prelude::*;
 use rollout::machine::TrainerMachine;
 use rollout::node_spec::NodeSpec;
-use rollout::wire::Admission;
+use rollout::wire::{Admission, NodeFrame};
 use tokio::net::TcpListener;
-use tokio_util::codec::FramedRead;
 
 use super::local::Started;
 use super::process::Children;
 use crate::error::CollectError;
-use crate::remote::codec::FrameCodec;
+use crate::remote::frames::FrameStream;
 use crate::remote::link::spawn_writer;
 use crate::remote::listener::{self, DoorConfig, Joined};
 use crate::remote::peer::{Disconnect, PeerTiming, RemoteNode, WeightsCache};
@@ -151,8 +150,9 @@ fn start_peer(j: Joined, trainer: &Addr<Trainer>, cache: &WeightsCache, timing: 
     RemoteNode::create(move |ctx| {
         let me = ctx.address();
         let (out, _writer) = spawn_writer(write, move |reason| me.do_send(Disconnect(reason)));
-        ctx.add_stream(FramedRead::new(read, FrameCodec::new(timing.max_frame)));
-        RemoteNode::new(j.index, j.name, out, to_trainer, cache, timing)
+        let peer = RemoteNode::new(j.index, j.name, out, to_trainer, cache, timing);
+        ctx.add_stream(FrameStream::<NodeFrame>::new(read, timing.max_frame, peer.pool()));
+        peer
     })
 }
 

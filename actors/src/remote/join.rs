@@ -2,14 +2,16 @@
 //! serve until `Shutdown`. `rollout node --join` is this, and so is any user
 //! binary that registers envs of its own and calls [`run_node`].
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io;
 use std::path::Path;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use rollout::machine::NodeMachine;
 use rollout::message::{Batch, FromNode};
 use rollout::policy::Weights;
@@ -20,9 +22,8 @@ use rollout::{Registry, TensorDict};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
-use tokio_util::codec::FramedRead;
 
-use super::codec::FrameCodec;
+use super::frames::{FrameError, FrameStream, SharedPool};
 use super::link::spawn_writer;
 use super::listener::read_frame;
 use super::parts;
@@ -261,7 +262,13 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
     ));
     let heartbeat = Duration::from_millis(welcome.heartbeat_ms.max(1));
     let timeout = Duration::from_millis(welcome.heartbeat_timeout_ms.max(1));
-    let framed = FramedRead::new(read, FrameCodec::new(max));
+    // Weight updates are read into the tensors of versions no worker holds any
+    // more, reclaimed as each frame starts to arrive (double buffering).
+    let pool: SharedPool = Rc::new(RefCell::new(TensorPool::new(max)));
+    let retired: Retired = Rc::new(RefCell::new(VecDeque::new()));
+    let reclaim = Rc::clone(&retired);
+    let frames = FrameStream::<TrainerFrame>::new(read, max, Rc::clone(&pool))
+        .on_frame(Box::new(move |pool| reclaim_weights(&reclaim, pool)));
     link_ctx.run(TrainerLink {
         index,
         node: node_addr,
@@ -271,9 +278,8 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
         timeout,
         last_seen: Instant::now(),
         done: Some(done_tx),
-        stream: Some(framed),
-        pool: TensorPool::new(max),
-        retired: VecDeque::new(),
+        stream: Some(frames),
+        retired,
     });
     let result = done_rx
         .await
@@ -300,12 +306,28 @@ struct TrainerLink {
     timeout: Duration,
     last_seen: Instant,
     done: Option<oneshot::Sender<Result<(), JoinError>>>,
-    stream: Option<FramedRead<tokio::net::tcp::OwnedReadHalf, FrameCodec>>,
-    /// Storage the next weight update decodes into: the tensors of versions no
-    /// worker uses any more.
-    pool: TensorPool,
-    /// Weight versions decoded here, oldest first, until nobody else holds them.
-    retired: VecDeque<Arc<Weights>>,
+    stream: Option<FrameStream<TrainerFrame>>,
+    /// Weight versions received here, oldest first, until nobody else holds them.
+    retired: Retired,
+}
+
+/// Weight versions a node received, oldest first, until nobody else holds them.
+type Retired = Rc<RefCell<VecDeque<Arc<Weights>>>>;
+
+/// Moves the storage of weight versions nobody holds any more into `pool`. A
+/// version stays while the node or a worker uses it, so an update is read into
+/// the one before the current one: double buffering, at the cost of keeping one
+/// spare copy of the weights.
+fn reclaim_weights(retired: &Retired, pool: &mut TensorPool) {
+    let mut retired = retired.borrow_mut();
+    let mut kept = VecDeque::with_capacity(retired.len());
+    while let Some(w) = retired.pop_front() {
+        match Arc::try_unwrap(w) {
+            Ok(free) => pool.put_weights(free),
+            Err(held) => kept.push_back(held),
+        }
+    }
+    *retired = kept;
 }
 
 impl TrainerLink {
@@ -317,21 +339,6 @@ impl TrainerLink {
             let _ = tx.send(r);
         }
         ctx.stop();
-    }
-
-    /// Moves the storage of weight versions nobody holds any more into the pool.
-    /// A version stays while the node or a worker uses it, so an update decodes
-    /// into the one before the current one: double buffering, at the cost of
-    /// keeping one spare copy of the weights.
-    fn reclaim_weights(&mut self) {
-        let mut kept = VecDeque::with_capacity(self.retired.len());
-        while let Some(w) = self.retired.pop_front() {
-            match Arc::try_unwrap(w) {
-                Ok(free) => self.pool.put_weights(free),
-                Err(held) => kept.push_back(held),
-            }
-        }
-        self.retired = kept;
     }
 
     fn send(&mut self, f: &NodeFrame, ctx: &mut Context<Self>) {
@@ -437,20 +444,16 @@ impl Actor for TrainerLink {
     }
 }
 
-impl StreamHandler<Result<BytesMut, io::Error>> for TrainerLink {
-    fn handle(&mut self, item: Result<BytesMut, io::Error>, ctx: &mut Self::Context) {
+impl StreamHandler<Result<TrainerFrame, FrameError>> for TrainerLink {
+    fn handle(&mut self, item: Result<TrainerFrame, FrameError>, ctx: &mut Self::Context) {
         self.last_seen = Instant::now();
-        let body = match item {
-            Ok(b) => b,
+        let frame = match item {
+            Ok(f) => f,
+            Err(FrameError::Decode(e)) => return self.finish(ctx, Err(JoinError::Protocol(e.to_string()))),
             Err(e) => return self.finish(ctx, Err(JoinError::Lost(e.to_string()))),
         };
-        self.reclaim_weights();
-        let frame: TrainerFrame = match wire::decode_pooled(&body, &mut self.pool) {
-            Ok(f) => f,
-            Err(e) => return self.finish(ctx, Err(JoinError::Protocol(e.to_string()))),
-        };
         if let TrainerFrame::UpdateWeights(u) = &frame {
-            self.retired.push_back(Arc::clone(&u.weights));
+            self.retired.borrow_mut().push_back(Arc::clone(&u.weights));
         }
         match frame {
             TrainerFrame::Heartbeat => {}

@@ -5,17 +5,19 @@
 //! node speaks only for itself, keeps the heartbeat, and turns any protocol
 //! violation, silence or disconnect into a logged reason and a `Failed` message.
 
-use std::io;
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use rollout::message::{FromNode, ToNode};
 use rollout::pool::TensorPool;
 use rollout::wire::{self, NodeFrame, TrainerFrame};
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::frames::{FrameError, SharedPool};
 use super::parts;
 use crate::messages::{FromNodeMsg, Recycle, ToNodeMsg};
 
@@ -83,8 +85,8 @@ pub struct RemoteNode {
     down: bool,
     /// The node sent its `Ready` (its batch layout).
     ready: bool,
-    /// Storage of this node's recycled batches, which its next batches decode into.
-    pool: TensorPool,
+    /// Storage of this node's recycled batches, which its next batches are read into.
+    pool: SharedPool,
 }
 
 impl RemoteNode {
@@ -110,7 +112,7 @@ impl RemoteNode {
             closed: false,
             down: false,
             ready: false,
-            pool: TensorPool::new(timing.max_frame),
+            pool: Rc::new(RefCell::new(TensorPool::new(timing.max_frame))),
         }
     }
 
@@ -131,11 +133,13 @@ impl RemoteNode {
         ctx.stop();
     }
 
-    fn on_frame(&mut self, body: &[u8], ctx: &mut Context<Self>) {
-        let frame: NodeFrame = match wire::decode_pooled(body, &mut self.pool) {
-            Ok(f) => f,
-            Err(e) => return self.close(ctx, format!("bad frame: {e}")),
-        };
+    /// The storage this node's frames are read into, for its
+    /// [`FrameStream`](super::frames::FrameStream).
+    pub fn pool(&self) -> SharedPool {
+        Rc::clone(&self.pool)
+    }
+
+    fn on_frame(&mut self, frame: NodeFrame, ctx: &mut Context<Self>) {
         if let NodeFrame::Heartbeat = frame {
             return;
         }
@@ -182,11 +186,11 @@ impl RemoteNode {
     }
 }
 
-impl StreamHandler<Result<BytesMut, io::Error>> for RemoteNode {
-    fn handle(&mut self, item: Result<BytesMut, io::Error>, ctx: &mut Self::Context) {
+impl StreamHandler<Result<NodeFrame, FrameError>> for RemoteNode {
+    fn handle(&mut self, item: Result<NodeFrame, FrameError>, ctx: &mut Self::Context) {
         self.last_seen = Instant::now();
         match item {
-            Ok(body) => self.on_frame(&body, ctx),
+            Ok(frame) => self.on_frame(frame, ctx),
             Err(e) => self.close(ctx, e.to_string()),
         }
     }
@@ -201,7 +205,7 @@ impl Handler<Recycle> for RemoteNode {
 
     /// A batch of this node the consumer is done with: its storage takes the next one.
     fn handle(&mut self, msg: Recycle, _ctx: &mut Self::Context) {
-        self.pool.put_dict(msg.data);
+        self.pool.borrow_mut().put_dict(msg.data);
     }
 }
 

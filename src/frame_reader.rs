@@ -1,0 +1,996 @@
+//! Reading frames off a byte stream with each tensor of a batch or a weight update
+//! landing straight in its own storage.
+//!
+//! A connection that reads a frame whole and then decodes it moves every byte
+//! twice: from the socket into the frame buffer, then from there into the
+//! tensors. A [`FrameReader`] follows the MessagePack structure as the bytes come
+//! in; when it reaches the data blob of a tensor of a `batch` (under
+//! `data.tensors`) or an `update_weights` (under `weights.tensors`), it hands out
+//! that tensor's storage — taken from a [`TensorPool`] when one of the right
+//! dtype and length is there — as the place the next bytes are read into. The
+//! rest of the frame (its headers, small values) goes to a buffer as before,
+//! with an empty blob standing in for each tensor read this way; decoding the
+//! frame then takes those tensors, in order, instead of copying.
+//!
+//! The result is exactly what [`crate::wire::decode`] gives for the same bytes
+//! (the wire fuzz tests check it on random and mutated frames): only tensors in
+//! the two places above, in their canonical encoding (a map of `dtype`, `shape`
+//! and `data`, in that order, with a frame whose `type` comes first) are read
+//! aside, and those are decoded exactly once each, in the order they were read.
+//! Bool tensors are not: their bytes must be checked before they are bools.
+//!
+//! Pure: the caller reads from its socket into [`FrameReader::buf`] and reports
+//! how much with [`FrameReader::filled`]. It never reads past the frame it is in.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+
+use ndarray::{ArrayD, IxDyn};
+use serde::de::DeserializeOwned;
+
+use crate::pool::{Pooled, TensorPool};
+use crate::tensor::{DType, Tensor, TensorError};
+use crate::wire::{self, WireError, PREFIX_LEN};
+
+/// Smallest blob read straight into a tensor: below this, copying it out of the
+/// header buffer costs less than the extra read a blob of its own takes.
+pub const MIN_BLOB: usize = 16 << 10;
+
+/// Most bytes read at once while between blobs. Smaller than [`MIN_BLOB`], so the
+/// header buffer never takes in a whole blob meant for a tensor.
+const HEAD_WINDOW: usize = 8 << 10;
+
+/// Containers deeper than this stop the scan (the decoder has its own limit).
+const MAX_DEPTH: usize = 32;
+
+/// A header buffer grown past this by one large frame is given back afterwards.
+const KEEP_HEAD: usize = 4 << 20;
+
+/// Storage holding a tensor's elements, read off the stream, until the decode
+/// claims it.
+#[derive(Debug)]
+pub(crate) enum Filled {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    I64(Vec<i64>),
+    U8(Vec<u8>),
+}
+
+impl Filled {
+    /// Storage for `n` elements of `dtype`, from `pool` if it has some.
+    fn new(dtype: DType, n: usize, pool: &mut TensorPool) -> Option<Filled> {
+        fn get<T: Pooled + Default + Clone>(n: usize, pool: &mut TensorPool) -> Vec<T> {
+            pool.take(n).unwrap_or_else(|| vec![T::default(); n])
+        }
+        Some(match dtype {
+            DType::F32 => Filled::F32(get(n, pool)),
+            DType::F64 => Filled::F64(get(n, pool)),
+            DType::I64 => Filled::I64(get(n, pool)),
+            DType::U8 => Filled::U8(get(n, pool)),
+            DType::Bool => return None,
+        })
+    }
+
+    /// The elements' memory as bytes (their little-endian encoding, on the
+    /// little-endian machines this is used on).
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            Filled::F32(v) => bytemuck::cast_slice_mut(v),
+            Filled::F64(v) => bytemuck::cast_slice_mut(v),
+            Filled::I64(v) => bytemuck::cast_slice_mut(v),
+            Filled::U8(v) => v,
+        }
+    }
+
+    fn dtype(&self) -> DType {
+        match self {
+            Filled::F32(_) => DType::F32,
+            Filled::F64(_) => DType::F64,
+            Filled::I64(_) => DType::I64,
+            Filled::U8(_) => DType::U8,
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Filled::F32(v) => v.len(),
+            Filled::F64(v) => v.len(),
+            Filled::I64(v) => v.len(),
+            Filled::U8(v) => v.len(),
+        }
+    }
+
+    /// The tensor of `shape` this storage holds the elements of.
+    pub(crate) fn into_tensor(self, shape: &[usize]) -> Result<Tensor, TensorError> {
+        let s = IxDyn(shape);
+        let err = |e: ndarray::ShapeError| TensorError::Encoding(e.to_string());
+        Ok(match self {
+            Filled::F32(v) => Tensor::F32(ArrayD::from_shape_vec(s, v).map_err(err)?),
+            Filled::F64(v) => Tensor::F64(ArrayD::from_shape_vec(s, v).map_err(err)?),
+            Filled::I64(v) => Tensor::I64(ArrayD::from_shape_vec(s, v).map_err(err)?),
+            Filled::U8(v) => Tensor::U8(ArrayD::from_shape_vec(s, v).map_err(err)?),
+        })
+    }
+
+    fn into_pool(self, pool: &mut TensorPool) {
+        match self {
+            Filled::F32(v) => pool.put_vec(v),
+            Filled::F64(v) => pool.put_vec(v),
+            Filled::I64(v) => pool.put_vec(v),
+            Filled::U8(v) => pool.put_vec(v),
+        }
+    }
+}
+
+thread_local! {
+    /// Tensors read aside for the frame being decoded on this thread, in order.
+    static FILLED: RefCell<VecDeque<Filled>> = const { RefCell::new(VecDeque::new()) };
+}
+
+/// The next tensor read aside for the frame being decoded, if it is of `dtype`
+/// with `n` elements (a tensor whose blob came empty claims it).
+pub(crate) fn claim(dtype: DType, n: usize) -> Option<Filled> {
+    FILLED.with(|f| {
+        let mut f = f.borrow_mut();
+        let next = f.front()?;
+        (next.dtype() == dtype && next.len() == n)
+            .then(|| f.pop_front())
+            .flatten()
+    })
+}
+
+/// What the reader is reading.
+#[derive(Debug)]
+enum State {
+    /// The length prefix; this many of its bytes are in.
+    Prefix(usize),
+    /// Headers and small values, into the header buffer.
+    Head,
+    /// A tensor's blob, into its storage; this many bytes are in.
+    Blob(Filled, usize),
+}
+
+/// What a container is, as far as reading tensors aside goes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Role {
+    /// The frame's map, its `type` not seen yet (only as its first key counts).
+    Root(Tag),
+    /// A batch's `data` or an update's `weights`: holds `tensors`.
+    Holder,
+    /// The `tensors` map: every value may be a tensor.
+    Tensors,
+    /// A map of three entries under `tensors`, so far in the canonical tensor form.
+    Tensor(TensorForm),
+    /// The `shape` array of such a map: the product of its elements so far.
+    Shape(usize),
+    /// Anything else.
+    Other,
+}
+
+/// The frame's `type`, as far as it matters here.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Tag {
+    Unknown,
+    Batch,
+    Update,
+    Neither,
+}
+
+/// How far a tensor map has matched `{dtype, shape, data}`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct TensorForm {
+    dtype: Option<DType>,
+    elems: Option<usize>,
+}
+
+/// One open container.
+#[derive(Debug)]
+struct Level {
+    role: Role,
+    is_map: bool,
+    /// Items seen (a map's keys and values each count).
+    seen: u64,
+    /// Items it holds.
+    len: u64,
+    /// The key of the current entry, if short and a string.
+    key: Option<Vec<u8>>,
+}
+
+/// One token of MessagePack, as far as the scan needs it.
+#[derive(Debug)]
+enum Token {
+    Uint(u64),
+    /// A string, binary or extension of this many payload bytes.
+    Str(usize),
+    Bin(usize),
+    Ext(usize),
+    Array(u64),
+    Map(u64),
+    /// A value of no interest (nil, bool, float, negative integer).
+    Scalar,
+    /// Not MessagePack (0xc1).
+    Invalid,
+}
+
+/// The token at the start of `b` and its header's length, or `None` if `b` holds
+/// less than its header.
+fn token(b: &[u8]) -> Option<(usize, Token)> {
+    let m = *b.first()?;
+    let be = |n: usize| -> Option<u64> {
+        let s = b.get(1..1 + n)?;
+        Some(s.iter().fold(0u64, |acc, &x| (acc << 8) | u64::from(x)))
+    };
+    let len = |n: usize| be(n).map(|v| v as usize);
+    let (h, tok) = match m {
+        0x00..=0x7f => (1, Token::Uint(u64::from(m))),
+        0x80..=0x8f => (1, Token::Map(u64::from(m & 0x0f))),
+        0x90..=0x9f => (1, Token::Array(u64::from(m & 0x0f))),
+        0xa0..=0xbf => (1, Token::Str(usize::from(m & 0x1f))),
+        0xc0 | 0xc2 | 0xc3 => (1, Token::Scalar),
+        0xc1 => (1, Token::Invalid),
+        0xc4 => (2, Token::Bin(len(1)?)),
+        0xc5 => (3, Token::Bin(len(2)?)),
+        0xc6 => (5, Token::Bin(len(4)?)),
+        0xc7 => (3, Token::Ext(len(1)?)),
+        0xc8 => (4, Token::Ext(len(2)?)),
+        0xc9 => (6, Token::Ext(len(4)?)),
+        0xca => (5, Token::Scalar),
+        0xcb => (9, Token::Scalar),
+        0xcc => (2, Token::Uint(be(1)?)),
+        0xcd => (3, Token::Uint(be(2)?)),
+        0xce => (5, Token::Uint(be(4)?)),
+        0xcf => (9, Token::Uint(be(8)?)),
+        0xd0 => (2, Token::Scalar),
+        0xd1 => (3, Token::Scalar),
+        0xd2 => (5, Token::Scalar),
+        0xd3 => (9, Token::Scalar),
+        0xd4 => (2, Token::Ext(1)),
+        0xd5 => (2, Token::Ext(2)),
+        0xd6 => (2, Token::Ext(4)),
+        0xd7 => (2, Token::Ext(8)),
+        0xd8 => (2, Token::Ext(16)),
+        0xd9 => (2, Token::Str(len(1)?)),
+        0xda => (3, Token::Str(len(2)?)),
+        0xdb => (5, Token::Str(len(4)?)),
+        0xdc => (3, Token::Array(be(2)?)),
+        0xdd => (5, Token::Array(be(4)?)),
+        0xde => (3, Token::Map(be(2)?)),
+        0xdf => (5, Token::Map(be(4)?)),
+        0xe0..=0xff => (1, Token::Scalar),
+    };
+    (b.len() >= h).then_some((h, tok))
+}
+
+/// A completed item, as the scan tells its container.
+enum Item<'a> {
+    Str(&'a [u8]),
+    Uint(u64),
+    /// A container that closed: for a `shape` array, the product of its elements.
+    Closed(Option<usize>),
+    Other,
+}
+
+/// Reads frames from a byte stream, tensors straight into their storage.
+#[derive(Debug)]
+pub struct FrameReader {
+    max: usize,
+    min_blob: usize,
+    state: State,
+    prefix: [u8; PREFIX_LEN],
+    /// Body length of the frame being read, and how many of its bytes are in.
+    body_len: usize,
+    body_got: usize,
+    /// The frame without the blobs read aside: `head[..head_len]` (the vector's
+    /// length past that is spare room, zeroed once when it grew).
+    head: Vec<u8>,
+    head_len: usize,
+    /// Bytes of `head` the scan has gone through.
+    scanned: usize,
+    /// Open containers, outermost first.
+    stack: Vec<Level>,
+    /// The scan stopped (the frame's value ended, or it is no MessagePack it
+    /// follows): the rest of the frame goes to the header buffer as it is.
+    stopped: bool,
+    /// Bytes the scan needs in the header buffer before it can go on.
+    need: usize,
+    /// Tensors read aside so far, in order.
+    filled: VecDeque<Filled>,
+    /// A frame is complete and waits for [`FrameReader::decode`].
+    complete: bool,
+}
+
+impl FrameReader {
+    /// A reader refusing frames over `max` bytes.
+    pub fn new(max: usize) -> FrameReader {
+        FrameReader {
+            max,
+            // Read aside only where the elements' memory is their encoding.
+            min_blob: if cfg!(target_endian = "little") {
+                MIN_BLOB
+            } else {
+                usize::MAX
+            },
+            state: State::Prefix(0),
+            prefix: [0; PREFIX_LEN],
+            body_len: 0,
+            body_got: 0,
+            head: Vec::new(),
+            head_len: 0,
+            scanned: 0,
+            stack: Vec::new(),
+            stopped: false,
+            need: 1,
+            filled: VecDeque::new(),
+            complete: false,
+        }
+    }
+
+    /// Reads blobs of `min_blob` bytes or more aside instead of [`MIN_BLOB`]
+    /// (tests use small ones, to exercise the machinery on small frames).
+    pub fn with_min_blob(mut self, min_blob: usize) -> FrameReader {
+        if cfg!(target_endian = "little") {
+            self.min_blob = min_blob.max(1);
+        }
+        self
+    }
+
+    /// Whether no byte of a frame has been read (a stream may end here cleanly).
+    pub fn is_idle(&self) -> bool {
+        matches!(self.state, State::Prefix(0)) && !self.complete
+    }
+
+    /// Bytes of the current frame read so far, prefix included.
+    pub fn partial(&self) -> usize {
+        match self.state {
+            State::Prefix(n) => n,
+            _ => PREFIX_LEN + self.body_got,
+        }
+    }
+
+    /// Where the next bytes from the stream go: never empty, never past the
+    /// current frame. Call [`FrameReader::decode`] first if a frame is complete.
+    pub fn buf(&mut self) -> &mut [u8] {
+        match &mut self.state {
+            State::Prefix(n) => &mut self.prefix[*n..],
+            State::Blob(f, got) => &mut f.bytes_mut()[*got..],
+            State::Head => {
+                let left = self.body_len - self.body_got;
+                let window = left.min(HEAD_WINDOW.max(self.need)).max(1);
+                if self.head.len() < self.head_len + window {
+                    self.head.resize(self.head_len + window, 0);
+                }
+                &mut self.head[self.head_len..self.head_len + window]
+            }
+        }
+    }
+
+    /// `n` bytes were written at the start of [`FrameReader::buf`]. `Ok(true)` when
+    /// that completed a frame, for [`FrameReader::decode`]. Storage for tensors is
+    /// taken from `pool`. An error (a prefix over the maximum, or zero) leaves the
+    /// stream unusable: close it.
+    pub fn filled(&mut self, n: usize, pool: &mut TensorPool) -> Result<bool, WireError> {
+        if n == 0 {
+            return Ok(self.complete);
+        }
+        match &mut self.state {
+            State::Prefix(got) => {
+                *got += n;
+                if *got < PREFIX_LEN {
+                    return Ok(false);
+                }
+                self.body_len = wire::body_len(self.prefix, self.max)?;
+                self.begin_body();
+            }
+            State::Blob(f, got) => {
+                *got += n;
+                self.body_got += n;
+                if *got == f.len() * f.dtype().size() {
+                    if let State::Blob(f, _) = std::mem::replace(&mut self.state, State::Head) {
+                        self.filled.push_back(f);
+                    }
+                    self.scan(pool);
+                }
+            }
+            State::Head => {
+                self.head_len += n;
+                self.body_got += n;
+                self.scan(pool);
+            }
+        }
+        if matches!(self.state, State::Head) && self.body_got == self.body_len {
+            self.complete = true;
+        }
+        Ok(self.complete)
+    }
+
+    /// Decodes the complete frame as a `T` (tensors read aside are taken, the
+    /// others decoded into storage from `pool`) and makes ready for the next one.
+    /// Exactly [`crate::wire::decode_pooled`] of the frame's bytes.
+    pub fn decode<T: DeserializeOwned>(&mut self, pool: &mut TensorPool) -> Result<T, WireError> {
+        if !self.complete {
+            return Err(WireError::Decode("no complete frame to decode".into()));
+        }
+        let filled = std::mem::take(&mut self.filled);
+        let r = with_filled(filled, pool, |pool| {
+            wire::decode_pooled(&self.head[..self.head_len], pool)
+        });
+        self.reset();
+        r
+    }
+
+    fn begin_body(&mut self) {
+        self.state = State::Head;
+        self.body_got = 0;
+        self.head_len = 0;
+        self.scanned = 0;
+        self.stack.clear();
+        self.stopped = false;
+        self.need = 1;
+    }
+
+    fn reset(&mut self) {
+        self.complete = false;
+        self.state = State::Prefix(0);
+        self.head_len = 0;
+        if self.head.capacity() > KEEP_HEAD {
+            self.head = Vec::new();
+        }
+    }
+
+    /// Goes through the header buffer's new bytes, token by token, until it needs
+    /// more or reaches a tensor's blob (which it then reads aside).
+    fn scan(&mut self, pool: &mut TensorPool) {
+        loop {
+            if self.stopped {
+                self.scanned = self.head_len;
+                self.need = 1;
+                return;
+            }
+            let avail = &self.head[self.scanned..self.head_len];
+            let Some((h, tok)) = token(avail) else {
+                self.need = 9usize.saturating_sub(avail.len()).max(1);
+                return;
+            };
+            let whole = |payload: usize| h.checked_add(payload);
+            match tok {
+                Token::Invalid => self.stopped = true,
+                Token::Bin(len) if self.takes_blob(len, h).is_some() => {
+                    let Some((dtype, elems)) = self.takes_blob(len, h) else {
+                        continue;
+                    };
+                    let start = self.scanned;
+                    self.read_aside(start, h, len, dtype, elems, pool);
+                    if !matches!(self.state, State::Head) {
+                        return;
+                    }
+                }
+                Token::Str(len) | Token::Bin(len) | Token::Ext(len) => {
+                    let Some(total) = whole(len) else {
+                        self.stopped = true;
+                        continue;
+                    };
+                    if avail.len() < total {
+                        self.need = total - avail.len();
+                        return;
+                    }
+                    // Keys and dtype names are short: longer strings matter to no role.
+                    let mut short = [0u8; 16];
+                    let is_short = matches!(tok, Token::Str(l) if l <= short.len());
+                    if is_short {
+                        short[..len].copy_from_slice(&avail[h..total]);
+                    }
+                    self.scanned += total;
+                    self.item(if is_short {
+                        Item::Str(&short[..len])
+                    } else {
+                        Item::Other
+                    });
+                }
+                Token::Uint(v) => {
+                    self.scanned += h;
+                    self.item(Item::Uint(v));
+                }
+                Token::Scalar => {
+                    self.scanned += h;
+                    self.item(Item::Other);
+                }
+                Token::Array(n) | Token::Map(n) => {
+                    self.scanned += h;
+                    self.open(matches!(tok, Token::Map(_)), n);
+                }
+            }
+        }
+    }
+
+    /// Whether the blob whose header (of `h` bytes) starts the unscanned bytes is
+    /// a tensor's data to read aside: its dtype and element count if so.
+    fn takes_blob(&self, len: usize, h: usize) -> Option<(DType, usize)> {
+        let Some(Level {
+            role: Role::Tensor(form),
+            seen: 5,
+            ..
+        }) = self.stack.last()
+        else {
+            return None;
+        };
+        let (dtype, elems) = (form.dtype?, form.elems?);
+        // The blob lies within the frame: its bytes start this far into the body.
+        let start = self.body_got - (self.head_len - self.scanned) + h;
+        let fits = start.checked_add(len).is_some_and(|end| end <= self.body_len);
+        (len >= self.min_blob && dtype != DType::Bool && elems.checked_mul(dtype.size()) == Some(len) && fits)
+            .then_some((dtype, elems))
+    }
+
+    /// Reads the blob at `head[start..]` (header of `h` bytes, `len` payload bytes)
+    /// into storage for `elems` elements of `dtype`: what of it is in the header buffer is copied there,
+    /// the header buffer keeps an empty blob in its place, and the rest of it will
+    /// be read straight into the storage.
+    fn read_aside(&mut self, start: usize, h: usize, len: usize, dtype: DType, elems: usize, pool: &mut TensorPool) {
+        let Some(mut f) = Filled::new(dtype, elems, pool) else {
+            // Not a dtype read aside (`takes_blob` said it was): buffer the rest.
+            self.stopped = true;
+            return;
+        };
+        let payload = start + h;
+        let have = (self.head_len - payload).min(len);
+        f.bytes_mut()[..have].copy_from_slice(&self.head[payload..payload + have]);
+        // An empty bin (0xc4 0x00) where the blob was; bytes after the blob that
+        // were read already move up behind it.
+        self.head[start] = 0xc4;
+        self.head[start + 1] = 0;
+        self.head.copy_within(payload + have..self.head_len, start + 2);
+        self.head_len = start + 2 + (self.head_len - payload - have);
+        self.scanned = start + 2;
+        self.item(Item::Other);
+        if have == len {
+            self.filled.push_back(f);
+        } else {
+            self.state = State::Blob(f, have);
+        }
+    }
+
+    fn open(&mut self, is_map: bool, n: u64) {
+        let role = match self.stack.last() {
+            None if is_map => Role::Root(Tag::Unknown),
+            None => Role::Other,
+            Some(top) => {
+                let value = top.is_map && top.seen % 2 == 1;
+                let key = top.key.as_deref();
+                match (top.role, value) {
+                    (Role::Root(Tag::Batch), true) if is_map && key == Some(b"data") => Role::Holder,
+                    (Role::Root(Tag::Update), true) if is_map && key == Some(b"weights") => Role::Holder,
+                    (Role::Holder, true) if is_map && key == Some(b"tensors") => Role::Tensors,
+                    (Role::Tensors, true) if is_map && n == 3 => Role::Tensor(TensorForm {
+                        dtype: None,
+                        elems: None,
+                    }),
+                    (Role::Tensor(f), true)
+                        if !is_map && top.seen == 3 && key == Some(b"shape") && f.dtype.is_some() =>
+                    {
+                        Role::Shape(1)
+                    }
+                    _ => Role::Other,
+                }
+            }
+        };
+        let len = if is_map { n.saturating_mul(2) } else { n };
+        if self.stack.len() >= MAX_DEPTH {
+            self.stopped = true;
+            return;
+        }
+        self.stack.push(Level {
+            role,
+            is_map,
+            seen: 0,
+            len,
+            key: None,
+        });
+        self.close_full();
+    }
+
+    /// Pops containers that hold all their items, telling each parent.
+    fn close_full(&mut self) {
+        while let Some(top) = self.stack.last() {
+            if top.seen < top.len {
+                return;
+            }
+            let shape = match top.role {
+                Role::Shape(p) => Some(p),
+                _ => None,
+            };
+            self.stack.pop();
+            if self.stack.is_empty() {
+                // The frame's value is whole; anything after it is the decoder's to refuse.
+                self.stopped = true;
+                return;
+            }
+            self.tell(Item::Closed(shape));
+        }
+    }
+
+    /// A scalar or string item completed in the innermost container.
+    fn item(&mut self, item: Item<'_>) {
+        if self.stack.is_empty() {
+            self.stopped = true;
+            return;
+        }
+        self.tell(item);
+        self.close_full();
+    }
+
+    /// Records `item` as the next item of the innermost container.
+    fn tell(&mut self, item: Item<'_>) {
+        let Some(top) = self.stack.last_mut() else {
+            return;
+        };
+        let i = top.seen;
+        top.seen += 1;
+        let is_key = top.is_map && i % 2 == 0;
+        if is_key {
+            top.key = match item {
+                Item::Str(s) if s.len() <= 16 => Some(s.to_vec()),
+                _ => None,
+            };
+        }
+        let key = top.key.as_deref();
+        top.role = match (top.role, &item) {
+            // Only a `type` first counts: serde reads it wherever it is, the scan
+            // only where the encoder puts it.
+            (Role::Root(Tag::Unknown), _) if i == 0 => Role::Root(Tag::Unknown),
+            (Role::Root(Tag::Unknown), Item::Str(s)) if i == 1 && key == Some(b"type") => Role::Root(match *s {
+                b"batch" => Tag::Batch,
+                b"update_weights" => Tag::Update,
+                _ => Tag::Neither,
+            }),
+            (Role::Root(Tag::Unknown), _) => Role::Root(Tag::Neither),
+            (Role::Tensor(f), _) => match (i, &item) {
+                (0, Item::Str(b"dtype")) | (2, Item::Str(b"shape")) | (4, Item::Str(b"data")) => Role::Tensor(f),
+                (1, Item::Str(s)) => match dtype_named(s) {
+                    Some(d) => Role::Tensor(TensorForm { dtype: Some(d), ..f }),
+                    None => Role::Other,
+                },
+                (3, Item::Closed(Some(p))) => Role::Tensor(TensorForm { elems: Some(*p), ..f }),
+                _ => Role::Other,
+            },
+            (Role::Shape(p), Item::Uint(d)) => match usize::try_from(*d).ok().and_then(|d| p.checked_mul(d)) {
+                Some(p) => Role::Shape(p),
+                None => Role::Other,
+            },
+            (Role::Shape(_), _) => Role::Other,
+            (role, _) => role,
+        };
+    }
+}
+
+/// The dtype a tensor map names, if its data may be read aside.
+fn dtype_named(s: &[u8]) -> Option<DType> {
+    [DType::F32, DType::F64, DType::I64, DType::U8]
+        .into_iter()
+        .find(|d| d.name().as_bytes() == s)
+}
+
+/// Runs `f` with `filled` lent to this thread for tensors to claim; what is not
+/// claimed goes to `pool`. The previous loan is back afterwards, even on a panic.
+fn with_filled<R>(filled: VecDeque<Filled>, pool: &mut TensorPool, f: impl FnOnce(&mut TensorPool) -> R) -> R {
+    struct Restore(Option<VecDeque<Filled>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            if let Some(outer) = self.0.take() {
+                FILLED.with(|f| *f.borrow_mut() = outer);
+            }
+        }
+    }
+    let outer = FILLED.with(|f| std::mem::replace(&mut *f.borrow_mut(), filled));
+    let restore = Restore(Some(outer));
+    let r = f(pool);
+    let left = FILLED.with(|f| std::mem::take(&mut *f.borrow_mut()));
+    drop(restore);
+    for f in left {
+        f.into_pool(pool);
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::message::{Batch, UpdateWeights};
+    use crate::policy::Weights;
+    use crate::tensor::TensorDict;
+    use crate::wire::{encode, NodeFrame, TrainerFrame};
+
+    fn batch(steps: usize) -> NodeFrame {
+        let f = |n: usize, v: f32| ArrayD::from_shape_vec(IxDyn(&[1, steps, n]), vec![v; steps * n]).unwrap();
+        let data = TensorDict::from_entries(
+            &[1, steps],
+            [
+                ("observation".to_string(), Tensor::F32(f(4, 0.5))),
+                (
+                    "action".to_string(),
+                    Tensor::I64(ArrayD::from_shape_vec(IxDyn(&[1, steps]), (0..steps as i64).collect()).unwrap()),
+                ),
+                (
+                    "next.done".to_string(),
+                    Tensor::Bool(ArrayD::from_elem(IxDyn(&[1, steps, 1]), true)),
+                ),
+                ("next.reward".to_string(), Tensor::F32(f(1, -1.0))),
+            ],
+        )
+        .unwrap();
+        NodeFrame::Batch(Batch {
+            node: 1,
+            seq: 7,
+            weights_version: 3,
+            data,
+        })
+    }
+
+    /// Feeds `stream` to `r` in pieces of at most `chunk` bytes; the frames it decoded.
+    fn read_all<T: DeserializeOwned>(
+        r: &mut FrameReader,
+        stream: &[u8],
+        chunk: usize,
+        pool: &mut TensorPool,
+    ) -> Vec<T> {
+        let mut out = Vec::new();
+        let mut pos = 0;
+        while pos < stream.len() {
+            let buf = r.buf();
+            let n = buf.len().min(chunk).min(stream.len() - pos);
+            buf[..n].copy_from_slice(&stream[pos..pos + n]);
+            pos += n;
+            if r.filled(n, pool).unwrap() {
+                out.push(r.decode::<T>(pool).unwrap());
+            }
+        }
+        assert!(r.is_idle(), "stopped inside a frame");
+        out
+    }
+
+    #[test]
+    fn frames_read_in_any_pieces_decode_as_the_plain_decoder_does() {
+        let a = batch(5000);
+        let b = batch(3);
+        let mut stream = encode(&a, usize::MAX).unwrap();
+        stream.extend(encode(&b, usize::MAX).unwrap());
+        for chunk in [1, 7, 4096, 100_000, usize::MAX] {
+            let mut r = FrameReader::new(usize::MAX);
+            let mut pool = TensorPool::new(usize::MAX);
+            let got: Vec<NodeFrame> = read_all(&mut r, &stream, chunk, &mut pool);
+            assert_eq!(got, vec![a.clone(), b.clone()], "pieces of {chunk}");
+        }
+    }
+
+    #[test]
+    fn large_tensors_are_read_straight_into_pooled_storage() {
+        let frame = batch(5000);
+        let bytes = encode(&frame, usize::MAX).unwrap();
+        let mut pool = TensorPool::new(usize::MAX);
+        let NodeFrame::Batch(old) = batch(5000) else {
+            unreachable!()
+        };
+        let obs_ptr = old.data.get("observation").unwrap().as_f32().unwrap().as_ptr();
+        pool.put_dict(old.data);
+        let mut r = FrameReader::new(usize::MAX);
+        // Whole reads: how many bytes went to the header buffer, and how many straight
+        // into tensors.
+        let (mut head_bytes, mut blob_bytes) = (0, 0);
+        let mut pos = 0;
+        let mut got = None;
+        while got.is_none() {
+            let in_blob = matches!(r.state, State::Blob(..));
+            let buf = r.buf();
+            let n = buf.len().min(bytes.len() - pos);
+            buf[..n].copy_from_slice(&bytes[pos..pos + n]);
+            pos += n;
+            if in_blob {
+                blob_bytes += n;
+            } else {
+                head_bytes += n;
+            }
+            if r.filled(n, &mut pool).unwrap() {
+                got = Some(r.decode::<NodeFrame>(&mut pool).unwrap());
+            }
+        }
+        assert_eq!(got.as_ref(), Some(&frame));
+        // observation (80,000 B), action (40,000 B) and next.reward (20,000 B) are
+        // read aside, each but for at most one header window; the 5,000-byte bool
+        // tensor and the headers are not.
+        assert!(
+            blob_bytes >= 140_000 - 3 * HEAD_WINDOW,
+            "{blob_bytes} bytes straight into tensors"
+        );
+        assert!(
+            head_bytes <= 5_000 + 3 * HEAD_WINDOW + 1_000,
+            "{head_bytes} bytes through the header buffer"
+        );
+        let Some(NodeFrame::Batch(b)) = got else { unreachable!() };
+        assert_eq!(
+            b.data.get("observation").unwrap().as_f32().unwrap().as_ptr(),
+            obs_ptr,
+            "the observations landed in the recycled storage"
+        );
+    }
+
+    #[test]
+    fn weight_updates_are_read_aside_and_other_frames_are_not() {
+        let mut tensors = BTreeMap::new();
+        tensors.insert("w".to_string(), Tensor::F32(ArrayD::from_elem(IxDyn(&[64, 64]), 0.25)));
+        tensors.insert("b".to_string(), Tensor::F32(ArrayD::from_elem(IxDyn(&[64]), 0.5)));
+        let update = TrainerFrame::UpdateWeights(UpdateWeights {
+            weights: Arc::new(Weights::new(tensors)),
+        });
+        let bytes = encode(&update, usize::MAX).unwrap();
+        let mut r = FrameReader::new(usize::MAX).with_min_blob(1);
+        let mut pool = TensorPool::new(usize::MAX);
+        let mut pos = 0;
+        let mut aside = 0;
+        loop {
+            aside += usize::from(matches!(r.state, State::Blob(..)));
+            let buf = r.buf();
+            let n = buf.len().min(bytes.len() - pos);
+            buf[..n].copy_from_slice(&bytes[pos..pos + n]);
+            pos += n;
+            if r.filled(n, &mut pool).unwrap() {
+                break;
+            }
+        }
+        assert!(aside > 0, "the 16 KiB weight was read into its own storage");
+        assert_eq!(r.decode::<TrainerFrame>(&mut pool).unwrap(), update);
+        // The same tensors under another frame type are not read aside.
+        let hello = crate::wire::encode(
+            &NodeFrame::Failed {
+                node: 0,
+                reason: "x".repeat(100_000),
+            },
+            usize::MAX,
+        )
+        .unwrap();
+        let got: Vec<NodeFrame> = read_all(&mut r, &hello, usize::MAX, &mut pool);
+        assert!(r.filled.is_empty());
+        assert_eq!(got.len(), 1);
+    }
+
+    /// A tensor as encoded, with a blob of any length.
+    #[derive(serde::Serialize)]
+    struct RawTensor {
+        dtype: &'static str,
+        shape: Vec<usize>,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    }
+
+    fn raw(blob: usize) -> RawTensor {
+        RawTensor {
+            dtype: "f32",
+            shape: vec![1, 8],
+            data: vec![7; blob],
+        }
+    }
+
+    /// A batch frame with a full tensor at `extra` (a key the decoder ignores, at
+    /// the root or in `data`) before a tensor whose blob is empty.
+    fn smuggling(extra_at_root: bool) -> Vec<u8> {
+        #[derive(serde::Serialize)]
+        struct Data {
+            batch_size: Vec<usize>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            extra: Option<BTreeMap<String, RawTensor>>,
+            tensors: BTreeMap<String, RawTensor>,
+        }
+        #[derive(serde::Serialize)]
+        struct Frame {
+            r#type: &'static str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            weights: Option<BTreeMap<String, BTreeMap<String, RawTensor>>>,
+            node: usize,
+            seq: u64,
+            weights_version: u64,
+            data: Data,
+        }
+        let full = || BTreeMap::from([("x".to_string(), raw(32))]);
+        let frame = Frame {
+            r#type: "batch",
+            weights: extra_at_root.then(|| BTreeMap::from([("tensors".to_string(), full())])),
+            node: 0,
+            seq: 1,
+            weights_version: 0,
+            data: Data {
+                batch_size: vec![1, 8],
+                extra: (!extra_at_root).then(full),
+                tensors: BTreeMap::from([("obs".to_string(), raw(0))]),
+            },
+        };
+        let body = rmp_serde::to_vec_named(&frame).unwrap();
+        let mut out = (body.len() as u32).to_be_bytes().to_vec();
+        out.extend_from_slice(&body);
+        out
+    }
+
+    #[test]
+    fn a_tensor_the_decoder_ignores_cannot_fill_one_whose_blob_came_empty() {
+        for extra_at_root in [false, true] {
+            let frame = smuggling(extra_at_root);
+            assert!(crate::wire::decode::<NodeFrame>(&frame[PREFIX_LEN..]).is_err());
+            let mut r = FrameReader::new(usize::MAX).with_min_blob(1);
+            let mut pool = TensorPool::new(usize::MAX);
+            let mut pos = 0;
+            loop {
+                let buf = r.buf();
+                let n = buf.len().min(frame.len() - pos);
+                buf[..n].copy_from_slice(&frame[pos..pos + n]);
+                pos += n;
+                if r.filled(n, &mut pool).unwrap() {
+                    break;
+                }
+            }
+            assert!(r.filled.is_empty(), "nothing outside `data.tensors` was read aside");
+            let got = r.decode::<NodeFrame>(&mut pool);
+            assert!(got.is_err(), "decoded {got:?}");
+        }
+    }
+
+    #[test]
+    fn an_oversized_or_empty_prefix_is_refused_before_the_body() {
+        let mut r = FrameReader::new(100);
+        let mut pool = TensorPool::new(0);
+        r.buf().copy_from_slice(&101u32.to_be_bytes());
+        assert!(matches!(
+            r.filled(4, &mut pool),
+            Err(WireError::TooLarge { len: 101, max: 100 })
+        ));
+        let mut r = FrameReader::new(100);
+        r.buf()[..2].copy_from_slice(&[0, 0]);
+        assert!(!r.filled(2, &mut pool).unwrap());
+        assert_eq!(r.partial(), 2);
+        r.buf().copy_from_slice(&[0, 0]);
+        assert_eq!(r.filled(2, &mut pool), Err(WireError::Empty));
+    }
+
+    #[test]
+    fn a_blob_longer_than_its_frame_is_not_allocated() {
+        // A tensor map whose shape and blob header claim 400 MB inside a frame of a
+        // few dozen bytes: nothing is read aside, the decoder refuses the frame.
+        let mut body = vec![0x82, 0xa4];
+        body.extend_from_slice(b"type");
+        body.extend_from_slice(&[0xa5]);
+        body.extend_from_slice(b"batch");
+        body.extend_from_slice(&[0xa4]);
+        body.extend_from_slice(b"data");
+        body.extend_from_slice(&[0x81, 0xa7]);
+        body.extend_from_slice(b"tensors");
+        body.extend_from_slice(&[0x81, 0xa1, b'x', 0x83, 0xa5]);
+        body.extend_from_slice(b"dtype");
+        body.extend_from_slice(&[0xa3]);
+        body.extend_from_slice(b"f32");
+        body.extend_from_slice(&[0xa5]);
+        body.extend_from_slice(b"shape");
+        body.extend_from_slice(&[0x91, 0xce]);
+        body.extend_from_slice(&100_000_000u32.to_be_bytes());
+        body.extend_from_slice(&[0xa4]);
+        body.extend_from_slice(b"data");
+        body.push(0xc6);
+        body.extend_from_slice(&400_000_000u32.to_be_bytes());
+        body.extend_from_slice(&[1, 2, 3]);
+        let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&body);
+        let mut r = FrameReader::new(1 << 20).with_min_blob(1);
+        let mut pool = TensorPool::new(0);
+        let mut pos = 0;
+        loop {
+            let buf = r.buf();
+            assert!(buf.len() <= frame.len(), "no buffer beyond the frame");
+            let n = buf.len().min(frame.len() - pos);
+            buf[..n].copy_from_slice(&frame[pos..pos + n]);
+            pos += n;
+            if r.filled(n, &mut pool).unwrap() {
+                break;
+            }
+        }
+        assert!(r.decode::<NodeFrame>(&mut pool).is_err());
+        assert!(r.is_idle());
+    }
+}
