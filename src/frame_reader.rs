@@ -442,8 +442,9 @@ impl FrameReader {
     fn scan(&mut self, pool: &mut TensorPool) {
         loop {
             if self.stopped {
+                // Nothing more to look for: the rest of the frame in as few reads as may be.
                 self.scanned = self.head_len;
-                self.need = 1;
+                self.need = usize::MAX;
                 return;
             }
             let avail = &self.head[self.scanned..self.head_len];

@@ -41,6 +41,19 @@ pub struct NodeSpec {
     /// read as 1 ms).
     #[serde(default = "default_restart_window_ms")]
     pub restart_window_ms: u64,
+    /// How much lower than the node's other threads its env workers' threads run,
+    /// as a Unix nice increment, `0..=19` (absent on the wire: 10). Env stepping is
+    /// CPU-bound and never waits; the node's connection and the trainer are what
+    /// the workers wait on, so on a busy machine they should get the CPU first.
+    #[serde(default = "default_worker_nice")]
+    pub worker_nice: i32,
+}
+
+/// The default [`NodeSpec::worker_nice`]: 10.
+pub const DEFAULT_WORKER_NICE: i32 = 10;
+
+fn default_worker_nice() -> i32 {
+    DEFAULT_WORKER_NICE
 }
 
 /// The default [`NodeSpec::restart_window_ms`]: 5000 (5 s, as in OTP).

@@ -664,6 +664,7 @@ mod tests {
             },
             max_restarts: crate::supervisor::DEFAULT_MAX_RESTARTS,
             restart_window_ms: crate::node_spec::DEFAULT_RESTART_WINDOW_MS,
+            worker_nice: crate::node_spec::DEFAULT_WORKER_NICE,
         }
     }
 
@@ -997,31 +998,37 @@ mod tests {
                 "max_restarts",
                 "policy",
                 "restart_window_ms",
-                "rollout"
+                "rollout",
+                "worker_nice"
             ]
         );
         assert_eq!(w.weights.keys().collect::<Vec<_>>(), ["tensors", "version"]);
     }
 
     #[test]
-    fn a_spec_without_supervision_fields_decodes_with_the_defaults() {
-        // A Welcome from a trainer that predates supervision: no max_restarts, no window.
+    fn a_spec_without_supervision_or_priority_fields_decodes_with_the_defaults() {
+        // A Welcome from a trainer that predates supervision and worker priority: no
+        // max_restarts, no window, no worker_nice.
         let mut v: BTreeMap<String, serde_json::Value> =
             rmp_serde::from_slice(&rmp_serde::to_vec_named(&spec()).unwrap()).unwrap();
         v.remove("max_restarts");
         v.remove("restart_window_ms");
+        v.remove("worker_nice");
         let old = rmp_serde::to_vec_named(&v).unwrap();
         let mut s = spec();
         s.max_restarts = 0;
         s.restart_window_ms = 1;
+        s.worker_nice = 0;
         let back: NodeSpec = rmp_serde::from_slice(&old).unwrap();
         assert_eq!(back.max_restarts, 5);
         assert_eq!(back.restart_window_ms, 5000);
+        assert_eq!(back.worker_nice, 10);
         assert_eq!(back.restart_intensity(), crate::supervisor::RestartIntensity::default());
         assert_eq!(
             NodeSpec {
                 max_restarts: 5,
                 restart_window_ms: 5000,
+                worker_nice: crate::node_spec::DEFAULT_WORKER_NICE,
                 ..s
             },
             back

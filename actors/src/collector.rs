@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use actix::prelude::*;
 use rollout::checkpoint::Checkpoint;
 use rollout::machine::{Collected, ConfigError, NodeSupervision, SupervisionStats, TrainerConfig, TrainerMachine};
-use rollout::node_spec::NodeSpec;
+use rollout::node_spec::{NodeSpec, DEFAULT_WORKER_NICE};
 use rollout::postproc;
 use rollout::rollout::{batch_layout, layout_difference, BatchLayout, RolloutConfig};
 use rollout::supervisor::RestartIntensity;
@@ -107,6 +107,7 @@ pub struct CollectorBuilder {
     max_frame: usize,
     advertise: Option<String>,
     restart: RestartIntensity,
+    worker_nice: i32,
     node_supervision: Option<NodeSupervision>,
     resume: Option<Checkpoint>,
 }
@@ -148,6 +149,7 @@ impl Default for CollectorBuilder {
             max_frame: DEFAULT_MAX_FRAME,
             advertise: None,
             restart: RestartIntensity::default(),
+            worker_nice: DEFAULT_WORKER_NICE,
             node_supervision: None,
             resume: None,
         }
@@ -309,6 +311,16 @@ impl CollectorBuilder {
         self.restart.window = d;
         self
     }
+    /// How much lower than every other thread of its process each env worker's thread
+    /// runs, as a Unix nice increment in `0..=19` (default 10; 0: the same). Workers
+    /// step envs flat out; the trainer, the nodes and their connections are what the
+    /// workers wait on, so when the cores are all busy those should run first (see
+    /// BENCHMARKS.md for what it is worth with process nodes), and heartbeats stay on
+    /// time under load. Applies to every node, remote ones too.
+    pub fn worker_nice(mut self, n: i32) -> Self {
+        self.worker_nice = n;
+        self
+    }
 
     // ---- Node supervision by the trainer (any of these turns it on).
     /// Restarts of one node the trainer allows within [`Self::node_restart_window`]
@@ -441,6 +453,15 @@ impl CollectorBuilder {
             t if t < 0 => return Err(config_err("total_frames", format!("{t}: use -1 for endless"))),
             t => Some(t as u64),
         };
+        if !(0..=19).contains(&self.worker_nice) {
+            return Err(config_err(
+                "worker_nice",
+                format!(
+                    "{}: must be within 0..=19 (a thread's priority can only be lowered)",
+                    self.worker_nice
+                ),
+            ));
+        }
         let n = self.nodes;
         if let Some((&i, _)) = self.node_configs.iter().find(|(&i, _)| i >= n.max(1)) {
             return Err(config_err(
@@ -539,6 +560,7 @@ impl CollectorBuilder {
                 },
                 max_restarts: self.restart.max_restarts,
                 restart_window_ms: self.restart.window.as_millis() as u64,
+                worker_nice: self.worker_nice,
             });
             first_lane += k as u64;
         }

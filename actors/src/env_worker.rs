@@ -36,6 +36,32 @@ impl EnvWorker {
     }
 }
 
+/// A new thread for one env worker, running `nice` (a Unix nice increment, clamped
+/// to `0..=19`) below its process: env stepping never waits on anything, while the
+/// node, its connection and the trainer are what the workers wait on.
+pub fn worker_arbiter(nice: i32) -> Arbiter {
+    let arbiter = Arbiter::new();
+    let nice = nice.clamp(0, 19);
+    if nice > 0 {
+        arbiter.spawn_fn(move || lower_this_thread(nice));
+    }
+    arbiter
+}
+
+/// Lowers the calling thread's priority by `nice` from its process's (Linux nice
+/// values are per thread). Failing to is logged and harmless.
+fn lower_this_thread(nice: i32) {
+    // SAFETY: plain system calls with no memory arguments, about the calling thread.
+    let (tid, base) = unsafe { (libc::gettid(), libc::getpriority(libc::PRIO_PROCESS, 0)) };
+    let target = (base + nice).clamp(-20, 19);
+    // SAFETY: as above.
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, target) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        tracing::debug!(nice, error = %e, "could not lower an env worker's priority");
+    }
+}
+
 impl Actor for EnvWorker {
     type Context = Context<Self>;
 

@@ -901,6 +901,7 @@ mod tests {
             },
             max_restarts: 5,
             restart_window_ms: 5000,
+            worker_nice: crate::node_spec::DEFAULT_WORKER_NICE,
         };
         let r = spec.build_workers(&crate::Registry::with_builtins()).unwrap();
         r[0].snapshot().unwrap()
@@ -1059,6 +1060,7 @@ mod tests {
             },
             max_restarts: 9,
             restart_window_ms: 250,
+            worker_nice: crate::node_spec::DEFAULT_WORKER_NICE,
         };
         let m = NodeMachine::from_spec(&spec);
         assert_eq!((m.index(), m.workers(), m.base_seed()), (4, 3, 77));

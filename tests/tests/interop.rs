@@ -219,6 +219,7 @@ fn cartpole_batch() -> (NodeSpec, Batch, Weights) {
         },
         max_restarts: rollout::supervisor::DEFAULT_MAX_RESTARTS,
         restart_window_ms: rollout::node_spec::DEFAULT_RESTART_WINDOW_MS,
+        worker_nice: rollout::node_spec::DEFAULT_WORKER_NICE,
     };
     let mut workers = spec
         .build_workers(&Registry::with_builtins())

@@ -40,6 +40,7 @@ fn panicky_spec(workers: usize, max_restarts: u32, window_ms: u64) -> NodeSpec {
         },
         max_restarts,
         restart_window_ms: window_ms,
+        worker_nice: rollout::node_spec::DEFAULT_WORKER_NICE,
     }
 }
 

@@ -31,6 +31,7 @@ fn counting_spec(index: usize, envs: usize) -> NodeSpec {
         },
         max_restarts: rollout::supervisor::DEFAULT_MAX_RESTARTS,
         restart_window_ms: rollout::node_spec::DEFAULT_RESTART_WINDOW_MS,
+        worker_nice: rollout::node_spec::DEFAULT_WORKER_NICE,
     }
 }
 

@@ -95,6 +95,7 @@ fn restore_spec() -> NodeSpec {
         },
         max_restarts: rollout::supervisor::DEFAULT_MAX_RESTARTS,
         restart_window_ms: rollout::node_spec::DEFAULT_RESTART_WINDOW_MS,
+        worker_nice: rollout::node_spec::DEFAULT_WORKER_NICE,
     }
 }
 
@@ -170,6 +171,7 @@ fn trainer_samples() -> Vec<TrainerFrame> {
                 rollout: RolloutConfig::default(),
                 max_restarts: rollout::supervisor::DEFAULT_MAX_RESTARTS,
                 restart_window_ms: rollout::node_spec::DEFAULT_RESTART_WINDOW_MS,
+                worker_nice: rollout::node_spec::DEFAULT_WORKER_NICE,
             },
             weights: Some(weights()),
             heartbeat_ms: 100,

@@ -229,6 +229,10 @@ struct CollectArgs {
     /// within 5 s [default: off, a lost node stays lost].
     #[arg(long, value_name = "N")]
     node_max_restarts: Option<u32>,
+    /// Run env worker threads N nice levels below the rest of their process (0..=19;
+    /// 0: the same), so the trainer and the nodes' connections run first on busy cores.
+    #[arg(long, value_name = "N", default_value_t = rollout::node_spec::DEFAULT_WORKER_NICE)]
+    worker_nice: i32,
     #[command(flatten)]
     slurm: SlurmArgs,
     /// One JSON object per batch on stdout, then a summary object.
@@ -468,6 +472,7 @@ fn build(args: &CollectArgs, resume: Option<rollout::checkpoint::Checkpoint>) ->
     if let Some(n) = args.node_max_restarts {
         b = b.node_max_restarts(n);
     }
+    b = b.worker_nice(args.worker_nice);
     if let Some(n) = args.update_interval {
         b = b.update_interval(n);
     }

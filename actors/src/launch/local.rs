@@ -7,7 +7,7 @@ use rollout::node_spec::NodeSpec;
 use rollout::rollout::Rollout;
 use rollout::Registry;
 
-use crate::env_worker::EnvWorker;
+use crate::env_worker::{worker_arbiter, EnvWorker};
 use crate::error::CollectError;
 use crate::node::{Halt, Node};
 use crate::trainer::{NodeRestartFailed, NodeRestarted, Restarter, Trainer};
@@ -33,7 +33,7 @@ fn start_node(
     let mut handles = Vec::with_capacity(workers.len());
     let mut arbiters = Vec::with_capacity(workers.len());
     for (w, rollout) in workers.into_iter().enumerate() {
-        let arbiter = Arbiter::new();
+        let arbiter = worker_arbiter(spec.worker_nice);
         let to_node = node_addr.clone().recipient();
         addrs.push(EnvWorker::start_in_arbiter(&arbiter.handle(), move |_| {
             EnvWorker::new(w, rollout, to_node, true)

@@ -27,7 +27,7 @@ use super::frames::{FrameError, FrameStream, SharedPool};
 use super::link::spawn_writer;
 use super::listener::read_frame;
 use super::parts;
-use crate::env_worker::EnvWorker;
+use crate::env_worker::{worker_arbiter, EnvWorker};
 use crate::messages::{FromNodeMsg, Recycle, ToNodeMsg};
 use crate::node::Node;
 
@@ -240,7 +240,7 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
     let mut workers = Vec::new();
     let k = rollouts.len();
     for (w, r) in rollouts.into_iter().enumerate() {
-        let arbiter = Arbiter::new();
+        let arbiter = worker_arbiter(welcome.spec.worker_nice);
         let to_node = node_addr.clone().recipient();
         workers.push(EnvWorker::start_in_arbiter(&arbiter.handle(), move |_| {
             EnvWorker::new(w, r, to_node, true)
