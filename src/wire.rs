@@ -273,6 +273,33 @@ pub fn encode<T: Serialize>(msg: &T, max: usize) -> Result<Vec<u8>, WireError> {
     Ok(out)
 }
 
+/// The body length of the `update_weights` frame carrying `weights`, without encoding
+/// it: what a sender checks against the maximum frame before it tries (a policy too
+/// big for the wire is a configuration error, found before any node is started).
+pub fn update_weights_len(weights: &Weights) -> usize {
+    /// The same map as `TrainerFrame::UpdateWeights`, borrowing the weights.
+    #[derive(Serialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    enum Frame<'a> {
+        UpdateWeights { weights: &'a Weights },
+    }
+    /// Counts bytes; tensor blobs are never copied.
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut n = Count(0);
+    // Writing into a counter cannot fail, and a tensor always serializes.
+    let _ = rmp_serde::encode::write_named(&mut n, &Frame::UpdateWeights { weights });
+    n.0
+}
+
 /// A piece of a frame encoded by [`encode_parts`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FramePart {
@@ -1003,6 +1030,22 @@ mod tests {
             ]
         );
         assert_eq!(w.weights.keys().collect::<Vec<_>>(), ["tensors", "version"]);
+    }
+
+    #[test]
+    fn update_weights_len_is_the_encoded_body_length() {
+        for version in [0, 200, u64::MAX] {
+            let mut w = weights();
+            w.version = version;
+            let frame = encode(
+                &TrainerFrame::UpdateWeights(UpdateWeights {
+                    weights: Arc::new(w.clone()),
+                }),
+                usize::MAX,
+            )
+            .unwrap();
+            assert_eq!(update_weights_len(&w), frame.len() - PREFIX_LEN, "version {version}");
+        }
     }
 
     #[test]

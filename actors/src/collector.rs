@@ -402,7 +402,9 @@ impl CollectorBuilder {
         self.node_program = Some(path.into());
         self
     }
-    /// Largest frame body sent or accepted over TCP (default 256 MiB).
+    /// Largest frame body sent or accepted over TCP (default 256 MiB). With remote
+    /// nodes, `build()` refuses a policy whose weight updates, or batches whose
+    /// tensors, would not fit.
     pub fn max_frame(mut self, bytes: usize) -> Self {
         self.max_frame = bytes;
         self
@@ -511,11 +513,15 @@ impl CollectorBuilder {
                 policy.exploration = e;
             }
             // Fail at build time, naming the policy, rather than on every node.
-            policy
+            let built = policy
                 .build(probe.observation_spec(), probe.action_spec(), 0)
                 .map_err(|e| config_err("policy", format!("node {i}: {e}")))?;
+            let layout = batch_layout(probe.observation_spec(), probe.action_spec());
+            if self.launcher != Launcher::Local {
+                self.check_frames_fit(i, built.weights(), &layout, if self.sync { f / n.max(1) } else { f })?;
+            }
             policies.push(policy);
-            layouts.push(batch_layout(probe.observation_spec(), probe.action_spec()));
+            layouts.push(layout);
         }
         if self.sync {
             if let Some(diff) = (1..n).find_map(|i| layout_difference(i, &layouts[i], 0, &layouts[0])) {
@@ -565,6 +571,45 @@ impl CollectorBuilder {
             first_lane += k as u64;
         }
         Ok((cfg, specs, seed))
+    }
+
+    /// Remote node `i`'s frames fit in `max_frame`: its weight updates, and its batches
+    /// of `frames` frames (their tensors alone; headers add a few hundred bytes, which
+    /// the node reports at run time if they are what tips it over).
+    fn check_frames_fit(
+        &self,
+        i: usize,
+        weights: &Weights,
+        layout: &BatchLayout,
+        frames: usize,
+    ) -> Result<(), CollectError> {
+        let max = self.max_frame;
+        let update = rollout::wire::update_weights_len(weights);
+        if update > max {
+            return Err(config_err(
+                "max_frame",
+                format!(
+                    "node {i}'s policy has {} parameters: a weight update is a frame of {update} bytes, over \
+                     max_frame ({max}); raise max_frame",
+                    weights.numel()
+                ),
+            ));
+        }
+        let per_frame: usize = layout
+            .values()
+            .map(|(dtype, dims)| dtype.size().saturating_mul(dims.iter().product()))
+            .fold(0, usize::saturating_add);
+        let batch = per_frame.saturating_mul(frames);
+        if batch > max {
+            return Err(config_err(
+                "max_frame",
+                format!(
+                    "node {i}'s batches of {frames} frames hold {batch} bytes of tensors, over max_frame ({max}); \
+                     raise max_frame or lower frames_per_batch"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn prepare(self) -> Result<(Plan, FacadeOptions), CollectError> {

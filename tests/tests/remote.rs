@@ -769,6 +769,10 @@ fn reusing_batch_and_weight_storage_changes_no_frame() {
 /// Two sync process nodes with frames of at most 4 KiB, and a `batch_timeout` far
 /// longer than the tests' deadline (a failure must not wait for it).
 fn small_frames(env: &str, policy: PolicyConfig, fpb: usize) -> DistributedCollector {
+    small_frames_builder(env, policy, fpb).build().expect("collector")
+}
+
+fn small_frames_builder(env: &str, policy: PolicyConfig, fpb: usize) -> rollout_actors::CollectorBuilder {
     DistributedCollector::builder()
         .env(env)
         .policy(policy)
@@ -782,16 +786,43 @@ fn small_frames(env: &str, policy: PolicyConfig, fpb: usize) -> DistributedColle
         .node_program(rollout_bin())
         .join_timeout(DEADLINE)
         .batch_timeout(Duration::from_secs(120))
+}
+
+/// Batches or weight updates that cannot fit in the maximum frame are a configuration
+/// error at build time, naming `max_frame` and what does not fit, before any node starts.
+#[test]
+fn frames_that_cannot_fit_the_maximum_are_refused_at_build() {
+    // 200 frames of 63 bytes per node.
+    let err = small_frames_builder("CartPole-v1", PolicyConfig::Linear, 400)
         .build()
-        .expect("collector")
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        err.contains("max_frame") && err.contains("batches of 200 frames hold 12600 bytes"),
+        "{err}"
+    );
+    // 3,073 parameters: 12 KB of weights.
+    let err = small_frames_builder("Counting", PolicyConfig::Mlp { hidden: vec![1024] }, 20)
+        .build()
+        .expect_err("refused")
+        .to_string();
+    assert!(err.contains("max_frame") && err.contains("3073 parameters"), "{err}");
+    // In-process nodes exchange no frames.
+    small_frames_builder("Counting", PolicyConfig::Mlp { hidden: vec![1024] }, 20)
+        .launcher(Launcher::Local)
+        .build()
+        .expect("local nodes have no frames")
+        .shutdown()
+        .expect("shutdown");
 }
 
 /// A node whose batch cannot be sent (over the maximum frame size) says so: the sync
 /// run fails at once naming the node and why, instead of waiting for `batch_timeout`.
 #[test]
 fn a_batch_over_the_maximum_frame_fails_its_node_with_the_reason() {
-    // 200 frames of about 63 bytes per node.
-    let mut c = small_frames("CartPole-v1", PolicyConfig::Linear, 400);
+    // 65 frames of 63 bytes per node: 4,095 bytes of tensors fit the 4,096 the build
+    // checks, and the frame's headers tip it over.
+    let mut c = small_frames("CartPole-v1", PolicyConfig::Linear, 130);
     let t = Instant::now();
     let err = c.next_batch().expect_err("no batch fits").to_string();
     assert!(t.elapsed() < DEADLINE, "failed only after {:?}", t.elapsed());
@@ -806,18 +837,20 @@ fn a_batch_over_the_maximum_frame_fails_its_node_with_the_reason() {
 /// instead of the nodes going on silently with the old ones.
 #[test]
 fn weights_over_the_maximum_frame_fail_their_nodes_with_the_reason() {
-    // 3,073 parameters: 12 KB of weights; batches of 10 frames per node fit.
-    let mut c = small_frames("Counting", PolicyConfig::Mlp { hidden: vec![1024] }, 20);
-    let first = c
-        .next_batch()
-        .expect("the nodes' own initial weights need no frame")
-        .expect("a batch");
+    // A linear policy fits; weights pushed with 12 KB more than it has do not (the
+    // trainer stores what it is given; the frame is where the size shows).
+    let mut c = small_frames("Counting", PolicyConfig::Linear, 20);
+    let first = c.next_batch().expect("ok").expect("a batch");
     assert_eq!(first.weights_version, 0);
     let obs = rollout::Spec::uniform_box(1, f32::NEG_INFINITY, f32::INFINITY);
     let act = rollout::Spec::uniform_box(1, 0.0, 1.0);
-    let mlp = rollout::policy::Mlp::new(&obs, &act, &[1024], 5, 0).expect("mlp");
-    c.update_policy_weights(rollout::Policy::weights(&mlp).clone(), None)
-        .expect("stored and pushed");
+    let linear = rollout::policy::Linear::new(&obs, &act, 5, 0).expect("linear");
+    let mut w = rollout::Policy::weights(&linear).clone();
+    w.tensors.insert(
+        "extra".into(),
+        rollout::Tensor::F32(ndarray::ArrayD::zeros(ndarray::IxDyn(&[3072]))),
+    );
+    c.update_policy_weights(w, None).expect("stored and pushed");
     let t = Instant::now();
     let err = loop {
         match c.next_batch() {
