@@ -12,8 +12,9 @@
 //! with an empty blob standing in for each tensor read this way; decoding the
 //! frame then takes those tensors, in order, instead of copying.
 //!
-//! The result is exactly what [`crate::wire::decode`] gives for the same bytes
-//! (the wire fuzz tests check it on random and mutated frames): only tensors in
+//! The result is exactly what [`crate::wire::decode`] gives for the same bytes, for
+//! the two frame types (see [`Frame`]; the wire fuzz tests check it on random and
+//! mutated frames): only tensors in
 //! the two places above, in their canonical encoding (a map of `dtype`, `shape`
 //! and `data`, in that order, with a frame whose `type` comes first) are read
 //! aside, and those are decoded exactly once each, in the order they were read.
@@ -270,6 +271,22 @@ enum Item<'a> {
     Other,
 }
 
+/// A message a [`FrameReader`] decodes: one whose decoding builds each tensor once,
+/// in the order of the bytes, and never drops a tensor's error to try something
+/// else (no untagged enums, no flattening around tensors) — what makes taking the
+/// tensors read aside in order exact. Sealed: the wire's two frame types.
+pub trait Frame: DeserializeOwned + sealed::Sealed {}
+
+impl Frame for crate::wire::NodeFrame {}
+impl Frame for crate::wire::TrainerFrame {}
+
+mod sealed {
+    /// Only the frame types this module was checked against.
+    pub trait Sealed {}
+    impl Sealed for crate::wire::NodeFrame {}
+    impl Sealed for crate::wire::TrainerFrame {}
+}
+
 /// Reads frames from a byte stream, tensors straight into their storage.
 #[derive(Debug)]
 pub struct FrameReader {
@@ -297,6 +314,8 @@ pub struct FrameReader {
     filled: VecDeque<Filled>,
     /// A frame is complete and waits for [`FrameReader::decode`].
     complete: bool,
+    /// Length of the buffer last handed out by [`FrameReader::buf`].
+    offered: usize,
 }
 
 impl FrameReader {
@@ -322,6 +341,7 @@ impl FrameReader {
             need: 1,
             filled: VecDeque::new(),
             complete: false,
+            offered: 0,
         }
     }
 
@@ -347,21 +367,30 @@ impl FrameReader {
         }
     }
 
-    /// Where the next bytes from the stream go: never empty, never past the
-    /// current frame. Call [`FrameReader::decode`] first if a frame is complete.
+    /// Where the next bytes from the stream go: never past the current frame, and
+    /// never empty unless a frame is complete (then [`FrameReader::decode`] it first).
     pub fn buf(&mut self) -> &mut [u8] {
-        match &mut self.state {
+        if self.complete {
+            self.offered = 0;
+            return &mut [];
+        }
+        let b: &mut [u8] = match &mut self.state {
             State::Prefix(n) => &mut self.prefix[*n..],
             State::Blob(f, got) => &mut f.bytes_mut()[*got..],
             State::Head => {
                 let left = self.body_len - self.body_got;
-                let window = left.min(HEAD_WINDOW.max(self.need)).max(1);
+                // What the scan needs, but the buffer at most doubles per read: a peer
+                // announcing a large frame and sending nothing more holds no memory.
+                let grow = self.need.min(HEAD_WINDOW.max(2 * self.head_len));
+                let window = left.min(HEAD_WINDOW.max(grow)).max(1);
                 if self.head.len() < self.head_len + window {
                     self.head.resize(self.head_len + window, 0);
                 }
                 &mut self.head[self.head_len..self.head_len + window]
             }
-        }
+        };
+        self.offered = b.len();
+        b
     }
 
     /// `n` bytes were written at the start of [`FrameReader::buf`]. `Ok(true)` when
@@ -371,6 +400,11 @@ impl FrameReader {
     pub fn filled(&mut self, n: usize, pool: &mut TensorPool) -> Result<bool, WireError> {
         if n == 0 {
             return Ok(self.complete);
+        }
+        if n > std::mem::take(&mut self.offered) {
+            return Err(WireError::Decode(format!(
+                "{n} bytes reported, more than the buffer offered"
+            )));
         }
         match &mut self.state {
             State::Prefix(got) => {
@@ -406,7 +440,7 @@ impl FrameReader {
     /// Decodes the complete frame as a `T` (tensors read aside are taken, the
     /// others decoded into storage from `pool`) and makes ready for the next one.
     /// Exactly [`crate::wire::decode_pooled`] of the frame's bytes.
-    pub fn decode<T: DeserializeOwned>(&mut self, pool: &mut TensorPool) -> Result<T, WireError> {
+    pub fn decode<T: Frame>(&mut self, pool: &mut TensorPool) -> Result<T, WireError> {
         if !self.complete {
             return Err(WireError::Decode("no complete frame to decode".into()));
         }
@@ -730,12 +764,7 @@ mod tests {
     }
 
     /// Feeds `stream` to `r` in pieces of at most `chunk` bytes; the frames it decoded.
-    fn read_all<T: DeserializeOwned>(
-        r: &mut FrameReader,
-        stream: &[u8],
-        chunk: usize,
-        pool: &mut TensorPool,
-    ) -> Vec<T> {
+    fn read_all<T: Frame>(r: &mut FrameReader, stream: &[u8], chunk: usize, pool: &mut TensorPool) -> Vec<T> {
         let mut out = Vec::new();
         let mut pos = 0;
         while pos < stream.len() {
@@ -932,6 +961,51 @@ mod tests {
             let got = r.decode::<NodeFrame>(&mut pool);
             assert!(got.is_err(), "decoded {got:?}");
         }
+    }
+
+    #[test]
+    fn a_large_announced_frame_takes_memory_only_as_its_bytes_arrive() {
+        let mut r = FrameReader::new(usize::MAX);
+        let mut pool = TensorPool::new(0);
+        r.buf().copy_from_slice(&200_000_000u32.to_be_bytes());
+        assert!(!r.filled(4, &mut pool).unwrap());
+        // Not MessagePack (0xc1): the scan stops and buffers the rest of the frame,
+        // a window at a time.
+        let b = r.buf();
+        b[0] = 0xc1;
+        assert!(!r.filled(1, &mut pool).unwrap());
+        assert!(r.buf().len() <= HEAD_WINDOW, "{} bytes offered", r.buf().len());
+        assert!(r.head.len() <= 2 * HEAD_WINDOW);
+        // A string header announcing 184 MB: the same.
+        let mut r = FrameReader::new(usize::MAX);
+        r.buf().copy_from_slice(&200_000_000u32.to_be_bytes());
+        r.filled(4, &mut pool).unwrap();
+        r.buf()[..6].copy_from_slice(&[0x81, 0xdb, 0x0b, 0, 0, 0]);
+        r.filled(6, &mut pool).unwrap();
+        assert!(r.buf().len() <= HEAD_WINDOW);
+    }
+
+    #[test]
+    fn reporting_more_than_the_buffer_offered_is_an_error_not_a_panic() {
+        let mut r = FrameReader::new(usize::MAX);
+        let mut pool = TensorPool::new(0);
+        assert_eq!(r.buf().len(), PREFIX_LEN);
+        assert!(r.filled(5, &mut pool).is_err());
+        let frame = encode(&batch(3), usize::MAX).unwrap();
+        let mut r = FrameReader::new(usize::MAX);
+        let mut pos = 0;
+        loop {
+            let buf = r.buf();
+            let n = buf.len().min(frame.len() - pos);
+            buf[..n].copy_from_slice(&frame[pos..pos + n]);
+            pos += n;
+            if r.filled(n, &mut pool).unwrap() {
+                break;
+            }
+        }
+        assert!(r.buf().is_empty(), "nothing past a complete frame");
+        assert!(r.filled(1, &mut pool).is_err());
+        assert_eq!(r.decode::<NodeFrame>(&mut pool).unwrap(), batch(3));
     }
 
     #[test]

@@ -214,7 +214,7 @@ fn sample_pool() -> TensorPool {
 
 /// What a `FrameReader` makes of `body` (framed), fed in pieces of at most `chunk`
 /// bytes, reading every tensor blob it may straight into storage of its own.
-fn read_with_reader<T: serde::de::DeserializeOwned>(body: &[u8], chunk: usize) -> Result<T, WireError> {
+fn read_with_reader<T: rollout::frame_reader::Frame>(body: &[u8], chunk: usize) -> Result<T, WireError> {
     let mut frame = (body.len() as u32).to_be_bytes().to_vec();
     frame.extend_from_slice(body);
     let mut r = FrameReader::new(usize::MAX).with_min_blob(1);
@@ -237,7 +237,7 @@ fn read_with_reader<T: serde::de::DeserializeOwned>(body: &[u8], chunk: usize) -
 /// A decode into pooled storage, and one by a `FrameReader` reading tensors aside
 /// (what every connection does), agree with the plain one on any input: the same
 /// frame, or an error every way.
-fn check_pooled<T: serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug>(body: &[u8]) {
+fn check_pooled<T: rollout::frame_reader::Frame + serde::Serialize + std::fmt::Debug>(body: &[u8]) {
     // Compared by their encodings: bit for bit, and a NaN (which a mutated float
     // may well be) equals itself.
     let same = |a: &T, b: &T| encode(a, usize::MAX).ok() == encode(b, usize::MAX).ok();

@@ -11,10 +11,9 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 
 use futures_util::Stream;
-use rollout::frame_reader::FrameReader;
+use rollout::frame_reader::{Frame, FrameReader};
 use rollout::pool::TensorPool;
 use rollout::wire::{WireError, PREFIX_LEN};
-use serde::de::DeserializeOwned;
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::net::tcp::OwnedReadHalf;
 
@@ -79,7 +78,7 @@ impl<T> FrameStream<T> {
     }
 }
 
-impl<T: DeserializeOwned> Stream for FrameStream<T> {
+impl<T: Frame> Stream for FrameStream<T> {
     type Item = Result<T, FrameError>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
