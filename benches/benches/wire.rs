@@ -8,6 +8,9 @@
 //! element-by-element `to_le_bytes` copy (the path used before the blob was written in place).
 //! Decoding is measured twice: into fresh memory, and into storage from a [`TensorPool`] (what a
 //! remote node's connection does with a retired weight version), which should reach memcpy speed.
+//! Last, the whole receive path of a connection: the frame read in 64 KiB pieces (from memory
+//! here, standing in for the socket) by a `FrameReader`, which lands the tensor's bytes straight
+//! in pooled storage, then decoded: one copy in all, so memcpy speed.
 //! Prints MB/s (1 MB = 10^6 bytes) of the blob and the ratios against the baselines.
 //!
 //! Run: `cargo bench -p rollout-benches --bench wire`
@@ -18,6 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ndarray::{ArrayD, IxDyn};
+use rollout::frame_reader::FrameReader;
 use rollout::message::UpdateWeights;
 use rollout::pool::TensorPool;
 use rollout::wire::{decode, decode_pooled, encode_into, TrainerFrame, DEFAULT_MAX_FRAME, PREFIX_LEN};
@@ -102,6 +106,29 @@ fn main() {
     });
     let again: TrainerFrame = decode_pooled(&body, &mut pool).expect("decode");
     assert!(again == frame, "the pooled decode is the same frame");
+    // What a connection does: the frame arrives in reads of up to 64 KiB (here from
+    // memory, standing in for the socket), each read landing where the reader says
+    // (the tensor straight into pooled storage), then the decode.
+    let whole = out.clone();
+    let mut reader = FrameReader::new(DEFAULT_MAX_FRAME);
+    let mut read = |pool: &mut TensorPool| -> TrainerFrame {
+        let mut pos = 0;
+        loop {
+            let buf = reader.buf();
+            let n = buf.len().min(64 << 10).min(whole.len() - pos);
+            buf[..n].copy_from_slice(black_box(&whole[pos..pos + n]));
+            pos += n;
+            if reader.filled(n, pool).expect("frame") {
+                return reader.decode(pool).expect("decode");
+            }
+        }
+    };
+    let reader_t = best(|| {
+        if let TrainerFrame::UpdateWeights(u) = read(&mut pool) {
+            pool.put_weights(Arc::try_unwrap(u.weights).expect("unique"));
+        }
+    });
+    assert!(read(&mut pool) == frame, "the frame reader reads the same frame");
 
     println!("wire: UpdateWeights frame, one f32 tensor of {ELEMS} elements ({BYTES} bytes), best of {REPS}");
     println!("  memcpy (reused buffer)     {:>9.0} MB/s   baseline", mbps(memcpy));
@@ -122,5 +149,10 @@ fn main() {
         "  decode frame, pooled       {:>9.0} MB/s   {:.2} x memcpy",
         mbps(decode_pooled_t),
         memcpy.as_secs_f64() / decode_pooled_t.as_secs_f64()
+    );
+    println!(
+        "  read + decode, FrameReader {:>9.0} MB/s   {:.2} x memcpy (the read is the only copy)",
+        mbps(reader_t),
+        memcpy.as_secs_f64() / reader_t.as_secs_f64()
     );
 }
