@@ -127,3 +127,121 @@ impl<T: Frame> Stream for FrameStream<T> {
         Poll::Ready(None)
     }
 }
+
+#[cfg(test)]
+mod tests {
+
+    use futures_util::StreamExt;
+    use ndarray::{ArrayD, IxDyn};
+    use rollout::message::Batch;
+    use rollout::wire::{encode, NodeFrame};
+    use rollout::{Tensor, TensorDict};
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::TcpStream;
+
+    use super::*;
+
+    /// A connected loopback pair: the client's stream, and the server's read half.
+    async fn loopback() -> (TcpStream, OwnedReadHalf) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = l.local_addr().expect("addr");
+        let client = TcpStream::connect(addr).await.expect("connect");
+        let (server, _) = l.accept().await.expect("accept");
+        let (read, _write) = server.into_split();
+        (client, read)
+    }
+
+    /// A batch whose observations (8,000 f32, 32 KB) are read straight into storage.
+    fn batch() -> NodeFrame {
+        let obs =
+            Tensor::F32(ArrayD::from_shape_vec(IxDyn(&[1, 2000, 4]), (0..8000).map(|i| i as f32).collect()).unwrap());
+        NodeFrame::Batch(Batch {
+            node: 0,
+            seq: 1,
+            weights_version: 0,
+            data: TensorDict::from_entries(&[1, 2000], [("observation".to_string(), obs)]).unwrap(),
+        })
+    }
+
+    fn pool() -> SharedPool {
+        Rc::new(RefCell::new(TensorPool::new(usize::MAX)))
+    }
+
+    #[test]
+    fn frames_arrive_decoded_in_order_and_a_clean_close_ends_the_stream() {
+        actix_rt::System::new().block_on(async {
+            let (mut client, read) = loopback().await;
+            let mut frames = FrameStream::<NodeFrame>::new(read, usize::MAX, pool());
+            let mut bytes = encode(&batch(), usize::MAX).unwrap();
+            bytes.extend(encode(&NodeFrame::Heartbeat, usize::MAX).unwrap());
+            // Written in two pieces that split the batch's tensor.
+            client.write_all(&bytes[..20_000]).await.unwrap();
+            client.write_all(&bytes[20_000..]).await.unwrap();
+            drop(client);
+            assert_eq!(frames.next().await.unwrap().unwrap(), batch());
+            assert_eq!(frames.next().await.unwrap().unwrap(), NodeFrame::Heartbeat);
+            assert!(frames.next().await.is_none(), "a close between frames ends the stream");
+        });
+    }
+
+    #[test]
+    fn the_frame_hook_runs_before_the_tensors_so_they_land_in_what_it_freed() {
+        actix_rt::System::new().block_on(async {
+            let (mut client, read) = loopback().await;
+            let freed = ArrayD::<f32>::zeros(IxDyn(&[1, 2000, 4]));
+            let ptr = freed.as_ptr();
+            let mut spare = Some(Tensor::F32(freed));
+            let mut frames = FrameStream::<NodeFrame>::new(read, usize::MAX, pool()).on_frame(Box::new(move |pool| {
+                if let Some(t) = spare.take() {
+                    pool.put(t);
+                }
+            }));
+            client.write_all(&encode(&batch(), usize::MAX).unwrap()).await.unwrap();
+            let Some(Ok(NodeFrame::Batch(b))) = frames.next().await else {
+                panic!("a batch");
+            };
+            let obs = b.data.get("observation").unwrap().as_f32().unwrap();
+            assert_eq!(obs.as_ptr(), ptr, "read into the storage the hook put back");
+            assert_eq!(NodeFrame::Batch(b.clone()), batch());
+        });
+    }
+
+    #[test]
+    fn a_bad_frame_is_an_error_the_stream_survives_and_a_close_inside_a_frame_ends_it() {
+        actix_rt::System::new().block_on(async {
+            let (mut client, read) = loopback().await;
+            let mut frames = FrameStream::<NodeFrame>::new(read, 1 << 20, pool());
+            client.write_all(&[0, 0, 0, 3, 0xc1, 0xc1, 0xc1]).await.unwrap();
+            client
+                .write_all(&encode(&NodeFrame::Heartbeat, usize::MAX).unwrap())
+                .await
+                .unwrap();
+            let half = encode(&batch(), usize::MAX).unwrap();
+            client.write_all(&half[..1000]).await.unwrap();
+            drop(client);
+            assert!(matches!(frames.next().await, Some(Err(FrameError::Decode(_)))));
+            assert_eq!(frames.next().await.unwrap().unwrap(), NodeFrame::Heartbeat);
+            match frames.next().await {
+                Some(Err(e @ FrameError::Io(_))) => {
+                    assert!(e.to_string().contains("closed inside a frame (1000 bytes"), "{e}")
+                }
+                other => panic!("{other:?}"),
+            }
+            assert!(frames.next().await.is_none());
+        });
+    }
+
+    #[test]
+    fn a_prefix_over_the_maximum_ends_the_stream_before_its_body() {
+        actix_rt::System::new().block_on(async {
+            let (mut client, read) = loopback().await;
+            let mut frames = FrameStream::<NodeFrame>::new(read, 100, pool());
+            client.write_all(&1000u32.to_be_bytes()).await.unwrap();
+            match frames.next().await {
+                Some(Err(e @ FrameError::Prefix(_))) => assert!(e.to_string().contains("exceeds the maximum"), "{e}"),
+                other => panic!("{other:?}"),
+            }
+            assert!(frames.next().await.is_none());
+        });
+    }
+}

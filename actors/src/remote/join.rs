@@ -494,3 +494,35 @@ impl Handler<Lost> for TrainerLink {
         self.finish(ctx, Err(JoinError::Lost(msg.0)));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use ndarray::{ArrayD, IxDyn};
+    use rollout::Tensor;
+
+    use super::*;
+
+    fn version(v: u64) -> Arc<Weights> {
+        let mut tensors = BTreeMap::new();
+        tensors.insert("w".to_string(), Tensor::F32(ArrayD::zeros(IxDyn(&[64]))));
+        Arc::new(Weights { version: v, tensors })
+    }
+
+    #[test]
+    fn only_versions_nobody_holds_are_reclaimed_and_the_rest_wait() {
+        let retired: Retired = Rc::new(RefCell::new(VecDeque::new()));
+        let (old, current) = (version(1), version(2));
+        retired.borrow_mut().push_back(old);
+        retired.borrow_mut().push_back(Arc::clone(&current)); // a worker still holds it
+        let mut pool = TensorPool::new(usize::MAX);
+        reclaim_weights(&retired, &mut pool);
+        assert_eq!(pool.bytes(), 64 * 4, "version 1's storage is back");
+        assert_eq!(retired.borrow().len(), 1);
+        drop(current);
+        reclaim_weights(&retired, &mut pool);
+        assert_eq!(pool.bytes(), 2 * 64 * 4, "version 2's once its holder let go");
+        assert!(retired.borrow().is_empty());
+    }
+}
