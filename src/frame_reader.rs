@@ -487,18 +487,20 @@ impl FrameReader {
                 return;
             };
             let whole = |payload: usize| h.checked_add(payload);
+            let aside = match tok {
+                Token::Bin(len) => self.takes_blob(len, h).map(|(dtype, elems)| (len, dtype, elems)),
+                _ => None,
+            };
+            if let Some((len, dtype, elems)) = aside {
+                let start = self.scanned;
+                self.read_aside(start, h, len, dtype, elems, pool);
+                if !matches!(self.state, State::Head) {
+                    return;
+                }
+                continue;
+            }
             match tok {
                 Token::Invalid => self.stopped = true,
-                Token::Bin(len) if self.takes_blob(len, h).is_some() => {
-                    let Some((dtype, elems)) = self.takes_blob(len, h) else {
-                        continue;
-                    };
-                    let start = self.scanned;
-                    self.read_aside(start, h, len, dtype, elems, pool);
-                    if !matches!(self.state, State::Head) {
-                        return;
-                    }
-                }
                 Token::Str(len) | Token::Bin(len) | Token::Ext(len) => {
                     let Some(total) = whole(len) else {
                         self.stopped = true;
@@ -780,6 +782,24 @@ mod tests {
         out
     }
 
+    /// Feeds one whole frame to `r`, whole reads, until it completes; checks that the
+    /// reader never offers room past the frame. How many reads went straight into a
+    /// tensor's storage.
+    fn feed_frame(r: &mut FrameReader, frame: &[u8], pool: &mut TensorPool) -> usize {
+        let (mut pos, mut aside) = (0, 0);
+        loop {
+            aside += usize::from(matches!(r.state, State::Blob(..)));
+            let buf = r.buf();
+            assert!(buf.len() <= frame.len() - pos, "no buffer beyond the frame");
+            let n = buf.len();
+            buf.copy_from_slice(&frame[pos..pos + n]);
+            pos += n;
+            if r.filled(n, pool).unwrap() {
+                return aside;
+            }
+        }
+    }
+
     #[test]
     fn frames_read_in_any_pieces_decode_as_the_plain_decoder_does() {
         let a = batch(5000);
@@ -856,18 +876,7 @@ mod tests {
         let bytes = encode(&update, usize::MAX).unwrap();
         let mut r = FrameReader::new(usize::MAX).with_min_blob(1);
         let mut pool = TensorPool::new(usize::MAX);
-        let mut pos = 0;
-        let mut aside = 0;
-        loop {
-            aside += usize::from(matches!(r.state, State::Blob(..)));
-            let buf = r.buf();
-            let n = buf.len().min(bytes.len() - pos);
-            buf[..n].copy_from_slice(&bytes[pos..pos + n]);
-            pos += n;
-            if r.filled(n, &mut pool).unwrap() {
-                break;
-            }
-        }
+        let aside = feed_frame(&mut r, &bytes, &mut pool);
         assert!(aside > 0, "the 16 KiB weight was read into its own storage");
         assert_eq!(r.decode::<TrainerFrame>(&mut pool).unwrap(), update);
         // The same tensors under another frame type are not read aside.
@@ -947,16 +956,7 @@ mod tests {
             assert!(crate::wire::decode::<NodeFrame>(&frame[PREFIX_LEN..]).is_err());
             let mut r = FrameReader::new(usize::MAX).with_min_blob(1);
             let mut pool = TensorPool::new(usize::MAX);
-            let mut pos = 0;
-            loop {
-                let buf = r.buf();
-                let n = buf.len().min(frame.len() - pos);
-                buf[..n].copy_from_slice(&frame[pos..pos + n]);
-                pos += n;
-                if r.filled(n, &mut pool).unwrap() {
-                    break;
-                }
-            }
+            feed_frame(&mut r, &frame, &mut pool);
             assert!(r.filled.is_empty(), "nothing outside `data.tensors` was read aside");
             let got = r.decode::<NodeFrame>(&mut pool);
             assert!(got.is_err(), "decoded {got:?}");
@@ -993,16 +993,7 @@ mod tests {
         assert!(r.filled(5, &mut pool).is_err());
         let frame = encode(&batch(3), usize::MAX).unwrap();
         let mut r = FrameReader::new(usize::MAX);
-        let mut pos = 0;
-        loop {
-            let buf = r.buf();
-            let n = buf.len().min(frame.len() - pos);
-            buf[..n].copy_from_slice(&frame[pos..pos + n]);
-            pos += n;
-            if r.filled(n, &mut pool).unwrap() {
-                break;
-            }
-        }
+        feed_frame(&mut r, &frame, &mut pool);
         assert!(r.buf().is_empty(), "nothing past a complete frame");
         assert!(r.filled(1, &mut pool).is_err());
         assert_eq!(r.decode::<NodeFrame>(&mut pool).unwrap(), batch(3));
@@ -1054,17 +1045,7 @@ mod tests {
         frame.extend_from_slice(&body);
         let mut r = FrameReader::new(1 << 20).with_min_blob(1);
         let mut pool = TensorPool::new(0);
-        let mut pos = 0;
-        loop {
-            let buf = r.buf();
-            assert!(buf.len() <= frame.len(), "no buffer beyond the frame");
-            let n = buf.len().min(frame.len() - pos);
-            buf[..n].copy_from_slice(&frame[pos..pos + n]);
-            pos += n;
-            if r.filled(n, &mut pool).unwrap() {
-                break;
-            }
-        }
+        assert_eq!(feed_frame(&mut r, &frame, &mut pool), 0, "nothing read aside");
         assert!(r.decode::<NodeFrame>(&mut pool).is_err());
         assert!(r.is_idle());
     }

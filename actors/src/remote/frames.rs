@@ -163,6 +163,13 @@ mod tests {
         })
     }
 
+    /// The stream's next item, within a deadline (a hung stream fails the test).
+    async fn next(frames: &mut FrameStream<NodeFrame>) -> Option<Result<NodeFrame, FrameError>> {
+        tokio::time::timeout(std::time::Duration::from_secs(10), frames.next())
+            .await
+            .expect("the stream answered within 10 s")
+    }
+
     fn pool() -> SharedPool {
         Rc::new(RefCell::new(TensorPool::new(usize::MAX)))
     }
@@ -178,9 +185,12 @@ mod tests {
             client.write_all(&bytes[..20_000]).await.unwrap();
             client.write_all(&bytes[20_000..]).await.unwrap();
             drop(client);
-            assert_eq!(frames.next().await.unwrap().unwrap(), batch());
-            assert_eq!(frames.next().await.unwrap().unwrap(), NodeFrame::Heartbeat);
-            assert!(frames.next().await.is_none(), "a close between frames ends the stream");
+            assert_eq!(next(&mut frames).await.unwrap().unwrap(), batch());
+            assert_eq!(next(&mut frames).await.unwrap().unwrap(), NodeFrame::Heartbeat);
+            assert!(
+                next(&mut frames).await.is_none(),
+                "a close between frames ends the stream"
+            );
         });
     }
 
@@ -197,7 +207,7 @@ mod tests {
                 }
             }));
             client.write_all(&encode(&batch(), usize::MAX).unwrap()).await.unwrap();
-            let Some(Ok(NodeFrame::Batch(b))) = frames.next().await else {
+            let Some(Ok(NodeFrame::Batch(b))) = next(&mut frames).await else {
                 panic!("a batch");
             };
             let obs = b.data.get("observation").unwrap().as_f32().unwrap();
@@ -219,15 +229,15 @@ mod tests {
             let half = encode(&batch(), usize::MAX).unwrap();
             client.write_all(&half[..1000]).await.unwrap();
             drop(client);
-            assert!(matches!(frames.next().await, Some(Err(FrameError::Decode(_)))));
-            assert_eq!(frames.next().await.unwrap().unwrap(), NodeFrame::Heartbeat);
-            match frames.next().await {
+            assert!(matches!(next(&mut frames).await, Some(Err(FrameError::Decode(_)))));
+            assert_eq!(next(&mut frames).await.unwrap().unwrap(), NodeFrame::Heartbeat);
+            match next(&mut frames).await {
                 Some(Err(e @ FrameError::Io(_))) => {
                     assert!(e.to_string().contains("closed inside a frame (1000 bytes"), "{e}")
                 }
                 other => panic!("{other:?}"),
             }
-            assert!(frames.next().await.is_none());
+            assert!(next(&mut frames).await.is_none());
         });
     }
 
@@ -237,11 +247,11 @@ mod tests {
             let (mut client, read) = loopback().await;
             let mut frames = FrameStream::<NodeFrame>::new(read, 100, pool());
             client.write_all(&1000u32.to_be_bytes()).await.unwrap();
-            match frames.next().await {
+            match next(&mut frames).await {
                 Some(Err(e @ FrameError::Prefix(_))) => assert!(e.to_string().contains("exceeds the maximum"), "{e}"),
                 other => panic!("{other:?}"),
             }
-            assert!(frames.next().await.is_none());
+            assert!(next(&mut frames).await.is_none());
         });
     }
 }
