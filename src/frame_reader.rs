@@ -316,6 +316,8 @@ pub struct FrameReader {
     complete: bool,
     /// Length of the buffer last handed out by [`FrameReader::buf`].
     offered: usize,
+    /// The frame being read is a `batch` (its `type` came first and said so).
+    batch: bool,
 }
 
 impl FrameReader {
@@ -342,6 +344,7 @@ impl FrameReader {
             filled: VecDeque::new(),
             complete: false,
             offered: 0,
+            batch: false,
         }
     }
 
@@ -365,6 +368,13 @@ impl FrameReader {
             State::Prefix(n) => n,
             _ => PREFIX_LEN + self.body_got,
         }
+    }
+
+    /// Whether the frame being read is a `batch`: known from its first bytes (its
+    /// `type`, the first key), long before it is whole, so a trainer can let the node
+    /// that sent it go on collecting while the batch is still on its way.
+    pub fn reading_batch(&self) -> bool {
+        self.batch && !matches!(self.state, State::Prefix(_))
     }
 
     /// Where the next bytes from the stream go: never past the current frame, and
@@ -460,6 +470,7 @@ impl FrameReader {
         self.stack.clear();
         self.stopped = false;
         self.need = 1;
+        self.batch = false;
     }
 
     fn reset(&mut self) {
@@ -675,7 +686,10 @@ impl FrameReader {
             // only where the encoder puts it.
             (Role::Root(Tag::Unknown), _) if i == 0 => Role::Root(Tag::Unknown),
             (Role::Root(Tag::Unknown), Item::Str(s)) if i == 1 && key == Some(b"type") => Role::Root(match *s {
-                b"batch" => Tag::Batch,
+                b"batch" => {
+                    self.batch = true;
+                    Tag::Batch
+                }
                 b"update_weights" => Tag::Update,
                 _ => Tag::Neither,
             }),
@@ -983,6 +997,50 @@ mod tests {
         r.buf()[..6].copy_from_slice(&[0x81, 0xdb, 0x0b, 0, 0, 0]);
         r.filled(6, &mut pool).unwrap();
         assert!(r.buf().len() <= HEAD_WINDOW);
+    }
+
+    #[test]
+    fn a_batch_is_known_as_one_from_its_first_bytes_and_other_frames_are_not() {
+        let mut pool = TensorPool::new(usize::MAX);
+        let weights = TrainerFrame::UpdateWeights(UpdateWeights {
+            weights: Arc::new(Weights::new(BTreeMap::new())),
+        });
+        let cases = [
+            (encode(&batch(5000), usize::MAX).unwrap(), true),
+            (encode(&NodeFrame::Heartbeat, usize::MAX).unwrap(), false),
+            (encode(&weights, usize::MAX).unwrap(), false),
+        ];
+        let from_trainer = |frame: &[u8]| std::ptr::eq(frame, cases[2].0.as_slice());
+        let mut r = FrameReader::new(usize::MAX);
+        for (frame, is_batch) in &cases {
+            assert!(!r.reading_batch(), "nothing read yet");
+            // A byte at a time: `type` is the first key, so a batch is known as one
+            // a dozen bytes in, long before it is whole.
+            let early = frame.len().min(PREFIX_LEN + 16);
+            for (pos, &byte) in frame.iter().enumerate() {
+                r.buf()[0] = byte;
+                let whole = r.filled(1, &mut pool).unwrap();
+                assert_eq!(whole, pos + 1 == frame.len());
+                if pos < PREFIX_LEN {
+                    assert!(!r.reading_batch(), "not from the prefix alone");
+                } else if pos + 1 >= early {
+                    assert_eq!(
+                        r.reading_batch(),
+                        *is_batch,
+                        "after {} of {} bytes",
+                        pos + 1,
+                        frame.len()
+                    );
+                }
+            }
+            assert_eq!(r.reading_batch(), *is_batch, "whole, not decoded");
+            if from_trainer(frame) {
+                r.decode::<TrainerFrame>(&mut pool).unwrap();
+            } else {
+                r.decode::<NodeFrame>(&mut pool).unwrap();
+            }
+            assert!(!r.reading_batch(), "decoded: the next frame is unknown");
+        }
     }
 
     #[test]

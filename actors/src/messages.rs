@@ -20,6 +20,15 @@ pub struct ToNodeMsg(pub ToNode);
 #[rtype(result = "()")]
 pub struct FromNodeMsg(pub FromNode);
 
+/// The first bytes of a remote node's batch arrived: the trainer may let the node
+/// go on collecting while the rest travels (see `TrainerMachine::batch_arriving`).
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct BatchArriving {
+    /// The node sending it.
+    pub node: usize,
+}
+
 /// A node → env-worker command.
 #[derive(Message, Debug)]
 #[rtype(result = "()")]

@@ -277,6 +277,14 @@ impl TrainerHarness {
         r
     }
 
+    /// The first bytes of node `node`'s batch arrived (see
+    /// [`TrainerMachine::batch_arriving`]); the batch itself follows with [`Self::reply`].
+    pub fn batch_arriving(&mut self, node: usize) -> Result<(), TrainerError> {
+        let r = self.machine.batch_arriving(node, &mut self.out);
+        self.sort();
+        r
+    }
+
     /// Stores weights (next version) and returns the version.
     pub fn set_weights(&mut self, w: Weights) -> u64 {
         self.machine.set_weights(w)

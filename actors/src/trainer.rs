@@ -14,8 +14,8 @@ use tokio::sync::oneshot;
 
 use crate::error::CollectError;
 use crate::messages::{
-    FromNodeMsg, NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights, Subscribe, TakeCheckpoint,
-    ToNodeMsg, TrainerEvent,
+    BatchArriving, FromNodeMsg, NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights, Subscribe,
+    TakeCheckpoint, ToNodeMsg, TrainerEvent,
 };
 use crate::remote::peer::Disconnect;
 
@@ -296,6 +296,16 @@ impl Handler<FromNodeMsg> for Trainer {
         let r = self.machine.tick(self.start.elapsed(), &mut self.out);
         self.on_result(r);
         let r = self.machine.on_node(msg.0, &mut self.out);
+        self.on_result(r);
+        self.dispatch();
+    }
+}
+
+impl Handler<BatchArriving> for Trainer {
+    type Result = ();
+
+    fn handle(&mut self, msg: BatchArriving, _ctx: &mut Self::Context) {
+        let r = self.machine.batch_arriving(msg.node, &mut self.out);
         self.on_result(r);
         self.dispatch();
     }

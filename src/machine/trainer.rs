@@ -262,6 +262,9 @@ pub enum TrainerError {
 struct NodeState {
     /// The `Continue` in flight: (seq, frames).
     outstanding: Option<(u64, usize)>,
+    /// The `Continue` whose batch is on its way, the node already released to the
+    /// next one (see [`TrainerMachine::batch_arriving`]): (seq, frames).
+    arriving: Option<(u64, usize)>,
     /// Version last pushed to the node (0: the initial weights).
     pushed_version: u64,
     /// Batches produced since the last weight update.
@@ -571,6 +574,7 @@ impl TrainerMachine {
         }
         st.lost = None;
         st.outstanding = None;
+        st.arriving = None;
         let reason = format!("restart failed: {reason}");
         tracing::error!(node, %reason, "node not restarted");
         if self.shutting_down {
@@ -873,14 +877,54 @@ impl TrainerMachine {
         let more = self.remaining().is_none_or(|r| r > data.numel() as u64);
         // Periodic pushes go out before the node continues, so its next batch has them.
         self.interval_push(self.batches_yielded + 1, out);
-        if more {
-            if self.cfg.update_after_each_batch {
-                self.push_weights(Some(&[node]), out)?;
-            }
-            self.continue_node(node, self.cfg.frames_per_batch, out);
+        // A node released while its batch was on its way has its next batch asked already.
+        let released = self.nodes[node].outstanding.is_some() || self.nodes[node].lost.is_some();
+        if more && !released {
+            self.release(node, out)?;
         }
         self.emit(node_batch(Some(node), vec![b.weights_version], data), false, out);
         Ok(())
+    }
+
+    /// Node `node` goes on to its next batch, after its weight update if any.
+    fn release(&mut self, node: usize, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        if self.cfg.update_after_each_batch {
+            self.push_weights(Some(&[node]), out)?;
+        }
+        self.continue_node(node, self.cfg.frames_per_batch, out);
+        Ok(())
+    }
+
+    /// Node `node`'s batch began to arrive (a remote node's first bytes of it; a
+    /// batch over a socket takes a while to be whole). In async mode, when the
+    /// consumer waits, nothing else is ready or on its way and more frames are
+    /// wanted, this batch is the next one yielded: the node is released now, as it
+    /// would be once the batch is whole and yielded, so it collects while the batch
+    /// travels. Anything else: nothing happens, and the node goes on when its batch
+    /// is yielded. A batch that then fails to arrive is handled as any lost work.
+    pub fn batch_arriving(&mut self, node: usize, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        if node >= self.nodes.len() {
+            return Err(TrainerError::UnknownNode(node));
+        }
+        let quiet = self.seeding.is_none() && !self.checkpointing() && !self.shutting_down;
+        if self.cfg.sync || !self.started || !self.wanted || self.finished || !quiet {
+            return Ok(());
+        }
+        if !self.ready.is_empty() || self.nodes.iter().any(|n| n.arriving.is_some()) {
+            return Ok(());
+        }
+        let n = &self.nodes[node];
+        let Some((seq, frames)) = n.outstanding.filter(|_| !n.down && !n.restarting) else {
+            return Ok(());
+        };
+        if self.remaining().is_some_and(|r| r <= frames as u64) {
+            return Ok(());
+        }
+        let n = &mut self.nodes[node];
+        n.arriving = Some((seq, frames));
+        n.outstanding = None;
+        self.interval_push(self.batches_yielded + 1, out);
+        self.release(node, out)
     }
 
     fn interval_push(&mut self, yielded: u64, out: &mut Vec<Output>) {
@@ -926,6 +970,7 @@ impl TrainerMachine {
             FromNode::Down { node } => {
                 self.nodes[node].down = true;
                 self.nodes[node].outstanding = None;
+                self.nodes[node].arriving = None;
                 if self.shutting_down && self.nodes.iter().all(|n| n.down) {
                     out.push(Output::AllDown);
                 }
@@ -994,6 +1039,9 @@ impl TrainerMachine {
         let st = &mut self.nodes[node];
         let was_down = st.down;
         st.down = true;
+        // A batch on its way is lost with the node; the node was released already,
+        // so its outstanding `Continue` is the one asked again.
+        st.arriving = None;
         if let Some((_, frames)) = st.outstanding.take() {
             st.lost = Some(frames);
         }
@@ -1069,7 +1117,9 @@ impl TrainerMachine {
     fn on_batch(&mut self, mut b: Batch, out: &mut Vec<Output>) -> Result<(), TrainerError> {
         let node = b.node;
         let st = &self.nodes[node];
-        let Some((seq, frames)) = st.outstanding.filter(|(s, _)| *s == b.seq) else {
+        // A node answers in order: the batch on its way first, then the outstanding one.
+        let expected = st.arriving.or(st.outstanding);
+        let Some((seq, frames)) = expected.filter(|(s, _)| *s == b.seq) else {
             if self.supervision.is_some() && (st.restarting || b.seq < st.incarnation_seq) {
                 self.dropped_late += 1;
                 tracing::info!(node, seq = b.seq, "dropped a late batch of a replaced node incarnation");
@@ -1078,13 +1128,12 @@ impl TrainerMachine {
             return Err(TrainerError::UnexpectedBatch {
                 node,
                 seq: b.seq,
-                expected: match st.outstanding {
+                expected: match expected {
                     Some((s, _)) => format!("seq {s}"),
                     None => "nothing".into(),
                 },
             });
         };
-        let _ = seq;
         let envs = self.cfg.envs_per_node[node];
         let bs = b.data.batch_size();
         if bs.len() != 2 || bs[0] != envs || bs[0] * bs[1] != frames {
@@ -1112,7 +1161,11 @@ impl TrainerMachine {
                 }
             }
         }
-        st.outstanding = None;
+        if st.arriving.is_some_and(|(s, _)| s == seq) {
+            st.arriving = None;
+        } else {
+            st.outstanding = None;
+        }
         st.since_update += 1;
         self.frames_collected += frames as u64;
         if self.cfg.sync {
@@ -1196,7 +1249,7 @@ impl TrainerMachine {
             return;
         };
         for (i, n) in self.nodes.iter().enumerate() {
-            if !run.asked[i] && n.outstanding.is_none() {
+            if !run.asked[i] && n.outstanding.is_none() && n.arriving.is_none() {
                 run.asked[i] = true;
                 out.push(Output::Send {
                     node: i,

@@ -360,6 +360,134 @@ fn async_total_frames_finishes_with_a_cut_last_batch() {
     assert!(t.take_sent().is_empty());
 }
 
+#[test]
+fn async_a_node_goes_on_as_soon_as_its_batch_begins_to_arrive() {
+    let mut c = cfg(2, 2, 8, Some(40), false);
+    c.update_after_each_batch = true;
+    let mut t = harness(c);
+    t.request().expect("request");
+    let cs = t.take_continues();
+    t.set_weights(value_weights(2.0, 0));
+    // The consumer waits, nothing is ready: node 1's batch is the next one yielded,
+    // so node 1 gets its weights and next Continue before the batch is whole.
+    t.batch_arriving(1).expect("arriving");
+    assert_eq!(
+        rollout_tests::describe_sent(&t.take_sent()),
+        d(&[(1, "W1"), (1, "C2:8")])
+    );
+    assert!(
+        t.take_yielded().is_empty(),
+        "nothing is yielded before the batch is whole"
+    );
+    assert_eq!(t.machine().outstanding(1), Some((2, 8)));
+    // Another node's batch beginning meanwhile waits for its turn.
+    t.batch_arriving(0).expect("arriving");
+    assert!(t.take_sent().is_empty());
+    // Node 1's batch (seq 1, the one on its way) is taken and yielded; it is not
+    // asked again; only then is a second early release possible.
+    answer(&mut t, 1, cs[1].1, 2, 0, 50.0);
+    let y = t.take_yielded();
+    assert_eq!((y.len(), y[0].node), (1, Some(1)));
+    assert!(t.take_sent().is_empty(), "node 1 was released already");
+    // Nobody waits for a batch: no early release, node 0 goes on when its batch is taken.
+    t.batch_arriving(0).expect("arriving");
+    answer(&mut t, 0, cs[0].1, 2, 0, 0.0);
+    assert!(t.take_sent().is_empty());
+    t.request().expect("request");
+    assert_eq!(t.take_yielded()[0].node, Some(0));
+    assert_eq!(
+        rollout_tests::describe_sent(&t.take_sent()),
+        d(&[(0, "W1"), (0, "C3:8")])
+    );
+    // 16 of 40 frames yielded. Node 1's seq 2 arriving: released (16 + 8 < 40).
+    t.request().expect("request");
+    t.batch_arriving(1).expect("arriving");
+    assert_eq!(rollout_tests::describe_sent(&t.take_sent()), d(&[(1, "C4:8")]));
+    // An answer out of order (the newer seq first) is refused.
+    assert!(t
+        .reply(FromNode::Batch(scripted_batch(1, cont(4, 8), 2, 1, 0.0)))
+        .is_err());
+    answer(&mut t, 1, cont(2, 8), 2, 1, 0.0);
+    assert_eq!(t.take_yielded().len(), 1);
+    assert!(t.take_sent().is_empty());
+    // 24 yielded, 16 wanted: node 0's batch (8) leaves 8 to go, so it is released.
+    t.request().expect("request");
+    t.batch_arriving(0).expect("arriving");
+    assert_eq!(rollout_tests::describe_sent(&t.take_sent()), d(&[(0, "C5:8")]));
+    answer(&mut t, 0, cont(3, 8), 2, 1, 0.0);
+    // 32 yielded, 8 to go: node 1's batch (seq 4) is the last one needed: not released.
+    t.request().expect("request");
+    t.batch_arriving(1).expect("arriving");
+    assert!(t.take_sent().is_empty(), "no node is asked for frames nobody wants");
+    answer(&mut t, 1, cont(4, 8), 2, 1, 0.0);
+    assert_eq!(t.take_yielded().len(), 2);
+    assert!(t.machine().is_finished());
+}
+
+#[test]
+fn no_early_release_in_sync_mode_before_the_start_while_seeding_or_checkpointing() {
+    // Sync: a round is yielded whole; nobody goes on early.
+    let mut t = harness(cfg(2, 2, 8, None, true));
+    t.request().expect("request");
+    let cs = t.take_continues();
+    t.batch_arriving(0).expect("arriving");
+    assert!(t.take_sent().is_empty());
+    answer(&mut t, 0, cs[0].1, 2, 0, 0.0);
+    assert!(t.take_sent().is_empty());
+    // Async, before the first request: nothing asked, nothing to release.
+    let mut t = harness(cfg(2, 2, 8, None, false));
+    t.batch_arriving(0).expect("arriving");
+    assert!(t.take_sent().is_empty());
+    assert!(t.batch_arriving(2).is_err(), "no node 2");
+    // While a seeding chain runs no node is sent new work.
+    t.request().expect("request");
+    let cs = t.take_continues();
+    t.set_seed(5);
+    assert_eq!(rollout_tests::describe_sent(&t.take_sent()), d(&[(0, "S5")]));
+    t.batch_arriving(0).expect("arriving");
+    assert!(t.take_sent().is_empty());
+    // Nor while a checkpoint is taken: node 0's batch waits in it.
+    t.reply(FromNode::Seeded { node: 0, next_seed: 7 }).expect("seeded");
+    t.reply(FromNode::Seeded { node: 1, next_seed: 9 }).expect("seeded");
+    t.take_sent();
+    t.begin_checkpoint().expect("checkpoint");
+    t.batch_arriving(0).expect("arriving");
+    assert!(t.take_continues().is_empty());
+    answer(&mut t, 0, cs[0].1, 2, 0, 0.0);
+    assert!(t.take_yielded().is_empty());
+    assert!(t.take_continues().is_empty());
+}
+
+#[test]
+fn async_a_node_lost_while_its_batch_arrives_is_asked_again_once_restarted() {
+    let sup = rollout::machine::NodeSupervision::default();
+    let mut t = TrainerHarness::supervised(cfg(2, 2, 8, None, false), sup).expect("valid");
+    t.request().expect("request");
+    let cs = t.take_continues();
+    t.batch_arriving(0).expect("arriving");
+    assert_eq!(t.take_continues(), vec![(0, cont(2, 8))]);
+    // The connection breaks inside the batch: the node is restarted and asked for
+    // one batch again (under a new seq); the old incarnation's batches are late.
+    t.reply(FromNode::Failed {
+        node: 0,
+        reason: "closed inside a frame".into(),
+    })
+    .expect("supervised");
+    assert_eq!(t.take_restarts().len(), 1);
+    t.node_restarted(0).expect("restarted");
+    let c = t.take_continues();
+    assert_eq!(c, vec![(0, cont(3, 8))]);
+    assert_eq!(
+        t.reply(FromNode::Batch(scripted_batch(0, cs[0].1, 2, 0, 0.0))),
+        Ok(()),
+        "a late batch is dropped quietly"
+    );
+    assert!(t.take_yielded().is_empty());
+    answer(&mut t, 0, c[0].1, 2, 0, 9.0);
+    assert_eq!(flat_f32(&t.take_yielded()[0].data, keys::OBSERVATION)[0], 9.0);
+    assert_eq!(t.take_continues(), vec![(0, cont(4, 8))]);
+}
+
 // ---------------------------------------------------------------- seeding
 
 #[test]

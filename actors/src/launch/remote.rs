@@ -14,6 +14,7 @@ use tokio::net::TcpListener;
 use super::local::Started;
 use super::process::Children;
 use crate::error::CollectError;
+use crate::messages::BatchArriving;
 use crate::remote::frames::FrameStream;
 use crate::remote::link::spawn_writer;
 use crate::remote::listener::{self, DoorConfig, Joined};
@@ -146,12 +147,17 @@ impl RemoteRestarter {
 fn start_peer(j: Joined, trainer: &Addr<Trainer>, cache: &WeightsCache, timing: PeerTiming) -> Addr<RemoteNode> {
     let (read, write) = j.stream.into_split();
     let to_trainer = trainer.clone().recipient();
+    let arriving: Recipient<BatchArriving> = trainer.clone().recipient();
     let cache = cache.clone();
     RemoteNode::create(move |ctx| {
         let me = ctx.address();
         let (out, _writer) = spawn_writer(write, move |reason| me.do_send(Disconnect(reason)));
         let peer = RemoteNode::new(j.index, j.name, out, to_trainer, cache, timing);
-        ctx.add_stream(FrameStream::<NodeFrame>::new(read, timing.max_frame, peer.pool()));
+        // A node goes on while its batch travels, when the trainer lets it.
+        let node = j.index;
+        let frames = FrameStream::<NodeFrame>::new(read, timing.max_frame, peer.pool())
+            .on_batch(Box::new(move || arriving.do_send(BatchArriving { node })));
+        ctx.add_stream(frames);
         peer
     })
 }

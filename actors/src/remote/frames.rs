@@ -47,6 +47,10 @@ impl fmt::Display for FrameError {
 /// read: the moment to put storage that became free into the pool.
 pub type OnFrame = Box<dyn FnMut(&mut TensorPool)>;
 
+/// Called when a `batch` frame begins to arrive (its first bytes, long before it is
+/// whole): the moment a trainer may let the node go on collecting.
+pub type OnBatch = Box<dyn FnMut()>;
+
 /// Frames of type `T` read from a socket, tensors straight into storage from a
 /// shared pool.
 pub struct FrameStream<T> {
@@ -54,6 +58,9 @@ pub struct FrameStream<T> {
     reader: FrameReader,
     pool: SharedPool,
     on_frame: Option<OnFrame>,
+    on_batch: Option<OnBatch>,
+    /// `on_batch` ran for the frame being read.
+    announced: bool,
     done: bool,
     _frames: PhantomData<fn() -> T>,
 }
@@ -66,6 +73,8 @@ impl<T> FrameStream<T> {
             reader: FrameReader::new(max),
             pool,
             on_frame: None,
+            on_batch: None,
+            announced: false,
             done: false,
             _frames: PhantomData,
         }
@@ -74,6 +83,13 @@ impl<T> FrameStream<T> {
     /// Runs `f` on the pool whenever a frame's body starts to arrive.
     pub fn on_frame(mut self, f: OnFrame) -> FrameStream<T> {
         self.on_frame = Some(f);
+        self
+    }
+
+    /// Runs `f` when a `batch` frame begins to arrive, once per frame, unless the
+    /// frame came whole in one read.
+    pub fn on_batch(mut self, f: OnBatch) -> FrameStream<T> {
+        self.on_batch = Some(f);
         self
     }
 }
@@ -112,8 +128,17 @@ impl<T: Frame> Stream for FrameStream<T> {
                     this.done = true;
                     return Poll::Ready(Some(Err(FrameError::Prefix(e))));
                 }
-                Ok(true) => return Poll::Ready(Some(this.reader.decode(&mut pool).map_err(FrameError::Decode))),
+                Ok(true) => {
+                    this.announced = false;
+                    return Poll::Ready(Some(this.reader.decode(&mut pool).map_err(FrameError::Decode)));
+                }
                 Ok(false) => {
+                    if !this.announced && this.reader.reading_batch() {
+                        this.announced = true;
+                        if let Some(f) = &mut this.on_batch {
+                            f();
+                        }
+                    }
                     // The prefix is in and the body is next (a prefix's reads never
                     // take body bytes).
                     if in_prefix && this.reader.partial() == PREFIX_LEN {
@@ -213,6 +238,35 @@ mod tests {
             let obs = b.data.get("observation").unwrap().as_f32().unwrap();
             assert_eq!(obs.as_ptr(), ptr, "read into the storage the hook put back");
             assert_eq!(NodeFrame::Batch(b.clone()), batch());
+        });
+    }
+
+    #[test]
+    fn the_batch_hook_runs_once_as_a_batch_begins_to_arrive_long_before_it_is_whole() {
+        actix_rt::System::new().block_on(async {
+            let (mut client, read) = loopback().await;
+            let (tx, mut began) = tokio::sync::mpsc::unbounded_channel();
+            let mut frames = FrameStream::<NodeFrame>::new(read, usize::MAX, pool())
+                .on_batch(Box::new(move || tx.send(()).expect("the test listens")));
+            let bytes = encode(&batch(), usize::MAX).unwrap();
+            client
+                .write_all(&encode(&NodeFrame::Heartbeat, usize::MAX).unwrap())
+                .await
+                .unwrap();
+            client.write_all(&bytes[..1000]).await.unwrap();
+            assert_eq!(next(&mut frames).await.unwrap().unwrap(), NodeFrame::Heartbeat);
+            assert!(began.try_recv().is_err(), "a heartbeat is no batch");
+            // 1,000 of the batch's 32 KB are in: the hook runs, no frame comes out.
+            let deadline = std::time::Duration::from_secs(10);
+            tokio::select! {
+                item = frames.next() => panic!("nothing before the batch is whole: {item:?}"),
+                got = tokio::time::timeout(deadline, began.recv()) => {
+                    assert_eq!(got.expect("the hook ran within 10 s"), Some(()));
+                }
+            }
+            client.write_all(&bytes[1000..]).await.unwrap();
+            assert_eq!(next(&mut frames).await.unwrap().unwrap(), batch());
+            assert!(began.try_recv().is_err(), "once per batch");
         });
     }
 
