@@ -87,7 +87,8 @@ impl<T> FrameStream<T> {
     }
 
     /// Runs `f` when a `batch` frame begins to arrive, once per frame, unless the
-    /// frame came whole in one read.
+    /// frame came whole in one read; the stream then yields to the other tasks of
+    /// its thread once before it reads on.
     pub fn on_batch(mut self, f: OnBatch) -> FrameStream<T> {
         self.on_batch = Some(f);
         self
@@ -137,6 +138,10 @@ impl<T: Frame> Stream for FrameStream<T> {
                         this.announced = true;
                         if let Some(f) = &mut this.on_batch {
                             f();
+                            // Let whoever the hook told act (a trainer sends the node
+                            // its next `continue`) before the rest of the batch is read.
+                            cx.waker().wake_by_ref();
+                            return Poll::Pending;
                         }
                     }
                     // The prefix is in and the body is next (a prefix's reads never

@@ -21,10 +21,10 @@ use rollout::wire::{self, NodeFrame, TrainerFrame, Welcome, DEFAULT_MAX_FRAME, P
 use rollout::{Registry, TensorDict};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::frames::{FrameError, FrameStream, SharedPool};
-use super::link::spawn_writer;
+use super::link::{spawn_writer, FrameSender};
 use super::listener::read_frame;
 use super::parts;
 use crate::env_worker::{worker_arbiter, EnvWorker};
@@ -300,7 +300,7 @@ struct Lost(String);
 struct TrainerLink {
     index: usize,
     node: Addr<Node>,
-    out: mpsc::UnboundedSender<Bytes>,
+    out: FrameSender,
     max: usize,
     heartbeat: Duration,
     timeout: Duration,

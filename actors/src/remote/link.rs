@@ -1,30 +1,81 @@
-//! The write side of a connection: frames queue in a channel, one task writes them.
+//! The write side of a connection: frames go to the socket at once when they are
+//! small and nothing waits before them, else through a writer task.
 //!
-//! Writers never block an actor: encoding happens in the actor, the socket write
-//! in its own task. Dropping every sender ends the task, which closes the socket.
-//! A frame may be queued as several parts (headers, then tensors straight from
-//! their memory); the task writes whatever is queued with one vectored write, so
-//! parts cost no extra system call each.
+//! Writers never block an actor: encoding happens in the actor, large writes in
+//! the task. A frame may be queued as several parts (headers, then tensors
+//! straight from their memory); the task writes whatever is queued with one
+//! vectored write, so parts cost no extra system call each. A small frame with
+//! nothing queued before it (a `continue`, a heartbeat) is written by the sender
+//! itself, without waiting for the task's turn on the thread: a trainer's
+//! `continue` then leaves while the rest of that node's batch is still being read.
+//! Dropping every sender ends the task, which closes the socket's write side.
 
+use std::cell::Cell;
 use std::io::IoSlice;
+use std::rc::Rc;
 
 use bytes::{Buf, Bytes};
-use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::mpsc;
 
 /// Parts taken from the queue for one vectored write, at most.
 const MAX_PARTS: usize = 64;
 
-/// Starts the writer task; the returned sender queues whole frames (prefix included),
-/// or a frame's parts one after the other from one sender.
+/// Parts up to this size may be written by the sender itself.
+const DIRECT_MAX: usize = 4096;
+
+/// The writer task is gone (the connection failed, its error was reported).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriterGone;
+
+/// The socket and what is waiting to be written to it, shared by the senders and
+/// the task (all on one thread).
+struct Shared {
+    w: OwnedWriteHalf,
+    /// Parts handed to the task and not written yet: while there are any, every
+    /// part goes behind them, so bytes leave in the order they were sent.
+    queued: Cell<usize>,
+}
+
+/// Sends a connection's frames (whole, prefix included, or one part after another).
+#[derive(Clone)]
+pub struct FrameSender {
+    tx: mpsc::UnboundedSender<Bytes>,
+    shared: Rc<Shared>,
+}
+
+impl FrameSender {
+    /// Sends `part`: straight to the socket if it is small, nothing is queued and the
+    /// socket takes all of it, else (what is left of it) through the writer task.
+    pub fn send(&self, mut part: Bytes) -> Result<(), WriterGone> {
+        let sh = &self.shared;
+        if sh.queued.get() == 0 && !part.is_empty() && part.len() <= DIRECT_MAX {
+            // A real error here is met again, and reported, by the task.
+            if let Ok(n) = sh.w.try_write(&part) {
+                if n == part.len() {
+                    return Ok(());
+                }
+                part.advance(n);
+            }
+        }
+        sh.queued.set(sh.queued.get() + 1);
+        self.tx.send(part).map_err(|_| WriterGone)
+    }
+}
+
+/// Starts the writer task and returns a sender for the connection's frames.
 /// `on_error` is called once if a write fails. The task ends, after writing what
 /// was queued, when every sender is dropped.
 pub fn spawn_writer(
-    mut w: OwnedWriteHalf,
+    w: OwnedWriteHalf,
     on_error: impl FnOnce(String) + 'static,
-) -> (mpsc::UnboundedSender<Bytes>, actix_rt::task::JoinHandle<()>) {
+) -> (FrameSender, actix_rt::task::JoinHandle<()>) {
     let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
+    let shared = Rc::new(Shared {
+        w,
+        queued: Cell::new(0),
+    });
+    let sh = Rc::clone(&shared);
     let task = actix_rt::spawn(async move {
         let mut queued: Vec<Bytes> = Vec::with_capacity(MAX_PARTS);
         while let Some(first) = rx.recv().await {
@@ -35,19 +86,22 @@ pub fn spawn_writer(
                     Err(_) => break,
                 }
             }
-            if let Err(e) = write_all_vectored(&mut w, &mut queued).await {
+            let n = queued.len();
+            if let Err(e) = write_all_vectored(&sh.w, &mut queued).await {
                 on_error(format!("write failed: {e}"));
                 return;
             }
+            sh.queued.set(sh.queued.get().saturating_sub(n));
         }
-        let _ = w.shutdown().await;
+        // Every sender is gone: dropping the last handle on the write half shuts
+        // the socket's write side down.
     });
-    (tx, task)
+    (FrameSender { tx, shared }, task)
 }
 
 /// Writes every byte of `parts` in order, as few system calls as the socket allows;
 /// `parts` is empty afterwards.
-async fn write_all_vectored(w: &mut OwnedWriteHalf, parts: &mut Vec<Bytes>) -> std::io::Result<()> {
+async fn write_all_vectored(w: &OwnedWriteHalf, parts: &mut Vec<Bytes>) -> std::io::Result<()> {
     let mut first = 0;
     loop {
         // Parts empty from the start count as written (and a write of nothing would
@@ -59,7 +113,14 @@ async fn write_all_vectored(w: &mut OwnedWriteHalf, parts: &mut Vec<Bytes>) -> s
             break;
         }
         let slices: Vec<IoSlice<'_>> = parts[first..].iter().map(|p| IoSlice::new(p)).collect();
-        let mut n = w.write_vectored(&slices).await?;
+        let mut n = match w.try_write_vectored(&slices) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                w.writable().await?;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         if n == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
         }
@@ -123,16 +184,61 @@ mod tests {
     }
 
     #[test]
+    fn a_small_frame_with_nothing_queued_leaves_before_the_writer_task_runs() {
+        actix_rt::System::new().block_on(async {
+            let (server, _read, write) = loopback().await;
+            let (tx, _task) = spawn_writer(write, |e| panic!("{e}"));
+            // The server reads with a blocking socket and a deadline, without letting
+            // this thread's tasks run: only bytes the sender wrote itself can arrive.
+            let mut server = server.into_std().expect("std");
+            server.set_nonblocking(false).expect("blocking");
+            server
+                .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+                .expect("deadline");
+            tx.send(Bytes::from_static(b"continue")).expect("sent");
+            let mut got = [0u8; 8];
+            std::io::Read::read_exact(&mut server, &mut got).expect("arrived without the task");
+            assert_eq!(&got, b"continue");
+            // A large part goes to the task; a small one after it waits its turn.
+            let big: Vec<u8> = (0..DIRECT_MAX * 64).map(|i| i as u8).collect();
+            tx.send(Bytes::from(big.clone())).expect("queued");
+            tx.send(Bytes::from_static(b"after")).expect("queued");
+            // Whatever was written is in the socket by now (this thread wrote it).
+            server.set_nonblocking(true).expect("nonblocking");
+            let mut got = vec![0u8; 5];
+            let r = std::io::Read::read(&mut server, &mut got);
+            assert!(
+                matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+                "nothing left before the task ran: {r:?}"
+            );
+            server.set_nonblocking(false).expect("blocking");
+            // The task writes both, in order, once this thread lets it run.
+            let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+            std::thread::spawn(move || {
+                let mut all = vec![0u8; big.len() + 5];
+                let r = std::io::Read::read_exact(&mut server, &mut all);
+                let _ = done_tx.send(r.map(|_| all[..big.len()] == big[..] && &all[big.len()..] == b"after"));
+            });
+            let in_order = tokio::time::timeout(std::time::Duration::from_secs(10), done_rx)
+                .await
+                .expect("written within 10 s")
+                .expect("the reader answered")
+                .expect("read");
+            assert!(in_order, "the large part, then the small one");
+        });
+    }
+
+    #[test]
     fn nothing_but_empty_parts_is_written_without_error() {
         actix_rt::System::new().block_on(async {
-            let (mut server, _read, mut write) = loopback().await;
+            let (mut server, _read, write) = loopback().await;
             let mut parts = vec![Bytes::new(), Bytes::new()];
-            write_all_vectored(&mut write, &mut parts)
+            write_all_vectored(&write, &mut parts)
                 .await
                 .expect("an empty write is no error");
             assert!(parts.is_empty());
             let mut parts = vec![Bytes::new(), Bytes::from_static(b"abc"), Bytes::new()];
-            write_all_vectored(&mut write, &mut parts).await.expect("written");
+            write_all_vectored(&write, &mut parts).await.expect("written");
             drop(write);
             let mut got = Vec::new();
             server.read_to_end(&mut got).await.expect("read");

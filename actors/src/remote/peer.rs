@@ -15,9 +15,9 @@ use bytes::Bytes;
 use rollout::message::{FromNode, ToNode};
 use rollout::pool::TensorPool;
 use rollout::wire::{self, NodeFrame, TrainerFrame};
-use tokio::sync::mpsc::UnboundedSender;
 
 use super::frames::{FrameError, SharedPool};
+use super::link::FrameSender;
 use super::parts;
 use crate::messages::{FromNodeMsg, Recycle, ToNodeMsg};
 
@@ -75,7 +75,7 @@ pub struct PeerTiming {
 pub struct RemoteNode {
     index: usize,
     name: String,
-    out: UnboundedSender<Bytes>,
+    out: FrameSender,
     trainer: Recipient<FromNodeMsg>,
     weights: WeightsCache,
     timing: PeerTiming,
@@ -94,7 +94,7 @@ impl RemoteNode {
     pub fn new(
         index: usize,
         name: String,
-        out: UnboundedSender<Bytes>,
+        out: FrameSender,
         trainer: Recipient<FromNodeMsg>,
         weights: WeightsCache,
         timing: PeerTiming,
