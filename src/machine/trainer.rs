@@ -265,6 +265,11 @@ struct NodeState {
     /// The `Continue` whose batch is on its way, the node already released to the
     /// next one (see [`TrainerMachine::batch_arriving`]): (seq, frames).
     arriving: Option<(u64, usize)>,
+    /// When that `Continue` was sent: it is timed until its batch is whole, and the
+    /// outstanding one from then on.
+    arriving_sent_at: Duration,
+    /// A batch of this node began to arrive and is not whole yet (released or not).
+    in_transit: bool,
     /// Version last pushed to the node (0: the initial weights).
     pushed_version: u64,
     /// Batches produced since the last weight update.
@@ -468,7 +473,9 @@ impl TrainerMachine {
     }
 
     /// The clock moved to `now` (since an origin the caller picks): a `Continue`
-    /// unanswered for longer than `continue_timeout` counts as a node failure.
+    /// unanswered for longer than `continue_timeout` counts as a node failure. A
+    /// `Continue` sent while the node's previous batch was on its way counts from when
+    /// that batch was whole.
     pub fn tick(&mut self, now: Duration, out: &mut Vec<Output>) -> Result<(), TrainerError> {
         self.now = self.now.max(now);
         let Some(limit) = self.supervision.as_ref().and_then(|s| s.continue_timeout) else {
@@ -482,8 +489,14 @@ impl TrainerMachine {
             if n.down || n.restarting {
                 continue;
             }
-            if let Some((seq, frames)) = n.outstanding {
-                if self.now.saturating_sub(n.sent_at) >= limit {
+            // The batch on its way first: the outstanding `Continue` is timed from
+            // when that batch is whole, as if it had been sent then.
+            let timed = match n.arriving {
+                Some(a) => Some((a, n.arriving_sent_at)),
+                None => n.outstanding.map(|o| (o, n.sent_at)),
+            };
+            if let Some(((seq, frames), sent_at)) = timed {
+                if self.now.saturating_sub(sent_at) >= limit {
                     let reason = format!(
                         "no answer to Continue seq {seq} ({frames} frames) within {:.3} s",
                         limit.as_secs_f64()
@@ -575,6 +588,7 @@ impl TrainerMachine {
         st.lost = None;
         st.outstanding = None;
         st.arriving = None;
+        st.in_transit = false;
         let reason = format!("restart failed: {reason}");
         tracing::error!(node, %reason, "node not restarted");
         if self.shutting_down {
@@ -668,7 +682,8 @@ impl TrainerMachine {
         self.weights.as_ref()
     }
 
-    /// The `Continue` each node has in flight, as `(seq, frames)`.
+    /// The `Continue` each node has in flight, as `(seq, frames)`: the newest, when a
+    /// node was released while its previous batch is still on its way.
     pub fn outstanding(&self, node: usize) -> Option<(u64, usize)> {
         self.nodes.get(node).and_then(|n| n.outstanding)
     }
@@ -897,31 +912,35 @@ impl TrainerMachine {
 
     /// Node `node`'s batch began to arrive (a remote node's first bytes of it; a
     /// batch over a socket takes a while to be whole). In async mode, when the
-    /// consumer waits, nothing else is ready or on its way and more frames are
-    /// wanted, this batch is the next one yielded: the node is released now, as it
-    /// would be once the batch is whole and yielded, so it collects while the batch
-    /// travels. Anything else: nothing happens, and the node goes on when its batch
-    /// is yielded. A batch that then fails to arrive is handled as any lost work.
+    /// consumer waits, nothing is ready, no other node's batch is on its way and more
+    /// frames are wanted than this batch holds, this batch is the next one yielded:
+    /// the node is released now, as it would be once the batch is whole and yielded,
+    /// so it collects while the batch travels. Anything else: nothing happens, and
+    /// the node goes on when its batch is yielded. A batch that then fails to arrive
+    /// is handled as any lost work.
     pub fn batch_arriving(&mut self, node: usize, out: &mut Vec<Output>) -> Result<(), TrainerError> {
         if node >= self.nodes.len() {
             return Err(TrainerError::UnknownNode(node));
         }
-        let quiet = self.seeding.is_none() && !self.checkpointing() && !self.shutting_down;
-        if self.cfg.sync || !self.started || !self.wanted || self.finished || !quiet {
-            return Ok(());
-        }
-        if !self.ready.is_empty() || self.nodes.iter().any(|n| n.arriving.is_some()) {
-            return Ok(());
-        }
         let n = &self.nodes[node];
-        let Some((seq, frames)) = n.outstanding.filter(|_| !n.down && !n.restarting) else {
+        // Only an answer to the outstanding `Continue` can be on its way (anything
+        // else is refused once whole).
+        let live = !n.down && !n.restarting && n.arriving.is_none();
+        let Some((seq, frames)) = n.outstanding.filter(|_| live) else {
             return Ok(());
         };
+        let others = self.nodes.iter().enumerate().any(|(i, m)| i != node && m.in_transit);
+        self.nodes[node].in_transit = true;
+        let quiet = self.seeding.is_none() && !self.checkpointing() && !self.shutting_down;
+        if self.cfg.sync || !self.wanted || self.finished || !quiet || others || !self.ready.is_empty() {
+            return Ok(());
+        }
         if self.remaining().is_some_and(|r| r <= frames as u64) {
             return Ok(());
         }
         let n = &mut self.nodes[node];
         n.arriving = Some((seq, frames));
+        n.arriving_sent_at = n.sent_at;
         n.outstanding = None;
         self.interval_push(self.batches_yielded + 1, out);
         self.release(node, out)
@@ -971,6 +990,7 @@ impl TrainerMachine {
                 self.nodes[node].down = true;
                 self.nodes[node].outstanding = None;
                 self.nodes[node].arriving = None;
+                self.nodes[node].in_transit = false;
                 if self.shutting_down && self.nodes.iter().all(|n| n.down) {
                     out.push(Output::AllDown);
                 }
@@ -1042,6 +1062,7 @@ impl TrainerMachine {
         // A batch on its way is lost with the node; the node was released already,
         // so its outstanding `Continue` is the one asked again.
         st.arriving = None;
+        st.in_transit = false;
         if let Some((_, frames)) = st.outstanding.take() {
             st.lost = Some(frames);
         }
@@ -1116,6 +1137,8 @@ impl TrainerMachine {
 
     fn on_batch(&mut self, mut b: Batch, out: &mut Vec<Output>) -> Result<(), TrainerError> {
         let node = b.node;
+        // Whatever it turns out to be, the node's frame on its way is whole.
+        self.nodes[node].in_transit = false;
         let st = &self.nodes[node];
         // A node answers in order: the batch on its way first, then the outstanding one.
         let expected = st.arriving.or(st.outstanding);
@@ -1163,6 +1186,7 @@ impl TrainerMachine {
         }
         if st.arriving.is_some_and(|(s, _)| s == seq) {
             st.arriving = None;
+            st.sent_at = self.now;
         } else {
             st.outstanding = None;
         }

@@ -215,6 +215,45 @@ fn past_the_intensity_the_failure_names_node_cause_and_history() {
 }
 
 #[test]
+fn a_continue_sent_while_the_batch_before_it_travels_is_timed_from_its_arrival() {
+    let timeout = sup(3, 60, Some(Duration::from_secs(2)));
+    let ms = Duration::from_millis;
+    // The batch on its way is timed from its own Continue: 0 s.
+    let mut t = harness(cfg(1, 1, 4, None, false), timeout.clone());
+    t.request().unwrap();
+    let c0 = continue_of(&t.take_sent(), 0);
+    t.tick(ms(1_000)).unwrap();
+    t.batch_arriving(0).unwrap();
+    assert_eq!(continue_of(&t.take_sent(), 0).seq, c0.seq + 1, "released");
+    t.tick(ms(1_900)).unwrap();
+    assert!(t.take_restarts().is_empty());
+    t.tick(ms(2_000)).unwrap();
+    let r = t.take_restarts();
+    assert!(
+        r.len() == 1 && r[0].2.contains(&format!("Continue seq {}", c0.seq)),
+        "{r:?}"
+    );
+    // The next one from when that batch was whole (1.5 s), not from when it was sent (1 s).
+    let mut t = harness(cfg(1, 1, 4, None, false), timeout);
+    t.request().unwrap();
+    let c0 = continue_of(&t.take_sent(), 0);
+    t.tick(ms(1_000)).unwrap();
+    t.batch_arriving(0).unwrap();
+    let c1 = continue_of(&t.take_sent(), 0);
+    t.tick(ms(1_500)).unwrap();
+    answer(&mut t, 0, c0, 1, 0);
+    assert_eq!(t.take_yielded().len(), 1);
+    t.tick(ms(3_400)).unwrap();
+    assert!(t.take_restarts().is_empty(), "2.4 s after it was sent, 1.9 s after");
+    t.tick(ms(3_500)).unwrap();
+    let r = t.take_restarts();
+    assert!(
+        r.len() == 1 && r[0].2.contains(&format!("Continue seq {}", c1.seq)),
+        "{r:?}"
+    );
+}
+
+#[test]
 fn an_unanswered_continue_times_out_through_tick() {
     let mut t = harness(cfg(2, 1, 4, None, false), sup(3, 60, Some(Duration::from_secs(2))));
     t.tick(Duration::from_secs(10)).unwrap();

@@ -418,10 +418,36 @@ fn async_a_node_goes_on_as_soon_as_its_batch_begins_to_arrive() {
     // 32 yielded, 8 to go: node 1's batch (seq 4) is the last one needed: not released.
     t.request().expect("request");
     t.batch_arriving(1).expect("arriving");
-    assert!(t.take_sent().is_empty(), "no node is asked for frames nobody wants");
+    assert!(t.take_sent().is_empty(), "node 1 is not released for the last batch");
     answer(&mut t, 1, cont(4, 8), 2, 1, 0.0);
     assert_eq!(t.take_yielded().len(), 2);
     assert!(t.machine().is_finished());
+}
+
+#[test]
+fn a_batch_on_its_way_unreleased_keeps_the_next_one_from_being_released_early() {
+    let mut t = harness(cfg(2, 2, 8, None, false));
+    t.request().expect("request");
+    let cs = t.take_continues();
+    answer(&mut t, 0, cs[0].1, 2, 0, 0.0);
+    assert_eq!(t.take_yielded().len(), 1);
+    assert_eq!(t.take_continues(), vec![(0, cont(2, 8))]);
+    // Node 1's batch begins while the consumer has not asked again: not released.
+    t.batch_arriving(1).expect("arriving");
+    assert!(t.take_sent().is_empty());
+    // The consumer asks; node 0's batch begins. Node 1's may well be whole first and
+    // be yielded first, so node 0 is not released yet either.
+    t.request().expect("request");
+    t.batch_arriving(0).expect("arriving");
+    assert!(t.take_sent().is_empty());
+    answer(&mut t, 1, cs[1].1, 2, 0, 1.0);
+    assert_eq!(t.take_yielded()[0].node, Some(1));
+    assert_eq!(t.take_continues(), vec![(1, cont(3, 8))]);
+    answer(&mut t, 0, cont(2, 8), 2, 0, 2.0);
+    assert!(t.take_sent().is_empty(), "node 0 waits for its batch to be taken");
+    t.request().expect("request");
+    assert_eq!(t.take_yielded()[0].node, Some(0));
+    assert_eq!(t.take_continues(), vec![(0, cont(4, 8))]);
 }
 
 #[test]
@@ -434,7 +460,7 @@ fn no_early_release_in_sync_mode_before_the_start_while_seeding_or_checkpointing
     assert!(t.take_sent().is_empty());
     answer(&mut t, 0, cs[0].1, 2, 0, 0.0);
     assert!(t.take_sent().is_empty());
-    // Async, before the first request: nothing asked, nothing to release.
+    // Async, before the first request: no Continue, so no batch can be on its way.
     let mut t = harness(cfg(2, 2, 8, None, false));
     t.batch_arriving(0).expect("arriving");
     assert!(t.take_sent().is_empty());

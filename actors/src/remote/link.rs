@@ -229,6 +229,29 @@ mod tests {
     }
 
     #[test]
+    fn small_parts_written_directly_until_the_socket_is_full_then_queued_keep_their_order() {
+        actix_rt::System::new().block_on(async {
+            let (mut server, _read, write) = loopback().await;
+            let (tx, task) = spawn_writer(write, |e| panic!("{e}"));
+            // 16 MB in parts of DIRECT_MAX, sent without yielding: the first go straight
+            // to the socket until its buffer is full, one goes in part, the rest queue.
+            let mut want = Vec::new();
+            for i in 0..4096u32 {
+                let part: Vec<u8> = (0..DIRECT_MAX).map(|j| (i as usize * 31 + j * 7) as u8).collect();
+                want.extend_from_slice(&part);
+                tx.send(Bytes::from(part)).expect("sent");
+            }
+            assert!(tx.shared.queued.get() > 0, "the socket filled up and parts queued");
+            drop(tx);
+            let mut got = Vec::new();
+            server.read_to_end(&mut got).await.expect("read");
+            task.await.expect("writer");
+            assert_eq!(got.len(), want.len());
+            assert!(got == want, "every byte, in order");
+        });
+    }
+
+    #[test]
     fn nothing_but_empty_parts_is_written_without_error() {
         actix_rt::System::new().block_on(async {
             let (mut server, _read, write) = loopback().await;

@@ -218,8 +218,8 @@ impl Handler<ToNodeMsg> for RemoteNode {
         }
         match self.weights.frame(&msg.0, self.timing.max_frame) {
             Ok(parts) => {
-                // One after the other on the one channel only this actor writes to:
-                // the writer puts them on the socket back to back.
+                // One after the other through the one sender only this actor uses:
+                // they reach the socket back to back.
                 for part in parts {
                     if self.out.send(part).is_err() {
                         return self.close(ctx, "the connection's writer is gone".into());
