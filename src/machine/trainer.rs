@@ -971,7 +971,8 @@ impl TrainerMachine {
     }
 
     /// A message from a node. An error means the message was refused and dropped;
-    /// the machine's state is as before.
+    /// the machine's state is as before (except that a refused batch, being whole,
+    /// is no longer on its way).
     pub fn on_node(&mut self, msg: FromNode, out: &mut Vec<Output>) -> Result<(), TrainerError> {
         let node = msg.node();
         if node >= self.nodes.len() {

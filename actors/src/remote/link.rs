@@ -155,6 +155,21 @@ mod tests {
         (server, read, write)
     }
 
+    /// Drops the sender, lets the task finish and checks the server got `want`.
+    async fn arrive_in_order(
+        tx: FrameSender,
+        task: actix_rt::task::JoinHandle<()>,
+        server: &mut tokio::net::TcpStream,
+        want: &[u8],
+    ) {
+        drop(tx);
+        let mut got = Vec::new();
+        server.read_to_end(&mut got).await.expect("read");
+        task.await.expect("writer");
+        assert_eq!(got.len(), want.len());
+        assert!(got == want, "every byte, in order");
+    }
+
     #[test]
     fn parts_arrive_in_order_byte_for_byte() {
         actix_rt::System::new().block_on(async {
@@ -174,12 +189,7 @@ mod tests {
                 want.extend_from_slice(&part);
                 tx.send(Bytes::from(part)).expect("queued");
             }
-            drop(tx);
-            let mut got = Vec::new();
-            server.read_to_end(&mut got).await.expect("read");
-            task.await.expect("writer");
-            assert_eq!(got.len(), want.len());
-            assert!(got == want, "every byte, in order");
+            arrive_in_order(tx, task, &mut server, &want).await;
         });
     }
 
@@ -242,12 +252,7 @@ mod tests {
                 tx.send(Bytes::from(part)).expect("sent");
             }
             assert!(tx.shared.queued.get() > 0, "the socket filled up and parts queued");
-            drop(tx);
-            let mut got = Vec::new();
-            server.read_to_end(&mut got).await.expect("read");
-            task.await.expect("writer");
-            assert_eq!(got.len(), want.len());
-            assert!(got == want, "every byte, in order");
+            arrive_in_order(tx, task, &mut server, &want).await;
         });
     }
 
