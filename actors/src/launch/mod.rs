@@ -1,12 +1,30 @@
 //! Launchers: where the nodes run. `Local` puts them on threads of this process,
-//! `Process` in child processes, `Slurm` in the tasks of an `sbatch` job array.
+//! `Process` in child processes, `Slurm` in the tasks of an `sbatch` job array,
+//! `External` leaves them to anyone who holds the token.
+//!
+//! [`Launcher`] is what a user configures; [`Launch`] is how each launcher starts,
+//! one type per launcher, so the collector starts every one the same way: the
+//! launcher starts (or readies the door for) the nodes, and hands back a
+//! [`TrainerStart`] to run inside the actix system and the [`NodeHandles`] the
+//! collector keeps until shutdown.
 
+pub mod external;
+pub mod join_door;
+pub mod launched;
 pub mod local;
+pub mod node_start;
 pub mod process;
 pub mod remote;
 pub mod slurm;
 
+use rollout::machine::{ConfigError, TrainerMachine};
+use rollout::node_spec::NodeSpec;
+use rollout::Registry;
+
+pub use launched::{Launched, NodeHandles, TrainerStart};
 pub use slurm::SlurmOptions;
+
+use crate::error::CollectError;
 
 /// Where the nodes of a collector run.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -25,4 +43,33 @@ pub enum Launcher {
     /// Needs the builder's `advertise` (the address the tasks dial) and a `listen`
     /// address they can reach. See [`SlurmOptions`] for the defaults.
     Slurm(SlurmOptions),
+}
+
+/// What every launcher starts from: a validated run, before anything is started.
+pub struct NodePlan {
+    /// The trainer's machine, configured (supervision, resume) but not started.
+    pub machine: TrainerMachine,
+    /// One spec per node, by index.
+    pub specs: Vec<NodeSpec>,
+    /// Where local nodes build their envs from.
+    pub registry: Registry,
+    /// The run's seed, sent to the nodes before the first batch.
+    pub seed: u64,
+}
+
+/// How one launcher starts its nodes. Called on the caller's thread, outside any actix
+/// system: what blocks (binding, spawning, `sbatch`) happens here, so its errors reach
+/// the caller before a thread is started; what needs actix is in the returned
+/// [`TrainerStart`].
+pub trait Launch: Send {
+    /// Starts the nodes of `plan` (or readies the door they join by).
+    fn start(self: Box<Self>, plan: NodePlan) -> Result<Launched, CollectError>;
+}
+
+/// A config error naming the builder setting at fault.
+pub(crate) fn config_error(field: &'static str, reason: impl Into<String>) -> CollectError {
+    CollectError::Config(ConfigError {
+        field,
+        reason: reason.into(),
+    })
 }
