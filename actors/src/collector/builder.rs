@@ -31,6 +31,40 @@ pub struct NodeOverrides {
 }
 
 /// Builds a [`DistributedCollector`]; torchrl's argument names in snake_case.
+///
+/// Every setting has a default but `env` and `frames_per_batch`; [`Self::build`] checks
+/// them all before anything starts, and a config error names the setting at fault.
+///
+/// # Examples
+///
+/// One local node stepping CartPole, two batches of 100 frames:
+///
+/// ```
+/// use rollout_actors::{CollectError, DistributedCollector};
+///
+/// let mut collector = DistributedCollector::builder()
+///     .env("CartPole-v1")
+///     .nodes(1)
+///     .frames_per_batch(100)
+///     .total_frames(200)
+///     .seed(7)
+///     .build()?;
+/// let batch = collector.next_batch()?.expect("the first of two batches");
+/// assert_eq!(batch.data.numel(), 100);
+/// collector.shutdown()?;
+///
+/// // A setting that cannot work is refused by name, before any thread starts.
+/// let refused = DistributedCollector::builder()
+///     .env("CartPole-v1")
+///     .frames_per_batch(100)
+///     .total_frames(-5)
+///     .build();
+/// match refused {
+///     Err(CollectError::Config(e)) => assert_eq!(e.field, "total_frames"),
+///     other => panic!("expected a config error, got {other:?}"),
+/// }
+/// # Ok::<(), CollectError>(())
+/// ```
 pub struct CollectorBuilder {
     pub(super) env: Option<EnvSpec>,
     pub(super) node_configs: std::collections::BTreeMap<usize, NodeOverrides>,

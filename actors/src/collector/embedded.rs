@@ -40,6 +40,37 @@ impl CollectorBuilder {
     /// `External`, awaited (bounded by `join_timeout`) before the trainer starts.
     /// `Slurm` is refused: its job needs the [`DistributedCollector`](super::DistributedCollector)
     /// that ends it. Must run inside an actix `System` (e.g. under `System::block_on`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use actix::prelude::*;
+    /// use rollout_actors::messages::{NextBatch, StopNodes};
+    /// use rollout_actors::CollectorBuilder;
+    ///
+    /// let arbiters = System::new().block_on(async {
+    ///     let run = CollectorBuilder::default()
+    ///         .env("CartPole-v1")
+    ///         .frames_per_batch(50)
+    ///         .total_frames(50)
+    ///         .seed(3)
+    ///         .start_embedded()
+    ///         .await?;
+    ///     let batch = run.trainer.send(NextBatch).await??.expect("one batch");
+    ///     assert_eq!(batch.data.numel(), 50);
+    ///     assert!(run.trainer.send(NextBatch).await??.is_none(), "total_frames reached");
+    ///     run.trainer.send(StopNodes).await??;
+    ///     Ok::<_, Box<dyn std::error::Error>>(run.arbiters)
+    /// })?;
+    /// // The owner stops and joins the env workers' threads.
+    /// for a in &arbiters {
+    ///     a.stop();
+    /// }
+    /// for a in arbiters {
+    ///     a.join().expect("an env worker's thread");
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub async fn start_embedded(self) -> Result<Embedded, CollectError> {
         let prepared = self.prepare()?;
         if matches!(prepared.launcher, Launcher::Slurm(_)) {

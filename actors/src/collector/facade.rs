@@ -109,6 +109,45 @@ impl DistributedCollector {
 }
 
 /// A running collection: nodes stepping envs, batches on demand.
+///
+/// Every call is blocking and bounded (`batch_timeout`, `shutdown_timeout`); dropping
+/// the collector shuts it down too, but [`Self::shutdown`] reports what went wrong.
+///
+/// # Examples
+///
+/// Two local nodes collecting asynchronously (a batch comes from whichever node is
+/// ready first) until 400 frames are yielded, with a weight update in between:
+///
+/// ```
+/// use rollout::{EnvSpec, PolicySpec, Registry};
+/// use rollout_actors::DistributedCollector;
+///
+/// // Weights of the collector's policy (its default, linear): a learner's would go here.
+/// let env = Registry::with_builtins().make(&EnvSpec::from("CartPole-v1"))?;
+/// let policy = PolicySpec::default().build(env.observation_spec(), env.action_spec(), 0)?;
+/// let weights = policy.weights().clone();
+///
+/// let mut collector = DistributedCollector::builder()
+///     .env("CartPole-v1")
+///     .nodes(2)
+///     .frames_per_batch(100)
+///     .total_frames(400)
+///     .seed(1)
+///     .build()?;
+/// let mut frames = 0;
+/// while let Some(batch) = collector.next_batch()? {
+///     assert!(batch.node.is_some_and(|n| n < 2), "an async batch names its node");
+///     frames += batch.data.numel();
+///     if batch.index == 0 {
+///         let version = collector.update_policy_weights(weights.clone(), None)?;
+///         assert!(version > batch.weights_version, "stored as the next version");
+///     }
+///     collector.recycle(batch);
+/// }
+/// assert_eq!(frames, 400);
+/// collector.shutdown()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct DistributedCollector {
     trainer: Addr<Trainer>,
     system: System,
