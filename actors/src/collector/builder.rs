@@ -176,7 +176,7 @@ impl CollectorBuilder {
         self.registry = registry;
         self
     }
-    /// The policy (a [`PolicyConfig`] or a full [`PolicySpec`]).
+    /// The policy (a [`PolicyConfig`](rollout::PolicyConfig) or a full [`PolicySpec`]).
     pub fn policy(mut self, policy: impl Into<PolicySpec>) -> Self {
         self.policy = policy.into();
         self

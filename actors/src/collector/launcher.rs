@@ -4,12 +4,11 @@
 use std::net::SocketAddr;
 
 use crate::error::CollectError;
-use crate::launch::external::ExternalLaunch;
-use crate::launch::join_door::JoinDoor;
+
 use crate::launch::local::LocalLaunch;
 use crate::launch::process::ProcessLaunch;
 use crate::launch::slurm::{self, SlurmLaunch, SlurmOptions};
-use crate::launch::{config_error, Launch, Launcher};
+use crate::launch::{config_error, ExternalLaunch, JoinDoor, Launch, Launcher};
 use crate::remote::listener::DoorConfig;
 use crate::remote::peer::PeerTiming;
 

@@ -4,7 +4,7 @@
 //!
 //! One job per file: `builder` (settings and entry points), `plan` (settings checked
 //! and turned into the trainer's machine and node specs), `launcher` (launcher
-//! settings turned into a [`Launch`](crate::launch::Launch)), `facade`, `embedded`,
+//! settings turned into the `Launch` that starts the nodes), `facade`, `embedded`,
 //! `postproc`.
 
 mod builder;

@@ -7,9 +7,9 @@ use super::{Launch, NodePlan};
 use crate::error::CollectError;
 
 /// Binds the door and waits for the nodes to come.
-pub struct ExternalLaunch {
+pub(crate) struct ExternalLaunch {
     /// Where the nodes join.
-    pub door: JoinDoor,
+    pub(crate) door: JoinDoor,
 }
 
 impl Launch for ExternalLaunch {

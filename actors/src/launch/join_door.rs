@@ -10,18 +10,18 @@ use crate::remote::listener::DoorConfig;
 
 /// How remote nodes come in.
 #[derive(Clone)]
-pub struct JoinDoor {
+pub(crate) struct JoinDoor {
     /// The address to bind (`HOST:PORT`; port 0 picks a free one).
-    pub listen: String,
+    pub(crate) listen: String,
     /// Token, heartbeat and handshake deadline.
-    pub door: DoorConfig,
+    pub(crate) door: DoorConfig,
     /// Longest wait for every node to join.
-    pub join_timeout: Duration,
+    pub(crate) join_timeout: Duration,
 }
 
 impl JoinDoor {
     /// Binds the listening socket here, so its address is known before any node is started.
-    pub fn bind(&self) -> Result<(TcpListener, SocketAddr), CollectError> {
+    pub(crate) fn bind(&self) -> Result<(TcpListener, SocketAddr), CollectError> {
         let listener = TcpListener::bind(&self.listen)
             .map_err(|e| config_error("listen", format!("cannot bind {}: {e}", self.listen)))?;
         let addr = listener

@@ -14,15 +14,15 @@ use super::NodePlan;
 use crate::error::CollectError;
 
 /// A started launch.
-pub struct Launched {
+pub(crate) struct Launched {
     /// Starts the trainer over the nodes; runs inside an actix `System`.
-    pub trainer: TrainerStart,
+    pub(crate) trainer: TrainerStart,
     /// What the collector keeps of the nodes until shutdown.
-    pub nodes: NodeHandles,
+    pub(crate) nodes: NodeHandles,
 }
 
 /// How the trainer meets its nodes: it builds them itself, or waits for them to join.
-pub enum TrainerStart {
+pub(crate) enum TrainerStart {
     /// Nodes on this process's arbiters, built from their specs.
     Local(NodePlan),
     /// Nodes that join over TCP through `listener`.
@@ -39,7 +39,7 @@ pub enum TrainerStart {
 impl TrainerStart {
     /// How long the caller waits for [`Self::run`] before giving up: the join timeout
     /// and some when nodes join, else a minute.
-    pub fn ready_wait(&self) -> Duration {
+    pub(crate) fn ready_wait(&self) -> Duration {
         match self {
             TrainerStart::Local(_) => Duration::from_secs(60),
             TrainerStart::Joining { door, .. } => door.join_timeout + Duration::from_secs(30),
@@ -50,7 +50,7 @@ impl TrainerStart {
     /// (bounded by the join timeout). `watch` reads on the nodes' state while they join,
     /// `respawn` starts a failed node again (supervised runs); both apply to joining
     /// nodes only. Must run inside a running actix `System`.
-    pub async fn run(
+    pub(crate) async fn run(
         self,
         watch: Option<Arc<dyn JoinWatch>>,
         respawn: Option<Respawn>,
@@ -77,25 +77,25 @@ impl TrainerStart {
 /// The collector's hold on the nodes a launcher started: the address they join, the
 /// node processes, the SLURM job. Each is released at shutdown.
 #[derive(Default)]
-pub struct NodeHandles {
+pub(crate) struct NodeHandles {
     /// The address remote nodes join, when they do.
-    pub listen_addr: Option<SocketAddr>,
+    pub(crate) listen_addr: Option<SocketAddr>,
     /// Node processes (`Process`); shared with the restarter that respawns them.
-    pub children: Option<Arc<Mutex<Children>>>,
+    pub(crate) children: Option<Arc<Mutex<Children>>>,
     /// The job array (`Slurm`).
-    pub slurm_job: Option<SlurmJob>,
+    pub(crate) slurm_job: Option<SlurmJob>,
 }
 
 impl NodeHandles {
     /// Reads on the nodes while they join (the SLURM tasks' states).
-    pub fn watch(&self) -> Option<Arc<dyn JoinWatch>> {
+    pub(crate) fn watch(&self) -> Option<Arc<dyn JoinWatch>> {
         self.slurm_job
             .as_ref()
             .map(|j| Arc::new(j.query()) as Arc<dyn JoinWatch>)
     }
 
     /// How a failed node is started again, when this launcher started it.
-    pub fn respawn(&self) -> Option<Respawn> {
+    pub(crate) fn respawn(&self) -> Option<Respawn> {
         match (&self.children, &self.slurm_job) {
             (Some(c), _) => Some(Respawn::Process(Arc::clone(c))),
             (None, Some(j)) => Some(Respawn::Slurm(j.resubmitter())),
@@ -104,7 +104,7 @@ impl NodeHandles {
     }
 
     /// Process ids of the node processes, by node index.
-    pub fn pids(&self) -> Vec<u32> {
+    pub(crate) fn pids(&self) -> Vec<u32> {
         self.children
             .as_ref()
             .and_then(|c| c.lock().ok().map(|c| c.pids()))
@@ -113,7 +113,7 @@ impl NodeHandles {
 
     /// The node processes, owned, once nothing else shares them (no [`Self::respawn`]
     /// handed out), e.g. for an embedded run whose owner reaps them.
-    pub fn into_children(self) -> Option<Children> {
+    pub(crate) fn into_children(self) -> Option<Children> {
         let shared = self.children?;
         let mutex = Arc::try_unwrap(shared).ok()?;
         Some(match mutex.into_inner() {
@@ -124,7 +124,7 @@ impl NodeHandles {
 
     /// Reaps the node processes (each `grace` to exit by itself), then ends the SLURM job
     /// and checks that no task is left: its result, when there is a job.
-    pub fn shutdown(&mut self, grace: Duration) -> Option<Result<(), SlurmError>> {
+    pub(crate) fn shutdown(&mut self, grace: Duration) -> Option<Result<(), SlurmError>> {
         if let Some(c) = self.children.take() {
             match c.lock() {
                 Ok(mut c) => c.reap(grace),

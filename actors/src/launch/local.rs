@@ -15,7 +15,7 @@ use crate::trainer::{NodeRestartFailed, NodeRestarted, Restarter, Trainer};
 
 /// The `Local` launcher: nothing to start before the actix system runs; the trainer
 /// builds the nodes itself ([`start`]).
-pub struct LocalLaunch;
+pub(crate) struct LocalLaunch;
 
 impl Launch for LocalLaunch {
     fn start(self: Box<Self>, plan: NodePlan) -> Result<Launched, CollectError> {

@@ -16,16 +16,16 @@ use crate::messages::FromNodeMsg;
 use crate::node::Node;
 
 /// A node that was started.
-pub struct StartedNode {
+pub(crate) struct StartedNode {
     /// The node actor.
-    pub addr: Addr<Node>,
+    pub(crate) addr: Addr<Node>,
     /// One arbiter per env worker; the owner stops and joins them.
-    pub arbiters: Vec<Arbiter>,
+    pub(crate) arbiters: Vec<Arbiter>,
 }
 
 /// Builds node `spec`'s env workers, each starting from `weights` when given (a joining
 /// node's `Welcome` weights). Built before anything starts, so a bad config fails first.
-pub fn build_workers(
+pub(crate) fn build_workers(
     spec: &NodeSpec,
     registry: &Registry,
     weights: Option<&Weights>,
@@ -43,7 +43,7 @@ pub fn build_workers(
 /// own, its messages going to `trainer`. `weights` are the ones the workers started
 /// from: a restarted worker gets them too, until an update replaces them. The node
 /// rebuilds a failed worker from `spec` and `registry`.
-pub fn start_node(
+pub(crate) fn start_node(
     spec: &NodeSpec,
     registry: &Registry,
     workers: Vec<Rollout>,

@@ -14,11 +14,11 @@ use super::{config_error, Launch, NodePlan};
 use crate::error::CollectError;
 
 /// The `Process` launcher: binds the door, then starts one `program node --join` per node.
-pub struct ProcessLaunch {
+pub(crate) struct ProcessLaunch {
     /// Where the children join.
-    pub door: JoinDoor,
+    pub(crate) door: JoinDoor,
     /// The `rollout` binary (or one that serves `node --join` the same way).
-    pub program: PathBuf,
+    pub(crate) program: PathBuf,
 }
 
 impl Launch for ProcessLaunch {

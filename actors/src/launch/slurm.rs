@@ -30,15 +30,15 @@ use crate::error::CollectError;
 
 /// The `Slurm` launcher: binds the door, then submits one job array whose tasks dial
 /// `advertise` (the bound port filled in).
-pub struct SlurmLaunch {
+pub(crate) struct SlurmLaunch {
     /// Where the tasks join.
-    pub door: JoinDoor,
+    pub(crate) door: JoinDoor,
     /// The binary each task runs as `PROGRAM node --join`.
-    pub program: PathBuf,
+    pub(crate) program: PathBuf,
     /// The job's `sbatch` options.
-    pub options: SlurmOptions,
+    pub(crate) options: SlurmOptions,
     /// The `HOST[:PORT]` the tasks dial, validated.
-    pub advertise: String,
+    pub(crate) advertise: String,
 }
 
 impl Launch for SlurmLaunch {
