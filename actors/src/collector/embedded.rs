@@ -98,3 +98,26 @@ impl CollectorBuilder {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use actix::System;
+
+    use crate::error::CollectError;
+    use crate::launch::{Launcher, SlurmOptions};
+    use crate::CollectorBuilder;
+
+    #[test]
+    fn an_embedded_slurm_run_is_refused_naming_the_launcher() {
+        let builder = CollectorBuilder::default()
+            .env("CartPole-v1")
+            .frames_per_batch(10)
+            .launcher(Launcher::Slurm(SlurmOptions::default()))
+            .advertise("127.0.0.1");
+        match System::new().block_on(builder.start_embedded()) {
+            Err(CollectError::Config(e)) => assert_eq!(e.field, "launcher"),
+            Err(other) => panic!("expected a config error naming `launcher`, got {other}"),
+            Ok(_) => panic!("an embedded Slurm run started"),
+        }
+    }
+}
