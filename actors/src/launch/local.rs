@@ -2,15 +2,29 @@
 //! one arbiter thread per env worker.
 
 use actix::prelude::*;
-use rollout::machine::{NodeMachine, TrainerMachine};
+use rollout::machine::TrainerMachine;
 use rollout::node_spec::NodeSpec;
-use rollout::rollout::Rollout;
 use rollout::Registry;
 
-use crate::env_worker::{worker_arbiter, EnvWorker};
+use super::launched::{Launched, NodeHandles, TrainerStart};
+use super::node_start::{build_workers, start_node, StartedNode};
+use super::{Launch, NodePlan};
 use crate::error::CollectError;
 use crate::node::{Halt, Node};
 use crate::trainer::{NodeRestartFailed, NodeRestarted, Restarter, Trainer};
+
+/// The `Local` launcher: nothing to start before the actix system runs; the trainer
+/// builds the nodes itself ([`start`]).
+pub(crate) struct LocalLaunch;
+
+impl Launch for LocalLaunch {
+    fn start(self: Box<Self>, plan: NodePlan) -> Result<Launched, CollectError> {
+        Ok(Launched {
+            trainer: TrainerStart::Local(plan),
+            nodes: NodeHandles::default(),
+        })
+    }
+}
 
 /// What a launch started: the trainer and the threads to join at the end.
 pub struct Started {
@@ -18,36 +32,6 @@ pub struct Started {
     pub trainer: Addr<Trainer>,
     /// One arbiter per env worker; stopped and joined at shutdown.
     pub arbiters: Vec<Arbiter>,
-}
-
-/// Starts one node actor over freshly built workers, each on an arbiter of its own.
-fn start_node(
-    spec: &NodeSpec,
-    registry: &Registry,
-    workers: Vec<Rollout>,
-    trainer: &Addr<Trainer>,
-) -> (Addr<Node>, Vec<Arbiter>) {
-    let node_ctx = Context::<Node>::new();
-    let node_addr = node_ctx.address();
-    let mut addrs = Vec::with_capacity(workers.len());
-    let mut handles = Vec::with_capacity(workers.len());
-    let mut arbiters = Vec::with_capacity(workers.len());
-    for (w, rollout) in workers.into_iter().enumerate() {
-        let arbiter = worker_arbiter(spec.worker_nice);
-        let to_node = node_addr.clone().recipient();
-        addrs.push(EnvWorker::start_in_arbiter(&arbiter.handle(), move |_| {
-            EnvWorker::new(w, rollout, to_node, true)
-        }));
-        handles.push(arbiter.handle());
-        arbiters.push(arbiter);
-    }
-    let machine = NodeMachine::from_spec(spec);
-    node_ctx.run(Node::new(machine, addrs, trainer.clone().recipient()).with_rebuild(
-        spec.clone(),
-        registry.clone(),
-        handles,
-    ));
-    (node_addr, arbiters)
 }
 
 /// Restarts local nodes in place: the old node actor is halted and its env workers'
@@ -76,7 +60,7 @@ impl Restarter for LocalRestarter {
             h.stop();
         }
         tracing::warn!(node, restart, %cause, "rebuilding local node");
-        let workers = match spec.build_workers(&self.registry) {
+        let workers = match build_workers(spec, &self.registry, None) {
             Ok(w) => w,
             Err(e) => {
                 trainer.do_send(NodeRestartFailed {
@@ -86,7 +70,8 @@ impl Restarter for LocalRestarter {
                 return;
             }
         };
-        let (addr, arbiters) = start_node(spec, &self.registry, workers, &trainer);
+        let StartedNode { addr, arbiters } =
+            start_node(spec, &self.registry, workers, None, trainer.clone().recipient());
         self.handles[node] = arbiters.iter().map(Arbiter::handle).collect();
         self.spawned.extend(arbiters);
         self.nodes[node] = addr.clone();
@@ -123,10 +108,12 @@ pub fn start(
 ) -> Result<Started, CollectError> {
     let mut rollouts = Vec::with_capacity(specs.len());
     for spec in specs {
-        rollouts.push(spec.build_workers(registry).map_err(|source| CollectError::NodeBuild {
-            node: spec.index,
-            source,
-        })?);
+        rollouts.push(
+            build_workers(spec, registry, None).map_err(|source| CollectError::NodeBuild {
+                node: spec.index,
+                source,
+            })?,
+        );
     }
     let layouts = rollouts.iter().map(|w| w.first().map(|r| r.batch_layout())).collect();
     let machine = machine.with_layouts(layouts);
@@ -138,7 +125,10 @@ pub fn start(
     let mut addrs = Vec::with_capacity(specs.len());
     let mut handles = Vec::with_capacity(specs.len());
     for (spec, workers) in specs.iter().zip(rollouts) {
-        let (node_addr, node_arbiters) = start_node(spec, registry, workers, &trainer);
+        let StartedNode {
+            addr: node_addr,
+            arbiters: node_arbiters,
+        } = start_node(spec, registry, workers, None, trainer.clone().recipient());
         handles.push(node_arbiters.iter().map(Arbiter::handle).collect());
         arbiters.extend(node_arbiters);
         recyclers.push(Some(node_addr.clone().recipient()));

@@ -23,6 +23,51 @@ use std::process::{Command, Stdio};
 use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use super::join_door::JoinDoor;
+use super::launched::{Launched, NodeHandles, TrainerStart};
+use super::{Launch, NodePlan};
+use crate::error::CollectError;
+
+/// The `Slurm` launcher: binds the door, then submits one job array whose tasks dial
+/// `advertise` (the bound port filled in).
+pub(crate) struct SlurmLaunch {
+    /// Where the tasks join.
+    pub(crate) door: JoinDoor,
+    /// The binary each task runs as `PROGRAM node --join`.
+    pub(crate) program: PathBuf,
+    /// The job's `sbatch` options.
+    pub(crate) options: SlurmOptions,
+    /// The `HOST[:PORT]` the tasks dial, validated.
+    pub(crate) advertise: String,
+}
+
+impl Launch for SlurmLaunch {
+    fn start(self: Box<Self>, plan: NodePlan) -> Result<Launched, CollectError> {
+        let (listener, addr) = self.door.bind()?;
+        let advertise = advertise_addr(&self.advertise, addr);
+        let job = SlurmJob::submit(
+            &self.options,
+            &self.program,
+            &advertise,
+            &self.door.door.token,
+            plan.specs.len(),
+        )
+        .map_err(|e| CollectError::Launch(e.to_string()))?;
+        Ok(Launched {
+            trainer: TrainerStart::Joining {
+                plan,
+                listener,
+                door: self.door,
+            },
+            nodes: NodeHandles {
+                listen_addr: Some(addr),
+                children: None,
+                slurm_job: Some(job),
+            },
+        })
+    }
+}
+
 /// Longest any one SLURM command (`sbatch`, `squeue`, `scancel`, ...) may take.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(20);
 

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use bytes::Bytes;
-use rollout::machine::NodeMachine;
 use rollout::message::{Batch, FromNode};
 use rollout::policy::Weights;
 use rollout::pool::TensorPool;
@@ -27,7 +26,7 @@ use super::frames::{FrameError, FrameStream, SharedPool};
 use super::link::{spawn_writer, FrameSender};
 use super::listener::read_frame;
 use super::parts;
-use crate::env_worker::{worker_arbiter, EnvWorker};
+use crate::launch::node_start::{build_workers, start_node, StartedNode};
 use crate::messages::{FromNodeMsg, Recycle, ToNodeMsg};
 use crate::node::Node;
 
@@ -198,17 +197,10 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
     };
     let index = welcome.node_index;
     tracing::info!(node = index, trainer = %addr, "joined");
-    let mut rollouts = match welcome.spec.build_workers(&opts.registry) {
+    let rollouts = match build_workers(&welcome.spec, &opts.registry, welcome.weights.as_ref()) {
         Ok(r) => r,
         Err(e) => return (Err(e.into()), Vec::new()),
     };
-    if let Some(w) = &welcome.weights {
-        for r in &mut rollouts {
-            if let Err(e) = r.set_weights(w) {
-                return (Err(e.into()), Vec::new());
-            }
-        }
-    }
     let max = (welcome.max_frame as usize).max(1);
     // Ready: the first frame after the handshake, before any answer to the trainer.
     let ready = NodeFrame::Ready {
@@ -233,33 +225,18 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
     if out.send(ready).is_err() {
         return (Err(JoinError::Lost("writer gone before Ready".into())), Vec::new());
     }
-    let node_ctx = Context::<Node>::new();
-    let node_addr = node_ctx.address();
-    let mut arbiters = Vec::new();
-    let mut handles = Vec::new();
-    let mut workers = Vec::new();
-    let k = rollouts.len();
-    for (w, r) in rollouts.into_iter().enumerate() {
-        let arbiter = worker_arbiter(welcome.spec.worker_nice);
-        let to_node = node_addr.clone().recipient();
-        workers.push(EnvWorker::start_in_arbiter(&arbiter.handle(), move |_| {
-            EnvWorker::new(w, r, to_node, true)
-        }));
-        handles.push(arbiter.handle());
-        arbiters.push(arbiter);
-    }
-    let mut machine = NodeMachine::new(index, k, 1)
-        .with_base_seed(welcome.spec.rollout.seed)
-        .with_intensity(welcome.spec.restart_intensity());
-    if let Some(w) = &welcome.weights {
-        // A restarted worker starts from the weights the others started from.
-        machine = machine.with_weights(Arc::new(w.clone()));
-    }
-    node_ctx.run(Node::new(machine, workers, link.clone().recipient()).with_rebuild(
-        welcome.spec.clone(),
-        opts.registry.clone(),
-        handles,
-    ));
+    // A restarted worker starts from the weights the others started from.
+    let weights = welcome.weights.clone().map(Arc::new);
+    let StartedNode {
+        addr: node_addr,
+        arbiters,
+    } = start_node(
+        &welcome.spec,
+        &opts.registry,
+        rollouts,
+        weights,
+        link.clone().recipient(),
+    );
     let heartbeat = Duration::from_millis(welcome.heartbeat_ms.max(1));
     let timeout = Duration::from_millis(welcome.heartbeat_timeout_ms.max(1));
     // Weight updates are read into the tensors of versions no worker holds any

@@ -1,0 +1,156 @@
+//! `rollout collect`: build the collector from the flags, collect until done, write
+//! the batches out, checkpoint on the way.
+
+use std::fs::File;
+use std::io::{self, BufWriter, IsTerminal, Seek, Write};
+use std::time::Instant;
+
+use anyhow::Context as _;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rollout_actors::{Collected, DistributedCollector};
+
+use crate::collect_args::CollectArgs;
+use crate::collect_build::build;
+use crate::failure::{usage, Failure};
+use crate::output::{frames_of, BatchLine, Data, Record, Summary};
+use crate::resume;
+
+fn progress_bar(args: &CollectArgs) -> ProgressBar {
+    if args.quiet || !io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let (pb, template) = if args.total_frames >= 0 {
+        (
+            ProgressBar::with_draw_target(Some(args.total_frames as u64), ProgressDrawTarget::stderr()),
+            "{elapsed_precise} [{wide_bar}] {human_pos}/{human_len} frames, {msg}",
+        )
+    } else {
+        (
+            ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()),
+            "{elapsed_precise} {spinner} {human_pos} frames, {msg}",
+        )
+    };
+    if let Ok(style) = ProgressStyle::with_template(template) {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb.set_message("0 batches");
+    pb
+}
+
+pub(crate) fn collect(args: &CollectArgs) -> Result<(), Failure> {
+    if args.checkpoint_every == 0 {
+        return Err(usage("checkpoint_every", "must be at least 1"));
+    }
+    let resumed = match &args.resume {
+        Some(p) => Some(resume::CollectCheckpoint::load(p).map_err(|e| usage("resume", format!("{e:#}")))?),
+        None => None,
+    };
+    // Open the output before starting anything: a path we cannot write is a bad value.
+    let mut output = match (&args.output, resumed.as_ref().and_then(|r| r.output_len)) {
+        (None, _) => None,
+        (Some(p), Some(len)) => Some(BufWriter::new(
+            resume::reopen_output(p, len).map_err(|e| usage("output", format!("{e:#}")))?,
+        )),
+        (Some(p), None) => {
+            Some(BufWriter::new(File::create(p).map_err(|e| {
+                usage("output", format!("cannot create {}: {e}", p.display()))
+            })?))
+        }
+    };
+    let before = resumed.as_ref().map_or(0, |r| r.collector.trainer.frames_yielded);
+    let mut collector = build(args, resumed.map(|r| r.collector))?;
+    let pb = progress_bar(args);
+    pb.set_position(before);
+    let run = run(args, &mut collector, output.as_mut(), &pb);
+    pb.finish_and_clear();
+    let flushed = match output.as_mut() {
+        Some(w) => w.flush().context("writing the output file"),
+        None => Ok(()),
+    };
+    let down = collector.shutdown();
+    let (frames, batches, seconds) = run.map_err(|e| Failure::Runtime(format!("{e:#}")))?;
+    flushed.map_err(|e| Failure::Runtime(format!("{e:#}")))?;
+    down.map_err(|e| Failure::Runtime(format!("shutting down: {e}")))?;
+    let fps = if seconds > 0.0 { frames as f64 / seconds } else { 0.0 };
+    if args.json {
+        let summary = Summary {
+            frames,
+            batches,
+            seconds,
+            fps,
+        };
+        let summary = serde_json::to_string(&summary).map_err(|e| Failure::Runtime(e.to_string()))?;
+        let mut out = io::stdout().lock();
+        writeln!(out, "{summary}")
+            .and_then(|()| out.flush())
+            .map_err(|e| Failure::Runtime(format!("writing stdout: {e}")))?;
+    } else {
+        eprintln!("collected {frames} frames in {batches} batches in {seconds:.2} s ({fps:.0} frames/s)");
+    }
+    Ok(())
+}
+
+/// Collects until the collector is done; returns (frames, batches, seconds).
+fn run(
+    args: &CollectArgs,
+    collector: &mut DistributedCollector,
+    mut output: Option<&mut BufWriter<File>>,
+    pb: &ProgressBar,
+) -> anyhow::Result<(u64, u64, f64)> {
+    let start = Instant::now();
+    let (mut frames, mut batches) = (0u64, 0u64);
+    let mut stdout = io::stdout().lock();
+    while let Some(c) = collector.next_batch()? {
+        let Collected {
+            index,
+            node,
+            weights_version,
+            ref data,
+            ..
+        } = c;
+        let n = frames_of(data);
+        frames += n;
+        batches += 1;
+        if let Some(w) = output.as_deref_mut() {
+            let record = Record {
+                batch: index,
+                node,
+                weights_version,
+                data: Data(data),
+            };
+            rmp_serde::encode::write_named(w, &record).with_context(|| format!("writing batch {index}"))?;
+        }
+        if args.json {
+            let line = serde_json::to_string(&BatchLine {
+                batch: index,
+                frames: n,
+                node,
+                weights_version,
+            })?;
+            writeln!(stdout, "{line}")
+                .and_then(|()| stdout.flush())
+                .context("writing stdout")?;
+        }
+        if let Some(path) = &args.checkpoint {
+            if batches.is_multiple_of(args.checkpoint_every) {
+                // The file must hold exactly the batches the checkpoint has yielded.
+                let output_len = match output.as_deref_mut() {
+                    Some(w) => {
+                        w.flush().context("writing the output file")?;
+                        Some(w.get_mut().stream_position().context("reading the output position")?)
+                    }
+                    None => None,
+                };
+                let collector = collector.checkpoint().context("taking a checkpoint")?;
+                resume::CollectCheckpoint { collector, output_len }
+                    .save(path)
+                    .context("saving the checkpoint")?;
+            }
+        }
+        pb.inc(n);
+        let secs = start.elapsed().as_secs_f64();
+        let fps = if secs > 0.0 { frames as f64 / secs } else { 0.0 };
+        pb.set_message(format!("{fps:.0} frames/s, {batches} batches"));
+    }
+    Ok((frames, batches, start.elapsed().as_secs_f64()))
+}

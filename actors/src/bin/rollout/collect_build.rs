@@ -1,0 +1,132 @@
+//! `rollout collect`'s flags turned into a running [`DistributedCollector`].
+
+use std::time::Duration;
+
+use rollout::{EnvSpec, ExplorationType, PolicyConfig};
+use rollout_actors::remote::{read_token, JoinError};
+use rollout_actors::{DistributedCollector, Launcher};
+
+use crate::collect_args::{CollectArgs, Exploration, PolicyKind};
+use crate::failure::{build_failure, usage, Failure};
+use crate::LauncherKind;
+
+fn policy_config(args: &CollectArgs) -> Result<PolicyConfig, Failure> {
+    if args.hidden.is_some() && args.policy != PolicyKind::Mlp {
+        return Err(usage("hidden", "only used by `--policy mlp`"));
+    }
+    if args.value.is_some() && args.policy != PolicyKind::Constant {
+        return Err(usage("value", "only used by `--policy constant`"));
+    }
+    Ok(match args.policy {
+        PolicyKind::Random => PolicyConfig::Random,
+        PolicyKind::Linear => PolicyConfig::Linear,
+        PolicyKind::Mlp => {
+            let hidden = args.hidden.clone().unwrap_or_else(|| vec![64, 64]);
+            if hidden.contains(&0) {
+                return Err(usage("hidden", "every layer needs at least one unit"));
+            }
+            PolicyConfig::Mlp { hidden }
+        }
+        PolicyKind::Constant => {
+            let value = args.value.unwrap_or(1.0);
+            if !value.is_finite() {
+                return Err(usage("value", format!("{value} is not finite")));
+            }
+            PolicyConfig::Constant { value }
+        }
+    })
+}
+
+pub(crate) fn build(
+    args: &CollectArgs,
+    resume: Option<rollout::checkpoint::Checkpoint>,
+) -> Result<DistributedCollector, Failure> {
+    let config = match &args.env_config {
+        None => serde_json::Value::Null,
+        Some(s) => serde_json::from_str(s).map_err(|e| usage("env_config", format!("not valid JSON: {e}")))?,
+    };
+    let env = EnvSpec {
+        name: args.env.clone(),
+        config,
+    };
+    let batch_timeout = Duration::try_from_secs_f64(args.batch_timeout).map_err(|_| {
+        usage(
+            "batch_timeout",
+            format!("{} is not a number of seconds", args.batch_timeout),
+        )
+    })?;
+    let slurm = args.slurm.options(args.launcher == LauncherKind::Slurm)?;
+    let launcher = match (args.launcher, &args.listen, slurm) {
+        (_, _, Some(o)) => Launcher::Slurm(o),
+        (LauncherKind::Local, Some(_), _) | (LauncherKind::External, _, _) => Launcher::External,
+        (LauncherKind::Local, None, _) => Launcher::Local,
+        (LauncherKind::Process | LauncherKind::Slurm, _, _) => Launcher::Process,
+    };
+    let join_timeout = Duration::try_from_secs_f64(args.join_timeout).map_err(|_| {
+        usage(
+            "join_timeout",
+            format!("{} is not a number of seconds", args.join_timeout),
+        )
+    })?;
+    let mut b = DistributedCollector::builder()
+        .env(env)
+        .policy(policy_config(args)?)
+        .nodes(args.nodes)
+        .envs_per_node(args.envs_per_node)
+        .frames_per_batch(args.frames_per_batch)
+        .total_frames(args.total_frames)
+        .sync(args.sync)
+        .launcher(launcher.clone())
+        .update_after_each_batch(args.update_after_each_batch)
+        .init_random_frames(args.init_random_frames)
+        .reset_at_each_iter(args.reset_at_each_iter)
+        .split_trajs(args.split_trajs)
+        .batch_timeout(batch_timeout);
+    if let Some(s) = args.seed {
+        b = b.seed(s);
+    }
+    if let Some(e) = args.exploration_type {
+        b = b.exploration_type(match e {
+            Exploration::Deterministic => ExplorationType::Deterministic,
+            Exploration::Random => ExplorationType::Random,
+        });
+    }
+    if let Some(n) = args.max_weight_update_interval {
+        b = b.max_weight_update_interval(n);
+    }
+    if let Some(n) = args.node_max_restarts {
+        b = b.node_max_restarts(n);
+    }
+    b = b.worker_nice(args.worker_nice);
+    if let Some(n) = args.update_interval {
+        b = b.update_interval(n);
+    }
+    if let Some(n) = args.max_frames_per_traj {
+        b = b.max_frames_per_traj(n);
+    }
+    b = b.join_timeout(join_timeout);
+    if let Some(addr) = &args.listen {
+        b = b.listen(addr.clone());
+    }
+    if let Some(addr) = &args.slurm.advertise {
+        b = b.advertise(addr.clone());
+    }
+    if launcher != Launcher::Local {
+        match read_token(args.token_file.as_deref()) {
+            Ok(t) => b = b.token(t),
+            Err(JoinError::NoToken) if matches!(launcher, Launcher::Process | Launcher::Slurm(_)) => {}
+            Err(e) => return Err(usage("token", e)),
+        }
+    }
+    if let Some(ck) = resume {
+        b = b.resume(ck);
+    }
+    let c = b.build().map_err(build_failure)?;
+    if let (Launcher::External, Some(addr)) = (&launcher, c.listen_addr()) {
+        eprintln!("listening on {addr}");
+    }
+    if let Some(job) = c.slurm_job_id() {
+        eprintln!("SLURM job {job}: every node joined");
+    }
+    Ok(c)
+}

@@ -1,0 +1,51 @@
+//! `rollout node`: join a trainer and serve it until it shuts down.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use rollout_actors::remote::{read_token, run_node, JoinError, NodeOptions};
+
+use crate::failure::{usage, Failure};
+
+#[derive(Args, Debug)]
+pub(crate) struct NodeArgs {
+    /// The trainer's address, HOST:PORT.
+    #[arg(long, value_name = "HOST:PORT")]
+    join: String,
+    /// File holding the shared token (else the ROLLOUT_TOKEN env var). Never pass it as an argument.
+    #[arg(long, value_name = "PATH")]
+    token_file: Option<PathBuf>,
+    /// Name shown in the trainer's logs [default: host:pid].
+    #[arg(long)]
+    name: Option<String>,
+    /// Ask for this node index (a node rejoining its slot).
+    #[arg(long, value_name = "I")]
+    index: Option<usize>,
+    /// Give up connecting after this many seconds.
+    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
+    connect_timeout: f64,
+}
+
+/// `rollout node`: join, serve until Shutdown, exit 0.
+pub(crate) fn node(args: &NodeArgs) -> Result<(), Failure> {
+    let token = read_token(args.token_file.as_deref()).map_err(|e| usage("token", e))?;
+    let connect_timeout = Duration::try_from_secs_f64(args.connect_timeout).map_err(|_| {
+        usage(
+            "connect_timeout",
+            format!("{} is not a number of seconds", args.connect_timeout),
+        )
+    })?;
+    let mut opts = NodeOptions {
+        index: args.index,
+        connect_timeout,
+        ..NodeOptions::default()
+    };
+    if let Some(n) = &args.name {
+        opts.name = n.clone();
+    }
+    run_node(&args.join, &token, opts).map_err(|e| match e {
+        JoinError::Connect { .. } | JoinError::Rejected(_) => Failure::Runtime(e.to_string()),
+        other => Failure::Runtime(other.to_string()),
+    })
+}

@@ -1,0 +1,111 @@
+//! The builder's launcher settings checked and turned into the [`Launch`] that starts
+//! the nodes: one launcher type per [`Launcher`].
+
+use std::net::SocketAddr;
+
+use crate::error::CollectError;
+
+use crate::launch::local::LocalLaunch;
+use crate::launch::process::ProcessLaunch;
+use crate::launch::slurm::{self, SlurmLaunch, SlurmOptions};
+use crate::launch::{config_error, ExternalLaunch, JoinDoor, Launch, Launcher};
+use crate::remote::listener::DoorConfig;
+use crate::remote::peer::PeerTiming;
+
+use super::builder::CollectorBuilder;
+
+impl CollectorBuilder {
+    /// The launcher that starts this run's nodes, its settings checked: a token for
+    /// nodes that join from outside (drawn at random for the ones this trainer starts),
+    /// heartbeat and frame limits, the `Slurm` options and `advertise`, the binary.
+    pub(super) fn launch(&self) -> Result<Box<dyn Launch>, CollectError> {
+        if self.launcher == Launcher::Local {
+            return Ok(Box::new(LocalLaunch));
+        }
+        let token = match (&self.token, &self.launcher) {
+            (Some(t), _) if !t.is_empty() => t.clone(),
+            (_, Launcher::Process | Launcher::Slurm(_)) => random_token(),
+            _ => return Err(config_error("token", "required for nodes that join from outside")),
+        };
+        if self.heartbeat.is_zero() || self.heartbeat_timeout <= self.heartbeat {
+            return Err(config_error(
+                "heartbeat",
+                "the timeout must be longer than the interval",
+            ));
+        }
+        if self.max_frame < 1024 {
+            return Err(config_error("max_frame", "must be at least 1024 bytes"));
+        }
+        let slurm = match &self.launcher {
+            Launcher::Slurm(o) => Some((o.clone(), self.slurm_advertise(o)?)),
+            _ => None,
+        };
+        let door = JoinDoor {
+            listen: self.listen.clone(),
+            door: DoorConfig {
+                token,
+                timing: PeerTiming {
+                    heartbeat: self.heartbeat,
+                    timeout: self.heartbeat_timeout,
+                    max_frame: self.max_frame,
+                },
+                handshake_timeout: self.handshake_timeout,
+            },
+            join_timeout: self.join_timeout,
+        };
+        let program = || match &self.node_program {
+            Some(p) => Ok(p.clone()),
+            None => std::env::current_exe()
+                .map_err(|e| config_error("node_program", format!("cannot find this executable: {e}"))),
+        };
+        Ok(match slurm {
+            Some((options, advertise)) => Box::new(SlurmLaunch {
+                door,
+                program: program()?,
+                options,
+                advertise,
+            }),
+            None if self.launcher == Launcher::Process => Box::new(ProcessLaunch {
+                door,
+                program: program()?,
+            }),
+            None => Box::new(ExternalLaunch { door }),
+        })
+    }
+
+    /// Checks the `Slurm` launcher's settings; returns the `advertise` address.
+    fn slurm_advertise(&self, o: &SlurmOptions) -> Result<String, CollectError> {
+        o.validate().map_err(|(field, reason)| config_error(field, reason))?;
+        let advertise = match self.advertise.as_deref().map(str::trim) {
+            Some(a) if !a.is_empty() && !a.contains(char::is_whitespace) => a.to_string(),
+            Some(a) => return Err(config_error("advertise", format!("{a:?} is not HOST[:PORT]"))),
+            None => {
+                return Err(config_error(
+                    "advertise",
+                    "required for the Slurm launcher: the HOST[:PORT] its tasks dial",
+                ))
+            }
+        };
+        let host = slurm::advertise_host(&advertise);
+        let listen_loopback = self.listen.parse::<SocketAddr>().is_ok_and(|l| l.ip().is_loopback());
+        let host_loopback = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+        if listen_loopback && !host_loopback {
+            return Err(config_error(
+                "listen",
+                format!(
+                    "{} accepts loopback only but tasks dial {advertise}: listen on 0.0.0.0:0 or that host's address",
+                    self.listen
+                ),
+            ));
+        }
+        Ok(advertise)
+    }
+}
+
+/// A random token for nodes this trainer starts itself.
+fn random_token() -> Vec<u8> {
+    (0..32)
+        .map(|_| format!("{:02x}", rand::random::<u8>()))
+        .collect::<String>()
+        .into_bytes()
+}

@@ -1,0 +1,254 @@
+//! Planning a run: the builder's settings checked (every error names the setting at
+//! fault) and turned into the trainer's machine and one [`NodeSpec`] per node.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rollout::machine::{TrainerConfig, TrainerMachine};
+use rollout::node_spec::NodeSpec;
+use rollout::rollout::{batch_layout, layout_difference, BatchLayout, RolloutConfig};
+use rollout::{EnvSpec, Weights};
+
+use super::builder::CollectorBuilder;
+use super::facade::FacadeOptions;
+use crate::error::CollectError;
+use crate::launch::{config_error, Launch, Launcher, NodePlan};
+
+/// A validated collector: what to start and how, before anything is started.
+pub(super) struct Prepared {
+    /// The run.
+    pub(super) plan: NodePlan,
+    /// The launcher that starts its nodes.
+    pub(super) launch: Box<dyn Launch>,
+    /// Which launcher that is, for the entry points that take only some.
+    pub(super) launcher: Launcher,
+    /// What the facade does with batches and deadlines.
+    pub(super) facade: FacadeOptions,
+}
+
+impl CollectorBuilder {
+    /// What [`Self::build`] and [`Self::start`] would run, without starting anything:
+    /// the trainer's config, one [`NodeSpec`] per node (trajectory-id lanes, per-worker
+    /// frames, node `i`'s workers seeded from `seed + first_lane`, overrides of
+    /// [`Self::node_config`] applied) and the run's seed (drawn
+    /// from the clock when none was set). Validates the config as `build` does.
+    /// Feed these to [`crate::testkit::Cluster`] to replay a run in memory.
+    pub fn plan_specs(&self) -> Result<(TrainerConfig, Vec<NodeSpec>, u64), CollectError> {
+        let env = self
+            .env
+            .clone()
+            .ok_or_else(|| config_error("env", "required: name a registered env"))?;
+        let f = self
+            .frames_per_batch
+            .ok_or_else(|| config_error("frames_per_batch", "required"))?;
+        let total_frames = match self.total_frames {
+            -1 => None,
+            t if t < 0 => return Err(config_error("total_frames", format!("{t}: use -1 for endless"))),
+            t => Some(t as u64),
+        };
+        if !(0..=19).contains(&self.worker_nice) {
+            return Err(config_error(
+                "worker_nice",
+                format!(
+                    "{}: must be within 0..=19 (a thread's priority can only be lowered)",
+                    self.worker_nice
+                ),
+            ));
+        }
+        let n = self.nodes;
+        if let Some((&i, _)) = self.node_configs.iter().find(|(&i, _)| i >= n.max(1)) {
+            return Err(config_error(
+                "node_config",
+                format!("node {i} does not exist: there are {n} nodes"),
+            ));
+        }
+        let over = |i: usize| self.node_configs.get(&i).cloned().unwrap_or_default();
+        let envs: Vec<EnvSpec> = (0..n).map(|i| over(i).env.unwrap_or_else(|| env.clone())).collect();
+        let ks: Vec<usize> = (0..n)
+            .map(|i| over(i).envs_per_node.unwrap_or(self.envs_per_node))
+            .collect();
+        let cfg = TrainerConfig {
+            nodes: n,
+            envs_per_node: ks.clone(),
+            frames_per_batch: f,
+            total_frames,
+            sync: self.sync,
+            update_after_each_batch: self.update_after_each_batch,
+            max_weight_update_interval: self.max_weight_update_interval,
+            update_interval: self.update_interval,
+        };
+        if self.sync && self.node_configs.values().any(|o| o.envs_per_node.is_some()) {
+            if let Some(i) = ks.iter().position(|&k| k != ks[0]) {
+                return Err(config_error(
+                    "node_config",
+                    format!(
+                        "sync collection stacks node shares, but node {i} has {} envs and node 0 has {}",
+                        ks[i], ks[0]
+                    ),
+                ));
+            }
+        }
+        cfg.validate()?;
+        let mut policies = Vec::with_capacity(n);
+        let mut layouts: Vec<BatchLayout> = Vec::with_capacity(n);
+        for (i, env_i) in envs.iter().enumerate() {
+            let probe = self.registry.make(env_i).map_err(|e| {
+                if self.node_configs.get(&i).is_some_and(|o| o.env.is_some()) {
+                    config_error("node_config", format!("node {i}'s env: {e}"))
+                } else {
+                    CollectError::from(e)
+                }
+            })?;
+            let mut policy = self.policy.clone();
+            if let Some(e) = over(i).exploration_type.or(self.exploration_type) {
+                policy.exploration = e;
+            }
+            // Fail at build time, naming the policy, rather than on every node.
+            let built = policy
+                .build(probe.observation_spec(), probe.action_spec(), 0)
+                .map_err(|e| config_error("policy", format!("node {i}: {e}")))?;
+            let layout = batch_layout(probe.observation_spec(), probe.action_spec());
+            if self.launcher != Launcher::Local {
+                self.check_frames_fit(i, built.weights(), &layout, if self.sync { f / n.max(1) } else { f })?;
+            }
+            policies.push(policy);
+            layouts.push(layout);
+        }
+        if self.sync {
+            if let Some(diff) = (1..n).find_map(|i| layout_difference(i, &layouts[i], 0, &layouts[0])) {
+                return Err(config_error(
+                    "node_config",
+                    format!("sync collection stacks node shares, but {diff}"),
+                ));
+            }
+        }
+        if self.max_frames_per_traj == Some(0) {
+            return Err(config_error("max_frames_per_traj", "must be at least 1"));
+        }
+        if self.restart.window.as_millis() == 0 {
+            return Err(config_error("restart_window", "must be at least 1 ms"));
+        }
+        let lanes: u64 = ks.iter().map(|&k| k as u64).sum();
+        let seed = self.seed.unwrap_or_else(|| {
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0)
+        });
+        let mut specs = Vec::with_capacity(n);
+        let mut first_lane = 0u64;
+        for (i, ((env_i, policy), &k)) in envs.into_iter().zip(policies).zip(&ks).enumerate() {
+            let worker_frames = if self.sync { f / n / k } else { f / k };
+            specs.push(NodeSpec {
+                index: i,
+                env: env_i,
+                policy,
+                envs_per_node: k,
+                first_lane,
+                lanes,
+                rollout: RolloutConfig {
+                    frames_per_batch: worker_frames,
+                    max_frames_per_traj: self.max_frames_per_traj,
+                    reset_at_each_iter: self.reset_at_each_iter,
+                    init_random_frames: self.init_random_frames.div_ceil(lanes),
+                    // Node i's workers take the seeds after those of nodes 0..i.
+                    seed: seed.wrapping_add(first_lane),
+                    nan_is_failure: self.nan_is_failure,
+                },
+                max_restarts: self.restart.max_restarts,
+                restart_window_ms: self.restart.window.as_millis() as u64,
+                worker_nice: self.worker_nice,
+            });
+            first_lane += k as u64;
+        }
+        Ok((cfg, specs, seed))
+    }
+
+    /// Remote node `i`'s frames fit in `max_frame`: its weight updates, and its batches
+    /// of `frames` frames (their tensors alone; headers add a few hundred bytes, which
+    /// the node reports at run time if they are what tips it over).
+    fn check_frames_fit(
+        &self,
+        i: usize,
+        weights: &Weights,
+        layout: &BatchLayout,
+        frames: usize,
+    ) -> Result<(), CollectError> {
+        let max = self.max_frame;
+        let update = rollout::wire::update_weights_len(weights);
+        if update > max {
+            return Err(config_error(
+                "max_frame",
+                format!(
+                    "node {i}'s policy has {} parameters: a weight update is a frame of {update} bytes, over \
+                     max_frame ({max}); raise max_frame",
+                    weights.numel()
+                ),
+            ));
+        }
+        let per_frame: usize = layout
+            .values()
+            .map(|(dtype, dims)| dtype.size().saturating_mul(dims.iter().product()))
+            .fold(0, usize::saturating_add);
+        let batch = per_frame.saturating_mul(frames);
+        if batch > max {
+            return Err(config_error(
+                "max_frame",
+                format!(
+                    "node {i}'s batches of {frames} frames hold {batch} bytes of tensors, over max_frame ({max}); \
+                     raise max_frame or lower frames_per_batch"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks every setting and plans the run: the trainer's machine (resumed and
+    /// supervised as configured), the node specs, the launcher; nothing is started.
+    pub(super) fn prepare(self) -> Result<Prepared, CollectError> {
+        if self.batch_timeout.is_zero() {
+            return Err(config_error("batch_timeout", "must be longer than zero"));
+        }
+        if self.replay_buffer.is_some() && self.split_trajs {
+            return Err(config_error(
+                "replay_buffer",
+                "a replay buffer stores frames and split_trajs pads trajectories: use one or the other",
+            ));
+        }
+        let (cfg, specs, seed) = self.plan_specs()?;
+        let n = cfg.nodes;
+        let mut machine = TrainerMachine::new(cfg)?;
+        if let Some(c) = self.resume.clone() {
+            machine = machine.with_resume(c)?;
+        }
+        let launch = self.launch()?;
+        // Each node's layout is learnt from the node: local::start reads it off the
+        // workers it builds; a remote node advertises it in its `Ready`.
+        if let Some(sup) = self.node_supervision.clone() {
+            if sup.intensity.window.as_millis() == 0 {
+                return Err(config_error("node_restart_window", "must be at least 1 ms"));
+            }
+            if sup.continue_timeout.is_some_and(|t| t.is_zero()) {
+                return Err(config_error("continue_timeout", "must be longer than zero"));
+            }
+            machine = machine.with_supervision(sup);
+        }
+        Ok(Prepared {
+            plan: NodePlan {
+                machine,
+                specs,
+                registry: self.registry,
+                seed,
+            },
+            launch,
+            launcher: self.launcher,
+            facade: FacadeOptions {
+                batch_timeout: self.batch_timeout,
+                shutdown_timeout: self.shutdown_timeout,
+                split_trajs: self.split_trajs,
+                postproc: self.postproc,
+                replay_buffer: self.replay_buffer,
+                nodes: n,
+            },
+        })
+    }
+}
