@@ -15,7 +15,7 @@ use std::sync::{Arc, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rollout::message::{Batch, Continue, Seed, UpdateWeights};
+use rollout::message::{Batch, Continue, Seed, ToNode, UpdateWeights};
 use rollout::node_spec::NodeSpec;
 use rollout::rollout::RolloutConfig;
 use rollout::wire::{auth_proof, encode_into, NodeFrame, TrainerFrame, Welcome, DEFAULT_MAX_FRAME, PROTOCOL_VERSION};
@@ -437,7 +437,7 @@ fn protocol_md_worked_examples_are_the_encoders_bytes() {
         .collect();
     let mut bytes = Vec::new();
     encode_into(
-        &TrainerFrame::Continue(Continue { seq: 7, frames: 1000 }),
+        &ToNode::Continue(Continue { seq: 7, frames: 1000 }),
         DEFAULT_MAX_FRAME,
         &mut bytes,
     )
