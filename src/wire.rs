@@ -1128,7 +1128,7 @@ mod tests {
         );
         // Node names and unset optional fields: nil.
         let hello = NodeFrame::Hello {
-            protocol_version: 1,
+            protocol_version: 3,
             node_name: "n".into(),
             node_index: None,
         };
@@ -1142,7 +1142,7 @@ mod tests {
                 "68656c6c6f",
                 "b0",
                 "70726f746f636f6c5f76657273696f6e",
-                "01",
+                "03",
                 "a9",
                 "6e6f64655f6e616d65",
                 "a1",
@@ -1153,7 +1153,7 @@ mod tests {
             )
         );
         // An absent optional `node_index` is accepted too.
-        let no_index = "83a474797065a568656c6c6fb070726f746f636f6c5f76657273696f6e01a96e6f64655f6e616d65a16e";
+        let no_index = "83a474797065a568656c6c6fb070726f746f636f6c5f76657273696f6e03a96e6f64655f6e616d65a16e";
         let bytes: Vec<u8> = (0..no_index.len())
             .step_by(2)
             .map(|i| u8::from_str_radix(&no_index[i..i + 2], 16).unwrap())

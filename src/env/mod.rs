@@ -174,6 +174,126 @@ fn snapshot_error(name: &str, why: impl fmt::Display) -> EnvError {
 ///
 /// `step` after an episode ended is an error: the caller resets. Time limits
 /// (gymnasium's `TimeLimit`) are part of each env and show as `truncated`.
+///
+/// # Examples
+///
+/// A tiny env of your own: a walk on a line, left or right, that ends at ±3 (terminated)
+/// or after 10 steps (truncated). Registered in a [`Registry`], it is built by name, the
+/// way a node builds the env of its spec.
+///
+/// ```
+/// use rollout::{Action, Env, EnvError, EnvSpec, Registry, Spec, Transition};
+///
+/// struct Walk {
+///     x: i64,
+///     steps: u64,
+///     done: bool,
+///     obs_spec: Spec,
+///     action_spec: Spec,
+/// }
+///
+/// impl Walk {
+///     fn new() -> Walk {
+///         Walk {
+///             x: 0,
+///             steps: 0,
+///             done: true,
+///             obs_spec: Spec::uniform_box(1, -3.0, 3.0),
+///             action_spec: Spec::Discrete { n: 2 },
+///         }
+///     }
+/// }
+///
+/// impl Env for Walk {
+///     fn name(&self) -> &str {
+///         "Walk"
+///     }
+///     fn observation_spec(&self) -> &Spec {
+///         &self.obs_spec
+///     }
+///     fn action_spec(&self) -> &Spec {
+///         &self.action_spec
+///     }
+///     fn reset(&mut self, _seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
+///         (self.x, self.steps, self.done) = (0, 0, false);
+///         obs[0] = 0.0;
+///         Ok(())
+///     }
+///     fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Transition, EnvError> {
+///         if self.done {
+///             return Err(EnvError::NeedsReset("after the episode ended"));
+///         }
+///         // `discrete` checks the action against the spec (0 or 1 here).
+///         self.x += if action.discrete(&self.action_spec)? == 1 { 1 } else { -1 };
+///         self.steps += 1;
+///         obs[0] = self.x as f32;
+///         let terminated = self.x.abs() >= 3;
+///         let truncated = !terminated && self.steps >= 10;
+///         self.done = terminated || truncated;
+///         Ok(Transition { reward: 1.0, terminated, truncated })
+///     }
+///     fn state(&self) -> Vec<f64> {
+///         vec![self.x as f64]
+///     }
+///     fn set_state(&mut self, state: &[f64]) -> Result<(), EnvError> {
+///         let [x] = state else {
+///             return Err(EnvError::State(format!("Walk has 1 state value, got {}", state.len())));
+///         };
+///         self.x = *x as i64;
+///         Ok(())
+///     }
+///     fn elapsed_steps(&self) -> u64 {
+///         self.steps
+///     }
+///     fn set_elapsed_steps(&mut self, steps: u64) {
+///         self.steps = steps;
+///     }
+/// }
+///
+/// let mut registry = Registry::with_builtins();
+/// registry.register("Walk", |_config| Ok(Box::new(Walk::new())));
+/// let mut env = registry.make(&EnvSpec::new("Walk"))?;
+///
+/// let mut obs = [0.0f32];
+/// env.reset(Some(0), &mut obs)?;
+/// // Always right: terminated on the third step, at x = 3.
+/// let mut last = None;
+/// for _ in 0..3 {
+///     last = Some(env.step(Action::Discrete(1), &mut obs)?);
+/// }
+/// assert_eq!(obs, [3.0]);
+/// assert_eq!(last, Some(Transition { reward: 1.0, terminated: true, truncated: false }));
+/// // The episode is over: stepping again is an error until the next reset.
+/// assert!(env.step(Action::Discrete(0), &mut obs).is_err());
+/// // An action outside the spec is refused, not clamped.
+/// env.reset(None, &mut obs)?;
+/// assert!(matches!(env.step(Action::Discrete(2), &mut obs), Err(EnvError::Action(_))));
+/// // Without `snapshot`/`restore` the env refuses to be checkpointed, naming itself.
+/// assert!(matches!(env.snapshot(), Err(EnvError::NotCheckpointable(name)) if name == "Walk"));
+/// # Ok::<(), EnvError>(())
+/// ```
+///
+/// A built-in env, by name with a config (`null` for the defaults):
+///
+/// ```
+/// use rollout::{Action, EnvSpec, Registry};
+///
+/// let spec = EnvSpec::new("CartPole-v1").with_config(serde_json::json!({"max_episode_steps": 5}));
+/// let mut env = Registry::with_builtins().make(&spec)?;
+/// let mut obs = vec![0.0f32; env.observation_spec().dim()];
+/// env.reset(Some(42), &mut obs)?;
+/// let mut steps = 0;
+/// loop {
+///     steps += 1;
+///     let t = env.step(Action::Discrete(steps % 2), &mut obs)?;
+///     if t.done() {
+///         assert!(t.truncated, "alternating pushes keep the pole up for 5 steps");
+///         break;
+///     }
+/// }
+/// assert_eq!(steps, 5);
+/// # Ok::<(), rollout::EnvError>(())
+/// ```
 pub trait Env: Send {
     /// The registered name, e.g. `CartPole-v1`.
     fn name(&self) -> &str;

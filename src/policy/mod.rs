@@ -148,6 +148,83 @@ pub struct SamplerState {
 }
 
 /// Maps observations to actions.
+///
+/// # Examples
+///
+/// A built-in policy from its [`PolicySpec`], acting for a batch of observations at once
+/// (row-major, `k * obs_dim` values) and taking new weights, as a node's worker does:
+///
+/// ```
+/// use rollout::policy::ActionsMut;
+/// use rollout::{ExplorationType, PolicyConfig, PolicySpec, Registry, Tensor};
+///
+/// let env = Registry::with_builtins().make(&"CartPole-v1".into())?;
+/// let spec = PolicySpec {
+///     config: PolicyConfig::Linear,
+///     exploration: ExplorationType::Deterministic, // argmax of the logits
+///     init_seed: 0,
+/// };
+/// let mut policy = spec.build(env.observation_spec(), env.action_spec(), 7)?;
+///
+/// // Two observations of CartPole (4 values each), two actions in 0..2.
+/// let obs = [0.0f32, 0.1, -0.02, 0.3, 0.01, -0.2, 0.04, -0.5];
+/// let mut actions = [-1i64; 2];
+/// policy.act(&obs, 2, ActionsMut::Discrete(&mut actions))?;
+/// assert!(actions.iter().all(|a| (0..2).contains(a)));
+///
+/// // An update must keep every name, dtype and shape (`weight` [2, 4], `bias` [2]).
+/// let mut update = policy.weights().clone().with_version(1);
+/// if let Some(Tensor::F32(bias)) = update.tensors.get_mut("bias") {
+///     bias[[1]] += 100.0; // action 1 wins everywhere now
+/// }
+/// policy.set_weights(&update)?;
+/// policy.act(&obs, 2, ActionsMut::Discrete(&mut actions))?;
+/// assert_eq!(actions, [1, 1]);
+/// assert_eq!(policy.weights().version, 1);
+///
+/// let mut wrong = update.clone();
+/// wrong.tensors.remove("bias");
+/// assert!(policy.set_weights(&wrong).is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// A policy of your own implements the four required methods; the checkpoint hooks
+/// (`sampler_state`, `set_sampler_state`) default to a refusal naming the type:
+///
+/// ```
+/// use rollout::policy::ActionsMut;
+/// use rollout::{ExplorationType, Policy, PolicyError, Weights};
+///
+/// /// Always the same discrete action; no weights.
+/// struct Always(i64, Weights);
+///
+/// impl Policy for Always {
+///     fn act(&mut self, _obs: &[f32], k: usize, actions: ActionsMut<'_>) -> Result<(), PolicyError> {
+///         let ActionsMut::Discrete(a) = actions else {
+///             return Err(PolicyError::Buffer("a discrete policy writes discrete actions".into()));
+///         };
+///         a[..k].fill(self.0);
+///         Ok(())
+///     }
+///     fn weights(&self) -> &Weights {
+///         &self.1
+///     }
+///     fn set_weights(&mut self, weights: &Weights) -> Result<(), PolicyError> {
+///         self.1.check_layout(weights)?;
+///         self.1 = weights.clone();
+///         Ok(())
+///     }
+///     fn set_exploration(&mut self, _exploration: ExplorationType) {}
+///     fn reseed(&mut self, _seed: u64) {}
+/// }
+///
+/// let mut p = Always(1, Weights::default());
+/// let mut actions = [0i64; 3];
+/// p.act(&[0.0; 12], 3, ActionsMut::Discrete(&mut actions))?;
+/// assert_eq!(actions, [1, 1, 1]);
+/// assert!(matches!(p.sampler_state(), Err(PolicyError::NotCheckpointable(_))));
+/// # Ok::<(), PolicyError>(())
+/// ```
 pub trait Policy: Send {
     /// Writes `k` actions for the `k` observations in `obs` (row-major, `k * obs_dim`).
     fn act(&mut self, obs: &[f32], k: usize, actions: ActionsMut<'_>) -> Result<(), PolicyError>;

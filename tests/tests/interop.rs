@@ -15,7 +15,7 @@ use std::sync::{Arc, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rollout::message::{Batch, Continue, Seed, UpdateWeights};
+use rollout::message::{Batch, Continue, Seed, ToNode, UpdateWeights};
 use rollout::node_spec::NodeSpec;
 use rollout::rollout::RolloutConfig;
 use rollout::wire::{auth_proof, encode_into, NodeFrame, TrainerFrame, Welcome, DEFAULT_MAX_FRAME, PROTOCOL_VERSION};
@@ -393,6 +393,78 @@ fn frames_decode_with_python_msgpack() {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// PROTOCOL.md's §7 "Worked example", as the document shows it.
+fn protocol_md_section_7() -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../PROTOCOL.md");
+    let doc = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let start = doc.find("## 7. Worked example").expect("PROTOCOL.md has a §7");
+    doc[start..].to_string()
+}
+
+/// The hex of the first backtick span on the line after the line starting with `lead`.
+fn inline_hex_after(section: &str, lead: &str) -> String {
+    let mut lines = section.lines().skip_while(|l| !l.starts_with(lead));
+    let first = lines
+        .next()
+        .unwrap_or_else(|| panic!("§7 has no line starting with {lead:?}"));
+    // The span is on the same line after the lead (`heartbeat`) or on the next one (`hello`).
+    let rest = first.strip_prefix(lead).unwrap_or(first);
+    let line = if rest.contains('`') {
+        rest.to_string()
+    } else {
+        lines.next().unwrap_or("").to_string()
+    };
+    let span = line
+        .split('`')
+        .nth(1)
+        .unwrap_or_else(|| panic!("no `…` span after {lead:?}"));
+    span.split_whitespace().collect()
+}
+
+/// The doc's examples are the bytes the encoder writes: a reader writing a node from
+/// PROTOCOL.md alone gets what the reference trainer expects (the version in `hello` too).
+#[test]
+fn protocol_md_worked_examples_are_the_encoders_bytes() {
+    let section = protocol_md_section_7();
+    // The annotated `continue` frame: hex bytes, then two or more spaces, then a comment.
+    let block = section.split("```").nth(1).expect("§7 opens with a code block");
+    let continue_hex: String = block
+        .lines()
+        .filter_map(|l| l.split("  ").next())
+        .flat_map(str::split_whitespace)
+        .collect();
+    let mut bytes = Vec::new();
+    encode_into(
+        &ToNode::Continue(Continue { seq: 7, frames: 1000 }),
+        DEFAULT_MAX_FRAME,
+        &mut bytes,
+    )
+    .expect("encode continue");
+    assert_eq!(continue_hex, hex(&bytes), "continue {{seq: 7, frames: 1000}}");
+
+    let mut bytes = Vec::new();
+    encode_into(&NodeFrame::Heartbeat, DEFAULT_MAX_FRAME, &mut bytes).expect("encode heartbeat");
+    assert_eq!(
+        inline_hex_after(&section, "`heartbeat` (either direction):"),
+        hex(&bytes),
+        "heartbeat"
+    );
+
+    let lead = format!("`hello {{protocol_version: {PROTOCOL_VERSION}, node_name: \"n\", node_index: nil}}` body:");
+    let mut bytes = Vec::new();
+    let hello = NodeFrame::Hello {
+        protocol_version: PROTOCOL_VERSION,
+        node_name: "n".into(),
+        node_index: None,
+    };
+    encode_into(&hello, DEFAULT_MAX_FRAME, &mut bytes).expect("encode hello");
+    assert_eq!(
+        inline_hex_after(&section, &lead),
+        hex(&bytes[4..]),
+        "hello body (no length prefix)"
+    );
 }
 
 #[test]
