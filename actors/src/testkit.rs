@@ -17,12 +17,12 @@ use rollout::rollout::{keys, Rollout, RolloutError};
 use rollout::{Registry, Tensor, TensorDict, Weights};
 
 use crate::env_worker::execute;
-use crate::messages::WorkerEvent;
 
 /// One node with real env workers, driven by messages in memory.
 ///
-/// It supervises its workers as the Node actor does: a failed worker is rebuilt
-/// from the spec (when built with [`Self::new`]) on the node's `RestartWorker`.
+/// Its node machine decides everything, as in the Node actor: a failed worker is
+/// rebuilt from the spec (when built with [`Self::new`]) and the harness installs
+/// the machine's `Replace`.
 /// Time is a manual clock, moved with [`Self::advance`]: restart intensities are
 /// tested without waiting.
 pub struct NodeHarness {
@@ -41,9 +41,8 @@ impl NodeHarness {
     pub fn new(spec: &NodeSpec, registry: &Registry) -> Result<NodeHarness, RolloutError> {
         let workers = spec.build_workers(registry)?.into_iter().map(Some).collect();
         let mut h = NodeHarness::from_rollouts(spec.index, workers);
-        h.machine = NodeMachine::from_spec(spec);
         h.rebuild = Some((spec.clone(), registry.clone()));
-        Ok(h)
+        Ok(h.with_machine(NodeMachine::from_spec(spec)))
     }
 
     /// A node over rollouts built by the test (one per worker). With no spec, a
@@ -60,9 +59,13 @@ impl NodeHarness {
         }
     }
 
-    /// Replaces the node's machine (say, one with another restart intensity).
+    /// Replaces the node's machine (say, one with another restart intensity). A
+    /// harness built with [`Self::new`] gives it the spec to rebuild workers from.
     pub fn with_machine(mut self, machine: NodeMachine) -> NodeHarness {
-        self.machine = machine;
+        self.machine = match &self.rebuild {
+            Some((spec, registry)) => machine.with_rebuild(spec.clone(), registry.clone()),
+            None => machine,
+        };
         self
     }
 
@@ -104,6 +107,9 @@ impl NodeHarness {
         &self.machine
     }
 
+    /// Carries out the machine's outputs, running each worker command on the
+    /// calling thread and handing the worker's answer back to the machine, until
+    /// nothing is left to do.
     fn pump(&mut self) -> Vec<FromNode> {
         let mut to_trainer = Vec::new();
         while !self.out.is_empty() {
@@ -111,33 +117,17 @@ impl NodeHarness {
             for o in batch {
                 match o {
                     NodeOutput::Trainer(m) => to_trainer.push(m),
-                    NodeOutput::RestartWorker {
+                    NodeOutput::Replace {
                         worker,
                         restart,
-                        seed,
-                        skip_traj_ids_below,
-                        frames,
-                        weights,
-                        cause,
-                    } => {
-                        let built = match &self.rebuild {
-                            Some((spec, registry)) => spec
-                                .rebuild_worker(registry, worker, seed, skip_traj_ids_below, frames, weights.as_deref())
-                                .map_err(|e| e.to_string()),
-                            None => Err("this node has no spec to rebuild workers from".to_string()),
-                        };
-                        match (built, self.workers.get_mut(worker)) {
-                            (Ok(r), Some(slot)) => {
-                                *slot = Some(r);
-                                self.restarts.push((worker, restart, seed));
-                            }
-                            (Ok(_), None) => self.log.push(format!("no worker {worker}")),
-                            (Err(e), _) => {
-                                let reason = format!("rebuild after `{cause}` failed: {e}");
-                                self.machine.on_worker_failed(worker, &reason, self.now, &mut self.out);
-                            }
+                        rollout,
+                    } => match self.workers.get_mut(worker) {
+                        Some(slot) => {
+                            *slot = Some(*rollout);
+                            self.restarts.push((worker, restart.number, restart.seed));
                         }
-                    }
+                        None => self.log.push(format!("no worker {worker}")),
+                    },
                     NodeOutput::Worker { worker, cmd } => {
                         let Some(slot) = self.workers.get_mut(worker) else {
                             self.log.push(format!("no worker {worker}"));
@@ -146,30 +136,7 @@ impl NodeHarness {
                         let Some(ev) = execute(slot, worker, cmd) else {
                             continue;
                         };
-                        let r = match ev {
-                            WorkerEvent::Batch {
-                                worker,
-                                seq,
-                                version,
-                                data,
-                            } => self.machine.on_worker_batch(worker, seq, version, data, &mut self.out),
-                            WorkerEvent::Failed { worker, reason } => {
-                                self.machine.on_worker_failed(worker, &reason, self.now, &mut self.out);
-                                Ok(())
-                            }
-                            WorkerEvent::Stopped { worker } => {
-                                self.machine.on_worker_stopped(worker, &mut self.out);
-                                Ok(())
-                            }
-                            WorkerEvent::Snapshot { worker, state } => {
-                                self.machine
-                                    .on_worker_snapshot(worker, state.map(|s| *s), &mut self.out)
-                            }
-                            WorkerEvent::Restored { worker, result } => {
-                                self.machine.on_worker_restored(worker, result, &mut self.out)
-                            }
-                        };
-                        if let Err(e) = r {
+                        if let Err(e) = self.machine.on_worker(ev, self.now, &mut self.out) {
                             self.log.push(e.to_string());
                         }
                     }
