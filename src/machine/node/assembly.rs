@@ -25,7 +25,7 @@ impl NodeMachine {
                 pending: p.seq,
             });
         }
-        if c.frames % self.workers != 0 || c.frames == 0 {
+        if !c.frames.is_multiple_of(self.workers) || c.frames == 0 {
             return Err(NodeError::Uneven {
                 frames: c.frames,
                 workers: self.workers,

@@ -30,6 +30,41 @@ pub use messages::{NodeError, NodeOutput, WorkerCmd, WorkerEvent, WorkerRestart}
 use supervise::{Rebuild, WorkerLife};
 
 /// The node's state machine.
+///
+/// # Examples
+///
+/// A node of two workers splits a `Continue` and answers once both shares came:
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use rollout::machine::node::{NodeMachine, NodeOutput, WorkerCmd, WorkerEvent};
+/// use rollout::message::{Continue, FromNode, ToNode};
+/// use rollout::TensorDict;
+///
+/// let mut node = NodeMachine::new(0, 2, 1);
+/// let mut out = Vec::new();
+/// node.handle(ToNode::Continue(Continue { seq: 1, frames: 4 }), &mut out)?;
+/// assert!(matches!(
+///     out[..],
+///     [
+///         NodeOutput::Worker { worker: 0, cmd: WorkerCmd::Collect { seq: 1, frames: 2 } },
+///         NodeOutput::Worker { worker: 1, cmd: WorkerCmd::Collect { seq: 1, frames: 2 } },
+///     ]
+/// ));
+/// out.clear();
+/// for worker in [1, 0] {
+///     let data = TensorDict::new(&[1, 2]);
+///     let share = WorkerEvent::Batch { worker, seq: 1, version: 0, data };
+///     node.on_worker(share, Duration::ZERO, &mut out)?;
+/// }
+/// let batch = out.iter().find_map(|o| match o {
+///     NodeOutput::Trainer(FromNode::Batch(b)) => Some(b),
+///     _ => None,
+/// });
+/// assert_eq!(batch.map(|b| (b.seq, b.data.batch_size())), Some((1, &[2usize, 2][..])));
+/// # Ok::<(), rollout::machine::NodeError>(())
+/// ```
 pub struct NodeMachine {
     index: usize,
     workers: usize,
