@@ -86,7 +86,7 @@ impl NodeSpec {
     }
 
     /// Builds worker `worker`'s rollout anew after a failure (see
-    /// [`NodeOutput::RestartWorker`](crate::machine::NodeOutput::RestartWorker)): built
+    /// [`NodeOutput::Replace`](crate::machine::NodeOutput::Replace)): built
     /// as at the start, then reseeded with `seed`, its trajectory ids moved to
     /// `skip_traj_ids_below` or beyond, its frame count resumed at `frames`, and
     /// `weights` loaded when given.

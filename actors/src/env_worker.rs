@@ -10,23 +10,24 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use actix::prelude::*;
+use rollout::machine::node::WorkerEvent;
 use rollout::machine::WorkerCmd;
 use rollout::rollout::Rollout;
 
-use crate::messages::{Replace, ToWorker, WorkerEvent};
+use crate::messages::{FromWorker, Replace, ToWorker};
 
 /// One env worker of a node.
 pub struct EnvWorker {
     worker: usize,
     rollout: Option<Rollout>,
-    node: Recipient<WorkerEvent>,
+    node: Recipient<FromWorker>,
     /// Stop the arbiter thread too when the actor stops (it owns the thread).
     owns_arbiter: bool,
 }
 
 impl EnvWorker {
     /// A worker that reports to `node`.
-    pub fn new(worker: usize, rollout: Rollout, node: Recipient<WorkerEvent>, owns_arbiter: bool) -> EnvWorker {
+    pub fn new(worker: usize, rollout: Rollout, node: Recipient<FromWorker>, owns_arbiter: bool) -> EnvWorker {
         EnvWorker {
             worker,
             rollout: Some(rollout),
@@ -152,7 +153,7 @@ impl Handler<ToWorker> for EnvWorker {
             if let WorkerEvent::Failed { reason, .. } = &ev {
                 tracing::warn!(worker = self.worker, %reason, "env worker failed");
             }
-            self.node.do_send(ev);
+            self.node.do_send(FromWorker(ev));
         }
         if stop {
             ctx.stop();

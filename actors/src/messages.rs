@@ -3,9 +3,10 @@
 //! give them a `Message` impl without copying anything.
 
 use actix::prelude::*;
+use rollout::machine::node::WorkerEvent;
 use rollout::machine::{Collected, WorkerCmd};
 use rollout::message::{FromNode, ToNode};
-use rollout::rollout::{Rollout, RolloutState};
+use rollout::rollout::Rollout;
 use rollout::{TensorDict, Weights};
 
 use crate::error::CollectError;
@@ -49,48 +50,11 @@ impl std::fmt::Debug for Replace {
     }
 }
 
-/// An env worker's answer to its node.
+/// An env worker → node event (the core's [`WorkerEvent`], which the node
+/// machine takes as it is).
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
-pub enum WorkerEvent {
-    /// The frames asked for by `Collect`.
-    Batch {
-        /// Worker index in the node.
-        worker: usize,
-        /// The node's seq.
-        seq: u64,
-        /// Weights version used.
-        version: u64,
-        /// The frames, `[1, frames]`.
-        data: TensorDict,
-    },
-    /// The worker failed (env or policy error, or a caught panic).
-    Failed {
-        /// Worker index.
-        worker: usize,
-        /// What happened.
-        reason: String,
-    },
-    /// The worker stopped after `Stop`.
-    Stopped {
-        /// Worker index.
-        worker: usize,
-    },
-    /// Answer to `Snapshot`.
-    Snapshot {
-        /// Worker index.
-        worker: usize,
-        /// The rollout's state, or why it cannot be taken.
-        state: Result<Box<RolloutState>, String>,
-    },
-    /// Answer to `Restore`.
-    Restored {
-        /// Worker index.
-        worker: usize,
-        /// Done, or why not.
-        result: Result<(), String>,
-    },
-}
+pub struct FromWorker(pub WorkerEvent);
 
 /// Ask the trainer for the next batch; `Ok(None)` once `total_frames` were yielded.
 #[derive(Message, Debug)]

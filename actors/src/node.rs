@@ -1,34 +1,30 @@
-//! The Node actor: a thin shell around [`NodeMachine`] that owns its env workers
-//! and supervises them: on [`NodeOutput::RestartWorker`] it rebuilds the worker's
-//! rollout from the node's [`NodeSpec`] and hands it to the worker actor (or to a
-//! new one on the same arbiter if the actor itself died).
+//! The Node actor: a thin shell around [`NodeMachine`]. It holds the machine, the
+//! addresses of its env workers and their arbiters; its handlers hand every
+//! trainer message and worker event to the machine and carry out the outputs:
+//! commands to workers, messages to the trainer, and on [`NodeOutput::Replace`] a
+//! rebuilt rollout installed in its worker (or in a new worker actor on the same
+//! arbiter if the actor itself died). Every decision is the machine's.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use actix::prelude::*;
+use rollout::machine::node::WorkerEvent;
 use rollout::machine::{NodeMachine, NodeOutput, WorkerCmd};
 use rollout::node_spec::NodeSpec;
-use rollout::{Registry, Weights};
+use rollout::rollout::Rollout;
+use rollout::Registry;
 
 use crate::env_worker::EnvWorker;
-use crate::messages::{FromNodeMsg, Recycle, Replace, ToNodeMsg, ToWorker, WorkerEvent};
-
-/// What a node needs to rebuild a failed env worker.
-struct Rebuild {
-    spec: NodeSpec,
-    registry: Registry,
-    /// The arbiter of each worker, to start a new worker actor on if the old one died.
-    arbiters: Vec<ArbiterHandle>,
-}
+use crate::messages::{FromNodeMsg, FromWorker, Recycle, Replace, ToNodeMsg, ToWorker};
 
 /// One node: receives the trainer's messages, drives and supervises its env workers.
 pub struct Node {
     machine: NodeMachine,
     workers: Vec<Addr<EnvWorker>>,
+    /// The arbiter of each worker, to start a new worker actor on if the old one died.
+    arbiters: Vec<ArbiterHandle>,
     trainer: Recipient<FromNodeMsg>,
     out: Vec<NodeOutput>,
-    rebuild: Option<Rebuild>,
     /// Workers whose actor was found dead and reported, until replaced.
     dead: Vec<bool>,
     /// Origin of the times given to the machine.
@@ -37,60 +33,56 @@ pub struct Node {
 
 impl Node {
     /// A node over already started workers, reporting to `trainer`. Without
-    /// [`Self::with_rebuild`] a failed worker cannot be rebuilt: each attempt counts
-    /// as one more failure, so the node fails once the restart intensity is spent.
+    /// [`Self::with_rebuild`] (or a machine built with
+    /// [`NodeMachine::with_rebuild`]) a failed worker cannot be rebuilt: each
+    /// attempt counts as one more failure, so the node fails once the restart
+    /// intensity is spent.
     pub fn new(machine: NodeMachine, workers: Vec<Addr<EnvWorker>>, trainer: Recipient<FromNodeMsg>) -> Node {
+        let dead = vec![false; workers.len()];
         Node {
             machine,
             workers,
+            arbiters: Vec::new(),
             trainer,
             out: Vec::new(),
-            rebuild: None,
-            dead: Vec::new(),
+            dead,
             start: Instant::now(),
         }
     }
 
     /// Lets the node rebuild a failed worker `w` from `spec` and `registry`
-    /// (`spec.build_worker(registry, w)`); `arbiters[w]` is the arbiter worker `w`
-    /// runs on, where a new worker actor is started if the old one died.
+    /// (`spec.rebuild_worker(registry, w, ..)`, decided by the machine);
+    /// `arbiters[w]` is the arbiter worker `w` runs on, where a new worker actor is
+    /// started if the old one died.
     pub fn with_rebuild(mut self, spec: NodeSpec, registry: Registry, arbiters: Vec<ArbiterHandle>) -> Node {
-        self.rebuild = Some(Rebuild {
-            spec,
-            registry,
-            arbiters,
-        });
+        self.machine = self.machine.with_rebuild(spec, registry);
+        self.arbiters = arbiters;
         self
     }
 
+    /// Hands a worker's event to the machine.
+    fn on_worker(&mut self, event: WorkerEvent) {
+        let now = self.start.elapsed();
+        if let Err(e) = self.machine.on_worker(event, now, &mut self.out) {
+            tracing::warn!(node = self.machine.index(), error = %e, "node dropped a worker answer");
+        }
+    }
+
+    /// Carries out the machine's outputs.
     fn dispatch(&mut self, ctx: &mut Context<Self>) {
-        // Sending can produce more outputs (a dead worker, a failed rebuild): loop until none.
+        // Carrying out can produce more outputs (a dead worker is reported back to
+        // the machine): loop until none.
         while !self.out.is_empty() {
             let outs = std::mem::take(&mut self.out);
             for o in outs {
                 match o {
                     NodeOutput::Worker { worker, cmd } => self.send_worker(worker, cmd),
                     NodeOutput::Trainer(m) => self.trainer.do_send(FromNodeMsg(m)),
-                    NodeOutput::RestartWorker {
+                    NodeOutput::Replace {
                         worker,
                         restart,
-                        seed,
-                        skip_traj_ids_below,
-                        frames,
-                        weights,
-                        cause,
-                    } => {
-                        let built = self.build(worker, seed, skip_traj_ids_below, frames, weights);
-                        match built {
-                            Ok(rollout) => self.replace(worker, restart, rollout, ctx),
-                            Err(e) => {
-                                let reason = format!("rebuild after `{cause}` failed: {e}");
-                                tracing::error!(node = self.machine.index(), worker, restart, %reason, "env worker rebuild failed");
-                                let now = self.start.elapsed();
-                                self.machine.on_worker_failed(worker, &reason, now, &mut self.out);
-                            }
-                        }
-                    }
+                        rollout,
+                    } => self.replace(worker, restart.number, *rollout, ctx),
                 }
             }
         }
@@ -109,40 +101,24 @@ impl Node {
             return;
         }
         // The actor is gone (a panic outside the env boundary): a death, reported once.
-        if self.dead.len() < self.workers.len() {
-            self.dead.resize(self.workers.len(), false);
-        }
         match cmd {
-            WorkerCmd::Stop => self.machine.on_worker_stopped(worker, &mut self.out),
+            WorkerCmd::Stop => self.on_worker(WorkerEvent::Stopped { worker }),
             // Its storage goes with it; its commands are asked again after the restart.
             _ if self.dead[worker] => {}
             WorkerCmd::Recycle(_) => {}
             _ => {
                 self.dead[worker] = true;
-                let now = self.start.elapsed();
-                self.machine
-                    .on_worker_failed(worker, "the env worker actor died (mailbox closed)", now, &mut self.out);
+                self.on_worker(WorkerEvent::Failed {
+                    worker,
+                    reason: "the env worker actor died (mailbox closed)".into(),
+                });
             }
         }
     }
 
-    fn build(
-        &self,
-        worker: usize,
-        seed: u64,
-        skip: u64,
-        frames: u64,
-        weights: Option<Arc<Weights>>,
-    ) -> Result<rollout::rollout::Rollout, String> {
-        let Some(rb) = &self.rebuild else {
-            return Err("this node has no spec to rebuild workers from".into());
-        };
-        rb.spec
-            .rebuild_worker(&rb.registry, worker, seed, skip, frames, weights.as_deref())
-            .map_err(|e| e.to_string())
-    }
-
-    fn replace(&mut self, worker: usize, restart: u32, rollout: rollout::rollout::Rollout, ctx: &mut Context<Self>) {
+    /// Installs worker `worker`'s rebuilt rollout: in its actor, or in a new actor
+    /// on its arbiter if the actor died.
+    fn replace(&mut self, worker: usize, restart: u32, rollout: Rollout, ctx: &mut Context<Self>) {
         let node = self.machine.index();
         let Some(addr) = self.workers.get(worker) else {
             tracing::error!(node, worker, "no such worker");
@@ -153,22 +129,17 @@ impl Node {
             tracing::info!(node, worker, restart, "env worker restarted");
             return;
         }
-        let Some(arbiter) = self.rebuild.as_ref().and_then(|rb| rb.arbiters.get(worker)) else {
-            let now = self.start.elapsed();
-            self.machine.on_worker_failed(
+        let Some(arbiter) = self.arbiters.get(worker) else {
+            self.on_worker(WorkerEvent::Failed {
                 worker,
-                "the env worker actor died and has no arbiter",
-                now,
-                &mut self.out,
-            );
+                reason: "the env worker actor died and has no arbiter".into(),
+            });
             return;
         };
         let to_node = ctx.address().recipient();
         self.workers[worker] =
             EnvWorker::start_in_arbiter(arbiter, move |_| EnvWorker::new(worker, rollout, to_node, true));
-        if let Some(d) = self.dead.get_mut(worker) {
-            *d = false;
-        }
+        self.dead[worker] = false;
         tracing::warn!(
             node,
             worker,
@@ -193,35 +164,11 @@ impl Handler<ToNodeMsg> for Node {
     }
 }
 
-impl Handler<WorkerEvent> for Node {
+impl Handler<FromWorker> for Node {
     type Result = ();
 
-    fn handle(&mut self, ev: WorkerEvent, ctx: &mut Self::Context) {
-        let r = match ev {
-            WorkerEvent::Batch {
-                worker,
-                seq,
-                version,
-                data,
-            } => self.machine.on_worker_batch(worker, seq, version, data, &mut self.out),
-            WorkerEvent::Failed { worker, reason } => {
-                let now = self.start.elapsed();
-                self.machine.on_worker_failed(worker, &reason, now, &mut self.out);
-                Ok(())
-            }
-            WorkerEvent::Stopped { worker } => {
-                self.machine.on_worker_stopped(worker, &mut self.out);
-                Ok(())
-            }
-            WorkerEvent::Snapshot { worker, state } => {
-                self.machine
-                    .on_worker_snapshot(worker, state.map(|s| *s), &mut self.out)
-            }
-            WorkerEvent::Restored { worker, result } => self.machine.on_worker_restored(worker, result, &mut self.out),
-        };
-        if let Err(e) = r {
-            tracing::warn!(node = self.machine.index(), error = %e, "node dropped a worker answer");
-        }
+    fn handle(&mut self, msg: FromWorker, ctx: &mut Self::Context) {
+        self.on_worker(msg.0);
         self.dispatch(ctx);
     }
 }

@@ -17,14 +17,51 @@ use rollout::rollout::{keys, Rollout, RolloutError};
 use rollout::{Registry, Tensor, TensorDict, Weights};
 
 use crate::env_worker::execute;
-use crate::messages::WorkerEvent;
 
 /// One node with real env workers, driven by messages in memory.
 ///
-/// It supervises its workers as the Node actor does: a failed worker is rebuilt
-/// from the spec (when built with [`Self::new`]) on the node's `RestartWorker`.
+/// Its node machine decides everything, as in the Node actor: a failed worker is
+/// rebuilt from the spec (when built with [`Self::new`]) and the harness installs
+/// the machine's `Replace`.
 /// Time is a manual clock, moved with [`Self::advance`]: restart intensities are
 /// tested without waiting.
+///
+/// # Examples
+///
+/// A `Continue` for 8 frames over 2 workers comes back as one batch of 2 envs ×
+/// 4 steps, collected by real `Counting` envs on the calling thread:
+///
+/// ```
+/// use rollout::message::{Continue, FromNode, ToNode};
+/// use rollout::node_spec::NodeSpec;
+/// use rollout::rollout::{keys, RolloutConfig};
+/// use rollout::{EnvSpec, PolicyConfig, PolicySpec, Registry};
+/// use rollout_actors::testkit::NodeHarness;
+///
+/// let spec = NodeSpec {
+///     index: 0,
+///     env: EnvSpec::new("Counting"),
+///     policy: PolicySpec::from(PolicyConfig::Constant { value: 1.0 }),
+///     envs_per_node: 2,
+///     first_lane: 0,
+///     lanes: 2,
+///     rollout: RolloutConfig { frames_per_batch: 4, ..RolloutConfig::default() },
+///     max_restarts: rollout::supervisor::DEFAULT_MAX_RESTARTS,
+///     restart_window_ms: rollout::node_spec::DEFAULT_RESTART_WINDOW_MS,
+///     worker_nice: rollout::node_spec::DEFAULT_WORKER_NICE,
+/// };
+/// let mut node = NodeHarness::new(&spec, &Registry::with_builtins())?;
+/// let replies = node.send(ToNode::Continue(Continue { seq: 0, frames: 8 }));
+/// let [FromNode::Batch(batch)] = &replies[..] else {
+///     panic!("one batch, got {replies:?}");
+/// };
+/// assert_eq!((batch.seq, batch.data.batch_size()), (0, &[2usize, 4][..]));
+/// // Each env counts 0, 1, 2, 3 under the constant action 1.0.
+/// let obs: Vec<f32> = batch.data.f32(keys::OBSERVATION)?.iter().copied().collect();
+/// assert_eq!(obs, [0., 1., 2., 3., 0., 1., 2., 3.]);
+/// assert!(node.refusals().is_empty());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct NodeHarness {
     machine: NodeMachine,
     workers: Vec<Option<Rollout>>,
@@ -41,9 +78,8 @@ impl NodeHarness {
     pub fn new(spec: &NodeSpec, registry: &Registry) -> Result<NodeHarness, RolloutError> {
         let workers = spec.build_workers(registry)?.into_iter().map(Some).collect();
         let mut h = NodeHarness::from_rollouts(spec.index, workers);
-        h.machine = NodeMachine::from_spec(spec);
         h.rebuild = Some((spec.clone(), registry.clone()));
-        Ok(h)
+        Ok(h.with_machine(NodeMachine::from_spec(spec)))
     }
 
     /// A node over rollouts built by the test (one per worker). With no spec, a
@@ -60,9 +96,13 @@ impl NodeHarness {
         }
     }
 
-    /// Replaces the node's machine (say, one with another restart intensity).
+    /// Replaces the node's machine (say, one with another restart intensity). A
+    /// harness built with [`Self::new`] gives it the spec to rebuild workers from.
     pub fn with_machine(mut self, machine: NodeMachine) -> NodeHarness {
-        self.machine = machine;
+        self.machine = match &self.rebuild {
+            Some((spec, registry)) => machine.with_rebuild(spec.clone(), registry.clone()),
+            None => machine,
+        };
         self
     }
 
@@ -104,6 +144,9 @@ impl NodeHarness {
         &self.machine
     }
 
+    /// Carries out the machine's outputs, running each worker command on the
+    /// calling thread and handing the worker's answer back to the machine, until
+    /// nothing is left to do.
     fn pump(&mut self) -> Vec<FromNode> {
         let mut to_trainer = Vec::new();
         while !self.out.is_empty() {
@@ -111,33 +154,17 @@ impl NodeHarness {
             for o in batch {
                 match o {
                     NodeOutput::Trainer(m) => to_trainer.push(m),
-                    NodeOutput::RestartWorker {
+                    NodeOutput::Replace {
                         worker,
                         restart,
-                        seed,
-                        skip_traj_ids_below,
-                        frames,
-                        weights,
-                        cause,
-                    } => {
-                        let built = match &self.rebuild {
-                            Some((spec, registry)) => spec
-                                .rebuild_worker(registry, worker, seed, skip_traj_ids_below, frames, weights.as_deref())
-                                .map_err(|e| e.to_string()),
-                            None => Err("this node has no spec to rebuild workers from".to_string()),
-                        };
-                        match (built, self.workers.get_mut(worker)) {
-                            (Ok(r), Some(slot)) => {
-                                *slot = Some(r);
-                                self.restarts.push((worker, restart, seed));
-                            }
-                            (Ok(_), None) => self.log.push(format!("no worker {worker}")),
-                            (Err(e), _) => {
-                                let reason = format!("rebuild after `{cause}` failed: {e}");
-                                self.machine.on_worker_failed(worker, &reason, self.now, &mut self.out);
-                            }
+                        rollout,
+                    } => match self.workers.get_mut(worker) {
+                        Some(slot) => {
+                            *slot = Some(*rollout);
+                            self.restarts.push((worker, restart.number, restart.seed));
                         }
-                    }
+                        None => self.log.push(format!("no worker {worker}")),
+                    },
                     NodeOutput::Worker { worker, cmd } => {
                         let Some(slot) = self.workers.get_mut(worker) else {
                             self.log.push(format!("no worker {worker}"));
@@ -146,30 +173,7 @@ impl NodeHarness {
                         let Some(ev) = execute(slot, worker, cmd) else {
                             continue;
                         };
-                        let r = match ev {
-                            WorkerEvent::Batch {
-                                worker,
-                                seq,
-                                version,
-                                data,
-                            } => self.machine.on_worker_batch(worker, seq, version, data, &mut self.out),
-                            WorkerEvent::Failed { worker, reason } => {
-                                self.machine.on_worker_failed(worker, &reason, self.now, &mut self.out);
-                                Ok(())
-                            }
-                            WorkerEvent::Stopped { worker } => {
-                                self.machine.on_worker_stopped(worker, &mut self.out);
-                                Ok(())
-                            }
-                            WorkerEvent::Snapshot { worker, state } => {
-                                self.machine
-                                    .on_worker_snapshot(worker, state.map(|s| *s), &mut self.out)
-                            }
-                            WorkerEvent::Restored { worker, result } => {
-                                self.machine.on_worker_restored(worker, result, &mut self.out)
-                            }
-                        };
-                        if let Err(e) = r {
+                        if let Err(e) = self.machine.on_worker(ev, self.now, &mut self.out) {
                             self.log.push(e.to_string());
                         }
                     }
@@ -181,6 +185,41 @@ impl NodeHarness {
 }
 
 /// The trainer's machine against nodes the test plays by hand.
+///
+/// # Examples
+///
+/// A sync round of two nodes: the trainer asks each for half the batch and
+/// yields once both answered (here with [`scripted_batch`]es).
+///
+/// ```
+/// use rollout::machine::TrainerConfig;
+/// use rollout::message::{Continue, FromNode};
+/// use rollout_actors::testkit::{scripted_batch, TrainerHarness};
+///
+/// let mut trainer = TrainerHarness::new(TrainerConfig {
+///     nodes: 2,
+///     envs_per_node: vec![2, 2],
+///     frames_per_batch: 8,
+///     total_frames: None,
+///     sync: true,
+///     update_after_each_batch: false,
+///     max_weight_update_interval: None,
+///     update_interval: None,
+/// })?;
+/// trainer.request()?;
+/// let asked = trainer.take_continues();
+/// assert_eq!(
+///     asked,
+///     [(0, Continue { seq: 0, frames: 4 }), (1, Continue { seq: 1, frames: 4 })]
+/// );
+/// for (node, c) in asked {
+///     trainer.reply(FromNode::Batch(scripted_batch(node, c, 2, 0, 0.0)))?;
+/// }
+/// let yielded = trainer.take_yielded();
+/// assert_eq!(yielded.len(), 1);
+/// assert_eq!(yielded[0].data.batch_size(), &[2, 2, 2], "nodes × envs × steps");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct TrainerHarness {
     machine: TrainerMachine,
     out: Vec<Output>,
@@ -382,6 +421,21 @@ impl TrainerHarness {
 
 /// A well-formed batch answering `c` from `node` with `envs` envs: frames counted
 /// from `first` in `observation`, everything else zero. For scripted nodes.
+///
+/// # Examples
+///
+/// ```
+/// use rollout::message::Continue;
+/// use rollout::rollout::keys;
+/// use rollout_actors::testkit::scripted_batch;
+///
+/// let b = scripted_batch(1, Continue { seq: 3, frames: 6 }, 2, 7, 10.0);
+/// assert_eq!((b.node, b.seq, b.weights_version), (1, 3, 7));
+/// assert_eq!(b.data.batch_size(), &[2, 3]);
+/// let obs: Vec<f32> = b.data.f32(keys::OBSERVATION)?.iter().copied().collect();
+/// assert_eq!(obs, [10., 11., 12., 13., 14., 15.]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn scripted_batch(node: usize, c: Continue, envs: usize, version: u64, first: f32) -> Batch {
     let steps = c.frames / envs.max(1);
     let n = envs * steps;
@@ -418,6 +472,50 @@ pub fn scripted_batch(node: usize, c: Continue, envs: usize, version: u64, first
 }
 
 /// A trainer wired to in-memory nodes: a whole run in one call stack, no threads.
+///
+/// # Examples
+///
+/// Two async nodes of `Counting` envs, 16 frames in batches of 8:
+///
+/// ```
+/// use rollout::machine::TrainerConfig;
+/// use rollout::node_spec::NodeSpec;
+/// use rollout::rollout::RolloutConfig;
+/// use rollout::{EnvSpec, PolicyConfig, PolicySpec, Registry};
+/// use rollout_actors::testkit::Cluster;
+///
+/// let spec = |index: usize| NodeSpec {
+///     index,
+///     env: EnvSpec::new("Counting"),
+///     policy: PolicySpec::from(PolicyConfig::Constant { value: 1.0 }),
+///     envs_per_node: 2,
+///     first_lane: 2 * index as u64,
+///     lanes: 4,
+///     rollout: RolloutConfig { frames_per_batch: 8, ..RolloutConfig::default() },
+///     max_restarts: rollout::supervisor::DEFAULT_MAX_RESTARTS,
+///     restart_window_ms: rollout::node_spec::DEFAULT_RESTART_WINDOW_MS,
+///     worker_nice: rollout::node_spec::DEFAULT_WORKER_NICE,
+/// };
+/// let cfg = TrainerConfig {
+///     nodes: 2,
+///     envs_per_node: vec![2, 2],
+///     frames_per_batch: 8,
+///     total_frames: Some(16),
+///     sync: false,
+///     update_after_each_batch: false,
+///     max_weight_update_interval: None,
+///     update_interval: None,
+/// };
+/// let mut cluster = Cluster::new(cfg, &[spec(0), spec(1)], &Registry::with_builtins())?;
+/// let mut frames = 0;
+/// while let Some(batch) = cluster.next_batch()? {
+///     assert_eq!(batch.data.batch_size(), &[2, 4], "one node's envs × steps");
+///     frames += batch.data.numel();
+/// }
+/// assert_eq!(frames, 16);
+/// assert!(cluster.trainer.finished());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Cluster {
     /// The trainer side.
     pub trainer: TrainerHarness,

@@ -1,0 +1,124 @@
+//! The node machine driven by hand: trainer messages in through `handle`, worker
+//! events in through `on_worker`, outputs checked; no actor, no thread. Helpers here, tests by concept in
+//! the submodules.
+
+mod assembly;
+mod checkpoint;
+mod stop;
+mod supervise;
+
+use std::collections::BTreeMap;
+
+use ndarray::ArrayD;
+
+use super::*;
+use crate::checkpoint::{NodeState, WorkerState};
+use crate::message::{Continue, Seed, UpdateWeights};
+use crate::rollout::{keys, RolloutConfig};
+use crate::supervisor::restart_seed;
+use crate::tensor::{Tensor, TensorDict};
+use crate::{EnvSpec, PolicyConfig, PolicySpec};
+
+fn s(secs: u64) -> Duration {
+    Duration::from_secs(secs)
+}
+
+/// Node `index` of a Counting run, `workers` env workers, base seed `seed`.
+fn spec(index: usize, workers: usize, seed: u64) -> NodeSpec {
+    NodeSpec {
+        index,
+        env: EnvSpec::new("Counting"),
+        policy: PolicySpec::from(PolicyConfig::Constant { value: 1.0 }),
+        envs_per_node: workers,
+        first_lane: 0,
+        lanes: workers as u64,
+        rollout: RolloutConfig {
+            frames_per_batch: 2,
+            seed,
+            ..Default::default()
+        },
+        max_restarts: 5,
+        restart_window_ms: 5000,
+        worker_nice: crate::node_spec::DEFAULT_WORKER_NICE,
+    }
+}
+
+/// The machine of `spec`, rebuilding failed workers from it.
+fn machine(spec: &NodeSpec) -> NodeMachine {
+    NodeMachine::from_spec(spec).with_rebuild(spec.clone(), Registry::with_builtins())
+}
+
+/// A worker's share of `n` frames whose trajectory ids are `ids` (cycled).
+fn share(n: usize, ids: &[i64]) -> TensorDict {
+    let mut d = TensorDict::new(&[1, n]);
+    let v: Vec<i64> = (0..n).map(|i| ids[i % ids.len()]).collect();
+    d.set(
+        keys::TRAJ_IDS,
+        Tensor::I64(ArrayD::from_shape_vec(vec![1, n], v).unwrap()),
+    )
+    .unwrap();
+    d
+}
+
+/// Weights the Constant policy takes: it acts `value`.
+fn weights(value: f32, version: u64) -> Arc<Weights> {
+    let mut t = BTreeMap::new();
+    t.insert("value".to_string(), Tensor::F32(ArrayD::from_elem(vec![1], value)));
+    Arc::new(Weights::new(t).with_version(version))
+}
+
+fn batch(worker: usize, seq: u64, version: u64, data: TensorDict) -> WorkerEvent {
+    WorkerEvent::Batch {
+        worker,
+        seq,
+        version,
+        data,
+    }
+}
+
+fn failed(worker: usize, reason: &str) -> WorkerEvent {
+    WorkerEvent::Failed {
+        worker,
+        reason: reason.into(),
+    }
+}
+
+fn cont(m: &mut NodeMachine, seq: u64, frames: usize) {
+    let mut out = Vec::new();
+    m.handle(ToNode::Continue(Continue { seq, frames }), &mut out).unwrap();
+}
+
+fn trainer_msgs(out: &[NodeOutput]) -> Vec<&FromNode> {
+    out.iter()
+        .filter_map(|o| match o {
+            NodeOutput::Trainer(m) => Some(m),
+            _ => None,
+        })
+        .collect()
+}
+
+fn worker_cmds(out: &[NodeOutput]) -> Vec<(usize, &WorkerCmd)> {
+    out.iter()
+        .filter_map(|o| match o {
+            NodeOutput::Worker { worker, cmd } => Some((*worker, cmd)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The `(worker, restart)` of every `Replace` in `out`.
+fn replaced(out: &[NodeOutput]) -> Vec<(usize, &WorkerRestart)> {
+    out.iter()
+        .filter_map(|o| match o {
+            NodeOutput::Replace { worker, restart, .. } => Some((*worker, restart)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn traj_ids(d: &TensorDict) -> Vec<i64> {
+    match d.get(keys::TRAJ_IDS) {
+        Ok(Tensor::I64(ids)) => ids.iter().copied().collect(),
+        other => panic!("{other:?}"),
+    }
+}
