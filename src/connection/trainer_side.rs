@@ -151,6 +151,11 @@ impl TrainerSession {
         self.live.interval()
     }
 
+    /// The connection was closed ([`TrainerSession::close`]): nothing more goes out.
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
     /// The node said `Down`.
     pub fn went_down(&self) -> bool {
         self.down
@@ -474,6 +479,7 @@ mod tests {
             })
         );
         assert_eq!(s.close("again".into()), None, "closed once");
+        assert!(s.is_closed());
         let mut s = session(t0);
         assert!(matches!(
             s.on_frame(NodeFrame::Message(FromNode::Down { node: 1 }), t0),
