@@ -1,9 +1,11 @@
 //! Frames on a byte stream: a `u32` big-endian length, then one MessagePack value.
 //!
-//! Everything here is pure: encoding, incremental decoding that refuses an
-//! oversized frame before reading it, the handshake's messages and its decisions,
-//! and the HMAC proof that a node holds the shared token (the token itself never
-//! crosses the wire). PROTOCOL.md describes the same thing for other languages.
+//! Everything here is pure: the two frame types (the session messages of
+//! [`crate::message`] plus the wire's own handshake and heartbeat frames),
+//! encoding, incremental decoding that refuses an oversized frame before reading
+//! it, and the HMAC proof that a node holds the shared token (the token itself
+//! never crosses the wire). What a connection does with its frames is decided in
+//! [`crate::connection`]. PROTOCOL.md describes the same thing for other languages.
 
 use hmac::{Hmac, Mac};
 use serde::de::DeserializeOwned;
