@@ -203,7 +203,7 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
         }
     }
     let max = (welcome.max_frame as usize).max(1);
-    let session = NodeSession::new(&welcome, Instant::now());
+    let mut session = NodeSession::new(&welcome, Instant::now());
     // Ready: the first frame after the handshake, before any answer to the trainer.
     let ready = session.ready(rollouts.first().map(|r| r.batch_layout()).unwrap_or_default());
     let ready = match wire::encode(&ready, max) {
@@ -258,6 +258,8 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
     let reclaim = Rc::clone(&retired);
     let frames = FrameStream::<TrainerFrame>::new(read, max, Rc::clone(&pool))
         .on_frame(Box::new(move |pool| reclaim_weights(&reclaim, pool)));
+    // The trainer's silence counts from the moment the link starts listening.
+    session.heard(Instant::now());
     link_ctx.run(TrainerLink {
         index,
         node: node_addr,
