@@ -748,7 +748,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::message::{Batch, UpdateWeights};
+    use crate::message::{Batch, FromNode, ToNode, UpdateWeights};
     use crate::policy::Weights;
     use crate::tensor::TensorDict;
     use crate::wire::{encode, NodeFrame, TrainerFrame};
@@ -771,12 +771,12 @@ mod tests {
             ],
         )
         .unwrap();
-        NodeFrame::Batch(Batch {
+        NodeFrame::Message(FromNode::Batch(Batch {
             node: 1,
             seq: 7,
             weights_version: 3,
             data,
-        })
+        }))
     }
 
     /// Feeds `stream` to `r` in pieces of at most `chunk` bytes; the frames it decoded.
@@ -833,7 +833,7 @@ mod tests {
         let frame = batch(5000);
         let bytes = encode(&frame, usize::MAX).unwrap();
         let mut pool = TensorPool::new(usize::MAX);
-        let NodeFrame::Batch(old) = batch(5000) else {
+        let NodeFrame::Message(FromNode::Batch(old)) = batch(5000) else {
             unreachable!()
         };
         let obs_ptr = old.data.get("observation").unwrap().as_f32().unwrap().as_ptr();
@@ -871,7 +871,9 @@ mod tests {
             head_bytes <= 5_000 + 3 * HEAD_WINDOW + 1_000,
             "{head_bytes} bytes through the header buffer"
         );
-        let Some(NodeFrame::Batch(b)) = got else { unreachable!() };
+        let Some(NodeFrame::Message(FromNode::Batch(b))) = got else {
+            unreachable!()
+        };
         assert_eq!(
             b.data.get("observation").unwrap().as_f32().unwrap().as_ptr(),
             obs_ptr,
@@ -884,9 +886,9 @@ mod tests {
         let mut tensors = BTreeMap::new();
         tensors.insert("w".to_string(), Tensor::F32(ArrayD::from_elem(IxDyn(&[64, 64]), 0.25)));
         tensors.insert("b".to_string(), Tensor::F32(ArrayD::from_elem(IxDyn(&[64]), 0.5)));
-        let update = TrainerFrame::UpdateWeights(UpdateWeights {
+        let update = TrainerFrame::Message(ToNode::UpdateWeights(UpdateWeights {
             weights: Arc::new(Weights::new(tensors)),
-        });
+        }));
         let bytes = encode(&update, usize::MAX).unwrap();
         let mut r = FrameReader::new(usize::MAX).with_min_blob(1);
         let mut pool = TensorPool::new(usize::MAX);
@@ -895,10 +897,10 @@ mod tests {
         assert_eq!(r.decode::<TrainerFrame>(&mut pool).unwrap(), update);
         // The same tensors under another frame type are not read aside.
         let hello = crate::wire::encode(
-            &NodeFrame::Failed {
+            &NodeFrame::Message(FromNode::Failed {
                 node: 0,
                 reason: "x".repeat(100_000),
-            },
+            }),
             usize::MAX,
         )
         .unwrap();
@@ -1002,9 +1004,9 @@ mod tests {
     #[test]
     fn a_batch_is_known_as_one_from_its_first_bytes_and_other_frames_are_not() {
         let mut pool = TensorPool::new(usize::MAX);
-        let weights = TrainerFrame::UpdateWeights(UpdateWeights {
+        let weights = TrainerFrame::Message(ToNode::UpdateWeights(UpdateWeights {
             weights: Arc::new(Weights::new(BTreeMap::new())),
-        });
+        }));
         let cases = [
             (encode(&batch(5000), usize::MAX).unwrap(), true),
             (encode(&NodeFrame::Heartbeat, usize::MAX).unwrap(), false),

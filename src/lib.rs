@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 pub mod checkpoint;
+pub mod connection;
 pub mod env;
 pub mod frame_reader;
 pub mod learn;

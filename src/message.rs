@@ -153,6 +153,21 @@ impl ToNode {
 }
 
 impl FromNode {
+    /// The message's name on the wire (its `type`), for logs and errors.
+    pub fn name(&self) -> &'static str {
+        match self {
+            FromNode::Batch(_) => "batch",
+            FromNode::WeightsUpdated { .. } => "weights_updated",
+            FromNode::Seeded { .. } => "seeded",
+            FromNode::Down { .. } => "down",
+            FromNode::Failed { .. } => "failed",
+            FromNode::Ready { .. } => "ready",
+            FromNode::Snapshot { .. } => "snapshot",
+            FromNode::Restored { .. } => "restored",
+            FromNode::CheckpointFailed { .. } => "checkpoint_failed",
+        }
+    }
+
     /// The node the message is from.
     pub fn node(&self) -> usize {
         match self {

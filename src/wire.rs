@@ -1,21 +1,23 @@
 //! Frames on a byte stream: a `u32` big-endian length, then one MessagePack value.
 //!
-//! Everything here is pure: encoding, incremental decoding that refuses an
-//! oversized frame before reading it, the handshake's messages and its decisions,
-//! and the HMAC proof that a node holds the shared token (the token itself never
-//! crosses the wire). PROTOCOL.md describes the same thing for other languages.
+//! Everything here is pure: the two frame types (the session messages of
+//! [`crate::message`] plus the wire's own handshake and heartbeat frames),
+//! encoding, incremental decoding that refuses an oversized frame before reading
+//! it, and the HMAC proof that a node holds the shared token (the token itself
+//! never crosses the wire). What a connection does with its frames is decided in
+//! [`crate::connection`]. PROTOCOL.md describes the same thing for other languages.
 
 use hmac::{Hmac, Mac};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
-use crate::checkpoint::NodeState;
-use crate::message::{Batch, Continue, FromNode, Seed, ToNode, UpdateWeights};
+mod tagged;
+
+use crate::message::{FromNode, ToNode};
 use crate::node_spec::NodeSpec;
 use crate::policy::Weights;
 use crate::pool::TensorPool;
-use crate::rollout::BatchLayout;
 
 /// Version of this protocol; a node speaking another one is rejected.
 pub const PROTOCOL_VERSION: u32 = 3;
@@ -50,9 +52,11 @@ pub enum WireError {
     Encode(String),
 }
 
-/// Node → trainer frames.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+/// Node → trainer: every frame a node sends. The handshake and liveness frames are
+/// the wire's own; everything else is a session message, the same [`FromNode`] the
+/// trainer gets from an in-process node, on the wire as it is (its `type` and fields
+/// side by side in one map, see PROTOCOL.md).
+#[derive(Clone, Debug, PartialEq)]
 pub enum NodeFrame {
     /// First frame of a connection.
     Hello {
@@ -61,77 +65,18 @@ pub enum NodeFrame {
         /// A name for logs (host, job id, ...).
         node_name: String,
         /// Ask for this node index (a node rejoining its slot); `None` for any free one.
-        #[serde(default)]
         node_index: Option<usize>,
     },
     /// Answer to the challenge: HMAC-SHA256 proof of the token, see [`auth_proof`].
     Auth {
         /// 32 bytes.
-        #[serde(with = "serde_bytes")]
         proof: Vec<u8>,
     },
     /// Liveness, both ways, every heartbeat interval.
     Heartbeat,
-    /// The node built its workers from the `Welcome` and will serve: the layout of
-    /// every batch it will send. Its first frame after the handshake; a `Batch`
-    /// before it is a protocol violation (protocol version 2).
-    Ready {
-        /// The node.
-        node: usize,
-        /// Per-frame entries of its batches: key → (dtype, feature shape).
-        layout: BatchLayout,
-    },
-    /// See [`FromNode::Batch`].
-    Batch(Batch),
-    /// See [`FromNode::WeightsUpdated`].
-    WeightsUpdated {
-        /// The node.
-        node: usize,
-        /// The version in use.
-        version: u64,
-    },
-    /// See [`FromNode::Seeded`].
-    Seeded {
-        /// The node.
-        node: usize,
-        /// The first unused seed.
-        next_seed: u64,
-    },
-    /// See [`FromNode::Down`].
-    Down {
-        /// The node.
-        node: usize,
-    },
-    /// See [`FromNode::Failed`].
-    Failed {
-        /// The node.
-        node: usize,
-        /// What happened.
-        reason: String,
-    },
-    /// See [`FromNode::Snapshot`] (protocol version 3).
-    Snapshot {
-        /// The node.
-        node: usize,
-        /// The `id` of the `Snapshot` answered.
-        id: u64,
-        /// Its state.
-        state: Box<NodeState>,
-    },
-    /// See [`FromNode::Restored`] (protocol version 3).
-    Restored {
-        /// The node.
-        node: usize,
-    },
-    /// See [`FromNode::CheckpointFailed`] (protocol version 3).
-    CheckpointFailed {
-        /// The node.
-        node: usize,
-        /// The `id` of the `Snapshot` refused, or 0 for a `Restore`.
-        id: u64,
-        /// Why.
-        reason: String,
-    },
+    /// A session message. The first after the handshake is [`FromNode::Ready`]
+    /// (protocol version 2).
+    Message(FromNode),
 }
 
 /// What the trainer tells a node it admitted.
@@ -151,14 +96,14 @@ pub struct Welcome {
     pub max_frame: u64,
 }
 
-/// Trainer → node frames.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+/// Trainer → node: every frame a trainer sends. The handshake and liveness frames
+/// are the wire's own; everything else is a session message, the same [`ToNode`] an
+/// in-process node gets.
+#[derive(Clone, Debug, PartialEq)]
 pub enum TrainerFrame {
     /// Answer to `Hello`: prove you hold the token.
     Challenge {
         /// [`NONCE_LEN`] random bytes.
-        #[serde(with = "serde_bytes")]
         nonce: Vec<u8>,
     },
     /// The node is admitted.
@@ -170,81 +115,31 @@ pub enum TrainerFrame {
     },
     /// Liveness.
     Heartbeat,
-    /// See [`ToNode::Continue`].
-    Continue(Continue),
-    /// See [`ToNode::UpdateWeights`].
-    UpdateWeights(UpdateWeights),
-    /// See [`ToNode::Seed`].
-    Seed(Seed),
-    /// See [`ToNode::Shutdown`].
-    Shutdown,
-    /// See [`ToNode::Snapshot`] (protocol version 3).
-    Snapshot {
-        /// The checkpoint's id.
-        id: u64,
-    },
-    /// See [`ToNode::Restore`] (protocol version 3).
-    Restore(Box<NodeState>),
+    /// A session message.
+    Message(ToNode),
 }
 
-impl From<ToNode> for TrainerFrame {
-    fn from(m: ToNode) -> TrainerFrame {
-        match m {
-            ToNode::Continue(c) => TrainerFrame::Continue(c),
-            ToNode::UpdateWeights(u) => TrainerFrame::UpdateWeights(u),
-            ToNode::Seed(s) => TrainerFrame::Seed(s),
-            ToNode::Shutdown => TrainerFrame::Shutdown,
-            ToNode::Snapshot { id } => TrainerFrame::Snapshot { id },
-            ToNode::Restore(s) => TrainerFrame::Restore(s),
+impl NodeFrame {
+    /// The frame's name on the wire (its `type`), for logs and errors.
+    pub fn name(&self) -> &'static str {
+        match self {
+            NodeFrame::Hello { .. } => tagged::HELLO,
+            NodeFrame::Auth { .. } => tagged::AUTH,
+            NodeFrame::Heartbeat => tagged::HEARTBEAT,
+            NodeFrame::Message(m) => m.name(),
         }
     }
 }
 
 impl TrainerFrame {
-    /// The in-process message this frame carries, if it is one.
-    pub fn into_to_node(self) -> Option<ToNode> {
+    /// The frame's name on the wire (its `type`), for logs and errors.
+    pub fn name(&self) -> &'static str {
         match self {
-            TrainerFrame::Continue(c) => Some(ToNode::Continue(c)),
-            TrainerFrame::UpdateWeights(u) => Some(ToNode::UpdateWeights(u)),
-            TrainerFrame::Seed(s) => Some(ToNode::Seed(s)),
-            TrainerFrame::Shutdown => Some(ToNode::Shutdown),
-            TrainerFrame::Snapshot { id } => Some(ToNode::Snapshot { id }),
-            TrainerFrame::Restore(s) => Some(ToNode::Restore(s)),
-            _ => None,
-        }
-    }
-}
-
-impl From<FromNode> for NodeFrame {
-    fn from(m: FromNode) -> NodeFrame {
-        match m {
-            FromNode::Batch(b) => NodeFrame::Batch(b),
-            FromNode::WeightsUpdated { node, version } => NodeFrame::WeightsUpdated { node, version },
-            FromNode::Seeded { node, next_seed } => NodeFrame::Seeded { node, next_seed },
-            FromNode::Down { node } => NodeFrame::Down { node },
-            FromNode::Failed { node, reason } => NodeFrame::Failed { node, reason },
-            FromNode::Ready { node, layout } => NodeFrame::Ready { node, layout },
-            FromNode::Snapshot { node, id, state } => NodeFrame::Snapshot { node, id, state },
-            FromNode::Restored { node } => NodeFrame::Restored { node },
-            FromNode::CheckpointFailed { node, id, reason } => NodeFrame::CheckpointFailed { node, id, reason },
-        }
-    }
-}
-
-impl NodeFrame {
-    /// The in-process message this frame carries, if it is one.
-    pub fn into_from_node(self) -> Option<FromNode> {
-        match self {
-            NodeFrame::Batch(b) => Some(FromNode::Batch(b)),
-            NodeFrame::WeightsUpdated { node, version } => Some(FromNode::WeightsUpdated { node, version }),
-            NodeFrame::Seeded { node, next_seed } => Some(FromNode::Seeded { node, next_seed }),
-            NodeFrame::Down { node } => Some(FromNode::Down { node }),
-            NodeFrame::Failed { node, reason } => Some(FromNode::Failed { node, reason }),
-            NodeFrame::Ready { node, layout } => Some(FromNode::Ready { node, layout }),
-            NodeFrame::Snapshot { node, id, state } => Some(FromNode::Snapshot { node, id, state }),
-            NodeFrame::Restored { node } => Some(FromNode::Restored { node }),
-            NodeFrame::CheckpointFailed { node, id, reason } => Some(FromNode::CheckpointFailed { node, id, reason }),
-            _ => None,
+            TrainerFrame::Challenge { .. } => tagged::CHALLENGE,
+            TrainerFrame::Welcome(_) => tagged::WELCOME,
+            TrainerFrame::Reject { .. } => tagged::REJECT,
+            TrainerFrame::Heartbeat => tagged::HEARTBEAT,
+            TrainerFrame::Message(m) => m.name(),
         }
     }
 }
@@ -487,166 +382,6 @@ pub fn verify_proof(token: &[u8], nonce: &[u8], node_name: &str, proof: &[u8]) -
     mac.verify_slice(proof).is_ok()
 }
 
-/// What the trainer does next in a handshake.
-#[derive(Clone, Debug, PartialEq)]
-pub enum HandshakeStep {
-    /// Send this frame and wait for the next one.
-    Send(TrainerFrame),
-    /// The node proved the token; admit it (or not) by index.
-    Authenticated {
-        /// Its name.
-        node_name: String,
-        /// The index it asked for.
-        node_index: Option<usize>,
-    },
-    /// Send `Reject { reason }` and close.
-    Reject(String),
-}
-
-/// The trainer's side of one connection's handshake, as a state machine.
-#[derive(Debug)]
-pub struct TrainerHandshake {
-    token: Vec<u8>,
-    nonce: Vec<u8>,
-    hello: Option<(String, Option<usize>)>,
-    done: bool,
-}
-
-impl TrainerHandshake {
-    /// A handshake that will challenge with `nonce` (random, [`NONCE_LEN`] bytes).
-    pub fn new(token: &[u8], nonce: Vec<u8>) -> TrainerHandshake {
-        TrainerHandshake {
-            token: token.to_vec(),
-            nonce,
-            hello: None,
-            done: false,
-        }
-    }
-
-    /// Feeds the next frame body the node sent.
-    pub fn on_frame(&mut self, body: &[u8]) -> HandshakeStep {
-        if self.done {
-            return HandshakeStep::Reject("handshake already finished".into());
-        }
-        let frame: NodeFrame = match decode(body) {
-            Ok(f) => f,
-            Err(e) => {
-                self.done = true;
-                return HandshakeStep::Reject(format!("malformed handshake frame: {e}"));
-            }
-        };
-        match (&self.hello, frame) {
-            (
-                None,
-                NodeFrame::Hello {
-                    protocol_version,
-                    node_name,
-                    node_index,
-                },
-            ) => {
-                if protocol_version != PROTOCOL_VERSION {
-                    self.done = true;
-                    return HandshakeStep::Reject(format!(
-                        "protocol version {protocol_version} is not supported (this trainer speaks {PROTOCOL_VERSION})"
-                    ));
-                }
-                if node_name.len() > 256 {
-                    self.done = true;
-                    return HandshakeStep::Reject("node name longer than 256 bytes".into());
-                }
-                self.hello = Some((node_name, node_index));
-                HandshakeStep::Send(TrainerFrame::Challenge {
-                    nonce: self.nonce.clone(),
-                })
-            }
-            (Some((name, index)), NodeFrame::Auth { proof }) => {
-                self.done = true;
-                if verify_proof(&self.token, &self.nonce, name, &proof) {
-                    HandshakeStep::Authenticated {
-                        node_name: name.clone(),
-                        node_index: *index,
-                    }
-                } else {
-                    HandshakeStep::Reject("authentication failed: wrong token".into())
-                }
-            }
-            (None, other) => {
-                self.done = true;
-                HandshakeStep::Reject(format!("expected hello, got {}", frame_name(&other)))
-            }
-            (Some(_), other) => {
-                self.done = true;
-                HandshakeStep::Reject(format!("expected auth, got {}", frame_name(&other)))
-            }
-        }
-    }
-}
-
-fn frame_name(f: &NodeFrame) -> &'static str {
-    match f {
-        NodeFrame::Hello { .. } => "hello",
-        NodeFrame::Auth { .. } => "auth",
-        NodeFrame::Heartbeat => "heartbeat",
-        NodeFrame::Batch(_) => "batch",
-        NodeFrame::WeightsUpdated { .. } => "weights_updated",
-        NodeFrame::Seeded { .. } => "seeded",
-        NodeFrame::Down { .. } => "down",
-        NodeFrame::Failed { .. } => "failed",
-        NodeFrame::Ready { .. } => "ready",
-        NodeFrame::Snapshot { .. } => "snapshot",
-        NodeFrame::Restored { .. } => "restored",
-        NodeFrame::CheckpointFailed { .. } => "checkpoint_failed",
-    }
-}
-
-/// Which node slots are taken; decides admission of authenticated nodes.
-#[derive(Clone, Debug)]
-pub struct Admission {
-    taken: Vec<bool>,
-}
-
-impl Admission {
-    /// Slots for `nodes` nodes, all free.
-    pub fn new(nodes: usize) -> Admission {
-        Admission {
-            taken: vec![false; nodes],
-        }
-    }
-
-    /// Gives the node its asked-for slot, or the lowest free one; or says why not.
-    pub fn admit(&mut self, requested: Option<usize>) -> Result<usize, String> {
-        let n = self.taken.len();
-        let slot = match requested {
-            Some(i) if i >= n => return Err(format!("node index {i} does not exist (the trainer expects {n} nodes)")),
-            Some(i) if self.taken[i] => return Err(format!("node index {i} is already taken")),
-            Some(i) => i,
-            None => match self.taken.iter().position(|t| !t) {
-                Some(i) => i,
-                None => return Err(format!("all {n} node slots are taken")),
-            },
-        };
-        self.taken[slot] = true;
-        Ok(slot)
-    }
-
-    /// Frees a slot (its node left).
-    pub fn release(&mut self, slot: usize) {
-        if let Some(t) = self.taken.get_mut(slot) {
-            *t = false;
-        }
-    }
-
-    /// True when every slot is taken.
-    pub fn full(&self) -> bool {
-        self.taken.iter().all(|t| *t)
-    }
-
-    /// Number of slots taken.
-    pub fn count(&self) -> usize {
-        self.taken.iter().filter(|t| **t).count()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -656,10 +391,11 @@ mod tests {
     use serde::de::IgnoredAny;
 
     use super::*;
+    use crate::checkpoint::NodeState;
     use crate::env::EnvSpec;
-    use crate::message::{FromNode, ToNode};
+    use crate::message::{Batch, Continue, FromNode, Seed, ToNode, UpdateWeights};
     use crate::policy::{PolicyConfig, PolicySpec};
-    use crate::rollout::RolloutConfig;
+    use crate::rollout::{BatchLayout, RolloutConfig};
     use crate::tensor::{DType, Tensor, TensorDict};
 
     const TOKEN: &[u8] = b"secret";
@@ -757,11 +493,11 @@ mod tests {
     #[test]
     fn a_pooled_decode_writes_into_recycled_storage_and_decodes_the_same() {
         let b = batch();
-        let frame = encode(&NodeFrame::Batch(b.clone()), DEFAULT_MAX_FRAME).unwrap();
+        let frame = encode(&NodeFrame::Message(FromNode::Batch(b.clone())), DEFAULT_MAX_FRAME).unwrap();
         let body = &frame[PREFIX_LEN..];
         // A batch the consumer is done with, of the same layout: every tensor has a slot.
         let recycled = decode::<NodeFrame>(body).unwrap();
-        let NodeFrame::Batch(old) = recycled else {
+        let NodeFrame::Message(FromNode::Batch(old)) = recycled else {
             panic!("a batch")
         };
         let slots: Vec<*const u8> = old.data.iter().map(|(_, t)| storage(t)).collect();
@@ -769,8 +505,14 @@ mod tests {
         pool.put_dict(old.data);
         assert_eq!(pool.len(), 3);
         let got = decode_pooled::<NodeFrame>(body, &mut pool).unwrap();
-        assert_eq!(got, NodeFrame::Batch(b.clone()), "same frame as a plain decode");
-        let NodeFrame::Batch(got) = got else { panic!("a batch") };
+        assert_eq!(
+            got,
+            NodeFrame::Message(FromNode::Batch(b.clone())),
+            "same frame as a plain decode"
+        );
+        let NodeFrame::Message(FromNode::Batch(got)) = got else {
+            panic!("a batch")
+        };
         let used: Vec<*const u8> = got.data.iter().map(|(_, t)| storage(t)).collect();
         assert_eq!(used, slots, "every tensor decoded into the recycled storage");
         assert!(pool.is_empty());
@@ -778,7 +520,7 @@ mod tests {
         pool.put_dict(got.data);
         assert!(decode_pooled::<NodeFrame>(&body[..body.len() - 1], &mut pool).is_err());
         let again = decode_pooled::<NodeFrame>(body, &mut pool).unwrap();
-        assert_eq!(again, NodeFrame::Batch(b));
+        assert_eq!(again, NodeFrame::Message(FromNode::Batch(b)));
     }
 
     #[test]
@@ -792,9 +534,9 @@ mod tests {
         let shared = Arc::new(w.clone());
         let blobs: Vec<&[u8]> = shared.tensors.values().filter_map(Tensor::le_bytes_in_place).collect();
         assert_eq!(blobs.len(), 2);
-        let frame = TrainerFrame::UpdateWeights(UpdateWeights {
+        let frame = TrainerFrame::Message(ToNode::UpdateWeights(UpdateWeights {
             weights: Arc::clone(&shared),
-        });
+        }));
         let parts = encode_parts(&frame, DEFAULT_MAX_FRAME, &blobs).unwrap();
         assert_eq!(
             parts
@@ -871,28 +613,28 @@ mod tests {
                 proof: auth_proof(TOKEN, &nonce(), "node-0"),
             },
             NodeFrame::Heartbeat,
-            NodeFrame::Batch(batch()),
-            NodeFrame::WeightsUpdated { node: 1, version: 3 },
-            NodeFrame::Seeded {
+            NodeFrame::Message(FromNode::Batch(batch())),
+            NodeFrame::Message(FromNode::WeightsUpdated { node: 1, version: 3 }),
+            NodeFrame::Message(FromNode::Seeded {
                 node: 1,
                 next_seed: u64::MAX,
-            },
-            NodeFrame::Down { node: 1 },
-            NodeFrame::Failed {
+            }),
+            NodeFrame::Message(FromNode::Down { node: 1 }),
+            NodeFrame::Message(FromNode::Failed {
                 node: 1,
                 reason: "env 0 failed: boom ✗".into(),
-            },
-            NodeFrame::Snapshot {
+            }),
+            NodeFrame::Message(FromNode::Snapshot {
                 node: 1,
                 id: 4,
                 state: node_state(),
-            },
-            NodeFrame::Restored { node: 1 },
-            NodeFrame::CheckpointFailed {
+            }),
+            NodeFrame::Message(FromNode::Restored { node: 1 }),
+            NodeFrame::Message(FromNode::CheckpointFailed {
                 node: 1,
                 id: 4,
                 reason: "env `Mine` cannot be checkpointed".into(),
-            },
+            }),
         ]
     }
 
@@ -905,14 +647,14 @@ mod tests {
                 reason: "node index 7 does not exist".into(),
             },
             TrainerFrame::Heartbeat,
-            TrainerFrame::Continue(Continue { seq: 7, frames: 1000 }),
-            TrainerFrame::UpdateWeights(UpdateWeights {
+            TrainerFrame::Message(ToNode::Continue(Continue { seq: 7, frames: 1000 })),
+            TrainerFrame::Message(ToNode::UpdateWeights(UpdateWeights {
                 weights: Arc::new(weights()),
-            }),
-            TrainerFrame::Seed(Seed { seed: 42 }),
-            TrainerFrame::Shutdown,
-            TrainerFrame::Snapshot { id: 4 },
-            TrainerFrame::Restore(node_state()),
+            })),
+            TrainerFrame::Message(ToNode::Seed(Seed { seed: 42 })),
+            TrainerFrame::Message(ToNode::Shutdown),
+            TrainerFrame::Message(ToNode::Snapshot { id: 4 }),
+            TrainerFrame::Message(ToNode::Restore(node_state())),
         ]
     }
 
@@ -972,7 +714,7 @@ mod tests {
         for (f, (tag, k)) in node_frames().iter().zip(&node) {
             let b = body(f);
             assert_eq!(type_of(&b), *tag);
-            assert_eq!(frame_name(f), *tag);
+            assert_eq!(f.name(), *tag);
             assert_eq!(keys(&b), sorted(k), "{tag}");
         }
         let welcome_keys = vec![
@@ -1006,7 +748,7 @@ mod tests {
         struct BatchData {
             data: BTreeMap<String, IgnoredAny>,
         }
-        let d: BatchData = rmp_serde::from_slice(&body(&NodeFrame::Batch(batch()))).unwrap();
+        let d: BatchData = rmp_serde::from_slice(&body(&NodeFrame::Message(FromNode::Batch(batch())))).unwrap();
         assert_eq!(d.data.keys().collect::<Vec<_>>(), ["batch_size", "tensors"]);
         #[derive(Deserialize)]
         struct WelcomeParts {
@@ -1038,9 +780,9 @@ mod tests {
             let mut w = weights();
             w.version = version;
             let frame = encode(
-                &TrainerFrame::UpdateWeights(UpdateWeights {
+                &TrainerFrame::Message(ToNode::UpdateWeights(UpdateWeights {
                     weights: Arc::new(w.clone()),
-                }),
+                })),
                 usize::MAX,
             )
             .unwrap();
@@ -1082,7 +824,7 @@ mod tests {
     fn worked_examples_are_byte_exact() {
         // The example of PROTOCOL.md.
         let f = encode(
-            &TrainerFrame::Continue(Continue { seq: 7, frames: 1000 }),
+            &TrainerFrame::Message(ToNode::Continue(Continue { seq: 7, frames: 1000 })),
             DEFAULT_MAX_FRAME,
         )
         .unwrap();
@@ -1180,7 +922,7 @@ mod tests {
     }
 
     #[test]
-    fn in_process_messages_convert_both_ways() {
+    fn a_message_on_the_wire_is_the_message_itself_named_by_its_type() {
         for m in [
             ToNode::Continue(Continue { seq: 1, frames: 2 }),
             ToNode::UpdateWeights(UpdateWeights {
@@ -1191,10 +933,12 @@ mod tests {
             ToNode::Snapshot { id: 1 },
             ToNode::Restore(node_state()),
         ] {
-            assert_eq!(TrainerFrame::from(m.clone()).into_to_node(), Some(m));
+            let f = TrainerFrame::Message(m.clone());
+            assert_eq!(body(&f), rmp_serde::to_vec_named(&m).unwrap(), "{}", m.name());
+            assert_eq!(type_of(&body(&f)), m.name());
+            assert_eq!(f.name(), m.name());
+            assert_eq!(decode::<TrainerFrame>(&body(&f)), Ok(f));
         }
-        assert_eq!(TrainerFrame::Heartbeat.into_to_node(), None);
-        assert_eq!(TrainerFrame::Challenge { nonce: nonce() }.into_to_node(), None);
         for m in [
             FromNode::Batch(batch()),
             FromNode::WeightsUpdated { node: 0, version: 1 },
@@ -1203,6 +947,10 @@ mod tests {
             FromNode::Failed {
                 node: 0,
                 reason: "x".into(),
+            },
+            FromNode::Ready {
+                node: 0,
+                layout: BatchLayout::default(),
             },
             FromNode::Snapshot {
                 node: 1,
@@ -1216,10 +964,61 @@ mod tests {
                 reason: "x".into(),
             },
         ] {
-            assert_eq!(NodeFrame::from(m.clone()).into_from_node(), Some(m));
+            let f = NodeFrame::Message(m.clone());
+            assert_eq!(body(&f), rmp_serde::to_vec_named(&m).unwrap(), "{}", m.name());
+            assert_eq!(type_of(&body(&f)), m.name());
+            assert_eq!(f.name(), m.name());
+            assert_eq!(decode::<NodeFrame>(&body(&f)), Ok(f));
         }
-        assert_eq!(NodeFrame::Heartbeat.into_from_node(), None);
-        assert_eq!(NodeFrame::Auth { proof: vec![] }.into_from_node(), None);
+        // The wire's own frames are named by their `type` too.
+        for f in node_frames() {
+            assert_eq!(type_of(&body(&f)), f.name());
+        }
+        for f in trainer_frames() {
+            assert_eq!(type_of(&body(&f)), f.name());
+        }
+    }
+
+    #[test]
+    fn a_type_written_after_the_fields_decodes_the_same_through_a_buffer() {
+        // Re-encode every frame with its `type` moved to the end of its map.
+        fn type_last(body: &[u8]) -> Vec<u8> {
+            let Ok(rmpv::Value::Map(mut m)) = rmpv::decode::read_value(&mut &body[..]) else {
+                panic!("a map")
+            };
+            let t = m.remove(0);
+            assert_eq!(t.0.as_str(), Some("type"));
+            m.push(t);
+            let mut out = Vec::new();
+            rmpv::encode::write_value(&mut out, &rmpv::Value::Map(m)).unwrap();
+            out
+        }
+        for f in node_frames() {
+            assert_eq!(decode::<NodeFrame>(&type_last(&body(&f))), Ok(f));
+        }
+        for f in trainer_frames() {
+            assert_eq!(decode::<TrainerFrame>(&type_last(&body(&f))), Ok(f));
+        }
+        // A second `type` is refused, after the first or without one first.
+        let encode_map = |m: Vec<(rmpv::Value, rmpv::Value)>| {
+            let mut out = Vec::new();
+            rmpv::encode::write_value(&mut out, &rmpv::Value::Map(m)).unwrap();
+            out
+        };
+        let ty = |t: &str| (rmpv::Value::from("type"), rmpv::Value::from(t));
+        let node = (rmpv::Value::from("node"), rmpv::Value::from(0));
+        for m in [
+            vec![ty("heartbeat"), ty("heartbeat")],
+            vec![ty("down"), node.clone(), ty("down")],
+            vec![node.clone(), ty("down"), ty("down")],
+            vec![node, ty("heartbeat"), ty("heartbeat")],
+        ] {
+            let err = decode::<NodeFrame>(&encode_map(m.clone())).unwrap_err();
+            assert!(
+                matches!(&err, WireError::Decode(e) if e.contains("duplicate field `type`")),
+                "{m:?}: {err}"
+            );
+        }
     }
 
     /// Every frame of both directions, back to back, and their bodies.
@@ -1292,7 +1091,11 @@ mod tests {
             );
         }
         // Exactly the maximum is fine (the Continue example is 30 bytes).
-        let f = encode(&TrainerFrame::Continue(Continue { seq: 7, frames: 1000 }), 30).unwrap();
+        let f = encode(
+            &TrainerFrame::Message(ToNode::Continue(Continue { seq: 7, frames: 1000 })),
+            30,
+        )
+        .unwrap();
         let mut d = FrameDecoder::new(30);
         d.push(&f);
         assert_eq!(d.next_frame().unwrap().map(|b| b.len()), Some(30));
@@ -1302,7 +1105,11 @@ mod tests {
         // The sender refuses too, and leaves its buffer as it was.
         let mut out = vec![1, 2, 3];
         assert_eq!(
-            encode_into(&TrainerFrame::Continue(Continue { seq: 7, frames: 1000 }), 29, &mut out),
+            encode_into(
+                &TrainerFrame::Message(ToNode::Continue(Continue { seq: 7, frames: 1000 })),
+                29,
+                &mut out
+            ),
             Err(WireError::TooLarge { len: 30, max: 29 })
         );
         assert_eq!(out, [1, 2, 3]);
@@ -1338,12 +1145,12 @@ mod tests {
             );
         }
         // Frames of the other direction do not decode.
-        let cont = body(&TrainerFrame::Continue(Continue { seq: 1, frames: 2 }));
+        let cont = body(&TrainerFrame::Message(ToNode::Continue(Continue { seq: 1, frames: 2 })));
         assert!(matches!(decode::<NodeFrame>(&cont), Err(WireError::Decode(_))));
-        let down = body(&NodeFrame::Down { node: 0 });
+        let down = body(&NodeFrame::Message(FromNode::Down { node: 0 }));
         assert!(matches!(decode::<TrainerFrame>(&down), Err(WireError::Decode(_))));
         // A batch whose tensors do not start with the batch shape does not decode.
-        let mut bad = body(&NodeFrame::Batch(batch()));
+        let mut bad = body(&NodeFrame::Message(FromNode::Batch(batch())));
         let at = bad
             .windows(13)
             .position(|w| w == b"\xaabatch_size\x92\x02")
@@ -1353,170 +1160,21 @@ mod tests {
         assert!(matches!(&err, WireError::Decode(m) if m.contains("shape")), "{err}");
     }
 
-    fn hello(name: &str, version: u32, index: Option<usize>) -> Vec<u8> {
-        body(&NodeFrame::Hello {
-            protocol_version: version,
-            node_name: name.into(),
-            node_index: index,
-        })
-    }
-
-    fn auth(token: &[u8], nonce: &[u8], name: &str) -> Vec<u8> {
-        body(&NodeFrame::Auth {
-            proof: auth_proof(token, nonce, name),
-        })
-    }
-
-    fn rejected(step: HandshakeStep, needle: &str) {
-        match step {
-            HandshakeStep::Reject(reason) => assert!(reason.contains(needle), "{reason:?} lacks {needle:?}"),
-            other => panic!("expected a rejection containing {needle:?}, got {other:?}"),
-        }
-    }
-
     #[test]
     fn ready_round_trips_with_its_layout() {
         let obs = crate::Spec::uniform_box(4, -1.0, 1.0);
         let act = crate::Spec::Discrete { n: 2 };
-        let f = NodeFrame::Ready {
+        let f = NodeFrame::Message(FromNode::Ready {
             node: 3,
             layout: crate::rollout::batch_layout(&obs, &act),
-        };
+        });
         let b = body(&f);
         let back: NodeFrame = decode(&b).unwrap();
         assert_eq!(back, f);
         let v: serde_json::Value = rmp_serde::from_slice(&b).unwrap();
         assert_eq!(v["type"], "ready");
         assert_eq!(v["layout"]["observation"], serde_json::json!(["f32", [4]]));
-        assert_eq!(back.into_from_node().map(|m| m.node()), Some(3));
-    }
-
-    #[test]
-    fn handshake_happy_path() {
-        let mut hs = TrainerHandshake::new(TOKEN, nonce());
-        assert_eq!(
-            hs.on_frame(&hello("node-0", PROTOCOL_VERSION, Some(1))),
-            HandshakeStep::Send(TrainerFrame::Challenge { nonce: nonce() })
-        );
-        assert_eq!(
-            hs.on_frame(&auth(TOKEN, &nonce(), "node-0")),
-            HandshakeStep::Authenticated {
-                node_name: "node-0".into(),
-                node_index: Some(1),
-            }
-        );
-        rejected(hs.on_frame(&body(&NodeFrame::Heartbeat)), "already finished");
-
-        let mut hs = TrainerHandshake::new(TOKEN, nonce());
-        assert!(matches!(
-            hs.on_frame(&hello("", PROTOCOL_VERSION, None)),
-            HandshakeStep::Send(_)
-        ));
-        assert_eq!(
-            hs.on_frame(&auth(TOKEN, &nonce(), "")),
-            HandshakeStep::Authenticated {
-                node_name: String::new(),
-                node_index: None,
-            }
-        );
-    }
-
-    #[test]
-    fn handshake_rejections() {
-        let start = || {
-            let mut hs = TrainerHandshake::new(TOKEN, nonce());
-            assert!(matches!(
-                hs.on_frame(&hello("node-0", PROTOCOL_VERSION, None)),
-                HandshakeStep::Send(_)
-            ));
-            hs
-        };
-        // Wrong token.
-        rejected(start().on_frame(&auth(b"guess", &nonce(), "node-0")), "wrong token");
-        // A proof made for another node name (or another nonce) fails.
-        rejected(start().on_frame(&auth(TOKEN, &nonce(), "node-1")), "wrong token");
-        rejected(start().on_frame(&auth(TOKEN, &[9; NONCE_LEN], "node-0")), "wrong token");
-        rejected(
-            start().on_frame(&body(&NodeFrame::Auth { proof: vec![] })),
-            "wrong token",
-        );
-        // Wrong version.
-        let mut hs = TrainerHandshake::new(TOKEN, nonce());
-        rejected(hs.on_frame(&hello("node-0", 99, None)), "protocol version 99");
-        rejected(hs.on_frame(&auth(TOKEN, &nonce(), "node-0")), "already finished");
-        // Wrong first frame; Auth before Hello.
-        rejected(
-            TrainerHandshake::new(TOKEN, nonce()).on_frame(&body(&NodeFrame::Heartbeat)),
-            "expected hello, got heartbeat",
-        );
-        rejected(
-            TrainerHandshake::new(TOKEN, nonce()).on_frame(&body(&NodeFrame::Batch(batch()))),
-            "expected hello, got batch",
-        );
-        let mut hs = TrainerHandshake::new(TOKEN, nonce());
-        rejected(
-            hs.on_frame(&auth(TOKEN, &nonce(), "node-0")),
-            "expected hello, got auth",
-        );
-        rejected(
-            hs.on_frame(&hello("node-0", PROTOCOL_VERSION, None)),
-            "already finished",
-        );
-        // Wrong second frame.
-        rejected(
-            start().on_frame(&hello("node-0", PROTOCOL_VERSION, None)),
-            "expected auth, got hello",
-        );
-        rejected(
-            start().on_frame(&body(&NodeFrame::Down { node: 0 })),
-            "expected auth, got down",
-        );
-        // Malformed bytes, first or second.
-        rejected(
-            TrainerHandshake::new(TOKEN, nonce()).on_frame(&[0xc1, 0x00]),
-            "malformed",
-        );
-        rejected(TrainerHandshake::new(TOKEN, nonce()).on_frame(&[]), "malformed");
-        rejected(start().on_frame(b"\x81\xa4type\xa4auth"), "malformed");
-        // A trainer frame sent by the node.
-        rejected(
-            TrainerHandshake::new(TOKEN, nonce()).on_frame(&body(&TrainerFrame::Challenge { nonce: nonce() })),
-            "malformed",
-        );
-        // Absurd names.
-        rejected(
-            TrainerHandshake::new(TOKEN, nonce()).on_frame(&hello(&"x".repeat(257), PROTOCOL_VERSION, None)),
-            "longer than 256",
-        );
-    }
-
-    #[test]
-    fn admission_by_request_and_lowest_free_slot() {
-        let mut a = Admission::new(3);
-        assert_eq!((a.count(), a.full()), (0, false));
-        assert_eq!(a.admit(Some(1)), Ok(1));
-        let err = a.admit(Some(1)).unwrap_err();
-        assert!(err.contains("node index 1 is already taken"), "{err}");
-        let err = a.admit(Some(3)).unwrap_err();
-        assert!(
-            err.contains("node index 3 does not exist") && err.contains("3 nodes"),
-            "{err}"
-        );
-        assert_eq!(a.admit(None), Ok(0));
-        assert_eq!(a.admit(None), Ok(2));
-        assert_eq!((a.count(), a.full()), (3, true));
-        let err = a.admit(None).unwrap_err();
-        assert!(err.contains("all 3 node slots are taken"), "{err}");
-        a.release(1);
-        a.release(99);
-        assert_eq!((a.count(), a.full()), (2, false));
-        assert_eq!(a.admit(None), Ok(1));
-        a.release(2);
-        assert_eq!(a.admit(Some(2)), Ok(2));
-        let mut none = Admission::new(0);
-        assert!(none.full());
-        assert!(none.admit(None).is_err());
-        assert!(none.admit(Some(0)).is_err());
+        assert_eq!(back.name(), "ready");
     }
 
     #[test]

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use ndarray::{ArrayD, IxDyn};
 use rollout::frame_reader::FrameReader;
-use rollout::message::UpdateWeights;
+use rollout::message::{ToNode, UpdateWeights};
 use rollout::pool::TensorPool;
 use rollout::wire::{decode, decode_pooled, encode_into, TrainerFrame, DEFAULT_MAX_FRAME, PREFIX_LEN};
 use rollout::{Tensor, Weights};
@@ -55,9 +55,9 @@ fn main() {
         "weight".to_string(),
         Tensor::F32(ArrayD::from_shape_vec(IxDyn(&[ELEMS / 1000, 1000]), data.clone()).expect("shape")),
     );
-    let frame = TrainerFrame::UpdateWeights(UpdateWeights {
+    let frame = TrainerFrame::Message(ToNode::UpdateWeights(UpdateWeights {
         weights: Arc::new(Weights { version: 1, tensors }),
-    });
+    }));
     // The same bytes as the blob, as the baselines' source.
     let src: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
     let src = &src[..];
@@ -72,7 +72,7 @@ fn main() {
         black_box(black_box(src).to_vec());
     });
     let tensor = match &frame {
-        TrainerFrame::UpdateWeights(u) => u.weights.tensors["weight"].clone(),
+        TrainerFrame::Message(ToNode::UpdateWeights(u)) => u.weights.tensors["weight"].clone(),
         _ => unreachable!(),
     };
     let mut le = Vec::with_capacity(BYTES);
@@ -100,7 +100,7 @@ fn main() {
     let mut pool = TensorPool::new(2 * BYTES);
     let decode_pooled_t = best(|| {
         let f: TrainerFrame = decode_pooled(black_box(&body), &mut pool).expect("decode");
-        if let TrainerFrame::UpdateWeights(u) = f {
+        if let TrainerFrame::Message(ToNode::UpdateWeights(u)) = f {
             pool.put_weights(Arc::try_unwrap(u.weights).expect("unique"));
         }
     });
@@ -124,7 +124,7 @@ fn main() {
         }
     };
     let reader_t = best(|| {
-        if let TrainerFrame::UpdateWeights(u) = read(&mut pool) {
+        if let TrainerFrame::Message(ToNode::UpdateWeights(u)) = read(&mut pool) {
             pool.put_weights(Arc::try_unwrap(u.weights).expect("unique"));
         }
     });

@@ -15,7 +15,7 @@ use std::sync::{Arc, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rollout::message::{Batch, Continue, Seed, ToNode, UpdateWeights};
+use rollout::message::{Batch, Continue, FromNode, Seed, ToNode, UpdateWeights};
 use rollout::node_spec::NodeSpec;
 use rollout::rollout::RolloutConfig;
 use rollout::wire::{auth_proof, encode_into, NodeFrame, TrainerFrame, Welcome, DEFAULT_MAX_FRAME, PROTOCOL_VERSION};
@@ -248,7 +248,10 @@ fn frames_decode_with_python_msgpack() {
     let proof = auth_proof(b"token", &nonce, "node-1");
     let mut bytes = Vec::new();
     let mut put_t = |f: &TrainerFrame| encode_into(f, DEFAULT_MAX_FRAME, &mut bytes).expect("encode");
-    put_t(&TrainerFrame::Continue(Continue { seq: 3, frames: 24 }));
+    put_t(&TrainerFrame::Message(ToNode::Continue(Continue {
+        seq: 3,
+        frames: 24,
+    })));
     put_t(&TrainerFrame::Welcome(Box::new(Welcome {
         node_index: 1,
         spec: spec.clone(),
@@ -257,34 +260,34 @@ fn frames_decode_with_python_msgpack() {
         heartbeat_timeout_ms: 5000,
         max_frame: DEFAULT_MAX_FRAME as u64,
     })));
-    put_t(&TrainerFrame::UpdateWeights(UpdateWeights {
+    put_t(&TrainerFrame::Message(ToNode::UpdateWeights(UpdateWeights {
         weights: Arc::new(weights.clone()),
-    }));
+    })));
     put_t(&TrainerFrame::Challenge { nonce: nonce.clone() });
-    put_t(&TrainerFrame::Seed(Seed { seed: 99 }));
+    put_t(&TrainerFrame::Message(ToNode::Seed(Seed { seed: 99 })));
     put_t(&TrainerFrame::Reject {
         reason: "no ✗".into()
     });
     put_t(&TrainerFrame::Heartbeat);
-    put_t(&TrainerFrame::Shutdown);
+    put_t(&TrainerFrame::Message(ToNode::Shutdown));
     let mut put_n = |f: &NodeFrame| encode_into(f, DEFAULT_MAX_FRAME, &mut bytes).expect("encode");
-    put_n(&NodeFrame::Batch(batch.clone()));
+    put_n(&NodeFrame::Message(FromNode::Batch(batch.clone())));
     put_n(&NodeFrame::Hello {
         protocol_version: PROTOCOL_VERSION,
         node_name: "node-1".into(),
         node_index: None,
     });
     put_n(&NodeFrame::Auth { proof: proof.clone() });
-    put_n(&NodeFrame::WeightsUpdated { node: 1, version: 4 });
-    put_n(&NodeFrame::Seeded {
+    put_n(&NodeFrame::Message(FromNode::WeightsUpdated { node: 1, version: 4 }));
+    put_n(&NodeFrame::Message(FromNode::Seeded {
         node: 1,
         next_seed: u64::MAX,
-    });
-    put_n(&NodeFrame::Down { node: 1 });
-    put_n(&NodeFrame::Failed {
+    }));
+    put_n(&NodeFrame::Message(FromNode::Down { node: 1 }));
+    put_n(&NodeFrame::Message(FromNode::Failed {
         node: 1,
         reason: "env 0 failed".into(),
-    });
+    }));
 
     let file = TempFile(temp_path("frames.bin"));
     std::fs::write(&file.0, &bytes).expect("write frames");
@@ -472,7 +475,7 @@ fn python_rejects_a_broken_frame_file() {
     // The checker is a real check: a truncated frame and a wrong blob length are errors.
     let mut bytes = Vec::new();
     encode_into(
-        &TrainerFrame::Continue(Continue { seq: 1, frames: 2 }),
+        &TrainerFrame::Message(ToNode::Continue(Continue { seq: 1, frames: 2 })),
         DEFAULT_MAX_FRAME,
         &mut bytes,
     )

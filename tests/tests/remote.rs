@@ -11,7 +11,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use ndarray::ArrayD;
-use rollout::message::{Batch, Continue};
+use rollout::message::{Batch, Continue, FromNode, ToNode};
 use rollout::rollout::keys;
 use rollout::wire::{self, NodeFrame, TrainerFrame, Welcome, PROTOCOL_VERSION};
 use rollout::{Counting, CountingConfig, Env, EnvError, PolicyConfig, Registry, Tensor, TensorDict, Weights};
@@ -344,10 +344,10 @@ fn post_join_case_ready(ready: bool, bad: impl FnOnce(&mut TcpStream, &Welcome, 
             .expect("rollout");
         send(
             &mut s,
-            &NodeFrame::Ready {
+            &NodeFrame::Message(FromNode::Ready {
                 node: 0,
                 layout: r.batch_layout(),
-            },
+            }),
         );
     }
     let good = good_node(addr, Some(1));
@@ -357,13 +357,13 @@ fn post_join_case_ready(ready: bool, bad: impl FnOnce(&mut TcpStream, &Welcome, 
     let c = loop {
         send(&mut s, &NodeFrame::Heartbeat);
         match recv(&mut s).expect("the trainer sends work") {
-            TrainerFrame::Continue(c) => break c,
-            TrainerFrame::Seed(seed) => send(
+            TrainerFrame::Message(ToNode::Continue(c)) => break c,
+            TrainerFrame::Message(ToNode::Seed(seed)) => send(
                 &mut s,
-                &NodeFrame::Seeded {
+                &NodeFrame::Message(FromNode::Seeded {
                     node: 0,
                     next_seed: seed.seed + 1,
-                },
+                }),
             ),
             _ => continue,
         }
@@ -392,7 +392,7 @@ fn batch_before_ready() {
         false,
         |s, w, c| {
             let b = real_batch(w, c);
-            send(s, &NodeFrame::Batch(b));
+            send(s, &NodeFrame::Message(FromNode::Batch(b)));
         },
         "a Batch before Ready",
     );
@@ -404,7 +404,7 @@ fn batch_with_the_wrong_shape() {
         |s, w, c| {
             let mut b = real_batch(w, c);
             b.data = b.data.reshape(&[2, c.frames / 2]).expect("reshape");
-            send(s, &NodeFrame::Batch(b));
+            send(s, &NodeFrame::Message(FromNode::Batch(b)));
         },
         "got batch shape [2, 50]",
     );
@@ -421,7 +421,7 @@ fn batch_with_the_wrong_dtype() {
                 Tensor::F64(ArrayD::zeros(vec![1, c.frames, 1])),
             );
             b.data = TensorDict::from_entries(&[1, c.frames], entries).expect("dict");
-            send(s, &NodeFrame::Batch(b));
+            send(s, &NodeFrame::Message(FromNode::Batch(b)));
         },
         "`observation` must be f32, got f64",
     );
@@ -438,7 +438,7 @@ fn batch_with_the_wrong_frame_count() {
                     frames: c.frames - 10,
                 },
             );
-            send(s, &NodeFrame::Batch(b));
+            send(s, &NodeFrame::Message(FromNode::Batch(b)));
         },
         "asked for 100 frames over 1 envs",
     );
@@ -455,7 +455,7 @@ fn batch_for_a_continue_never_sent() {
                     frames: c.frames,
                 },
             );
-            send(s, &NodeFrame::Batch(b));
+            send(s, &NodeFrame::Message(FromNode::Batch(b)));
         },
         "which is not outstanding",
     );
@@ -467,7 +467,7 @@ fn batch_claiming_another_node() {
         |s, w, c| {
             let mut b = real_batch(w, c);
             b.node = 1;
-            send(s, &NodeFrame::Batch(b));
+            send(s, &NodeFrame::Message(FromNode::Batch(b)));
         },
         "node 0 sent a message as node 1",
     );
@@ -934,7 +934,7 @@ fn socket_cut_mid_frame_is_detected_and_the_rejoined_node_completes_the_run() {
         .build_worker(&Registry::with_builtins(), 0)
         .expect("rollout")
         .batch_layout();
-    send(&mut s, &NodeFrame::Ready { node: 0, layout });
+    send(&mut s, &NodeFrame::Message(FromNode::Ready { node: 0, layout }));
     let other = good_node(addr, Some(1));
     let driver = thread::spawn(move || {
         let mut c = t.join().expect("trainer thread");
@@ -949,19 +949,23 @@ fn socket_cut_mid_frame_is_detected_and_the_rejoined_node_completes_the_run() {
     let c = loop {
         send(&mut s, &NodeFrame::Heartbeat);
         match recv(&mut s).expect("the trainer sends work") {
-            TrainerFrame::Continue(c) => break c,
-            TrainerFrame::Seed(seed) => send(
+            TrainerFrame::Message(ToNode::Continue(c)) => break c,
+            TrainerFrame::Message(ToNode::Seed(seed)) => send(
                 &mut s,
-                &NodeFrame::Seeded {
+                &NodeFrame::Message(FromNode::Seeded {
                     node: 0,
                     next_seed: seed.seed + 1,
-                },
+                }),
             ),
             _ => continue,
         }
     };
     // Half of a real answer, then the connection is gone.
-    let frame = wire::encode(&NodeFrame::Batch(real_batch(&welcome, c)), wire::DEFAULT_MAX_FRAME).expect("encode");
+    let frame = wire::encode(
+        &NodeFrame::Message(FromNode::Batch(real_batch(&welcome, c))),
+        wire::DEFAULT_MAX_FRAME,
+    )
+    .expect("encode");
     s.write_all(&frame[..frame.len() / 2]).expect("write");
     let cut = Instant::now();
     drop(s);

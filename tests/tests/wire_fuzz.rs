@@ -13,6 +13,7 @@ use std::sync::Arc;
 use ndarray::{ArrayD, IxDyn};
 use proptest::prelude::*;
 use rollout::checkpoint::NodeState;
+use rollout::connection::{HandshakeStep, TrainerHandshake};
 use rollout::frame_reader::FrameReader;
 use rollout::message::{Batch, Continue, FromNode, Seed, ToNode, UpdateWeights};
 use rollout::node_spec::NodeSpec;
@@ -20,8 +21,8 @@ use rollout::policy::PolicySpec;
 use rollout::pool::TensorPool;
 use rollout::rollout::RolloutConfig;
 use rollout::wire::{
-    auth_proof, decode, decode_pooled, encode, verify_proof, FrameDecoder, HandshakeStep, NodeFrame, TrainerFrame,
-    TrainerHandshake, Welcome, WireError, NONCE_LEN, PREFIX_LEN, PROTOCOL_VERSION,
+    auth_proof, decode, decode_pooled, encode, verify_proof, FrameDecoder, NodeFrame, TrainerFrame, Welcome, WireError,
+    NONCE_LEN, PREFIX_LEN, PROTOCOL_VERSION,
 };
 use rollout::{EnvSpec, PolicyConfig, Registry, Tensor, TensorDict, Weights};
 use rollout_actors::testkit::NodeHarness;
@@ -140,19 +141,19 @@ fn node_samples() -> Vec<NodeFrame> {
             proof: auth_proof(TOKEN, &nonce(), "node-0"),
         },
         NodeFrame::Heartbeat,
-        NodeFrame::Batch(batch()),
-        NodeFrame::WeightsUpdated { node: 0, version: 2 },
-        NodeFrame::Seeded { node: 0, next_seed: 8 },
-        NodeFrame::Down { node: 0 },
-        NodeFrame::Failed {
+        NodeFrame::Message(FromNode::Batch(batch())),
+        NodeFrame::Message(FromNode::WeightsUpdated { node: 0, version: 2 }),
+        NodeFrame::Message(FromNode::Seeded { node: 0, next_seed: 8 }),
+        NodeFrame::Message(FromNode::Down { node: 0 }),
+        NodeFrame::Message(FromNode::Failed {
             node: 0,
             reason: "boom".into(),
-        },
-        NodeFrame::Snapshot {
+        }),
+        NodeFrame::Message(FromNode::Snapshot {
             node: 0,
             id: 1,
             state: node_state(),
-        },
+        }),
     ]
 }
 
@@ -180,13 +181,13 @@ fn trainer_samples() -> Vec<TrainerFrame> {
         })),
         TrainerFrame::Reject { reason: "no".into() },
         TrainerFrame::Heartbeat,
-        TrainerFrame::Continue(Continue { seq: 5, frames: 6 }),
-        TrainerFrame::UpdateWeights(UpdateWeights {
+        TrainerFrame::Message(ToNode::Continue(Continue { seq: 5, frames: 6 })),
+        TrainerFrame::Message(ToNode::UpdateWeights(UpdateWeights {
             weights: Arc::new(weights()),
-        }),
-        TrainerFrame::Seed(Seed { seed: 1 }),
-        TrainerFrame::Shutdown,
-        TrainerFrame::Restore(node_state()),
+        })),
+        TrainerFrame::Message(ToNode::Seed(Seed { seed: 1 })),
+        TrainerFrame::Message(ToNode::Shutdown),
+        TrainerFrame::Message(ToNode::Restore(node_state())),
     ]
 }
 
@@ -266,7 +267,7 @@ fn check_body(body: &[u8]) {
     check_pooled::<TrainerFrame>(body);
     match decode::<NodeFrame>(body) {
         Ok(f) => {
-            if let NodeFrame::Batch(b) = &f {
+            if let NodeFrame::Message(FromNode::Batch(b)) = &f {
                 b.data.validate().expect("a decoded batch respects its batch shape");
                 b.data.iter().for_each(|(_, t)| check_tensor(t));
             }
@@ -280,8 +281,8 @@ fn check_body(body: &[u8]) {
         Ok(f) => {
             let w = match &f {
                 TrainerFrame::Welcome(w) => w.weights.as_ref(),
-                TrainerFrame::UpdateWeights(u) => Some(&*u.weights),
-                TrainerFrame::Restore(st) => {
+                TrainerFrame::Message(ToNode::UpdateWeights(u)) => Some(&*u.weights),
+                TrainerFrame::Message(ToNode::Restore(st)) => {
                     check_restore(st);
                     st.weights.as_deref()
                 }
@@ -575,7 +576,7 @@ proptest! {
     fn tree_mutated_batches_respect_their_batch_shape(
         mutations in proptest::collection::vec(tree_mutation(), 1..3),
     ) {
-        let mut frame = encode(&NodeFrame::Batch(batch()), MAX).unwrap();
+        let mut frame = encode(&NodeFrame::Message(FromNode::Batch(batch())), MAX).unwrap();
         for m in &mutations {
             apply_tree(&mut frame, m);
         }

@@ -6,15 +6,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix::prelude::*;
+use rollout::connection::Admission;
 use rollout::machine::TrainerMachine;
 use rollout::node_spec::NodeSpec;
-use rollout::wire::{Admission, NodeFrame};
+use rollout::wire::NodeFrame;
 use tokio::net::TcpListener;
 
 use super::local::Started;
 use super::process::Children;
 use crate::error::CollectError;
 use crate::messages::BatchArriving;
+use crate::remote::arrival::ArrivalNotice;
 use crate::remote::frames::FrameStream;
 use crate::remote::link::spawn_writer;
 use crate::remote::listener::{self, DoorConfig, Joined};
@@ -156,7 +158,7 @@ fn start_peer(j: Joined, trainer: &Addr<Trainer>, cache: &WeightsCache, timing: 
         // A node goes on while its batch travels, when the trainer lets it.
         let node = j.index;
         let frames = FrameStream::<NodeFrame>::new(read, timing.max_frame, peer.pool())
-            .on_batch(Box::new(move || arriving.do_send(BatchArriving { node })));
+            .on_batch(ArrivalNotice::new(node, arriving));
         ctx.add_stream(frames);
         peer
     })

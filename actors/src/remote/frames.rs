@@ -14,6 +14,8 @@ use futures_util::Stream;
 use rollout::frame_reader::{Frame, FrameReader};
 use rollout::pool::TensorPool;
 use rollout::wire::{WireError, PREFIX_LEN};
+
+use super::arrival::ArrivalNotice;
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::net::tcp::OwnedReadHalf;
 
@@ -47,10 +49,6 @@ impl fmt::Display for FrameError {
 /// read: the moment to put storage that became free into the pool.
 pub type OnFrame = Box<dyn FnMut(&mut TensorPool)>;
 
-/// Called when a `batch` frame begins to arrive (its first bytes, long before it is
-/// whole): the moment a trainer may let the node go on collecting.
-pub type OnBatch = Box<dyn FnMut()>;
-
 /// Frames of type `T` read from a socket, tensors straight into storage from a
 /// shared pool.
 pub struct FrameStream<T> {
@@ -58,8 +56,9 @@ pub struct FrameStream<T> {
     reader: FrameReader,
     pool: SharedPool,
     on_frame: Option<OnFrame>,
-    on_batch: Option<OnBatch>,
-    /// `on_batch` ran for the frame being read.
+    /// Early release: told when a `batch` frame begins to arrive.
+    on_batch: Option<ArrivalNotice>,
+    /// `on_batch` was told of the frame being read.
     announced: bool,
     done: bool,
     _frames: PhantomData<fn() -> T>,
@@ -86,11 +85,12 @@ impl<T> FrameStream<T> {
         self
     }
 
-    /// Runs `f` when a `batch` frame begins to arrive, once per frame, unless the
-    /// frame came whole in one read; the stream then yields to the other tasks of
-    /// its thread once before it reads on.
-    pub fn on_batch(mut self, f: OnBatch) -> FrameStream<T> {
-        self.on_batch = Some(f);
+    /// Tells `notice` when a `batch` frame begins to arrive (its first bytes, long
+    /// before it is whole), once per frame, unless the frame came whole in one read;
+    /// the stream then yields to the other tasks of its thread once before it reads
+    /// on, so the trainer can send the node its next `continue` first.
+    pub fn on_batch(mut self, notice: ArrivalNotice) -> FrameStream<T> {
+        self.on_batch = Some(notice);
         self
     }
 }
@@ -136,9 +136,9 @@ impl<T: Frame> Stream for FrameStream<T> {
                 Ok(false) => {
                     if !this.announced && this.reader.reading_batch() {
                         this.announced = true;
-                        if let Some(f) = &mut this.on_batch {
-                            f();
-                            // Let whoever the hook told act (a trainer sends the node
+                        if let Some(notice) = &this.on_batch {
+                            notice.batch_arriving();
+                            // Let the trainer act on the notice (a trainer sends the node
                             // its next `continue`) before the rest of the batch is read.
                             cx.waker().wake_by_ref();
                             return Poll::Pending;
@@ -161,9 +161,10 @@ impl<T: Frame> Stream for FrameStream<T> {
 #[cfg(test)]
 mod tests {
 
+    use actix::{Actor, Context as ActorContext, Handler};
     use futures_util::StreamExt;
     use ndarray::{ArrayD, IxDyn};
-    use rollout::message::Batch;
+    use rollout::message::{Batch, FromNode};
     use rollout::wire::{encode, NodeFrame};
     use rollout::{Tensor, TensorDict};
     use tokio::io::AsyncWriteExt;
@@ -185,12 +186,12 @@ mod tests {
     fn batch() -> NodeFrame {
         let obs =
             Tensor::F32(ArrayD::from_shape_vec(IxDyn(&[1, 2000, 4]), (0..8000).map(|i| i as f32).collect()).unwrap());
-        NodeFrame::Batch(Batch {
+        NodeFrame::Message(FromNode::Batch(Batch {
             node: 0,
             seq: 1,
             weights_version: 0,
             data: TensorDict::from_entries(&[1, 2000], [("observation".to_string(), obs)]).unwrap(),
-        })
+        }))
     }
 
     /// The stream's next item, within a deadline (a hung stream fails the test).
@@ -198,6 +199,21 @@ mod tests {
         tokio::time::timeout(std::time::Duration::from_secs(10), frames.next())
             .await
             .expect("the stream answered within 10 s")
+    }
+
+    /// Stands for the trainer: passes on which node's batch began to arrive.
+    struct Arrivals(tokio::sync::mpsc::UnboundedSender<usize>);
+
+    impl Actor for Arrivals {
+        type Context = ActorContext<Self>;
+    }
+
+    impl Handler<crate::messages::BatchArriving> for Arrivals {
+        type Result = ();
+
+        fn handle(&mut self, msg: crate::messages::BatchArriving, _ctx: &mut Self::Context) {
+            self.0.send(msg.node).expect("the test listens");
+        }
     }
 
     fn pool() -> SharedPool {
@@ -237,22 +253,23 @@ mod tests {
                 }
             }));
             client.write_all(&encode(&batch(), usize::MAX).unwrap()).await.unwrap();
-            let Some(Ok(NodeFrame::Batch(b))) = next(&mut frames).await else {
+            let Some(Ok(NodeFrame::Message(FromNode::Batch(b)))) = next(&mut frames).await else {
                 panic!("a batch");
             };
             let obs = b.data.get("observation").unwrap().as_f32().unwrap();
             assert_eq!(obs.as_ptr(), ptr, "read into the storage the hook put back");
-            assert_eq!(NodeFrame::Batch(b.clone()), batch());
+            assert_eq!(NodeFrame::Message(FromNode::Batch(b.clone())), batch());
         });
     }
 
     #[test]
-    fn the_batch_hook_runs_once_as_a_batch_begins_to_arrive_long_before_it_is_whole() {
+    fn the_arrival_notice_comes_once_as_a_batch_begins_to_arrive_long_before_it_is_whole() {
         actix_rt::System::new().block_on(async {
             let (mut client, read) = loopback().await;
             let (tx, mut began) = tokio::sync::mpsc::unbounded_channel();
-            let mut frames = FrameStream::<NodeFrame>::new(read, usize::MAX, pool())
-                .on_batch(Box::new(move || tx.send(()).expect("the test listens")));
+            let trainer = Arrivals(tx).start().recipient();
+            let mut frames =
+                FrameStream::<NodeFrame>::new(read, usize::MAX, pool()).on_batch(ArrivalNotice::new(0, trainer));
             let bytes = encode(&batch(), usize::MAX).unwrap();
             client
                 .write_all(&encode(&NodeFrame::Heartbeat, usize::MAX).unwrap())
@@ -261,12 +278,12 @@ mod tests {
             client.write_all(&bytes[..1000]).await.unwrap();
             assert_eq!(next(&mut frames).await.unwrap().unwrap(), NodeFrame::Heartbeat);
             assert!(began.try_recv().is_err(), "a heartbeat is no batch");
-            // 1,000 of the batch's 32 KB are in: the hook runs, no frame comes out.
+            // 1,000 of the batch's 32 KB are in: the notice comes, no frame comes out.
             let deadline = std::time::Duration::from_secs(10);
             tokio::select! {
                 item = frames.next() => panic!("nothing before the batch is whole: {item:?}"),
                 got = tokio::time::timeout(deadline, began.recv()) => {
-                    assert_eq!(got.expect("the hook ran within 10 s"), Some(()));
+                    assert_eq!(got.expect("the notice came within 10 s"), Some(0));
                 }
             }
             client.write_all(&bytes[1000..]).await.unwrap();

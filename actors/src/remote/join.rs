@@ -12,11 +12,12 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use bytes::Bytes;
-use rollout::message::{Batch, FromNode};
+use rollout::connection::{Inbound, NodeHandshake, NodeSession, NodeStep};
+use rollout::message::{Batch, FromNode, ToNode};
 use rollout::policy::Weights;
 use rollout::pool::TensorPool;
 use rollout::rollout::RolloutError;
-use rollout::wire::{self, NodeFrame, TrainerFrame, Welcome, DEFAULT_MAX_FRAME, PROTOCOL_VERSION};
+use rollout::wire::{self, NodeFrame, TrainerFrame, Welcome, DEFAULT_MAX_FRAME};
 use rollout::{Registry, TensorDict};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -150,26 +151,18 @@ async fn handshake(addr: &str, token: &[u8], opts: &NodeOptions) -> Result<(TcpS
     };
     let _ = s.set_nodelay(true);
     let max = DEFAULT_MAX_FRAME;
-    let hello = NodeFrame::Hello {
-        protocol_version: PROTOCOL_VERSION,
-        node_name: opts.name.clone(),
-        node_index: opts.index,
-    };
     let send = |f: NodeFrame| wire::encode(&f, max).map_err(|e| JoinError::Protocol(e.to_string()));
-    s.write_all(&send(hello)?).await.map_err(|e| connect(e.to_string()))?;
-    let nonce = match read_trainer_frame(&mut s, max).await? {
-        TrainerFrame::Challenge { nonce } => nonce,
-        TrainerFrame::Reject { reason } => return Err(JoinError::Rejected(reason)),
-        _ => return Err(JoinError::Protocol("expected a challenge".into())),
-    };
-    let proof = wire::auth_proof(token, &nonce, &opts.name);
-    s.write_all(&send(NodeFrame::Auth { proof })?)
+    let mut hs = NodeHandshake::new(token, opts.name.clone(), opts.index);
+    s.write_all(&send(hs.hello())?)
         .await
         .map_err(|e| connect(e.to_string()))?;
-    match read_trainer_frame(&mut s, max).await? {
-        TrainerFrame::Welcome(w) => Ok((s, *w)),
-        TrainerFrame::Reject { reason } => Err(JoinError::Rejected(reason)),
-        _ => Err(JoinError::Protocol("expected welcome or reject".into())),
+    loop {
+        match hs.on_frame(read_trainer_frame(&mut s, max).await?) {
+            NodeStep::Send(f) => s.write_all(&send(f)?).await.map_err(|e| connect(e.to_string()))?,
+            NodeStep::Welcomed(w) => return Ok((s, *w)),
+            NodeStep::Rejected(reason) => return Err(JoinError::Rejected(reason)),
+            NodeStep::Violation(reason) => return Err(JoinError::Protocol(reason)),
+        }
     }
 }
 
@@ -202,11 +195,9 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
         Err(e) => return (Err(e.into()), Vec::new()),
     };
     let max = (welcome.max_frame as usize).max(1);
+    let mut session = NodeSession::new(&welcome, Instant::now());
     // Ready: the first frame after the handshake, before any answer to the trainer.
-    let ready = NodeFrame::Ready {
-        node: index,
-        layout: rollouts.first().map(|r| r.batch_layout()).unwrap_or_default(),
-    };
+    let ready = session.ready(rollouts.first().map(|r| r.batch_layout()).unwrap_or_default());
     let ready = match wire::encode(&ready, max) {
         Ok(b) => Bytes::from(b),
         Err(e) => {
@@ -237,8 +228,6 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
         weights,
         link.clone().recipient(),
     );
-    let heartbeat = Duration::from_millis(welcome.heartbeat_ms.max(1));
-    let timeout = Duration::from_millis(welcome.heartbeat_timeout_ms.max(1));
     // Weight updates are read into the tensors of versions no worker holds any
     // more, reclaimed as each frame starts to arrive (double buffering).
     let pool: SharedPool = Rc::new(RefCell::new(TensorPool::new(max)));
@@ -246,14 +235,14 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
     let reclaim = Rc::clone(&retired);
     let frames = FrameStream::<TrainerFrame>::new(read, max, Rc::clone(&pool))
         .on_frame(Box::new(move |pool| reclaim_weights(&reclaim, pool)));
+    // The trainer's silence counts from the moment the link starts listening.
+    session.heard(Instant::now());
     link_ctx.run(TrainerLink {
         index,
         node: node_addr,
         out,
         max,
-        heartbeat,
-        timeout,
-        last_seen: Instant::now(),
+        session,
         done: Some(done_tx),
         stream: Some(frames),
         retired,
@@ -279,9 +268,8 @@ struct TrainerLink {
     node: Addr<Node>,
     out: FrameSender,
     max: usize,
-    heartbeat: Duration,
-    timeout: Duration,
-    last_seen: Instant,
+    /// The protocol's state and rules for this connection.
+    session: NodeSession,
     done: Option<oneshot::Sender<Result<(), JoinError>>>,
     stream: Option<FrameStream<TrainerFrame>>,
     /// Weight versions received here, oldest first, until nobody else holds them.
@@ -329,13 +317,15 @@ impl TrainerLink {
     /// its MessagePack headers and the tensors' own memory. Once the writer has put
     /// the last part on the socket, the storage goes back to the worker.
     fn send_batch(&mut self, batch: Batch, ctx: &mut Context<Self>) {
-        let frame = NodeFrame::Batch(batch);
-        let NodeFrame::Batch(b) = &frame else {
+        // A session message is its own frame (`NodeFrame::Message` encodes as the
+        // message): encoded as it is.
+        let msg = FromNode::Batch(batch);
+        let FromNode::Batch(b) = &msg else {
             unreachable!("built as a batch")
         };
         let (keys, blobs) = parts::blobs(b.data.iter());
-        let encoded = wire::encode_parts(&frame, self.max, &blobs);
-        let NodeFrame::Batch(b) = frame else {
+        let encoded = wire::encode_parts(&msg, self.max, &blobs);
+        let FromNode::Batch(b) = msg else {
             unreachable!("built as a batch")
         };
         let outgoing = Arc::new(OutgoingBatch {
@@ -354,10 +344,10 @@ impl TrainerLink {
                 tracing::error!(node = self.index, error = %e, "cannot encode a batch");
                 let reason = format!("cannot send its batch: {e}");
                 self.send(
-                    &NodeFrame::Failed {
+                    &NodeFrame::Message(FromNode::Failed {
                         node: self.index,
                         reason,
-                    },
+                    }),
                     ctx,
                 );
             }
@@ -407,40 +397,31 @@ impl Actor for TrainerLink {
         if let Some(s) = self.stream.take() {
             ctx.add_stream(s);
         }
-        ctx.run_interval(self.heartbeat, |act, ctx| {
-            if act.last_seen.elapsed() > act.timeout {
-                let secs = act.timeout.as_secs_f64();
-                act.finish(
-                    ctx,
-                    Err(JoinError::Lost(format!("no frame from the trainer for {secs:.1} s"))),
-                );
-                return;
+        ctx.run_interval(self.session.heartbeat(), |act, ctx| {
+            match act.session.on_tick(Instant::now()) {
+                Ok(()) => act.send(&NodeFrame::Heartbeat, ctx),
+                Err(reason) => act.finish(ctx, Err(JoinError::Lost(reason))),
             }
-            act.send(&NodeFrame::Heartbeat, ctx);
         });
     }
 }
 
 impl StreamHandler<Result<TrainerFrame, FrameError>> for TrainerLink {
     fn handle(&mut self, item: Result<TrainerFrame, FrameError>, ctx: &mut Self::Context) {
-        self.last_seen = Instant::now();
         let frame = match item {
             Ok(f) => f,
             Err(FrameError::Decode(e)) => return self.finish(ctx, Err(JoinError::Protocol(e.to_string()))),
             Err(e) => return self.finish(ctx, Err(JoinError::Lost(e.to_string()))),
         };
-        if let TrainerFrame::UpdateWeights(u) = &frame {
-            self.retired.borrow_mut().push_back(Arc::clone(&u.weights));
-        }
-        match frame {
-            TrainerFrame::Heartbeat => {}
-            other => match other.into_to_node() {
-                Some(m) => self.node.do_send(ToNodeMsg(m)),
-                None => self.finish(
-                    ctx,
-                    Err(JoinError::Protocol("handshake frame after the handshake".into())),
-                ),
-            },
+        match self.session.on_frame(frame, Instant::now()) {
+            Inbound::Deliver(m) => {
+                if let ToNode::UpdateWeights(u) = &m {
+                    self.retired.borrow_mut().push_back(Arc::clone(&u.weights));
+                }
+                self.node.do_send(ToNodeMsg(m));
+            }
+            Inbound::Nothing => {}
+            Inbound::Close(reason) => self.finish(ctx, Err(JoinError::Protocol(reason))),
         }
     }
 
@@ -453,12 +434,12 @@ impl Handler<FromNodeMsg> for TrainerLink {
     type Result = ();
 
     fn handle(&mut self, msg: FromNodeMsg, ctx: &mut Self::Context) {
-        let down = matches!(msg.0, FromNode::Down { .. });
+        let ends = NodeSession::ends(&msg.0);
         match msg.0 {
             FromNode::Batch(b) => self.send_batch(b, ctx),
-            other => self.send(&NodeFrame::from(other), ctx),
+            other => self.send(&NodeFrame::Message(other), ctx),
         }
-        if down {
+        if ends {
             self.finish(ctx, Ok(()));
         }
     }

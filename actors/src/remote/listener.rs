@@ -1,13 +1,16 @@
 //! The trainer's door: accepts connections, runs each handshake under a deadline,
 //! admits authenticated nodes into free slots and rejects everyone else with a reason.
+//! The decisions are the core's ([`TrainerHandshake`], [`Admission`]); this moves
+//! their frames.
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
+use rollout::connection::{Admission, HandshakeStep, TrainerHandshake};
 use rollout::node_spec::NodeSpec;
-use rollout::wire::{self, Admission, HandshakeStep, TrainerFrame, TrainerHandshake, Welcome, NONCE_LEN, PREFIX_LEN};
+use rollout::wire::{self, TrainerFrame, Welcome, NONCE_LEN, PREFIX_LEN};
 use rollout::Weights;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

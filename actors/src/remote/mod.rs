@@ -1,5 +1,6 @@
 //! Remote nodes over TCP: the trainer's listener and peers, the node's join.
 
+pub mod arrival;
 pub mod frames;
 pub mod join;
 pub mod link;

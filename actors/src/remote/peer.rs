@@ -1,9 +1,10 @@
 //! The trainer's side of a remote node: an actor that is, to the trainer, just
 //! another recipient of `ToNode` messages.
 //!
-//! It encodes what the trainer sends, decodes what the node sends, checks that the
-//! node speaks only for itself, keeps the heartbeat, and turns any protocol
-//! violation, silence or disconnect into a logged reason and a `Failed` message.
+//! It moves bytes and fires the heartbeat timer: what the node's frames mean, when
+//! a heartbeat is due and when the node is gone is decided by its
+//! [`TrainerSession`] (the protocol's rules, in the core), and any violation,
+//! silence or disconnect becomes a logged reason and a `Failed` message.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -12,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use bytes::Bytes;
-use rollout::message::{FromNode, ToNode};
+use rollout::connection::{Inbound, TrainerSession};
+use rollout::message::ToNode;
 use rollout::pool::TensorPool;
 use rollout::wire::{self, NodeFrame, TrainerFrame};
 
@@ -37,8 +39,10 @@ impl WeightsCache {
     /// their own memory (kept alive by the shared `Arc<Weights>`), between small
     /// parts holding the frame's prefix and MessagePack headers.
     pub fn frame(&self, msg: &ToNode, max: usize) -> Result<Vec<Bytes>, wire::WireError> {
+        // A session message is its own frame (`TrainerFrame::Message` encodes as
+        // the message): encoded as it is, nothing cloned.
         let ToNode::UpdateWeights(u) = msg else {
-            return Ok(vec![Bytes::from(wire::encode(&TrainerFrame::from(msg.clone()), max)?)]);
+            return Ok(vec![Bytes::from(wire::encode(msg, max)?)]);
         };
         let version = u.weights.version;
         let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
@@ -48,7 +52,7 @@ impl WeightsCache {
             }
         }
         let (keys, blobs) = parts::blobs(u.weights.tensors.iter().map(|(k, t)| (k.as_str(), t)));
-        let encoded = wire::encode_parts(&TrainerFrame::from(msg.clone()), max, &blobs)?;
+        let encoded = wire::encode_parts(msg, max, &blobs)?;
         let parts = parts::to_bytes(encoded, &keys, &u.weights);
         *slot = Some((version, parts.clone()));
         Ok(parts)
@@ -73,18 +77,14 @@ pub struct PeerTiming {
 
 /// A remote node, seen from the trainer.
 pub struct RemoteNode {
-    index: usize,
     name: String,
     out: FrameSender,
     trainer: Recipient<FromNodeMsg>,
     weights: WeightsCache,
-    timing: PeerTiming,
-    last_seen: Instant,
+    max_frame: usize,
+    /// The protocol's state and rules for this connection.
+    session: TrainerSession,
     heartbeat: Bytes,
-    closed: bool,
-    down: bool,
-    /// The node sent its `Ready` (its batch layout).
-    ready: bool,
     /// Storage of this node's recycled batches, which its next batches are read into.
     pool: SharedPool,
 }
@@ -101,34 +101,28 @@ impl RemoteNode {
     ) -> RemoteNode {
         let heartbeat = Bytes::from(wire::encode(&TrainerFrame::Heartbeat, usize::MAX).unwrap_or_default());
         RemoteNode {
-            index,
+            session: TrainerSession::new(index, name.clone(), timing.heartbeat, timing.timeout, Instant::now()),
             name,
             out,
             trainer,
             weights,
-            timing,
-            last_seen: Instant::now(),
+            max_frame: timing.max_frame,
             heartbeat,
-            closed: false,
-            down: false,
-            ready: false,
             pool: Rc::new(RefCell::new(TensorPool::new(timing.max_frame))),
         }
     }
 
     fn close(&mut self, ctx: &mut Context<Self>, reason: String) {
-        if self.closed {
+        let Some(closing) = self.session.close(reason) else {
             return;
-        }
-        self.closed = true;
-        if self.down {
-            tracing::debug!(node = self.index, name = %self.name, %reason, "connection closed after Down");
-        } else {
-            tracing::warn!(node = self.index, name = %self.name, %reason, "closing connection to node");
-            self.trainer.do_send(FromNodeMsg(FromNode::Failed {
-                node: self.index,
-                reason: format!("connection to {}: {reason}", self.name),
-            }));
+        };
+        let (node, reason) = (self.session.index(), &closing.reason);
+        match closing.failed {
+            None => tracing::debug!(node, name = %self.name, %reason, "connection closed after Down"),
+            Some(failed) => {
+                tracing::warn!(node, name = %self.name, %reason, "closing connection to node");
+                self.trainer.do_send(FromNodeMsg(failed));
+            }
         }
         ctx.stop();
     }
@@ -138,60 +132,33 @@ impl RemoteNode {
     pub fn pool(&self) -> SharedPool {
         Rc::clone(&self.pool)
     }
-
-    fn on_frame(&mut self, frame: NodeFrame, ctx: &mut Context<Self>) {
-        if let NodeFrame::Heartbeat = frame {
-            return;
-        }
-        let Some(msg) = frame.into_from_node() else {
-            return self.close(ctx, "handshake frame after the handshake".into());
-        };
-        if msg.node() != self.index {
-            return self.close(
-                ctx,
-                format!("node {} sent a message as node {}", self.index, msg.node()),
-            );
-        }
-        match &msg {
-            FromNode::Down { .. } => self.down = true,
-            FromNode::Ready { .. } if self.ready => return self.close(ctx, "a second Ready".into()),
-            FromNode::Ready { .. } => self.ready = true,
-            FromNode::Batch(_) if !self.ready => {
-                return self.close(ctx, "a Batch before Ready (the node's batch layout)".into())
-            }
-            _ => {}
-        }
-        self.trainer.do_send(FromNodeMsg(msg));
-    }
 }
 
 impl Actor for RemoteNode {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        ctx.run_interval(self.timing.heartbeat, |act, ctx| {
-            if act.last_seen.elapsed() > act.timeout() {
-                let secs = act.timeout().as_secs_f64();
-                act.close(ctx, format!("no frame for {secs:.1} s (heartbeat timeout)"));
-                return;
+        ctx.run_interval(self.session.heartbeat(), |act, ctx| {
+            match act.session.on_tick(Instant::now()) {
+                Ok(()) => {
+                    let _ = act.out.send(act.heartbeat.clone());
+                }
+                Err(reason) => act.close(ctx, reason),
             }
-            let _ = act.out.send(act.heartbeat.clone());
         });
-    }
-}
-
-impl RemoteNode {
-    fn timeout(&self) -> Duration {
-        self.timing.timeout
     }
 }
 
 impl StreamHandler<Result<NodeFrame, FrameError>> for RemoteNode {
     fn handle(&mut self, item: Result<NodeFrame, FrameError>, ctx: &mut Self::Context) {
-        self.last_seen = Instant::now();
-        match item {
-            Ok(frame) => self.on_frame(frame, ctx),
-            Err(e) => self.close(ctx, e.to_string()),
+        let frame = match item {
+            Ok(frame) => frame,
+            Err(e) => return self.close(ctx, e.to_string()),
+        };
+        match self.session.on_frame(frame, Instant::now()) {
+            Inbound::Deliver(msg) => self.trainer.do_send(FromNodeMsg(msg)),
+            Inbound::Nothing => {}
+            Inbound::Close(reason) => self.close(ctx, reason),
         }
     }
 
@@ -213,10 +180,10 @@ impl Handler<ToNodeMsg> for RemoteNode {
     type Result = ();
 
     fn handle(&mut self, msg: ToNodeMsg, ctx: &mut Self::Context) {
-        if self.closed {
+        if self.session.is_closed() {
             return;
         }
-        match self.weights.frame(&msg.0, self.timing.max_frame) {
+        match self.weights.frame(&msg.0, self.max_frame) {
             Ok(parts) => {
                 // One after the other through the one sender only this actor uses:
                 // they reach the socket back to back.
@@ -262,8 +229,10 @@ mod tests {
 
     fn decoded(parts: &[Bytes]) -> ToNode {
         let frame: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
-        let f: TrainerFrame = wire::decode(&frame[PREFIX_LEN..]).expect("decodes");
-        f.into_to_node().expect("a node message")
+        match wire::decode(&frame[PREFIX_LEN..]).expect("decodes") {
+            TrainerFrame::Message(m) => m,
+            other => panic!("a session message, not {}", other.name()),
+        }
     }
 
     #[test]
@@ -287,7 +256,7 @@ mod tests {
                 .any(|p| p.as_ptr() == memory.as_ptr() && p.len() == memory.len()),
             "the tensor goes out from its own memory"
         );
-        let plain = wire::encode(&TrainerFrame::from(msg.clone()), DEFAULT_MAX_FRAME).unwrap();
+        let plain = wire::encode(&TrainerFrame::Message(msg.clone()), DEFAULT_MAX_FRAME).unwrap();
         assert_eq!(parts.concat(), plain, "byte for byte the plain encoding");
         assert_eq!(decoded(&parts), msg);
         // A new version is encoded anew; a frame still held keeps its bytes.

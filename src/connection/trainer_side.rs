@@ -1,0 +1,491 @@
+//! The trainer's side of a connection: the handshake that admits a node, then the
+//! session with it — heartbeat deadlines, and the rules of what a node may send
+//! when: `Ready` once and before any `Batch`, every message in its own name.
+
+use std::time::{Duration, Instant};
+
+use super::liveness::{Liveness, Tick};
+use super::Inbound;
+use crate::message::FromNode;
+use crate::wire::{verify_proof, NodeFrame, TrainerFrame, PROTOCOL_VERSION};
+
+/// What the trainer does next in a handshake.
+#[derive(Clone, Debug, PartialEq)]
+pub enum HandshakeStep {
+    /// Send this frame and wait for the next one.
+    Send(TrainerFrame),
+    /// The node proved the token; admit it (or not) by index.
+    Authenticated {
+        /// Its name.
+        node_name: String,
+        /// The index it asked for.
+        node_index: Option<usize>,
+    },
+    /// Send `Reject { reason }` and close.
+    Reject(String),
+}
+
+/// The trainer's side of one connection's handshake, as a state machine.
+#[derive(Debug)]
+pub struct TrainerHandshake {
+    token: Vec<u8>,
+    nonce: Vec<u8>,
+    hello: Option<(String, Option<usize>)>,
+    done: bool,
+}
+
+impl TrainerHandshake {
+    /// A handshake that will challenge with `nonce` (random, [`NONCE_LEN`](crate::wire::NONCE_LEN) bytes).
+    pub fn new(token: &[u8], nonce: Vec<u8>) -> TrainerHandshake {
+        TrainerHandshake {
+            token: token.to_vec(),
+            nonce,
+            hello: None,
+            done: false,
+        }
+    }
+
+    /// Feeds the next frame body the node sent.
+    pub fn on_frame(&mut self, body: &[u8]) -> HandshakeStep {
+        if self.done {
+            return HandshakeStep::Reject("handshake already finished".into());
+        }
+        let frame: NodeFrame = match crate::wire::decode(body) {
+            Ok(f) => f,
+            Err(e) => {
+                self.done = true;
+                return HandshakeStep::Reject(format!("malformed handshake frame: {e}"));
+            }
+        };
+        match (&self.hello, frame) {
+            (
+                None,
+                NodeFrame::Hello {
+                    protocol_version,
+                    node_name,
+                    node_index,
+                },
+            ) => {
+                if protocol_version != PROTOCOL_VERSION {
+                    self.done = true;
+                    return HandshakeStep::Reject(format!(
+                        "protocol version {protocol_version} is not supported (this trainer speaks {PROTOCOL_VERSION})"
+                    ));
+                }
+                if node_name.len() > 256 {
+                    self.done = true;
+                    return HandshakeStep::Reject("node name longer than 256 bytes".into());
+                }
+                self.hello = Some((node_name, node_index));
+                HandshakeStep::Send(TrainerFrame::Challenge {
+                    nonce: self.nonce.clone(),
+                })
+            }
+            (Some((name, index)), NodeFrame::Auth { proof }) => {
+                self.done = true;
+                if verify_proof(&self.token, &self.nonce, name, &proof) {
+                    HandshakeStep::Authenticated {
+                        node_name: name.clone(),
+                        node_index: *index,
+                    }
+                } else {
+                    HandshakeStep::Reject("authentication failed: wrong token".into())
+                }
+            }
+            (None, other) => {
+                self.done = true;
+                HandshakeStep::Reject(format!("expected hello, got {}", other.name()))
+            }
+            (Some(_), other) => {
+                self.done = true;
+                HandshakeStep::Reject(format!("expected auth, got {}", other.name()))
+            }
+        }
+    }
+}
+
+/// The trainer's side of one admitted node's connection, after the handshake.
+#[derive(Debug)]
+pub struct TrainerSession {
+    index: usize,
+    name: String,
+    live: Liveness,
+    /// The node sent its `Ready` (its batch layout).
+    ready: bool,
+    /// The node said `Down`: it left on purpose, its connection closing is no failure.
+    down: bool,
+    closed: bool,
+}
+
+/// A connection to close, and what the trainer is told about it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Closing {
+    /// For the log.
+    pub reason: String,
+    /// The node's failure, for the trainer; `None` when the node had said `Down`
+    /// (its connection closing then is how a node leaves).
+    pub failed: Option<FromNode>,
+}
+
+impl TrainerSession {
+    /// The session with node `index` (named `name`, for messages), heartbeats every
+    /// `heartbeat`, gone after `timeout` of silence, from `now`.
+    pub fn new(index: usize, name: String, heartbeat: Duration, timeout: Duration, now: Instant) -> TrainerSession {
+        TrainerSession {
+            index,
+            name,
+            live: Liveness::new(heartbeat, timeout, now),
+            ready: false,
+            down: false,
+            closed: false,
+        }
+    }
+
+    /// The node's index.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// How often the shell fires [`TrainerSession::on_tick`].
+    pub fn heartbeat(&self) -> Duration {
+        self.live.interval()
+    }
+
+    /// The connection was closed ([`TrainerSession::close`]): nothing more goes out.
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// The node said `Down`.
+    pub fn went_down(&self) -> bool {
+        self.down
+    }
+
+    /// Something (a frame, or bytes that were none) came in at `now`.
+    pub fn heard(&mut self, now: Instant) {
+        self.live.heard(now);
+    }
+
+    /// A frame the node sent, decoded, at `now`.
+    pub fn on_frame(&mut self, frame: NodeFrame, now: Instant) -> Inbound<FromNode> {
+        self.heard(now);
+        let msg = match frame {
+            NodeFrame::Heartbeat => return Inbound::Nothing,
+            NodeFrame::Message(m) => m,
+            NodeFrame::Hello { .. } | NodeFrame::Auth { .. } => {
+                return Inbound::Close("handshake frame after the handshake".into())
+            }
+        };
+        if msg.node() != self.index {
+            return Inbound::Close(format!("node {} sent a message as node {}", self.index, msg.node()));
+        }
+        match &msg {
+            FromNode::Down { .. } => self.down = true,
+            FromNode::Ready { .. } if self.ready => return Inbound::Close("a second Ready".into()),
+            FromNode::Ready { .. } => self.ready = true,
+            FromNode::Batch(_) if !self.ready => {
+                return Inbound::Close("a Batch before Ready (the node's batch layout)".into())
+            }
+            _ => {}
+        }
+        Inbound::Deliver(msg)
+    }
+
+    /// The heartbeat timer fired at `now`: send a heartbeat, or close.
+    pub fn on_tick(&self, now: Instant) -> Result<(), String> {
+        match self.live.tick(now) {
+            Tick::Heartbeat => Ok(()),
+            Tick::Silent(t) => Err(format!("no frame for {:.1} s (heartbeat timeout)", t.as_secs_f64())),
+        }
+    }
+
+    /// The connection is to close for `reason` (a rule broken, silence, the socket):
+    /// what to tell the trainer, the first time only (`None` after).
+    pub fn close(&mut self, reason: String) -> Option<Closing> {
+        if std::mem::replace(&mut self.closed, true) {
+            return None;
+        }
+        let failed = (!self.down).then(|| FromNode::Failed {
+            node: self.index,
+            reason: format!("connection to {}: {reason}", self.name),
+        });
+        Some(Closing { reason, failed })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ndarray::{ArrayD, IxDyn};
+
+    use super::*;
+    use crate::message::Batch;
+    use crate::tensor::{Tensor, TensorDict};
+    use crate::wire::{auth_proof, encode, NONCE_LEN, PREFIX_LEN};
+
+    const TOKEN: &[u8] = b"secret";
+
+    fn nonce() -> Vec<u8> {
+        (0..NONCE_LEN as u8).collect()
+    }
+
+    fn body(f: &impl serde::Serialize) -> Vec<u8> {
+        encode(f, usize::MAX).unwrap()[PREFIX_LEN..].to_vec()
+    }
+
+    fn batch() -> Batch {
+        batch_of(1)
+    }
+
+    fn batch_of(node: usize) -> Batch {
+        let obs = Tensor::F32(ArrayD::zeros(IxDyn(&[2, 3, 4])));
+        Batch {
+            node,
+            seq: 9,
+            weights_version: 3,
+            data: TensorDict::from_entries(&[2, 3], [("observation".to_string(), obs)]).unwrap(),
+        }
+    }
+
+    fn hello(name: &str, version: u32, index: Option<usize>) -> Vec<u8> {
+        body(&NodeFrame::Hello {
+            protocol_version: version,
+            node_name: name.into(),
+            node_index: index,
+        })
+    }
+
+    fn auth(token: &[u8], nonce: &[u8], name: &str) -> Vec<u8> {
+        body(&NodeFrame::Auth {
+            proof: auth_proof(token, nonce, name),
+        })
+    }
+
+    fn rejected(step: HandshakeStep, needle: &str) {
+        match step {
+            HandshakeStep::Reject(reason) => assert!(reason.contains(needle), "{reason:?} lacks {needle:?}"),
+            other => panic!("expected a rejection containing {needle:?}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn handshake_happy_path() {
+        let mut hs = TrainerHandshake::new(TOKEN, nonce());
+        assert_eq!(
+            hs.on_frame(&hello("node-0", PROTOCOL_VERSION, Some(1))),
+            HandshakeStep::Send(TrainerFrame::Challenge { nonce: nonce() })
+        );
+        assert_eq!(
+            hs.on_frame(&auth(TOKEN, &nonce(), "node-0")),
+            HandshakeStep::Authenticated {
+                node_name: "node-0".into(),
+                node_index: Some(1),
+            }
+        );
+        rejected(hs.on_frame(&body(&NodeFrame::Heartbeat)), "already finished");
+
+        let mut hs = TrainerHandshake::new(TOKEN, nonce());
+        assert!(matches!(
+            hs.on_frame(&hello("", PROTOCOL_VERSION, None)),
+            HandshakeStep::Send(_)
+        ));
+        assert_eq!(
+            hs.on_frame(&auth(TOKEN, &nonce(), "")),
+            HandshakeStep::Authenticated {
+                node_name: String::new(),
+                node_index: None,
+            }
+        );
+    }
+
+    #[test]
+    fn handshake_rejections() {
+        let start = || {
+            let mut hs = TrainerHandshake::new(TOKEN, nonce());
+            assert!(matches!(
+                hs.on_frame(&hello("node-0", PROTOCOL_VERSION, None)),
+                HandshakeStep::Send(_)
+            ));
+            hs
+        };
+        // Wrong token.
+        rejected(start().on_frame(&auth(b"guess", &nonce(), "node-0")), "wrong token");
+        // A proof made for another node name (or another nonce) fails.
+        rejected(start().on_frame(&auth(TOKEN, &nonce(), "node-1")), "wrong token");
+        rejected(start().on_frame(&auth(TOKEN, &[9; NONCE_LEN], "node-0")), "wrong token");
+        rejected(
+            start().on_frame(&body(&NodeFrame::Auth { proof: vec![] })),
+            "wrong token",
+        );
+        // Wrong version.
+        let mut hs = TrainerHandshake::new(TOKEN, nonce());
+        rejected(hs.on_frame(&hello("node-0", 99, None)), "protocol version 99");
+        rejected(hs.on_frame(&auth(TOKEN, &nonce(), "node-0")), "already finished");
+        // Wrong first frame; Auth before Hello.
+        rejected(
+            TrainerHandshake::new(TOKEN, nonce()).on_frame(&body(&NodeFrame::Heartbeat)),
+            "expected hello, got heartbeat",
+        );
+        rejected(
+            TrainerHandshake::new(TOKEN, nonce()).on_frame(&body(&NodeFrame::Message(FromNode::Batch(batch())))),
+            "expected hello, got batch",
+        );
+        let mut hs = TrainerHandshake::new(TOKEN, nonce());
+        rejected(
+            hs.on_frame(&auth(TOKEN, &nonce(), "node-0")),
+            "expected hello, got auth",
+        );
+        rejected(
+            hs.on_frame(&hello("node-0", PROTOCOL_VERSION, None)),
+            "already finished",
+        );
+        // Wrong second frame.
+        rejected(
+            start().on_frame(&hello("node-0", PROTOCOL_VERSION, None)),
+            "expected auth, got hello",
+        );
+        rejected(
+            start().on_frame(&body(&NodeFrame::Message(FromNode::Down { node: 0 }))),
+            "expected auth, got down",
+        );
+        // Malformed bytes, first or second.
+        rejected(
+            TrainerHandshake::new(TOKEN, nonce()).on_frame(&[0xc1, 0x00]),
+            "malformed",
+        );
+        rejected(TrainerHandshake::new(TOKEN, nonce()).on_frame(&[]), "malformed");
+        rejected(start().on_frame(b"\x81\xa4type\xa4auth"), "malformed");
+        // A trainer frame sent by the node.
+        rejected(
+            TrainerHandshake::new(TOKEN, nonce()).on_frame(&body(&TrainerFrame::Challenge { nonce: nonce() })),
+            "malformed",
+        );
+        // Absurd names.
+        rejected(
+            TrainerHandshake::new(TOKEN, nonce()).on_frame(&hello(&"x".repeat(257), PROTOCOL_VERSION, None)),
+            "longer than 256",
+        );
+    }
+
+    fn ready(node: usize) -> NodeFrame {
+        NodeFrame::Message(FromNode::Ready {
+            node,
+            layout: Default::default(),
+        })
+    }
+
+    fn session(now: Instant) -> TrainerSession {
+        TrainerSession::new(
+            1,
+            "n1".into(),
+            Duration::from_millis(100),
+            Duration::from_millis(500),
+            now,
+        )
+    }
+
+    fn closes(i: Inbound<FromNode>, needle: &str) {
+        match i {
+            Inbound::Close(reason) => assert!(reason.contains(needle), "{reason:?} lacks {needle:?}"),
+            other => panic!("expected a close for {needle:?}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_session_delivers_ready_then_batches_and_heartbeats_are_only_heard() {
+        let t0 = Instant::now();
+        let mut s = session(t0);
+        assert_eq!(s.on_frame(NodeFrame::Heartbeat, t0), Inbound::Nothing);
+        assert!(matches!(
+            s.on_frame(ready(1), t0),
+            Inbound::Deliver(FromNode::Ready { node: 1, .. })
+        ));
+        let b = FromNode::Batch(batch());
+        assert_eq!(s.on_frame(NodeFrame::Message(b.clone()), t0), Inbound::Deliver(b));
+        let w = FromNode::WeightsUpdated { node: 1, version: 2 };
+        assert_eq!(s.on_frame(NodeFrame::Message(w.clone()), t0), Inbound::Deliver(w));
+    }
+
+    #[test]
+    fn a_batch_before_ready_a_second_ready_and_handshake_frames_close_the_session() {
+        let t0 = Instant::now();
+        closes(
+            session(t0).on_frame(NodeFrame::Message(FromNode::Batch(batch())), t0),
+            "a Batch before Ready",
+        );
+        let mut s = session(t0);
+        assert!(matches!(s.on_frame(ready(1), t0), Inbound::Deliver(_)));
+        closes(s.on_frame(ready(1), t0), "a second Ready");
+        let hello = NodeFrame::Hello {
+            protocol_version: PROTOCOL_VERSION,
+            node_name: "n1".into(),
+            node_index: None,
+        };
+        closes(session(t0).on_frame(hello, t0), "handshake frame after the handshake");
+        closes(
+            session(t0).on_frame(NodeFrame::Auth { proof: vec![] }, t0),
+            "handshake frame after the handshake",
+        );
+        // Messages other than a batch may come before Ready (a node failing to build).
+        let f = FromNode::Failed {
+            node: 1,
+            reason: "x".into(),
+        };
+        assert_eq!(
+            session(t0).on_frame(NodeFrame::Message(f.clone()), t0),
+            Inbound::Deliver(f)
+        );
+    }
+
+    #[test]
+    fn a_message_in_another_nodes_name_closes_the_session() {
+        let t0 = Instant::now();
+        let mut s = session(t0);
+        assert!(matches!(s.on_frame(ready(1), t0), Inbound::Deliver(_)));
+        closes(
+            s.on_frame(NodeFrame::Message(FromNode::Batch(batch_of(0))), t0),
+            "node 1 sent a message as node 0",
+        );
+        closes(session(t0).on_frame(ready(2), t0), "node 1 sent a message as node 2");
+        closes(
+            session(t0).on_frame(NodeFrame::Message(FromNode::Down { node: 0 }), t0),
+            "as node 0",
+        );
+    }
+
+    #[test]
+    fn silence_past_the_timeout_closes_and_any_frame_counts_as_heard() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut s = session(t0);
+        assert_eq!(s.heartbeat(), ms(100));
+        assert_eq!(s.on_tick(t0 + ms(400)), Ok(()));
+        assert_eq!(s.on_frame(NodeFrame::Heartbeat, t0 + ms(400)), Inbound::Nothing);
+        assert_eq!(s.on_tick(t0 + ms(900)), Ok(()));
+        let err = s.on_tick(t0 + ms(901)).unwrap_err();
+        assert_eq!(err, "no frame for 0.5 s (heartbeat timeout)");
+    }
+
+    #[test]
+    fn closing_reports_a_failure_once_and_none_after_down() {
+        let t0 = Instant::now();
+        let mut s = session(t0);
+        let c = s.close("gone".into()).expect("first close");
+        assert_eq!(c.reason, "gone");
+        assert_eq!(
+            c.failed,
+            Some(FromNode::Failed {
+                node: 1,
+                reason: "connection to n1: gone".into()
+            })
+        );
+        assert_eq!(s.close("again".into()), None, "closed once");
+        assert!(s.is_closed());
+        let mut s = session(t0);
+        assert!(matches!(
+            s.on_frame(NodeFrame::Message(FromNode::Down { node: 1 }), t0),
+            Inbound::Deliver(FromNode::Down { node: 1 })
+        ));
+        assert!(s.went_down());
+        assert_eq!(s.close("closed".into()).map(|c| c.failed), Some(None));
+    }
+}
