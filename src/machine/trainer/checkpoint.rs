@@ -1,0 +1,278 @@
+//! Checkpoints: taking one once no batch is in flight (meanwhile no node gets new
+//! work), and restoring one before the run starts.
+
+use super::{Output, TrainerError, TrainerMachine};
+use crate::checkpoint::{Checkpoint, CheckpointError, NodeState as NodeCheckpoint, TrainerState};
+use crate::message::ToNode;
+
+/// A checkpoint in progress: which nodes were asked and what they answered.
+#[derive(Debug)]
+pub(super) struct CheckpointRun {
+    /// Its id (see `TrainerMachine::cancel_checkpoint`).
+    pub(super) id: u64,
+    /// The nodes asked for their state.
+    asked: Vec<bool>,
+    /// What they answered.
+    states: Vec<Option<NodeCheckpoint>>,
+}
+
+impl TrainerMachine {
+    /// A checkpoint is being taken or restored: no node may be sent new work.
+    pub(super) fn checkpointing(&self) -> bool {
+        self.checkpoint.is_some() || self.restoring.is_some()
+    }
+
+    /// Starts a checkpoint: every node is asked for its state as soon as it has no
+    /// work in flight (sync: once the round in flight is whole; async: once its batch
+    /// arrived, which then waits in the checkpoint to be yielded). Meanwhile no node
+    /// gets new work and requests wait. Ends with [`Output::Checkpoint`] or
+    /// [`Output::CheckpointFailed`]; an error here means it could not start. Returns
+    /// the checkpoint's id (see [`Self::cancel_checkpoint`]).
+    pub fn begin_checkpoint(&mut self, out: &mut Vec<Output>) -> Result<u64, TrainerError> {
+        if self.shutting_down {
+            return Err(TrainerError::Checkpoint("the collector is shutting down".into()));
+        }
+        if self.checkpointing() {
+            return Err(TrainerError::Checkpoint(
+                "another checkpoint is being taken or restored".into(),
+            ));
+        }
+        if let Some(i) = self.nodes.iter().position(|n| !n.state.is_up()) {
+            let what = if self.nodes[i].state.is_down() {
+                "down"
+            } else {
+                "restarting"
+            };
+            return Err(TrainerError::Checkpoint(format!(
+                "node {i} is {what}; a checkpoint needs every node"
+            )));
+        }
+        let n = self.nodes.len();
+        self.checkpoint_id += 1;
+        let id = self.checkpoint_id;
+        self.checkpoint = Some(CheckpointRun {
+            id,
+            asked: vec![false; n],
+            states: vec![None; n],
+        });
+        self.advance_checkpoint(out);
+        Ok(id)
+    }
+
+    /// Gives up checkpoint `id` if it is still being taken (its deadline passed):
+    /// [`Output::CheckpointFailed`] with `reason`, and collection goes on.
+    pub fn cancel_checkpoint(&mut self, id: u64, reason: String, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        if self.checkpoint.as_ref().is_some_and(|r| r.id == id) {
+            return self.abort_checkpoint(reason, out);
+        }
+        Ok(())
+    }
+
+    /// Asks every idle node not asked yet for its state.
+    pub(super) fn advance_checkpoint(&mut self, out: &mut Vec<Output>) {
+        if self.seeding.is_some() || (self.cfg.sync && self.round.is_some()) {
+            return;
+        }
+        let Some(run) = self.checkpoint.as_mut() else {
+            return;
+        };
+        for (i, n) in self.nodes.iter().enumerate() {
+            if !run.asked[i] && n.state.nothing_in_flight() {
+                run.asked[i] = true;
+                out.push(Output::Send {
+                    node: i,
+                    msg: ToNode::Snapshot { id: run.id },
+                });
+            }
+        }
+    }
+
+    /// Node `node`'s state for checkpoint `id`; the last one completes it.
+    pub(super) fn on_snapshot(
+        &mut self,
+        node: usize,
+        id: u64,
+        state: NodeCheckpoint,
+        out: &mut Vec<Output>,
+    ) -> Result<(), TrainerError> {
+        let Some(run) = self
+            .checkpoint
+            .as_mut()
+            .filter(|r| r.id == id && r.asked[node] && r.states[node].is_none())
+        else {
+            // A late answer to an abandoned checkpoint, or an invented one: never used.
+            return Err(TrainerError::Checkpoint(format!(
+                "node {node} sent a snapshot for checkpoint {id}, which is not waiting for it"
+            )));
+        };
+        if state.node != node || state.workers.len() != self.cfg.envs_per_node[node] {
+            let reason = format!(
+                "node {node} sent the state of node {} with {} env workers",
+                state.node,
+                state.workers.len()
+            );
+            return self.abort_checkpoint(reason, out);
+        }
+        run.states[node] = Some(state);
+        if run.states.iter().all(Option::is_some) {
+            let run = self.checkpoint.take().expect("checked above");
+            let nodes: Vec<NodeCheckpoint> = run.states.into_iter().flatten().collect();
+            let mut trainer = self.trainer_state();
+            for (book, st) in trainer.nodes.iter_mut().zip(&nodes) {
+                // What the node holds is the truth, whatever was pushed meanwhile.
+                book.pushed_version = st.weights.as_ref().map_or(0, |w| w.version);
+            }
+            tracing::info!(
+                batches = self.batches_yielded,
+                frames = self.frames_yielded,
+                "checkpoint taken"
+            );
+            out.push(Output::Checkpoint(Box::new(Checkpoint { trainer, nodes })));
+            self.resume_after_checkpoint(out)?;
+        }
+        Ok(())
+    }
+
+    /// Gives up the checkpoint being taken, if any, and serves what waited.
+    pub(super) fn abort_checkpoint(&mut self, reason: String, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        if self.checkpoint.take().is_none() {
+            return Ok(());
+        }
+        tracing::warn!(%reason, "checkpoint failed");
+        out.push(Output::CheckpointFailed(reason));
+        self.resume_after_checkpoint(out)
+    }
+
+    /// Serves what waited for the checkpoint: weight pushes, a seeding chain, requests.
+    pub(super) fn resume_after_checkpoint(&mut self, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        if self.checkpointing() || self.seeding.is_some() {
+            return Ok(());
+        }
+        if let Some(nodes) = self.deferred_push.take() {
+            self.push_weights(nodes.as_deref(), out)?;
+        }
+        if let Some(seed) = self.queued_seed.take() {
+            // The chain serves the waiting request when it ends.
+            self.set_seed(seed, out);
+            return Ok(());
+        }
+        if std::mem::take(&mut self.deferred) {
+            return self.request(out);
+        }
+        if !self.cfg.sync {
+            return self.try_yield_async(out);
+        }
+        Ok(())
+    }
+
+    /// The trainer's part of a checkpoint (call between batches).
+    pub fn trainer_state(&self) -> TrainerState {
+        TrainerState {
+            sync: self.cfg.sync,
+            frames_per_batch: self.cfg.frames_per_batch,
+            envs_per_node: self.cfg.envs_per_node.clone(),
+            frames_yielded: self.frames_yielded,
+            batches_yielded: self.batches_yielded,
+            next_seq: self.next_seq,
+            weights_version: self.version,
+            weights: self.weights.clone(),
+            chain_seed: self.chain_seed,
+            started: self.started,
+            ready: self.ready.iter().cloned().collect(),
+            frames_collected: self.frames_collected,
+            nodes: self.nodes.iter().map(|n| n.book.clone()).collect(),
+        }
+    }
+
+    /// Whether `checkpoint` fits this run's config.
+    fn check_fits(&self, checkpoint: &Checkpoint) -> Result<(), CheckpointError> {
+        checkpoint.check_fits(
+            self.cfg.sync,
+            self.cfg.frames_per_batch,
+            &self.cfg.envs_per_node,
+            self.cfg.total_frames,
+        )
+    }
+
+    /// The run will go on from `checkpoint` (see [`Self::start_resume`]); whether it
+    /// fits this run's config is checked now, naming the first setting that differs.
+    pub fn with_resume(mut self, checkpoint: Checkpoint) -> Result<TrainerMachine, CheckpointError> {
+        self.check_fits(&checkpoint)?;
+        self.resume = Some(Box::new(checkpoint));
+        Ok(self)
+    }
+
+    /// Starts restoring the checkpoint given to [`Self::with_resume`], if any
+    /// (returns whether there was one): the run's first step, instead of seeding.
+    pub fn start_resume(&mut self, out: &mut Vec<Output>) -> Result<bool, CheckpointError> {
+        match self.resume.take() {
+            Some(c) => self.restore(*c, out).map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    /// Goes on from `checkpoint` instead of starting afresh: call before anything
+    /// else (no seeding chain; the seeds are in the checkpoint). Every node is sent
+    /// its state; requests wait until all confirmed. A node that cannot restore
+    /// fails the run (see [`FromNode::CheckpointFailed`]).
+    pub fn restore(&mut self, checkpoint: Checkpoint, out: &mut Vec<Output>) -> Result<(), CheckpointError> {
+        self.check_fits(&checkpoint)?;
+        if self.next_seq != 0 || self.batches_yielded != 0 || self.checkpointing() || self.seeding.is_some() {
+            return Err(CheckpointError::Mismatch {
+                field: "resume",
+                reason: "a checkpoint is restored before collection starts".into(),
+            });
+        }
+        let Checkpoint { trainer: t, nodes } = checkpoint;
+        self.frames_yielded = t.frames_yielded;
+        self.batches_yielded = t.batches_yielded;
+        self.next_seq = t.next_seq;
+        self.version = t.weights_version;
+        self.weights = t.weights;
+        self.chain_seed = t.chain_seed;
+        self.started = t.started;
+        self.frames_collected = t.frames_collected;
+        self.ready = t.ready.into_iter().collect();
+        for (n, b) in self.nodes.iter_mut().zip(t.nodes) {
+            n.book = b;
+            n.incarnation_seq = t.next_seq;
+        }
+        if self.remaining() == Some(0) {
+            self.finished = true;
+        }
+        self.restoring = Some(vec![false; self.nodes.len()]);
+        self.restore_states = nodes.iter().cloned().map(Some).collect();
+        for (i, st) in nodes.into_iter().enumerate() {
+            out.push(Output::Send {
+                node: i,
+                msg: ToNode::Restore(Box::new(st)),
+            });
+        }
+        tracing::info!(
+            batches = self.batches_yielded,
+            frames = self.frames_yielded,
+            "restoring a checkpoint"
+        );
+        Ok(())
+    }
+
+    /// Node `node` restored its state.
+    pub(super) fn on_restored(&mut self, node: usize, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        let Some(done) = self.restoring.as_mut() else {
+            return Err(TrainerError::Checkpoint(format!("node {node} restored nothing asked")));
+        };
+        done[node] = true;
+        self.finish_restore_if_done(out)
+    }
+
+    /// Once every node restored (or was lost meanwhile), serves what waited.
+    pub(super) fn finish_restore_if_done(&mut self, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        if self.restoring.as_ref().is_some_and(|d| d.iter().all(|x| *x)) {
+            self.restoring = None;
+            self.restore_states = Vec::new();
+            tracing::info!("every node restored the checkpoint");
+            self.resume_after_checkpoint(out)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,247 @@
+//! The trainer's decisions, with no IO: who gets `Continue`, how shares assemble
+//! into a batch, when weights go out, when the run is over.
+//!
+//! Feed it the consumer's requests and the nodes' messages; it appends what to
+//! send and what to yield to an output list. The Trainer actor is a thin shell
+//! around it, and the testkit pumps it in memory.
+
+//!
+//! One concept per file: [`config`] (what a run collects), `rounds` (sync rounds,
+//! async yields, early release), `weights` (when weights go out), `seeding` (the
+//! seed chain), `supervise` (timeouts, failures, restarts), `checkpoint` (taking
+//! and restoring one), `layout` (what batches must hold), and `node_state` (where
+//! each node is, as one enum).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::checkpoint::{Checkpoint, NodeState as NodeCheckpoint};
+use crate::message::{Batch, FromNode, ToNode};
+use crate::policy::Weights;
+use crate::rollout::BatchLayout;
+use crate::supervisor::Restarts;
+
+mod checkpoint;
+mod config;
+mod error;
+mod layout;
+mod node_state;
+mod output;
+mod rounds;
+mod seeding;
+mod supervise;
+#[cfg(test)]
+mod test_support;
+mod weights;
+
+use checkpoint::CheckpointRun;
+pub use config::{ConfigError, TrainerConfig};
+pub use error::TrainerError;
+pub use layout::check_layout;
+use node_state::{Node, NodeState};
+pub use output::{Collected, Output};
+pub use supervise::{NodeSupervision, SupervisionStats};
+
+/// The trainer's state machine.
+#[derive(Debug)]
+pub struct TrainerMachine {
+    cfg: TrainerConfig,
+    /// Where each node is, and its books.
+    nodes: Vec<Node>,
+    next_seq: u64,
+    weights: Option<Arc<Weights>>,
+    version: u64,
+    frames_yielded: u64,
+    batches_yielded: u64,
+    finished: bool,
+    /// Sync: the shares of the round in flight.
+    round: Option<Vec<Option<Batch>>>,
+    /// Async: batches received and not yet yielded.
+    ready: VecDeque<Batch>,
+    /// Async: Continue already sent to every node.
+    started: bool,
+    /// The consumer asked for a batch and has not got it yet.
+    wanted: bool,
+    /// Seeding chain in progress: the node being seeded.
+    seeding: Option<(usize, u64)>,
+    /// A request arrived during the seeding chain; it is served once the chain ends,
+    /// so no node ever collects with a half-applied seed.
+    deferred: bool,
+    /// A seeding chain asked for while another was running.
+    queued_seed: Option<u64>,
+    shutting_down: bool,
+    /// What each node's batches must hold, once known (given at start for local
+    /// nodes, advertised by a remote node in its `Ready`).
+    layouts: Vec<Option<BatchLayout>>,
+    /// Node supervision, when on.
+    supervision: Option<NodeSupervision>,
+    /// Restart bookkeeping per node (used when supervision is on).
+    restarts: Vec<Restarts>,
+    /// The machine's clock: the latest [`TrainerMachine::tick`].
+    now: Duration,
+    /// The seed of the last seeding chain (node 0's seed), 0 before any.
+    chain_seed: u64,
+    /// Late batches refused.
+    dropped_late: u64,
+    /// Frames in accepted batches.
+    frames_collected: u64,
+    /// A checkpoint being taken.
+    checkpoint: Option<CheckpointRun>,
+    /// A checkpoint being restored: the nodes that confirmed.
+    restoring: Option<Vec<bool>>,
+    /// A checkpoint to restore when the run starts.
+    resume: Option<Box<Checkpoint>>,
+    /// While restoring: each node's state, sent again to a node restarted meanwhile.
+    restore_states: Vec<Option<NodeCheckpoint>>,
+    /// The id of the last checkpoint begun (0 before any).
+    checkpoint_id: u64,
+    /// Weight pushes asked for during a checkpoint: sent once it ends (`Some(None)`: all nodes).
+    deferred_push: Option<Option<Vec<usize>>>,
+}
+
+impl TrainerMachine {
+    /// A machine for a validated config.
+    pub fn new(cfg: TrainerConfig) -> Result<TrainerMachine, ConfigError> {
+        cfg.validate()?;
+        let cfg_nodes = cfg.nodes;
+        Ok(TrainerMachine {
+            nodes: vec![Node::default(); cfg.nodes],
+            cfg,
+            next_seq: 0,
+            weights: None,
+            version: 0,
+            frames_yielded: 0,
+            batches_yielded: 0,
+            finished: false,
+            round: None,
+            ready: VecDeque::new(),
+            started: false,
+            wanted: false,
+            seeding: None,
+            deferred: false,
+            queued_seed: None,
+            shutting_down: false,
+            layouts: vec![None; cfg_nodes],
+            supervision: None,
+            restarts: Vec::new(),
+            now: Duration::ZERO,
+            chain_seed: 0,
+            dropped_late: 0,
+            frames_collected: 0,
+            checkpoint: None,
+            restoring: None,
+            resume: None,
+            restore_states: Vec::new(),
+            checkpoint_id: 0,
+            deferred_push: None,
+        })
+    }
+
+    /// The config.
+    pub fn config(&self) -> &TrainerConfig {
+        &self.cfg
+    }
+
+    /// Frames yielded so far.
+    pub fn frames_yielded(&self) -> u64 {
+        self.frames_yielded
+    }
+
+    /// Batches yielded so far.
+    pub fn batches_yielded(&self) -> u64 {
+        self.batches_yielded
+    }
+
+    /// True once `total_frames` have been yielded.
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// The `Continue` each node has in flight, as `(seq, frames)`: the newest, when a
+    /// node was released while its previous batch is still on its way.
+    pub fn outstanding(&self, node: usize) -> Option<(u64, usize)> {
+        self.nodes.get(node).and_then(|n| n.state.outstanding())
+    }
+
+    /// A message from a node. An error means the message was refused and dropped;
+    /// the machine's state is as before (except that a refused batch, being whole,
+    /// is no longer on its way).
+    pub fn on_node(&mut self, msg: FromNode, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        let node = msg.node();
+        if node >= self.nodes.len() {
+            return Err(TrainerError::UnknownNode(node));
+        }
+        match msg {
+            FromNode::Batch(b) => self.on_batch(b, out),
+            FromNode::WeightsUpdated { .. } => Ok(()),
+            FromNode::Seeded { node, next_seed } => self.on_seeded(node, next_seed, out),
+            FromNode::Down { node } => {
+                self.nodes[node].state = NodeState::Down;
+                if self.shutting_down && self.all_down() {
+                    out.push(Output::AllDown);
+                }
+                Ok(())
+            }
+            FromNode::Failed { node, reason } => self.node_lost(node, reason, out),
+            FromNode::Ready { node, layout } => self.set_layout(node, layout),
+            FromNode::Snapshot { node, id, state } => self.on_snapshot(node, id, *state, out),
+            FromNode::Restored { node } => self.on_restored(node, out),
+            FromNode::CheckpointFailed { node, id: 0, reason } => {
+                if self.restoring.is_some() {
+                    return Err(TrainerError::NodeFailed {
+                        node,
+                        reason: format!("cannot restore the checkpoint: {reason}"),
+                    });
+                }
+                Err(TrainerError::Checkpoint(format!(
+                    "node {node} refused a restore nobody sent: {reason}"
+                )))
+            }
+            FromNode::CheckpointFailed { node, id, reason } => {
+                if self.checkpoint.as_ref().is_some_and(|r| r.id == id) {
+                    return self.abort_checkpoint(format!("node {node}: {reason}"), out);
+                }
+                // About a checkpoint already given up.
+                tracing::debug!(node, id, %reason, "late refusal of an abandoned checkpoint");
+                Ok(())
+            }
+        }
+    }
+
+    /// Starts the shutdown: `Shutdown` to every node still up. Ends with [`Output::AllDown`].
+    pub fn shutdown(&mut self, out: &mut Vec<Output>) {
+        self.shutting_down = true;
+        self.finished = true;
+        for n in &mut self.nodes {
+            if n.state.is_restarting() {
+                n.state = NodeState::Down;
+            }
+        }
+        let mut any = false;
+        for (i, n) in self.nodes.iter().enumerate() {
+            if !n.state.is_down() {
+                any = true;
+                out.push(Output::Send {
+                    node: i,
+                    msg: ToNode::Shutdown,
+                });
+            }
+        }
+        if !any {
+            out.push(Output::AllDown);
+        }
+    }
+
+    /// Nodes that have not answered `Shutdown` yet.
+    pub fn nodes_up(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| !self.nodes[i].state.is_down())
+            .collect()
+    }
+
+    /// Every node answered `Shutdown` or is lost.
+    fn all_down(&self) -> bool {
+        self.nodes.iter().all(|n| n.state.is_down())
+    }
+}
