@@ -246,3 +246,182 @@ impl TrainerMachine {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::*;
+    use super::*;
+
+    #[test]
+    fn a_sync_round_yields_once_every_share_arrived_stacked_in_node_order() {
+        let mut m = machine(config(2, 1, 8, None, true));
+        let out = request(&mut m);
+        assert_eq!(continues(&out), vec![(0, 0, 4), (1, 1, 4)]);
+        let out = feed(&mut m, batch(1, 1, 1, 4));
+        assert!(yields(&out).is_empty(), "one share of two is no batch");
+        let out = feed(&mut m, batch(0, 0, 1, 4));
+        let y = yields(&out);
+        assert_eq!(y.len(), 1);
+        assert_eq!(y[0].node, None);
+        assert_eq!(y[0].index, 0);
+        assert_eq!(y[0].data.batch_size(), &[2, 1, 4]);
+        let Ok(Tensor::I64(ids)) = y[0].data.get(keys::TRAJ_IDS) else {
+            panic!("no trajectory ids in the stacked batch");
+        };
+        assert!(
+            ids.index_axis(ndarray::Axis(0), 0).iter().all(|&x| x == 0),
+            "node 0's share first"
+        );
+        assert!(ids.index_axis(ndarray::Axis(0), 1).iter().all(|&x| x == 1));
+        let recycled: Vec<usize> = out
+            .iter()
+            .filter_map(|o| match o {
+                Output::Recycle { node, .. } => Some(*node),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(recycled, vec![0, 1], "each share's storage goes back to its node");
+        assert!(continues(&out).is_empty(), "a sync round starts at the next request");
+        assert_eq!(continues(&request(&mut m)), vec![(0, 2, 4), (1, 3, 4)]);
+    }
+
+    #[test]
+    fn a_sync_run_asks_the_last_batch_for_the_frames_left_and_then_finishes() {
+        let mut m = machine(config(2, 1, 8, Some(12), true));
+        request(&mut m);
+        feed(&mut m, batch(0, 0, 1, 4));
+        feed(&mut m, batch(1, 1, 1, 4));
+        assert_eq!(continues(&request(&mut m)), vec![(0, 2, 2), (1, 3, 2)]);
+        feed(&mut m, batch(0, 2, 1, 2));
+        let out = feed(&mut m, batch(1, 3, 1, 2));
+        assert_eq!(yields(&out)[0].data.numel(), 4);
+        assert!(m.is_finished());
+        assert_eq!(request(&mut m), vec![Output::Finished]);
+    }
+
+    #[test]
+    fn async_batches_are_yielded_in_arrival_order_and_the_yielded_node_goes_on() {
+        let mut m = machine(config(2, 1, 4, None, false));
+        assert_eq!(continues(&request(&mut m)), vec![(0, 0, 4), (1, 1, 4)]);
+        // Node 1 first: yielded at once, and only node 1 is asked again.
+        let out = feed(&mut m, batch(1, 1, 1, 4));
+        assert_eq!(yields(&out)[0].node, Some(1));
+        assert_eq!(continues(&out), vec![(1, 2, 4)]);
+        // The consumer is busy: batches wait in arrival order and their nodes idle.
+        let out = feed(&mut m, batch(0, 0, 1, 4));
+        assert!(yields(&out).is_empty() && continues(&out).is_empty());
+        feed(&mut m, batch(1, 2, 1, 4));
+        let out = request(&mut m);
+        assert_eq!(yields(&out)[0].node, Some(0));
+        assert_eq!(continues(&out), vec![(0, 3, 4)]);
+        let out = request(&mut m);
+        assert_eq!(yields(&out)[0].node, Some(1));
+        assert_eq!(yields(&out)[0].index, 2);
+        assert_eq!(continues(&out), vec![(1, 4, 4)]);
+    }
+
+    #[test]
+    fn async_trims_the_last_batch_to_total_frames_and_asks_no_more() {
+        let mut m = machine(config(1, 2, 8, Some(12), false));
+        request(&mut m);
+        feed(&mut m, batch(0, 0, 2, 8));
+        let out = request(&mut m);
+        assert!(continues(&out).is_empty(), "the node's batch waiting is enough");
+        let out = feed(&mut m, batch(0, 1, 2, 8));
+        assert_eq!(yields(&out)[0].data.batch_size(), &[2, 2], "4 of 8 frames are left");
+        assert!(continues(&out).is_empty());
+        assert!(m.is_finished());
+    }
+
+    #[test]
+    fn early_release_sends_the_next_continue_while_the_batch_travels() {
+        let mut m = machine(config(2, 1, 4, None, false));
+        request(&mut m);
+        let mut out = Vec::new();
+        m.batch_arriving(0, &mut out).unwrap();
+        assert_eq!(continues(&out), vec![(0, 2, 4)]);
+        assert_eq!(m.outstanding(0), Some((2, 4)), "the newest Continue is outstanding");
+        // The batch answering seq 0 is still the one expected first.
+        let out = feed(&mut m, batch(0, 0, 1, 4));
+        assert_eq!(yields(&out)[0].node, Some(0));
+        assert!(continues(&out).is_empty(), "a released node is not asked twice");
+        assert_eq!(m.outstanding(0), Some((2, 4)));
+        request(&mut m);
+        let out = feed(&mut m, batch(0, 2, 1, 4));
+        assert_eq!(yields(&out)[0].index, 1);
+    }
+
+    #[test]
+    fn early_release_waits_when_another_nodes_batch_is_on_its_way() {
+        let mut m = machine(config(2, 1, 4, None, false));
+        request(&mut m);
+        let mut out = Vec::new();
+        m.batch_arriving(1, &mut out).unwrap();
+        assert_eq!(continues(&out), vec![(1, 2, 4)]);
+        let mut out = Vec::new();
+        m.batch_arriving(0, &mut out).unwrap();
+        assert!(
+            out.is_empty(),
+            "node 1's batch is yielded first, so node 0 is not released"
+        );
+        // Once node 1's batch is whole, nothing of it is on its way.
+        feed(&mut m, batch(1, 1, 1, 4));
+        assert_eq!(m.outstanding(0), Some((0, 4)));
+    }
+
+    #[test]
+    fn early_release_waits_for_a_consumer() {
+        let mut m = machine(config(2, 1, 4, None, false));
+        request(&mut m);
+        feed(&mut m, batch(1, 1, 1, 4));
+        // The consumer got node 1's batch and has not asked again.
+        let mut out = Vec::new();
+        m.batch_arriving(0, &mut out).unwrap();
+        assert!(out.is_empty(), "nobody waits for the batch");
+        let out = feed(&mut m, batch(0, 0, 1, 4));
+        assert!(continues(&out).is_empty(), "node 0 goes on when its batch is yielded");
+        assert_eq!(continues(&request(&mut m)), vec![(0, 3, 4)]);
+    }
+
+    #[test]
+    fn early_release_is_off_in_sync_mode_and_for_the_last_batch() {
+        let mut m = machine(config(2, 1, 8, None, true));
+        request(&mut m);
+        let mut out = Vec::new();
+        m.batch_arriving(0, &mut out).unwrap();
+        assert!(out.is_empty(), "sync shares are asked per round");
+
+        let mut m = machine(config(1, 1, 4, Some(4), false));
+        request(&mut m);
+        let mut out = Vec::new();
+        m.batch_arriving(0, &mut out).unwrap();
+        assert!(out.is_empty(), "the arriving batch holds every frame left");
+    }
+
+    #[test]
+    fn a_batch_answering_no_outstanding_continue_is_refused() {
+        let mut m = machine(config(1, 1, 4, None, false));
+        request(&mut m);
+        let mut out = Vec::new();
+        let r = m.on_node(batch(0, 7, 1, 4), &mut out);
+        assert_eq!(
+            r,
+            Err(TrainerError::UnexpectedBatch {
+                node: 0,
+                seq: 7,
+                expected: "seq 0".into()
+            })
+        );
+        assert_eq!(m.outstanding(0), Some((0, 4)), "still waiting for seq 0");
+    }
+
+    #[test]
+    fn a_batch_of_the_wrong_size_is_refused_and_the_continue_stays_outstanding() {
+        let mut m = machine(config(1, 1, 4, None, false));
+        request(&mut m);
+        let mut out = Vec::new();
+        let r = m.on_node(batch(0, 0, 1, 2), &mut out);
+        assert!(matches!(r, Err(TrainerError::BadBatch { node: 0, .. })), "{r:?}");
+        assert_eq!(m.outstanding(0), Some((0, 4)));
+    }
+}

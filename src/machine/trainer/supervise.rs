@@ -285,3 +285,219 @@ impl TrainerMachine {
         self.nodes.iter().filter(|n| !n.state.is_down()).count()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::*;
+    use super::*;
+    use crate::message::FromNode;
+
+    fn failed(node: usize) -> FromNode {
+        FromNode::Failed {
+            node,
+            reason: "boom".into(),
+        }
+    }
+
+    #[test]
+    fn a_node_lost_mid_round_is_restarted_and_its_share_asked_again_under_a_new_seq() {
+        let mut m = machine(config(2, 1, 8, None, true)).with_supervision(supervision(3, None));
+        request(&mut m);
+        feed(&mut m, batch(0, 0, 1, 4));
+        let out = feed(&mut m, failed(1));
+        assert!(
+            matches!(
+                &out[..],
+                [Output::RestartNode {
+                    node: 1,
+                    restart: 1,
+                    ..
+                }]
+            ),
+            "{out:?}"
+        );
+        assert!(m.is_restarting(1));
+        assert_eq!(m.outstanding(1), None);
+        let mut out = Vec::new();
+        m.node_restarted(1, &mut out).unwrap();
+        assert_eq!(
+            out,
+            vec![
+                Output::Send {
+                    node: 1,
+                    msg: ToNode::Seed(Seed {
+                        seed: restart_seed(m.chain_seed_of(1), 1)
+                    })
+                },
+                Output::Send {
+                    node: 1,
+                    msg: ToNode::Continue(crate::message::Continue { seq: 2, frames: 4 })
+                },
+            ]
+        );
+        // The failed incarnation's answer is late: dropped, counted, no error.
+        let out = feed(&mut m, batch(1, 1, 1, 4));
+        assert!(out.is_empty());
+        assert_eq!(m.stats().dropped_late, 1);
+        let out = feed(&mut m, batch(1, 2, 1, 4));
+        assert_eq!(yields(&out).len(), 1, "the round is whole with the share asked again");
+        assert_eq!(m.stats().restarts, vec![0, 1]);
+    }
+
+    #[test]
+    fn work_asked_of_a_restarting_node_is_held_until_it_is_back() {
+        let mut m = machine(config(2, 1, 8, None, true)).with_supervision(supervision(3, None));
+        request(&mut m);
+        feed(&mut m, batch(0, 0, 1, 4));
+        feed(&mut m, batch(1, 1, 1, 4));
+        feed(&mut m, failed(1));
+        let out = request(&mut m);
+        assert_eq!(continues(&out), vec![(0, 2, 4)], "only the live node is asked");
+        let mut out = Vec::new();
+        m.node_restarted(1, &mut out).unwrap();
+        assert_eq!(continues(&out), vec![(1, 3, 4)]);
+    }
+
+    #[test]
+    fn past_the_restart_intensity_a_failure_fails_the_run() {
+        let mut m = machine(config(2, 1, 4, None, false)).with_supervision(supervision(0, None));
+        request(&mut m);
+        let mut out = Vec::new();
+        let r = m.on_node(failed(0), &mut out);
+        assert!(matches!(r, Err(TrainerError::NodeFailed { node: 0, .. })), "{r:?}");
+        assert_eq!(m.nodes_alive(), 1);
+    }
+
+    #[test]
+    fn unsupervised_async_goes_on_without_a_lost_node_and_sync_fails() {
+        let mut m = machine(config(2, 1, 4, None, false));
+        request(&mut m);
+        let mut out = Vec::new();
+        let r = m.on_node(failed(0), &mut out);
+        assert!(matches!(r, Err(TrainerError::NodeLost { node: 0, .. })), "{r:?}");
+        assert_eq!(m.nodes_alive(), 1);
+        assert_eq!(m.outstanding(0), None);
+        let out = feed(&mut m, batch(1, 1, 1, 4));
+        assert_eq!(continues(&out), vec![(1, 2, 4)], "the node left goes on");
+
+        let mut m = machine(config(2, 1, 8, None, true));
+        request(&mut m);
+        let r = m.on_node(failed(0), &mut Vec::new());
+        assert!(matches!(r, Err(TrainerError::NodeFailed { node: 0, .. })), "{r:?}");
+    }
+
+    #[test]
+    fn a_node_lost_while_its_batch_waits_is_sent_no_continue_when_it_is_yielded() {
+        let mut m = machine(config(2, 1, 4, None, false));
+        request(&mut m);
+        feed(&mut m, batch(1, 1, 1, 4));
+        feed(&mut m, batch(0, 0, 1, 4));
+        let _ = m.on_node(failed(0), &mut Vec::new());
+        let out = request(&mut m);
+        assert_eq!(yields(&out)[0].node, Some(0), "its frames are still yielded");
+        assert!(continues(&out).is_empty(), "a lost node gets no work");
+    }
+
+    #[test]
+    fn a_continue_unanswered_past_the_timeout_fails_the_node() {
+        let mut m = machine(config(1, 1, 4, None, false)).with_supervision(supervision(3, Some(ms(1000))));
+        request(&mut m);
+        let mut out = Vec::new();
+        m.tick(ms(999), &mut out).unwrap();
+        assert!(out.is_empty());
+        m.tick(ms(1000), &mut out).unwrap();
+        assert!(
+            matches!(&out[..], [Output::RestartNode { node: 0, restart: 1, cause }] if cause.contains("seq 0")),
+            "{out:?}"
+        );
+        // A restarting node is not timed.
+        let mut out = Vec::new();
+        m.tick(ms(5000), &mut out).unwrap();
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_released_batch_is_timed_from_its_continue_and_the_next_from_its_arrival() {
+        let mut m = machine(config(1, 1, 4, None, false)).with_supervision(supervision(3, Some(ms(1000))));
+        request(&mut m);
+        let mut out = Vec::new();
+        m.tick(ms(900), &mut out).unwrap();
+        m.batch_arriving(0, &mut out).unwrap();
+        assert_eq!(continues(&out), vec![(0, 1, 4)]);
+        m.tick(ms(950), &mut out).unwrap();
+        feed(&mut m, batch(0, 0, 1, 4));
+        // Seq 1 was sent at 900 but counts from 950, when seq 0's batch was whole.
+        let mut out = Vec::new();
+        m.tick(ms(1949), &mut out).unwrap();
+        assert!(out.is_empty(), "{out:?}");
+        m.tick(ms(1950), &mut out).unwrap();
+        assert!(
+            matches!(&out[..], [Output::RestartNode { node: 0, cause, .. }] if cause.contains("seq 1")),
+            "{out:?}"
+        );
+    }
+
+    #[test]
+    fn a_released_batch_that_does_not_arrive_in_time_fails_the_node() {
+        let mut m = machine(config(1, 1, 4, None, false)).with_supervision(supervision(3, Some(ms(1000))));
+        request(&mut m);
+        let mut out = Vec::new();
+        m.tick(ms(900), &mut out).unwrap();
+        m.batch_arriving(0, &mut out).unwrap();
+        let mut out = Vec::new();
+        m.tick(ms(1000), &mut out).unwrap();
+        assert!(
+            matches!(&out[..], [Output::RestartNode { node: 0, cause, .. }] if cause.contains("seq 0")),
+            "{out:?}"
+        );
+        // The Continue asked meanwhile is the one asked again.
+        let mut out = Vec::new();
+        m.node_restarted(0, &mut out).unwrap();
+        assert_eq!(continues(&out), vec![(0, 2, 4)]);
+    }
+
+    #[test]
+    fn a_failed_restart_in_async_goes_on_without_the_node_when_allowed() {
+        let mut sup = supervision(3, None);
+        sup.continue_without_lost_nodes = true;
+        let mut m = machine(config(2, 1, 4, None, false)).with_supervision(sup);
+        request(&mut m);
+        feed(&mut m, failed(0));
+        let r = m.node_restart_failed(0, "no host".into(), &mut Vec::new());
+        assert!(matches!(r, Err(TrainerError::NodeLost { node: 0, .. })), "{r:?}");
+        assert!(!m.is_restarting(0));
+        assert_eq!(m.nodes_up(), vec![1]);
+        assert_eq!(
+            m.node_restarted(0, &mut Vec::new()),
+            Ok(()),
+            "a down node does not come back"
+        );
+        assert_eq!(m.outstanding(0), None);
+    }
+
+    #[test]
+    fn shutdown_ends_when_every_node_is_down_and_a_restarting_node_counts_as_down() {
+        let mut m = machine(config(3, 1, 4, None, false)).with_supervision(supervision(3, None));
+        request(&mut m);
+        feed(&mut m, failed(2));
+        let mut out = Vec::new();
+        m.shutdown(&mut out);
+        assert_eq!(
+            out,
+            vec![
+                Output::Send {
+                    node: 0,
+                    msg: ToNode::Shutdown
+                },
+                Output::Send {
+                    node: 1,
+                    msg: ToNode::Shutdown
+                },
+            ]
+        );
+        assert!(feed(&mut m, FromNode::Down { node: 0 }).is_empty());
+        assert_eq!(m.outstanding(0), None, "a node down has nothing outstanding");
+        assert_eq!(feed(&mut m, FromNode::Down { node: 1 }), vec![Output::AllDown]);
+        assert!(m.nodes_up().is_empty());
+    }
+}
