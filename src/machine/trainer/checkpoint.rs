@@ -276,3 +276,191 @@ impl TrainerMachine {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::*;
+    use super::*;
+    use crate::message::FromNode;
+
+    fn snapshots(out: &[Output]) -> Vec<usize> {
+        out.iter()
+            .filter_map(|o| match o {
+                Output::Send {
+                    node,
+                    msg: ToNode::Snapshot { .. },
+                } => Some(*node),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_checkpoint_asks_each_node_once_its_batch_in_flight_arrived() {
+        let mut m = machine(config(2, 1, 4, None, false));
+        request(&mut m);
+        let mut out = Vec::new();
+        m.begin_checkpoint(&mut out).unwrap();
+        assert!(snapshots(&out).is_empty(), "both nodes collect");
+        let out = feed(&mut m, batch(1, 1, 1, 4));
+        assert_eq!(snapshots(&out), vec![1]);
+        assert!(yields(&out).is_empty(), "the batch waits in the checkpoint");
+        assert!(continues(&out).is_empty(), "no node gets work meanwhile");
+        assert_eq!(snapshots(&feed(&mut m, batch(0, 0, 1, 4))), vec![0]);
+    }
+
+    #[test]
+    fn a_released_nodes_batch_on_its_way_holds_the_checkpoint_back() {
+        let mut m = machine(config(1, 1, 4, None, false));
+        request(&mut m);
+        m.batch_arriving(0, &mut Vec::new()).unwrap();
+        let mut out = Vec::new();
+        m.begin_checkpoint(&mut out).unwrap();
+        assert!(out.is_empty());
+        // Its released batch is whole, but the Continue sent meanwhile is in flight.
+        let out = feed(&mut m, batch(0, 0, 1, 4));
+        assert!(snapshots(&out).is_empty(), "{out:?}");
+        assert_eq!(snapshots(&feed(&mut m, batch(0, 1, 1, 4))), vec![0]);
+    }
+
+    #[test]
+    fn a_sync_checkpoint_waits_for_the_whole_round() {
+        let mut m = machine(config(2, 1, 8, None, true));
+        request(&mut m);
+        let mut out = Vec::new();
+        m.begin_checkpoint(&mut out).unwrap();
+        assert!(snapshots(&feed(&mut m, batch(0, 0, 1, 4))).is_empty());
+        assert_eq!(snapshots(&feed(&mut m, batch(1, 1, 1, 4))), vec![0, 1]);
+    }
+
+    #[test]
+    fn a_cancelled_checkpoint_fails_and_what_waited_is_served() {
+        let mut m = machine(config(1, 1, 4, None, false));
+        let id = m.begin_checkpoint(&mut Vec::new()).unwrap();
+        assert!(request(&mut m).is_empty(), "requests wait for the checkpoint");
+        let mut out = Vec::new();
+        m.cancel_checkpoint(id, "deadline".into(), &mut out).unwrap();
+        assert_eq!(out[0], Output::CheckpointFailed("deadline".into()));
+        assert_eq!(continues(&out), vec![(0, 0, 4)]);
+        // A late answer to it is refused.
+        let r = m.on_node(
+            FromNode::CheckpointFailed {
+                node: 0,
+                id,
+                reason: "late".into(),
+            },
+            &mut Vec::new(),
+        );
+        assert_eq!(r, Ok(()));
+    }
+
+    #[test]
+    fn a_snapshot_of_the_wrong_shape_fails_the_checkpoint() {
+        let mut m = machine(config(1, 1, 4, None, false));
+        let id = m.begin_checkpoint(&mut Vec::new()).unwrap();
+        let state = NodeCheckpoint {
+            node: 0,
+            base_seed: 0,
+            weights: None,
+            workers: Vec::new(),
+        };
+        let out = feed(
+            &mut m,
+            FromNode::Snapshot {
+                node: 0,
+                id,
+                state: Box::new(state),
+            },
+        );
+        assert!(
+            matches!(&out[..], [Output::CheckpointFailed(r)] if r.contains("0 env workers")),
+            "{out:?}"
+        );
+        assert!(!m.checkpointing());
+    }
+
+    #[test]
+    fn a_node_lost_during_a_checkpoint_fails_it() {
+        let mut m = machine(config(2, 1, 4, None, false)).with_supervision(supervision(3, None));
+        m.begin_checkpoint(&mut Vec::new()).unwrap();
+        let out = feed(
+            &mut m,
+            FromNode::Failed {
+                node: 1,
+                reason: "boom".into(),
+            },
+        );
+        assert!(
+            matches!(&out[0], Output::CheckpointFailed(r) if r.contains("node 1")),
+            "{out:?}"
+        );
+        let r = m.begin_checkpoint(&mut Vec::new());
+        assert!(
+            matches!(r, Err(TrainerError::Checkpoint(ref why)) if why.contains("restarting")),
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn a_checkpoint_cannot_start_during_another_or_the_shutdown() {
+        let mut m = machine(config(1, 1, 4, None, false));
+        m.begin_checkpoint(&mut Vec::new()).unwrap();
+        assert!(m.begin_checkpoint(&mut Vec::new()).is_err());
+        let mut m = machine(config(1, 1, 4, None, false));
+        m.shutdown(&mut Vec::new());
+        assert!(m.begin_checkpoint(&mut Vec::new()).is_err());
+    }
+
+    #[test]
+    fn restoring_waits_for_every_node_before_serving_requests() {
+        let mut source = machine(config(2, 1, 4, None, false));
+        let trainer = source.trainer_state();
+        let nodes = (0..2).map(node_checkpoint).collect();
+        let mut m = machine(config(2, 1, 4, None, false));
+        let mut out = Vec::new();
+        m.restore(Checkpoint { trainer, nodes }, &mut out).unwrap();
+        assert_eq!(out.len(), 2, "each node is sent its state");
+        assert!(request(&mut m).is_empty());
+        assert!(feed(&mut m, FromNode::Restored { node: 0 }).is_empty());
+        let out = feed(&mut m, FromNode::Restored { node: 1 });
+        assert_eq!(continues(&out), vec![(0, 0, 4), (1, 1, 4)]);
+        // Restoring once collection started is refused.
+        request(&mut source);
+        let again = Checkpoint {
+            trainer: m.trainer_state(),
+            nodes: Vec::new(),
+        };
+        assert!(source.restore(again, &mut Vec::new()).is_err());
+    }
+
+    #[test]
+    fn a_checkpoint_is_taken_once_every_node_sent_its_state_and_holds_the_waiting_batches() {
+        let mut m = machine(config(2, 1, 4, None, false));
+        request(&mut m);
+        // Node 0's batch is yielded and it is asked seq 2.
+        feed(&mut m, batch(0, 0, 1, 4));
+        let mut out = Vec::new();
+        let id = m.begin_checkpoint(&mut out).unwrap();
+        assert!(snapshots(&out).is_empty(), "both nodes collect");
+        assert_eq!(snapshots(&feed(&mut m, batch(1, 1, 1, 4))), vec![1]);
+        assert_eq!(snapshots(&feed(&mut m, batch(0, 2, 1, 4))), vec![0]);
+        let snapshot = |node| FromNode::Snapshot {
+            node,
+            id,
+            state: Box::new(node_checkpoint(node)),
+        };
+        assert!(feed(&mut m, snapshot(1)).is_empty());
+        let out = feed(&mut m, snapshot(0));
+        let [Output::Checkpoint(c)] = &out[..] else {
+            panic!("no checkpoint alone: {out:?}");
+        };
+        assert_eq!(c.nodes.len(), 2);
+        let waiting: Vec<usize> = c.trainer.ready.iter().map(|b| b.node).collect();
+        assert_eq!(waiting, vec![1, 0], "the batches that arrived meanwhile are in it");
+        assert_eq!(c.trainer.next_seq, 3);
+        assert_eq!(c.trainer.batches_yielded, 1);
+        assert!(!m.checkpointing());
+        // Collection goes on from the waiting batches.
+        assert_eq!(yields(&request(&mut m))[0].node, Some(1));
+    }
+}

@@ -121,3 +121,40 @@ pub(super) fn request(m: &mut TrainerMachine) -> Vec<Output> {
     }
     out
 }
+
+/// A real state of node `node` with one env worker (a Counting env), as a node
+/// would send in a `Snapshot`.
+pub(super) fn node_checkpoint(node: usize) -> crate::checkpoint::NodeState {
+    let spec = crate::node_spec::NodeSpec {
+        index: node,
+        env: crate::EnvSpec::new("Counting"),
+        policy: crate::PolicySpec::from(crate::PolicyConfig::Constant { value: 1.0 }),
+        envs_per_node: 1,
+        first_lane: 0,
+        lanes: 1,
+        rollout: crate::rollout::RolloutConfig {
+            frames_per_batch: 2,
+            ..Default::default()
+        },
+        max_restarts: 5,
+        restart_window_ms: 5000,
+        worker_nice: crate::node_spec::DEFAULT_WORKER_NICE,
+    };
+    let rollout = match spec.build_workers(&crate::Registry::with_builtins()) {
+        Ok(w) => match w[0].snapshot() {
+            Ok(r) => r,
+            Err(e) => panic!("snapshot: {e}"),
+        },
+        Err(e) => panic!("workers: {e}"),
+    };
+    crate::checkpoint::NodeState {
+        node,
+        base_seed: 0,
+        weights: None,
+        workers: vec![crate::checkpoint::WorkerState {
+            rollout,
+            next_traj_id: 0,
+            frames: 0,
+        }],
+    }
+}
