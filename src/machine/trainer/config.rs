@@ -123,3 +123,51 @@ impl TrainerConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::config;
+
+    fn field(cfg: super::TrainerConfig) -> Option<&'static str> {
+        cfg.validate().err().map(|e| e.field)
+    }
+
+    #[test]
+    fn a_valid_config_passes() {
+        assert_eq!(field(config(2, 2, 8, Some(16), true)), None);
+        assert_eq!(field(config(3, 2, 4, None, false)), None);
+    }
+
+    #[test]
+    fn each_invalid_setting_is_named() {
+        assert_eq!(field(config(0, 1, 4, None, false)), Some("nodes"));
+        assert_eq!(field(config(1, 0, 4, None, false)), Some("envs_per_node"));
+        assert_eq!(field(config(1, 1, 0, None, false)), Some("frames_per_batch"));
+        assert_eq!(field(config(1, 1, 4, Some(0), false)), Some("total_frames"));
+        let mut c = config(1, 1, 4, None, false);
+        c.envs_per_node = vec![1, 1];
+        assert_eq!(field(c), Some("envs_per_node"));
+        let mut c = config(1, 1, 4, None, false);
+        c.max_weight_update_interval = Some(0);
+        assert_eq!(field(c), Some("max_weight_update_interval"));
+        let mut c = config(1, 1, 4, None, false);
+        c.update_interval = Some(0);
+        assert_eq!(field(c), Some("update_interval"));
+    }
+
+    #[test]
+    fn sync_needs_even_shares_over_equal_nodes() {
+        assert_eq!(field(config(3, 1, 8, None, true)), Some("frames_per_batch"));
+        assert_eq!(field(config(2, 3, 8, None, true)), Some("frames_per_batch"));
+        let mut c = config(2, 1, 8, None, true);
+        c.envs_per_node = vec![1, 2];
+        assert_eq!(field(c), Some("envs_per_node"));
+        assert_eq!(field(config(2, 2, 8, Some(10), true)), Some("total_frames"));
+    }
+
+    #[test]
+    fn async_batches_and_the_last_one_divide_over_each_nodes_envs() {
+        assert_eq!(field(config(1, 3, 8, None, false)), Some("frames_per_batch"));
+        assert_eq!(field(config(1, 2, 8, Some(9), false)), Some("total_frames"));
+    }
+}

@@ -73,3 +73,52 @@ impl TrainerMachine {
         self.layouts.get(node).and_then(Option::as_ref)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::*;
+    use super::*;
+    use crate::tensor::DType;
+
+    fn traj_ids_layout() -> BatchLayout {
+        BatchLayout::from([(crate::rollout::keys::TRAJ_IDS.to_string(), (DType::I64, vec![]))])
+    }
+
+    #[test]
+    fn a_batch_matching_its_layout_passes_and_a_different_one_is_named() {
+        let d = data(0, 1, 4);
+        assert_eq!(check_layout(&d, &traj_ids_layout()), Ok(()));
+        let mut wrong = traj_ids_layout();
+        wrong.insert("observation".into(), (DType::F32, vec![4]));
+        assert!(check_layout(&d, &wrong).is_err(), "a missing entry");
+        let f32_ids = BatchLayout::from([(crate::rollout::keys::TRAJ_IDS.to_string(), (DType::F32, vec![]))]);
+        assert_eq!(
+            check_layout(&d, &f32_ids),
+            Err(format!(
+                "`{}` must be {}, got {}",
+                crate::rollout::keys::TRAJ_IDS,
+                DType::F32,
+                DType::I64
+            ))
+        );
+        assert!(matches!(check_layout(&d, &BatchLayout::new()), Err(e) if e.contains("unexpected entry")));
+    }
+
+    #[test]
+    fn a_batch_off_its_nodes_layout_is_refused() {
+        let mut m = machine(config(1, 1, 4, None, false)).with_layout(BatchLayout::new());
+        request(&mut m);
+        let r = m.on_node(batch(0, 0, 1, 4), &mut Vec::new());
+        assert!(matches!(r, Err(TrainerError::BadBatch { node: 0, .. })), "{r:?}");
+    }
+
+    #[test]
+    fn sync_refuses_a_layout_that_differs_from_another_nodes() {
+        let mut m = machine(config(2, 1, 8, None, true));
+        m.set_layout(0, traj_ids_layout()).unwrap();
+        let r = m.set_layout(1, BatchLayout::new());
+        assert!(matches!(r, Err(TrainerError::BadLayout { node: 1, .. })), "{r:?}");
+        assert_eq!(m.layout(1), None, "a refused layout is not recorded");
+        assert_eq!(m.set_layout(2, BatchLayout::new()), Err(TrainerError::UnknownNode(2)));
+    }
+}
