@@ -5,6 +5,23 @@ use super::{Output, TrainerError, TrainerMachine};
 use crate::checkpoint::{Checkpoint, CheckpointError, NodeState as NodeCheckpoint, TrainerState};
 use crate::message::ToNode;
 
+/// Checkpoints being taken or restored, and what waits for them.
+#[derive(Debug, Default)]
+pub(super) struct Checkpoints {
+    /// A checkpoint being taken.
+    pub(super) taking: Option<CheckpointRun>,
+    /// A checkpoint being restored: the nodes that confirmed.
+    pub(super) restoring: Option<Vec<bool>>,
+    /// A checkpoint to restore when the run starts.
+    pub(super) resume: Option<Box<Checkpoint>>,
+    /// While restoring: each node's state, sent again to a node restarted meanwhile.
+    pub(super) restore_states: Vec<Option<NodeCheckpoint>>,
+    /// The id of the last checkpoint begun (0 before any).
+    pub(super) last_id: u64,
+    /// Weight pushes asked for during a checkpoint: sent once it ends (`Some(None)`: all nodes).
+    pub(super) deferred_push: Option<Option<Vec<usize>>>,
+}
+
 /// A checkpoint in progress: which nodes were asked and what they answered.
 #[derive(Debug)]
 pub(super) struct CheckpointRun {
@@ -19,7 +36,7 @@ pub(super) struct CheckpointRun {
 impl TrainerMachine {
     /// A checkpoint is being taken or restored: no node may be sent new work.
     pub(super) fn checkpointing(&self) -> bool {
-        self.checkpoint.is_some() || self.restoring.is_some()
+        self.checkpoints.taking.is_some() || self.checkpoints.restoring.is_some()
     }
 
     /// Starts a checkpoint: every node is asked for its state as soon as it has no
@@ -48,9 +65,9 @@ impl TrainerMachine {
             )));
         }
         let n = self.nodes.len();
-        self.checkpoint_id += 1;
-        let id = self.checkpoint_id;
-        self.checkpoint = Some(CheckpointRun {
+        self.checkpoints.last_id += 1;
+        let id = self.checkpoints.last_id;
+        self.checkpoints.taking = Some(CheckpointRun {
             id,
             asked: vec![false; n],
             states: vec![None; n],
@@ -62,7 +79,7 @@ impl TrainerMachine {
     /// Gives up checkpoint `id` if it is still being taken (its deadline passed):
     /// [`Output::CheckpointFailed`] with `reason`, and collection goes on.
     pub fn cancel_checkpoint(&mut self, id: u64, reason: String, out: &mut Vec<Output>) -> Result<(), TrainerError> {
-        if self.checkpoint.as_ref().is_some_and(|r| r.id == id) {
+        if self.checkpoints.taking.as_ref().is_some_and(|r| r.id == id) {
             return self.abort_checkpoint(reason, out);
         }
         Ok(())
@@ -70,10 +87,10 @@ impl TrainerMachine {
 
     /// Asks every idle node not asked yet for its state.
     pub(super) fn advance_checkpoint(&mut self, out: &mut Vec<Output>) {
-        if self.seeding.is_some() || (self.cfg.sync && self.round.is_some()) {
+        if self.chain.at.is_some() || (self.cfg.sync && self.round.is_some()) {
             return;
         }
-        let Some(run) = self.checkpoint.as_mut() else {
+        let Some(run) = self.checkpoints.taking.as_mut() else {
             return;
         };
         for (i, n) in self.nodes.iter().enumerate() {
@@ -96,7 +113,8 @@ impl TrainerMachine {
         out: &mut Vec<Output>,
     ) -> Result<(), TrainerError> {
         let Some(run) = self
-            .checkpoint
+            .checkpoints
+            .taking
             .as_mut()
             .filter(|r| r.id == id && r.asked[node] && r.states[node].is_none())
         else {
@@ -115,7 +133,7 @@ impl TrainerMachine {
         }
         run.states[node] = Some(state);
         if run.states.iter().all(Option::is_some) {
-            let run = self.checkpoint.take().expect("checked above");
+            let run = self.checkpoints.taking.take().expect("checked above");
             let nodes: Vec<NodeCheckpoint> = run.states.into_iter().flatten().collect();
             let mut trainer = self.trainer_state();
             for (book, st) in trainer.nodes.iter_mut().zip(&nodes) {
@@ -135,7 +153,7 @@ impl TrainerMachine {
 
     /// Gives up the checkpoint being taken, if any, and serves what waited.
     pub(super) fn abort_checkpoint(&mut self, reason: String, out: &mut Vec<Output>) -> Result<(), TrainerError> {
-        if self.checkpoint.take().is_none() {
+        if self.checkpoints.taking.take().is_none() {
             return Ok(());
         }
         tracing::warn!(%reason, "checkpoint failed");
@@ -145,13 +163,13 @@ impl TrainerMachine {
 
     /// Serves what waited for the checkpoint: weight pushes, a seeding chain, requests.
     pub(super) fn resume_after_checkpoint(&mut self, out: &mut Vec<Output>) -> Result<(), TrainerError> {
-        if self.checkpointing() || self.seeding.is_some() {
+        if self.checkpointing() || self.chain.at.is_some() {
             return Ok(());
         }
-        if let Some(nodes) = self.deferred_push.take() {
+        if let Some(nodes) = self.checkpoints.deferred_push.take() {
             self.push_weights(nodes.as_deref(), out)?;
         }
-        if let Some(seed) = self.queued_seed.take() {
+        if let Some(seed) = self.chain.queued.take() {
             // The chain serves the waiting request when it ends.
             self.set_seed(seed, out);
             return Ok(());
@@ -176,7 +194,7 @@ impl TrainerMachine {
             next_seq: self.next_seq,
             weights_version: self.version,
             weights: self.weights.clone(),
-            chain_seed: self.chain_seed,
+            chain_seed: self.chain.seed,
             started: self.started,
             ready: self.ready.iter().cloned().collect(),
             frames_collected: self.frames_collected,
@@ -198,14 +216,14 @@ impl TrainerMachine {
     /// fits this run's config is checked now, naming the first setting that differs.
     pub fn with_resume(mut self, checkpoint: Checkpoint) -> Result<TrainerMachine, CheckpointError> {
         self.check_fits(&checkpoint)?;
-        self.resume = Some(Box::new(checkpoint));
+        self.checkpoints.resume = Some(Box::new(checkpoint));
         Ok(self)
     }
 
     /// Starts restoring the checkpoint given to [`Self::with_resume`], if any
     /// (returns whether there was one): the run's first step, instead of seeding.
     pub fn start_resume(&mut self, out: &mut Vec<Output>) -> Result<bool, CheckpointError> {
-        match self.resume.take() {
+        match self.checkpoints.resume.take() {
             Some(c) => self.restore(*c, out).map(|()| true),
             None => Ok(false),
         }
@@ -217,7 +235,7 @@ impl TrainerMachine {
     /// fails the run (see [`FromNode::CheckpointFailed`]).
     pub fn restore(&mut self, checkpoint: Checkpoint, out: &mut Vec<Output>) -> Result<(), CheckpointError> {
         self.check_fits(&checkpoint)?;
-        if self.next_seq != 0 || self.batches_yielded != 0 || self.checkpointing() || self.seeding.is_some() {
+        if self.next_seq != 0 || self.batches_yielded != 0 || self.checkpointing() || self.chain.at.is_some() {
             return Err(CheckpointError::Mismatch {
                 field: "resume",
                 reason: "a checkpoint is restored before collection starts".into(),
@@ -229,7 +247,7 @@ impl TrainerMachine {
         self.next_seq = t.next_seq;
         self.version = t.weights_version;
         self.weights = t.weights;
-        self.chain_seed = t.chain_seed;
+        self.chain.seed = t.chain_seed;
         self.started = t.started;
         self.frames_collected = t.frames_collected;
         self.ready = t.ready.into_iter().collect();
@@ -240,8 +258,8 @@ impl TrainerMachine {
         if self.remaining() == Some(0) {
             self.finished = true;
         }
-        self.restoring = Some(vec![false; self.nodes.len()]);
-        self.restore_states = nodes.iter().cloned().map(Some).collect();
+        self.checkpoints.restoring = Some(vec![false; self.nodes.len()]);
+        self.checkpoints.restore_states = nodes.iter().cloned().map(Some).collect();
         for (i, st) in nodes.into_iter().enumerate() {
             out.push(Output::Send {
                 node: i,
@@ -258,7 +276,7 @@ impl TrainerMachine {
 
     /// Node `node` restored its state.
     pub(super) fn on_restored(&mut self, node: usize, out: &mut Vec<Output>) -> Result<(), TrainerError> {
-        let Some(done) = self.restoring.as_mut() else {
+        let Some(done) = self.checkpoints.restoring.as_mut() else {
             return Err(TrainerError::Checkpoint(format!("node {node} restored nothing asked")));
         };
         done[node] = true;
@@ -267,9 +285,14 @@ impl TrainerMachine {
 
     /// Once every node restored (or was lost meanwhile), serves what waited.
     pub(super) fn finish_restore_if_done(&mut self, out: &mut Vec<Output>) -> Result<(), TrainerError> {
-        if self.restoring.as_ref().is_some_and(|d| d.iter().all(|x| *x)) {
-            self.restoring = None;
-            self.restore_states = Vec::new();
+        if self
+            .checkpoints
+            .restoring
+            .as_ref()
+            .is_some_and(|d| d.iter().all(|x| *x))
+        {
+            self.checkpoints.restoring = None;
+            self.checkpoints.restore_states = Vec::new();
             tracing::info!("every node restored the checkpoint");
             self.resume_after_checkpoint(out)?;
         }

@@ -16,7 +16,6 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::checkpoint::{Checkpoint, NodeState as NodeCheckpoint};
 use crate::message::{Batch, FromNode, ToNode};
 use crate::policy::Weights;
 use crate::rollout::BatchLayout;
@@ -35,12 +34,13 @@ mod supervise;
 mod test_support;
 mod weights;
 
-use checkpoint::CheckpointRun;
+use checkpoint::Checkpoints;
 pub use config::{ConfigError, TrainerConfig};
 pub use error::TrainerError;
 pub use layout::check_layout;
 use node_state::{Node, NodeState};
 pub use output::{Collected, Output};
+use seeding::SeedChain;
 pub use supervise::{NodeSupervision, SupervisionStats};
 
 /// The trainer's state machine.
@@ -63,13 +63,11 @@ pub struct TrainerMachine {
     started: bool,
     /// The consumer asked for a batch and has not got it yet.
     wanted: bool,
-    /// Seeding chain in progress: the node being seeded.
-    seeding: Option<(usize, u64)>,
+    /// The seeding chain: where it is, what is queued, the last chain's seed.
+    chain: SeedChain,
     /// A request arrived during the seeding chain; it is served once the chain ends,
     /// so no node ever collects with a half-applied seed.
     deferred: bool,
-    /// A seeding chain asked for while another was running.
-    queued_seed: Option<u64>,
     shutting_down: bool,
     /// What each node's batches must hold, once known (given at start for local
     /// nodes, advertised by a remote node in its `Ready`).
@@ -80,24 +78,12 @@ pub struct TrainerMachine {
     restarts: Vec<Restarts>,
     /// The machine's clock: the latest [`TrainerMachine::tick`].
     now: Duration,
-    /// The seed of the last seeding chain (node 0's seed), 0 before any.
-    chain_seed: u64,
+    /// Checkpoints being taken or restored, and what waits for them.
+    checkpoints: Checkpoints,
     /// Late batches refused.
     dropped_late: u64,
     /// Frames in accepted batches.
     frames_collected: u64,
-    /// A checkpoint being taken.
-    checkpoint: Option<CheckpointRun>,
-    /// A checkpoint being restored: the nodes that confirmed.
-    restoring: Option<Vec<bool>>,
-    /// A checkpoint to restore when the run starts.
-    resume: Option<Box<Checkpoint>>,
-    /// While restoring: each node's state, sent again to a node restarted meanwhile.
-    restore_states: Vec<Option<NodeCheckpoint>>,
-    /// The id of the last checkpoint begun (0 before any).
-    checkpoint_id: u64,
-    /// Weight pushes asked for during a checkpoint: sent once it ends (`Some(None)`: all nodes).
-    deferred_push: Option<Option<Vec<usize>>>,
 }
 
 impl TrainerMachine {
@@ -118,23 +104,16 @@ impl TrainerMachine {
             ready: VecDeque::new(),
             started: false,
             wanted: false,
-            seeding: None,
+            chain: SeedChain::default(),
             deferred: false,
-            queued_seed: None,
             shutting_down: false,
             layouts: vec![None; cfg_nodes],
             supervision: None,
             restarts: Vec::new(),
             now: Duration::ZERO,
-            chain_seed: 0,
             dropped_late: 0,
             frames_collected: 0,
-            checkpoint: None,
-            restoring: None,
-            resume: None,
-            restore_states: Vec::new(),
-            checkpoint_id: 0,
-            deferred_push: None,
+            checkpoints: Checkpoints::default(),
         })
     }
 
@@ -188,7 +167,7 @@ impl TrainerMachine {
             FromNode::Snapshot { node, id, state } => self.on_snapshot(node, id, *state, out),
             FromNode::Restored { node } => self.on_restored(node, out),
             FromNode::CheckpointFailed { node, id: 0, reason } => {
-                if self.restoring.is_some() {
+                if self.checkpoints.restoring.is_some() {
                     return Err(TrainerError::NodeFailed {
                         node,
                         reason: format!("cannot restore the checkpoint: {reason}"),
@@ -199,7 +178,7 @@ impl TrainerMachine {
                 )))
             }
             FromNode::CheckpointFailed { node, id, reason } => {
-                if self.checkpoint.as_ref().is_some_and(|r| r.id == id) {
+                if self.checkpoints.taking.as_ref().is_some_and(|r| r.id == id) {
                     return self.abort_checkpoint(format!("node {node}: {reason}"), out);
                 }
                 // About a checkpoint already given up.

@@ -39,7 +39,7 @@ impl TrainerMachine {
             return Ok(());
         }
         self.wanted = true;
-        if self.seeding.is_some() || self.checkpointing() {
+        if self.chain.at.is_some() || self.checkpointing() {
             self.deferred = true;
             return Ok(());
         }
@@ -139,7 +139,7 @@ impl TrainerMachine {
         let Some(Asked { frames, .. }) = self.nodes[node].state.begin_arriving() else {
             return Ok(());
         };
-        let quiet = self.seeding.is_none() && !self.checkpointing() && !self.shutting_down;
+        let quiet = self.chain.at.is_none() && !self.checkpointing() && !self.shutting_down;
         if self.cfg.sync || !self.wanted || self.finished || !quiet || others || !self.ready.is_empty() {
             return Ok(());
         }

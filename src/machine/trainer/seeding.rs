@@ -4,11 +4,22 @@
 use super::{Output, TrainerError, TrainerMachine};
 use crate::message::{Seed, ToNode};
 
+/// The seeding chain's progress.
+#[derive(Debug, Default)]
+pub(super) struct SeedChain {
+    /// The chain in progress: the node being seeded and its seed.
+    pub(super) at: Option<(usize, u64)>,
+    /// A chain asked for while another was running.
+    pub(super) queued: Option<u64>,
+    /// The seed of the last chain (node 0's seed), 0 before any.
+    pub(super) seed: u64,
+}
+
 impl TrainerMachine {
     /// The seed node `node` gets from the last seeding chain (all nodes up).
     pub(super) fn chain_seed_of(&self, node: usize) -> u64 {
         let before: u64 = self.cfg.envs_per_node[..node].iter().map(|&k| k as u64).sum();
-        self.chain_seed.wrapping_add(before)
+        self.chain.seed.wrapping_add(before)
     }
 
     /// Starts the seeding chain: node 0 gets `seed`, node k+1 the seed node k did not use.
@@ -16,11 +27,11 @@ impl TrainerMachine {
     /// A chain asked for while another runs starts when that one ends; only the
     /// last chain's result is reported.
     pub fn set_seed(&mut self, seed: u64, out: &mut Vec<Output>) {
-        if self.seeding.is_some() || self.checkpointing() {
-            self.queued_seed = Some(seed);
+        if self.chain.at.is_some() || self.checkpointing() {
+            self.chain.queued = Some(seed);
             return;
         }
-        self.chain_seed = seed;
+        self.chain.seed = seed;
         if let Err(e) = self.seed_from(0, seed, out) {
             tracing::error!(error = %e, "seeding failed");
         }
@@ -29,7 +40,7 @@ impl TrainerMachine {
     /// Node `node` used its seeds (`Seeded`): the chain goes on with the next one.
     /// A report from a node the chain is not at is ignored.
     pub(super) fn on_seeded(&mut self, node: usize, next_seed: u64, out: &mut Vec<Output>) -> Result<(), TrainerError> {
-        if self.seeding.map(|(n, _)| n) != Some(node) {
+        if self.chain.at.map(|(n, _)| n) != Some(node) {
             return Ok(());
         }
         self.seed_from(node + 1, next_seed, out)
@@ -49,20 +60,20 @@ impl TrainerMachine {
             node += 1;
         }
         if node < self.nodes.len() {
-            self.seeding = Some((node, seed));
+            self.chain.at = Some((node, seed));
             out.push(Output::Send {
                 node,
                 msg: ToNode::Seed(Seed { seed }),
             });
             return Ok(());
         }
-        self.seeding = None;
-        if let Some(queued) = self.queued_seed.take() {
-            self.chain_seed = queued;
+        self.chain.at = None;
+        if let Some(queued) = self.chain.queued.take() {
+            self.chain.seed = queued;
             return self.seed_from(0, queued, out);
         }
         out.push(Output::Seeded { next_seed: seed });
-        if self.checkpoint.is_some() {
+        if self.checkpoints.taking.is_some() {
             self.advance_checkpoint(out);
             return Ok(());
         }

@@ -99,8 +99,15 @@ impl TrainerMachine {
         };
         let restart = self.restarts.get(node).map_or(0, Restarts::total);
         let next_seq = self.next_seq;
-        let unrestored = self.restoring.as_ref().is_some_and(|d| !d[node]);
-        if let Some(state) = self.restore_states.get(node).cloned().flatten().filter(|_| unrestored) {
+        let unrestored = self.checkpoints.restoring.as_ref().is_some_and(|d| !d[node]);
+        if let Some(state) = self
+            .checkpoints
+            .restore_states
+            .get(node)
+            .cloned()
+            .flatten()
+            .filter(|_| unrestored)
+        {
             // Lost while restoring: the new incarnation gets the same state, so the run
             // still resumes exactly (it delivered nothing since, its ids need no offset).
             // Nothing is held: no work goes out while restoring.
@@ -161,7 +168,7 @@ impl TrainerMachine {
             return Ok(());
         }
         *st = NodeState::Down;
-        if let Some(done) = self.restoring.as_mut() {
+        if let Some(done) = self.checkpoints.restoring.as_mut() {
             done[node] = true;
         }
         let reason = format!("restart failed: {reason}");
@@ -186,13 +193,13 @@ impl TrainerMachine {
     pub(super) fn node_lost(&mut self, node: usize, reason: String, out: &mut Vec<Output>) -> Result<(), TrainerError> {
         // A checkpoint needs every node: it fails, and what waited for it is served
         // once the node is marked lost (so no work goes to it).
-        let aborted = self.checkpoint.take().is_some();
+        let aborted = self.checkpoints.taking.take().is_some();
         if aborted {
             let why = format!("node {node} was lost: {reason}");
             tracing::warn!(reason = %why, "checkpoint failed");
             out.push(Output::CheckpointFailed(why));
         }
-        let was_restoring = self.restoring.is_some();
+        let was_restoring = self.checkpoints.restoring.is_some();
         let r = self.node_gone(node, reason, out);
         if matches!(r, Err(TrainerError::NodeFailed { .. })) {
             return r;
@@ -207,7 +214,7 @@ impl TrainerMachine {
 
     /// Marks node `node` gone and decides: restart it, go on without it, or fail.
     fn node_gone(&mut self, node: usize, reason: String, out: &mut Vec<Output>) -> Result<(), TrainerError> {
-        if let Some(done) = self.restoring.as_mut() {
+        if let Some(done) = self.checkpoints.restoring.as_mut() {
             if !done[node] && self.supervision.is_none() {
                 // Lost for good: do not wait for it.
                 tracing::warn!(node, %reason, "node lost while restoring the checkpoint");
@@ -236,7 +243,7 @@ impl TrainerMachine {
         if self.supervision.is_some() {
             return self.supervise(node, reason, lost, out);
         }
-        if let Some((n, seed)) = self.seeding {
+        if let Some((n, seed)) = self.chain.at {
             if n == node {
                 // The chain goes on without it.
                 self.seed_from(node + 1, seed.wrapping_add(self.cfg.envs_per_node[node] as u64), out)?;
@@ -262,7 +269,7 @@ impl TrainerMachine {
             Ok(restart) => {
                 self.nodes[node].state.restart(lost);
                 tracing::warn!(node, restart, %cause, "node failed; restarting it");
-                if let Some((n, seed)) = self.seeding {
+                if let Some((n, seed)) = self.chain.at {
                     if n == node {
                         self.seed_from(node + 1, seed.wrapping_add(self.cfg.envs_per_node[node] as u64), out)?;
                     }

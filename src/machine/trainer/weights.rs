@@ -35,7 +35,7 @@ impl TrainerMachine {
             return Err(TrainerError::UnknownNode(bad));
         }
         if self.checkpointing() {
-            self.deferred_push = Some(match (self.deferred_push.take(), nodes) {
+            self.checkpoints.deferred_push = Some(match (self.checkpoints.deferred_push.take(), nodes) {
                 (Some(None), _) | (_, None) => None,
                 (Some(Some(mut a)), Some(b)) => {
                     a.extend_from_slice(b);
