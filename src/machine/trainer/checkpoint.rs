@@ -232,7 +232,7 @@ impl TrainerMachine {
     /// Goes on from `checkpoint` instead of starting afresh: call before anything
     /// else (no seeding chain; the seeds are in the checkpoint). Every node is sent
     /// its state; requests wait until all confirmed. A node that cannot restore
-    /// fails the run (see [`FromNode::CheckpointFailed`]).
+    /// fails the run (see [`FromNode::CheckpointFailed`](crate::message::FromNode::CheckpointFailed)).
     pub fn restore(&mut self, checkpoint: Checkpoint, out: &mut Vec<Output>) -> Result<(), CheckpointError> {
         self.check_fits(&checkpoint)?;
         if self.next_seq != 0 || self.batches_yielded != 0 || self.checkpointing() || self.chain.at.is_some() {

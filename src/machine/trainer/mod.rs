@@ -4,9 +4,8 @@
 //! Feed it the consumer's requests and the nodes' messages; it appends what to
 //! send and what to yield to an output list. The Trainer actor is a thin shell
 //! around it, and the testkit pumps it in memory.
-
 //!
-//! One concept per file: [`config`] (what a run collects), `rounds` (sync rounds,
+//! One concept per file: `config` (what a run collects), `rounds` (sync rounds,
 //! async yields, early release), `weights` (when weights go out), `seeding` (the
 //! seed chain), `supervise` (timeouts, failures, restarts), `checkpoint` (taking
 //! and restoring one), `layout` (what batches must hold), and `node_state` (where
@@ -46,14 +45,21 @@ pub use supervise::{NodeSupervision, SupervisionStats};
 /// The trainer's state machine.
 #[derive(Debug)]
 pub struct TrainerMachine {
+    /// What the run collects and how.
     cfg: TrainerConfig,
     /// Where each node is, and its books.
     nodes: Vec<Node>,
+    /// The seq of the next `Continue` (one counter for all nodes).
     next_seq: u64,
+    /// The stored weights, pushed by [`TrainerMachine::push_weights`] and the update options.
     weights: Option<Arc<Weights>>,
+    /// The stored weights' version (0 before any).
     version: u64,
+    /// Frames yielded to the consumer.
     frames_yielded: u64,
+    /// Batches yielded to the consumer.
     batches_yielded: u64,
+    /// `total_frames` yielded, or shutting down: no batch will come.
     finished: bool,
     /// Sync: the shares of the round in flight.
     round: Option<Vec<Option<Batch>>>,
@@ -65,9 +71,10 @@ pub struct TrainerMachine {
     wanted: bool,
     /// The seeding chain: where it is, what is queued, the last chain's seed.
     chain: SeedChain,
-    /// A request arrived during the seeding chain; it is served once the chain ends,
-    /// so no node ever collects with a half-applied seed.
+    /// A request arrived during the seeding chain or a checkpoint; it is served once
+    /// that ends, so no node ever collects with a half-applied seed or mid-checkpoint.
     deferred: bool,
+    /// `Shutdown` was sent: failures count as down, nothing new starts.
     shutting_down: bool,
     /// What each node's batches must hold, once known (given at start for local
     /// nodes, advertised by a remote node in its `Ready`).
