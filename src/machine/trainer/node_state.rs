@@ -3,6 +3,23 @@
 //! between these by the methods here, so no handler resets loose flags by hand and
 //! no impossible combination (a down node with work in flight, a restarting node
 //! with a batch on its way) can be written.
+//!
+//! | from | event | to | method |
+//! |---|---|---|---|
+//! | `Idle` | `Continue` sent | `Collecting` | [`NodeState::asked`] |
+//! | `Collecting` | its batch's first bytes arrive | `Arriving` | [`NodeState::begin_arriving`] |
+//! | `Arriving` | early release: the next `Continue` sent | `Released` | [`NodeState::asked`] |
+//! | `Arriving` | the batch is whole | `Collecting` | [`NodeState::batch_whole`] |
+//! | `Collecting` | the batch is accepted | `Idle` | [`NodeState::answered`] |
+//! | `Released` | the batch is whole | `Released`, not on its way | [`NodeState::batch_whole`] |
+//! | `Released` | the batch is accepted | `Collecting` the next, timed from now | [`NodeState::answered`] |
+//! | up | failed, timed out, disconnected | `Down`, returning the newest `Continue`'s frames | [`NodeState::lose`] |
+//! | `Down` | supervised, within the intensity | `Restarting`, holding those frames | [`NodeState::restart`] |
+//! | `Restarting` | a `Continue` to send | `Restarting`, holding its frames | [`NodeState::hold`] |
+//! | `Restarting` | the launcher brought it back | `Idle` (then the held frames under a new seq) | [`NodeState::back`] |
+//! | `Restarting` | the restart failed, or shutdown | `Down` | |
+//! | any | `Down` (the answer to `Shutdown`) | `Down` | |
+//! | `Down` | a `Continue` to send | `Down` (nothing sent) | [`NodeState::hold`] |
 
 use std::time::Duration;
 
@@ -20,7 +37,7 @@ pub(super) struct Asked {
     pub(super) since: Duration,
 }
 
-/// Where one node is. See the table in docs/ARCHITECTURE.md.
+/// Where one node is; the transitions are in the module's table.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) enum NodeState {
     /// Up, with nothing asked of it (between batches, or its batch waits to be yielded).
