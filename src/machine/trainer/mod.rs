@@ -1,0 +1,233 @@
+//! The trainer's decisions, with no IO: who gets `Continue`, how shares assemble
+//! into a batch, when weights go out, when the run is over.
+//!
+//! Feed it the consumer's requests and the nodes' messages; it appends what to
+//! send and what to yield to an output list. The Trainer actor is a thin shell
+//! around it, and the testkit pumps it in memory.
+//!
+//! One concept per file: `config` (what a run collects), `rounds` (sync rounds,
+//! async yields, early release), `weights` (when weights go out), `seeding` (the
+//! seed chain), `supervise` (timeouts, failures, restarts), `checkpoint` (taking
+//! and restoring one), `layout` (what batches must hold), and `node_state` (where
+//! each node is, as one enum).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::message::{Batch, FromNode, ToNode};
+use crate::policy::Weights;
+use crate::rollout::BatchLayout;
+use crate::supervisor::Restarts;
+
+mod checkpoint;
+mod config;
+mod error;
+mod layout;
+mod node_state;
+mod output;
+mod rounds;
+mod seeding;
+mod supervise;
+#[cfg(test)]
+mod test_support;
+mod weights;
+
+use checkpoint::Checkpoints;
+pub use config::{ConfigError, TrainerConfig};
+pub use error::TrainerError;
+pub use layout::check_layout;
+use node_state::{Node, NodeState};
+pub use output::{Collected, Output};
+use seeding::SeedChain;
+pub use supervise::{NodeSupervision, SupervisionStats};
+
+/// The trainer's state machine.
+#[derive(Debug)]
+pub struct TrainerMachine {
+    /// What the run collects and how.
+    cfg: TrainerConfig,
+    /// Where each node is, and its books.
+    nodes: Vec<Node>,
+    /// The seq of the next `Continue` (one counter for all nodes).
+    next_seq: u64,
+    /// The stored weights, pushed by [`TrainerMachine::push_weights`] and the update options.
+    weights: Option<Arc<Weights>>,
+    /// The stored weights' version (0 before any).
+    version: u64,
+    /// Frames yielded to the consumer.
+    frames_yielded: u64,
+    /// Batches yielded to the consumer.
+    batches_yielded: u64,
+    /// `total_frames` yielded, or shutting down: no batch will come.
+    finished: bool,
+    /// Sync: the shares of the round in flight.
+    round: Option<Vec<Option<Batch>>>,
+    /// Async: batches received and not yet yielded.
+    ready: VecDeque<Batch>,
+    /// Async: Continue already sent to every node.
+    started: bool,
+    /// The consumer asked for a batch and has not got it yet.
+    wanted: bool,
+    /// The seeding chain: where it is, what is queued, the last chain's seed.
+    chain: SeedChain,
+    /// A request arrived during the seeding chain or a checkpoint; it is served once
+    /// that ends, so no node ever collects with a half-applied seed or mid-checkpoint.
+    deferred: bool,
+    /// `Shutdown` was sent: failures count as down, nothing new starts.
+    shutting_down: bool,
+    /// What each node's batches must hold, once known (given at start for local
+    /// nodes, advertised by a remote node in its `Ready`).
+    layouts: Vec<Option<BatchLayout>>,
+    /// Node supervision, when on.
+    supervision: Option<NodeSupervision>,
+    /// Restart bookkeeping per node (used when supervision is on).
+    restarts: Vec<Restarts>,
+    /// The machine's clock: the latest [`TrainerMachine::tick`].
+    now: Duration,
+    /// Checkpoints being taken or restored, and what waits for them.
+    checkpoints: Checkpoints,
+    /// Late batches refused.
+    dropped_late: u64,
+    /// Frames in accepted batches.
+    frames_collected: u64,
+}
+
+impl TrainerMachine {
+    /// A machine for a validated config.
+    pub fn new(cfg: TrainerConfig) -> Result<TrainerMachine, ConfigError> {
+        cfg.validate()?;
+        let cfg_nodes = cfg.nodes;
+        Ok(TrainerMachine {
+            nodes: vec![Node::default(); cfg.nodes],
+            cfg,
+            next_seq: 0,
+            weights: None,
+            version: 0,
+            frames_yielded: 0,
+            batches_yielded: 0,
+            finished: false,
+            round: None,
+            ready: VecDeque::new(),
+            started: false,
+            wanted: false,
+            chain: SeedChain::default(),
+            deferred: false,
+            shutting_down: false,
+            layouts: vec![None; cfg_nodes],
+            supervision: None,
+            restarts: Vec::new(),
+            now: Duration::ZERO,
+            dropped_late: 0,
+            frames_collected: 0,
+            checkpoints: Checkpoints::default(),
+        })
+    }
+
+    /// The config.
+    pub fn config(&self) -> &TrainerConfig {
+        &self.cfg
+    }
+
+    /// Frames yielded so far.
+    pub fn frames_yielded(&self) -> u64 {
+        self.frames_yielded
+    }
+
+    /// Batches yielded so far.
+    pub fn batches_yielded(&self) -> u64 {
+        self.batches_yielded
+    }
+
+    /// True once `total_frames` have been yielded.
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// The `Continue` each node has in flight, as `(seq, frames)`: the newest, when a
+    /// node was released while its previous batch is still on its way.
+    pub fn outstanding(&self, node: usize) -> Option<(u64, usize)> {
+        self.nodes.get(node).and_then(|n| n.state.outstanding())
+    }
+
+    /// A message from a node. An error means the message was refused and dropped;
+    /// the machine's state is as before (except that a refused batch, being whole,
+    /// is no longer on its way).
+    pub fn on_node(&mut self, msg: FromNode, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        let node = msg.node();
+        if node >= self.nodes.len() {
+            return Err(TrainerError::UnknownNode(node));
+        }
+        match msg {
+            FromNode::Batch(b) => self.on_batch(b, out),
+            FromNode::WeightsUpdated { .. } => Ok(()),
+            FromNode::Seeded { node, next_seed } => self.on_seeded(node, next_seed, out),
+            FromNode::Down { node } => {
+                self.nodes[node].state = NodeState::Down;
+                if self.shutting_down && self.all_down() {
+                    out.push(Output::AllDown);
+                }
+                Ok(())
+            }
+            FromNode::Failed { node, reason } => self.node_lost(node, reason, out),
+            FromNode::Ready { node, layout } => self.set_layout(node, layout),
+            FromNode::Snapshot { node, id, state } => self.on_snapshot(node, id, *state, out),
+            FromNode::Restored { node } => self.on_restored(node, out),
+            FromNode::CheckpointFailed { node, id: 0, reason } => {
+                if self.checkpoints.restoring.is_some() {
+                    return Err(TrainerError::NodeFailed {
+                        node,
+                        reason: format!("cannot restore the checkpoint: {reason}"),
+                    });
+                }
+                Err(TrainerError::Checkpoint(format!(
+                    "node {node} refused a restore nobody sent: {reason}"
+                )))
+            }
+            FromNode::CheckpointFailed { node, id, reason } => {
+                if self.checkpoints.taking.as_ref().is_some_and(|r| r.id == id) {
+                    return self.abort_checkpoint(format!("node {node}: {reason}"), out);
+                }
+                // About a checkpoint already given up.
+                tracing::debug!(node, id, %reason, "late refusal of an abandoned checkpoint");
+                Ok(())
+            }
+        }
+    }
+
+    /// Starts the shutdown: `Shutdown` to every node still up. Ends with [`Output::AllDown`].
+    pub fn shutdown(&mut self, out: &mut Vec<Output>) {
+        self.shutting_down = true;
+        self.finished = true;
+        for n in &mut self.nodes {
+            if n.state.is_restarting() {
+                n.state = NodeState::Down;
+            }
+        }
+        let mut any = false;
+        for (i, n) in self.nodes.iter().enumerate() {
+            if !n.state.is_down() {
+                any = true;
+                out.push(Output::Send {
+                    node: i,
+                    msg: ToNode::Shutdown,
+                });
+            }
+        }
+        if !any {
+            out.push(Output::AllDown);
+        }
+    }
+
+    /// Nodes that have not answered `Shutdown` yet.
+    pub fn nodes_up(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| !self.nodes[i].state.is_down())
+            .collect()
+    }
+
+    /// Every node answered `Shutdown` or is lost.
+    fn all_down(&self) -> bool {
+        self.nodes.iter().all(|n| n.state.is_down())
+    }
+}

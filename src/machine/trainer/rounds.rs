@@ -1,0 +1,427 @@
+//! Collection rounds: sync rounds stacked from every node's share, async batches
+//! first ready first served, early release of a node whose batch is arriving, and
+//! the acceptance of a node's batch.
+
+use super::node_state::Asked;
+use super::output::node_batch;
+use super::{check_layout, Collected, Output, TrainerError, TrainerMachine};
+use crate::message::{Batch, Continue, ToNode};
+use crate::rollout::keys;
+use crate::tensor::{Tensor, TensorDict};
+
+impl TrainerMachine {
+    /// Asks node `node` for `frames` frames under the next seq. A restarting node
+    /// holds them until it is back (then they are sent under a new seq); a node that
+    /// is down gets nothing.
+    pub(super) fn continue_node(&mut self, node: usize, frames: usize, out: &mut Vec<Output>) {
+        if self.nodes[node].state.hold(frames) {
+            return;
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.nodes[node].state.asked(seq, frames, self.now);
+        out.push(Output::Send {
+            node,
+            msg: ToNode::Continue(Continue { seq, frames }),
+        });
+    }
+
+    /// Frames still to yield, when the run has a `total_frames`.
+    pub(super) fn remaining(&self) -> Option<u64> {
+        self.cfg.total_frames.map(|t| t.saturating_sub(self.frames_yielded))
+    }
+
+    /// The consumer wants the next batch. Yields at once if one is ready, else
+    /// sends what is needed and yields when the nodes have answered.
+    pub fn request(&mut self, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        if self.finished {
+            out.push(Output::Finished);
+            return Ok(());
+        }
+        self.wanted = true;
+        if self.chain.at.is_some() || self.checkpointing() {
+            self.deferred = true;
+            return Ok(());
+        }
+        if self.cfg.sync {
+            if self.round.is_none() {
+                if self.cfg.update_after_each_batch {
+                    self.push_weights(None, out)?;
+                }
+                self.push_stale(out);
+                let f = self.remaining().map_or(self.cfg.frames_per_batch as u64, |r| {
+                    r.min(self.cfg.frames_per_batch as u64)
+                }) as usize;
+                let share = f / self.cfg.nodes;
+                for i in 0..self.cfg.nodes {
+                    self.continue_node(i, share, out);
+                }
+                self.round = Some(vec![None; self.cfg.nodes]);
+            }
+        } else {
+            self.push_stale(out);
+            // Every live node with nothing in flight and nothing waiting to be yielded
+            // gets work: all of them at the start, and after a resume those whose batch
+            // is not among the kept ones (a run resumed with a larger `total_frames`).
+            self.started = true;
+            for i in 0..self.cfg.nodes {
+                if self.nodes[i].state.is_idle() && !self.ready.iter().any(|b| b.node == i) {
+                    self.continue_node(i, self.cfg.frames_per_batch, out);
+                }
+            }
+            self.try_yield_async(out)?;
+        }
+        Ok(())
+    }
+
+    /// Async: yields the oldest ready batch if the consumer waits, and sends its
+    /// node on to the next one.
+    pub(super) fn try_yield_async(&mut self, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        // While a checkpoint is taken or restored no node may be sent new work.
+        if !self.wanted || self.finished || self.checkpointing() {
+            return Ok(());
+        }
+        let Some(b) = self.ready.pop_front() else {
+            return Ok(());
+        };
+        let node = b.node;
+        let mut data = b.data;
+        if let Some(r) = self.remaining() {
+            let n = data.numel() as u64;
+            if n > r {
+                let envs = data.batch_size()[0];
+                let steps = r as usize / envs;
+                data = data.slice(1, 0..steps)?;
+            }
+        }
+        // The node whose batch is yielded goes on at once (after its weight update,
+        // if any), so it never idles while the consumer works on the batch.
+        let more = self.remaining().is_none_or(|r| r > data.numel() as u64);
+        // Periodic pushes go out before the node continues, so its next batch has them.
+        self.interval_push(self.batches_yielded + 1, out);
+        // A node released while its batch was on its way has its next batch asked already.
+        let released = self.nodes[node].state.has_work();
+        if more && !released {
+            self.release(node, out)?;
+        }
+        self.emit(node_batch(Some(node), vec![b.weights_version], data), false, out);
+        Ok(())
+    }
+
+    /// Node `node` goes on to its next batch, after its weight update if any.
+    fn release(&mut self, node: usize, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        if self.cfg.update_after_each_batch {
+            self.push_weights(Some(&[node]), out)?;
+        }
+        self.continue_node(node, self.cfg.frames_per_batch, out);
+        Ok(())
+    }
+
+    /// Node `node`'s batch began to arrive (a remote node's first bytes of it; a
+    /// batch over a socket takes a while to be whole). In async mode, when the
+    /// consumer waits, nothing is ready, no other node's batch is on its way and more
+    /// frames are wanted than this batch holds, this batch is the next one yielded:
+    /// the node is released now, as it would be once the batch is whole and yielded,
+    /// so it collects while the batch travels. Anything else: nothing happens, and
+    /// the node goes on when its batch is yielded. A batch that then fails to arrive
+    /// is handled as any lost work.
+    pub fn batch_arriving(&mut self, node: usize, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        if node >= self.nodes.len() {
+            return Err(TrainerError::UnknownNode(node));
+        }
+        let others = self
+            .nodes
+            .iter()
+            .enumerate()
+            .any(|(i, m)| i != node && m.state.in_transit());
+        // Only an answer to the outstanding `Continue` can be on its way (anything
+        // else is refused once whole), and not while a released batch still travels.
+        let Some(Asked { frames, .. }) = self.nodes[node].state.begin_arriving() else {
+            return Ok(());
+        };
+        let quiet = self.chain.at.is_none() && !self.checkpointing() && !self.shutting_down;
+        if self.cfg.sync || !self.wanted || self.finished || !quiet || others || !self.ready.is_empty() {
+            return Ok(());
+        }
+        if self.remaining().is_some_and(|r| r <= frames as u64) {
+            return Ok(());
+        }
+        // The `Continue` that `release` sends makes the node `Released`.
+        self.interval_push(self.batches_yielded + 1, out);
+        self.release(node, out)
+    }
+
+    /// Hands `c` to the consumer as the next batch of the run.
+    fn emit(&mut self, mut c: Collected, push: bool, out: &mut Vec<Output>) {
+        c.index = self.batches_yielded;
+        self.wanted = false;
+        self.batches_yielded += 1;
+        self.frames_yielded += c.data.numel() as u64;
+        out.push(Output::Yield(c));
+        if push {
+            self.interval_push(self.batches_yielded, out);
+        }
+        if self.remaining() == Some(0) {
+            self.finished = true;
+        }
+    }
+
+    /// A node's batch: accepted if it answers the `Continue` expected of the node
+    /// and holds what was asked; then stacked into the sync round or queued to yield.
+    pub(super) fn on_batch(&mut self, mut b: Batch, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        let node = b.node;
+        // Whatever it turns out to be, the node's frame on its way is whole.
+        self.nodes[node].state.batch_whole();
+        let st = &self.nodes[node];
+        // A node answers in order: the batch on its way first, then the outstanding one.
+        let expected = st.state.expected();
+        let Some(Asked { frames, .. }) = expected.filter(|a| a.seq == b.seq) else {
+            if self.supervision.is_some() && (st.state.is_restarting() || b.seq < st.incarnation_seq) {
+                self.dropped_late += 1;
+                tracing::info!(node, seq = b.seq, "dropped a late batch of a replaced node incarnation");
+                return Ok(());
+            }
+            return Err(TrainerError::UnexpectedBatch {
+                node,
+                seq: b.seq,
+                expected: match expected {
+                    Some(a) => format!("seq {}", a.seq),
+                    None => "nothing".into(),
+                },
+            });
+        };
+        let envs = self.cfg.envs_per_node[node];
+        let bs = b.data.batch_size();
+        if bs.len() != 2 || bs[0] != envs || bs[0] * bs[1] != frames {
+            return Err(TrainerError::BadBatch {
+                node,
+                reason: format!("asked for {frames} frames over {envs} envs, got batch shape {bs:?}"),
+            });
+        }
+        b.data.validate().map_err(|e| TrainerError::BadBatch {
+            node,
+            reason: e.to_string(),
+        })?;
+        if let Some(layout) = self.layouts.get(node).and_then(Option::as_ref) {
+            check_layout(&b.data, layout).map_err(|reason| TrainerError::BadBatch { node, reason })?;
+        }
+        let st = &mut self.nodes[node];
+        if self.supervision.is_some() {
+            if let Ok(Tensor::I64(ids)) = b.data.get_mut(keys::TRAJ_IDS) {
+                let off = st.book.traj_offset as i64;
+                if off > 0 {
+                    ids.mapv_inplace(|x| if x >= 0 { x.saturating_add(off) } else { x });
+                }
+                if let Some(m) = ids.iter().copied().max().and_then(|m| u64::try_from(m).ok()) {
+                    st.book.max_traj = Some(st.book.max_traj.map_or(m, |p| p.max(m)));
+                }
+            }
+        }
+        st.state.answered(self.now);
+        st.book.since_update += 1;
+        self.frames_collected += frames as u64;
+        if self.cfg.sync {
+            if !self.finished {
+                if let Some(round) = self.round.as_mut() {
+                    round[node] = Some(b);
+                    if round.iter().all(Option::is_some) {
+                        let shares: Vec<Batch> = self.round.take().into_iter().flatten().flatten().collect();
+                        let versions: Vec<u64> = shares.iter().map(|s| s.weights_version).collect();
+                        let data: Vec<TensorDict> = shares.into_iter().map(|s| s.data).collect();
+                        let stacked = TensorDict::stack(&data)?;
+                        for (node, data) in data.into_iter().enumerate() {
+                            out.push(Output::Recycle { node, data });
+                        }
+                        self.emit(node_batch(None, versions, stacked), true, out);
+                    }
+                }
+            }
+        } else {
+            // Kept even once the run is finished: a checkpoint then holds these frames,
+            // and a run resumed with a larger `total_frames` yields them first.
+            self.ready.push_back(b);
+            self.try_yield_async(out)?;
+        }
+        self.advance_checkpoint(out);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::*;
+    use super::*;
+
+    #[test]
+    fn a_sync_round_yields_once_every_share_arrived_stacked_in_node_order() {
+        let mut m = machine(config(2, 1, 8, None, true));
+        let out = request(&mut m);
+        assert_eq!(continues(&out), vec![(0, 0, 4), (1, 1, 4)]);
+        let out = feed(&mut m, batch(1, 1, 1, 4));
+        assert!(yields(&out).is_empty(), "one share of two is no batch");
+        let out = feed(&mut m, batch(0, 0, 1, 4));
+        let y = yields(&out);
+        assert_eq!(y.len(), 1);
+        assert_eq!(y[0].node, None);
+        assert_eq!(y[0].index, 0);
+        assert_eq!(y[0].data.batch_size(), &[2, 1, 4]);
+        let Ok(Tensor::I64(ids)) = y[0].data.get(keys::TRAJ_IDS) else {
+            panic!("no trajectory ids in the stacked batch");
+        };
+        assert!(
+            ids.index_axis(ndarray::Axis(0), 0).iter().all(|&x| x == 0),
+            "node 0's share first"
+        );
+        assert!(ids.index_axis(ndarray::Axis(0), 1).iter().all(|&x| x == 1));
+        let recycled: Vec<usize> = out
+            .iter()
+            .filter_map(|o| match o {
+                Output::Recycle { node, .. } => Some(*node),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(recycled, vec![0, 1], "each share's storage goes back to its node");
+        assert!(continues(&out).is_empty(), "a sync round starts at the next request");
+        assert_eq!(continues(&request(&mut m)), vec![(0, 2, 4), (1, 3, 4)]);
+    }
+
+    #[test]
+    fn a_sync_run_asks_the_last_batch_for_the_frames_left_and_then_finishes() {
+        let mut m = machine(config(2, 1, 8, Some(12), true));
+        request(&mut m);
+        feed(&mut m, batch(0, 0, 1, 4));
+        feed(&mut m, batch(1, 1, 1, 4));
+        assert_eq!(continues(&request(&mut m)), vec![(0, 2, 2), (1, 3, 2)]);
+        feed(&mut m, batch(0, 2, 1, 2));
+        let out = feed(&mut m, batch(1, 3, 1, 2));
+        assert_eq!(yields(&out)[0].data.numel(), 4);
+        assert!(m.is_finished());
+        assert_eq!(request(&mut m), vec![Output::Finished]);
+    }
+
+    #[test]
+    fn async_batches_are_yielded_in_arrival_order_and_the_yielded_node_goes_on() {
+        let mut m = machine(config(2, 1, 4, None, false));
+        assert_eq!(continues(&request(&mut m)), vec![(0, 0, 4), (1, 1, 4)]);
+        // Node 1 first: yielded at once, and only node 1 is asked again.
+        let out = feed(&mut m, batch(1, 1, 1, 4));
+        assert_eq!(yields(&out)[0].node, Some(1));
+        assert_eq!(continues(&out), vec![(1, 2, 4)]);
+        // The consumer is busy: batches wait in arrival order and their nodes idle.
+        let out = feed(&mut m, batch(0, 0, 1, 4));
+        assert!(yields(&out).is_empty() && continues(&out).is_empty());
+        feed(&mut m, batch(1, 2, 1, 4));
+        let out = request(&mut m);
+        assert_eq!(yields(&out)[0].node, Some(0));
+        assert_eq!(continues(&out), vec![(0, 3, 4)]);
+        let out = request(&mut m);
+        assert_eq!(yields(&out)[0].node, Some(1));
+        assert_eq!(yields(&out)[0].index, 2);
+        assert_eq!(continues(&out), vec![(1, 4, 4)]);
+    }
+
+    #[test]
+    fn async_trims_the_last_batch_to_total_frames_and_asks_no_more() {
+        let mut m = machine(config(1, 2, 8, Some(12), false));
+        request(&mut m);
+        feed(&mut m, batch(0, 0, 2, 8));
+        let out = request(&mut m);
+        assert!(continues(&out).is_empty(), "the node's batch waiting is enough");
+        let out = feed(&mut m, batch(0, 1, 2, 8));
+        assert_eq!(yields(&out)[0].data.batch_size(), &[2, 2], "4 of 8 frames are left");
+        assert!(continues(&out).is_empty());
+        assert!(m.is_finished());
+    }
+
+    #[test]
+    fn early_release_sends_the_next_continue_while_the_batch_travels() {
+        let mut m = machine(config(2, 1, 4, None, false));
+        request(&mut m);
+        let mut out = Vec::new();
+        m.batch_arriving(0, &mut out).unwrap();
+        assert_eq!(continues(&out), vec![(0, 2, 4)]);
+        assert_eq!(m.outstanding(0), Some((2, 4)), "the newest Continue is outstanding");
+        // The batch answering seq 0 is still the one expected first.
+        let out = feed(&mut m, batch(0, 0, 1, 4));
+        assert_eq!(yields(&out)[0].node, Some(0));
+        assert!(continues(&out).is_empty(), "a released node is not asked twice");
+        assert_eq!(m.outstanding(0), Some((2, 4)));
+        request(&mut m);
+        let out = feed(&mut m, batch(0, 2, 1, 4));
+        assert_eq!(yields(&out)[0].index, 1);
+    }
+
+    #[test]
+    fn early_release_waits_when_another_nodes_batch_is_on_its_way() {
+        let mut m = machine(config(2, 1, 4, None, false));
+        request(&mut m);
+        let mut out = Vec::new();
+        m.batch_arriving(1, &mut out).unwrap();
+        assert_eq!(continues(&out), vec![(1, 2, 4)]);
+        let mut out = Vec::new();
+        m.batch_arriving(0, &mut out).unwrap();
+        assert!(
+            out.is_empty(),
+            "node 1's batch is yielded first, so node 0 is not released"
+        );
+        // Once node 1's batch is whole, nothing of it is on its way.
+        feed(&mut m, batch(1, 1, 1, 4));
+        assert_eq!(m.outstanding(0), Some((0, 4)));
+    }
+
+    #[test]
+    fn early_release_waits_for_a_consumer() {
+        let mut m = machine(config(2, 1, 4, None, false));
+        request(&mut m);
+        feed(&mut m, batch(1, 1, 1, 4));
+        // The consumer got node 1's batch and has not asked again.
+        let mut out = Vec::new();
+        m.batch_arriving(0, &mut out).unwrap();
+        assert!(out.is_empty(), "nobody waits for the batch");
+        let out = feed(&mut m, batch(0, 0, 1, 4));
+        assert!(continues(&out).is_empty(), "node 0 goes on when its batch is yielded");
+        assert_eq!(continues(&request(&mut m)), vec![(0, 3, 4)]);
+    }
+
+    #[test]
+    fn early_release_is_off_in_sync_mode_and_for_the_last_batch() {
+        let mut m = machine(config(2, 1, 8, None, true));
+        request(&mut m);
+        let mut out = Vec::new();
+        m.batch_arriving(0, &mut out).unwrap();
+        assert!(out.is_empty(), "sync shares are asked per round");
+
+        let mut m = machine(config(1, 1, 4, Some(4), false));
+        request(&mut m);
+        let mut out = Vec::new();
+        m.batch_arriving(0, &mut out).unwrap();
+        assert!(out.is_empty(), "the arriving batch holds every frame left");
+    }
+
+    #[test]
+    fn a_batch_answering_no_outstanding_continue_is_refused() {
+        let mut m = machine(config(1, 1, 4, None, false));
+        request(&mut m);
+        let mut out = Vec::new();
+        let r = m.on_node(batch(0, 7, 1, 4), &mut out);
+        assert_eq!(
+            r,
+            Err(TrainerError::UnexpectedBatch {
+                node: 0,
+                seq: 7,
+                expected: "seq 0".into()
+            })
+        );
+        assert_eq!(m.outstanding(0), Some((0, 4)), "still waiting for seq 0");
+    }
+
+    #[test]
+    fn a_batch_of_the_wrong_size_is_refused_and_the_continue_stays_outstanding() {
+        let mut m = machine(config(1, 1, 4, None, false));
+        request(&mut m);
+        let mut out = Vec::new();
+        let r = m.on_node(batch(0, 0, 1, 2), &mut out);
+        assert!(matches!(r, Err(TrainerError::BadBatch { node: 0, .. })), "{r:?}");
+        assert_eq!(m.outstanding(0), Some((0, 4)));
+    }
+}

@@ -1,0 +1,208 @@
+//! The stored weights and when they go out to the nodes: on demand, before each
+//! collection, to stale nodes, or every few batches.
+
+use std::sync::Arc;
+
+use super::{Output, TrainerError, TrainerMachine};
+use crate::message::{ToNode, UpdateWeights};
+use crate::policy::Weights;
+
+impl TrainerMachine {
+    /// The version of the stored weights (0 before any).
+    pub fn weights_version(&self) -> u64 {
+        self.version
+    }
+
+    /// The stored weights, if any were set.
+    pub fn weights(&self) -> Option<&Arc<Weights>> {
+        self.weights.as_ref()
+    }
+
+    /// Stores new weights under the next version and returns it. Nothing is sent:
+    /// pushes happen by [`TrainerMachine::push_weights`] or the update options.
+    pub fn set_weights(&mut self, mut weights: Weights) -> u64 {
+        self.version += 1;
+        weights.version = self.version;
+        self.weights = Some(Arc::new(weights));
+        self.version
+    }
+
+    /// Sends the stored weights to `nodes` (all when `None`) that do not have them yet.
+    /// During a checkpoint the push waits for its end, so that no node's state in it
+    /// is taken on one side of the push and the trainer's on the other.
+    pub fn push_weights(&mut self, nodes: Option<&[usize]>, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        if let Some(&bad) = nodes.and_then(|l| l.iter().find(|&&i| i >= self.nodes.len())) {
+            return Err(TrainerError::UnknownNode(bad));
+        }
+        if self.checkpointing() {
+            self.checkpoints.deferred_push = Some(match (self.checkpoints.deferred_push.take(), nodes) {
+                (Some(None), _) | (_, None) => None,
+                (Some(Some(mut a)), Some(b)) => {
+                    a.extend_from_slice(b);
+                    Some(a)
+                }
+                (None, Some(b)) => Some(b.to_vec()),
+            });
+            return Ok(());
+        }
+        match nodes {
+            None => {
+                for i in 0..self.nodes.len() {
+                    self.push_to(i, out);
+                }
+            }
+            Some(list) => {
+                for &i in list {
+                    self.push_to(i, out);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Node `i` gets the stored weights if it is up and lacks them; either way its
+    /// count of batches since an update restarts.
+    pub(super) fn push_to(&mut self, i: usize, out: &mut Vec<Output>) {
+        let n = &mut self.nodes[i];
+        n.book.since_update = 0;
+        if let Some(w) = &self.weights {
+            if n.book.pushed_version != w.version && n.state.is_up() {
+                n.book.pushed_version = w.version;
+                out.push(Output::Send {
+                    node: i,
+                    msg: ToNode::UpdateWeights(UpdateWeights { weights: w.clone() }),
+                });
+            }
+        }
+    }
+
+    /// `max_weight_update_interval`: nodes that produced more batches than that since
+    /// their last update get the weights.
+    pub(super) fn push_stale(&mut self, out: &mut Vec<Output>) {
+        if let Some(max) = self.cfg.max_weight_update_interval {
+            for i in 0..self.nodes.len() {
+                if self.nodes[i].book.since_update > max {
+                    self.push_to(i, out);
+                }
+            }
+        }
+    }
+
+    /// `update_interval`: every node gets the weights once `yielded` batches are a
+    /// multiple of it.
+    pub(super) fn interval_push(&mut self, yielded: u64, out: &mut Vec<Output>) {
+        if let Some(ui) = self.cfg.update_interval {
+            if yielded.is_multiple_of(ui) {
+                for i in 0..self.nodes.len() {
+                    self.push_to(i, out);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::super::test_support::*;
+    use super::*;
+
+    fn pushes(out: &[Output]) -> Vec<(usize, u64)> {
+        out.iter()
+            .filter_map(|o| match o {
+                Output::Send {
+                    node,
+                    msg: ToNode::UpdateWeights(u),
+                } => Some((*node, u.weights.version)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn weights() -> Weights {
+        Weights::new(BTreeMap::new())
+    }
+
+    #[test]
+    fn set_weights_numbers_versions_and_sends_nothing() {
+        let mut m = machine(config(2, 1, 4, None, false));
+        assert_eq!(m.set_weights(weights()), 1);
+        assert_eq!(m.set_weights(weights()), 2);
+        assert_eq!(m.weights_version(), 2);
+        assert_eq!(m.weights().map(|w| w.version), Some(2));
+    }
+
+    #[test]
+    fn a_push_goes_only_to_nodes_without_the_version() {
+        let mut m = machine(config(2, 1, 4, None, false));
+        m.set_weights(weights());
+        let mut out = Vec::new();
+        m.push_weights(Some(&[1]), &mut out).unwrap();
+        assert_eq!(pushes(&out), vec![(1, 1)]);
+        let mut out = Vec::new();
+        m.push_weights(None, &mut out).unwrap();
+        assert_eq!(pushes(&out), vec![(0, 1)], "node 1 has version 1 already");
+        assert_eq!(
+            m.push_weights(Some(&[2]), &mut Vec::new()),
+            Err(TrainerError::UnknownNode(2))
+        );
+    }
+
+    #[test]
+    fn a_push_during_a_checkpoint_waits_for_its_end() {
+        let mut m = machine(config(2, 1, 4, None, false));
+        m.set_weights(weights());
+        let id = m.begin_checkpoint(&mut Vec::new()).unwrap();
+        let mut out = Vec::new();
+        m.push_weights(Some(&[0]), &mut out).unwrap();
+        m.push_weights(Some(&[1]), &mut out).unwrap();
+        assert!(pushes(&out).is_empty());
+        let mut out = Vec::new();
+        m.cancel_checkpoint(id, "deadline".into(), &mut out).unwrap();
+        assert_eq!(pushes(&out), vec![(0, 1), (1, 1)]);
+    }
+
+    #[test]
+    fn update_after_each_batch_pushes_before_the_nodes_next_continue() {
+        let mut cfg = config(1, 1, 4, None, false);
+        cfg.update_after_each_batch = true;
+        let mut m = machine(cfg);
+        request(&mut m);
+        m.set_weights(weights());
+        let out = feed(&mut m, batch(0, 0, 1, 4));
+        assert_eq!(sends(&out), vec![(0, "update_weights"), (0, "continue")]);
+    }
+
+    #[test]
+    fn a_node_past_max_weight_update_interval_gets_the_weights() {
+        let mut cfg = config(2, 1, 4, None, false);
+        cfg.max_weight_update_interval = Some(1);
+        let mut m = machine(cfg);
+        m.set_weights(weights());
+        request(&mut m);
+        feed(&mut m, batch(0, 0, 1, 4));
+        request(&mut m);
+        let out = feed(&mut m, batch(0, 2, 1, 4));
+        assert!(
+            pushes(&out).is_empty(),
+            "node 0 produced 2 batches; pushed at the next request"
+        );
+        assert_eq!(pushes(&request(&mut m)), vec![(0, 1)]);
+    }
+
+    #[test]
+    fn update_interval_pushes_to_every_node_every_so_many_batches() {
+        let mut cfg = config(2, 1, 8, None, true);
+        cfg.update_interval = Some(2);
+        let mut m = machine(cfg);
+        m.set_weights(weights());
+        for round in 0..2u64 {
+            request(&mut m);
+            feed(&mut m, batch(0, 2 * round, 1, 4));
+            let out = feed(&mut m, batch(1, 2 * round + 1, 1, 4));
+            let want = if round == 1 { vec![(0, 1), (1, 1)] } else { vec![] };
+            assert_eq!(pushes(&out), want, "round {round}");
+        }
+    }
+}
