@@ -479,6 +479,7 @@ fn process_fault_with(mut c: DistributedCollector, fault: &str) {
     c.update_policy_weights(value_weights(2.0), None).expect("push v1");
     let mut hit: Option<usize> = None;
     let mut seen_v1 = [false; 2];
+    let (mut yielded, mut from_1_after) = (0, 0);
     let start = Instant::now();
     while let Some(b) = c.next_batch().expect("batch") {
         if b.weights_version == 1 {
@@ -490,13 +491,19 @@ fn process_fault_with(mut c: DistributedCollector, fault: &str) {
         if hit.is_some() {
             assert_eq!(b.weights_version, 1, "batch {} after the fault", b.index);
             assert!(b.data.f32(keys::ACTION).expect("a").iter().all(|&a| a == 2.0));
-            // Give the replacement time to join before node 0 collects everything.
-            std::thread::sleep(Duration::from_millis(3));
+            from_1_after += usize::from(b.node.is_none_or(|n| n == 1));
         }
+        let node = b.node;
+        yielded += b.data.numel();
         batches.push(b);
         if hit.is_none() && seen_v1 == [true; 2] {
             signal(pids[1], fault);
             hit = Some(batches.len());
+        }
+        // Async, node 0 alone could collect the rest of the run before the replacement
+        // joins: hold the consumer until node 1 delivered. (Sync batches need node 1.)
+        if hit.is_some() && node.is_some() && from_1_after < 2 {
+            wait_for_a_batch_of_node_1(&c, yielded, 20);
         }
     }
     let hit = hit.expect("the fault happened");
@@ -517,6 +524,25 @@ fn process_fault_with(mut c: DistributedCollector, fault: &str) {
     c.shutdown().expect("shutdown");
     for p in now {
         assert!(!alive(p), "node process {p} left behind");
+    }
+}
+
+/// Async, with the consumer holding: waits until the trainer has accepted a batch that
+/// only node 1 can have sent. While nothing is pulled, only a node whose batch was yielded
+/// gets more work, so node 0 has at most one batch (`fpb` frames) beyond the `yielded`
+/// frames: two batches more than that means one is node 1's.
+fn wait_for_a_batch_of_node_1(c: &DistributedCollector, yielded: usize, fpb: usize) {
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        let collected = c.stats().expect("stats").frames_collected as usize;
+        if collected >= yielded + 2 * fpb {
+            return;
+        }
+        assert!(
+            Instant::now() < end,
+            "no batch of node 1 within 20 s: {collected} frames collected, {yielded} yielded"
+        );
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
@@ -613,9 +639,14 @@ fn an_external_node_that_rejoins_under_its_index_replaces_the_lost_one() {
     }
     let _ = nodes[1].kill();
     let _ = nodes[1].wait();
-    // Its replacement comes a little later, as a scheduler's would (a node asking for
-    // index 1 before the loss is noticed is refused: the slot is still taken).
-    std::thread::sleep(Duration::from_millis(300));
+    // Its replacement comes once the loss is noticed, as a scheduler's would (a node
+    // asking for index 1 before is refused: the slot is still taken). The trainer
+    // frees the slot as it counts the restart.
+    let end = Instant::now() + Duration::from_secs(10);
+    while c.stats().expect("stats").restarts != [0, 1] {
+        assert!(Instant::now() < end, "the loss of node 1 was not noticed within 10 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     nodes[1] = external_node(addr, 1);
     while let Some(b) = c.next_batch().expect("batch") {
         batches.push(b);
