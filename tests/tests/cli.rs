@@ -6,15 +6,14 @@
 //! `<target>/<profile>/deps/cli-<hash>`). Every child is waited for with a deadline, then killed.
 
 use std::collections::BTreeMap;
-use std::io::{Cursor, Read};
+use std::io::Cursor;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::thread;
 use std::time::Duration;
 
 use rollout::{DType, Tensor};
-use rollout_tests::{rollout_bin, wait_with_deadline};
+use rollout_tests::{rollout_bin, run_bounded};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 
@@ -26,29 +25,15 @@ struct Run {
     stderr: String,
 }
 
-fn drain(mut r: impl Read + Send + 'static) -> thread::JoinHandle<String> {
-    thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = r.read_to_end(&mut buf);
-        String::from_utf8_lossy(&buf).into_owned()
-    })
-}
-
 /// Runs `rollout ARGS` with a deadline; panics if it does not end in time.
 fn rollout(args: &[&str]) -> Run {
-    let mut child = Command::new(rollout_bin())
-        .args(args)
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn rollout");
-    let out = drain(child.stdout.take().expect("stdout"));
-    let err = drain(child.stderr.take().expect("stderr"));
-    let status = wait_with_deadline(&mut child, RUN_TIMEOUT);
-    let (stdout, stderr) = (out.join().expect("stdout reader"), err.join().expect("stderr reader"));
-    let Some(status) = status else {
+    let run = run_bounded(
+        Command::new(rollout_bin()).args(args).env_remove("RUST_LOG"),
+        RUN_TIMEOUT,
+    )
+    .expect("spawn rollout");
+    let (stdout, stderr) = (run.stdout_text(), run.stderr_text());
+    let Some(status) = run.status else {
         panic!(
             "`rollout {}` ran longer than {RUN_TIMEOUT:?}; stderr:\n{stderr}",
             args.join(" ")

@@ -7,21 +7,13 @@ use rollout::machine::{TrainerConfig, TrainerError, TrainerMachine};
 use rollout::rollout::{batch_layout, keys};
 use rollout::{DType, EnvSpec, ExplorationType, PolicyConfig, Registry};
 use rollout_actors::{CollectError, Collected, DistributedCollector, Launcher, NodeOverrides};
+use rollout_tests::drain;
 
 fn env_override(name: &str) -> NodeOverrides {
     NodeOverrides {
         env: Some(EnvSpec::from(name)),
         ..NodeOverrides::default()
     }
-}
-
-fn drain(c: &mut DistributedCollector) -> Vec<Collected> {
-    let mut out = Vec::new();
-    while let Some(b) = c.next_batch().expect("batch") {
-        out.push(b);
-        assert!(out.len() < 10_000, "runaway collection");
-    }
-    out
 }
 
 #[test]

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::{self, JoinHandle};
@@ -18,7 +18,7 @@ use rollout::wire::{self, NodeFrame, TrainerFrame, Welcome, PROTOCOL_VERSION};
 use rollout::{Counting, CountingConfig, Env, EnvError, PolicyConfig, Registry, Tensor, TensorDict, Weights};
 use rollout_actors::remote::{run_node, NodeOptions};
 use rollout_actors::{CollectError, Collected, DistributedCollector, Launcher};
-use rollout_tests::rollout_bin;
+use rollout_tests::{alive, counting_process_builder, free_addr, rollout_bin, value_weights};
 
 const TOKEN: &[u8] = b"s3cret-token";
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -102,11 +102,6 @@ impl OwnLog {
 fn unique_name(kind: &str) -> String {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     format!("{kind}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
-}
-
-fn free_addr() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr")
 }
 
 /// A trainer expecting `nodes` external nodes, built on a thread (build waits for the joins).
@@ -657,24 +652,7 @@ fn library_nodes_run_user_envs() {
 
 fn process_collector(sync: bool, fpb: usize, total: i64) -> DistributedCollector {
     logs();
-    DistributedCollector::builder()
-        .env("Counting")
-        .policy(PolicyConfig::Constant { value: 1.0 })
-        .nodes(2)
-        .frames_per_batch(fpb)
-        .total_frames(total)
-        .sync(sync)
-        .seed(0)
-        .launcher(Launcher::Process)
-        .node_program(rollout_bin())
-        .join_timeout(DEADLINE)
-        .batch_timeout(DEADLINE)
-        .build()
-        .expect("collector")
-}
-
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+    counting_process_builder(sync, fpb, total).build().expect("collector")
 }
 
 #[test]
@@ -710,9 +688,7 @@ fn process_nodes_take_weight_updates() {
             if first {
                 first = false;
                 assert!(b.data.f32(keys::ACTION).expect("a").iter().all(|&a| a == 1.0));
-                let mut t = BTreeMap::new();
-                t.insert("value".to_string(), Tensor::F32(ArrayD::from_elem(vec![1], 2.0)));
-                c.update_policy_weights(Weights::new(t), None).expect("push");
+                c.update_policy_weights(value_weights(2.0), None).expect("push");
             }
             frames += b.data.numel();
             if frames > 250 {

@@ -6,13 +6,13 @@
 //! `scripts/slurm-local.sh` (as root) first; `scripts/test.sh` does.
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use rollout::PolicyConfig;
 use rollout_actors::{CollectorBuilder, DistributedCollector, Launcher, SlurmOptions};
-use rollout_tests::{rollout_bin, wait_with_deadline};
+use rollout_tests::{rollout_bin, run_bounded};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 /// The join timeout of runs expected to fail.
@@ -21,27 +21,12 @@ const HINT: &str = "run scripts/slurm-local.sh (as root) to start a local SLURM 
 
 /// Runs a SLURM command (bounded); (success, stdout, stderr).
 fn slurm(program: &str, args: &[&str]) -> (bool, String, String) {
-    let mut child = match Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-    {
-        Ok(c) => c,
+    let run = match run_bounded(Command::new(program).args(args), DEADLINE) {
+        Ok(r) => r,
         Err(e) => panic!("cannot run `{program}` ({e}): the SLURM tools are not on PATH; {HINT}"),
     };
-    let status = wait_with_deadline(&mut child, DEADLINE).unwrap_or_else(|| panic!("`{program} {args:?}` hung"));
-    let read = |r: Option<&mut dyn std::io::Read>| {
-        let mut s = String::new();
-        if let Some(r) = r {
-            let _ = r.read_to_string(&mut s);
-        }
-        s
-    };
-    let out = read(child.stdout.as_mut().map(|r| r as &mut dyn std::io::Read));
-    let err = read(child.stderr.as_mut().map(|r| r as &mut dyn std::io::Read));
-    (status.success(), out, err)
+    let status = run.status.unwrap_or_else(|| panic!("`{program} {args:?}` hung"));
+    (status.success(), run.stdout_text(), run.stderr_text())
 }
 
 /// Fails (never skips) unless a SLURM node is up.
@@ -463,21 +448,13 @@ fn external_nodes_from_a_hand_written_sbatch_script() {
 
 /// `rollout collect ARGS` (bounded); (exit code, stdout, stderr).
 fn cli(args: &[&str]) -> (Option<i32>, String, String) {
-    let mut child = Command::new(rollout_bin())
-        .arg("collect")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn rollout");
-    let status = wait_with_deadline(&mut child, Duration::from_secs(60)).expect("rollout collect hung");
-    let mut out = String::new();
-    let mut err = String::new();
-    use std::io::Read;
-    let _ = child.stdout.take().expect("stdout").read_to_string(&mut out);
-    let _ = child.stderr.take().expect("stderr").read_to_string(&mut err);
-    (status.code(), out, err)
+    let run = run_bounded(
+        Command::new(rollout_bin()).arg("collect").args(args),
+        Duration::from_secs(60),
+    )
+    .expect("spawn rollout");
+    let status = run.status.expect("rollout collect hung");
+    (status.code(), run.stdout_text(), run.stderr_text())
 }
 
 #[test]

@@ -1,0 +1,33 @@
+//! What a scenario takes from the machine for itself: a port, a folder.
+
+use std::net::{SocketAddr, TcpListener};
+
+/// A loopback address with a port free when asked (bound, then released).
+pub fn free_addr() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr")
+}
+
+/// A fresh folder under the system temp dir, removed (with its content) when dropped.
+pub struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    /// `rollout-<name>-<pid>`, emptied first.
+    pub fn new(name: &str) -> TempDir {
+        let d = std::env::temp_dir().join(format!("rollout-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("temp dir");
+        TempDir(d)
+    }
+
+    /// `file` inside the folder.
+    pub fn join(&self, file: &str) -> std::path::PathBuf {
+        self.0.join(file)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
