@@ -8,6 +8,7 @@ mod batches;
 mod faults;
 mod messages;
 mod process;
+mod records;
 mod scratch;
 mod setups;
 
@@ -15,5 +16,6 @@ pub use batches::{assert_unique_traj_ids, cut_trajectories, drain};
 pub use faults::{flaky_registry, panicky_registry, Panicky};
 pub use messages::{describe_sent, only_batch};
 pub use process::{alive, rollout_bin, rollout_release_bin, run_bounded, wait_with_deadline, Finished};
-pub use scratch::{free_addr, TempDir};
+pub use records::OutputRecord;
+pub use scratch::{free_addr, temp_path, TempDir};
 pub use setups::{cartpole_sync_builder, counting_process_builder, panicky_builder, trainer_config, value_weights};

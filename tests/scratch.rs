@@ -31,3 +31,11 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// `rollout-<pid>-<n>-<name>` under the system temp dir: a path no other call in this
+/// process gets (nothing is created).
+pub fn temp_path(name: &str) -> std::path::PathBuf {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::env::temp_dir().join(format!("rollout-{}-{n}-{name}", std::process::id()))
+}

@@ -7,13 +7,12 @@
 
 use std::collections::BTreeMap;
 use std::io::Cursor;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use rollout::{DType, Tensor};
-use rollout_tests::{rollout_bin, run_bounded};
+use rollout::DType;
+use rollout_tests::{rollout_bin, run_bounded, temp_path, OutputRecord};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 
@@ -146,17 +145,8 @@ fn human_summary_goes_to_stderr() {
     );
 }
 
-/// A record of `--output`, decoded with types.
-#[derive(Deserialize)]
-struct Record {
-    batch: u64,
-    node: Option<usize>,
-    weights_version: u64,
-    data: BTreeMap<String, Tensor>,
-}
-
 /// Decodes every record of an `--output` file, checking field names on the way.
-fn read_records(path: &Path) -> Vec<Record> {
+fn read_records(path: &Path) -> Vec<OutputRecord> {
     let bytes = std::fs::read(path).expect("read the output file");
     // Field names: every record is a map with exactly these keys, every tensor a map too.
     let mut cur = Cursor::new(&bytes[..]);
@@ -187,14 +177,8 @@ fn read_records(path: &Path) -> Vec<Record> {
         .collect()
 }
 
-fn temp_path(name: &str) -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    std::env::temp_dir().join(format!("rollout-cli-{}-{n}-{name}", std::process::id()))
-}
-
 /// Checks the CartPole keys of one record against the leading batch shape `lead`.
-fn check_cartpole(rec: &Record, lead: &[usize]) {
+fn check_cartpole(rec: &OutputRecord, lead: &[usize]) {
     let with = |tail: &[usize]| [lead, tail].concat();
     let expect: [(&str, DType, Vec<usize>); 7] = [
         ("observation", DType::F32, with(&[4])),

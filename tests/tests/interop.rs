@@ -6,11 +6,9 @@
 //! The `rollout` binary is built the way tests/tests/cli.rs builds it. Every child process is waited
 //! for with a deadline, then killed.
 
-use std::collections::BTreeMap;
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -19,8 +17,7 @@ use rollout::node_spec::NodeSpec;
 use rollout::rollout::RolloutConfig;
 use rollout::wire::{auth_proof, encode_into, NodeFrame, TrainerFrame, Welcome, DEFAULT_MAX_FRAME, PROTOCOL_VERSION};
 use rollout::{EnvSpec, PolicyConfig, PolicySpec, Registry, Tensor, TensorDict, Weights};
-use rollout_tests::{rollout_bin, run_bounded};
-use serde::Deserialize;
+use rollout_tests::{rollout_bin, run_bounded, temp_path, OutputRecord};
 use serde_json::{json, Value};
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
@@ -77,12 +74,6 @@ fn msgpack_check(mode: &str, file: &Path) -> Vec<Value> {
     );
     let v: Value = serde_json::from_slice(&r.stdout).expect("msgpack_check.py prints JSON");
     v.as_array().expect("a JSON array").clone()
-}
-
-fn temp_path(name: &str) -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    std::env::temp_dir().join(format!("rollout-interop-{}-{n}-{name}", std::process::id()))
 }
 
 /// Removes a file when dropped (also when the test panics).
@@ -387,15 +378,6 @@ fn python_rejects_a_broken_frame_file() {
 
 // --- `rollout collect --output FILE`, read by Python ---------------------------------------
 
-/// A record of `--output`, decoded by Rust.
-#[derive(Deserialize)]
-struct Record {
-    batch: u64,
-    node: Option<usize>,
-    weights_version: u64,
-    data: BTreeMap<String, Tensor>,
-}
-
 #[test]
 fn output_file_decodes_with_python_msgpack() {
     // Python is checked first: without msgpack this fails fast, before the build.
@@ -425,7 +407,7 @@ fn output_file_decodes_with_python_msgpack() {
     let mut cur = Cursor::new(&bytes[..]);
     let mut records = Vec::new();
     while (cur.position() as usize) < bytes.len() {
-        let rec: Record = rmp_serde::from_read(&mut cur).expect("a record");
+        let rec: OutputRecord = rmp_serde::from_read(&mut cur).expect("a record");
         records.push(rec);
     }
     assert_eq!(records.len(), 2);

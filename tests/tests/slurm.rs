@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use rollout::PolicyConfig;
 use rollout_actors::{CollectError, CollectorBuilder, DistributedCollector, Launcher, SlurmOptions};
-use rollout_tests::{rollout_bin, run_bounded};
+use rollout_tests::{free_addr, rollout_bin, run_bounded};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 /// The join timeout of runs expected to fail.
@@ -384,11 +384,7 @@ fn external_nodes_from_a_hand_written_sbatch_script() {
             .expect("token file");
         f.write_all(token.as_bytes()).expect("write token");
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port();
+    let port = free_addr().port();
     let addr = format!("127.0.0.1:{port}");
     let script = dir.join("nodes.sbatch");
     std::fs::write(

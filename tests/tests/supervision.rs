@@ -18,7 +18,9 @@ use rollout::supervisor::RestartIntensity;
 use rollout::{EnvSpec, PolicyConfig, PolicySpec, TensorDict};
 use rollout_actors::testkit::NodeHarness;
 use rollout_actors::{CollectError, DistributedCollector, Launcher};
-use rollout_tests::{assert_unique_traj_ids, drain, only_batch, panicky_builder, panicky_registry, value_weights};
+use rollout_tests::{
+    assert_unique_traj_ids, drain, free_addr, only_batch, panicky_builder, panicky_registry, value_weights,
+};
 
 // ---------------------------------------------------------------- helpers
 
@@ -310,9 +312,7 @@ fn remote_nodes_restart_their_workers_too() {
     // actor, built from the Welcome, supervises its workers.
     const TOKEN: &[u8] = b"supervision-token";
     let deadline = Duration::from_secs(20);
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port");
+    let addr = free_addr();
     let t = std::thread::spawn(move || {
         panicky_builder(panicky_registry(37).0)
             .frames_per_batch(20)
