@@ -10,7 +10,7 @@ use rollout::{PolicyConfig, Tensor};
 use rollout_actors::checkpoint_file;
 use rollout_actors::testkit::Cluster;
 use rollout_actors::{Collected, CollectorBuilder, DistributedCollector, Launcher};
-use rollout_tests::{assert_unique_traj_ids, panicky_registry, rollout_bin, TempDir};
+use rollout_tests::{assert_unique_traj_ids, panicky_builder, panicky_registry, rollout_bin, TempDir};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
@@ -306,15 +306,10 @@ fn bad_checkpoint_files_are_clear_errors() {
 #[test]
 fn an_env_without_checkpoint_support_is_refused_and_collection_goes_on() {
     let (registry, _) = panicky_registry(u64::MAX);
-    let mut c = DistributedCollector::builder()
-        .env("Panicky")
-        .registry(registry)
-        .policy(PolicyConfig::Constant { value: 1.0 })
-        .nodes(2)
+    let mut c = panicky_builder(registry)
         .frames_per_batch(20)
         .total_frames(100)
         .sync(true)
-        .seed(0)
         .batch_timeout(DEADLINE)
         .build()
         .expect("collector");

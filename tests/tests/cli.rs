@@ -6,15 +6,13 @@
 //! `<target>/<profile>/deps/cli-<hash>`). Every child is waited for with a deadline, then killed.
 
 use std::collections::BTreeMap;
-use std::io::{Cursor, Read};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::thread;
+use std::io::Cursor;
+use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
-use rollout::{DType, Tensor};
-use rollout_tests::{rollout_bin, wait_with_deadline};
+use rollout::DType;
+use rollout_tests::{rollout_bin, run_bounded, temp_path, OutputRecord};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 
@@ -26,29 +24,15 @@ struct Run {
     stderr: String,
 }
 
-fn drain(mut r: impl Read + Send + 'static) -> thread::JoinHandle<String> {
-    thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = r.read_to_end(&mut buf);
-        String::from_utf8_lossy(&buf).into_owned()
-    })
-}
-
 /// Runs `rollout ARGS` with a deadline; panics if it does not end in time.
 fn rollout(args: &[&str]) -> Run {
-    let mut child = Command::new(rollout_bin())
-        .args(args)
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn rollout");
-    let out = drain(child.stdout.take().expect("stdout"));
-    let err = drain(child.stderr.take().expect("stderr"));
-    let status = wait_with_deadline(&mut child, RUN_TIMEOUT);
-    let (stdout, stderr) = (out.join().expect("stdout reader"), err.join().expect("stderr reader"));
-    let Some(status) = status else {
+    let run = run_bounded(
+        Command::new(rollout_bin()).args(args).env_remove("RUST_LOG"),
+        RUN_TIMEOUT,
+    )
+    .expect("spawn rollout");
+    let (stdout, stderr) = (run.stdout_text(), run.stderr_text());
+    let Some(status) = run.status else {
         panic!(
             "`rollout {}` ran longer than {RUN_TIMEOUT:?}; stderr:\n{stderr}",
             args.join(" ")
@@ -161,17 +145,8 @@ fn human_summary_goes_to_stderr() {
     );
 }
 
-/// A record of `--output`, decoded with types.
-#[derive(Deserialize)]
-struct Record {
-    batch: u64,
-    node: Option<usize>,
-    weights_version: u64,
-    data: BTreeMap<String, Tensor>,
-}
-
 /// Decodes every record of an `--output` file, checking field names on the way.
-fn read_records(path: &Path) -> Vec<Record> {
+fn read_records(path: &Path) -> Vec<OutputRecord> {
     let bytes = std::fs::read(path).expect("read the output file");
     // Field names: every record is a map with exactly these keys, every tensor a map too.
     let mut cur = Cursor::new(&bytes[..]);
@@ -202,14 +177,8 @@ fn read_records(path: &Path) -> Vec<Record> {
         .collect()
 }
 
-fn temp_path(name: &str) -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    std::env::temp_dir().join(format!("rollout-cli-{}-{n}-{name}", std::process::id()))
-}
-
 /// Checks the CartPole keys of one record against the leading batch shape `lead`.
-fn check_cartpole(rec: &Record, lead: &[usize]) {
+fn check_cartpole(rec: &OutputRecord, lead: &[usize]) {
     let with = |tail: &[usize]| [lead, tail].concat();
     let expect: [(&str, DType, Vec<usize>); 7] = [
         ("observation", DType::F32, with(&[4])),

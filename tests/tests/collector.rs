@@ -4,11 +4,12 @@
 
 use std::collections::HashMap;
 
-use ndarray::ArrayD;
 use rollout::rollout::keys;
-use rollout::{PolicyConfig, Tensor, Weights};
+use rollout::PolicyConfig;
 use rollout_actors::{CollectError, Collected, CollectorBuilder, DistributedCollector, Launcher};
-use rollout_tests::{assert_unique_traj_ids, rollout_bin};
+use rollout_tests::{
+    assert_unique_traj_ids, cartpole_sync_builder, drain, panicky_builder, rollout_bin, value_weights,
+};
 
 /// The launchers every ported torchrl scenario runs with.
 const LAUNCHERS: [Launcher; 2] = [Launcher::Local, Launcher::Process];
@@ -36,15 +37,6 @@ fn counting_on(launcher: &Launcher, sync: bool, fpb: usize, total: i64) -> Distr
 
 fn counting_collector(sync: bool, fpb: usize, total: i64) -> DistributedCollector {
     counting_on(&Launcher::Local, sync, fpb, total)
-}
-
-fn drain(c: &mut DistributedCollector) -> Vec<Collected> {
-    let mut out = Vec::new();
-    while let Some(b) = c.next_batch().expect("batch") {
-        out.push(b);
-        assert!(out.len() < 10_000, "runaway collection");
-    }
-    out
 }
 
 fn check_frames(sync: bool, fpb: usize, total: i64) {
@@ -149,12 +141,6 @@ fn sync_envs_per_node_3() {
 #[test]
 fn async_envs_per_node_3() {
     envs_per_node(false);
-}
-
-fn value_weights(v: f32) -> Weights {
-    let mut t = std::collections::BTreeMap::new();
-    t.insert("value".to_string(), Tensor::F32(ArrayD::from_elem(vec![1], v)));
-    Weights::new(t)
 }
 
 fn actions(b: &Collected) -> Vec<f32> {
@@ -339,32 +325,27 @@ fn traj_ids_unique_across_nodes_and_batches_async() {
     assert_unique_traj_ids(&batches);
 }
 
-fn cartpole(seed: u64) -> DistributedCollector {
-    DistributedCollector::builder()
-        .env("CartPole-v1")
-        .policy(PolicyConfig::Linear)
-        .nodes(2)
-        .envs_per_node(2)
-        .frames_per_batch(400)
-        .total_frames(2000)
-        .sync(true)
-        .seed(seed)
-        .build()
-        .expect("valid")
-}
-
 #[test]
 fn same_seed_gives_bit_identical_sync_runs() {
-    let a: Vec<_> = drain(&mut cartpole(7)).into_iter().map(|b| b.data).collect();
-    let b: Vec<_> = drain(&mut cartpole(7)).into_iter().map(|b| b.data).collect();
-    let c: Vec<_> = drain(&mut cartpole(8)).into_iter().map(|b| b.data).collect();
+    let a: Vec<_> = drain(&mut cartpole_sync_builder(7).build().expect("valid"))
+        .into_iter()
+        .map(|b| b.data)
+        .collect();
+    let b: Vec<_> = drain(&mut cartpole_sync_builder(7).build().expect("valid"))
+        .into_iter()
+        .map(|b| b.data)
+        .collect();
+    let c: Vec<_> = drain(&mut cartpole_sync_builder(8).build().expect("valid"))
+        .into_iter()
+        .map(|b| b.data)
+        .collect();
     assert_eq!(a, b);
     assert_ne!(a, c);
 }
 
 #[test]
 fn set_seed_returns_the_next_seed_and_repeats_runs() {
-    let mut c = cartpole(0);
+    let mut c = cartpole_sync_builder(0).build().expect("valid");
     // 2 nodes x 2 envs: seeds 100..104 are used.
     assert_eq!(c.set_seed(100).expect("seed"), 104);
     let first: Vec<_> = (0..2).map(|_| c.next_batch().expect("ok").expect("b").data).collect();
@@ -423,16 +404,10 @@ fn bad_config_fails_at_build_naming_the_field() {
 #[test]
 fn env_panic_restarts_the_worker_and_the_run_goes_on() {
     let (reg, built) = rollout_tests::panicky_registry(120);
-    let mut c = DistributedCollector::builder()
-        .env("Panicky")
-        .registry(reg)
-        .policy(PolicyConfig::Constant { value: 1.0 })
-        .nodes(2)
+    let mut c = panicky_builder(reg)
         .frames_per_batch(100)
         .total_frames(600)
         .sync(true)
-        .seed(0)
-        .batch_timeout(std::time::Duration::from_secs(20))
         .build()
         .expect("valid");
     let at_start = built.load(std::sync::atomic::Ordering::SeqCst);
@@ -452,17 +427,11 @@ fn env_panic_restarts_the_worker_and_the_run_goes_on() {
 #[test]
 fn env_panic_with_no_restarts_allowed_is_a_clear_error_not_a_hang() {
     let (reg, _) = rollout_tests::panicky_registry(120);
-    let mut c = DistributedCollector::builder()
-        .env("Panicky")
-        .registry(reg)
-        .policy(PolicyConfig::Constant { value: 1.0 })
-        .nodes(2)
+    let mut c = panicky_builder(reg)
         .frames_per_batch(100)
         .total_frames(-1)
         .sync(true)
-        .seed(0)
         .max_restarts(0)
-        .batch_timeout(std::time::Duration::from_secs(20))
         .build()
         .expect("valid");
     let start = std::time::Instant::now();

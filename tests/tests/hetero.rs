@@ -7,21 +7,13 @@ use rollout::machine::{TrainerConfig, TrainerError, TrainerMachine};
 use rollout::rollout::{batch_layout, keys};
 use rollout::{DType, EnvSpec, ExplorationType, PolicyConfig, Registry};
 use rollout_actors::{CollectError, Collected, DistributedCollector, Launcher, NodeOverrides};
+use rollout_tests::{drain, free_addr};
 
 fn env_override(name: &str) -> NodeOverrides {
     NodeOverrides {
         env: Some(EnvSpec::from(name)),
         ..NodeOverrides::default()
     }
-}
-
-fn drain(c: &mut DistributedCollector) -> Vec<Collected> {
-    let mut out = Vec::new();
-    while let Some(b) = c.next_batch().expect("batch") {
-        out.push(b);
-        assert!(out.len() < 10_000, "runaway collection");
-    }
-    out
 }
 
 #[test]
@@ -301,10 +293,7 @@ fn machine_layouts_are_per_node_and_sync_refuses_a_differing_one() {
 #[test]
 fn remote_node_with_another_env_in_async() {
     use rollout_actors::remote::{run_node, NodeOptions};
-    let addr = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        l.local_addr().expect("addr")
-    };
+    let addr = free_addr();
     let token = b"hetero-token".to_vec();
     let trainer = {
         let token = token.clone();
@@ -368,10 +357,7 @@ fn remote_node_with_another_env_in_async() {
 #[test]
 fn sync_remote_ready_with_another_layout_is_refused() {
     use rollout_actors::remote::{run_node, NodeOptions};
-    let addr = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        l.local_addr().expect("addr")
-    };
+    let addr = free_addr();
     let token = b"hetero-token".to_vec();
     let trainer = {
         let token = token.clone();

@@ -6,49 +6,21 @@
 //! The `rollout` binary is built the way tests/tests/cli.rs builds it. Every child process is waited
 //! for with a deadline, then killed.
 
-use std::collections::BTreeMap;
-use std::io::{Cursor, Read};
+use std::io::Cursor;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::process::{Command, ExitStatus};
 use std::sync::{Arc, OnceLock};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rollout::message::{Batch, Continue, FromNode, Seed, ToNode, UpdateWeights};
 use rollout::node_spec::NodeSpec;
 use rollout::rollout::RolloutConfig;
 use rollout::wire::{auth_proof, encode_into, NodeFrame, TrainerFrame, Welcome, DEFAULT_MAX_FRAME, PROTOCOL_VERSION};
 use rollout::{EnvSpec, PolicyConfig, PolicySpec, Registry, Tensor, TensorDict, Weights};
-use rollout_tests::rollout_bin;
-use serde::Deserialize;
+use rollout_tests::{rollout_bin, run_bounded, temp_path, OutputRecord};
 use serde_json::{json, Value};
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// Waits for `child` at most `timeout`, killing it on expiry. Returns `None` on a timeout.
-fn wait_with_deadline(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match child.try_wait().expect("try_wait") {
-            Some(status) => return Some(status),
-            None if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-            None => thread::sleep(Duration::from_millis(20)),
-        }
-    }
-}
-
-fn drain(mut r: impl Read + Send + 'static) -> thread::JoinHandle<Vec<u8>> {
-    thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = r.read_to_end(&mut buf);
-        buf
-    })
-}
 
 struct Run {
     status: ExitStatus,
@@ -58,21 +30,16 @@ struct Run {
 
 /// Runs a command with a deadline; panics if it does not end in time.
 fn run(mut cmd: Command, what: &str) -> Run {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
-    let out = drain(child.stdout.take().expect("stdout"));
-    let err = drain(child.stderr.take().expect("stderr"));
-    let status = wait_with_deadline(&mut child, RUN_TIMEOUT);
-    let (stdout, stderr) = (out.join().expect("stdout reader"), err.join().expect("stderr reader"));
-    let stderr = String::from_utf8_lossy(&stderr).into_owned();
-    let Some(status) = status else {
+    let run = run_bounded(&mut cmd, RUN_TIMEOUT).unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+    let stderr = run.stderr_text();
+    let Some(status) = run.status else {
         panic!("{what} ran longer than {RUN_TIMEOUT:?}; stderr:\n{stderr}");
     };
-    Run { status, stdout, stderr }
+    Run {
+        status,
+        stdout: run.stdout,
+        stderr,
+    }
 }
 
 /// Python 3 with `msgpack`, checked once; a clear failure otherwise.
@@ -107,12 +74,6 @@ fn msgpack_check(mode: &str, file: &Path) -> Vec<Value> {
     );
     let v: Value = serde_json::from_slice(&r.stdout).expect("msgpack_check.py prints JSON");
     v.as_array().expect("a JSON array").clone()
-}
-
-fn temp_path(name: &str) -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    std::env::temp_dir().join(format!("rollout-interop-{}-{n}-{name}", std::process::id()))
 }
 
 /// Removes a file when dropped (also when the test panics).
@@ -492,15 +453,6 @@ fn python_rejects_a_broken_frame_file() {
 
 // --- `rollout collect --output FILE`, read by Python ---------------------------------------
 
-/// A record of `--output`, decoded by Rust.
-#[derive(Deserialize)]
-struct Record {
-    batch: u64,
-    node: Option<usize>,
-    weights_version: u64,
-    data: BTreeMap<String, Tensor>,
-}
-
 #[test]
 fn output_file_decodes_with_python_msgpack() {
     // Python is checked first: without msgpack this fails fast, before the build.
@@ -530,7 +482,7 @@ fn output_file_decodes_with_python_msgpack() {
     let mut cur = Cursor::new(&bytes[..]);
     let mut records = Vec::new();
     while (cur.position() as usize) < bytes.len() {
-        let rec: Record = rmp_serde::from_read(&mut cur).expect("a record");
+        let rec: OutputRecord = rmp_serde::from_read(&mut cur).expect("a record");
         records.push(rec);
     }
     assert_eq!(records.len(), 2);

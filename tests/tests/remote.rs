@@ -5,7 +5,8 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -16,8 +17,8 @@ use rollout::rollout::keys;
 use rollout::wire::{self, NodeFrame, TrainerFrame, Welcome, PROTOCOL_VERSION};
 use rollout::{Counting, CountingConfig, Env, EnvError, PolicyConfig, Registry, Tensor, TensorDict, Weights};
 use rollout_actors::remote::{run_node, NodeOptions};
-use rollout_actors::{Collected, DistributedCollector, Launcher};
-use rollout_tests::rollout_bin;
+use rollout_actors::{CollectError, Collected, DistributedCollector, Launcher};
+use rollout_tests::{alive, counting_process_builder, free_addr, rollout_bin, value_weights};
 
 const TOKEN: &[u8] = b"s3cret-token";
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -49,22 +50,58 @@ impl Write for LogWriter {
     }
 }
 
-/// Waits until the log holds `needle`, or fails after the deadline.
-fn assert_logged(needle: &str) {
-    let end = Instant::now() + DEADLINE;
-    loop {
-        let text = String::from_utf8_lossy(&logs().lock().unwrap_or_else(|p| p.into_inner())).into_owned();
-        if text.contains(needle) {
-            return;
+/// The log lines of one test's own connection. Every test of this binary logs into the
+/// one capture (`cargo test` runs them side by side in one process), so a line counts
+/// only if it came after [`OwnLog`] was made and holds `field` as a whole word: a
+/// `key=value` only this test has, such as its node's name or its socket's address.
+struct OwnLog {
+    from: usize,
+    field: String,
+}
+
+impl OwnLog {
+    /// Lines about the node named `name` (see [`unique_name`]).
+    fn node(name: &str) -> OwnLog {
+        OwnLog::with(format!("name={name}"))
+    }
+
+    /// Lines about the connection from `s`, as the trainer sees its peer.
+    fn peer(s: &TcpStream) -> OwnLog {
+        OwnLog::with(format!("peer={}", s.local_addr().expect("local addr")))
+    }
+
+    fn with(field: String) -> OwnLog {
+        let from = logs().lock().unwrap_or_else(|p| p.into_inner()).len();
+        OwnLog { from, field }
+    }
+
+    /// Waits until one of this test's lines holds `needle`, or fails after the deadline.
+    fn assert_logged(&self, needle: &str) {
+        let end = Instant::now() + DEADLINE;
+        loop {
+            let text = {
+                let log = logs().lock().unwrap_or_else(|p| p.into_inner());
+                String::from_utf8_lossy(log.get(self.from..).unwrap_or_default()).into_owned()
+            };
+            let own = |line: &&str| line.split_whitespace().any(|w| w == self.field);
+            if text.lines().filter(own).any(|line| line.contains(needle)) {
+                return;
+            }
+            assert!(
+                Instant::now() < end,
+                "`{needle}` was never logged with `{}`; log:\n{text}",
+                self.field
+            );
+            thread::sleep(Duration::from_millis(10));
         }
-        assert!(Instant::now() < end, "`{needle}` was never logged; log:\n{text}");
-        thread::sleep(Duration::from_millis(10));
     }
 }
 
-fn free_addr() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr")
+/// `kind-N`, a node name no other test of this process uses, so that its log lines are
+/// told apart from the other tests' ([`OwnLog::node`]).
+fn unique_name(kind: &str) -> String {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    format!("{kind}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 /// A trainer expecting `nodes` external nodes, built on a thread (build waits for the joins).
@@ -93,9 +130,14 @@ fn trainer(addr: SocketAddr, nodes: usize, sync: bool, total: i64) -> JoinHandle
 
 /// A well-behaved node served by the library function, on a thread.
 fn good_node(addr: SocketAddr, index: Option<usize>) -> JoinHandle<Result<(), String>> {
+    good_node_named(addr, index, unique_name("good"))
+}
+
+/// [`good_node`] under `name`.
+fn good_node_named(addr: SocketAddr, index: Option<usize>, name: String) -> JoinHandle<Result<(), String>> {
     thread::spawn(move || {
         let opts = NodeOptions {
-            name: format!("good-{index:?}"),
+            name,
             index,
             connect_timeout: DEADLINE,
             ..NodeOptions::default()
@@ -195,11 +237,12 @@ fn pre_handshake_case(rogue: impl FnOnce(&mut TcpStream) -> Option<String>, expe
     let addr = free_addr();
     let t = trainer(addr, 2, false, 600);
     let mut s = connect(addr);
+    let log = OwnLog::peer(&s);
     let reason = rogue(&mut s);
     if let Some(r) = reason {
         assert!(r.contains(expect_reason), "reject reason `{r}` lacks `{expect_reason}`");
     }
-    assert_logged(expect_reason);
+    log.assert_logged(expect_reason);
     let nodes = [good_node(addr, None), good_node(addr, None)];
     finish(t, 600, &[0, 1]);
     for n in nodes {
@@ -298,9 +341,11 @@ fn silent_client_is_closed_at_the_handshake_deadline() {
 fn index_taken_and_late_nodes_are_rejected() {
     let addr = free_addr();
     let t = trainer(addr, 2, false, 600);
-    let first = good_node(addr, Some(0));
+    let name = unique_name("first");
+    let log = OwnLog::node(&name);
+    let first = good_node_named(addr, Some(0), name);
     // Wait until node 0 is in, then claim its index.
-    assert_logged("node joined");
+    log.assert_logged("node joined");
     let mut s = connect(addr);
     match handshake(&mut s, TOKEN, "twin", Some(0)) {
         TrainerFrame::Reject { reason } => assert!(reason.contains("node index 0 is already taken"), "{reason}"),
@@ -334,7 +379,9 @@ fn post_join_case_ready(ready: bool, bad: impl FnOnce(&mut TcpStream, &Welcome, 
     let addr = free_addr();
     let t = trainer(addr, 2, false, 600);
     let mut s = connect(addr);
-    let TrainerFrame::Welcome(welcome) = handshake(&mut s, TOKEN, "rogue", Some(0)) else {
+    let name = unique_name("rogue");
+    let log = OwnLog::node(&name);
+    let TrainerFrame::Welcome(welcome) = handshake(&mut s, TOKEN, &name, Some(0)) else {
         panic!("rogue not admitted");
     };
     if ready {
@@ -370,7 +417,7 @@ fn post_join_case_ready(ready: bool, bad: impl FnOnce(&mut TcpStream, &Welcome, 
     };
     bad(&mut s, &welcome, c);
     assert!(until_closed(&mut s).is_none());
-    assert_logged(expect_reason);
+    log.assert_logged(expect_reason);
     assert!(driver.join().expect("driver") > 0);
     assert_eq!(good.join().expect("node thread"), Ok(()));
 }
@@ -495,8 +542,10 @@ fn silent_node_is_dropped_after_the_heartbeat_timeout() {
     let addr = free_addr();
     let t = trainer(addr, 2, false, 600);
     let mut s = connect(addr);
+    let name = unique_name("mute");
+    let log = OwnLog::node(&name);
     assert!(matches!(
-        handshake(&mut s, TOKEN, "mute", Some(0)),
+        handshake(&mut s, TOKEN, &name, Some(0)),
         TrainerFrame::Welcome(_)
     ));
     let good = good_node(addr, Some(1));
@@ -509,7 +558,7 @@ fn silent_node_is_dropped_after_the_heartbeat_timeout() {
         "closed after {:?}",
         start.elapsed()
     );
-    assert_logged("heartbeat timeout");
+    log.assert_logged("heartbeat timeout");
     assert!(driver.join().expect("driver") > 0);
     assert_eq!(good.join().expect("node thread"), Ok(()));
 }
@@ -519,23 +568,24 @@ fn sync_run_with_a_lost_node_fails_clearly_instead_of_hanging() {
     let addr = free_addr();
     let t = trainer(addr, 2, true, 600);
     let mut s = connect(addr);
+    let name = unique_name("rogue");
     assert!(matches!(
-        handshake(&mut s, TOKEN, "rogue", Some(0)),
+        handshake(&mut s, TOKEN, &name, Some(0)),
         TrainerFrame::Welcome(_)
     ));
     let good = good_node(addr, Some(1));
     let mut c = t.join().expect("trainer");
     drop(s);
     let start = Instant::now();
-    let err = loop {
-        match c.next_batch() {
-            Err(e) => break e.to_string(),
-            Ok(Some(_)) => assert!(start.elapsed() < DEADLINE, "no error"),
-            Ok(None) => panic!("the run ended without node 0"),
+    // Every sync batch holds a share of node 0, which never sends one: the first call
+    // is the failure, naming the node and its lost connection.
+    match c.next_batch() {
+        Err(CollectError::NodeFailed { node: 0, reason }) => {
+            assert!(reason.starts_with(&format!("connection to {name}: ")), "{reason}");
         }
-    };
-    assert!(err.contains("node 0"), "{err}");
-    assert!(start.elapsed() < DEADLINE);
+        other => panic!("expected node 0 to fail the run, got {other:?}"),
+    }
+    assert!(start.elapsed() < DEADLINE, "failed only after {:?}", start.elapsed());
     c.shutdown().ok();
     let _ = good.join();
 }
@@ -602,24 +652,7 @@ fn library_nodes_run_user_envs() {
 
 fn process_collector(sync: bool, fpb: usize, total: i64) -> DistributedCollector {
     logs();
-    DistributedCollector::builder()
-        .env("Counting")
-        .policy(PolicyConfig::Constant { value: 1.0 })
-        .nodes(2)
-        .frames_per_batch(fpb)
-        .total_frames(total)
-        .sync(sync)
-        .seed(0)
-        .launcher(Launcher::Process)
-        .node_program(rollout_bin())
-        .join_timeout(DEADLINE)
-        .batch_timeout(DEADLINE)
-        .build()
-        .expect("collector")
-}
-
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+    counting_process_builder(sync, fpb, total).build().expect("collector")
 }
 
 #[test]
@@ -655,9 +688,7 @@ fn process_nodes_take_weight_updates() {
             if first {
                 first = false;
                 assert!(b.data.f32(keys::ACTION).expect("a").iter().all(|&a| a == 1.0));
-                let mut t = BTreeMap::new();
-                t.insert("value".to_string(), Tensor::F32(ArrayD::from_elem(vec![1], 2.0)));
-                c.update_policy_weights(Weights::new(t), None).expect("push");
+                c.update_policy_weights(value_weights(2.0), None).expect("push");
             }
             frames += b.data.numel();
             if frames > 250 {
@@ -852,12 +883,11 @@ fn weights_over_the_maximum_frame_fail_their_nodes_with_the_reason() {
     );
     c.update_policy_weights(w, None).expect("stored and pushed");
     let t = Instant::now();
-    let err = loop {
-        match c.next_batch() {
-            Ok(Some(b)) => assert_eq!(b.weights_version, 0, "no node has the new weights"),
-            Ok(None) => panic!("the run ended without the failure"),
-            Err(e) => break e.to_string(),
-        }
+    // Both nodes fail as their update cannot be sent, before the next round's Continue
+    // reaches them: the first call fails.
+    let err = match c.next_batch() {
+        Err(e) => e.to_string(),
+        Ok(other) => panic!("the failure did not end the run: {other:?}"),
     };
     assert!(t.elapsed() < DEADLINE, "failed only after {:?}", t.elapsed());
     assert!(
@@ -926,7 +956,9 @@ fn socket_cut_mid_frame_is_detected_and_the_rejoined_node_completes_the_run() {
             .expect("collector")
     });
     let mut s = connect(addr);
-    let TrainerFrame::Welcome(welcome) = handshake(&mut s, TOKEN, "cut", Some(0)) else {
+    let name = unique_name("cut");
+    let log = OwnLog::node(&name);
+    let TrainerFrame::Welcome(welcome) = handshake(&mut s, TOKEN, &name, Some(0)) else {
         panic!("not admitted");
     };
     let layout = welcome
@@ -969,7 +1001,7 @@ fn socket_cut_mid_frame_is_detected_and_the_rejoined_node_completes_the_run() {
     s.write_all(&frame[..frame.len() / 2]).expect("write");
     let cut = Instant::now();
     drop(s);
-    assert_logged("connection closed inside a frame");
+    log.assert_logged("connection closed inside a frame");
     assert!(
         cut.elapsed() < Duration::from_secs(5),
         "detected after {:?}",

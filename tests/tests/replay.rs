@@ -78,8 +78,11 @@ fn the_buffer_keeps_the_newest_frames_up_to_capacity() {
 
 #[test]
 fn a_learner_samples_while_collection_runs() {
+    // The collector stops after these batches and lets the learner sample there:
+    // the run is in its middle (it goes on afterwards) each time.
+    const PAUSES: [usize; 3] = [0, 10, 20];
     let buffer = replay::shared(10_000, 1).expect("capacity");
-    let (first_tx, first_rx) = mpsc::channel::<()>();
+    let (paused_tx, paused_rx) = mpsc::channel::<()>();
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let writer = buffer.clone();
     let collecting = std::thread::spawn(move || -> Result<usize, CollectError> {
@@ -88,30 +91,37 @@ fn a_learner_samples_while_collection_runs() {
         for i in 0..30 {
             let b = c.next_batch()?.expect("endless");
             frames += b.data.numel();
-            if i == 0 {
-                // Let the learner sample while the nodes go on collecting.
-                let _ = first_tx.send(());
+            if PAUSES.contains(&i) {
+                let _ = paused_tx.send(());
                 let _ = go_rx.recv_timeout(Duration::from_secs(30));
             }
         }
         c.shutdown()?;
         Ok(frames)
     });
-    first_rx.recv_timeout(Duration::from_secs(60)).expect("a first batch");
-    let s = replay::sample(&buffer, 64).expect("a sample mid-run");
-    assert_eq!(s.batch_size(), &[64]);
-    assert!(replay::lock(&buffer).len() >= 20);
-    go_tx.send(()).expect("collector waiting");
-    let mut samples = 1;
-    while !collecting.is_finished() {
-        replay::sample(&buffer, 16).expect("sample");
-        samples += 1;
-        std::thread::sleep(Duration::from_millis(1));
+    let mut written = Vec::new();
+    for i in PAUSES {
+        paused_rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("no batch {i}"));
+        let s = replay::sample(&buffer, 64).expect("a sample mid-run");
+        assert_eq!(s.batch_size(), &[64]);
+        assert_eq!(s.get(keys::OBSERVATION).expect("obs").shape(), &[64, 1]);
+        written.push(replay::lock(&buffer).frames_written());
+        go_tx.send(()).expect("collector waiting");
     }
     let frames = collecting.join().expect("no panic").expect("collection");
     assert_eq!(frames, 600);
     assert_eq!(replay::lock(&buffer).frames_written(), 600);
-    assert!(samples >= 1);
+    // Each sample saw at least the batches yielded so far, and fewer than the run's
+    // frames: the learner sampled three times while the buffer was being filled.
+    for (i, w) in PAUSES.iter().zip(&written) {
+        assert!(
+            (20 * (i + 1) as u64..600).contains(w),
+            "after batch {i}: {w} frames written ({written:?})"
+        );
+    }
+    assert!(written.windows(2).all(|w| w[0] < w[1]), "the buffer grew: {written:?}");
 }
 
 #[test]

@@ -6,13 +6,13 @@
 //! `scripts/slurm-local.sh` (as root) first; `scripts/test.sh` does.
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use rollout::PolicyConfig;
-use rollout_actors::{CollectorBuilder, DistributedCollector, Launcher, SlurmOptions};
-use rollout_tests::{rollout_bin, wait_with_deadline};
+use rollout_actors::{CollectError, CollectorBuilder, DistributedCollector, Launcher, SlurmOptions};
+use rollout_tests::{free_addr, rollout_bin, run_bounded};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 /// The join timeout of runs expected to fail.
@@ -21,27 +21,12 @@ const HINT: &str = "run scripts/slurm-local.sh (as root) to start a local SLURM 
 
 /// Runs a SLURM command (bounded); (success, stdout, stderr).
 fn slurm(program: &str, args: &[&str]) -> (bool, String, String) {
-    let mut child = match Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-    {
-        Ok(c) => c,
+    let run = match run_bounded(Command::new(program).args(args), DEADLINE) {
+        Ok(r) => r,
         Err(e) => panic!("cannot run `{program}` ({e}): the SLURM tools are not on PATH; {HINT}"),
     };
-    let status = wait_with_deadline(&mut child, DEADLINE).unwrap_or_else(|| panic!("`{program} {args:?}` hung"));
-    let read = |r: Option<&mut dyn std::io::Read>| {
-        let mut s = String::new();
-        if let Some(r) = r {
-            let _ = r.read_to_string(&mut s);
-        }
-        s
-    };
-    let out = read(child.stdout.as_mut().map(|r| r as &mut dyn std::io::Read));
-    let err = read(child.stderr.as_mut().map(|r| r as &mut dyn std::io::Read));
-    (status.success(), out, err)
+    let status = run.status.unwrap_or_else(|| panic!("`{program} {args:?}` hung"));
+    (status.success(), run.stdout_text(), run.stderr_text())
 }
 
 /// Fails (never skips) unless a SLURM node is up.
@@ -228,23 +213,21 @@ fn sync_run_fails_clearly_when_a_task_is_cancelled() {
     }
     cancel_task_1(&id);
     let t = Instant::now();
-    let err = loop {
-        // A batch already stacked before the kill may still come; then an error, never a hang.
-        match c.next_batch() {
-            Ok(Some(_)) => assert!(t.elapsed() < DEADLINE, "sync batches keep coming without node 1"),
-            Ok(None) => panic!("an endless sync run ended quietly after losing node 1"),
-            Err(e) => break e.to_string(),
-        }
+    // Sync rounds start only when asked for, and the last one was yielded whole before
+    // the cancel: every round from here on needs node 1's share, so the first call fails.
+    let err = match c.next_batch() {
+        Err(e) => e,
+        Ok(other) => panic!("a sync run without node 1 gave {other:?} instead of failing"),
     };
-    eprintln!("sync error after {:?}: {err}", t.elapsed());
+    eprintln!("sync error after {:?}: {err:?}", t.elapsed());
     assert!(
         t.elapsed() < Duration::from_secs(20),
         "detected after {:?}",
         t.elapsed()
     );
     assert!(
-        err.contains("node 1") || err.contains("node: 1"),
-        "the error names node 1: {err}"
+        matches!(&err, CollectError::NodeFailed { node: 1, reason } if reason.contains("connection to")),
+        "node 1's lost connection fails the run: {err:?}"
     );
     let _ = c.shutdown();
     assert_no_job(&id);
@@ -401,11 +384,7 @@ fn external_nodes_from_a_hand_written_sbatch_script() {
             .expect("token file");
         f.write_all(token.as_bytes()).expect("write token");
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port();
+    let port = free_addr().port();
     let addr = format!("127.0.0.1:{port}");
     let script = dir.join("nodes.sbatch");
     std::fs::write(
@@ -463,21 +442,13 @@ fn external_nodes_from_a_hand_written_sbatch_script() {
 
 /// `rollout collect ARGS` (bounded); (exit code, stdout, stderr).
 fn cli(args: &[&str]) -> (Option<i32>, String, String) {
-    let mut child = Command::new(rollout_bin())
-        .arg("collect")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn rollout");
-    let status = wait_with_deadline(&mut child, Duration::from_secs(60)).expect("rollout collect hung");
-    let mut out = String::new();
-    let mut err = String::new();
-    use std::io::Read;
-    let _ = child.stdout.take().expect("stdout").read_to_string(&mut out);
-    let _ = child.stderr.take().expect("stderr").read_to_string(&mut err);
-    (status.code(), out, err)
+    let run = run_bounded(
+        Command::new(rollout_bin()).arg("collect").args(args),
+        Duration::from_secs(60),
+    )
+    .expect("spawn rollout");
+    let status = run.status.expect("rollout collect hung");
+    (status.code(), run.stdout_text(), run.stderr_text())
 }
 
 #[test]

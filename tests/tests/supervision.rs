@@ -6,21 +6,21 @@
 //! The first tests pump a node in memory (no threads, no sleeps, a manual clock);
 //! the last ones run whole collections with local nodes, every wait bounded.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ndarray::ArrayD;
 use rollout::machine::NodeMachine;
-use rollout::message::{Batch, Continue, FromNode, ToNode, UpdateWeights};
+use rollout::message::{Continue, FromNode, ToNode, UpdateWeights};
 use rollout::node_spec::NodeSpec;
 use rollout::rollout::{keys, RolloutConfig};
 use rollout::supervisor::RestartIntensity;
-use rollout::{EnvSpec, PolicyConfig, PolicySpec, Tensor, TensorDict, Weights};
+use rollout::{EnvSpec, PolicyConfig, PolicySpec, TensorDict};
 use rollout_actors::testkit::NodeHarness;
-use rollout_actors::{CollectError, Collected, DistributedCollector, Launcher};
-use rollout_tests::{assert_unique_traj_ids, panicky_registry};
+use rollout_actors::{CollectError, DistributedCollector, Launcher};
+use rollout_tests::{
+    assert_unique_traj_ids, drain, free_addr, only_batch, panicky_builder, panicky_registry, value_weights,
+};
 
 // ---------------------------------------------------------------- helpers
 
@@ -53,14 +53,6 @@ fn cont(seq: u64, frames: usize) -> ToNode {
     ToNode::Continue(Continue { seq, frames })
 }
 
-fn only_batch(replies: Vec<FromNode>) -> Batch {
-    assert_eq!(replies.len(), 1, "exactly one message: {replies:?}");
-    match replies.into_iter().next() {
-        Some(FromNode::Batch(b)) => b,
-        other => panic!("expected a Batch, got {other:?}"),
-    }
-}
-
 fn only_failure(replies: Vec<FromNode>) -> String {
     assert_eq!(replies.len(), 1, "exactly one message: {replies:?}");
     match replies.into_iter().next() {
@@ -74,12 +66,6 @@ fn row_i64(d: &TensorDict, key: &str, r: usize) -> Vec<i64> {
     let a = d.i64(key).expect("i64 entry");
     let t = *a.shape().last().expect("time dim");
     a.iter().skip(r * t).take(t).copied().collect()
-}
-
-fn value_weights(v: f32) -> Weights {
-    let mut t = BTreeMap::new();
-    t.insert("value".to_string(), Tensor::F32(ArrayD::from_elem(vec![1], v)));
-    Weights::new(t)
 }
 
 fn actions(d: &TensorDict) -> Vec<f32> {
@@ -214,31 +200,16 @@ fn panicky_collector(
     total: i64,
 ) -> (DistributedCollector, Arc<std::sync::atomic::AtomicUsize>) {
     let (reg, built) = panicky_registry(panic_at);
-    let c = DistributedCollector::builder()
-        .env("Panicky")
-        .registry(reg)
-        .policy(PolicyConfig::Constant { value: 1.0 })
-        .nodes(2)
+    let c = panicky_builder(reg)
         .frames_per_batch(fpb)
         .total_frames(total)
         .sync(sync)
-        .seed(0)
         .launcher(Launcher::Local)
         .max_restarts(1000)
         .restart_window(Duration::from_secs(60))
-        .batch_timeout(Duration::from_secs(20))
         .build()
         .expect("valid config");
     (c, built)
-}
-
-fn drain(c: &mut DistributedCollector) -> Vec<Collected> {
-    let mut out = Vec::new();
-    while let Some(b) = c.next_batch().expect("batch") {
-        out.push(b);
-        assert!(out.len() < 10_000, "runaway collection");
-    }
-    out
 }
 
 fn collection_survives_panics(sync: bool) {
@@ -277,17 +248,11 @@ fn async_collection_survives_env_panics_with_exact_frames_and_unique_traj_ids() 
 fn intensity_exceeded(sync: bool) {
     // Every instance panics on its first step; one restart allowed.
     let (reg, _) = panicky_registry(1);
-    let mut c = DistributedCollector::builder()
-        .env("Panicky")
-        .registry(reg)
-        .policy(PolicyConfig::Constant { value: 1.0 })
-        .nodes(2)
+    let mut c = panicky_builder(reg)
         .frames_per_batch(100)
         .total_frames(-1)
         .sync(sync)
-        .seed(0)
         .max_restarts(1)
-        .batch_timeout(Duration::from_secs(20))
         .build()
         .expect("valid config");
     let start = Instant::now();
@@ -347,19 +312,12 @@ fn remote_nodes_restart_their_workers_too() {
     // actor, built from the Welcome, supervises its workers.
     const TOKEN: &[u8] = b"supervision-token";
     let deadline = Duration::from_secs(20);
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port");
+    let addr = free_addr();
     let t = std::thread::spawn(move || {
-        DistributedCollector::builder()
-            .env("Panicky")
-            .registry(panicky_registry(37).0)
-            .policy(PolicyConfig::Constant { value: 1.0 })
-            .nodes(2)
+        panicky_builder(panicky_registry(37).0)
             .frames_per_batch(20)
             .total_frames(600)
             .sync(true)
-            .seed(0)
             .max_restarts(1000)
             .restart_window(Duration::from_secs(60))
             .launcher(Launcher::External)

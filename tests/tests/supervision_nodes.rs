@@ -10,26 +10,15 @@ use rollout::machine::{Collected, NodeSupervision, TrainerConfig, TrainerError};
 use rollout::message::{Continue, FromNode, ToNode};
 use rollout::rollout::keys;
 use rollout::supervisor::{restart_seed, RestartIntensity};
-use rollout::{EnvSpec, PolicyConfig, Tensor, Weights};
+use rollout::{EnvSpec, PolicyConfig, Weights};
 use rollout_actors::testkit::{scripted_batch, TrainerHarness};
 use rollout_actors::{CollectError, DistributedCollector, Launcher};
-use rollout_tests::assert_unique_traj_ids;
-use rollout_tests::{panicky_registry, rollout_bin};
+use rollout_tests::{
+    alive, assert_unique_traj_ids, counting_process_builder, drain, free_addr, panicky_builder, panicky_registry,
+    rollout_bin, trainer_config as cfg, value_weights,
+};
 
 // ---------------------------------------------------------------- helpers
-
-fn cfg(nodes: usize, envs: usize, fpb: usize, total: Option<u64>, sync: bool) -> TrainerConfig {
-    TrainerConfig {
-        nodes,
-        envs_per_node: vec![envs; nodes],
-        frames_per_batch: fpb,
-        total_frames: total,
-        sync,
-        update_after_each_batch: false,
-        max_weight_update_interval: None,
-        update_interval: None,
-    }
-}
 
 fn sup(max_restarts: u32, window_s: u64, continue_timeout: Option<Duration>) -> NodeSupervision {
     NodeSupervision {
@@ -313,15 +302,6 @@ fn a_restarting_node_counts_as_down_at_shutdown() {
 
 // ---------------------------------------------------------------- whole collections
 
-fn drain(c: &mut DistributedCollector) -> Vec<Collected> {
-    let mut out = Vec::new();
-    while let Some(b) = c.next_batch().expect("batch") {
-        out.push(b);
-        assert!(out.len() < 10_000, "runaway collection");
-    }
-    out
-}
-
 /// Every batch index once, and frames exact.
 fn assert_exact(batches: &[Collected], total: usize) {
     let frames: usize = batches.iter().map(|b| b.data.numel()).sum();
@@ -334,20 +314,14 @@ fn assert_exact(batches: &[Collected], total: usize) {
 /// fails the whole node, which the trainer rebuilds.
 fn escalating_local(sync: bool) {
     let (reg, _) = panicky_registry(37);
-    let mut c = DistributedCollector::builder()
-        .env("Panicky")
-        .registry(reg)
-        .policy(PolicyConfig::Constant { value: 1.0 })
-        .nodes(2)
+    let mut c = panicky_builder(reg)
         .frames_per_batch(20)
         .total_frames(600)
         .sync(sync)
-        .seed(0)
         .launcher(Launcher::Local)
         .max_restarts(0)
         .node_max_restarts(1000)
         .node_restart_window(Duration::from_secs(60))
-        .batch_timeout(Duration::from_secs(20))
         .build()
         .expect("valid config");
     let start = Instant::now();
@@ -375,18 +349,12 @@ fn async_local_nodes_failing_past_their_worker_intensity_are_restarted_by_the_tr
 fn trainer_intensity_exceeded(sync: bool) {
     // Every instance panics on its first step: every node incarnation fails at once.
     let (reg, _) = panicky_registry(1);
-    let mut c = DistributedCollector::builder()
-        .env("Panicky")
-        .registry(reg)
-        .policy(PolicyConfig::Constant { value: 1.0 })
-        .nodes(2)
+    let mut c = panicky_builder(reg)
         .frames_per_batch(20)
         .total_frames(-1)
         .sync(sync)
-        .seed(0)
         .max_restarts(0)
         .node_max_restarts(2)
-        .batch_timeout(Duration::from_secs(20))
         .build()
         .expect("valid config");
     let start = Instant::now();
@@ -422,10 +390,6 @@ fn async_past_the_trainer_intensity_next_batch_errs_naming_node_cause_and_histor
 
 // ---------------------------------------------------------------- process nodes, real faults
 
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
-}
-
 fn signal(pid: u32, sig: &str) {
     let st = std::process::Command::new("kill")
         .arg(format!("-{sig}"))
@@ -433,12 +397,6 @@ fn signal(pid: u32, sig: &str) {
         .status()
         .expect("run kill");
     assert!(st.success(), "kill -{sig} {pid}");
-}
-
-fn value_weights(v: f32) -> Weights {
-    let mut t = std::collections::BTreeMap::new();
-    t.insert("value".to_string(), Tensor::F32(ndarray::ArrayD::from_elem(vec![1], v)));
-    Weights::new(t)
 }
 
 fn process_collector(sync: bool, fpb: usize, total: i64) -> DistributedCollector {
@@ -449,20 +407,9 @@ fn process_collector(sync: bool, fpb: usize, total: i64) -> DistributedCollector
 }
 
 fn process_builder(sync: bool, fpb: usize, total: i64) -> rollout_actors::CollectorBuilder {
-    DistributedCollector::builder()
-        .env("Counting")
-        .policy(PolicyConfig::Constant { value: 1.0 })
-        .nodes(2)
-        .frames_per_batch(fpb)
-        .total_frames(total)
-        .sync(sync)
-        .seed(0)
-        .launcher(Launcher::Process)
-        .node_program(rollout_bin())
+    counting_process_builder(sync, fpb, total)
         .node_max_restarts(3)
         .node_restart_window(Duration::from_secs(60))
-        .join_timeout(Duration::from_secs(20))
-        .batch_timeout(Duration::from_secs(20))
 }
 
 /// Runs to the end; after every node delivered weights v1, `fault` hits node 1's
@@ -479,6 +426,7 @@ fn process_fault_with(mut c: DistributedCollector, fault: &str) {
     c.update_policy_weights(value_weights(2.0), None).expect("push v1");
     let mut hit: Option<usize> = None;
     let mut seen_v1 = [false; 2];
+    let (mut yielded, mut from_1_after) = (0, 0);
     let start = Instant::now();
     while let Some(b) = c.next_batch().expect("batch") {
         if b.weights_version == 1 {
@@ -490,13 +438,19 @@ fn process_fault_with(mut c: DistributedCollector, fault: &str) {
         if hit.is_some() {
             assert_eq!(b.weights_version, 1, "batch {} after the fault", b.index);
             assert!(b.data.f32(keys::ACTION).expect("a").iter().all(|&a| a == 2.0));
-            // Give the replacement time to join before node 0 collects everything.
-            std::thread::sleep(Duration::from_millis(3));
+            from_1_after += usize::from(b.node.is_none_or(|n| n == 1));
         }
+        let node = b.node;
+        yielded += b.data.numel();
         batches.push(b);
         if hit.is_none() && seen_v1 == [true; 2] {
             signal(pids[1], fault);
             hit = Some(batches.len());
+        }
+        // Async, node 0 alone could collect the rest of the run before the replacement
+        // joins: hold the consumer until node 1 delivered. (Sync batches need node 1.)
+        if hit.is_some() && node.is_some() && from_1_after < 2 {
+            wait_for_a_batch_of_node_1(&c, yielded, 20);
         }
     }
     let hit = hit.expect("the fault happened");
@@ -517,6 +471,25 @@ fn process_fault_with(mut c: DistributedCollector, fault: &str) {
     c.shutdown().expect("shutdown");
     for p in now {
         assert!(!alive(p), "node process {p} left behind");
+    }
+}
+
+/// Async, with the consumer holding: waits until the trainer has accepted a batch that
+/// only node 1 can have sent. While nothing is pulled, only a node whose batch was yielded
+/// gets more work, so node 0 has at most one batch (`fpb` frames) beyond the `yielded`
+/// frames: two batches more than that means one is node 1's.
+fn wait_for_a_batch_of_node_1(c: &DistributedCollector, yielded: usize, fpb: usize) {
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        let collected = c.stats().expect("stats").frames_collected as usize;
+        if collected >= yielded + 2 * fpb {
+            return;
+        }
+        assert!(
+            Instant::now() < end,
+            "no batch of node 1 within 20 s: {collected} frames collected, {yielded} yielded"
+        );
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
@@ -554,11 +527,6 @@ fn a_stopped_process_node_is_detected_by_heartbeat_and_replaced() {
 // ---------------------------------------------------------------- external nodes rejoin
 
 const TOKEN: &[u8] = b"supervision-token";
-
-fn free_addr() -> std::net::SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr")
-}
 
 /// `rollout node --join ADDR --index i`, started by the test as "anyone else" would.
 fn external_node(addr: std::net::SocketAddr, i: usize) -> std::process::Child {
@@ -613,9 +581,14 @@ fn an_external_node_that_rejoins_under_its_index_replaces_the_lost_one() {
     }
     let _ = nodes[1].kill();
     let _ = nodes[1].wait();
-    // Its replacement comes a little later, as a scheduler's would (a node asking for
-    // index 1 before the loss is noticed is refused: the slot is still taken).
-    std::thread::sleep(Duration::from_millis(300));
+    // Its replacement comes once the loss is noticed, as a scheduler's would (a node
+    // asking for index 1 before is refused: the slot is still taken). The trainer
+    // frees the slot as it counts the restart.
+    let end = Instant::now() + Duration::from_secs(10);
+    while c.stats().expect("stats").restarts != [0, 1] {
+        assert!(Instant::now() < end, "the loss of node 1 was not noticed within 10 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     nodes[1] = external_node(addr, 1);
     while let Some(b) = c.next_batch().expect("batch") {
         batches.push(b);
@@ -640,16 +613,18 @@ fn an_external_node_that_never_rejoins_fails_the_run_within_the_join_timeout() {
     let _ = nodes[1].kill();
     let _ = nodes[1].wait();
     let start = Instant::now();
-    let err = loop {
-        match c.next_batch() {
-            Ok(Some(_)) => assert!(start.elapsed() < Duration::from_secs(10), "no error"),
-            Ok(None) => panic!("an endless run ended"),
-            Err(e) => break e,
-        }
+    // Sync rounds start only when asked for, and the first one was yielded whole before
+    // the kill: every round from here on needs node 1's share, so the first call fails.
+    let err = match c.next_batch() {
+        Err(e) => e,
+        Ok(other) => panic!("a sync run without node 1 gave {other:?} instead of failing"),
     };
     assert!(start.elapsed() < Duration::from_secs(10), "{:?}", start.elapsed());
-    let text = err.to_string();
-    assert!(text.contains("node 1") && text.contains("no node rejoined"), "{text}");
+    assert!(
+        matches!(&err, CollectError::NodeFailed { node: 1, reason }
+            if reason.contains("no node rejoined as index 1 within 2.0 s")),
+        "{err:?}"
+    );
     let _ = c.shutdown();
     for mut n in nodes {
         let _ = n.kill();
@@ -749,22 +724,16 @@ fn chaos(sync: bool, seconds: u64) {
 fn chaos_env_panics(sync: bool, seconds: u64) {
     let (fpb, total) = (40usize, 4_000_000i64);
     let (registry, built) = rollout_tests::flaky_registry(if sync { 7 } else { 8 }, 30, 300);
-    let mut c = DistributedCollector::builder()
-        .env("Panicky")
-        .registry(registry)
-        .policy(PolicyConfig::Constant { value: 1.0 })
-        .nodes(2)
+    let mut c = panicky_builder(registry)
         .envs_per_node(2)
         .frames_per_batch(fpb)
         .total_frames(total)
         .sync(sync)
-        .seed(0)
         .launcher(Launcher::Local)
         .max_restarts(3)
         .restart_window(Duration::from_millis(50))
         .node_max_restarts(1000)
         .node_restart_window(Duration::from_secs(60))
-        .batch_timeout(Duration::from_secs(20))
         .build()
         .expect("collector");
     let start = Instant::now();

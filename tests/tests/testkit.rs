@@ -2,17 +2,15 @@
 //! pumped in memory, no threads, no sleeps. The last test replays a threaded
 //! `DistributedCollector` run in one call stack and checks it bit for bit.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use ndarray::ArrayD;
 use rollout::machine::{Collected, TrainerConfig, TrainerError};
 use rollout::message::{Continue, FromNode, Seed, ToNode, UpdateWeights};
 use rollout::node_spec::NodeSpec;
 use rollout::rollout::{keys, RolloutConfig};
-use rollout::{EnvSpec, PolicyConfig, PolicySpec, Registry, Tensor, Weights};
+use rollout::{EnvSpec, PolicyConfig, PolicySpec, Registry, Weights};
 use rollout_actors::testkit::{scripted_batch, Cluster, NodeHarness, TrainerHarness};
-use rollout_actors::DistributedCollector;
+use rollout_tests::{cartpole_sync_builder, only_batch, trainer_config as cfg};
 
 // ---------------------------------------------------------------- helpers
 
@@ -40,34 +38,11 @@ fn counting_node(index: usize, envs: usize) -> NodeHarness {
 }
 
 fn value_weights(v: f32, version: u64) -> Weights {
-    let mut t = BTreeMap::new();
-    t.insert("value".to_string(), Tensor::F32(ArrayD::from_elem(vec![1], v)));
-    Weights::new(t).with_version(version)
-}
-
-fn only_batch(replies: Vec<FromNode>) -> rollout::message::Batch {
-    assert_eq!(replies.len(), 1, "exactly one message: {replies:?}");
-    match replies.into_iter().next() {
-        Some(FromNode::Batch(b)) => b,
-        other => panic!("expected a Batch, got {other:?}"),
-    }
+    rollout_tests::value_weights(v).with_version(version)
 }
 
 fn flat_f32(d: &rollout::TensorDict, key: &str) -> Vec<f32> {
     d.f32(key).expect("f32 entry").iter().copied().collect()
-}
-
-fn cfg(nodes: usize, envs: usize, fpb: usize, total: Option<u64>, sync: bool) -> TrainerConfig {
-    TrainerConfig {
-        nodes,
-        envs_per_node: vec![envs; nodes],
-        frames_per_batch: fpb,
-        total_frames: total,
-        sync,
-        update_after_each_batch: false,
-        max_weight_update_interval: None,
-        update_interval: None,
-    }
 }
 
 fn harness(c: TrainerConfig) -> TrainerHarness {
@@ -741,21 +716,9 @@ fn shutdown_reaches_every_node_and_ends_with_all_down() {
 
 // ---------------------------------------------------------------- Cluster
 
-fn cartpole_builder(seed: u64) -> rollout_actors::CollectorBuilder {
-    DistributedCollector::builder()
-        .env("CartPole-v1")
-        .policy(PolicyConfig::Linear)
-        .nodes(2)
-        .envs_per_node(2)
-        .frames_per_batch(400)
-        .total_frames(2000)
-        .sync(true)
-        .seed(seed)
-}
-
 #[test]
 fn plan_specs_lays_out_lanes_frames_and_seeds() {
-    let (cfg, specs, seed) = cartpole_builder(7).plan_specs().expect("valid");
+    let (cfg, specs, seed) = cartpole_sync_builder(7).plan_specs().expect("valid");
     assert_eq!(seed, 7);
     assert_eq!(cfg.envs_per_node, vec![2, 2]);
     assert_eq!(
@@ -778,7 +741,7 @@ fn plan_specs_lays_out_lanes_frames_and_seeds() {
     assert!(specs
         .iter()
         .all(|s| s.envs_per_node == 2 && s.env == EnvSpec::new("CartPole-v1")));
-    let err = cartpole_builder(7)
+    let err = cartpole_sync_builder(7)
         .nodes(3)
         .plan_specs()
         .expect_err("3 does not divide 400");
@@ -786,7 +749,7 @@ fn plan_specs_lays_out_lanes_frames_and_seeds() {
 }
 
 fn cluster_run(seed: u64) -> Vec<Collected> {
-    let (cfg, specs, seed) = cartpole_builder(seed).plan_specs().expect("valid");
+    let (cfg, specs, seed) = cartpole_sync_builder(seed).plan_specs().expect("valid");
     let mut cluster = Cluster::new(cfg, &specs, &Registry::with_builtins()).expect("cluster");
     // The Trainer actor seeds the nodes as it starts: do the same.
     assert_eq!(cluster.set_seed(seed), Some(seed + 4));
@@ -816,7 +779,7 @@ fn cluster_replays_a_threaded_sync_run_bit_for_bit() {
             (i as u64, None, &[2usize, 2, 100][..])
         );
     }
-    let mut c = cartpole_builder(11).build().expect("valid");
+    let mut c = cartpole_sync_builder(11).build().expect("valid");
     let mut threaded = Vec::new();
     while let Some(b) = c.next_batch().expect("batch") {
         threaded.push(b);

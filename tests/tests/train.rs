@@ -6,14 +6,12 @@
 //! `rollout_release_bin`): a debug build takes about 25 times as long (90 s and more
 //! for a run that takes 4 s in release). The in-process checks use a short budget.
 
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::thread;
+use std::process::Command;
 use std::time::Duration;
 
 use rollout_actors::learner::{train, Progress, TrainConfig};
 use rollout_actors::Launcher;
-use rollout_tests::{rollout_bin, rollout_release_bin, wait_with_deadline};
+use rollout_tests::{rollout_bin, rollout_release_bin, run_bounded};
 use serde::Deserialize;
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(180);
@@ -39,30 +37,14 @@ struct Run {
 }
 
 fn run(bin: &std::path::Path, args: &[&str]) -> Run {
-    let mut child = Command::new(bin)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn rollout");
-    let drain = |mut r: Box<dyn Read + Send>| {
-        thread::spawn(move || {
-            let mut s = String::new();
-            let _ = r.read_to_string(&mut s);
-            s
-        })
-    };
-    let out = drain(Box::new(child.stdout.take().expect("stdout")));
-    let err = drain(Box::new(child.stderr.take().expect("stderr")));
-    let status = wait_with_deadline(&mut child, RUN_TIMEOUT);
+    let out = run_bounded(Command::new(bin).args(args), RUN_TIMEOUT).expect("spawn rollout");
     let run = Run {
-        code: status.and_then(|s| s.code()),
-        stdout: out.join().expect("stdout thread"),
-        stderr: err.join().expect("stderr thread"),
+        code: out.code(),
+        stdout: out.stdout_text(),
+        stderr: out.stderr_text(),
     };
     assert!(
-        status.is_some(),
+        out.status.is_some(),
         "rollout {args:?} ran longer than {RUN_TIMEOUT:?}: {}",
         run.stderr
     );

@@ -1,0 +1,161 @@
+//! Child processes, always bounded by a deadline, and the `rollout` binary they run.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::thread;
+use std::time::{Duration, Instant};
+
+const BUILD_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Waits for `child` at most `timeout`, killing it on expiry. Returns `None` on a timeout.
+pub fn wait_with_deadline(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait().expect("try_wait") {
+            Some(status) => return Some(status),
+            None if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            None => thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+/// What a child run by [`run_bounded`] left behind.
+#[derive(Debug)]
+pub struct Finished {
+    /// How it exited; `None` when it ran past the deadline and was killed.
+    pub status: Option<ExitStatus>,
+    /// All it wrote to stdout.
+    pub stdout: Vec<u8>,
+    /// All it wrote to stderr.
+    pub stderr: Vec<u8>,
+}
+
+impl Finished {
+    /// Its exit code; `None` when killed (by the deadline or a signal).
+    pub fn code(&self) -> Option<i32> {
+        self.status.and_then(|s| s.code())
+    }
+
+    /// Its stdout as text (invalid UTF-8 replaced).
+    pub fn stdout_text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+
+    /// Its stderr as text (invalid UTF-8 replaced).
+    pub fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+}
+
+/// Runs `cmd` with stdin closed and stdout and stderr captured, for at most `timeout`
+/// (then it is killed: see [`Finished::status`]). Both pipes are read on threads of their
+/// own while it runs, so a child that writes more than a pipe holds cannot stall.
+/// Errs when it cannot be started.
+pub fn run_bounded(cmd: &mut Command, timeout: Duration) -> std::io::Result<Finished> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let out = read_on_a_thread(child.stdout.take());
+    let err = read_on_a_thread(child.stderr.take());
+    let status = wait_with_deadline(&mut child, timeout);
+    Ok(Finished {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    })
+}
+
+fn read_on_a_thread(r: Option<impl Read + Send + 'static>) -> thread::JoinHandle<Vec<u8>> {
+    thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(mut r) = r {
+            let _ = r.read_to_end(&mut buf);
+        }
+        buf
+    })
+}
+
+/// Whether process `pid` still runs: it exists and is not a zombie.
+pub fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+/// Builds the `rollout` binary with cargo `profile` into this test's target dir and returns
+/// its path. Bounded by a deadline; panics with cargo's output if the build fails.
+fn build_rollout(profile: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let profile_dir = exe.parent().and_then(Path::parent).expect("<target>/<profile>/deps/");
+    let target_dir = profile_dir.parent().expect("<target>/");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+    let log_path = target_dir.join(format!("rollout-{profile}-build-{}.log", std::process::id()));
+    let log = std::fs::File::create(&log_path).expect("create the build log");
+    let mut child = Command::new(cargo)
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "rollout-actors",
+            "--bin",
+            "rollout",
+            "--profile",
+            profile,
+        ])
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .env("CARGO_TARGET_DIR", target_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn cargo build");
+    let status = wait_with_deadline(&mut child, BUILD_TIMEOUT);
+    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let _ = std::fs::remove_file(&log_path);
+    match status {
+        Some(s) if s.success() => {}
+        Some(s) => panic!("cargo build --profile {profile} of `rollout` failed ({s}):\n{log}"),
+        None => panic!("cargo build --profile {profile} of `rollout` took longer than {BUILD_TIMEOUT:?}:\n{log}"),
+    }
+    let dir = if profile == "dev" { "debug" } else { profile };
+    let bin = target_dir
+        .join(dir)
+        .join(format!("rollout{}", std::env::consts::EXE_SUFFIX));
+    assert!(bin.exists(), "{} missing after the build", bin.display());
+    bin
+}
+
+/// The `rollout` binary of this test's own profile, built once per test process.
+///
+/// `cargo test` builds the binaries of the package under test only, and `rollout` belongs to
+/// `rollout-actors`, so the first test to need it runs `cargo build -p rollout-actors --bin rollout`
+/// with this test's own target dir and profile (derived from the test executable's path,
+/// `<target>/<profile>/deps/<test>-<hash>`).
+pub fn rollout_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let exe = std::env::current_exe().expect("current_exe");
+        let profile_dir = exe.parent().and_then(Path::parent).expect("<target>/<profile>/deps/");
+        let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+            Some("debug") => "dev",
+            Some(other) => other,
+            None => panic!("cannot tell the profile from {}", exe.display()),
+        };
+        build_rollout(profile)
+    })
+}
+
+/// The `rollout` binary built with the `release` profile, once per test process, in this
+/// test's target dir (for scenarios too slow for a debug build, such as training to a target).
+pub fn rollout_release_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| build_rollout("release"))
+}

@@ -1,0 +1,19 @@
+//! The records `rollout collect --output FILE` writes, decoded with types.
+
+use std::collections::BTreeMap;
+
+use rollout::Tensor;
+use serde::Deserialize;
+
+/// One record of an `--output` file: a batch and what it is tagged with.
+#[derive(Debug, Deserialize)]
+pub struct OutputRecord {
+    /// The batch's index in the run.
+    pub batch: u64,
+    /// The node that collected it (async), `None` for a sync batch of every node.
+    pub node: Option<usize>,
+    /// The oldest weights version in it.
+    pub weights_version: u64,
+    /// Its tensors by key.
+    pub data: BTreeMap<String, Tensor>,
+}
