@@ -14,20 +14,25 @@ use rollout::machine::node::WorkerEvent;
 use rollout::machine::WorkerCmd;
 use rollout::rollout::Rollout;
 
-use crate::messages::{FromWorker, Replace, ToWorker};
+use crate::messages::{Deliver, Replace};
 
 /// One env worker of a node.
 pub struct EnvWorker {
     worker: usize,
     rollout: Option<Rollout>,
-    node: Recipient<FromWorker>,
+    node: Recipient<Deliver<WorkerEvent>>,
     /// Stop the arbiter thread too when the actor stops (it owns the thread).
     owns_arbiter: bool,
 }
 
 impl EnvWorker {
     /// A worker that reports to `node`.
-    pub fn new(worker: usize, rollout: Rollout, node: Recipient<FromWorker>, owns_arbiter: bool) -> EnvWorker {
+    pub fn new(
+        worker: usize,
+        rollout: Rollout,
+        node: Recipient<Deliver<WorkerEvent>>,
+        owns_arbiter: bool,
+    ) -> EnvWorker {
         EnvWorker {
             worker,
             rollout: Some(rollout),
@@ -144,16 +149,16 @@ pub fn execute(rollout: &mut Option<Rollout>, worker: usize, cmd: WorkerCmd) -> 
     }
 }
 
-impl Handler<ToWorker> for EnvWorker {
+impl Handler<Deliver<WorkerCmd>> for EnvWorker {
     type Result = ();
 
-    fn handle(&mut self, msg: ToWorker, ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: Deliver<WorkerCmd>, ctx: &mut Self::Context) {
         let stop = matches!(msg.0, WorkerCmd::Stop);
         if let Some(ev) = execute(&mut self.rollout, self.worker, msg.0) {
             if let WorkerEvent::Failed { reason, .. } = &ev {
                 tracing::warn!(worker = self.worker, %reason, "env worker failed");
             }
-            self.node.do_send(FromWorker(ev));
+            self.node.do_send(Deliver(ev));
         }
         if stop {
             ctx.stop();

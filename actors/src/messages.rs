@@ -3,23 +3,25 @@
 //! give them a `Message` impl without copying anything.
 
 use actix::prelude::*;
-use rollout::machine::node::WorkerEvent;
-use rollout::machine::{Collected, WorkerCmd};
-use rollout::message::{FromNode, ToNode};
+use rollout::machine::Collected;
 use rollout::rollout::Rollout;
 use rollout::{TensorDict, Weights};
 
 use crate::error::CollectError;
 
-/// A trainer → node message.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct ToNodeMsg(pub ToNode);
+/// A core message delivered to an actor: `Deliver<ToNode>` (trainer → node),
+/// `Deliver<FromNode>` (node → trainer), `Deliver<WorkerCmd>` (node → env worker),
+/// `Deliver<WorkerEvent>` (env worker → node).
+///
+/// The core stays free of actix, and a message keeps the one name it has in the
+/// core and on the wire: this wrapper only gives it actix's `Message` impl, moving
+/// it, never copying or encoding it.
+#[derive(Debug)]
+pub struct Deliver<M>(pub M);
 
-/// A node → trainer message.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct FromNodeMsg(pub FromNode);
+impl<M: 'static> Message for Deliver<M> {
+    type Result = ();
+}
 
 /// The first bytes of a remote node's batch arrived: the trainer may let the node
 /// go on collecting while the rest travels (see `TrainerMachine::batch_arriving`).
@@ -30,13 +32,8 @@ pub struct BatchArriving {
     pub node: usize,
 }
 
-/// A node → env-worker command.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct ToWorker(pub WorkerCmd);
-
 /// Node → env worker: the worker's rollout failed; go on with this one, rebuilt from
-/// the node's spec. Sent in order with [`ToWorker`], so later commands use it.
+/// the node's spec. Sent in order with the worker's `Deliver<WorkerCmd>`, so later commands use it.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Replace(pub Rollout);
@@ -49,12 +46,6 @@ impl std::fmt::Debug for Replace {
             .finish()
     }
 }
-
-/// An env worker → node event (the core's [`WorkerEvent`], which the node
-/// machine takes as it is).
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct FromWorker(pub WorkerEvent);
 
 /// Ask the trainer for the next batch; `Ok(None)` once `total_frames` were yielded.
 #[derive(Message, Debug)]

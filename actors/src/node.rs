@@ -10,12 +10,13 @@ use std::time::Instant;
 use actix::prelude::*;
 use rollout::machine::node::WorkerEvent;
 use rollout::machine::{NodeMachine, NodeOutput, WorkerCmd};
+use rollout::message::{FromNode, ToNode};
 use rollout::node_spec::NodeSpec;
 use rollout::rollout::Rollout;
 use rollout::Registry;
 
 use crate::env_worker::EnvWorker;
-use crate::messages::{FromNodeMsg, FromWorker, Recycle, Replace, ToNodeMsg, ToWorker};
+use crate::messages::{Deliver, Recycle, Replace};
 
 /// One node: receives the trainer's messages, drives and supervises its env workers.
 pub struct Node {
@@ -23,7 +24,7 @@ pub struct Node {
     workers: Vec<Addr<EnvWorker>>,
     /// The arbiter of each worker, to start a new worker actor on if the old one died.
     arbiters: Vec<ArbiterHandle>,
-    trainer: Recipient<FromNodeMsg>,
+    trainer: Recipient<Deliver<FromNode>>,
     out: Vec<NodeOutput>,
     /// Workers whose actor was found dead and reported, until replaced.
     dead: Vec<bool>,
@@ -37,7 +38,7 @@ impl Node {
     /// [`NodeMachine::with_rebuild`]) a failed worker cannot be rebuilt: each
     /// attempt counts as one more failure, so the node fails once the restart
     /// intensity is spent.
-    pub fn new(machine: NodeMachine, workers: Vec<Addr<EnvWorker>>, trainer: Recipient<FromNodeMsg>) -> Node {
+    pub fn new(machine: NodeMachine, workers: Vec<Addr<EnvWorker>>, trainer: Recipient<Deliver<FromNode>>) -> Node {
         let dead = vec![false; workers.len()];
         Node {
             machine,
@@ -77,7 +78,7 @@ impl Node {
             for o in outs {
                 match o {
                     NodeOutput::Worker { worker, cmd } => self.send_worker(worker, cmd),
-                    NodeOutput::Trainer(m) => self.trainer.do_send(FromNodeMsg(m)),
+                    NodeOutput::Trainer(m) => self.trainer.do_send(Deliver(m)),
                     NodeOutput::Replace {
                         worker,
                         restart,
@@ -97,7 +98,7 @@ impl Node {
             return;
         };
         if w.connected() {
-            w.do_send(ToWorker(cmd));
+            w.do_send(Deliver(cmd));
             return;
         }
         // The actor is gone (a panic outside the env boundary): a death, reported once.
@@ -153,10 +154,10 @@ impl Actor for Node {
     type Context = Context<Self>;
 }
 
-impl Handler<ToNodeMsg> for Node {
+impl Handler<Deliver<ToNode>> for Node {
     type Result = ();
 
-    fn handle(&mut self, msg: ToNodeMsg, ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: Deliver<ToNode>, ctx: &mut Self::Context) {
         if let Err(e) = self.machine.handle(msg.0, &mut self.out) {
             tracing::warn!(node = self.machine.index(), error = %e, "node refused a message");
         }
@@ -164,10 +165,10 @@ impl Handler<ToNodeMsg> for Node {
     }
 }
 
-impl Handler<FromWorker> for Node {
+impl Handler<Deliver<WorkerEvent>> for Node {
     type Result = ();
 
-    fn handle(&mut self, msg: FromWorker, ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: Deliver<WorkerEvent>, ctx: &mut Self::Context) {
         self.on_worker(msg.0);
         self.dispatch(ctx);
     }

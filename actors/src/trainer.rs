@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use rollout::checkpoint::Checkpoint;
 use rollout::machine::{Collected, Output, SupervisionStats, TrainerError, TrainerMachine};
+use rollout::message::{FromNode, ToNode};
 use tokio::sync::oneshot;
 
 use crate::error::CollectError;
 use crate::messages::{
-    BatchArriving, FromNodeMsg, NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights, Subscribe,
-    TakeCheckpoint, ToNodeMsg, TrainerEvent,
+    BatchArriving, Deliver, NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights, Subscribe,
+    TakeCheckpoint, TrainerEvent,
 };
 use crate::remote::peer::Disconnect;
 
@@ -35,7 +36,7 @@ pub struct NodeRestarted {
     /// Node index.
     pub node: usize,
     /// Where its messages go now.
-    pub recipient: Recipient<ToNodeMsg>,
+    pub recipient: Recipient<Deliver<ToNode>>,
     /// Where its spent batches go (in-process nodes).
     pub recycler: Option<Recipient<Recycle>>,
     /// How to cut its connection (remote nodes).
@@ -60,7 +61,7 @@ pub struct GetStats;
 /// The trainer: asks nodes for frames and hands batches to its consumer.
 pub struct Trainer {
     machine: TrainerMachine,
-    nodes: Vec<Recipient<ToNodeMsg>>,
+    nodes: Vec<Recipient<Deliver<ToNode>>>,
     /// Where spent batches go for reuse: in-process nodes only (`None` for remote ones).
     recyclers: Vec<Option<Recipient<Recycle>>>,
     /// How to cut a remote node's connection (`None` for in-process nodes).
@@ -80,7 +81,7 @@ pub struct Trainer {
 
 impl Trainer {
     /// A trainer over a machine and the nodes' recipients (index = node index).
-    pub fn new(machine: TrainerMachine, nodes: Vec<Recipient<ToNodeMsg>>) -> Trainer {
+    pub fn new(machine: TrainerMachine, nodes: Vec<Recipient<Deliver<ToNode>>>) -> Trainer {
         Trainer {
             machine,
             recyclers: vec![None; nodes.len()],
@@ -189,7 +190,7 @@ impl Trainer {
         for o in outs {
             match o {
                 Output::Send { node, msg } => match self.nodes.get(node) {
-                    Some(r) => r.do_send(ToNodeMsg(msg)),
+                    Some(r) => r.do_send(Deliver(msg)),
                     None => tracing::error!(node, "no recipient for node"),
                 },
                 Output::Yield(c) => self.deliver(Ok(Some(c))),
@@ -288,10 +289,10 @@ impl Actor for Trainer {
     }
 }
 
-impl Handler<FromNodeMsg> for Trainer {
+impl Handler<Deliver<FromNode>> for Trainer {
     type Result = ();
 
-    fn handle(&mut self, msg: FromNodeMsg, _ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: Deliver<FromNode>, _ctx: &mut Self::Context) {
         // The machine's clock follows the actor's, so failures are recorded when they happen.
         let r = self.machine.tick(self.start.elapsed(), &mut self.out);
         self.on_result(r);

@@ -6,13 +6,14 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 use rollout::machine::NodeMachine;
+use rollout::message::FromNode;
 use rollout::node_spec::NodeSpec;
 use rollout::policy::Weights;
 use rollout::rollout::{Rollout, RolloutError};
 use rollout::Registry;
 
 use crate::env_worker::{worker_arbiter, EnvWorker};
-use crate::messages::FromNodeMsg;
+use crate::messages::Deliver;
 use crate::node::Node;
 
 /// A node that was started.
@@ -48,7 +49,7 @@ pub(crate) fn start_node(
     registry: &Registry,
     workers: Vec<Rollout>,
     weights: Option<Arc<Weights>>,
-    trainer: Recipient<FromNodeMsg>,
+    trainer: Recipient<Deliver<FromNode>>,
 ) -> StartedNode {
     let node_ctx = Context::<Node>::new();
     let node_addr = node_ctx.address();

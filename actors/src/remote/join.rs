@@ -28,7 +28,7 @@ use super::link::{spawn_writer, FrameSender};
 use super::listener::read_frame;
 use super::parts;
 use crate::launch::node_start::{build_workers, start_node, StartedNode};
-use crate::messages::{FromNodeMsg, Recycle, ToNodeMsg};
+use crate::messages::{Deliver, Recycle};
 use crate::node::Node;
 
 /// Why a node could not join or stopped serving.
@@ -418,7 +418,7 @@ impl StreamHandler<Result<TrainerFrame, FrameError>> for TrainerLink {
                 if let ToNode::UpdateWeights(u) = &m {
                     self.retired.borrow_mut().push_back(Arc::clone(&u.weights));
                 }
-                self.node.do_send(ToNodeMsg(m));
+                self.node.do_send(Deliver(m));
             }
             Inbound::Nothing => {}
             Inbound::Close(reason) => self.finish(ctx, Err(JoinError::Protocol(reason))),
@@ -430,10 +430,10 @@ impl StreamHandler<Result<TrainerFrame, FrameError>> for TrainerLink {
     }
 }
 
-impl Handler<FromNodeMsg> for TrainerLink {
+impl Handler<Deliver<FromNode>> for TrainerLink {
     type Result = ();
 
-    fn handle(&mut self, msg: FromNodeMsg, ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: Deliver<FromNode>, ctx: &mut Self::Context) {
         let ends = NodeSession::ends(&msg.0);
         match msg.0 {
             FromNode::Batch(b) => self.send_batch(b, ctx),

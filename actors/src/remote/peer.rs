@@ -14,14 +14,14 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use bytes::Bytes;
 use rollout::connection::{Inbound, TrainerSession};
-use rollout::message::ToNode;
+use rollout::message::{FromNode, ToNode};
 use rollout::pool::TensorPool;
 use rollout::wire::{self, NodeFrame, TrainerFrame};
 
 use super::frames::{FrameError, SharedPool};
 use super::link::FrameSender;
 use super::parts;
-use crate::messages::{FromNodeMsg, Recycle, ToNodeMsg};
+use crate::messages::{Deliver, Recycle};
 
 /// Encoded `UpdateWeights` frames by version, shared by every peer: one version is
 /// encoded once and the same bytes go to every node.
@@ -79,7 +79,7 @@ pub struct PeerTiming {
 pub struct RemoteNode {
     name: String,
     out: FrameSender,
-    trainer: Recipient<FromNodeMsg>,
+    trainer: Recipient<Deliver<FromNode>>,
     weights: WeightsCache,
     max_frame: usize,
     /// The protocol's state and rules for this connection.
@@ -95,7 +95,7 @@ impl RemoteNode {
         index: usize,
         name: String,
         out: FrameSender,
-        trainer: Recipient<FromNodeMsg>,
+        trainer: Recipient<Deliver<FromNode>>,
         weights: WeightsCache,
         timing: PeerTiming,
     ) -> RemoteNode {
@@ -121,7 +121,7 @@ impl RemoteNode {
             None => tracing::debug!(node, name = %self.name, %reason, "connection closed after Down"),
             Some(failed) => {
                 tracing::warn!(node, name = %self.name, %reason, "closing connection to node");
-                self.trainer.do_send(FromNodeMsg(failed));
+                self.trainer.do_send(Deliver(failed));
             }
         }
         ctx.stop();
@@ -156,7 +156,7 @@ impl StreamHandler<Result<NodeFrame, FrameError>> for RemoteNode {
             Err(e) => return self.close(ctx, e.to_string()),
         };
         match self.session.on_frame(frame, Instant::now()) {
-            Inbound::Deliver(msg) => self.trainer.do_send(FromNodeMsg(msg)),
+            Inbound::Deliver(msg) => self.trainer.do_send(Deliver(msg)),
             Inbound::Nothing => {}
             Inbound::Close(reason) => self.close(ctx, reason),
         }
@@ -176,10 +176,10 @@ impl Handler<Recycle> for RemoteNode {
     }
 }
 
-impl Handler<ToNodeMsg> for RemoteNode {
+impl Handler<Deliver<ToNode>> for RemoteNode {
     type Result = ();
 
-    fn handle(&mut self, msg: ToNodeMsg, ctx: &mut Self::Context) {
+    fn handle(&mut self, msg: Deliver<ToNode>, ctx: &mut Self::Context) {
         if self.session.is_closed() {
             return;
         }
