@@ -8,6 +8,7 @@
 
 pub mod checkpoint;
 pub mod env;
+pub mod frame_decode;
 pub mod frame_reader;
 pub mod learn;
 pub mod machine;

@@ -14,7 +14,6 @@ use crate::checkpoint::NodeState;
 use crate::message::{Batch, Continue, FromNode, Seed, ToNode, UpdateWeights};
 use crate::node_spec::NodeSpec;
 use crate::policy::Weights;
-use crate::pool::TensorPool;
 use crate::rollout::BatchLayout;
 
 /// Version of this protocol; a node speaking another one is rejected.
@@ -389,13 +388,6 @@ pub fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, WireError> {
     rmp_serde::from_slice(body).map_err(|e| WireError::Decode(e.to_string()))
 }
 
-/// [`decode`], writing tensors into storage from `pool` where it has storage of
-/// their dtype and length (see [`crate::pool`]): a batch or a weight update decoded
-/// into memory already mapped instead of fresh pages.
-pub fn decode_pooled<T: DeserializeOwned>(body: &[u8], pool: &mut TensorPool) -> Result<T, WireError> {
-    crate::pool::lend(pool, || decode(body))
-}
-
 /// The body length a prefix announces, refused if over `max`.
 pub fn body_len(prefix: [u8; PREFIX_LEN], max: usize) -> Result<usize, WireError> {
     let len = u32::from_be_bytes(prefix) as usize;
@@ -743,42 +735,6 @@ mod tests {
             heartbeat_timeout_ms: 5000,
             max_frame: DEFAULT_MAX_FRAME as u64,
         }))
-    }
-
-    fn storage(t: &Tensor) -> *const u8 {
-        match t {
-            Tensor::F32(a) => a.as_ptr().cast(),
-            Tensor::I64(a) => a.as_ptr().cast(),
-            Tensor::Bool(a) => a.as_ptr().cast(),
-            other => panic!("not in the test batch: {other:?}"),
-        }
-    }
-
-    #[test]
-    fn a_pooled_decode_writes_into_recycled_storage_and_decodes_the_same() {
-        let b = batch();
-        let frame = encode(&NodeFrame::Batch(b.clone()), DEFAULT_MAX_FRAME).unwrap();
-        let body = &frame[PREFIX_LEN..];
-        // A batch the consumer is done with, of the same layout: every tensor has a slot.
-        let recycled = decode::<NodeFrame>(body).unwrap();
-        let NodeFrame::Batch(old) = recycled else {
-            panic!("a batch")
-        };
-        let slots: Vec<*const u8> = old.data.iter().map(|(_, t)| storage(t)).collect();
-        let mut pool = TensorPool::new(1 << 20);
-        pool.put_dict(old.data);
-        assert_eq!(pool.len(), 3);
-        let got = decode_pooled::<NodeFrame>(body, &mut pool).unwrap();
-        assert_eq!(got, NodeFrame::Batch(b.clone()), "same frame as a plain decode");
-        let NodeFrame::Batch(got) = got else { panic!("a batch") };
-        let used: Vec<*const u8> = got.data.iter().map(|(_, t)| storage(t)).collect();
-        assert_eq!(used, slots, "every tensor decoded into the recycled storage");
-        assert!(pool.is_empty());
-        // A frame that does not decode leaves no pool storage lent out.
-        pool.put_dict(got.data);
-        assert!(decode_pooled::<NodeFrame>(&body[..body.len() - 1], &mut pool).is_err());
-        let again = decode_pooled::<NodeFrame>(body, &mut pool).unwrap();
-        assert_eq!(again, NodeFrame::Batch(b));
     }
 
     #[test]
