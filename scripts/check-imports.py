@@ -224,6 +224,13 @@ def main():
         if mod in test_files or mod == ():
             continue
         path = files[mod]
+        # Inline modules (`mod x { .. }`): inside one, `super` is the file's module.
+        inline = []
+        for m in re.finditer(r"\bmod\s+(" + IDENT + r")\s*\{", code):
+            inline.append((m.end() - 1, matching_brace(code, m.end() - 1), m.group(1)))
+
+        def module_at(pos):
+            return mod + tuple(name for start, end, name in inline if start < pos < end)
         line_at = lambda pos: code.count("\n", 0, pos) + 1
         used = []  # spans of `use` items, so inline scanning skips them
         for m in re.finditer(r"\buse\s+([^;]+);", code):
@@ -234,7 +241,7 @@ def main():
                 elif p and p[0] in ("super", "self"):
                     # `self` is this module, each `super` one up; what stays inside
                     # the same top-level module is dropped by `add`.
-                    base, rest = list(mod), p
+                    base, rest = list(module_at(m.start())), p
                     while rest and rest[0] in ("super", "self"):
                         base, rest = (base[:-1] if rest[0] == "super" else base), rest[1:]
                     add(mod, base + rest, path, line_at(m.start()))
