@@ -303,7 +303,8 @@ def main():
                 low[v] = min(low[v], index[w])
 
     if not sccs:
-        print(f"check-imports: {len(graph)} modules of src/ ({len(files)} files), {len(edges)} import edges, no cycle")
+        tops = {m[:1] for m in modules if m}
+        print(f"check-imports: {len(tops)} modules of src/ ({len(files)} files), {len(edges)} import edges, no cycle")
         return 0
 
     def shortest_cycle(start, members):

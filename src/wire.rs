@@ -10,11 +10,11 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
-use crate::checkpoint::NodeState;
 use crate::message::{Batch, Continue, FromNode, Seed, ToNode, UpdateWeights};
 use crate::node_spec::NodeSpec;
+use crate::node_state::NodeState;
 use crate::policy::Weights;
-use crate::rollout::BatchLayout;
+use crate::schema::BatchLayout;
 
 /// Version of this protocol; a node speaking another one is rejected.
 pub const PROTOCOL_VERSION: u32 = 3;
@@ -803,7 +803,7 @@ mod tests {
             node: 1,
             base_seed: 9,
             weights: Some(Arc::new(weights())),
-            workers: vec![crate::checkpoint::WorkerState {
+            workers: vec![crate::node_state::WorkerState {
                 rollout: r.snapshot().unwrap(),
                 next_traj_id: 3,
                 frames: 20,
@@ -1336,7 +1336,7 @@ mod tests {
         let act = crate::Spec::Discrete { n: 2 };
         let f = NodeFrame::Ready {
             node: 3,
-            layout: crate::rollout::batch_layout(&obs, &act),
+            layout: crate::schema::batch_layout(&obs, &act),
         };
         let b = body(&f);
         let back: NodeFrame = decode(&b).unwrap();

@@ -8,11 +8,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::checkpoint::{NodeState, WorkerState};
 use crate::message::{Batch, FromNode, ToNode};
 use crate::node_spec::NodeSpec;
+use crate::node_state::{NodeState, WorkerState};
 use crate::policy::Weights;
-use crate::rollout::{keys, RolloutState};
+use crate::rollout::RolloutState;
+use crate::schema::keys;
 use crate::supervisor::{restart_seed, RestartIntensity, Restarts};
 use crate::tensor::{Tensor, TensorDict, TensorError};
 

@@ -9,10 +9,11 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::checkpoint::{Checkpoint, CheckpointError, NodeBook, NodeState as NodeCheckpoint, TrainerState};
+use crate::checkpoint::{Checkpoint, CheckpointError, NodeBook, TrainerState};
 use crate::message::{Batch, Continue, FromNode, Seed, ToNode, UpdateWeights};
+use crate::node_state::NodeState as NodeCheckpoint;
 use crate::policy::Weights;
-use crate::rollout::{keys, BatchLayout};
+use crate::schema::{keys, BatchLayout};
 use crate::supervisor::{restart_seed, RestartIntensity, Restarts};
 use crate::tensor::{Tensor, TensorDict, TensorError};
 
@@ -380,23 +381,7 @@ struct CheckpointRun {
 
 /// Checks a batch's entries against a layout: same keys, dtypes and feature shapes.
 pub fn check_layout(data: &TensorDict, layout: &BatchLayout) -> Result<(), String> {
-    let nb = data.batch_size().len();
-    for (key, (dtype, feature)) in layout {
-        let t = data.get(key).map_err(|e| e.to_string())?;
-        if t.dtype() != *dtype {
-            return Err(format!("`{key}` must be {dtype}, got {}", t.dtype()));
-        }
-        if t.shape()[nb..] != feature[..] {
-            return Err(format!(
-                "`{key}` must have feature shape {feature:?}, got {:?}",
-                &t.shape()[nb..]
-            ));
-        }
-    }
-    if let Some(extra) = data.keys().find(|k| !layout.contains_key(*k)) {
-        return Err(format!("unexpected entry `{extra}`"));
-    }
-    Ok(())
+    crate::schema::check_layout(data, layout)
 }
 
 impl TrainerMachine {
@@ -634,7 +619,7 @@ impl TrainerMachine {
                 }
                 if let Some(diff) = known
                     .as_ref()
-                    .and_then(|k| crate::rollout::layout_difference(node, &layout, other, k))
+                    .and_then(|k| crate::schema::layout_difference(node, &layout, other, k))
                 {
                     return Err(TrainerError::BadLayout {
                         node,
