@@ -213,12 +213,13 @@ def main():
     def add(mod, segs, path, line):
         target = resolve(segs)
         if target is None:
-            unresolved.append(f"{path}:{line}: cannot resolve crate::{'::'.join(segs)}")
+            where = os.path.relpath(path, os.path.dirname(src))
+            unresolved.append(f"{where}:{line}: cannot resolve crate::{'::'.join(segs)}")
             return
         a, b = collapse(mod), collapse(target)
         if not a or not b or a == b:
             return
-        edges.setdefault((a, b), []).append(f"{os.path.relpath(path)}:{line}")
+        edges.setdefault((a, b), []).append(f"{os.path.relpath(path, os.path.dirname(src))}:{line}")
 
     for mod, code in code_of.items():
         if mod in test_files or mod == ():
