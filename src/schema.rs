@@ -64,7 +64,7 @@ pub fn batch_layout(observation: &Spec, action: &Spec) -> BatchLayout {
 }
 
 /// The first difference between two nodes' layouts, worded for a config error, e.g.
-/// "node 1's observation is f32 [1], node 0's is f32 [4]"; `None` when they agree.
+/// `node 1's observation is f32 [1], node 0's is f32 [4]`; `None` when they agree.
 pub fn layout_difference(node_a: usize, a: &BatchLayout, node_b: usize, b: &BatchLayout) -> Option<String> {
     let show = |e: Option<&(DType, Vec<usize>)>| match e {
         Some((dtype, shape)) => format!("{dtype} {shape:?}"),
