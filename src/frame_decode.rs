@@ -15,6 +15,13 @@
 //! their encoded parts, borrowed from the body; then the tensors are built from
 //! those parts into the memory given, checked as their own decoding checks them.
 //! Any other frame is decoded by [`wire::decode`] as it is, into fresh memory.
+//!
+//! Why the result is exactly [`wire::decode`]'s: the mirror is used only when the
+//! frame's first key is its `type`, as a string (then serde's tag and the mirror's
+//! variant are the same); a tensor whose blob came empty takes the next tensor read
+//! aside only if that one has its dtype and element count, so a peer sending such a
+//! tensor itself leaves a tensor without data, and the decode fails, as the frame's
+//! own decoding fails on it.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
