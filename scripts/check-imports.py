@@ -139,8 +139,8 @@ def expand_use(tree):
                 continue
             brace = p.find("{")
             if brace >= 0 and p.endswith("}"):
-                head = p[:brace].rstrip(":")
-                walk(prefix + ([head] if head else []), p[brace + 1:-1])
+                head = [seg for seg in p[:brace].split("::") if seg]
+                walk(prefix + head, p[brace + 1:-1])
             else:
                 p = p.split("@")[0]  # `x as y` names x
                 paths.append(prefix + [seg for seg in p.split("::") if seg and seg != "*"])
