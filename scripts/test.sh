@@ -20,5 +20,6 @@ cargo build --release -p rollout-actors --bin rollout
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+python3 scripts/check-imports.py
 cargo nextest run --workspace --profile ci
 cargo test --workspace --doc

@@ -19,37 +19,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::message::Batch;
 use crate::policy::Weights;
-use crate::rollout::RolloutState;
+// A node's state is what its `Snapshot` reply carries (crate::node_state); a
+// checkpoint holds one per node, so the names are reachable from here too.
+pub use crate::node_state::{NodeState, WorkerState};
 
 /// First bytes of a checkpoint file.
 pub const MAGIC: &[u8; 8] = b"ROLLCKPT";
 
 /// Version of the checkpoint format this build writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
-
-/// One env worker's part of a node's state.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct WorkerState {
-    /// Its rollout: envs, generators, episodes in progress.
-    pub rollout: RolloutState,
-    /// One past the highest trajectory id it delivered (restarts skip below it).
-    pub next_traj_id: u64,
-    /// Frames it delivered.
-    pub frames: u64,
-}
-
-/// A node's state between two batches.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct NodeState {
-    /// The node's index.
-    pub node: usize,
-    /// The base seed its restart seeds derive from (the last `Seed` it was sent).
-    pub base_seed: u64,
-    /// The weights it collects with (`None`: the policy's initial ones).
-    pub weights: Option<Arc<Weights>>,
-    /// One entry per env worker.
-    pub workers: Vec<WorkerState>,
-}
 
 /// What the trainer keeps per node.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -9,28 +9,26 @@
 //! that tensor's storage — taken from a [`TensorPool`] when one of the right
 //! dtype and length is there — as the place the next bytes are read into. The
 //! rest of the frame (its headers, small values) goes to a buffer as before,
-//! with an empty blob standing in for each tensor read this way; decoding the
-//! frame then takes those tensors, in order, instead of copying.
+//! with an empty blob standing in for each tensor read this way; the frame's
+//! decode ([`crate::frame_decode`]) is then handed those tensors, in order, and
+//! builds the frame around them instead of copying.
 //!
 //! The result is exactly what [`crate::wire::decode`] gives for the same bytes, for
 //! the two frame types (see [`Frame`]; the wire fuzz tests check it on random and
-//! mutated frames): only tensors in
-//! the two places above, in their canonical encoding (a map of `dtype`, `shape`
-//! and `data`, in that order, with a frame whose `type` comes first) are read
-//! aside, and those are decoded exactly once each, in the order they were read.
-//! Bool tensors are not: their bytes must be checked before they are bools.
+//! mutated frames): only tensors in the two places above, in their canonical
+//! encoding (a map of `dtype`, `shape` and `data`, in that order, with a frame
+//! whose `type` comes first) are read aside, and the decode hands them, in the
+//! order they were read, to the tensors whose blob came empty.
+//! Bool tensors are not read aside: their bytes must be checked before they are bools.
 //!
 //! Pure: the caller reads from its socket into [`FrameReader::buf`] and reports
 //! how much with [`FrameReader::filled`]. It never reads past the frame it is in.
 
-use std::cell::RefCell;
 use std::collections::VecDeque;
 
-use ndarray::{ArrayD, IxDyn};
-use serde::de::DeserializeOwned;
-
-use crate::pool::{Pooled, TensorPool};
-use crate::tensor::{DType, Tensor, TensorError};
+use crate::frame_decode::{self, Frame};
+use crate::pool::TensorPool;
+use crate::tensor::{DType, Elements};
 use crate::wire::{self, WireError, PREFIX_LEN};
 
 /// Smallest blob read straight into a tensor: below this, copying it out of the
@@ -47,99 +45,6 @@ const MAX_DEPTH: usize = 32;
 /// A header buffer grown past this by one large frame is given back afterwards.
 const KEEP_HEAD: usize = 4 << 20;
 
-/// Storage holding a tensor's elements, read off the stream, until the decode
-/// claims it.
-#[derive(Debug)]
-pub(crate) enum Filled {
-    F32(Vec<f32>),
-    F64(Vec<f64>),
-    I64(Vec<i64>),
-    U8(Vec<u8>),
-}
-
-impl Filled {
-    /// Storage for `n` elements of `dtype`, from `pool` if it has some.
-    fn new(dtype: DType, n: usize, pool: &mut TensorPool) -> Option<Filled> {
-        fn get<T: Pooled + Default + Clone>(n: usize, pool: &mut TensorPool) -> Vec<T> {
-            pool.take(n).unwrap_or_else(|| vec![T::default(); n])
-        }
-        Some(match dtype {
-            DType::F32 => Filled::F32(get(n, pool)),
-            DType::F64 => Filled::F64(get(n, pool)),
-            DType::I64 => Filled::I64(get(n, pool)),
-            DType::U8 => Filled::U8(get(n, pool)),
-            DType::Bool => return None,
-        })
-    }
-
-    /// The elements' memory as bytes (their little-endian encoding, on the
-    /// little-endian machines this is used on).
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        match self {
-            Filled::F32(v) => bytemuck::cast_slice_mut(v),
-            Filled::F64(v) => bytemuck::cast_slice_mut(v),
-            Filled::I64(v) => bytemuck::cast_slice_mut(v),
-            Filled::U8(v) => v,
-        }
-    }
-
-    fn dtype(&self) -> DType {
-        match self {
-            Filled::F32(_) => DType::F32,
-            Filled::F64(_) => DType::F64,
-            Filled::I64(_) => DType::I64,
-            Filled::U8(_) => DType::U8,
-        }
-    }
-
-    fn len(&self) -> usize {
-        match self {
-            Filled::F32(v) => v.len(),
-            Filled::F64(v) => v.len(),
-            Filled::I64(v) => v.len(),
-            Filled::U8(v) => v.len(),
-        }
-    }
-
-    /// The tensor of `shape` this storage holds the elements of.
-    pub(crate) fn into_tensor(self, shape: &[usize]) -> Result<Tensor, TensorError> {
-        let s = IxDyn(shape);
-        let err = |e: ndarray::ShapeError| TensorError::Encoding(e.to_string());
-        Ok(match self {
-            Filled::F32(v) => Tensor::F32(ArrayD::from_shape_vec(s, v).map_err(err)?),
-            Filled::F64(v) => Tensor::F64(ArrayD::from_shape_vec(s, v).map_err(err)?),
-            Filled::I64(v) => Tensor::I64(ArrayD::from_shape_vec(s, v).map_err(err)?),
-            Filled::U8(v) => Tensor::U8(ArrayD::from_shape_vec(s, v).map_err(err)?),
-        })
-    }
-
-    fn into_pool(self, pool: &mut TensorPool) {
-        match self {
-            Filled::F32(v) => pool.put_vec(v),
-            Filled::F64(v) => pool.put_vec(v),
-            Filled::I64(v) => pool.put_vec(v),
-            Filled::U8(v) => pool.put_vec(v),
-        }
-    }
-}
-
-thread_local! {
-    /// Tensors read aside for the frame being decoded on this thread, in order.
-    static FILLED: RefCell<VecDeque<Filled>> = const { RefCell::new(VecDeque::new()) };
-}
-
-/// The next tensor read aside for the frame being decoded, if it is of `dtype`
-/// with `n` elements (a tensor whose blob came empty claims it).
-pub(crate) fn claim(dtype: DType, n: usize) -> Option<Filled> {
-    FILLED.with(|f| {
-        let mut f = f.borrow_mut();
-        let next = f.front()?;
-        (next.dtype() == dtype && next.len() == n)
-            .then(|| f.pop_front())
-            .flatten()
-    })
-}
-
 /// What the reader is reading.
 #[derive(Debug)]
 enum State {
@@ -148,7 +53,7 @@ enum State {
     /// Headers and small values, into the header buffer.
     Head,
     /// A tensor's blob, into its storage; this many bytes are in.
-    Blob(Filled, usize),
+    Blob(Elements, usize),
 }
 
 /// What a container is, as far as reading tensors aside goes.
@@ -271,22 +176,6 @@ enum Item<'a> {
     Other,
 }
 
-/// A message a [`FrameReader`] decodes: one whose decoding builds each tensor once,
-/// in the order of the bytes, and never drops a tensor's error to try something
-/// else (no untagged enums, no flattening around tensors) — what makes taking the
-/// tensors read aside in order exact. Sealed: the wire's two frame types.
-pub trait Frame: DeserializeOwned + sealed::Sealed {}
-
-impl Frame for crate::wire::NodeFrame {}
-impl Frame for crate::wire::TrainerFrame {}
-
-mod sealed {
-    /// Only the frame types this module was checked against.
-    pub trait Sealed {}
-    impl Sealed for crate::wire::NodeFrame {}
-    impl Sealed for crate::wire::TrainerFrame {}
-}
-
 /// Reads frames from a byte stream, tensors straight into their storage.
 #[derive(Debug)]
 pub struct FrameReader {
@@ -311,7 +200,7 @@ pub struct FrameReader {
     /// Bytes the scan needs in the header buffer before it can go on.
     need: usize,
     /// Tensors read aside so far, in order.
-    filled: VecDeque<Filled>,
+    filled: VecDeque<Elements>,
     /// A frame is complete and waits for [`FrameReader::decode`].
     complete: bool,
     /// Length of the buffer last handed out by [`FrameReader::buf`].
@@ -386,7 +275,8 @@ impl FrameReader {
         }
         let b: &mut [u8] = match &mut self.state {
             State::Prefix(n) => &mut self.prefix[*n..],
-            State::Blob(f, got) => &mut f.bytes_mut()[*got..],
+            // Only storage whose bytes are its encoding is read into (see `read_aside`).
+            State::Blob(f, got) => f.le_bytes_mut().map_or(&mut [][..], |b| &mut b[*got..]),
             State::Head => {
                 let left = self.body_len - self.body_got;
                 // What the scan needs, but the buffer at most doubles per read: a peer
@@ -447,17 +337,15 @@ impl FrameReader {
         Ok(self.complete)
     }
 
-    /// Decodes the complete frame as a `T` (tensors read aside are taken, the
-    /// others decoded into storage from `pool`) and makes ready for the next one.
-    /// Exactly [`crate::wire::decode_pooled`] of the frame's bytes.
+    /// Decodes the complete frame as a `T` (tensors read aside are handed to the
+    /// decode, the others decoded into storage from `pool`) and makes ready for the
+    /// next one. The same frame as [`crate::wire::decode`] of the frame's bytes.
     pub fn decode<T: Frame>(&mut self, pool: &mut TensorPool) -> Result<T, WireError> {
         if !self.complete {
             return Err(WireError::Decode("no complete frame to decode".into()));
         }
-        let filled = std::mem::take(&mut self.filled);
-        let r = with_filled(filled, pool, |pool| {
-            wire::decode_pooled(&self.head[..self.head_len], pool)
-        });
+        let read = std::mem::take(&mut self.filled);
+        let r = frame_decode::decode_read(&self.head[..self.head_len], read, pool);
         self.reset();
         r
     }
@@ -574,14 +462,18 @@ impl FrameReader {
     /// the header buffer keeps an empty blob in its place, and the rest of it will
     /// be read straight into the storage.
     fn read_aside(&mut self, start: usize, h: usize, len: usize, dtype: DType, elems: usize, pool: &mut TensorPool) {
-        let Some(mut f) = Filled::new(dtype, elems, pool) else {
+        let mut f = pool
+            .take(dtype, elems)
+            .unwrap_or_else(|| Elements::zeroed(dtype, elems));
+        let payload = start + h;
+        let have = (self.head_len - payload).min(len);
+        let Some(bytes) = f.le_bytes_mut() else {
             // Not a dtype read aside (`takes_blob` said it was): buffer the rest.
+            pool.put_elements(f);
             self.stopped = true;
             return;
         };
-        let payload = start + h;
-        let have = (self.head_len - payload).min(len);
-        f.bytes_mut()[..have].copy_from_slice(&self.head[payload..payload + have]);
+        bytes[..have].copy_from_slice(&self.head[payload..payload + have]);
         // An empty bin (0xc4 0x00) where the blob was; bytes after the blob that
         // were read already move up behind it.
         self.head[start] = 0xc4;
@@ -720,37 +612,17 @@ fn dtype_named(s: &[u8]) -> Option<DType> {
         .find(|d| d.name().as_bytes() == s)
 }
 
-/// Runs `f` with `filled` lent to this thread for tensors to claim; what is not
-/// claimed goes to `pool`. The previous loan is back afterwards, even on a panic.
-fn with_filled<R>(filled: VecDeque<Filled>, pool: &mut TensorPool, f: impl FnOnce(&mut TensorPool) -> R) -> R {
-    struct Restore(Option<VecDeque<Filled>>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            if let Some(outer) = self.0.take() {
-                FILLED.with(|f| *f.borrow_mut() = outer);
-            }
-        }
-    }
-    let outer = FILLED.with(|f| std::mem::replace(&mut *f.borrow_mut(), filled));
-    let restore = Restore(Some(outer));
-    let r = f(pool);
-    let left = FILLED.with(|f| std::mem::take(&mut *f.borrow_mut()));
-    drop(restore);
-    for f in left {
-        f.into_pool(pool);
-    }
-    r
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
     use std::sync::Arc;
 
+    use ndarray::{ArrayD, IxDyn};
+
     use super::*;
     use crate::message::{Batch, FromNode, ToNode, UpdateWeights};
     use crate::policy::Weights;
-    use crate::tensor::TensorDict;
+    use crate::tensor::{Tensor, TensorDict};
     use crate::wire::{encode, NodeFrame, TrainerFrame};
 
     fn batch(steps: usize) -> NodeFrame {

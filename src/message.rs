@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::checkpoint::NodeState;
+use crate::node_state::NodeState;
 use crate::policy::Weights;
 use crate::tensor::TensorDict;
 
@@ -110,7 +110,7 @@ pub enum FromNode {
         /// The node.
         node: usize,
         /// Per-frame entries of its batches.
-        layout: crate::rollout::BatchLayout,
+        layout: crate::schema::BatchLayout,
     },
     /// Answer to [`ToNode::Snapshot`].
     Snapshot {

@@ -14,82 +14,11 @@ use serde::{Deserialize, Serialize};
 use crate::env::{Action, Env, EnvError, EnvSnapshot};
 use crate::policy::{ActionsMut, Policy, PolicyError, RandomPolicy, SamplerState, Weights};
 use crate::spec::Spec;
-use crate::tensor::{DType, Tensor, TensorDict, TensorError};
+use crate::tensor::{Tensor, TensorDict, TensorError};
 
-/// Keys of a collected batch, torchrl's names.
-pub mod keys {
-    /// Observation the action was taken in, f32 `[.., D]`.
-    pub const OBSERVATION: &str = "observation";
-    /// Action, i64 `[..]` (discrete) or f32 `[.., A]`.
-    pub const ACTION: &str = "action";
-    /// Observation after the step, f32 `[.., D]`.
-    pub const NEXT_OBSERVATION: &str = "next.observation";
-    /// Reward of the step, f32 `[.., 1]`.
-    pub const NEXT_REWARD: &str = "next.reward";
-    /// `terminated || truncated`, bool `[.., 1]`.
-    pub const NEXT_DONE: &str = "next.done";
-    /// Terminal state reached, bool `[.., 1]`.
-    pub const NEXT_TERMINATED: &str = "next.terminated";
-    /// Episode cut short, bool `[.., 1]`.
-    pub const NEXT_TRUNCATED: &str = "next.truncated";
-    /// Trajectory id, unique across the run, i64 `[..]`.
-    pub const TRAJ_IDS: &str = "collector.traj_ids";
-    /// Steps taken in the trajectory before this frame, i64 `[.., 1]`.
-    pub const STEP_COUNT: &str = "step_count";
-    /// Real (true) or padding (false) frame, after `split_trajectories`.
-    pub const MASK: &str = "collector.mask";
-}
-
-/// Per-frame layout of a batch: key → (dtype, feature shape after the batch dims).
-pub type BatchLayout = std::collections::BTreeMap<String, (DType, Vec<usize>)>;
-
-/// The layout of every batch a rollout over envs with these specs produces; the
-/// trainer checks each (remote) batch against it.
-pub fn batch_layout(observation: &Spec, action: &Spec) -> BatchLayout {
-    let obs = (DType::F32, observation.feature_shape());
-    let act = if action.is_discrete() {
-        (DType::I64, vec![])
-    } else {
-        (DType::F32, action.feature_shape())
-    };
-    [
-        (keys::OBSERVATION, obs.clone()),
-        (keys::NEXT_OBSERVATION, obs),
-        (keys::ACTION, act),
-        (keys::NEXT_REWARD, (DType::F32, vec![1])),
-        (keys::NEXT_DONE, (DType::Bool, vec![1])),
-        (keys::NEXT_TERMINATED, (DType::Bool, vec![1])),
-        (keys::NEXT_TRUNCATED, (DType::Bool, vec![1])),
-        (keys::TRAJ_IDS, (DType::I64, vec![])),
-        (keys::STEP_COUNT, (DType::I64, vec![1])),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect()
-}
-
-/// The first difference between two nodes' layouts, worded for a config error, e.g.
-/// "node 1's observation is f32 [1], node 0's is f32 [4]"; `None` when they agree.
-pub fn layout_difference(node_a: usize, a: &BatchLayout, node_b: usize, b: &BatchLayout) -> Option<String> {
-    let show = |e: Option<&(DType, Vec<usize>)>| match e {
-        Some((dtype, shape)) => format!("{dtype} {shape:?}"),
-        None => "absent".to_string(),
-    };
-    // The observation first, then the action: what a reader recognises the env by.
-    let first = [keys::OBSERVATION.to_string(), keys::ACTION.to_string()];
-    first
-        .iter()
-        .chain(a.keys())
-        .chain(b.keys().filter(|k| !a.contains_key(*k)))
-        .find(|k| a.get(*k) != b.get(*k))
-        .map(|k| {
-            format!(
-                "node {node_a}'s {k} is {}, node {node_b}'s is {}",
-                show(a.get(k)),
-                show(b.get(k))
-            )
-        })
-}
+// The batch schema lives in `crate::schema`; these names stay reachable here for
+// the crates that use `rollout::rollout::{keys, BatchLayout, ..}`.
+pub use crate::schema::{batch_layout, keys, layout_difference, BatchLayout};
 
 /// What went wrong while building or running a rollout.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -15,8 +15,6 @@ use std::ops::Range;
 use ndarray::{ArrayD, Axis, IxDyn};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::pool;
-
 /// Element type of a [`Tensor`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -425,61 +423,184 @@ impl Tensor {
 
     /// Builds a tensor from its encoded parts, checking that they agree.
     pub fn from_le_bytes(dtype: DType, shape: &[usize], data: &[u8]) -> Result<Tensor, TensorError> {
-        let n = shape
-            .iter()
-            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-            .ok_or_else(|| TensorError::Encoding(format!("shape {shape:?} overflows")))?;
+        Self::from_le_bytes_into(dtype, shape, data, |_, _| None)
+    }
+
+    /// [`Self::from_le_bytes`], the elements written into the storage `storage` gives
+    /// for their dtype and count (asked only once the parts are found to agree), or
+    /// into fresh memory if it gives none (or storage of another kind).
+    pub(crate) fn from_le_bytes_into(
+        dtype: DType,
+        shape: &[usize],
+        data: &[u8],
+        storage: impl FnOnce(DType, usize) -> Option<Elements>,
+    ) -> Result<Tensor, TensorError> {
+        let n = element_count(shape)?;
         let want = n
             .checked_mul(dtype.size())
             .ok_or_else(|| TensorError::Encoding(format!("shape {shape:?} overflows")))?;
-        if data.is_empty() && want > 0 {
-            // A blob a `FrameReader` read straight into storage of its own.
-            if let Some(f) = crate::frame_reader::claim(dtype, n) {
-                return f.into_tensor(shape);
-            }
-        }
         if data.len() != want {
             return Err(TensorError::Encoding(format!(
                 "{dtype} tensor of shape {shape:?} needs {want} bytes, got {}",
                 data.len()
             )));
         }
-        let s = IxDyn(shape);
-        let shape_err = |e: ndarray::ShapeError| TensorError::Encoding(e.to_string());
-        macro_rules! decode {
-            ($t:ty, $n:expr) => {{
-                // Storage from the pool lent to this thread (see `pool::lend`) if it has
-                // some of this length, else a new zeroed vector (as bytemuck's
-                // `pod_collect_to_vec` allocates; that one needs a bytemuck feature).
-                let mut v: Vec<$t> = pool::take_lent(n).unwrap_or_else(|| vec![0 as $t; n]);
+        if dtype == DType::Bool {
+            if let Some(other) = data.iter().find(|&&b| b > 1) {
+                return Err(TensorError::Encoding(format!("bool byte must be 0 or 1, got {other}")));
+            }
+        }
+        let mut elements = storage(dtype, n)
+            .filter(|e| e.dtype() == dtype && e.len() == n)
+            .unwrap_or_else(|| Elements::zeroed(dtype, n));
+        elements.fill_from_le(data);
+        elements.into_tensor(shape)
+    }
+
+    /// The tensor's storage, if it owns it whole (standard layout from its start) and
+    /// holds an element: what a pool can hand to a later decode.
+    pub(crate) fn into_elements(self) -> Option<Elements> {
+        fn whole<T>(a: ArrayD<T>) -> Option<Vec<T>> {
+            if !a.is_standard_layout() || a.is_empty() {
+                return None;
+            }
+            let (v, offset) = a.into_raw_vec_and_offset();
+            (offset.unwrap_or(0) == 0).then_some(v)
+        }
+        Some(match self {
+            Tensor::F32(a) => Elements::F32(whole(a)?),
+            Tensor::F64(a) => Elements::F64(whole(a)?),
+            Tensor::I64(a) => Elements::I64(whole(a)?),
+            Tensor::Bool(a) => Elements::Bool(whole(a)?),
+            Tensor::U8(a) => Elements::U8(whole(a)?),
+        })
+    }
+}
+
+/// Elements of a shape, checked for overflow.
+fn element_count(shape: &[usize]) -> Result<usize, TensorError> {
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| TensorError::Encoding(format!("shape {shape:?} overflows")))
+}
+
+/// A tensor's elements in C order without its shape: storage that a decode writes
+/// into and that a [`crate::pool::TensorPool`] keeps between decodes.
+#[derive(Debug)]
+pub(crate) enum Elements {
+    /// f32 elements.
+    F32(Vec<f32>),
+    /// f64 elements.
+    F64(Vec<f64>),
+    /// i64 elements.
+    I64(Vec<i64>),
+    /// bool elements.
+    Bool(Vec<bool>),
+    /// u8 elements.
+    U8(Vec<u8>),
+}
+
+impl Elements {
+    /// `n` zeros (false) of `dtype`, in fresh memory.
+    pub(crate) fn zeroed(dtype: DType, n: usize) -> Elements {
+        match dtype {
+            DType::F32 => Elements::F32(vec![0.0; n]),
+            DType::F64 => Elements::F64(vec![0.0; n]),
+            DType::I64 => Elements::I64(vec![0; n]),
+            DType::Bool => Elements::Bool(vec![false; n]),
+            DType::U8 => Elements::U8(vec![0; n]),
+        }
+    }
+
+    /// The element type.
+    pub(crate) fn dtype(&self) -> DType {
+        match self {
+            Elements::F32(_) => DType::F32,
+            Elements::F64(_) => DType::F64,
+            Elements::I64(_) => DType::I64,
+            Elements::Bool(_) => DType::Bool,
+            Elements::U8(_) => DType::U8,
+        }
+    }
+
+    /// Number of elements.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Elements::F32(v) => v.len(),
+            Elements::F64(v) => v.len(),
+            Elements::I64(v) => v.len(),
+            Elements::Bool(v) => v.len(),
+            Elements::U8(v) => v.len(),
+        }
+    }
+
+    /// Bytes of memory held (capacity, not length).
+    pub(crate) fn capacity_bytes(&self) -> usize {
+        fn of<T>(v: &Vec<T>) -> usize {
+            v.capacity() * std::mem::size_of::<T>()
+        }
+        match self {
+            Elements::F32(v) => of(v),
+            Elements::F64(v) => of(v),
+            Elements::I64(v) => of(v),
+            Elements::Bool(v) => of(v),
+            Elements::U8(v) => of(v),
+        }
+    }
+
+    /// The elements' memory as bytes that are their encoding, so that bytes read off
+    /// a stream can land there directly: every dtype but bool (whose every byte must
+    /// be checked first), on a little-endian machine. `None` otherwise.
+    pub(crate) fn le_bytes_mut(&mut self) -> Option<&mut [u8]> {
+        if !cfg!(target_endian = "little") {
+            return None;
+        }
+        match self {
+            Elements::F32(v) => Some(bytemuck::cast_slice_mut(v)),
+            Elements::F64(v) => Some(bytemuck::cast_slice_mut(v)),
+            Elements::I64(v) => Some(bytemuck::cast_slice_mut(v)),
+            Elements::U8(v) => Some(v),
+            Elements::Bool(_) => None,
+        }
+    }
+
+    /// Overwrites the elements with the little-endian encoding `data` (exactly
+    /// `len() * dtype().size()` bytes; bool bytes 0 or 1, as checked by the caller).
+    fn fill_from_le(&mut self, data: &[u8]) {
+        macro_rules! fill {
+            ($v:expr, $t:ty, $n:expr) => {{
                 if cfg!(target_endian = "little") {
                     // The blob already is the elements' memory: one alignment-safe copy.
-                    bytemuck::cast_slice_mut::<$t, u8>(&mut v).copy_from_slice(data);
+                    bytemuck::cast_slice_mut::<$t, u8>($v).copy_from_slice(data);
                 } else {
-                    for (d, c) in v.iter_mut().zip(data.chunks_exact($n)) {
+                    for (d, c) in $v.iter_mut().zip(data.chunks_exact($n)) {
                         let mut b = [0u8; $n];
                         b.copy_from_slice(c);
                         *d = <$t>::from_le_bytes(b);
                     }
                 }
-                ArrayD::from_shape_vec(s, v).map_err(shape_err)?
             }};
         }
-        Ok(match dtype {
-            DType::F32 => Tensor::F32(decode!(f32, 4)),
-            DType::F64 => Tensor::F64(decode!(f64, 8)),
-            DType::I64 => Tensor::I64(decode!(i64, 8)),
-            DType::U8 => Tensor::U8(decode!(u8, 1)),
-            DType::Bool => {
-                if let Some(other) = data.iter().find(|&&b| b > 1) {
-                    return Err(TensorError::Encoding(format!("bool byte must be 0 or 1, got {other}")));
-                }
-                let mut v: Vec<bool> = pool::take_lent(n).unwrap_or_else(|| vec![false; n]);
-                for (d, &b) in v.iter_mut().zip(data) {
-                    *d = b == 1;
-                }
-                Tensor::Bool(ArrayD::from_shape_vec(s, v).map_err(shape_err)?)
-            }
+        match self {
+            Elements::F32(v) => fill!(v, f32, 4),
+            Elements::F64(v) => fill!(v, f64, 8),
+            Elements::I64(v) => fill!(v, i64, 8),
+            Elements::U8(v) => v.copy_from_slice(data),
+            Elements::Bool(v) => v.iter_mut().zip(data).for_each(|(d, &b)| *d = b == 1),
+        }
+    }
+
+    /// The tensor of `shape` these are the elements of.
+    pub(crate) fn into_tensor(self, shape: &[usize]) -> Result<Tensor, TensorError> {
+        let s = IxDyn(shape);
+        let err = |e: ndarray::ShapeError| TensorError::Encoding(e.to_string());
+        Ok(match self {
+            Elements::F32(v) => Tensor::F32(ArrayD::from_shape_vec(s, v).map_err(err)?),
+            Elements::F64(v) => Tensor::F64(ArrayD::from_shape_vec(s, v).map_err(err)?),
+            Elements::I64(v) => Tensor::I64(ArrayD::from_shape_vec(s, v).map_err(err)?),
+            Elements::Bool(v) => Tensor::Bool(ArrayD::from_shape_vec(s, v).map_err(err)?),
+            Elements::U8(v) => Tensor::U8(ArrayD::from_shape_vec(s, v).map_err(err)?),
         })
     }
 }
@@ -499,13 +620,17 @@ impl_from_array!(i64, I64);
 impl_from_array!(bool, Bool);
 impl_from_array!(u8, U8);
 
-/// The encoded form of a tensor: header plus one byte blob.
+/// The encoded form of a tensor: header plus one byte blob, decoded but not yet
+/// checked against each other (a decode given storage builds the tensor itself).
 #[derive(Deserialize)]
-struct EncodedTensor<'a> {
-    dtype: DType,
-    shape: Vec<usize>,
+pub(crate) struct EncodedTensor<'a> {
+    /// Element type.
+    pub(crate) dtype: DType,
+    /// Shape.
+    pub(crate) shape: Vec<usize>,
+    /// The elements, little-endian, C order (borrowed from the input where it can be).
     #[serde(borrow, with = "serde_bytes")]
-    data: std::borrow::Cow<'a, [u8]>,
+    pub(crate) data: std::borrow::Cow<'a, [u8]>,
 }
 
 /// The same form for encoding, borrowing everything (field order is the wire's).
@@ -577,25 +702,21 @@ pub struct TensorDict {
     tensors: BTreeMap<String, Tensor>,
 }
 
-/// A decoded but not yet checked [`TensorDict`].
+/// A decoded but not yet checked [`TensorDict`], its tensors as `M` holds them (a
+/// map of tensors; or of their encoded parts, for a decode given storage).
 #[derive(Deserialize)]
-struct RawTensorDict {
-    batch_size: Vec<usize>,
-    tensors: BTreeMap<String, Tensor>,
+#[serde(rename = "RawTensorDict")]
+pub(crate) struct RawTensorDict<M> {
+    /// The batch shape.
+    pub(crate) batch_size: Vec<usize>,
+    /// The entries.
+    pub(crate) tensors: M,
 }
 
 impl<'de> Deserialize<'de> for TensorDict {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<TensorDict, D::Error> {
-        let raw = RawTensorDict::deserialize(d)?;
-        if let Some(bad) = raw.tensors.keys().find(|k| !valid_key(k)) {
-            return Err(serde::de::Error::custom(format!("`{bad}` is not a valid dotted key")));
-        }
-        let td = TensorDict {
-            batch_size: raw.batch_size,
-            tensors: raw.tensors,
-        };
-        td.validate().map_err(serde::de::Error::custom)?;
-        Ok(td)
+        let raw = RawTensorDict::<BTreeMap<String, Tensor>>::deserialize(d)?;
+        TensorDict::decoded(raw.batch_size, raw.tensors).map_err(serde::de::Error::custom)
     }
 }
 
@@ -881,6 +1002,20 @@ impl TensorDict {
             )));
         }
         Ok(())
+    }
+
+    /// The dict of decoded entries, checked as decoding checks it: keys are dotted
+    /// paths and every shape starts with the batch shape.
+    pub(crate) fn decoded(
+        batch_size: Vec<usize>,
+        tensors: BTreeMap<String, Tensor>,
+    ) -> Result<TensorDict, TensorError> {
+        if let Some(bad) = tensors.keys().find(|k| !valid_key(k)) {
+            return Err(TensorError::Invalid(format!("`{bad}` is not a valid dotted key")));
+        }
+        let td = TensorDict { batch_size, tensors };
+        td.validate()?;
+        Ok(td)
     }
 
     /// Checks the invariant after decoding from untrusted bytes.

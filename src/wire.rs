@@ -16,8 +16,8 @@ mod tagged;
 
 use crate::message::{FromNode, ToNode};
 use crate::node_spec::NodeSpec;
+use crate::node_state::NodeState;
 use crate::policy::Weights;
-use crate::pool::TensorPool;
 
 /// Version of this protocol; a node speaking another one is rejected.
 pub const PROTOCOL_VERSION: u32 = 3;
@@ -284,13 +284,6 @@ pub fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, WireError> {
     rmp_serde::from_slice(body).map_err(|e| WireError::Decode(e.to_string()))
 }
 
-/// [`decode`], writing tensors into storage from `pool` where it has storage of
-/// their dtype and length (see [`crate::pool`]): a batch or a weight update decoded
-/// into memory already mapped instead of fresh pages.
-pub fn decode_pooled<T: DeserializeOwned>(body: &[u8], pool: &mut TensorPool) -> Result<T, WireError> {
-    crate::pool::lend(pool, || decode(body))
-}
-
 /// The body length a prefix announces, refused if over `max`.
 pub fn body_len(prefix: [u8; PREFIX_LEN], max: usize) -> Result<usize, WireError> {
     let len = u32::from_be_bytes(prefix) as usize;
@@ -481,48 +474,6 @@ mod tests {
         }))
     }
 
-    fn storage(t: &Tensor) -> *const u8 {
-        match t {
-            Tensor::F32(a) => a.as_ptr().cast(),
-            Tensor::I64(a) => a.as_ptr().cast(),
-            Tensor::Bool(a) => a.as_ptr().cast(),
-            other => panic!("not in the test batch: {other:?}"),
-        }
-    }
-
-    #[test]
-    fn a_pooled_decode_writes_into_recycled_storage_and_decodes_the_same() {
-        let b = batch();
-        let frame = encode(&NodeFrame::Message(FromNode::Batch(b.clone())), DEFAULT_MAX_FRAME).unwrap();
-        let body = &frame[PREFIX_LEN..];
-        // A batch the consumer is done with, of the same layout: every tensor has a slot.
-        let recycled = decode::<NodeFrame>(body).unwrap();
-        let NodeFrame::Message(FromNode::Batch(old)) = recycled else {
-            panic!("a batch")
-        };
-        let slots: Vec<*const u8> = old.data.iter().map(|(_, t)| storage(t)).collect();
-        let mut pool = TensorPool::new(1 << 20);
-        pool.put_dict(old.data);
-        assert_eq!(pool.len(), 3);
-        let got = decode_pooled::<NodeFrame>(body, &mut pool).unwrap();
-        assert_eq!(
-            got,
-            NodeFrame::Message(FromNode::Batch(b.clone())),
-            "same frame as a plain decode"
-        );
-        let NodeFrame::Message(FromNode::Batch(got)) = got else {
-            panic!("a batch")
-        };
-        let used: Vec<*const u8> = got.data.iter().map(|(_, t)| storage(t)).collect();
-        assert_eq!(used, slots, "every tensor decoded into the recycled storage");
-        assert!(pool.is_empty());
-        // A frame that does not decode leaves no pool storage lent out.
-        pool.put_dict(got.data);
-        assert!(decode_pooled::<NodeFrame>(&body[..body.len() - 1], &mut pool).is_err());
-        let again = decode_pooled::<NodeFrame>(body, &mut pool).unwrap();
-        assert_eq!(again, NodeFrame::Message(FromNode::Batch(b)));
-    }
-
     #[test]
     fn a_frame_in_parts_is_the_frame_with_the_blobs_not_copied() {
         let big = f32s(&[64, 100], 0.5); // 25,600 bytes: named
@@ -589,7 +540,7 @@ mod tests {
             node: 1,
             base_seed: 9,
             weights: Some(Arc::new(weights())),
-            workers: vec![crate::checkpoint::WorkerState {
+            workers: vec![crate::node_state::WorkerState {
                 rollout: r.snapshot().unwrap(),
                 next_traj_id: 3,
                 frames: 20,
@@ -1166,7 +1117,7 @@ mod tests {
         let act = crate::Spec::Discrete { n: 2 };
         let f = NodeFrame::Message(FromNode::Ready {
             node: 3,
-            layout: crate::rollout::batch_layout(&obs, &act),
+            layout: crate::schema::batch_layout(&obs, &act),
         });
         let b = body(&f);
         let back: NodeFrame = decode(&b).unwrap();

@@ -21,10 +21,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ndarray::{ArrayD, IxDyn};
+use rollout::frame_decode::decode_pooled;
 use rollout::frame_reader::FrameReader;
 use rollout::message::{ToNode, UpdateWeights};
 use rollout::pool::TensorPool;
-use rollout::wire::{decode, decode_pooled, encode_into, TrainerFrame, DEFAULT_MAX_FRAME, PREFIX_LEN};
+use rollout::wire::{decode, encode_into, TrainerFrame, DEFAULT_MAX_FRAME, PREFIX_LEN};
 use rollout::{Tensor, Weights};
 
 const ELEMS: usize = 10_000_000;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use super::liveness::{Liveness, Tick};
 use super::Inbound;
 use crate::message::{FromNode, ToNode};
-use crate::rollout::BatchLayout;
+use crate::schema::BatchLayout;
 use crate::wire::{auth_proof, NodeFrame, TrainerFrame, Welcome, PROTOCOL_VERSION};
 
 /// What the node does next in its handshake.

@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::rollout::keys;
+use crate::schema::keys;
 use crate::tensor::{TensorDict, TensorError};
 
 pub mod adam;

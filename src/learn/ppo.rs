@@ -13,7 +13,7 @@ use super::net::{layer_names, DenseNet};
 use super::LearnError;
 use crate::policy::{PolicyConfig, PolicySpec, Weights};
 use crate::rng::RngState;
-use crate::rollout::keys;
+use crate::schema::keys;
 use crate::spec::Spec;
 use crate::tensor::TensorDict;
 

@@ -10,6 +10,7 @@ use crate::env::{Counting, CountingConfig};
 use crate::env::{Registry, Transition};
 use crate::policy::{ExplorationType, PolicyConfig, PolicySpec};
 use crate::rng::RngState;
+use crate::tensor::DType;
 use crate::EnvSpec;
 
 /// How to build one rollout; building twice gives two identical fresh rollouts.

@@ -14,6 +14,7 @@ use ndarray::{ArrayD, IxDyn};
 use proptest::prelude::*;
 use rollout::checkpoint::NodeState;
 use rollout::connection::{HandshakeStep, TrainerHandshake};
+use rollout::frame_decode::{decode_pooled, Frame};
 use rollout::frame_reader::FrameReader;
 use rollout::message::{Batch, Continue, FromNode, Seed, ToNode, UpdateWeights};
 use rollout::node_spec::NodeSpec;
@@ -21,8 +22,8 @@ use rollout::policy::PolicySpec;
 use rollout::pool::TensorPool;
 use rollout::rollout::RolloutConfig;
 use rollout::wire::{
-    auth_proof, decode, decode_pooled, encode, verify_proof, FrameDecoder, NodeFrame, TrainerFrame, Welcome, WireError,
-    NONCE_LEN, PREFIX_LEN, PROTOCOL_VERSION,
+    auth_proof, decode, encode, verify_proof, FrameDecoder, NodeFrame, TrainerFrame, Welcome, WireError, NONCE_LEN,
+    PREFIX_LEN, PROTOCOL_VERSION,
 };
 use rollout::{EnvSpec, PolicyConfig, Registry, Tensor, TensorDict, Weights};
 use rollout_actors::testkit::NodeHarness;
@@ -215,7 +216,7 @@ fn sample_pool() -> TensorPool {
 
 /// What a `FrameReader` makes of `body` (framed), fed in pieces of at most `chunk`
 /// bytes, reading every tensor blob it may straight into storage of its own.
-fn read_with_reader<T: rollout::frame_reader::Frame>(body: &[u8], chunk: usize) -> Result<T, WireError> {
+fn read_with_reader<T: Frame>(body: &[u8], chunk: usize) -> Result<T, WireError> {
     let mut frame = (body.len() as u32).to_be_bytes().to_vec();
     frame.extend_from_slice(body);
     let mut r = FrameReader::new(usize::MAX).with_min_blob(1);
@@ -238,7 +239,7 @@ fn read_with_reader<T: rollout::frame_reader::Frame>(body: &[u8], chunk: usize) 
 /// A decode into pooled storage, and one by a `FrameReader` reading tensors aside
 /// (what every connection does), agree with the plain one on any input: the same
 /// frame, or an error every way.
-fn check_pooled<T: rollout::frame_reader::Frame + serde::Serialize + std::fmt::Debug>(body: &[u8]) {
+fn check_pooled<T: Frame + serde::Serialize + std::fmt::Debug>(body: &[u8]) {
     // Compared by their encodings: bit for bit, and a NaN (which a mutated float
     // may well be) equals itself.
     let same = |a: &T, b: &T| encode(a, usize::MAX).ok() == encode(b, usize::MAX).ok();

@@ -11,7 +11,8 @@ use std::rc::Rc;
 use std::task::{Context, Poll};
 
 use futures_util::Stream;
-use rollout::frame_reader::{Frame, FrameReader};
+use rollout::frame_decode::Frame;
+use rollout::frame_reader::FrameReader;
 use rollout::pool::TensorPool;
 use rollout::wire::{WireError, PREFIX_LEN};
 

@@ -2,7 +2,7 @@
 //! order, into the node's one `Batch`; the storage of a yielded batch handed back.
 
 use crate::message::{Batch, Continue, FromNode};
-use crate::rollout::keys;
+use crate::schema::keys;
 use crate::tensor::{Tensor, TensorDict};
 
 use super::{NodeError, NodeMachine, NodeOutput, WorkerCmd};

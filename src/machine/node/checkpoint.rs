@@ -3,7 +3,7 @@
 //! loads such a state back (weights, then each worker's rollout) and confirms once
 //! every worker did.
 
-use crate::checkpoint::{NodeState, WorkerState};
+use crate::node_state::{NodeState, WorkerState};
 use crate::message::FromNode;
 use crate::rollout::RolloutState;
 

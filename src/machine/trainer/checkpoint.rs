@@ -2,7 +2,8 @@
 //! work), and restoring one before the run starts.
 
 use super::{Output, TrainerError, TrainerMachine};
-use crate::checkpoint::{Checkpoint, CheckpointError, NodeState as NodeCheckpoint, TrainerState};
+use crate::checkpoint::{Checkpoint, CheckpointError, TrainerState};
+use crate::node_state::NodeState as NodeCheckpoint;
 use crate::message::ToNode;
 
 /// Checkpoints being taken or restored, and what waits for them.

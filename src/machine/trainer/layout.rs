@@ -1,29 +1,10 @@
 //! What each node's batches must hold, and the check of a batch against it.
 
 use super::{TrainerError, TrainerMachine};
-use crate::rollout::BatchLayout;
+use crate::schema::BatchLayout;
 use crate::tensor::TensorDict;
 
-/// Checks a batch's entries against a layout: same keys, dtypes and feature shapes.
-pub fn check_layout(data: &TensorDict, layout: &BatchLayout) -> Result<(), String> {
-    let nb = data.batch_size().len();
-    for (key, (dtype, feature)) in layout {
-        let t = data.get(key).map_err(|e| e.to_string())?;
-        if t.dtype() != *dtype {
-            return Err(format!("`{key}` must be {dtype}, got {}", t.dtype()));
-        }
-        if t.shape()[nb..] != feature[..] {
-            return Err(format!(
-                "`{key}` must have feature shape {feature:?}, got {:?}",
-                &t.shape()[nb..]
-            ));
-        }
-    }
-    if let Some(extra) = data.keys().find(|k| !layout.contains_key(*k)) {
-        return Err(format!("unexpected entry `{extra}`"));
-    }
-    Ok(())
-}
+pub use crate::schema::check_layout;
 
 impl TrainerMachine {
     /// Every batch of every node will be checked against `layout` (keys, dtypes,
@@ -55,7 +36,7 @@ impl TrainerMachine {
                 }
                 if let Some(diff) = known
                     .as_ref()
-                    .and_then(|k| crate::rollout::layout_difference(node, &layout, other, k))
+                    .and_then(|k| crate::schema::layout_difference(node, &layout, other, k))
                 {
                     return Err(TrainerError::BadLayout {
                         node,
@@ -81,7 +62,7 @@ mod tests {
     use crate::tensor::DType;
 
     fn traj_ids_layout() -> BatchLayout {
-        BatchLayout::from([(crate::rollout::keys::TRAJ_IDS.to_string(), (DType::I64, vec![]))])
+        BatchLayout::from([(crate::schema::keys::TRAJ_IDS.to_string(), (DType::I64, vec![]))])
     }
 
     #[test]
@@ -91,12 +72,12 @@ mod tests {
         let mut wrong = traj_ids_layout();
         wrong.insert("observation".into(), (DType::F32, vec![4]));
         assert!(check_layout(&d, &wrong).is_err(), "a missing entry");
-        let f32_ids = BatchLayout::from([(crate::rollout::keys::TRAJ_IDS.to_string(), (DType::F32, vec![]))]);
+        let f32_ids = BatchLayout::from([(crate::schema::keys::TRAJ_IDS.to_string(), (DType::F32, vec![]))]);
         assert_eq!(
             check_layout(&d, &f32_ids),
             Err(format!(
                 "`{}` must be {}, got {}",
-                crate::rollout::keys::TRAJ_IDS,
+                crate::schema::keys::TRAJ_IDS,
                 DType::F32,
                 DType::I64
             ))

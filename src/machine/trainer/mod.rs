@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use crate::message::{Batch, FromNode, ToNode};
 use crate::policy::Weights;
-use crate::rollout::BatchLayout;
+use crate::schema::BatchLayout;
 use crate::supervisor::Restarts;
 
 mod checkpoint;

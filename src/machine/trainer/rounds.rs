@@ -6,7 +6,7 @@ use super::node_state::Asked;
 use super::output::node_batch;
 use super::{check_layout, Collected, Output, TrainerError, TrainerMachine};
 use crate::message::{Batch, Continue, ToNode};
-use crate::rollout::keys;
+use crate::schema::keys;
 use crate::tensor::{Tensor, TensorDict};
 
 impl TrainerMachine {

@@ -7,7 +7,7 @@ use ndarray::ArrayD;
 
 use super::{Collected, NodeSupervision, Output, TrainerConfig, TrainerMachine};
 use crate::message::{Batch, Continue, FromNode, ToNode};
-use crate::rollout::keys;
+use crate::schema::keys;
 use crate::tensor::{Tensor, TensorDict};
 
 /// A config of `nodes` nodes with `envs` envs each, yielding `fpb` frames per batch.

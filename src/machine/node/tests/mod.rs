@@ -12,9 +12,10 @@ use std::collections::BTreeMap;
 use ndarray::ArrayD;
 
 use super::*;
-use crate::checkpoint::{NodeState, WorkerState};
+use crate::node_state::{NodeState, WorkerState};
 use crate::message::{Continue, Seed, UpdateWeights};
-use crate::rollout::{keys, RolloutConfig};
+use crate::rollout::RolloutConfig;
+use crate::schema::keys;
 use crate::supervisor::restart_seed;
 use crate::tensor::{Tensor, TensorDict};
 use crate::{EnvSpec, PolicyConfig, PolicySpec};

@@ -1,0 +1,349 @@
+#!/usr/bin/env python3
+"""Fails on an import cycle between the modules of the core crate (src/).
+
+The core is meant to be layered: a module may use the modules below it, never one
+that (directly or through others) uses it back. This script reads every path into
+the crate that src/**/*.rs names and checks that the graph they make has no cycle.
+
+What counts as a module: a top-level module of the crate, that is src/x.rs or the
+directory src/x/ as a whole (src/x/mod.rs and everything under it are module `x`).
+Inside a directory, a parent module and its children use each other by design (the
+parent re-exports a child, the child uses the parent's types), so a finer graph
+would be all cycles; the layering this checks is the one between the crate's
+top-level modules.
+
+What counts as a dependency of a file, read with comments and string literals
+removed:
+  * every path of a `use crate::...;` item (braces expanded), and of a
+    `use super::...;` that leaves the file's directory;
+  * every `crate::a::b` path written inline in code;
+  * a name the crate root re-exports (`use crate::Tensor`, `crate::Spec::..`)
+    counts as the module it is re-exported from (read from src/lib.rs).
+Test-only code is not counted: a `#[cfg(test)]` module, inline or in a file of its
+own, may use whatever it needs to build its fixtures.
+
+Exit status: 0 with a one-line summary when there is no cycle; 1 naming every
+cycle, with the lines that make each of its edges; 2 when a path cannot be
+resolved to a module (so that the check never passes by not seeing an edge).
+
+Usage: scripts/check-imports.py [--src DIR] [--verbose]
+"""
+
+import argparse
+import os
+import re
+import sys
+
+IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+
+
+def strip_code(text):
+    """`text` with comments, string and char literals blanked (newlines kept)."""
+    out = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            i = j
+        elif text.startswith("/*", i):
+            depth, j = 1, i + 2
+            while j < n and depth:
+                if text.startswith("/*", j):
+                    depth, j = depth + 1, j + 2
+                elif text.startswith("*/", j):
+                    depth, j = depth - 1, j + 2
+                else:
+                    j += 1
+            out.append("\n" * text.count("\n", i, j))
+            i = j
+        elif c == "r" and re.match(r'r#*"', text[i:i + 258]) and not re.match(r"[A-Za-z0-9_]", text[i - 1:i] or " "):
+            hashes = re.match(r'r(#*)"', text[i:]).group(1)
+            end = text.find('"' + hashes, i + len(hashes) + 2)
+            j = n if end < 0 else end + 1 + len(hashes)
+            out.append(" \"\"" + "\n" * text.count("\n", i, j))
+            i = j
+        elif c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            out.append('""' + "\n" * text.count("\n", i, j))
+            i = j + 1
+        elif c == "'":
+            # A char literal ('x', '\n', '\u{..}'), not a lifetime ('a).
+            m = re.match(r"'(\\(u\{[0-9a-fA-F]+\}|x[0-9a-fA-F]{2}|.)|[^\\'])'", text[i:i + 12])
+            if m:
+                out.append("' '")
+                i += m.end()
+            else:
+                out.append(c)
+                i += 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def matching_brace(code, open_at):
+    """Index just past the brace that closes the one at `open_at`."""
+    depth = 0
+    for j in range(open_at, len(code)):
+        if code[j] == "{":
+            depth += 1
+        elif code[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return j + 1
+    return len(code)
+
+
+CFG_TEST = re.compile(r"#\[cfg\(test\)\]\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?mod\s+(" + IDENT + r")\s*([;{])")
+
+
+def drop_test_modules(code):
+    """`code` without its inline `#[cfg(test)]` modules (lines kept), and the names of
+    the test modules it declares in files of their own."""
+    file_mods = []
+    while True:
+        m = CFG_TEST.search(code)
+        if not m:
+            return code, file_mods
+        if m.group(2) == ";":
+            file_mods.append(m.group(1))
+            end = m.end()
+        else:
+            end = matching_brace(code, m.end() - 1)
+        code = code[:m.start()] + "\n" * code.count("\n", m.start(), end) + code[end:]
+
+
+def expand_use(tree):
+    """The paths of a use tree: `a::{b, c::{d, e}}` -> [a::b, a::c::d, a::c::e]."""
+    tree = re.sub(r"\s+", "", re.sub(r"\s+as\s+", "@", tree))
+    paths = []
+
+    def walk(prefix, s):
+        # Split `s` at top-level commas.
+        depth, start, parts = 0, 0, []
+        for j, ch in enumerate(s):
+            if ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+            elif ch == "," and depth == 0:
+                parts.append(s[start:j])
+                start = j + 1
+        parts.append(s[start:])
+        for p in parts:
+            if not p:
+                continue
+            brace = p.find("{")
+            if brace >= 0 and p.endswith("}"):
+                head = [seg for seg in p[:brace].split("::") if seg]
+                walk(prefix + head, p[brace + 1:-1])
+            else:
+                p = p.split("@")[0]  # `x as y` names x
+                paths.append(prefix + [seg for seg in p.split("::") if seg and seg != "*"])
+
+    walk([], tree)
+    return paths
+
+
+def module_of_file(src, path):
+    """The module path of a source file: src/a/b.rs -> (a, b), src/a/mod.rs -> (a,)."""
+    rel = os.path.relpath(path, src)[:-3].split(os.sep)
+    if rel[-1] == "mod":
+        rel = rel[:-1]
+    if rel == ["lib"]:
+        rel = []
+    return tuple(rel)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--src", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+    ap.add_argument("--verbose", action="store_true", help="print every edge")
+    args = ap.parse_args()
+    src = os.path.normpath(args.src)
+
+    files = {}
+    for root, _, names in os.walk(src):
+        for name in sorted(names):
+            if name.endswith(".rs"):
+                path = os.path.join(root, name)
+                files[module_of_file(src, path)] = path
+    modules = set(files)
+
+    # Read every file once: code without comments, strings and test modules.
+    code_of, test_files = {}, set()
+    for mod, path in files.items():
+        with open(path, encoding="utf-8") as f:
+            code, test_mods = drop_test_modules(strip_code(f.read()))
+        code_of[mod] = code
+        test_files.update(mod + (t,) for t in test_mods)
+    # A test file's own children are test code too.
+    test_files = {m for m in modules if any(m[: len(t)] == t for t in test_files)}
+
+    # Names the crate root re-exports: `pub use a::b::{X, Y};` -> X, Y from a::b.
+    reexports = {}
+    for m in re.finditer(r"\bpub\s+use\s+([^;]+);", code_of.get((), "")):
+        for p in expand_use(m.group(1)):
+            p = [s for s in p if s != "crate"]
+            if p:
+                reexports[p[-1]] = tuple(p[:-1])
+
+    def resolve(segs):
+        """The longest known module a crate-rooted path starts with."""
+        segs = tuple(segs)
+        if not segs:
+            return ()
+        for k in range(len(segs), 0, -1):
+            if segs[:k] in modules:
+                return segs[:k]
+        if segs and segs[0] in reexports:
+            return resolve(reexports[segs[0]] + segs[1:]) or ()
+        return None
+
+    def collapse(mod):
+        return mod[:1]
+
+    edges = {}  # (from, to) -> ["file:line", ...]
+    unresolved = []
+
+    def add(mod, segs, path, line):
+        target = resolve(segs)
+        if target is None:
+            where = os.path.relpath(path, os.path.dirname(src))
+            unresolved.append(f"{where}:{line}: cannot resolve crate::{'::'.join(segs)}")
+            return
+        a, b = collapse(mod), collapse(target)
+        if not a or not b or a == b:
+            return
+        edges.setdefault((a, b), []).append(f"{os.path.relpath(path, os.path.dirname(src))}:{line}")
+
+    for mod, code in code_of.items():
+        if mod in test_files or mod == ():
+            continue
+        path = files[mod]
+        # Inline modules (`mod x { .. }`): inside one, `super` is the file's module.
+        inline = []
+        for m in re.finditer(r"\bmod\s+(" + IDENT + r")\s*\{", code):
+            inline.append((m.end() - 1, matching_brace(code, m.end() - 1), m.group(1)))
+
+        def module_at(pos):
+            return mod + tuple(name for start, end, name in inline if start < pos < end)
+        line_at = lambda pos: code.count("\n", 0, pos) + 1
+        used = []  # spans of `use` items, so inline scanning skips them
+        for m in re.finditer(r"\buse\s+([^;]+);", code):
+            used.append((m.start(), m.end()))
+            for p in expand_use(m.group(1)):
+                if p and p[0] == "crate":
+                    add(mod, p[1:], path, line_at(m.start()))
+                elif p and p[0] in ("super", "self"):
+                    # `self` is this module, each `super` one up; what stays inside
+                    # the same top-level module is dropped by `add`.
+                    base, rest = list(module_at(m.start())), p
+                    while rest and rest[0] in ("super", "self"):
+                        base, rest = (base[:-1] if rest[0] == "super" else base), rest[1:]
+                    add(mod, base + rest, path, line_at(m.start()))
+        for m in re.finditer(r"(?<![A-Za-z0-9_$:])crate((?:::" + IDENT + r")+)", code):
+            if any(s <= m.start() < e for s, e in used):
+                continue
+            segs = [s for s in m.group(1).split("::") if s]
+            add(mod, segs, path, line_at(m.start()))
+
+    if unresolved:
+        print("check-imports: paths that name no module of src/:", file=sys.stderr)
+        for u in unresolved:
+            print("  " + u, file=sys.stderr)
+        return 2
+
+    graph = {}
+    for a, b in edges:
+        graph.setdefault(a, set()).add(b)
+        graph.setdefault(b, set())
+    name = lambda m: "::".join(m)
+    if args.verbose:
+        for (a, b), where in sorted(edges.items()):
+            print(f"{name(a)} -> {name(b)}  ({where[0]}{', ...' if len(where) > 1 else ''})")
+
+    # Strongly connected components (Tarjan, iterative).
+    index, low, on, stack, sccs, counter = {}, {}, set(), [], [], [0]
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        x = stack.pop()
+                        on.discard(x)
+                        comp.append(x)
+                        if x == v:
+                            break
+                    if len(comp) > 1:
+                        sccs.append(sorted(comp))
+            elif w not in index:
+                index[w] = low[w] = counter[0]
+                counter[0] += 1
+                stack.append(w)
+                on.add(w)
+                work.append((w, iter(sorted(graph[w]))))
+            elif w in on:
+                low[v] = min(low[v], index[w])
+
+    if not sccs:
+        tops = {m[:1] for m in modules if m}
+        print(f"check-imports: {len(tops)} modules of src/ ({len(files)} files), {len(edges)} import edges, no cycle")
+        return 0
+
+    def shortest_cycle(start, members):
+        """The shortest cycle from `start` back to it inside `members` (BFS)."""
+        prev, frontier = {start: None}, [start]
+        while frontier:
+            nxt = []
+            for v in frontier:
+                for w in sorted(graph[v] & members):
+                    if w == start:
+                        path = [v]
+                        while path[-1] != start:
+                            path.append(prev[path[-1]])
+                        return path[::-1] + [start]
+                    if w not in prev:
+                        prev[w] = v
+                        nxt.append(w)
+            frontier = nxt
+        return None
+
+    print(f"check-imports: {len(sccs)} group(s) of modules of src/ that import each other in a cycle:")
+    for comp in sccs:
+        members = set(comp)
+        print(f"  {', '.join(name(m) for m in comp)}; shortest cycles through each:")
+        seen = set()
+        for m in comp:
+            cycle = shortest_cycle(m, members)
+            key = frozenset(zip(cycle, cycle[1:]))
+            if key in seen:
+                continue
+            seen.add(key)
+            print(f"    {' -> '.join(name(x) for x in cycle)}")
+            for a, b in zip(cycle, cycle[1:]):
+                where = edges[(a, b)]
+                more = f" (+{len(where) - 1} more)" if len(where) > 1 else ""
+                print(f"      {name(a)} -> {name(b)}: {where[0]}{more}")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
