@@ -16,7 +16,6 @@ mod tagged;
 
 use crate::message::{FromNode, ToNode};
 use crate::node_spec::NodeSpec;
-use crate::node_state::NodeState;
 use crate::policy::Weights;
 
 /// Version of this protocol; a node speaking another one is rejected.

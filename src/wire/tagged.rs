@@ -239,7 +239,10 @@ impl<'de, F: Tagged> Visitor<'de> for FrameVisitor<F> {
             let tag: rmpv::Value = map.next_value()?;
             return match tag.as_str() {
                 Some(t) if F::own(t) => F::own_frame(t, MapAccessDeserializer::new(NoSecondTag(map))),
-                _ => F::Message::deserialize(MapAccessDeserializer::new(TagPutBack {
+                // A frame's `type` is its name (PROTOCOL.md); serde's derive would also
+                // take a variant's index, which would tie the wire to the enums' order.
+                None => Err(de::Error::custom("`type` must be a string")),
+                Some(_) => F::Message::deserialize(MapAccessDeserializer::new(TagPutBack {
                     tag: Some(tag),
                     rest: map,
                 }))
@@ -255,6 +258,9 @@ impl<'de, F: Tagged> Visitor<'de> for FrameVisitor<F> {
             .iter()
             .position(|(k, _)| k.as_str() == Some(TAG))
             .ok_or_else(|| de::Error::missing_field(TAG))?;
+        if !entries[tag].1.is_str() {
+            return Err(de::Error::custom("`type` must be a string"));
+        }
         let own = entries[tag].1.as_str().filter(|t| F::own(t)).map(str::to_owned);
         match own {
             Some(t) => {

@@ -3,8 +3,8 @@
 //! loads such a state back (weights, then each worker's rollout) and confirms once
 //! every worker did.
 
-use crate::node_state::{NodeState, WorkerState};
 use crate::message::FromNode;
+use crate::node_state::{NodeState, WorkerState};
 use crate::rollout::RolloutState;
 
 use super::{NodeError, NodeMachine, NodeOutput, WorkerCmd};

@@ -3,8 +3,8 @@
 
 use super::{Output, TrainerError, TrainerMachine};
 use crate::checkpoint::{Checkpoint, CheckpointError, TrainerState};
-use crate::node_state::NodeState as NodeCheckpoint;
 use crate::message::ToNode;
+use crate::node_state::NodeState as NodeCheckpoint;
 
 /// Checkpoints being taken or restored, and what waits for them.
 #[derive(Debug, Default)]

@@ -2,7 +2,6 @@
 
 use super::{TrainerError, TrainerMachine};
 use crate::schema::BatchLayout;
-use crate::tensor::TensorDict;
 
 pub use crate::schema::check_layout;
 

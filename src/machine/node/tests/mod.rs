@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use ndarray::ArrayD;
 
 use super::*;
-use crate::node_state::{NodeState, WorkerState};
 use crate::message::{Continue, Seed, UpdateWeights};
+use crate::node_state::{NodeState, WorkerState};
 use crate::rollout::RolloutConfig;
 use crate::schema::keys;
 use crate::supervisor::restart_seed;
