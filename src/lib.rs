@@ -5,6 +5,7 @@
 //! machines of the trainer and the node. No threads, no sockets, no actix:
 //! the `rollout-actors` crate wraps these in actors.
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub mod checkpoint;
 pub mod connection;

@@ -22,7 +22,7 @@ impl Wake for Unpark {
 }
 
 /// Polls `fut` on this thread until it is ready or `timeout` has passed.
-pub fn block_on_timeout<F: Future>(fut: F, timeout: Duration) -> Option<F::Output> {
+pub(crate) fn block_on_timeout<F: Future>(fut: F, timeout: Duration) -> Option<F::Output> {
     let deadline = Instant::now() + timeout;
     let waker = Waker::from(Arc::new(Unpark(thread::current())));
     let mut cx = Context::from_waker(&waker);

@@ -4,6 +4,7 @@
 //! frames; each node drives its [`EnvWorker`](env_worker::EnvWorker)s, one
 //! arbiter thread each. Most users touch only [`DistributedCollector`].
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 mod block;
 pub mod checkpoint_file;
