@@ -163,7 +163,7 @@ impl Trainer {
         let r = self.machine.tick(self.start.elapsed(), &mut self.out);
         self.on_result(r);
         for (node, reason) in self.machine.take_abandoned() {
-            tracing::warn!(node, %reason, "node closed: it did not acknowledge shutdown in time");
+            tracing::warn!(node, %reason, "node closed at shutdown: past its deadline, it counts as down");
             if let Some(Some(c)) = self.closers.get(node) {
                 c.do_send(Disconnect(reason));
             }

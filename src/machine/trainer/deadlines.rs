@@ -156,7 +156,7 @@ impl TrainerMachine {
                 continue;
             };
             if self.shutting_down {
-                tracing::warn!(node = i, %reason, "closing a node that did not go down in time");
+                tracing::warn!(node = i, %reason, "node given up at shutdown: past its deadline");
                 self.nodes[i].state.lose();
                 self.nodes[i].awaiting.clear();
                 self.abandoned.push((i, reason));
