@@ -448,7 +448,17 @@ fn kill_one_process_node(extra: &[&str]) -> (Option<i32>, String, String) {
         assert!(Instant::now() < end, "node processes: {c:?}");
         thread::sleep(Duration::from_millis(10));
     };
-    let victim = nodes[1];
+    // Node 1: the child started with `--index 1`.
+    let index_of = |pid: u32| {
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
+        args.windows(2).find(|w| w[0] == b"--index").map(|w| w[1].to_vec())
+    };
+    let victim = nodes
+        .iter()
+        .copied()
+        .find(|&p| index_of(p).as_deref() == Some(b"1".as_slice()))
+        .expect("a node process with --index 1");
     let killed = Command::new("kill").args(["-9", &victim.to_string()]).status();
     assert!(killed.is_ok_and(|s| s.success()), "kill -9 {victim}");
     let mut stdout = first + "\n";
@@ -485,5 +495,8 @@ fn a_process_node_killed_in_a_default_sync_run_is_restarted_and_the_run_complete
 fn with_node_max_restarts_0_a_killed_process_node_fails_the_sync_run_naming_it() {
     let (code, _stdout, stderr) = kill_one_process_node(&["--node-max-restarts", "0"]);
     assert_eq!(code, Some(1), "stderr:\n{stderr}");
-    assert!(stderr.contains("node 1"), "the node is not named; stderr:\n{stderr}");
+    assert!(
+        stderr.contains("node 1") && !stderr.contains("node 0"),
+        "the node is not named; stderr:\n{stderr}"
+    );
 }
