@@ -12,7 +12,10 @@ use crate::supervisor::{restart_seed, RestartIntensity, Restarts};
 pub struct NodeSupervision {
     /// Restarts of one node allowed within a window; past it the failure is an error.
     pub intensity: RestartIntensity,
-    /// A `Continue` not answered within this long counts as a node failure (`None`: no limit).
+    /// A `Continue` not answered within this long counts as a node failure (`None`: no
+    /// limit). The same as [`RequestDeadlines::batch`](super::RequestDeadlines::batch),
+    /// which works with or without supervision (the collector's builder sets that one);
+    /// when both are set the shorter counts.
     pub continue_timeout: Option<Duration>,
     /// When a node cannot be restarted (the launcher gave up): in async mode go on
     /// with the other nodes (`true`) or fail the run (`false`, the default).
