@@ -23,6 +23,8 @@ use rollout_tests::{free_addr, rollout_bin, run_bounded, value_weights, wait_wit
 const TOKEN: &[u8] = b"deadlines-test-token-0123456789a";
 /// Generous bound on anything a test waits for.
 const DEADLINE: Duration = Duration::from_secs(60);
+/// Bound on a whole CLI run of 2000 sync rounds on a loaded machine.
+const RUN_DEADLINE: Duration = Duration::from_secs(300);
 
 /// Every log line of this test process (nextest runs each test in its own).
 fn logs() -> &'static Arc<Mutex<Vec<u8>>> {
@@ -403,10 +405,10 @@ fn children(pid: u32) -> Vec<u32> {
     out
 }
 
-/// A sync process run of 4000 batches with `extra` flags, where one node is killed
+/// A sync process run of 2000 batches with `extra` flags, where one node is killed
 /// with SIGKILL mid-run; returns (exit code, stdout, stderr). The test stops reading
 /// stdout after the first batch line, so the CLI (whose `--json` lines outgrow the
-/// pipe's buffer) cannot finish before the kill; then it reads everything.
+/// pipe's 64 KiB buffer: 2000 lines of ~58 bytes) cannot finish before the kill; then it reads everything.
 fn kill_one_process_node(extra: &[&str]) -> (Option<i32>, String, String) {
     let mut args = vec![
         "--launcher",
@@ -421,7 +423,7 @@ fn kill_one_process_node(extra: &[&str]) -> (Option<i32>, String, String) {
         "--frames-per-batch",
         "20",
         "--total-frames",
-        "80000",
+        "40000",
         "--seed",
         "3",
         "--json",
@@ -466,7 +468,7 @@ fn kill_one_process_node(extra: &[&str]) -> (Option<i32>, String, String) {
         stdout.push_str(&l);
         stdout.push('\n');
     }
-    let st = wait_with_deadline(&mut child, DEADLINE);
+    let st = wait_with_deadline(&mut child, RUN_DEADLINE);
     if st.is_none() {
         let _ = child.kill();
         let _ = child.wait();
@@ -478,13 +480,13 @@ fn kill_one_process_node(extra: &[&str]) -> (Option<i32>, String, String) {
 fn a_process_node_killed_in_a_default_sync_run_is_restarted_and_the_run_completes_exactly() {
     let (code, stdout, stderr) = kill_one_process_node(&[]);
     assert_eq!(code, Some(0), "stderr:\n{stderr}");
-    assert_eq!(summary_frames(&stdout), Some(80000), "stderr:\n{stderr}");
+    assert_eq!(summary_frames(&stdout), Some(40000), "stderr:\n{stderr}");
     let batches: Vec<u64> = stdout
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter_map(|v| v.get("batch").and_then(|b| b.as_u64()))
         .collect();
-    assert_eq!(batches, (0..4000).collect::<Vec<u64>>(), "every batch once, in order");
+    assert_eq!(batches, (0..2000).collect::<Vec<u64>>(), "every batch once, in order");
     assert!(
         stderr.contains("restarting"),
         "the restart was not reported; stderr:\n{stderr}"
@@ -499,4 +501,67 @@ fn with_node_max_restarts_0_a_killed_process_node_fails_the_sync_run_naming_it()
         stderr.contains("node 1") && !stderr.contains("node 0"),
         "the node is not named; stderr:\n{stderr}"
     );
+}
+
+#[test]
+fn under_supervision_a_node_silent_on_seed_is_replaced_and_the_run_finishes_exactly() {
+    let addr = free_addr();
+    let t = trainer(addr, |b| {
+        b.seed_timeout(Duration::from_secs(1))
+            .node_max_restarts(1)
+            .node_restart_window(Duration::from_secs(60))
+    });
+    let mut silent = Scripted::join(addr, 0);
+    let good = good_node(addr, 1);
+    let mut c = t.join().expect("trainer thread");
+    assert_eq!(silent.ignore_until_closed(), vec!["seed"]);
+    // The trainer frees slot 0 as it counts the restart; then a good node takes it.
+    let end = Instant::now() + DEADLINE;
+    while c.stats().expect("stats").restarts != [1, 0] {
+        assert!(Instant::now() < end, "the restart was not counted");
+        thread::sleep(Duration::from_millis(10));
+    }
+    let replacement = good_node(addr, 0);
+    let mut frames = 0;
+    while let Some(b) = c.next_batch().expect("batch") {
+        frames += b.data.numel();
+    }
+    assert_eq!(frames, 600);
+    assert_eq!(c.stats().expect("stats").restarts, vec![1, 0]);
+    c.shutdown().expect("shutdown");
+    assert_eq!(good.join().expect("node thread"), Ok(()));
+    assert_eq!(replacement.join().expect("node thread"), Ok(()));
+    let log = log_text();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("restarting") && l.contains("no answer to seed within 1.000 s")),
+        "the cause was not reported; log:\n{log}"
+    );
+}
+
+#[test]
+fn a_deadline_of_zero_is_refused_naming_it() {
+    for (field, b) in [
+        (
+            "request_timeout",
+            DistributedCollector::builder().request_timeout(Duration::ZERO),
+        ),
+        (
+            "seed_timeout",
+            DistributedCollector::builder().seed_timeout(Duration::ZERO),
+        ),
+        (
+            "continue_timeout",
+            DistributedCollector::builder().continue_timeout(Duration::ZERO),
+        ),
+        (
+            "shutdown_ack_timeout",
+            DistributedCollector::builder().shutdown_ack_timeout(Duration::ZERO),
+        ),
+    ] {
+        match b.env("Counting").frames_per_batch(4).build() {
+            Err(rollout_actors::CollectError::Config(e)) => assert_eq!(e.field, field),
+            other => panic!("{field}: {other:?}"),
+        }
+    }
 }
