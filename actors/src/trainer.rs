@@ -135,7 +135,13 @@ impl Trainer {
                 self.dispatch();
                 self.fail(CollectError::NodeFailed { node, reason });
             }
-            Err(e @ TrainerError::NodeLost { .. }) => tracing::error!(error = %e, "node lost"),
+            Err(TrainerError::NodeLost { node, reason }) => {
+                tracing::error!(node, %reason, "node lost; the others go on");
+                // Dropped for good: a remote node's connection is closed with the reason.
+                if let Some(Some(c)) = self.closers.get(node) {
+                    c.do_send(Disconnect(format!("dropped: {reason}")));
+                }
+            }
             Err(
                 e @ (TrainerError::UnexpectedBatch { node, .. }
                 | TrainerError::BadBatch { node, .. }
@@ -149,6 +155,32 @@ impl Trainer {
             }
             Err(e) => tracing::warn!(error = %e, "trainer dropped a node message"),
         }
+    }
+
+    /// Moves the machine's clock to now, so that what is sent next is timed from
+    /// now, and acts on the deadlines that passed (see [`TrainerMachine::tick`]).
+    fn tick(&mut self) {
+        let r = self.machine.tick(self.start.elapsed(), &mut self.out);
+        self.on_result(r);
+        for (node, reason) in self.machine.take_abandoned() {
+            tracing::warn!(node, %reason, "node closed at shutdown: past its deadline, it counts as down");
+            if let Some(Some(c)) = self.closers.get(node) {
+                c.do_send(Disconnect(reason));
+            }
+        }
+    }
+
+    /// How often the deadlines are checked: a quarter of the shortest, within 5..=100 ms.
+    fn tick_every(&self) -> Duration {
+        let d = self.machine.deadlines();
+        let sup = self.machine.supervision().and_then(|s| s.continue_timeout);
+        [d.seed, d.update_weights, d.checkpoint, d.batch, d.shutdown, sup]
+            .into_iter()
+            .flatten()
+            .min()
+            .map_or(Duration::from_millis(100), |t| {
+                (t / 4).clamp(Duration::from_millis(5), Duration::from_millis(100))
+            })
     }
 
     /// Seeds every node (the torchrl-style chain) as soon as the trainer starts,
@@ -263,16 +295,13 @@ impl Actor for Trainer {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         self.me = Some(ctx.address());
-        if let Some(sup) = self.machine.supervision() {
-            let every = sup.continue_timeout.map_or(Duration::from_millis(100), |t| {
-                (t / 4).clamp(Duration::from_millis(5), Duration::from_millis(100))
-            });
-            ctx.run_interval(every, |act, _ctx| {
-                let r = act.machine.tick(act.start.elapsed(), &mut act.out);
-                act.on_result(r);
-                act.dispatch();
-            });
-        }
+        // The clock from now: what is sent below is timed from the start, not from `new`.
+        self.tick();
+        // Every request has a deadline (and shutdown too), supervised or not.
+        ctx.run_interval(self.tick_every(), |act, _ctx| {
+            act.tick();
+            act.dispatch();
+        });
         // A resumed run restores every node's state (seeds and generators included)
         // instead of seeding; requests that arrive meanwhile wait for it.
         match self.machine.start_resume(&mut self.out) {
@@ -294,8 +323,7 @@ impl Handler<Deliver<FromNode>> for Trainer {
 
     fn handle(&mut self, msg: Deliver<FromNode>, _ctx: &mut Self::Context) {
         // The machine's clock follows the actor's, so failures are recorded when they happen.
-        let r = self.machine.tick(self.start.elapsed(), &mut self.out);
-        self.on_result(r);
+        self.tick();
         let r = self.machine.on_node(msg.0, &mut self.out);
         self.on_result(r);
         self.dispatch();
@@ -325,8 +353,7 @@ impl Handler<NodeRestarted> for Trainer {
         self.recyclers[node] = msg.recycler;
         self.closers[node] = msg.closer;
         // The re-sent Continue's deadline counts from now, not from the last tick.
-        let r = self.machine.tick(self.start.elapsed(), &mut self.out);
-        self.on_result(r);
+        self.tick();
         let r = self.machine.node_restarted(node, &mut self.out);
         self.on_result(r);
         self.dispatch();
@@ -360,6 +387,7 @@ impl Handler<NextBatch> for Trainer {
         }
         let (tx, rx) = oneshot::channel();
         self.next = Some(tx);
+        self.tick();
         if let Err(e) = self.machine.request(&mut self.out) {
             self.fail(e.into());
         }
@@ -383,6 +411,7 @@ impl Handler<PushWeights> for Trainer {
     type Result = Result<(), CollectError>;
 
     fn handle(&mut self, msg: PushWeights, _ctx: &mut Self::Context) -> Self::Result {
+        self.tick();
         let r = self.machine.push_weights(msg.0.as_deref(), &mut self.out);
         self.dispatch();
         Ok(r?)
@@ -395,6 +424,7 @@ impl Handler<SetSeed> for Trainer {
     fn handle(&mut self, msg: SetSeed, _ctx: &mut Self::Context) -> Self::Result {
         let (tx, rx) = oneshot::channel();
         self.seed = Some(tx);
+        self.tick();
         self.machine.set_seed(msg.0, &mut self.out);
         self.dispatch();
         Box::pin(async move {
@@ -412,6 +442,7 @@ impl Handler<TakeCheckpoint> for Trainer {
             return Box::pin(async move { Err(e) });
         }
         let (tx, rx) = oneshot::channel();
+        self.tick();
         let id = match self.machine.begin_checkpoint(&mut self.out) {
             Ok(id) => id,
             Err(e) => return Box::pin(async move { Err(e.into()) }),
@@ -446,6 +477,7 @@ impl Handler<StopNodes> for Trainer {
         if let Some(tx) = self.next.take() {
             let _ = tx.send(Ok(None));
         }
+        self.tick();
         self.machine.shutdown(&mut self.out);
         self.dispatch();
         Box::pin(async move {

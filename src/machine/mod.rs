@@ -8,5 +8,6 @@ pub mod trainer;
 
 pub use node::{NodeError, NodeMachine, NodeOutput, WorkerCmd};
 pub use trainer::{
-    Collected, ConfigError, NodeSupervision, Output, SupervisionStats, TrainerConfig, TrainerError, TrainerMachine,
+    Collected, ConfigError, NodeSupervision, Output, RequestDeadlines, SupervisionStats, TrainerConfig, TrainerError,
+    TrainerMachine,
 };

@@ -103,7 +103,17 @@ pub struct CollectorBuilder {
     pub(super) worker_nice: i32,
     pub(super) node_supervision: Option<NodeSupervision>,
     pub(super) resume: Option<Checkpoint>,
+    pub(super) request_timeout: Duration,
+    pub(super) seed_timeout: Option<Duration>,
+    pub(super) update_weights_timeout: Option<Duration>,
+    pub(super) snapshot_timeout: Option<Duration>,
+    pub(super) continue_timeout: Option<Duration>,
+    pub(super) shutdown_ack_timeout: Option<Duration>,
 }
+
+/// Default of [`CollectorBuilder::request_timeout`]: how long a node may take to
+/// answer `seed`, `update_weights`, `snapshot` or `restore`.
+pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Default for CollectorBuilder {
     fn default() -> Self {
@@ -145,6 +155,12 @@ impl Default for CollectorBuilder {
             worker_nice: DEFAULT_WORKER_NICE,
             node_supervision: None,
             resume: None,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            seed_timeout: None,
+            update_weights_timeout: None,
+            snapshot_timeout: None,
+            continue_timeout: None,
+            shutdown_ack_timeout: None,
         }
     }
 }
@@ -293,6 +309,46 @@ impl CollectorBuilder {
         self.shutdown_timeout = d;
         self
     }
+
+    // ---- Deadlines on the nodes' answers: past one a node fails as any other node
+    // failure (restarted under node supervision, else dropped with the reason: async
+    // collection goes on with the others, sync collection fails).
+    /// How long a node may take to answer `seed`, `update_weights`, `snapshot` and
+    /// `restore` (default 30 s); [`Self::seed_timeout`], [`Self::update_weights_timeout`]
+    /// and [`Self::snapshot_timeout`] set one of them apart.
+    pub fn request_timeout(mut self, d: Duration) -> Self {
+        self.request_timeout = d;
+        self
+    }
+    /// How long a node may take to answer `seed` with `seeded` (default: [`Self::request_timeout`]).
+    pub fn seed_timeout(mut self, d: Duration) -> Self {
+        self.seed_timeout = Some(d);
+        self
+    }
+    /// How long a node may take to answer `update_weights` with `weights_updated`
+    /// (default: [`Self::request_timeout`]).
+    pub fn update_weights_timeout(mut self, d: Duration) -> Self {
+        self.update_weights_timeout = Some(d);
+        self
+    }
+    /// How long a node may take to answer `snapshot` or `restore` (default: [`Self::request_timeout`]).
+    pub fn snapshot_timeout(mut self, d: Duration) -> Self {
+        self.snapshot_timeout = Some(d);
+        self
+    }
+    /// How long a node may leave a `Continue` unanswered (default: no limit, since how
+    /// long a batch takes depends on the env; `batch_timeout` bounds the consumer's wait).
+    pub fn continue_timeout(mut self, d: Duration) -> Self {
+        self.continue_timeout = Some(d);
+        self
+    }
+    /// How long a node may take to acknowledge `shutdown` with `down` (default: half of
+    /// [`Self::shutdown_timeout`]). Past it the node is closed with a warning and
+    /// counts as down: every frame was yielded already, so the shutdown succeeds.
+    pub fn shutdown_ack_timeout(mut self, d: Duration) -> Self {
+        self.shutdown_ack_timeout = Some(d);
+        self
+    }
     /// Restarts of one env worker a node allows within [`Self::restart_window`] before
     /// it fails (default 5; 0: the first failure fails the node).
     pub fn max_restarts(mut self, n: u32) -> Self {
@@ -315,7 +371,9 @@ impl CollectorBuilder {
         self
     }
 
-    // ---- Node supervision by the trainer (any of these turns it on).
+    // ---- Node supervision by the trainer (any of these turns it on; the library
+    // keeps it off by default: a lost node stays lost. The `rollout` CLI turns it on
+    // for remote launchers, 3 restarts within 60 s.)
     /// Restarts of one node the trainer allows within [`Self::node_restart_window`]
     /// (default 5 s) before the run fails; turns node supervision on (off by default:
     /// a lost node stays lost). A restarted node gets the current weights, a seed from
@@ -333,14 +391,6 @@ impl CollectorBuilder {
             .get_or_insert_with(NodeSupervision::default)
             .intensity
             .window = d;
-        self
-    }
-    /// A `Continue` a node leaves unanswered this long counts as its failure (default:
-    /// no limit); turns node supervision on.
-    pub fn continue_timeout(mut self, d: Duration) -> Self {
-        self.node_supervision
-            .get_or_insert_with(NodeSupervision::default)
-            .continue_timeout = Some(d);
         self
     }
     /// When a failed node cannot be brought back: async collection goes on without it

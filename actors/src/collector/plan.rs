@@ -1,9 +1,9 @@
 //! Planning a run: the builder's settings checked (every error names the setting at
 //! fault) and turned into the trainer's machine and one [`NodeSpec`] per node.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rollout::machine::{TrainerConfig, TrainerMachine};
+use rollout::machine::{RequestDeadlines, TrainerConfig, TrainerMachine};
 use rollout::node_spec::NodeSpec;
 use rollout::rollout::{batch_layout, layout_difference, BatchLayout, RolloutConfig};
 use rollout::{EnvSpec, Weights};
@@ -202,6 +202,30 @@ impl CollectorBuilder {
         Ok(())
     }
 
+    /// The deadlines on the nodes' answers, each longer than zero.
+    fn deadlines(&self) -> Result<RequestDeadlines, CollectError> {
+        let or_request = |d: Option<Duration>| d.unwrap_or(self.request_timeout);
+        let d = RequestDeadlines {
+            seed: Some(or_request(self.seed_timeout)),
+            update_weights: Some(or_request(self.update_weights_timeout)),
+            checkpoint: Some(or_request(self.snapshot_timeout)),
+            batch: self.continue_timeout,
+            shutdown: Some(self.shutdown_ack_timeout.unwrap_or(self.shutdown_timeout / 2)),
+        };
+        let named = [
+            ("request_timeout", Some(self.request_timeout)),
+            ("seed_timeout", self.seed_timeout),
+            ("update_weights_timeout", self.update_weights_timeout),
+            ("snapshot_timeout", self.snapshot_timeout),
+            ("continue_timeout", self.continue_timeout),
+            ("shutdown_ack_timeout", d.shutdown),
+        ];
+        if let Some((field, _)) = named.iter().find(|(_, t)| t.is_some_and(|t| t.is_zero())) {
+            return Err(config_error(field, "must be longer than zero"));
+        }
+        Ok(d)
+    }
+
     /// Checks every setting and plans the run: the trainer's machine (resumed and
     /// supervised as configured), the node specs, the launcher; nothing is started.
     pub(super) fn prepare(self) -> Result<Prepared, CollectError> {
@@ -227,11 +251,9 @@ impl CollectorBuilder {
             if sup.intensity.window.as_millis() == 0 {
                 return Err(config_error("node_restart_window", "must be at least 1 ms"));
             }
-            if sup.continue_timeout.is_some_and(|t| t.is_zero()) {
-                return Err(config_error("continue_timeout", "must be longer than zero"));
-            }
             machine = machine.with_supervision(sup);
         }
+        machine = machine.with_deadlines(self.deadlines()?);
         Ok(Prepared {
             plan: NodePlan {
                 machine,

@@ -94,14 +94,16 @@ impl TrainerMachine {
         let Some(run) = self.checkpoints.taking.as_mut() else {
             return;
         };
+        let id = run.id;
+        let mut ask = Vec::new();
         for (i, n) in self.nodes.iter().enumerate() {
             if !run.asked[i] && n.state.nothing_in_flight() {
                 run.asked[i] = true;
-                out.push(Output::Send {
-                    node: i,
-                    msg: ToNode::Snapshot { id: run.id },
-                });
+                ask.push(i);
             }
+        }
+        for i in ask {
+            self.send(i, ToNode::Snapshot { id }, out);
         }
     }
 
@@ -262,10 +264,7 @@ impl TrainerMachine {
         self.checkpoints.restoring = Some(vec![false; self.nodes.len()]);
         self.checkpoints.restore_states = nodes.iter().cloned().map(Some).collect();
         for (i, st) in nodes.into_iter().enumerate() {
-            out.push(Output::Send {
-                node: i,
-                msg: ToNode::Restore(Box::new(st)),
-            });
+            self.send(i, ToNode::Restore(Box::new(st)), out);
         }
         tracing::info!(
             batches = self.batches_yielded,

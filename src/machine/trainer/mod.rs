@@ -8,8 +8,9 @@
 //! One concept per file: `config` (what a run collects), `rounds` (sync rounds,
 //! async yields, early release), `weights` (when weights go out), `seeding` (the
 //! seed chain), `supervise` (timeouts, failures, restarts), `checkpoint` (taking
-//! and restoring one), `layout` (what batches must hold), and `node_state` (where
-//! each node is, as one enum).
+//! and restoring one), `deadlines` (how long a node may take to answer each
+//! request), `layout` (what batches must hold), and `node_state` (where each node
+//! is, as one enum).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -22,6 +23,7 @@ use crate::supervisor::Restarts;
 
 mod checkpoint;
 mod config;
+mod deadlines;
 mod error;
 mod layout;
 mod node_state;
@@ -35,12 +37,27 @@ mod weights;
 
 use checkpoint::Checkpoints;
 pub use config::{ConfigError, TrainerConfig};
+pub use deadlines::RequestDeadlines;
 pub use error::TrainerError;
 pub use layout::check_layout;
 use node_state::{Node, NodeState};
 pub use output::{Collected, Output};
 use seeding::SeedChain;
 pub use supervise::{NodeSupervision, SupervisionStats};
+
+/// The request a node's message answers, if it answers one (a `batch` answers its
+/// `continue`, timed by the node's state instead).
+fn answers(msg: &FromNode) -> Option<deadlines::Request> {
+    use deadlines::Request;
+    match msg {
+        FromNode::Seeded { .. } => Some(Request::Seed),
+        FromNode::WeightsUpdated { version, .. } => Some(Request::UpdateWeights(*version)),
+        FromNode::Snapshot { id, .. } => Some(Request::Snapshot(*id)),
+        FromNode::CheckpointFailed { id: 0, .. } | FromNode::Restored { .. } => Some(Request::Restore),
+        FromNode::CheckpointFailed { id, .. } => Some(Request::Snapshot(*id)),
+        _ => None,
+    }
+}
 
 /// The trainer's state machine.
 #[derive(Debug)]
@@ -91,6 +108,10 @@ pub struct TrainerMachine {
     dropped_late: u64,
     /// Frames in accepted batches.
     frames_collected: u64,
+    /// How long a node may take to answer each request.
+    deadlines: RequestDeadlines,
+    /// Nodes given up at shutdown, not yet reported (see [`TrainerMachine::take_abandoned`]).
+    abandoned: Vec<(usize, String)>,
 }
 
 impl TrainerMachine {
@@ -121,6 +142,8 @@ impl TrainerMachine {
             dropped_late: 0,
             frames_collected: 0,
             checkpoints: Checkpoints::default(),
+            deadlines: RequestDeadlines::default(),
+            abandoned: Vec::new(),
         })
     }
 
@@ -158,12 +181,16 @@ impl TrainerMachine {
         if node >= self.nodes.len() {
             return Err(TrainerError::UnknownNode(node));
         }
+        if let Some(answered) = answers(&msg) {
+            self.request_answered(node, answered);
+        }
         match msg {
             FromNode::Batch(b) => self.on_batch(b, out),
             FromNode::WeightsUpdated { .. } => Ok(()),
             FromNode::Seeded { node, next_seed } => self.on_seeded(node, next_seed, out),
             FromNode::Down { node } => {
                 self.nodes[node].state = NodeState::Down;
+                self.nodes[node].awaiting.clear();
                 if self.shutting_down && self.all_down() {
                     out.push(Output::AllDown);
                 }
@@ -205,13 +232,10 @@ impl TrainerMachine {
             }
         }
         let mut any = false;
-        for (i, n) in self.nodes.iter().enumerate() {
-            if !n.state.is_down() {
+        for i in 0..self.nodes.len() {
+            if !self.nodes[i].state.is_down() {
                 any = true;
-                out.push(Output::Send {
-                    node: i,
-                    msg: ToNode::Shutdown,
-                });
+                self.send(i, ToNode::Shutdown, out);
             }
         }
         if !any {

@@ -254,6 +254,8 @@ pub(super) struct Node {
     pub(super) book: NodeBook,
     /// Seqs below this were sent to an earlier incarnation: their batches are late.
     pub(super) incarnation_seq: u64,
+    /// Requests sent and not answered yet, oldest first, timed by their deadlines.
+    pub(super) awaiting: super::deadlines::AwaitedList,
 }
 
 #[cfg(test)]

@@ -61,10 +61,7 @@ impl TrainerMachine {
         }
         if node < self.nodes.len() {
             self.chain.at = Some((node, seed));
-            out.push(Output::Send {
-                node,
-                msg: ToNode::Seed(Seed { seed }),
-            });
+            self.send(node, ToNode::Seed(Seed { seed }), out);
             return Ok(());
         }
         self.chain.at = None;

@@ -12,7 +12,10 @@ use crate::supervisor::{restart_seed, RestartIntensity, Restarts};
 pub struct NodeSupervision {
     /// Restarts of one node allowed within a window; past it the failure is an error.
     pub intensity: RestartIntensity,
-    /// A `Continue` not answered within this long counts as a node failure (`None`: no limit).
+    /// A `Continue` not answered within this long counts as a node failure (`None`: no
+    /// limit). The same as [`RequestDeadlines::batch`](super::RequestDeadlines::batch),
+    /// which works with or without supervision (the collector's builder sets that one);
+    /// when both are set the shorter counts.
     pub continue_timeout: Option<Duration>,
     /// When a node cannot be restarted (the launcher gave up): in async mode go on
     /// with the other nodes (`true`) or fail the run (`false`, the default).
@@ -60,18 +63,27 @@ impl TrainerMachine {
         self.nodes.get(node).is_some_and(|n| n.state.is_restarting())
     }
 
-    /// The clock moved to `now` (since an origin the caller picks): a `Continue`
-    /// unanswered for longer than `continue_timeout` counts as a node failure. A
-    /// `Continue` sent while the node's previous batch was on its way counts from when
-    /// that batch was whole.
+    /// The clock moved to `now` (since an origin the caller picks): a request
+    /// unanswered past its deadline (see [`RequestDeadlines`](super::RequestDeadlines))
+    /// counts as a node failure, and so does a `Continue` unanswered for longer than
+    /// the batch deadline or `continue_timeout` (the shorter). A `Continue` sent while
+    /// the node's previous batch was on its way counts from when that batch was whole.
+    /// At shutdown, a node past the shutdown deadline is given up instead (see
+    /// [`Self::take_abandoned`]).
     pub fn tick(&mut self, now: Duration, out: &mut Vec<Output>) -> Result<(), TrainerError> {
         self.now = self.now.max(now);
-        let Some(limit) = self.supervision.as_ref().and_then(|s| s.continue_timeout) else {
-            return Ok(());
-        };
+        self.check_deadlines(out)?;
         if self.shutting_down {
             return Ok(());
         }
+        let sup_limit = self.supervision.as_ref().and_then(|s| s.continue_timeout);
+        let limit = match (self.deadlines.batch, sup_limit) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let Some(limit) = limit else {
+            return Ok(());
+        };
         for i in 0..self.nodes.len() {
             // The batch on its way first: the outstanding `Continue` is timed from
             // when that batch is whole, as if it had been sent then.
@@ -115,10 +127,7 @@ impl TrainerMachine {
             let st = &mut self.nodes[node];
             st.incarnation_seq = next_seq;
             st.book.pushed_version = state.weights.as_ref().map_or(0, |w| w.version);
-            out.push(Output::Send {
-                node,
-                msg: ToNode::Restore(Box::new(state)),
-            });
+            self.send(node, ToNode::Restore(Box::new(state)), out);
             tracing::info!(node, restart, "node restarted while restoring: its state is sent again");
             return Ok(());
         }
@@ -132,17 +141,13 @@ impl TrainerMachine {
         st.book.since_update = 0;
         st.book.pushed_version = 0;
         st.incarnation_seq = next_seq;
+        // The new incarnation owes nothing its predecessor was asked.
+        st.awaiting.clear();
         if let Some(w) = weights {
             st.book.pushed_version = w.version;
-            out.push(Output::Send {
-                node,
-                msg: ToNode::UpdateWeights(UpdateWeights { weights: w }),
-            });
+            self.send(node, ToNode::UpdateWeights(UpdateWeights { weights: w }), out);
         }
-        out.push(Output::Send {
-            node,
-            msg: ToNode::Seed(Seed { seed }),
-        });
+        self.send(node, ToNode::Seed(Seed { seed }), out);
         tracing::info!(node, restart, seed, "node restarted");
         if let Some(frames) = held {
             if !self.finished {
@@ -231,6 +236,8 @@ impl TrainerMachine {
         // A batch on its way is lost with the node; the node was released already,
         // so its outstanding `Continue` is the one asked again.
         let lost = st.lose();
+        // Nothing it was asked is waited for any more.
+        self.nodes[node].awaiting.clear();
         if self.shutting_down {
             if !was_down && self.all_down() {
                 out.push(Output::AllDown);

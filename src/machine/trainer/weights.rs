@@ -65,13 +65,11 @@ impl TrainerMachine {
     pub(super) fn push_to(&mut self, i: usize, out: &mut Vec<Output>) {
         let n = &mut self.nodes[i];
         n.book.since_update = 0;
-        if let Some(w) = &self.weights {
+        if let Some(w) = self.weights.clone() {
             if n.book.pushed_version != w.version && n.state.is_up() {
                 n.book.pushed_version = w.version;
-                out.push(Output::Send {
-                    node: i,
-                    msg: ToNode::UpdateWeights(UpdateWeights { weights: w.clone() }),
-                });
+                // Sent through `send`, so its `weights_updated` is timed (deadlines.rs).
+                self.send(i, ToNode::UpdateWeights(UpdateWeights { weights: w }), out);
             }
         }
     }

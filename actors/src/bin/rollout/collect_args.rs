@@ -118,9 +118,35 @@ pub(crate) struct CollectArgs {
     pub(crate) resume: Option<PathBuf>,
     /// Supervise the nodes: restart a failed node (local: rebuilt; process: respawned;
     /// slurm: its task resubmitted; external: its slot waits for a rejoin) up to N times
-    /// within 5 s [default: off, a lost node stays lost].
+    /// within `--node-restart-window`; 0 turns supervision off (a lost node stays lost)
+    /// [default: 3 for the process, slurm and external launchers; off for local].
     #[arg(long, value_name = "N")]
     pub(crate) node_max_restarts: Option<u32>,
+    /// The window `--node-max-restarts` counts in, in seconds.
+    #[arg(long, default_value_t = 60.0, value_name = "SECS")]
+    pub(crate) node_restart_window: f64,
+    /// How long a node may take to answer `seed`, `update_weights`, `snapshot` and
+    /// `restore`, in seconds; past it the node fails (restarted under supervision,
+    /// else dropped). The flags below set one apart.
+    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
+    pub(crate) request_timeout: f64,
+    /// How long a node may take to answer `seed` [default: --request-timeout].
+    #[arg(long, value_name = "SECS")]
+    pub(crate) seed_timeout: Option<f64>,
+    /// How long a node may take to answer `update_weights` [default: --request-timeout].
+    #[arg(long, value_name = "SECS")]
+    pub(crate) update_weights_timeout: Option<f64>,
+    /// How long a node may take to answer `snapshot` or `restore` [default: --request-timeout].
+    #[arg(long, value_name = "SECS")]
+    pub(crate) snapshot_timeout: Option<f64>,
+    /// How long a node may leave a `continue` unanswered [default: no limit;
+    /// `--batch-timeout` bounds the wait for a batch].
+    #[arg(long, value_name = "SECS")]
+    pub(crate) continue_timeout: Option<f64>,
+    /// How long a node may take to acknowledge `shutdown` once every frame is yielded;
+    /// past it the node is closed with a warning and the run still succeeds.
+    #[arg(long, default_value_t = 5.0, value_name = "SECS")]
+    pub(crate) shutdown_ack_timeout: f64,
     /// Run env worker threads N nice levels below the rest of their process (0..=19;
     /// 0: the same), so the trainer and the nodes' connections run first on busy cores.
     #[arg(long, value_name = "N", default_value_t = rollout::node_spec::DEFAULT_WORKER_NICE)]

@@ -37,6 +37,56 @@ fn policy_config(args: &CollectArgs) -> Result<PolicyConfig, Failure> {
     })
 }
 
+/// `SECS` of flag `field` as a duration, longer than zero.
+fn secs(field: &'static str, s: f64) -> Result<Duration, Failure> {
+    match Duration::try_from_secs_f64(s) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        _ => Err(usage(field, format!("{s} is not a number of seconds above zero"))),
+    }
+}
+
+/// Node supervision: on by default for remote launchers (3 restarts within 60 s),
+/// off with `--node-max-restarts 0`; the local launcher supervises only when asked.
+fn supervise(
+    b: rollout_actors::CollectorBuilder,
+    args: &CollectArgs,
+    launcher: &Launcher,
+) -> Result<rollout_actors::CollectorBuilder, Failure> {
+    let window = secs("node_restart_window", args.node_restart_window)?;
+    let max = match (args.node_max_restarts, launcher) {
+        (Some(0), _) | (None, Launcher::Local) => return Ok(b),
+        (Some(n), _) => n,
+        (None, _) => DEFAULT_NODE_MAX_RESTARTS,
+    };
+    Ok(b.node_max_restarts(max).node_restart_window(window))
+}
+
+/// Restarts of one node within `--node-restart-window` the CLI allows by default.
+const DEFAULT_NODE_MAX_RESTARTS: u32 = 3;
+
+/// The deadlines on the nodes' answers.
+fn deadlines(
+    mut b: rollout_actors::CollectorBuilder,
+    args: &CollectArgs,
+) -> Result<rollout_actors::CollectorBuilder, Failure> {
+    b = b
+        .request_timeout(secs("request_timeout", args.request_timeout)?)
+        .shutdown_ack_timeout(secs("shutdown_ack_timeout", args.shutdown_ack_timeout)?);
+    if let Some(s) = args.seed_timeout {
+        b = b.seed_timeout(secs("seed_timeout", s)?);
+    }
+    if let Some(s) = args.update_weights_timeout {
+        b = b.update_weights_timeout(secs("update_weights_timeout", s)?);
+    }
+    if let Some(s) = args.snapshot_timeout {
+        b = b.snapshot_timeout(secs("snapshot_timeout", s)?);
+    }
+    if let Some(s) = args.continue_timeout {
+        b = b.continue_timeout(secs("continue_timeout", s)?);
+    }
+    Ok(b)
+}
+
 pub(crate) fn build(
     args: &CollectArgs,
     resume: Option<rollout::checkpoint::Checkpoint>,
@@ -94,9 +144,8 @@ pub(crate) fn build(
     if let Some(n) = args.max_weight_update_interval {
         b = b.max_weight_update_interval(n);
     }
-    if let Some(n) = args.node_max_restarts {
-        b = b.node_max_restarts(n);
-    }
+    b = supervise(b, args, &launcher)?;
+    b = deadlines(b, args)?;
     b = b.worker_nice(args.worker_nice);
     if let Some(n) = args.update_interval {
         b = b.update_interval(n);
