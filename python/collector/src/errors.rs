@@ -50,6 +50,8 @@ pub(crate) fn config_error(field: &str, reason: impl std::fmt::Display) -> PyErr
 pub(crate) fn collect_error(e: CollectError) -> PyErr {
     match e {
         CollectError::Config(c) => config_error(c.field, c.reason),
+        // Raised while building, before anything runs: the env (or its config) is at fault.
+        CollectError::Env(e) => config_error("env", e),
         e @ CollectError::Timeout { .. } => CollectorTimeout::new_err(e.to_string()),
         e => CollectorError::new_err(e.to_string()),
     }
