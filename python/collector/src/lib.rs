@@ -6,6 +6,7 @@
 //! NumPy arrays without a copy and weights read from them (`convert`), and Rust
 //! errors as Python exceptions (`errors`).
 
+mod bench;
 mod collector;
 mod config;
 mod convert;
@@ -18,5 +19,7 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<collector::NativeCollector>()?;
+    m.add_function(wrap_pyfunction!(bench::bench_rust_loop, m)?)?;
+    m.add_function(wrap_pyfunction!(bench::bench_rust_weights, m)?)?;
     errors::register(m)
 }
