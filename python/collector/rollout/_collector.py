@@ -18,7 +18,7 @@ from . import _native
 from ._batch import Batch
 
 # Rust builder setting names that differ from this class's argument names.
-_FIELD_NAMES = {"node_config": "collector_kwargs", "env": "env", "heartbeat": "heartbeat"}
+_FIELD_NAMES = {"node_config": "collector_kwargs"}
 
 
 def _config_error(field: str, reason: str) -> _native.ConfigError:
@@ -216,9 +216,12 @@ class DistributedCollector:
             return _native.NativeCollector(settings)
         except _native.ConfigError as e:
             field = getattr(e, "field", None)
-            if field in _FIELD_NAMES and _FIELD_NAMES[field] != field:
-                raise _config_error(_FIELD_NAMES[field], str(e)) from None
-            raise
+            if field not in _FIELD_NAMES:
+                raise
+            ours = _FIELD_NAMES[field]
+            err = _native.ConfigError(str(e).replace(f"`{field}`", f"`{ours}`"))
+            err.field = ours
+            raise err from None
 
     # ---- iteration
     def next(self) -> Optional[Batch]:

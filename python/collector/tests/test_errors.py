@@ -76,3 +76,8 @@ def test_ctrl_c_interrupts_a_waiting_iteration_and_loses_no_batch():
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_per_node_layout_sync_cannot_stack_names_collector_kwargs():
+    e = refused(nodes=2, sync=True, collector_kwargs=[{}, {"env": "Pendulum-v1"}])
+    assert e.field == "collector_kwargs" and "collector_kwargs" in str(e)
