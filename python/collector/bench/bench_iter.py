@@ -23,7 +23,7 @@ import rollout
 from rollout import _native
 
 RUN = dict(env="CartPole-v1", nodes=2, frames_per_batch=10_000, total_frames=-1, seed=1)
-BATCHES = 60
+BATCHES = 300
 MLP = {"kind": "mlp", "hidden": [1000, 996]}  # 4*1000 + 1000 + 1000*996 + 996 + 996*2 + 2 = 1.0 M
 
 
