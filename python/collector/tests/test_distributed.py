@@ -176,21 +176,3 @@ def test_split_trajs_and_max_frames_per_traj():
     assert b.batch_size[1] <= 10
     assert ("collector", "mask") in b.keys(include_nested=True)
 
-
-def _rollout_bin():
-    import os
-    import pathlib
-
-    path = os.environ.get("ROLLOUT_BIN") or str(pathlib.Path(__file__).resolve().parents[3] / "target" / "release" / "rollout")
-    if not os.path.exists(path):
-        pytest.skip(f"no rollout binary at {path} (scripts/test.sh builds it)")
-    return path
-
-
-def test_process_launcher_nodes():
-    with rollout.DistributedCollector("CartPole-v1", nodes=2, launcher="process", node_program=_rollout_bin(), frames_per_batch=50, total_frames=300, seed=18) as c:
-        assert len(c.node_pids()) == 2
-        assert c.listen_addr() is not None
-        batches = list(c)
-    assert sum(b.numel() for b in batches) == 300
-    assert {b.node for b in batches} <= {0, 1}

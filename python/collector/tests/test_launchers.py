@@ -1,4 +1,4 @@
-"""The remote launchers from Python: SLURM on the local cluster (scripts/slurm-local.sh)."""
+"""The remote launchers from Python: process nodes, SLURM on the local cluster (scripts/slurm-local.sh)."""
 
 import os
 import pathlib
@@ -77,3 +77,12 @@ def test_process_launcher_needs_the_binary(monkeypatch):
     with pytest.raises(rollout.ConfigError) as e:
         rollout.DistributedCollector("Counting", frames_per_batch=10, launcher="process")
     assert e.value.field == "node_program"
+
+
+def test_process_launcher_nodes():
+    with rollout.DistributedCollector("CartPole-v1", nodes=2, launcher="process", node_program=rollout_bin(), frames_per_batch=50, total_frames=300, seed=18) as c:
+        assert len(c.node_pids()) == 2
+        assert c.listen_addr() is not None
+        batches = list(c)
+    assert sum(b.numel() for b in batches) == 300
+    assert {b.node for b in batches} <= {0, 1}
