@@ -18,8 +18,16 @@ python3 -c "import msgpack" 2>/dev/null || python3 -m pip install --quiet --disa
 # built here so that no test spends its deadline compiling.
 cargo build --release -p rollout-actors --bin rollout
 
+# Python learners (issue 18): the `rollout` extension module (python/collector,
+# PyO3 + maturin) built in release into the venv at the repository root.
+test -x .venv/bin/python || python3 -m venv .venv
+.venv/bin/python -m pip install --quiet --disable-pip-version-check "maturin>=1.7,<2" numpy pytest
+VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --release --quiet -m python/collector/Cargo.toml
+
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 python3 scripts/check-imports.py
 cargo nextest run --workspace --profile ci
 cargo test --workspace --doc
+# The Python module's tests; the process-launcher test starts the release binary.
+ROLLOUT_BIN="$PWD/target/release/rollout" .venv/bin/python -m pytest -q python/collector/tests

@@ -1,0 +1,18 @@
+"""rollout: distributed RL data collection in Rust, driven from Python.
+
+``rollout.DistributedCollector`` takes torchrl's argument names and yields
+batches whose entries are NumPy arrays viewing the buffers the Rust nodes
+collected into (no copy). See docs/python.md.
+"""
+
+from ._native import CollectorError, CollectorTimeout, ConfigError
+from ._batch import Batch
+from ._collector import DistributedCollector
+
+__all__ = [
+    "Batch",
+    "CollectorError",
+    "CollectorTimeout",
+    "ConfigError",
+    "DistributedCollector",
+]

@@ -1,0 +1,310 @@
+"""``DistributedCollector``: torchrl's collector names over the Rust collector.
+
+Arguments are checked here for their shape (names, JSON configs) and by the Rust
+builder for their meaning; either way a bad one raises :class:`ConfigError`
+whose ``field`` names the argument.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from typing import Any, Dict, Iterable, Iterator, Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from . import _native
+from ._batch import Batch
+
+# Rust builder setting names that differ from this class's argument names.
+_FIELD_NAMES = {"node_config": "collector_kwargs"}
+
+
+def _config_error(field: str, reason: str) -> _native.ConfigError:
+    err = _native.ConfigError(f"invalid `{field}`: {reason}")
+    err.field = field
+    return err
+
+
+def _exploration(value: Any) -> Optional[str]:
+    """torchrl's ``ExplorationType`` members, or their names, as a string."""
+    if value is None:
+        return None
+    name = getattr(value, "name", value)
+    if not isinstance(name, str):
+        raise _config_error("exploration_type", f"expected a string or an ExplorationType, got {type(value).__name__}")
+    return name.lower()
+
+
+def _policy(policy: Any) -> Optional[str]:
+    """A policy config as JSON: a kind (``"linear"``) or a dict (``{"kind": "mlp", "hidden": [64]}``)."""
+    if policy is None:
+        return None
+    if isinstance(policy, str):
+        return json.dumps({"kind": policy})
+    if isinstance(policy, Mapping):
+        return json.dumps(dict(policy))
+    raise _config_error("policy", f"expected a policy kind or a config dict, got {type(policy).__name__}")
+
+
+def _env_config(field: str, config: Any) -> Optional[str]:
+    if config is None:
+        return None
+    try:
+        return json.dumps(config)
+    except (TypeError, ValueError) as e:
+        raise _config_error(field, f"not JSON-serializable: {e}") from None
+
+
+def _node_configs(configs: Any) -> Optional[list]:
+    """``collector_kwargs``: one dict for every node, or a list with one per node."""
+    if configs is None:
+        return None
+    if isinstance(configs, Mapping):
+        raise _config_error("collector_kwargs", "give a list with one dict per node (a single dict is what every node already gets from the other arguments)")
+    out = []
+    for c in configs:
+        if not isinstance(c, Mapping):
+            raise _config_error("collector_kwargs", f"expected one dict per node, got {type(c).__name__}")
+        c = dict(c)
+        if "num_workers" in c:
+            c["envs_per_node"] = c.pop("num_workers")
+        if "exploration_type" in c:
+            c["exploration_type"] = _exploration(c["exploration_type"])
+        if "env_config" in c:
+            c["env_config"] = _env_config("collector_kwargs", c["env_config"])
+        out.append(c)
+    return out
+
+
+def _weights(weights: Mapping[str, Any]) -> Dict[str, np.ndarray]:
+    """Names to NumPy arrays: anything with ``__array__`` (torch tensors are detached first)."""
+    if hasattr(weights, "state_dict") and not isinstance(weights, Mapping):
+        weights = weights.state_dict()
+    if not isinstance(weights, Mapping):
+        raise TypeError(f"weights: expected a mapping of names to arrays, got {type(weights).__name__}")
+    out = {}
+    for name, value in weights.items():
+        if hasattr(value, "detach"):
+            value = value.detach().cpu()
+        out[name] = np.asarray(value)
+    return out
+
+
+def _worker_ids(ids: Union[None, int, Iterable[int]]) -> Optional[list]:
+    if ids is None:
+        return None
+    if isinstance(ids, int):
+        return [ids]
+    return [int(i) for i in ids]
+
+
+class DistributedCollector:
+    """Collects batches on rollout nodes; iterate it to get :class:`Batch` es.
+
+    torchrl's arguments: ``frames_per_batch`` (required), ``total_frames`` (-1:
+    endless), ``sync``, ``launcher`` (``"local"``, ``"process"``, ``"external"``,
+    ``"slurm"``), ``slurm_kwargs``, ``collector_kwargs`` (one dict per node:
+    ``env``, ``env_config``, ``envs_per_node``, ``exploration_type``),
+    ``num_workers_per_collector`` (same as ``envs_per_node``),
+    ``update_after_each_batch``, ``max_weight_update_interval``,
+    ``update_interval``, ``max_frames_per_traj``, ``init_random_frames``,
+    ``reset_at_each_iter``, ``split_trajs``, ``exploration_type``.
+
+    rollout's own: ``env`` (a registered name, e.g. ``"CartPole-v1"``; torchrl's
+    ``create_env_fn`` position), ``env_config`` (a JSON-able dict), ``policy`` (a
+    kind or a config dict; default ``"linear"``), ``policy_init_seed``, ``nodes``,
+    ``envs_per_node``, ``seed``, ``nan_is_failure``, supervision
+    (``max_restarts``, ``restart_window``, ``node_max_restarts``,
+    ``node_restart_window``, ``continue_timeout``,
+    ``continue_without_lost_nodes``, ``worker_nice``), timeouts in seconds
+    (``batch_timeout``, ``shutdown_timeout``, ``join_timeout``, ``heartbeat``,
+    ``heartbeat_timeout``, ``handshake_timeout``), remote nodes (``listen``,
+    ``advertise``, ``token``, ``node_program``: the ``rollout`` binary, found on
+    ``PATH`` or in ``$ROLLOUT_BIN`` by default; ``max_frame``) and ``resume`` (a
+    :meth:`state_dict`).
+    """
+
+    def __init__(
+        self,
+        env: Optional[str] = None,
+        policy: Any = None,
+        *,
+        frames_per_batch: Optional[int] = None,
+        total_frames: int = -1,
+        create_env_fn: Optional[str] = None,
+        env_config: Optional[Mapping[str, Any]] = None,
+        nodes: int = 1,
+        envs_per_node: Optional[int] = None,
+        num_workers_per_collector: Optional[int] = None,
+        sync: bool = False,
+        seed: Optional[int] = None,
+        launcher: str = "local",
+        slurm_kwargs: Optional[Mapping[str, Any]] = None,
+        collector_kwargs: Optional[Sequence[Mapping[str, Any]]] = None,
+        update_after_each_batch: bool = False,
+        max_weight_update_interval: Optional[int] = None,
+        update_interval: Optional[int] = None,
+        max_frames_per_traj: Optional[int] = None,
+        init_random_frames: Optional[int] = None,
+        reset_at_each_iter: bool = False,
+        split_trajs: bool = False,
+        exploration_type: Any = None,
+        node_program: Optional[str] = None,
+        resume: Optional[Mapping[str, Any]] = None,
+        **options: Any,
+    ) -> None:
+        if env is not None and create_env_fn is not None:
+            raise _config_error("env", "give env or create_env_fn, not both")
+        env = env if env is not None else create_env_fn
+        if envs_per_node is not None and num_workers_per_collector is not None:
+            raise _config_error("envs_per_node", "give envs_per_node or num_workers_per_collector, not both")
+        if envs_per_node is None:
+            envs_per_node = num_workers_per_collector
+        if max_weight_update_interval is not None and max_weight_update_interval < 0:
+            max_weight_update_interval = None  # torchrl's -1: never
+        if max_frames_per_traj is not None and max_frames_per_traj < 0:
+            max_frames_per_traj = None  # torchrl's -1: no limit
+        if init_random_frames is not None and init_random_frames < 0:
+            init_random_frames = None
+        if launcher in ("process", "slurm") and node_program is None:
+            node_program = os.environ.get("ROLLOUT_BIN") or shutil.which("rollout")
+            if node_program is None:
+                raise _config_error(
+                    "node_program",
+                    f"the {launcher} launcher starts the `rollout` binary: put it on PATH, set ROLLOUT_BIN or pass node_program",
+                )
+        token = options.pop("token", None)
+        if isinstance(token, str):
+            token = token.encode()
+        checkpoint = None
+        if resume is not None:
+            checkpoint = resume["checkpoint"] if isinstance(resume, Mapping) else resume
+        settings: Dict[str, Any] = dict(
+            env=env,
+            env_config=_env_config("env_config", env_config),
+            policy=_policy(policy),
+            frames_per_batch=frames_per_batch,
+            total_frames=total_frames,
+            nodes=nodes,
+            envs_per_node=envs_per_node,
+            sync=sync,
+            seed=seed,
+            launcher=launcher,
+            slurm_kwargs=dict(slurm_kwargs) if slurm_kwargs is not None else None,
+            collector_kwargs=_node_configs(collector_kwargs),
+            update_after_each_batch=update_after_each_batch,
+            max_weight_update_interval=max_weight_update_interval,
+            update_interval=update_interval,
+            max_frames_per_traj=max_frames_per_traj,
+            init_random_frames=init_random_frames,
+            reset_at_each_iter=reset_at_each_iter,
+            split_trajs=split_trajs,
+            exploration_type=_exploration(exploration_type),
+            node_program=node_program,
+            token=token,
+            resume=checkpoint,
+        )
+        settings.update(options)
+        self._settings = {k: v for k, v in settings.items() if k != "resume"}
+        self._native = self._start(settings)
+
+    @staticmethod
+    def _start(settings: Dict[str, Any]) -> "_native.NativeCollector":
+        try:
+            return _native.NativeCollector(settings)
+        except _native.ConfigError as e:
+            field = getattr(e, "field", None)
+            if field not in _FIELD_NAMES:
+                raise
+            ours = _FIELD_NAMES[field]
+            err = _native.ConfigError(str(e).replace(f"`{field}`", f"`{ours}`"))
+            err.field = ours
+            raise err from None
+
+    # ---- iteration
+    def next(self) -> Optional[Batch]:
+        """The next batch, or ``None`` once ``total_frames`` have been yielded.
+
+        Waits with the GIL released; Ctrl-C raises ``KeyboardInterrupt`` and the
+        batch being waited for is the one the next call returns."""
+        raw = self._native.next_batch()
+        return None if raw is None else Batch(raw)
+
+    def __iter__(self) -> Iterator[Batch]:
+        while True:
+            batch = self.next()
+            if batch is None:
+                return
+            yield batch
+
+    # ---- weights, seeds
+    def update_policy_weights_(
+        self,
+        weights: Optional[Mapping[str, Any]] = None,
+        worker_ids: Union[None, int, Iterable[int]] = None,
+    ) -> Optional[int]:
+        """Stores ``weights`` (names to arrays) as the next version and pushes them
+        to ``worker_ids`` (all nodes when ``None``); returns the new version. With
+        ``weights=None`` the stored weights are pushed again."""
+        ids = _worker_ids(worker_ids)
+        if weights is None:
+            self._native.push_policy_weights(ids)
+            return None
+        return self._native.update_policy_weights(_weights(weights), ids)
+
+    def set_seed(self, seed: int, static_seed: bool = False) -> int:
+        """Reseeds every node (node k gets the seed node k-1 did not use); returns the next seed."""
+        if static_seed:
+            raise _config_error("static_seed", "not supported: every node gets a seed of its own")
+        return self._native.set_seed(seed)
+
+    # ---- checkpoints
+    def state_dict(self) -> Dict[str, Any]:
+        """A checkpoint of the whole run (``{"checkpoint": bytes}``), taken between batches."""
+        return {"checkpoint": self._native.checkpoint()}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Goes on from ``state_dict``: this run stops and the same settings restart
+        from the checkpoint (frames yielded, weights, every env and generator)."""
+        self._native.shutdown()
+        settings = dict(self._settings)
+        settings["resume"] = state_dict["checkpoint"]
+        self._native = self._start(settings)
+
+    # ---- the rest
+    def stats(self) -> Dict[str, Any]:
+        """``restarts`` (per node), ``dropped_late`` and ``frames_collected``."""
+        return self._native.stats()
+
+    @property
+    def nodes(self) -> int:
+        """Number of nodes."""
+        return self._native.nodes
+
+    def listen_addr(self) -> Optional[str]:
+        """The address remote nodes join, when they do."""
+        return self._native.listen_addr()
+
+    def node_pids(self) -> list:
+        """Process ids of the node processes (``process`` launcher)."""
+        return self._native.node_pids()
+
+    def slurm_job_ids(self) -> list:
+        """Every SLURM job of the run (``slurm`` launcher)."""
+        return self._native.slurm_job_ids()
+
+    def shutdown(self) -> None:
+        """Stops every node and joins every thread; idempotent."""
+        self._native.shutdown()
+
+    def __enter__(self) -> "DistributedCollector":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        s = self._settings
+        return f"DistributedCollector(env={s['env']!r}, nodes={s['nodes']}, frames_per_batch={s['frames_per_batch']}, sync={s['sync']})"

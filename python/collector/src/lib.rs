@@ -1,0 +1,25 @@
+//! `rollout._native`: the Rust side of the `rollout` Python package.
+//!
+//! The Python package (`rollout/`) gives torchrl's names and the TensorDict-like
+//! batch; this module holds what must be native: the collector behind a thread of
+//! its own (`runner`), settings read from a dict (`config`), tensors moved into
+//! NumPy arrays without a copy and weights read from them (`convert`), and Rust
+//! errors as Python exceptions (`errors`).
+
+mod bench;
+mod collector;
+mod config;
+mod convert;
+mod errors;
+mod runner;
+
+use pyo3::prelude::*;
+
+/// The module `rollout._native`.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<collector::NativeCollector>()?;
+    m.add_function(wrap_pyfunction!(bench::bench_rust_loop, m)?)?;
+    m.add_function(wrap_pyfunction!(bench::bench_rust_weights, m)?)?;
+    errors::register(m)
+}

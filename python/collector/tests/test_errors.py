@@ -1,0 +1,83 @@
+"""Bad arguments name themselves; Rust errors keep their message; Ctrl-C is clean."""
+
+import signal
+
+import numpy as np
+import pytest
+
+import rollout
+
+
+def refused(**kw):
+    kw.setdefault("env", "CartPole-v1")
+    kw.setdefault("frames_per_batch", 10)
+    with pytest.raises(rollout.ConfigError) as e:
+        rollout.DistributedCollector(**kw)
+    return e.value
+
+
+@pytest.mark.parametrize(
+    "kw, field",
+    [
+        (dict(frames_per_batch=0), "frames_per_batch"),
+        (dict(frames_per_batch=None), "frames_per_batch"),
+        (dict(frames_per_batch="ten"), "frames_per_batch"),
+        (dict(total_frames=-5), "total_frames"),
+        (dict(nodes=0), "nodes"),
+        (dict(envs_per_node=0), "envs_per_node"),
+        (dict(env=None), "env"),
+        (dict(env="NoSuchEnv-v0"), "env"),
+        (dict(launcher="cloud"), "launcher"),
+        (dict(exploration_type="greedy"), "exploration_type"),
+        (dict(policy=3), "policy"),
+        (dict(policy={"kind": "transformer"}), "policy"),
+        (dict(batch_timeout=-1.0), "batch_timeout"),
+        (dict(frames_per_bach=10), "frames_per_bach"),
+        (dict(collector_kwargs=[{"colour": "red"}]), "collector_kwargs"),
+        (dict(launcher="external"), "token"),
+        (dict(launcher="local", slurm_kwargs={"partition": "x"}), "slurm_kwargs"),
+    ],
+)
+def test_bad_arguments_are_named(kw, field):
+    e = refused(**kw)
+    assert isinstance(e, ValueError)
+    assert e.field == field, str(e)
+    assert field in str(e)
+
+
+def test_config_errors_carry_the_rust_message():
+    e = refused(frames_per_batch=0)
+    assert "must be at least 1" in str(e)
+
+
+def test_bad_weights_are_refused():
+    with rollout.DistributedCollector("CartPole-v1", frames_per_batch=10, total_frames=-1, seed=1) as c:
+        with pytest.raises(TypeError, match="float16"):
+            c.update_policy_weights_({"weight": np.zeros((2, 4), dtype=np.float16)})
+        with pytest.raises(TypeError, match="mapping"):
+            c.update_policy_weights_([np.zeros(3, dtype=np.float32)])
+
+
+def test_ctrl_c_interrupts_a_waiting_iteration_and_loses_no_batch():
+    # A batch that takes seconds (an MLP policy, many frames), a SIGALRM raising
+    # KeyboardInterrupt (what Ctrl-C does) a fraction of a second into the wait.
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        with rollout.DistributedCollector("Pendulum-v1", {"kind": "mlp", "hidden": [256, 256]}, frames_per_batch=50_000, total_frames=-1, seed=1, batch_timeout=600.0, shutdown_timeout=300.0) as c:
+            signal.setitimer(signal.ITIMER_REAL, 0.1)
+            with pytest.raises(KeyboardInterrupt):
+                c.next()
+            batch = c.next()
+            assert batch.index == 0, "the batch waited for when interrupted comes next"
+            assert batch.numel() == 50_000
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_per_node_layout_sync_cannot_stack_names_collector_kwargs():
+    e = refused(nodes=2, sync=True, collector_kwargs=[{}, {"env": "Pendulum-v1"}])
+    assert e.field == "collector_kwargs" and "collector_kwargs" in str(e)
