@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{Output, TrainerError, TrainerMachine};
+use super::{ConfigError, Output, TrainerError, TrainerMachine};
 use crate::message::{ToNode, UpdateWeights};
 use crate::policy::Weights;
 
@@ -16,6 +16,39 @@ impl TrainerMachine {
     /// The stored weights, if any were set.
     pub fn weights(&self) -> Option<&Arc<Weights>> {
         self.weights.as_ref()
+    }
+
+    /// Sets version 0 of each node's weights (one per node, by index): what the
+    /// launchers hand every node before its first `Continue` (a local node at its
+    /// construction, a remote one in `welcome`), and what a node acts with until
+    /// the first update. Their version is set to 0. Equal weights are kept once.
+    pub fn with_initial_weights(mut self, weights: Vec<Weights>) -> Result<TrainerMachine, ConfigError> {
+        if weights.len() != self.nodes.len() {
+            return Err(ConfigError {
+                field: "initial_weights",
+                reason: format!("{} initial weights for {} nodes", weights.len(), self.nodes.len()),
+            });
+        }
+        let mut initial: Vec<Option<Arc<Weights>>> = Vec::with_capacity(weights.len());
+        for w in weights {
+            let w = w.with_version(0);
+            let shared = initial.iter().flatten().find(|o| ***o == w).cloned();
+            initial.push(Some(shared.unwrap_or_else(|| Arc::new(w))));
+        }
+        self.initial = initial;
+        Ok(self)
+    }
+
+    /// Version 0 of node `node`'s weights, if the trainer was given them
+    /// ([`TrainerMachine::with_initial_weights`]).
+    pub fn initial_weights(&self, node: usize) -> Option<&Arc<Weights>> {
+        self.initial.get(node).and_then(Option::as_ref)
+    }
+
+    /// The weights node `node` should act with now: the stored ones, or its version 0
+    /// before any were stored.
+    pub fn current_weights(&self, node: usize) -> Option<&Arc<Weights>> {
+        self.weights.as_ref().or_else(|| self.initial_weights(node))
     }
 
     /// Stores new weights under the next version and returns it. Nothing is sent:
