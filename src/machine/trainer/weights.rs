@@ -166,6 +166,57 @@ mod tests {
         assert_eq!(m.weights().map(|w| w.version), Some(2));
     }
 
+    fn value(v: f32) -> Weights {
+        let mut t = BTreeMap::new();
+        t.insert(
+            "value".to_string(),
+            crate::Tensor::F32(ndarray::ArrayD::from_elem(vec![1], v)),
+        );
+        Weights::new(t)
+    }
+
+    #[test]
+    fn version_0_is_each_nodes_until_weights_are_stored_and_equal_ones_are_kept_once() {
+        let m = machine(config(3, 1, 6, None, false));
+        assert!(m.current_weights(0).is_none(), "no version 0 given");
+        let m = m
+            .with_initial_weights(vec![value(1.0).with_version(7), value(1.0), value(2.0)])
+            .unwrap();
+        assert_eq!(m.initial_weights(0).map(|w| w.version), Some(0), "numbered 0");
+        let (a, b, c) = (
+            m.initial_weights(0).unwrap(),
+            m.initial_weights(1).unwrap(),
+            m.initial_weights(2).unwrap(),
+        );
+        assert!(Arc::ptr_eq(a, b), "equal weights are one copy");
+        assert_eq!(**c, value(2.0));
+        assert!(Arc::ptr_eq(m.current_weights(2).unwrap(), c));
+        assert!(m.initial_weights(3).is_none());
+        let mut m = m;
+        m.set_weights(value(5.0));
+        for i in 0..3 {
+            assert_eq!(m.current_weights(i).map(|w| w.version), Some(1));
+        }
+        assert_eq!(m.initial_weights(2).map(|w| w.version), Some(0), "version 0 is kept");
+    }
+
+    #[test]
+    fn initial_weights_for_another_number_of_nodes_are_refused() {
+        let m = machine(config(2, 1, 4, None, false));
+        let e = m.with_initial_weights(vec![value(1.0)]).unwrap_err();
+        assert_eq!(e.field, "initial_weights");
+    }
+
+    #[test]
+    fn version_0_is_not_pushed_to_nodes_that_have_it() {
+        let mut m = machine(config(2, 1, 4, None, false))
+            .with_initial_weights(vec![value(1.0), value(1.0)])
+            .unwrap();
+        let mut out = Vec::new();
+        m.push_weights(None, &mut out).unwrap();
+        assert!(pushes(&out).is_empty(), "every node got version 0 at its start");
+    }
+
     #[test]
     fn a_push_goes_only_to_nodes_without_the_version() {
         let mut m = machine(config(2, 1, 4, None, false));
