@@ -225,6 +225,7 @@ impl NodeMachine {
                 // Weights of another layout would fail every worker, and each rebuild
                 // with them again: the node fails at once, naming what does not fit.
                 if let Some(bad) = self.weights.as_ref().and_then(|w| w.check_layout(&u.weights).err()) {
+                    tracing::error!(node = self.index, version, error = %bad, "weights the policy cannot use");
                     self.fail(format!("cannot use the weights of version {version}: {bad}"), out);
                     return Ok(());
                 }
@@ -322,8 +323,7 @@ impl NodeMachine {
     }
 
     /// The node cannot go on: it reports `Failed` with `reason` and drops what is in flight.
-    fn fail(&mut self, reason: String, out: &mut Vec<NodeOutput>) {
-        tracing::error!(node = self.index, %reason, "node failed");
+    pub(super) fn fail(&mut self, reason: String, out: &mut Vec<NodeOutput>) {
         self.failed = true;
         self.pending = None;
         self.snapshot = None;
