@@ -85,7 +85,8 @@ pub struct Welcome {
     pub node_index: usize,
     /// How to build its env workers.
     pub spec: NodeSpec,
-    /// The current weights, if the trainer has set any (else the policy's initial ones).
+    /// The trainer's weights for this node (its version 0, which the trainer builds); `nil`
+    /// only for a policy without weights. A node never builds weights of its own.
     pub weights: Option<Weights>,
     /// Heartbeat interval in milliseconds; a peer silent for `heartbeat_timeout_ms` is gone.
     pub heartbeat_ms: u64,
