@@ -253,3 +253,65 @@ async fn login(s: &mut TcpStream, cfg: &DoorConfig) -> Result<(String, Option<us
         }
     }
 }
+
+/// Most bytes a node waiting for the run to start may send before it is read by
+/// its peer (its `ready` and heartbeats are a few hundred): past it the lobby
+/// stops reading, and the socket's buffers hold the rest.
+const LOBBY_BYTES: usize = 1 << 20;
+
+/// A node admitted during the join phase, waiting for the others: its connection
+/// is read (into a buffer, nothing decoded) so that a node that drops is seen at
+/// once and its slot freed for another.
+pub struct Waiting {
+    /// Its slot.
+    pub index: usize,
+    stop: oneshot::Sender<()>,
+    back: oneshot::Receiver<(Joined, Vec<u8>)>,
+}
+
+/// Watches `j` until [`Waiting::start`]; if its connection closes first, sends
+/// `(index, reason)` to `gone` (the connection is then dropped). `buf`: bytes of it
+/// already read (empty unless it waited before).
+pub fn wait_in_lobby(mut j: Joined, mut buf: Vec<u8>, gone: mpsc::UnboundedSender<(usize, String)>) -> Waiting {
+    let (stop, mut stop_rx) = oneshot::channel();
+    let (back_tx, back) = oneshot::channel();
+    let index = j.index;
+    actix_rt::spawn(async move {
+        let reason = loop {
+            if buf.len() >= LOBBY_BYTES {
+                let _ = (&mut stop_rx).await;
+                break None;
+            }
+            // Both branches are cancel-safe: a read either took bytes or did not.
+            // The start wins over bytes or an end that arrive at the same time.
+            tokio::select! {
+                biased;
+                _ = &mut stop_rx => break None,
+                r = j.stream.read_buf(&mut buf) => match r {
+                    Ok(0) => break Some("closed its connection".to_string()),
+                    Ok(_) => {}
+                    Err(e) => break Some(format!("connection lost: {e}")),
+                },
+            }
+        };
+        match reason {
+            None => {
+                let _ = back_tx.send((j, buf));
+            }
+            Some(reason) => {
+                let _ = gone.send((index, reason));
+            }
+        }
+    });
+    Waiting { index, stop, back }
+}
+
+impl Waiting {
+    /// The run starts: the connection back, with the bytes the node sent meanwhile
+    /// (to be read before the socket's); `None` if it closed in the meantime (its
+    /// `gone` message is then already sent).
+    pub async fn start(self) -> Option<(Joined, Vec<u8>)> {
+        let _ = self.stop.send(());
+        self.back.await.ok()
+    }
+}
