@@ -292,3 +292,80 @@ fn out_of_file_descriptors_the_accept_loop_backs_off_and_the_run_completes() {
     let accept_lines = stderr.lines().filter(|l| l.contains("accept failed")).count();
     assert!(accept_lines <= 30, "{accept_lines} accept-failure lines");
 }
+
+// Tokens: too short or in a file others can read, refused before anything listens.
+
+fn token_file(dir: &rollout_tests::TempDir, text: &str, mode: u32) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join(&format!("token-{mode:o}-{}", text.len()));
+    std::fs::write(&p, text).expect("write");
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    p
+}
+
+fn rollout(args: &[&std::ffi::OsStr]) -> rollout_tests::Finished {
+    let mut cmd = std::process::Command::new(rollout_tests::rollout_bin());
+    cmd.args(args).env_remove("ROLLOUT_TOKEN");
+    rollout_tests::run_bounded(&mut cmd, Duration::from_secs(60)).expect("run rollout")
+}
+
+#[test]
+fn short_tokens_and_token_files_readable_by_others_are_refused_with_exit_2() {
+    let dir = rollout_tests::TempDir::new("tokens");
+    let short = token_file(&dir, "x\n", 0o600);
+    let open = token_file(&dir, ATTACK_TOKEN, 0o644);
+    let good = token_file(&dir, ATTACK_TOKEN, 0o600);
+    let collect = |file: &std::path::Path, extra: &[&str]| {
+        let mut a: Vec<&std::ffi::OsStr> = ["collect", "--launcher", "external", "--nodes", "1", "--total-frames", "10"]
+            .iter()
+            .map(std::ffi::OsStr::new)
+            .collect();
+        a.extend(extra.iter().map(std::ffi::OsStr::new));
+        a.push("--join-timeout".as_ref());
+        a.push("1".as_ref());
+        a.push("--token-file".as_ref());
+        a.push(file.as_os_str());
+        rollout(&a)
+    };
+    let r = collect(&short, &[]);
+    assert_eq!(r.code(), Some(2), "{}", r.stderr_text());
+    assert!(r.stderr_text().contains("the token is 1 bytes; at least 16"), "{}", r.stderr_text());
+    let r = collect(&open, &[]);
+    assert_eq!(r.code(), Some(2), "{}", r.stderr_text());
+    assert!(r.stderr_text().contains("readable by group or others (mode 644)"), "{}", r.stderr_text());
+    // Allowed explicitly, or a private file: past the token (no node joins within 1 s: exit 1).
+    for (file, extra) in [(&open, &["--allow-insecure-token-file"][..]), (&good, &[][..])] {
+        let r = collect(file, extra);
+        assert_eq!(r.code(), Some(1), "{}", r.stderr_text());
+        assert!(r.stderr_text().contains("listening on 127.0.0.1:"), "{}", r.stderr_text());
+    }
+    let node = |file: &std::path::Path| {
+        rollout(&["node".as_ref(), "--join".as_ref(), "127.0.0.1:1".as_ref(), "--token-file".as_ref(), file.as_os_str()])
+    };
+    let r = node(&short);
+    assert_eq!(r.code(), Some(2), "{}", r.stderr_text());
+    assert!(r.stderr_text().contains("at least 16"), "{}", r.stderr_text());
+    let r = node(&open);
+    assert_eq!(r.code(), Some(2), "{}", r.stderr_text());
+    assert!(r.stderr_text().contains("chmod 600"), "{}", r.stderr_text());
+}
+
+#[test]
+fn the_builder_refuses_a_short_token_naming_the_field() {
+    let err = rollout_actors::DistributedCollector::builder()
+        .env("CartPole-v1")
+        .frames_per_batch(10)
+        .total_frames(10)
+        .launcher(rollout_actors::Launcher::External)
+        .token(b"short".to_vec())
+        .build()
+        .err()
+        .expect("a 5-byte token is refused");
+    match err {
+        rollout_actors::CollectError::Config(e) => {
+            assert_eq!(e.field, "token");
+            assert!(e.reason.contains("at least 16"), "{}", e.reason);
+        }
+        other => panic!("expected a config error, got {other}"),
+    }
+}
