@@ -227,7 +227,11 @@ impl AttackedTrainer {
     /// Waits for the first batch line: the run is on.
     pub fn wait_running(&self) {
         let started = self.wait_line(|l| l.contains("\"batch\""), Duration::from_secs(120));
-        assert!(started.is_some(), "the run did not start; stderr: {}", self.stderr_text());
+        assert!(
+            started.is_some(),
+            "the run did not start; stderr: {}",
+            self.stderr_text()
+        );
     }
 
     /// Waits (bounded) for the trainer and `nodes` to exit, and collects the end.
@@ -357,7 +361,11 @@ pub fn wait_closed(s: &mut TcpStream, bound: Duration) -> Closed {
     let mut chunk = [0u8; 4096];
     loop {
         let left = bound.checked_sub(start.elapsed()).unwrap_or_default();
-        assert!(!left.is_zero(), "the connection is still open after {bound:?}; got {} bytes", got.len());
+        assert!(
+            !left.is_zero(),
+            "the connection is still open after {bound:?}; got {} bytes",
+            got.len()
+        );
         s.set_read_timeout(Some(left)).expect("read timeout");
         match s.read(&mut chunk) {
             Ok(0) => break,

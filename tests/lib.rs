@@ -14,8 +14,8 @@ mod scratch;
 mod setups;
 
 pub use attack::{
-    attacker, fixstr, framed, hello_body, send_all, vm_hwm_kib, wait_closed, AttackedTrainer, Closed, RunEnd, TrainerSetup,
-    ATTACK_TOKEN,
+    attacker, fixstr, framed, hello_body, send_all, vm_hwm_kib, wait_closed, AttackedTrainer, Closed, RunEnd,
+    TrainerSetup, ATTACK_TOKEN,
 };
 pub use batches::{assert_unique_traj_ids, cut_trajectories, drain};
 pub use faults::{flaky_registry, panicky_registry, Panicky};

@@ -90,7 +90,9 @@ fn read_fields(r: &mut Reader<'_>) -> Result<Fields, String> {
         let dup = || format!("duplicate field `{key}`");
         match key.as_str() {
             "type" => {
-                let v = r.str(MAX_KEY).map_err(|e| format!("`type` must be a short string ({e})"))?;
+                let v = r
+                    .str(MAX_KEY)
+                    .map_err(|e| format!("`type` must be a short string ({e})"))?;
                 if f.tag.replace(v).is_some() {
                     return Err(dup());
                 }
@@ -193,7 +195,10 @@ struct Reader<'a> {
 
 impl Reader<'_> {
     fn peek(&self) -> Result<u8, String> {
-        self.buf.get(self.pos).copied().ok_or_else(|| "frame cut short".to_string())
+        self.buf
+            .get(self.pos)
+            .copied()
+            .ok_or_else(|| "frame cut short".to_string())
     }
 
     fn byte(&mut self) -> Result<u8, String> {
@@ -398,7 +403,12 @@ mod tests {
     fn unknown_fields_duplicates_and_trailing_bytes_are_refused() {
         let v = || rmpv::Value::from(3u64);
         refused(
-            &map(&[("type", "hello".into()), ("protocol_version", v()), ("node_name", "n".into()), ("x", rmpv::Value::Array(vec![rmpv::Value::Nil; 100]))]),
+            &map(&[
+                ("type", "hello".into()),
+                ("protocol_version", v()),
+                ("node_name", "n".into()),
+                ("x", rmpv::Value::Array(vec![rmpv::Value::Nil; 100])),
+            ]),
             "unknown field `x` in hello",
         );
         refused(
@@ -406,11 +416,19 @@ mod tests {
             "duplicate field `type`",
         );
         refused(
-            &map(&[("type", "auth".into()), ("proof", rmpv::Value::Binary(vec![1])), ("proof", rmpv::Value::Binary(vec![1]))]),
+            &map(&[
+                ("type", "auth".into()),
+                ("proof", rmpv::Value::Binary(vec![1])),
+                ("proof", rmpv::Value::Binary(vec![1])),
+            ]),
             "duplicate field `proof`",
         );
         refused(
-            &map(&[("type", "auth".into()), ("proof", rmpv::Value::Binary(vec![1])), ("node_name", "n".into())]),
+            &map(&[
+                ("type", "auth".into()),
+                ("proof", rmpv::Value::Binary(vec![1])),
+                ("node_name", "n".into()),
+            ]),
             "unknown field `node_name` in auth",
         );
         let mut trailing = body(&hello());
@@ -418,9 +436,16 @@ mod tests {
         refused(&trailing, "1 bytes after");
         refused(&map(&[("type", "challenge".into())]), "unknown frame type `challenge`");
         refused(&map(&[("protocol_version", v())]), "missing field `type`");
-        refused(&map(&[("type", "auth".into()), ("proof", "not bin".into())]), "`proof`: expected bin");
         refused(
-            &map(&[("type", "hello".into()), ("protocol_version", rmpv::Value::from(-1)), ("node_name", "n".into())]),
+            &map(&[("type", "auth".into()), ("proof", "not bin".into())]),
+            "`proof`: expected bin",
+        );
+        refused(
+            &map(&[
+                ("type", "hello".into()),
+                ("protocol_version", rmpv::Value::from(-1)),
+                ("node_name", "n".into()),
+            ]),
             "non-negative",
         );
         refused(&value(rmpv::Value::Array(vec!["hello".into()])), "must be a map");
@@ -436,7 +461,9 @@ mod tests {
         b.extend([0xc0; 16]);
         refused(&b, "cut short");
         // Ten thousand nested arrays: skipped without recursion, then refused as unknown.
-        let mut deep = vec![0x82, 0xa4, b't', b'y', b'p', b'e', 0xa5, b'h', b'e', b'l', b'l', b'o', 0xa1, b'x'];
+        let mut deep = vec![
+            0x82, 0xa4, b't', b'y', b'p', b'e', 0xa5, b'h', b'e', b'l', b'l', b'o', 0xa1, b'x',
+        ];
         deep.extend(std::iter::repeat_n(0x91, 10_000));
         deep.push(0xc0);
         refused(&deep, "unknown field `x`");

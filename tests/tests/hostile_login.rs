@@ -50,7 +50,10 @@ fn before_the_run(name: &str, attack: impl FnOnce(&AttackedTrainer)) -> String {
     let before = t.peak_kib();
     attack(&t);
     let after = t.peak_kib();
-    assert!(after <= before + RSS_SLACK_KIB, "peak RSS {after} KiB, {before} KiB before");
+    assert!(
+        after <= before + RSS_SLACK_KIB,
+        "peak RSS {after} KiB, {before} KiB before"
+    );
     let nodes = vec![t.start_node(), t.start_node()];
     let end = t.finish(nodes);
     end.assert_exact(setup.total_frames);
@@ -316,10 +319,18 @@ fn short_tokens_and_token_files_readable_by_others_are_refused_with_exit_2() {
     let open = token_file(&dir, ATTACK_TOKEN, 0o644);
     let good = token_file(&dir, ATTACK_TOKEN, 0o600);
     let collect = |file: &std::path::Path, extra: &[&str]| {
-        let mut a: Vec<&std::ffi::OsStr> = ["collect", "--launcher", "external", "--nodes", "1", "--total-frames", "10"]
-            .iter()
-            .map(std::ffi::OsStr::new)
-            .collect();
+        let mut a: Vec<&std::ffi::OsStr> = [
+            "collect",
+            "--launcher",
+            "external",
+            "--nodes",
+            "1",
+            "--total-frames",
+            "10",
+        ]
+        .iter()
+        .map(std::ffi::OsStr::new)
+        .collect();
         a.extend(extra.iter().map(std::ffi::OsStr::new));
         a.push("--join-timeout".as_ref());
         a.push("1".as_ref());
@@ -329,18 +340,36 @@ fn short_tokens_and_token_files_readable_by_others_are_refused_with_exit_2() {
     };
     let r = collect(&short, &[]);
     assert_eq!(r.code(), Some(2), "{}", r.stderr_text());
-    assert!(r.stderr_text().contains("the token is 1 bytes; at least 16"), "{}", r.stderr_text());
+    assert!(
+        r.stderr_text().contains("the token is 1 bytes; at least 16"),
+        "{}",
+        r.stderr_text()
+    );
     let r = collect(&open, &[]);
     assert_eq!(r.code(), Some(2), "{}", r.stderr_text());
-    assert!(r.stderr_text().contains("readable by group or others (mode 644)"), "{}", r.stderr_text());
+    assert!(
+        r.stderr_text().contains("readable by group or others (mode 644)"),
+        "{}",
+        r.stderr_text()
+    );
     // Allowed explicitly, or a private file: past the token (no node joins within 1 s: exit 1).
     for (file, extra) in [(&open, &["--allow-insecure-token-file"][..]), (&good, &[][..])] {
         let r = collect(file, extra);
         assert_eq!(r.code(), Some(1), "{}", r.stderr_text());
-        assert!(r.stderr_text().contains("listening on 127.0.0.1:"), "{}", r.stderr_text());
+        assert!(
+            r.stderr_text().contains("listening on 127.0.0.1:"),
+            "{}",
+            r.stderr_text()
+        );
     }
     let node = |file: &std::path::Path| {
-        rollout(&["node".as_ref(), "--join".as_ref(), "127.0.0.1:1".as_ref(), "--token-file".as_ref(), file.as_os_str()])
+        rollout(&[
+            "node".as_ref(),
+            "--join".as_ref(),
+            "127.0.0.1:1".as_ref(),
+            "--token-file".as_ref(),
+            file.as_os_str(),
+        ])
     };
     let r = node(&short);
     assert_eq!(r.code(), Some(2), "{}", r.stderr_text());
@@ -352,15 +381,16 @@ fn short_tokens_and_token_files_readable_by_others_are_refused_with_exit_2() {
 
 #[test]
 fn the_builder_refuses_a_short_token_naming_the_field() {
-    let err = rollout_actors::DistributedCollector::builder()
+    let built = rollout_actors::DistributedCollector::builder()
         .env("CartPole-v1")
         .frames_per_batch(10)
         .total_frames(10)
         .launcher(rollout_actors::Launcher::External)
         .token(b"short".to_vec())
-        .build()
-        .err()
-        .expect("a 5-byte token is refused");
+        .build();
+    let Err(err) = built else {
+        panic!("a 5-byte token is refused")
+    };
     match err {
         rollout_actors::CollectError::Config(e) => {
             assert_eq!(e.field, "token");

@@ -22,8 +22,8 @@ use rollout::policy::PolicySpec;
 use rollout::pool::TensorPool;
 use rollout::rollout::RolloutConfig;
 use rollout::wire::{
-    auth_proof, body_len, decode, decode_login, encode, verify_proof, FrameDecoder, LoginFrame, NodeFrame, TrainerFrame,
-    Welcome, WireError, LOGIN_MAX_FRAME, NONCE_LEN, PREFIX_LEN, PROTOCOL_VERSION,
+    auth_proof, body_len, decode, decode_login, encode, verify_proof, FrameDecoder, LoginFrame, NodeFrame,
+    TrainerFrame, Welcome, WireError, LOGIN_MAX_FRAME, NONCE_LEN, PREFIX_LEN, PROTOCOL_VERSION,
 };
 use rollout::{EnvSpec, PolicyConfig, Registry, Tensor, TensorDict, Weights};
 use rollout_actors::testkit::NodeHarness;
@@ -348,7 +348,10 @@ fn check_login(body: &[u8]) {
                 assert_eq!((v, &n, i), (protocol_version, &node_name, node_index));
             }
             // A version past u32 is read as u32::MAX by the login decoder, refused by the other.
-            other => assert!(protocol_version == u32::MAX, "login read a hello, the decoder {other:?}"),
+            other => assert!(
+                protocol_version == u32::MAX,
+                "login read a hello, the decoder {other:?}"
+            ),
         },
         Ok(LoginFrame::Auth { proof }) => match decode::<NodeFrame>(body) {
             Ok(NodeFrame::Auth { proof: p }) => assert_eq!(p, proof),

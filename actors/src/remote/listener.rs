@@ -114,7 +114,9 @@ pub fn open_with(
     let (tx, rx) = mpsc::unbounded_channel();
     let specs = Rc::new(specs);
     let logs = Rc::new(RefCell::new(DoorLogs::new()));
-    let pending = Rc::new(RefCell::new(PendingLogins::<oneshot::Sender<()>>::new(MAX_PENDING_LOGINS)));
+    let pending = Rc::new(RefCell::new(PendingLogins::<oneshot::Sender<()>>::new(
+        MAX_PENDING_LOGINS,
+    )));
     actix_rt::spawn(async move {
         loop {
             let (stream, peer) = match listener.accept().await {

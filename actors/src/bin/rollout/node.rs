@@ -32,7 +32,8 @@ pub(crate) struct NodeArgs {
 
 /// `rollout node`: join, serve until Shutdown, exit 0.
 pub(crate) fn node(args: &NodeArgs) -> Result<(), Failure> {
-    let token = read_token(args.token_file.as_deref(), args.allow_insecure_token_file).map_err(|e| usage("token", e))?;
+    let token =
+        read_token(args.token_file.as_deref(), args.allow_insecure_token_file).map_err(|e| usage("token", e))?;
     let connect_timeout = Duration::try_from_secs_f64(args.connect_timeout).map_err(|_| {
         usage(
             "connect_timeout",
