@@ -12,7 +12,10 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
+mod login;
 mod tagged;
+
+pub use login::{decode_login, LoginFrame};
 
 use crate::message::{FromNode, ToNode};
 use crate::node_spec::NodeSpec;
@@ -22,6 +25,13 @@ use crate::policy::Weights;
 pub const PROTOCOL_VERSION: u32 = 3;
 /// Default largest frame body accepted, in bytes (256 MiB).
 pub const DEFAULT_MAX_FRAME: usize = 256 << 20;
+/// Largest frame body the trainer accepts before `welcome` (4 KiB): `hello` and
+/// `auth` are a few dozen bytes, and anyone who can reach the port may send them,
+/// so nothing before login costs more than this (PROTOCOL.md §1, §4).
+pub const LOGIN_MAX_FRAME: usize = 4 << 10;
+/// Shortest shared token accepted, in bytes: a shorter one is guessable, and the
+/// proof of a guessable token proves nothing.
+pub const MIN_TOKEN_LEN: usize = 16;
 /// Length of the trainer's challenge nonce.
 pub const NONCE_LEN: usize = 32;
 /// Bytes of the length prefix.
@@ -630,6 +640,18 @@ mod tests {
             r#type: String,
         }
         rmp_serde::from_slice::<Tag>(body).unwrap().r#type
+    }
+
+    #[test]
+    fn the_login_decoder_knows_every_node_frame_by_its_type() {
+        for f in node_frames() {
+            let name = match decode_login(&body(&f)).unwrap() {
+                LoginFrame::Hello { .. } => "hello",
+                LoginFrame::Auth { .. } => "auth",
+                LoginFrame::Other(t) => t,
+            };
+            assert_eq!(name, f.name());
+        }
     }
 
     #[test]

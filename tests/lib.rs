@@ -4,6 +4,7 @@
 
 #![warn(missing_docs)]
 
+mod attack;
 mod batches;
 mod faults;
 mod messages;
@@ -12,6 +13,10 @@ mod records;
 mod scratch;
 mod setups;
 
+pub use attack::{
+    attacker, fixstr, framed, hello_body, send_all, vm_hwm_kib, wait_closed, AttackedTrainer, Closed, RunEnd,
+    TrainerSetup, ATTACK_TOKEN,
+};
 pub use batches::{assert_unique_traj_ids, cut_trajectories, drain};
 pub use faults::{flaky_registry, panicky_registry, Panicky};
 pub use messages::{describe_sent, only_batch};

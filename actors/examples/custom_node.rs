@@ -38,7 +38,7 @@ fn main() -> anyhow::Result<()> {
                 registry: registry(),
                 ..NodeOptions::default()
             };
-            run_node(addr, &read_token(None)?, opts)?;
+            run_node(addr, &read_token(None, false)?, opts)?;
             Ok(())
         }
         _ => {

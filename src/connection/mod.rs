@@ -10,12 +10,16 @@
 
 pub mod admission;
 pub mod liveness;
+pub mod log_limit;
 pub mod node_side;
+pub mod pending;
 pub mod trainer_side;
 
 pub use admission::Admission;
 pub use liveness::{Liveness, Tick};
+pub use log_limit::LogLimit;
 pub use node_side::{NodeHandshake, NodeSession, NodeStep};
+pub use pending::PendingLogins;
 pub use trainer_side::{Closing, HandshakeStep, TrainerHandshake, TrainerSession};
 
 /// What to do with a frame that arrived after the handshake.

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use super::liveness::{Liveness, Tick};
 use super::Inbound;
 use crate::message::FromNode;
-use crate::wire::{verify_proof, NodeFrame, TrainerFrame, PROTOCOL_VERSION};
+use crate::wire::{decode_login, verify_proof, LoginFrame, NodeFrame, TrainerFrame, PROTOCOL_VERSION};
 
 /// What the trainer does next in a handshake.
 #[derive(Clone, Debug, PartialEq)]
@@ -50,7 +50,8 @@ impl TrainerHandshake {
         if self.done {
             return HandshakeStep::Reject("handshake already finished".into());
         }
-        let frame: NodeFrame = match crate::wire::decode(body) {
+        // Strict and bounded: this frame comes from anyone who can reach the port.
+        let frame = match decode_login(body) {
             Ok(f) => f,
             Err(e) => {
                 self.done = true;
@@ -60,7 +61,7 @@ impl TrainerHandshake {
         match (&self.hello, frame) {
             (
                 None,
-                NodeFrame::Hello {
+                LoginFrame::Hello {
                     protocol_version,
                     node_name,
                     node_index,
@@ -81,7 +82,7 @@ impl TrainerHandshake {
                     nonce: self.nonce.clone(),
                 })
             }
-            (Some((name, index)), NodeFrame::Auth { proof }) => {
+            (Some((name, index)), LoginFrame::Auth { proof }) => {
                 self.done = true;
                 if verify_proof(&self.token, &self.nonce, name, &proof) {
                     HandshakeStep::Authenticated {
@@ -94,13 +95,22 @@ impl TrainerHandshake {
             }
             (None, other) => {
                 self.done = true;
-                HandshakeStep::Reject(format!("expected hello, got {}", other.name()))
+                HandshakeStep::Reject(format!("expected hello, got {}", login_name(&other)))
             }
             (Some(_), other) => {
                 self.done = true;
-                HandshakeStep::Reject(format!("expected auth, got {}", other.name()))
+                HandshakeStep::Reject(format!("expected auth, got {}", login_name(&other)))
             }
         }
+    }
+}
+
+/// A login frame's `type`, for refusals.
+fn login_name(f: &LoginFrame) -> &'static str {
+    match f {
+        LoginFrame::Hello { .. } => "hello",
+        LoginFrame::Auth { .. } => "auth",
+        LoginFrame::Other(t) => t,
     }
 }
 

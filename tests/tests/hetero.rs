@@ -294,7 +294,7 @@ fn machine_layouts_are_per_node_and_sync_refuses_a_differing_one() {
 fn remote_node_with_another_env_in_async() {
     use rollout_actors::remote::{run_node, NodeOptions};
     let addr = free_addr();
-    let token = b"hetero-token".to_vec();
+    let token = b"hetero-token-for-tests".to_vec();
     let trainer = {
         let token = token.clone();
         std::thread::spawn(move || {
@@ -358,7 +358,7 @@ fn remote_node_with_another_env_in_async() {
 fn sync_remote_ready_with_another_layout_is_refused() {
     use rollout_actors::remote::{run_node, NodeOptions};
     let addr = free_addr();
-    let token = b"hetero-token".to_vec();
+    let token = b"hetero-token-for-tests".to_vec();
     let trainer = {
         let token = token.clone();
         std::thread::spawn(move || {

@@ -20,7 +20,7 @@ use rollout_actors::remote::{run_node, NodeOptions};
 use rollout_actors::{CollectError, Collected, DistributedCollector, Launcher};
 use rollout_tests::{alive, counting_process_builder, free_addr, rollout_bin, value_weights};
 
-const TOKEN: &[u8] = b"s3cret-token";
+const TOKEN: &[u8] = b"s3cret-token-for-tests";
 const DEADLINE: Duration = Duration::from_secs(20);
 
 /// Every log line of this process, so tests can check that a reason was logged.

@@ -371,7 +371,7 @@ fn missing_advertise_is_a_config_error_naming_the_field() {
 fn external_nodes_from_a_hand_written_sbatch_script() {
     require_slurm();
     let dir = scratch("external");
-    let token = "external-s3cret";
+    let token = "external-s3cret-for-tests";
     let token_file = dir.join("token");
     {
         use std::io::Write;

@@ -22,8 +22,8 @@ use rollout::policy::PolicySpec;
 use rollout::pool::TensorPool;
 use rollout::rollout::RolloutConfig;
 use rollout::wire::{
-    auth_proof, decode, encode, verify_proof, FrameDecoder, NodeFrame, TrainerFrame, Welcome, WireError, NONCE_LEN,
-    PREFIX_LEN, PROTOCOL_VERSION,
+    auth_proof, body_len, decode, decode_login, encode, verify_proof, FrameDecoder, LoginFrame, NodeFrame,
+    TrainerFrame, Welcome, WireError, LOGIN_MAX_FRAME, NONCE_LEN, PREFIX_LEN, PROTOCOL_VERSION,
 };
 use rollout::{EnvSpec, PolicyConfig, Registry, Tensor, TensorDict, Weights};
 use rollout_actors::testkit::NodeHarness;
@@ -331,7 +331,40 @@ fn check_stream(bytes: &[u8], chunk: usize) -> Vec<Vec<u8>> {
 }
 
 /// Runs bodies through a fresh handshake; returns the outcome of each step.
+/// The strict pre-login decoder on `body`: never panics, and what it accepts the
+/// session's decoder reads the same (it is only stricter, never different).
+fn check_login(body: &[u8]) {
+    match decode_login(body) {
+        Ok(LoginFrame::Hello {
+            protocol_version,
+            node_name,
+            node_index,
+        }) => match decode::<NodeFrame>(body) {
+            Ok(NodeFrame::Hello {
+                protocol_version: v,
+                node_name: n,
+                node_index: i,
+            }) => {
+                assert_eq!((v, &n, i), (protocol_version, &node_name, node_index));
+            }
+            // A version past u32 is read as u32::MAX by the login decoder, refused by the other.
+            other => assert!(
+                protocol_version == u32::MAX,
+                "login read a hello, the decoder {other:?}"
+            ),
+        },
+        Ok(LoginFrame::Auth { proof }) => match decode::<NodeFrame>(body) {
+            Ok(NodeFrame::Auth { proof: p }) => assert_eq!(p, proof),
+            other => panic!("login read an auth, the decoder {other:?}"),
+        },
+        Ok(LoginFrame::Other(_)) | Err(_) => {}
+    }
+}
+
 fn check_handshake(bodies: &[Vec<u8>]) {
+    for b in bodies {
+        check_login(b);
+    }
     let mut hs = TrainerHandshake::new(TOKEN, nonce());
     let mut hello_name = None;
     for b in bodies {
@@ -612,6 +645,41 @@ proptest! {
         body.extend_from_slice(&rest);
         check_body(&body);
         check_handshake(&[body]);
+    }
+
+    /// Pre-login frames: a hello or auth with random extra entries (unknown keys, repeated
+    /// keys, nested values) and random trailing bytes is refused unless it is exactly one
+    /// well-formed map of known fields, and a prefix over the login limit is refused from
+    /// its four bytes.
+    #[test]
+    fn pre_login_frames_are_strict_and_bounded(
+        auth in any::<bool>(),
+        extra in proptest::collection::vec((prop_oneof![
+            Just("type"), Just("node_name"), Just("proof"), Just("x"), Just("node_index")
+        ], proptest::collection::vec(any::<u8>(), 1..12)), 0..3),
+        trailing in proptest::collection::vec(any::<u8>(), 0..3),
+        prefix in any::<u32>(),
+    ) {
+        let base = if auth { &node_samples()[1] } else { &node_samples()[0] };
+        let mut body = encode(base, MAX).unwrap()[PREFIX_LEN..].to_vec();
+        let n = body[0] & 0x0f;
+        body[0] = 0x80 | (n + extra.len() as u8);
+        for (k, v) in &extra {
+            body.push(0xa0 | k.len() as u8);
+            body.extend_from_slice(k.as_bytes());
+            body.extend_from_slice(v);
+        }
+        body.extend_from_slice(&trailing);
+        check_login(&body);
+        if !extra.is_empty() || !trailing.is_empty() {
+            prop_assert!(
+                !matches!(decode_login(&body), Ok(LoginFrame::Hello { .. } | LoginFrame::Auth { .. })),
+                "accepted with extra entries or trailing bytes"
+            );
+        }
+        check_handshake(&[body]);
+        let len = body_len(prefix.to_be_bytes(), LOGIN_MAX_FRAME);
+        prop_assert_eq!(len.is_ok(), prefix > 0 && prefix as usize <= LOGIN_MAX_FRAME);
     }
 
     /// Valid frames, mutated, followed by a valid frame (which must still decode when framing held).

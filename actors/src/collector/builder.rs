@@ -30,6 +30,9 @@ pub struct NodeOverrides {
     pub exploration_type: Option<ExplorationType>,
 }
 
+/// What [`CollectorBuilder::on_listening`] calls.
+pub type ListeningHook = std::sync::Arc<dyn Fn(std::net::SocketAddr) + Send + Sync>;
+
 /// Builds a [`DistributedCollector`]; torchrl's argument names in snake_case.
 ///
 /// Every setting has a default but `env` and `frames_per_batch`; [`Self::build`] checks
@@ -91,6 +94,7 @@ pub struct CollectorBuilder {
     pub(super) batch_timeout: Duration,
     pub(super) shutdown_timeout: Duration,
     pub(super) listen: String,
+    pub(super) on_listening: Option<ListeningHook>,
     pub(super) token: Option<Vec<u8>>,
     pub(super) join_timeout: Duration,
     pub(super) heartbeat: Duration,
@@ -143,6 +147,7 @@ impl Default for CollectorBuilder {
             batch_timeout: Duration::from_secs(60),
             shutdown_timeout: Duration::from_secs(10),
             listen: "127.0.0.1:0".into(),
+            on_listening: None,
             token: None,
             join_timeout: Duration::from_secs(60),
             heartbeat: Duration::from_secs(1),
@@ -406,6 +411,13 @@ impl CollectorBuilder {
     /// `127.0.0.1:0` (loopback, any free port). Binding other addresses is explicit.
     pub fn listen(mut self, addr: impl Into<String>) -> Self {
         self.listen = addr.into();
+        self
+    }
+    /// Called with the bound address as soon as the listening socket is bound, before
+    /// any node joins (`build` returns only once every node joined): how the CLI says
+    /// "listening on ADDR" in time for nodes to learn the port of `--listen HOST:0`.
+    pub fn on_listening(mut self, f: impl Fn(std::net::SocketAddr) + Send + Sync + 'static) -> Self {
+        self.on_listening = Some(std::sync::Arc::new(f));
         self
     }
     /// The shared token remote nodes prove they hold (required for `External`;

@@ -3,6 +3,8 @@
 
 use std::net::SocketAddr;
 
+use rollout::wire::MIN_TOKEN_LEN;
+
 use crate::error::CollectError;
 
 use crate::launch::local::LocalLaunch;
@@ -23,7 +25,13 @@ impl CollectorBuilder {
             return Ok(Box::new(LocalLaunch));
         }
         let token = match (&self.token, &self.launcher) {
-            (Some(t), _) if !t.is_empty() => t.clone(),
+            (Some(t), _) if t.len() >= MIN_TOKEN_LEN => t.clone(),
+            (Some(t), _) if !t.is_empty() => {
+                return Err(config_error(
+                    "token",
+                    format!("{} bytes; at least {MIN_TOKEN_LEN} are required", t.len()),
+                ))
+            }
             (_, Launcher::Process | Launcher::Slurm(_)) => random_token(),
             _ => return Err(config_error("token", "required for nodes that join from outside")),
         };
@@ -42,6 +50,7 @@ impl CollectorBuilder {
         };
         let door = JoinDoor {
             listen: self.listen.clone(),
+            on_listening: self.on_listening.clone(),
             door: DoorConfig {
                 token,
                 timing: PeerTiming {

@@ -14,7 +14,7 @@ mod launcher;
 mod plan;
 mod postproc;
 
-pub use builder::{CollectorBuilder, NodeOverrides};
+pub use builder::{CollectorBuilder, ListeningHook, NodeOverrides};
 pub use embedded::Embedded;
 pub use facade::DistributedCollector;
 pub use postproc::Postproc;

@@ -5,6 +5,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
 
 use super::config_error;
+use crate::collector::ListeningHook;
 use crate::error::CollectError;
 use crate::remote::listener::DoorConfig;
 
@@ -13,6 +14,8 @@ use crate::remote::listener::DoorConfig;
 pub(crate) struct JoinDoor {
     /// The address to bind (`HOST:PORT`; port 0 picks a free one).
     pub(crate) listen: String,
+    /// Told the bound address at once (the CLI's "listening on" line).
+    pub(crate) on_listening: Option<ListeningHook>,
     /// Token, heartbeat and handshake deadline.
     pub(crate) door: DoorConfig,
     /// Longest wait for every node to join.
@@ -27,6 +30,9 @@ impl JoinDoor {
         let addr = listener
             .local_addr()
             .map_err(|e| config_error("listen", format!("cannot read the bound address: {e}")))?;
+        if let Some(f) = &self.on_listening {
+            f(addr);
+        }
         Ok((listener, addr))
     }
 }

@@ -19,7 +19,7 @@ use crate::messages::BatchArriving;
 use crate::remote::arrival::ArrivalNotice;
 use crate::remote::frames::FrameStream;
 use crate::remote::link::spawn_writer;
-use crate::remote::listener::{self, DoorConfig, Joined};
+use crate::remote::listener::{self, DoorConfig, Joined, Waiting};
 use crate::remote::peer::{Disconnect, PeerTiming, RemoteNode, WeightsCache};
 use crate::trainer::{NodeRestartFailed, NodeRestarted, Restarter, Trainer};
 
@@ -146,7 +146,13 @@ impl RemoteRestarter {
 }
 
 /// Starts the actor serving a node that joined.
-fn start_peer(j: Joined, trainer: &Addr<Trainer>, cache: &WeightsCache, timing: PeerTiming) -> Addr<RemoteNode> {
+fn start_peer(
+    j: Joined,
+    early: Vec<u8>,
+    trainer: &Addr<Trainer>,
+    cache: &WeightsCache,
+    timing: PeerTiming,
+) -> Addr<RemoteNode> {
     let (read, write) = j.stream.into_split();
     let to_trainer = trainer.clone().recipient();
     let arriving: Recipient<BatchArriving> = trainer.clone().recipient();
@@ -158,7 +164,8 @@ fn start_peer(j: Joined, trainer: &Addr<Trainer>, cache: &WeightsCache, timing: 
         // A node goes on while its batch travels, when the trainer lets it.
         let node = j.index;
         let frames = FrameStream::<NodeFrame>::new(read, timing.max_frame, peer.pool())
-            .on_batch(ArrivalNotice::new(node, arriving));
+            .on_batch(ArrivalNotice::new(node, arriving))
+            .with_prefill(early);
         ctx.add_stream(frames);
         peer
     })
@@ -189,55 +196,77 @@ pub async fn start_watched(
     // Every node is welcomed with the trainer's version 0 of its weights.
     let welcome_weights = Rc::new((0..n).map(|i| machine.initial_weights(i).cloned()).collect());
     let mut joined_rx = listener::open_with(listener, specs, door, welcome_weights, admission.clone());
-    let mut joined: Vec<Joined> = Vec::with_capacity(n);
+    // Nodes wait in the lobby until all have joined: one that drops meanwhile frees its slot.
+    let (gone_tx, mut gone_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut waiting: Vec<Waiting> = Vec::with_capacity(n);
     let deadline = tokio::time::Instant::now() + join_timeout;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let missing =
-        |joined: &[Joined]| -> Vec<usize> { (0..n).filter(|i| !joined.iter().any(|j| j.index == *i)).collect() };
-    while joined.len() < n {
-        tokio::select! {
-            r = tokio::time::timeout_at(deadline, joined_rx.recv()) => match r {
-                Ok(Some(j)) => joined.push(j),
-                Ok(None) => return Err(CollectError::Join("the listener stopped".into())),
-                Err(_) => {
-                    let missing = missing(&joined);
-                    let mut msg = format!(
-                        "{} of {n} nodes joined within {:.1} s; missing node indices {missing:?}",
-                        joined.len(),
-                        join_timeout.as_secs_f64()
-                    );
-                    if let Some(w) = watch.clone() {
-                        let m = missing.clone();
-                        if let Ok(detail) = tokio::task::spawn_blocking(move || w.describe(&m)).await {
-                            msg = format!("{msg}; {detail}");
+        |waiting: &[Waiting]| -> Vec<usize> { (0..n).filter(|i| !waiting.iter().any(|w| w.index == *i)).collect() };
+    let mut joined: Vec<(Joined, Vec<u8>)> = loop {
+        while waiting.len() < n {
+            tokio::select! {
+                r = tokio::time::timeout_at(deadline, joined_rx.recv()) => match r {
+                    Ok(Some(j)) => waiting.push(listener::wait_in_lobby(j, Vec::new(), gone_tx.clone())),
+                    Ok(None) => return Err(CollectError::Join("the listener stopped".into())),
+                    Err(_) => {
+                        let missing = missing(&waiting);
+                        let mut msg = format!(
+                            "{} of {n} nodes joined within {:.1} s; missing node indices {missing:?}",
+                            waiting.len(),
+                            join_timeout.as_secs_f64()
+                        );
+                        if let Some(w) = watch.clone() {
+                            let m = missing.clone();
+                            if let Ok(detail) = tokio::task::spawn_blocking(move || w.describe(&m)).await {
+                                msg = format!("{msg}; {detail}");
+                            }
                         }
+                        return Err(CollectError::Join(msg));
                     }
-                    return Err(CollectError::Join(msg));
+                },
+                Some((node, reason)) = gone_rx.recv() => {
+                    waiting.retain(|w| w.index != node);
+                    admission.borrow_mut().release(node);
+                    tracing::warn!(node, %reason, "node left before the run started; its slot is free again");
                 }
-            },
-            _ = tick.tick(), if watch.is_some() => {
-                let missing = missing(&joined);
-                let w = watch.clone().expect("checked");
-                let m = missing.clone();
-                if let Ok(Some(reason)) = tokio::task::spawn_blocking(move || w.hopeless(&m)).await {
-                    return Err(CollectError::Join(format!(
-                        "{} of {n} nodes joined; missing node indices {missing:?}: {reason}",
-                        joined.len()
-                    )));
+                _ = tick.tick(), if watch.is_some() => {
+                    let missing = missing(&waiting);
+                    let w = watch.clone().expect("checked");
+                    let m = missing.clone();
+                    if let Ok(Some(reason)) = tokio::task::spawn_blocking(move || w.hopeless(&m)).await {
+                        return Err(CollectError::Join(format!(
+                            "{} of {n} nodes joined; missing node indices {missing:?}: {reason}",
+                            waiting.len()
+                        )));
+                    }
                 }
             }
         }
-    }
-    joined.sort_by_key(|j| j.index);
+        let mut back = Vec::with_capacity(n);
+        for w in waiting.drain(..) {
+            // `None`: it closed just now; its `gone` message frees the slot in the loop.
+            if let Some(b) = w.start().await {
+                back.push(b);
+            }
+        }
+        if back.len() == n {
+            break back;
+        }
+        for (j, early) in back {
+            waiting.push(listener::wait_in_lobby(j, early, gone_tx.clone()));
+        }
+    };
+    joined.sort_by_key(|(j, _)| j.index);
     let trainer_ctx = Context::<Trainer>::new();
     let trainer = trainer_ctx.address();
     let cache = WeightsCache::default();
     let mut nodes = Vec::with_capacity(n);
     let mut closers = Vec::with_capacity(n);
     let mut recyclers = Vec::with_capacity(n);
-    for j in joined {
-        let peer = start_peer(j, &trainer, &cache, timing);
+    for (j, early) in joined {
+        let peer = start_peer(j, early, &trainer, &cache, timing);
         closers.push(Some(peer.clone().recipient()));
         recyclers.push(Some(peer.clone().recipient()));
         nodes.push(peer.recipient());
@@ -267,7 +296,7 @@ pub async fn start_watched(
                     continue;
                 };
                 tracing::info!(node, restart, name = %j.name, "node rejoined");
-                let peer = start_peer(j, &trainer, &cache, timing);
+                let peer = start_peer(j, Vec::new(), &trainer, &cache, timing);
                 trainer.do_send(NodeRestarted {
                     node,
                     recipient: peer.clone().recipient(),

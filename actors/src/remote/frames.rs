@@ -62,6 +62,10 @@ pub struct FrameStream<T> {
     /// `on_batch` was told of the frame being read.
     announced: bool,
     done: bool,
+    /// Bytes read off the socket before this stream took it, read first.
+    prefill: Vec<u8>,
+    /// How much of `prefill` was handed to the reader.
+    prefill_at: usize,
     _frames: PhantomData<fn() -> T>,
 }
 
@@ -76,8 +80,18 @@ impl<T> FrameStream<T> {
             on_batch: None,
             announced: false,
             done: false,
+            prefill: Vec::new(),
+            prefill_at: 0,
             _frames: PhantomData,
         }
+    }
+
+    /// Reads `bytes` (taken off the socket earlier, by the join phase's lobby) before
+    /// anything from the socket.
+    pub fn with_prefill(mut self, bytes: Vec<u8>) -> FrameStream<T> {
+        self.prefill = bytes;
+        self.prefill_at = 0;
+        self
     }
 
     /// Runs `f` on the pool whenever a frame's body starts to arrive.
@@ -102,16 +116,29 @@ impl<T: Frame> Stream for FrameStream<T> {
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
         while !this.done {
-            let mut buf = ReadBuf::new(this.reader.buf());
-            match Pin::new(&mut this.read).poll_read(cx, &mut buf) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Err(e)) => {
-                    this.done = true;
-                    return Poll::Ready(Some(Err(FrameError::Io(e))));
+            let dst = this.reader.buf();
+            let early = this.prefill.len() - this.prefill_at;
+            let n = if early > 0 && !dst.is_empty() {
+                let k = dst.len().min(early);
+                dst[..k].copy_from_slice(&this.prefill[this.prefill_at..this.prefill_at + k]);
+                this.prefill_at += k;
+                if this.prefill_at == this.prefill.len() {
+                    this.prefill = Vec::new();
+                    this.prefill_at = 0;
                 }
-                Poll::Ready(Ok(())) => {}
-            }
-            let n = buf.filled().len();
+                k
+            } else {
+                let mut buf = ReadBuf::new(dst);
+                match Pin::new(&mut this.read).poll_read(cx, &mut buf) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Err(e)) => {
+                        this.done = true;
+                        return Poll::Ready(Some(Err(FrameError::Io(e))));
+                    }
+                    Poll::Ready(Ok(())) => {}
+                }
+                buf.filled().len()
+            };
             if n == 0 {
                 this.done = true;
                 if this.reader.is_idle() {

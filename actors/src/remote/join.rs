@@ -45,6 +45,20 @@ pub enum JoinError {
         /// Why.
         source: io::Error,
     },
+    /// The token is too short to be a secret.
+    #[error("the token is {len} bytes; at least {min} are required (e.g. `openssl rand -hex 16`)", min = wire::MIN_TOKEN_LEN)]
+    ShortToken {
+        /// Its length.
+        len: usize,
+    },
+    /// The token file is readable by others than its owner (as ssh refuses such a key).
+    #[error("the token file {path} is readable by group or others (mode {mode:03o}): `chmod 600 {path}`, or pass --allow-insecure-token-file")]
+    InsecureTokenFile {
+        /// The file.
+        path: String,
+        /// Its permission bits.
+        mode: u32,
+    },
     /// The trainer could not be reached.
     #[error("cannot connect to {addr}: {reason}")]
     Connect {
@@ -97,14 +111,24 @@ fn default_name() -> String {
 }
 
 /// The shared token: the file's content (trailing newline removed) or `ROLLOUT_TOKEN`.
-/// Never a command-line argument: those show in `ps`.
-pub fn read_token(token_file: Option<&Path>) -> Result<Vec<u8>, JoinError> {
+/// Never a command-line argument: those show in `ps`. Refused when shorter than
+/// [`MIN_TOKEN_LEN`](wire::MIN_TOKEN_LEN) bytes, and (the way ssh refuses a key file)
+/// when the file is readable by group or others, unless `insecure_file_ok`.
+pub fn read_token(token_file: Option<&Path>, insecure_file_ok: bool) -> Result<Vec<u8>, JoinError> {
     let token = match token_file {
         Some(p) => {
-            let raw = std::fs::read(p).map_err(|source| JoinError::TokenFile {
+            let file_error = |source| JoinError::TokenFile {
                 path: p.display().to_string(),
                 source,
-            })?;
+            };
+            let mode = file_mode(p).map_err(file_error)?;
+            if mode & 0o077 != 0 && !insecure_file_ok {
+                return Err(JoinError::InsecureTokenFile {
+                    path: p.display().to_string(),
+                    mode,
+                });
+            }
+            let raw = std::fs::read(p).map_err(file_error)?;
             let end = raw.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(0, |i| i + 1);
             raw[..end].to_vec()
         }
@@ -113,7 +137,16 @@ pub fn read_token(token_file: Option<&Path>) -> Result<Vec<u8>, JoinError> {
     if token.is_empty() {
         return Err(JoinError::NoToken);
     }
+    if token.len() < wire::MIN_TOKEN_LEN {
+        return Err(JoinError::ShortToken { len: token.len() });
+    }
     Ok(token)
+}
+
+/// A file's permission bits (those a token file must keep to its owner).
+fn file_mode(p: &Path) -> io::Result<u32> {
+    use std::os::unix::fs::PermissionsExt;
+    Ok(std::fs::metadata(p)?.permissions().mode() & 0o777)
 }
 
 /// Joins the trainer at `addr` and serves until it says `Shutdown`; blocking.

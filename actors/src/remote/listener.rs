@@ -1,5 +1,8 @@
 //! The trainer's door: accepts connections, runs each handshake under a deadline,
 //! admits authenticated nodes into free slots and rejects everyone else with a reason.
+//! Before login a connection costs at most a [`LOGIN_MAX_FRAME`] read, at most
+//! [`MAX_PENDING_LOGINS`] wait at once, accept errors back off, and its log lines
+//! are rate-limited: anyone can reach the port.
 //! The decisions are the core's ([`TrainerHandshake`], [`Admission`]); this moves
 //! their frames.
 
@@ -7,15 +10,15 @@ use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use rollout::connection::{Admission, HandshakeStep, TrainerHandshake};
+use rollout::connection::{Admission, HandshakeStep, LogLimit, PendingLogins, TrainerHandshake};
 use rollout::node_spec::NodeSpec;
-use rollout::wire::{self, TrainerFrame, Welcome, NONCE_LEN, PREFIX_LEN};
+use rollout::wire::{self, TrainerFrame, Welcome, LOGIN_MAX_FRAME, NONCE_LEN, PREFIX_LEN};
 use rollout::Weights;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::peer::PeerTiming;
 
@@ -79,6 +82,32 @@ pub fn open(
     open_with(listener, specs, cfg, weights, admission)
 }
 
+/// Most connections waiting to log in at once; one more closes the oldest. Real
+/// nodes log in within a round trip or two, so only a flood or idle peers reach it.
+pub const MAX_PENDING_LOGINS: usize = 64;
+
+/// How long the accept loop waits after an accept error before trying again (out
+/// of file descriptors, say: retrying at once would spin), as hyper's does.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// The accept loop's log lines, each kind at most once a second.
+struct DoorLogs {
+    accept: LogLimit,
+    refused: LogLimit,
+    evicted: LogLimit,
+}
+
+impl DoorLogs {
+    fn new() -> DoorLogs {
+        let second = Duration::from_secs(1);
+        DoorLogs {
+            accept: LogLimit::new(second),
+            refused: LogLimit::new(second),
+            evicted: LogLimit::new(second),
+        }
+    }
+}
+
 /// [`open`] over slots the caller keeps: releasing slot `i` (its node is gone and
 /// being replaced) lets a node asking for index `i` in again.
 pub fn open_with(
@@ -90,33 +119,57 @@ pub fn open_with(
 ) -> mpsc::UnboundedReceiver<Joined> {
     let (tx, rx) = mpsc::unbounded_channel();
     let specs = Rc::new(specs);
+    let logs = Rc::new(RefCell::new(DoorLogs::new()));
+    let pending = Rc::new(RefCell::new(PendingLogins::<oneshot::Sender<()>>::new(
+        MAX_PENDING_LOGINS,
+    )));
     actix_rt::spawn(async move {
         loop {
             let (stream, peer) = match listener.accept().await {
                 Ok(c) => c,
                 Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
+                    if let Some(held) = logs.borrow_mut().accept.hit(Instant::now()) {
+                        tracing::warn!(error = %e, suppressed = held, "accept failed; retrying in {} ms", ACCEPT_BACKOFF.as_millis());
+                    }
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
                     continue;
                 }
             };
-            let (cfg, specs, admission, weights, tx) = (
+            let (cancel_tx, cancel) = oneshot::channel();
+            let (id, evicted) = pending.borrow_mut().arrive(cancel_tx);
+            if evicted.is_some() {
+                drop(evicted);
+                if let Some(held) = logs.borrow_mut().evicted.hit(Instant::now()) {
+                    tracing::warn!(
+                        suppressed = held,
+                        "{MAX_PENDING_LOGINS} connections waiting to log in: closed the oldest"
+                    );
+                }
+            }
+            let (cfg, specs, admission, weights, tx, logs, pending) = (
                 cfg.clone(),
                 specs.clone(),
                 admission.clone(),
                 weights.clone(),
                 tx.clone(),
+                logs.clone(),
+                pending.clone(),
             );
             actix_rt::spawn(async move {
-                let deadline = cfg.handshake_timeout;
-                match tokio::time::timeout(deadline, handshake(stream, peer, &cfg, &specs, &admission, &weights)).await
-                {
-                    Ok(Ok(joined)) => {
+                let r = door(stream, peer, &cfg, &specs, &admission, &weights, cancel, || {
+                    pending.borrow_mut().leave(id);
+                })
+                .await;
+                pending.borrow_mut().leave(id);
+                match r {
+                    Ok(joined) => {
                         tracing::info!(node = joined.index, name = %joined.name, %peer, "node joined");
                         let _ = tx.send(joined);
                     }
-                    Ok(Err(reason)) => tracing::warn!(%peer, %reason, "connection refused"),
-                    Err(_) => {
-                        tracing::warn!(%peer, "connection refused: handshake not done within {:.1} s", deadline.as_secs_f64())
+                    Err(reason) => {
+                        if let Some(held) = logs.borrow_mut().refused.hit(Instant::now()) {
+                            tracing::warn!(%peer, %reason, suppressed = held, "connection refused");
+                        }
                     }
                 }
             });
@@ -125,60 +178,148 @@ pub fn open_with(
     rx
 }
 
-async fn handshake(
+/// One connection through the door: login under the handshake deadline (ended early
+/// when evicted), then admission and `welcome`. `logged_in` is called once the token
+/// is proved, so an admitted node no longer counts as waiting.
+#[allow(clippy::too_many_arguments)]
+async fn door(
     mut s: TcpStream,
     peer: SocketAddr,
     cfg: &DoorConfig,
     specs: &[NodeSpec],
     admission: &RefCell<Admission>,
     weights: &[Option<Arc<Weights>>],
+    cancel: oneshot::Receiver<()>,
+    logged_in: impl FnOnce(),
 ) -> Result<Joined, String> {
     let _ = s.set_nodelay(true);
+    let deadline = cfg.handshake_timeout;
     let max = cfg.timing.max_frame;
+    let outcome = tokio::select! {
+        r = tokio::time::timeout(deadline, login(&mut s, cfg)) => match r {
+            Ok(r) => r,
+            Err(_) => Err(format!("handshake not done within {:.1} s", deadline.as_secs_f64())),
+        },
+        _ = cancel => Err(format!(
+            "closed to make room: {MAX_PENDING_LOGINS} connections were waiting to log in and this was the oldest"
+        )),
+    };
+    let (node_name, node_index) = match outcome {
+        Ok(who) => who,
+        Err(reason) => {
+            // Best effort and bounded: a peer that does not read gets nothing.
+            let reject = TrainerFrame::Reject { reason: reason.clone() };
+            let _ = tokio::time::timeout(Duration::from_millis(100), send(&mut s, &reject, max)).await;
+            return Err(reason);
+        }
+    };
+    logged_in();
+    let admitted = admission.borrow_mut().admit(node_index);
+    let index = match admitted {
+        Ok(i) => i,
+        Err(reason) => {
+            let reject = TrainerFrame::Reject { reason: reason.clone() };
+            let _ = tokio::time::timeout(deadline, send(&mut s, &reject, max)).await;
+            return Err(format!("{node_name}: {reason}"));
+        }
+    };
+    let welcome = Welcome {
+        node_index: index,
+        spec: specs[index].clone(),
+        weights: weights.get(index).cloned().flatten().map(Arc::unwrap_or_clone),
+        heartbeat_ms: cfg.timing.heartbeat.as_millis() as u64,
+        heartbeat_timeout_ms: cfg.timing.timeout.as_millis() as u64,
+        max_frame: max as u64,
+    };
+    let sent = tokio::time::timeout(deadline, send(&mut s, &TrainerFrame::Welcome(Box::new(welcome)), max)).await;
+    let sent = sent.unwrap_or_else(|_| Err(format!("welcome not taken within {:.1} s", deadline.as_secs_f64())));
+    if let Err(e) = sent {
+        admission.borrow_mut().release(index);
+        return Err(e);
+    }
+    Ok(Joined {
+        index,
+        name: node_name,
+        peer,
+        stream: s,
+    })
+}
+
+/// The frames before admission, each at most [`LOGIN_MAX_FRAME`] bytes (refused from
+/// its prefix), decoded strictly by the core: who the node is, once it proved the token.
+async fn login(s: &mut TcpStream, cfg: &DoorConfig) -> Result<(String, Option<usize>), String> {
     let nonce: Vec<u8> = (0..NONCE_LEN).map(|_| rand::random::<u8>()).collect();
     let mut hs = TrainerHandshake::new(&cfg.token, nonce);
     loop {
-        let body = match read_frame(&mut s, max).await {
-            Ok(b) => b,
-            Err(reason) => {
-                let _ = send(&mut s, &TrainerFrame::Reject { reason: reason.clone() }, max).await;
-                return Err(reason);
+        let body = read_frame(s, LOGIN_MAX_FRAME)
+            .await
+            .map_err(|e| format!("before login: {e}"))?;
+        match hs.on_frame(&body) {
+            HandshakeStep::Send(f) => send(s, &f, LOGIN_MAX_FRAME).await?,
+            HandshakeStep::Reject(reason) => return Err(reason),
+            HandshakeStep::Authenticated { node_name, node_index } => return Ok((node_name, node_index)),
+        }
+    }
+}
+
+/// Most bytes a node waiting for the run to start may send before it is read by
+/// its peer (its `ready` and heartbeats are a few hundred): past it the lobby
+/// stops reading, and the socket's buffers hold the rest.
+const LOBBY_BYTES: usize = 1 << 20;
+
+/// A node admitted during the join phase, waiting for the others: its connection
+/// is read (into a buffer, nothing decoded) so that a node that drops is seen at
+/// once and its slot freed for another.
+pub struct Waiting {
+    /// Its slot.
+    pub index: usize,
+    stop: oneshot::Sender<()>,
+    back: oneshot::Receiver<(Joined, Vec<u8>)>,
+}
+
+/// Watches `j` until [`Waiting::start`]; if its connection closes first, sends
+/// `(index, reason)` to `gone` (the connection is then dropped). `buf`: bytes of it
+/// already read (empty unless it waited before).
+pub fn wait_in_lobby(mut j: Joined, mut buf: Vec<u8>, gone: mpsc::UnboundedSender<(usize, String)>) -> Waiting {
+    let (stop, mut stop_rx) = oneshot::channel();
+    let (back_tx, back) = oneshot::channel();
+    let index = j.index;
+    actix_rt::spawn(async move {
+        let reason = loop {
+            if buf.len() >= LOBBY_BYTES {
+                let _ = (&mut stop_rx).await;
+                break None;
+            }
+            // Both branches are cancel-safe: a read either took bytes or did not.
+            // The start wins over bytes or an end that arrive at the same time.
+            tokio::select! {
+                biased;
+                _ = &mut stop_rx => break None,
+                r = j.stream.read_buf(&mut buf) => match r {
+                    Ok(0) => break Some("closed its connection".to_string()),
+                    Ok(_) => {}
+                    Err(e) => break Some(format!("connection lost: {e}")),
+                },
             }
         };
-        match hs.on_frame(&body) {
-            HandshakeStep::Send(f) => send(&mut s, &f, max).await?,
-            HandshakeStep::Reject(reason) => {
-                let _ = send(&mut s, &TrainerFrame::Reject { reason: reason.clone() }, max).await;
-                return Err(reason);
+        match reason {
+            None => {
+                let _ = back_tx.send((j, buf));
             }
-            HandshakeStep::Authenticated { node_name, node_index } => {
-                let admitted = admission.borrow_mut().admit(node_index);
-                let index = match admitted {
-                    Ok(i) => i,
-                    Err(reason) => {
-                        let _ = send(&mut s, &TrainerFrame::Reject { reason: reason.clone() }, max).await;
-                        return Err(format!("{node_name}: {reason}"));
-                    }
-                };
-                let welcome = Welcome {
-                    node_index: index,
-                    spec: specs[index].clone(),
-                    weights: weights.get(index).cloned().flatten().map(Arc::unwrap_or_clone),
-                    heartbeat_ms: cfg.timing.heartbeat.as_millis() as u64,
-                    heartbeat_timeout_ms: cfg.timing.timeout.as_millis() as u64,
-                    max_frame: max as u64,
-                };
-                if let Err(e) = send(&mut s, &TrainerFrame::Welcome(Box::new(welcome)), max).await {
-                    admission.borrow_mut().release(index);
-                    return Err(e);
-                }
-                return Ok(Joined {
-                    index,
-                    name: node_name,
-                    peer,
-                    stream: s,
-                });
+            Some(reason) => {
+                let _ = gone.send((index, reason));
             }
         }
+    });
+    Waiting { index, stop, back }
+}
+
+impl Waiting {
+    /// The run starts: the connection back, with the bytes the node sent meanwhile
+    /// (to be read before the socket's); `None` if it closed in the meantime (its
+    /// `gone` message is then already sent).
+    pub async fn start(self) -> Option<(Joined, Vec<u8>)> {
+        let _ = self.stop.send(());
+        self.back.await.ok()
     }
 }

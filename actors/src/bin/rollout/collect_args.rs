@@ -99,6 +99,9 @@ pub(crate) struct CollectArgs {
     /// File holding the shared token for remote nodes (else ROLLOUT_TOKEN).
     #[arg(long, value_name = "PATH")]
     pub(crate) token_file: Option<PathBuf>,
+    /// Accept a token file readable by group or others (refused by default, as ssh refuses such a key).
+    #[arg(long)]
+    pub(crate) allow_insecure_token_file: bool,
     /// Longest wait for remote nodes to join, in seconds.
     #[arg(long, default_value_t = 60.0, value_name = "SECS")]
     pub(crate) join_timeout: f64,

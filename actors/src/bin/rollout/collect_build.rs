@@ -157,11 +157,22 @@ pub(crate) fn build(
     if let Some(addr) = &args.listen {
         b = b.listen(addr.clone());
     }
+    if launcher == Launcher::External {
+        // As soon as the socket is bound, before any node joined: with `--listen HOST:0`
+        // this line is how nodes learn the port.
+        let json = args.json;
+        b = b.on_listening(move |addr| {
+            eprintln!("listening on {addr}");
+            if json {
+                println!("{}", serde_json::json!({ "listening": addr.to_string() }));
+            }
+        });
+    }
     if let Some(addr) = &args.slurm.advertise {
         b = b.advertise(addr.clone());
     }
     if launcher != Launcher::Local {
-        match read_token(args.token_file.as_deref()) {
+        match read_token(args.token_file.as_deref(), args.allow_insecure_token_file) {
             Ok(t) => b = b.token(t),
             Err(JoinError::NoToken) if matches!(launcher, Launcher::Process | Launcher::Slurm(_)) => {}
             Err(e) => return Err(usage("token", e)),
@@ -171,9 +182,6 @@ pub(crate) fn build(
         b = b.resume(ck);
     }
     let c = b.build().map_err(build_failure)?;
-    if let (Launcher::External, Some(addr)) = (&launcher, c.listen_addr()) {
-        eprintln!("listening on {addr}");
-    }
     if let Some(job) = c.slurm_job_id() {
         eprintln!("SLURM job {job}: every node joined");
     }

@@ -52,6 +52,7 @@ mod collect;
 mod collect_args;
 mod collect_build;
 mod failure;
+mod fd_limit;
 mod node;
 mod output;
 mod resume;
@@ -111,6 +112,7 @@ fn main() -> ExitCode {
         }
     };
     init_tracing();
+    fd_limit::raise_nofile_limit();
     let result = match cli.command {
         Command::Collect(args) => collect::collect(&args),
         Command::Node(args) => node::node(&args),

@@ -16,6 +16,9 @@ pub(crate) struct NodeArgs {
     /// File holding the shared token (else the ROLLOUT_TOKEN env var). Never pass it as an argument.
     #[arg(long, value_name = "PATH")]
     token_file: Option<PathBuf>,
+    /// Accept a token file readable by group or others (refused by default, as ssh refuses such a key).
+    #[arg(long)]
+    allow_insecure_token_file: bool,
     /// Name shown in the trainer's logs [default: host:pid].
     #[arg(long)]
     name: Option<String>,
@@ -29,7 +32,8 @@ pub(crate) struct NodeArgs {
 
 /// `rollout node`: join, serve until Shutdown, exit 0.
 pub(crate) fn node(args: &NodeArgs) -> Result<(), Failure> {
-    let token = read_token(args.token_file.as_deref()).map_err(|e| usage("token", e))?;
+    let token =
+        read_token(args.token_file.as_deref(), args.allow_insecure_token_file).map_err(|e| usage("token", e))?;
     let connect_timeout = Duration::try_from_secs_f64(args.connect_timeout).map_err(|_| {
         usage(
             "connect_timeout",

@@ -1,0 +1,471 @@
+//! The strict decoder of the frames a node sends before it is admitted (`hello`,
+//! `auth`): the trainer reads these from anyone who can reach its port, so this
+//! path costs no more than the bytes of the frame.
+//!
+//! It reads the MessagePack by hand, field by field, into the few scalars these
+//! frames hold: no serde tagged enum, no `rmpv::Value`, nothing buffered for a
+//! key it does not know (an unknown value is skipped, iteratively, without being
+//! built). Frames are at most [`LOGIN_MAX_FRAME`](super::LOGIN_MAX_FRAME) bytes
+//! here, so every allocation is bounded by that. Stricter than the session's
+//! decoder, as PROTOCOL.md §4 says: an unknown field, a key given twice or bytes
+//! after the value refuse the frame.
+
+use super::WireError;
+
+/// The `type` of every frame a node may send, so a frame of the wrong kind is
+/// named in the refusal ("expected hello, got batch") rather than called malformed.
+const NODE_FRAME_TYPES: &[&str] = &[
+    "hello",
+    "auth",
+    "heartbeat",
+    "batch",
+    "weights_updated",
+    "seeded",
+    "down",
+    "failed",
+    "ready",
+    "snapshot",
+    "restored",
+    "checkpoint_failed",
+];
+
+/// Longest key or `type` read: every key of these frames is a short name.
+const MAX_KEY: usize = 64;
+
+/// A frame a node sent before login, decoded strictly.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LoginFrame {
+    /// `hello`.
+    Hello {
+        /// Its `protocol_version`.
+        protocol_version: u32,
+        /// Its `node_name`.
+        node_name: String,
+        /// Its `node_index` (`nil` or absent: any free slot).
+        node_index: Option<usize>,
+    },
+    /// `auth`.
+    Auth {
+        /// Its `proof`.
+        proof: Vec<u8>,
+    },
+    /// Another node frame (its `type`), well formed as a map of a known type; its
+    /// fields were skipped, not read.
+    Other(&'static str),
+}
+
+/// Decodes a frame body a node sent before `welcome`; see the module doc.
+pub fn decode_login(body: &[u8]) -> Result<LoginFrame, WireError> {
+    if body.is_empty() {
+        return Err(WireError::Empty);
+    }
+    let mut r = Reader { buf: body, pos: 0 };
+    let fields = read_fields(&mut r).map_err(WireError::Decode)?;
+    if r.pos != body.len() {
+        return Err(WireError::Decode(format!(
+            "{} bytes after the frame's value",
+            body.len() - r.pos
+        )));
+    }
+    fields.into_frame().map_err(WireError::Decode)
+}
+
+/// The fields seen in a login frame's map.
+#[derive(Default)]
+struct Fields {
+    tag: Option<String>,
+    protocol_version: Option<u64>,
+    node_name: Option<String>,
+    node_index: Option<Option<u64>>,
+    proof: Option<Vec<u8>>,
+    /// The first key this decoder does not know.
+    unknown: Option<String>,
+}
+
+fn read_fields(r: &mut Reader<'_>) -> Result<Fields, String> {
+    let n = r.map_len()?;
+    let mut f = Fields::default();
+    for _ in 0..n {
+        let key = r.str(MAX_KEY).map_err(|e| format!("a key: {e}"))?;
+        let dup = || format!("duplicate field `{key}`");
+        match key.as_str() {
+            "type" => {
+                let v = r
+                    .str(MAX_KEY)
+                    .map_err(|e| format!("`type` must be a short string ({e})"))?;
+                if f.tag.replace(v).is_some() {
+                    return Err(dup());
+                }
+            }
+            "protocol_version" => {
+                let v = r.uint().map_err(|e| format!("`protocol_version`: {e}"))?;
+                if f.protocol_version.replace(v).is_some() {
+                    return Err(dup());
+                }
+            }
+            "node_name" => {
+                let v = r.str(usize::MAX).map_err(|e| format!("`node_name`: {e}"))?;
+                if f.node_name.replace(v).is_some() {
+                    return Err(dup());
+                }
+            }
+            "node_index" => {
+                let v = if r.peek()? == NIL {
+                    r.pos += 1;
+                    None
+                } else {
+                    Some(r.uint().map_err(|e| format!("`node_index`: {e}"))?)
+                };
+                if f.node_index.replace(v).is_some() {
+                    return Err(dup());
+                }
+            }
+            "proof" => {
+                let v = r.bin().map_err(|e| format!("`proof`: {e}"))?;
+                if f.proof.replace(v).is_some() {
+                    return Err(dup());
+                }
+            }
+            _ => {
+                r.skip_value()?;
+                f.unknown.get_or_insert(key);
+            }
+        }
+    }
+    Ok(f)
+}
+
+impl Fields {
+    fn into_frame(self) -> Result<LoginFrame, String> {
+        let tag = self.tag.ok_or("missing field `type`")?;
+        let name = match tag.as_str() {
+            "hello" => "hello",
+            "auth" => "auth",
+            other => {
+                return NODE_FRAME_TYPES
+                    .iter()
+                    .find(|t| **t == other)
+                    .map(|t| LoginFrame::Other(t))
+                    .ok_or_else(|| format!("unknown frame type `{other}`"))
+            }
+        };
+        let stray = |field: &str| format!("unknown field `{field}` in {name}");
+        if let Some(k) = self.unknown {
+            return Err(stray(&k));
+        }
+        if name == "hello" {
+            if self.proof.is_some() {
+                return Err(stray("proof"));
+            }
+            let v = self.protocol_version.ok_or("missing field `protocol_version`")?;
+            let node_index = match self.node_index.flatten() {
+                None => None,
+                Some(i) => Some(usize::try_from(i).map_err(|_| format!("`node_index` {i} out of range"))?),
+            };
+            Ok(LoginFrame::Hello {
+                // A version past u32 is not this protocol's either: refused as such.
+                protocol_version: u32::try_from(v).unwrap_or(u32::MAX),
+                node_name: self.node_name.ok_or("missing field `node_name`")?,
+                node_index,
+            })
+        } else {
+            for (present, field) in [
+                (self.protocol_version.is_some(), "protocol_version"),
+                (self.node_name.is_some(), "node_name"),
+                (self.node_index.is_some(), "node_index"),
+            ] {
+                if present {
+                    return Err(stray(field));
+                }
+            }
+            Ok(LoginFrame::Auth {
+                proof: self.proof.ok_or("missing field `proof`")?,
+            })
+        }
+    }
+}
+
+const NIL: u8 = 0xc0;
+
+/// A cursor over one MessagePack body.
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl Reader<'_> {
+    fn peek(&self) -> Result<u8, String> {
+        self.buf
+            .get(self.pos)
+            .copied()
+            .ok_or_else(|| "frame cut short".to_string())
+    }
+
+    fn byte(&mut self) -> Result<u8, String> {
+        let b = self.peek()?;
+        self.pos += 1;
+        Ok(b)
+    }
+
+    fn take(&mut self, n: u64) -> Result<&[u8], String> {
+        let left = (self.buf.len() - self.pos) as u64;
+        if n > left {
+            return Err("frame cut short".into());
+        }
+        let start = self.pos;
+        self.pos += n as usize;
+        Ok(&self.buf[start..self.pos])
+    }
+
+    /// A big-endian unsigned integer of `n` bytes (1, 2, 4 or 8).
+    fn be(&mut self, n: u64) -> Result<u64, String> {
+        Ok(self.take(n)?.iter().fold(0u64, |acc, b| (acc << 8) | u64::from(*b)))
+    }
+
+    fn map_len(&mut self) -> Result<u64, String> {
+        match self.byte()? {
+            m @ 0x80..=0x8f => Ok(u64::from(m & 0x0f)),
+            0xde => self.be(2),
+            0xdf => self.be(4),
+            _ => Err("a frame must be a map".into()),
+        }
+    }
+
+    /// A `str` of at most `max` bytes, valid UTF-8.
+    fn str(&mut self, max: usize) -> Result<String, String> {
+        let len = match self.byte()? {
+            m @ 0xa0..=0xbf => u64::from(m & 0x1f),
+            0xd9 => self.be(1)?,
+            0xda => self.be(2)?,
+            0xdb => self.be(4)?,
+            _ => return Err("expected a string".into()),
+        };
+        if len > max as u64 {
+            return Err(format!("a string of {len} bytes (at most {max})"));
+        }
+        let bytes = self.take(len)?;
+        std::str::from_utf8(bytes)
+            .map(str::to_owned)
+            .map_err(|_| "a string that is not UTF-8".into())
+    }
+
+    fn bin(&mut self) -> Result<Vec<u8>, String> {
+        let len = match self.byte()? {
+            0xc4 => self.be(1)?,
+            0xc5 => self.be(2)?,
+            0xc6 => self.be(4)?,
+            _ => return Err("expected bin".into()),
+        };
+        Ok(self.take(len)?.to_vec())
+    }
+
+    /// A non-negative integer in any MessagePack integer form.
+    fn uint(&mut self) -> Result<u64, String> {
+        let negative = || Err("expected a non-negative integer".to_string());
+        match self.byte()? {
+            b @ 0x00..=0x7f => Ok(u64::from(b)),
+            0xcc => self.be(1),
+            0xcd => self.be(2),
+            0xce => self.be(4),
+            0xcf => self.be(8),
+            m @ 0xd0..=0xd3 => {
+                let n = 1u64 << (m - 0xd0);
+                let raw = self.be(n)?;
+                let bits = 8 * n as u32;
+                // Sign bit of an `n`-byte two's complement integer.
+                if raw >> (bits - 1) & 1 == 1 {
+                    negative()
+                } else {
+                    Ok(raw)
+                }
+            }
+            0xe0..=0xff => negative(),
+            _ => Err("expected an integer".into()),
+        }
+    }
+
+    /// Skips one value, nested ones included, without building it: a count of the
+    /// values still to skip, not recursion, so no nesting depth costs stack.
+    fn skip_value(&mut self) -> Result<(), String> {
+        let mut pending: u64 = 1;
+        while pending > 0 {
+            pending -= 1;
+            let m = self.byte()?;
+            let (skip, more) = match m {
+                0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => (0, 0),
+                0x80..=0x8f => (0, 2 * u64::from(m & 0x0f)),
+                0x90..=0x9f => (0, u64::from(m & 0x0f)),
+                0xa0..=0xbf => (u64::from(m & 0x1f), 0),
+                0xc4 | 0xd9 => (self.be(1)?, 0),
+                0xc5 | 0xda => (self.be(2)?, 0),
+                0xc6 | 0xdb => (self.be(4)?, 0),
+                0xc7 => (self.be(1)? + 1, 0),
+                0xc8 => (self.be(2)? + 1, 0),
+                0xc9 => (self.be(4)? + 1, 0),
+                0xca => (4, 0),
+                0xcb => (8, 0),
+                0xcc | 0xd0 => (1, 0),
+                0xcd | 0xd1 => (2, 0),
+                0xce | 0xd2 => (4, 0),
+                0xcf | 0xd3 => (8, 0),
+                0xd4 => (2, 0),
+                0xd5 => (3, 0),
+                0xd6 => (5, 0),
+                0xd7 => (9, 0),
+                0xd8 => (17, 0),
+                0xdc => (0, self.be(2)?),
+                0xdd => (0, self.be(4)?),
+                0xde => (0, 2 * self.be(2)?),
+                0xdf => (0, 2 * self.be(4)?),
+                _ => return Err(format!("invalid MessagePack marker 0x{m:02x}")),
+            };
+            self.take(skip)?;
+            // Every value takes at least one byte: more than the bytes left is a lie.
+            pending += more;
+            if pending > (self.buf.len() - self.pos) as u64 {
+                return Err("frame cut short".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{encode, NodeFrame, PROTOCOL_VERSION};
+
+    fn body(f: &NodeFrame) -> Vec<u8> {
+        encode(f, usize::MAX).unwrap()[crate::wire::PREFIX_LEN..].to_vec()
+    }
+
+    fn hello() -> NodeFrame {
+        NodeFrame::Hello {
+            protocol_version: PROTOCOL_VERSION,
+            node_name: "n0".into(),
+            node_index: Some(1),
+        }
+    }
+
+    fn value(v: rmpv::Value) -> Vec<u8> {
+        let mut out = Vec::new();
+        rmpv::encode::write_value(&mut out, &v).unwrap();
+        out
+    }
+
+    fn map(entries: &[(&str, rmpv::Value)]) -> Vec<u8> {
+        value(rmpv::Value::Map(
+            entries.iter().map(|(k, v)| ((*k).into(), v.clone())).collect(),
+        ))
+    }
+
+    fn refused(body: &[u8], needle: &str) {
+        match decode_login(body) {
+            Err(e) => assert!(e.to_string().contains(needle), "{e} lacks {needle:?}"),
+            Ok(f) => panic!("{f:?} decoded; expected a refusal with {needle:?}"),
+        }
+    }
+
+    #[test]
+    fn the_reference_hello_and_auth_decode_in_any_key_order() {
+        assert_eq!(
+            decode_login(&body(&hello())),
+            Ok(LoginFrame::Hello {
+                protocol_version: PROTOCOL_VERSION,
+                node_name: "n0".into(),
+                node_index: Some(1),
+            })
+        );
+        assert_eq!(
+            decode_login(&body(&NodeFrame::Auth { proof: vec![7; 32] })),
+            Ok(LoginFrame::Auth { proof: vec![7; 32] })
+        );
+        let reordered = map(&[
+            ("node_name", "n".into()),
+            ("protocol_version", rmpv::Value::from(u64::from(PROTOCOL_VERSION))),
+            ("type", "hello".into()),
+        ]);
+        assert_eq!(
+            decode_login(&reordered),
+            Ok(LoginFrame::Hello {
+                protocol_version: PROTOCOL_VERSION,
+                node_name: "n".into(),
+                node_index: None,
+            })
+        );
+        assert_eq!(
+            decode_login(&body(&NodeFrame::Heartbeat)),
+            Ok(LoginFrame::Other("heartbeat"))
+        );
+    }
+
+    #[test]
+    fn unknown_fields_duplicates_and_trailing_bytes_are_refused() {
+        let v = || rmpv::Value::from(3u64);
+        refused(
+            &map(&[
+                ("type", "hello".into()),
+                ("protocol_version", v()),
+                ("node_name", "n".into()),
+                ("x", rmpv::Value::Array(vec![rmpv::Value::Nil; 100])),
+            ]),
+            "unknown field `x` in hello",
+        );
+        refused(
+            &map(&[("type", "hello".into()), ("type", "hello".into())]),
+            "duplicate field `type`",
+        );
+        refused(
+            &map(&[
+                ("type", "auth".into()),
+                ("proof", rmpv::Value::Binary(vec![1])),
+                ("proof", rmpv::Value::Binary(vec![1])),
+            ]),
+            "duplicate field `proof`",
+        );
+        refused(
+            &map(&[
+                ("type", "auth".into()),
+                ("proof", rmpv::Value::Binary(vec![1])),
+                ("node_name", "n".into()),
+            ]),
+            "unknown field `node_name` in auth",
+        );
+        let mut trailing = body(&hello());
+        trailing.push(0xc0);
+        refused(&trailing, "1 bytes after");
+        refused(&map(&[("type", "challenge".into())]), "unknown frame type `challenge`");
+        refused(&map(&[("protocol_version", v())]), "missing field `type`");
+        refused(
+            &map(&[("type", "auth".into()), ("proof", "not bin".into())]),
+            "`proof`: expected bin",
+        );
+        refused(
+            &map(&[
+                ("type", "hello".into()),
+                ("protocol_version", rmpv::Value::from(-1)),
+                ("node_name", "n".into()),
+            ]),
+            "non-negative",
+        );
+        refused(&value(rmpv::Value::Array(vec!["hello".into()])), "must be a map");
+        refused(&[0xc1], "must be a map");
+        refused(&[], "empty");
+    }
+
+    #[test]
+    fn lying_lengths_and_deep_nesting_cost_nothing() {
+        // A map claiming 2^32-1 entries, an array claiming 2^32-1 nils, in a few bytes.
+        refused(&[0xdf, 0xff, 0xff, 0xff, 0xff, 0xa1, b'x'], "cut short");
+        let mut b = vec![0x81, 0xa1, b'x', 0xdd, 0xff, 0xff, 0xff, 0xff];
+        b.extend([0xc0; 16]);
+        refused(&b, "cut short");
+        // Ten thousand nested arrays: skipped without recursion, then refused as unknown.
+        let mut deep = vec![
+            0x82, 0xa4, b't', b'y', b'p', b'e', 0xa5, b'h', b'e', b'l', b'l', b'o', 0xa1, b'x',
+        ];
+        deep.extend(std::iter::repeat_n(0x91, 10_000));
+        deep.push(0xc0);
+        refused(&deep, "unknown field `x`");
+    }
+}
