@@ -1,0 +1,329 @@
+"""The node's env workers, as the Rust node lays them out (PROTOCOL.md §§3, 5, 8): worker
+``w`` of ``envs_per_node`` is one env of a gymnasium ``SyncVectorEnv``, row ``w`` of every
+batch, trajectory-id lane ``first_lane + w``, first reset with seed ``rollout.seed + w``.
+
+A batch is stepped column by column with one policy call on every row's observation. An env
+that raises is rebuilt (reseeded with the documented restart seed, its ids moved past the
+ones it delivered) and its row of the batch collected again; the other rows keep theirs.
+"""
+
+import time
+
+import gymnasium as gym
+import numpy as np
+
+from .policy import ActionSpace, Policy, random_actions
+
+#: Defaults of ``spec.max_restarts`` and ``spec.restart_window_ms``.
+DEFAULT_MAX_RESTARTS = 5
+DEFAULT_RESTART_WINDOW_MS = 5000
+_MASK64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+class BuildError(Exception):
+    """The env or the policy cannot be built from the trainer's spec."""
+
+
+class NodeFailed(Exception):
+    """The node cannot go on; the message is the `failed` frame's reason."""
+
+
+class CheckpointError(Exception):
+    """A snapshot or restore this node cannot do; it goes on serving."""
+
+
+def restart_seed(seed, restart):
+    """The seed of restart ``restart`` of a worker whose own seed is ``seed`` (splitmix64)."""
+    z = (seed ^ ((restart * _GOLDEN) & _MASK64)) & _MASK64
+    z = (z + _GOLDEN) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+class _EnvFailed(Exception):
+    """Env ``k`` raised ``cause``."""
+
+    def __init__(self, k, cause):
+        super().__init__(f"env {k}: {cause!r}")
+        self.k, self.cause = k, cause
+
+
+class _Blame(gym.Wrapper):
+    """Names the env that raised inside the vector env, and keeps each env's last step."""
+
+    def __init__(self, env, k):
+        super().__init__(env)
+        self.k = k
+        self.last = None
+
+    def step(self, action):
+        try:
+            self.last = self.env.step(action)
+        except Exception as e:
+            raise _EnvFailed(self.k, e) from e
+        return self.last
+
+    def reset(self, **kwargs):
+        try:
+            return self.env.reset(**kwargs)
+        except Exception as e:
+            raise _EnvFailed(self.k, e) from e
+
+
+def _action_space(space):
+    if isinstance(space, gym.spaces.Discrete):
+        if int(space.start) != 0:
+            raise BuildError(f"a Discrete action space must start at 0, this one starts at {space.start}")
+        return ActionSpace(n=int(space.n))
+    if isinstance(space, gym.spaces.Box):
+        return ActionSpace(low=space.low, high=space.high)
+    raise BuildError(f"action space {space} is neither Discrete nor Box")
+
+
+def _obs_dim(space):
+    if isinstance(space, gym.spaces.Box):
+        return int(np.prod(space.shape, dtype=np.int64))
+    if isinstance(space, gym.spaces.Discrete):
+        return 1
+    raise BuildError(f"observation space {space} is neither Box nor Discrete")
+
+
+class Workers:
+    """The ``E`` env workers of one node and the state of their episodes."""
+
+    def __init__(self, spec):
+        env = spec.get("env") or {}
+        self.env_name = env.get("name")
+        config = env.get("config") or {}
+        if not isinstance(self.env_name, str) or not isinstance(config, dict):
+            raise BuildError("spec.env must be {name: str, config: map or nil}")
+        self.config = config
+        self.E = spec.get("envs_per_node")
+        if not isinstance(self.E, int) or self.E < 1:
+            raise BuildError("envs_per_node must be at least 1")
+        r = spec.get("rollout") or {}
+        self.rollout = r
+        self.seed = int(r.get("seed", 0))
+        self.max_traj = r.get("max_frames_per_traj")
+        self.reset_each = bool(r.get("reset_at_each_iter", False))
+        self.init_random = int(r.get("init_random_frames", 0))
+        self.nan_is_failure = bool(r.get("nan_is_failure", False))
+        self.lanes = int(spec.get("lanes", 1))
+        self.first_lane = int(spec.get("first_lane", 0))
+        if self.lanes < 1 or self.first_lane + self.E > self.lanes:
+            raise BuildError(f"lanes {self.first_lane}..{self.first_lane + self.E} are not in 0..{self.lanes}")
+        self.max_restarts = int(spec.get("max_restarts", DEFAULT_MAX_RESTARTS))
+        self.window = max(int(spec.get("restart_window_ms", DEFAULT_RESTART_WINDOW_MS)), 1) / 1000.0
+        self.base_seed = self.seed
+        try:
+            self.vec = gym.vector.SyncVectorEnv(
+                [self._factory(k) for k in range(self.E)],
+                autoreset_mode=gym.vector.AutoresetMode.DISABLED,
+            )
+        except Exception as e:
+            raise BuildError(f"cannot make env `{self.env_name}` with config {config}: {e}") from None
+        self.obs_dim = _obs_dim(self.vec.single_observation_space)
+        self.action = _action_space(self.vec.single_action_space)
+        pol = spec.get("policy") or {}
+        self.policy = Policy(pol, self.obs_dim, self.action, (self.seed * _GOLDEN) & _MASK64 ^ 1)
+        E = self.E
+        self.cur = np.zeros((E, self.obs_dim), np.float32)
+        self.traj_id = np.full(E, -1, np.int64)
+        self.step_count = np.zeros(E, np.int64)
+        self.needs_reset = np.ones(E, bool)
+        self.pending_seed = [(self.seed + k) & _MASK64 for k in range(E)]
+        self.next_id = np.array([self.first_lane + k for k in range(E)], np.int64)
+        self.frames = np.zeros(E, np.int64)  # per worker: init_random_frames counts per worker
+        self.delivered_max_id = np.full(E, -1, np.int64)
+        self.delivered_frames = np.zeros(E, np.int64)
+        self.restarts = [[] for _ in range(E)]  # times of each worker's restarts
+        self.restart_count = [0] * E
+
+    def _factory(self, k):
+        name, config = self.env_name, self.config
+        return lambda: _Blame(gym.make(name, **config), k)
+
+    def layout(self):
+        """The ``ready`` layout: each key's dtype and feature shape."""
+        d = [self.obs_dim]
+        action = ["i64", []] if self.action.discrete else ["f32", [self.action.dim]]
+        return {
+            "observation": ["f32", d],
+            "action": action,
+            "next.observation": ["f32", d],
+            "next.reward": ["f32", [1]],
+            "next.done": ["bool", [1]],
+            "next.terminated": ["bool", [1]],
+            "next.truncated": ["bool", [1]],
+            "collector.traj_ids": ["i64", []],
+            "step_count": ["i64", [1]],
+        }
+
+    def set_seed(self, seed):
+        """``seed {seed}``: env ``w`` starts a new episode seeded ``seed + w`` at its next step
+        (the running one is cut, without ``done``); returns ``next_seed``."""
+        self.base_seed = seed
+        for k in range(self.E):
+            self.pending_seed[k] = (seed + k) & _MASK64
+        self.needs_reset[:] = True
+        self.policy.reseed(((seed + self.E) * _GOLDEN) & _MASK64)
+        return (seed + self.E) & _MASK64
+
+    def _obs(self, o):
+        return np.asarray(o, np.float32).reshape(-1)
+
+    def _reset(self, rows):
+        """Starts a new episode in every env of ``rows`` (the vector env's masked reset)."""
+        mask = np.zeros(self.E, bool)
+        mask[rows] = True
+        seeds = [None] * self.E
+        for k in rows:
+            seeds[k], self.pending_seed[k] = self.pending_seed[k], None
+        try:
+            obs, _ = self.vec.reset(seed=seeds, options={"reset_mask": mask})
+        except _EnvFailed:
+            raise
+        except Exception as e:  # raised outside an env (the vector env's own checks)
+            raise _EnvFailed(int(rows[0]), e) from e
+        for k in rows:
+            self.cur[k] = self._obs(obs[k])
+            if self.nan_is_failure and np.isnan(self.cur[k]).any():
+                raise _EnvFailed(int(k), ValueError(f"env {k} produced a NaN observation"))
+            self.traj_id[k] = self.next_id[k]
+            self.next_id[k] += self.lanes
+            self.step_count[k] = 0
+            self.needs_reset[k] = False
+
+    def _actions(self, rows):
+        obs = self.cur[rows]
+        random = self.frames[rows] < self.init_random
+        if random.all():
+            return random_actions(self.action, self.policy.rng, len(rows))
+        acts = self.policy.act(obs)
+        if random.any():
+            acts[random] = random_actions(self.action, self.policy.rng, int(random.sum()))
+        return acts
+
+    def collect(self, frames):
+        """One batch of ``frames`` frames as a dict of numpy arrays ``[E, T, ...]``."""
+        E = self.E
+        if frames == 0 or frames % E:
+            raise NodeFailed(f"{frames} frames do not split evenly over {E} env workers")
+        T = frames // E
+        D = self.obs_dim
+        if self.reset_each:
+            self.needs_reset[:] = True
+        b = {
+            "observation": np.zeros((E, T, D), np.float32),
+            "action": np.zeros((E, T), np.int64) if self.action.discrete else np.zeros((E, T, self.action.dim), np.float32),
+            "next.observation": np.zeros((E, T, D), np.float32),
+            "next.reward": np.zeros((E, T, 1), np.float32),
+            "next.done": np.zeros((E, T, 1), bool),
+            "next.terminated": np.zeros((E, T, 1), bool),
+            "next.truncated": np.zeros((E, T, 1), bool),
+            "collector.traj_ids": np.zeros((E, T), np.int64),
+            "step_count": np.zeros((E, T, 1), np.int64),
+        }
+        pos = np.zeros(E, np.int64)
+        while (pos < T).any():
+            rows = np.nonzero(pos < T)[0]
+            results, acts = [], None
+            try:
+                resets = [int(k) for k in rows if self.needs_reset[k]]
+                if resets:
+                    self._reset(resets)
+                acts = self._actions(rows)
+                if len(rows) == E:
+                    full = acts if self.action.discrete else acts.reshape((E,) + self.vec.single_action_space.shape)
+                    nobs, rew, term, trunc, _ = self.vec.step(full)
+                    results = [(nobs[k], rew[k], term[k], trunc[k]) for k in range(E)]
+                else:
+                    for i, k in enumerate(rows):
+                        a = acts[i] if self.action.discrete else acts[i].reshape(self.vec.single_action_space.shape)
+                        o, r, te, tr, _ = self.vec.envs[k].step(a)
+                        results.append((o, r, te, tr))
+            except _EnvFailed as f:
+                # Rows stepped before the failing one keep this column; rows after it were
+                # not stepped and step it again; the failed row starts over.
+                for i, k in enumerate(rows if acts is not None else []):
+                    if k >= f.k:
+                        break
+                    if i < len(results):
+                        res = results[i]
+                    else:
+                        o, r, te, tr, _ = self.vec.envs[k].last
+                        res = (o, r, te, tr)
+                    self._record(b, int(k), int(pos[k]), acts[i], res)
+                    pos[k] += 1
+                self._restart(f.k, f.cause)
+                pos[f.k] = 0
+                continue
+            for i, k in enumerate(rows):
+                self._record(b, int(k), int(pos[k]), acts[i], results[i])
+                pos[k] += 1
+        for k in range(E):
+            self.delivered_max_id[k] = max(self.delivered_max_id[k], int(b["collector.traj_ids"][k].max()))
+            self.delivered_frames[k] += T
+        return b
+
+    def _record(self, b, k, t, action, result):
+        o, r, te, tr = result
+        nxt = self._obs(o)
+        b["observation"][k, t] = self.cur[k]
+        b["action"][k, t] = action
+        b["next.observation"][k, t] = nxt
+        sc = int(self.step_count[k])
+        te = bool(te)
+        cut = self.max_traj is not None and sc + 1 >= self.max_traj and not te
+        trunc = bool(tr) or cut
+        end = te or trunc
+        b["next.reward"][k, t, 0] = np.float32(r)
+        b["next.terminated"][k, t, 0] = te
+        b["next.truncated"][k, t, 0] = trunc
+        b["next.done"][k, t, 0] = end
+        b["collector.traj_ids"][k, t] = self.traj_id[k]
+        b["step_count"][k, t, 0] = sc
+        self.step_count[k] = sc + 1
+        self.needs_reset[k] = end
+        self.cur[k] = nxt
+        self.frames[k] += 1
+        if self.nan_is_failure and not end and np.isnan(nxt).any():
+            raise NodeFailed(f"env worker {k} produced a NaN observation")
+
+    def _restart(self, k, cause):
+        """Rebuilds env ``k`` after ``cause`` (the Rust node's supervision), or fails the node."""
+        now = time.monotonic()
+        recent = [t for t in self.restarts[k] if now - t < self.window]
+        if len(recent) >= self.max_restarts:
+            raise NodeFailed(
+                f"env worker {k} failed after {self.restart_count[k]} restarts: "
+                f"{len(recent) + 1} failures within {int(self.window * 1000)} ms, last: {cause!r}"
+            )
+        recent.append(now)
+        self.restarts[k] = recent
+        self.restart_count[k] += 1
+        seed = restart_seed((self.base_seed + k) & _MASK64, self.restart_count[k])
+        try:
+            old = self.vec.envs[k]
+            try:
+                old.close()
+            except Exception:
+                pass
+            self.vec.envs[k] = self._factory(k)()
+        except Exception as e:
+            raise NodeFailed(f"env worker {k} cannot be rebuilt: {e!r}") from None
+        self.pending_seed[k] = seed
+        self.needs_reset[k] = True
+        floor = int(self.delivered_max_id[k]) + 1
+        while self.next_id[k] < floor:
+            self.next_id[k] += self.lanes
+        self.frames[k] = self.delivered_frames[k]
+
+    def close(self):
+        """Closes the envs."""
+        try:
+            self.vec.close()
+        except Exception:
+            pass
