@@ -11,6 +11,13 @@ fi
 # Python's msgpack: an independent decoder for tests/tests/interop.rs.
 python3 -c "import msgpack" 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check msgpack
 
+# The Python node (python/node) in a venv of its own, with pytest: its pytest suite runs
+# below, and tests/tests/python_node.rs starts nodes with this venv's python.
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --disable-pip-version-check ./python/node pytest
+
 # A real one-node SLURM cluster for tests/tests/slurm.rs (idempotent, fast when up).
 ./scripts/slurm-local.sh
 
@@ -23,3 +30,4 @@ cargo clippy --workspace --all-targets -- -D warnings
 python3 scripts/check-imports.py
 cargo nextest run --workspace --profile ci
 cargo test --workspace --doc
+.venv/bin/python -m pytest -q python/node/tests
