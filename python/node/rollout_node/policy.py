@@ -8,7 +8,39 @@ the same observation and weights. Sampling (random exploration) uses numpy's gen
 it is random in the same way, not the same random numbers as the Rust node's ChaCha8.
 """
 
+import ctypes
+import ctypes.util
+
 import numpy as np
+
+
+def _libm_tanhf():
+    """The C library's ``tanhf``, which the Rust node's ``f32::tanh`` calls, or None."""
+    try:
+        libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+        f = libm.tanhf
+    except (OSError, AttributeError):
+        return None
+    f.restype, f.argtypes = ctypes.c_float, [ctypes.c_float]
+    return f
+
+
+_TANHF = _libm_tanhf()
+
+
+def tanh32(x):
+    """f32 tanh as the Rust node computes it (the C library's ``tanhf``, element by element:
+    numpy's own float32 tanh differs from it in the last bit for about a third of inputs).
+    Without a loadable C library, numpy's."""
+    x = np.asarray(x, np.float32)
+    if _TANHF is None:
+        return np.tanh(x)
+    out = np.empty_like(x)
+    flat, src = out.reshape(-1), x.reshape(-1)
+    f = _TANHF
+    for i in range(src.size):
+        flat[i] = f(float(src[i]))
+    return out
 
 #: Std of the exploration noise as a fraction of the half-range of the action box.
 NOISE_FRACTION = np.float32(0.1)
@@ -137,7 +169,7 @@ class Policy:
         for i, (wn, bn) in enumerate(self.layers):
             x = _rows_dense(self.weights[wn], self.weights[bn], x)
             if i != last:
-                x = np.tanh(x)
+                x = tanh32(x)
         random = self.exploration == "random"
         if a.discrete:
             if not random:
@@ -147,7 +179,7 @@ class Policy:
             p /= p.sum(axis=1, keepdims=True)
             u = self.rng.random(k)
             return np.minimum((p.cumsum(axis=1) <= u[:, None]).sum(axis=1), a.n - 1).astype(np.int64)
-        out = self.mid + self.half * np.tanh(x)
+        out = self.mid + self.half * tanh32(x)
         if random:
             out = out + self.noise * self.rng.standard_normal(out.shape).astype(np.float32)
         return np.minimum(np.maximum(out, a.low), a.high).astype(np.float32)

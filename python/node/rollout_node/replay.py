@@ -83,12 +83,51 @@ def check(path, name, rtol=1e-4, atol=1e-4):
     return problems, frames
 
 
+def check_actions(path, name, spec, weights_file):
+    """Frames whose recorded action is not exactly what this node's policy computes for the
+    recorded observation with the weights in ``weights_file`` (a MessagePack ``Weights``)."""
+    from .collect import _action_space, _obs_dim
+    from .policy import Policy
+    from .wire import weights_from_wire
+
+    env = gym.make(name)
+    with open(weights_file, "rb") as f:
+        version, tensors = weights_from_wire(msgpack.unpackb(f.read(), raw=False))
+    policy = Policy(spec, _obs_dim(env.observation_space), _action_space(env.action_space), 0)
+    policy.set_weights(version, tensors)
+    problems, frames = [], 0
+    for batch, node, _, d in records(path):
+        T = d["collector.traj_ids"].shape[-1]
+        obs = d["observation"].reshape(-1, d["observation"].shape[-1])
+        act = d["action"].reshape((obs.shape[0],) + d["action"].shape[d["collector.traj_ids"].ndim:])
+        mine = policy.act(obs)
+        bad = np.nonzero((mine != act).reshape(obs.shape[0], -1).any(axis=1))[0]
+        for i in bad[:5]:
+            problems.append(f"batch {batch} node {node} frame {i}: recorded action {act[i]}, this node computes {mine[i]}")
+        frames += obs.shape[0]
+        del T
+    return problems, frames
+
+
 def main(argv=None):
     """Exit 0 when every frame replays, 1 otherwise (problems on stderr)."""
     p = argparse.ArgumentParser(prog="python -m rollout_node.replay")
     p.add_argument("file")
     p.add_argument("--env", required=True)
+    p.add_argument("--weights", help="with --policy: check every action against this node's policy with these weights")
+    p.add_argument("--policy", help="the run's PolicySpec as JSON, e.g. '{\"config\": {\"kind\": \"linear\"}, \"exploration\": \"deterministic\"}'")
     args = p.parse_args(argv)
+    if args.weights:
+        import json
+
+        problems, frames = check_actions(args.file, args.env, json.loads(args.policy), args.weights)
+        for line in problems[:20]:
+            print(line, file=sys.stderr)
+        if problems:
+            print(f"{len(problems)} actions differ in {frames} frames", file=sys.stderr)
+            return 1
+        print(f"{frames} actions are this node's")
+        return 0
     problems, frames = check(args.file, args.env)
     for line in problems[:20]:
         print(line, file=sys.stderr)
