@@ -187,6 +187,9 @@ class Workers:
             raise
         except Exception as e:  # raised outside an env (the vector env's own checks)
             raise _EnvFailed(int(rows[0]), e) from e
+        # Fresh arrays: the old ones may be held by the batch being collected.
+        self.cur, self.traj_id, self.step_count = self.cur.copy(), self.traj_id.copy(), self.step_count.copy()
+        self.needs_reset = self.needs_reset.copy()
         for k in rows:
             self.cur[k] = self._obs(obs[k])
             if self.nan_is_failure and np.isnan(self.cur[k]).any():
@@ -197,10 +200,15 @@ class Workers:
             self.needs_reset[k] = False
 
     def _actions(self, rows):
-        obs = self.cur[rows]
-        random = self.frames[rows] < self.init_random
+        """The actions of ``rows`` (None: every row): the random policy's for a worker still
+        within its ``init_random_frames``, the policy's otherwise."""
+        obs = self.cur if rows is None else self.cur[rows]
+        if not self.init_random:
+            return self.policy.act(obs)
+        frames = self.frames if rows is None else self.frames[rows]
+        random = frames < self.init_random
         if random.all():
-            return random_actions(self.action, self.policy.rng, len(rows))
+            return random_actions(self.action, self.policy.rng, obs.shape[0])
         acts = self.policy.act(obs)
         if random.any():
             acts[random] = random_actions(self.action, self.policy.rng, int(random.sum()))
@@ -227,7 +235,13 @@ class Workers:
             "step_count": np.zeros((E, T, 1), np.int64),
         }
         pos = np.zeros(E, np.int64)
-        while (pos < T).any():
+        self._salvaged = []
+        t = self._collect_columns(b, T)  # the fast path: every row at the same column
+        pos[:] = t
+        pos[self._salvaged] = t + 1
+        if t < T:
+            pos[self._failed] = 0
+        while (pos < T).any():  # after a failure: rows at different columns
             rows = np.nonzero(pos < T)[0]
             results, acts = [], None
             try:
@@ -267,6 +281,83 @@ class Workers:
             self.delivered_max_id[k] = max(self.delivered_max_id[k], int(b["collector.traj_ids"][k].max()))
             self.delivered_frames[k] += T
         return b
+
+    def _collect_columns(self, b, T):
+        """Steps every row together, one column at a time, until the batch is full (returns
+        ``T``) or an env fails (its row restarts; returns the column the others are at, after
+        keeping the rows stepped before the failing one)."""
+        E = self.E
+        shape = (E,) + self.vec.single_action_space.shape
+        nan = self.nan_is_failure
+        max_traj = self.max_traj
+        # Time-major scratch [T, E, ...]: a column is one contiguous write; into `b` once at the end.
+        cols = {k: np.empty((T,) + v.shape[:1] + v.shape[2:], v.dtype) for k, v in b.items()}
+        t = 0
+        t0 = 0
+        need_reset = bool(self.needs_reset.any())
+        obs_f32 = self.vec.observation_space.dtype == np.float32
+        try:
+            while t < T:
+                acts = None
+                try:
+                    if need_reset:
+                        self._reset([int(k) for k in np.nonzero(self.needs_reset)[0]])
+                        need_reset = False
+                    acts = self._actions(None)
+                    nobs, rew, term, trunc, _ = self.vec.step(acts if self.action.discrete else acts.reshape(shape))
+                except _EnvFailed as f:
+                    self.frames += t - t0
+                    t0 = t
+                    self._flush(b, cols, t)
+                    return self._salvage(b, t, acts, f)
+                nxt = nobs.reshape(E, -1) if obs_f32 else np.asarray(nobs, np.float32).reshape(E, -1)
+                sc = self.step_count
+                if max_traj is not None:
+                    trunc = trunc | ((sc + 1 >= max_traj) & ~term)
+                done = term | trunc
+                cols["observation"][t] = self.cur
+                cols["action"][t] = acts
+                cols["next.observation"][t] = nxt
+                cols["next.reward"][t, :, 0] = rew
+                cols["next.terminated"][t, :, 0] = term
+                cols["next.truncated"][t, :, 0] = trunc
+                cols["next.done"][t, :, 0] = done
+                cols["collector.traj_ids"][t] = self.traj_id
+                cols["step_count"][t, :, 0] = sc
+                self.step_count = sc + 1
+                self.needs_reset = done
+                self.cur = nxt
+                t += 1
+                need_reset = done.any()
+                if nan and np.isnan(nxt[~done]).any():
+                    k = int(np.nonzero(np.isnan(nxt).any(axis=1) & ~done)[0][0])
+                    raise NodeFailed(f"env worker {k} produced a NaN observation")
+        finally:
+            self.frames += t - t0
+            self._flush(b, cols, t)
+        return T
+
+    @staticmethod
+    def _flush(b, cols, t):
+        """Writes columns ``0 .. t`` of the time-major scratch into ``b`` (once per call)."""
+        if t == 0:
+            return
+        for k, c in cols.items():
+            b[k][:, :t] = c[:t].swapaxes(0, 1)
+        cols.clear()
+
+    def _salvage(self, b, t, acts, f):
+        """Env ``f.k`` failed in column ``t``: rows stepped before it keep the column, the
+        failed row is rebuilt and starts over. Returns ``t``; the caller moves those rows on."""
+        kept = []
+        if acts is not None:
+            for k in range(f.k):
+                o, r, te, tr, _ = self.vec.envs[k].last
+                self._record(b, k, t, acts[k], (o, r, te, tr))
+                kept.append(k)
+        self._restart(f.k, f.cause)
+        self._salvaged, self._failed = kept, f.k
+        return t
 
     def _record(self, b, k, t, action, result):
         o, r, te, tr = result
