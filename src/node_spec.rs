@@ -109,6 +109,18 @@ impl NodeSpec {
         Ok(r)
     }
 
+    /// Version 0 of this node's weights: the initial weights of its policy for its
+    /// env's observation and action specs, drawn from `policy.init_seed` (the
+    /// sampling seed plays no part in them). The trainer builds them and hands them
+    /// to every node, so that no node invents weights of its own.
+    pub fn initial_weights(&self, registry: &Registry) -> Result<Weights, RolloutError> {
+        let env = registry
+            .make(&self.env)
+            .map_err(|source| RolloutError::Env { env: 0, source })?;
+        let policy = self.policy.build(env.observation_spec(), env.action_spec(), 0)?;
+        Ok(policy.weights().clone().with_version(0))
+    }
+
     /// Builds the rollouts of all the node's workers.
     pub fn build_workers(&self, registry: &Registry) -> Result<Vec<Rollout>, RolloutError> {
         (0..self.envs_per_node)

@@ -57,6 +57,12 @@ pub struct NextBatch;
 #[rtype(result = "u64")]
 pub struct StoreWeights(pub Weights);
 
+/// The weights node `.0` acts with now (the stored ones, or its version 0); `None`
+/// for an unknown node.
+#[derive(Message, Debug)]
+#[rtype(result = "Option<std::sync::Arc<Weights>>")]
+pub struct GetWeights(pub usize);
+
 /// Send the stored weights to these nodes (all when `None`).
 #[derive(Message, Debug)]
 #[rtype(result = "Result<(), CollectError>")]

@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 
 use crate::error::CollectError;
 use crate::messages::{
-    BatchArriving, Deliver, NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights, Subscribe,
+    BatchArriving, Deliver, GetWeights, NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights, Subscribe,
     TakeCheckpoint, TrainerEvent,
 };
 use crate::remote::peer::Disconnect;
@@ -376,6 +376,14 @@ impl Handler<StoreWeights> for Trainer {
 
     fn handle(&mut self, msg: StoreWeights, _ctx: &mut Self::Context) -> u64 {
         self.machine.set_weights(msg.0)
+    }
+}
+
+impl Handler<GetWeights> for Trainer {
+    type Result = Option<std::sync::Arc<rollout::Weights>>;
+
+    fn handle(&mut self, msg: GetWeights, _ctx: &mut Self::Context) -> Self::Result {
+        self.machine.current_weights(msg.0).cloned()
     }
 }
 

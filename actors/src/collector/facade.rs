@@ -5,7 +5,7 @@
 //! into plain blocking calls, each with a deadline.
 
 use std::net::SocketAddr;
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -22,7 +22,7 @@ use crate::block::block_on_timeout;
 use crate::error::CollectError;
 use crate::launch::slurm::SlurmJob;
 use crate::launch::{Launched, NodeHandles};
-use crate::messages::{NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights, TakeCheckpoint};
+use crate::messages::{GetWeights, NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights, TakeCheckpoint};
 use crate::replay::{self, SharedReplayBuffer};
 use crate::trainer::{GetStats, Trainer};
 
@@ -238,6 +238,13 @@ impl DistributedCollector {
     /// options (`update_interval`, ...) or [`Self::push_policy_weights`] deliver them.
     pub fn set_policy_weights(&mut self, weights: Weights) -> Result<u64, CollectError> {
         self.ask(StoreWeights(weights), "storing weights", self.batch_timeout)
+    }
+
+    /// The weights node `node` acts with now: the last stored ones, or before any the
+    /// trainer's version 0 for it (built from the policy spec and handed to every
+    /// node). `None` for a node that does not exist.
+    pub fn policy_weights(&self, node: usize) -> Result<Option<Arc<Weights>>, CollectError> {
+        self.ask(GetWeights(node), "reading weights", self.batch_timeout)
     }
 
     /// Pushes the stored weights to `nodes` (all when `None`).

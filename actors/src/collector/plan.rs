@@ -216,7 +216,19 @@ impl CollectorBuilder {
         }
         let (cfg, specs, seed) = self.plan_specs()?;
         let n = cfg.nodes;
-        let mut machine = TrainerMachine::new(cfg)?;
+        // Version 0: built here, once, by the same function for every node; the
+        // launchers hand it to the nodes, which never build weights of their own.
+        let initial = specs
+            .iter()
+            .map(|spec| {
+                spec.initial_weights(&self.registry)
+                    .map_err(|source| CollectError::NodeBuild {
+                        node: spec.index,
+                        source,
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut machine = TrainerMachine::new(cfg)?.with_initial_weights(initial)?;
         if let Some(c) = self.resume.clone() {
             machine = machine.with_resume(c)?;
         }

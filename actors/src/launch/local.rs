@@ -1,10 +1,12 @@
 //! The `Local` launcher: trainer and nodes on the calling system's arbiter,
 //! one arbiter thread per env worker.
 
+use std::sync::Arc;
+
 use actix::prelude::*;
 use rollout::machine::TrainerMachine;
 use rollout::node_spec::NodeSpec;
-use rollout::Registry;
+use rollout::{Registry, Weights};
 
 use super::launched::{Launched, NodeHandles, TrainerStart};
 use super::node_start::{build_workers, start_node, StartedNode};
@@ -39,6 +41,8 @@ pub struct Started {
 pub struct LocalRestarter {
     specs: Vec<NodeSpec>,
     registry: Registry,
+    /// Version 0 of each node's weights, as the trainer built them.
+    weights: Vec<Option<Arc<Weights>>>,
     nodes: Vec<Addr<Node>>,
     /// The arbiters of each node's current workers.
     handles: Vec<Vec<ArbiterHandle>>,
@@ -60,7 +64,9 @@ impl Restarter for LocalRestarter {
             h.stop();
         }
         tracing::warn!(node, restart, %cause, "rebuilding local node");
-        let workers = match build_workers(spec, &self.registry, None) {
+        // Version 0 from the trainer; the trainer pushes newer weights once the node is back.
+        let weights = self.weights.get(node).cloned().flatten();
+        let workers = match build_workers(spec, &self.registry, weights.as_deref()) {
             Ok(w) => w,
             Err(e) => {
                 trainer.do_send(NodeRestartFailed {
@@ -71,7 +77,7 @@ impl Restarter for LocalRestarter {
             }
         };
         let StartedNode { addr, arbiters } =
-            start_node(spec, &self.registry, workers, None, trainer.clone().recipient());
+            start_node(spec, &self.registry, workers, weights, trainer.clone().recipient());
         self.handles[node] = arbiters.iter().map(Arbiter::handle).collect();
         self.spawned.extend(arbiters);
         self.nodes[node] = addr.clone();
@@ -106,10 +112,12 @@ pub fn start(
     registry: &Registry,
     seed: u64,
 ) -> Result<Started, CollectError> {
+    // Every node starts from the trainer's version 0, handed over at construction.
+    let weights: Vec<Option<Arc<Weights>>> = (0..specs.len()).map(|i| machine.initial_weights(i).cloned()).collect();
     let mut rollouts = Vec::with_capacity(specs.len());
-    for spec in specs {
+    for (spec, w) in specs.iter().zip(&weights) {
         rollouts.push(
-            build_workers(spec, registry, None).map_err(|source| CollectError::NodeBuild {
+            build_workers(spec, registry, w.as_deref()).map_err(|source| CollectError::NodeBuild {
                 node: spec.index,
                 source,
             })?,
@@ -124,11 +132,11 @@ pub fn start(
     let mut recyclers = Vec::with_capacity(specs.len());
     let mut addrs = Vec::with_capacity(specs.len());
     let mut handles = Vec::with_capacity(specs.len());
-    for (spec, workers) in specs.iter().zip(rollouts) {
+    for ((spec, workers), w) in specs.iter().zip(rollouts).zip(&weights) {
         let StartedNode {
             addr: node_addr,
             arbiters: node_arbiters,
-        } = start_node(spec, registry, workers, None, trainer.clone().recipient());
+        } = start_node(spec, registry, workers, w.clone(), trainer.clone().recipient());
         handles.push(node_arbiters.iter().map(Arbiter::handle).collect());
         arbiters.extend(node_arbiters);
         recyclers.push(Some(node_addr.clone().recipient()));
@@ -143,6 +151,7 @@ pub fn start(
         t = t.with_restarter(Box::new(LocalRestarter {
             specs: specs.to_vec(),
             registry: registry.clone(),
+            weights,
             nodes: addrs,
             handles,
             spawned: Vec::new(),

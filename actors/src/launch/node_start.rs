@@ -8,7 +8,7 @@ use actix::prelude::*;
 use rollout::machine::NodeMachine;
 use rollout::message::FromNode;
 use rollout::node_spec::NodeSpec;
-use rollout::policy::Weights;
+use rollout::policy::{PolicyError, Weights};
 use rollout::rollout::{Rollout, RolloutError};
 use rollout::Registry;
 
@@ -24,20 +24,42 @@ pub(crate) struct StartedNode {
     pub(crate) arbiters: Vec<Arbiter>,
 }
 
-/// Builds node `spec`'s env workers, each starting from `weights` when given (a joining
-/// node's `Welcome` weights). Built before anything starts, so a bad config fails first.
+/// Builds node `spec`'s env workers, each starting from `weights`: the trainer's (its
+/// version 0, or the current ones for a node that rejoins). Built before anything
+/// starts, so a bad config fails first. Without weights only a policy that has none
+/// (`random`) can be built: a node never acts with weights it invented.
 pub(crate) fn build_workers(
     spec: &NodeSpec,
     registry: &Registry,
     weights: Option<&Weights>,
 ) -> Result<Vec<Rollout>, RolloutError> {
     let mut workers = spec.build_workers(registry)?;
-    if let Some(w) = weights {
-        for r in &mut workers {
-            r.set_weights(w)?;
+    match weights {
+        Some(w) => {
+            for r in &mut workers {
+                r.set_weights(w)?;
+            }
+        }
+        None => {
+            if let Some(needed) = workers.first().map(|r| r.weights()).filter(|w| !w.tensors.is_empty()) {
+                return Err(RolloutError::Policy(PolicyError::Weights(format!(
+                    "the trainer sent no weights and the policy needs {}",
+                    describe_layout(needed)
+                ))));
+            }
         }
     }
     Ok(workers)
+}
+
+/// `name dtype [shape]` of every tensor, for errors naming what a policy needs.
+pub(crate) fn describe_layout(w: &Weights) -> String {
+    let parts: Vec<String> = w
+        .tensors
+        .iter()
+        .map(|(name, t)| format!("`{name}` {} {:?}", t.dtype(), t.shape()))
+        .collect();
+    parts.join(", ")
 }
 
 /// Starts node `spec` over `workers` (from [`build_workers`]), each on an arbiter of its

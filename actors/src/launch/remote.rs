@@ -186,7 +186,9 @@ pub async fn start_watched(
         .map_err(|e| CollectError::Join(format!("cannot use the listening socket: {e}")))?;
     let timing = door.timing;
     let admission = Rc::new(RefCell::new(Admission::new(n)));
-    let mut joined_rx = listener::open_with(listener, specs, door, Rc::new(RefCell::new(None)), admission.clone());
+    // Every node is welcomed with the trainer's version 0 of its weights.
+    let welcome_weights = Rc::new((0..n).map(|i| machine.initial_weights(i).cloned()).collect());
+    let mut joined_rx = listener::open_with(listener, specs, door, welcome_weights, admission.clone());
     let mut joined: Vec<Joined> = Vec::with_capacity(n);
     let deadline = tokio::time::Instant::now() + join_timeout;
     let mut tick = tokio::time::interval(Duration::from_secs(1));

@@ -172,7 +172,8 @@ async fn read_trainer_frame(s: &mut TcpStream, max: usize) -> Result<TrainerFram
 }
 
 async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), JoinError>, Vec<Arbiter>) {
-    let (stream, welcome) = match tokio::time::timeout(opts.connect_timeout, handshake(&addr, &token, &opts)).await {
+    let (mut stream, welcome) = match tokio::time::timeout(opts.connect_timeout, handshake(&addr, &token, &opts)).await
+    {
         Ok(Ok(v)) => v,
         Ok(Err(e)) => return (Err(e), Vec::new()),
         Err(_) => {
@@ -190,11 +191,18 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
     };
     let index = welcome.node_index;
     tracing::info!(node = index, trainer = %addr, "joined");
+    let max = (welcome.max_frame as usize).max(1);
+    // The workers act with the trainer's weights (`welcome.weights`), never with
+    // weights of their own: missing or unusable ones fail the node, and the trainer
+    // is told why.
     let rollouts = match build_workers(&welcome.spec, &opts.registry, welcome.weights.as_ref()) {
         Ok(r) => r,
-        Err(e) => return (Err(e.into()), Vec::new()),
+        Err(e) => {
+            let reason = format!("cannot build the node from the trainer's welcome: {e}");
+            tell_failure(&mut stream, index, reason, max).await;
+            return (Err(e.into()), Vec::new());
+        }
     };
-    let max = (welcome.max_frame as usize).max(1);
     let mut session = NodeSession::new(&welcome, Instant::now());
     // Ready: the first frame after the handshake, before any answer to the trainer.
     let ready = session.ready(rollouts.first().map(|r| r.batch_layout()).unwrap_or_default());
@@ -255,6 +263,21 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
     drop(link);
     let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
     (result, arbiters)
+}
+
+/// Sends `failed` with `reason` and closes the connection, bounded: a node that cannot
+/// start says why before it goes, so the trainer handles it as any failed node.
+async fn tell_failure(stream: &mut TcpStream, node: usize, reason: String, max: usize) {
+    tracing::error!(node, %reason, "cannot start");
+    let frame = NodeFrame::Message(FromNode::Failed { node, reason });
+    let Ok(bytes) = wire::encode(&frame, max) else {
+        return;
+    };
+    let send = async {
+        stream.write_all(&bytes).await?;
+        stream.shutdown().await
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(2), send).await;
 }
 
 /// The link died.

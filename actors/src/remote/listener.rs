@@ -6,6 +6,7 @@
 use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rollout::connection::{Admission, HandshakeStep, TrainerHandshake};
@@ -61,13 +62,18 @@ async fn send(s: &mut TcpStream, f: &TrainerFrame, max: usize) -> Result<(), Str
     s.write_all(&bytes).await.map_err(|e| format!("writing a frame: {e}"))
 }
 
+/// Each node's weights to welcome it with, by index: the trainer's version 0 (a node
+/// that rejoins gets newer weights from the trainer right after, as an update).
+pub type WelcomeWeights = Rc<Vec<Option<Arc<Weights>>>>;
+
 /// Runs the accept loop for the life of the actix system. Every node admitted
-/// comes out of the returned channel; `weights` gives the weights to welcome with.
+/// comes out of the returned channel; `weights` gives each node the weights to
+/// welcome it with.
 pub fn open(
     listener: TcpListener,
     specs: Vec<NodeSpec>,
     cfg: DoorConfig,
-    weights: Rc<RefCell<Option<Weights>>>,
+    weights: WelcomeWeights,
 ) -> mpsc::UnboundedReceiver<Joined> {
     let admission = Rc::new(RefCell::new(Admission::new(specs.len())));
     open_with(listener, specs, cfg, weights, admission)
@@ -79,7 +85,7 @@ pub fn open_with(
     listener: TcpListener,
     specs: Vec<NodeSpec>,
     cfg: DoorConfig,
-    weights: Rc<RefCell<Option<Weights>>>,
+    weights: WelcomeWeights,
     admission: Rc<RefCell<Admission>>,
 ) -> mpsc::UnboundedReceiver<Joined> {
     let (tx, rx) = mpsc::unbounded_channel();
@@ -125,7 +131,7 @@ async fn handshake(
     cfg: &DoorConfig,
     specs: &[NodeSpec],
     admission: &RefCell<Admission>,
-    weights: &RefCell<Option<Weights>>,
+    weights: &[Option<Arc<Weights>>],
 ) -> Result<Joined, String> {
     let _ = s.set_nodelay(true);
     let max = cfg.timing.max_frame;
@@ -157,7 +163,7 @@ async fn handshake(
                 let welcome = Welcome {
                     node_index: index,
                     spec: specs[index].clone(),
-                    weights: weights.borrow().clone(),
+                    weights: weights.get(index).cloned().flatten().map(Arc::unwrap_or_clone),
                     heartbeat_ms: cfg.timing.heartbeat.as_millis() as u64,
                     heartbeat_timeout_ms: cfg.timing.timeout.as_millis() as u64,
                     max_frame: max as u64,

@@ -145,8 +145,10 @@ impl NodeMachine {
         self
     }
 
-    /// Sets the weights the workers started with (a remote node's `Welcome` weights),
-    /// so a restarted worker gets them too until an `UpdateWeights` replaces them.
+    /// Sets the weights the workers started with (the trainer's: version 0, handed to
+    /// a local node at construction and to a remote one in `Welcome`), so a restarted
+    /// worker gets them too until an `UpdateWeights` replaces them, and an update of
+    /// another layout is refused (the node reports `Failed` naming the difference).
     pub fn with_weights(mut self, weights: Arc<Weights>) -> NodeMachine {
         self.weights = Some(weights);
         self
@@ -220,6 +222,13 @@ impl NodeMachine {
             ToNode::Continue(c) => return self.begin_collect(c, out),
             ToNode::UpdateWeights(u) => {
                 let version = u.weights.version;
+                // Weights of another layout would fail every worker, and each rebuild
+                // with them again: the node fails at once, naming what does not fit.
+                if let Some(bad) = self.weights.as_ref().and_then(|w| w.check_layout(&u.weights).err()) {
+                    tracing::error!(node = self.index, version, error = %bad, "weights the policy cannot use");
+                    self.fail(format!("cannot use the weights of version {version}: {bad}"), out);
+                    return Ok(());
+                }
                 self.weights = Some(u.weights.clone());
                 for worker in 0..self.workers {
                     out.push(NodeOutput::Worker {
@@ -311,6 +320,18 @@ impl NodeMachine {
         if !self.down && self.stopped.iter().all(|s| *s) {
             self.set_down(out);
         }
+    }
+
+    /// The node cannot go on: it reports `Failed` with `reason` and drops what is in flight.
+    pub(super) fn fail(&mut self, reason: String, out: &mut Vec<NodeOutput>) {
+        self.failed = true;
+        self.pending = None;
+        self.snapshot = None;
+        self.restoring = None;
+        out.push(NodeOutput::Trainer(FromNode::Failed {
+            node: self.index,
+            reason,
+        }));
     }
 
     fn set_down(&mut self, out: &mut Vec<NodeOutput>) {

@@ -7,7 +7,6 @@
 use std::time::Duration;
 
 use crate::env::Registry;
-use crate::message::FromNode;
 use crate::node_spec::NodeSpec;
 use crate::rollout::Rollout;
 use crate::supervisor::{restart_seed, Restarts};
@@ -142,17 +141,11 @@ impl NodeMachine {
                     restarts = escalation.total_restarts,
                     "env worker failed past the restart intensity; the node fails"
                 );
-                self.failed = true;
-                self.pending = None;
-                self.snapshot = None;
-                self.restoring = None;
-                out.push(NodeOutput::Trainer(FromNode::Failed {
-                    node: self.index,
-                    reason: format!(
-                        "env worker {worker} failed after {} restarts: {escalation}",
-                        escalation.total_restarts
-                    ),
-                }));
+                let reason = format!(
+                    "env worker {worker} failed after {} restarts: {escalation}",
+                    escalation.total_restarts
+                );
+                self.fail(reason, out);
                 None
             }
         }

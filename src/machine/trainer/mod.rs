@@ -55,6 +55,10 @@ pub struct TrainerMachine {
     weights: Option<Arc<Weights>>,
     /// The stored weights' version (0 before any).
     version: u64,
+    /// Version 0 of each node's weights, built by the trainer from the policy spec
+    /// and handed to every node before its first `Continue` (nodes never invent
+    /// weights); nodes of one layout share one copy.
+    initial: Vec<Option<Arc<Weights>>>,
     /// Frames yielded to the consumer.
     frames_yielded: u64,
     /// Batches yielded to the consumer.
@@ -104,6 +108,7 @@ impl TrainerMachine {
             next_seq: 0,
             weights: None,
             version: 0,
+            initial: vec![None; cfg_nodes],
             frames_yielded: 0,
             batches_yielded: 0,
             finished: false,

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{Output, TrainerError, TrainerMachine};
+use super::{ConfigError, Output, TrainerError, TrainerMachine};
 use crate::message::{ToNode, UpdateWeights};
 use crate::policy::Weights;
 
@@ -16,6 +16,39 @@ impl TrainerMachine {
     /// The stored weights, if any were set.
     pub fn weights(&self) -> Option<&Arc<Weights>> {
         self.weights.as_ref()
+    }
+
+    /// Sets version 0 of each node's weights (one per node, by index): what the
+    /// launchers hand every node before its first `Continue` (a local node at its
+    /// construction, a remote one in `welcome`), and what a node acts with until
+    /// the first update. Their version is set to 0. Equal weights are kept once.
+    pub fn with_initial_weights(mut self, weights: Vec<Weights>) -> Result<TrainerMachine, ConfigError> {
+        if weights.len() != self.nodes.len() {
+            return Err(ConfigError {
+                field: "initial_weights",
+                reason: format!("{} initial weights for {} nodes", weights.len(), self.nodes.len()),
+            });
+        }
+        let mut initial: Vec<Option<Arc<Weights>>> = Vec::with_capacity(weights.len());
+        for w in weights {
+            let w = w.with_version(0);
+            let shared = initial.iter().flatten().find(|o| ***o == w).cloned();
+            initial.push(Some(shared.unwrap_or_else(|| Arc::new(w))));
+        }
+        self.initial = initial;
+        Ok(self)
+    }
+
+    /// Version 0 of node `node`'s weights, if the trainer was given them
+    /// ([`TrainerMachine::with_initial_weights`]).
+    pub fn initial_weights(&self, node: usize) -> Option<&Arc<Weights>> {
+        self.initial.get(node).and_then(Option::as_ref)
+    }
+
+    /// The weights node `node` should act with now: the stored ones, or its version 0
+    /// before any were stored.
+    pub fn current_weights(&self, node: usize) -> Option<&Arc<Weights>> {
+        self.weights.as_ref().or_else(|| self.initial_weights(node))
     }
 
     /// Stores new weights under the next version and returns it. Nothing is sent:
@@ -131,6 +164,57 @@ mod tests {
         assert_eq!(m.set_weights(weights()), 2);
         assert_eq!(m.weights_version(), 2);
         assert_eq!(m.weights().map(|w| w.version), Some(2));
+    }
+
+    fn value(v: f32) -> Weights {
+        let mut t = BTreeMap::new();
+        t.insert(
+            "value".to_string(),
+            crate::Tensor::F32(ndarray::ArrayD::from_elem(vec![1], v)),
+        );
+        Weights::new(t)
+    }
+
+    #[test]
+    fn version_0_is_each_nodes_until_weights_are_stored_and_equal_ones_are_kept_once() {
+        let m = machine(config(3, 1, 6, None, false));
+        assert!(m.current_weights(0).is_none(), "no version 0 given");
+        let m = m
+            .with_initial_weights(vec![value(1.0).with_version(7), value(1.0), value(2.0)])
+            .unwrap();
+        assert_eq!(m.initial_weights(0).map(|w| w.version), Some(0), "numbered 0");
+        let (a, b, c) = (
+            m.initial_weights(0).unwrap(),
+            m.initial_weights(1).unwrap(),
+            m.initial_weights(2).unwrap(),
+        );
+        assert!(Arc::ptr_eq(a, b), "equal weights are one copy");
+        assert_eq!(**c, value(2.0));
+        assert!(Arc::ptr_eq(m.current_weights(2).unwrap(), c));
+        assert!(m.initial_weights(3).is_none());
+        let mut m = m;
+        m.set_weights(value(5.0));
+        for i in 0..3 {
+            assert_eq!(m.current_weights(i).map(|w| w.version), Some(1));
+        }
+        assert_eq!(m.initial_weights(2).map(|w| w.version), Some(0), "version 0 is kept");
+    }
+
+    #[test]
+    fn initial_weights_for_another_number_of_nodes_are_refused() {
+        let m = machine(config(2, 1, 4, None, false));
+        let e = m.with_initial_weights(vec![value(1.0)]).unwrap_err();
+        assert_eq!(e.field, "initial_weights");
+    }
+
+    #[test]
+    fn version_0_is_not_pushed_to_nodes_that_have_it() {
+        let mut m = machine(config(2, 1, 4, None, false))
+            .with_initial_weights(vec![value(1.0), value(1.0)])
+            .unwrap();
+        let mut out = Vec::new();
+        m.push_weights(None, &mut out).unwrap();
+        assert!(pushes(&out).is_empty(), "every node got version 0 at its start");
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rollout::Weights;
 use rollout_actors::{Collected, DistributedCollector};
 
 use crate::collect_args::CollectArgs;
@@ -131,6 +132,10 @@ fn run(
                 .and_then(|()| stdout.flush())
                 .context("writing stdout")?;
         }
+        if renews_weights(args) {
+            // Before the checkpoint, so that a resumed run pushes what this one would.
+            renew_weights(collector)?;
+        }
         if let Some(path) = &args.checkpoint {
             if batches.is_multiple_of(args.checkpoint_every) {
                 // The file must hold exactly the batches the checkpoint has yielded.
@@ -153,4 +158,26 @@ fn run(
         pb.set_message(format!("{fps:.0} frames/s, {batches} batches"));
     }
     Ok((frames, batches, start.elapsed().as_secs_f64()))
+}
+
+/// Whether the run stands in for a learner that updates the policy after every batch:
+/// any of the update options asks for pushes, and there must be something new to push.
+fn renews_weights(args: &CollectArgs) -> bool {
+    args.update_after_each_batch || args.update_interval.is_some() || args.max_weight_update_interval.is_some()
+}
+
+/// Stores the trainer's current weights again, as the next version: `rollout collect`
+/// has no learner, so this is its update after a batch. The update options then decide
+/// when the nodes get it (`--update-after-each-batch` before each node's next batch,
+/// `--update-interval N` every N batches), and the batches' `weights_version` says
+/// which version each was collected with.
+fn renew_weights(collector: &mut DistributedCollector) -> anyhow::Result<()> {
+    let current = collector
+        .policy_weights(0)
+        .context("reading the trainer's weights")?
+        .context("the trainer holds no weights for node 0")?;
+    collector
+        .set_policy_weights(Weights::clone(&current))
+        .context("storing the weights")?;
+    Ok(())
 }

@@ -6,6 +6,7 @@ mod assembly;
 mod checkpoint;
 mod stop;
 mod supervise;
+mod weights;
 
 use std::collections::BTreeMap;
 
