@@ -274,13 +274,11 @@ fn deterministic_run(env: &str, sync: bool) {
 }
 
 #[test]
-#[ignore = "needs the trainer to send its weights (issue 15 item 1, branch w2-weights)"]
 fn deterministic_async_cartpole_actions_agree_both_ways() {
     deterministic_run("CartPole-v1", false);
 }
 
 #[test]
-#[ignore = "needs the trainer to send its weights (issue 15 item 1, branch w2-weights)"]
 fn deterministic_sync_pendulum_actions_agree_both_ways() {
     deterministic_run("Pendulum-v1", true);
 }

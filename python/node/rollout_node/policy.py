@@ -46,6 +46,9 @@ def tanh32(x):
 NOISE_FRACTION = np.float32(0.1)
 
 
+_WIRE = {"float32": "f32", "float64": "f64", "int64": "i64", "bool": "bool", "uint8": "u8"}
+
+
 class PolicyError(Exception):
     """A policy that cannot be built or weights it cannot use."""
 
@@ -100,10 +103,9 @@ class Policy:
                 raise PolicyError("mlp: `hidden` must be an array of widths >= 1")
             self.names = lambda i: (f"layers.{i}.weight", f"layers.{i}.bias")
         elif self.kind == "constant":
-            value = config.get("value", 1.0)
             self.layout = {"value": (1,)}
-            self.weights = {"value": np.full((1,), value, np.float32)}
-            self.version = 0
+            self.weights = None  # version 0 comes from the trainer, as for every policy with weights
+            self.version = None
             return
         elif self.kind == "random":
             self.layout = {}
@@ -135,7 +137,7 @@ class Policy:
                 raise PolicyError(f"bad weights: missing tensor `{name}`")
             if tensors[name].dtype != np.float32 or tuple(tensors[name].shape) != shape:
                 raise PolicyError(
-                    f"bad weights: `{name}` must be f32 {list(shape)}, got {tensors[name].dtype} {list(tensors[name].shape)}"
+                    f"bad weights: `{name}` must be f32 {list(shape)}, got {_WIRE.get(tensors[name].dtype.name, tensors[name].dtype.name)} {list(tensors[name].shape)}"
                 )
         for name in tensors:
             if name not in self.layout:

@@ -149,6 +149,11 @@ class Session:
                     self.workers.policy.set_weights(version, tensors)
             except (BuildError, PolicyError, wire.ProtocolError) as e:
                 self._fail(f"cannot build the node: {e}")
+            if self.workers.policy.version is None:
+                self._fail(
+                    f"cannot build the node: no weights for the `{self.workers.policy.kind}` policy in `welcome` "
+                    f"(it needs {sorted(self.workers.policy.layout)}; this node never invents weights)"
+                )
             self.send({"type": "ready", "node": self.node, "layout": self.workers.layout()})
             self._serve()
         finally:
@@ -225,11 +230,6 @@ class Session:
 
     def _collect(self, seq, frames):
         w = self.workers
-        if w.policy.version is None:
-            raise NodeFailed(
-                f"no weights for the `{w.policy.kind}` policy: the trainer sent none in `welcome` "
-                "or `update_weights` before the first `continue` (this node never invents weights)"
-            )
         try:
             data = w.collect(frames)
         except PolicyError as e:

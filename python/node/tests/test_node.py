@@ -90,17 +90,23 @@ def test_weights_of_the_wrong_shape_fail_the_node_with_the_reason(trainer):
     trainer.join(cartpole_spec(), weights=linear_weights(2, 4))
     trainer.send({"type": "update_weights", "weights": linear_weights(3, 4, version=1)})
     f = trainer.recv()
-    assert f["type"] == "failed" and "`weight` must be f32 [2, 4], got float32 [3, 4]" in f["reason"], f
+    assert f["type"] == "failed" and "`weight` must be f32 [2, 4], got f32 [3, 4]" in f["reason"], f
     code, err = trainer.finish()
     assert code == 1 and "bad weights" in err
 
 
-def test_a_welcome_without_weights_fails_at_the_first_continue(trainer):
+def test_a_welcome_without_weights_fails_the_node_at_once(trainer):
     trainer.start_node()
-    trainer.join(cartpole_spec(), weights=None)
-    trainer.send({"type": "continue", "seq": 1, "frames": 2})
-    f = trainer.recv()
-    assert f["type"] == "failed" and "never invents weights" in f["reason"], f
+    f = trainer.join(cartpole_spec(), weights=None)  # its first frame after welcome
+    assert f["type"] == "failed" and "no weights for the `linear` policy" in f["reason"], f
+    assert "never invents weights" in f["reason"]
+    assert trainer.finish()[0] == 1
+
+
+def test_welcome_weights_of_the_wrong_shape_fail_the_node_at_once(trainer):
+    trainer.start_node()
+    f = trainer.join(cartpole_spec(), weights=linear_weights(2, 5))
+    assert f["type"] == "failed" and "`weight` must be f32 [2, 4], got f32 [2, 5]" in f["reason"], f
     assert trainer.finish()[0] == 1
 
 
