@@ -120,7 +120,7 @@ class Workers:
         try:
             self.vec = gym.vector.SyncVectorEnv(
                 [self._factory(k) for k in range(self.E)],
-                autoreset_mode=gym.vector.AutoresetMode.DISABLED,
+                autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
             )
         except Exception as e:
             raise BuildError(f"cannot make env `{self.env_name}` with config {config}: {e}") from None
@@ -133,6 +133,9 @@ class Workers:
         self.traj_id = np.full(E, -1, np.int64)
         self.step_count = np.zeros(E, np.int64)
         self.needs_reset = np.ones(E, bool)
+        # Reset by the vector env inside its step (an episode ended): the new episode's
+        # trajectory id is handed out at its first step, as the Rust node does at its reset.
+        self.fresh = np.zeros(E, bool)
         self.pending_seed = [(self.seed + k) & _MASK64 for k in range(E)]
         self.next_id = np.array([self.first_lane + k for k in range(E)], np.int64)
         self.frames = np.zeros(E, np.int64)  # per worker: init_random_frames counts per worker
@@ -168,6 +171,7 @@ class Workers:
         for k in range(self.E):
             self.pending_seed[k] = (seed + k) & _MASK64
         self.needs_reset[:] = True
+        self.fresh[:] = False
         self.policy.reseed(((seed + self.E) * _GOLDEN) & _MASK64)
         return (seed + self.E) & _MASK64
 
@@ -190,6 +194,8 @@ class Workers:
         # Fresh arrays: the old ones may be held by the batch being collected.
         self.cur, self.traj_id, self.step_count = self.cur.copy(), self.traj_id.copy(), self.step_count.copy()
         self.needs_reset = self.needs_reset.copy()
+        self.fresh = self.fresh.copy()
+        self.fresh[rows] = False
         for k in rows:
             self.cur[k] = self._obs(obs[k])
             if self.nan_is_failure and np.isnan(self.cur[k]).any():
@@ -198,6 +204,13 @@ class Workers:
             self.next_id[k] += self.lanes
             self.step_count[k] = 0
             self.needs_reset[k] = False
+
+    def _start_fresh(self, mask):
+        """Hands out trajectory ids to the episodes the vector env started in ``mask``'s rows."""
+        self.traj_id = np.where(mask, self.next_id, self.traj_id)
+        self.next_id = self.next_id + self.lanes * mask
+        self.step_count = np.where(mask, 0, self.step_count)
+        self.fresh = self.fresh & ~mask
 
     def _actions(self, rows):
         """The actions of ``rows`` (None: every row): the random policy's for a worker still
@@ -223,6 +236,7 @@ class Workers:
         D = self.obs_dim
         if self.reset_each:
             self.needs_reset[:] = True
+            self.fresh[:] = False
         b = {
             "observation": np.zeros((E, T, D), np.float32),
             "action": np.zeros((E, T), np.int64) if self.action.discrete else np.zeros((E, T, self.action.dim), np.float32),
@@ -248,6 +262,10 @@ class Workers:
                 resets = [int(k) for k in rows if self.needs_reset[k]]
                 if resets:
                     self._reset(resets)
+                mask = np.zeros(E, bool)
+                mask[rows] = True
+                if (self.fresh & mask).any():
+                    self._start_fresh(self.fresh & mask)
                 acts = self._actions(rows)
                 if len(rows) == E:
                     full = acts if self.action.discrete else acts.reshape((E,) + self.vec.single_action_space.shape)
@@ -295,6 +313,7 @@ class Workers:
         t = 0
         t0 = 0
         need_reset = bool(self.needs_reset.any())
+        need_ids = bool(self.fresh.any())
         obs_f32 = self.vec.observation_space.dtype == np.float32
         try:
             while t < T:
@@ -303,21 +322,31 @@ class Workers:
                     if need_reset:
                         self._reset([int(k) for k in np.nonzero(self.needs_reset)[0]])
                         need_reset = False
+                    if need_ids:
+                        self._start_fresh(self.fresh)
+                        need_ids = False
                     acts = self._actions(None)
-                    nobs, rew, term, trunc, _ = self.vec.step(acts if self.action.discrete else acts.reshape(shape))
+                    nobs, rew, term, trunc, info = self.vec.step(acts if self.action.discrete else acts.reshape(shape))
                 except _EnvFailed as f:
                     self.frames += t - t0
                     t0 = t
                     self._flush(b, cols, t)
                     return self._salvage(b, t, acts, f)
                 nxt = nobs.reshape(E, -1) if obs_f32 else np.asarray(nobs, np.float32).reshape(E, -1)
+                env_done = term | trunc  # these envs were reset inside the step
+                final = nxt
+                if env_done.any():
+                    final = nxt.copy()
+                    fo = info["final_obs"]
+                    for k in np.nonzero(env_done)[0]:
+                        final[k] = np.asarray(fo[k], np.float32).reshape(-1)
                 sc = self.step_count
                 if max_traj is not None:
                     trunc = trunc | ((sc + 1 >= max_traj) & ~term)
                 done = term | trunc
                 cols["observation"][t] = self.cur
                 cols["action"][t] = acts
-                cols["next.observation"][t] = nxt
+                cols["next.observation"][t] = final
                 cols["next.reward"][t, :, 0] = rew
                 cols["next.terminated"][t, :, 0] = term
                 cols["next.truncated"][t, :, 0] = trunc
@@ -325,12 +354,15 @@ class Workers:
                 cols["collector.traj_ids"][t] = self.traj_id
                 cols["step_count"][t, :, 0] = sc
                 self.step_count = sc + 1
-                self.needs_reset = done
                 self.cur = nxt
                 t += 1
-                need_reset = done.any()
-                if nan and np.isnan(nxt[~done]).any():
-                    k = int(np.nonzero(np.isnan(nxt).any(axis=1) & ~done)[0][0])
+                if done.any():
+                    self.needs_reset = done & ~env_done  # cut by max_frames_per_traj: reset here
+                    self.fresh = env_done
+                    need_reset = bool(self.needs_reset.any())
+                    need_ids = bool(env_done.any())
+                if nan and np.isnan(nxt[~(done & ~env_done)]).any():
+                    k = int(np.nonzero(np.isnan(nxt).any(axis=1) & ~(done & ~env_done))[0][0])
                     raise NodeFailed(f"env worker {k} produced a NaN observation")
         finally:
             self.frames += t - t0
@@ -407,6 +439,7 @@ class Workers:
             raise NodeFailed(f"env worker {k} cannot be rebuilt: {e!r}") from None
         self.pending_seed[k] = seed
         self.needs_reset[k] = True
+        self.fresh[k] = False
         floor = int(self.delivered_max_id[k]) + 1
         while self.next_id[k] < floor:
             self.next_id[k] += self.lanes
