@@ -177,6 +177,22 @@ fn random_run(env: &str, sync: bool) {
         assert!(records
             .iter()
             .all(|r| r.node.is_none() && r.data["observation"].shape()[..2] == [3, 2]));
+        // Lanes: row (node n, worker w) hands out the ids n*E + w, + lanes, ... whichever
+        // implementation the node is.
+        for r in &records {
+            let Tensor::I64(ids) = &r.data["collector.traj_ids"] else {
+                panic!("traj ids are not i64");
+            };
+            for (i, &id) in ids.indexed_iter() {
+                let (n, w) = (i[0], i[1]);
+                assert_eq!(
+                    id % 6,
+                    (n * 2 + w) as i64,
+                    "batch {}: node {n} worker {w} has id {id}",
+                    r.batch
+                );
+            }
+        }
     } else {
         assert_every_node_delivered(&records, NODES.len());
     }
