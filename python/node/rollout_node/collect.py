@@ -451,3 +451,155 @@ class Workers:
             self.vec.close()
         except Exception:
             pass
+
+
+def _rng_state(gen):
+    """A numpy PCG64 generator's state in the form of PROTOCOL.md's ``RngState``: 128-bit
+    state then increment as the 32 ``seed`` bytes, the buffered 32-bit half in ``stream`` and
+    ``word_pos_lo`` (only a Python node reads it back: PROTOCOL.md §9)."""
+    st = gen.bit_generator.state
+    if st.get("bit_generator") != "PCG64":
+        raise CheckpointError(f"a {st.get('bit_generator')} generator cannot be checkpointed (PCG64 only)")
+    s = st["state"]
+    seed = s["state"].to_bytes(16, "little") + s["inc"].to_bytes(16, "little")
+    return {"seed": seed, "stream": int(st["has_uint32"]), "word_pos_hi": 0, "word_pos_lo": int(st["uinteger"])}
+
+
+def _set_rng_state(gen, r):
+    try:
+        seed = r["seed"]
+        if not isinstance(seed, bytes) or len(seed) != 32:
+            raise ValueError("seed must be 32 bytes")
+        gen.bit_generator.state = {
+            "bit_generator": "PCG64",
+            "state": {"state": int.from_bytes(seed[:16], "little"), "inc": int.from_bytes(seed[16:], "little")},
+            "has_uint32": int(r["stream"]),
+            "uinteger": int(r["word_pos_lo"]),
+        }
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"a generator state this node did not write: {e}") from None
+
+
+def _wrappers(env):
+    """The wrappers of ``env``, outermost first."""
+    while isinstance(env, gym.Wrapper):
+        yield env
+        env = env.env
+
+
+def _env_snapshot(env):
+    """``EnvSnapshot`` of a gymnasium env whose whole state is ``unwrapped.state`` and its
+    ``np_random`` (the classic-control envs); CheckpointError for any other."""
+    u = env.unwrapped
+    state = getattr(u, "state", None)
+    try:
+        values = [float(v) for v in np.asarray(state, np.float64).reshape(-1)]
+    except (TypeError, ValueError):
+        values = None
+    if state is None or values is None:
+        raise CheckpointError(
+            f"env `{u.spec.id if u.spec else type(u).__name__}` keeps no `state` array this node can save "
+            "(the Python node checkpoints envs whose whole state is `unwrapped.state`, as classic control's)"
+        )
+    elapsed = 0
+    for w in _wrappers(env):
+        if isinstance(w, gym.wrappers.TimeLimit):
+            elapsed = int(w._elapsed_steps or 0)
+    beyond = getattr(u, "steps_beyond_terminated", None)
+    return {"state": values, "elapsed_steps": elapsed, "needs_reset": beyond is not None, "rng": _rng_state(u.np_random)}
+
+
+def _env_restore(env, snap):
+    u = env.unwrapped
+    if getattr(u, "state", None) is None and not hasattr(u, "state"):
+        raise CheckpointError("this env keeps no `state` array")
+    try:
+        values = np.asarray(snap["state"], np.float64)
+        elapsed = int(snap["elapsed_steps"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"an env state this node did not write: {e}") from None
+    if snap.get("rng") is None:
+        raise CheckpointError("an env state without a generator (not a Python node's)")
+    _set_rng_state(u.np_random, snap["rng"])
+    u.state = values
+    if hasattr(u, "steps_beyond_terminated"):
+        u.steps_beyond_terminated = 0 if snap.get("needs_reset") else None
+    for w in _wrappers(env):
+        if isinstance(w, gym.wrappers.TimeLimit):
+            w._elapsed_steps = elapsed
+        # The wrappers' "reset first" bookkeeping: a restored env is in an episode.
+        if hasattr(w, "_has_reset"):
+            w._has_reset = True
+        for flag in ("checked_reset", "checked_step", "checked_data_reuse"):
+            if hasattr(w, flag):
+                setattr(w, flag, True)
+
+
+def snapshot(workers):
+    """The ``workers`` entries of a ``NodeState`` (PROTOCOL.md §§3, 9): every worker's env,
+    episode and ids, and the policy's generator; CheckpointError when an env cannot."""
+    w = workers
+    if w.fresh.any():
+        w._start_fresh(w.fresh)  # the id the next step would hand out, handed out now
+    sampler = {"rng": _rng_state(w.policy.rng), "spare": None}
+    out = []
+    for k in range(w.E):
+        env = {
+            "name": w.env_name, "env": _env_snapshot(w.vec.envs[k]),
+            "obs": [float(v) for v in w.cur[k]], "traj_id": int(w.traj_id[k]),
+            "step_count": int(w.step_count[k]), "needs_reset": bool(w.needs_reset[k]),
+            "pending_seed": w.pending_seed[k], "ids": {"next": int(w.next_id[k]), "stride": int(w.lanes)},
+        }
+        out.append({
+            "rollout": {"frames": int(w.frames[k]), "envs": [env], "policy": sampler,
+                        "random": sampler if w.init_random else None},
+            "next_traj_id": int(w.delivered_max_id[k] + 1),
+            "frames": int(w.delivered_frames[k]),
+        })
+    return out
+
+
+def restore(workers, state):
+    """Goes on from a ``NodeState`` a Python node of the same spec wrote (checked first:
+    nothing changes when it does not fit)."""
+    w = workers
+    ws = state.get("workers")
+    if not isinstance(ws, list) or len(ws) != w.E:
+        raise CheckpointError(f"the state has {len(ws) if isinstance(ws, list) else 'no'} workers, this node {w.E}")
+    envs = []
+    for k, entry in enumerate(ws):
+        try:
+            r = entry["rollout"]
+            (e,) = r["envs"]
+            if e["name"] != w.env_name:
+                raise CheckpointError(f"worker {k}'s env is `{e['name']}` in the state, `{w.env_name}` here")
+            if int(e["ids"]["stride"]) != w.lanes or int(e["ids"]["next"]) % w.lanes != (w.first_lane + k) % w.lanes:
+                raise CheckpointError(f"worker {k}'s trajectory ids are of another lane")
+            if len(e["obs"]) != w.obs_dim:
+                raise CheckpointError(f"worker {k}'s observation has {len(e['obs'])} values, expected {w.obs_dim}")
+            envs.append((r, e, entry))
+        except (KeyError, TypeError, ValueError) as ex:
+            raise CheckpointError(f"worker {k}'s state is not of this form: {ex!r}") from None
+    sampler = envs[0][0].get("policy")
+    if not isinstance(sampler, dict):
+        raise CheckpointError("the state has no policy generator (not a Python node's)")
+    for k, (_, e, _) in enumerate(envs):
+        _env_restore(w.vec.envs[k], e["env"])
+    _set_rng_state(w.policy.rng, sampler["rng"])
+    w.cur = np.array([e["obs"] for _, e, _ in envs], np.float32)
+    w.traj_id = np.array([e["traj_id"] for _, e, _ in envs], np.int64)
+    w.step_count = np.array([e["step_count"] for _, e, _ in envs], np.int64)
+    w.needs_reset = np.array([bool(e["needs_reset"]) for _, e, _ in envs], bool)
+    w.fresh = np.zeros(w.E, bool)
+    w.pending_seed = [e["pending_seed"] for _, e, _ in envs]
+    w.next_id = np.array([e["ids"]["next"] for _, e, _ in envs], np.int64)
+    w.frames = np.array([r["frames"] for r, _, _ in envs], np.int64)
+    w.delivered_max_id = np.array([int(x["next_traj_id"]) - 1 for _, _, x in envs], np.int64)
+    w.delivered_frames = np.array([int(x["frames"]) for _, _, x in envs], np.int64)
+    if isinstance(getattr(w.vec, "_env_obs", None), list):
+        # The vector env's own copy of each env's last observation, which its masked reset
+        # stacks: a restored env was never reset through it.
+        w.vec._env_obs = [w.cur[k].reshape(w.vec.single_observation_space.shape).copy() for k in range(w.E)]
+    base = state.get("base_seed")
+    if isinstance(base, int):
+        w.base_seed = base

@@ -10,7 +10,8 @@ import threading
 import time
 
 from . import wire
-from .collect import BuildError, NodeFailed, Workers
+from . import collect as checkpoint
+from .collect import BuildError, CheckpointError, NodeFailed, Workers
 from .policy import PolicyError
 
 #: The largest trainer frame read before `welcome` (a challenge, a welcome, a reject).
@@ -203,9 +204,19 @@ class Session:
                     self.send({"type": "seeded", "node": self.node, "next_seed": nxt})
                 elif t == "snapshot":
                     sid = wire.field(f, "id", int)
-                    self.send({"type": "checkpoint_failed", "node": self.node, "id": sid, "reason": self._no_checkpoint()})
+                    try:
+                        state = self._snapshot()
+                    except CheckpointError as e:
+                        self.send({"type": "checkpoint_failed", "node": self.node, "id": sid, "reason": str(e)})
+                    else:
+                        self.send({"type": "snapshot", "node": self.node, "id": sid, "state": state})
                 elif t == "restore":
-                    self.send({"type": "checkpoint_failed", "node": self.node, "id": 0, "reason": self._no_checkpoint()})
+                    try:
+                        self._restore(f)
+                    except CheckpointError as e:
+                        self.send({"type": "checkpoint_failed", "node": self.node, "id": 0, "reason": str(e)})
+                    else:
+                        self.send({"type": "restored", "node": self.node})
                 elif t == "shutdown":
                     self.send({"type": "down", "node": self.node})
                     return
@@ -222,11 +233,27 @@ class Session:
         with self.inbox.mutex:
             return any(k == "frame" and v.get("type") == "shutdown" for k, v in self.inbox.queue)
 
-    def _no_checkpoint(self):
-        return (
-            f"the Python node cannot checkpoint env `{self.workers.env_name}`: "
-            "gymnasium envs expose no portable snapshot of their state"
-        )
+    def _snapshot(self):
+        """This node's ``NodeState`` (PROTOCOL.md §§3, 9)."""
+        w = self.workers
+        p = w.policy
+        weights = None if not p.layout or p.weights is None else wire.weights_to_wire(p.version, p.weights)
+        return {"node": self.node, "base_seed": w.base_seed, "weights": weights, "workers": checkpoint.snapshot(w)}
+
+    def _restore(self, f):
+        """Goes on from the ``restore`` frame's state (a Python node's of the same spec)."""
+        w = self.workers
+        weights = None
+        if f.get("weights") is not None:
+            try:
+                version, tensors = wire.weights_from_wire(f["weights"])
+                w.policy.check_weights(tensors)
+            except (wire.ProtocolError, PolicyError) as e:
+                raise CheckpointError(f"the state's weights: {e}") from None
+            weights = (version, tensors)
+        checkpoint.restore(w, f)
+        if weights is not None:
+            w.policy.set_weights(*weights)
 
     def _collect(self, seq, frames):
         w = self.workers

@@ -6,7 +6,7 @@ import time
 import gymnasium as gym
 import numpy as np
 
-from conftest import DEADLINE, cartpole_spec, linear_weights, packb, prefix, tensors
+from conftest import DEADLINE, Trainer, cartpole_spec, linear_weights, packb, prefix, tensors
 from rollout_node import wire
 from rollout_node.collect import restart_seed
 
@@ -162,14 +162,58 @@ def test_an_env_that_raises_is_rebuilt_and_its_share_collected_again(trainer):
     assert trainer.finish()[0] == 0
 
 
-def test_snapshot_is_refused_with_a_reason_and_the_node_serves_on(trainer):
+def test_a_snapshot_restored_on_a_new_node_collects_the_same_next_batch(trainer, tmp_path):
+    spec = cartpole_spec(
+        policy={"config": {"kind": "linear"}, "exploration": "random", "init_seed": 0},
+        max_frames_per_traj=13,
+    )
+    w = linear_weights(2, 4, version=2)
     trainer.start_node()
-    trainer.join(cartpole_spec(), weights=linear_weights(2, 4))
+    trainer.join(spec, weights=w)
+    trainer.send({"type": "seed", "seed": 40})
+    assert trainer.recv()["type"] == "seeded"
+    trainer.send({"type": "continue", "seq": 1, "frames": 50})
+    assert trainer.recv()["type"] == "batch"
+    trainer.send({"type": "snapshot", "id": 3})
+    snap = trainer.recv()
+    assert (snap["type"], snap["id"]) == ("snapshot", 3), snap
+    trainer.send({"type": "continue", "seq": 2, "frames": 50})
+    expected = tensors(trainer.recv())
+    trainer.send({"type": "shutdown"})
+    assert trainer.recv()["type"] == "down"
+
+    other_dir = tmp_path / "other"
+    other_dir.mkdir()
+    other = Trainer(other_dir)
+    try:
+        other.start_node()
+        other.join(spec, weights=linear_weights(2, 4, version=0, seed=9))  # the state's weights win
+        other.send({"type": "restore", **snap["state"]})
+        assert other.recv() == {"type": "restored", "node": 0}
+        other.send({"type": "continue", "seq": 1, "frames": 50})
+        b = other.recv()
+        assert b.get("weights_version") == 2, b
+        got = tensors(b)
+        for k in expected:
+            assert np.array_equal(got[k], expected[k]), k
+        other.send({"type": "shutdown"})
+        assert other.recv()["type"] == "down"
+    finally:
+        other.close()
+
+
+def test_an_env_without_a_state_refuses_snapshots_with_a_reason_and_serves_on(trainer):
+    trainer.start_node()
+    spec = cartpole_spec(env="FrozenLake-v1")
+    trainer.join(spec, weights=linear_weights(4, 1))
     trainer.send({"type": "snapshot", "id": 5})
     f = trainer.recv()
-    assert f["type"] == "checkpoint_failed" and f["id"] == 5 and "cannot checkpoint" in f["reason"]
+    assert f["type"] == "checkpoint_failed" and f["id"] == 5 and "keeps no `state` array" in f["reason"], f
     trainer.send({"type": "continue", "seq": 2, "frames": 4})
     assert trainer.recv()["type"] == "batch"
+    trainer.send({"type": "restore", "node": 0, "base_seed": 0, "weights": None, "workers": []})
+    f = trainer.recv()
+    assert f["type"] == "checkpoint_failed" and f["id"] == 0 and "workers" in f["reason"], f
     trainer.send({"type": "shutdown"})
     assert trainer.recv()["type"] == "down"
 
