@@ -14,8 +14,9 @@ from . import collect as checkpoint
 from .collect import BuildError, CheckpointError, NodeFailed, Workers
 from .policy import PolicyError
 
-#: The largest trainer frame read before `welcome` (a challenge, a welcome, a reject).
-PRE_WELCOME_MAX_FRAME = 1 << 20
+#: The largest trainer frame read before `welcome` (whose weights may be large), as the
+#: Rust node: the default `max_frame`.
+PRE_WELCOME_MAX_FRAME = wire.DEFAULT_MAX_FRAME
 
 
 class JoinError(Exception):
