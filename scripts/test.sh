@@ -11,6 +11,13 @@ fi
 # Python's msgpack: an independent decoder for tests/tests/interop.rs.
 python3 -c "import msgpack" 2>/dev/null || python3 -m pip install --quiet --disable-pip-version-check msgpack
 
+# The Python node (python/node) in a venv of its own, with pytest: its pytest suite runs
+# below, and tests/tests/python_node.rs starts nodes with this venv's python.
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --disable-pip-version-check ./python/node pytest
+
 # A real one-node SLURM cluster for tests/tests/slurm.rs (idempotent, fast when up).
 ./scripts/slurm-local.sh
 
@@ -19,8 +26,7 @@ python3 -c "import msgpack" 2>/dev/null || python3 -m pip install --quiet --disa
 cargo build --release -p rollout-actors --bin rollout
 
 # Python learners (issue 18): the `rollout` extension module (python/collector,
-# PyO3 + maturin) built in release into the venv at the repository root.
-test -x .venv/bin/python || python3 -m venv .venv
+# PyO3 + maturin) built in release into the same venv.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check "maturin>=1.7,<2" numpy pytest
 VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --release --quiet -m python/collector/Cargo.toml
 
@@ -29,5 +35,7 @@ cargo clippy --workspace --all-targets -- -D warnings
 python3 scripts/check-imports.py
 cargo nextest run --workspace --profile ci
 cargo test --workspace --doc
-# The Python module's tests; the process-launcher test starts the release binary.
+# The Python module's tests (the process-launcher test starts the release binary),
+# then the Python node's against a scripted trainer.
 ROLLOUT_BIN="$PWD/target/release/rollout" .venv/bin/python -m pytest -q python/collector/tests
+.venv/bin/python -m pytest -q python/node/tests

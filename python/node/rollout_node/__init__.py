@@ -1,0 +1,10 @@
+"""A rollout node in Python: joins a rollout trainer (PROTOCOL.md) and steps any
+gymnasium env with the policy the trainer sends.
+
+Modules: ``wire`` (frames, tensors, the proof), ``policy`` (the numpy forward pass and
+action rules), ``collect`` (the env workers as one SyncVectorEnv, batches, supervision),
+``session`` (the connection: handshake, reader and writer threads, heartbeats),
+``__main__`` (the command line), ``replay`` (checks a ``--output`` file against gymnasium).
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,69 @@
+"""``python -m rollout_node``: ``rollout node``'s command line in Python. Exit 0 after the
+trainer's ``shutdown``, 2 on bad flags or no token, 1 on any failure after the start; the
+error is one ``error: ...`` line on stderr, as ``rollout node`` writes it."""
+
+import argparse
+import importlib
+import os
+import socket
+import sys
+
+from . import wire
+from .session import JoinError, Session
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def parse(argv):
+    """The flags; ``rollout node``'s where they apply, plus ``--import``."""
+    p = _Parser(prog="python -m rollout_node", description="Join a trainer as a node and serve it until it shuts down")
+    p.add_argument("--join", required=True, metavar="HOST:PORT", help="The trainer's address, HOST:PORT")
+    p.add_argument("--token-file", metavar="PATH", help="File holding the shared token (else the ROLLOUT_TOKEN env var)")
+    p.add_argument("--name", help="Name shown in the trainer's logs [default: host:pid]")
+    p.add_argument("--index", type=int, metavar="I", help="Ask for this node index (a node rejoining its slot)")
+    p.add_argument("--connect-timeout", type=float, default=30.0, metavar="SECS", help="Give up connecting after this many seconds")
+    p.add_argument(
+        "--import", dest="imports", action="append", default=[], metavar="MODULE",
+        help="Import MODULE first (it registers envs with gymnasium); repeatable",
+    )
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    """Runs the node; returns the exit status."""
+    args = parse(sys.argv[1:] if argv is None else argv)
+    try:
+        token = wire.read_token(args.token_file)
+    except wire.TokenError as e:
+        print(f"error: invalid `token`: {e}", file=sys.stderr)
+        return 2
+    if not (args.connect_timeout >= 0):
+        print(f"error: invalid `connect_timeout`: {args.connect_timeout} is not a number of seconds", file=sys.stderr)
+        return 2
+    if args.index is not None and args.index < 0:
+        print(f"error: invalid `index`: {args.index} is negative", file=sys.stderr)
+        return 2
+    for m in args.imports:
+        try:
+            importlib.import_module(m)
+        except Exception as e:
+            print(f"error: invalid `import`: cannot import {m}: {e}", file=sys.stderr)
+            return 2
+    name = args.name or f"{socket.gethostname()}:{os.getpid()}"
+    try:
+        Session(args.join, token, name, args.index, args.connect_timeout).run()
+    except JoinError as e:
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

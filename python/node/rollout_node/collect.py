@@ -1,0 +1,605 @@
+"""The node's env workers, as the Rust node lays them out (PROTOCOL.md §§3, 5, 8): worker
+``w`` of ``envs_per_node`` is one env of a gymnasium ``SyncVectorEnv``, row ``w`` of every
+batch, trajectory-id lane ``first_lane + w``, first reset with seed ``rollout.seed + w``.
+
+A batch is stepped column by column with one policy call on every row's observation. An env
+that raises is rebuilt (reseeded with the documented restart seed, its ids moved past the
+ones it delivered) and its row of the batch collected again; the other rows keep theirs.
+"""
+
+import time
+
+import gymnasium as gym
+import numpy as np
+
+from .policy import ActionSpace, Policy, random_actions
+
+#: Defaults of ``spec.max_restarts`` and ``spec.restart_window_ms``.
+DEFAULT_MAX_RESTARTS = 5
+DEFAULT_RESTART_WINDOW_MS = 5000
+_MASK64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+class BuildError(Exception):
+    """The env or the policy cannot be built from the trainer's spec."""
+
+
+class NodeFailed(Exception):
+    """The node cannot go on; the message is the `failed` frame's reason."""
+
+
+class CheckpointError(Exception):
+    """A snapshot or restore this node cannot do; it goes on serving."""
+
+
+def restart_seed(seed, restart):
+    """The seed of restart ``restart`` of a worker whose own seed is ``seed`` (splitmix64)."""
+    z = (seed ^ ((restart * _GOLDEN) & _MASK64)) & _MASK64
+    z = (z + _GOLDEN) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+class _EnvFailed(Exception):
+    """Env ``k`` raised ``cause``."""
+
+    def __init__(self, k, cause):
+        super().__init__(f"env {k}: {cause!r}")
+        self.k, self.cause = k, cause
+
+
+class _Blame(gym.Wrapper):
+    """Names the env that raised inside the vector env, and keeps each env's last step."""
+
+    def __init__(self, env, k):
+        super().__init__(env)
+        self.k = k
+        self.last = None
+
+    def step(self, action):
+        try:
+            self.last = self.env.step(action)
+        except Exception as e:
+            raise _EnvFailed(self.k, e) from e
+        return self.last
+
+    def reset(self, **kwargs):
+        try:
+            return self.env.reset(**kwargs)
+        except Exception as e:
+            raise _EnvFailed(self.k, e) from e
+
+
+def _action_space(space):
+    if isinstance(space, gym.spaces.Discrete):
+        if int(space.start) != 0:
+            raise BuildError(f"a Discrete action space must start at 0, this one starts at {space.start}")
+        return ActionSpace(n=int(space.n))
+    if isinstance(space, gym.spaces.Box):
+        return ActionSpace(low=space.low, high=space.high)
+    raise BuildError(f"action space {space} is neither Discrete nor Box")
+
+
+def _obs_dim(space):
+    if isinstance(space, gym.spaces.Box):
+        return int(np.prod(space.shape, dtype=np.int64))
+    if isinstance(space, gym.spaces.Discrete):
+        return 1
+    raise BuildError(f"observation space {space} is neither Box nor Discrete")
+
+
+class Workers:
+    """The ``E`` env workers of one node and the state of their episodes."""
+
+    def __init__(self, spec):
+        env = spec.get("env") or {}
+        self.env_name = env.get("name")
+        config = env.get("config") or {}
+        if not isinstance(self.env_name, str) or not isinstance(config, dict):
+            raise BuildError("spec.env must be {name: str, config: map or nil}")
+        self.config = config
+        self.E = spec.get("envs_per_node")
+        if not isinstance(self.E, int) or self.E < 1:
+            raise BuildError("envs_per_node must be at least 1")
+        r = spec.get("rollout") or {}
+        self.rollout = r
+        self.seed = int(r.get("seed", 0))
+        self.max_traj = r.get("max_frames_per_traj")
+        self.reset_each = bool(r.get("reset_at_each_iter", False))
+        self.init_random = int(r.get("init_random_frames", 0))
+        self.nan_is_failure = bool(r.get("nan_is_failure", False))
+        self.lanes = int(spec.get("lanes", 1))
+        self.first_lane = int(spec.get("first_lane", 0))
+        if self.lanes < 1 or self.first_lane + self.E > self.lanes:
+            raise BuildError(f"lanes {self.first_lane}..{self.first_lane + self.E} are not in 0..{self.lanes}")
+        self.max_restarts = int(spec.get("max_restarts", DEFAULT_MAX_RESTARTS))
+        self.window = max(int(spec.get("restart_window_ms", DEFAULT_RESTART_WINDOW_MS)), 1) / 1000.0
+        self.base_seed = self.seed
+        try:
+            self.vec = gym.vector.SyncVectorEnv(
+                [self._factory(k) for k in range(self.E)],
+                autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+            )
+        except Exception as e:
+            raise BuildError(f"cannot make env `{self.env_name}` with config {config}: {e}") from None
+        self.obs_dim = _obs_dim(self.vec.single_observation_space)
+        self.action = _action_space(self.vec.single_action_space)
+        pol = spec.get("policy") or {}
+        self.policy = Policy(pol, self.obs_dim, self.action, (self.seed * _GOLDEN) & _MASK64 ^ 1)
+        E = self.E
+        self.cur = np.zeros((E, self.obs_dim), np.float32)
+        self.traj_id = np.full(E, -1, np.int64)
+        self.step_count = np.zeros(E, np.int64)
+        self.needs_reset = np.ones(E, bool)
+        # Reset by the vector env inside its step (an episode ended): the new episode's
+        # trajectory id is handed out at its first step, as the Rust node does at its reset.
+        self.fresh = np.zeros(E, bool)
+        self.pending_seed = [(self.seed + k) & _MASK64 for k in range(E)]
+        self.next_id = np.array([self.first_lane + k for k in range(E)], np.int64)
+        self.frames = np.zeros(E, np.int64)  # per worker: init_random_frames counts per worker
+        self.delivered_max_id = np.full(E, -1, np.int64)
+        self.delivered_frames = np.zeros(E, np.int64)
+        self.restarts = [[] for _ in range(E)]  # times of each worker's restarts
+        self.restart_count = [0] * E
+
+    def _factory(self, k):
+        name, config = self.env_name, self.config
+        return lambda: _Blame(gym.make(name, **config), k)
+
+    def layout(self):
+        """The ``ready`` layout: each key's dtype and feature shape."""
+        d = [self.obs_dim]
+        action = ["i64", []] if self.action.discrete else ["f32", [self.action.dim]]
+        return {
+            "observation": ["f32", d],
+            "action": action,
+            "next.observation": ["f32", d],
+            "next.reward": ["f32", [1]],
+            "next.done": ["bool", [1]],
+            "next.terminated": ["bool", [1]],
+            "next.truncated": ["bool", [1]],
+            "collector.traj_ids": ["i64", []],
+            "step_count": ["i64", [1]],
+        }
+
+    def set_seed(self, seed):
+        """``seed {seed}``: env ``w`` starts a new episode seeded ``seed + w`` at its next step
+        (the running one is cut, without ``done``); returns ``next_seed``."""
+        self.base_seed = seed
+        for k in range(self.E):
+            self.pending_seed[k] = (seed + k) & _MASK64
+        self.needs_reset[:] = True
+        self.fresh[:] = False
+        self.policy.reseed(((seed + self.E) * _GOLDEN) & _MASK64)
+        return (seed + self.E) & _MASK64
+
+    def _obs(self, o):
+        return np.asarray(o, np.float32).reshape(-1)
+
+    def _reset(self, rows):
+        """Starts a new episode in every env of ``rows`` (the vector env's masked reset)."""
+        mask = np.zeros(self.E, bool)
+        mask[rows] = True
+        seeds = [None] * self.E
+        for k in rows:
+            seeds[k], self.pending_seed[k] = self.pending_seed[k], None
+        try:
+            obs, _ = self.vec.reset(seed=seeds, options={"reset_mask": mask})
+        except _EnvFailed:
+            raise
+        except Exception as e:  # raised outside an env (the vector env's own checks)
+            raise _EnvFailed(int(rows[0]), e) from e
+        # Fresh arrays: the old ones may be held by the batch being collected.
+        self.cur, self.traj_id, self.step_count = self.cur.copy(), self.traj_id.copy(), self.step_count.copy()
+        self.needs_reset = self.needs_reset.copy()
+        self.fresh = self.fresh.copy()
+        self.fresh[rows] = False
+        for k in rows:
+            self.cur[k] = self._obs(obs[k])
+            if self.nan_is_failure and np.isnan(self.cur[k]).any():
+                raise _EnvFailed(int(k), ValueError(f"env {k} produced a NaN observation"))
+            self.traj_id[k] = self.next_id[k]
+            self.next_id[k] += self.lanes
+            self.step_count[k] = 0
+            self.needs_reset[k] = False
+
+    def _start_fresh(self, mask):
+        """Hands out trajectory ids to the episodes the vector env started in ``mask``'s rows."""
+        self.traj_id = np.where(mask, self.next_id, self.traj_id)
+        self.next_id = self.next_id + self.lanes * mask
+        self.step_count = np.where(mask, 0, self.step_count)
+        self.fresh = self.fresh & ~mask
+
+    def _actions(self, rows):
+        """The actions of ``rows`` (None: every row): the random policy's for a worker still
+        within its ``init_random_frames``, the policy's otherwise."""
+        obs = self.cur if rows is None else self.cur[rows]
+        if not self.init_random:
+            return self.policy.act(obs)
+        frames = self.frames if rows is None else self.frames[rows]
+        random = frames < self.init_random
+        if random.all():
+            return random_actions(self.action, self.policy.rng, obs.shape[0])
+        acts = self.policy.act(obs)
+        if random.any():
+            acts[random] = random_actions(self.action, self.policy.rng, int(random.sum()))
+        return acts
+
+    def collect(self, frames):
+        """One batch of ``frames`` frames as a dict of numpy arrays ``[E, T, ...]``."""
+        E = self.E
+        if frames == 0 or frames % E:
+            raise NodeFailed(f"{frames} frames do not split evenly over {E} env workers")
+        T = frames // E
+        D = self.obs_dim
+        if self.reset_each:
+            self.needs_reset[:] = True
+            self.fresh[:] = False
+        b = {
+            "observation": np.zeros((E, T, D), np.float32),
+            "action": np.zeros((E, T), np.int64) if self.action.discrete else np.zeros((E, T, self.action.dim), np.float32),
+            "next.observation": np.zeros((E, T, D), np.float32),
+            "next.reward": np.zeros((E, T, 1), np.float32),
+            "next.done": np.zeros((E, T, 1), bool),
+            "next.terminated": np.zeros((E, T, 1), bool),
+            "next.truncated": np.zeros((E, T, 1), bool),
+            "collector.traj_ids": np.zeros((E, T), np.int64),
+            "step_count": np.zeros((E, T, 1), np.int64),
+        }
+        pos = np.zeros(E, np.int64)
+        self._salvaged = []
+        t = self._collect_columns(b, T)  # the fast path: every row at the same column
+        pos[:] = t
+        pos[self._salvaged] = t + 1
+        if t < T:
+            pos[self._failed] = 0
+        while (pos < T).any():  # after a failure: rows at different columns
+            rows = np.nonzero(pos < T)[0]
+            results, acts = [], None
+            try:
+                resets = [int(k) for k in rows if self.needs_reset[k]]
+                if resets:
+                    self._reset(resets)
+                mask = np.zeros(E, bool)
+                mask[rows] = True
+                if (self.fresh & mask).any():
+                    self._start_fresh(self.fresh & mask)
+                acts = self._actions(rows)
+                if len(rows) == E:
+                    full = acts if self.action.discrete else acts.reshape((E,) + self.vec.single_action_space.shape)
+                    nobs, rew, term, trunc, _ = self.vec.step(full)
+                    results = [(nobs[k], rew[k], term[k], trunc[k]) for k in range(E)]
+                else:
+                    for i, k in enumerate(rows):
+                        a = acts[i] if self.action.discrete else acts[i].reshape(self.vec.single_action_space.shape)
+                        o, r, te, tr, _ = self.vec.envs[k].step(a)
+                        results.append((o, r, te, tr))
+            except _EnvFailed as f:
+                # Rows stepped before the failing one keep this column; rows after it were
+                # not stepped and step it again; the failed row starts over.
+                for i, k in enumerate(rows if acts is not None else []):
+                    if k >= f.k:
+                        break
+                    if i < len(results):
+                        res = results[i]
+                    else:
+                        o, r, te, tr, _ = self.vec.envs[k].last
+                        res = (o, r, te, tr)
+                    self._record(b, int(k), int(pos[k]), acts[i], res)
+                    pos[k] += 1
+                self._restart(f.k, f.cause)
+                pos[f.k] = 0
+                continue
+            for i, k in enumerate(rows):
+                self._record(b, int(k), int(pos[k]), acts[i], results[i])
+                pos[k] += 1
+        for k in range(E):
+            self.delivered_max_id[k] = max(self.delivered_max_id[k], int(b["collector.traj_ids"][k].max()))
+            self.delivered_frames[k] += T
+        return b
+
+    def _collect_columns(self, b, T):
+        """Steps every row together, one column at a time, until the batch is full (returns
+        ``T``) or an env fails (its row restarts; returns the column the others are at, after
+        keeping the rows stepped before the failing one)."""
+        E = self.E
+        shape = (E,) + self.vec.single_action_space.shape
+        nan = self.nan_is_failure
+        max_traj = self.max_traj
+        # Time-major scratch [T, E, ...]: a column is one contiguous write; into `b` once at the end.
+        cols = {k: np.empty((T,) + v.shape[:1] + v.shape[2:], v.dtype) for k, v in b.items()}
+        t = 0
+        t0 = 0
+        need_reset = bool(self.needs_reset.any())
+        need_ids = bool(self.fresh.any())
+        obs_f32 = self.vec.observation_space.dtype == np.float32
+        try:
+            while t < T:
+                acts = None
+                try:
+                    if need_reset:
+                        self._reset([int(k) for k in np.nonzero(self.needs_reset)[0]])
+                        need_reset = False
+                    if need_ids:
+                        self._start_fresh(self.fresh)
+                        need_ids = False
+                    acts = self._actions(None)
+                    nobs, rew, term, trunc, info = self.vec.step(acts if self.action.discrete else acts.reshape(shape))
+                except _EnvFailed as f:
+                    self.frames += t - t0
+                    t0 = t
+                    self._flush(b, cols, t)
+                    return self._salvage(b, t, acts, f)
+                nxt = nobs.reshape(E, -1) if obs_f32 else np.asarray(nobs, np.float32).reshape(E, -1)
+                env_done = term | trunc  # these envs were reset inside the step
+                final = nxt
+                if env_done.any():
+                    final = nxt.copy()
+                    fo = info["final_obs"]
+                    for k in np.nonzero(env_done)[0]:
+                        final[k] = np.asarray(fo[k], np.float32).reshape(-1)
+                sc = self.step_count
+                if max_traj is not None:
+                    trunc = trunc | ((sc + 1 >= max_traj) & ~term)
+                done = term | trunc
+                cols["observation"][t] = self.cur
+                cols["action"][t] = acts
+                cols["next.observation"][t] = final
+                cols["next.reward"][t, :, 0] = rew
+                cols["next.terminated"][t, :, 0] = term
+                cols["next.truncated"][t, :, 0] = trunc
+                cols["next.done"][t, :, 0] = done
+                cols["collector.traj_ids"][t] = self.traj_id
+                cols["step_count"][t, :, 0] = sc
+                self.step_count = sc + 1
+                self.cur = nxt
+                t += 1
+                if done.any():
+                    self.needs_reset = done & ~env_done  # cut by max_frames_per_traj: reset here
+                    self.fresh = env_done
+                    need_reset = bool(self.needs_reset.any())
+                    need_ids = bool(env_done.any())
+                if nan and np.isnan(nxt[~(done & ~env_done)]).any():
+                    k = int(np.nonzero(np.isnan(nxt).any(axis=1) & ~(done & ~env_done))[0][0])
+                    raise NodeFailed(f"env worker {k} produced a NaN observation")
+        finally:
+            self.frames += t - t0
+            self._flush(b, cols, t)
+        return T
+
+    @staticmethod
+    def _flush(b, cols, t):
+        """Writes columns ``0 .. t`` of the time-major scratch into ``b`` (once per call)."""
+        if t == 0:
+            return
+        for k, c in cols.items():
+            b[k][:, :t] = c[:t].swapaxes(0, 1)
+        cols.clear()
+
+    def _salvage(self, b, t, acts, f):
+        """Env ``f.k`` failed in column ``t``: rows stepped before it keep the column, the
+        failed row is rebuilt and starts over. Returns ``t``; the caller moves those rows on."""
+        kept = []
+        if acts is not None:
+            for k in range(f.k):
+                o, r, te, tr, _ = self.vec.envs[k].last
+                self._record(b, k, t, acts[k], (o, r, te, tr))
+                kept.append(k)
+        self._restart(f.k, f.cause)
+        self._salvaged, self._failed = kept, f.k
+        return t
+
+    def _record(self, b, k, t, action, result):
+        o, r, te, tr = result
+        nxt = self._obs(o)
+        b["observation"][k, t] = self.cur[k]
+        b["action"][k, t] = action
+        b["next.observation"][k, t] = nxt
+        sc = int(self.step_count[k])
+        te = bool(te)
+        cut = self.max_traj is not None and sc + 1 >= self.max_traj and not te
+        trunc = bool(tr) or cut
+        end = te or trunc
+        b["next.reward"][k, t, 0] = np.float32(r)
+        b["next.terminated"][k, t, 0] = te
+        b["next.truncated"][k, t, 0] = trunc
+        b["next.done"][k, t, 0] = end
+        b["collector.traj_ids"][k, t] = self.traj_id[k]
+        b["step_count"][k, t, 0] = sc
+        self.step_count[k] = sc + 1
+        self.needs_reset[k] = end
+        self.cur[k] = nxt
+        self.frames[k] += 1
+        if self.nan_is_failure and not end and np.isnan(nxt).any():
+            raise NodeFailed(f"env worker {k} produced a NaN observation")
+
+    def _restart(self, k, cause):
+        """Rebuilds env ``k`` after ``cause`` (the Rust node's supervision), or fails the node."""
+        now = time.monotonic()
+        recent = [t for t in self.restarts[k] if now - t < self.window]
+        if len(recent) >= self.max_restarts:
+            raise NodeFailed(
+                f"env worker {k} failed after {self.restart_count[k]} restarts: "
+                f"{len(recent) + 1} failures within {int(self.window * 1000)} ms, last: {cause!r}"
+            )
+        recent.append(now)
+        self.restarts[k] = recent
+        self.restart_count[k] += 1
+        seed = restart_seed((self.base_seed + k) & _MASK64, self.restart_count[k])
+        try:
+            old = self.vec.envs[k]
+            try:
+                old.close()
+            except Exception:
+                pass
+            self.vec.envs[k] = self._factory(k)()
+        except Exception as e:
+            raise NodeFailed(f"env worker {k} cannot be rebuilt: {e!r}") from None
+        self.pending_seed[k] = seed
+        self.needs_reset[k] = True
+        self.fresh[k] = False
+        floor = int(self.delivered_max_id[k]) + 1
+        while self.next_id[k] < floor:
+            self.next_id[k] += self.lanes
+        self.frames[k] = self.delivered_frames[k]
+
+    def close(self):
+        """Closes the envs."""
+        try:
+            self.vec.close()
+        except Exception:
+            pass
+
+
+def _rng_state(gen):
+    """A numpy PCG64 generator's state in the form of PROTOCOL.md's ``RngState``: 128-bit
+    state then increment as the 32 ``seed`` bytes, the buffered 32-bit half in ``stream`` and
+    ``word_pos_lo`` (only a Python node reads it back: PROTOCOL.md §9)."""
+    st = gen.bit_generator.state
+    if st.get("bit_generator") != "PCG64":
+        raise CheckpointError(f"a {st.get('bit_generator')} generator cannot be checkpointed (PCG64 only)")
+    s = st["state"]
+    seed = s["state"].to_bytes(16, "little") + s["inc"].to_bytes(16, "little")
+    return {"seed": seed, "stream": int(st["has_uint32"]), "word_pos_hi": 0, "word_pos_lo": int(st["uinteger"])}
+
+
+def _set_rng_state(gen, r):
+    try:
+        seed = r["seed"]
+        if not isinstance(seed, bytes) or len(seed) != 32:
+            raise ValueError("seed must be 32 bytes")
+        gen.bit_generator.state = {
+            "bit_generator": "PCG64",
+            "state": {"state": int.from_bytes(seed[:16], "little"), "inc": int.from_bytes(seed[16:], "little")},
+            "has_uint32": int(r["stream"]),
+            "uinteger": int(r["word_pos_lo"]),
+        }
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"a generator state this node did not write: {e}") from None
+
+
+def _wrappers(env):
+    """The wrappers of ``env``, outermost first."""
+    while isinstance(env, gym.Wrapper):
+        yield env
+        env = env.env
+
+
+def _env_snapshot(env):
+    """``EnvSnapshot`` of a gymnasium env whose whole state is ``unwrapped.state`` and its
+    ``np_random`` (the classic-control envs); CheckpointError for any other."""
+    u = env.unwrapped
+    state = getattr(u, "state", None)
+    try:
+        values = [float(v) for v in np.asarray(state, np.float64).reshape(-1)]
+    except (TypeError, ValueError):
+        values = None
+    if state is None or values is None:
+        raise CheckpointError(
+            f"env `{u.spec.id if u.spec else type(u).__name__}` keeps no `state` array this node can save "
+            "(the Python node checkpoints envs whose whole state is `unwrapped.state`, as classic control's)"
+        )
+    elapsed = 0
+    for w in _wrappers(env):
+        if isinstance(w, gym.wrappers.TimeLimit):
+            elapsed = int(w._elapsed_steps or 0)
+    beyond = getattr(u, "steps_beyond_terminated", None)
+    return {"state": values, "elapsed_steps": elapsed, "needs_reset": beyond is not None, "rng": _rng_state(u.np_random)}
+
+
+def _env_restore(env, snap):
+    u = env.unwrapped
+    if getattr(u, "state", None) is None and not hasattr(u, "state"):
+        raise CheckpointError("this env keeps no `state` array")
+    try:
+        values = np.asarray(snap["state"], np.float64)
+        elapsed = int(snap["elapsed_steps"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"an env state this node did not write: {e}") from None
+    if snap.get("rng") is None:
+        raise CheckpointError("an env state without a generator (not a Python node's)")
+    _set_rng_state(u.np_random, snap["rng"])
+    u.state = values
+    if hasattr(u, "steps_beyond_terminated"):
+        u.steps_beyond_terminated = 0 if snap.get("needs_reset") else None
+    for w in _wrappers(env):
+        if isinstance(w, gym.wrappers.TimeLimit):
+            w._elapsed_steps = elapsed
+        # The wrappers' "reset first" bookkeeping: a restored env is in an episode.
+        if hasattr(w, "_has_reset"):
+            w._has_reset = True
+        for flag in ("checked_reset", "checked_step", "checked_data_reuse"):
+            if hasattr(w, flag):
+                setattr(w, flag, True)
+
+
+def snapshot(workers):
+    """The ``workers`` entries of a ``NodeState`` (PROTOCOL.md §§3, 9): every worker's env,
+    episode and ids, and the policy's generator; CheckpointError when an env cannot."""
+    w = workers
+    if w.fresh.any():
+        w._start_fresh(w.fresh)  # the id the next step would hand out, handed out now
+    sampler = {"rng": _rng_state(w.policy.rng), "spare": None}
+    out = []
+    for k in range(w.E):
+        env = {
+            "name": w.env_name, "env": _env_snapshot(w.vec.envs[k]),
+            "obs": [float(v) for v in w.cur[k]], "traj_id": int(w.traj_id[k]),
+            "step_count": int(w.step_count[k]), "needs_reset": bool(w.needs_reset[k]),
+            "pending_seed": w.pending_seed[k], "ids": {"next": int(w.next_id[k]), "stride": int(w.lanes)},
+        }
+        out.append({
+            "rollout": {"frames": int(w.frames[k]), "envs": [env], "policy": sampler,
+                        "random": sampler if w.init_random else None},
+            "next_traj_id": int(w.delivered_max_id[k] + 1),
+            "frames": int(w.delivered_frames[k]),
+        })
+    return out
+
+
+def restore(workers, state):
+    """Goes on from a ``NodeState`` a Python node of the same spec wrote (checked first:
+    nothing changes when it does not fit)."""
+    w = workers
+    ws = state.get("workers")
+    if not isinstance(ws, list) or len(ws) != w.E:
+        raise CheckpointError(f"the state has {len(ws) if isinstance(ws, list) else 'no'} workers, this node {w.E}")
+    envs = []
+    for k, entry in enumerate(ws):
+        try:
+            r = entry["rollout"]
+            (e,) = r["envs"]
+            if e["name"] != w.env_name:
+                raise CheckpointError(f"worker {k}'s env is `{e['name']}` in the state, `{w.env_name}` here")
+            if int(e["ids"]["stride"]) != w.lanes or int(e["ids"]["next"]) % w.lanes != (w.first_lane + k) % w.lanes:
+                raise CheckpointError(f"worker {k}'s trajectory ids are of another lane")
+            if len(e["obs"]) != w.obs_dim:
+                raise CheckpointError(f"worker {k}'s observation has {len(e['obs'])} values, expected {w.obs_dim}")
+            envs.append((r, e, entry))
+        except (KeyError, TypeError, ValueError) as ex:
+            raise CheckpointError(f"worker {k}'s state is not of this form: {ex!r}") from None
+    sampler = envs[0][0].get("policy")
+    if not isinstance(sampler, dict):
+        raise CheckpointError("the state has no policy generator (not a Python node's)")
+    for k, (_, e, _) in enumerate(envs):
+        _env_restore(w.vec.envs[k], e["env"])
+    _set_rng_state(w.policy.rng, sampler["rng"])
+    w.cur = np.array([e["obs"] for _, e, _ in envs], np.float32)
+    w.traj_id = np.array([e["traj_id"] for _, e, _ in envs], np.int64)
+    w.step_count = np.array([e["step_count"] for _, e, _ in envs], np.int64)
+    w.needs_reset = np.array([bool(e["needs_reset"]) for _, e, _ in envs], bool)
+    w.fresh = np.zeros(w.E, bool)
+    w.pending_seed = [e["pending_seed"] for _, e, _ in envs]
+    w.next_id = np.array([e["ids"]["next"] for _, e, _ in envs], np.int64)
+    w.frames = np.array([r["frames"] for r, _, _ in envs], np.int64)
+    w.delivered_max_id = np.array([int(x["next_traj_id"]) - 1 for _, _, x in envs], np.int64)
+    w.delivered_frames = np.array([int(x["frames"]) for _, _, x in envs], np.int64)
+    if isinstance(getattr(w.vec, "_env_obs", None), list):
+        # The vector env's own copy of each env's last observation, which its masked reset
+        # stacks: a restored env was never reset through it.
+        w.vec._env_obs = [w.cur[k].reshape(w.vec.single_observation_space.shape).copy() for k in range(w.E)]
+    base = state.get("base_seed")
+    if isinstance(base, int):
+        w.base_seed = base

@@ -1,0 +1,204 @@
+"""The policies of ``spec.policy`` (PROTOCOL.md §8), evaluated on a whole batch of
+observations with numpy.
+
+The forward pass is float32 throughout and sums in the same order as the Rust node
+(``z_j = b_j + w_j0 x_0 + w_j1 x_1 + ...``, each product and sum rounded to f32, no fused
+multiply-add), so that in deterministic mode both implementations pick the same action for
+the same observation and weights. Sampling (random exploration) uses numpy's generator:
+it is random in the same way, not the same random numbers as the Rust node's ChaCha8.
+"""
+
+import ctypes
+import ctypes.util
+
+import numpy as np
+
+
+def _libm_tanhf():
+    """The C library's ``tanhf``, which the Rust node's ``f32::tanh`` calls, or None."""
+    try:
+        libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+        f = libm.tanhf
+    except (OSError, AttributeError):
+        return None
+    f.restype, f.argtypes = ctypes.c_float, [ctypes.c_float]
+    return f
+
+
+_TANHF = _libm_tanhf()
+
+
+def tanh32(x):
+    """f32 tanh as the Rust node computes it (the C library's ``tanhf``, element by element:
+    numpy's own float32 tanh differs from it in the last bit for about a third of inputs).
+    Without a loadable C library, numpy's."""
+    x = np.asarray(x, np.float32)
+    if _TANHF is None:
+        return np.tanh(x)
+    out = np.empty_like(x)
+    flat, src = out.reshape(-1), x.reshape(-1)
+    f = _TANHF
+    for i in range(src.size):
+        flat[i] = f(float(src[i]))
+    return out
+
+#: Std of the exploration noise as a fraction of the half-range of the action box.
+NOISE_FRACTION = np.float32(0.1)
+
+
+_WIRE = {"float32": "f32", "float64": "f64", "int64": "i64", "bool": "bool", "uint8": "u8"}
+
+
+class PolicyError(Exception):
+    """A policy that cannot be built or weights it cannot use."""
+
+
+class ActionSpace:
+    """What the policy must produce: ``n`` choices, or a box ``low``/``high`` (float32)."""
+
+    def __init__(self, n=None, low=None, high=None):
+        self.n = n
+        self.low = None if low is None else np.asarray(low, np.float32).reshape(-1)
+        self.high = None if high is None else np.asarray(high, np.float32).reshape(-1)
+
+    @property
+    def discrete(self):
+        """Whether actions are indices."""
+        return self.n is not None
+
+    @property
+    def dim(self):
+        """Raw outputs of a network: ``n`` logits, or one per action element."""
+        return self.n if self.discrete else self.low.size
+
+
+def _rows_dense(w, b, x):
+    """``x @ w.T + b`` for every row of ``x``, summed as the Rust node sums (see module doc)."""
+    z = np.repeat(b[None, :], x.shape[0], axis=0)
+    for i in range(w.shape[1]):
+        z += x[:, i : i + 1] * w[None, :, i]
+    return z
+
+
+class Policy:
+    """A built-in policy: ``kind`` random, linear, mlp or constant."""
+
+    def __init__(self, spec, obs_dim, action, seed):
+        config = spec.get("config") or {}
+        if not isinstance(config, dict):
+            raise PolicyError("policy.config is not a map")
+        self.kind = config.get("kind")
+        self.exploration = spec.get("exploration") or "random"
+        if self.exploration not in ("random", "deterministic"):
+            raise PolicyError(f"unknown exploration {self.exploration!r}")
+        self.action = action
+        self.obs_dim = obs_dim
+        self.rng = np.random.default_rng(seed)
+        if self.kind == "linear":
+            hidden = []
+            self.names = lambda i: ("weight", "bias")
+        elif self.kind == "mlp":
+            hidden = config.get("hidden")
+            if not isinstance(hidden, list) or not all(isinstance(h, int) and h > 0 for h in hidden):
+                raise PolicyError("mlp: `hidden` must be an array of widths >= 1")
+            self.names = lambda i: (f"layers.{i}.weight", f"layers.{i}.bias")
+        elif self.kind == "constant":
+            self.layout = {"value": (1,)}
+            self.weights = None  # version 0 comes from the trainer, as for every policy with weights
+            self.version = None
+            return
+        elif self.kind == "random":
+            self.layout = {}
+            self.weights = {}
+            self.version = 0
+            return
+        else:
+            raise PolicyError(f"unknown policy kind {self.kind!r}")
+        dims = [obs_dim, *hidden, action.dim]
+        self.layers = [self.names(i) for i in range(len(dims) - 1)]
+        self.layout = {}
+        for i, (wn, bn) in enumerate(self.layers):
+            self.layout[wn] = (dims[i + 1], dims[i])
+            self.layout[bn] = (dims[i + 1],)
+        self.weights = None  # a network needs the trainer's weights: it never invents them
+        self.version = None
+        if not action.discrete:
+            low, high = action.low, action.high
+            finite = np.isfinite(low) & np.isfinite(high)
+            half32 = np.float32(0.5)
+            self.mid = np.where(finite, half32 * low + half32 * high, np.float32(0)).astype(np.float32)
+            self.half = np.where(finite, half32 * high - half32 * low, np.float32(1)).astype(np.float32)
+            self.noise = (NOISE_FRACTION * self.half).astype(np.float32)
+
+    def check_weights(self, tensors):
+        """Refuses weights whose names, dtypes or shapes are not this policy's (names the first)."""
+        for name, shape in self.layout.items():
+            if name not in tensors:
+                raise PolicyError(f"bad weights: missing tensor `{name}`")
+            if tensors[name].dtype != np.float32 or tuple(tensors[name].shape) != shape:
+                raise PolicyError(
+                    f"bad weights: `{name}` must be f32 {list(shape)}, got {_WIRE.get(tensors[name].dtype.name, tensors[name].dtype.name)} {list(tensors[name].shape)}"
+                )
+        for name in tensors:
+            if name not in self.layout:
+                raise PolicyError(f"bad weights: unexpected tensor `{name}`")
+
+    def set_weights(self, version, tensors):
+        """Uses these weights from now on (checked first: nothing changes on error)."""
+        self.check_weights(tensors)
+        self.weights = {k: np.array(v, np.float32) for k, v in tensors.items()}
+        self.version = version
+
+    def reseed(self, seed):
+        """Restarts the sampling stream."""
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, obs):
+        """Actions for the ``[k, obs_dim]`` float32 observations: ``[k]`` int64 or ``[k, A]`` float32."""
+        k = obs.shape[0]
+        a = self.action
+        if self.kind == "random":
+            return random_actions(a, self.rng, k)
+        if self.kind == "constant":
+            value = self.weights["value"][0]
+            if a.discrete:
+                return np.full((k,), round_half_away(value), np.int64)
+            return np.full((k, a.low.size), value, np.float32)
+        if self.weights is None:
+            raise PolicyError("no weights: the trainer sent none before the first `continue`")
+        x = obs
+        last = len(self.layers) - 1
+        for i, (wn, bn) in enumerate(self.layers):
+            x = _rows_dense(self.weights[wn], self.weights[bn], x)
+            if i != last:
+                x = tanh32(x)
+        random = self.exploration == "random"
+        if a.discrete:
+            if not random:
+                return np.argmax(x, axis=1).astype(np.int64)
+            z = x - x.max(axis=1, keepdims=True)
+            p = np.exp(z)
+            p /= p.sum(axis=1, keepdims=True)
+            u = self.rng.random(k)
+            return np.minimum((p.cumsum(axis=1) <= u[:, None]).sum(axis=1), a.n - 1).astype(np.int64)
+        out = self.mid + self.half * tanh32(x)
+        if random:
+            out = out + self.noise * self.rng.standard_normal(out.shape).astype(np.float32)
+        return np.minimum(np.maximum(out, a.low), a.high).astype(np.float32)
+
+
+def round_half_away(v):
+    """Rust's ``f32::round``: halves away from zero (numpy rounds them to even)."""
+    v = float(v)
+    return int(np.sign(v) * np.floor(abs(v) + 0.5))
+
+
+def random_actions(a, rng, k):
+    """Uniform actions: indices in ``0..n``, or uniform in ``[low, high]`` (``[-1, 1]`` on an infinite bound)."""
+    if a.discrete:
+        return rng.integers(0, a.n, size=k, dtype=np.int64)
+    finite = np.isfinite(a.low) & np.isfinite(a.high)
+    lo = np.where(finite, a.low.astype(np.float64), -1.0)
+    span = np.where(finite, a.high.astype(np.float64) - a.low.astype(np.float64), 2.0)
+    v = (lo + span * rng.random((k, a.low.size))).astype(np.float32)
+    return np.minimum(np.maximum(v, a.low), a.high)

@@ -1,0 +1,277 @@
+"""One connection to a trainer (PROTOCOL.md §§4-6): the handshake, then a reader thread
+(trainer frames into a queue, its silence timed), a writer thread (frames out, so a large
+batch never delays the reader), a heartbeat thread, and the main thread serving frames in
+order.
+"""
+
+import queue
+import socket
+import threading
+import time
+
+from . import wire
+from . import collect as checkpoint
+from .collect import BuildError, CheckpointError, NodeFailed, Workers
+from .policy import PolicyError
+
+#: The largest trainer frame read before `welcome` (whose weights may be large), as the
+#: Rust node: the default `max_frame`.
+PRE_WELCOME_MAX_FRAME = wire.DEFAULT_MAX_FRAME
+
+
+class JoinError(Exception):
+    """Why the node could not join or stopped serving; ``str`` is ``rollout node``'s error line."""
+
+
+def _connect(addr, timeout):
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit():
+        raise JoinError(f"cannot connect to {addr}: expected HOST:PORT")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            s = socket.create_connection((host.strip("[]"), int(port)), timeout=max(deadline - time.monotonic(), 0.1))
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return s
+        except ConnectionRefusedError:
+            if time.monotonic() >= deadline:
+                raise JoinError(f"cannot connect to {addr}: connection refused for {timeout:g} s") from None
+            time.sleep(0.1)
+        except OSError as e:
+            raise JoinError(f"cannot connect to {addr}: {e}") from None
+
+
+class Session:
+    """A joined node: serves the trainer until `shutdown` (returns) or fails (JoinError)."""
+
+    def __init__(self, addr, token, name, index=None, connect_timeout=30.0):
+        self.addr, self.token, self.name, self.index = addr, token, name, index
+        self.connect_timeout = connect_timeout
+        self.inbox = queue.Queue()
+        self.outbox = queue.Queue()
+        self.stop = threading.Event()
+        self.last_heard = time.monotonic()
+
+    # -- handshake ---------------------------------------------------------------------
+    def handshake(self):
+        """Connects and joins; returns the ``welcome`` frame."""
+        s = _connect(self.addr, self.connect_timeout)
+        s.settimeout(self.connect_timeout)
+        self.sock = s
+        self.rfile = s.makefile("rb", buffering=1 << 16)
+        try:
+            s.sendall(wire.encode({"type": "hello", "protocol_version": wire.PROTOCOL_VERSION, "node_name": self.name, "node_index": self.index}))
+            f = self._read(PRE_WELCOME_MAX_FRAME)
+            if f["type"] == "reject":
+                raise JoinError(f"rejected by the trainer: {f.get('reason')}")
+            if f["type"] != "challenge":
+                raise JoinError(f"protocol error: expected `challenge`, got `{f['type']}`")
+            nonce = wire.field(f, "nonce", bytes)
+            s.sendall(wire.encode({"type": "auth", "proof": wire.proof(self.token, nonce, self.name)}))
+            f = self._read(PRE_WELCOME_MAX_FRAME)
+        except (socket.timeout, TimeoutError):
+            raise JoinError(f"cannot connect to {self.addr}: the handshake took longer than {self.connect_timeout:g} s") from None
+        if f["type"] == "reject":
+            raise JoinError(f"rejected by the trainer: {f.get('reason')}")
+        if f["type"] != "welcome":
+            raise JoinError(f"protocol error: expected `welcome`, got `{f['type']}`")
+        for k in ("node_index", "heartbeat_ms", "heartbeat_timeout_ms", "max_frame"):
+            wire.field(f, k, int)
+        if not isinstance(f.get("spec"), dict):
+            raise JoinError("protocol error: `welcome` frame: field `spec` is missing or mistyped")
+        s.settimeout(None)
+        return f
+
+    def _read(self, max_frame):
+        try:
+            return wire.read_frame(self.rfile, max_frame)
+        except wire.ProtocolError as e:
+            raise JoinError(f"protocol error: {e}") from None
+        except (EOFError, ConnectionError) as e:
+            raise JoinError(f"lost the trainer: {e}") from None
+
+    # -- threads -----------------------------------------------------------------------
+    def _reader(self):
+        while not self.stop.is_set():
+            try:
+                f = wire.read_frame(self.rfile, self.max_frame)
+            except wire.ProtocolError as e:
+                self.inbox.put(("error", f"protocol error: {e}"))
+                return
+            except (EOFError, OSError, ValueError) as e:
+                self.inbox.put(("error", f"lost the trainer: {e}"))
+                return
+            self.last_heard = time.monotonic()
+            if f["type"] != "heartbeat":
+                self.inbox.put(("frame", f))
+
+    def _writer(self):
+        while True:
+            data = self.outbox.get()
+            if data is None:
+                return
+            try:
+                self.sock.sendall(data)
+            except OSError as e:
+                self.inbox.put(("error", f"lost the trainer: {e}"))
+                return
+
+    def _heartbeat(self):
+        beat = wire.encode({"type": "heartbeat"})
+        while not self.stop.wait(self.heartbeat_s):
+            self.outbox.put(beat)
+            if time.monotonic() - self.last_heard > self.timeout_s:
+                self.inbox.put(("error", f"lost the trainer: silent for more than {self.timeout_s * 1000:.0f} ms"))
+                return
+
+    def send(self, frame):
+        """Queues ``frame`` for the writer; a frame over ``max_frame`` becomes ``failed``."""
+        data = wire.encode(frame)
+        if len(data) - 4 > self.max_frame:
+            raise NodeFailed(f"a `{frame['type']}` of {len(data) - 4} bytes is over the trainer's max_frame {self.max_frame}")
+        self.outbox.put(data)
+
+    # -- serving -----------------------------------------------------------------------
+    def run(self):
+        """Joins and serves until `shutdown`."""
+        welcome = self.handshake()
+        self.node = welcome["node_index"]
+        self.max_frame = welcome["max_frame"]
+        self.heartbeat_s = max(welcome["heartbeat_ms"], 1) / 1000.0
+        self.timeout_s = max(welcome["heartbeat_timeout_ms"], 1) / 1000.0
+        self.last_heard = time.monotonic()
+        threads = [threading.Thread(target=t, daemon=True) for t in (self._reader, self._writer, self._heartbeat)]
+        for t in threads:
+            t.start()
+        try:
+            try:
+                self.workers = Workers(welcome["spec"])
+                if welcome.get("weights") is not None:
+                    version, tensors = wire.weights_from_wire(welcome["weights"])
+                    self.workers.policy.set_weights(version, tensors)
+            except (BuildError, PolicyError, wire.ProtocolError) as e:
+                self._fail(f"cannot build the node: {e}")
+            if self.workers.policy.version is None:
+                self._fail(
+                    f"cannot build the node: no weights for the `{self.workers.policy.kind}` policy in `welcome` "
+                    f"(it needs {sorted(self.workers.policy.layout)}; this node never invents weights)"
+                )
+            self.send({"type": "ready", "node": self.node, "layout": self.workers.layout()})
+            self._serve()
+        finally:
+            self.stop.set()
+            self.outbox.put(None)
+            threads[1].join(timeout=30)
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+            if hasattr(self, "workers"):
+                self.workers.close()
+
+    def _fail(self, reason):
+        """Sends ``failed {reason}`` and stops with ``reason`` as the error."""
+        try:
+            self.send({"type": "failed", "node": self.node, "reason": reason})
+        except NodeFailed:
+            pass
+        raise JoinError(reason)
+
+    def _next(self):
+        kind, value = self.inbox.get()
+        if kind == "error":
+            raise JoinError(value)
+        return value
+
+    def _serve(self):
+        while True:
+            f = self._next()
+            t = f["type"]
+            try:
+                if t == "continue":
+                    seq, frames = wire.field(f, "seq", int), wire.field(f, "frames", int)
+                    if self._shutdown_queued():
+                        continue  # the Rust node drops a `continue` in flight at `shutdown` too
+                    self._collect(seq, frames)
+                elif t == "update_weights":
+                    version, tensors = wire.weights_from_wire(f.get("weights"))
+                    try:
+                        self.workers.policy.set_weights(version, tensors)
+                    except PolicyError as e:
+                        self._fail(str(e))
+                    self.send({"type": "weights_updated", "node": self.node, "version": version})
+                elif t == "seed":
+                    nxt = self.workers.set_seed(wire.field(f, "seed", int))
+                    self.send({"type": "seeded", "node": self.node, "next_seed": nxt})
+                elif t == "snapshot":
+                    sid = wire.field(f, "id", int)
+                    try:
+                        state = self._snapshot()
+                    except CheckpointError as e:
+                        self.send({"type": "checkpoint_failed", "node": self.node, "id": sid, "reason": str(e)})
+                    else:
+                        self.send({"type": "snapshot", "node": self.node, "id": sid, "state": state})
+                elif t == "restore":
+                    try:
+                        self._restore(f)
+                    except CheckpointError as e:
+                        self.send({"type": "checkpoint_failed", "node": self.node, "id": 0, "reason": str(e)})
+                    else:
+                        self.send({"type": "restored", "node": self.node})
+                elif t == "shutdown":
+                    self.send({"type": "down", "node": self.node})
+                    return
+                elif t in ("hello", "challenge", "auth", "welcome", "reject"):
+                    raise JoinError(f"protocol error: a `{t}` frame after the handshake")
+                else:
+                    raise JoinError(f"protocol error: unknown frame type `{t}`")
+            except wire.ProtocolError as e:
+                raise JoinError(f"protocol error: {e}") from None
+            except NodeFailed as e:
+                self._fail(str(e))
+
+    def _shutdown_queued(self):
+        with self.inbox.mutex:
+            return any(k == "frame" and v.get("type") == "shutdown" for k, v in self.inbox.queue)
+
+    def _snapshot(self):
+        """This node's ``NodeState`` (PROTOCOL.md §§3, 9)."""
+        w = self.workers
+        p = w.policy
+        weights = None if not p.layout or p.weights is None else wire.weights_to_wire(p.version, p.weights)
+        return {"node": self.node, "base_seed": w.base_seed, "weights": weights, "workers": checkpoint.snapshot(w)}
+
+    def _restore(self, f):
+        """Goes on from the ``restore`` frame's state (a Python node's of the same spec)."""
+        w = self.workers
+        weights = None
+        if f.get("weights") is not None:
+            try:
+                version, tensors = wire.weights_from_wire(f["weights"])
+                w.policy.check_weights(tensors)
+            except (wire.ProtocolError, PolicyError) as e:
+                raise CheckpointError(f"the state's weights: {e}") from None
+            weights = (version, tensors)
+        checkpoint.restore(w, f)
+        if weights is not None:
+            w.policy.set_weights(*weights)
+
+    def _collect(self, seq, frames):
+        w = self.workers
+        try:
+            data = w.collect(frames)
+        except PolicyError as e:
+            raise NodeFailed(f"policy failed: {e}") from None
+        tensors = {}
+        for key, a in data.items():
+            dtype = {"float32": "f32", "int64": "i64", "bool": "bool"}[a.dtype.name]
+            tensors[key] = wire.to_tensor(a, dtype)
+        self.send(
+            {
+                "type": "batch",
+                "node": self.node,
+                "seq": seq,
+                "weights_version": w.policy.version,
+                "data": {"batch_size": [w.E, frames // w.E], "tensors": tensors},
+            }
+        )

@@ -1,0 +1,164 @@
+"""Frames on the wire (PROTOCOL.md §§1-4): the length prefix, MessagePack maps with a
+``type`` key, tensors as ``{dtype, shape, data}``, the join proof and the token file.
+
+Nothing here touches a socket except :func:`read_frame`, which reads one frame from a
+file-like object; everything else is bytes in, values out, so the tests use it alone.
+"""
+
+import hashlib
+import hmac
+import os
+import struct
+
+import msgpack
+import numpy as np
+
+PROTOCOL_VERSION = 3
+DEFAULT_MAX_FRAME = 256 << 20
+PROOF_CONTEXT = b"rollout-join-v1"
+
+#: The wire's dtype names and their little-endian numpy dtypes.
+DTYPES = {
+    "f32": np.dtype("<f4"),
+    "f64": np.dtype("<f8"),
+    "i64": np.dtype("<i8"),
+    "bool": np.dtype("u1"),
+    "u8": np.dtype("u1"),
+}
+
+
+class ProtocolError(Exception):
+    """The peer sent something the protocol does not allow."""
+
+
+class FrameTooLarge(ProtocolError):
+    """A length prefix over the limit (or zero): refused before reading the body."""
+
+
+def encode(frame):
+    """One frame's bytes (prefix and body). ``frame`` is a dict with ``type`` first."""
+    body = msgpack.packb(frame, use_bin_type=True)
+    return struct.pack(">I", len(body)) + body
+
+
+def decode(body):
+    """The frame (a dict with a str ``type``) in ``body``; a ProtocolError otherwise."""
+    try:
+        value = msgpack.unpackb(body, raw=False, strict_map_key=True)
+    except Exception as e:  # msgpack raises several types, all mean "not one value"
+        raise ProtocolError(f"a frame that is not MessagePack: {e}") from None
+    if not isinstance(value, dict) or not isinstance(value.get("type"), str):
+        raise ProtocolError("a frame that is not a map with a string `type`")
+    return value
+
+
+def read_exact(stream, n):
+    """Exactly ``n`` bytes from ``stream``; EOFError when the peer closed first."""
+    chunks = []
+    while n > 0:
+        chunk = stream.read(n)
+        if not chunk:
+            raise EOFError("the trainer closed the connection")
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(stream, max_frame):
+    """The next frame of ``stream``; the prefix is checked before any body byte is read."""
+    (length,) = struct.unpack(">I", read_exact(stream, 4))
+    if length == 0 or length > max_frame:
+        raise FrameTooLarge(f"a frame of {length} bytes (the limit is {max_frame}, and 0 is refused)")
+    return decode(read_exact(stream, length))
+
+
+def field(frame, name, kind, optional=False):
+    """``frame[name]`` checked against ``kind`` (a type or tuple); names the frame and field."""
+    value = frame.get(name)
+    if value is None and optional:
+        return None
+    if kind is int and isinstance(value, bool):
+        value = None  # a bool is not an integer on the wire
+    if not isinstance(value, kind):
+        raise ProtocolError(f"`{frame.get('type')}` frame: field `{name}` is missing or mistyped")
+    if kind is int and value < 0:
+        raise ProtocolError(f"`{frame.get('type')}` frame: field `{name}` is negative")
+    return value
+
+
+def to_tensor(array, dtype):
+    """The wire form of ``array`` as ``dtype`` (C order, little-endian)."""
+    a = np.ascontiguousarray(array, dtype=DTYPES[dtype])
+    return {"dtype": dtype, "shape": list(a.shape), "data": a.tobytes()}
+
+
+def from_tensor(t, what="tensor"):
+    """The numpy array of a wire tensor (checked: dtype, shape, data length, bool bytes)."""
+    if not isinstance(t, dict):
+        raise ProtocolError(f"{what} is not a map")
+    dtype, shape, data = t.get("dtype"), t.get("shape"), t.get("data")
+    if dtype not in DTYPES:
+        raise ProtocolError(f"{what}: unknown dtype {dtype!r}")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        raise ProtocolError(f"{what}: `shape` is not an array of uint")
+    if not isinstance(data, bytes):
+        raise ProtocolError(f"{what}: `data` is not bin")
+    dt = DTYPES[dtype]
+    n = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    if len(data) != n * dt.itemsize:
+        raise ProtocolError(f"{what}: {len(data)} data bytes for shape {shape} of {dtype}")
+    a = np.frombuffer(data, dtype=dt).reshape(shape)
+    if dtype == "bool":
+        if a.size and a.max() > 1:
+            raise ProtocolError(f"{what}: a bool byte other than 0 or 1")
+        a = a.astype(bool)
+    return a
+
+
+def weights_from_wire(w):
+    """``(version, {name: float32 array})`` of a wire ``Weights``."""
+    if not isinstance(w, dict) or not isinstance(w.get("tensors"), dict):
+        raise ProtocolError("weights: not a map with `tensors`")
+    version = w.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise ProtocolError("weights: `version` is not a uint")
+    tensors = {}
+    for name, t in w["tensors"].items():
+        if not isinstance(name, str):
+            raise ProtocolError("weights: a tensor name that is not a string")
+        a = from_tensor(t, f"weight `{name}`")
+        if t["dtype"] != "f32":
+            raise ProtocolError(f"weight `{name}` must be f32, got {t['dtype']}")
+        tensors[name] = a
+    return version, tensors
+
+
+def weights_to_wire(version, tensors):
+    """The wire ``Weights`` of ``version`` and ``{name: array}``."""
+    return {"version": version, "tensors": {k: to_tensor(v, "f32") for k, v in sorted(tensors.items())}}
+
+
+def proof(token, nonce, node_name):
+    """HMAC-SHA256(token, "rollout-join-v1" || nonce || node_name) (PROTOCOL.md §4)."""
+    return hmac.new(token, PROOF_CONTEXT + nonce + node_name.encode("utf-8"), hashlib.sha256).digest()
+
+
+class TokenError(Exception):
+    """No usable token."""
+
+
+def read_token(token_file):
+    """The token as ``rollout node`` reads it: the file without trailing ASCII whitespace,
+    else ``ROLLOUT_TOKEN`` as it is; empty is refused."""
+    if token_file is not None:
+        try:
+            with open(token_file, "rb") as f:
+                raw = f.read()
+        except OSError as e:
+            raise TokenError(f"cannot read the token file {token_file}: {e.strerror or e}") from None
+        token = raw.rstrip(b" \t\n\r\x0c")  # Rust is_ascii_whitespace
+    else:
+        token = os.environ.get("ROLLOUT_TOKEN", "").encode("utf-8")
+    if not token:
+        raise TokenError("no token: pass --token-file PATH or set ROLLOUT_TOKEN")
+    return token

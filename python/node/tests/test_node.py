@@ -1,0 +1,239 @@
+"""The Python node against a scripted trainer: a whole session, bad input of every kind,
+a trainer that vanishes or goes silent, supervision of an env that raises."""
+
+import time
+
+import gymnasium as gym
+import numpy as np
+
+from conftest import DEADLINE, Trainer, cartpole_spec, linear_weights, packb, prefix, tensors
+from rollout_node import wire
+from rollout_node.collect import restart_seed
+
+
+def test_a_session_collects_exact_batches_and_ends_on_shutdown(trainer):
+    trainer.start_node()
+    w = linear_weights(2, 4, version=3)
+    ready = trainer.join(cartpole_spec(max_frames_per_traj=9), weights=w)
+    assert ready["type"] == "ready" and ready["node"] == 0
+    assert ready["layout"]["observation"] == ["f32", [4]]
+    assert ready["layout"]["action"] == ["i64", []]
+    trainer.send({"type": "continue", "seq": 1, "frames": 40})
+    b = trainer.recv()
+    assert (b["type"], b["seq"], b["weights_version"]) == ("batch", 1, 3)
+    assert b["data"]["batch_size"] == [2, 20]
+    t = tensors(b)
+    assert t["observation"].shape == (2, 20, 4) and t["action"].shape == (2, 20)
+    # Deterministic linear: argmax(W x + b) of every recorded observation.
+    W = wire.from_tensor(w["tensors"]["weight"]).astype(np.float64)
+    bias = wire.from_tensor(w["tensors"]["bias"]).astype(np.float64)
+    expected = np.argmax(t["observation"].astype(np.float64) @ W.T + bias, axis=-1)
+    assert (t["action"] == expected).all()
+    # Lanes: worker w's ids are w, w + lanes, ...; step counts start at 0; cut at 9 frames.
+    ids = t["collector.traj_ids"]
+    assert set(ids[0]) <= {0, 2, 4, 6, 8} and set(ids[1]) <= {1, 3, 5, 7, 9}
+    assert t["step_count"][0, 0, 0] == 0 and t["step_count"].max() <= 8
+    assert t["next.truncated"][t["step_count"] == 8].all()
+    trainer.send({"type": "seed", "seed": 100})
+    assert trainer.recv() == {"type": "seeded", "node": 0, "next_seed": 102}
+    trainer.send({"type": "shutdown"})
+    assert trainer.recv() == {"type": "down", "node": 0}
+    assert trainer.finish()[0] == 0
+
+
+def test_unknown_fields_are_ignored(trainer):
+    trainer.start_node()
+    trainer.join(cartpole_spec(), weights=linear_weights(2, 4), extra={"future_field": [1, 2]})
+    trainer.send({"type": "continue", "seq": 4, "frames": 2, "priority": "high"})
+    assert trainer.recv()["seq"] == 4
+    trainer.send({"type": "shutdown", "why": "done"})
+    assert trainer.recv()["type"] == "down"
+    assert trainer.finish()[0] == 0
+
+
+def test_a_malformed_frame_closes_the_node_with_a_protocol_error(trainer):
+    trainer.start_node()
+    trainer.join(cartpole_spec(), weights=linear_weights(2, 4))
+    body = b"\xc1\xc1\xc1"  # 0xc1 is never valid MessagePack
+    trainer.send_raw(prefix(len(body)) + body)
+    code, err = trainer.finish()
+    assert code == 1 and "error: protocol error: a frame that is not MessagePack" in err, err
+
+
+def test_a_frame_of_a_mistyped_field_is_a_protocol_error(trainer):
+    trainer.start_node()
+    trainer.join(cartpole_spec(), weights=linear_weights(2, 4))
+    trainer.send({"type": "continue", "seq": "seven", "frames": 2})
+    code, err = trainer.finish()
+    assert code == 1 and "field `seq` is missing or mistyped" in err, err
+
+
+def test_an_oversized_prefix_is_refused_before_its_body(trainer):
+    trainer.start_node()
+    trainer.join(cartpole_spec(), weights=linear_weights(2, 4), max_frame=1000)
+    trainer.send_raw(prefix(1001))  # no body follows: the node must not wait for it
+    code, err = trainer.finish()
+    assert code == 1 and "a frame of 1001 bytes (the limit is 1000" in err, err
+
+
+def test_an_oversized_frame_before_welcome_is_refused(trainer):
+    trainer.start_node()
+    trainer.accept()
+    assert trainer.recv()["type"] == "hello"
+    trainer.send_raw(prefix((256 << 20) + 1))  # over the default max_frame, no body follows
+    code, err = trainer.finish()
+    assert code == 1 and "protocol error: a frame of 268435457 bytes" in err, err
+
+
+def test_weights_of_the_wrong_shape_fail_the_node_with_the_reason(trainer):
+    trainer.start_node()
+    trainer.join(cartpole_spec(), weights=linear_weights(2, 4))
+    trainer.send({"type": "update_weights", "weights": linear_weights(3, 4, version=1)})
+    f = trainer.recv()
+    assert f["type"] == "failed" and "`weight` must be f32 [2, 4], got f32 [3, 4]" in f["reason"], f
+    code, err = trainer.finish()
+    assert code == 1 and "bad weights" in err
+
+
+def test_a_welcome_without_weights_fails_the_node_at_once(trainer):
+    trainer.start_node()
+    f = trainer.join(cartpole_spec(), weights=None)  # its first frame after welcome
+    assert f["type"] == "failed" and "no weights for the `linear` policy" in f["reason"], f
+    assert "never invents weights" in f["reason"]
+    assert trainer.finish()[0] == 1
+
+
+def test_welcome_weights_of_the_wrong_shape_fail_the_node_at_once(trainer):
+    trainer.start_node()
+    f = trainer.join(cartpole_spec(), weights=linear_weights(2, 5))
+    assert f["type"] == "failed" and "`weight` must be f32 [2, 4], got f32 [2, 5]" in f["reason"], f
+    assert trainer.finish()[0] == 1
+
+
+def test_a_trainer_that_vanishes_ends_the_node_with_exit_1(trainer):
+    trainer.start_node()
+    trainer.join(cartpole_spec(), weights=linear_weights(2, 4))
+    trainer.sock.close()
+    code, err = trainer.finish()
+    assert code == 1 and "error: lost the trainer" in err, err
+
+
+def test_a_trainer_that_goes_silent_is_given_up_after_the_timeout(trainer):
+    trainer.start_node()
+    trainer.join(cartpole_spec(), weights=linear_weights(2, 4), heartbeat_ms=50, timeout_ms=500)
+    # The trainer sends nothing more (no heartbeats) but keeps the connection open.
+    code, err = trainer.finish()
+    assert code == 1 and "silent for more than 500 ms" in err, err
+
+
+def test_heartbeats_keep_coming_while_a_large_batch_is_collected(trainer):
+    trainer.start_node()
+    trainer.join(cartpole_spec(policy={"config": {"kind": "random"}}), heartbeat_ms=20)
+    trainer.send({"type": "continue", "seq": 1, "frames": 100_000})  # seconds of stepping
+    beats = 0
+    while True:
+        f = trainer.recv(skip_heartbeats=False)
+        if f["type"] == "heartbeat":
+            beats += 1
+        else:
+            break
+    assert f["type"] == "batch" and f["data"]["batch_size"] == [2, 50_000]
+    assert beats >= 3, f"only {beats} heartbeats while 100000 frames were collected"
+    trainer.send({"type": "shutdown"})
+    assert trainer.recv()["type"] == "down"
+
+
+def test_an_env_that_raises_is_rebuilt_and_its_share_collected_again(trainer):
+    trainer.start_node("--import", "flaky_env")
+    spec = cartpole_spec(env="FlakyCartPole-v0", config={"fail_at": 5})
+    trainer.join(spec, weights=linear_weights(2, 4))
+    trainer.send({"type": "continue", "seq": 1, "frames": 40})
+    b = trainer.recv()
+    assert b["type"] == "batch" and b["data"]["batch_size"] == [2, 20]
+    t = tensors(b)
+    # Row 0's env died at its 5th step: its whole row is the rebuilt env's, first reset with
+    # the documented restart seed; row 1 kept its own first episode (seed 7 + 1).
+    first = lambda seed: gym.make("CartPole-v1").reset(seed=seed)[0]
+    assert np.array_equal(t["observation"][0, 0], first(restart_seed(7, 1)))
+    assert np.array_equal(t["observation"][1, 0], first(8))
+    assert t["step_count"][0, 0, 0] == 0 and t["step_count"][1, 0, 0] == 0
+    trainer.send({"type": "shutdown"})
+    assert trainer.recv()["type"] == "down"
+    assert trainer.finish()[0] == 0
+
+
+def test_a_snapshot_restored_on_a_new_node_collects_the_same_next_batch(trainer, tmp_path):
+    spec = cartpole_spec(
+        policy={"config": {"kind": "linear"}, "exploration": "random", "init_seed": 0},
+        max_frames_per_traj=13,
+    )
+    w = linear_weights(2, 4, version=2)
+    trainer.start_node()
+    trainer.join(spec, weights=w)
+    trainer.send({"type": "seed", "seed": 40})
+    assert trainer.recv()["type"] == "seeded"
+    trainer.send({"type": "continue", "seq": 1, "frames": 50})
+    assert trainer.recv()["type"] == "batch"
+    trainer.send({"type": "snapshot", "id": 3})
+    snap = trainer.recv()
+    assert (snap["type"], snap["id"]) == ("snapshot", 3), snap
+    trainer.send({"type": "continue", "seq": 2, "frames": 50})
+    expected = tensors(trainer.recv())
+    trainer.send({"type": "shutdown"})
+    assert trainer.recv()["type"] == "down"
+
+    other_dir = tmp_path / "other"
+    other_dir.mkdir()
+    other = Trainer(other_dir)
+    try:
+        other.start_node()
+        other.join(spec, weights=linear_weights(2, 4, version=0, seed=9))  # the state's weights win
+        other.send({"type": "restore", **snap["state"]})
+        assert other.recv() == {"type": "restored", "node": 0}
+        other.send({"type": "continue", "seq": 1, "frames": 50})
+        b = other.recv()
+        assert b.get("weights_version") == 2, b
+        got = tensors(b)
+        for k in expected:
+            assert np.array_equal(got[k], expected[k]), k
+        other.send({"type": "shutdown"})
+        assert other.recv()["type"] == "down"
+    finally:
+        other.close()
+
+
+def test_an_env_without_a_state_refuses_snapshots_with_a_reason_and_serves_on(trainer):
+    trainer.start_node()
+    spec = cartpole_spec(env="FrozenLake-v1")
+    trainer.join(spec, weights=linear_weights(4, 1))
+    trainer.send({"type": "snapshot", "id": 5})
+    f = trainer.recv()
+    assert f["type"] == "checkpoint_failed" and f["id"] == 5 and "keeps no `state` array" in f["reason"], f
+    trainer.send({"type": "continue", "seq": 2, "frames": 4})
+    assert trainer.recv()["type"] == "batch"
+    trainer.send({"type": "restore", "node": 0, "base_seed": 0, "weights": None, "workers": []})
+    f = trainer.recv()
+    assert f["type"] == "checkpoint_failed" and f["id"] == 0 and "workers" in f["reason"], f
+    trainer.send({"type": "shutdown"})
+    assert trainer.recv()["type"] == "down"
+
+
+def test_no_token_is_a_usage_error(trainer, tmp_path):
+    (tmp_path / "token").write_bytes(b"\n")
+    p = trainer.start_node()
+    code, err = trainer.finish()
+    assert code == 2 and "error: invalid `token`: no token" in err, err
+
+
+def test_a_rejected_node_exits_1_with_the_reason(trainer):
+    trainer.start_node()
+    trainer.accept()
+    trainer.recv()
+    trainer.send({"type": "reject", "reason": "every slot is taken"})
+    code, err = trainer.finish()
+    assert code == 1 and "error: rejected by the trainer: every slot is taken" in err, err
+
+
+def test_the_proof_matches_the_documented_vector():
+    p = wire.proof(b"secret", bytes(range(32)), "node-0")
+    assert p.hex() == "80c3993cb8c48285d68f527efd0db4117095266e2a31ccc8a16541acba52e274"

@@ -1,0 +1,347 @@
+//! Python nodes (python/node, run with the venv scripts/test.sh makes) mixed with Rust nodes
+//! in real runs of `rollout collect --launcher external`: sync and async, CartPole-v1 and
+//! Pendulum-v1, two env workers per node. Every run's `--output` replays through gymnasium,
+//! and in deterministic mode every frame's action is what both implementations compute for
+//! its observation with the run's weights.
+
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::thread;
+use std::time::Duration;
+
+use rollout::policy::ActionsMut;
+use rollout::{EnvSpec, ExplorationType, PolicyConfig, PolicySpec, Registry, Tensor};
+use rollout_tests::{free_addr, rollout_bin, run_bounded, Finished, OutputRecord, TempDir};
+
+const DEADLINE: Duration = Duration::from_secs(240);
+
+/// Which implementation a node of a run is.
+#[derive(Clone, Copy, Debug)]
+enum Node {
+    Python,
+    Rust,
+}
+
+/// The venv's python, or `None` (with the reason on stderr) when the venv is missing.
+fn venv_python() -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
+    if p.exists() {
+        Some(p)
+    } else {
+        eprintln!(
+            "SKIPPED: {} is missing; scripts/test.sh makes it (python3 -m venv .venv; pip install ./python/node pytest)",
+            p.display()
+        );
+        None
+    }
+}
+
+/// A finished child that must have exited 0; names it and shows its stderr otherwise.
+fn assert_ok(what: &str, f: &Finished) {
+    assert_eq!(
+        f.code(),
+        Some(0),
+        "{what} failed ({:?}):\n{}",
+        f.status,
+        f.stderr_text()
+    );
+}
+
+/// Runs `rollout collect` with `flags` and one node of each kind in `nodes`, all joining
+/// over loopback; returns the `--output` file once every process exited 0.
+fn mixed_run(py: &Path, dir: &TempDir, env: &str, sync: bool, flags: &[&str], nodes: &[Node]) -> PathBuf {
+    let addr = free_addr().to_string();
+    let token = dir.join("token");
+    std::fs::write(&token, "python-node-test\n").expect("write the token");
+    let out = dir.join("out.msgpack");
+    let mut collect = Command::new(rollout_bin());
+    collect
+        .args([
+            "collect",
+            "--launcher",
+            "external",
+            "--listen",
+            &addr,
+            "--env",
+            env,
+            "--quiet",
+        ])
+        .args([
+            "--envs-per-node",
+            "2",
+            "--seed",
+            "11",
+            "--nodes",
+            &nodes.len().to_string(),
+        ])
+        .arg("--token-file")
+        .arg(&token)
+        .arg("--output")
+        .arg(&out)
+        .args(flags);
+    if sync {
+        collect.arg("--sync");
+    }
+    let trainer = thread::spawn(move || run_bounded(&mut collect, DEADLINE).expect("start rollout collect"));
+    let joined: Vec<_> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, kind)| {
+            let mut cmd = match kind {
+                Node::Python => {
+                    let mut c = Command::new(py);
+                    c.args(["-m", "rollout_node"]);
+                    c
+                }
+                Node::Rust => {
+                    let mut c = Command::new(rollout_bin());
+                    c.arg("node");
+                    c
+                }
+            };
+            cmd.args([
+                "--join",
+                &addr,
+                "--name",
+                &format!("{kind:?}-{i}"),
+                "--connect-timeout",
+                "120",
+            ])
+            .arg("--token-file")
+            .arg(&token);
+            (
+                *kind,
+                thread::spawn(move || run_bounded(&mut cmd, DEADLINE).expect("start a node")),
+            )
+        })
+        .collect();
+    let trainer = trainer.join().expect("the trainer's thread");
+    for (kind, node) in joined {
+        assert_ok(&format!("a {kind:?} node"), &node.join().expect("a node's thread"));
+    }
+    assert_ok("rollout collect", &trainer);
+    out
+}
+
+/// Every record of an `--output` file.
+fn read_records(path: &Path) -> Vec<OutputRecord> {
+    let bytes = std::fs::read(path).expect("read the output file");
+    let mut cur = Cursor::new(&bytes[..]);
+    let mut records = Vec::new();
+    while (cur.position() as usize) < bytes.len() {
+        records.push(rmp_serde::from_read(&mut cur).expect("an output record"));
+    }
+    records
+}
+
+/// Runs the gymnasium replay checker on `out` (and the action check when `weights` is given).
+fn replay(py: &Path, out: &Path, env: &str, weights: Option<(&Path, &str)>) {
+    let mut cmd = Command::new(py);
+    cmd.args(["-m", "rollout_node.replay"]).arg(out).args(["--env", env]);
+    if let Some((w, policy)) = weights {
+        cmd.arg("--weights").arg(w).args(["--policy", policy]);
+    }
+    let f = run_bounded(&mut cmd, DEADLINE).expect("start the replay checker");
+    assert_ok("the gymnasium replay", &f);
+}
+
+/// Every node index of the run delivered frames (async records name their node).
+fn assert_every_node_delivered(records: &[OutputRecord], nodes: usize) {
+    let mut seen: Vec<usize> = records.iter().filter_map(|r| r.node).collect();
+    seen.sort_unstable();
+    seen.dedup();
+    assert_eq!(seen, (0..nodes).collect::<Vec<_>>(), "nodes that delivered batches");
+}
+
+const NODES: [Node; 3] = [Node::Python, Node::Rust, Node::Python];
+
+fn random_run(env: &str, sync: bool) {
+    let Some(py) = venv_python() else { return };
+    let dir = TempDir::new(&format!("pynode-{env}-{sync}"));
+    let flags = [
+        "--policy",
+        "random",
+        "--frames-per-batch",
+        "60",
+        "--total-frames",
+        "1200",
+        "--max-frames-per-traj",
+        "25",
+    ];
+    let out = mixed_run(&py, &dir, env, sync, &flags, &NODES);
+    let records = read_records(&out);
+    let frames: usize = records.iter().map(|r| r.data["collector.traj_ids"].len()).sum();
+    assert_eq!(frames, 1200);
+    if sync {
+        assert!(records
+            .iter()
+            .all(|r| r.node.is_none() && r.data["observation"].shape()[..2] == [3, 2]));
+        // Lanes: row (node n, worker w) hands out the ids n*E + w, + lanes, ... whichever
+        // implementation the node is.
+        for r in &records {
+            let Tensor::I64(ids) = &r.data["collector.traj_ids"] else {
+                panic!("traj ids are not i64");
+            };
+            for (i, &id) in ids.indexed_iter() {
+                let (n, w) = (i[0], i[1]);
+                assert_eq!(
+                    id % 6,
+                    (n * 2 + w) as i64,
+                    "batch {}: node {n} worker {w} has id {id}",
+                    r.batch
+                );
+            }
+        }
+    } else {
+        assert_every_node_delivered(&records, NODES.len());
+    }
+    replay(&py, &out, env, None);
+}
+
+#[test]
+fn mixed_async_cartpole_replays_through_gymnasium() {
+    random_run("CartPole-v1", false);
+}
+
+#[test]
+fn mixed_sync_cartpole_replays_through_gymnasium() {
+    random_run("CartPole-v1", true);
+}
+
+#[test]
+fn mixed_async_pendulum_replays_through_gymnasium() {
+    random_run("Pendulum-v1", false);
+}
+
+#[test]
+fn mixed_sync_pendulum_replays_through_gymnasium() {
+    random_run("Pendulum-v1", true);
+}
+
+/// A deterministic linear run: the trainer's version-0 weights (init seed 0) drive every
+/// node; every recorded action must be the Rust policy's for its observation (checked here)
+/// and the Python policy's (checked by the replay's action check), whichever node took it.
+fn deterministic_run(env: &str, sync: bool) {
+    let Some(py) = venv_python() else { return };
+    let dir = TempDir::new(&format!("pynode-det-{env}-{sync}"));
+    let flags = [
+        "--policy",
+        "linear",
+        "--exploration-type",
+        "deterministic",
+        "--frames-per-batch",
+        "60",
+        "--total-frames",
+        "600",
+    ];
+    let out = mixed_run(&py, &dir, env, sync, &flags, &NODES);
+    let records = read_records(&out);
+    if !sync {
+        assert_every_node_delivered(&records, NODES.len());
+    }
+    let spec = PolicySpec {
+        config: PolicyConfig::Linear,
+        exploration: ExplorationType::Deterministic,
+        init_seed: 0,
+    };
+    let e = Registry::with_builtins()
+        .make(&EnvSpec::from(env))
+        .expect("a built-in env");
+    let mut policy = spec
+        .build(e.observation_spec(), e.action_spec(), 0)
+        .expect("the policy");
+    assert!(records.iter().all(|r| r.weights_version == 0), "no update was pushed");
+    let d = e.observation_spec().dim();
+    let mut frames = 0;
+    for r in &records {
+        let (Tensor::F32(obs), action) = (&r.data["observation"], &r.data["action"]) else {
+            panic!("observation is not f32");
+        };
+        let obs: Vec<f32> = obs.iter().copied().collect();
+        let k = obs.len() / d;
+        frames += k;
+        match action {
+            Tensor::I64(recorded) => {
+                let mut mine = vec![0i64; k];
+                policy.act(&obs, k, ActionsMut::Discrete(&mut mine)).expect("act");
+                assert_eq!(recorded.iter().copied().collect::<Vec<_>>(), mine, "batch {}", r.batch);
+            }
+            Tensor::F32(recorded) => {
+                let mut mine = vec![0f32; recorded.len()];
+                policy.act(&obs, k, ActionsMut::Continuous(&mut mine)).expect("act");
+                let recorded: Vec<u32> = recorded.iter().map(|v| v.to_bits()).collect();
+                let mine: Vec<u32> = mine.iter().map(|v| v.to_bits()).collect();
+                assert_eq!(recorded, mine, "batch {}: the bits of every action", r.batch);
+            }
+            other => panic!("action of dtype {}", other.dtype()),
+        }
+    }
+    assert_eq!(frames, 600);
+    let weights = dir.join("weights.msgpack");
+    std::fs::write(
+        &weights,
+        rmp_serde::to_vec_named(policy.weights()).expect("encode the weights"),
+    )
+    .expect("write");
+    let policy_json = r#"{"config": {"kind": "linear"}, "exploration": "deterministic", "init_seed": 0}"#;
+    replay(&py, &out, env, Some((&weights, policy_json)));
+    replay(&py, &out, env, None);
+}
+
+#[test]
+fn deterministic_async_cartpole_actions_agree_both_ways() {
+    deterministic_run("CartPole-v1", false);
+}
+
+#[test]
+fn deterministic_sync_pendulum_actions_agree_both_ways() {
+    deterministic_run("Pendulum-v1", true);
+}
+
+/// A run of Python nodes that is checkpointed, stopped and resumed writes the very bytes of
+/// the same run left alone: the Python node's snapshot (classic-control env state, numpy
+/// generators, episodes, ids) goes through the Rust trainer's checkpoint file and back.
+#[test]
+fn a_resumed_run_of_python_nodes_is_the_uninterrupted_run_byte_for_byte() {
+    let Some(py) = venv_python() else { return };
+    let run = |name: &str, total: &str, resume: bool| -> Vec<u8> {
+        let dir = TempDir::new(&format!("pynode-resume-{name}"));
+        let ck = dir.join("ck");
+        let common = |total: &str| {
+            vec![
+                "--policy".to_string(),
+                "linear".into(),
+                "--exploration-type".into(),
+                "random".into(),
+                "--frames-per-batch".into(),
+                "40".into(),
+                "--total-frames".into(),
+                total.into(),
+                "--checkpoint".into(),
+                ck.display().to_string(),
+                "--checkpoint-every".into(),
+                "3".into(),
+            ]
+        };
+        let first = if resume { "400" } else { total };
+        let flags = common(first);
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let out = mixed_run(&py, &dir, "CartPole-v1", false, &flags, &[Node::Python]);
+        if resume {
+            let mut flags = common(total);
+            flags.extend(["--resume".to_string(), ck.display().to_string()]);
+            let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+            let again = mixed_run(&py, &dir, "CartPole-v1", false, &flags, &[Node::Python]);
+            assert_eq!(again, out, "the resumed run appends to the same output file");
+        }
+        std::fs::read(&out).expect("read the output")
+    };
+    let whole = run("whole", "800", false);
+    let resumed = run("resumed", "800", true);
+    assert!(!whole.is_empty());
+    assert!(
+        whole == resumed,
+        "the resumed run's output differs from the uninterrupted run's"
+    );
+}
