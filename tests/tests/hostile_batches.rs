@@ -404,3 +404,315 @@ fn a_correct_batch_of_another_dtype_is_refused() {
         "`step_count` must be i64, got f32",
     );
 }
+
+// ---------------------------------------------------------------- property: any batch, any layout
+
+mod property {
+    use proptest::prelude::*;
+    use rollout::machine::trainer::LayoutSource;
+    use rollout::machine::{Output, TrainerConfig, TrainerError, TrainerMachine};
+    use rollout::message::{Batch, FromNode};
+    use rollout::rollout::{batch_layout, BatchLayout};
+    use rollout::wire::{self, NodeFrame};
+    use rollout::{DType, Spec, Tensor, TensorDict};
+
+    /// A size from outside: small, zero, or near the end of `usize` (the ones that wrap).
+    fn dim() -> impl Strategy<Value = usize> {
+        prop_oneof![
+            6 => 0usize..6,
+            1 => Just(1usize << 61),
+            1 => Just(1usize << 62),
+            1 => Just((1usize << 63) + 500),
+            1 => Just(usize::MAX),
+            1 => (0usize..8).prop_map(|d| (1usize << 63).wrapping_add(d)),
+        ]
+    }
+
+    fn dtype() -> impl Strategy<Value = DType> {
+        prop_oneof![
+            Just(DType::F32),
+            Just(DType::F64),
+            Just(DType::I64),
+            Just(DType::Bool),
+            Just(DType::U8)
+        ]
+    }
+
+    /// A feature shape: mostly small, sometimes with a zero (no element, any batch).
+    fn feature() -> impl Strategy<Value = Vec<usize>> {
+        prop::collection::vec(prop_oneof![4 => 0usize..4, 1 => dim()], 0..3)
+    }
+
+    /// What a hostile node does to a layout's entries.
+    #[derive(Clone, Debug)]
+    enum Change {
+        Drop(usize),
+        Retype(usize, DType),
+        Reshape(usize, Vec<usize>),
+        Add(String, DType, Vec<usize>),
+    }
+
+    fn change() -> impl Strategy<Value = Change> {
+        let key = prop_oneof![
+            Just("extra".to_string()),
+            Just("next.extra".to_string()),
+            Just("observation".to_string()),
+            Just("collector.traj_ids".to_string()),
+        ];
+        prop_oneof![
+            (0usize..16).prop_map(Change::Drop),
+            (0usize..16, dtype()).prop_map(|(i, d)| Change::Retype(i, d)),
+            (0usize..16, feature()).prop_map(|(i, f)| Change::Reshape(i, f)),
+            (key, dtype(), feature()).prop_map(|(k, d, f)| Change::Add(k, d, f)),
+        ]
+    }
+
+    fn apply(layout: &BatchLayout, changes: &[Change]) -> BatchLayout {
+        let mut l = layout.clone();
+        for c in changes {
+            let nth = |l: &BatchLayout, i: usize| l.keys().nth(i % l.len().max(1)).cloned();
+            match c {
+                Change::Drop(i) => {
+                    if let Some(k) = nth(&l, *i) {
+                        l.remove(&k);
+                    }
+                }
+                Change::Retype(i, d) => {
+                    if let Some(k) = nth(&l, *i) {
+                        l.entry(k).and_modify(|e| e.0 = *d);
+                    }
+                }
+                Change::Reshape(i, f) => {
+                    if let Some(k) = nth(&l, *i) {
+                        l.entry(k).and_modify(|e| e.1 = f.clone());
+                    }
+                }
+                Change::Add(k, d, f) => {
+                    l.insert(k.clone(), (*d, f.clone()));
+                }
+            }
+        }
+        l
+    }
+
+    /// The run: one node of `envs` envs, batches of `envs × steps` frames, the env's
+    /// observation `obs` wide and its action discrete or `act` wide; or, with `empty`,
+    /// a trainer whose layout has no entry at all (a machine driven by hand can have
+    /// one): then only the frame count stands between a hostile batch and the consumer.
+    #[derive(Clone, Debug)]
+    struct Run {
+        envs: usize,
+        steps: usize,
+        obs: usize,
+        act: Option<usize>,
+        empty: bool,
+    }
+
+    fn run() -> impl Strategy<Value = Run> {
+        (
+            1usize..4,
+            1usize..5,
+            1usize..4,
+            prop::option::of(1usize..3),
+            prop::bool::weighted(0.2),
+        )
+            .prop_map(|(envs, steps, obs, act, empty)| Run {
+                envs,
+                steps,
+                obs,
+                act,
+                empty,
+            })
+    }
+
+    impl Run {
+        fn layout(&self) -> BatchLayout {
+            if self.empty {
+                return BatchLayout::new();
+            }
+            let action = match self.act {
+                Some(a) => Spec::uniform_box(a, -1.0, 1.0),
+                None => Spec::Discrete { n: 2 },
+            };
+            batch_layout(&Spec::uniform_box(self.obs, -1.0, 1.0), &action)
+        }
+
+        fn frames(&self) -> usize {
+            self.envs * self.steps
+        }
+
+        /// An async machine whose node 0 is asked for a batch, its layout `source`.
+        fn machine(&self, source: LayoutSource) -> TrainerMachine {
+            let cfg = TrainerConfig {
+                nodes: 1,
+                envs_per_node: vec![self.envs],
+                frames_per_batch: self.frames(),
+                total_frames: None,
+                sync: false,
+                update_after_each_batch: false,
+                max_weight_update_interval: None,
+                update_interval: None,
+            };
+            let mut m = TrainerMachine::new(cfg)
+                .expect("valid config")
+                .with_layout_sources(vec![source]);
+            m.request(&mut Vec::new()).expect("request");
+            m
+        }
+    }
+
+    /// The batch of `batch_size` holding `layout`'s entries as zeros: those whose
+    /// tensor cannot exist in memory (too many elements, or a shape ndarray refuses)
+    /// are left out, which is a hostile batch of its own.
+    fn batch(batch_size: &[usize], layout: &BatchLayout) -> TensorDict {
+        let mut d = TensorDict::new(batch_size);
+        for (k, (dtype, feature)) in layout {
+            let shape: Vec<usize> = batch_size.iter().chain(feature).copied().collect();
+            let nonzero = shape
+                .iter()
+                .filter(|&&x| x != 0)
+                .try_fold(1usize, |a, &x| a.checked_mul(x));
+            let elems = shape.iter().try_fold(1usize, |a, &x| a.checked_mul(x));
+            let fits = nonzero.is_some_and(|n| n <= isize::MAX as usize) && elems.is_some_and(|e| e <= 4096);
+            if fits {
+                d.set(k, Tensor::zeros(*dtype, &shape))
+                    .expect("shape starts with the batch");
+            }
+        }
+        d
+    }
+
+    /// What the batch holds, as a layout: each entry's dtype and shape past the batch dims.
+    fn layout_of(d: &TensorDict) -> BatchLayout {
+        let nb = d.batch_size().len();
+        d.iter()
+            .map(|(k, t)| (k.to_string(), (t.dtype(), t.shape()[nb..].to_vec())))
+            .collect()
+    }
+
+    /// Feeds `data` to `m` as node 0's answer to its `Continue`: `Ok(frames yielded)`
+    /// or the refusal.
+    fn feed(m: &mut TrainerMachine, data: TensorDict) -> Result<usize, TrainerError> {
+        let mut out = Vec::new();
+        let msg = FromNode::Batch(Batch {
+            node: 0,
+            seq: 0,
+            weights_version: 0,
+            data,
+        });
+        m.on_node(msg, &mut out)?;
+        let yielded: Vec<usize> = out
+            .iter()
+            .filter_map(|o| match o {
+                Output::Yield(c) => Some(c.data.numel()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(yielded.len(), 1, "an accepted batch is yielded to the waiting consumer");
+        assert_eq!(m.frames_yielded() as usize, yielded[0]);
+        Ok(yielded[0])
+    }
+
+    /// The same batch through the wire: encoded, decoded as the trainer decodes it.
+    fn through_the_wire(data: &TensorDict) -> Option<TensorDict> {
+        let frame = NodeFrame::Message(FromNode::Batch(Batch {
+            node: 0,
+            seq: 0,
+            weights_version: 0,
+            data: data.clone(),
+        }));
+        let bytes = wire::encode(&frame, usize::MAX).ok()?;
+        match wire::decode::<NodeFrame>(&bytes[wire::PREFIX_LEN..]) {
+            Ok(NodeFrame::Message(FromNode::Batch(b))) => Some(b.data),
+            Ok(other) => panic!("a batch decoded as {}", other.name()),
+            Err(_) => None,
+        }
+    }
+
+    fn batch_size(r: &Run) -> impl Strategy<Value = Vec<usize>> {
+        let exact = Just(vec![r.envs, r.steps]);
+        // The frames asked once the product wraps: envs × (steps + 2^63) for even envs.
+        let wrapping = Just(vec![r.envs, r.steps.wrapping_add(1 << 63)]);
+        let swapped = Just(vec![r.steps, r.envs]);
+        prop_oneof![
+            3 => exact,
+            1 => wrapping,
+            1 => swapped,
+            2 => prop::collection::vec(dim(), 0..4),
+        ]
+    }
+
+    fn case() -> impl Strategy<Value = (Run, Vec<usize>, Vec<Change>)> {
+        run().prop_flat_map(|r| {
+            let bs = batch_size(&r);
+            let changes = prop_oneof![
+                2 => Just(Vec::new()),
+                3 => prop::collection::vec(change(), 1..4),
+            ];
+            (Just(r), bs, changes)
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        /// A batch of any shape and entries is accepted exactly when its batch shape is
+        /// `[envs, frames / envs]` and its entries are the trainer's layout, and then
+        /// counts exactly the frames asked; otherwise it is refused, never a panic.
+        /// In memory and through the wire's decode alike.
+        #[test]
+        fn a_batch_is_accepted_exactly_when_it_matches_the_trainers_layout_and_count(
+            (r, bs, changes) in case()
+        ) {
+            let layout = r.layout();
+            let data = batch(&bs, &apply(&layout, &changes));
+            let matches = bs == [r.envs, r.steps] && layout_of(&data) == layout;
+            let known = || LayoutSource::Known { of: "env E".into(), layout: layout.clone() };
+            let in_memory = feed(&mut r.machine(known()), data.clone());
+            match &in_memory {
+                Ok(frames) => prop_assert!(matches && *frames == r.frames(), "accepted {bs:?} as {frames} frames"),
+                Err(e) => prop_assert!(!matches, "refused a matching batch: {e}"),
+            }
+            if let Some(decoded) = through_the_wire(&data) {
+                let r2 = feed(&mut r.machine(known()), decoded);
+                prop_assert_eq!(r2, in_memory);
+            } else {
+                prop_assert!(in_memory.is_err(), "the wire refused a batch the machine accepts");
+            }
+        }
+
+        /// A `ready` of any layout: against the trainer's own layout it is accepted
+        /// exactly when equal; with nothing known, when it is a rollout's layout. Either
+        /// way a batch is then accepted exactly when it holds the layout in force, and
+        /// after a refused `ready` no batch is.
+        #[test]
+        fn a_ready_is_held_to_the_trainers_layout_and_a_refused_one_takes_no_batch(
+            (r, _bs, changes) in case(),
+            known in any::<bool>(),
+        ) {
+            let layout = r.layout();
+            let announced = apply(&layout, &changes);
+            let source = if known {
+                LayoutSource::Known { of: "env E".into(), layout: layout.clone() }
+            } else {
+                LayoutSource::Announced
+            };
+            let mut m = r.machine(source);
+            let ready = m.on_node(FromNode::Ready { node: 0, layout: announced.clone() }, &mut Vec::new());
+            if known {
+                prop_assert_eq!(ready.is_ok(), announced == layout, "{:?}", ready);
+            } else if announced == layout && !r.empty {
+                prop_assert!(ready.is_ok(), "a rollout's own layout refused: {ready:?}");
+            }
+            let data = batch(&[r.envs, r.steps], &announced);
+            let holds_it = layout_of(&data) == announced;
+            match feed(&mut m, data) {
+                Ok(frames) => {
+                    prop_assert!(ready.is_ok() && holds_it);
+                    prop_assert_eq!(frames, r.frames());
+                }
+                Err(_) => prop_assert!(ready.is_err() || !holds_it),
+            }
+        }
+    }
+}
