@@ -205,7 +205,8 @@ impl Checkpoint {
                 return bad("nodes", format!("a pending batch names node {}", b.node));
             }
             let bs = b.data.batch_size();
-            if bs.len() != 2 || bs[0] != t.envs_per_node[b.node] || bs[0] * bs[1] != t.frames_per_batch {
+            if bs.len() != 2 || bs[0] != t.envs_per_node[b.node] || bs[0].checked_mul(bs[1]) != Some(t.frames_per_batch)
+            {
                 return bad(
                     "frames_per_batch",
                     format!("a pending batch of node {} has batch shape {bs:?}", b.node),

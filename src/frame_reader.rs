@@ -981,4 +981,57 @@ mod tests {
         assert!(r.decode::<NodeFrame>(&mut pool).is_err());
         assert!(r.is_idle());
     }
+
+    #[test]
+    fn a_tensor_whose_shape_wraps_to_its_blob_is_not_read_aside_and_is_refused() {
+        // f32 of shape [2, 2^63 + 2048]: 2 × (2^63 + 2048) wraps to 4096 elements, the
+        // 16 KiB blob that follows. Counted with checks, it matches no blob.
+        #[derive(serde::Serialize)]
+        struct Enc<'a> {
+            dtype: &'a str,
+            shape: Vec<usize>,
+            #[serde(with = "serde_bytes")]
+            data: Vec<u8>,
+        }
+        #[derive(serde::Serialize)]
+        struct Dict<'a> {
+            batch_size: Vec<usize>,
+            tensors: BTreeMap<&'a str, Enc<'a>>,
+        }
+        #[derive(serde::Serialize)]
+        struct Frame<'a> {
+            #[serde(rename = "type")]
+            tag: &'a str,
+            node: usize,
+            seq: u64,
+            weights_version: u64,
+            data: Dict<'a>,
+        }
+        let shape = vec![2, (1usize << 63) + 2048];
+        let enc = Enc {
+            dtype: "f32",
+            shape: shape.clone(),
+            data: vec![0; 4 * 4096],
+        };
+        let body = rmp_serde::to_vec_named(&Frame {
+            tag: "batch",
+            node: 0,
+            seq: 0,
+            weights_version: 0,
+            data: Dict {
+                batch_size: shape,
+                tensors: [("observation", enc)].into_iter().collect(),
+            },
+        })
+        .unwrap();
+        let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&body);
+        let mut r = FrameReader::new(1 << 20).with_min_blob(1);
+        let mut pool = TensorPool::new(1 << 20);
+        assert_eq!(feed_frame(&mut r, &frame, &mut pool), 0, "nothing read aside");
+        let err = r.decode::<NodeFrame>(&mut pool).unwrap_err();
+        assert!(err.to_string().contains("overflows"), "{err}");
+        let plain = crate::wire::decode::<NodeFrame>(&body).unwrap_err();
+        assert_eq!(err.to_string(), plain.to_string(), "as the plain decoder refuses it");
+    }
 }

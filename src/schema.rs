@@ -66,24 +66,64 @@ pub fn batch_layout(observation: &Spec, action: &Spec) -> BatchLayout {
 /// The first difference between two nodes' layouts, worded for a config error, e.g.
 /// `node 1's observation is f32 [1], node 0's is f32 [4]`; `None` when they agree.
 pub fn layout_difference(node_a: usize, a: &BatchLayout, node_b: usize, b: &BatchLayout) -> Option<String> {
-    let show = |e: Option<&(DType, Vec<usize>)>| match e {
-        Some((dtype, shape)) => format!("{dtype} {shape:?}"),
-        None => "absent".to_string(),
-    };
-    // The observation first, then the action: what a reader recognises the env by.
+    named_difference(&format!("node {node_a}"), a, &format!("node {node_b}"), b)
+}
+
+/// The first difference between layout `a` of `name_a` and `b` of `name_b`, e.g.
+/// `node 2's observation is absent, env Counting's is f32 [1]`; `None` when they agree.
+/// The observation first, then the action: what a reader recognises the env by.
+pub fn named_difference(name_a: &str, a: &BatchLayout, name_b: &str, b: &BatchLayout) -> Option<String> {
     let first = [keys::OBSERVATION.to_string(), keys::ACTION.to_string()];
     first
         .iter()
         .chain(a.keys())
         .chain(b.keys().filter(|k| !a.contains_key(*k)))
         .find(|k| a.get(*k) != b.get(*k))
-        .map(|k| {
-            format!(
-                "node {node_a}'s {k} is {}, node {node_b}'s is {}",
-                show(a.get(k)),
-                show(b.get(k))
-            )
-        })
+        .map(|k| format!("{name_a}'s {k} is {}, {name_b}'s is {}", show(a.get(k)), show(b.get(k))))
+}
+
+/// An entry of a layout as the errors show it: `f32 [4]`, or `absent`.
+fn show(e: Option<&(DType, Vec<usize>)>) -> String {
+    match e {
+        Some((dtype, shape)) => format!("{dtype} {shape:?}"),
+        None => "absent".to_string(),
+    }
+}
+
+/// Checks that a layout a node announced for an env the trainer cannot build is one
+/// a rollout writes: every key of [`batch_layout`], those that do not depend on the
+/// env with their own dtype and feature shape, `observation` f32 and the same as
+/// `next.observation`, `action` i64 `[]` or f32. Further entries are the env's own.
+/// Without this a node could announce an empty layout and have empty batches taken
+/// as frames.
+pub fn check_rollout_layout(layout: &BatchLayout) -> Result<(), String> {
+    let fixed = batch_layout(&Spec::Discrete { n: 1 }, &Spec::Discrete { n: 1 });
+    let env_keys = [keys::OBSERVATION, keys::NEXT_OBSERVATION, keys::ACTION];
+    for (key, want) in fixed.iter().filter(|(k, _)| !env_keys.contains(&k.as_str())) {
+        if layout.get(key) != Some(want) {
+            return Err(format!(
+                "its {key} is {}, a rollout's is {}",
+                show(layout.get(key)),
+                show(Some(want))
+            ));
+        }
+    }
+    let obs = layout.get(keys::OBSERVATION);
+    if !matches!(obs, Some((DType::F32, _))) {
+        return Err(format!("its observation is {}, a rollout's is f32", show(obs)));
+    }
+    if layout.get(keys::NEXT_OBSERVATION) != obs {
+        return Err(format!(
+            "its next.observation is {}, its observation {}",
+            show(layout.get(keys::NEXT_OBSERVATION)),
+            show(obs)
+        ));
+    }
+    match layout.get(keys::ACTION) {
+        Some((DType::F32, _)) => Ok(()),
+        Some((DType::I64, shape)) if shape.is_empty() => Ok(()),
+        other => Err(format!("its action is {}, a rollout's is i64 [] or f32", show(other))),
+    }
 }
 
 /// Checks a batch's entries against a layout: same keys, dtypes and feature shapes.
@@ -95,11 +135,16 @@ pub fn check_layout(data: &TensorDict, layout: &BatchLayout) -> Result<(), Strin
         if t.dtype() != *dtype {
             return Err(format!("`{key}` must be {dtype}, got {}", t.dtype()));
         }
-        if t.shape()[nb..] != feature[..] {
+        // A tensor of fewer dims than the batch breaks the dict's own invariant; a
+        // dict built in memory can still hold one.
+        let Some(got) = t.shape().get(nb..) else {
             return Err(format!(
-                "`{key}` must have feature shape {feature:?}, got {:?}",
-                &t.shape()[nb..]
+                "`{key}` has {} dims, fewer than the batch's {nb}",
+                t.shape().len()
             ));
+        };
+        if got != &feature[..] {
+            return Err(format!("`{key}` must have feature shape {feature:?}, got {got:?}"));
         }
     }
     if let Some(extra) = data.keys().find(|k| !layout.contains_key(*k)) {
@@ -193,6 +238,65 @@ mod tests {
         assert_eq!(
             layout_difference(0, &a, 1, &d).as_deref(),
             Some("node 0's step_count is i64 [1], node 1's is absent")
+        );
+    }
+
+    #[test]
+    fn a_rollouts_layout_is_told_from_one_no_rollout_writes() {
+        let l = layout();
+        assert_eq!(check_rollout_layout(&l), Ok(()));
+        let continuous = batch_layout(&Spec::uniform_box(3, -1.0, 1.0), &Spec::uniform_box(2, -1.0, 1.0));
+        assert_eq!(check_rollout_layout(&continuous), Ok(()));
+        let mut own = l.clone();
+        own.insert("env.extra".into(), (DType::U8, vec![7]));
+        assert_eq!(check_rollout_layout(&own), Ok(()), "an env's own entries");
+        assert_eq!(
+            check_rollout_layout(&BatchLayout::new()),
+            Err("its collector.traj_ids is absent, a rollout's is i64 []".to_string())
+        );
+        let mut done = l.clone();
+        done.insert(keys::NEXT_DONE.into(), (DType::U8, vec![1]));
+        assert_eq!(
+            check_rollout_layout(&done),
+            Err("its next.done is u8 [1], a rollout's is bool [1]".to_string())
+        );
+        let mut obs = l.clone();
+        obs.insert(keys::NEXT_OBSERVATION.into(), (DType::F32, vec![4]));
+        assert_eq!(
+            check_rollout_layout(&obs),
+            Err("its next.observation is f32 [4], its observation f32 [3]".to_string())
+        );
+        obs.insert(keys::OBSERVATION.into(), (DType::I64, vec![4]));
+        assert!(check_rollout_layout(&obs).unwrap_err().contains("a rollout's is f32"));
+        let mut act = l;
+        act.insert(keys::ACTION.into(), (DType::I64, vec![2]));
+        assert_eq!(
+            check_rollout_layout(&act),
+            Err("its action is i64 [2], a rollout's is i64 [] or f32".to_string())
+        );
+    }
+
+    #[test]
+    fn a_layout_is_compared_with_the_trainers_under_its_name() {
+        let a = layout();
+        assert_eq!(named_difference("node 2", &a, "env E", &a), None);
+        assert_eq!(
+            named_difference("node 2", &BatchLayout::new(), "env E", &a).as_deref(),
+            Some("node 2's observation is absent, env E's is f32 [3]")
+        );
+    }
+
+    #[test]
+    fn a_tensor_of_fewer_dims_than_the_batch_is_a_difference_not_a_panic() {
+        // Only a dict built in memory can break its own invariant this way.
+        let l = BatchLayout::from([(keys::TRAJ_IDS.to_string(), (DType::I64, vec![]))]);
+        let mut d = TensorDict::new(&[2]);
+        d.set(keys::TRAJ_IDS, Tensor::zeros(DType::I64, &[2])).unwrap();
+        assert_eq!(check_layout(&d, &l), Ok(()));
+        *d.get_mut(keys::TRAJ_IDS).unwrap() = Tensor::zeros(DType::I64, &[]);
+        assert_eq!(
+            check_layout(&d, &l),
+            Err("`collector.traj_ids` has 0 dims, fewer than the batch's 1".to_string())
         );
     }
 }

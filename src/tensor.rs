@@ -247,7 +247,12 @@ impl Tensor {
 
     /// Element `index` along `axis`, removing that axis.
     pub fn index_axis(&self, axis: usize, index: usize) -> Result<Tensor, TensorError> {
-        self.check_axis(axis, index, index + 1)?;
+        let end = index.checked_add(1).ok_or(TensorError::OutOfRange {
+            index,
+            dim: axis,
+            size: self.shape().get(axis).copied().unwrap_or(0),
+        })?;
+        self.check_axis(axis, index, end)?;
         Ok(map_tensor!(self, a => a.index_axis(Axis(axis), index).to_owned()))
     }
 
@@ -273,7 +278,11 @@ impl Tensor {
                 got: src_shape.to_vec(),
             });
         }
-        let end = start + src_shape[0];
+        let end = start.checked_add(src_shape[0]).ok_or(TensorError::OutOfRange {
+            index: start,
+            dim: 0,
+            size: dst_shape[0],
+        })?;
         self.check_axis(0, start, end)?;
         let rows = ndarray::Slice::from(start..end);
         match (self, src) {
@@ -385,7 +394,8 @@ impl Tensor {
     /// Reshapes (C order) without changing the element count.
     pub fn reshape(self, shape: &[usize]) -> Result<Tensor, TensorError> {
         let got = self.shape().to_vec();
-        if shape.iter().product::<usize>() != got.iter().product::<usize>() {
+        // The tensor's own count fits (it exists); a count that overflows is no match.
+        if element_count(shape).ok() != Some(self.len()) {
             return Err(TensorError::Shape {
                 key: "reshape".into(),
                 expected: shape.to_vec(),
@@ -475,6 +485,14 @@ impl Tensor {
             Tensor::U8(a) => Elements::U8(whole(a)?),
         })
     }
+}
+
+/// A batch shape whose element count fits a `usize` (a dict's tensors could not hold
+/// more, and its [`TensorDict::numel`] must not wrap).
+fn check_batch_size(batch_size: &[usize]) -> Result<(), TensorError> {
+    element_count(batch_size)
+        .map(|_| ())
+        .map_err(|_| TensorError::Invalid(format!("batch shape {batch_size:?} overflows")))
 }
 
 /// Elements of a shape, checked for overflow.
@@ -751,9 +769,12 @@ impl TensorDict {
         &self.batch_size
     }
 
-    /// Number of elements in the batch (product of batch dims).
+    /// Number of elements in the batch (product of batch dims). A batch shape whose
+    /// product overflows, which only a dict without entries built in memory can have
+    /// ([`Self::validate`] and decoding refuse it), counts `usize::MAX`: never a
+    /// wrapped count.
     pub fn numel(&self) -> usize {
-        self.batch_size.iter().product()
+        element_count(&self.batch_size).unwrap_or(usize::MAX)
     }
 
     /// Number of entries.
@@ -887,6 +908,7 @@ impl TensorDict {
         }
         let mut batch = vec![dicts.len()];
         batch.extend_from_slice(&first.batch_size);
+        check_batch_size(&batch)?;
         Self::combine(dicts, batch, Tensor::stack)
     }
 
@@ -896,7 +918,7 @@ impl TensorDict {
         if first.batch_size.is_empty() {
             return Err(TensorError::Invalid("cannot cat dicts with no batch dim".into()));
         }
-        let mut n0 = 0;
+        let mut n0 = 0usize;
         for d in dicts {
             if d.batch_size.len() != first.batch_size.len() || d.batch_size[1..] != first.batch_size[1..] {
                 return Err(TensorError::Shape {
@@ -905,10 +927,13 @@ impl TensorDict {
                     got: d.batch_size.clone(),
                 });
             }
-            n0 += d.batch_size[0];
+            n0 = n0
+                .checked_add(d.batch_size[0])
+                .ok_or_else(|| TensorError::Invalid("the batch dims to cat overflow".into()))?;
         }
         let mut batch = first.batch_size.clone();
         batch[0] = n0;
+        check_batch_size(&batch)?;
         Self::combine(dicts, batch, Tensor::cat)
     }
 
@@ -974,7 +999,8 @@ impl TensorDict {
 
     /// Reshapes the batch dims (the element count must stay the same).
     pub fn reshape(self, batch_size: &[usize]) -> Result<TensorDict, TensorError> {
-        if batch_size.iter().product::<usize>() != self.numel() {
+        let count = |b: &[usize]| element_count(b).ok();
+        if count(batch_size).is_none() || count(batch_size) != count(&self.batch_size) {
             return Err(TensorError::Shape {
                 key: "batch_size".into(),
                 expected: self.batch_size.clone(),
@@ -1018,8 +1044,10 @@ impl TensorDict {
         Ok(td)
     }
 
-    /// Checks the invariant after decoding from untrusted bytes.
+    /// Checks the invariant after decoding from untrusted bytes: every shape starts
+    /// with the batch shape, whose element count fits a `usize`.
     pub fn validate(&self) -> Result<(), TensorError> {
+        check_batch_size(&self.batch_size)?;
         for (k, v) in &self.tensors {
             let shape = v.shape();
             if shape.len() < self.batch_size.len() || shape[..self.batch_size.len()] != self.batch_size[..] {
@@ -1286,5 +1314,57 @@ mod tests {
         assert!(Tensor::from_le_bytes(DType::F64, &[usize::MAX, 2], &[]).is_err());
         let ok = Tensor::from_le_bytes(DType::I64, &[1], &7i64.to_le_bytes()).unwrap();
         assert_eq!(ok.as_i64().unwrap()[[0]], 7);
+    }
+
+    /// A batch shape of `2 × (2^63 + 500)`: 1000 once wrapped.
+    fn wrapping_batch() -> Vec<usize> {
+        vec![2, (1usize << 63) + 500]
+    }
+
+    #[test]
+    fn a_batch_shape_whose_count_overflows_is_never_a_wrapped_count() {
+        let td = TensorDict::new(&wrapping_batch());
+        assert_eq!(td.numel(), usize::MAX, "saturates instead of wrapping to 1000");
+        assert!(
+            matches!(td.validate(), Err(TensorError::Invalid(m)) if m.contains("overflows")),
+            "{:?}",
+            td.validate()
+        );
+        #[derive(serde::Serialize)]
+        struct Raw {
+            batch_size: Vec<usize>,
+            tensors: BTreeMap<String, Tensor>,
+        }
+        let bytes = rmp_serde::to_vec_named(&Raw {
+            batch_size: wrapping_batch(),
+            tensors: BTreeMap::new(),
+        })
+        .unwrap();
+        let err = rmp_serde::from_slice::<TensorDict>(&bytes).unwrap_err();
+        assert!(err.to_string().contains("overflows"), "{err}");
+        let huge = TensorDict::new(&[1usize << 62]);
+        assert!(
+            TensorDict::stack(&[huge.clone(), huge.clone(), huge.clone(), huge.clone()]).is_err(),
+            "4 × 2^62"
+        );
+        assert!(TensorDict::cat(&[huge.clone(), huge.clone(), huge.clone(), huge.clone()]).is_err());
+        assert!(TensorDict::new(&[usize::MAX]).reshape(&wrapping_batch()).is_err());
+        assert!(TensorDict::new(&[1000]).reshape(&wrapping_batch()).is_err());
+    }
+
+    #[test]
+    fn sizes_near_the_end_of_usize_are_refused_not_wrapped() {
+        let t = Tensor::zeros(DType::F32, &[4, 2]);
+        assert!(t.clone().reshape(&[2, (1usize << 63) + 2]).is_err(), "8 once wrapped");
+        assert!(matches!(
+            t.index_axis(0, usize::MAX),
+            Err(TensorError::OutOfRange { .. })
+        ));
+        let mut dst = Tensor::zeros(DType::F32, &[4, 2]);
+        let src = Tensor::zeros(DType::F32, &[1, 2]);
+        assert!(matches!(
+            dst.assign_rows(usize::MAX, &src),
+            Err(TensorError::OutOfRange { .. })
+        ));
     }
 }

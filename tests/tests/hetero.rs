@@ -351,9 +351,10 @@ fn remote_node_with_another_env_in_async() {
     assert!(per_node.iter().all(|&n| n > 0), "{per_node:?}");
 }
 
-/// In sync mode a remote node whose `Ready` advertises another layout than the other
-/// node's (its registry builds another env under the same name) is disconnected with
-/// the difference as the reason, and the run fails clearly instead of stacking.
+/// In sync mode a remote node whose `Ready` advertises another layout than the one
+/// the trainer builds from the env's specs (its registry builds another env under the
+/// same name) is disconnected with the difference as the reason, and the run fails
+/// clearly instead of stacking.
 #[test]
 fn sync_remote_ready_with_another_layout_is_refused() {
     use rollout_actors::remote::{run_node, NodeOptions};
@@ -405,8 +406,10 @@ fn sync_remote_ready_with_another_layout_is_refused() {
         Ok(Some(_)) => panic!("a sync batch stacked from nodes of different layouts"),
         Ok(None) => panic!("the run ended"),
     };
-    assert!(err.contains("sync collection stacks node shares"), "{err}");
-    assert!(err.contains("observation is f32"), "{err}");
+    assert!(
+        err.contains("node 1's observation is f32 [4], env Counting's is f32 [1]"),
+        "{err}"
+    );
     assert!(start.elapsed() < std::time::Duration::from_secs(20));
     c.shutdown().ok();
     for n in nodes {

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use rollout::machine::trainer::LayoutSource;
 use rollout::machine::{RequestDeadlines, TrainerConfig, TrainerMachine};
 use rollout::node_spec::NodeSpec;
 use rollout::rollout::{batch_layout, layout_difference, BatchLayout, RolloutConfig};
@@ -12,6 +13,9 @@ use super::builder::CollectorBuilder;
 use super::facade::FacadeOptions;
 use crate::error::CollectError;
 use crate::launch::{config_error, Launch, Launcher, NodePlan};
+
+/// A run's trainer config, node specs, seed, and where each node's layout comes from.
+type PlannedRun = (TrainerConfig, Vec<NodeSpec>, u64, Vec<LayoutSource>);
 
 /// A validated collector: what to start and how, before anything is started.
 pub(super) struct Prepared {
@@ -33,6 +37,13 @@ impl CollectorBuilder {
     /// from the clock when none was set). Validates the config as `build` does.
     /// Feed these to [`crate::testkit::Cluster`] to replay a run in memory.
     pub fn plan_specs(&self) -> Result<(TrainerConfig, Vec<NodeSpec>, u64), CollectError> {
+        self.plan_run().map(|(cfg, specs, seed, _)| (cfg, specs, seed))
+    }
+
+    /// [`Self::plan_specs`], and where each node's layout comes from: the trainer
+    /// builds every env itself, so each node's batches are checked against the layout
+    /// of its env's specs, never against what the node announces.
+    fn plan_run(&self) -> Result<PlannedRun, CollectError> {
         let env = self
             .env
             .clone()
@@ -90,6 +101,7 @@ impl CollectorBuilder {
         cfg.validate()?;
         let mut policies = Vec::with_capacity(n);
         let mut layouts: Vec<BatchLayout> = Vec::with_capacity(n);
+        let mut sources = Vec::with_capacity(n);
         for (i, env_i) in envs.iter().enumerate() {
             let probe = self.registry.make(env_i).map_err(|e| {
                 if self.node_configs.get(&i).is_some_and(|o| o.env.is_some()) {
@@ -112,6 +124,10 @@ impl CollectorBuilder {
             }
             policies.push(policy);
             layouts.push(layout);
+            sources.push(LayoutSource::Known {
+                of: format!("env {}", env_i.name),
+                layout: layouts[i].clone(),
+            });
         }
         if self.sync {
             if let Some(diff) = (1..n).find_map(|i| layout_difference(i, &layouts[i], 0, &layouts[0])) {
@@ -160,7 +176,7 @@ impl CollectorBuilder {
             });
             first_lane += k as u64;
         }
-        Ok((cfg, specs, seed))
+        Ok((cfg, specs, seed, sources))
     }
 
     /// Remote node `i`'s frames fit in `max_frame`: its weight updates, and its batches
@@ -187,7 +203,10 @@ impl CollectorBuilder {
         }
         let per_frame: usize = layout
             .values()
-            .map(|(dtype, dims)| dtype.size().saturating_mul(dims.iter().product()))
+            .map(|(dtype, dims)| {
+                let elems = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+                elems.map_or(usize::MAX, |e| e.saturating_mul(dtype.size()))
+            })
             .fold(0, usize::saturating_add);
         let batch = per_frame.saturating_mul(frames);
         if batch > max {
@@ -238,7 +257,7 @@ impl CollectorBuilder {
                 "a replay buffer stores frames and split_trajs pads trajectories: use one or the other",
             ));
         }
-        let (cfg, specs, seed) = self.plan_specs()?;
+        let (cfg, specs, seed, layouts) = self.plan_run()?;
         let n = cfg.nodes;
         // Version 0: built here, once, by the same function for every node; the
         // launchers hand it to the nodes, which never build weights of their own.
@@ -252,13 +271,15 @@ impl CollectorBuilder {
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let mut machine = TrainerMachine::new(cfg)?.with_initial_weights(initial)?;
+        let mut machine = TrainerMachine::new(cfg)?
+            .with_initial_weights(initial)?
+            .with_layout_sources(layouts);
         if let Some(c) = self.resume.clone() {
             machine = machine.with_resume(c)?;
         }
         let launch = self.launch()?;
-        // Each node's layout is learnt from the node: local::start reads it off the
-        // workers it builds; a remote node advertises it in its `Ready`.
+        // Each node's layout is the trainer's own (above): a remote node's `Ready` must
+        // announce it; local::start reads it off the workers it builds.
         if let Some(sup) = self.node_supervision.clone() {
             if sup.intensity.window.as_millis() == 0 {
                 return Err(config_error("node_restart_window", "must be at least 1 ms"));

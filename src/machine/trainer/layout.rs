@@ -1,56 +1,190 @@
-//! What each node's batches must hold, and the check of a batch against it.
+//! What each node's batches must hold: the layout the trainer knows itself (built
+//! from the env's specs) or, for an env it cannot build, the first one a node of
+//! that env announced; and the check of a node's `ready` and batches against it.
+//!
+//! A node's own word is never the measure: a node announcing an empty layout would
+//! otherwise have empty batches accepted as frames.
 
 use super::{TrainerError, TrainerMachine};
-use crate::schema::BatchLayout;
+use crate::schema::{check_rollout_layout, layout_difference, named_difference, BatchLayout};
+use crate::tensor::TensorDict;
 
 pub use crate::schema::check_layout;
 
+/// Where the layout a node's batches are checked against comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LayoutSource {
+    /// The trainer's own, built from the env's specs: the node's `ready` must announce
+    /// exactly this. `of` names where it comes from in errors (`env CartPole-v1`).
+    Known {
+        /// What the layout is of, for errors.
+        of: String,
+        /// The layout.
+        layout: BatchLayout,
+    },
+    /// An env the trainer cannot build: the first `ready` of a node of `env` that is
+    /// accepted (a rollout's layout) sets it; every other node of `env` must match.
+    FirstReady {
+        /// The env (its name, or any key telling envs apart).
+        env: String,
+    },
+    /// Nothing known beforehand: the node's own `ready`, if it is a rollout's layout.
+    /// The default, for machines driven without a plan (tests, harnesses).
+    Announced,
+}
+
+/// The layout of each node: where it comes from and the one in force.
+#[derive(Debug, Default)]
+pub(super) struct Layouts {
+    sources: Vec<LayoutSource>,
+    /// What each node's batches are checked against, once known.
+    in_force: Vec<Option<BatchLayout>>,
+    /// Nodes whose last `ready` was refused: their batches are refused too (a batch
+    /// may already be on its way when the connection is closed for the `ready`).
+    refused: Vec<bool>,
+}
+
+impl Layouts {
+    /// `nodes` nodes, nothing known of any.
+    pub(super) fn new(nodes: usize) -> Layouts {
+        Layouts::from_sources(vec![LayoutSource::Announced; nodes])
+    }
+
+    fn from_sources(sources: Vec<LayoutSource>) -> Layouts {
+        let in_force = sources
+            .iter()
+            .map(|s| match s {
+                LayoutSource::Known { layout, .. } => Some(layout.clone()),
+                _ => None,
+            })
+            .collect();
+        let refused = vec![false; sources.len()];
+        Layouts {
+            sources,
+            in_force,
+            refused,
+        }
+    }
+
+    /// Checks node `node`'s batch against its layout.
+    pub(super) fn check(&self, node: usize, data: &TensorDict) -> Result<(), String> {
+        if self.refused.get(node).copied().unwrap_or(false) {
+            return Err("its ready was refused".into());
+        }
+        match (self.in_force.get(node).and_then(Option::as_ref), self.sources.get(node)) {
+            (Some(layout), _) => check_layout(data, layout),
+            (None, Some(LayoutSource::FirstReady { .. })) => Err("no layout of it was accepted yet".into()),
+            // Nothing known and nothing announced: only a machine driven by hand.
+            (None, _) => Ok(()),
+        }
+    }
+
+    /// The first node other than `node` of env `env` with a layout in force.
+    fn first_of(&self, env: &str, node: usize) -> Option<(usize, &BatchLayout)> {
+        self.sources
+            .iter()
+            .zip(&self.in_force)
+            .enumerate()
+            .filter(|&(i, _)| i != node)
+            .find_map(|(i, (s, l))| match (s, l) {
+                (LayoutSource::FirstReady { env: e }, Some(l)) if e == env => Some((i, l)),
+                _ => None,
+            })
+    }
+
+    /// Why node `node`'s announced `layout` cannot be its layout, if it cannot.
+    fn refusal(&self, node: usize, layout: &BatchLayout) -> Option<String> {
+        let me = format!("node {node}");
+        match &self.sources[node] {
+            LayoutSource::Known { of, layout: known } => named_difference(&me, layout, of, known),
+            LayoutSource::FirstReady { env } => {
+                if let Err(e) = check_rollout_layout(layout) {
+                    return Some(format!("not a rollout's layout: {e}"));
+                }
+                let own = self.in_force[node].as_ref().map(|l| (node, l));
+                let (first, l) = self.first_of(env, node).or(own)?;
+                named_difference(&me, layout, &format!("node {first}"), l)
+                    .map(|d| format!("{d} (the first of env {env} to be ready)"))
+            }
+            LayoutSource::Announced => check_rollout_layout(layout)
+                .err()
+                .map(|e| format!("not a rollout's layout: {e}")),
+        }
+    }
+}
+
 impl TrainerMachine {
     /// Every batch of every node will be checked against `layout` (keys, dtypes,
-    /// feature shapes). Same as [`Self::with_layouts`] with `layout` for each node.
-    pub fn with_layout(mut self, layout: BatchLayout) -> TrainerMachine {
-        self.layouts = vec![Some(layout); self.cfg.nodes];
-        self
-    }
-
-    /// Node `i`'s batches will be checked against `layouts[i]` (unchecked where `None`,
-    /// or beyond the end). Sync mode needs equal layouts: see [`Self::set_layout`].
-    pub fn with_layouts(mut self, layouts: Vec<Option<BatchLayout>>) -> TrainerMachine {
+    /// feature shapes), the trainer's own. Same as [`Self::with_layouts`] with `layout`
+    /// for each node.
+    pub fn with_layout(self, layout: BatchLayout) -> TrainerMachine {
         let n = self.cfg.nodes;
-        self.layouts = layouts.into_iter().chain(std::iter::repeat(None)).take(n).collect();
+        self.with_layouts(vec![Some(layout); n])
+    }
+
+    /// Node `i`'s batches will be checked against `layouts[i]`, the trainer's own
+    /// (a `ready` must announce the same); where `None` (or beyond the end), against
+    /// what the node announces. Sync mode needs equal layouts: see [`Self::set_layout`].
+    pub fn with_layouts(self, layouts: Vec<Option<BatchLayout>>) -> TrainerMachine {
+        let sources = layouts
+            .into_iter()
+            .map(|l| match l {
+                Some(layout) => LayoutSource::Known {
+                    of: "the trainer".into(),
+                    layout,
+                },
+                None => LayoutSource::Announced,
+            })
+            .collect();
+        self.with_layout_sources(sources)
+    }
+
+    /// Where each node's layout comes from (missing entries: [`LayoutSource::Announced`]).
+    pub fn with_layout_sources(mut self, sources: Vec<LayoutSource>) -> TrainerMachine {
+        let n = self.cfg.nodes;
+        let sources = sources
+            .into_iter()
+            .chain(std::iter::repeat(LayoutSource::Announced))
+            .take(n)
+            .collect();
+        self.layouts = Layouts::from_sources(sources);
         self
     }
 
-    /// Records the layout node `node` advertised (a remote node's `Ready`). In sync
-    /// mode, where shares are stacked, a layout that differs from another node's is
-    /// refused with the difference (the layout is not recorded).
+    /// The layout node `node` announced (a remote node's `Ready`). Refused with the
+    /// difference (and not recorded) when it is not the layout the trainer knows for
+    /// the node's env, or for an env the trainer cannot build when it is no rollout's
+    /// layout or differs from the first one of that env; in sync mode, where shares
+    /// are stacked, also when it differs from another node's. The node's batches are
+    /// refused after a refused `ready`, until one is accepted.
     pub fn set_layout(&mut self, node: usize, layout: BatchLayout) -> Result<(), TrainerError> {
-        if node >= self.layouts.len() {
+        if node >= self.layouts.sources.len() {
             return Err(TrainerError::UnknownNode(node));
         }
-        if self.cfg.sync {
-            for (other, known) in self.layouts.iter().enumerate() {
-                if other == node {
-                    continue;
-                }
-                if let Some(diff) = known
-                    .as_ref()
-                    .and_then(|k| crate::schema::layout_difference(node, &layout, other, k))
-                {
-                    return Err(TrainerError::BadLayout {
-                        node,
-                        reason: format!("sync collection stacks node shares, but {diff}"),
-                    });
-                }
+        let refusal = self.layouts.refusal(node, &layout).or_else(|| {
+            if !self.cfg.sync {
+                return None;
             }
+            self.layouts
+                .in_force
+                .iter()
+                .enumerate()
+                .filter(|&(other, _)| other != node)
+                .find_map(|(other, known)| layout_difference(node, &layout, other, known.as_ref()?))
+                .map(|diff| format!("sync collection stacks node shares, but {diff}"))
+        });
+        if let Some(reason) = refusal {
+            self.layouts.refused[node] = true;
+            return Err(TrainerError::BadLayout { node, reason });
         }
-        self.layouts[node] = Some(layout);
+        self.layouts.refused[node] = false;
+        self.layouts.in_force[node] = Some(layout);
         Ok(())
     }
 
     /// The layout node `node`'s batches are checked against, once known.
     pub fn layout(&self, node: usize) -> Option<&BatchLayout> {
-        self.layouts.get(node).and_then(Option::as_ref)
+        self.layouts.in_force.get(node).and_then(Option::as_ref)
     }
 }
 
@@ -58,10 +192,35 @@ impl TrainerMachine {
 mod tests {
     use super::super::test_support::*;
     use super::*;
+    use crate::schema::{batch_layout, keys};
+    use crate::spec::Spec;
     use crate::tensor::DType;
 
     fn traj_ids_layout() -> BatchLayout {
-        BatchLayout::from([(crate::schema::keys::TRAJ_IDS.to_string(), (DType::I64, vec![]))])
+        BatchLayout::from([(keys::TRAJ_IDS.to_string(), (DType::I64, vec![]))])
+    }
+
+    /// A rollout's layout with an observation of `obs` values and a discrete action.
+    fn rollout_layout(obs: usize) -> BatchLayout {
+        batch_layout(&Spec::uniform_box(obs, -1.0, 1.0), &Spec::Discrete { n: 2 })
+    }
+
+    fn known(layout: BatchLayout) -> LayoutSource {
+        LayoutSource::Known {
+            of: "env E".into(),
+            layout,
+        }
+    }
+
+    fn first_ready(env: &str) -> LayoutSource {
+        LayoutSource::FirstReady { env: env.into() }
+    }
+
+    fn bad_layout(r: Result<(), TrainerError>) -> String {
+        match r {
+            Err(TrainerError::BadLayout { reason, .. }) => reason,
+            other => panic!("expected BadLayout, got {other:?}"),
+        }
     }
 
     #[test]
@@ -71,12 +230,12 @@ mod tests {
         let mut wrong = traj_ids_layout();
         wrong.insert("observation".into(), (DType::F32, vec![4]));
         assert!(check_layout(&d, &wrong).is_err(), "a missing entry");
-        let f32_ids = BatchLayout::from([(crate::schema::keys::TRAJ_IDS.to_string(), (DType::F32, vec![]))]);
+        let f32_ids = BatchLayout::from([(keys::TRAJ_IDS.to_string(), (DType::F32, vec![]))]);
         assert_eq!(
             check_layout(&d, &f32_ids),
             Err(format!(
                 "`{}` must be {}, got {}",
-                crate::schema::keys::TRAJ_IDS,
+                keys::TRAJ_IDS,
                 DType::F32,
                 DType::I64
             ))
@@ -95,10 +254,94 @@ mod tests {
     #[test]
     fn sync_refuses_a_layout_that_differs_from_another_nodes() {
         let mut m = machine(config(2, 1, 8, None, true));
-        m.set_layout(0, traj_ids_layout()).unwrap();
-        let r = m.set_layout(1, BatchLayout::new());
-        assert!(matches!(r, Err(TrainerError::BadLayout { node: 1, .. })), "{r:?}");
+        m.set_layout(0, rollout_layout(4)).unwrap();
+        let reason = bad_layout(m.set_layout(1, rollout_layout(3)));
+        assert_eq!(
+            reason,
+            "sync collection stacks node shares, but node 1's observation is f32 [3], node 0's is f32 [4]"
+        );
         assert_eq!(m.layout(1), None, "a refused layout is not recorded");
-        assert_eq!(m.set_layout(2, BatchLayout::new()), Err(TrainerError::UnknownNode(2)));
+        assert_eq!(m.set_layout(2, rollout_layout(4)), Err(TrainerError::UnknownNode(2)));
+    }
+
+    #[test]
+    fn a_ready_off_the_layout_the_trainer_knows_is_refused_with_the_difference() {
+        let mut m = machine(config(2, 1, 4, None, false))
+            .with_layout_sources(vec![known(rollout_layout(4)), known(rollout_layout(2))]);
+        let reason = bad_layout(m.set_layout(0, BatchLayout::new()));
+        assert_eq!(reason, "node 0's observation is absent, env E's is f32 [4]");
+        let reason = bad_layout(m.set_layout(1, rollout_layout(4)));
+        assert_eq!(reason, "node 1's observation is f32 [4], env E's is f32 [2]");
+        assert_eq!(m.layout(0), Some(&rollout_layout(4)), "the known layout stays in force");
+        assert_eq!(m.set_layout(1, rollout_layout(2)), Ok(()));
+    }
+
+    #[test]
+    fn after_a_refused_ready_the_nodes_batches_are_refused() {
+        let mut m = machine(config(1, 1, 4, None, false));
+        bad_layout(m.set_layout(0, traj_ids_layout()));
+        request(&mut m);
+        let r = m.on_node(batch(0, 0, 1, 4), &mut Vec::new());
+        assert!(
+            matches!(&r, Err(TrainerError::BadBatch { node: 0, reason }) if reason == "its ready was refused"),
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn nothing_known_a_ready_must_still_be_a_rollouts_layout() {
+        let mut m = machine(config(1, 1, 4, None, false));
+        let reason = bad_layout(m.set_layout(0, BatchLayout::new()));
+        assert!(
+            reason.starts_with("not a rollout's layout: its collector.traj_ids is absent"),
+            "{reason}"
+        );
+        let mut no_action = rollout_layout(4);
+        no_action.insert(keys::ACTION.into(), (DType::U8, vec![]));
+        let reason = bad_layout(m.set_layout(0, no_action));
+        assert_eq!(
+            reason,
+            "not a rollout's layout: its action is u8 [], a rollout's is i64 [] or f32"
+        );
+        let mut extra = rollout_layout(4);
+        extra.insert("env.extra".into(), (DType::U8, vec![2]));
+        assert_eq!(
+            m.set_layout(0, extra.clone()),
+            Ok(()),
+            "an env's own entries are allowed"
+        );
+        assert_eq!(m.layout(0), Some(&extra));
+    }
+
+    #[test]
+    fn an_env_the_trainer_cannot_build_takes_the_first_ready_and_holds_the_others_to_it() {
+        let mut m = machine(config(3, 1, 4, None, false)).with_layout_sources(vec![
+            first_ready("Custom"),
+            first_ready("Custom"),
+            first_ready("Other"),
+        ]);
+        request(&mut m);
+        // Before any layout of it is accepted, a batch has nothing to be checked against.
+        let r = m.on_node(batch(1, 1, 1, 4), &mut Vec::new());
+        assert!(matches!(r, Err(TrainerError::BadBatch { node: 1, .. })), "{r:?}");
+        assert!(bad_layout(m.set_layout(1, BatchLayout::new())).starts_with("not a rollout's layout"));
+        assert_eq!(m.set_layout(1, rollout_layout(4)), Ok(()));
+        let reason = bad_layout(m.set_layout(0, rollout_layout(3)));
+        assert_eq!(
+            reason,
+            "node 0's observation is f32 [3], node 1's is f32 [4] (the first of env Custom to be ready)"
+        );
+        assert_eq!(m.set_layout(0, rollout_layout(4)), Ok(()));
+        assert_eq!(
+            m.set_layout(2, rollout_layout(3)),
+            Ok(()),
+            "another env may differ (async)"
+        );
+        // A restarted node announces again: it must match what is in force.
+        let reason = bad_layout(m.set_layout(1, rollout_layout(5)));
+        assert!(
+            reason.starts_with("node 1's observation is f32 [5], node 0's is f32 [4]"),
+            "{reason}"
+        );
     }
 }

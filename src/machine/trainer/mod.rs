@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use crate::message::{Batch, FromNode, ToNode};
 use crate::policy::Weights;
-use crate::schema::BatchLayout;
 use crate::supervisor::Restarts;
 
 mod checkpoint;
@@ -39,7 +38,8 @@ use checkpoint::Checkpoints;
 pub use config::{ConfigError, TrainerConfig};
 pub use deadlines::RequestDeadlines;
 pub use error::TrainerError;
-pub use layout::check_layout;
+use layout::Layouts;
+pub use layout::{check_layout, LayoutSource};
 use node_state::{Node, NodeState};
 pub use output::{Collected, Output};
 use seeding::SeedChain;
@@ -97,9 +97,9 @@ pub struct TrainerMachine {
     deferred: bool,
     /// `Shutdown` was sent: failures count as down, nothing new starts.
     shutting_down: bool,
-    /// What each node's batches must hold, once known (given at start for local
-    /// nodes, advertised by a remote node in its `Ready`).
-    layouts: Vec<Option<BatchLayout>>,
+    /// What each node's batches must hold: the trainer's own layout of its env, or
+    /// for an env it cannot build the first one a node of that env announced.
+    layouts: Layouts,
     /// Node supervision, when on.
     supervision: Option<NodeSupervision>,
     /// Restart bookkeeping per node (used when supervision is on).
@@ -140,7 +140,7 @@ impl TrainerMachine {
             chain: SeedChain::default(),
             deferred: false,
             shutting_down: false,
-            layouts: vec![None; cfg_nodes],
+            layouts: Layouts::new(cfg_nodes),
             supervision: None,
             restarts: Vec::new(),
             now: Duration::ZERO,

@@ -4,7 +4,7 @@
 
 use super::node_state::Asked;
 use super::output::node_batch;
-use super::{check_layout, Collected, Output, TrainerError, TrainerMachine};
+use super::{Collected, Output, TrainerError, TrainerMachine};
 use crate::message::{Batch, Continue, ToNode};
 use crate::schema::keys;
 use crate::tensor::{Tensor, TensorDict};
@@ -192,7 +192,12 @@ impl TrainerMachine {
         };
         let envs = self.cfg.envs_per_node[node];
         let bs = b.data.batch_size();
-        if bs.len() != 2 || bs[0] != envs || bs[0] * bs[1] != frames {
+        // Sizes from outside: their product is checked, never wrapped.
+        let count = match bs {
+            [e, steps] => e.checked_mul(*steps),
+            _ => None,
+        };
+        if bs.len() != 2 || bs[0] != envs || count != Some(frames) {
             return Err(TrainerError::BadBatch {
                 node,
                 reason: format!("asked for {frames} frames over {envs} envs, got batch shape {bs:?}"),
@@ -202,15 +207,15 @@ impl TrainerMachine {
             node,
             reason: e.to_string(),
         })?;
-        if let Some(layout) = self.layouts.get(node).and_then(Option::as_ref) {
-            check_layout(&b.data, layout).map_err(|reason| TrainerError::BadBatch { node, reason })?;
-        }
+        self.layouts
+            .check(node, &b.data)
+            .map_err(|reason| TrainerError::BadBatch { node, reason })?;
         let st = &mut self.nodes[node];
         if self.supervision.is_some() {
             if let Ok(Tensor::I64(ids)) = b.data.get_mut(keys::TRAJ_IDS) {
-                let off = st.book.traj_offset as i64;
+                let off = st.book.traj_offset;
                 if off > 0 {
-                    ids.mapv_inplace(|x| if x >= 0 { x.saturating_add(off) } else { x });
+                    shift_traj_ids(ids, off).map_err(|reason| TrainerError::BadBatch { node, reason })?;
                 }
                 if let Some(m) = ids.iter().copied().max().and_then(|m| u64::try_from(m).ok()) {
                     st.book.max_traj = Some(st.book.max_traj.map_or(m, |p| p.max(m)));
@@ -247,10 +252,26 @@ impl TrainerMachine {
     }
 }
 
+/// Adds a restarted node's trajectory-id offset `off` to every id (negative ids, for
+/// no trajectory, stay): ids unique across incarnations. Nothing is changed when an
+/// id would leave the i64 range (ids are the node's, the offset follows from them).
+fn shift_traj_ids(ids: &mut ndarray::ArrayD<i64>, off: u64) -> Result<(), String> {
+    let Some(max) = ids.iter().copied().filter(|&x| x >= 0).max() else {
+        return Ok(());
+    };
+    let shifted = i64::try_from(off).ok().and_then(|o| max.checked_add(o).map(|_| o));
+    let Some(o) = shifted else {
+        return Err(format!("trajectory id {max} plus the restart offset {off} overflows"));
+    };
+    ids.mapv_inplace(|x| if x >= 0 { x + o } else { x });
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::test_support::*;
     use super::*;
+    use crate::message::FromNode;
 
     #[test]
     fn a_sync_round_yields_once_every_share_arrived_stacked_in_node_order() {
@@ -423,5 +444,45 @@ mod tests {
         let r = m.on_node(batch(0, 0, 1, 2), &mut out);
         assert!(matches!(r, Err(TrainerError::BadBatch { node: 0, .. })), "{r:?}");
         assert_eq!(m.outstanding(0), Some((0, 4)));
+    }
+
+    #[test]
+    fn a_batch_whose_frame_count_wraps_is_refused_not_counted() {
+        // 2 × (2^63 + 500) is 1000 modulo 2^64: the frames asked.
+        let mut m = machine(config(1, 2, 1000, None, false));
+        request(&mut m);
+        let data = TensorDict::new(&[2, (1usize << 63) + 500]);
+        let b = FromNode::Batch(Batch {
+            node: 0,
+            seq: 0,
+            weights_version: 0,
+            data,
+        });
+        let r = m.on_node(b, &mut Vec::new());
+        assert!(matches!(r, Err(TrainerError::BadBatch { node: 0, .. })), "{r:?}");
+        assert_eq!(m.frames_yielded(), 0);
+        assert_eq!(m.outstanding(0), Some((0, 1000)), "the Continue stays outstanding");
+    }
+
+    #[test]
+    fn trajectory_ids_that_overflow_with_the_restart_offset_are_refused_unchanged() {
+        let mut ids = ndarray::ArrayD::from_shape_vec(vec![3], vec![-1, 4, i64::MAX - 9]).unwrap();
+        assert_eq!(
+            shift_traj_ids(&mut ids, 10),
+            Err(format!(
+                "trajectory id {} plus the restart offset 10 overflows",
+                i64::MAX - 9
+            ))
+        );
+        assert_eq!(ids.as_slice().unwrap(), &[-1, 4, i64::MAX - 9], "nothing changed");
+        assert!(shift_traj_ids(&mut ids, u64::MAX).is_err(), "an offset past i64");
+        assert_eq!(shift_traj_ids(&mut ids, 9), Ok(()));
+        assert_eq!(ids.as_slice().unwrap(), &[-1, 13, i64::MAX]);
+        let mut none = ndarray::ArrayD::from_shape_vec(vec![2], vec![-1, -1]).unwrap();
+        assert_eq!(
+            shift_traj_ids(&mut none, u64::MAX),
+            Ok(()),
+            "no trajectory, nothing to shift"
+        );
     }
 }
