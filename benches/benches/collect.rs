@@ -120,9 +120,18 @@ fn rollout(mode: ExplorationType) -> Rollout {
     .expect("rollout")
 }
 
-/// Frames per second of `f` run repeatedly for about `secs` (after one warm-up call).
+/// Frames per second of `f` run repeatedly for about `secs` (after one warm-up call),
+/// or exactly `ROLLOUT_BENCH_CALLS` times when that is set (for instruction counts
+/// under callgrind, which do not depend on the machine's load).
 fn rate(secs: f64, frames_per_call: usize, mut f: impl FnMut()) -> f64 {
     f();
+    if let Some(n) = std::env::var("ROLLOUT_BENCH_CALLS").ok().and_then(|v| v.parse::<u64>().ok()) {
+        let start = Instant::now();
+        for _ in 0..n {
+            f();
+        }
+        return (n * frames_per_call as u64) as f64 / start.elapsed().as_secs_f64();
+    }
     let start = Instant::now();
     let mut calls = 0u64;
     while start.elapsed() < Duration::from_secs_f64(secs) {
@@ -254,7 +263,7 @@ fn report(name: &str, rounds: &[Round], cores: usize) {
 
 fn main() {
     // Profiling aid: `ROLLOUT_BENCH_ONLY=bare|rollout|parallel|async|sync` runs that one
-    // for 3 s; `ROLLOUT_BENCH_MODE=deterministic` picks the argmax policy (default: sampling).
+    // for 3 s (or `ROLLOUT_BENCH_CALLS` batches); `ROLLOUT_BENCH_MODE=deterministic` picks the argmax policy (default: sampling).
     let mode = match std::env::var("ROLLOUT_BENCH_MODE").as_deref() {
         Ok("deterministic") => ExplorationType::Deterministic,
         _ => ExplorationType::Random,
