@@ -623,9 +623,7 @@ impl Rollout {
             (Envs::Pendulum(_), Pol::Linear(_), one) => self.fill_k::<3, Pendulum, Linear>(&mut b, one),
             (Envs::Pendulum(_), Pol::Mlp(_), one) => self.fill_k::<3, Pendulum, Mlp>(&mut b, one),
             (Envs::Pendulum(_), Pol::Dyn(_), one) => self.fill_k::<3, Pendulum, dyn Policy>(&mut b, one),
-            (Envs::MountainCar(_), Pol::Linear(_), one) => {
-                self.fill_k::<2, MountainCarContinuous, Linear>(&mut b, one)
-            }
+            (Envs::MountainCar(_), Pol::Linear(_), one) => self.fill_k::<2, MountainCarContinuous, Linear>(&mut b, one),
             (Envs::MountainCar(_), Pol::Mlp(_), one) => self.fill_k::<2, MountainCarContinuous, Mlp>(&mut b, one),
             (Envs::MountainCar(_), Pol::Dyn(_), one) => {
                 self.fill_k::<2, MountainCarContinuous, dyn Policy>(&mut b, one)

@@ -125,7 +125,10 @@ fn rollout(mode: ExplorationType) -> Rollout {
 /// under callgrind, which do not depend on the machine's load).
 fn rate(secs: f64, frames_per_call: usize, mut f: impl FnMut()) -> f64 {
     f();
-    if let Some(n) = std::env::var("ROLLOUT_BENCH_CALLS").ok().and_then(|v| v.parse::<u64>().ok()) {
+    if let Some(n) = std::env::var("ROLLOUT_BENCH_CALLS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
         let start = Instant::now();
         for _ in 0..n {
             f();
@@ -236,7 +239,10 @@ fn report(name: &str, rounds: &[Round], cores: usize) {
     let med = |f: &dyn Fn(&Round) -> f64| median(rounds.iter().map(f).collect());
     let n = cores as f64;
     println!("{name}:");
-    println!("  (a)  bare loop, 1 thread             {:>12.0} frames/s", med(&|r| r.bare));
+    println!(
+        "  (a)  bare loop, 1 thread             {:>12.0} frames/s",
+        med(&|r| r.bare)
+    );
     println!(
         "  (b)  Rollout, 1 thread               {:>12.0} frames/s   b/a = {:.3}",
         med(&|r| r.rollout),
@@ -261,6 +267,35 @@ fn report(name: &str, rounds: &[Round], cores: usize) {
     );
 }
 
+/// `ROLLOUT_BENCH_ONLY=pair`: the bare loop and `Rollout` alternate batch by batch for
+/// 3 s and each batch is timed; the fastest batch of each is what the core can do when
+/// nobody else runs on it, so their ratio holds even on a busy machine.
+fn pair(mode: ExplorationType) {
+    let mut bare = Bare::new(mode);
+    let mut ro = rollout(mode);
+    let (mut tb, mut tr) = (Vec::new(), Vec::new());
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(3) {
+        let t = Instant::now();
+        bare.run();
+        tb.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        let batch = ro.collect().expect("collect");
+        tr.push(t.elapsed().as_secs_f64());
+        ro.recycle(batch);
+    }
+    let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    let (b, r) = (min(&tb), min(&tr));
+    println!(
+        "pair ({mode:?}, {} batches each): bare {:.0}, rollout {:.0} frames/s at best; b/a = {:.3} (medians: {:.3})",
+        tb.len(),
+        F as f64 / b,
+        F as f64 / r,
+        b / r,
+        median(tb.clone()) / median(tr.clone())
+    );
+}
+
 fn main() {
     // Profiling aid: `ROLLOUT_BENCH_ONLY=bare|rollout|parallel|async|sync` runs that one
     // for 3 s (or `ROLLOUT_BENCH_CALLS` batches); `ROLLOUT_BENCH_MODE=deterministic` picks the argmax policy (default: sampling).
@@ -269,6 +304,10 @@ fn main() {
         _ => ExplorationType::Random,
     };
     if let Ok(which) = std::env::var("ROLLOUT_BENCH_ONLY") {
+        if which == "pair" {
+            pair(mode);
+            return;
+        }
         let rate = match which.as_str() {
             "bare" => {
                 let mut bare = Bare::new(mode);

@@ -23,9 +23,7 @@ pub(super) enum Envs {
 
 /// Copies of every env when all are the built-in `pick` selects.
 fn all<T: Clone>(envs: &[Box<dyn Env>], pick: impl Fn(BuiltinEnv<'_>) -> Option<&T>) -> Option<Vec<T>> {
-    envs.iter()
-        .map(|e| e.builtin().and_then(&pick).cloned())
-        .collect()
+    envs.iter().map(|e| e.builtin().and_then(&pick).cloned()).collect()
 }
 
 impl Envs {
