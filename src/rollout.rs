@@ -881,6 +881,9 @@ mod concrete;
 mod checkpoint_tests;
 
 #[cfg(test)]
+mod concrete_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::env::{Counting, CountingConfig, Registry, Transition};
