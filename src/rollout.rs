@@ -11,14 +11,16 @@ use std::sync::Arc;
 use ndarray::{ArrayD, IxDyn};
 use serde::{Deserialize, Serialize};
 
-use crate::env::{Action, Env, EnvError, EnvSnapshot};
-use crate::policy::{ActionsMut, Policy, PolicyError, RandomPolicy, SamplerState, Weights};
+use crate::env::{Action, CartPole, Env, EnvError, EnvSnapshot, MountainCarContinuous, Pendulum};
+use crate::policy::{ActionsMut, Linear, Mlp, Policy, PolicyError, RandomPolicy, SamplerState, Weights};
 use crate::spec::Spec;
 use crate::tensor::{Tensor, TensorDict, TensorError};
 
 // The batch schema lives in `crate::schema`; these names stay reachable here for
 // the crates that use `rollout::rollout::{keys, BatchLayout, ..}`.
 pub use crate::schema::{batch_layout, keys, layout_difference, BatchLayout};
+
+use concrete::{EnvKind, Envs, Pol, PolicyKind};
 
 /// What went wrong while building or running a rollout.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -221,9 +223,12 @@ fn take_vec<T: Clone>(t: Tensor, unwrap: fn(Tensor) -> Option<ArrayD<T>>) -> Vec
 }
 
 /// Steps K envs with one policy and fills batches of exactly `frames_per_batch` frames.
+///
+/// Built-in envs and policies are stepped by their concrete type (see
+/// [`concrete`](self::concrete)); envs and policies of your own through their traits.
 pub struct Rollout {
-    envs: Vec<Box<dyn Env>>,
-    policy: Box<dyn Policy>,
+    envs: Envs,
+    policy: Pol,
     random: Option<RandomPolicy>,
     config: RolloutConfig,
     discrete: bool,
@@ -318,8 +323,8 @@ impl Rollout {
             pending_seed,
             act_i: vec![0; k],
             act_f: vec![0.0; k * act_dim],
-            envs,
-            policy,
+            envs: Envs::new(envs),
+            policy: Pol::new(policy),
             random,
             config,
             discrete,
@@ -333,7 +338,7 @@ impl Rollout {
 
     /// The layout of every batch this rollout produces (from its envs' specs).
     pub fn batch_layout(&self) -> BatchLayout {
-        batch_layout(self.envs[0].observation_spec(), self.envs[0].action_spec())
+        batch_layout(self.envs.get(0).observation_spec(), self.envs.get(0).action_spec())
     }
 
     /// Number of envs.
@@ -358,18 +363,18 @@ impl Rollout {
 
     /// The policy's current weights.
     pub fn weights(&self) -> &Weights {
-        self.policy.weights()
+        self.policy.get().weights()
     }
 
     /// Loads new weights into the policy.
     pub fn set_weights(&mut self, weights: &Weights) -> Result<(), RolloutError> {
-        Ok(self.policy.set_weights(weights)?)
+        Ok(self.policy.get_mut().set_weights(weights)?)
     }
 
     /// Loads weights shared with others (see [`Policy::set_shared_weights`]): what a
     /// node's workers do with the one decoded update they all receive.
     pub fn set_shared_weights(&mut self, weights: &Arc<Weights>) -> Result<(), RolloutError> {
-        Ok(self.policy.set_shared_weights(weights)?)
+        Ok(self.policy.get_mut().set_shared_weights(weights)?)
     }
 
     /// The trajectory id allocators, one per env.
@@ -401,6 +406,7 @@ impl Rollout {
         }
         self.needs_reset.iter_mut().for_each(|r| *r = true);
         self.policy
+            .get_mut()
             .reseed(seed.wrapping_add(k).wrapping_mul(0x9e37_79b9_7f4a_7c15));
         if let Some(r) = &mut self.random {
             r.reseed(seed ^ 0x5eed_5eed_5eed_5eed);
@@ -412,10 +418,8 @@ impl Rollout {
     /// an env or the policy does not implement the checkpoint hooks.
     pub fn snapshot(&self) -> Result<RolloutState, RolloutError> {
         let d = self.obs_dim;
-        let envs = self
-            .envs
-            .iter()
-            .enumerate()
+        let envs = (0..self.envs.len())
+            .map(|k| (k, self.envs.get(k)))
             .map(|(k, e)| {
                 Ok(EnvState {
                     name: e.name().to_string(),
@@ -436,7 +440,7 @@ impl Rollout {
         Ok(RolloutState {
             frames: self.frames,
             envs,
-            policy: self.policy.sampler_state()?,
+            policy: self.policy.get().sampler_state()?,
             random,
         })
     }
@@ -473,7 +477,8 @@ impl Rollout {
         if state.random.is_some() != self.random.is_some() {
             return bad("the checkpoint and this rollout disagree on init_random_frames".into());
         }
-        for (i, (s, env)) in state.envs.iter().zip(&self.envs).enumerate() {
+        for (i, s) in state.envs.iter().enumerate() {
+            let env = self.envs.get(i);
             let ids = &self.ids[i];
             if s.name != env.name() {
                 return bad(format!(
@@ -511,11 +516,13 @@ impl Rollout {
     /// Puts a checked `state` in place; only the envs and the policies can still refuse it.
     fn apply(&mut self, state: &RolloutState) -> Result<(), RolloutError> {
         let d = self.obs_dim;
-        for (k, (s, env)) in state.envs.iter().zip(&mut self.envs).enumerate() {
-            env.restore(&s.env)
+        for (k, s) in state.envs.iter().enumerate() {
+            self.envs
+                .get_mut(k)
+                .restore(&s.env)
                 .map_err(|source| RolloutError::Env { env: k, source })?;
         }
-        self.policy.set_sampler_state(state.policy.as_ref())?;
+        self.policy.get_mut().set_sampler_state(state.policy.as_ref())?;
         if let Some(r) = &mut self.random {
             r.set_sampler_state(state.random.as_ref())?;
         }
@@ -606,18 +613,28 @@ impl Rollout {
             self.needs_reset.iter_mut().for_each(|r| *r = true);
         }
         let mut b = self.buffers();
-        // Specialised for common observation sizes and for one env: constant-length
-        // rows compile to plain moves and the env loop disappears (0 = any size).
-        let filled = match (self.obs_dim, k_envs) {
-            (1, 1) => self.fill::<1, 1>(&mut b),
-            (2, 1) => self.fill::<2, 1>(&mut b),
-            (3, 1) => self.fill::<3, 1>(&mut b),
-            (4, 1) => self.fill::<4, 1>(&mut b),
-            (1, _) => self.fill::<1, 0>(&mut b),
-            (2, _) => self.fill::<2, 0>(&mut b),
-            (3, _) => self.fill::<3, 0>(&mut b),
-            (4, _) => self.fill::<4, 0>(&mut b),
-            _ => self.fill::<0, 0>(&mut b),
+        // Compiled for each built-in env (its observation size is a constant) and
+        // policy, and for one env (the env loop disappears); envs of your own are
+        // specialised for common observation sizes only (0 = any size).
+        let filled = match (&self.envs, &self.policy, k_envs == 1) {
+            (Envs::CartPole(_), Pol::Linear(_), one) => self.fill_k::<4, CartPole, Linear>(&mut b, one),
+            (Envs::CartPole(_), Pol::Mlp(_), one) => self.fill_k::<4, CartPole, Mlp>(&mut b, one),
+            (Envs::CartPole(_), Pol::Dyn(_), one) => self.fill_k::<4, CartPole, dyn Policy>(&mut b, one),
+            (Envs::Pendulum(_), Pol::Linear(_), one) => self.fill_k::<3, Pendulum, Linear>(&mut b, one),
+            (Envs::Pendulum(_), Pol::Mlp(_), one) => self.fill_k::<3, Pendulum, Mlp>(&mut b, one),
+            (Envs::Pendulum(_), Pol::Dyn(_), one) => self.fill_k::<3, Pendulum, dyn Policy>(&mut b, one),
+            (Envs::MountainCar(_), Pol::Linear(_), one) => self.fill_k::<2, MountainCarContinuous, Linear>(&mut b, one),
+            (Envs::MountainCar(_), Pol::Mlp(_), one) => self.fill_k::<2, MountainCarContinuous, Mlp>(&mut b, one),
+            (Envs::MountainCar(_), Pol::Dyn(_), one) => {
+                self.fill_k::<2, MountainCarContinuous, dyn Policy>(&mut b, one)
+            }
+            (Envs::Dyn(_), _, one) => match self.obs_dim {
+                1 => self.fill_k::<1, Box<dyn Env>, dyn Policy>(&mut b, one),
+                2 => self.fill_k::<2, Box<dyn Env>, dyn Policy>(&mut b, one),
+                3 => self.fill_k::<3, Box<dyn Env>, dyn Policy>(&mut b, one),
+                4 => self.fill_k::<4, Box<dyn Env>, dyn Policy>(&mut b, one),
+                _ => self.fill_k::<0, Box<dyn Env>, dyn Policy>(&mut b, one),
+            },
         };
         match filled {
             Ok(()) => self.to_tensordict(b),
@@ -628,9 +645,27 @@ impl Rollout {
         }
     }
 
-    /// The hot loop. Fields are borrowed apart into locals first, so the compiler
-    /// keeps them in registers across the env and policy calls.
-    fn fill<const D: usize, const K: usize>(&mut self, b: &mut Buffers) -> Result<(), RolloutError> {
+    /// [`Rollout::fill`] for one env (`one`) or any number.
+    #[inline(always)]
+    fn fill_k<const D: usize, E: EnvKind, P: PolicyKind + ?Sized>(
+        &mut self,
+        b: &mut Buffers,
+        one: bool,
+    ) -> Result<(), RolloutError> {
+        if one {
+            self.fill::<D, 1, E, P>(b)
+        } else {
+            self.fill::<D, 0, E, P>(b)
+        }
+    }
+
+    /// The hot loop, compiled for env type `E` and policy type `P`. Fields are borrowed
+    /// apart into locals first, so the compiler keeps them in registers across the env
+    /// and policy calls.
+    fn fill<const D: usize, const K: usize, E: EnvKind, P: PolicyKind + ?Sized>(
+        &mut self,
+        b: &mut Buffers,
+    ) -> Result<(), RolloutError> {
         let Rollout {
             envs,
             policy,
@@ -651,6 +686,12 @@ impl Rollout {
             frames,
             ..
         } = self;
+        let internal = || RolloutError::Config {
+            field: "buffers",
+            reason: "internal: the env or policy type disagrees with the compiled loop".into(),
+        };
+        let envs = E::slice(envs).ok_or_else(internal)?;
+        let policy = P::pick(policy).ok_or_else(internal)?;
         let d = if D == 0 { *obs_dim } else { D };
         let (a, steps, discrete) = (*act_dim, *steps, *discrete);
         let k_envs = if K == 0 { envs.len() } else { K };
@@ -721,7 +762,7 @@ impl Rollout {
             };
             match random {
                 Some(r) if *frames < init_random => r.act(cur_obs, k_envs, actions)?,
-                _ => policy.act(cur_obs, k_envs, actions)?,
+                _ => policy.act_fixed::<D>(cur_obs, k_envs, actions)?,
             }
             for k in 0..k_envs {
                 let i = k * steps + t;
@@ -736,7 +777,7 @@ impl Rollout {
                     Action::Continuous(src)
                 };
                 let next = &mut next_obs[i * d..(i + 1) * d];
-                let tr = match envs[k].step(action, next) {
+                let tr = match envs[k].step_fast(action, next) {
                     Ok(tr) => tr,
                     Err(source) => return Err(RolloutError::Env { env: k, source }),
                 };
@@ -834,8 +875,13 @@ fn into_bool(t: Tensor) -> Option<ArrayD<bool>> {
     }
 }
 
+mod concrete;
+
 #[cfg(test)]
 mod checkpoint_tests;
+
+#[cfg(test)]
+mod concrete_tests;
 
 #[cfg(test)]
 mod tests {

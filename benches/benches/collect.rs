@@ -1,10 +1,12 @@
-//! Collection speed against its own baseline, measured in one run.
+//! Collection speed against its own baseline, measured in one run, in both
+//! exploration modes (sampled actions, and the deterministic argmax).
 //!
 //! (a) the bare single-thread loop: CartPole step + linear policy + every frame
 //!     written into plain reused arrays (the physical limit of one core);
 //! (b) `Rollout` collecting the same frames (core crate);
+//! (p) the bare loop on every core at once, on plain threads;
 //! (c) the in-process actor system, 2 nodes x 1 env, async and sync.
-//! Prints frames/s and the ratios b/a and c/(cores x a).
+//! Prints frames/s and the ratios b/a, c/(cores x a) and c/p, for each mode.
 //!
 //! Run: `cargo bench -p rollout-benches --bench collect`
 
@@ -14,13 +16,21 @@ use std::time::{Duration, Instant};
 use rollout::env::{CartPole, CartPoleConfig};
 use rollout::policy::{ActionsMut, Linear, Policy};
 use rollout::rollout::{Rollout, RolloutConfig, TrajIds};
-use rollout::{Action, Env, PolicyConfig, Spec};
+use rollout::{Action, Env, ExplorationType, PolicyConfig};
 use rollout_actors::DistributedCollector;
 
 const F: usize = 10_000;
 
-fn linear(env: &CartPole) -> Linear {
-    Linear::new(env.observation_spec(), env.action_spec(), 0, 1).expect("linear policy")
+/// The two exploration modes, in the order they are reported.
+const MODES: [(ExplorationType, &str); 2] = [
+    (ExplorationType::Random, "sampling"),
+    (ExplorationType::Deterministic, "deterministic"),
+];
+
+fn linear(env: &CartPole, mode: ExplorationType) -> Linear {
+    let mut p = Linear::new(env.observation_spec(), env.action_spec(), 0, 1).expect("linear policy");
+    p.set_exploration(mode);
+    p
 }
 
 /// The bare loop: no trait objects, no bookkeeping beyond the frame itself.
@@ -42,9 +52,9 @@ struct Bare {
 }
 
 impl Bare {
-    fn new() -> Bare {
+    fn new(mode: ExplorationType) -> Bare {
         let mut env = CartPole::new(CartPoleConfig::default()).expect("cartpole");
-        let policy = linear(&env);
+        let policy = linear(&env, mode);
         let mut cur = [0.0; 4];
         env.reset(Some(0), &mut cur).expect("reset");
         Bare {
@@ -95,9 +105,9 @@ impl Bare {
     }
 }
 
-fn rollout() -> Rollout {
+fn rollout(mode: ExplorationType) -> Rollout {
     let env = CartPole::new(CartPoleConfig::default()).expect("cartpole");
-    let policy = Box::new(linear(&env));
+    let policy = Box::new(linear(&env, mode));
     Rollout::new(
         vec![Box::new(env)],
         policy,
@@ -110,9 +120,21 @@ fn rollout() -> Rollout {
     .expect("rollout")
 }
 
-/// Frames per second of `f` run repeatedly for about `secs` (after one warm-up call).
+/// Frames per second of `f` run repeatedly for about `secs` (after one warm-up call),
+/// or exactly `ROLLOUT_BENCH_CALLS` times when that is set (for instruction counts
+/// under callgrind, which do not depend on the machine's load).
 fn rate(secs: f64, frames_per_call: usize, mut f: impl FnMut()) -> f64 {
     f();
+    if let Some(n) = std::env::var("ROLLOUT_BENCH_CALLS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        let start = Instant::now();
+        for _ in 0..n {
+            f();
+        }
+        return (n * frames_per_call as u64) as f64 / start.elapsed().as_secs_f64();
+    }
     let start = Instant::now();
     let mut calls = 0u64;
     while start.elapsed() < Duration::from_secs_f64(secs) {
@@ -129,12 +151,12 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// The bare loop on every core at once, on plain threads: what the machine can
 /// really do in parallel (a VM's cores rarely scale perfectly).
-fn parallel_bare(secs: f64) -> f64 {
+fn parallel_bare(secs: f64, mode: ExplorationType) -> f64 {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let handles: Vec<_> = (0..cores)
         .map(|_| {
             std::thread::spawn(move || {
-                let mut bare = Bare::new();
+                let mut bare = Bare::new(mode);
                 rate(secs, F, || bare.run())
             })
         })
@@ -142,7 +164,7 @@ fn parallel_bare(secs: f64) -> f64 {
     handles.into_iter().map(|h| h.join().expect("bare thread")).sum()
 }
 
-fn collector(sync: bool) -> DistributedCollector {
+fn collector(sync: bool, mode: ExplorationType) -> DistributedCollector {
     DistributedCollector::builder()
         .env("CartPole-v1")
         .policy(PolicyConfig::Linear)
@@ -151,23 +173,149 @@ fn collector(sync: bool) -> DistributedCollector {
         .frames_per_batch(F)
         .total_frames(-1)
         .sync(sync)
+        .exploration_type(mode)
         .seed(0)
         .build()
         .expect("collector")
 }
 
+/// The frame rates of one round in one mode, all measured back to back.
+struct Round {
+    bare: f64,
+    rollout: f64,
+    parallel: f64,
+    async_c: f64,
+    sync_c: f64,
+}
+
+/// Everything one mode needs, built once and reused by every round.
+struct Setup {
+    mode: ExplorationType,
+    bare: Bare,
+    rollout: Rollout,
+    async_c: DistributedCollector,
+    sync_c: DistributedCollector,
+}
+
+impl Setup {
+    fn new(mode: ExplorationType) -> Setup {
+        Setup {
+            mode,
+            bare: Bare::new(mode),
+            rollout: rollout(mode),
+            async_c: collector(false, mode),
+            sync_c: collector(true, mode),
+        }
+    }
+
+    fn round(&mut self, secs: f64) -> Round {
+        let pull = |c: &mut DistributedCollector| {
+            let batch = c.next_batch().expect("batch").expect("endless");
+            black_box(batch.data.numel());
+            c.recycle(batch);
+        };
+        let bare = &mut self.bare;
+        let ro = &mut self.rollout;
+        Round {
+            bare: rate(secs, F, || bare.run()),
+            rollout: rate(secs, F, || {
+                let batch = ro.collect().expect("collect");
+                ro.recycle(batch);
+            }),
+            parallel: parallel_bare(secs, self.mode),
+            async_c: rate(secs, F, || pull(&mut self.async_c)),
+            sync_c: rate(secs, F, || pull(&mut self.sync_c)),
+        }
+    }
+
+    fn shutdown(mut self) {
+        self.async_c.shutdown().expect("shutdown");
+        self.sync_c.shutdown().expect("shutdown");
+    }
+}
+
+/// Prints the medians of one mode's rounds; every ratio is taken within a round.
+fn report(name: &str, rounds: &[Round], cores: usize) {
+    let med = |f: &dyn Fn(&Round) -> f64| median(rounds.iter().map(f).collect());
+    let n = cores as f64;
+    println!("{name}:");
+    println!(
+        "  (a)  bare loop, 1 thread             {:>12.0} frames/s",
+        med(&|r| r.bare)
+    );
+    println!(
+        "  (b)  Rollout, 1 thread               {:>12.0} frames/s   b/a = {:.3}",
+        med(&|r| r.rollout),
+        med(&|r| r.rollout / r.bare)
+    );
+    println!(
+        "  (p)  bare loop on {cores} threads          {:>12.0} frames/s   p/({cores}a) = {:.3}",
+        med(&|r| r.parallel),
+        med(&|r| r.parallel / (n * r.bare))
+    );
+    println!(
+        "  (c)  collector async 2 nodes x 1 env {:>12.0} frames/s   c/({cores}a) = {:.3}   c/p = {:.3}",
+        med(&|r| r.async_c),
+        med(&|r| r.async_c / (n * r.bare)),
+        med(&|r| r.async_c / r.parallel)
+    );
+    println!(
+        "  (c') collector sync 2 nodes x 1 env  {:>12.0} frames/s   c'/({cores}a) = {:.3}   c'/p = {:.3}",
+        med(&|r| r.sync_c),
+        med(&|r| r.sync_c / (n * r.bare)),
+        med(&|r| r.sync_c / r.parallel)
+    );
+}
+
+/// `ROLLOUT_BENCH_ONLY=pair`: the bare loop and `Rollout` alternate batch by batch for
+/// 3 s and each batch is timed; the fastest batch of each is what the core can do when
+/// nobody else runs on it, so their ratio holds even on a busy machine.
+fn pair(mode: ExplorationType) {
+    let mut bare = Bare::new(mode);
+    let mut ro = rollout(mode);
+    let (mut tb, mut tr) = (Vec::new(), Vec::new());
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(3) {
+        let t = Instant::now();
+        bare.run();
+        tb.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        let batch = ro.collect().expect("collect");
+        tr.push(t.elapsed().as_secs_f64());
+        ro.recycle(batch);
+    }
+    let min = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    let (b, r) = (min(&tb), min(&tr));
+    println!(
+        "pair ({mode:?}, {} batches each): bare {:.0}, rollout {:.0} frames/s at best; b/a = {:.3} (medians: {:.3})",
+        tb.len(),
+        F as f64 / b,
+        F as f64 / r,
+        b / r,
+        median(tb.clone()) / median(tr.clone())
+    );
+}
+
 fn main() {
-    let _ = Spec::Discrete { n: 2 };
-    // Profiling aid: `ROLLOUT_BENCH_ONLY=bare|rollout|parallel|async|sync` runs that one for 3 s.
+    // Profiling aid: `ROLLOUT_BENCH_ONLY=bare|rollout|parallel|async|sync` runs that one
+    // for 3 s (or `ROLLOUT_BENCH_CALLS` batches); `ROLLOUT_BENCH_MODE=deterministic` picks the argmax policy (default: sampling).
+    let mode = match std::env::var("ROLLOUT_BENCH_MODE").as_deref() {
+        Ok("deterministic") => ExplorationType::Deterministic,
+        _ => ExplorationType::Random,
+    };
     if let Ok(which) = std::env::var("ROLLOUT_BENCH_ONLY") {
+        if which == "pair" {
+            pair(mode);
+            return;
+        }
         let rate = match which.as_str() {
             "bare" => {
-                let mut bare = Bare::new();
+                let mut bare = Bare::new(mode);
                 rate(3.0, F, || bare.run())
             }
-            "parallel" => parallel_bare(3.0),
+            "parallel" => parallel_bare(3.0, mode),
             "async" | "sync" => {
-                let mut c = collector(which == "sync");
+                let mut c = collector(which == "sync", mode);
                 let r = rate(3.0, F, || {
                     let batch = c.next_batch().expect("batch").expect("endless");
                     c.recycle(batch);
@@ -176,78 +324,34 @@ fn main() {
                 r
             }
             _ => {
-                let mut ro = rollout();
+                let mut ro = rollout(mode);
                 rate(3.0, F, || {
                     let batch = ro.collect().expect("collect");
                     ro.recycle(batch);
                 })
             }
         };
-        println!("{which}: {rate:.0} frames/s");
+        println!("{which} ({mode:?}): {rate:.0} frames/s");
         return;
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let rounds = 9;
     let secs = 0.3;
-    let mut bare = Bare::new();
-    let mut ro = rollout();
-    let mut asy = collector(false);
-    let mut syn = collector(true);
-    let pull = |c: &mut DistributedCollector| {
-        let batch = c.next_batch().expect("batch").expect("endless");
-        black_box(batch.data.numel());
-        c.recycle(batch);
-    };
-    // Every round measures everything back to back, so a slow spell of this
-    // (shared, virtual) machine hits a round's baseline and its candidates alike;
+    let mut setups: Vec<Setup> = MODES.iter().map(|&(m, _)| Setup::new(m)).collect();
+    // Every round measures everything of both modes back to back, so a slow spell of
+    // this (shared, virtual) machine hits a round's baselines and its candidates alike;
     // ratios are taken per round and the median is reported.
-    let (mut a, mut b, mut p, mut ca, mut cs) = (vec![], vec![], vec![], vec![], vec![]);
-    let (mut rb, mut rp, mut rca, mut rcs, mut rpa, mut rps) = (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let mut results: Vec<Vec<Round>> = setups.iter().map(|_| Vec::new()).collect();
     for _ in 0..rounds {
-        let ra = rate(secs, F, || bare.run());
-        let rr = rate(secs, F, || {
-            let batch = ro.collect().expect("collect");
-            ro.recycle(batch);
-        });
-        let rpar = parallel_bare(secs);
-        let rasy = rate(secs, F, || pull(&mut asy));
-        let rsyn = rate(secs, F, || pull(&mut syn));
-        rb.push(rr / ra);
-        rp.push(rpar / (cores as f64 * ra));
-        rca.push(rasy / (cores as f64 * ra));
-        rcs.push(rsyn / (cores as f64 * ra));
-        rpa.push(rasy / rpar);
-        rps.push(rsyn / rpar);
-        a.push(ra);
-        b.push(rr);
-        p.push(rpar);
-        ca.push(rasy);
-        cs.push(rsyn);
+        for (s, r) in setups.iter_mut().zip(&mut results) {
+            r.push(s.round(secs));
+        }
     }
-    asy.shutdown().expect("shutdown");
-    syn.shutdown().expect("shutdown");
+    for s in setups {
+        s.shutdown();
+    }
     println!("median of {rounds} interleaved rounds, CartPole-v1 + linear policy, {F} frames per batch, {cores} cores");
-    println!("(a)  bare loop, 1 thread            {:>12.0} frames/s", median(a));
-    println!(
-        "(b)  Rollout, 1 thread              {:>12.0} frames/s   b/a = {:.3}",
-        median(b),
-        median(rb)
-    );
-    println!(
-        "(p)  bare loop on {cores} threads         {:>12.0} frames/s   p/({cores}a) = {:.3}",
-        median(p),
-        median(rp)
-    );
-    println!(
-        "(c)  collector async 2 nodes x 1 env {:>12.0} frames/s   c/({cores}a) = {:.3}   c/p = {:.3}",
-        median(ca),
-        median(rca),
-        median(rpa)
-    );
-    println!(
-        "(c') collector sync 2 nodes x 1 env  {:>12.0} frames/s   c'/({cores}a) = {:.3}   c'/p = {:.3}",
-        median(cs),
-        median(rcs),
-        median(rps)
-    );
+    for ((_, name), r) in MODES.iter().zip(&results) {
+        report(name, r, cores);
+    }
 }

@@ -325,6 +325,66 @@ pub trait Env: Send {
         let _ = snapshot;
         Err(EnvError::NotCheckpointable(self.name().to_string()))
     }
+    /// Which built-in env this is, if it is one: the collection loop then steps a copy
+    /// of it by its concrete type, with no dynamic call per step. Envs of your own keep
+    /// the default, `None`, and are stepped through the trait.
+    #[doc(hidden)]
+    fn builtin(&self) -> Option<BuiltinEnv<'_>> {
+        None
+    }
+}
+
+/// A built-in env behind a trait object (see [`Env::builtin`]).
+#[doc(hidden)]
+pub enum BuiltinEnv<'a> {
+    /// `CartPole-v1`.
+    CartPole(&'a CartPole),
+    /// `Pendulum-v1`.
+    Pendulum(&'a Pendulum),
+    /// `MountainCarContinuous-v0`.
+    MountainCar(&'a MountainCarContinuous),
+}
+
+/// A boxed env is an env: the collection loop is generic over the env type, and its
+/// fallback for envs of your own steps `Box<dyn Env>`.
+impl<E: Env + ?Sized> Env for Box<E> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn observation_spec(&self) -> &Spec {
+        (**self).observation_spec()
+    }
+    fn action_spec(&self) -> &Spec {
+        (**self).action_spec()
+    }
+    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
+        (**self).reset(seed, obs)
+    }
+    #[inline]
+    fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Transition, EnvError> {
+        (**self).step(action, obs)
+    }
+    fn state(&self) -> Vec<f64> {
+        (**self).state()
+    }
+    fn set_state(&mut self, state: &[f64]) -> Result<(), EnvError> {
+        (**self).set_state(state)
+    }
+    fn elapsed_steps(&self) -> u64 {
+        (**self).elapsed_steps()
+    }
+    fn set_elapsed_steps(&mut self, steps: u64) {
+        (**self).set_elapsed_steps(steps)
+    }
+    fn snapshot(&self) -> Result<EnvSnapshot, EnvError> {
+        (**self).snapshot()
+    }
+    fn restore(&mut self, snapshot: &EnvSnapshot) -> Result<(), EnvError> {
+        (**self).restore(snapshot)
+    }
+    fn builtin(&self) -> Option<BuiltinEnv<'_>> {
+        (**self).builtin()
+    }
 }
 
 /// Checks that an observation buffer has the length an env writes.

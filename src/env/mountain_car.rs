@@ -132,6 +132,7 @@ impl Env for MountainCarContinuous {
         Ok(())
     }
 
+    #[inline]
     fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Transition, EnvError> {
         check_obs_len(obs, 2)?;
         let a = action.continuous(&self.action_spec)?;
@@ -257,6 +258,10 @@ impl Env for MountainCarContinuous {
         self.needs_reset = s.needs_reset;
         self.rng = rng;
         Ok(())
+    }
+
+    fn builtin(&self) -> Option<super::BuiltinEnv<'_>> {
+        Some(super::BuiltinEnv::MountainCar(self))
     }
 }
 

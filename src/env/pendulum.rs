@@ -150,6 +150,7 @@ impl Env for Pendulum {
         Ok(())
     }
 
+    #[inline]
     fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Transition, EnvError> {
         check_obs_len(obs, 3)?;
         let a = action.continuous(&self.action_spec)?;
@@ -218,6 +219,10 @@ impl Env for Pendulum {
         self.needs_reset = s.needs_reset;
         self.rng = rng;
         Ok(())
+    }
+
+    fn builtin(&self) -> Option<super::BuiltinEnv<'_>> {
+        Some(super::BuiltinEnv::Pendulum(self))
     }
 }
 

@@ -83,6 +83,7 @@ pub(super) fn action_len_error(len: usize, k: usize, dim: usize) -> PolicyError 
 }
 
 /// The sampling generator: ChaCha8 plus the spare normal of Box–Muller.
+#[derive(Clone)]
 pub(super) struct Sampler {
     rng: ChaCha8Rng,
     spare: Option<f32>,
@@ -191,6 +192,7 @@ pub(super) fn sample_softmax(z: &mut [f32], u: f32) -> usize {
 }
 
 /// How raw outputs become actions.
+#[derive(Clone)]
 pub(super) enum Head {
     /// Logits over `n` choices.
     Discrete {
@@ -255,6 +257,7 @@ impl Head {
 }
 
 /// One dense layer: its place in the flat parameter vector and its tensors' names.
+#[derive(Clone)]
 struct Layer {
     n_in: usize,
     n_out: usize,
@@ -268,6 +271,7 @@ struct Layer {
 
 /// Dense layers (tanh between them) followed by a [`Head`]; the engine of
 /// `Linear` and `Mlp`.
+#[derive(Clone)]
 pub(super) struct Net {
     obs_dim: usize,
     action: Spec,
@@ -437,6 +441,50 @@ impl Net {
             (_, actions) => return Err(action_kind_error(&self.action, &actions)),
         }
         Ok(())
+    }
+
+    /// [`Net::act`] for observations of `D` values (a constant), written for the
+    /// collection loop's compiled path: a single layer to two logits, or to a box, is
+    /// evaluated with fixed-length rows (no loop over the input, no per-row checks),
+    /// with the same operations in the same order, so the actions are bit for bit
+    /// those of `act`. Anything else (hidden layers, a large network read from its
+    /// named tensors, `D` = 0) is `act` itself.
+    #[inline(always)]
+    pub(super) fn act_fixed<const D: usize>(
+        &mut self,
+        obs: &[f32],
+        k: usize,
+        actions: ActionsMut<'_>,
+    ) -> Result<(), PolicyError> {
+        let [layer] = &self.layers[..] else {
+            return self.act(obs, k, actions);
+        };
+        if D == 0 || self.named || self.obs_dim != D || Some(obs.len()) != k.checked_mul(D) {
+            return self.act(obs, k, actions);
+        }
+        let random = self.exploration == ExplorationType::Random;
+        let params = &self.params[layer.w..layer.b + layer.n_out];
+        match (&self.head, actions) {
+            (Head::Discrete { n: 2 }, ActionsMut::Discrete(out)) if out.len() == k && params.len() == 2 * D + 2 => {
+                let (w0, rest) = params.split_at(D);
+                let (w1, bias) = rest.split_at(D);
+                for (r, o) in out.iter_mut().enumerate() {
+                    let x = &obs[r * D..(r + 1) * D];
+                    let z0 = dot::<D>(w0, x, bias[0]);
+                    let z1 = dot::<D>(w1, x, bias[1]);
+                    let i = if random {
+                        let p1 = 1.0 / (1.0 + (z0 - z1).exp());
+                        self.sampler.uniform() < p1
+                    } else {
+                        // The argmax, the first one on ties (a NaN first logit wins, as there).
+                        z1 > z0
+                    };
+                    *o = i as i64;
+                }
+                Ok(())
+            }
+            (_, actions) => self.act(obs, k, actions),
+        }
     }
 
     /// The current weights.
@@ -613,6 +661,17 @@ fn forward(layers: &[Layer], params: &impl LayerSource, x: &[f32], a: &mut Vec<f
         }
         std::mem::swap(a, b);
     }
+}
+
+/// `b + w . x` over exactly `D` values, summed in [`dense`]'s order.
+#[inline(always)]
+fn dot<const D: usize>(w: &[f32], x: &[f32], b: f32) -> f32 {
+    let (w, x) = (&w[..D], &x[..D]);
+    let mut s = b;
+    for i in 0..D {
+        s += w[i] * x[i];
+    }
+    s
 }
 
 /// `out = w x + b` with `w` row-major `[out.len(), x.len()]`.

@@ -25,6 +25,7 @@ use crate::spec::Spec;
 /// `±1/sqrt(obs_dim)` (torch's `nn.Linear` default), `weight` then `bias`.
 /// Sampling uses a separate ChaCha8 seeded by `seed` (see [`Policy::reseed`]).
 /// The exploration type starts as [`ExplorationType::Random`].
+#[derive(Clone)]
 pub struct Linear {
     net: Net,
 }
@@ -40,7 +41,22 @@ impl Linear {
     }
 }
 
+impl Linear {
+    /// [`Policy::act`] for observations of `D` values, a constant of the collection
+    /// loop's compiled path: the same actions, from fixed-length rows.
+    #[inline(always)]
+    pub(crate) fn act_fixed<const D: usize>(
+        &mut self,
+        obs: &[f32],
+        k: usize,
+        actions: ActionsMut<'_>,
+    ) -> Result<(), PolicyError> {
+        self.net.act_fixed::<D>(obs, k, actions)
+    }
+}
+
 impl Policy for Linear {
+    #[inline]
     fn act(&mut self, obs: &[f32], k: usize, actions: ActionsMut<'_>) -> Result<(), PolicyError> {
         self.net.act(obs, k, actions)
     }
@@ -71,6 +87,10 @@ impl Policy for Linear {
 
     fn set_sampler_state(&mut self, state: Option<&SamplerState>) -> Result<(), PolicyError> {
         self.net.set_sampler_state(state)
+    }
+
+    fn builtin(&self) -> Option<super::BuiltinPolicy<'_>> {
+        Some(super::BuiltinPolicy::Linear(self))
     }
 }
 

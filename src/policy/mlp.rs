@@ -17,6 +17,7 @@ use crate::spec::Spec;
 /// Initial weights: one ChaCha8 seeded by `init_seed`, layer by layer, weight
 /// then bias, uniform in `±1/sqrt(fan_in)` (torch's `nn.Linear` default).
 /// Sampling and exploration noise are as for [`Linear`](super::Linear).
+#[derive(Clone)]
 pub struct Mlp {
     net: Net,
 }
@@ -33,6 +34,7 @@ impl Mlp {
 }
 
 impl Policy for Mlp {
+    #[inline]
     fn act(&mut self, obs: &[f32], k: usize, actions: ActionsMut<'_>) -> Result<(), PolicyError> {
         self.net.act(obs, k, actions)
     }
@@ -63,6 +65,10 @@ impl Policy for Mlp {
 
     fn set_sampler_state(&mut self, state: Option<&SamplerState>) -> Result<(), PolicyError> {
         self.net.set_sampler_state(state)
+    }
+
+    fn builtin(&self) -> Option<super::BuiltinPolicy<'_>> {
+        Some(super::BuiltinPolicy::Mlp(self))
     }
 }
 

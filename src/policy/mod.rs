@@ -255,6 +255,22 @@ pub trait Policy: Send {
         let _ = state;
         Err(PolicyError::NotCheckpointable(std::any::type_name::<Self>()))
     }
+    /// Which built-in policy this is, if it is one: the collection loop then calls a
+    /// copy of it by its concrete type, with no dynamic call per step. Policies of your
+    /// own keep the default, `None`, and are called through the trait.
+    #[doc(hidden)]
+    fn builtin(&self) -> Option<BuiltinPolicy<'_>> {
+        None
+    }
+}
+
+/// A built-in policy behind a trait object (see [`Policy::builtin`]).
+#[doc(hidden)]
+pub enum BuiltinPolicy<'a> {
+    /// [`Linear`].
+    Linear(&'a Linear),
+    /// [`Mlp`].
+    Mlp(&'a Mlp),
 }
 
 /// Which policy to build; travels in configs and over the wire.
