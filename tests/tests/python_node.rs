@@ -53,7 +53,9 @@ fn assert_ok(what: &str, f: &Finished) {
 fn mixed_run(py: &Path, dir: &TempDir, env: &str, sync: bool, flags: &[&str], nodes: &[Node]) -> PathBuf {
     let addr = free_addr().to_string();
     let token = dir.join("token");
-    std::fs::write(&token, "python-node-test\n").expect("write the token");
+    std::fs::write(&token, "python-node-test-token\n").expect("write the token");
+    // Readable by its owner only: the trainer and both kinds of node refuse it otherwise.
+    std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod the token");
     let out = dir.join("out.msgpack");
     let mut collect = Command::new(rollout_bin());
     collect

@@ -23,6 +23,10 @@ def parse(argv):
     p = _Parser(prog="python -m rollout_node", description="Join a trainer as a node and serve it until it shuts down")
     p.add_argument("--join", required=True, metavar="HOST:PORT", help="The trainer's address, HOST:PORT")
     p.add_argument("--token-file", metavar="PATH", help="File holding the shared token (else the ROLLOUT_TOKEN env var)")
+    p.add_argument(
+        "--allow-insecure-token-file", action="store_true",
+        help="Accept a token file readable by group or others",
+    )
     p.add_argument("--name", help="Name shown in the trainer's logs [default: host:pid]")
     p.add_argument("--index", type=int, metavar="I", help="Ask for this node index (a node rejoining its slot)")
     p.add_argument("--connect-timeout", type=float, default=30.0, metavar="SECS", help="Give up connecting after this many seconds")
@@ -37,7 +41,7 @@ def main(argv=None):
     """Runs the node; returns the exit status."""
     args = parse(sys.argv[1:] if argv is None else argv)
     try:
-        token = wire.read_token(args.token_file)
+        token = wire.read_token(args.token_file, args.allow_insecure_token_file)
     except wire.TokenError as e:
         print(f"error: invalid `token`: {e}", file=sys.stderr)
         return 2

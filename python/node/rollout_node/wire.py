@@ -147,11 +147,22 @@ class TokenError(Exception):
     """No usable token."""
 
 
-def read_token(token_file):
+MIN_TOKEN_LEN = 16
+"""Shortest token accepted, as the Rust trainer and node require (`wire::MIN_TOKEN_LEN`)."""
+
+
+def read_token(token_file, insecure_file_ok=False):
     """The token as ``rollout node`` reads it: the file without trailing ASCII whitespace,
-    else ``ROLLOUT_TOKEN`` as it is; empty is refused."""
+    else ``ROLLOUT_TOKEN`` as it is; empty, shorter than 16 bytes, or a file readable by
+    group or others (unless ``insecure_file_ok``) is refused, as ssh refuses such a key."""
     if token_file is not None:
         try:
+            mode = os.stat(token_file).st_mode & 0o777
+            if mode & 0o077 and not insecure_file_ok:
+                raise TokenError(
+                    f"the token file {token_file} is readable by others (mode {mode:03o}): "
+                    f"chmod 600 it, or pass --allow-insecure-token-file"
+                )
             with open(token_file, "rb") as f:
                 raw = f.read()
         except OSError as e:
@@ -161,4 +172,6 @@ def read_token(token_file):
         token = os.environ.get("ROLLOUT_TOKEN", "").encode("utf-8")
     if not token:
         raise TokenError("no token: pass --token-file PATH or set ROLLOUT_TOKEN")
+    if len(token) < MIN_TOKEN_LEN:
+        raise TokenError(f"the token is {len(token)} bytes; at least {MIN_TOKEN_LEN} are needed")
     return token

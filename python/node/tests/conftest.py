@@ -15,7 +15,7 @@ import pytest
 from rollout_node import wire
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TOKEN = b"test-token"
+TOKEN = b"test-token-of-16+bytes"
 DEADLINE = 60.0  # generous: a loaded 2-core machine
 
 
@@ -52,6 +52,7 @@ class Trainer:
         self.port = self.listener.getsockname()[1]
         self.token_file = tmp_path / "token"
         self.token_file.write_bytes(TOKEN + b"\n")  # the trailing newline is not part of it
+        self.token_file.chmod(0o600)
         self.proc = None
         self.sock = None
 

@@ -225,6 +225,20 @@ def test_no_token_is_a_usage_error(trainer, tmp_path):
     assert code == 2 and "error: invalid `token`: no token" in err, err
 
 
+def test_a_short_token_is_a_usage_error(trainer, tmp_path):
+    (tmp_path / "token").write_bytes(b"fifteen-bytes..\n")
+    trainer.start_node()
+    code, err = trainer.finish()
+    assert code == 2 and "at least 16" in err, err
+
+
+def test_a_token_file_readable_by_others_is_a_usage_error(trainer, tmp_path):
+    (tmp_path / "token").chmod(0o644)
+    trainer.start_node()
+    code, err = trainer.finish()
+    assert code == 2 and "readable by others" in err and "--allow-insecure-token-file" in err, err
+
+
 def test_a_rejected_node_exits_1_with_the_reason(trainer):
     trainer.start_node()
     trainer.accept()
