@@ -7,6 +7,7 @@
 mod attack;
 mod batches;
 mod faults;
+mod logs;
 mod messages;
 mod process;
 mod records;
@@ -19,6 +20,7 @@ pub use attack::{
 };
 pub use batches::{assert_unique_traj_ids, cut_trajectories, drain};
 pub use faults::{flaky_registry, panicky_registry, Panicky};
+pub use logs::logs;
 pub use messages::{describe_sent, only_batch};
 pub use process::{alive, rollout_bin, rollout_release_bin, run_bounded, wait_with_deadline, Finished};
 pub use records::OutputRecord;

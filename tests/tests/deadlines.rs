@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex, OnceLock};
+
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -17,7 +17,7 @@ use rollout::wire::{self, NodeFrame, TrainerFrame, Welcome, PROTOCOL_VERSION};
 use rollout::{PolicyConfig, Registry};
 use rollout_actors::remote::{run_node, NodeOptions};
 use rollout_actors::{Collected, DistributedCollector, Launcher};
-use rollout_tests::{free_addr, rollout_bin, run_bounded, value_weights, wait_with_deadline};
+use rollout_tests::{free_addr, logs, rollout_bin, run_bounded, value_weights, wait_with_deadline};
 
 /// 32 bytes: long enough for any token rule.
 const TOKEN: &[u8] = b"deadlines-test-token-0123456789a";
@@ -25,33 +25,6 @@ const TOKEN: &[u8] = b"deadlines-test-token-0123456789a";
 const DEADLINE: Duration = Duration::from_secs(60);
 /// Bound on a whole CLI run of 2000 sync rounds on a loaded machine.
 const RUN_DEADLINE: Duration = Duration::from_secs(300);
-
-/// Every log line of this test process (nextest runs each test in its own).
-fn logs() -> &'static Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let buf = Arc::new(Mutex::new(Vec::new()));
-        let w = buf.clone();
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter("info")
-            .with_ansi(false)
-            .with_writer(move || LogWriter(w.clone()))
-            .try_init();
-        buf
-    })
-}
-
-struct LogWriter(Arc<Mutex<Vec<u8>>>);
-
-impl Write for LogWriter {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 fn log_text() -> String {
     String::from_utf8_lossy(&logs().lock().unwrap_or_else(|p| p.into_inner())).into_owned()

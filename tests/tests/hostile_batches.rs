@@ -7,7 +7,7 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -17,7 +17,7 @@ use rollout::wire::{self, NodeFrame, TrainerFrame, Welcome, PROTOCOL_VERSION};
 use rollout::{DType, PolicyConfig, Registry, Tensor, TensorDict};
 use rollout_actors::remote::{run_node, NodeOptions};
 use rollout_actors::{DistributedCollector, Launcher};
-use rollout_tests::free_addr;
+use rollout_tests::{free_addr, logs};
 
 const TOKEN: &[u8] = b"hostile-batches-token-0123456789";
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -27,33 +27,6 @@ const ENVS: usize = 2;
 const TOTAL: usize = 4000;
 /// The hostile node's index; the legitimate ones are 0 and 1.
 const HOSTILE: usize = 2;
-
-/// Every log line of this process, so a test can find the reason its connection got.
-fn logs() -> &'static Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let buf = Arc::new(Mutex::new(Vec::new()));
-        let w = buf.clone();
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter("info")
-            .with_ansi(false)
-            .with_writer(move || LogWriter(w.clone()))
-            .try_init();
-        buf
-    })
-}
-
-struct LogWriter(Arc<Mutex<Vec<u8>>>);
-
-impl Write for LogWriter {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 /// Waits until a log line naming the node `name` (as `name=…`) holds `needle`, or
 /// fails after the deadline. Names are unique per test ([`unique_name`]), so tests

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -18,37 +18,10 @@ use rollout::wire::{self, NodeFrame, TrainerFrame, Welcome, PROTOCOL_VERSION};
 use rollout::{Counting, CountingConfig, Env, EnvError, PolicyConfig, Registry, Tensor, TensorDict, Weights};
 use rollout_actors::remote::{run_node, NodeOptions};
 use rollout_actors::{CollectError, Collected, DistributedCollector, Launcher};
-use rollout_tests::{alive, counting_process_builder, free_addr, rollout_bin, value_weights};
+use rollout_tests::{alive, counting_process_builder, free_addr, logs, rollout_bin, value_weights};
 
 const TOKEN: &[u8] = b"s3cret-token-for-tests";
 const DEADLINE: Duration = Duration::from_secs(20);
-
-/// Every log line of this process, so tests can check that a reason was logged.
-fn logs() -> &'static Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let buf = Arc::new(Mutex::new(Vec::new()));
-        let w = buf.clone();
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter("info")
-            .with_ansi(false)
-            .with_writer(move || LogWriter(w.clone()))
-            .try_init();
-        buf
-    })
-}
-
-struct LogWriter(Arc<Mutex<Vec<u8>>>);
-
-impl Write for LogWriter {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 /// The log lines of one test's own connection. Every test of this binary logs into the
 /// one capture (`cargo test` runs them side by side in one process), so a line counts
