@@ -30,6 +30,15 @@ fn log_text() -> String {
     String::from_utf8_lossy(&logs().lock().unwrap_or_else(|p| p.into_inner())).into_owned()
 }
 
+/// Asserts that one log line holds both `event` and `reason`.
+fn assert_logged(event: &str, reason: &str) {
+    let log = log_text();
+    assert!(
+        log.lines().any(|l| l.contains(event) && l.contains(reason)),
+        "no `{event}` line saying `{reason}`; log:\n{log}"
+    );
+}
+
 /// A trainer of two external nodes, async, 600 frames, built on a thread (build waits
 /// for the joins); `tune` sets the deadline under test.
 fn trainer(
@@ -234,12 +243,7 @@ fn a_node_that_heartbeats_but_never_answers_seed_is_dropped_and_the_run_finishes
     assert!(closed_after < DEADLINE, "{closed_after:?}");
     finish_on_node_1(t.join().expect("trainer thread"));
     assert_eq!(good.join().expect("node thread"), Ok(()));
-    let log = log_text();
-    assert!(
-        log.lines()
-            .any(|l| l.contains("node lost") && l.contains("no answer to seed within 1.000 s")),
-        "the reason was not reported; log:\n{log}"
-    );
+    assert_logged("node lost", "no answer to seed within 1.000 s");
 }
 
 #[test]
@@ -266,12 +270,7 @@ fn a_node_that_never_answers_update_weights_is_dropped_and_the_run_finishes_exac
         "node 1 collected with v1"
     );
     assert_eq!(good.join().expect("node thread"), Ok(()));
-    let log = log_text();
-    assert!(
-        log.lines()
-            .any(|l| l.contains("node lost") && l.contains("no answer to update_weights (version 1) within 1.000 s")),
-        "the reason was not reported; log:\n{log}"
-    );
+    assert_logged("node lost", "no answer to update_weights (version 1) within 1.000 s");
 }
 
 /// `rollout collect` with `args`, stdout piped, stderr to a pipe read on a thread.
@@ -504,12 +503,7 @@ fn under_supervision_a_node_silent_on_seed_is_replaced_and_the_run_finishes_exac
     c.shutdown().expect("shutdown");
     assert_eq!(good.join().expect("node thread"), Ok(()));
     assert_eq!(replacement.join().expect("node thread"), Ok(()));
-    let log = log_text();
-    assert!(
-        log.lines()
-            .any(|l| l.contains("restarting") && l.contains("no answer to seed within 1.000 s")),
-        "the cause was not reported; log:\n{log}"
-    );
+    assert_logged("restarting", "no answer to seed within 1.000 s");
 }
 
 #[test]
