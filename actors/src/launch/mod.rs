@@ -18,6 +18,7 @@ pub(crate) mod node_start;
 pub mod process;
 pub mod remote;
 pub mod slurm;
+mod slurm_avoid;
 
 use rollout::machine::{ConfigError, TrainerMachine};
 use rollout::node_spec::NodeSpec;

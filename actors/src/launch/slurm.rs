@@ -289,7 +289,7 @@ impl fmt::Display for TaskState {
 }
 
 /// Runs `program args` with a deadline; its stdout on success.
-fn run(program: &str, args: &[&str], timeout: Duration) -> Result<String, SlurmError> {
+pub(super) fn run(program: &str, args: &[&str], timeout: Duration) -> Result<String, SlurmError> {
     let command = std::iter::once(program)
         .chain(args.iter().copied())
         .collect::<Vec<_>>()
@@ -556,7 +556,8 @@ pub struct SlurmResubmit {
 impl SlurmResubmit {
     /// Ends node `node`'s task (`scancel`; it may be gone already), then submits the
     /// job's batch script again as the single array task `node` (its log appends to
-    /// `task-<node>.out`). Returns the new job id. Blocks for the two commands.
+    /// `task-<node>.out`), excluding the host the task still ran on when SLURM has another
+    /// (see `slurm_avoid`). Returns the new job id. Blocks for the SLURM commands.
     pub fn resubmit(&self, node: usize) -> Result<String, SlurmError> {
         let current = {
             let mut r = self.resubmitted.lock();
@@ -585,16 +586,27 @@ impl SlurmResubmit {
     }
 
     fn submit(&self, node: usize, current: &str) -> Result<String, SlurmError> {
+        // Asked before the scancel, while SLURM still shows where the task runs.
+        let avoid = match super::slurm_avoid::host_to_avoid(current) {
+            Ok(avoid) => avoid,
+            Err(e) => {
+                tracing::debug!(task = %current, error = %e, "where the task ran is unknown");
+                None
+            }
+        };
         if let Err(e) = run("scancel", &[current], COMMAND_TIMEOUT) {
             tracing::debug!(task = %current, error = %e, "scancel before resubmitting");
         }
         let script = self.script.display().to_string();
         let array = format!("--array={node}");
-        let out = run(
-            "sbatch",
-            &["--parsable", &array, "--open-mode=append", &script],
-            COMMAND_TIMEOUT,
-        )?;
+        let exclude = avoid.as_ref().map(|h| format!("--exclude={h}"));
+        if let Some(h) = &avoid {
+            tracing::warn!(node, task = %current, host = %h, "the task's host seems gone: resubmitting elsewhere");
+        }
+        let mut args = vec!["--parsable", &array, "--open-mode=append"];
+        args.extend(exclude.as_deref());
+        args.push(&script);
+        let out = run("sbatch", &args, COMMAND_TIMEOUT)?;
         job_id(&out).ok_or(SlurmError::NoJobId(out))
     }
 }

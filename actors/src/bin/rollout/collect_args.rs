@@ -105,6 +105,13 @@ pub(crate) struct CollectArgs {
     /// Longest wait for remote nodes to join, in seconds.
     #[arg(long, default_value_t = 60.0, value_name = "SECS")]
     pub(crate) join_timeout: f64,
+    /// Seconds between heartbeats on a remote node's connection (both ways).
+    #[arg(long, default_value_t = 1.0, value_name = "SECS")]
+    pub(crate) heartbeat: f64,
+    /// Seconds of silence after which a remote node (or, on its side, the trainer) is gone;
+    /// above `--heartbeat`.
+    #[arg(long, default_value_t = 5.0, value_name = "SECS")]
+    pub(crate) heartbeat_timeout: f64,
     /// Longest wait for one batch, in seconds.
     #[arg(long, default_value_t = 60.0, value_name = "SECS", allow_negative_numbers = true)]
     pub(crate) batch_timeout: f64,

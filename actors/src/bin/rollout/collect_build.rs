@@ -70,6 +70,10 @@ fn deadlines(
     args: &CollectArgs,
 ) -> Result<rollout_actors::CollectorBuilder, Failure> {
     b = b
+        .heartbeat(
+            secs("heartbeat", args.heartbeat)?,
+            secs("heartbeat_timeout", args.heartbeat_timeout)?,
+        )
         .request_timeout(secs("request_timeout", args.request_timeout)?)
         .shutdown_ack_timeout(secs("shutdown_ack_timeout", args.shutdown_ack_timeout)?);
     if let Some(s) = args.seed_timeout {
