@@ -1,7 +1,10 @@
 //! What a whole run yielded, and the checks every scenario makes of it.
 
 use rollout::rollout::keys;
+use rollout::TensorDict;
 use rollout_actors::{Collected, DistributedCollector};
+
+use crate::records::OutputRecord;
 
 /// Every batch of a run, in order, until it ends (a run with `total_frames` set).
 /// Panics on an error, and past 10,000 batches (a run that does not end).
@@ -38,17 +41,34 @@ pub fn cut_trajectories(batches: &[Collected]) -> usize {
 /// Asserts that each trajectory id belongs to exactly one (node, env) lane and that its frames
 /// there are consecutive steps, across all `batches` (async `[envs, T]` or sync `[nodes, envs, T]`).
 pub fn assert_unique_traj_ids(batches: &[Collected]) {
+    check_traj_ids(batches.iter().map(|b| (b.node, &b.data)));
+}
+
+/// [`assert_unique_traj_ids`] of the records of a `rollout collect --output` file.
+pub fn assert_unique_traj_ids_in_records(records: &[OutputRecord]) {
+    let dicts: Vec<(Option<usize>, TensorDict)> = records
+        .iter()
+        .map(|r| {
+            let lead = r.data[keys::TRAJ_IDS].shape().to_vec();
+            let entries = r.data.iter().map(|(k, t)| (k.clone(), t.clone()));
+            (r.node, TensorDict::from_entries(&lead, entries).expect("a record's tensors share its batch shape"))
+        })
+        .collect();
+    check_traj_ids(dicts.iter().map(|(n, d)| (*n, d)));
+}
+
+fn check_traj_ids<'a>(batches: impl Iterator<Item = (Option<usize>, &'a TensorDict)>) {
     let mut seen: std::collections::HashMap<i64, (Vec<usize>, i64)> = std::collections::HashMap::new();
-    for b in batches {
-        let ids = b.data.i64(keys::TRAJ_IDS).expect("ids");
-        let steps = b.data.i64(keys::STEP_COUNT).expect("steps");
+    for (node, data) in batches {
+        let ids = data.i64(keys::TRAJ_IDS).expect("ids");
+        let steps = data.i64(keys::STEP_COUNT).expect("steps");
         let shape = ids.shape().to_vec();
         let t = *shape.last().expect("time dim");
         let rows = ids.len() / t;
         let ids = ids.as_slice().expect("contiguous");
         let steps = steps.as_slice().expect("contiguous");
         for r in 0..rows {
-            let lane = match b.node {
+            let lane = match node {
                 Some(n) => vec![n, r],
                 None => vec![r / shape[1], r % shape[1]],
             };

@@ -7,6 +7,7 @@
 mod attack;
 mod batches;
 mod faults;
+mod hosts;
 mod logs;
 mod messages;
 mod process;
@@ -18,11 +19,12 @@ pub use attack::{
     attacker, fixstr, framed, hello_body, send_all, vm_hwm_kib, wait_closed, AttackedTrainer, Closed, RunEnd,
     TrainerSetup, ATTACK_TOKEN,
 };
-pub use batches::{assert_unique_traj_ids, cut_trajectories, drain};
+pub use batches::{assert_unique_traj_ids, assert_unique_traj_ids_in_records, cut_trajectories, drain};
 pub use faults::{flaky_registry, panicky_registry, Panicky};
+pub use hosts::{hosts_sh, HostProcess, Hosts, HOSTS_SLURM_CONF};
 pub use logs::logs;
 pub use messages::{describe_sent, only_batch};
 pub use process::{alive, rollout_bin, rollout_release_bin, run_bounded, wait_with_deadline, Finished};
-pub use records::OutputRecord;
+pub use records::{read_output, OutputRecord};
 pub use scratch::{free_addr, temp_path, TempDir};
 pub use setups::{cartpole_sync_builder, counting_process_builder, panicky_builder, trainer_config, value_weights};

@@ -17,3 +17,14 @@ pub struct OutputRecord {
     /// Its tensors by key.
     pub data: BTreeMap<String, Tensor>,
 }
+
+/// Every record of an `--output` file, in order (panics on a record that does not decode).
+pub fn read_output(path: &std::path::Path) -> Vec<OutputRecord> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let mut cur = std::io::Cursor::new(&bytes[..]);
+    let mut out = Vec::new();
+    while (cur.position() as usize) < bytes.len() {
+        out.push(rmp_serde::from_read(&mut cur).expect("an output record"));
+    }
+    out
+}

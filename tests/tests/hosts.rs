@@ -1,0 +1,324 @@
+//! A trainer and its nodes on different hosts: network namespaces on one bridge made by
+//! `scripts/hosts.sh` (host 0 at 10.77.0.1 runs `rollout collect`, hosts 1 and 2 at
+//! 10.77.0.2 and .3 run `rollout node`), with faults between them: a host cut off for
+//! longer and for shorter than the heartbeat timeout, a slow link, random packet loss,
+//! and with SLURM across the hosts, a node host that dies mid-run. Every run ends with
+//! exact frames and unique trajectory ids, and exits 0.
+//!
+//! Real processes, sockets, packets and SLURM daemons; the hosts share this machine's file
+//! system (the token file is on it, as on a cluster's shared file system). Needs root
+//! (CI runs as root, `scripts/test.sh` installs nftables, iproute2 and SLURM): otherwise
+//! these tests FAIL saying so. They share the hosts, so nextest runs them one at a time
+//! (test group `hosts` in .config/nextest.toml).
+
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rollout::rollout::keys;
+use rollout_tests::{
+    assert_unique_traj_ids_in_records, read_output, rollout_bin, HostProcess, Hosts, TempDir, HOSTS_SLURM_CONF,
+};
+
+/// Bound on joins, on a whole run, on a process's exit.
+const DEADLINE: Duration = Duration::from_secs(60);
+/// The trainer's port on host 0 (the namespace is this test's own).
+const PORT: u16 = 7700;
+/// frames per batch: a sync batch is 100 frames of each of the 2 nodes.
+const FRAMES_PER_BATCH: u64 = 200;
+
+/// A 0600 token file of 32 bytes in `dir`.
+fn token_file(dir: &TempDir) -> PathBuf {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join("token");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .expect("token file");
+    f.write_all(b"hosts-test-token-0123456789abcdef").expect("write the token");
+    path
+}
+
+/// How a test's run is collected.
+struct RunSpec {
+    total_frames: u64,
+    heartbeat: &'static str,
+    heartbeat_timeout: &'static str,
+}
+
+/// `rollout collect` on host 0: sync CartPole on 2 nodes, `--json` lines on stdout, every
+/// batch in `dir/out.msgpack`, info logs on stderr; `launcher` flags appended.
+fn trainer(hosts: &Hosts, dir: &TempDir, spec: &RunSpec, launcher: &[String]) -> HostProcess {
+    let out = dir.join("out.msgpack");
+    let total = spec.total_frames.to_string();
+    let fpb = FRAMES_PER_BATCH.to_string();
+    let mut c = hosts.command(0, rollout_bin());
+    c.args(["collect", "--env", "CartPole-v1", "--nodes", "2", "--sync", "--seed", "0"])
+        .args(["--frames-per-batch", &fpb, "--total-frames", &total])
+        .args(["--heartbeat", spec.heartbeat, "--heartbeat-timeout", spec.heartbeat_timeout])
+        .args(["--join-timeout", "30", "--batch-timeout", "60", "--json", "-q"])
+        .arg("--output")
+        .arg(&out)
+        .args(launcher)
+        .env("RUST_LOG", "info")
+        // The SLURM commands of the `slurm` launcher: the cluster across the hosts, not
+        // the machine's one-node cluster of scripts/slurm-local.sh.
+        .env("SLURM_CONF", HOSTS_SLURM_CONF);
+    HostProcess::spawn("the trainer on host 0", &mut c)
+}
+
+/// `--launcher external` on host 0's address, with the token file.
+fn external(token: &Path) -> Vec<String> {
+    vec![
+        "--launcher".into(),
+        "external".into(),
+        "--listen".into(),
+        format!("10.77.0.1:{PORT}"),
+        "--token-file".into(),
+        token.display().to_string(),
+    ]
+}
+
+/// `rollout node --join 10.77.0.1:PORT --index index` on host `host`.
+fn node(hosts: &Hosts, host: usize, index: usize, token: &Path) -> HostProcess {
+    let mut c = hosts.command(host, rollout_bin());
+    c.args(["node", "--join", &format!("{}:{PORT}", hosts.addr(0))])
+        .arg("--token-file")
+        .arg(token)
+        .args(["--index", &index.to_string()]);
+    HostProcess::spawn(&format!("node {index} on host {host}"), &mut c)
+}
+
+/// The `--json` batch lines of the trainer so far, with when each arrived.
+fn batch_lines(t: &HostProcess) -> Vec<Instant> {
+    t.stdout_lines()
+        .into_iter()
+        .filter(|(_, l)| l.starts_with("{\"batch\""))
+        .map(|(at, _)| at)
+        .collect()
+}
+
+/// Waits for the trainer's first batch: every node joined and the run is under way.
+fn wait_first_batch(t: &mut HostProcess) {
+    t.wait_stdout("first batch", DEADLINE, |lines| {
+        lines.iter().any(|(_, l)| l.starts_with("{\"batch\""))
+    });
+}
+
+/// The end of every run: the trainer exits 0, its summary and its output file hold
+/// exactly `total` frames, every trajectory id is one lane's consecutive steps.
+fn assert_exact_run(t: &mut HostProcess, dir: &TempDir, total: u64) {
+    let code = t.exit_code(DEADLINE);
+    assert_eq!(code, Some(0), "the trainer failed; stderr:\n{}", t.stderr_text());
+    let lines = t.stdout_lines();
+    let summary = &lines.last().expect("a summary line").1;
+    assert!(
+        summary.contains(&format!("\"frames\":{total},")),
+        "summary {summary}"
+    );
+    let records = read_output(&dir.join("out.msgpack"));
+    let frames: usize = records.iter().map(|r| r.data[keys::TRAJ_IDS].len()).sum();
+    assert_eq!(frames as u64, total, "the output file holds exactly the frames asked for");
+    assert_eq!(records.len() as u64, total / FRAMES_PER_BATCH, "whole batches");
+    assert_unique_traj_ids_in_records(&records);
+}
+
+/// How many lines of `text` contain every one of `parts`.
+fn count_lines(text: &str, parts: &[&str]) -> usize {
+    text.lines().filter(|l| parts.iter().all(|p| l.contains(p))).count()
+}
+
+#[test]
+fn a_host_cut_off_past_the_heartbeat_timeout_rejoins_and_the_run_completes_exactly() {
+    let hosts = Hosts::up(3);
+    let dir = TempDir::new("hosts-long-cut");
+    let token = token_file(&dir);
+    let spec = RunSpec {
+        total_frames: 300 * FRAMES_PER_BATCH,
+        heartbeat: "0.2",
+        heartbeat_timeout: "1.5",
+    };
+    let mut t = trainer(&hosts, &dir, &spec, &external(&token));
+    let mut n1 = node(&hosts, 1, 1, &token);
+    let mut n2 = node(&hosts, 2, 0, &token);
+    wait_first_batch(&mut t);
+
+    hosts.cut(1);
+    let cut_at = Instant::now();
+    let before = batch_lines(&t).len();
+    assert!(
+        (before as u64) < spec.total_frames / FRAMES_PER_BATCH,
+        "the run ended before the cut"
+    );
+    // Both sides see the silence past 1.5 s: the node gives up on the trainer (its
+    // supervisor, here the test, starts it again), the trainer waits for it to rejoin.
+    let code = n1.exit_code(Duration::from_secs(20));
+    assert_ne!(code, Some(0), "node 1 cut off does not exit as if shut down");
+    assert!(n1.stderr_text().contains("lost the trainer"), "{}", n1.stderr_text());
+    t.wait_stderr("node 1 restarting", DEADLINE, &["restarting node", "node=1"]);
+    let silent = cut_at.elapsed();
+    assert!(silent >= Duration::from_millis(1500), "lost after {silent:?}, before the timeout");
+    let mut n1 = node(&hosts, 1, 1, &token);
+    let during = batch_lines(&t).len() - before;
+    // A sync round needs node 1's share: at most the round in flight at the cut completes.
+    assert!(during <= 1, "{during} sync batches while node 1 was cut off");
+    assert!(hosts.dropped(1) > 0, "the cut dropped nothing");
+    hosts.restore(1);
+    let restored_at = Instant::now();
+
+    assert_exact_run(&mut t, &dir, spec.total_frames);
+    let after = batch_lines(&t).iter().filter(|at| **at > restored_at).count();
+    assert!(after > 0, "no batch after node 1 came back");
+    let log = t.stderr_text();
+    assert_eq!(count_lines(&log, &["restarting node", "node=1"]), 1, "one restart of node 1:\n{log}");
+    assert_eq!(count_lines(&log, &["restarting node"]), 1, "node 0 never restarted:\n{log}");
+    assert_eq!(count_lines(&log, &["node rejoined", "node=1"]), 1, "{log}");
+    assert_eq!(n1.exit_code(DEADLINE), Some(0), "{}", n1.stderr_text());
+    assert_eq!(n2.exit_code(DEADLINE), Some(0), "{}", n2.stderr_text());
+}
+
+#[test]
+fn a_host_cut_off_for_less_than_the_heartbeat_timeout_loses_nothing_and_restarts_nothing() {
+    let hosts = Hosts::up(3);
+    let dir = TempDir::new("hosts-short-cut");
+    let token = token_file(&dir);
+    let spec = RunSpec {
+        total_frames: 300 * FRAMES_PER_BATCH,
+        heartbeat: "0.2",
+        heartbeat_timeout: "5",
+    };
+    let mut t = trainer(&hosts, &dir, &spec, &external(&token));
+    let mut n1 = node(&hosts, 1, 1, &token);
+    let mut n2 = node(&hosts, 2, 0, &token);
+    wait_first_batch(&mut t);
+
+    hosts.cut(1);
+    let before = batch_lines(&t).len();
+    assert!(
+        (before as u64) < spec.total_frames / FRAMES_PER_BATCH,
+        "the run ended before the cut"
+    );
+    // The fault itself: 1.5 s of silence, well inside the 5 s timeout.
+    thread::sleep(Duration::from_millis(1500));
+    let during = batch_lines(&t).len() - before;
+    assert!(during <= 1, "{during} sync batches while node 1 was cut off");
+    assert!(hosts.dropped(1) > 0, "the cut dropped nothing");
+    hosts.restore(1);
+    let restored_at = Instant::now();
+
+    assert_exact_run(&mut t, &dir, spec.total_frames);
+    let after = batch_lines(&t).iter().filter(|at| **at > restored_at).count();
+    assert!(after > 0, "no batch after the cut: the run did not go on across it");
+    let log = t.stderr_text();
+    for quiet in ["restarting node", "closing connection", "waiting for node to rejoin"] {
+        assert_eq!(count_lines(&log, &[quiet]), 0, "`{quiet}` logged:\n{log}");
+    }
+    assert_eq!(n1.exit_code(DEADLINE), Some(0), "{}", n1.stderr_text());
+    assert_eq!(n2.exit_code(DEADLINE), Some(0), "{}", n2.stderr_text());
+}
+
+/// A run with `fault` applied to host 1 before anything starts, expected to go through
+/// untouched (no restart); returns the hosts for the fault's own checks.
+fn run_through(name: &str, batches: u64, fault: impl Fn(&Hosts)) -> Hosts {
+    let hosts = Hosts::up(3);
+    fault(&hosts);
+    let dir = TempDir::new(name);
+    let token = token_file(&dir);
+    let spec = RunSpec {
+        total_frames: batches * FRAMES_PER_BATCH,
+        heartbeat: "0.2",
+        heartbeat_timeout: "5",
+    };
+    let mut t = trainer(&hosts, &dir, &spec, &external(&token));
+    let mut n1 = node(&hosts, 1, 1, &token);
+    let mut n2 = node(&hosts, 2, 0, &token);
+    assert_exact_run(&mut t, &dir, spec.total_frames);
+    let log = t.stderr_text();
+    assert_eq!(count_lines(&log, &["restarting node"]), 0, "{log}");
+    assert_eq!(n1.exit_code(DEADLINE), Some(0), "{}", n1.stderr_text());
+    assert_eq!(n2.exit_code(DEADLINE), Some(0), "{}", n2.stderr_text());
+    hosts
+}
+
+#[test]
+fn a_slow_link_to_one_host_slows_the_run_and_loses_nothing() {
+    // 2 Mbit/s both ways: every share of node 1 (100 CartPole frames, about 10 KB) waits
+    // behind tbf's 4 KB burst.
+    let hosts = run_through("hosts-slow", 60, |h| h.slow(1, "2mbit"));
+    assert!(hosts.overlimits(1) > 0, "tbf never held a packet back");
+}
+
+#[test]
+fn random_packet_loss_on_one_host_loses_no_frame() {
+    let hosts = run_through("hosts-loss", 100, |h| h.loss(1, 3));
+    assert!(hosts.dropped(1) > 0, "no packet was dropped");
+}
+
+/// The peer addresses of the trainer's `node joined` lines.
+fn joined_from(log: &str) -> Vec<String> {
+    log.lines()
+        .filter(|l| l.contains("node joined"))
+        .filter_map(|l| l.split("peer=").nth(1))
+        .filter_map(|p| p.split(':').next())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn with_slurm_a_dead_node_host_has_its_task_resubmitted_onto_the_other_host() {
+    let hosts = Hosts::up(3);
+    hosts.slurm_up();
+    let dir = TempDir::new("hosts-slurm");
+    let spec = RunSpec {
+        total_frames: 300 * FRAMES_PER_BATCH,
+        heartbeat: "0.2",
+        heartbeat_timeout: "1.5",
+    };
+    let out_dir = dir.join("slurm");
+    let out_dir = out_dir.display().to_string();
+    let launcher = [
+        "--launcher",
+        "slurm",
+        "--listen",
+        "10.77.0.1:0",
+        "--advertise",
+        "10.77.0.1",
+        "--job-name",
+        "rollout-hosts-test",
+        "--output-dir",
+        &out_dir,
+    ]
+    .map(String::from);
+    let mut t = trainer(&hosts, &dir, &spec, &launcher);
+    wait_first_batch(&mut t);
+    let mut from = joined_from(&t.stderr_text());
+    from.sort();
+    assert_eq!(from, ["10.77.0.2", "10.77.0.3"], "one task on each node host");
+    let queue = hosts.slurm("squeue", &["-h", "-o", "%N"]).stdout_text();
+    assert!(
+        queue.contains("rollout-h1") && queue.contains("rollout-h2"),
+        "SLURM runs a task on each node host: {queue:?}"
+    );
+
+    // Host 1 dies: its slurmd, the task's slurmstepd and the node, all at once.
+    let killed = hosts.kill_all(1);
+    assert!(killed >= 3, "only {killed} processes on host 1");
+    t.wait_stderr(
+        "the task resubmitted away from host 1",
+        DEADLINE,
+        &["resubmitting elsewhere", "host=rollout-h1"],
+    );
+    t.wait_stderr("the node rejoined", DEADLINE, &["node rejoined"]);
+    assert_exact_run(&mut t, &dir, spec.total_frames);
+    let log = t.stderr_text();
+    let from = joined_from(&log);
+    assert_eq!(from.len(), 3, "two joins and one rejoin:\n{log}");
+    assert_eq!(from[2], "10.77.0.3", "the resubmitted task runs on host 2:\n{log}");
+    assert_eq!(count_lines(&log, &["restarting node"]), 1, "{log}");
+    assert!(hosts.pids(1).is_empty(), "host 1 stays dead");
+    let left = hosts.slurm("squeue", &["-h", "-n", "rollout-hosts-test"]).stdout_text();
+    assert!(left.trim().is_empty(), "tasks of the run left in the queue: {left}");
+}
