@@ -15,6 +15,7 @@
 #   scripts/hosts.sh slow HOST RATE  tc tbf limits HOST's link to RATE (e.g. 2mbit) both ways
 #   scripts/hosts.sh loss HOST P     nftables drops P % of HOST's packets at random, both ways
 #   scripts/hosts.sh clear HOST      removes every fault of HOST (cut, slow, loss)
+#   scripts/hosts.sh dropped HOST    the packets HOST's cut and loss rules dropped so far
 #   scripts/hosts.sh slurm-up        a SLURM cluster across the hosts: slurmctld on rollout-h0,
 #                                    one slurmd per other host (see below)
 #   scripts/hosts.sh slurm-down      stops that cluster's daemons and removes its files
@@ -164,8 +165,8 @@ cmd_cut() {
 table inet rollout_cut
 delete table inet rollout_cut
 table inet rollout_cut {
-  chain input { type filter hook input priority -10; policy accept; iifname "eth0" drop; }
-  chain output { type filter hook output priority -10; policy accept; oifname "eth0" drop; }
+  chain input { type filter hook input priority -10; policy accept; iifname "eth0" counter drop; }
+  chain output { type filter hook output priority -10; policy accept; oifname "eth0" counter drop; }
 }
 EOF
   say "$ns cut off"
@@ -198,11 +199,20 @@ cmd_loss() {
 table inet rollout_loss
 delete table inet rollout_loss
 table inet rollout_loss {
-  chain input { type filter hook input priority -5; policy accept; iifname "eth0" numgen random mod 100 < $p drop; }
-  chain output { type filter hook output priority -5; policy accept; oifname "eth0" numgen random mod 100 < $p drop; }
+  chain input { type filter hook input priority -5; policy accept; iifname "eth0" numgen random mod 100 < $p counter drop; }
+  chain output { type filter hook output priority -5; policy accept; oifname "eth0" numgen random mod 100 < $p counter drop; }
 }
 EOF
   say "$ns drops $p % of its packets"
+}
+
+# The packets HOST's faults dropped so far (nftables counters of `cut` and `loss`).
+cmd_dropped() {
+  local ns
+  ns="$(ns_of "$1")"
+  { ip netns exec "$ns" nft list table inet rollout_cut 2>/dev/null || true
+    ip netns exec "$ns" nft list table inet rollout_loss 2>/dev/null || true
+  } | awk '{ for (i = 1; i < NF; i++) if ($i == "packets") n += $(i + 1) } END { print n + 0 }'
 }
 
 cmd_clear() {
@@ -370,6 +380,7 @@ main() {
   slow) cmd_slow "${1:?slow HOST RATE}" "${2:-}" ;;
   loss) cmd_loss "${1:?loss HOST P}" "${2:-}" ;;
   clear) cmd_clear "${1:?clear HOST}" ;;
+  dropped) cmd_dropped "${1:?dropped HOST}" ;;
   slurm-up) cmd_slurm_up ;;
   slurm-down) cmd_slurm_down ;;
   *)

@@ -21,6 +21,14 @@ fi
 # A real one-node SLURM cluster for tests/tests/slurm.rs (idempotent, fast when up).
 ./scripts/slurm-local.sh
 
+# The test hosts of tests/tests/hosts.rs (scripts/hosts.sh: network namespaces on a bridge,
+# faults with nftables and tc, a SLURM cluster across them): nftables and iproute2.
+if ! command -v nft >/dev/null 2>&1 || ! command -v ip >/dev/null 2>&1 || ! command -v tc >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends nftables iproute2 >/dev/null
+fi
+
 # The release binary the training test runs (debug training is ~25x slower);
 # built here so that no test spends its deadline compiling.
 cargo build --release -p rollout-actors --bin rollout
