@@ -138,8 +138,8 @@ fn a_host_cut_off_past_the_heartbeat_timeout_rejoins_and_the_run_completes_exact
     let token = token_file(&dir);
     let spec = RunSpec {
         total_frames: 300 * FRAMES_PER_BATCH,
-        heartbeat: "0.2",
-        heartbeat_timeout: "1.5",
+        heartbeat: "0.25",
+        heartbeat_timeout: "3",
     };
     let mut t = trainer(&hosts, &dir, &spec, &external(&token));
     let mut n1 = node(&hosts, 1, 1, &token);
@@ -153,18 +153,19 @@ fn a_host_cut_off_past_the_heartbeat_timeout_rejoins_and_the_run_completes_exact
         (before as u64) < spec.total_frames / FRAMES_PER_BATCH,
         "the run ended before the cut"
     );
-    // Both sides see the silence past 1.5 s: the node gives up on the trainer (its
+    // Both sides see the silence past 3 s: the node gives up on the trainer (its
     // supervisor, here the test, starts it again), the trainer waits for it to rejoin.
     let code = n1.exit_code(Duration::from_secs(20));
     assert_ne!(code, Some(0), "node 1 cut off does not exit as if shut down");
     assert!(n1.stderr_text().contains("lost the trainer"), "{}", n1.stderr_text());
     t.wait_stderr("node 1 restarting", DEADLINE, &["restarting node", "node=1"]);
     let silent = cut_at.elapsed();
-    assert!(silent >= Duration::from_millis(1500), "lost after {silent:?}, before the timeout");
+    assert!(silent >= Duration::from_secs(3), "lost after {silent:?}, before the timeout");
     let mut n1 = node(&hosts, 1, 1, &token);
     let during = batch_lines(&t).len() - before;
-    // A sync round needs node 1's share: at most the round in flight at the cut completes.
-    assert!(during <= 1, "{during} sync batches while node 1 was cut off");
+    // A sync round needs node 1's share: at most the round in flight at the cut completes
+    // (and a line written just before the cut, read just after).
+    assert!(during <= 2, "{during} sync batches while node 1 was cut off");
     assert!(hosts.dropped(1) > 0, "the cut dropped nothing");
     hosts.restore(1);
     let restored_at = Instant::now();
@@ -187,7 +188,7 @@ fn a_host_cut_off_for_less_than_the_heartbeat_timeout_loses_nothing_and_restarts
     let token = token_file(&dir);
     let spec = RunSpec {
         total_frames: 300 * FRAMES_PER_BATCH,
-        heartbeat: "0.2",
+        heartbeat: "0.25",
         heartbeat_timeout: "5",
     };
     let mut t = trainer(&hosts, &dir, &spec, &external(&token));
@@ -204,7 +205,7 @@ fn a_host_cut_off_for_less_than_the_heartbeat_timeout_loses_nothing_and_restarts
     // The fault itself: 1.5 s of silence, well inside the 5 s timeout.
     thread::sleep(Duration::from_millis(1500));
     let during = batch_lines(&t).len() - before;
-    assert!(during <= 1, "{during} sync batches while node 1 was cut off");
+    assert!(during <= 2, "{during} sync batches while node 1 was cut off");
     assert!(hosts.dropped(1) > 0, "the cut dropped nothing");
     hosts.restore(1);
     let restored_at = Instant::now();
@@ -229,7 +230,7 @@ fn run_through(name: &str, batches: u64, fault: impl Fn(&Hosts)) -> Hosts {
     let token = token_file(&dir);
     let spec = RunSpec {
         total_frames: batches * FRAMES_PER_BATCH,
-        heartbeat: "0.2",
+        heartbeat: "0.25",
         heartbeat_timeout: "5",
     };
     let mut t = trainer(&hosts, &dir, &spec, &external(&token));
@@ -274,8 +275,8 @@ fn with_slurm_a_dead_node_host_has_its_task_resubmitted_onto_the_other_host() {
     let dir = TempDir::new("hosts-slurm");
     let spec = RunSpec {
         total_frames: 300 * FRAMES_PER_BATCH,
-        heartbeat: "0.2",
-        heartbeat_timeout: "1.5",
+        heartbeat: "0.25",
+        heartbeat_timeout: "3",
     };
     let out_dir = dir.join("slurm");
     let out_dir = out_dir.display().to_string();
