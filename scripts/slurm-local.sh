@@ -32,13 +32,17 @@ wait_for() {
   done
 }
 
+# Whether this cluster's daemon D runs, by its pid file (/run/D.pid): the cluster of
+# scripts/hosts.sh runs daemons of the same names beside it, with pid files of its own.
+running() { [[ -s "/run/$1.pid" ]] && kill -0 "$(cat "/run/$1.pid")" 2>/dev/null; }
+
 node_state() { sinfo -h -n "$HOST" -o '%T' 2>/dev/null | head -n1; }
 node_idle() { [[ "$(node_state)" =~ ^(idle|mixed|allocated) ]]; }
 
 [[ "$(id -u)" == 0 ]] || die "run me as root (apt-get and the SLURM daemons need it)"
 
 # Fast path: already up.
-if command -v sinfo >/dev/null 2>&1 && pgrep -x slurmctld >/dev/null && pgrep -x slurmd >/dev/null && node_idle; then
+if command -v sinfo >/dev/null 2>&1 && running slurmctld && running slurmd && node_idle; then
   say "already up: node $HOST is $(node_state)"
   exit 0
 fi
@@ -112,10 +116,10 @@ if ! cmp -s "$CONF.new" "$CONF"; then
   mv "$CONF.new" "$CONF"
   # A changed config needs fresh daemons.
   for d in slurmd slurmctld; do
-    if pgrep -x "$d" >/dev/null; then
+    if running "$d"; then
       say "restarting $d for the new slurm.conf"
-      pkill -x "$d" || true
-      wait_for "$d exiting" bash -c "! pgrep -x $d"
+      kill "$(cat "/run/$d.pid")" || true
+      wait_for "$d exiting" bash -c "! { [[ -s /run/$d.pid ]] && kill -0 \$(cat /run/$d.pid); }"
     fi
   done
 else
@@ -126,12 +130,12 @@ mkdir -p /etc/slurm-llnl
 ln -sf "$CONF" /etc/slurm-llnl/slurm.conf
 
 # 4. The daemons (they daemonize themselves).
-if ! pgrep -x slurmctld >/dev/null; then
+if ! running slurmctld; then
   say "starting slurmctld"
   /usr/sbin/slurmctld
 fi
 wait_for "slurmctld answering (scontrol ping)" bash -c 'scontrol ping | grep -q UP'
-if ! pgrep -x slurmd >/dev/null; then
+if ! running slurmd; then
   say "starting slurmd"
   /usr/sbin/slurmd
 fi

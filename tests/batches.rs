@@ -51,7 +51,10 @@ pub fn assert_unique_traj_ids_in_records(records: &[OutputRecord]) {
         .map(|r| {
             let lead = r.data[keys::TRAJ_IDS].shape().to_vec();
             let entries = r.data.iter().map(|(k, t)| (k.clone(), t.clone()));
-            (r.node, TensorDict::from_entries(&lead, entries).expect("a record's tensors share its batch shape"))
+            (
+                r.node,
+                TensorDict::from_entries(&lead, entries).expect("a record's tensors share its batch shape"),
+            )
         })
         .collect();
     check_traj_ids(dicts.iter().map(|(n, d)| (*n, d)));

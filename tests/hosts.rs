@@ -144,14 +144,20 @@ impl Hosts {
     pub fn pids(&self, i: usize) -> Vec<u32> {
         let run = run_bounded(Command::new("ip").args(["netns", "pids", &self.ns(i)]), SCRIPT_DEADLINE)
             .expect("run ip netns pids");
-        run.stdout_text().split_whitespace().filter_map(|p| p.parse().ok()).collect()
+        run.stdout_text()
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
     }
 
     /// Kills (SIGKILL) every process on host `i`, as a host that dies; returns how many.
     pub fn kill_all(&self, i: usize) -> usize {
         let pids = self.pids(i);
         for p in &pids {
-            let _ = Command::new("kill").args(["-KILL", &p.to_string()]).status();
+            // SAFETY: kill(2) has no memory preconditions; a pid gone meanwhile is ESRCH.
+            unsafe {
+                libc::kill(*p as libc::pid_t, libc::SIGKILL);
+            }
         }
         pids.len()
     }
@@ -252,12 +258,16 @@ impl HostProcess {
                 return;
             }
             if let Ok(Some(status)) = self.child.try_wait() {
-                // The readers may still hold its last words.
-                thread::sleep(Duration::from_millis(100));
+                // Its last words: the readers end at the pipes' end of file.
+                self.join_readers();
                 if cond(self) {
                     return;
                 }
-                panic!("{}: exited ({status}) before {what}; stderr:\n{}", self.name, self.stderr_text());
+                panic!(
+                    "{}: exited ({status}) before {what}; stderr:\n{}",
+                    self.name,
+                    self.stderr_text()
+                );
             }
             assert!(
                 Instant::now() < end,
@@ -273,12 +283,23 @@ impl HostProcess {
     /// signal). Panics, with its stderr, past the deadline (it is killed then).
     pub fn exit_code(&mut self, deadline: Duration) -> Option<i32> {
         let status = wait_with_deadline(&mut self.child, deadline);
-        for r in self.readers.drain(..) {
-            let _ = r.join();
-        }
+        self.join_readers();
         match status {
             Some(s) => s.code(),
-            None => panic!("{}: still running after {deadline:?}; stderr:\n{}", self.name, self.stderr_text()),
+            None => panic!(
+                "{}: still running after {deadline:?}; stderr:\n{}",
+                self.name,
+                self.stderr_text()
+            ),
+        }
+    }
+}
+
+impl HostProcess {
+    /// Waits for the readers of an exited process (their pipes closed with it).
+    fn join_readers(&mut self) {
+        for r in self.readers.drain(..) {
+            let _ = r.join();
         }
     }
 }
@@ -290,13 +311,18 @@ impl Drop for HostProcess {
     }
 }
 
-fn read_lines(r: Option<impl std::io::Read + Send + 'static>, into: Arc<Mutex<Vec<(Instant, String)>>>) -> thread::JoinHandle<()> {
+fn read_lines(
+    r: Option<impl std::io::Read + Send + 'static>,
+    into: Arc<Mutex<Vec<(Instant, String)>>>,
+) -> thread::JoinHandle<()> {
     thread::spawn(move || {
         use std::io::BufRead;
         let Some(r) = r else { return };
         for line in std::io::BufReader::new(r).lines() {
             let Ok(line) = line else { break };
-            into.lock().unwrap_or_else(|p| p.into_inner()).push((Instant::now(), line));
+            into.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((Instant::now(), line));
         }
     })
 }

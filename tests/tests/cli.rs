@@ -311,7 +311,19 @@ fn bad_flags_exit_2_with_one_line() {
     assert_usage_error(&["collect", "--nodes", "0"], "nodes");
     assert_usage_error(&["collect", "--hidden", "8", "--policy", "linear"], "hidden");
     assert_usage_error(&["collect", "--heartbeat", "0"], "heartbeat");
-    assert_usage_error(&["collect", "--heartbeat", "2", "--heartbeat-timeout", "1"], "heartbeat");
+    // Only remote nodes have heartbeats: checked with a remote launcher.
+    assert_usage_error(
+        &[
+            "collect",
+            "--launcher",
+            "process",
+            "--heartbeat",
+            "2",
+            "--heartbeat-timeout",
+            "1",
+        ],
+        "heartbeat",
+    );
 }
 
 /// `collect --checkpoint` stopped after 5 batches (checkpoint after 4), then `--resume` with
