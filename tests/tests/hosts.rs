@@ -12,22 +12,24 @@
 //! (test group `hosts` in .config/nextest.toml).
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use rollout::rollout::keys;
 use rollout_tests::{
-    assert_unique_traj_ids_in_records, read_output, rollout_bin, HostProcess, Hosts, TempDir, HOSTS_SLURM_CONF,
+    assert_unique_traj_ids_in_records, hosts_sh, read_output, rollout_bin, run_bounded, HostProcess, Hosts, TempDir,
+    HOSTS_SLURM_CONF,
 };
 
 /// Bound on joins, on a whole run, on a process's exit.
 const DEADLINE: Duration = Duration::from_secs(60);
 /// The trainer's port on host 0 (the namespace is this test's own).
 const PORT: u16 = 7700;
-/// frames per batch: a sync batch is 100 frames of each of the 2 nodes.
+/// Frames per batch: a sync batch is 100 frames of each of the 2 nodes.
 const FRAMES_PER_BATCH: u64 = 200;
 
-/// A 0600 token file of 32 bytes in `dir`.
+/// A token file in `dir`: mode 0600, 33 bytes.
 fn token_file(dir: &TempDir) -> PathBuf {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
@@ -348,4 +350,56 @@ fn with_slurm_a_dead_node_host_has_its_task_resubmitted_onto_the_other_host() {
     assert_eq!(count_lines(&log, &["restarting node"]), 1, "{log}");
     let left = hosts.slurm("squeue", &["-h", "-n", "rollout-hosts-test"]).stdout_text();
     assert!(left.trim().is_empty(), "tasks of the run left in the queue: {left}");
+}
+
+/// The machine's own links and addresses (`ip -o link`, `ip -o addr`), interface indexes
+/// and counters left out.
+fn own_network() -> Vec<String> {
+    let mut out = Vec::new();
+    for what in ["link", "addr"] {
+        let run = run_bounded(Command::new("ip").args(["-o", what]), DEADLINE).expect("run ip");
+        out.extend(
+            run.stdout_text()
+                .lines()
+                .map(|l| l.split_whitespace().skip(1).take(3).collect::<Vec<_>>().join(" ")),
+        );
+    }
+    out.sort();
+    out
+}
+
+fn test_namespaces() -> Vec<String> {
+    let run = run_bounded(Command::new("ip").args(["netns", "list"]), DEADLINE).expect("run ip netns list");
+    run.stdout_text()
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with("rollout-h"))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_test_hosts_touch_nothing_of_the_machines_network_and_go_away() {
+    let before = own_network();
+    {
+        let hosts = Hosts::up(3);
+        // Twice: idempotent, still three hosts and one bridge.
+        hosts_sh(&["up", "3"]);
+        let mut ns = test_namespaces();
+        ns.sort();
+        assert_eq!(ns, ["rollout-h0", "rollout-h1", "rollout-h2", "rollout-hbr"]);
+        assert_eq!(own_network(), before, "the machine's own links and addresses changed");
+        let status = hosts_sh(&["status"]);
+        assert!(status.contains("rollout-h2 10.77.0.3 ok"), "{status}");
+        hosts.cut(2);
+        hosts.slow(2, "1mbit");
+        let status = hosts_sh(&["status"]);
+        assert!(status.contains("rollout-h2 10.77.0.3 cut slow"), "{status}");
+        hosts.clear(2);
+        assert!(hosts_sh(&["status"]).contains("rollout-h2 10.77.0.3 ok"));
+    }
+    assert!(test_namespaces().is_empty(), "left behind: {:?}", test_namespaces());
+    // `down` with nothing up succeeds.
+    hosts_sh(&["down"]);
+    assert_eq!(own_network(), before);
 }
