@@ -9,8 +9,9 @@
 #                                    cluster of `slurm-up`), whatever is left of them
 #   scripts/hosts.sh status          the hosts, their addresses and faults
 #   scripts/hosts.sh addr HOST       the address of HOST (0, 1, .. or rollout-h1)
-#   scripts/hosts.sh cut HOST        HOST is cut off: nftables in its namespace drops every
-#                                    packet in and out of eth0 (its processes keep running)
+#   scripts/hosts.sh cut HOST [PORT] HOST is cut off: nftables in its namespace drops every
+#                                    packet in and out of eth0 (its processes keep running);
+#                                    with PORT, only TCP to and from that remote port
 #   scripts/hosts.sh restore HOST    undoes `cut`
 #   scripts/hosts.sh slow HOST RATE  tc tbf limits HOST's link to RATE (e.g. 2mbit) both ways
 #   scripts/hosts.sh loss HOST P     nftables drops P % of HOST's packets at random, both ways
@@ -159,17 +160,26 @@ cmd_status() {
 }
 
 cmd_cut() {
-  local ns
+  local ns port="${2:-}" what=""
   ns="$(ns_of "$1")"
+  # With PORT only that TCP port: the host keeps every other path (SLURM's, say), as in a
+  # partial partition.
+  local in_match="" out_match=""
+  if [[ -n "$port" ]]; then
+    [[ "$port" =~ ^[0-9]+$ ]] && ((port >= 1 && port <= 65535)) || die "cut: PORT must be 1..65535, not '$port'"
+    what=" from tcp port $port"
+    in_match="tcp sport $port "
+    out_match="tcp dport $port "
+  fi
   ip netns exec "$ns" nft -f - <<EOF
 table inet rollout_cut
 delete table inet rollout_cut
 table inet rollout_cut {
-  chain input { type filter hook input priority -10; policy accept; iifname "eth0" counter drop; }
-  chain output { type filter hook output priority -10; policy accept; oifname "eth0" counter drop; }
+  chain input { type filter hook input priority -10; policy accept; iifname "eth0" ${in_match}counter drop; }
+  chain output { type filter hook output priority -10; policy accept; oifname "eth0" ${out_match}counter drop; }
 }
 EOF
-  say "$ns cut off"
+  say "$ns cut off$what"
 }
 
 cmd_restore() {
@@ -375,7 +385,7 @@ main() {
   down) cmd_down ;;
   status) cmd_status ;;
   addr) addr_of "$(ns_of "${1:?addr HOST}")" ;;
-  cut) cmd_cut "${1:?cut HOST}" ;;
+  cut) cmd_cut "${1:?cut HOST [PORT]}" "${2:-}" ;;
   restore) cmd_restore "${1:?restore HOST}" ;;
   slow) cmd_slow "${1:?slow HOST RATE}" "${2:-}" ;;
   loss) cmd_loss "${1:?loss HOST P}" "${2:-}" ;;

@@ -96,7 +96,13 @@ impl Hosts {
         hosts_sh(&["cut", &i.to_string()]);
     }
 
-    /// Undoes [`Hosts::cut`].
+    /// Host `i` cut off from TCP port `port` of every other host (to and from it), every other
+    /// path kept: a partial partition.
+    pub fn cut_port(&self, i: usize, port: u16) {
+        hosts_sh(&["cut", &i.to_string(), &port.to_string()]);
+    }
+
+    /// Undoes [`Hosts::cut`] and [`Hosts::cut_port`].
     pub fn restore(&self, i: usize) {
         hosts_sh(&["restore", &i.to_string()]);
     }

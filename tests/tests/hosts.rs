@@ -297,23 +297,25 @@ fn joined_from(log: &str) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn with_slurm_a_dead_node_host_has_its_task_resubmitted_onto_the_other_host() {
+/// A SLURM run across the hosts (a task on each node host, asserted) in which `lose_host_1`
+/// makes the trainer lose the node on host 1 mid-run: its task is resubmitted away from host 1,
+/// the new task joins from host 2 and the run completes exactly.
+fn slurm_run_losing_host_1(name: &str, lose_host_1: impl Fn(&Hosts)) -> Hosts {
     let hosts = Hosts::up(3);
     hosts.slurm_up();
-    let dir = TempDir::new("hosts-slurm");
+    let dir = TempDir::new(name);
     let spec = RunSpec {
         total_frames: 300 * FRAMES_PER_BATCH,
         heartbeat: "0.25",
         heartbeat_timeout: "3",
     };
-    let out_dir = dir.join("slurm");
-    let out_dir = out_dir.display().to_string();
+    let out_dir = dir.join("slurm").display().to_string();
+    let listen = format!("10.77.0.1:{PORT}");
     let launcher = [
         "--launcher",
         "slurm",
         "--listen",
-        "10.77.0.1:0",
+        &listen,
         "--advertise",
         "10.77.0.1",
         "--job-name",
@@ -333,13 +335,11 @@ fn with_slurm_a_dead_node_host_has_its_task_resubmitted_onto_the_other_host() {
         "SLURM runs a task on each node host: {queue:?}"
     );
 
-    // Host 1 dies: its slurmd, the task's slurmstepd and the node, all at once.
-    let killed = hosts.kill_all(1);
-    assert!(killed >= 3, "only {killed} processes on host 1");
+    lose_host_1(&hosts);
     t.wait_stderr(
         "the task resubmitted away from host 1",
         DEADLINE,
-        &["resubmitting elsewhere", "host=rollout-h1"],
+        &["away from the host it was lost on", "host=rollout-h1"],
     );
     t.wait_stderr("the node rejoined", DEADLINE, &["node rejoined"]);
     assert_exact_run(&mut t, &dir, spec.total_frames);
@@ -350,6 +350,31 @@ fn with_slurm_a_dead_node_host_has_its_task_resubmitted_onto_the_other_host() {
     assert_eq!(count_lines(&log, &["restarting node"]), 1, "{log}");
     let left = hosts.slurm("squeue", &["-h", "-n", "rollout-hosts-test"]).stdout_text();
     assert!(left.trim().is_empty(), "tasks of the run left in the queue: {left}");
+    hosts
+}
+
+#[test]
+fn with_slurm_a_dead_node_host_has_its_task_resubmitted_onto_the_other_host() {
+    slurm_run_losing_host_1("hosts-slurm-dead", |hosts| {
+        // Host 1 dies: its slurmd, the task's slurmstepd and the node, all at once.
+        let killed = hosts.kill_all(1);
+        assert!(killed >= 3, "only {killed} processes on host 1");
+    });
+}
+
+/// A partial partition: host 1 cannot reach the trainer's port any more, SLURM still reaches
+/// it and sees it healthy, so only the launcher knows to keep the new task off it.
+#[test]
+fn with_slurm_a_node_host_cut_off_from_the_trainer_alone_has_its_task_resubmitted_onto_the_other_host() {
+    let hosts = slurm_run_losing_host_1("hosts-slurm-partial", |hosts| hosts.cut_port(1, PORT));
+    let state = hosts
+        .slurm("sinfo", &["-h", "-n", "rollout-h1", "-o", "%T"])
+        .stdout_text();
+    assert!(
+        state.starts_with("idle") || state.starts_with("mix"),
+        "SLURM kept host 1 up all along: {state:?}"
+    );
+    assert!(hosts.dropped(1) > 0, "the cut dropped nothing");
 }
 
 /// The machine's own links and addresses (`ip -o link`, `ip -o addr`), interface indexes

@@ -556,8 +556,8 @@ pub struct SlurmResubmit {
 impl SlurmResubmit {
     /// Ends node `node`'s task (`scancel`; it may be gone already), then submits the
     /// job's batch script again as the single array task `node` (its log appends to
-    /// `task-<node>.out`), excluding the host the task still ran on when SLURM has another
-    /// (see `slurm_avoid`). Returns the new job id. Blocks for the SLURM commands.
+    /// `task-<node>.out`), excluding the host the task was lost on when SLURM has another
+    /// node that answers (see `slurm_avoid`). Returns the new job id. Blocks for the SLURM commands.
     pub fn resubmit(&self, node: usize) -> Result<String, SlurmError> {
         let current = {
             let mut r = self.resubmitted.lock();
@@ -586,7 +586,7 @@ impl SlurmResubmit {
     }
 
     fn submit(&self, node: usize, current: &str) -> Result<String, SlurmError> {
-        // Asked before the scancel, while SLURM still shows where the task runs.
+        // Asked before the scancel, while SLURM still shows the task where it runs.
         let avoid = match super::slurm_avoid::host_to_avoid(current) {
             Ok(avoid) => avoid,
             Err(e) => {
@@ -601,7 +601,7 @@ impl SlurmResubmit {
         let array = format!("--array={node}");
         let exclude = avoid.as_ref().map(|h| format!("--exclude={h}"));
         if let Some(h) = &avoid {
-            tracing::warn!(node, task = %current, host = %h, "the task's host seems gone: resubmitting elsewhere");
+            tracing::warn!(node, task = %current, host = %h, "resubmitting the task away from the host it was lost on");
         }
         let mut args = vec!["--parsable", &array, "--open-mode=append"];
         args.extend(exclude.as_deref());
