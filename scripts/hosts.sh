@@ -21,6 +21,10 @@
 #                                    one slurmd per other host (see below)
 #   scripts/hosts.sh slurm-down      stops that cluster's daemons and removes its files
 #
+# A command runs on host 1 with `ip netns exec rollout-h1 CMD`, or `nsenter
+# --net=/run/netns/rollout-h1 CMD`, which keeps the machine's /sys (cgroups included); the
+# file system is the machine's, shared by every host.
+#
 # Addresses exist only inside these namespaces: nothing is added to the machine's own network.
 # Every command is idempotent (`up` twice leaves one set of hosts, `down` when nothing is up
 # succeeds) and every wait is bounded (HOSTS_WAIT seconds, default 30). Needs root, `ip`
@@ -75,7 +79,7 @@ ns_of() {
   local h="$1"
   [[ "$h" =~ ^[0-9]+$ ]] && h="$PREFIX$h"
   [[ "$h" =~ ^${PREFIX}[0-9]+$ ]] || die "no such host '$1' (a number, or ${PREFIX}N)"
-  ip netns list | awk '{print $1}' | grep -qx "$h" || die "host $h is not up (scripts/hosts.sh up)"
+  ip netns list | awk '{print $1}' | grep -x "$h" >/dev/null || die "host $h is not up (scripts/hosts.sh up)"
   echo "$h"
 }
 num_of() { echo "${1#"$PREFIX"}"; }
@@ -93,7 +97,7 @@ cmd_up() {
   need ip iproute2
   need nft nftables
   need tc iproute2
-  if ! ip netns list | awk '{print $1}' | grep -qx "$BRIDGE_NS"; then
+  if ! ip netns list | awk '{print $1}' | grep -x "$BRIDGE_NS" >/dev/null; then
     ip netns add "$BRIDGE_NS"
   fi
   ip -n "$BRIDGE_NS" link set lo up
@@ -104,7 +108,7 @@ cmd_up() {
   local i ns
   for ((i = 0; i < n; i++)); do
     ns="$PREFIX$i"
-    if ! ip netns list | awk '{print $1}' | grep -qx "$ns"; then
+    if ! ip netns list | awk '{print $1}' | grep -x "$ns" >/dev/null; then
       ip netns add "$ns"
     fi
     ip -n "$ns" link set lo up
