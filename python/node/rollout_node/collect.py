@@ -267,15 +267,12 @@ class Workers:
                 if (self.fresh & mask).any():
                     self._start_fresh(self.fresh & mask)
                 acts = self._actions(rows)
-                if len(rows) == E:
-                    full = acts if self.action.discrete else acts.reshape((E,) + self.vec.single_action_space.shape)
-                    nobs, rew, term, trunc, _ = self.vec.step(full)
-                    results = [(nobs[k], rew[k], term[k], trunc[k]) for k in range(E)]
-                else:
-                    for i, k in enumerate(rows):
-                        a = acts[i] if self.action.discrete else acts[i].reshape(self.vec.single_action_space.shape)
-                        o, r, te, tr, _ = self.vec.envs[k].step(a)
-                        results.append((o, r, te, tr))
+                # Each row's env on its own, without the vector env's autoreset: a row that ends
+                # is reset at its next step (`_record` marks it), once, as in the fast loop.
+                for i, k in enumerate(rows):
+                    a = acts[i] if self.action.discrete else acts[i].reshape(self.vec.single_action_space.shape)
+                    o, r, te, tr, _ = self.vec.envs[k].step(a)
+                    results.append((o, r, te, tr))
             except _EnvFailed as f:
                 # Rows stepped before the failing one keep this column; rows after it were
                 # not stepped and step it again; the failed row starts over.
@@ -342,7 +339,7 @@ class Workers:
         need_ids = bool(self.fresh.any())
         try:
             while t < T:
-                acts = None
+                acts = ended = None
                 try:
                     if need_reset:
                         self._reset([int(k) for k in np.nonzero(self.needs_reset)[0]])
@@ -355,7 +352,6 @@ class Workers:
                     c_obs[t] = cur
                     act_rows = acts if discrete else acts.reshape(shape)
                     nx, rw, te_t, tr_t = c_next[t], c_rew[t], c_term[t], c_trunc[t]
-                    ended = None
                     for k in rows:
                         try:
                             o, r, te, tr, _ = steps[k](act_rows[k])
@@ -378,7 +374,7 @@ class Workers:
                     t0 = t
                     kept = [] if acts is None else [(c_next[t, j].copy(), c_rew[t, j], c_term[t, j], c_trunc[t, j]) for j in range(f.k)]
                     self._flush(b, cols, t)
-                    return self._salvage(b, t, acts, f, kept)
+                    return self._salvage(b, t, acts, f, kept, ended or [])
                 c_act[t] = acts
                 # The next observation is the step's, or the new episode's first for an env that
                 # ended (reset inside the step); `nx` keeps the step's (the final observation).
@@ -427,15 +423,25 @@ class Workers:
         np.logical_or(b["next.terminated"][:, :t], b["next.truncated"][:, :t], out=done)
         cols.clear()
 
-    def _salvage(self, b, t, acts, f, kept):
+    def _salvage(self, b, t, acts, f, kept, ended):
         """Env ``f.k`` failed in column ``t``: rows stepped before it (``kept``: their results)
         keep the column, the failed row is rebuilt and starts over. Returns ``t``; the caller
-        moves those rows on."""
+        moves those rows on. Rows of ``ended`` (row, first observation) ended their episode
+        in this column and were reset in the step: they go on with that episode."""
         for k, res in enumerate(kept):
             self._record(b, k, t, acts[k], res)
+        self._started(ended)
         self._restart(f.k, f.cause)
         self._salvaged, self._failed = list(range(len(kept))), f.k
         return t
+
+    def _started(self, ended):
+        """The envs of ``ended`` (row, first observation) were reset by their step: each row goes
+        on with that episode, whose trajectory id is handed out at its first step."""
+        for k, o in ended:
+            self.cur[k] = self._obs(o)
+            self.needs_reset[k] = False
+            self.fresh[k] = True
 
     def _record(self, b, k, t, action, result):
         o, r, te, tr = result
