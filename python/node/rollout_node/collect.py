@@ -212,13 +212,14 @@ class Workers:
         self.step_count = np.where(mask, 0, self.step_count)
         self.fresh = self.fresh & ~mask
 
-    def _actions(self, rows):
+    def _actions(self, rows, stepped=0):
         """The actions of ``rows`` (None: every row): the random policy's for a worker still
-        within its ``init_random_frames``, the policy's otherwise."""
+        within its ``init_random_frames``, the policy's otherwise. ``stepped``: frames each
+        row collected since ``frames`` was last brought up to date (the fast loop's)."""
         obs = self.cur if rows is None else self.cur[rows]
         if not self.init_random:
             return self.policy.act(obs)
-        frames = self.frames if rows is None else self.frames[rows]
+        frames = (self.frames if rows is None else self.frames[rows]) + stepped
         random = frames < self.init_random
         if random.all():
             return random_actions(self.action, self.policy.rng, obs.shape[0])
@@ -347,7 +348,7 @@ class Workers:
                     if need_ids:
                         self._start_fresh(self.fresh)
                         need_ids = False
-                    acts = self._actions(None)
+                    acts = self._actions(None, t - t0)
                     cur = self.cur
                     c_obs[t] = cur
                     act_rows = acts if discrete else acts.reshape(shape)

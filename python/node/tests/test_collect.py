@@ -93,3 +93,16 @@ def test_a_row_whose_env_raises_mid_batch_is_collected_again_and_the_others_keep
     assert_row(b, 1, rebuilt, slice(None))
     assert b["collector.traj_ids"][1, 0] > FIRST_LANE + 1 and b["collector.traj_ids"][1, 0] % LANES == (FIRST_LANE + 1) % LANES
     w.close()
+
+
+def test_init_random_frames_end_at_that_frame_of_each_worker_even_mid_batch():
+    # 25 random frames per worker, in batches of 40 per worker: frames 25.. of the first batch
+    # are the (deterministic) policy's, as the Rust node counts them frame by frame.
+    w = Workers(spec("CartPole-v1", 2, init_random_frames=25))
+    w.policy.set_weights(0, weights(w.policy))
+    b = w.collect(2 * 40)
+    for k in range(2):
+        policy_acts = w.policy.act(b["observation"][k])
+        assert np.array_equal(b["action"][k, 25:], policy_acts[25:]), f"row {k} after its 25th frame"
+        assert not np.array_equal(b["action"][k, :25], policy_acts[:25]), f"row {k}: its first 25 are the policy's"
+    w.close()
