@@ -13,8 +13,11 @@ For each env count E (1 and 8) it times, alternately, R rounds of
   stepping and every batch field filled), as it answers a `continue`;
 and prints the median frames/s of each, the node's ratio to each and to the faster of the two
 gymnasium loops (the one the target is checked against), and the load average before and
-after. The policy is the node's deterministic linear policy with fixed weights, the same
-object in every loop.
+after. Frames/s are per second of wall time and, in a second table, per second of this
+process's CPU time: on a machine shared with other work the wall-time figures move with the
+load, the CPU-time ones much less (every loop is single-threaded, in this one process). The
+policy is the node's deterministic linear policy with fixed weights, the same object in every
+loop.
 """
 
 import argparse
@@ -53,22 +56,22 @@ def gym_loop(envs, frames, policy, mode=gym.vector.AutoresetMode.NEXT_STEP):
     obs, _ = vec.reset(seed=1)
     real = 0
     ended = np.zeros(envs, bool)
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     for _ in range(frames // envs):
         a = policy.act(np.asarray(obs, np.float32))
         obs, _, term, trunc, _ = vec.step(a)
         real += envs - int(ended.sum())
         if not same:
             ended = term | trunc
-    dt = time.perf_counter() - t0
+    dt, dc = time.perf_counter() - t0, time.process_time() - c0
     vec.close()
-    return real / dt
+    return real / dt, real / dc
 
 
 def node_loop(workers, frames):
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     workers.collect(frames)
-    return frames / (time.perf_counter() - t0)
+    return frames / (time.perf_counter() - t0), frames / (time.process_time() - c0)
 
 
 def main():
@@ -77,9 +80,7 @@ def main():
     p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.2f}")
-    print("| envs_per_node | gymnasium loop | gymnasium same-step | Python node "
-          "| node / gymnasium | node / same-step | node / faster |")
-    print("|---|---|---|---|---|---|---|")
+    rows = []
     for envs in (1, 8):
         w = Workers(spec(envs, args.frames))
         w.policy.set_weights(0, weights())
@@ -89,10 +90,17 @@ def main():
             g.append(gym_loop(envs, args.frames, w.policy))
             s.append(gym_loop(envs, args.frames, w.policy, gym.vector.AutoresetMode.SAME_STEP))
             n.append(node_loop(w, args.frames))
-        gm, sm, nm = statistics.median(g), statistics.median(s), statistics.median(n)
-        print(f"| {envs} | {gm:,.0f} | {sm:,.0f} | {nm:,.0f} | {nm / gm:.2f} | {nm / sm:.2f} | {nm / max(gm, sm):.2f} |")
+        rows.append((envs, g, s, n))
         w.close()
-    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    for clock, i in (("wall", 0), ("CPU", 1)):
+        print(f"\nframes/s of {clock} time, median of {args.rounds} rounds")
+        print("| envs_per_node | gymnasium loop | gymnasium same-step | Python node "
+              "| node / gymnasium | node / same-step | node / faster |")
+        print("|---|---|---|---|---|---|---|")
+        for envs, g, s, n in rows:
+            gm, sm, nm = (statistics.median(x[i] for x in v) for v in (g, s, n))
+            print(f"| {envs} | {gm:,.0f} | {sm:,.0f} | {nm:,.0f} | {nm / gm:.2f} | {nm / sm:.2f} | {nm / max(gm, sm):.2f} |")
+    print(f"\nload average after: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":
