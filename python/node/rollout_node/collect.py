@@ -51,19 +51,18 @@ class _EnvFailed(Exception):
 
 
 class _Blame(gym.Wrapper):
-    """Names the env that raised inside the vector env, and keeps each env's last step."""
+    """Names the env that raised in the vector env's resets and in the steps after a failure
+    (the fast loop steps the env inside and names it itself)."""
 
     def __init__(self, env, k):
         super().__init__(env)
         self.k = k
-        self.last = None
 
     def step(self, action):
         try:
-            self.last = self.env.step(action)
+            return self.env.step(action)
         except Exception as e:
             raise _EnvFailed(self.k, e) from e
-        return self.last
 
     def reset(self, **kwargs):
         try:
@@ -277,14 +276,8 @@ class Workers:
             except _EnvFailed as f:
                 # Rows stepped before the failing one keep this column; rows after it were
                 # not stepped and step it again; the failed row starts over.
-                for i, k in enumerate(rows if acts is not None else []):
-                    if k >= f.k:
-                        break
-                    if i < len(results):
-                        res = results[i]
-                    else:
-                        o, r, te, tr, _ = self.vec.envs[k].last
-                        res = (o, r, te, tr)
+                for i, res in enumerate(results):  # the rows before the failing one, in order
+                    k = rows[i]
                     self._record(b, int(k), int(pos[k]), acts[i], res)
                     pos[k] += 1
                 self._restart(f.k, f.cause)
@@ -443,6 +436,8 @@ class Workers:
             self.cur[k] = self._obs(o)
             self.needs_reset[k] = False
             self.fresh[k] = True
+            if self.nan_is_failure and np.isnan(self.cur[k]).any():
+                raise NodeFailed(f"env worker {k} produced a NaN observation")
 
     def _record(self, b, k, t, action, result):
         o, r, te, tr = result
