@@ -5,15 +5,23 @@ numpy policy, in the same process and run (BENCHMARKS.md, "Python node").
 
 For each env count E (1 and 8) it times, alternately, R rounds of
 * `gymnasium`: SyncVectorEnv(E) of CartPole-v1, `obs = vec.reset(seed)`, then
-  `a = policy.act(obs); obs, ... = vec.step(a)` for N / E steps (its default autoreset;
-  the reset-only step after each episode's end is not counted as a frame);
+  `a = policy.act(obs); obs, ... = vec.step(a)` for N / E steps, with its default (next-step)
+  autoreset: the reset-only step after each episode's end is not counted as a frame;
+* `gymnasium same-step`: the same loop with `autoreset_mode=SAME_STEP` (the node's: an env
+  that ends is reset inside that step, so no step is spent on a reset alone);
 * `node`: the node's own collection of one N-frame batch (`Workers.collect`: resets, policy,
   stepping and every batch field filled), as it answers a `continue`;
-and prints the median frames/s of each and their ratio. The policy is the node's deterministic
-linear policy with fixed weights, the same object in both loops.
+and prints the median frames/s of each, the node's ratio to each and to the faster of the two
+gymnasium loops (the one the target is checked against), and the load average before and
+after. Frames/s are per second of wall time and, in a second table, per second of this
+process's CPU time: on a machine shared with other work the wall-time figures move with the
+load, the CPU-time ones much less (every loop is single-threaded, in this one process). The
+policy is the node's deterministic linear policy with fixed weights, the same object in every
+loop.
 """
 
 import argparse
+import os
 import statistics
 import time
 
@@ -39,28 +47,31 @@ def weights():
             "bias": rng.uniform(-0.5, 0.5, (2,)).astype(np.float32)}
 
 
-def gym_loop(envs, frames, policy):
+def gym_loop(envs, frames, policy, mode=gym.vector.AutoresetMode.NEXT_STEP):
     """Frames/s of gymnasium's loop, counting real transitions only: with its default
-    (next-step) autoreset, the step after an episode's end only resets and is no frame."""
-    vec = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(envs)])
+    (next-step) autoreset, the step after an episode's end only resets and is no frame; with
+    same-step autoreset every step is one."""
+    vec = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(envs)], autoreset_mode=mode)
+    same = mode == gym.vector.AutoresetMode.SAME_STEP
     obs, _ = vec.reset(seed=1)
     real = 0
     ended = np.zeros(envs, bool)
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     for _ in range(frames // envs):
         a = policy.act(np.asarray(obs, np.float32))
         obs, _, term, trunc, _ = vec.step(a)
         real += envs - int(ended.sum())
-        ended = term | trunc
-    dt = time.perf_counter() - t0
+        if not same:
+            ended = term | trunc
+    dt, dc = time.perf_counter() - t0, time.process_time() - c0
     vec.close()
-    return real / dt
+    return real / dt, real / dc
 
 
 def node_loop(workers, frames):
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     workers.collect(frames)
-    return frames / (time.perf_counter() - t0)
+    return frames / (time.perf_counter() - t0), frames / (time.process_time() - c0)
 
 
 def main():
@@ -68,19 +79,28 @@ def main():
     p.add_argument("--frames", type=int, default=40_000)
     p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args()
-    print("| envs_per_node | gymnasium loop (frames/s) | Python node (frames/s) | node / gymnasium |")
-    print("|---|---|---|---|")
+    print(f"load average before: {os.getloadavg()[0]:.2f}")
+    rows = []
     for envs in (1, 8):
         w = Workers(spec(envs, args.frames))
         w.policy.set_weights(0, weights())
         node_loop(w, args.frames)  # warm up: first resets
-        g, n = [], []
+        g, s, n = [], [], []
         for _ in range(args.rounds):
             g.append(gym_loop(envs, args.frames, w.policy))
+            s.append(gym_loop(envs, args.frames, w.policy, gym.vector.AutoresetMode.SAME_STEP))
             n.append(node_loop(w, args.frames))
-        gm, nm = statistics.median(g), statistics.median(n)
-        print(f"| {envs} | {gm:,.0f} | {nm:,.0f} | {nm / gm:.2f} |")
+        rows.append((envs, g, s, n))
         w.close()
+    for clock, i in (("wall", 0), ("CPU", 1)):
+        print(f"\nframes/s of {clock} time, median of {args.rounds} rounds")
+        print("| envs_per_node | gymnasium loop | gymnasium same-step | Python node "
+              "| node / gymnasium | node / same-step | node / faster |")
+        print("|---|---|---|---|---|---|---|")
+        for envs, g, s, n in rows:
+            gm, sm, nm = (statistics.median(x[i] for x in v) for v in (g, s, n))
+            print(f"| {envs} | {gm:,.0f} | {sm:,.0f} | {nm:,.0f} | {nm / gm:.2f} | {nm / sm:.2f} | {nm / max(gm, sm):.2f} |")
+    print(f"\nload average after: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

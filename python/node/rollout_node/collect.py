@@ -51,19 +51,18 @@ class _EnvFailed(Exception):
 
 
 class _Blame(gym.Wrapper):
-    """Names the env that raised inside the vector env, and keeps each env's last step."""
+    """Names the env that raised in the vector env's resets and in the steps after a failure
+    (the fast loop steps the env inside and names it itself)."""
 
     def __init__(self, env, k):
         super().__init__(env)
         self.k = k
-        self.last = None
 
     def step(self, action):
         try:
-            self.last = self.env.step(action)
+            return self.env.step(action)
         except Exception as e:
             raise _EnvFailed(self.k, e) from e
-        return self.last
 
     def reset(self, **kwargs):
         try:
@@ -212,13 +211,14 @@ class Workers:
         self.step_count = np.where(mask, 0, self.step_count)
         self.fresh = self.fresh & ~mask
 
-    def _actions(self, rows):
+    def _actions(self, rows, stepped=0):
         """The actions of ``rows`` (None: every row): the random policy's for a worker still
-        within its ``init_random_frames``, the policy's otherwise."""
+        within its ``init_random_frames``, the policy's otherwise. ``stepped``: frames each
+        row collected since ``frames`` was last brought up to date (the fast loop's)."""
         obs = self.cur if rows is None else self.cur[rows]
         if not self.init_random:
             return self.policy.act(obs)
-        frames = self.frames if rows is None else self.frames[rows]
+        frames = (self.frames if rows is None else self.frames[rows]) + stepped
         random = frames < self.init_random
         if random.all():
             return random_actions(self.action, self.policy.rng, obs.shape[0])
@@ -267,26 +267,17 @@ class Workers:
                 if (self.fresh & mask).any():
                     self._start_fresh(self.fresh & mask)
                 acts = self._actions(rows)
-                if len(rows) == E:
-                    full = acts if self.action.discrete else acts.reshape((E,) + self.vec.single_action_space.shape)
-                    nobs, rew, term, trunc, _ = self.vec.step(full)
-                    results = [(nobs[k], rew[k], term[k], trunc[k]) for k in range(E)]
-                else:
-                    for i, k in enumerate(rows):
-                        a = acts[i] if self.action.discrete else acts[i].reshape(self.vec.single_action_space.shape)
-                        o, r, te, tr, _ = self.vec.envs[k].step(a)
-                        results.append((o, r, te, tr))
+                # Each row's env on its own, without the vector env's autoreset: a row that ends
+                # is reset at its next step (`_record` marks it), once, as in the fast loop.
+                for i, k in enumerate(rows):
+                    a = acts[i] if self.action.discrete else acts[i].reshape(self.vec.single_action_space.shape)
+                    o, r, te, tr, _ = self.vec.envs[k].step(a)
+                    results.append((o, r, te, tr))
             except _EnvFailed as f:
                 # Rows stepped before the failing one keep this column; rows after it were
                 # not stepped and step it again; the failed row starts over.
-                for i, k in enumerate(rows if acts is not None else []):
-                    if k >= f.k:
-                        break
-                    if i < len(results):
-                        res = results[i]
-                    else:
-                        o, r, te, tr, _ = self.vec.envs[k].last
-                        res = (o, r, te, tr)
+                for i, res in enumerate(results):  # the rows before the failing one, in order
+                    k = rows[i]
                     self._record(b, int(k), int(pos[k]), acts[i], res)
                     pos[k] += 1
                 self._restart(f.k, f.cause)
@@ -303,21 +294,46 @@ class Workers:
     def _collect_columns(self, b, T):
         """Steps every row together, one column at a time, until the batch is full (returns
         ``T``) or an env fails (its row restarts; returns the column the others are at, after
-        keeping the rows stepped before the failing one)."""
+        keeping the rows stepped before the failing one).
+
+        The envs of the vector env are stepped here, one call each, with its same-step
+        autoreset (an env that ends is reset at once, without a seed), and each result is
+        written straight into the column: ``SyncVectorEnv.step`` would stack and copy the
+        observations and build info dicts that a batch does not use. The loop names the env
+        that raised (its index), so the supervision costs nothing until one does."""
         E = self.E
+        D = self.obs_dim
+        discrete = self.action.discrete
         shape = (E,) + self.vec.single_action_space.shape
+        flat = len(self.vec.single_observation_space.shape) <= 1  # a row takes the env's obs as it is
         nan = self.nan_is_failure
         max_traj = self.max_traj
+        envs = [e.env if isinstance(e, _Blame) else e for e in self.vec.envs]
+        steps = [e.step for e in envs]
+        resets = [e.reset for e in envs]
+        rows = range(E)
         # Time-major scratch [T, E, ...]: a column is one contiguous write; into `b` once at the end.
-        cols = {k: np.empty((T,) + v.shape[:1] + v.shape[2:], v.dtype) for k, v in b.items()}
+        act_tail = () if discrete else (self.action.dim,)
+        cols = {
+            "observation": np.empty((T, E, D), np.float32),
+            "action": np.empty((T, E) + act_tail, b["action"].dtype),
+            "next.observation": np.empty((T, E, D), np.float32),
+            "next.reward": np.empty((T, E), np.float32),
+            "next.terminated": np.empty((T, E), bool),
+            "next.truncated": np.empty((T, E), bool),
+            "collector.traj_ids": np.empty((T, E), np.int64),
+            "step_count": np.empty((T, E), np.int64),
+        }
+        c_obs, c_act, c_next = cols["observation"], cols["action"], cols["next.observation"]
+        c_rew, c_term, c_trunc = cols["next.reward"], cols["next.terminated"], cols["next.truncated"]
+        c_ids, c_sc = cols["collector.traj_ids"], cols["step_count"]
         t = 0
         t0 = 0
         need_reset = bool(self.needs_reset.any())
         need_ids = bool(self.fresh.any())
-        obs_f32 = self.vec.observation_space.dtype == np.float32
         try:
             while t < T:
-                acts = None
+                acts = ended = None
                 try:
                     if need_reset:
                         self._reset([int(k) for k in np.nonzero(self.needs_reset)[0]])
@@ -325,45 +341,63 @@ class Workers:
                     if need_ids:
                         self._start_fresh(self.fresh)
                         need_ids = False
-                    acts = self._actions(None)
-                    nobs, rew, term, trunc, info = self.vec.step(acts if self.action.discrete else acts.reshape(shape))
+                    acts = self._actions(None, t - t0)
+                    cur = self.cur
+                    c_obs[t] = cur
+                    act_rows = acts if discrete else acts.reshape(shape)
+                    nx, rw, te_t, tr_t = c_next[t], c_rew[t], c_term[t], c_trunc[t]
+                    for k in rows:
+                        try:
+                            o, r, te, tr, _ = steps[k](act_rows[k])
+                        except Exception as e:
+                            raise _EnvFailed(k, e) from e
+                        nx[k] = o if flat else np.asarray(o).reshape(-1)
+                        rw[k] = r
+                        te_t[k] = te
+                        tr_t[k] = tr
+                        if te or tr:
+                            try:
+                                o, _ = resets[k]()
+                            except Exception as e:
+                                raise _EnvFailed(k, e) from e
+                            if ended is None:
+                                ended = []
+                            ended.append((k, o))
                 except _EnvFailed as f:
                     self.frames += t - t0
                     t0 = t
+                    kept = [] if acts is None else [(c_next[t, j].copy(), c_rew[t, j], c_term[t, j], c_trunc[t, j]) for j in range(f.k)]
                     self._flush(b, cols, t)
-                    return self._salvage(b, t, acts, f)
-                nxt = nobs.reshape(E, -1) if obs_f32 else np.asarray(nobs, np.float32).reshape(E, -1)
-                env_done = term | trunc  # these envs were reset inside the step
-                final = nxt
-                if env_done.any():
-                    final = nxt.copy()
-                    fo = info["final_obs"]
-                    for k in np.nonzero(env_done)[0]:
-                        final[k] = np.asarray(fo[k], np.float32).reshape(-1)
+                    return self._salvage(b, t, acts, f, kept, ended or [])
+                c_act[t] = acts
+                # The next observation is the step's, or the new episode's first for an env that
+                # ended (reset inside the step); `nx` keeps the step's (the final observation).
+                cur[:] = nx
+                ended_rows = None
+                if ended is not None:
+                    ended_rows = np.zeros(E, bool)
+                    for k, o in ended:
+                        cur[k] = o if flat else np.asarray(o).reshape(-1)
+                        ended_rows[k] = True
                 sc = self.step_count
-                if max_traj is not None:
-                    trunc = trunc | ((sc + 1 >= max_traj) & ~term)
-                done = term | trunc
-                cols["observation"][t] = self.cur
-                cols["action"][t] = acts
-                cols["next.observation"][t] = final
-                cols["next.reward"][t, :, 0] = rew
-                cols["next.terminated"][t, :, 0] = term
-                cols["next.truncated"][t, :, 0] = trunc
-                cols["next.done"][t, :, 0] = done
-                cols["collector.traj_ids"][t] = self.traj_id
-                cols["step_count"][t, :, 0] = sc
-                self.step_count = sc + 1
-                self.cur = nxt
+                c_ids[t] = self.traj_id
+                c_sc[t] = sc
+                sc += 1
                 t += 1
-                if done.any():
-                    self.needs_reset = done & ~env_done  # cut by max_frames_per_traj: reset here
-                    self.fresh = env_done
-                    need_reset = bool(self.needs_reset.any())
-                    need_ids = bool(env_done.any())
-                if nan and np.isnan(nxt[~(done & ~env_done)]).any():
-                    k = int(np.nonzero(np.isnan(nxt).any(axis=1) & ~(done & ~env_done))[0][0])
-                    raise NodeFailed(f"env worker {k} produced a NaN observation")
+                cut = None  # rows cut by max_frames_per_traj, not ended by the env: reset next step
+                if max_traj is not None:
+                    over = (sc >= max_traj) & ~te_t
+                    if over.any():
+                        tr_t |= over
+                        cut = over if ended_rows is None else over & ~ended_rows
+                if ended_rows is not None or cut is not None:
+                    self.needs_reset = cut if cut is not None else np.zeros(E, bool)
+                    self.fresh = ended_rows if ended_rows is not None else np.zeros(E, bool)
+                    need_reset = cut is not None and bool(cut.any())
+                    need_ids = ended_rows is not None
+                if nan and np.isnan(cur if cut is None else cur[~cut]).any():
+                    bad = np.isnan(cur).any(axis=1) if cut is None else np.isnan(cur).any(axis=1) & ~cut
+                    raise NodeFailed(f"env worker {int(np.nonzero(bad)[0][0])} produced a NaN observation")
         finally:
             self.frames += t - t0
             self._flush(b, cols, t)
@@ -371,25 +405,39 @@ class Workers:
 
     @staticmethod
     def _flush(b, cols, t):
-        """Writes columns ``0 .. t`` of the time-major scratch into ``b`` (once per call)."""
-        if t == 0:
+        """Writes columns ``0 .. t`` of the time-major scratch into ``b`` (once per call), with
+        ``next.done`` as ``next.terminated | next.truncated``."""
+        if t == 0 or not cols:
+            cols.clear()
             return
         for k, c in cols.items():
-            b[k][:, :t] = c[:t].swapaxes(0, 1)
+            dst = b[k][:, :t]
+            dst[...] = c[:t].swapaxes(0, 1).reshape(dst.shape)
+        done = b["next.done"][:, :t]
+        np.logical_or(b["next.terminated"][:, :t], b["next.truncated"][:, :t], out=done)
         cols.clear()
 
-    def _salvage(self, b, t, acts, f):
-        """Env ``f.k`` failed in column ``t``: rows stepped before it keep the column, the
-        failed row is rebuilt and starts over. Returns ``t``; the caller moves those rows on."""
-        kept = []
-        if acts is not None:
-            for k in range(f.k):
-                o, r, te, tr, _ = self.vec.envs[k].last
-                self._record(b, k, t, acts[k], (o, r, te, tr))
-                kept.append(k)
+    def _salvage(self, b, t, acts, f, kept, ended):
+        """Env ``f.k`` failed in column ``t``: rows stepped before it (``kept``: their results)
+        keep the column, the failed row is rebuilt and starts over. Returns ``t``; the caller
+        moves those rows on. Rows of ``ended`` (row, first observation) ended their episode
+        in this column and were reset in the step: they go on with that episode."""
+        for k, res in enumerate(kept):
+            self._record(b, k, t, acts[k], res)
+        self._started(ended)
         self._restart(f.k, f.cause)
-        self._salvaged, self._failed = kept, f.k
+        self._salvaged, self._failed = list(range(len(kept))), f.k
         return t
+
+    def _started(self, ended):
+        """The envs of ``ended`` (row, first observation) were reset by their step: each row goes
+        on with that episode, whose trajectory id is handed out at its first step."""
+        for k, o in ended:
+            self.cur[k] = self._obs(o)
+            self.needs_reset[k] = False
+            self.fresh[k] = True
+            if self.nan_is_failure and np.isnan(self.cur[k]).any():
+                raise NodeFailed(f"env worker {k} produced a NaN observation")
 
     def _record(self, b, k, t, action, result):
         o, r, te, tr = result
