@@ -73,6 +73,7 @@ impl TrainerMachine {
     pub fn tick(&mut self, now: Duration, out: &mut Vec<Output>) -> Result<(), TrainerError> {
         self.now = self.now.max(now);
         self.check_deadlines(out)?;
+        self.check_membership()?;
         if self.shutting_down {
             return Ok(());
         }
@@ -256,7 +257,8 @@ impl TrainerMachine {
                 self.seed_from(node + 1, seed.wrapping_add(self.cfg.envs_per_node[node] as u64), out)?;
             }
         }
-        if !self.cfg.sync && self.nodes.iter().any(|n| !n.state.is_down()) {
+        // An elastic run goes on with no node too: it waits for one to join (`membership.rs`).
+        if !self.cfg.sync && (self.elastic.is_some() || self.nodes.iter().any(|n| !n.state.is_down())) {
             return Err(TrainerError::NodeLost { node, reason });
         }
         Err(TrainerError::NodeFailed { node, reason })
