@@ -21,7 +21,7 @@ use crate::remote::frames::FrameStream;
 use crate::remote::link::spawn_writer;
 use crate::remote::listener::{self, DoorConfig, Joined, Waiting};
 use crate::remote::peer::{Disconnect, PeerTiming, RemoteNode, WeightsCache};
-use crate::trainer::{NodeRestartFailed, NodeRestarted, Restarter, Trainer};
+use crate::trainer::{NodeJoined, NodeRestartFailed, NodeRestarted, Restarter, Trainer};
 
 /// Watches the nodes a launcher started while the trainer waits for them to join
 /// (the `Slurm` launcher reads its tasks' states). Both calls may block (they run on a
@@ -145,13 +145,15 @@ impl RemoteRestarter {
     }
 }
 
-/// Starts the actor serving a node that joined.
+/// Starts the actor serving a node that joined. With `frees` (elastic runs) its
+/// slot is free again once the actor stopped: after its last message to the trainer.
 fn start_peer(
     j: Joined,
     early: Vec<u8>,
     trainer: &Addr<Trainer>,
     cache: &WeightsCache,
     timing: PeerTiming,
+    frees: Option<Rc<RefCell<Admission>>>,
 ) -> Addr<RemoteNode> {
     let (read, write) = j.stream.into_split();
     let to_trainer = trainer.clone().recipient();
@@ -160,7 +162,11 @@ fn start_peer(
     RemoteNode::create(move |ctx| {
         let me = ctx.address();
         let (out, _writer) = spawn_writer(write, move |reason| me.do_send(Disconnect(reason)));
-        let peer = RemoteNode::new(j.index, j.name, out, to_trainer, cache, timing);
+        let slot = j.index;
+        let mut peer = RemoteNode::new(j.index, j.name, out, to_trainer, cache, timing);
+        if let Some(admission) = frees {
+            peer = peer.on_stop(move || admission.borrow_mut().release(slot));
+        }
         // A node goes on while its batch travels, when the trainer lets it.
         let node = j.index;
         let frames = FrameStream::<NodeFrame>::new(read, timing.max_frame, peer.pool())
@@ -186,6 +192,9 @@ pub async fn start_watched(
     respawn: Option<Respawn>,
 ) -> Result<Started, CollectError> {
     let n = specs.len();
+    // An elastic run starts with its minimum; the others may join while it runs.
+    let elastic = machine.membership().is_some();
+    let need = machine.membership().map_or(n, |m| m.min_nodes.min(n));
     listener
         .set_nonblocking(true)
         .map_err(|e| CollectError::Join(format!("cannot use the listening socket: {e}")))?;
@@ -198,14 +207,14 @@ pub async fn start_watched(
     let mut joined_rx = listener::open_with(listener, specs, door, welcome_weights, admission.clone());
     // Nodes wait in the lobby until all have joined: one that drops meanwhile frees its slot.
     let (gone_tx, mut gone_rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut waiting: Vec<Waiting> = Vec::with_capacity(n);
+    let mut waiting: Vec<Waiting> = Vec::with_capacity(need);
     let deadline = tokio::time::Instant::now() + join_timeout;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let missing =
         |waiting: &[Waiting]| -> Vec<usize> { (0..n).filter(|i| !waiting.iter().any(|w| w.index == *i)).collect() };
     let mut joined: Vec<(Joined, Vec<u8>)> = loop {
-        while waiting.len() < n {
+        while waiting.len() < need {
             tokio::select! {
                 r = tokio::time::timeout_at(deadline, joined_rx.recv()) => match r {
                     Ok(Some(j)) => waiting.push(listener::wait_in_lobby(j, Vec::new(), gone_tx.clone())),
@@ -213,7 +222,7 @@ pub async fn start_watched(
                     Err(_) => {
                         let missing = missing(&waiting);
                         let mut msg = format!(
-                            "{} of {n} nodes joined within {:.1} s; missing node indices {missing:?}",
+                            "{} of {need} nodes joined within {:.1} s; missing node indices {missing:?}",
                             waiting.len(),
                             join_timeout.as_secs_f64()
                         );
@@ -244,14 +253,14 @@ pub async fn start_watched(
                 }
             }
         }
-        let mut back = Vec::with_capacity(n);
+        let mut back = Vec::with_capacity(need);
         for w in waiting.drain(..) {
             // `None`: it closed just now; its `gone` message frees the slot in the loop.
             if let Some(b) = w.start().await {
                 back.push(b);
             }
         }
-        if back.len() == n {
+        if back.len() == need {
             break back;
         }
         for (j, early) in back {
@@ -262,11 +271,47 @@ pub async fn start_watched(
     let trainer_ctx = Context::<Trainer>::new();
     let trainer = trainer_ctx.address();
     let cache = WeightsCache::default();
+    if elastic {
+        let mut machine = machine;
+        let members: Vec<usize> = joined.iter().map(|(j, _)| j.index).collect();
+        machine.start_with(&members);
+        let mut t = Trainer::new(machine, Vec::new()).with_slots(n).with_initial_seed(seed);
+        for (j, early) in joined {
+            let node = j.index;
+            let peer = start_peer(j, early, &trainer, &cache, timing, Some(admission.clone()));
+            t = t.with_member(
+                node,
+                peer.clone().recipient(),
+                Some(peer.clone().recipient()),
+                Some(peer.recipient()),
+            );
+        }
+        tracing::info!(members = ?members, max = n, "elastic run started");
+        let trainer_addr = trainer.clone();
+        actix_rt::spawn(async move {
+            while let Some(j) = joined_rx.recv().await {
+                let node = j.index;
+                tracing::info!(node, name = %j.name, "node joined the running elastic run");
+                let peer = start_peer(j, Vec::new(), &trainer_addr, &cache, timing, Some(admission.clone()));
+                trainer_addr.do_send(NodeJoined {
+                    node,
+                    recipient: peer.clone().recipient(),
+                    recycler: Some(peer.clone().recipient()),
+                    closer: Some(peer.recipient()),
+                });
+            }
+        });
+        trainer_ctx.run(t);
+        return Ok(Started {
+            trainer,
+            arbiters: Vec::new(),
+        });
+    }
     let mut nodes = Vec::with_capacity(n);
     let mut closers = Vec::with_capacity(n);
     let mut recyclers = Vec::with_capacity(n);
     for (j, early) in joined {
-        let peer = start_peer(j, early, &trainer, &cache, timing);
+        let peer = start_peer(j, early, &trainer, &cache, timing, None);
         closers.push(Some(peer.clone().recipient()));
         recyclers.push(Some(peer.clone().recipient()));
         nodes.push(peer.recipient());
@@ -296,7 +341,7 @@ pub async fn start_watched(
                     continue;
                 };
                 tracing::info!(node, restart, name = %j.name, "node rejoined");
-                let peer = start_peer(j, Vec::new(), &trainer, &cache, timing);
+                let peer = start_peer(j, Vec::new(), &trainer, &cache, timing, None);
                 trainer.do_send(NodeRestarted {
                     node,
                     recipient: peer.clone().recipient(),
