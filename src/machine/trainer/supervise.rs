@@ -31,6 +31,10 @@ pub struct SupervisionStats {
     pub dropped_late: u64,
     /// Frames in the batches accepted from nodes.
     pub frames_collected: u64,
+    /// Elastic runs: nodes that joined over the run, those it started with included (0 otherwise).
+    pub joined: u64,
+    /// Elastic runs: nodes that left with `leave` (0 otherwise).
+    pub left: u64,
 }
 
 impl TrainerMachine {
@@ -55,6 +59,8 @@ impl TrainerMachine {
                 .collect(),
             dropped_late: self.dropped_late,
             frames_collected: self.frames_collected,
+            joined: self.membership_counts().map_or(0, |(j, _)| j),
+            left: self.membership_counts().map_or(0, |(_, l)| l),
         }
     }
 
