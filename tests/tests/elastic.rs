@@ -210,16 +210,22 @@ fn member(addr: SocketAddr, n: usize) -> Member {
     }
 }
 
-/// Nodes joining and leaving at random for `churn_for` (choices from `seed`), at most
-/// 64 at once; at least 4 are left in at the end, to collect the rest of the run.
+/// Nodes joining and leaving at random for `churn_for` (choices from `seed`): up to 64
+/// first, then each step a node leaves with odds `live / 64` or one joins (so membership
+/// wanders around 32, sometimes 64 and sometimes few); at least 4 are left in at the
+/// end, to collect the rest of the run.
 fn churn(addr: SocketAddr, seed: u64, first: Vec<Member>, churn_for: Duration) -> Vec<Member> {
     let mut rng = Rng(seed);
     let mut live = first;
     let mut gone = Vec::new();
     let mut spawned = live.len();
+    while live.len() < 64 {
+        live.push(member(addr, spawned));
+        spawned += 1;
+    }
     let start = Instant::now();
     while start.elapsed() < churn_for {
-        let leave = !live.is_empty() && (live.len() >= 64 || rng.below(2) == 0);
+        let leave = !live.is_empty() && rng.below(64) < live.len();
         if leave {
             let mut m = live.swap_remove(rng.below(live.len()));
             m.leave.leave();
