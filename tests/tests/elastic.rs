@@ -46,10 +46,10 @@ fn build_on_a_thread(b: CollectorBuilder) -> JoinHandle<DistributedCollector> {
     thread::spawn(move || b.build().expect("collector"))
 }
 
-/// `rollout node --join ADDR`, as anyone holding the token would start it.
-fn node_process(addr: SocketAddr) -> Child {
+/// `rollout node --join ADDR --index I`, as anyone holding the token would start it.
+fn node_process(addr: SocketAddr, index: usize) -> Child {
     Command::new(rollout_bin())
-        .args(["node", "--join", &addr.to_string()])
+        .args(["node", "--join", &addr.to_string(), "--index", &index.to_string()])
         .env("ROLLOUT_TOKEN", std::str::from_utf8(TOKEN).expect("utf8"))
         .stdin(Stdio::null())
         .spawn()
@@ -89,6 +89,19 @@ fn assert_exact(batches: &[Collected], total: usize) {
     assert_unique_traj_ids(batches);
 }
 
+/// Waits (within the deadline) for a log line of this process holding every one of `parts`.
+fn wait_logged(parts: &[&str]) {
+    let end = Instant::now() + DEADLINE;
+    loop {
+        let text = String::from_utf8_lossy(&logs().lock().unwrap_or_else(|p| p.into_inner())).into_owned();
+        if text.lines().any(|l| parts.iter().all(|p| l.contains(p))) {
+            return;
+        }
+        assert!(Instant::now() < end, "no log line with {parts:?}:\n{text}");
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Pulls batches until one comes from `node`, within the deadline.
 fn pull_until_node(c: &mut DistributedCollector, node: usize, batches: &mut Vec<Collected>) -> Collected {
     let end = Instant::now() + DEADLINE;
@@ -107,7 +120,7 @@ fn a_run_starts_with_two_processes_a_third_joins_one_leaves_on_sigterm_and_frame
     let addr = free_addr();
     let total = 3000;
     let t = build_on_a_thread(elastic_builder(addr, 2, 3, total as i64));
-    let mut nodes = vec![node_process(addr), node_process(addr)];
+    let mut nodes = vec![node_process(addr, 0), node_process(addr, 1)];
     let mut c = t.join().expect("collector thread");
     let mut batches = Vec::new();
     for _ in 0..10 {
@@ -116,7 +129,7 @@ fn a_run_starts_with_two_processes_a_third_joins_one_leaves_on_sigterm_and_frame
     assert!(batches.iter().all(|b| b.node.is_some_and(|n| n < 2)), "the two that started");
     // Weights pushed before the third joins: it must act with them, not version 0.
     let version = c.update_policy_weights(value_weights(1.0), None).expect("push");
-    nodes.push(node_process(addr));
+    nodes.push(node_process(addr, 2));
     let first = pull_until_node(&mut c, 2, &mut batches);
     assert_eq!(first.weights_version, version, "the joiner got the stored weights first");
     // Node 0 leaves on SIGTERM: `leave`, exit 0; the run goes on without it.
@@ -134,6 +147,7 @@ fn a_run_starts_with_two_processes_a_third_joins_one_leaves_on_sigterm_and_frame
     assert_exact(&batches, total);
     let stats = c.stats().expect("stats");
     assert_eq!((stats.joined, stats.left), (3, 1), "{stats:?}");
+    wait_logged(&["node left", "node=0"]);
     assert_eq!(stats.restarts, vec![0, 0, 0], "no node restarted");
     c.shutdown().expect("shutdown");
     for n in nodes.iter_mut().skip(1) {
@@ -147,12 +161,14 @@ fn a_node_killed_in_an_elastic_run_is_not_restarted_nor_waited_for_and_frames_ar
     let addr = free_addr();
     let total = 2000;
     let t = build_on_a_thread(elastic_builder(addr, 3, 3, total as i64));
-    let mut nodes: Vec<Child> = (0..3).map(|_| node_process(addr)).collect();
+    let mut nodes: Vec<Child> = (0..3).map(|i| node_process(addr, i)).collect();
     let mut c = t.join().expect("collector thread");
     let mut batches = Vec::new();
     pull_until_node(&mut c, 1, &mut batches);
     let _ = nodes[1].kill();
     let _ = nodes[1].wait();
+    // The trainer notices (the connection closes) and goes on without it.
+    wait_logged(&["node lost; the others go on", "node=1"]);
     let after = batches.len();
     while let Some(b) = c.next_batch().expect("the run does not fail when a node is lost") {
         batches.push(b);
@@ -345,4 +361,62 @@ fn elastic_settings_that_cannot_work_are_refused_at_build_time_by_name() {
         .frames_per_batch(10)
         .min_nodes(2);
     assert_eq!(field(min_only), "max_nodes");
+}
+
+// ---------------------------------------------------------------- message level (testkit)
+
+#[test]
+fn through_the_testkit_a_joiner_gets_weights_seed_and_work_and_a_reused_slot_repeats_no_id() {
+    use rollout::machine::trainer::Membership;
+    use rollout::message::{FromNode, ToNode};
+    use rollout_actors::testkit::{scripted_batch, TrainerHarness};
+    let membership = Membership {
+        min_nodes: 1,
+        empty_timeout: DEADLINE,
+    };
+    // Two slots of one env each, total 40 frames of 10: slot 1 free at the start.
+    let cfg = rollout_tests::trainer_config(2, 1, 10, Some(40), false);
+    let mut t = TrainerHarness::elastic(cfg, membership, &[0]).expect("elastic");
+    t.set_seed(5);
+    t.reply(FromNode::Seeded { node: 0, next_seed: 6 }).expect("seeded");
+    t.take_sent();
+    t.request().expect("request");
+    let c = t.take_continues();
+    assert_eq!(c.iter().map(|(n, _)| *n).collect::<Vec<_>>(), vec![0], "the free slot gets nothing");
+    t.reply(FromNode::Batch(scripted_batch(0, c[0].1, 1, 0, 0.0))).expect("batch");
+    let version = t.set_weights(value_weights(2.0));
+    // Node 0 goes on (its batch was yielded); then a node joins slot 1.
+    assert_eq!(t.take_continues().iter().map(|(n, _)| *n).collect::<Vec<_>>(), vec![0]);
+    t.node_joined(1).expect("join");
+    let sent: Vec<(usize, &str)> = t.take_sent().iter().map(|(n, m)| (*n, m.name())).collect();
+    assert_eq!(sent, vec![(1, "update_weights"), (1, "seed"), (1, "continue")], "in that order");
+    // Node 0 leaves with its next Continue in flight: not waited for.
+    t.request().expect("request");
+    t.reply(FromNode::Leave { node: 0 }).expect("a leave is no error");
+    assert!(t.take_sent().iter().all(|(_, m)| !matches!(m, ToNode::Shutdown)));
+    // A new node takes slot 0 again; both collect the rest.
+    t.node_joined(0).expect("rejoin of the free slot");
+    let mut yielded = t.take_yielded();
+    while !t.finished() {
+        for (node, c) in t.take_continues() {
+            t.reply(FromNode::Batch(scripted_batch(node, c, 1, version, 0.0))).expect("batch");
+        }
+        yielded.extend(t.take_yielded());
+        t.request().expect("request");
+        yielded.extend(t.take_yielded());
+    }
+    let frames: usize = yielded.iter().map(|b| b.data.numel()).sum();
+    assert_eq!(frames, 40, "total_frames exact");
+    // Slot 0's first node and its second both wrote id 0; the second's are shifted.
+    let ids_of = |node: usize| -> Vec<i64> {
+        yielded
+            .iter()
+            .filter(|b| b.node == Some(node))
+            .flat_map(|b| b.data.i64(keys::TRAJ_IDS).expect("ids").iter().copied().collect::<Vec<_>>())
+            .collect()
+    };
+    // (Scripted batches number every trajectory 0; a real node's ids follow its lane.)
+    let slot0 = ids_of(0);
+    assert!(slot0.contains(&0) && slot0.contains(&2), "{slot0:?}");
+    assert!(slot0.iter().all(|&i| i == 0 || i == 2), "moved past 0 by the lanes (2): {slot0:?}");
 }
