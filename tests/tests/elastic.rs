@@ -420,3 +420,41 @@ fn through_the_testkit_a_joiner_gets_weights_seed_and_work_and_a_reused_slot_rep
     assert!(slot0.contains(&0) && slot0.contains(&2), "{slot0:?}");
     assert!(slot0.iter().all(|&i| i == 0 || i == 2), "moved past 0 by the lanes (2): {slot0:?}");
 }
+
+// ---------------------------------------------------------------- the command line
+
+#[test]
+fn rollout_collect_refuses_elastic_flags_that_cannot_work_with_exit_2_and_one_line_naming_the_flag() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["--max-nodes", "2", "--min-nodes", "3", "--launcher", "external"], "`min_nodes`"),
+        (&["--max-nodes", "0", "--launcher", "external"], "`max_nodes`"),
+        (&["--min-nodes", "2", "--launcher", "external"], "`max_nodes`"),
+        (&["--max-nodes", "2", "--launcher", "external", "--sync"], "`sync`"),
+        (&["--max-nodes", "2", "--launcher", "external", "--nodes", "2"], "`nodes`"),
+        (&["--max-nodes", "2"], "`launcher`"),
+        (&["--max-nodes", "2", "--launcher", "process"], "`launcher`"),
+        (
+            &["--max-nodes", "2", "--launcher", "external", "--node-max-restarts", "3"],
+            "`node_max_restarts`",
+        ),
+        (
+            &["--max-nodes", "2", "--launcher", "external", "--checkpoint", "/nonexistent/ck"],
+            "`checkpoint`",
+        ),
+    ];
+    for (flags, named) in cases {
+        let run = rollout_tests::run_bounded(
+            Command::new(rollout_bin())
+                .args(["collect", "--env", "Counting", "--quiet"])
+                .args(*flags)
+                .env("ROLLOUT_TOKEN", std::str::from_utf8(TOKEN).expect("utf8"))
+                .env_remove("RUST_LOG"),
+            DEADLINE,
+        )
+        .expect("spawn rollout");
+        let err = run.stderr_text();
+        assert_eq!(run.code(), Some(2), "{flags:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{flags:?}: one line: {err}");
+        assert!(err.contains(named), "{flags:?} names {named}: {err}");
+    }
+}
