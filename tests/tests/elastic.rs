@@ -13,10 +13,8 @@ use std::time::{Duration, Instant};
 use rollout::rollout::keys;
 use rollout::PolicyConfig;
 use rollout_actors::remote::{run_node, JoinError, LeaveHandle, NodeOptions};
-use rollout_actors::{CollectError, CollectorBuilder, Collected, DistributedCollector, Launcher};
-use rollout_tests::{
-    assert_unique_traj_ids, free_addr, logs, rollout_bin, value_weights, wait_with_deadline,
-};
+use rollout_actors::{CollectError, Collected, CollectorBuilder, DistributedCollector, Launcher};
+use rollout_tests::{assert_unique_traj_ids, free_addr, logs, rollout_bin, value_weights, wait_with_deadline};
 
 const TOKEN: &[u8] = b"elastic-membership-token";
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -68,13 +66,23 @@ fn signal(child: &Child, sig: &str) {
 /// action (1 under every weights version here), and the batch has its size.
 fn assert_valid(b: &Collected, fpb: usize, last: bool) {
     let n = b.data.numel();
-    assert!(n == fpb || (last && n > 0 && n < fpb), "batch {} has {n} frames", b.index);
+    assert!(
+        n == fpb || (last && n > 0 && n < fpb),
+        "batch {} has {n} frames",
+        b.index
+    );
     assert_eq!(b.data.batch_size()[0], 1, "one env a node");
     let obs = b.data.f32(keys::OBSERVATION).expect("observation");
     let next = b.data.f32(keys::NEXT_OBSERVATION).expect("next observation");
     let act = b.data.f32(keys::ACTION).expect("action");
     for ((o, x), a) in obs.iter().zip(next.iter()).zip(act.iter()) {
-        assert_eq!(*x, *o + *a, "batch {} of node {:?}: not a Counting step", b.index, b.node);
+        assert_eq!(
+            *x,
+            *o + *a,
+            "batch {} of node {:?}: not a Counting step",
+            b.index,
+            b.node
+        );
     }
 }
 
@@ -126,19 +134,28 @@ fn a_run_starts_with_two_processes_a_third_joins_one_leaves_on_sigterm_and_frame
     for _ in 0..10 {
         batches.push(c.next_batch().expect("ok").expect("batch"));
     }
-    assert!(batches.iter().all(|b| b.node.is_some_and(|n| n < 2)), "the two that started");
+    assert!(
+        batches.iter().all(|b| b.node.is_some_and(|n| n < 2)),
+        "the two that started"
+    );
     // Weights pushed before the third joins: it must act with them, not version 0.
     let version = c.update_policy_weights(value_weights(1.0), None).expect("push");
     nodes.push(node_process(addr, 2));
     let first = pull_until_node(&mut c, 2, &mut batches);
-    assert_eq!(first.weights_version, version, "the joiner got the stored weights first");
+    assert_eq!(
+        first.weights_version, version,
+        "the joiner got the stored weights first"
+    );
     // Node 0 leaves on SIGTERM: `leave`, exit 0; the run goes on without it.
     let before = batches.len();
     let zero = batches.iter().rev().find(|b| b.node == Some(0)).map(|b| b.index);
     assert!(zero.is_some(), "node 0 delivered before it left");
     signal(&nodes[0], "TERM");
     let st = wait_with_deadline(&mut nodes[0], DEADLINE);
-    assert!(st.is_some_and(|s| s.success()), "SIGTERM: the node leaves and exits 0: {st:?}");
+    assert!(
+        st.is_some_and(|s| s.success()),
+        "SIGTERM: the node leaves and exits 0: {st:?}"
+    );
     while let Some(b) = c.next_batch().expect("batch") {
         batches.push(b);
         assert!(batches.len() < 10_000, "runaway collection");
@@ -182,7 +199,10 @@ fn a_node_killed_in_an_elastic_run_is_not_restarted_nor_waited_for_and_frames_ar
     c.shutdown().expect("shutdown");
     for i in [0, 2] {
         let st = wait_with_deadline(&mut nodes[i], DEADLINE);
-        assert!(st.is_some_and(|s| s.success()), "node {i} exits 0 after Shutdown: {st:?}");
+        assert!(
+            st.is_some_and(|s| s.success()),
+            "node {i} exits 0 after Shutdown: {st:?}"
+        );
     }
 }
 
@@ -300,7 +320,10 @@ fn sixty_four_nodes_joining_and_leaving_at_random_for_twenty_seconds_keep_frames
             Ok(None) => break,
             Err(e) => panic!("churn seed {seed}: the run failed: {e}"),
         }
-        assert!(start.elapsed() < Duration::from_secs(120), "churn seed {seed}: the run did not end");
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "churn seed {seed}: the run did not end"
+        );
         // The consumer's pace (its work on a batch), not a wait for anything.
         if let Some(rest) = (now + pace).checked_duration_since(Instant::now()) {
             thread::sleep(rest);
@@ -331,7 +354,10 @@ fn sixty_four_nodes_joining_and_leaving_at_random_for_twenty_seconds_keep_frames
             Err(e) => panic!("churn seed {seed}: a node failed: {e}"),
         }
     }
-    assert_eq!(stats.joined, joined, "churn seed {seed}: every node that joined was counted");
+    assert_eq!(
+        stats.joined, joined,
+        "churn seed {seed}: every node that joined was counted"
+    );
     assert_eq!(stats.left, left, "churn seed {seed}: every leave was counted");
     assert!(
         stats.joined > 100 && stats.left > 50,
@@ -353,9 +379,18 @@ fn elastic_settings_that_cannot_work_are_refused_at_build_time_by_name() {
     assert_eq!(field(elastic_builder(addr, 1, 0, 100)), "max_nodes");
     assert_eq!(field(elastic_builder(addr, 1, 2, 100).sync(true)), "sync");
     assert_eq!(field(elastic_builder(addr, 1, 2, 100).nodes(2)), "nodes");
-    assert_eq!(field(elastic_builder(addr, 1, 2, 100).launcher(Launcher::Local)), "launcher");
-    assert_eq!(field(elastic_builder(addr, 1, 2, 100).launcher(Launcher::Process)), "launcher");
-    assert_eq!(field(elastic_builder(addr, 1, 2, 100).node_max_restarts(3)), "node_max_restarts");
+    assert_eq!(
+        field(elastic_builder(addr, 1, 2, 100).launcher(Launcher::Local)),
+        "launcher"
+    );
+    assert_eq!(
+        field(elastic_builder(addr, 1, 2, 100).launcher(Launcher::Process)),
+        "launcher"
+    );
+    assert_eq!(
+        field(elastic_builder(addr, 1, 2, 100).node_max_restarts(3)),
+        "node_max_restarts"
+    );
     let min_only = DistributedCollector::builder()
         .env("Counting")
         .frames_per_batch(10)
@@ -382,14 +417,23 @@ fn through_the_testkit_a_joiner_gets_weights_seed_and_work_and_a_reused_slot_rep
     t.take_sent();
     t.request().expect("request");
     let c = t.take_continues();
-    assert_eq!(c.iter().map(|(n, _)| *n).collect::<Vec<_>>(), vec![0], "the free slot gets nothing");
-    t.reply(FromNode::Batch(scripted_batch(0, c[0].1, 1, 0, 0.0))).expect("batch");
+    assert_eq!(
+        c.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+        vec![0],
+        "the free slot gets nothing"
+    );
+    t.reply(FromNode::Batch(scripted_batch(0, c[0].1, 1, 0, 0.0)))
+        .expect("batch");
     let version = t.set_weights(value_weights(2.0));
     // Node 0 goes on (its batch was yielded); then a node joins slot 1.
     assert_eq!(t.take_continues().iter().map(|(n, _)| *n).collect::<Vec<_>>(), vec![0]);
     t.node_joined(1).expect("join");
     let sent: Vec<(usize, &str)> = t.take_sent().iter().map(|(n, m)| (*n, m.name())).collect();
-    assert_eq!(sent, vec![(1, "update_weights"), (1, "seed"), (1, "continue")], "in that order");
+    assert_eq!(
+        sent,
+        vec![(1, "update_weights"), (1, "seed"), (1, "continue")],
+        "in that order"
+    );
     // Node 0 leaves with its next Continue in flight: not waited for.
     t.request().expect("request");
     t.reply(FromNode::Leave { node: 0 }).expect("a leave is no error");
@@ -399,7 +443,8 @@ fn through_the_testkit_a_joiner_gets_weights_seed_and_work_and_a_reused_slot_rep
     let mut yielded = t.take_yielded();
     while !t.finished() {
         for (node, c) in t.take_continues() {
-            t.reply(FromNode::Batch(scripted_batch(node, c, 1, version, 0.0))).expect("batch");
+            t.reply(FromNode::Batch(scripted_batch(node, c, 1, version, 0.0)))
+                .expect("batch");
         }
         yielded.extend(t.take_yielded());
         t.request().expect("request");
@@ -412,13 +457,23 @@ fn through_the_testkit_a_joiner_gets_weights_seed_and_work_and_a_reused_slot_rep
         yielded
             .iter()
             .filter(|b| b.node == Some(node))
-            .flat_map(|b| b.data.i64(keys::TRAJ_IDS).expect("ids").iter().copied().collect::<Vec<_>>())
+            .flat_map(|b| {
+                b.data
+                    .i64(keys::TRAJ_IDS)
+                    .expect("ids")
+                    .iter()
+                    .copied()
+                    .collect::<Vec<_>>()
+            })
             .collect()
     };
     // (Scripted batches number every trajectory 0; a real node's ids follow its lane.)
     let slot0 = ids_of(0);
     assert!(slot0.contains(&0) && slot0.contains(&2), "{slot0:?}");
-    assert!(slot0.iter().all(|&i| i == 0 || i == 2), "moved past 0 by the lanes (2): {slot0:?}");
+    assert!(
+        slot0.iter().all(|&i| i == 0 || i == 2),
+        "moved past 0 by the lanes (2): {slot0:?}"
+    );
 }
 
 // ---------------------------------------------------------------- the command line
@@ -426,11 +481,17 @@ fn through_the_testkit_a_joiner_gets_weights_seed_and_work_and_a_reused_slot_rep
 #[test]
 fn rollout_collect_refuses_elastic_flags_that_cannot_work_with_exit_2_and_one_line_naming_the_flag() {
     let cases: &[(&[&str], &str)] = &[
-        (&["--max-nodes", "2", "--min-nodes", "3", "--launcher", "external"], "`min_nodes`"),
+        (
+            &["--max-nodes", "2", "--min-nodes", "3", "--launcher", "external"],
+            "`min_nodes`",
+        ),
         (&["--max-nodes", "0", "--launcher", "external"], "`max_nodes`"),
         (&["--min-nodes", "2", "--launcher", "external"], "`max_nodes`"),
         (&["--max-nodes", "2", "--launcher", "external", "--sync"], "`sync`"),
-        (&["--max-nodes", "2", "--launcher", "external", "--nodes", "2"], "`nodes`"),
+        (
+            &["--max-nodes", "2", "--launcher", "external", "--nodes", "2"],
+            "`nodes`",
+        ),
         (&["--max-nodes", "2"], "`launcher`"),
         (&["--max-nodes", "2", "--launcher", "process"], "`launcher`"),
         (
@@ -438,7 +499,14 @@ fn rollout_collect_refuses_elastic_flags_that_cannot_work_with_exit_2_and_one_li
             "`node_max_restarts`",
         ),
         (
-            &["--max-nodes", "2", "--launcher", "external", "--checkpoint", "/nonexistent/ck"],
+            &[
+                "--max-nodes",
+                "2",
+                "--launcher",
+                "external",
+                "--checkpoint",
+                "/nonexistent/ck",
+            ],
             "`checkpoint`",
         ),
     ];

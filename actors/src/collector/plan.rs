@@ -185,7 +185,10 @@ impl CollectorBuilder {
     fn node_slots(&self) -> Result<usize, CollectError> {
         let Some(max) = self.max_nodes else {
             if self.min_nodes.is_some() {
-                return Err(config_error("max_nodes", "required with min_nodes (elastic membership)"));
+                return Err(config_error(
+                    "max_nodes",
+                    "required with min_nodes (elastic membership)",
+                ));
             }
             return Ok(self.nodes);
         };
