@@ -398,6 +398,32 @@ fn elastic_settings_that_cannot_work_are_refused_at_build_time_by_name() {
     assert_eq!(field(min_only), "max_nodes");
 }
 
+#[test]
+fn with_no_node_left_an_elastic_run_fails_clearly_once_none_joined_within_the_join_timeout() {
+    let addr = free_addr();
+    let b = elastic_builder(addr, 1, 2, -1).join_timeout(Duration::from_secs(1));
+    let t = build_on_a_thread(b);
+    let only = member(addr, 0);
+    let mut c = t.join().expect("collector thread");
+    c.next_batch().expect("ok").expect("a batch");
+    only.leave.leave();
+    assert!(only.thread.join().expect("node thread").is_ok(), "it left cleanly");
+    let start = Instant::now();
+    let err = loop {
+        match c.next_batch() {
+            // Batches it sent before it left are still yielded.
+            Ok(Some(_)) => assert!(start.elapsed() < DEADLINE, "batches after the node left"),
+            Ok(None) => panic!("an endless run ended"),
+            Err(e) => break e.to_string(),
+        }
+    };
+    assert!(
+        err.contains("no node left in the elastic run and none joined within 1.0 s"),
+        "{err}"
+    );
+    assert!(start.elapsed() < DEADLINE);
+}
+
 // ---------------------------------------------------------------- message level (testkit)
 
 #[test]
