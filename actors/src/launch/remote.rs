@@ -21,7 +21,7 @@ use crate::remote::frames::FrameStream;
 use crate::remote::link::spawn_writer;
 use crate::remote::listener::{self, DoorConfig, Joined, Waiting};
 use crate::remote::peer::{Disconnect, PeerTiming, RemoteNode, WeightsCache};
-use crate::trainer::{NodeJoined, NodeRestartFailed, NodeRestarted, Restarter, Trainer};
+use crate::trainer::{NodeRestartFailed, NodeRestarted, Restarter, Trainer};
 
 /// Watches the nodes a launcher started while the trainer waits for them to join
 /// (the `Slurm` launcher reads its tasks' states). Both calls may block (they run on a
@@ -147,7 +147,7 @@ impl RemoteRestarter {
 
 /// Starts the actor serving a node that joined. With `frees` (elastic runs) its
 /// slot is free again once the actor stopped: after its last message to the trainer.
-fn start_peer(
+pub(super) fn start_peer(
     j: Joined,
     early: Vec<u8>,
     trainer: &Addr<Trainer>,
@@ -221,11 +221,19 @@ pub async fn start_watched(
                     Ok(None) => return Err(CollectError::Join("the listener stopped".into())),
                     Err(_) => {
                         let missing = missing(&waiting);
-                        let mut msg = format!(
-                            "{} of {need} nodes joined within {:.1} s; missing node indices {missing:?}",
-                            waiting.len(),
-                            join_timeout.as_secs_f64()
-                        );
+                        let mut msg = if elastic {
+                            format!(
+                                "{} of the {need} nodes an elastic run needs to start (min_nodes) joined within {:.1} s",
+                                waiting.len(),
+                                join_timeout.as_secs_f64()
+                            )
+                        } else {
+                            format!(
+                                "{} of {n} nodes joined within {:.1} s; missing node indices {missing:?}",
+                                waiting.len(),
+                                join_timeout.as_secs_f64()
+                            )
+                        };
                         if let Some(w) = watch.clone() {
                             let m = missing.clone();
                             if let Ok(detail) = tokio::task::spawn_blocking(move || w.describe(&m)).await {
@@ -272,40 +280,13 @@ pub async fn start_watched(
     let trainer = trainer_ctx.address();
     let cache = WeightsCache::default();
     if elastic {
-        let mut machine = machine;
-        let members: Vec<usize> = joined.iter().map(|(j, _)| j.index).collect();
-        machine.start_with(&members);
-        let mut t = Trainer::new(machine, Vec::new()).with_slots(n).with_initial_seed(seed);
-        for (j, early) in joined {
-            let node = j.index;
-            let peer = start_peer(j, early, &trainer, &cache, timing, Some(admission.clone()));
-            t = t.with_member(
-                node,
-                peer.clone().recipient(),
-                Some(peer.clone().recipient()),
-                Some(peer.recipient()),
-            );
-        }
-        tracing::info!(members = ?members, max = n, "elastic run started");
-        let trainer_addr = trainer.clone();
-        actix_rt::spawn(async move {
-            while let Some(j) = joined_rx.recv().await {
-                let node = j.index;
-                tracing::info!(node, name = %j.name, "node joined the running elastic run");
-                let peer = start_peer(j, Vec::new(), &trainer_addr, &cache, timing, Some(admission.clone()));
-                trainer_addr.do_send(NodeJoined {
-                    node,
-                    recipient: peer.clone().recipient(),
-                    recycler: Some(peer.clone().recipient()),
-                    closer: Some(peer.recipient()),
-                });
-            }
-        });
-        trainer_ctx.run(t);
-        return Ok(Started {
-            trainer,
-            arbiters: Vec::new(),
-        });
+        let run = super::elastic::ElasticStart {
+            admission,
+            cache,
+            timing,
+            seed,
+        };
+        return Ok(run.start(machine, n, joined, joined_rx, trainer_ctx, start_peer));
     }
     let mut nodes = Vec::with_capacity(n);
     let mut closers = Vec::with_capacity(n);
