@@ -555,3 +555,57 @@ fn rollout_collect_refuses_elastic_flags_that_cannot_work_with_exit_2_and_one_li
         assert!(err.contains(named), "{flags:?} names {named}: {err}");
     }
 }
+
+#[test]
+fn rollout_collect_with_max_nodes_runs_elastic_with_nodes_joining_from_outside() {
+    use std::io::{BufRead, BufReader};
+    let mut collect = Command::new(rollout_bin())
+        .args([
+            "collect", "--env", "Counting", "--policy", "constant", "--quiet", "--json",
+        ])
+        .args(["--launcher", "external", "--listen", "127.0.0.1:0"])
+        .args(["--min-nodes", "1", "--max-nodes", "3"])
+        .args([
+            "--frames-per-batch",
+            "20",
+            "--total-frames",
+            "1000",
+            "--join-timeout",
+            "20",
+        ])
+        .env("ROLLOUT_TOKEN", std::str::from_utf8(TOKEN).expect("utf8"))
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn rollout collect");
+    let mut out = BufReader::new(collect.stdout.take().expect("stdout"));
+    let mut first = String::new();
+    out.read_line(&mut first).expect("the listening line");
+    let listening: serde_json::Value = serde_json::from_str(&first).expect("JSON");
+    let addr: SocketAddr = listening["listening"].as_str().expect("address").parse().expect("addr");
+    let mut nodes = vec![node_process(addr, 0), node_process(addr, 2)];
+    // The rest of stdout on a thread, so the run is never held by a full pipe.
+    let rest = thread::spawn(move || out.lines().map_while(Result::ok).collect::<Vec<String>>());
+    let st = wait_with_deadline(&mut collect, DEADLINE);
+    assert!(st.is_some_and(|s| s.success()), "rollout collect: {st:?}");
+    let lines = rest.join().expect("reader");
+    let summary: serde_json::Value = serde_json::from_str(lines.last().expect("summary")).expect("JSON");
+    assert_eq!(summary["frames"], 1000, "{summary}");
+    let nodes_seen: std::collections::BTreeSet<u64> = lines[..lines.len() - 1]
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v["node"].as_u64())
+        .collect();
+    assert!(
+        nodes_seen.iter().all(|&n| n == 0 || n == 2),
+        "slots asked for: {nodes_seen:?}"
+    );
+    for n in &mut nodes {
+        let st = wait_with_deadline(n, DEADLINE);
+        // A node admitted before the end is shut down (exit 0); one that came after it
+        // found the trainer gone (exit 1): both are fine, neither may hang.
+        assert!(st.is_some(), "a node outlived the run");
+    }
+}

@@ -212,6 +212,9 @@ impl TrainerMachine {
 
     /// Elastic, with no node up: the run fails once none joined for `empty_timeout`.
     pub(super) fn check_membership(&mut self) -> Result<(), TrainerError> {
+        if self.elastic.is_none() {
+            return Ok(());
+        }
         let up = self.nodes.iter().any(|n| n.state.is_up());
         let (now, finished) = (self.now, self.finished || self.shutting_down);
         let Some(e) = self.elastic.as_mut() else {
