@@ -187,7 +187,12 @@ impl Trainer {
                 }
             }
             Err(TrainerError::NodeLost { node, reason }) => {
-                tracing::error!(node, %reason, "node lost; the others go on");
+                if self.machine.membership().is_some() {
+                    // Elastic: nodes come and go; a loss is expected, not an error.
+                    tracing::warn!(node, %reason, "node lost; the others go on");
+                } else {
+                    tracing::error!(node, %reason, "node lost; the others go on");
+                }
                 // Dropped for good: a remote node's connection is closed with the reason.
                 if let Some(Some(c)) = self.closers.get(node) {
                     c.do_send(Disconnect(format!("dropped: {reason}")));
