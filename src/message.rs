@@ -97,6 +97,15 @@ pub enum FromNode {
         /// The node.
         node: usize,
     },
+    /// The node leaves the run on purpose (a remote node stopped by SIGTERM or SIGINT),
+    /// at any time after `ready`: its batches already sent are kept, the `Continue` it
+    /// has in flight is asked of other nodes, and the trainer closes the connection. In
+    /// an elastic run its slot is free for a node that joins; in a fixed run it counts
+    /// as a lost node.
+    Leave {
+        /// The node.
+        node: usize,
+    },
     /// The node failed and cannot go on.
     Failed {
         /// The node.
@@ -160,6 +169,7 @@ impl FromNode {
             FromNode::WeightsUpdated { .. } => "weights_updated",
             FromNode::Seeded { .. } => "seeded",
             FromNode::Down { .. } => "down",
+            FromNode::Leave { .. } => "leave",
             FromNode::Failed { .. } => "failed",
             FromNode::Ready { .. } => "ready",
             FromNode::Snapshot { .. } => "snapshot",
@@ -175,6 +185,7 @@ impl FromNode {
             FromNode::WeightsUpdated { node, .. }
             | FromNode::Seeded { node, .. }
             | FromNode::Down { node }
+            | FromNode::Leave { node }
             | FromNode::Failed { node, .. }
             | FromNode::Ready { node, .. }
             | FromNode::Snapshot { node, .. }

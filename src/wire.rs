@@ -581,6 +581,7 @@ mod tests {
                 next_seed: u64::MAX,
             }),
             NodeFrame::Message(FromNode::Down { node: 1 }),
+            NodeFrame::Message(FromNode::Leave { node: 1 }),
             NodeFrame::Message(FromNode::Failed {
                 node: 1,
                 reason: "env 0 failed: boom ✗".into(),
@@ -682,6 +683,7 @@ mod tests {
             ("weights_updated", vec!["type", "node", "version"]),
             ("seeded", vec!["type", "node", "next_seed"]),
             ("down", vec!["type", "node"]),
+            ("leave", vec!["type", "node"]),
             ("failed", vec!["type", "node", "reason"]),
         ];
         for (f, (tag, k)) in node_frames().iter().zip(&node) {
@@ -917,6 +919,7 @@ mod tests {
             FromNode::WeightsUpdated { node: 0, version: 1 },
             FromNode::Seeded { node: 0, next_seed: 4 },
             FromNode::Down { node: 0 },
+            FromNode::Leave { node: 0 },
             FromNode::Failed {
                 node: 0,
                 reason: "x".into(),

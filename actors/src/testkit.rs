@@ -243,6 +243,26 @@ impl TrainerHarness {
         Ok(t)
     }
 
+    /// A trainer for `cfg` with elastic membership (`cfg.nodes` slots at most), the
+    /// nodes in `members` holding their slots from the start.
+    pub fn elastic(
+        cfg: TrainerConfig,
+        membership: rollout::machine::trainer::Membership,
+        members: &[usize],
+    ) -> Result<TrainerHarness, rollout::machine::ConfigError> {
+        let mut t = TrainerHarness::new(cfg.clone())?;
+        t.machine = TrainerMachine::new(cfg)?.with_elastic(membership)?;
+        t.machine.start_with(members);
+        Ok(t)
+    }
+
+    /// Elastic: a node joined free slot `node` (what a `NodeJoined` does in the actor).
+    pub fn node_joined(&mut self, node: usize) -> Result<(), TrainerError> {
+        let r = self.machine.node_joined(node, &mut self.out);
+        self.sort();
+        r
+    }
+
     /// The clock moves to `now` (checks `continue_timeout`).
     pub fn tick(&mut self, now: Duration) -> Result<(), TrainerError> {
         let r = self.machine.tick(now, &mut self.out);

@@ -43,6 +43,20 @@ pub struct NodeRestarted {
     pub closer: Option<Recipient<Disconnect>>,
 }
 
+/// Elastic runs: a node joined free slot `node` mid-run; these are its recipients.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct NodeJoined {
+    /// The slot it was admitted to.
+    pub node: usize,
+    /// Where its messages go.
+    pub recipient: Recipient<Deliver<ToNode>>,
+    /// Where its spent batches go.
+    pub recycler: Option<Recipient<Recycle>>,
+    /// How to cut its connection.
+    pub closer: Option<Recipient<Disconnect>>,
+}
+
 /// Node `node` could not be brought back.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -61,7 +75,8 @@ pub struct GetStats;
 /// The trainer: asks nodes for frames and hands batches to its consumer.
 pub struct Trainer {
     machine: TrainerMachine,
-    nodes: Vec<Recipient<Deliver<ToNode>>>,
+    /// Each slot's node (`None`: a free slot of an elastic run).
+    nodes: Vec<Option<Recipient<Deliver<ToNode>>>>,
     /// Where spent batches go for reuse: in-process nodes only (`None` for remote ones).
     recyclers: Vec<Option<Recipient<Recycle>>>,
     /// How to cut a remote node's connection (`None` for in-process nodes).
@@ -86,7 +101,7 @@ impl Trainer {
             machine,
             recyclers: vec![None; nodes.len()],
             closers: vec![None; nodes.len()],
-            nodes,
+            nodes: nodes.into_iter().map(Some).collect(),
             out: Vec::new(),
             next: None,
             seed: None,
@@ -99,6 +114,32 @@ impl Trainer {
             me: None,
             start: Instant::now(),
         }
+    }
+
+    /// Elastic runs: `slots` slots in all, those past the nodes given to [`Self::new`]
+    /// free until a node joins them ([`NodeJoined`]).
+    pub fn with_slots(mut self, slots: usize) -> Trainer {
+        let n = slots.max(self.nodes.len());
+        self.nodes.resize(n, None);
+        self.recyclers.resize(n, None);
+        self.closers.resize(n, None);
+        self
+    }
+
+    /// Elastic runs: slot `node` is held from the start by the node with these recipients.
+    pub fn with_member(
+        mut self,
+        node: usize,
+        recipient: Recipient<Deliver<ToNode>>,
+        recycler: Option<Recipient<Recycle>>,
+        closer: Option<Recipient<Disconnect>>,
+    ) -> Trainer {
+        let n = self.nodes.len().max(node + 1);
+        self = self.with_slots(n);
+        self.nodes[node] = Some(recipient);
+        self.recyclers[node] = recycler;
+        self.closers[node] = closer;
+        self
     }
 
     /// Lets the trainer restart failed nodes through `r` (with supervision on in the machine).
@@ -135,8 +176,23 @@ impl Trainer {
                 self.dispatch();
                 self.fail(CollectError::NodeFailed { node, reason });
             }
+            Err(e @ TrainerError::NoNodes(_)) => {
+                self.dispatch();
+                self.fail(e.into());
+            }
+            Err(e @ TrainerError::JoinRefused { node, .. }) => {
+                tracing::warn!(error = %e, "node refused");
+                if let Some(Some(c)) = self.closers.get(node) {
+                    c.do_send(Disconnect(e.to_string()));
+                }
+            }
             Err(TrainerError::NodeLost { node, reason }) => {
-                tracing::error!(node, %reason, "node lost; the others go on");
+                if self.machine.membership().is_some() {
+                    // Elastic: nodes come and go; a loss is expected, not an error.
+                    tracing::warn!(node, %reason, "node lost; the others go on");
+                } else {
+                    tracing::error!(node, %reason, "node lost; the others go on");
+                }
                 // Dropped for good: a remote node's connection is closed with the reason.
                 if let Some(Some(c)) = self.closers.get(node) {
                     c.do_send(Disconnect(format!("dropped: {reason}")));
@@ -222,8 +278,8 @@ impl Trainer {
         for o in outs {
             match o {
                 Output::Send { node, msg } => match self.nodes.get(node) {
-                    Some(r) => r.do_send(Deliver(msg)),
-                    None => tracing::error!(node, "no recipient for node"),
+                    Some(Some(r)) => r.do_send(Deliver(msg)),
+                    _ => tracing::error!(node, "no recipient for node"),
                 },
                 Output::Yield(c) => self.deliver(Ok(Some(c))),
                 Output::Finished => self.deliver(Ok(None)),
@@ -349,13 +405,44 @@ impl Handler<NodeRestarted> for Trainer {
             tracing::error!(node, "restarted an unknown node");
             return;
         }
-        self.nodes[node] = msg.recipient;
+        self.nodes[node] = Some(msg.recipient);
         self.recyclers[node] = msg.recycler;
         self.closers[node] = msg.closer;
         // The re-sent Continue's deadline counts from now, not from the last tick.
         self.tick();
         let r = self.machine.node_restarted(node, &mut self.out);
         self.on_result(r);
+        self.dispatch();
+    }
+}
+
+impl Handler<NodeJoined> for Trainer {
+    type Result = ();
+
+    fn handle(&mut self, msg: NodeJoined, _ctx: &mut Self::Context) {
+        let node = msg.node;
+        if node >= self.nodes.len() {
+            tracing::error!(node, "a node joined an unknown slot");
+            if let Some(c) = msg.closer {
+                c.do_send(Disconnect(format!("slot {node} does not exist")));
+            }
+            return;
+        }
+        // The slot's previous node, if any, is gone: the machine refuses a held slot.
+        let (recipient, recycler, closer) = (msg.recipient, msg.recycler, msg.closer);
+        self.tick();
+        let mut out = Vec::new();
+        if let Err(e) = self.machine.node_joined(node, &mut out) {
+            tracing::warn!(error = %e, "node refused");
+            if let Some(c) = closer {
+                c.do_send(Disconnect(e.to_string()));
+            }
+            return;
+        }
+        self.nodes[node] = Some(recipient);
+        self.recyclers[node] = recycler;
+        self.closers[node] = closer;
+        self.out.extend(out);
         self.dispatch();
     }
 }

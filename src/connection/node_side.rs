@@ -148,9 +148,9 @@ impl NodeSession {
         }
     }
 
-    /// True if sending `msg` ends the session: after `Down` the node has left.
+    /// True if sending `msg` ends the session: after `Down` or `Leave` the node has left.
     pub fn ends(msg: &FromNode) -> bool {
-        matches!(msg, FromNode::Down { .. })
+        matches!(msg, FromNode::Down { .. } | FromNode::Leave { .. })
     }
 }
 
@@ -282,6 +282,7 @@ mod tests {
             NodeFrame::Message(FromNode::Ready { node: 2, .. })
         ));
         assert!(NodeSession::ends(&FromNode::Down { node: 2 }));
+        assert!(NodeSession::ends(&FromNode::Leave { node: 2 }));
         assert!(!NodeSession::ends(&FromNode::Restored { node: 2 }));
     }
 

@@ -190,7 +190,8 @@ impl TrainerSession {
             return Inbound::Close(format!("node {} sent a message as node {}", self.index, msg.node()));
         }
         match &msg {
-            FromNode::Down { .. } => self.down = true,
+            // It left on purpose: its connection closing next is no failure.
+            FromNode::Down { .. } | FromNode::Leave { .. } => self.down = true,
             FromNode::Ready { .. } if self.ready => return Inbound::Close("a second Ready".into()),
             FromNode::Ready { .. } => self.ready = true,
             FromNode::Batch(_) if !self.ready => {
@@ -496,6 +497,13 @@ mod tests {
             Inbound::Deliver(FromNode::Down { node: 1 })
         ));
         assert!(s.went_down());
+        assert_eq!(s.close("closed".into()).map(|c| c.failed), Some(None));
+        let mut s = session(t0);
+        assert!(matches!(
+            s.on_frame(NodeFrame::Message(FromNode::Leave { node: 1 }), t0),
+            Inbound::Deliver(FromNode::Leave { node: 1 })
+        ));
+        assert!(s.went_down(), "a node that left closes no failure");
         assert_eq!(s.close("closed".into()).map(|c| c.failed), Some(None));
     }
 }

@@ -22,6 +22,7 @@ const NODE_FRAME_TYPES: &[&str] = &[
     "weights_updated",
     "seeded",
     "down",
+    "leave",
     "failed",
     "ready",
     "snapshot",

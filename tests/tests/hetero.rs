@@ -394,6 +394,7 @@ fn sync_remote_ready_with_another_layout_is_refused() {
                     index: Some(i),
                     connect_timeout: std::time::Duration::from_secs(20),
                     registry,
+                    ..NodeOptions::default()
                 };
                 run_node(&addr.to_string(), &token, opts).map_err(|e| e.to_string())
             })

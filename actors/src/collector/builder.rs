@@ -74,6 +74,10 @@ pub struct CollectorBuilder {
     pub(super) registry: Registry,
     pub(super) policy: PolicySpec,
     pub(super) nodes: usize,
+    /// `nodes` was called (an elastic run sizes itself by `min_nodes` and `max_nodes`).
+    pub(super) nodes_set: bool,
+    pub(super) min_nodes: Option<usize>,
+    pub(super) max_nodes: Option<usize>,
     pub(super) envs_per_node: usize,
     pub(super) frames_per_batch: Option<usize>,
     pub(super) total_frames: i64,
@@ -127,6 +131,9 @@ impl Default for CollectorBuilder {
             registry: Registry::with_builtins(),
             policy: PolicySpec::default(),
             nodes: 1,
+            nodes_set: false,
+            min_nodes: None,
+            max_nodes: None,
             envs_per_node: 1,
             frames_per_batch: None,
             total_frames: -1,
@@ -202,9 +209,29 @@ impl CollectorBuilder {
         self.policy = policy.into();
         self
     }
-    /// Number of nodes.
+    /// Number of nodes (a fixed set; see [`Self::max_nodes`] for nodes that come and go).
     pub fn nodes(mut self, n: usize) -> Self {
         self.nodes = n;
+        self.nodes_set = true;
+        self
+    }
+    /// Elastic membership (async, `External` launcher): at most `n` nodes at once. The
+    /// run starts once [`Self::min_nodes`] have joined; more join while it runs (each
+    /// gets the stored weights, the next seed of the chain and its first `continue` at
+    /// once), and nodes leave (`leave`, e.g. `rollout node` stopped by SIGTERM) or are
+    /// lost without failing the run: none is restarted or waited for, the others
+    /// collect its frames, `total_frames` stays exact and trajectory ids unique. With
+    /// no node left the run waits [`Self::join_timeout`] for one, then fails. Replaces
+    /// [`Self::nodes`]; node `i`'s settings ([`Self::node_config`]) are slot `i`'s.
+    /// No checkpoints: [`DistributedCollector::checkpoint`] and [`Self::resume`] are refused.
+    pub fn max_nodes(mut self, n: usize) -> Self {
+        self.max_nodes = Some(n);
+        self
+    }
+    /// Elastic membership: nodes that must have joined before the run starts (default 1;
+    /// needs [`Self::max_nodes`]).
+    pub fn min_nodes(mut self, n: usize) -> Self {
+        self.min_nodes = Some(n);
         self
     }
     /// Env workers per node (torchrl's `num_workers_per_collector`).
@@ -426,7 +453,8 @@ impl CollectorBuilder {
         self.token = Some(token.into());
         self
     }
-    /// Longest wait for every remote node to join (default 60 s).
+    /// Longest wait for every remote node to join (default 60 s); in an elastic run, for
+    /// `min_nodes` to join, and, once no node is left, for one to join.
     pub fn join_timeout(mut self, d: Duration) -> Self {
         self.join_timeout = d;
         self

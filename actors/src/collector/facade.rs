@@ -290,12 +290,13 @@ impl DistributedCollector {
         }
     }
 
-    /// Number of nodes.
+    /// Number of nodes (an elastic run: its slots, `max_nodes`; `stats()` counts joins and leaves).
     pub fn nodes(&self) -> usize {
         self.nodes
     }
 
-    /// Node restarts, late batches dropped and frames collected so far.
+    /// Node restarts, late batches dropped, frames collected and (elastic runs) nodes
+    /// joined and left so far.
     pub fn stats(&self) -> Result<SupervisionStats, CollectError> {
         self.ask(GetStats, "reading the stats", self.batch_timeout)
     }

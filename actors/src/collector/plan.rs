@@ -4,6 +4,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rollout::machine::trainer::LayoutSource;
+use rollout::machine::trainer::Membership;
 use rollout::machine::{RequestDeadlines, TrainerConfig, TrainerMachine};
 use rollout::node_spec::NodeSpec;
 use rollout::rollout::{batch_layout, layout_difference, BatchLayout, RolloutConfig};
@@ -65,7 +66,7 @@ impl CollectorBuilder {
                 ),
             ));
         }
-        let n = self.nodes;
+        let n = self.node_slots()?;
         if let Some((&i, _)) = self.node_configs.iter().find(|(&i, _)| i >= n.max(1)) {
             return Err(config_error(
                 "node_config",
@@ -179,6 +180,43 @@ impl CollectorBuilder {
         Ok((cfg, specs, seed, sources))
     }
 
+    /// The run's node slots: `nodes`, or for an elastic run `max_nodes`, the elastic
+    /// settings checked (each error names the setting).
+    fn node_slots(&self) -> Result<usize, CollectError> {
+        let Some(max) = self.max_nodes else {
+            if self.min_nodes.is_some() {
+                return Err(config_error(
+                    "max_nodes",
+                    "required with min_nodes (elastic membership)",
+                ));
+            }
+            return Ok(self.nodes);
+        };
+        if self.nodes_set {
+            return Err(config_error(
+                "nodes",
+                "an elastic run is sized by min_nodes and max_nodes: leave nodes unset",
+            ));
+        }
+        if max == 0 {
+            return Err(config_error("max_nodes", "must be at least 1"));
+        }
+        if self.sync {
+            return Err(config_error(
+                "sync",
+                "elastic membership (min_nodes, max_nodes) is for async runs: a sync batch needs a share of every node",
+            ));
+        }
+        if self.launcher != Launcher::External {
+            return Err(config_error(
+                "launcher",
+                "elastic membership (min_nodes, max_nodes) needs nodes that join over TCP by themselves: \
+                 use Launcher::External (Local, Process and Slurm start a fixed set of nodes)",
+            ));
+        }
+        Ok(max)
+    }
+
     /// Remote node `i`'s frames fit in `max_frame`: its weight updates, and its batches
     /// of `frames` frames (their tensors alone; headers add a few hundred bytes, which
     /// the node reports at run time if they are what tips it over).
@@ -280,6 +318,19 @@ impl CollectorBuilder {
         let launch = self.launch()?;
         // Each node's layout is the trainer's own (above): a remote node's `Ready` must
         // announce it; local::start reads it off the workers it builds.
+        if self.max_nodes.is_some() {
+            let membership = Membership {
+                min_nodes: self.min_nodes.unwrap_or(1),
+                empty_timeout: self.join_timeout,
+            };
+            if self.node_supervision.is_some() {
+                return Err(config_error(
+                    "node_max_restarts",
+                    "an elastic run restarts no node: one that is lost leaves, and others may join",
+                ));
+            }
+            machine = machine.with_elastic(membership)?;
+        }
         if let Some(sup) = self.node_supervision.clone() {
             if sup.intensity.window.as_millis() == 0 {
                 return Err(config_error("node_restart_window", "must be at least 1 ms"));

@@ -10,6 +10,7 @@
 //! the collector keeps until shutdown. `node_start` is the one way a node is
 //! started, here and by a node that joined over TCP.
 
+mod elastic;
 mod external;
 mod join_door;
 mod launched;

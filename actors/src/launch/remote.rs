@@ -145,13 +145,15 @@ impl RemoteRestarter {
     }
 }
 
-/// Starts the actor serving a node that joined.
-fn start_peer(
+/// Starts the actor serving a node that joined. With `frees` (elastic runs) its
+/// slot is free again once the actor stopped: after its last message to the trainer.
+pub(super) fn start_peer(
     j: Joined,
     early: Vec<u8>,
     trainer: &Addr<Trainer>,
     cache: &WeightsCache,
     timing: PeerTiming,
+    frees: Option<Rc<RefCell<Admission>>>,
 ) -> Addr<RemoteNode> {
     let (read, write) = j.stream.into_split();
     let to_trainer = trainer.clone().recipient();
@@ -160,7 +162,11 @@ fn start_peer(
     RemoteNode::create(move |ctx| {
         let me = ctx.address();
         let (out, _writer) = spawn_writer(write, move |reason| me.do_send(Disconnect(reason)));
-        let peer = RemoteNode::new(j.index, j.name, out, to_trainer, cache, timing);
+        let slot = j.index;
+        let mut peer = RemoteNode::new(j.index, j.name, out, to_trainer, cache, timing);
+        if let Some(admission) = frees {
+            peer = peer.on_stop(move || admission.borrow_mut().release(slot));
+        }
         // A node goes on while its batch travels, when the trainer lets it.
         let node = j.index;
         let frames = FrameStream::<NodeFrame>::new(read, timing.max_frame, peer.pool())
@@ -186,6 +192,9 @@ pub async fn start_watched(
     respawn: Option<Respawn>,
 ) -> Result<Started, CollectError> {
     let n = specs.len();
+    // An elastic run starts with its minimum; the others may join while it runs.
+    let elastic = machine.membership().is_some();
+    let need = machine.membership().map_or(n, |m| m.min_nodes.min(n));
     listener
         .set_nonblocking(true)
         .map_err(|e| CollectError::Join(format!("cannot use the listening socket: {e}")))?;
@@ -198,25 +207,33 @@ pub async fn start_watched(
     let mut joined_rx = listener::open_with(listener, specs, door, welcome_weights, admission.clone());
     // Nodes wait in the lobby until all have joined: one that drops meanwhile frees its slot.
     let (gone_tx, mut gone_rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut waiting: Vec<Waiting> = Vec::with_capacity(n);
+    let mut waiting: Vec<Waiting> = Vec::with_capacity(need);
     let deadline = tokio::time::Instant::now() + join_timeout;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let missing =
         |waiting: &[Waiting]| -> Vec<usize> { (0..n).filter(|i| !waiting.iter().any(|w| w.index == *i)).collect() };
     let mut joined: Vec<(Joined, Vec<u8>)> = loop {
-        while waiting.len() < n {
+        while waiting.len() < need {
             tokio::select! {
                 r = tokio::time::timeout_at(deadline, joined_rx.recv()) => match r {
                     Ok(Some(j)) => waiting.push(listener::wait_in_lobby(j, Vec::new(), gone_tx.clone())),
                     Ok(None) => return Err(CollectError::Join("the listener stopped".into())),
                     Err(_) => {
                         let missing = missing(&waiting);
-                        let mut msg = format!(
-                            "{} of {n} nodes joined within {:.1} s; missing node indices {missing:?}",
-                            waiting.len(),
-                            join_timeout.as_secs_f64()
-                        );
+                        let mut msg = if elastic {
+                            format!(
+                                "{} of the {need} nodes an elastic run needs to start (min_nodes) joined within {:.1} s",
+                                waiting.len(),
+                                join_timeout.as_secs_f64()
+                            )
+                        } else {
+                            format!(
+                                "{} of {n} nodes joined within {:.1} s; missing node indices {missing:?}",
+                                waiting.len(),
+                                join_timeout.as_secs_f64()
+                            )
+                        };
                         if let Some(w) = watch.clone() {
                             let m = missing.clone();
                             if let Ok(detail) = tokio::task::spawn_blocking(move || w.describe(&m)).await {
@@ -244,14 +261,14 @@ pub async fn start_watched(
                 }
             }
         }
-        let mut back = Vec::with_capacity(n);
+        let mut back = Vec::with_capacity(need);
         for w in waiting.drain(..) {
             // `None`: it closed just now; its `gone` message frees the slot in the loop.
             if let Some(b) = w.start().await {
                 back.push(b);
             }
         }
-        if back.len() == n {
+        if back.len() == need {
             break back;
         }
         for (j, early) in back {
@@ -262,11 +279,20 @@ pub async fn start_watched(
     let trainer_ctx = Context::<Trainer>::new();
     let trainer = trainer_ctx.address();
     let cache = WeightsCache::default();
+    if elastic {
+        let run = super::elastic::ElasticStart {
+            admission,
+            cache,
+            timing,
+            seed,
+        };
+        return Ok(run.start(machine, n, joined, joined_rx, trainer_ctx, start_peer));
+    }
     let mut nodes = Vec::with_capacity(n);
     let mut closers = Vec::with_capacity(n);
     let mut recyclers = Vec::with_capacity(n);
     for (j, early) in joined {
-        let peer = start_peer(j, early, &trainer, &cache, timing);
+        let peer = start_peer(j, early, &trainer, &cache, timing, None);
         closers.push(Some(peer.clone().recipient()));
         recyclers.push(Some(peer.clone().recipient()));
         nodes.push(peer.recipient());
@@ -296,7 +322,7 @@ pub async fn start_watched(
                     continue;
                 };
                 tracing::info!(node, restart, name = %j.name, "node rejoined");
-                let peer = start_peer(j, Vec::new(), &trainer, &cache, timing);
+                let peer = start_peer(j, Vec::new(), &trainer, &cache, timing, None);
                 trainer.do_send(NodeRestarted {
                     node,
                     recipient: peer.clone().recipient(),

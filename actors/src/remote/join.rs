@@ -92,6 +92,60 @@ pub struct NodeOptions {
     pub connect_timeout: Duration,
     /// Where envs are built from: register your own envs here.
     pub registry: Registry,
+    /// Leave the run cleanly on SIGTERM or SIGINT: send `leave`, return `Ok` (what
+    /// `rollout node` does; off by default, so a library caller keeps its signals).
+    pub leave_on_signals: bool,
+    /// Leave the run cleanly when this handle is pulled (see [`LeaveHandle::leave`]).
+    pub leave: Option<LeaveHandle>,
+}
+
+/// Tells a node served by [`run_node`] to leave the run (`leave`, then `Ok`), from
+/// any thread; pulled before the node joined, it leaves as soon as it is in.
+#[derive(Clone, Debug, Default)]
+pub struct LeaveHandle(Arc<tokio::sync::Notify>);
+
+impl LeaveHandle {
+    /// A handle not pulled yet.
+    pub fn new() -> LeaveHandle {
+        LeaveHandle::default()
+    }
+
+    /// The node leaves.
+    pub fn leave(&self) {
+        self.0.notify_one();
+    }
+}
+
+/// Resolves when the node is to leave: a pulled [`LeaveHandle`], or with
+/// `signals`, SIGTERM or SIGINT. Never, when neither is set (or the signal handlers
+/// cannot be installed, which is logged).
+async fn leave_asked(handle: Option<LeaveHandle>, signals: bool) -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let pulled = async {
+        match handle {
+            Some(h) => h.0.notified().await,
+            None => std::future::pending().await,
+        }
+    };
+    let signalled = async {
+        if !signals {
+            return std::future::pending().await;
+        }
+        match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+            (Ok(mut term), Ok(mut int)) => tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+            },
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(error = %e, "cannot handle SIGTERM and SIGINT; the node will not leave cleanly on them");
+                std::future::pending().await
+            }
+        }
+    };
+    tokio::select! {
+        _ = pulled => "asked to",
+        why = signalled => why,
+    }
 }
 
 impl Default for NodeOptions {
@@ -101,6 +155,8 @@ impl Default for NodeOptions {
             index: None,
             connect_timeout: Duration::from_secs(30),
             registry: Registry::with_builtins(),
+            leave_on_signals: false,
+            leave: None,
         }
     }
 }
@@ -288,11 +344,19 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
         stream: Some(frames),
         retired,
     });
+    // Leaving is asked from outside (a signal, a handle): the link says `leave` and ends.
+    let leave = leave_asked(opts.leave.clone(), opts.leave_on_signals);
+    let leaving = link.clone();
+    let leave_task = actix_rt::spawn(async move {
+        let why = leave.await;
+        leaving.do_send(LeaveRun(why));
+    });
     let result = done_rx
         .await
         .unwrap_or_else(|_| Err(JoinError::Lost("the link stopped".into())));
     // The link has stopped and dropped its sender: let the writer flush what is
     // queued (Down must reach the trainer), bounded.
+    leave_task.abort();
     drop(link);
     let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
     (result, arbiters)
@@ -317,6 +381,11 @@ async fn tell_failure(stream: &mut TcpStream, node: usize, reason: String, max: 
 #[derive(Message)]
 #[rtype(result = "()")]
 struct Lost(String);
+
+/// The node leaves the run (the reason, for the log): `leave`, then the link ends.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct LeaveRun(&'static str);
 
 /// The node's connection to the trainer: frames in → node, node's messages → frames out.
 struct TrainerLink {
@@ -498,6 +567,17 @@ impl Handler<Deliver<FromNode>> for TrainerLink {
         if ends {
             self.finish(ctx, Ok(()));
         }
+    }
+}
+
+impl Handler<LeaveRun> for TrainerLink {
+    type Result = ();
+
+    fn handle(&mut self, msg: LeaveRun, ctx: &mut Self::Context) {
+        tracing::info!(node = self.index, why = msg.0, "leaving the run");
+        // Whatever the workers collect now is not sent: the trainer asks others for it.
+        self.send(&NodeFrame::Message(FromNode::Leave { node: self.index }), ctx);
+        self.finish(ctx, Ok(()));
     }
 }
 

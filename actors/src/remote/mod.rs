@@ -8,4 +8,4 @@ pub mod listener;
 pub mod parts;
 pub mod peer;
 
-pub use join::{read_token, run_node, JoinError, NodeOptions};
+pub use join::{read_token, run_node, JoinError, LeaveHandle, NodeOptions};

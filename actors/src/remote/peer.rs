@@ -87,6 +87,9 @@ pub struct RemoteNode {
     heartbeat: Bytes,
     /// Storage of this node's recycled batches, which its next batches are read into.
     pool: SharedPool,
+    /// Called once the actor stopped (an elastic run frees the node's slot): after its
+    /// last message to the trainer, so a node joining the slot next is heard after it.
+    on_stop: Option<Box<dyn FnOnce()>>,
 }
 
 impl RemoteNode {
@@ -109,7 +112,15 @@ impl RemoteNode {
             max_frame: timing.max_frame,
             heartbeat,
             pool: Rc::new(RefCell::new(TensorPool::new(timing.max_frame))),
+            on_stop: None,
         }
+    }
+
+    /// Calls `f` once this actor stopped, its connection closed and its last message
+    /// to the trainer sent.
+    pub fn on_stop(mut self, f: impl FnOnce() + 'static) -> RemoteNode {
+        self.on_stop = Some(Box::new(f));
+        self
     }
 
     fn close(&mut self, ctx: &mut Context<Self>, reason: String) {
@@ -118,7 +129,7 @@ impl RemoteNode {
         };
         let (node, reason) = (self.session.index(), &closing.reason);
         match closing.failed {
-            None => tracing::debug!(node, name = %self.name, %reason, "connection closed after Down"),
+            None => tracing::debug!(node, name = %self.name, %reason, "connection closed after Down or Leave"),
             Some(failed) => {
                 tracing::warn!(node, name = %self.name, %reason, "closing connection to node");
                 self.trainer.do_send(Deliver(failed));
@@ -147,6 +158,12 @@ impl Actor for RemoteNode {
             }
         });
     }
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        if let Some(f) = self.on_stop.take() {
+            f();
+        }
+    }
 }
 
 impl StreamHandler<Result<NodeFrame, FrameError>> for RemoteNode {
@@ -156,6 +173,12 @@ impl StreamHandler<Result<NodeFrame, FrameError>> for RemoteNode {
             Err(e) => return self.close(ctx, e.to_string()),
         };
         match self.session.on_frame(frame, Instant::now()) {
+            Inbound::Deliver(msg @ FromNode::Leave { .. }) => {
+                // The node left: the trainer hears it, then the connection is closed.
+                tracing::info!(node = self.session.index(), name = %self.name, "node left");
+                self.trainer.do_send(Deliver(msg));
+                self.close(ctx, "the node left".into());
+            }
             Inbound::Deliver(msg) => self.trainer.do_send(Deliver(msg)),
             Inbound::Nothing => {}
             Inbound::Close(reason) => self.close(ctx, reason),

@@ -50,6 +50,11 @@ impl TrainerMachine {
         if self.shutting_down {
             return Err(TrainerError::Checkpoint("the collector is shutting down".into()));
         }
+        if self.elastic.is_some() {
+            return Err(TrainerError::Checkpoint(
+                "an elastic run takes no checkpoint: its membership changes and is not part of one".into(),
+            ));
+        }
         if self.checkpointing() {
             return Err(TrainerError::Checkpoint(
                 "another checkpoint is being taken or restored".into(),

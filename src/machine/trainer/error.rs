@@ -54,6 +54,17 @@ pub enum TrainerError {
         /// Its reason.
         reason: String,
     },
+    /// An elastic run refused a node that joined (its connection is closed).
+    #[error("node {node} cannot join: {reason}")]
+    JoinRefused {
+        /// The slot it was admitted to.
+        node: usize,
+        /// Why.
+        reason: String,
+    },
+    /// An elastic run had no node left for longer than it waits for one: it fails.
+    #[error("{0}")]
+    NoNodes(String),
     /// Stacking shares failed.
     #[error("cannot assemble the batch: {0}")]
     Tensor(#[from] TensorError),

@@ -9,8 +9,8 @@
 //! async yields, early release), `weights` (when weights go out), `seeding` (the
 //! seed chain), `supervise` (timeouts, failures, restarts), `checkpoint` (taking
 //! and restoring one), `deadlines` (how long a node may take to answer each
-//! request), `layout` (what batches must hold), and `node_state` (where each node
-//! is, as one enum).
+//! request), `layout` (what batches must hold), `membership` (elastic runs: nodes
+//! that join and leave), and `node_state` (where each node is, as one enum).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -25,6 +25,7 @@ mod config;
 mod deadlines;
 mod error;
 mod layout;
+mod membership;
 mod node_state;
 mod output;
 mod rounds;
@@ -40,6 +41,7 @@ pub use deadlines::RequestDeadlines;
 pub use error::TrainerError;
 use layout::Layouts;
 pub use layout::{check_layout, LayoutSource};
+pub use membership::Membership;
 use node_state::{Node, NodeState};
 pub use output::{Collected, Output};
 use seeding::SeedChain;
@@ -116,6 +118,8 @@ pub struct TrainerMachine {
     deadlines: RequestDeadlines,
     /// Nodes given up at shutdown, not yet reported (see [`TrainerMachine::take_abandoned`]).
     abandoned: Vec<(usize, String)>,
+    /// Elastic membership, when on: nodes join and leave while the run goes on.
+    elastic: Option<membership::Elastic>,
 }
 
 impl TrainerMachine {
@@ -149,6 +153,7 @@ impl TrainerMachine {
             checkpoints: Checkpoints::default(),
             deadlines: RequestDeadlines::default(),
             abandoned: Vec::new(),
+            elastic: None,
         })
     }
 
@@ -202,6 +207,7 @@ impl TrainerMachine {
                 Ok(())
             }
             FromNode::Failed { node, reason } => self.node_lost(node, reason, out),
+            FromNode::Leave { node } => self.node_left(node, out),
             FromNode::Ready { node, layout } => self.set_layout(node, layout),
             FromNode::Snapshot { node, id, state } => self.on_snapshot(node, id, *state, out),
             FromNode::Restored { node } => self.on_restored(node, out),

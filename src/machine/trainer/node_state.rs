@@ -13,13 +13,17 @@
 //! | `Collecting` | the batch is accepted | `Idle` | [`NodeState::answered`] |
 //! | `Released` | the batch is whole | `Released`, not on its way | [`NodeState::batch_whole`] |
 //! | `Released` | the batch is accepted | `Collecting` the next, timed from now | [`NodeState::answered`] |
-//! | up | failed, timed out, disconnected | `Down`, returning the newest `Continue`'s frames | [`NodeState::lose`] |
+//! | up | failed, timed out, disconnected, said `leave` | `Down`, returning the newest `Continue`'s frames | [`NodeState::lose`] |
 //! | `Down` | supervised, within the intensity | `Restarting`, holding those frames | [`NodeState::restart`] |
 //! | `Restarting` | a `Continue` to send | `Restarting`, holding its frames | [`NodeState::hold`] |
 //! | `Restarting` | the launcher brought it back | `Idle` (then the held frames under a new seq) | [`NodeState::back`] |
 //! | `Restarting` | the restart failed, or shutdown | `Down` | |
 //! | any | `Down` (the answer to `Shutdown`) | `Down` | |
 //! | `Down` | a `Continue` to send | `Down` (nothing sent) | [`NodeState::hold`] |
+//! | `Down` | elastic: a node joined the free slot | `Idle` (then weights, seed, `Continue`) | `TrainerMachine::node_joined` |
+//!
+//! In an elastic run a `Down` slot is free: no node holds it (none joined yet, or
+//! its node left or was lost), and a node that joins takes it.
 
 use std::time::Duration;
 
@@ -72,7 +76,8 @@ pub(super) enum NodeState {
         /// it restarts), sent again under a new seq once it is back.
         held: Option<usize>,
     },
-    /// Answered `Shutdown`, or lost for good: gets nothing any more.
+    /// Answered `Shutdown`, or lost for good: gets nothing any more. In an elastic
+    /// run, a free slot: a node that joins takes it.
     Down,
 }
 

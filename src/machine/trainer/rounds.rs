@@ -176,7 +176,8 @@ impl TrainerMachine {
         // A node answers in order: the batch on its way first, then the outstanding one.
         let expected = st.state.expected();
         let Some(Asked { frames, .. }) = expected.filter(|a| a.seq == b.seq) else {
-            if self.supervision.is_some() && (st.state.is_restarting() || b.seq < st.incarnation_seq) {
+            let replaced = self.supervision.is_some() || self.elastic.is_some();
+            if replaced && (st.state.is_restarting() || b.seq < st.incarnation_seq) {
                 self.dropped_late += 1;
                 tracing::info!(node, seq = b.seq, "dropped a late batch of a replaced node incarnation");
                 return Ok(());
@@ -211,7 +212,9 @@ impl TrainerMachine {
             .check(node, &b.data)
             .map_err(|reason| TrainerError::BadBatch { node, reason })?;
         let st = &mut self.nodes[node];
-        if self.supervision.is_some() {
+        // A slot's later holders (a restarted node, an elastic joiner) have their ids
+        // shifted past the earlier ones'.
+        if self.supervision.is_some() || self.elastic.is_some() {
             if let Ok(Tensor::I64(ids)) = b.data.get_mut(keys::TRAJ_IDS) {
                 let off = st.book.traj_offset;
                 if off > 0 {

@@ -70,6 +70,7 @@ impl TrainerMachine {
             return self.seed_from(0, queued, out);
         }
         out.push(Output::Seeded { next_seed: seed });
+        self.chain_ended(seed, out);
         if self.checkpoints.taking.is_some() {
             self.advance_checkpoint(out);
             return Ok(());

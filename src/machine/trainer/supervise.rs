@@ -31,6 +31,10 @@ pub struct SupervisionStats {
     pub dropped_late: u64,
     /// Frames in the batches accepted from nodes.
     pub frames_collected: u64,
+    /// Elastic runs: nodes that joined over the run, those it started with included (0 otherwise).
+    pub joined: u64,
+    /// Elastic runs: nodes that left with `leave` (0 otherwise).
+    pub left: u64,
 }
 
 impl TrainerMachine {
@@ -55,6 +59,8 @@ impl TrainerMachine {
                 .collect(),
             dropped_late: self.dropped_late,
             frames_collected: self.frames_collected,
+            joined: self.membership_counts().map_or(0, |(j, _)| j),
+            left: self.membership_counts().map_or(0, |(_, l)| l),
         }
     }
 
@@ -73,6 +79,7 @@ impl TrainerMachine {
     pub fn tick(&mut self, now: Duration, out: &mut Vec<Output>) -> Result<(), TrainerError> {
         self.now = self.now.max(now);
         self.check_deadlines(out)?;
+        self.check_membership()?;
         if self.shutting_down {
             return Ok(());
         }
@@ -256,7 +263,8 @@ impl TrainerMachine {
                 self.seed_from(node + 1, seed.wrapping_add(self.cfg.envs_per_node[node] as u64), out)?;
             }
         }
-        if !self.cfg.sync && self.nodes.iter().any(|n| !n.state.is_down()) {
+        // An elastic run goes on with no node too: it waits for one to join (`membership.rs`).
+        if !self.cfg.sync && (self.elastic.is_some() || self.nodes.iter().any(|n| !n.state.is_down())) {
             return Err(TrainerError::NodeLost { node, reason });
         }
         Err(TrainerError::NodeFailed { node, reason })

@@ -38,9 +38,17 @@ pub(crate) struct CollectArgs {
     /// Env config as a JSON object, e.g. '{"max_episode_steps": 200}'.
     #[arg(long, value_name = "JSON")]
     pub(crate) env_config: Option<String>,
-    /// Number of nodes.
-    #[arg(long, default_value_t = 2, value_name = "N")]
-    pub(crate) nodes: usize,
+    /// Number of nodes (a fixed set) [default: 2].
+    #[arg(long, value_name = "N")]
+    pub(crate) nodes: Option<usize>,
+    /// Elastic membership (async, `--launcher external`): at most N nodes at once; nodes
+    /// join and leave while the run goes on (replaces `--nodes`).
+    #[arg(long, value_name = "N")]
+    pub(crate) max_nodes: Option<usize>,
+    /// Elastic membership: nodes that must have joined before the run starts
+    /// [default: 1]; needs `--max-nodes`.
+    #[arg(long, value_name = "N")]
+    pub(crate) min_nodes: Option<usize>,
     /// Env workers per node.
     #[arg(long, default_value_t = 1, value_name = "K")]
     pub(crate) envs_per_node: usize,
@@ -102,7 +110,8 @@ pub(crate) struct CollectArgs {
     /// Accept a token file readable by group or others (refused by default, as ssh refuses such a key).
     #[arg(long)]
     pub(crate) allow_insecure_token_file: bool,
-    /// Longest wait for remote nodes to join, in seconds.
+    /// Longest wait for remote nodes to join, in seconds (elastic: for `--min-nodes`, and
+    /// for a joiner once no node is left).
     #[arg(long, default_value_t = 60.0, value_name = "SECS")]
     pub(crate) join_timeout: f64,
     /// Seconds between heartbeats on a remote node's connection (both ways).

@@ -53,13 +53,19 @@ fn supervise(
     launcher: &Launcher,
 ) -> Result<rollout_actors::CollectorBuilder, Failure> {
     let window = secs("node_restart_window", args.node_restart_window)?;
+    let elastic = args.max_nodes.is_some() || args.min_nodes.is_some();
     let max = match (args.node_max_restarts, launcher) {
+        // An elastic run restarts no node: supervision stays off unless asked (and refused).
         (Some(0), _) | (None, Launcher::Local) => return Ok(b),
+        (None, _) if elastic => return Ok(b),
         (Some(n), _) => n,
         (None, _) => DEFAULT_NODE_MAX_RESTARTS,
     };
     Ok(b.node_max_restarts(max).node_restart_window(window))
 }
+
+/// Nodes of `rollout collect` without `--nodes` (nor `--max-nodes`).
+const DEFAULT_NODES: usize = 2;
 
 /// Restarts of one node within `--node-restart-window` the CLI allows by default.
 const DEFAULT_NODE_MAX_RESTARTS: u32 = 3;
@@ -125,7 +131,6 @@ pub(crate) fn build(
     let mut b = DistributedCollector::builder()
         .env(env)
         .policy(policy_config(args)?)
-        .nodes(args.nodes)
         .envs_per_node(args.envs_per_node)
         .frames_per_batch(args.frames_per_batch)
         .total_frames(args.total_frames)
@@ -136,6 +141,23 @@ pub(crate) fn build(
         .reset_at_each_iter(args.reset_at_each_iter)
         .split_trajs(args.split_trajs)
         .batch_timeout(batch_timeout);
+    if let Some(n) = args.nodes {
+        b = b.nodes(n);
+    } else if args.max_nodes.is_none() {
+        b = b.nodes(DEFAULT_NODES);
+    }
+    if let Some(n) = args.max_nodes {
+        b = b.max_nodes(n);
+    }
+    if let Some(n) = args.min_nodes {
+        b = b.min_nodes(n);
+    }
+    if args.max_nodes.is_some() && args.checkpoint.is_some() {
+        return Err(usage(
+            "checkpoint",
+            "an elastic run (--max-nodes) takes no checkpoint: its membership changes and is not part of one",
+        ));
+    }
     if let Some(s) = args.seed {
         b = b.seed(s);
     }

@@ -1,4 +1,5 @@
-//! `rollout node`: join a trainer and serve it until it shuts down.
+//! `rollout node`: join a trainer and serve it until it shuts down, or leave the run
+//! cleanly (`leave`, exit 0) on SIGTERM or SIGINT.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -30,7 +31,7 @@ pub(crate) struct NodeArgs {
     connect_timeout: f64,
 }
 
-/// `rollout node`: join, serve until Shutdown, exit 0.
+/// `rollout node`: join, serve until Shutdown (or leave on SIGTERM/SIGINT), exit 0.
 pub(crate) fn node(args: &NodeArgs) -> Result<(), Failure> {
     let token =
         read_token(args.token_file.as_deref(), args.allow_insecure_token_file).map_err(|e| usage("token", e))?;
@@ -43,6 +44,8 @@ pub(crate) fn node(args: &NodeArgs) -> Result<(), Failure> {
     let mut opts = NodeOptions {
         index: args.index,
         connect_timeout,
+        // Nodes come and go: SIGTERM or SIGINT sends `leave` and exits 0.
+        leave_on_signals: true,
         ..NodeOptions::default()
     };
     if let Some(n) = &args.name {

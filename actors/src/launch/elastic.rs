@@ -1,0 +1,91 @@
+//! The start of an elastic run's trainer (`min_nodes` joined): the nodes in hold their
+//! slots, every other slot is free, and each node admitted later is handed to the
+//! trainer as [`NodeJoined`]. A node's slot is free again once its connection actor
+//! stopped, after its last message to the trainer, so the trainer always hears a
+//! slot's old node before the next one.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use actix::prelude::*;
+use rollout::connection::Admission;
+use rollout::machine::TrainerMachine;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use super::local::Started;
+use crate::remote::listener::Joined;
+use crate::remote::peer::{PeerTiming, RemoteNode, WeightsCache};
+use crate::trainer::{NodeJoined, Trainer};
+
+/// How `remote.rs` starts a node's connection actor (`frees`: the slots it frees).
+type StartPeer =
+    fn(Joined, Vec<u8>, &Addr<Trainer>, &WeightsCache, PeerTiming, Option<Rc<RefCell<Admission>>>) -> Addr<RemoteNode>;
+
+/// What an elastic run's trainer starts with, beside its machine.
+pub(super) struct ElasticStart {
+    /// The slots taken (the door admits into it).
+    pub(super) admission: Rc<RefCell<Admission>>,
+    /// Weight frames encoded once for every node.
+    pub(super) cache: WeightsCache,
+    /// Heartbeat and frame limits of every connection.
+    pub(super) timing: PeerTiming,
+    /// The run's seed (the seed chain starts from it).
+    pub(super) seed: u64,
+}
+
+impl ElasticStart {
+    /// Runs the trainer over `slots` slots, the `joined` nodes in theirs, and hands it
+    /// every node admitted from `joined_rx` on.
+    pub(super) fn start(
+        self,
+        mut machine: TrainerMachine,
+        slots: usize,
+        joined: Vec<(Joined, Vec<u8>)>,
+        mut joined_rx: UnboundedReceiver<Joined>,
+        trainer_ctx: Context<Trainer>,
+        start_peer: StartPeer,
+    ) -> Started {
+        let trainer = trainer_ctx.address();
+        let ElasticStart {
+            admission,
+            cache,
+            timing,
+            seed,
+        } = self;
+        let members: Vec<usize> = joined.iter().map(|(j, _)| j.index).collect();
+        machine.start_with(&members);
+        let mut t = Trainer::new(machine, Vec::new())
+            .with_slots(slots)
+            .with_initial_seed(seed);
+        for (j, early) in joined {
+            let node = j.index;
+            let peer = start_peer(j, early, &trainer, &cache, timing, Some(admission.clone()));
+            t = t.with_member(
+                node,
+                peer.clone().recipient(),
+                Some(peer.clone().recipient()),
+                Some(peer.recipient()),
+            );
+        }
+        tracing::info!(members = ?members, max = slots, "elastic run started");
+        let to_trainer = trainer.clone();
+        actix_rt::spawn(async move {
+            while let Some(j) = joined_rx.recv().await {
+                let node = j.index;
+                tracing::info!(node, name = %j.name, "node joined the running elastic run");
+                let peer = start_peer(j, Vec::new(), &to_trainer, &cache, timing, Some(admission.clone()));
+                to_trainer.do_send(NodeJoined {
+                    node,
+                    recipient: peer.clone().recipient(),
+                    recycler: Some(peer.clone().recipient()),
+                    closer: Some(peer.recipient()),
+                });
+            }
+        });
+        trainer_ctx.run(t);
+        Started {
+            trainer,
+            arbiters: Vec::new(),
+        }
+    }
+}
