@@ -116,6 +116,8 @@ pub struct TrainerMachine {
     deadlines: RequestDeadlines,
     /// Nodes given up at shutdown, not yet reported (see [`TrainerMachine::take_abandoned`]).
     abandoned: Vec<(usize, String)>,
+    /// No deadline can pass before this (machine clock): ticks before it check nothing.
+    quiet_until: Duration,
 }
 
 impl TrainerMachine {
@@ -149,6 +151,7 @@ impl TrainerMachine {
             checkpoints: Checkpoints::default(),
             deadlines: RequestDeadlines::default(),
             abandoned: Vec::new(),
+            quiet_until: Duration::ZERO,
         })
     }
 
