@@ -60,6 +60,26 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3.0);
+    // Profiling aid: `ROLLOUT_SCALE_ONLY=sync|async` runs that phase alone (sync
+    // includes the idle part), for `perf record -p`.
+    if let Ok(only) = std::env::var("ROLLOUT_SCALE_ONLY") {
+        for &n in &ns {
+            if only == "async" {
+                let a = async_phase(n, secs);
+                println!("{n}: {:.0} batches/s, {:.1} µs each", a.batches_per_s, a.cpu_per_batch * 1e6);
+            } else {
+                let s = sync_phase(n, secs);
+                println!(
+                    "{n}: joined in {:.0} ms, idle {:.2} %, p50 {:.2} ms, {:.1} µs per node-batch",
+                    s.join.as_secs_f64() * 1e3,
+                    s.idle_core * 100.0,
+                    s.p50 * 1e3,
+                    s.cpu_per_batch * 1e6
+                );
+            }
+        }
+        return;
+    }
     println!(
         "{:>5} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>9} {:>7} {:>7}",
         "N",
