@@ -8,7 +8,7 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
@@ -138,15 +138,38 @@ impl Actor for RemoteNode {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        ctx.run_interval(self.session.heartbeat(), |act, ctx| {
+        self.next_beat(ctx);
+    }
+}
+
+impl RemoteNode {
+    /// Schedules the next heartbeat (and silence check) on the next beat of the
+    /// shared clock ([`until_next_beat`]).
+    fn next_beat(&self, ctx: &mut Context<Self>) {
+        let every = self.session.heartbeat();
+        ctx.run_later(until_next_beat(Instant::now(), every), |act, ctx| {
             match act.session.on_tick(Instant::now()) {
                 Ok(()) => {
                     let _ = act.out.send(act.heartbeat.clone());
+                    act.next_beat(ctx);
                 }
                 Err(reason) => act.close(ctx, reason),
             }
         });
     }
+}
+
+/// How long from `now` to the next multiple of `every` on one clock shared by every
+/// connection of the process: the trainer's heartbeats to all its nodes fall on the
+/// same beats, so one wakeup sends them all (a timer per connection, each on its own
+/// phase, woke the trainer, and every node behind it, once per node and interval).
+/// Each connection still hears a heartbeat every `every`.
+fn until_next_beat(now: Instant, every: Duration) -> Duration {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    let every_ns = every.as_nanos().max(1);
+    let phase = now.saturating_duration_since(epoch).as_nanos() % every_ns;
+    Duration::from_nanos(u64::try_from(every_ns - phase).unwrap_or(u64::MAX))
 }
 
 impl StreamHandler<Result<NodeFrame, FrameError>> for RemoteNode {
@@ -233,6 +256,20 @@ mod tests {
             TrainerFrame::Message(m) => m,
             other => panic!("a session message, not {}", other.name()),
         }
+    }
+
+    #[test]
+    fn heartbeats_fall_on_the_beats_of_one_clock_an_interval_apart() {
+        let every = Duration::from_millis(1000);
+        let now = Instant::now();
+        let first = until_next_beat(now, every);
+        assert!(first > Duration::ZERO && first <= every, "{first:?}");
+        let beat = now + first;
+        assert_eq!(until_next_beat(beat, every), every, "on a beat: the next is a whole interval away");
+        let later = beat + Duration::from_millis(300);
+        assert_eq!(until_next_beat(later, every), Duration::from_millis(700), "another connection: the same beat");
+        let late = beat + Duration::from_millis(2);
+        assert_eq!(until_next_beat(late, every), Duration::from_millis(998), "a timer fired late does not drift");
     }
 
     #[test]
