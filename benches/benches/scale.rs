@@ -66,7 +66,11 @@ fn main() {
         for &n in &ns {
             if only == "async" {
                 let a = async_phase(n, secs);
-                println!("{n}: {:.0} batches/s, {:.1} µs each", a.batches_per_s, a.cpu_per_batch * 1e6);
+                println!(
+                    "{n}: {:.0} batches/s, {:.1} µs each",
+                    a.batches_per_s,
+                    a.cpu_per_batch * 1e6
+                );
             } else {
                 let s = sync_phase(n, secs);
                 println!(

@@ -265,11 +265,23 @@ mod tests {
         let first = until_next_beat(now, every);
         assert!(first > Duration::ZERO && first <= every, "{first:?}");
         let beat = now + first;
-        assert_eq!(until_next_beat(beat, every), every, "on a beat: the next is a whole interval away");
+        assert_eq!(
+            until_next_beat(beat, every),
+            every,
+            "on a beat: the next is a whole interval away"
+        );
         let later = beat + Duration::from_millis(300);
-        assert_eq!(until_next_beat(later, every), Duration::from_millis(700), "another connection: the same beat");
+        assert_eq!(
+            until_next_beat(later, every),
+            Duration::from_millis(700),
+            "another connection: the same beat"
+        );
         let late = beat + Duration::from_millis(2);
-        assert_eq!(until_next_beat(late, every), Duration::from_millis(998), "a timer fired late does not drift");
+        assert_eq!(
+            until_next_beat(late, every),
+            Duration::from_millis(998),
+            "a timer fired late does not drift"
+        );
     }
 
     #[test]

@@ -265,7 +265,11 @@ mod tests {
                 reason: "no answer to seed within 1.000 s".into()
             })
         );
-        assert_eq!(m.quiet_until, Duration::ZERO, "after a failure the next tick checks again");
+        assert_eq!(
+            m.quiet_until,
+            Duration::ZERO,
+            "after a failure the next tick checks again"
+        );
         let none = machine(config(1, 1, 4, None, false));
         assert_eq!(none.earliest_deadline(), Duration::MAX, "no limit, no check ever due");
     }
