@@ -355,3 +355,36 @@ impl Waiting {
         self.back.await.ok()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn at_the_cap_the_door_waits_out_the_oldest_logins_grace_and_below_it_not_at_all() {
+        let t0 = Instant::now();
+        let mut pending = PendingLogins::new(2);
+        assert_eq!(grace_left(&pending, t0), None, "empty: accept");
+        pending.arrive((t0, ()));
+        assert_eq!(grace_left(&pending, t0), None, "below the cap: accept");
+        pending.arrive((t0 + Duration::from_millis(100), ()));
+        let ms = Duration::from_millis;
+        assert_eq!(
+            grace_left(&pending, t0 + ms(50)),
+            Some(LOGIN_GRACE - ms(50)),
+            "the oldest's grace"
+        );
+        assert_eq!(
+            grace_left(&pending, t0 + LOGIN_GRACE),
+            None,
+            "grace over: the next arrival closes it"
+        );
+        let (_, evicted) = pending.arrive((t0 + LOGIN_GRACE, ()));
+        assert!(evicted.is_some());
+        assert_eq!(
+            grace_left(&pending, t0 + LOGIN_GRACE),
+            Some(ms(100)),
+            "then the next oldest's grace counts"
+        );
+    }
+}

@@ -166,7 +166,11 @@ impl RemoteNode {
 /// Each connection still hears a heartbeat every `every`.
 fn until_next_beat(now: Instant, every: Duration) -> Duration {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
-    let epoch = *EPOCH.get_or_init(Instant::now);
+    beat_delay(*EPOCH.get_or_init(Instant::now), now, every)
+}
+
+/// From `now` to the next `epoch + k * every`.
+fn beat_delay(epoch: Instant, now: Instant, every: Duration) -> Duration {
     let every_ns = every.as_nanos().max(1);
     let phase = now.saturating_duration_since(epoch).as_nanos() % every_ns;
     Duration::from_nanos(u64::try_from(every_ns - phase).unwrap_or(u64::MAX))
@@ -261,27 +265,30 @@ mod tests {
     #[test]
     fn heartbeats_fall_on_the_beats_of_one_clock_an_interval_apart() {
         let every = Duration::from_millis(1000);
-        let now = Instant::now();
-        let first = until_next_beat(now, every);
-        assert!(first > Duration::ZERO && first <= every, "{first:?}");
-        let beat = now + first;
+        let epoch = Instant::now();
+        let ms = Duration::from_millis;
         assert_eq!(
-            until_next_beat(beat, every),
+            beat_delay(epoch, epoch, every),
             every,
             "on a beat: the next is a whole interval away"
         );
-        let later = beat + Duration::from_millis(300);
         assert_eq!(
-            until_next_beat(later, every),
-            Duration::from_millis(700),
-            "another connection: the same beat"
+            beat_delay(epoch, epoch + ms(300), every),
+            ms(700),
+            "a connection started later: the same beat"
         );
-        let late = beat + Duration::from_millis(2);
         assert_eq!(
-            until_next_beat(late, every),
-            Duration::from_millis(998),
+            beat_delay(epoch, epoch + ms(1002), every),
+            ms(998),
             "a timer fired late does not drift"
         );
+        assert_eq!(
+            beat_delay(epoch + ms(5), epoch, every),
+            every,
+            "before the epoch: one interval"
+        );
+        let first = until_next_beat(Instant::now(), every);
+        assert!(first > Duration::ZERO && first <= every, "{first:?}");
     }
 
     #[test]
