@@ -944,6 +944,11 @@ impl TensorDict {
     ) -> Result<TensorDict, TensorError> {
         let first = &dicts[0];
         for d in dicts {
+            // The same keys in the same (sorted) order is the same key set: one pass,
+            // and the searches below only name the key that differs.
+            if d.tensors.len() == first.tensors.len() && d.tensors.keys().eq(first.tensors.keys()) {
+                continue;
+            }
             if let Some(k) = d.tensors.keys().find(|k| !first.tensors.contains_key(*k)) {
                 return Err(TensorError::KeysDiffer(k.clone()));
             }
@@ -951,9 +956,14 @@ impl TensorDict {
                 return Err(TensorError::KeysDiffer(k.clone()));
             }
         }
+        // Every dict's values in key order: the k-th of each is under the same key.
+        let mut columns: Vec<_> = dicts.iter().map(|d| d.tensors.values()).collect();
         let mut tensors = BTreeMap::new();
         for key in first.tensors.keys() {
-            let parts: Vec<&Tensor> = dicts.iter().map(|d| &d.tensors[key]).collect();
+            let parts = columns
+                .iter_mut()
+                .map(|c| c.next().ok_or_else(|| TensorError::KeysDiffer(key.clone())))
+                .collect::<Result<Vec<&Tensor>, TensorError>>()?;
             tensors.insert(key.clone(), op(&parts, key)?);
         }
         Ok(TensorDict { batch_size, tensors })

@@ -43,6 +43,18 @@ impl<T> PendingLogins<T> {
         self.queue.remove(i).map(|(_, h)| h)
     }
 
+    /// The oldest connection still waiting: the one the next arrival at the cap closes.
+    /// The shell may hold its handle's arrival time, to give a burst of real nodes a
+    /// moment to log in before closing any of them.
+    pub fn oldest(&self) -> Option<&T> {
+        self.queue.front().map(|(_, h)| h)
+    }
+
+    /// True at the cap: the next arrival closes the oldest.
+    pub fn is_full(&self) -> bool {
+        self.queue.len() >= self.cap
+    }
+
     /// Connections waiting now.
     pub fn len(&self) -> usize {
         self.queue.len()
@@ -80,5 +92,25 @@ mod tests {
         assert_eq!(p.leave(c), None);
         assert!(!p.is_empty());
         assert_eq!(PendingLogins::<()>::new(0).cap(), 1);
+    }
+
+    #[test]
+    fn the_oldest_is_the_one_the_next_arrival_at_the_cap_closes() {
+        let mut p = PendingLogins::new(2);
+        assert_eq!(p.oldest(), None);
+        let (a, _) = p.arrive("a");
+        assert!(!p.is_full());
+        p.arrive("b");
+        assert!(p.is_full());
+        assert_eq!(p.oldest(), Some(&"a"));
+        let (_, evicted) = p.arrive("c");
+        assert_eq!((evicted, p.oldest()), (Some("a"), Some(&"b")));
+        assert_eq!(p.leave(a), None);
+        let (b, c) = (1, 2);
+        assert_eq!(p.leave(b), Some("b"));
+        assert!(!p.is_full());
+        assert_eq!(p.oldest(), Some(&"c"));
+        assert_eq!(p.leave(c), Some("c"));
+        assert_eq!(p.oldest(), None);
     }
 }

@@ -18,7 +18,7 @@ use rollout::wire::{self, TrainerFrame, Welcome, LOGIN_MAX_FRAME, NONCE_LEN, PRE
 use rollout::Weights;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Notify};
 
 use super::peer::PeerTiming;
 
@@ -86,6 +86,14 @@ pub fn open(
 /// nodes log in within a round trip or two, so only a flood or idle peers reach it.
 pub const MAX_PENDING_LOGINS: usize = 64;
 
+/// At the cap, how long the accept loop leaves the oldest connection to log in
+/// before the next arrival closes it: the door stops accepting meanwhile (the
+/// kernel's backlog holds the arrivals) and goes on as soon as any login ends. A
+/// thousand real nodes joining at once log in 64 at a time instead of closing each
+/// other; an idle peer still goes, a quarter second later. (The handshake deadline
+/// is far longer.)
+pub const LOGIN_GRACE: Duration = Duration::from_millis(250);
+
 /// How long the accept loop waits after an accept error before trying again (out
 /// of file descriptors, say: retrying at once would spin), as hyper's does.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
@@ -120,11 +128,21 @@ pub fn open_with(
     let (tx, rx) = mpsc::unbounded_channel();
     let specs = Rc::new(specs);
     let logs = Rc::new(RefCell::new(DoorLogs::new()));
-    let pending = Rc::new(RefCell::new(PendingLogins::<oneshot::Sender<()>>::new(
+    let pending = Rc::new(RefCell::new(PendingLogins::<(Instant, oneshot::Sender<()>)>::new(
         MAX_PENDING_LOGINS,
     )));
+    let freed = Rc::new(Notify::new());
     actix_rt::spawn(async move {
         loop {
+            // At the cap, an arrival would close the oldest: first give it its grace.
+            loop {
+                let left = grace_left(&pending.borrow(), Instant::now());
+                let Some(wait) = left else { break };
+                tokio::select! {
+                    _ = freed.notified() => {}
+                    _ = tokio::time::sleep(wait) => {}
+                }
+            }
             let (stream, peer) = match listener.accept().await {
                 Ok(c) => c,
                 Err(e) => {
@@ -136,7 +154,7 @@ pub fn open_with(
                 }
             };
             let (cancel_tx, cancel) = oneshot::channel();
-            let (id, evicted) = pending.borrow_mut().arrive(cancel_tx);
+            let (id, evicted) = pending.borrow_mut().arrive((Instant::now(), cancel_tx));
             if evicted.is_some() {
                 drop(evicted);
                 if let Some(held) = logs.borrow_mut().evicted.hit(Instant::now()) {
@@ -146,7 +164,7 @@ pub fn open_with(
                     );
                 }
             }
-            let (cfg, specs, admission, weights, tx, logs, pending) = (
+            let (cfg, specs, admission, weights, tx, logs, pending, freed) = (
                 cfg.clone(),
                 specs.clone(),
                 admission.clone(),
@@ -154,13 +172,16 @@ pub fn open_with(
                 tx.clone(),
                 logs.clone(),
                 pending.clone(),
+                freed.clone(),
             );
             actix_rt::spawn(async move {
-                let r = door(stream, peer, &cfg, &specs, &admission, &weights, cancel, || {
-                    pending.borrow_mut().leave(id);
-                })
-                .await;
-                pending.borrow_mut().leave(id);
+                let leave = || {
+                    if pending.borrow_mut().leave(id).is_some() {
+                        freed.notify_one();
+                    }
+                };
+                let r = door(stream, peer, &cfg, &specs, &admission, &weights, cancel, leave).await;
+                leave();
                 match r {
                     Ok(joined) => {
                         tracing::info!(node = joined.index, name = %joined.name, %peer, "node joined");
@@ -176,6 +197,17 @@ pub fn open_with(
         }
     });
     rx
+}
+
+/// How long the accept loop is to wait before the next arrival may close the oldest
+/// waiting login (`None`: accept now, below the cap or the oldest's grace over).
+fn grace_left<T>(pending: &PendingLogins<(Instant, T)>, now: Instant) -> Option<Duration> {
+    if !pending.is_full() {
+        return None;
+    }
+    let (since, _) = pending.oldest()?;
+    let left = (*since + LOGIN_GRACE).saturating_duration_since(now);
+    (!left.is_zero()).then_some(left)
 }
 
 /// One connection through the door: login under the handshake deadline (ended early
@@ -321,5 +353,38 @@ impl Waiting {
     pub async fn start(self) -> Option<(Joined, Vec<u8>)> {
         let _ = self.stop.send(());
         self.back.await.ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn at_the_cap_the_door_waits_out_the_oldest_logins_grace_and_below_it_not_at_all() {
+        let t0 = Instant::now();
+        let mut pending = PendingLogins::new(2);
+        assert_eq!(grace_left(&pending, t0), None, "empty: accept");
+        pending.arrive((t0, ()));
+        assert_eq!(grace_left(&pending, t0), None, "below the cap: accept");
+        pending.arrive((t0 + Duration::from_millis(100), ()));
+        let ms = Duration::from_millis;
+        assert_eq!(
+            grace_left(&pending, t0 + ms(50)),
+            Some(LOGIN_GRACE - ms(50)),
+            "the oldest's grace"
+        );
+        assert_eq!(
+            grace_left(&pending, t0 + LOGIN_GRACE),
+            None,
+            "grace over: the next arrival closes it"
+        );
+        let (_, evicted) = pending.arrive((t0 + LOGIN_GRACE, ()));
+        assert!(evicted.is_some());
+        assert_eq!(
+            grace_left(&pending, t0 + LOGIN_GRACE),
+            Some(ms(100)),
+            "then the next oldest's grace counts"
+        );
     }
 }

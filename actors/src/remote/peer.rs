@@ -8,7 +8,7 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
@@ -149,10 +149,20 @@ impl Actor for RemoteNode {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        ctx.run_interval(self.session.heartbeat(), |act, ctx| {
+        self.next_beat(ctx);
+    }
+}
+
+impl RemoteNode {
+    /// Schedules the next heartbeat (and silence check) on the next beat of the
+    /// shared clock ([`until_next_beat`]).
+    fn next_beat(&self, ctx: &mut Context<Self>) {
+        let every = self.session.heartbeat();
+        ctx.run_later(until_next_beat(Instant::now(), every), |act, ctx| {
             match act.session.on_tick(Instant::now()) {
                 Ok(()) => {
                     let _ = act.out.send(act.heartbeat.clone());
+                    act.next_beat(ctx);
                 }
                 Err(reason) => act.close(ctx, reason),
             }
@@ -164,6 +174,23 @@ impl Actor for RemoteNode {
             f();
         }
     }
+}
+
+/// How long from `now` to the next multiple of `every` on one clock shared by every
+/// connection of the process: the trainer's heartbeats to all its nodes fall on the
+/// same beats, so one wakeup sends them all (a timer per connection, each on its own
+/// phase, woke the trainer, and every node behind it, once per node and interval).
+/// Each connection still hears a heartbeat every `every`.
+fn until_next_beat(now: Instant, every: Duration) -> Duration {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    beat_delay(*EPOCH.get_or_init(Instant::now), now, every)
+}
+
+/// From `now` to the next `epoch + k * every`.
+fn beat_delay(epoch: Instant, now: Instant, every: Duration) -> Duration {
+    let every_ns = every.as_nanos().max(1);
+    let phase = now.saturating_duration_since(epoch).as_nanos() % every_ns;
+    Duration::from_nanos(u64::try_from(every_ns - phase).unwrap_or(u64::MAX))
 }
 
 impl StreamHandler<Result<NodeFrame, FrameError>> for RemoteNode {
@@ -256,6 +283,35 @@ mod tests {
             TrainerFrame::Message(m) => m,
             other => panic!("a session message, not {}", other.name()),
         }
+    }
+
+    #[test]
+    fn heartbeats_fall_on_the_beats_of_one_clock_an_interval_apart() {
+        let every = Duration::from_millis(1000);
+        let epoch = Instant::now();
+        let ms = Duration::from_millis;
+        assert_eq!(
+            beat_delay(epoch, epoch, every),
+            every,
+            "on a beat: the next is a whole interval away"
+        );
+        assert_eq!(
+            beat_delay(epoch, epoch + ms(300), every),
+            ms(700),
+            "a connection started later: the same beat"
+        );
+        assert_eq!(
+            beat_delay(epoch, epoch + ms(1002), every),
+            ms(998),
+            "a timer fired late does not drift"
+        );
+        assert_eq!(
+            beat_delay(epoch + ms(5), epoch, every),
+            every,
+            "before the epoch: one interval"
+        );
+        let first = until_next_beat(Instant::now(), every);
+        assert!(first > Duration::ZERO && first <= every, "{first:?}");
     }
 
     #[test]

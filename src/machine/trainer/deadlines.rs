@@ -93,6 +93,7 @@ impl TrainerMachine {
     /// Sets how long a node may take to answer each request.
     pub fn with_deadlines(mut self, deadlines: RequestDeadlines) -> TrainerMachine {
         self.deadlines = deadlines;
+        self.quiet_until = Duration::ZERO;
         self
     }
 
@@ -143,6 +144,32 @@ impl TrainerMachine {
             (self.now.saturating_sub(a.since) >= limit)
                 .then(|| format!("no answer to {} within {:.3} s", a.request, limit.as_secs_f64()))
         })
+    }
+
+    /// The earliest moment any deadline can pass, as the nodes stand now: the
+    /// soonest of every booked request's and timed `Continue`'s deadline, and of
+    /// `now` plus the shortest limit, for anything booked later (it is booked at the
+    /// machine's clock, which never goes back). A lower bound: answers only push it
+    /// later. `Duration::MAX` with no deadline at all.
+    pub(super) fn earliest_deadline(&self) -> Duration {
+        let d = &self.deadlines;
+        let continue_limit = self.continue_limit();
+        let limits = [d.seed, d.update_weights, d.checkpoint, d.shutdown, continue_limit];
+        let Some(shortest) = limits.into_iter().flatten().min() else {
+            return Duration::MAX;
+        };
+        let mut earliest = self.now.saturating_add(shortest);
+        for node in self.nodes.iter().filter(|n| !n.state.is_down()) {
+            for a in &node.awaiting {
+                if let Some(limit) = self.deadline_of(a.request) {
+                    earliest = earliest.min(a.since.saturating_add(limit));
+                }
+            }
+            if let (Some(limit), Some(asked)) = (continue_limit, node.state.expected()) {
+                earliest = earliest.min(asked.since.saturating_add(limit));
+            }
+        }
+        earliest
     }
 
     /// Fails every node with a request past its deadline (see [`Self::tick`]); at
@@ -217,6 +244,34 @@ mod tests {
             feed(&mut m, FromNode::Seeded { node: 1, next_seed: 12 }),
             vec![Output::Seeded { next_seed: 12 }]
         );
+    }
+
+    #[test]
+    fn ticks_before_the_earliest_deadline_check_nothing_and_a_request_booked_later_is_caught_on_time() {
+        let mut m = machine(config(2, 1, 4, None, false)).with_deadlines(deadline(|d| &mut d.seed));
+        assert_eq!(tick(&mut m, 0).1, Ok(()));
+        assert_eq!(m.quiet_until, ms(1000), "nothing booked: now plus the shortest limit");
+        assert_eq!(tick(&mut m, 400).1, Ok(()));
+        m.set_seed(10, &mut Vec::new()); // booked at 400, due at 1400
+        assert_eq!(m.quiet_until, ms(1000), "a booking does not move the bound");
+        assert_eq!(tick(&mut m, 1000), (vec![], Ok(())));
+        assert_eq!(m.quiet_until, ms(1400), "the seed's own deadline, found by the check");
+        assert_eq!(tick(&mut m, 1399), (vec![], Ok(())));
+        let (_, r) = tick(&mut m, 1400);
+        assert_eq!(
+            r,
+            Err(TrainerError::NodeLost {
+                node: 0,
+                reason: "no answer to seed within 1.000 s".into()
+            })
+        );
+        assert_eq!(
+            m.quiet_until,
+            Duration::ZERO,
+            "after a failure the next tick checks again"
+        );
+        let none = machine(config(1, 1, 4, None, false));
+        assert_eq!(none.earliest_deadline(), Duration::MAX, "no limit, no check ever due");
     }
 
     #[test]

@@ -169,7 +169,9 @@ impl TrainerMachine {
                 .in_force
                 .iter()
                 .enumerate()
-                .filter(|&(other, _)| other != node)
+                // Equal maps first (cheap): the difference is worded only for the
+                // node that differs, not for each of a thousand that agree.
+                .filter(|&(other, known)| other != node && known.as_ref().is_some_and(|k| *k != layout))
                 .find_map(|(other, known)| layout_difference(node, &layout, other, known.as_ref()?))
                 .map(|diff| format!("sync collection stacks node shares, but {diff}"))
         });

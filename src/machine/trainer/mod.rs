@@ -120,6 +120,8 @@ pub struct TrainerMachine {
     abandoned: Vec<(usize, String)>,
     /// Elastic membership, when on: nodes join and leave while the run goes on.
     elastic: Option<membership::Elastic>,
+    /// No deadline can pass before this (machine clock): ticks before it check nothing.
+    quiet_until: Duration,
 }
 
 impl TrainerMachine {
@@ -154,6 +156,7 @@ impl TrainerMachine {
             deadlines: RequestDeadlines::default(),
             abandoned: Vec::new(),
             elastic: None,
+            quiet_until: Duration::ZERO,
         })
     }
 

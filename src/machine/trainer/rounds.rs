@@ -64,14 +64,32 @@ impl TrainerMachine {
             // gets work: all of them at the start, and after a resume those whose batch
             // is not among the kept ones (a run resumed with a larger `total_frames`).
             self.started = true;
+            // Which nodes have a batch waiting, marked once per request (not a scan of
+            // the queue per idle node: a thousand of each made every request O(N²)).
+            let mut waiting: Option<Vec<bool>> = None;
             for i in 0..self.cfg.nodes {
-                if self.nodes[i].state.is_idle() && !self.ready.iter().any(|b| b.node == i) {
+                if !self.nodes[i].state.is_idle() {
+                    continue;
+                }
+                let waiting = waiting.get_or_insert_with(|| self.nodes_with_ready_batch());
+                if !waiting[i] {
                     self.continue_node(i, self.cfg.frames_per_batch, out);
                 }
             }
             self.try_yield_async(out)?;
         }
         Ok(())
+    }
+
+    /// Async: by node, whether a batch of it waits to be yielded.
+    fn nodes_with_ready_batch(&self) -> Vec<bool> {
+        let mut waiting = vec![false; self.cfg.nodes];
+        for b in &self.ready {
+            if let Some(w) = waiting.get_mut(b.node) {
+                *w = true;
+            }
+        }
+        waiting
     }
 
     /// Async: yields the oldest ready batch if the consumer waits, and sends its

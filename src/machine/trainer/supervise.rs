@@ -43,6 +43,7 @@ impl TrainerMachine {
     pub fn with_supervision(mut self, sup: NodeSupervision) -> TrainerMachine {
         self.restarts = vec![Restarts::new(sup.intensity); self.cfg.nodes];
         self.supervision = Some(sup);
+        self.quiet_until = Duration::ZERO;
         self
     }
 
@@ -78,17 +79,39 @@ impl TrainerMachine {
     /// [`Self::take_abandoned`]).
     pub fn tick(&mut self, now: Duration, out: &mut Vec<Output>) -> Result<(), TrainerError> {
         self.now = self.now.max(now);
+        // Nothing can be overdue before the earliest deadline the last full check
+        // saw (see `earliest_deadline`): the tick of every node message is then O(1),
+        // not a scan of every node. An elastic run with no node up is the exception:
+        // its wait for a joiner is timed by the check itself.
+        if self.now < self.quiet_until && !self.waiting_for_a_joiner() {
+            return Ok(());
+        }
+        let r = self.check_overdue(out);
+        self.quiet_until = if r.is_ok() {
+            self.earliest_deadline()
+        } else {
+            Duration::ZERO
+        };
+        r
+    }
+
+    /// The `Continue` deadline: the batch deadline or `continue_timeout`, the shorter.
+    pub(super) fn continue_limit(&self) -> Option<Duration> {
+        let sup_limit = self.supervision.as_ref().and_then(|s| s.continue_timeout);
+        match (self.deadlines.batch, sup_limit) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Every node checked against every deadline at `self.now` (see [`Self::tick`]).
+    fn check_overdue(&mut self, out: &mut Vec<Output>) -> Result<(), TrainerError> {
         self.check_deadlines(out)?;
         self.check_membership()?;
         if self.shutting_down {
             return Ok(());
         }
-        let sup_limit = self.supervision.as_ref().and_then(|s| s.continue_timeout);
-        let limit = match (self.deadlines.batch, sup_limit) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let Some(limit) = limit else {
+        let Some(limit) = self.continue_limit() else {
             return Ok(());
         };
         for i in 0..self.nodes.len() {

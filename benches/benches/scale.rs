@@ -1,0 +1,539 @@
+//! One trainer, many remote nodes (issue 16): how the trainer's cost grows with N.
+//!
+//! The trainer is this process. Its nodes join over real loopback TCP with the real
+//! login (token, challenge, proof): a *swarm*, this executable re-invoked as a child
+//! (`ROLLOUT_SCALE_SWARM=nodes`), serves all N node connections from one thread,
+//! each a task running the node's session machine (`NodeHandshake`, `NodeSession`)
+//! and node machine (the testkit's `NodeHarness`, `Counting` env, random policy) as
+//! `rollout node` runs them, without a thread per env worker. So the trainer's CPU
+//! (`getrusage` of this process) and RSS (`/proc/self/status`) are the trainer's
+//! alone, the nodes' cost is the child's.
+//!
+//! Per N it prints: the time from `build()` until all N joined (the swarm's start
+//! included), the trainer's CPU per node-batch in sync rounds of 10 frames per node,
+//! the sync round time p50 and p99, async batches/s (10 frames each), the trainer's
+//! RSS after the join (total and per node above the process before `build`), and
+//! the trainer's CPU while idle (heartbeats only) as % of one core.
+//!
+//! Baseline, in the same run: raw loopback round trips over N connections (one
+//! small frame out on each, a 1 KiB reply back on each, blocking sockets, the other
+//! end the same swarm child in `echo` mode): `round/raw` and `cpu/raw` are the ratios.
+//!
+//! Run: `cargo bench -p rollout-benches --bench scale`. N defaults to 1,8,64,256,1024;
+//! `ROLLOUT_SCALE_NODES=8,64` picks others, `ROLLOUT_SCALE_SECS` the seconds each
+//! phase measures (default 3).
+
+use std::cell::RefCell;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rollout::connection::{Inbound, NodeHandshake, NodeSession, NodeStep};
+use rollout::wire::{self, NodeFrame, TrainerFrame, DEFAULT_MAX_FRAME, PREFIX_LEN};
+use rollout::{PolicyConfig, Registry};
+use rollout_actors::testkit::NodeHarness;
+use rollout_actors::{DistributedCollector, Launcher};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+
+const TOKEN: &str = "scale-bench-token-0123456789abcdef";
+const FRAMES_PER_NODE: usize = 10;
+/// Bytes of one raw baseline reply: about a `batch` frame of 10 `Counting` frames.
+const RAW_REPLY: usize = 1024;
+const RAW_REQUEST: usize = 40;
+
+fn main() {
+    raise_nofile_limit();
+    match std::env::var("ROLLOUT_SCALE_SWARM").as_deref() {
+        Ok("nodes") => return swarm_nodes(),
+        Ok("echo") => return swarm_echo(),
+        _ => {}
+    }
+    let ns: Vec<usize> = std::env::var("ROLLOUT_SCALE_NODES")
+        .unwrap_or_else(|_| "1,8,64,256,1024".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let secs: f64 = std::env::var("ROLLOUT_SCALE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0);
+    // Profiling aid: `ROLLOUT_SCALE_ONLY=sync|async` runs that phase alone (sync
+    // includes the idle part), for `perf record -p`.
+    if let Ok(only) = std::env::var("ROLLOUT_SCALE_ONLY") {
+        for &n in &ns {
+            if only == "async" {
+                let a = async_phase(n, secs);
+                println!(
+                    "{n}: {:.0} batches/s, {:.1} µs each",
+                    a.batches_per_s,
+                    a.cpu_per_batch * 1e6
+                );
+            } else {
+                let s = sync_phase(n, secs);
+                println!(
+                    "{n}: joined in {:.0} ms, idle {:.2} %, p50 {:.2} ms, {:.1} µs per node-batch",
+                    s.join.as_secs_f64() * 1e3,
+                    s.idle_core * 100.0,
+                    s.p50 * 1e3,
+                    s.cpu_per_batch * 1e6
+                );
+            }
+        }
+        return;
+    }
+    println!(
+        "{:>5} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>9} {:>7} {:>7}",
+        "N",
+        "join ms",
+        "µs/batch",
+        "raw µs",
+        "cpu/raw",
+        "p50 ms",
+        "p99 ms",
+        "raw ms",
+        "async b/s",
+        "RSS MiB",
+        "KiB/node",
+        "idle %",
+        "rnd/raw"
+    );
+    for &n in &ns {
+        let raw = raw_rounds(n, secs.min(2.0));
+        let sync = sync_phase(n, secs);
+        let asy = async_phase(n, secs);
+        println!(
+            "{:>5} {:>8.0} {:>9.1} {:>9.2} {:>9.1} {:>9.2} {:>9.2} {:>9.3} {:>10.0} {:>8.1} {:>9.1} {:>7.2} {:>7.1}",
+            n,
+            sync.join.as_secs_f64() * 1e3,
+            sync.cpu_per_batch * 1e6,
+            raw.cpu_per_conn * 1e6,
+            sync.cpu_per_batch / raw.cpu_per_conn,
+            sync.p50 * 1e3,
+            sync.p99 * 1e3,
+            raw.p50 * 1e3,
+            asy.batches_per_s,
+            sync.rss_kib as f64 / 1024.0,
+            sync.rss_per_node_kib,
+            sync.idle_core * 100.0,
+            sync.p50 / raw.p50,
+        );
+        println!(
+            "      (sync rounds {}, async batches {} at {:.1} µs trainer CPU each, async join {:.0} ms)",
+            sync.rounds,
+            asy.batches,
+            asy.cpu_per_batch * 1e6,
+            asy.join.as_secs_f64() * 1e3
+        );
+    }
+}
+
+// ---------------------------------------------------------------- measuring
+
+/// CPU time (user + system) of this whole process so far.
+fn process_cpu() -> Duration {
+    // SAFETY: getrusage writes into the struct we own.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+        return Duration::ZERO;
+    }
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// Resident set of this process, KiB (`VmRSS`).
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn quantile(v: &mut [f64], q: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * q).round() as usize]
+}
+
+/// The soft open-file limit raised to the hard one, as the `rollout` binary does:
+/// 1,024 nodes are 1,024 sockets on each side.
+fn raise_nofile_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write the struct we own.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
+/// The swarm child: this executable in `mode`, serving `n` connections to `addr`.
+fn spawn_swarm(mode: &str, addr: SocketAddr, n: usize) -> Child {
+    let exe = std::env::current_exe().expect("own path");
+    Command::new(exe)
+        .env("ROLLOUT_SCALE_SWARM", mode)
+        .env("ROLLOUT_SCALE_ADDR", addr.to_string())
+        .env("ROLLOUT_SCALE_COUNT", n.to_string())
+        .env("ROLLOUT_TOKEN", TOKEN)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn the swarm")
+}
+
+/// Waits for the swarm to end (it does once every node answered `Shutdown`), killed
+/// past a deadline.
+fn reap(mut child: Child) {
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                if !status.success() {
+                    eprintln!("swarm ended with {status}");
+                }
+                return;
+            }
+            Ok(None) if Instant::now() < end => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                eprintln!("swarm still running past its deadline: killed");
+                let _ = child.kill();
+                let _ = child.wait();
+                return;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- baseline
+
+struct Raw {
+    p50: f64,
+    cpu_per_conn: f64,
+}
+
+/// Raw round trips over `n` loopback connections: a small frame written to each,
+/// then each one's reply read, for about `secs`.
+fn raw_rounds(n: usize, secs: f64) -> Raw {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let child = spawn_swarm("echo", l.local_addr().expect("addr"), n);
+    let mut conns: Vec<TcpStream> = (0..n)
+        .map(|_| {
+            let (s, _) = l.accept().expect("accept");
+            s.set_nodelay(true).expect("nodelay");
+            s
+        })
+        .collect();
+    let mut req = vec![0u8; RAW_REQUEST];
+    req[..PREFIX_LEN].copy_from_slice(&((RAW_REQUEST - PREFIX_LEN) as u32).to_be_bytes());
+    let mut reply = vec![0u8; RAW_REPLY];
+    let mut round = |conns: &mut [TcpStream]| {
+        for c in conns.iter_mut() {
+            c.write_all(&req).expect("raw write");
+        }
+        for c in conns.iter_mut() {
+            c.read_exact(&mut reply).expect("raw read");
+        }
+    };
+    for _ in 0..5 {
+        round(&mut conns);
+    }
+    let (mut times, cpu0, start) = (Vec::new(), process_cpu(), Instant::now());
+    while start.elapsed().as_secs_f64() < secs || times.len() < 20 {
+        let t = Instant::now();
+        round(&mut conns);
+        times.push(t.elapsed().as_secs_f64());
+    }
+    let cpu = (process_cpu() - cpu0).as_secs_f64();
+    let rounds = times.len();
+    drop(conns);
+    reap(child);
+    Raw {
+        p50: quantile(&mut times, 0.5),
+        cpu_per_conn: cpu / (rounds * n) as f64,
+    }
+}
+
+// ---------------------------------------------------------------- the trainer
+
+/// A collector over `n` nodes of the swarm; the time `build` took (every node joined).
+fn collector(n: usize, sync: bool) -> (DistributedCollector, Child, Duration) {
+    let child: Arc<Mutex<Option<Child>>> = Arc::default();
+    let hook = Arc::clone(&child);
+    let fpb = if sync { FRAMES_PER_NODE * n } else { FRAMES_PER_NODE };
+    let start = Instant::now();
+    let c = DistributedCollector::builder()
+        .sync(sync)
+        .env("Counting")
+        .policy(PolicyConfig::Random)
+        .nodes(n)
+        .envs_per_node(1)
+        .frames_per_batch(fpb)
+        .total_frames(-1)
+        .seed(0)
+        .launcher(Launcher::External)
+        .listen("127.0.0.1:0")
+        .token(TOKEN)
+        .join_timeout(Duration::from_secs(120))
+        .batch_timeout(Duration::from_secs(60))
+        .on_listening(move |addr| {
+            *hook.lock().expect("swarm slot") = Some(spawn_swarm("nodes", addr, n));
+        })
+        .build()
+        .expect("collector");
+    let join = start.elapsed();
+    let child = child.lock().expect("swarm slot").take().expect("swarm started");
+    (c, child, join)
+}
+
+struct Sync {
+    join: Duration,
+    rounds: usize,
+    cpu_per_batch: f64,
+    p50: f64,
+    p99: f64,
+    rss_kib: u64,
+    rss_per_node_kib: f64,
+    idle_core: f64,
+}
+
+fn sync_phase(n: usize, secs: f64) -> Sync {
+    let rss0 = rss_kib();
+    let (mut c, child, join) = collector(n, true);
+    // Idle: joined, nothing asked; heartbeats both ways are all that happens.
+    std::thread::sleep(Duration::from_millis(500));
+    let rss = rss_kib();
+    let (cpu0, t0) = (process_cpu(), Instant::now());
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    let idle_core = (process_cpu() - cpu0).as_secs_f64() / t0.elapsed().as_secs_f64();
+    for _ in 0..3 {
+        let b = c.next_batch().expect("batch").expect("endless");
+        c.recycle(b);
+    }
+    let (mut times, cpu0, start) = (Vec::new(), process_cpu(), Instant::now());
+    while start.elapsed().as_secs_f64() < secs || times.len() < 20 {
+        let t = Instant::now();
+        let b = c.next_batch().expect("batch").expect("endless");
+        assert_eq!(b.data.batch_size().iter().product::<usize>(), FRAMES_PER_NODE * n);
+        times.push(t.elapsed().as_secs_f64());
+        c.recycle(b);
+    }
+    let cpu = (process_cpu() - cpu0).as_secs_f64();
+    c.shutdown().expect("shutdown");
+    reap(child);
+    Sync {
+        join,
+        rounds: times.len(),
+        cpu_per_batch: cpu / (times.len() * n) as f64,
+        p50: quantile(&mut times, 0.5),
+        p99: quantile(&mut times, 0.99),
+        rss_kib: rss,
+        rss_per_node_kib: rss.saturating_sub(rss0) as f64 / n as f64,
+        idle_core,
+    }
+}
+
+struct Async {
+    join: Duration,
+    batches: usize,
+    batches_per_s: f64,
+    cpu_per_batch: f64,
+}
+
+fn async_phase(n: usize, secs: f64) -> Async {
+    let (mut c, child, join) = collector(n, false);
+    for _ in 0..n.max(4) {
+        let b = c.next_batch().expect("batch").expect("endless");
+        c.recycle(b);
+    }
+    let (mut batches, cpu0, start) = (0, process_cpu(), Instant::now());
+    while start.elapsed().as_secs_f64() < secs {
+        let b = c.next_batch().expect("batch").expect("endless");
+        c.recycle(b);
+        batches += 1;
+    }
+    let (cpu, wall) = ((process_cpu() - cpu0).as_secs_f64(), start.elapsed().as_secs_f64());
+    c.shutdown().expect("shutdown");
+    reap(child);
+    Async {
+        join,
+        batches,
+        batches_per_s: batches as f64 / wall,
+        cpu_per_batch: cpu / batches as f64,
+    }
+}
+
+// ---------------------------------------------------------------- the swarm
+
+fn swarm_env() -> (String, usize) {
+    let addr = std::env::var("ROLLOUT_SCALE_ADDR").expect("ROLLOUT_SCALE_ADDR");
+    let n = std::env::var("ROLLOUT_SCALE_COUNT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .expect("ROLLOUT_SCALE_COUNT");
+    (addr, n)
+}
+
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// The baseline's far end: `n` connections, each answering every frame with
+/// [`RAW_REPLY`] bytes, until closed.
+fn swarm_echo() {
+    let (addr, n) = swarm_env();
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&current_thread(), async move {
+        let mut tasks = Vec::new();
+        for _ in 0..n {
+            let s = tokio::net::TcpStream::connect(&addr).await.expect("connect");
+            s.set_nodelay(true).expect("nodelay");
+            tasks.push(tokio::task::spawn_local(async move {
+                let (r, mut w) = s.into_split();
+                let mut r = BufReader::new(r);
+                let reply = vec![0u8; RAW_REPLY];
+                let mut req = vec![0u8; RAW_REQUEST];
+                while r.read_exact(&mut req).await.is_ok() {
+                    if w.write_all(&reply).await.is_err() {
+                        break;
+                    }
+                }
+            }));
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+    });
+}
+
+/// `n` nodes joining the trainer at `ROLLOUT_SCALE_ADDR`, all on this thread; ends
+/// once every node answered `Shutdown` (or lost its connection).
+fn swarm_nodes() {
+    let (addr, n) = swarm_env();
+    let token = std::env::var("ROLLOUT_TOKEN").expect("ROLLOUT_TOKEN").into_bytes();
+    let token = Rc::new(token);
+    let failures = Rc::new(RefCell::new(0usize));
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&current_thread(), async move {
+        let tasks: Vec<_> = (0..n)
+            .map(|i| {
+                let (addr, token, failures) = (addr.clone(), Rc::clone(&token), Rc::clone(&failures));
+                tokio::task::spawn_local(async move {
+                    if let Err(e) = swarm_node(&addr, &token, format!("swarm-{i}")).await {
+                        eprintln!("swarm node {i}: {e}");
+                        *failures.borrow_mut() += 1;
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            let _ = t.await;
+        }
+        if *failures.borrow() > 0 {
+            std::process::exit(1);
+        }
+    });
+}
+
+async fn read_frame<R: AsyncReadExt + Unpin>(r: &mut R, max: usize) -> Result<TrainerFrame, String> {
+    let mut prefix = [0u8; PREFIX_LEN];
+    r.read_exact(&mut prefix).await.map_err(|e| e.to_string())?;
+    let len = wire::body_len(prefix, max).map_err(|e| e.to_string())?;
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).await.map_err(|e| e.to_string())?;
+    wire::decode(&body).map_err(|e| e.to_string())
+}
+
+/// One node: the login as `rollout node` does it, then its session and node machine
+/// until `Shutdown`. Frames are read by a task of their own (reads are not
+/// cancel-safe) and handed over, so heartbeats go out on time while it waits.
+async fn swarm_node(addr: &str, token: &[u8], name: String) -> Result<(), String> {
+    let mut backoff = Duration::from_millis(20);
+    let s = loop {
+        match tokio::net::TcpStream::connect(addr).await {
+            Ok(s) => break s,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+            Err(e) => return Err(format!("connect: {e}")),
+        }
+    };
+    let _ = s.set_nodelay(true);
+    let (r, mut w) = s.into_split();
+    let mut r = BufReader::new(r);
+    let encode = |f: &NodeFrame, max| wire::encode(f, max).map_err(|e| e.to_string());
+    let mut hs = NodeHandshake::new(token, name, None);
+    w.write_all(&encode(&hs.hello(), DEFAULT_MAX_FRAME)?)
+        .await
+        .map_err(|e| e.to_string())?;
+    let welcome = loop {
+        match hs.on_frame(read_frame(&mut r, DEFAULT_MAX_FRAME).await?) {
+            NodeStep::Send(f) => w
+                .write_all(&encode(&f, DEFAULT_MAX_FRAME)?)
+                .await
+                .map_err(|e| e.to_string())?,
+            NodeStep::Welcomed(welcome) => break welcome,
+            NodeStep::Rejected(reason) => return Err(format!("rejected: {reason}")),
+            NodeStep::Violation(reason) => return Err(format!("protocol: {reason}")),
+        }
+    };
+    let max = welcome.max_frame as usize;
+    let mut node = NodeHarness::new(&welcome.spec, &Registry::with_builtins()).map_err(|e| e.to_string())?;
+    let mut session = NodeSession::new(&welcome, Instant::now());
+    let layout = node.worker(0).map(|r| r.batch_layout()).unwrap_or_default();
+    w.write_all(&encode(&session.ready(layout), max)?)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (tx, mut frames) = tokio::sync::mpsc::unbounded_channel();
+    let reader = tokio::task::spawn_local(async move {
+        loop {
+            let f = read_frame(&mut r, max).await;
+            let end = f.is_err();
+            if tx.send(f).is_err() || end {
+                return;
+            }
+        }
+    });
+    let mut tick = tokio::time::interval(session.heartbeat());
+    let result = loop {
+        tokio::select! {
+            f = frames.recv() => {
+                let frame = match f {
+                    Some(Ok(f)) => f,
+                    Some(Err(e)) => break Err(format!("lost the trainer: {e}")),
+                    None => break Err("reader gone".into()),
+                };
+                match session.on_frame(frame, Instant::now()) {
+                    Inbound::Deliver(m) => {
+                        let mut ended = false;
+                        for out in node.send(m) {
+                            ended |= NodeSession::ends(&out);
+                            let bytes = encode(&NodeFrame::Message(out), max)?;
+                            w.write_all(&bytes).await.map_err(|e| e.to_string())?;
+                        }
+                        if ended {
+                            break Ok(());
+                        }
+                    }
+                    Inbound::Nothing => {}
+                    Inbound::Close(reason) => break Err(reason),
+                }
+            }
+            _ = tick.tick() => {
+                session.on_tick(Instant::now())?;
+                w.write_all(&encode(&NodeFrame::Heartbeat, max)?).await.map_err(|e| e.to_string())?;
+            }
+        }
+    };
+    reader.abort();
+    result
+}
