@@ -70,6 +70,8 @@ pub struct NodeMachine {
     workers: usize,
     envs_per_worker: usize,
     pending: Option<Pending>,
+    /// The `Continue` after `pending`, already handed to the workers (early release).
+    queued: Option<Pending>,
     stopped: Vec<bool>,
     stopping: bool,
     down: bool,
@@ -100,6 +102,7 @@ impl NodeMachine {
             workers,
             envs_per_worker,
             pending: None,
+            queued: None,
             stopped: vec![false; workers],
             stopping: false,
             down: false,
@@ -280,6 +283,10 @@ impl NodeMachine {
                 version,
                 data,
             } => self.on_worker_batch(worker, seq, version, data, out),
+            WorkerEvent::NearlyDone { worker, seq } => {
+                self.on_worker_nearly_done(worker, seq, out);
+                Ok(())
+            }
             WorkerEvent::Failed { worker, reason } => {
                 self.on_worker_failed(worker, &reason, now, out);
                 Ok(())
@@ -296,6 +303,7 @@ impl NodeMachine {
     /// `Shutdown`: drops whatever is in flight and stops every worker still running.
     fn begin_shutdown(&mut self, out: &mut Vec<NodeOutput>) {
         self.pending = None;
+        self.queued = None;
         self.snapshot = None;
         self.restoring = None;
         self.stopping = true;
@@ -326,6 +334,7 @@ impl NodeMachine {
     pub(super) fn fail(&mut self, reason: String, out: &mut Vec<NodeOutput>) {
         self.failed = true;
         self.pending = None;
+        self.queued = None;
         self.snapshot = None;
         self.restoring = None;
         out.push(NodeOutput::Trainer(FromNode::Failed {

@@ -74,3 +74,62 @@ fn answers_to_nothing_asked_are_refused() {
     assert!(out.is_empty(), "{out:?}");
     assert_eq!(m.pending_seq(), Some(1), "the Continue in flight is untouched");
 }
+
+fn nearly(worker: usize, seq: u64) -> WorkerEvent {
+    WorkerEvent::NearlyDone { worker, seq }
+}
+
+fn nearly_done_outputs(out: &[NodeOutput]) -> usize {
+    out.iter().filter(|o| matches!(o, NodeOutput::NearlyDone)).count()
+}
+
+#[test]
+fn the_node_is_nearly_done_once_every_worker_is_and_says_so_once() {
+    let mut m = NodeMachine::new(0, 2, 1);
+    let mut out = Vec::new();
+    cont(&mut m, 1, 4);
+    m.on_worker(nearly(0, 1), s(0), &mut out).unwrap();
+    m.on_worker(nearly(0, 1), s(0), &mut out).unwrap();
+    assert_eq!(nearly_done_outputs(&out), 0, "worker 1 is not nearly done: {out:?}");
+    m.on_worker(nearly(1, 1), s(0), &mut out).unwrap();
+    m.on_worker(nearly(1, 1), s(0), &mut out).unwrap();
+    assert_eq!(nearly_done_outputs(&out), 1, "{out:?}");
+    // A note about another seq, or with nothing asked, changes nothing.
+    out.clear();
+    m.on_worker(nearly(0, 7), s(0), &mut out).unwrap();
+    let mut idle = NodeMachine::new(0, 1, 1);
+    idle.on_worker(nearly(0, 1), s(0), &mut out).unwrap();
+    assert!(out.is_empty(), "{out:?}");
+}
+
+#[test]
+fn a_continue_released_early_goes_to_the_workers_at_once_and_is_assembled_after_the_current_one() {
+    let mut m = NodeMachine::new(2, 1, 1);
+    let mut out = Vec::new();
+    cont(&mut m, 1, 2);
+    m.on_worker(nearly(0, 1), s(0), &mut out).unwrap();
+    out.clear();
+    // The trainer released the node early: its next Continue comes before the batch.
+    m.handle(ToNode::Continue(Continue { seq: 2, frames: 2 }), &mut out)
+        .unwrap();
+    assert_eq!(worker_cmds(&out), vec![(0, &WorkerCmd::Collect { seq: 2, frames: 2 })]);
+    assert_eq!(m.pending_seq(), Some(1), "seq 1 is still the one assembled");
+    // A third one while two are in flight is refused.
+    assert!(matches!(
+        m.handle(ToNode::Continue(Continue { seq: 3, frames: 2 }), &mut out),
+        Err(NodeError::Busy { seq: 3, pending: 1 })
+    ));
+    // With seq 2 taken, its own note comes too late for a second early release.
+    out.clear();
+    m.on_worker(nearly(0, 1), s(0), &mut out).unwrap();
+    assert_eq!(nearly_done_outputs(&out), 0);
+    m.on_worker(batch(0, 1, 0, share(2, &[0, 0])), s(0), &mut out).unwrap();
+    assert!(matches!(trainer_msgs(&out)[..], [FromNode::Batch(b)] if b.seq == 1));
+    assert_eq!(m.pending_seq(), Some(2));
+    out.clear();
+    m.on_worker(nearly(0, 2), s(0), &mut out).unwrap();
+    assert_eq!(nearly_done_outputs(&out), 1, "seq 2 is the one in flight now");
+    m.on_worker(batch(0, 2, 0, share(2, &[0, 1])), s(0), &mut out).unwrap();
+    assert!(matches!(trainer_msgs(&out)[..], [FromNode::Batch(b)] if b.seq == 2));
+    assert_eq!(m.pending_seq(), None);
+}
