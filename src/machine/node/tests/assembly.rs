@@ -133,3 +133,34 @@ fn a_continue_released_early_goes_to_the_workers_at_once_and_is_assembled_after_
     assert!(matches!(trainer_msgs(&out)[..], [FromNode::Batch(b)] if b.seq == 2));
     assert_eq!(m.pending_seq(), None);
 }
+
+#[test]
+fn a_worker_done_with_the_next_continue_first_has_its_share_kept_and_batches_come_in_order() {
+    let mut m = NodeMachine::new(0, 2, 1);
+    let mut out = Vec::new();
+    cont(&mut m, 1, 4);
+    cont(&mut m, 2, 4);
+    // Worker 0 finishes seq 1 and all of seq 2 while worker 1 is still in seq 1.
+    m.on_worker(batch(0, 1, 0, share(2, &[0, 0])), s(0), &mut out).unwrap();
+    m.on_worker(nearly(0, 2), s(0), &mut out).unwrap();
+    m.on_worker(batch(0, 2, 0, share(2, &[0, 2])), s(0), &mut out).unwrap();
+    assert!(out.is_empty(), "{out:?}");
+    // Worker 1's share of seq 1 completes it; its note for seq 2 completes seq 2's notes.
+    m.on_worker(batch(1, 1, 0, share(2, &[1, 1])), s(0), &mut out).unwrap();
+    let seqs = |out: &[NodeOutput]| -> Vec<u64> {
+        trainer_msgs(out)
+            .iter()
+            .filter_map(|m| match m {
+                FromNode::Batch(b) => Some(b.seq),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(seqs(&out), vec![1]);
+    assert_eq!(m.pending_seq(), Some(2));
+    m.on_worker(nearly(1, 2), s(0), &mut out).unwrap();
+    assert_eq!(nearly_done_outputs(&out), 1, "{out:?}");
+    m.on_worker(batch(1, 2, 0, share(2, &[1, 3])), s(0), &mut out).unwrap();
+    assert_eq!(seqs(&out), vec![1, 2]);
+    assert_eq!(m.pending_seq(), None);
+}
