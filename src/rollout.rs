@@ -6,7 +6,6 @@
 //! them unique across envs, nodes and batches. Buffers handed back with
 //! [`Rollout::recycle`] are reused, so steady-state collection allocates nothing.
 
-use std::ops::Range;
 use std::sync::Arc;
 
 use ndarray::{ArrayD, IxDyn};
@@ -22,12 +21,6 @@ use crate::tensor::{Tensor, TensorDict, TensorError};
 pub use crate::schema::{batch_layout, keys, layout_difference, BatchLayout};
 
 use concrete::{EnvKind, Envs, Pol, PolicyKind};
-
-/// [`Rollout::collect_frames_noting`] says a batch is nearly done when `1 /
-/// NEARLY_DONE_TAIL` of its steps are left: a quarter of a 10,000-frame CartPole
-/// batch is about 100 us, more than the two thread wake-ups an in-process node's
-/// early release takes.
-pub const NEARLY_DONE_TAIL: usize = 4;
 
 /// What went wrong while building or running a rollout.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -608,19 +601,6 @@ impl Rollout {
 
     /// Collects a batch of exactly `frames` frames (a multiple of the env count), shape `[K, frames/K]`.
     pub fn collect_frames(&mut self, frames: usize) -> Result<TensorDict, RolloutError> {
-        self.collect_frames_noting(frames, &mut || {})
-    }
-
-    /// [`Self::collect_frames`], calling `nearly_done` once when the last
-    /// [`NEARLY_DONE_TAIL`]-th of the batch is left to step (at the end for a batch of
-    /// fewer steps than that), so whoever waits for the batch can get ready for it (an
-    /// in-process node's early release) while it is finished. The frames are exactly
-    /// those of `collect_frames`: the batch is the same loop run in two parts.
-    pub fn collect_frames_noting(
-        &mut self,
-        frames: usize,
-        nearly_done: &mut dyn FnMut(),
-    ) -> Result<TensorDict, RolloutError> {
         let k_envs = self.envs.len();
         if frames == 0 || !frames.is_multiple_of(k_envs) {
             return Err(RolloutError::Config {
@@ -633,13 +613,29 @@ impl Rollout {
             self.needs_reset.iter_mut().for_each(|r| *r = true);
         }
         let mut b = self.buffers();
-        let steps = self.steps;
-        let split = steps - steps / NEARLY_DONE_TAIL;
-        let mut filled = self.fill_range(&mut b, 0..split);
-        if filled.is_ok() {
-            nearly_done();
-            filled = self.fill_range(&mut b, split..steps);
-        }
+        // Compiled for each built-in env (its observation size is a constant) and
+        // policy, and for one env (the env loop disappears); envs of your own are
+        // specialised for common observation sizes only (0 = any size).
+        let filled = match (&self.envs, &self.policy, k_envs == 1) {
+            (Envs::CartPole(_), Pol::Linear(_), one) => self.fill_k::<4, CartPole, Linear>(&mut b, one),
+            (Envs::CartPole(_), Pol::Mlp(_), one) => self.fill_k::<4, CartPole, Mlp>(&mut b, one),
+            (Envs::CartPole(_), Pol::Dyn(_), one) => self.fill_k::<4, CartPole, dyn Policy>(&mut b, one),
+            (Envs::Pendulum(_), Pol::Linear(_), one) => self.fill_k::<3, Pendulum, Linear>(&mut b, one),
+            (Envs::Pendulum(_), Pol::Mlp(_), one) => self.fill_k::<3, Pendulum, Mlp>(&mut b, one),
+            (Envs::Pendulum(_), Pol::Dyn(_), one) => self.fill_k::<3, Pendulum, dyn Policy>(&mut b, one),
+            (Envs::MountainCar(_), Pol::Linear(_), one) => self.fill_k::<2, MountainCarContinuous, Linear>(&mut b, one),
+            (Envs::MountainCar(_), Pol::Mlp(_), one) => self.fill_k::<2, MountainCarContinuous, Mlp>(&mut b, one),
+            (Envs::MountainCar(_), Pol::Dyn(_), one) => {
+                self.fill_k::<2, MountainCarContinuous, dyn Policy>(&mut b, one)
+            }
+            (Envs::Dyn(_), _, one) => match self.obs_dim {
+                1 => self.fill_k::<1, Box<dyn Env>, dyn Policy>(&mut b, one),
+                2 => self.fill_k::<2, Box<dyn Env>, dyn Policy>(&mut b, one),
+                3 => self.fill_k::<3, Box<dyn Env>, dyn Policy>(&mut b, one),
+                4 => self.fill_k::<4, Box<dyn Env>, dyn Policy>(&mut b, one),
+                _ => self.fill_k::<0, Box<dyn Env>, dyn Policy>(&mut b, one),
+            },
+        };
         match filled {
             Ok(()) => self.to_tensordict(b),
             Err(e) => {
@@ -649,54 +645,26 @@ impl Rollout {
         }
     }
 
-    /// Steps the time steps `t` (a part of `0..steps`) of the batch in `b`.
-    fn fill_range(&mut self, b: &mut Buffers, t: Range<usize>) -> Result<(), RolloutError> {
-        let k_envs = self.envs.len();
-        // Compiled for each built-in env (its observation size is a constant) and
-        // policy, and for one env (the env loop disappears); envs of your own are
-        // specialised for common observation sizes only (0 = any size).
-        match (&self.envs, &self.policy, k_envs == 1) {
-            (Envs::CartPole(_), Pol::Linear(_), one) => self.fill_k::<4, CartPole, Linear>(b, one, t),
-            (Envs::CartPole(_), Pol::Mlp(_), one) => self.fill_k::<4, CartPole, Mlp>(b, one, t),
-            (Envs::CartPole(_), Pol::Dyn(_), one) => self.fill_k::<4, CartPole, dyn Policy>(b, one, t),
-            (Envs::Pendulum(_), Pol::Linear(_), one) => self.fill_k::<3, Pendulum, Linear>(b, one, t),
-            (Envs::Pendulum(_), Pol::Mlp(_), one) => self.fill_k::<3, Pendulum, Mlp>(b, one, t),
-            (Envs::Pendulum(_), Pol::Dyn(_), one) => self.fill_k::<3, Pendulum, dyn Policy>(b, one, t),
-            (Envs::MountainCar(_), Pol::Linear(_), one) => self.fill_k::<2, MountainCarContinuous, Linear>(b, one, t),
-            (Envs::MountainCar(_), Pol::Mlp(_), one) => self.fill_k::<2, MountainCarContinuous, Mlp>(b, one, t),
-            (Envs::MountainCar(_), Pol::Dyn(_), one) => self.fill_k::<2, MountainCarContinuous, dyn Policy>(b, one, t),
-            (Envs::Dyn(_), _, one) => match self.obs_dim {
-                1 => self.fill_k::<1, Box<dyn Env>, dyn Policy>(b, one, t),
-                2 => self.fill_k::<2, Box<dyn Env>, dyn Policy>(b, one, t),
-                3 => self.fill_k::<3, Box<dyn Env>, dyn Policy>(b, one, t),
-                4 => self.fill_k::<4, Box<dyn Env>, dyn Policy>(b, one, t),
-                _ => self.fill_k::<0, Box<dyn Env>, dyn Policy>(b, one, t),
-            },
-        }
-    }
-
     /// [`Rollout::fill`] for one env (`one`) or any number.
     #[inline(always)]
     fn fill_k<const D: usize, E: EnvKind, P: PolicyKind + ?Sized>(
         &mut self,
         b: &mut Buffers,
         one: bool,
-        t: Range<usize>,
     ) -> Result<(), RolloutError> {
         if one {
-            self.fill::<D, 1, E, P>(b, t)
+            self.fill::<D, 1, E, P>(b)
         } else {
-            self.fill::<D, 0, E, P>(b, t)
+            self.fill::<D, 0, E, P>(b)
         }
     }
 
-    /// The hot loop over the time steps `range` of the batch, compiled for env type `E`
-    /// and policy type `P`. Fields are borrowed apart into locals first, so the
-    /// compiler keeps them in registers across the env and policy calls.
+    /// The hot loop, compiled for env type `E` and policy type `P`. Fields are borrowed
+    /// apart into locals first, so the compiler keeps them in registers across the env
+    /// and policy calls.
     fn fill<const D: usize, const K: usize, E: EnvKind, P: PolicyKind + ?Sized>(
         &mut self,
         b: &mut Buffers,
-        range: Range<usize>,
     ) -> Result<(), RolloutError> {
         let Rollout {
             envs,
@@ -765,15 +733,14 @@ impl Rollout {
                 ids.len(),
             ]
             .iter()
-            .all(|&l| l == k_envs)
-            && range.end <= steps;
+            .all(|&l| l == k_envs);
         if !sizes_ok {
             return Err(RolloutError::Config {
                 field: "buffers",
                 reason: "internal buffer sizes disagree with the batch shape".into(),
             });
         }
-        for t in range {
+        for t in 0..steps {
             for k in 0..k_envs {
                 if needs_reset[k] {
                     let cur = &mut cur_obs[k * d..(k + 1) * d];
@@ -949,93 +916,6 @@ mod tests {
     }
     fn col_bool(td: &TensorDict, key: &str) -> Vec<bool> {
         td.bool(key).expect(key).iter().copied().collect()
-    }
-
-    /// A counting env that reports its steps where a test can read them mid-batch.
-    struct Steps {
-        inner: Counting,
-        steps: Arc<std::sync::atomic::AtomicUsize>,
-    }
-
-    impl Env for Steps {
-        fn name(&self) -> &str {
-            self.inner.name()
-        }
-        fn observation_spec(&self) -> &Spec {
-            self.inner.observation_spec()
-        }
-        fn action_spec(&self) -> &Spec {
-            self.inner.action_spec()
-        }
-        fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), EnvError> {
-            self.inner.reset(seed, obs)
-        }
-        fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Transition, EnvError> {
-            self.steps.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            self.inner.step(action, obs)
-        }
-        fn state(&self) -> Vec<f64> {
-            self.inner.state()
-        }
-        fn set_state(&mut self, state: &[f64]) -> Result<(), EnvError> {
-            self.inner.set_state(state)
-        }
-        fn elapsed_steps(&self) -> u64 {
-            self.inner.elapsed_steps()
-        }
-        fn set_elapsed_steps(&mut self, steps: u64) {
-            self.inner.set_elapsed_steps(steps)
-        }
-    }
-
-    #[test]
-    fn nearly_done_is_said_once_with_the_last_quarter_left_and_the_frames_are_unchanged() {
-        let steps = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let envs: Vec<Box<dyn Env>> = (0..2)
-            .map(|_| {
-                Box::new(Steps {
-                    inner: Counting::new(CountingConfig::default()).expect("env"),
-                    steps: steps.clone(),
-                }) as Box<dyn Env>
-            })
-            .collect();
-        let policy = Box::new(Constant::new(envs[0].action_spec(), 1.0).expect("policy"));
-        let ids = (0..2).map(|i| TrajIds::new(i, 2).expect("ids")).collect();
-        let mut noted = Rollout::new(envs, policy, ids, cfg(80)).expect("rollout");
-        let mut plain = counting(2, 0, 2, cfg(80));
-        for (frames, at) in [(80, 2 * 30), (2, 2)] {
-            steps.store(0, std::sync::atomic::Ordering::Relaxed);
-            let mut seen = Vec::new();
-            let b = noted
-                .collect_frames_noting(frames, &mut || {
-                    seen.push(steps.load(std::sync::atomic::Ordering::Relaxed))
-                })
-                .expect("collect");
-            // 40 steps of 2 envs: said after 30 (a quarter left); a batch of one step: at its end.
-            assert_eq!(seen, vec![at], "batch of {frames}");
-            assert_eq!(b, plain.collect_frames(frames).expect("collect"), "the same frames");
-        }
-    }
-
-    #[test]
-    fn the_compiled_loop_in_two_parts_gives_the_batches_of_one() {
-        // CartPole with a sampling linear policy: the compiled path, its generators
-        // carried across the split.
-        let make = || {
-            let reg = Registry::with_builtins();
-            let env = reg.make(&EnvSpec::from("CartPole-v1")).expect("env");
-            let policy = PolicySpec::default()
-                .build(env.observation_spec(), env.action_spec(), 3)
-                .expect("policy");
-            Rollout::new(vec![env], policy, vec![TrajIds::new(0, 1).expect("ids")], cfg(1000)).expect("rollout")
-        };
-        let (mut a, mut b) = (make(), make());
-        let mut notes = 0;
-        for _ in 0..3 {
-            let x = a.collect_frames_noting(1000, &mut || notes += 1).expect("collect");
-            assert_eq!(x, b.collect().expect("collect"));
-        }
-        assert_eq!(notes, 3);
     }
 
     #[test]

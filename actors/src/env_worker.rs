@@ -95,34 +95,20 @@ pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 /// ignored until the node replaces it (the failure was reported once already);
 /// `Stop` drops it and answers `Stopped`.
 pub fn execute(rollout: &mut Option<Rollout>, worker: usize, cmd: WorkerCmd) -> Option<WorkerEvent> {
-    execute_noting(rollout, worker, cmd, &mut |_| {})
-}
-
-/// [`execute`], handing `note` a [`WorkerEvent::NearlyDone`] while a `Collect` is
-/// being finished (see [`Rollout::collect_frames_noting`]): what the actor sends its
-/// node ahead of the batch, so an in-process node can be released early.
-pub fn execute_noting(
-    rollout: &mut Option<Rollout>,
-    worker: usize,
-    cmd: WorkerCmd,
-    note: &mut dyn FnMut(WorkerEvent),
-) -> Option<WorkerEvent> {
     if let WorkerCmd::Stop = cmd {
         *rollout = None;
         return Some(WorkerEvent::Stopped { worker });
     }
     let r = rollout.as_mut()?;
     let result = catch_unwind(AssertUnwindSafe(|| match cmd {
-        WorkerCmd::Collect { seq, frames } => r
-            .collect_frames_noting(frames, &mut || note(WorkerEvent::NearlyDone { worker, seq }))
-            .map(|data| {
-                Some(WorkerEvent::Batch {
-                    worker,
-                    seq,
-                    version: r.weights().version,
-                    data,
-                })
-            }),
+        WorkerCmd::Collect { seq, frames } => r.collect_frames(frames).map(|data| {
+            Some(WorkerEvent::Batch {
+                worker,
+                seq,
+                version: r.weights().version,
+                data,
+            })
+        }),
         WorkerCmd::SetWeights(w) => r.set_shared_weights(&w).map(|_| None),
         WorkerCmd::Seed { seed } => {
             r.set_seed(seed);
@@ -168,11 +154,7 @@ impl Handler<Deliver<WorkerCmd>> for EnvWorker {
 
     fn handle(&mut self, msg: Deliver<WorkerCmd>, ctx: &mut Self::Context) {
         let stop = matches!(msg.0, WorkerCmd::Stop);
-        let node = &self.node;
-        let ev = execute_noting(&mut self.rollout, self.worker, msg.0, &mut |ev| {
-            node.do_send(Deliver(ev))
-        });
-        if let Some(ev) = ev {
+        if let Some(ev) = execute(&mut self.rollout, self.worker, msg.0) {
             if let WorkerEvent::Failed { reason, .. } = &ev {
                 tracing::warn!(worker = self.worker, %reason, "env worker failed");
             }

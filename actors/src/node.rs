@@ -16,7 +16,7 @@ use rollout::rollout::Rollout;
 use rollout::Registry;
 
 use crate::env_worker::EnvWorker;
-use crate::messages::{BatchArriving, Deliver, Recycle, Replace};
+use crate::messages::{Deliver, Recycle, Replace};
 
 /// One node: receives the trainer's messages, drives and supervises its env workers.
 pub struct Node {
@@ -25,9 +25,6 @@ pub struct Node {
     /// The arbiter of each worker, to start a new worker actor on if the old one died.
     arbiters: Vec<ArbiterHandle>,
     trainer: Recipient<Deliver<FromNode>>,
-    /// Where an in-process node says its batch is nearly done (its trainer); `None`
-    /// for a node that joined over TCP (its connection tells the trainer itself).
-    arrivals: Option<Recipient<BatchArriving>>,
     out: Vec<NodeOutput>,
     /// Workers whose actor was found dead and reported, until replaced.
     dead: Vec<bool>,
@@ -48,7 +45,6 @@ impl Node {
             workers,
             arbiters: Vec::new(),
             trainer,
-            arrivals: None,
             out: Vec::new(),
             dead,
             start: Instant::now(),
@@ -62,13 +58,6 @@ impl Node {
     pub fn with_rebuild(mut self, spec: NodeSpec, registry: Registry, arbiters: Vec<ArbiterHandle>) -> Node {
         self.machine = self.machine.with_rebuild(spec, registry);
         self.arbiters = arbiters;
-        self
-    }
-
-    /// Tells `trainer` when this node's batch is nearly done
-    /// ([`NodeOutput::NearlyDone`]), so it may release the node early.
-    pub fn with_arrivals(mut self, trainer: Recipient<BatchArriving>) -> Node {
-        self.arrivals = Some(trainer);
         self
     }
 
@@ -90,13 +79,6 @@ impl Node {
                 match o {
                     NodeOutput::Worker { worker, cmd } => self.send_worker(worker, cmd),
                     NodeOutput::Trainer(m) => self.trainer.do_send(Deliver(m)),
-                    NodeOutput::NearlyDone => {
-                        if let Some(a) = &self.arrivals {
-                            a.do_send(BatchArriving {
-                                node: self.machine.index(),
-                            });
-                        }
-                    }
                     NodeOutput::Replace {
                         worker,
                         restart,

@@ -154,9 +154,6 @@ impl NodeHarness {
             for o in batch {
                 match o {
                     NodeOutput::Trainer(m) => to_trainer.push(m),
-                    // The harness steps a batch in one call: its trainer sees it whole,
-                    // never nearly done (no early release here).
-                    NodeOutput::NearlyDone => {}
                     NodeOutput::Replace {
                         worker,
                         restart,

@@ -373,22 +373,25 @@ impl BareThreads {
     }
 }
 
-/// `ROLLOUT_BENCH_ONLY=cpair`: short windows of the bare loop on 2 threads (p, 4 ms)
-/// and of async collection with 2 nodes (c, 10 batches) alternate for 6 s; the best
-/// window of each is what it does when the machine is ours, the medians what it
-/// does on average, so c/p holds better on a busy machine than separate runs.
+/// `ROLLOUT_BENCH_ONLY=cpair`: short windows of the bare loop on one thread (a, 4 ms),
+/// on 2 threads (p, 4 ms) and of async collection with 2 nodes (c, 10 batches)
+/// alternate for 6 s. The best window of each is what it does when the machine is
+/// ours, the medians what it does on average: ratios that hold better on a busy
+/// machine than those of separate runs.
 fn cpair(mode: ExplorationType) {
     const PULLS: usize = 10;
     let nodes = knob("ROLLOUT_BENCH_NODES", 2);
+    let one = BareThreads::new(mode, 1);
     let bare = BareThreads::new(mode, nodes);
     let mut c = collector(false, mode);
     let pull = |c: &mut DistributedCollector| {
         let batch = c.next_batch().expect("batch").expect("endless");
         c.recycle(batch);
     };
-    let (mut p, mut col) = (Vec::new(), Vec::new());
+    let (mut a, mut p, mut col) = (Vec::new(), Vec::new(), Vec::new());
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(6) {
+        a.push(one.rate(0.004));
         p.push(bare.rate(0.004));
         // The batches collected since the last window, untimed: from here every
         // node collects, released as these are yielded.
@@ -403,17 +406,26 @@ fn cpair(mode: ExplorationType) {
         // The batches in flight finish before the next window (bench pacing).
         std::thread::sleep(Duration::from_millis(3));
     }
+    one.stop();
     bare.stop();
     c.shutdown().expect("shutdown");
     let best = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
     let med = |v: &[f64]| median(v.to_vec());
+    let n = nodes as f64;
     println!(
-        "cpair ({mode:?}, {nodes} nodes, {} windows each): p best {:.0} median {:.0}; c best {:.0} median {:.0}; c/p best {:.3} median {:.3}",
-        p.len(),
+        "cpair ({mode:?}, {nodes} nodes, {} windows each), best / median frames/s: a {:.0} / {:.0}, p {:.0} / {:.0}, c {:.0} / {:.0}; \
+         p/({nodes}a) {:.3} / {:.3}, c/({nodes}a) {:.3} / {:.3}, c/p {:.3} / {:.3}",
+        a.len(),
+        best(&a),
+        med(&a),
         best(&p),
         med(&p),
         best(&col),
         med(&col),
+        best(&p) / (n * best(&a)),
+        med(&p) / (n * med(&a)),
+        best(&col) / (n * best(&a)),
+        med(&col) / (n * med(&a)),
         best(&col) / best(&p),
         med(&col) / med(&p)
     );

@@ -13,7 +13,7 @@ use rollout::rollout::{Rollout, RolloutError};
 use rollout::Registry;
 
 use crate::env_worker::{worker_arbiter, EnvWorker};
-use crate::messages::{BatchArriving, Deliver};
+use crate::messages::Deliver;
 use crate::node::Node;
 
 /// A node that was started.
@@ -65,15 +65,13 @@ pub(crate) fn describe_layout(w: &Weights) -> String {
 /// Starts node `spec` over `workers` (from [`build_workers`]), each on an arbiter of its
 /// own, its messages going to `trainer`. `weights` are the ones the workers started
 /// from: a restarted worker gets them too, until an update replaces them. The node
-/// rebuilds a failed worker from `spec` and `registry`. An in-process node is given
-/// `arrivals`, its trainer, to say when a batch is nearly done (early release).
+/// rebuilds a failed worker from `spec` and `registry`.
 pub(crate) fn start_node(
     spec: &NodeSpec,
     registry: &Registry,
     workers: Vec<Rollout>,
     weights: Option<Arc<Weights>>,
     trainer: Recipient<Deliver<FromNode>>,
-    arrivals: Option<Recipient<BatchArriving>>,
 ) -> StartedNode {
     let node_ctx = Context::<Node>::new();
     let node_addr = node_ctx.address();
@@ -93,11 +91,7 @@ pub(crate) fn start_node(
     if let Some(w) = weights {
         machine = machine.with_weights(w);
     }
-    let mut node = Node::new(machine, addrs, trainer).with_rebuild(spec.clone(), registry.clone(), handles);
-    if let Some(a) = arrivals {
-        node = node.with_arrivals(a);
-    }
-    node_ctx.run(node);
+    node_ctx.run(Node::new(machine, addrs, trainer).with_rebuild(spec.clone(), registry.clone(), handles));
     StartedNode {
         addr: node_addr,
         arbiters,

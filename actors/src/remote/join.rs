@@ -268,7 +268,6 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
         rollouts,
         weights,
         link.clone().recipient(),
-        None,
     );
     // Weight updates are read into the tensors of versions no worker holds any
     // more, reclaimed as each frame starts to arrive (double buffering).

@@ -51,14 +51,6 @@ pub enum WorkerEvent {
         /// The frames, `[1, frames]`.
         data: TensorDict,
     },
-    /// The worker's share of `seq` is nearly collected (the last quarter of its steps
-    /// is left, see [`Rollout::collect_frames_noting`]); its `Batch` follows.
-    NearlyDone {
-        /// Worker index in the node.
-        worker: usize,
-        /// The node's seq.
-        seq: u64,
-    },
     /// The worker failed: an env or policy error, a caught panic, or (seen by the
     /// shell) a dead worker actor.
     Failed {
@@ -121,11 +113,6 @@ pub enum NodeOutput {
     },
     /// Send a message to the trainer.
     Trainer(FromNode),
-    /// Every worker is nearly done with its share of the `Continue` in flight: the
-    /// node's `Batch` follows shortly. An in-process shell tells its trainer (which may
-    /// then release the node early, as for a remote batch whose first bytes arrived);
-    /// the next `Continue` is taken while this one is finished.
-    NearlyDone,
     /// Worker `worker` failed and was rebuilt from the node's spec: go on with
     /// `rollout` in its place (the old one was dropped when it failed). Commands for
     /// the worker that follow this output are meant for the new rollout. A shell
@@ -150,7 +137,6 @@ impl fmt::Debug for NodeOutput {
                 .field("cmd", cmd)
                 .finish(),
             NodeOutput::Trainer(m) => f.debug_tuple("Trainer").field(m).finish(),
-            NodeOutput::NearlyDone => f.write_str("NearlyDone"),
             // A rollout holds envs and a policy, which need not be `Debug`.
             NodeOutput::Replace {
                 worker,
@@ -170,8 +156,8 @@ impl fmt::Debug for NodeOutput {
 /// A message the node refused; it was dropped.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum NodeError {
-    /// A `Continue` while two are in flight (the one being collected and the next).
-    #[error("Continue {seq} while {pending} and the next are still in flight")]
+    /// A `Continue` while another is in flight.
+    #[error("Continue {seq} while {pending} is still in flight")]
     Busy {
         /// The new seq.
         seq: u64,

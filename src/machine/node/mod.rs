@@ -70,8 +70,6 @@ pub struct NodeMachine {
     workers: usize,
     envs_per_worker: usize,
     pending: Option<Pending>,
-    /// The `Continue` after `pending`, already handed to the workers (early release).
-    queued: Option<Pending>,
     stopped: Vec<bool>,
     stopping: bool,
     down: bool,
@@ -102,7 +100,6 @@ impl NodeMachine {
             workers,
             envs_per_worker,
             pending: None,
-            queued: None,
             stopped: vec![false; workers],
             stopping: false,
             down: false,
@@ -283,10 +280,6 @@ impl NodeMachine {
                 version,
                 data,
             } => self.on_worker_batch(worker, seq, version, data, out),
-            WorkerEvent::NearlyDone { worker, seq } => {
-                self.on_worker_nearly_done(worker, seq, out);
-                Ok(())
-            }
             WorkerEvent::Failed { worker, reason } => {
                 self.on_worker_failed(worker, &reason, now, out);
                 Ok(())
@@ -303,7 +296,6 @@ impl NodeMachine {
     /// `Shutdown`: drops whatever is in flight and stops every worker still running.
     fn begin_shutdown(&mut self, out: &mut Vec<NodeOutput>) {
         self.pending = None;
-        self.queued = None;
         self.snapshot = None;
         self.restoring = None;
         self.stopping = true;
@@ -334,7 +326,6 @@ impl NodeMachine {
     pub(super) fn fail(&mut self, reason: String, out: &mut Vec<NodeOutput>) {
         self.failed = true;
         self.pending = None;
-        self.queued = None;
         self.snapshot = None;
         self.restoring = None;
         out.push(NodeOutput::Trainer(FromNode::Failed {

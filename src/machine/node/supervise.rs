@@ -169,20 +169,16 @@ impl NodeMachine {
     }
 
     /// Asks a restarted worker again for what it owed: its share of the `Continue`
-    /// in flight (and the next one's, if it came), its part of the snapshot being taken.
+    /// in flight, its part of the snapshot being taken.
     fn ask_again(&self, worker: usize, out: &mut Vec<NodeOutput>) {
-        // The next `Continue`, if the workers have it already, was dropped with the
-        // failed rollout too: asked again after the current one, in order.
-        for p in [&self.pending, &self.queued].into_iter().flatten() {
-            if p.shares[worker].is_none() {
-                out.push(NodeOutput::Worker {
-                    worker,
-                    cmd: WorkerCmd::Collect {
-                        seq: p.seq,
-                        frames: p.frames,
-                    },
-                });
-            }
+        if let Some(p) = self.pending.as_ref().filter(|p| p.shares[worker].is_none()) {
+            out.push(NodeOutput::Worker {
+                worker,
+                cmd: WorkerCmd::Collect {
+                    seq: p.seq,
+                    frames: p.frames,
+                },
+            });
         }
         if self.snapshot.as_ref().is_some_and(|(_, s)| s[worker].is_none()) {
             // The new incarnation's state is the truth now.

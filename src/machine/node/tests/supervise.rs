@@ -165,33 +165,3 @@ fn failures_spread_wider_than_the_window_restart_forever() {
     m.on_worker(failed(0, "fast"), s(5 * 19 + 1), &mut out).unwrap();
     assert!(m.has_failed());
 }
-
-#[test]
-fn a_worker_failing_with_the_next_continue_queued_is_asked_for_both_in_order() {
-    let spec = spec(0, 2, 7);
-    let mut m = machine(&spec);
-    let mut out = Vec::new();
-    cont(&mut m, 1, 4);
-    // Seq 2 came early: both workers have it behind seq 1.
-    cont(&mut m, 2, 4);
-    m.on_worker(batch(0, 1, 0, share(2, &[0, 0])), s(1), &mut out).unwrap();
-    out.clear();
-    // Worker 1 fails in seq 1; its rollout, and the seq 2 it had, are gone.
-    m.on_worker(failed(1, "panic: boom"), s(1), &mut out).unwrap();
-    assert_eq!(
-        worker_cmds(&out),
-        vec![
-            (1, &WorkerCmd::Collect { seq: 1, frames: 2 }),
-            (1, &WorkerCmd::Collect { seq: 2, frames: 2 }),
-        ],
-        "{out:?}"
-    );
-    // Worker 0 fails in seq 2 (its share of seq 1 is in): asked for seq 2 only.
-    out.clear();
-    m.on_worker(failed(0, "panic: again"), s(1), &mut out).unwrap();
-    assert_eq!(
-        worker_cmds(&out),
-        vec![(0, &WorkerCmd::Collect { seq: 2, frames: 2 })],
-        "{out:?}"
-    );
-}
