@@ -7,6 +7,8 @@
 //! (p) the bare loop on every core at once, on plain threads;
 //! (c) the in-process actor system, 2 nodes x 1 env, async and sync.
 //! Prints frames/s and the ratios b/a, c/(cores x a) and c/p, for each mode.
+//! `ROLLOUT_BENCH_ONLY=cpair` alternates short windows of a, p and c in one process
+//! instead, for a busy machine (see `cpair`).
 //!
 //! Run: `cargo bench -p rollout-benches --bench collect`
 
