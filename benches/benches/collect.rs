@@ -7,10 +7,14 @@
 //! (p) the bare loop on every core at once, on plain threads;
 //! (c) the in-process actor system, 2 nodes x 1 env, async and sync.
 //! Prints frames/s and the ratios b/a, c/(cores x a) and c/p, for each mode.
+//! `ROLLOUT_BENCH_ONLY=cpair` alternates short windows of a, p and c in one process
+//! instead, for a busy machine (see `cpair`).
 //!
 //! Run: `cargo bench -p rollout-benches --bench collect`
 
 use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use rollout::env::{CartPole, CartPoleConfig};
@@ -164,11 +168,17 @@ fn parallel_bare(secs: f64, mode: ExplorationType) -> f64 {
     handles.into_iter().map(|h| h.join().expect("bare thread")).sum()
 }
 
+/// A knob of the profiling runs (`ROLLOUT_BENCH_NODES`, `ROLLOUT_BENCH_NICE`), or `default`.
+fn knob(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
 fn collector(sync: bool, mode: ExplorationType) -> DistributedCollector {
     DistributedCollector::builder()
         .env("CartPole-v1")
         .policy(PolicyConfig::Linear)
-        .nodes(2)
+        .nodes(knob("ROLLOUT_BENCH_NODES", 2))
+        .worker_nice(knob("ROLLOUT_BENCH_NICE", 10) as i32)
         .envs_per_node(1)
         .frames_per_batch(F)
         .total_frames(-1)
@@ -296,9 +306,139 @@ fn pair(mode: ExplorationType) {
     );
 }
 
+/// The bare loop on threads of their own, parked between rounds: the parallel
+/// baseline of `cpair`.
+struct BareThreads {
+    go: Arc<Barrier>,
+    handles: Vec<std::thread::JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+    /// The length of the next round, as `f64` bits.
+    secs: Arc<AtomicU64>,
+    /// Batches run in the round, over all threads.
+    done: Arc<AtomicUsize>,
+}
+
+impl BareThreads {
+    fn new(mode: ExplorationType, threads: usize) -> BareThreads {
+        let go = Arc::new(Barrier::new(threads + 1));
+        let stop = Arc::new(AtomicBool::new(false));
+        let secs = Arc::new(AtomicU64::new(0));
+        let done = Arc::new(AtomicUsize::new(0));
+        let handles = (0..threads)
+            .map(|_| {
+                let (go, stop, secs, done) = (go.clone(), stop.clone(), secs.clone(), done.clone());
+                std::thread::spawn(move || {
+                    let mut bare = Bare::new(mode);
+                    loop {
+                        go.wait();
+                        if stop.load(Ordering::Relaxed) {
+                            return;
+                        }
+                        let secs = f64::from_bits(secs.load(Ordering::Relaxed));
+                        let t = Instant::now();
+                        let mut n = 0;
+                        while n == 0 || t.elapsed().as_secs_f64() < secs {
+                            bare.run();
+                            n += 1;
+                        }
+                        done.fetch_add(n, Ordering::Relaxed);
+                        go.wait();
+                    }
+                })
+            })
+            .collect();
+        BareThreads {
+            go,
+            handles,
+            stop,
+            secs,
+            done,
+        }
+    }
+
+    /// Frames per second of every thread running batches for about `secs`.
+    fn rate(&self, secs: f64) -> f64 {
+        self.secs.store(secs.to_bits(), Ordering::Relaxed);
+        let t = Instant::now();
+        self.go.wait();
+        self.go.wait();
+        let elapsed = t.elapsed().as_secs_f64();
+        (self.done.swap(0, Ordering::Relaxed) * F) as f64 / elapsed
+    }
+
+    fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.go.wait();
+        for h in self.handles {
+            h.join().expect("bare thread");
+        }
+    }
+}
+
+/// `ROLLOUT_BENCH_ONLY=cpair`: short windows of the bare loop on one thread (a, 4 ms),
+/// on 2 threads (p, 4 ms) and of async collection with 2 nodes (c, 10 batches)
+/// alternate for 6 s. The best window of each is what it does when the machine is
+/// ours, the medians what it does on average: ratios that hold better on a busy
+/// machine than those of separate runs.
+fn cpair(mode: ExplorationType) {
+    const PULLS: usize = 10;
+    let nodes = knob("ROLLOUT_BENCH_NODES", 2);
+    let one = BareThreads::new(mode, 1);
+    let bare = BareThreads::new(mode, nodes);
+    let mut c = collector(false, mode);
+    let pull = |c: &mut DistributedCollector| {
+        let batch = c.next_batch().expect("batch").expect("endless");
+        c.recycle(batch);
+    };
+    let (mut a, mut p, mut col) = (Vec::new(), Vec::new(), Vec::new());
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(6) {
+        a.push(one.rate(0.004));
+        p.push(bare.rate(0.004));
+        // The batches collected since the last window, untimed: from here every
+        // node collects, released as these are yielded.
+        for _ in 0..nodes {
+            pull(&mut c);
+        }
+        let t = Instant::now();
+        for _ in 0..PULLS {
+            pull(&mut c);
+        }
+        col.push((PULLS * F) as f64 / t.elapsed().as_secs_f64());
+        // The batches in flight finish before the next window (bench pacing).
+        std::thread::sleep(Duration::from_millis(3));
+    }
+    one.stop();
+    bare.stop();
+    c.shutdown().expect("shutdown");
+    let best = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+    let med = |v: &[f64]| median(v.to_vec());
+    let n = nodes as f64;
+    println!(
+        "cpair ({mode:?}, {nodes} nodes, {} windows each), best / median frames/s: a {:.0} / {:.0}, p {:.0} / {:.0}, c {:.0} / {:.0}; \
+         p/({nodes}a) {:.3} / {:.3}, c/({nodes}a) {:.3} / {:.3}, c/p {:.3} / {:.3}",
+        a.len(),
+        best(&a),
+        med(&a),
+        best(&p),
+        med(&p),
+        best(&col),
+        med(&col),
+        best(&p) / (n * best(&a)),
+        med(&p) / (n * med(&a)),
+        best(&col) / (n * best(&a)),
+        med(&col) / (n * med(&a)),
+        best(&col) / best(&p),
+        med(&col) / med(&p)
+    );
+}
+
 fn main() {
     // Profiling aid: `ROLLOUT_BENCH_ONLY=bare|rollout|parallel|async|sync` runs that one
-    // for 3 s (or `ROLLOUT_BENCH_CALLS` batches); `ROLLOUT_BENCH_MODE=deterministic` picks the argmax policy (default: sampling).
+    // for 3 s (or `ROLLOUT_BENCH_CALLS` batches); `ROLLOUT_BENCH_MODE=deterministic` picks
+    // the argmax policy (default: sampling); `ROLLOUT_BENCH_NODES` and
+    // `ROLLOUT_BENCH_NICE` set the collectors' nodes (2) and worker nice (10);
+    // `ROLLOUT_BENCH_ONLY=pair|cpair`: see `pair` and `cpair`.
     let mode = match std::env::var("ROLLOUT_BENCH_MODE").as_deref() {
         Ok("deterministic") => ExplorationType::Deterministic,
         _ => ExplorationType::Random,
@@ -306,6 +446,10 @@ fn main() {
     if let Ok(which) = std::env::var("ROLLOUT_BENCH_ONLY") {
         if which == "pair" {
             pair(mode);
+            return;
+        }
+        if which == "cpair" {
+            cpair(mode);
             return;
         }
         let rate = match which.as_str() {
