@@ -151,6 +151,12 @@ impl Actor for RemoteNode {
     fn started(&mut self, ctx: &mut Self::Context) {
         self.next_beat(ctx);
     }
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        if let Some(f) = self.on_stop.take() {
+            f();
+        }
+    }
 }
 
 impl RemoteNode {
@@ -167,12 +173,6 @@ impl RemoteNode {
                 Err(reason) => act.close(ctx, reason),
             }
         });
-    }
-
-    fn stopped(&mut self, _ctx: &mut Self::Context) {
-        if let Some(f) = self.on_stop.take() {
-            f();
-        }
     }
 }
 
