@@ -542,7 +542,7 @@ fn cpair(mode: ExplorationType) {
 }
 
 fn main() {
-    // Profiling aid: `ROLLOUT_BENCH_ONLY=bare|rollout|parallel|async|sync` runs that one
+    // Profiling aid: `ROLLOUT_BENCH_ONLY=bare|rollout|bare8|rollout8|parallel|async|sync` runs that one
     // for 3 s (or `ROLLOUT_BENCH_CALLS` batches); `ROLLOUT_BENCH_MODE=deterministic` picks
     // the argmax policy (default: sampling); `ROLLOUT_BENCH_NODES` and
     // `ROLLOUT_BENCH_NICE` set the collectors' nodes (2) and worker nice (10);
@@ -561,9 +561,16 @@ fn main() {
             return;
         }
         let rate = match which.as_str() {
-            "bare" => {
-                let mut bare = Bare::new(mode, 1);
+            "bare" | "bare8" => {
+                let mut bare = Bare::new(mode, if which == "bare8" { 8 } else { 1 });
                 rate(3.0, F, || bare.run())
+            }
+            "rollout8" => {
+                let mut ro = rollout(mode, 8);
+                rate(3.0, F, || {
+                    let batch = ro.collect().expect("collect");
+                    ro.recycle(batch);
+                })
             }
             "parallel" => parallel_bare(3.0, mode, 1),
             "async" | "sync" => {
