@@ -1,12 +1,15 @@
 //! Collection speed against its own baseline, measured in one run, in both
 //! exploration modes (sampled actions, and the deterministic argmax).
 //!
-//! (a) the bare single-thread loop: CartPole step + linear policy + every frame
-//!     written into plain reused arrays (the physical limit of one core);
+//! (a) the bare single-thread loop: CartPole's inlined step + the linear policy's
+//!     inlined fixed-size `act` (the code `Rollout`'s compiled path runs) + every frame
+//!     written into plain reused arrays, nothing else (the physical limit of one core);
 //! (b) `Rollout` collecting the same frames (core crate);
 //! (p) the bare loop on every core at once, on plain threads;
-//! (c) the in-process actor system, 2 nodes x 1 env, async and sync.
-//! Prints frames/s and the ratios b/a, c/(cores x a) and c/p, for each mode.
+//! (c) the in-process actor system, 2 nodes x 1 env, async and sync;
+//! (a8), (b8), (p8) the same as (a), (b), (p) with 8 envs per loop (one policy call per
+//!     step for the 8 observations), against their own 8-env bare loop.
+//! Prints frames/s and the ratios b/a, c/(cores x a), c/p and b8/a8, for each mode.
 //! `ROLLOUT_BENCH_ONLY=cpair` alternates short windows of a, p and c in one process
 //! instead, for a busy machine (see `cpair`).
 //!
@@ -37,11 +40,17 @@ fn linear(env: &CartPole, mode: ExplorationType) -> Linear {
     p
 }
 
-/// The bare loop: no trait objects, no bookkeeping beyond the frame itself.
+/// The bare loop over `k` CartPoles: concrete types, the env's step and the policy's
+/// fixed-size `act` inlined (the very code `Rollout`'s compiled path runs), one policy
+/// call for the `k` observations per step, every frame written into reused arrays
+/// laid out `[k, F/k]` as `Rollout`'s, and no bookkeeping beyond the frame itself (no
+/// size, NaN or trajectory-length checks). It is the limit `Rollout` is held to.
 struct Bare {
-    env: CartPole,
+    k: usize,
+    envs: Vec<CartPole>,
     policy: Linear,
-    cur: [f32; 4],
+    cur: Vec<f32>,
+    act: Vec<i64>,
     obs: Vec<f32>,
     next_obs: Vec<f32>,
     action: Vec<i64>,
@@ -51,20 +60,29 @@ struct Bare {
     truncated: Vec<bool>,
     traj: Vec<i64>,
     step: Vec<i64>,
-    traj_id: i64,
-    step_count: i64,
+    traj_id: Vec<i64>,
+    step_count: Vec<i64>,
+    /// Env `k`'s episode ended: reset it before its next step (as `Rollout` does).
+    needs_reset: Vec<bool>,
 }
 
 impl Bare {
-    fn new(mode: ExplorationType) -> Bare {
-        let mut env = CartPole::new(CartPoleConfig::default()).expect("cartpole");
-        let policy = linear(&env, mode);
-        let mut cur = [0.0; 4];
-        env.reset(Some(0), &mut cur).expect("reset");
+    fn new(mode: ExplorationType, k: usize) -> Bare {
+        let mut cur = vec![0.0; k * 4];
+        let envs: Vec<CartPole> = (0..k)
+            .map(|i| {
+                let mut env = CartPole::new(CartPoleConfig::default()).expect("cartpole");
+                env.reset(Some(i as u64), &mut cur[i * 4..i * 4 + 4]).expect("reset");
+                env
+            })
+            .collect();
+        let policy = linear(&envs[0], mode);
         Bare {
-            env,
+            k,
+            envs,
             policy,
             cur,
+            act: vec![0; k],
             obs: vec![0.0; F * 4],
             next_obs: vec![0.0; F * 4],
             action: vec![0; F],
@@ -74,48 +92,105 @@ impl Bare {
             truncated: vec![false; F],
             traj: vec![0; F],
             step: vec![0; F],
-            traj_id: 0,
-            step_count: 0,
+            traj_id: (0..k as i64).collect(),
+            step_count: vec![0; k],
+            needs_reset: vec![false; k],
         }
     }
 
     fn run(&mut self) {
-        let mut a = [0i64; 1];
-        for i in 0..F {
-            self.obs[i * 4..i * 4 + 4].copy_from_slice(&self.cur);
-            self.policy
-                .act(&self.cur, 1, ActionsMut::Discrete(&mut a))
-                .expect("act");
-            self.action[i] = a[0];
-            let tr = self
-                .env
-                .step(Action::Discrete(a[0]), &mut self.next_obs[i * 4..i * 4 + 4])
-                .expect("step");
-            self.cur.copy_from_slice(&self.next_obs[i * 4..i * 4 + 4]);
-            self.reward[i] = tr.reward as f32;
-            self.terminated[i] = tr.terminated;
-            self.truncated[i] = tr.truncated;
-            self.done[i] = tr.terminated || tr.truncated;
-            self.traj[i] = self.traj_id;
-            self.step[i] = self.step_count;
-            self.step_count += 1;
-            if tr.terminated || tr.truncated {
-                self.env.reset(None, &mut self.cur).expect("reset");
-                self.traj_id += 1;
-                self.step_count = 0;
-            }
+        match self.k {
+            1 => self.run_k::<1>(),
+            8 => self.run_k::<8>(),
+            _ => self.run_k::<0>(),
         }
         black_box(&self.obs);
     }
+
+    /// The loop for `K` envs (0: as many as there are), `F/K` steps each. Fields are
+    /// borrowed apart into plain slices first and their sizes checked once, so the
+    /// compiler keeps them in registers and drops the per-frame bounds checks (as
+    /// `Rollout`'s loop does). One function per `K`, each compiled on its own.
+    #[inline(never)]
+    fn run_k<const K: usize>(&mut self) {
+        let Bare {
+            k,
+            envs,
+            policy,
+            cur,
+            act,
+            obs,
+            next_obs,
+            action,
+            reward,
+            done,
+            terminated,
+            truncated,
+            traj,
+            step,
+            traj_id,
+            step_count,
+            needs_reset,
+        } = self;
+        let k_envs = if K == 0 { *k } else { K };
+        let steps = F / k_envs;
+        let n = k_envs * steps;
+        let (envs, cur, act) = (&mut envs[..k_envs], &mut cur[..k_envs * 4], &mut act[..k_envs]);
+        let (traj_id, step_count) = (&mut traj_id[..k_envs], &mut step_count[..k_envs]);
+        let needs_reset = &mut needs_reset[..k_envs];
+        let (obs, next_obs) = (&mut obs[..n * 4], &mut next_obs[..n * 4]);
+        let (action, reward, traj, step) = (&mut action[..n], &mut reward[..n], &mut traj[..n], &mut step[..n]);
+        let (done, terminated, truncated) = (&mut done[..n], &mut terminated[..n], &mut truncated[..n]);
+        for t in 0..steps {
+            for k in 0..k_envs {
+                if needs_reset[k] {
+                    if envs[k].reset(None, &mut cur[k * 4..k * 4 + 4]).is_err() {
+                        panic!("reset");
+                    }
+                    traj_id[k] += k_envs as i64;
+                    step_count[k] = 0;
+                    needs_reset[k] = false;
+                }
+            }
+            if policy.act_fixed::<4>(cur, k_envs, ActionsMut::Discrete(act)).is_err() {
+                panic!("act");
+            }
+            for k in 0..k_envs {
+                let i = k * steps + t;
+                let c = &mut cur[k * 4..k * 4 + 4];
+                obs[i * 4..i * 4 + 4].copy_from_slice(c);
+                let a = act[k];
+                action[i] = a;
+                let Ok(tr) = envs[k].step_inline(Action::Discrete(a), c) else {
+                    panic!("step");
+                };
+                next_obs[i * 4..i * 4 + 4].copy_from_slice(c);
+                let end = tr.terminated || tr.truncated;
+                reward[i] = tr.reward as f32;
+                terminated[i] = tr.terminated;
+                truncated[i] = tr.truncated;
+                done[i] = end;
+                traj[i] = traj_id[k];
+                step[i] = step_count[k];
+                step_count[k] += 1;
+                needs_reset[k] = end;
+            }
+        }
+    }
 }
 
-fn rollout(mode: ExplorationType) -> Rollout {
-    let env = CartPole::new(CartPoleConfig::default()).expect("cartpole");
-    let policy = Box::new(linear(&env, mode));
+fn rollout(mode: ExplorationType, k: usize) -> Rollout {
+    let envs: Vec<Box<dyn Env>> = (0..k)
+        .map(|_| Box::new(CartPole::new(CartPoleConfig::default()).expect("cartpole")) as Box<dyn Env>)
+        .collect();
+    let policy = Box::new(linear(
+        &CartPole::new(CartPoleConfig::default()).expect("cartpole"),
+        mode,
+    ));
     Rollout::new(
-        vec![Box::new(env)],
+        envs,
         policy,
-        vec![TrajIds::new(0, 1).expect("ids")],
+        (0..k as u64).map(|i| TrajIds::new(i, k as u64).expect("ids")).collect(),
         RolloutConfig {
             frames_per_batch: F,
             ..RolloutConfig::default()
@@ -155,12 +230,12 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// The bare loop on every core at once, on plain threads: what the machine can
 /// really do in parallel (a VM's cores rarely scale perfectly).
-fn parallel_bare(secs: f64, mode: ExplorationType) -> f64 {
+fn parallel_bare(secs: f64, mode: ExplorationType, k: usize) -> f64 {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let handles: Vec<_> = (0..cores)
         .map(|_| {
             std::thread::spawn(move || {
-                let mut bare = Bare::new(mode);
+                let mut bare = Bare::new(mode, k);
                 rate(secs, F, || bare.run())
             })
         })
@@ -196,6 +271,12 @@ struct Round {
     parallel: f64,
     async_c: f64,
     sync_c: f64,
+    /// The bare loop over 8 envs (one policy call per step for the 8).
+    bare8: f64,
+    /// `Rollout` over 8 envs.
+    rollout8: f64,
+    /// The 8-env bare loop on every core at once.
+    parallel8: f64,
 }
 
 /// Everything one mode needs, built once and reused by every round.
@@ -203,6 +284,8 @@ struct Setup {
     mode: ExplorationType,
     bare: Bare,
     rollout: Rollout,
+    bare8: Bare,
+    rollout8: Rollout,
     async_c: DistributedCollector,
     sync_c: DistributedCollector,
 }
@@ -211,8 +294,10 @@ impl Setup {
     fn new(mode: ExplorationType) -> Setup {
         Setup {
             mode,
-            bare: Bare::new(mode),
-            rollout: rollout(mode),
+            bare: Bare::new(mode, 1),
+            rollout: rollout(mode, 1),
+            bare8: Bare::new(mode, 8),
+            rollout8: rollout(mode, 8),
             async_c: collector(false, mode),
             sync_c: collector(true, mode),
         }
@@ -226,15 +311,23 @@ impl Setup {
         };
         let bare = &mut self.bare;
         let ro = &mut self.rollout;
+        let bare8 = &mut self.bare8;
+        let ro8 = &mut self.rollout8;
         Round {
             bare: rate(secs, F, || bare.run()),
             rollout: rate(secs, F, || {
                 let batch = ro.collect().expect("collect");
                 ro.recycle(batch);
             }),
-            parallel: parallel_bare(secs, self.mode),
+            parallel: parallel_bare(secs, self.mode, 1),
             async_c: rate(secs, F, || pull(&mut self.async_c)),
             sync_c: rate(secs, F, || pull(&mut self.sync_c)),
+            bare8: rate(secs, F, || bare8.run()),
+            rollout8: rate(secs, F, || {
+                let batch = ro8.collect().expect("collect");
+                ro8.recycle(batch);
+            }),
+            parallel8: parallel_bare(secs, self.mode, 8),
         }
     }
 
@@ -275,14 +368,29 @@ fn report(name: &str, rounds: &[Round], cores: usize) {
         med(&|r| r.sync_c / (n * r.bare)),
         med(&|r| r.sync_c / r.parallel)
     );
+    println!(
+        "  (a8) bare loop, 8 envs, 1 thread     {:>12.0} frames/s   a8/a = {:.3}",
+        med(&|r| r.bare8),
+        med(&|r| r.bare8 / r.bare)
+    );
+    println!(
+        "  (b8) Rollout, 8 envs, 1 thread       {:>12.0} frames/s   b8/a8 = {:.3}",
+        med(&|r| r.rollout8),
+        med(&|r| r.rollout8 / r.bare8)
+    );
+    println!(
+        "  (p8) bare 8-env loop on {cores} threads    {:>12.0} frames/s   p8/({cores}a8) = {:.3}",
+        med(&|r| r.parallel8),
+        med(&|r| r.parallel8 / (n * r.bare8))
+    );
 }
 
 /// `ROLLOUT_BENCH_ONLY=pair`: the bare loop and `Rollout` alternate batch by batch for
 /// 3 s and each batch is timed; the fastest batch of each is what the core can do when
 /// nobody else runs on it, so their ratio holds even on a busy machine.
 fn pair(mode: ExplorationType) {
-    let mut bare = Bare::new(mode);
-    let mut ro = rollout(mode);
+    let mut bare = Bare::new(mode, 1);
+    let mut ro = rollout(mode, 1);
     let (mut tb, mut tr) = (Vec::new(), Vec::new());
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(3) {
@@ -328,7 +436,7 @@ impl BareThreads {
             .map(|_| {
                 let (go, stop, secs, done) = (go.clone(), stop.clone(), secs.clone(), done.clone());
                 std::thread::spawn(move || {
-                    let mut bare = Bare::new(mode);
+                    let mut bare = Bare::new(mode, 1);
                     loop {
                         go.wait();
                         if stop.load(Ordering::Relaxed) {
@@ -434,7 +542,7 @@ fn cpair(mode: ExplorationType) {
 }
 
 fn main() {
-    // Profiling aid: `ROLLOUT_BENCH_ONLY=bare|rollout|parallel|async|sync` runs that one
+    // Profiling aid: `ROLLOUT_BENCH_ONLY=bare|rollout|bare8|rollout8|parallel|async|sync` runs that one
     // for 3 s (or `ROLLOUT_BENCH_CALLS` batches); `ROLLOUT_BENCH_MODE=deterministic` picks
     // the argmax policy (default: sampling); `ROLLOUT_BENCH_NODES` and
     // `ROLLOUT_BENCH_NICE` set the collectors' nodes (2) and worker nice (10);
@@ -453,11 +561,18 @@ fn main() {
             return;
         }
         let rate = match which.as_str() {
-            "bare" => {
-                let mut bare = Bare::new(mode);
+            "bare" | "bare8" => {
+                let mut bare = Bare::new(mode, if which == "bare8" { 8 } else { 1 });
                 rate(3.0, F, || bare.run())
             }
-            "parallel" => parallel_bare(3.0, mode),
+            "rollout8" => {
+                let mut ro = rollout(mode, 8);
+                rate(3.0, F, || {
+                    let batch = ro.collect().expect("collect");
+                    ro.recycle(batch);
+                })
+            }
+            "parallel" => parallel_bare(3.0, mode, 1),
             "async" | "sync" => {
                 let mut c = collector(which == "sync", mode);
                 let r = rate(3.0, F, || {
@@ -468,7 +583,7 @@ fn main() {
                 r
             }
             _ => {
-                let mut ro = rollout(mode);
+                let mut ro = rollout(mode, 1);
                 rate(3.0, F, || {
                     let batch = ro.collect().expect("collect");
                     ro.recycle(batch);

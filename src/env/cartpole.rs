@@ -87,9 +87,10 @@ impl CartPole {
 
     /// [`Env::step`], always inlined: the collection loop's compiled path for
     /// CartPole steps through this, so the step's stores and the loop's loads of the
-    /// same observation meet in one function (the trait's `step` calls it too).
+    /// same observation meet in one function (the trait's `step` calls it too). Public
+    /// so a hand-written loop (the collect benchmark's bare baseline) can use it.
     #[inline(always)]
-    pub(crate) fn step_inline(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Transition, EnvError> {
+    pub fn step_inline(&mut self, action: Action<'_>, obs: &mut [f32]) -> Result<Transition, EnvError> {
         check_obs_len(obs, 4)?;
         let a = action.discrete(&self.action_spec)?;
         if self.needs_reset {

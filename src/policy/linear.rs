@@ -43,9 +43,10 @@ impl Linear {
 
 impl Linear {
     /// [`Policy::act`] for observations of `D` values, a constant of the collection
-    /// loop's compiled path: the same actions, from fixed-length rows.
+    /// loop's compiled path: the same actions, from fixed-length rows. Public so a
+    /// hand-written loop (the collect benchmark's bare baseline) can use the same code.
     #[inline(always)]
-    pub(crate) fn act_fixed<const D: usize>(
+    pub fn act_fixed<const D: usize>(
         &mut self,
         obs: &[f32],
         k: usize,
