@@ -5,6 +5,7 @@ use super::{Output, TrainerError, TrainerMachine};
 use crate::checkpoint::{Checkpoint, CheckpointError, TrainerState};
 use crate::message::ToNode;
 use crate::node_state::NodeState as NodeCheckpoint;
+use crate::policy::Weights;
 
 /// Checkpoints being taken or restored, and what waits for them.
 #[derive(Debug, Default)]
@@ -220,10 +221,30 @@ impl TrainerMachine {
         )
     }
 
+    /// The weights each node collects with in `checkpoint` must have the parameters
+    /// of this run's policy for that node (names, dtypes, shapes): the trainer builds
+    /// those weights itself, so a checkpoint of another env or policy is refused here,
+    /// by name, instead of by whichever node check happens to fire first.
+    fn check_weights_fit(&self, checkpoint: &Checkpoint) -> Result<(), CheckpointError> {
+        for (node, st) in checkpoint.nodes.iter().enumerate() {
+            let (Some(theirs), Some(ours)) = (st.weights.as_deref(), self.initial_weights(node)) else {
+                continue;
+            };
+            if let Some(why) = weights_difference(ours, theirs) {
+                return Err(CheckpointError::Mismatch {
+                    field: "resume",
+                    reason: format!("node {node}'s weights in the checkpoint do not fit this run's policy: {why}"),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// The run will go on from `checkpoint` (see [`Self::start_resume`]); whether it
     /// fits this run's config is checked now, naming the first setting that differs.
     pub fn with_resume(mut self, checkpoint: Checkpoint) -> Result<TrainerMachine, CheckpointError> {
         self.check_fits(&checkpoint)?;
+        self.check_weights_fit(&checkpoint)?;
         self.checkpoints.resume = Some(Box::new(checkpoint));
         Ok(self)
     }
@@ -303,6 +324,29 @@ impl TrainerMachine {
         }
         Ok(())
     }
+}
+
+/// How `theirs` differs from `ours` in parameter names, dtypes or shapes, if it does.
+fn weights_difference(ours: &Weights, theirs: &Weights) -> Option<String> {
+    for (name, here) in &ours.tensors {
+        let Some(there) = theirs.tensors.get(name) else {
+            return Some(format!("`{name}` is missing"));
+        };
+        if (there.dtype(), there.shape()) != (here.dtype(), here.shape()) {
+            return Some(format!(
+                "`{name}` is {:?} {:?} here, {:?} {:?} in the checkpoint",
+                here.dtype(),
+                here.shape(),
+                there.dtype(),
+                there.shape()
+            ));
+        }
+    }
+    theirs
+        .tensors
+        .keys()
+        .find(|k| !ours.tensors.contains_key(*k))
+        .map(|k| format!("`{k}` is not a parameter of this run's policy"))
 }
 
 #[cfg(test)]
