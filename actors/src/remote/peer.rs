@@ -16,7 +16,7 @@ use bytes::Bytes;
 use rollout::connection::{Inbound, TrainerSession};
 use rollout::message::{FromNode, ToNode};
 use rollout::pool::TensorPool;
-use rollout::wire::{self, NodeFrame, TrainerFrame};
+use rollout::wire::{self, NodeFrame};
 
 use super::frames::{FrameError, SharedPool};
 use super::link::FrameSender;
@@ -102,7 +102,6 @@ impl RemoteNode {
         weights: WeightsCache,
         timing: PeerTiming,
     ) -> RemoteNode {
-        let heartbeat = Bytes::from(wire::encode(&TrainerFrame::Heartbeat, usize::MAX).unwrap_or_default());
         RemoteNode {
             session: TrainerSession::new(index, name.clone(), timing.heartbeat, timing.timeout, Instant::now()),
             name,
@@ -110,7 +109,7 @@ impl RemoteNode {
             trainer,
             weights,
             max_frame: timing.max_frame,
-            heartbeat,
+            heartbeat: super::listener::heartbeat_frame(),
             pool: Rc::new(RefCell::new(TensorPool::new(timing.max_frame))),
             on_stop: None,
         }
@@ -151,6 +150,12 @@ impl Actor for RemoteNode {
     fn started(&mut self, ctx: &mut Self::Context) {
         self.next_beat(ctx);
     }
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        if let Some(f) = self.on_stop.take() {
+            f();
+        }
+    }
 }
 
 impl RemoteNode {
@@ -168,12 +173,6 @@ impl RemoteNode {
             }
         });
     }
-
-    fn stopped(&mut self, _ctx: &mut Self::Context) {
-        if let Some(f) = self.on_stop.take() {
-            f();
-        }
-    }
 }
 
 /// How long from `now` to the next multiple of `every` on one clock shared by every
@@ -181,7 +180,7 @@ impl RemoteNode {
 /// same beats, so one wakeup sends them all (a timer per connection, each on its own
 /// phase, woke the trainer, and every node behind it, once per node and interval).
 /// Each connection still hears a heartbeat every `every`.
-fn until_next_beat(now: Instant, every: Duration) -> Duration {
+pub(super) fn until_next_beat(now: Instant, every: Duration) -> Duration {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     beat_delay(*EPOCH.get_or_init(Instant::now), now, every)
 }

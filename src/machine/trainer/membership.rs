@@ -213,9 +213,7 @@ impl TrainerMachine {
     /// Elastic, with no node up and the run not over: [`Self::check_membership`] times
     /// the wait for a joiner, so every tick must run it.
     pub(super) fn waiting_for_a_joiner(&self) -> bool {
-        self.elastic.is_some()
-            && !(self.finished || self.shutting_down)
-            && !self.nodes.iter().any(|n| n.state.is_up())
+        self.elastic.is_some() && !(self.finished || self.shutting_down) && !self.nodes.iter().any(|n| n.state.is_up())
     }
 
     /// Elastic, with no node up: the run fails once none joined for `empty_timeout`.
