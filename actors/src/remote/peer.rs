@@ -41,8 +41,11 @@ impl WeightsCache {
     pub fn frame(&self, msg: &ToNode, max: usize) -> Result<Vec<Bytes>, wire::WireError> {
         // A session message is its own frame (`TrainerFrame::Message` encodes as
         // the message): encoded as it is, nothing cloned.
-        let ToNode::UpdateWeights(u) = msg else {
-            return Ok(vec![Bytes::from(wire::encode(msg, max)?)]);
+        let u = match msg {
+            ToNode::UpdateWeights(u) => u,
+            // One per node per round: encoded without serde.
+            ToNode::Continue(c) => return Ok(vec![Bytes::from(wire::encode_continue(c, max)?)]),
+            _ => return Ok(vec![Bytes::from(wire::encode(msg, max)?)]),
         };
         let version = u.weights.version;
         let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
@@ -267,6 +270,7 @@ mod tests {
     use rollout::{Tensor, Weights};
 
     use super::*;
+    use rollout::wire::TrainerFrame;
 
     fn update(version: u64, value: f32) -> ToNode {
         let mut tensors = BTreeMap::new();
