@@ -280,6 +280,33 @@ mod tests {
     }
 
     #[test]
+    fn prefilled_bytes_past_the_read_ahead_then_the_socket_give_every_frame_in_order() {
+        actix_rt::System::new().block_on(async {
+            let (mut client, read) = loopback().await;
+            // Early bytes longer than the read-ahead, ending inside a batch; then the
+            // rest of it and many small frames, one write: read ahead of short buffers.
+            let mut bytes = Vec::new();
+            for _ in 0..300 {
+                bytes.extend(encode(&NodeFrame::Heartbeat, usize::MAX).unwrap());
+            }
+            bytes.extend(encode(&batch(), usize::MAX).unwrap());
+            for _ in 0..300 {
+                bytes.extend(encode(&NodeFrame::Heartbeat, usize::MAX).unwrap());
+            }
+            let split = READ_AHEAD + 7_000;
+            let mut frames =
+                FrameStream::<NodeFrame>::new(read, usize::MAX, pool()).with_prefill(bytes[..split].to_vec());
+            client.write_all(&bytes[split..]).await.unwrap();
+            drop(client);
+            for i in 0..601 {
+                let want = if i == 300 { batch() } else { NodeFrame::Heartbeat };
+                assert_eq!(next(&mut frames).await.unwrap().unwrap(), want, "frame {i}");
+            }
+            assert!(next(&mut frames).await.is_none(), "then the clean close");
+        });
+    }
+
+    #[test]
     fn frames_arrive_decoded_in_order_and_a_clean_close_ends_the_stream() {
         actix_rt::System::new().block_on(async {
             let (mut client, read) = loopback().await;
