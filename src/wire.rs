@@ -12,9 +12,11 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
+mod continue_frame;
 mod login;
 mod tagged;
 
+pub use continue_frame::encode_continue;
 pub use login::{decode_login, LoginFrame};
 
 use crate::message::{FromNode, ToNode};

@@ -994,3 +994,41 @@ fn socket_cut_mid_frame_is_detected_and_the_rejoined_node_completes_the_run() {
     assert_eq!(replacement.join().expect("node"), Ok(()));
     assert_eq!(other.join().expect("node"), Ok(()));
 }
+
+#[test]
+fn a_node_waiting_in_the_lobby_longer_than_the_heartbeat_timeout_stays_and_the_run_is_exact() {
+    // Node 0 joins, then node 1 only after more than the heartbeat timeout: meanwhile
+    // node 0 hears only the lobby's heartbeats, and must not leave for silence.
+    let addr = free_addr();
+    let timeout = Duration::from_millis(600);
+    logs();
+    let t = thread::spawn(move || {
+        DistributedCollector::builder()
+            .env("Counting")
+            .policy(PolicyConfig::Constant { value: 1.0 })
+            .nodes(2)
+            .frames_per_batch(100)
+            .total_frames(600)
+            .sync(true)
+            .seed(0)
+            .launcher(Launcher::External)
+            .listen(addr.to_string())
+            .token(TOKEN)
+            .heartbeat(Duration::from_millis(100), timeout)
+            .join_timeout(DEADLINE)
+            .batch_timeout(DEADLINE)
+            .build()
+            .expect("collector")
+    });
+    let first = unique_name("early");
+    let log = OwnLog::node(&first);
+    let early = good_node_named(addr, Some(0), first);
+    log.assert_logged("node joined");
+    // The condition under test is time passing with node 0 admitted and node 1 not:
+    // two and a half heartbeat timeouts of it.
+    thread::sleep(timeout * 5 / 2);
+    let late = good_node(addr, Some(1));
+    finish(t, 600, &[0, 1]);
+    assert_eq!(early.join().expect("node 0 thread"), Ok(()), "node 0 stayed to the end");
+    assert_eq!(late.join().expect("node 1 thread"), Ok(()));
+}

@@ -217,7 +217,7 @@ pub async fn start_watched(
         while waiting.len() < need {
             tokio::select! {
                 r = tokio::time::timeout_at(deadline, joined_rx.recv()) => match r {
-                    Ok(Some(j)) => waiting.push(listener::wait_in_lobby(j, Vec::new(), gone_tx.clone())),
+                    Ok(Some(j)) => waiting.push(listener::wait_in_lobby(j, Vec::new(), timing.heartbeat, gone_tx.clone())),
                     Ok(None) => return Err(CollectError::Join("the listener stopped".into())),
                     Err(_) => {
                         let missing = missing(&waiting);
@@ -272,7 +272,7 @@ pub async fn start_watched(
             break back;
         }
         for (j, early) in back {
-            waiting.push(listener::wait_in_lobby(j, early, gone_tx.clone()));
+            waiting.push(listener::wait_in_lobby(j, early, timing.heartbeat, gone_tx.clone()));
         }
     };
     joined.sort_by_key(|(j, _)| j.index);

@@ -20,6 +20,12 @@ use super::arrival::ArrivalNotice;
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::net::tcp::OwnedReadHalf;
 
+/// Buffers shorter than this are read into through a read-ahead stage of this size
+/// (the bytes copied on from it), longer ones straight from the socket: small frames
+/// cost one read each, and a tensor's storage is still read into directly but for
+/// at most this many of its bytes.
+pub const READ_AHEAD: usize = 4096;
+
 /// Storage shared by a connection's reader and its actor: the actor puts back what
 /// is done with (a recycled batch, retired weights), the reader reads into it.
 pub type SharedPool = Rc<RefCell<TensorPool>>;
@@ -62,10 +68,12 @@ pub struct FrameStream<T> {
     /// `on_batch` was told of the frame being read.
     announced: bool,
     done: bool,
-    /// Bytes read off the socket before this stream took it, read first.
-    prefill: Vec<u8>,
-    /// How much of `prefill` was handed to the reader.
-    prefill_at: usize,
+    /// Bytes read off the socket and not handed to the reader yet,
+    /// `stage[stage_at..stage_end]`: those the lobby read before this stream took the
+    /// socket, then each read ahead of a short buffer (see [`READ_AHEAD`]).
+    stage: Vec<u8>,
+    stage_at: usize,
+    stage_end: usize,
     _frames: PhantomData<fn() -> T>,
 }
 
@@ -80,8 +88,9 @@ impl<T> FrameStream<T> {
             on_batch: None,
             announced: false,
             done: false,
-            prefill: Vec::new(),
-            prefill_at: 0,
+            stage: Vec::new(),
+            stage_at: 0,
+            stage_end: 0,
             _frames: PhantomData,
         }
     }
@@ -89,8 +98,9 @@ impl<T> FrameStream<T> {
     /// Reads `bytes` (taken off the socket earlier, by the join phase's lobby) before
     /// anything from the socket.
     pub fn with_prefill(mut self, bytes: Vec<u8>) -> FrameStream<T> {
-        self.prefill = bytes;
-        self.prefill_at = 0;
+        self.stage_end = bytes.len();
+        self.stage = bytes;
+        self.stage_at = 0;
         self
     }
 
@@ -117,16 +127,37 @@ impl<T: Frame> Stream for FrameStream<T> {
         let this = self.get_mut();
         while !this.done {
             let dst = this.reader.buf();
-            let early = this.prefill.len() - this.prefill_at;
-            let n = if early > 0 && !dst.is_empty() {
-                let k = dst.len().min(early);
-                dst[..k].copy_from_slice(&this.prefill[this.prefill_at..this.prefill_at + k]);
-                this.prefill_at += k;
-                if this.prefill_at == this.prefill.len() {
-                    this.prefill = Vec::new();
-                    this.prefill_at = 0;
+            if this.stage_at == this.stage_end && !dst.is_empty() && dst.len() < READ_AHEAD {
+                // A short buffer (a prefix, a small frame's body): read ahead into the
+                // stage, so a small frame costs one read, not one per part of it plus
+                // one to find the socket empty (a read short of its buffer tells the
+                // runtime the socket is drained).
+                if this.stage.len() != READ_AHEAD {
+                    // Made once; a larger prefill's memory is given back.
+                    this.stage = vec![0; READ_AHEAD];
                 }
+                let mut buf = ReadBuf::new(&mut this.stage[..READ_AHEAD]);
+                match Pin::new(&mut this.read).poll_read(cx, &mut buf) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Err(e)) => {
+                        this.done = true;
+                        return Poll::Ready(Some(Err(FrameError::Io(e))));
+                    }
+                    Poll::Ready(Ok(())) => {}
+                }
+                this.stage_at = 0;
+                this.stage_end = buf.filled().len();
+            }
+            let dst = this.reader.buf();
+            let staged = this.stage_end - this.stage_at;
+            let n = if staged > 0 && !dst.is_empty() {
+                let k = dst.len().min(staged);
+                dst[..k].copy_from_slice(&this.stage[this.stage_at..this.stage_at + k]);
+                this.stage_at += k;
                 k
+            } else if this.stage_at == this.stage_end && dst.len() < READ_AHEAD {
+                // The read ahead just now found the end of the stream.
+                0
             } else {
                 let mut buf = ReadBuf::new(dst);
                 match Pin::new(&mut this.read).poll_read(cx, &mut buf) {
@@ -246,6 +277,33 @@ mod tests {
 
     fn pool() -> SharedPool {
         Rc::new(RefCell::new(TensorPool::new(usize::MAX)))
+    }
+
+    #[test]
+    fn prefilled_bytes_past_the_read_ahead_then_the_socket_give_every_frame_in_order() {
+        actix_rt::System::new().block_on(async {
+            let (mut client, read) = loopback().await;
+            // Early bytes longer than the read-ahead, ending inside a batch; then the
+            // rest of it and many small frames, one write: read ahead of short buffers.
+            let mut bytes = Vec::new();
+            for _ in 0..300 {
+                bytes.extend(encode(&NodeFrame::Heartbeat, usize::MAX).unwrap());
+            }
+            bytes.extend(encode(&batch(), usize::MAX).unwrap());
+            for _ in 0..300 {
+                bytes.extend(encode(&NodeFrame::Heartbeat, usize::MAX).unwrap());
+            }
+            let split = READ_AHEAD + 7_000;
+            let mut frames =
+                FrameStream::<NodeFrame>::new(read, usize::MAX, pool()).with_prefill(bytes[..split].to_vec());
+            client.write_all(&bytes[split..]).await.unwrap();
+            drop(client);
+            for i in 0..601 {
+                let want = if i == 300 { batch() } else { NodeFrame::Heartbeat };
+                assert_eq!(next(&mut frames).await.unwrap().unwrap(), want, "frame {i}");
+            }
+            assert!(next(&mut frames).await.is_none(), "then the clean close");
+        });
     }
 
     #[test]

@@ -9,7 +9,9 @@
 use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
 use std::time::{Duration, Instant};
 
 use rollout::connection::{Admission, HandshakeStep, LogLimit, PendingLogins, TrainerHandshake};
@@ -20,7 +22,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, Notify};
 
-use super::peer::PeerTiming;
+use super::peer::{until_next_beat, PeerTiming};
 
 /// What the listener needs to admit nodes.
 #[derive(Clone)]
@@ -309,30 +311,71 @@ pub struct Waiting {
     back: oneshot::Receiver<(Joined, Vec<u8>)>,
 }
 
-/// Watches `j` until [`Waiting::start`]; if its connection closes first, sends
+/// Watches `j` until [`Waiting::start`], sending it a heartbeat every `every` (on
+/// the beats of the clock the peers share) so that a node admitted early is not left
+/// in silence while the others join; if its connection closes first, sends
 /// `(index, reason)` to `gone` (the connection is then dropped). `buf`: bytes of it
 /// already read (empty unless it waited before).
-pub fn wait_in_lobby(mut j: Joined, mut buf: Vec<u8>, gone: mpsc::UnboundedSender<(usize, String)>) -> Waiting {
+pub fn wait_in_lobby(
+    mut j: Joined,
+    mut buf: Vec<u8>,
+    every: Duration,
+    gone: mpsc::UnboundedSender<(usize, String)>,
+) -> Waiting {
     let (stop, mut stop_rx) = oneshot::channel();
     let (back_tx, back) = oneshot::channel();
     let index = j.index;
     actix_rt::spawn(async move {
+        let beat = heartbeat_frame();
+        // Bytes of the current heartbeat not written yet (its tail): a frame is
+        // written whole before another begins, and before the connection is handed on.
+        let mut unsent = 0usize;
+        let first = tokio::time::Instant::now() + until_next_beat(Instant::now(), every);
+        let mut beats = tokio::time::interval_at(first, every);
+        beats.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let reason = loop {
-            if buf.len() >= LOBBY_BYTES {
-                let _ = (&mut stop_rx).await;
-                break None;
-            }
-            // Both branches are cancel-safe: a read either took bytes or did not.
-            // The start wins over bytes or an end that arrive at the same time.
+            // Every branch is cancel-safe: a read or write either moved bytes or did not.
+            // The start wins over bytes or an end that arrive at the same time. Past
+            // [`LOBBY_BYTES`] the lobby stops reading (the socket's buffers hold the rest).
             tokio::select! {
                 biased;
                 _ = &mut stop_rx => break None,
-                r = j.stream.read_buf(&mut buf) => match r {
-                    Ok(0) => break Some("closed its connection".to_string()),
-                    Ok(_) => {}
-                    Err(e) => break Some(format!("connection lost: {e}")),
-                },
+                _ = beats.tick(), if unsent == 0 => unsent = beat.len(),
+                r = j.stream.writable(), if unsent > 0 => {
+                    let written = r.and_then(|()| match j.stream.try_write(&beat[beat.len() - unsent..]) {
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(0),
+                        r => r,
+                    });
+                    match written {
+                        Ok(n) => unsent -= n,
+                        Err(e) => break Some(format!("connection lost: {e}")),
+                    }
+                }
+                r = j.stream.readable(), if buf.len() < LOBBY_BYTES => {
+                    let read = r.and_then(|()| match j.stream.try_read_buf(&mut buf) {
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
+                        r => r.map(Some),
+                    });
+                    match read {
+                        Ok(Some(0)) => break Some("closed its connection".to_string()),
+                        Ok(_) => {}
+                        Err(e) => break Some(format!("connection lost: {e}")),
+                    }
+                }
             }
+        };
+        // A heartbeat begun is finished before the connection is handed on; a peer
+        // that does not take a few bytes within four intervals is gone.
+        let reason = match reason {
+            None if unsent > 0 => {
+                let rest = &beat[beat.len() - unsent..];
+                match tokio::time::timeout(every * 4, j.stream.write_all(rest)).await {
+                    Ok(Ok(())) => None,
+                    Ok(Err(e)) => Some(format!("connection lost: {e}")),
+                    Err(_) => Some("does not read what the trainer sends".to_string()),
+                }
+            }
+            r => r,
         };
         match reason {
             None => {
@@ -344,6 +387,14 @@ pub fn wait_in_lobby(mut j: Joined, mut buf: Vec<u8>, gone: mpsc::UnboundedSende
         }
     });
     Waiting { index, stop, back }
+}
+
+/// The encoded `heartbeat` frame, the same bytes every time: encoded once per process.
+pub(super) fn heartbeat_frame() -> Bytes {
+    static FRAME: OnceLock<Bytes> = OnceLock::new();
+    FRAME
+        .get_or_init(|| Bytes::from(wire::encode(&TrainerFrame::Heartbeat, usize::MAX).unwrap_or_default()))
+        .clone()
 }
 
 impl Waiting {

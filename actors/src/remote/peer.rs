@@ -16,7 +16,7 @@ use bytes::Bytes;
 use rollout::connection::{Inbound, TrainerSession};
 use rollout::message::{FromNode, ToNode};
 use rollout::pool::TensorPool;
-use rollout::wire::{self, NodeFrame, TrainerFrame};
+use rollout::wire::{self, NodeFrame};
 
 use super::frames::{FrameError, SharedPool};
 use super::link::FrameSender;
@@ -41,8 +41,11 @@ impl WeightsCache {
     pub fn frame(&self, msg: &ToNode, max: usize) -> Result<Vec<Bytes>, wire::WireError> {
         // A session message is its own frame (`TrainerFrame::Message` encodes as
         // the message): encoded as it is, nothing cloned.
-        let ToNode::UpdateWeights(u) = msg else {
-            return Ok(vec![Bytes::from(wire::encode(msg, max)?)]);
+        let u = match msg {
+            ToNode::UpdateWeights(u) => u,
+            // One per node per round: encoded without serde.
+            ToNode::Continue(c) => return Ok(vec![Bytes::from(wire::encode_continue(c, max)?)]),
+            _ => return Ok(vec![Bytes::from(wire::encode(msg, max)?)]),
         };
         let version = u.weights.version;
         let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
@@ -102,7 +105,6 @@ impl RemoteNode {
         weights: WeightsCache,
         timing: PeerTiming,
     ) -> RemoteNode {
-        let heartbeat = Bytes::from(wire::encode(&TrainerFrame::Heartbeat, usize::MAX).unwrap_or_default());
         RemoteNode {
             session: TrainerSession::new(index, name.clone(), timing.heartbeat, timing.timeout, Instant::now()),
             name,
@@ -110,7 +112,7 @@ impl RemoteNode {
             trainer,
             weights,
             max_frame: timing.max_frame,
-            heartbeat,
+            heartbeat: super::listener::heartbeat_frame(),
             pool: Rc::new(RefCell::new(TensorPool::new(timing.max_frame))),
             on_stop: None,
         }
@@ -181,7 +183,7 @@ impl RemoteNode {
 /// same beats, so one wakeup sends them all (a timer per connection, each on its own
 /// phase, woke the trainer, and every node behind it, once per node and interval).
 /// Each connection still hears a heartbeat every `every`.
-fn until_next_beat(now: Instant, every: Duration) -> Duration {
+pub(super) fn until_next_beat(now: Instant, every: Duration) -> Duration {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     beat_delay(*EPOCH.get_or_init(Instant::now), now, every)
 }
@@ -268,6 +270,7 @@ mod tests {
     use rollout::{Tensor, Weights};
 
     use super::*;
+    use rollout::wire::TrainerFrame;
 
     fn update(version: u64, value: f32) -> ToNode {
         let mut tensors = BTreeMap::new();

@@ -165,14 +165,19 @@ impl TrainerMachine {
             if !self.cfg.sync {
                 return None;
             }
-            self.layouts
+            // Every layout in force in sync mode equals every other (each was checked
+            // against them when accepted; the known ones are equal, or the build
+            // refused them): one of them stands for all, so a thousand nodes' `ready`
+            // cost a thousand comparisons, not a million.
+            let (other, known) = self
+                .layouts
                 .in_force
                 .iter()
                 .enumerate()
-                // Equal maps first (cheap): the difference is worded only for the
-                // node that differs, not for each of a thousand that agree.
-                .filter(|&(other, known)| other != node && known.as_ref().is_some_and(|k| *k != layout))
-                .find_map(|(other, known)| layout_difference(node, &layout, other, known.as_ref()?))
+                .find_map(|(other, known)| Some((other, known.as_ref()?)).filter(|&(o, _)| o != node))?;
+            (*known != layout)
+                .then(|| layout_difference(node, &layout, other, known))
+                .flatten()
                 .map(|diff| format!("sync collection stacks node shares, but {diff}"))
         });
         if let Some(reason) = refusal {
