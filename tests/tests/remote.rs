@@ -650,28 +650,50 @@ fn process_nodes_collect_exact_frames_and_are_reaped() {
     }
 }
 
+/// Weights pushed after the first batch reach process nodes: every batch's actions are
+/// those of the version it carries. Sync: every later round is asked after the push, so
+/// every later batch carries version 1. Async (first ready, first served): a node's
+/// batches asked before the push still carry version 0 and may come last (a slow
+/// node's first batch can be the run's last), but a node has at most two `Continue`s
+/// unanswered (one sent ahead of a batch on its way), and once it carries version 1 it
+/// never goes back; so of the 5 later batches at most 4 carry version 0.
 #[test]
 fn process_nodes_take_weight_updates() {
     for sync in [true, false] {
         let mut c = process_collector(sync, 50, 300);
-        let mut frames = 0;
-        let mut last = None;
-        let mut first = true;
+        // (node, weights version) of every batch in yield order.
+        let mut seen: Vec<(Option<usize>, u64)> = Vec::new();
         while let Some(b) = c.next_batch().expect("batch") {
-            if first {
-                first = false;
-                assert!(b.data.f32(keys::ACTION).expect("a").iter().all(|&a| a == 1.0));
+            let action = if b.weights_version == 0 { 1.0 } else { 2.0 };
+            assert!(b.weights_version <= 1, "sync={sync}: version {}", b.weights_version);
+            assert!(
+                b.data.f32(keys::ACTION).expect("a").iter().all(|&a| a == action),
+                "sync={sync} batch {}: actions of version {}",
+                seen.len(),
+                b.weights_version
+            );
+            if seen.is_empty() {
+                assert_eq!(b.weights_version, 0, "sync={sync}: the first batch");
                 c.update_policy_weights(value_weights(2.0), None).expect("push");
             }
-            frames += b.data.numel();
-            if frames > 250 {
-                last = Some(b);
-            }
+            seen.push((b.node, b.weights_version));
         }
-        assert_eq!(frames, 300);
-        let last = last.expect("last batch");
-        assert_eq!(last.weights_version, 1, "sync={sync}");
-        assert!(last.data.f32(keys::ACTION).expect("a").iter().all(|&a| a == 2.0));
+        assert_eq!(seen.len(), 6, "sync={sync}: 300 frames in batches of 50");
+        let later = &seen[1..];
+        if sync {
+            assert!(later.iter().all(|&(_, v)| v == 1), "sync: {seen:?}");
+            continue;
+        }
+        for node in [0, 1] {
+            let versions: Vec<u64> = later.iter().filter(|s| s.0 == Some(node)).map(|s| s.1).collect();
+            assert!(versions.is_sorted(), "node {node} went back to version 0: {seen:?}");
+            let old = versions.iter().filter(|&&v| v == 0).count();
+            assert!(
+                old <= 2,
+                "node {node}: {old} batches of version 0 after the push: {seen:?}"
+            );
+        }
+        assert!(later.iter().any(|&(_, v)| v == 1), "no batch took the update: {seen:?}");
     }
 }
 
