@@ -148,12 +148,19 @@ fn replay(py: &Path, out: &Path, env: &str, weights: Option<(&Path, &str)>) {
     assert_ok("the gymnasium replay", &f);
 }
 
-/// Every node index of the run delivered frames (async records name their node).
-fn assert_every_node_delivered(records: &[OutputRecord], nodes: usize) {
-    let mut seen: Vec<usize> = records.iter().filter_map(|r| r.node).collect();
-    seen.sort_unstable();
-    seen.dedup();
-    assert_eq!(seen, (0..nodes).collect::<Vec<_>>(), "nodes that delivered batches");
+/// Every record of an async run names one of the run's `nodes` nodes. Async does not
+/// promise every node a batch: batches are yielded first ready, first served, and a node
+/// slow to start (a loaded machine) may deliver none before `total_frames` are in.
+fn assert_records_name_nodes_of_the_run(records: &[OutputRecord], nodes: usize) {
+    assert!(!records.is_empty(), "no records");
+    for r in records {
+        assert!(
+            r.node.is_some_and(|n| n < nodes),
+            "batch {}: node {:?} of a run of {nodes}",
+            r.batch,
+            r.node
+        );
+    }
 }
 
 const NODES: [Node; 3] = [Node::Python, Node::Rust, Node::Python];
@@ -196,7 +203,7 @@ fn random_run(env: &str, sync: bool) {
             }
         }
     } else {
-        assert_every_node_delivered(&records, NODES.len());
+        assert_records_name_nodes_of_the_run(&records, NODES.len());
     }
     replay(&py, &out, env, None);
 }
@@ -221,12 +228,15 @@ fn mixed_sync_pendulum_replays_through_gymnasium() {
     random_run("Pendulum-v1", true);
 }
 
-/// A deterministic linear run: the trainer's version-0 weights (init seed 0) drive every
-/// node; every recorded action must be the Rust policy's for its observation (checked here)
-/// and the Python policy's (checked by the replay's action check), whichever node took it.
-fn deterministic_run(env: &str, sync: bool) {
+/// A deterministic linear run of `nodes`: the trainer's version-0 weights (init seed 0)
+/// drive every node; every recorded action must be the Rust policy's for its observation
+/// (checked here) and the Python policy's (checked by the replay's action check), whichever
+/// node took it. Async records come from whichever nodes were first ready, so with one node
+/// every record is that node's.
+fn deterministic_run(env: &str, sync: bool, nodes: &[Node]) {
     let Some(py) = venv_python() else { return };
-    let dir = TempDir::new(&format!("pynode-det-{env}-{sync}"));
+    let kinds: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
+    let dir = TempDir::new(&format!("pynode-det-{env}-{sync}-{}", kinds.join("-")));
     let flags = [
         "--policy",
         "linear",
@@ -237,10 +247,10 @@ fn deterministic_run(env: &str, sync: bool) {
         "--total-frames",
         "600",
     ];
-    let out = mixed_run(&py, &dir, env, sync, &flags, &NODES);
+    let out = mixed_run(&py, &dir, env, sync, &flags, nodes);
     let records = read_records(&out);
     if !sync {
-        assert_every_node_delivered(&records, NODES.len());
+        assert_records_name_nodes_of_the_run(&records, nodes.len());
     }
     let spec = PolicySpec {
         config: PolicyConfig::Linear,
@@ -291,14 +301,19 @@ fn deterministic_run(env: &str, sync: bool) {
     replay(&py, &out, env, None);
 }
 
+/// Async: a mixed run (whichever nodes delivered), then one run of each kind alone, so
+/// both implementations' actions are checked whatever the timing.
 #[test]
 fn deterministic_async_cartpole_actions_agree_both_ways() {
-    deterministic_run("CartPole-v1", false);
+    deterministic_run("CartPole-v1", false, &NODES);
+    deterministic_run("CartPole-v1", false, &[Node::Python]);
+    deterministic_run("CartPole-v1", false, &[Node::Rust]);
 }
 
+/// Sync: every batch stacks a share of every node, so the mixed run checks both kinds.
 #[test]
 fn deterministic_sync_pendulum_actions_agree_both_ways() {
-    deterministic_run("Pendulum-v1", true);
+    deterministic_run("Pendulum-v1", true, &NODES);
 }
 
 /// A run of Python nodes that is checkpointed, stopped and resumed writes the very bytes of
