@@ -120,6 +120,20 @@ impl<T> FrameStream<T> {
     }
 }
 
+/// One read into `dst`: the bytes read, 0 at the end of the stream.
+fn read_once(read: &mut OwnedReadHalf, cx: &mut Context<'_>, dst: &mut [u8]) -> Poll<io::Result<usize>> {
+    let mut buf = ReadBuf::new(dst);
+    Pin::new(read).poll_read(cx, &mut buf).map_ok(|()| buf.filled().len())
+}
+
+impl<T> FrameStream<T> {
+    /// The socket failed: the stream ends with that error.
+    fn fail(&mut self, e: io::Error) -> Poll<Option<Result<T, FrameError>>> {
+        self.done = true;
+        Poll::Ready(Some(Err(FrameError::Io(e))))
+    }
+}
+
 impl<T: Frame> Stream for FrameStream<T> {
     type Item = Result<T, FrameError>;
 
@@ -136,17 +150,11 @@ impl<T: Frame> Stream for FrameStream<T> {
                     // Made once; a larger prefill's memory is given back.
                     this.stage = vec![0; READ_AHEAD];
                 }
-                let mut buf = ReadBuf::new(&mut this.stage[..READ_AHEAD]);
-                match Pin::new(&mut this.read).poll_read(cx, &mut buf) {
+                match read_once(&mut this.read, cx, &mut this.stage[..READ_AHEAD]) {
                     Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Err(e)) => {
-                        this.done = true;
-                        return Poll::Ready(Some(Err(FrameError::Io(e))));
-                    }
-                    Poll::Ready(Ok(())) => {}
+                    Poll::Ready(Err(e)) => return this.fail(e),
+                    Poll::Ready(Ok(n)) => (this.stage_at, this.stage_end) = (0, n),
                 }
-                this.stage_at = 0;
-                this.stage_end = buf.filled().len();
             }
             let dst = this.reader.buf();
             let staged = this.stage_end - this.stage_at;
@@ -159,16 +167,11 @@ impl<T: Frame> Stream for FrameStream<T> {
                 // The read ahead just now found the end of the stream.
                 0
             } else {
-                let mut buf = ReadBuf::new(dst);
-                match Pin::new(&mut this.read).poll_read(cx, &mut buf) {
+                match read_once(&mut this.read, cx, dst) {
                     Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Err(e)) => {
-                        this.done = true;
-                        return Poll::Ready(Some(Err(FrameError::Io(e))));
-                    }
-                    Poll::Ready(Ok(())) => {}
+                    Poll::Ready(Err(e)) => return this.fail(e),
+                    Poll::Ready(Ok(n)) => n,
                 }
-                buf.filled().len()
             };
             if n == 0 {
                 this.done = true;

@@ -137,19 +137,8 @@ impl TrainerMachine {
         if !self.nodes[node].state.is_down() {
             return refuse("its slot is held by another node");
         }
-        let lanes: u64 = self.cfg.envs_per_node.iter().map(|&k| k as u64).sum::<u64>().max(1);
-        let next_seq = self.next_seq;
-        let n = &mut self.nodes[node];
-        n.state = NodeState::Idle;
-        // Its ids start past every id its slot delivered (a multiple of the lanes, so
-        // each env keeps its lane): unique across every node that held the slot.
-        if let Some(max) = n.book.max_traj {
-            n.book.traj_offset = (max + 1).div_ceil(lanes) * lanes;
-        }
-        n.book.since_update = 0;
-        n.book.pushed_version = 0;
-        n.incarnation_seq = next_seq;
-        n.awaiting.clear();
+        self.nodes[node].state = NodeState::Idle;
+        self.new_incarnation(node);
         let envs = self.cfg.envs_per_node[node] as u64;
         let chain_at = self.chain.at.map(|(at, _)| at);
         let Some(e) = self.elastic.as_mut() else {

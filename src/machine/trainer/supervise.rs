@@ -38,6 +38,23 @@ pub struct SupervisionStats {
 }
 
 impl TrainerMachine {
+    /// A slot gets a new node (a restart, or an elastic joiner): its trajectory ids start
+    /// past every id the slot delivered (a multiple of the lanes, so each env keeps its
+    /// lane), unique across every node that held it; it owes nothing its predecessor was
+    /// asked and holds no pushed weights yet.
+    pub(super) fn new_incarnation(&mut self, node: usize) {
+        let lanes: u64 = self.cfg.envs_per_node.iter().map(|&k| k as u64).sum::<u64>().max(1);
+        let next_seq = self.next_seq;
+        let st = &mut self.nodes[node];
+        if let Some(max) = st.book.max_traj {
+            st.book.traj_offset = max.saturating_add(1).div_ceil(lanes).saturating_mul(lanes);
+        }
+        st.book.since_update = 0;
+        st.book.pushed_version = 0;
+        st.incarnation_seq = next_seq;
+        st.awaiting.clear();
+    }
+
     /// Supervises the nodes: a failed node is restarted (see [`Output::RestartNode`])
     /// up to the intensity, then its failure is an error.
     pub fn with_supervision(mut self, sup: NodeSupervision) -> TrainerMachine {
@@ -163,16 +180,8 @@ impl TrainerMachine {
         }
         let seed = restart_seed(self.chain_seed_of(node), restart);
         let weights = self.weights.clone();
-        let lanes: u64 = self.cfg.envs_per_node.iter().map(|&k| k as u64).sum::<u64>().max(1);
+        self.new_incarnation(node);
         let st = &mut self.nodes[node];
-        if let Some(max) = st.book.max_traj {
-            st.book.traj_offset = (max + 1).div_ceil(lanes) * lanes;
-        }
-        st.book.since_update = 0;
-        st.book.pushed_version = 0;
-        st.incarnation_seq = next_seq;
-        // The new incarnation owes nothing its predecessor was asked.
-        st.awaiting.clear();
         if let Some(w) = weights {
             st.book.pushed_version = w.version;
             self.send(node, ToNode::UpdateWeights(UpdateWeights { weights: w }), out);
