@@ -489,6 +489,19 @@ impl Tensor {
 
 /// A batch shape whose element count fits a `usize` (a dict's tensors could not hold
 /// more, and its [`TensorDict::numel`] must not wrap).
+/// The largest element of an i64 array, `None` when it is empty. A trajectory-id
+/// column is scanned on every batch: over the contiguous storage this is a
+/// vectorised reduction, where ndarray's element iterator over a dynamic shape
+/// takes index arithmetic per element (a quarter of the actor system's time per
+/// in-process batch).
+pub fn max_i64(a: &ArrayD<i64>) -> Option<i64> {
+    match a.as_slice_memory_order() {
+        Some(s) if !s.is_empty() => Some(s.iter().copied().fold(i64::MIN, i64::max)),
+        Some(_) => None,
+        None => a.iter().copied().max(),
+    }
+}
+
 fn check_batch_size(batch_size: &[usize]) -> Result<(), TensorError> {
     element_count(batch_size)
         .map(|_| ())
@@ -1075,6 +1088,24 @@ impl TensorDict {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn max_i64_is_the_largest_element_in_any_layout() {
+        let a = ArrayD::from_shape_vec(IxDyn(&[2, 3]), vec![4i64, -1, 9, 2, 7, -5]).unwrap();
+        assert_eq!(max_i64(&a), Some(9));
+        // A transposed copy keeps its elements in another order in memory.
+        let t = a.t().to_owned();
+        assert_eq!(max_i64(&t), Some(9));
+        // A view that is not contiguous takes the element iterator.
+        let every_other = a.slice_axis(Axis(1), ndarray::Slice::new(0, None, 2)).to_owned();
+        assert_eq!(max_i64(&every_other), Some(9));
+        let mut strided = ArrayD::from_shape_vec(IxDyn(&[2, 4]), vec![0i64, 100, 1, 100, 2, 100, 3, 100]).unwrap();
+        strided.slice_axis_inplace(Axis(1), ndarray::Slice::new(0, None, 2));
+        assert!(strided.as_slice_memory_order().is_none());
+        assert_eq!(max_i64(&strided), Some(3));
+        assert_eq!(max_i64(&ArrayD::<i64>::zeros(IxDyn(&[0, 3]))), None);
+        assert_eq!(max_i64(&ArrayD::from_elem(IxDyn(&[1]), i64::MIN)), Some(i64::MIN));
+    }
 
     fn elems(t: &Tensor) -> Vec<i64> {
         t.as_i64().unwrap().iter().copied().collect()

@@ -122,7 +122,7 @@ impl NodeMachine {
 /// The highest trajectory id in a batch, if it has any (ids are non-negative).
 fn max_traj_id(data: &TensorDict) -> Option<u64> {
     match data.get(keys::TRAJ_IDS) {
-        Ok(Tensor::I64(ids)) => ids.iter().copied().max().and_then(|m| u64::try_from(m).ok()),
+        Ok(Tensor::I64(ids)) => crate::tensor::max_i64(ids).and_then(|m| u64::try_from(m).ok()),
         _ => None,
     }
 }

@@ -448,7 +448,7 @@ mod tests {
         request(&mut m);
         let again = feed(&mut m, ids(0, seq, 0));
         let id_of = |out: &[Output]| match yields(out)[0].data.get(keys::TRAJ_IDS) {
-            Ok(Tensor::I64(a)) => a.iter().copied().max(),
+            Ok(Tensor::I64(a)) => crate::tensor::max_i64(a),
             _ => None,
         };
         assert_eq!(id_of(&first), Some(4));

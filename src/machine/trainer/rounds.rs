@@ -238,7 +238,7 @@ impl TrainerMachine {
                 if off > 0 {
                     shift_traj_ids(ids, off).map_err(|reason| TrainerError::BadBatch { node, reason })?;
                 }
-                if let Some(m) = ids.iter().copied().max().and_then(|m| u64::try_from(m).ok()) {
+                if let Some(m) = crate::tensor::max_i64(ids).and_then(|m| u64::try_from(m).ok()) {
                     st.book.max_traj = Some(st.book.max_traj.map_or(m, |p| p.max(m)));
                 }
             }
