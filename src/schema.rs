@@ -38,6 +38,15 @@ pub mod keys {
 /// Per-frame layout of a batch: key → (dtype, feature shape after the batch dims).
 pub type BatchLayout = BTreeMap<String, (DType, Vec<usize>)>;
 
+/// The highest trajectory id in a batch, if it has any (ids of frames in no
+/// trajectory are negative and never the highest of a batch that has one).
+pub fn max_traj_id(data: &TensorDict) -> Option<u64> {
+    match data.get(keys::TRAJ_IDS) {
+        Ok(crate::tensor::Tensor::I64(ids)) => crate::tensor::max_i64(ids).and_then(|m| u64::try_from(m).ok()),
+        _ => None,
+    }
+}
+
 /// The layout of every batch a rollout over envs with these specs produces; the
 /// trainer checks each (remote) batch against it.
 pub fn batch_layout(observation: &Spec, action: &Spec) -> BatchLayout {

@@ -496,7 +496,20 @@ impl Tensor {
 /// in-process batch).
 pub fn max_i64(a: &ArrayD<i64>) -> Option<i64> {
     match a.as_slice_memory_order() {
-        Some(s) if !s.is_empty() => Some(s.iter().copied().fold(i64::MIN, i64::max)),
+        Some(s) if !s.is_empty() => {
+            // Eight independent running maxima: without 64-bit vector compares in the
+            // baseline instruction set, one chain of compares is one element a cycle.
+            let mut m = [i64::MIN; 8];
+            let chunks = s.chunks_exact(8);
+            let tail = chunks.remainder();
+            for c in chunks {
+                for (m, &x) in m.iter_mut().zip(c) {
+                    *m = (*m).max(x);
+                }
+            }
+            let head = m.into_iter().fold(i64::MIN, i64::max);
+            Some(tail.iter().copied().fold(head, i64::max))
+        }
         Some(_) => None,
         None => a.iter().copied().max(),
     }

@@ -101,14 +101,9 @@ pub fn execute(rollout: &mut Option<Rollout>, worker: usize, cmd: WorkerCmd) -> 
     }
     let r = rollout.as_mut()?;
     let result = catch_unwind(AssertUnwindSafe(|| match cmd {
-        WorkerCmd::Collect { seq, frames } => r.collect_frames(frames).map(|data| {
-            Some(WorkerEvent::Batch {
-                worker,
-                seq,
-                version: r.weights().version,
-                data,
-            })
-        }),
+        WorkerCmd::Collect { seq, frames } => r
+            .collect_frames(frames)
+            .map(|data| Some(WorkerEvent::batch(worker, seq, r.weights().version, data))),
         WorkerCmd::SetWeights(w) => r.set_shared_weights(&w).map(|_| None),
         WorkerCmd::Seed { seed } => {
             r.set_seed(seed);

@@ -2,8 +2,7 @@
 //! order, into the node's one `Batch`; the storage of a yielded batch handed back.
 
 use crate::message::{Batch, Continue, FromNode};
-use crate::schema::keys;
-use crate::tensor::{Tensor, TensorDict};
+use crate::tensor::TensorDict;
 
 use super::{NodeError, NodeMachine, NodeOutput, WorkerCmd};
 
@@ -55,6 +54,7 @@ impl NodeMachine {
         seq: u64,
         version: u64,
         data: TensorDict,
+        max_traj_id: Option<u64>,
         out: &mut Vec<NodeOutput>,
     ) -> Result<(), NodeError> {
         if self.stopping {
@@ -73,7 +73,7 @@ impl NodeMachine {
         }
         let life = &mut self.lives[worker];
         life.frames = life.frames.saturating_add(data.numel() as u64);
-        if let Some(max) = max_traj_id(&data) {
+        if let Some(max) = max_traj_id {
             life.next_traj_id = life.next_traj_id.max(max + 1);
         }
         p.shares[worker] = Some((version, data));
@@ -116,13 +116,5 @@ impl NodeMachine {
                 cmd: WorkerCmd::Recycle(data),
             });
         }
-    }
-}
-
-/// The highest trajectory id in a batch, if it has any (ids are non-negative).
-fn max_traj_id(data: &TensorDict) -> Option<u64> {
-    match data.get(keys::TRAJ_IDS) {
-        Ok(Tensor::I64(ids)) => crate::tensor::max_i64(ids).and_then(|m| u64::try_from(m).ok()),
-        _ => None,
     }
 }

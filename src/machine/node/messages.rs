@@ -50,6 +50,12 @@ pub enum WorkerEvent {
         version: u64,
         /// The frames, `[1, frames]`.
         data: TensorDict,
+        /// The highest trajectory id in `data` ([`crate::schema::max_traj_id`]),
+        /// taken by the worker while the frames are in its own cache: the node,
+        /// on another thread, would read the whole id column across cores for it
+        /// (a quarter of the actor system's time per in-process batch). Build the
+        /// event with [`WorkerEvent::batch`], which computes it.
+        max_traj_id: Option<u64>,
     },
     /// The worker failed: an env or policy error, a caught panic, or (seen by the
     /// shell) a dead worker actor.
@@ -78,6 +84,20 @@ pub enum WorkerEvent {
         /// Done, or why not.
         result: Result<(), String>,
     },
+}
+
+impl WorkerEvent {
+    /// A worker's share `data` for `seq`, collected with weights `version`.
+    pub fn batch(worker: usize, seq: u64, version: u64, data: TensorDict) -> WorkerEvent {
+        let max_traj_id = crate::schema::max_traj_id(&data);
+        WorkerEvent::Batch {
+            worker,
+            seq,
+            version,
+            data,
+            max_traj_id,
+        }
+    }
 }
 
 /// How a failed worker was restarted: the inputs its new rollout was built from,

@@ -55,7 +55,7 @@ use supervise::{Rebuild, WorkerLife};
 /// out.clear();
 /// for worker in [1, 0] {
 ///     let data = TensorDict::new(&[1, 2]);
-///     let share = WorkerEvent::Batch { worker, seq: 1, version: 0, data };
+///     let share = WorkerEvent::batch(worker, 1, 0, data);
 ///     node.on_worker(share, Duration::ZERO, &mut out)?;
 /// }
 /// let batch = out.iter().find_map(|o| match o {
@@ -279,7 +279,8 @@ impl NodeMachine {
                 seq,
                 version,
                 data,
-            } => self.on_worker_batch(worker, seq, version, data, out),
+                max_traj_id,
+            } => self.on_worker_batch(worker, seq, version, data, max_traj_id, out),
             WorkerEvent::Failed { worker, reason } => {
                 self.on_worker_failed(worker, &reason, now, out);
                 Ok(())

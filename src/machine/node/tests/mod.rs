@@ -70,12 +70,7 @@ fn weights(value: f32, version: u64) -> Arc<Weights> {
 }
 
 fn batch(worker: usize, seq: u64, version: u64, data: TensorDict) -> WorkerEvent {
-    WorkerEvent::Batch {
-        worker,
-        seq,
-        version,
-        data,
-    }
+    WorkerEvent::batch(worker, seq, version, data)
 }
 
 fn failed(worker: usize, reason: &str) -> WorkerEvent {
