@@ -1,7 +1,8 @@
 //! A trainer and its nodes on different hosts: network namespaces on one bridge made by
 //! `scripts/hosts.sh` (host 0 at 10.77.0.1 runs `rollout collect`, hosts 1 and 2 at
 //! 10.77.0.2 and .3 run `rollout node`), with faults between them: a host cut off for
-//! longer and for shorter than the heartbeat timeout, a slow link, random packet loss,
+//! longer and for shorter than the heartbeat timeout (sync, and async where the other node
+//! must carry on meanwhile), a slow link, random packet loss,
 //! and with SLURM across the hosts, a node host that dies mid-run. Every run ends with
 //! exact frames and unique trajectory ids, and exits 0.
 //!
@@ -47,43 +48,38 @@ fn token_file(dir: &TempDir) -> PathBuf {
 
 /// How a test's run is collected.
 struct RunSpec {
+    /// Sync rounds (a batch is both nodes' shares) or async batches (one node's each).
+    sync: bool,
     total_frames: u64,
     heartbeat: &'static str,
     heartbeat_timeout: &'static str,
 }
 
-/// `rollout collect` on host 0: sync CartPole on 2 nodes, `--json` lines on stdout, every
-/// batch in `dir/out.msgpack`, info logs on stderr; `launcher` flags appended.
+/// `rollout collect` on host 0: CartPole on 2 nodes (sync unless `spec` says async),
+/// `--json` lines on stdout, every batch in `dir/out.msgpack`, info logs on stderr;
+/// `launcher` flags appended.
 fn trainer(hosts: &Hosts, dir: &TempDir, spec: &RunSpec, launcher: &[String]) -> HostProcess {
     let out = dir.join("out.msgpack");
     let total = spec.total_frames.to_string();
     let fpb = FRAMES_PER_BATCH.to_string();
     let mut c = hosts.command(0, rollout_bin());
-    c.args([
-        "collect",
-        "--env",
-        "CartPole-v1",
-        "--nodes",
-        "2",
-        "--sync",
-        "--seed",
-        "0",
-    ])
-    .args(["--frames-per-batch", &fpb, "--total-frames", &total])
-    .args([
-        "--heartbeat",
-        spec.heartbeat,
-        "--heartbeat-timeout",
-        spec.heartbeat_timeout,
-    ])
-    .args(["--join-timeout", "30", "--batch-timeout", "60", "--json", "-q"])
-    .arg("--output")
-    .arg(&out)
-    .args(launcher)
-    .env("RUST_LOG", "info")
-    // The SLURM commands of the `slurm` launcher: the cluster across the hosts, not
-    // the machine's one-node cluster of scripts/slurm-local.sh.
-    .env("SLURM_CONF", HOSTS_SLURM_CONF);
+    c.args(["collect", "--env", "CartPole-v1", "--nodes", "2", "--seed", "0"])
+        .args(spec.sync.then_some("--sync"))
+        .args(["--frames-per-batch", &fpb, "--total-frames", &total])
+        .args([
+            "--heartbeat",
+            spec.heartbeat,
+            "--heartbeat-timeout",
+            spec.heartbeat_timeout,
+        ])
+        .args(["--join-timeout", "30", "--batch-timeout", "60", "--json", "-q"])
+        .arg("--output")
+        .arg(&out)
+        .args(launcher)
+        .env("RUST_LOG", "info")
+        // The SLURM commands of the `slurm` launcher: the cluster across the hosts, not
+        // the machine's one-node cluster of scripts/slurm-local.sh.
+        .env("SLURM_CONF", HOSTS_SLURM_CONF);
     HostProcess::spawn("the trainer on host 0", &mut c)
 }
 
@@ -111,10 +107,23 @@ fn node(hosts: &Hosts, host: usize, index: usize, token: &Path) -> HostProcess {
 
 /// The `--json` batch lines of the trainer so far, with when each arrived.
 fn batch_lines(t: &HostProcess) -> Vec<Instant> {
+    node_batches(t).into_iter().map(|(at, _)| at).collect()
+}
+
+/// The trainer's `--json` batch lines so far: when each arrived, and the node it came
+/// from (async; `None` for a sync batch, which is every node's).
+fn node_batches(t: &HostProcess) -> Vec<(Instant, Option<usize>)> {
     t.stdout_lines()
         .into_iter()
         .filter(|(_, l)| l.starts_with("{\"batch\""))
-        .map(|(at, _)| at)
+        .map(|(at, l)| {
+            let node = l
+                .split("\"node\":")
+                .nth(1)
+                .and_then(|rest| rest.split([',', '}']).next())
+                .and_then(|n| n.trim().parse().ok());
+            (at, node)
+        })
         .collect()
 }
 
@@ -154,6 +163,7 @@ fn a_host_cut_off_past_the_heartbeat_timeout_rejoins_and_the_run_completes_exact
     let dir = TempDir::new("hosts-long-cut");
     let token = token_file(&dir);
     let spec = RunSpec {
+        sync: true,
         total_frames: 300 * FRAMES_PER_BATCH,
         heartbeat: "0.25",
         heartbeat_timeout: "3",
@@ -215,6 +225,7 @@ fn a_host_cut_off_for_less_than_the_heartbeat_timeout_loses_nothing_and_restarts
     let dir = TempDir::new("hosts-short-cut");
     let token = token_file(&dir);
     let spec = RunSpec {
+        sync: true,
         total_frames: 300 * FRAMES_PER_BATCH,
         heartbeat: "0.25",
         heartbeat_timeout: "5",
@@ -250,6 +261,151 @@ fn a_host_cut_off_for_less_than_the_heartbeat_timeout_loses_nothing_and_restarts
     assert_eq!(n2.exit_code(DEADLINE), Some(0), "{}", n2.stderr_text());
 }
 
+/// Async batches of `node` among `batches` that arrived after `from` (and before
+/// `until`, if given).
+fn batches_of(batches: &[(Instant, Option<usize>)], node: usize, from: Instant, until: Option<Instant>) -> usize {
+    batches
+        .iter()
+        .filter(|(at, n)| *n == Some(node) && *at > from && until.is_none_or(|u| *at < u))
+        .count()
+}
+
+/// Async nodes on this machine collect a run of thousands of batches in seconds: both
+/// node hosts' links at 8 Mbit/s (about 12 ms per 200-frame batch) keep a run going
+/// for a fault of several seconds without an output file of hundreds of megabytes.
+fn paced(hosts: &Hosts) {
+    hosts.slow(1, "8mbit");
+    hosts.slow(2, "8mbit");
+}
+
+#[test]
+fn async_a_host_cut_off_for_less_than_the_heartbeat_timeout_the_other_node_carries_on_and_nothing_is_lost() {
+    let hosts = Hosts::up(3);
+    paced(&hosts);
+    let dir = TempDir::new("hosts-async-short-cut");
+    let token = token_file(&dir);
+    let spec = RunSpec {
+        sync: false,
+        total_frames: 600 * FRAMES_PER_BATCH,
+        heartbeat: "0.25",
+        heartbeat_timeout: "5",
+    };
+    let mut t = trainer(&hosts, &dir, &spec, &external(&token));
+    let mut n1 = node(&hosts, 1, 1, &token);
+    let mut n2 = node(&hosts, 2, 0, &token);
+    // Both nodes deliver before the fault.
+    t.wait_stdout("a batch of each node", DEADLINE, |lines| {
+        let has = |k: &str| lines.iter().any(|(_, l)| l.starts_with("{\"batch\"") && l.contains(k));
+        has("\"node\":0") && has("\"node\":1")
+    });
+
+    hosts.cut(1);
+    let cut_at = Instant::now();
+    // 1.5 s of silence from host 1, well inside the 5 s timeout: node 0 is not held up.
+    thread::sleep(Duration::from_millis(1500));
+    let dropped = hosts.dropped(1);
+    let restored_at = Instant::now();
+    hosts.restore(1);
+    let during = node_batches(&t);
+    assert!(
+        (during.len() as u64) < spec.total_frames / FRAMES_PER_BATCH,
+        "the run ended during the cut"
+    );
+    assert!(dropped > 0, "the cut dropped nothing");
+    // A batch of node 1 on its way at the cut may come in late; nothing else of it can.
+    assert!(
+        batches_of(&during, 1, cut_at, Some(restored_at)) <= 1,
+        "node 1 delivered through the cut"
+    );
+    let of_node_0 = batches_of(&during, 0, cut_at, Some(restored_at));
+    assert!(of_node_0 >= 10, "node 0 delivered {of_node_0} batches during the cut");
+
+    // Node 1 comes back as the same connection: its outstanding batch arrives and it
+    // goes on.
+    t.wait_stdout("a batch of node 1 after the cut", DEADLINE, |lines| {
+        lines
+            .iter()
+            .any(|(at, l)| *at > restored_at && l.starts_with("{\"batch\"") && l.contains("\"node\":1"))
+    });
+    assert_exact_run(&mut t, &dir, spec.total_frames);
+    let log = t.stderr_text();
+    for quiet in ["restarting node", "closing connection", "waiting for node to rejoin"] {
+        assert_eq!(count_lines(&log, &[quiet]), 0, "`{quiet}` logged:\n{log}");
+    }
+    assert_eq!(n1.exit_code(DEADLINE), Some(0), "{}", n1.stderr_text());
+    assert_eq!(n2.exit_code(DEADLINE), Some(0), "{}", n2.stderr_text());
+}
+
+#[test]
+fn async_a_host_cut_off_past_the_heartbeat_timeout_the_other_node_carries_on_and_the_lost_node_rejoins() {
+    let hosts = Hosts::up(3);
+    paced(&hosts);
+    let dir = TempDir::new("hosts-async-long-cut");
+    let token = token_file(&dir);
+    let spec = RunSpec {
+        sync: false,
+        total_frames: 1200 * FRAMES_PER_BATCH,
+        heartbeat: "0.25",
+        heartbeat_timeout: "3",
+    };
+    let mut t = trainer(&hosts, &dir, &spec, &external(&token));
+    let mut n1 = node(&hosts, 1, 1, &token);
+    let mut n2 = node(&hosts, 2, 0, &token);
+    t.wait_stdout("a batch of each node", DEADLINE, |lines| {
+        let has = |k: &str| lines.iter().any(|(_, l)| l.starts_with("{\"batch\"") && l.contains(k));
+        has("\"node\":0") && has("\"node\":1")
+    });
+
+    hosts.cut(1);
+    let cut_at = Instant::now();
+    // Past 3 s of silence the node gives up on the trainer (the test, its supervisor,
+    // starts it again) and the trainer marks it lost and waits for it to rejoin.
+    let code = n1.exit_code(Duration::from_secs(20));
+    assert_ne!(code, Some(0), "node 1 cut off does not exit as if shut down");
+    assert!(n1.stderr_text().contains("lost the trainer"), "{}", n1.stderr_text());
+    t.wait_stderr("node 1 restarting", DEADLINE, &["restarting node", "node=1"]);
+    let lost_at = Instant::now();
+    assert!(
+        cut_at.elapsed() >= Duration::from_secs(3),
+        "lost after {:?}, before the timeout",
+        cut_at.elapsed()
+    );
+    let during = node_batches(&t);
+    assert!(
+        (during.len() as u64) < spec.total_frames / FRAMES_PER_BATCH,
+        "the run ended during the cut"
+    );
+    let of_node_0 = batches_of(&during, 0, cut_at, Some(lost_at));
+    assert!(
+        of_node_0 >= 10,
+        "node 0 delivered {of_node_0} batches while node 1 was cut off"
+    );
+    assert!(
+        batches_of(&during, 1, cut_at, None) <= 1,
+        "node 1 delivered through the cut"
+    );
+
+    let mut n1 = node(&hosts, 1, 1, &token);
+    hosts.restore(1);
+    let restored_at = Instant::now();
+    t.wait_stdout("a batch of node 1 after it rejoined", DEADLINE, |lines| {
+        lines
+            .iter()
+            .any(|(at, l)| *at > restored_at && l.starts_with("{\"batch\"") && l.contains("\"node\":1"))
+    });
+    // Exact frames: the batch node 1 lost in the cut was asked again, not counted twice.
+    assert_exact_run(&mut t, &dir, spec.total_frames);
+    let log = t.stderr_text();
+    assert_eq!(
+        count_lines(&log, &["restarting node"]),
+        1,
+        "one restart, node 1's:\n{log}"
+    );
+    assert_eq!(count_lines(&log, &["node rejoined", "node=1"]), 1, "{log}");
+    assert_eq!(n1.exit_code(DEADLINE), Some(0), "{}", n1.stderr_text());
+    assert_eq!(n2.exit_code(DEADLINE), Some(0), "{}", n2.stderr_text());
+}
+
 /// A run with `fault` applied to host 1 before anything starts, expected to go through
 /// untouched (no restart); returns the hosts for the fault's own checks.
 fn run_through(name: &str, batches: u64, fault: impl Fn(&Hosts)) -> Hosts {
@@ -258,6 +414,7 @@ fn run_through(name: &str, batches: u64, fault: impl Fn(&Hosts)) -> Hosts {
     let dir = TempDir::new(name);
     let token = token_file(&dir);
     let spec = RunSpec {
+        sync: true,
         total_frames: batches * FRAMES_PER_BATCH,
         heartbeat: "0.25",
         heartbeat_timeout: "5",
@@ -305,6 +462,7 @@ fn slurm_run_losing_host_1(name: &str, lose_host_1: impl Fn(&Hosts)) -> Hosts {
     hosts.slurm_up();
     let dir = TempDir::new(name);
     let spec = RunSpec {
+        sync: true,
         total_frames: 300 * FRAMES_PER_BATCH,
         heartbeat: "0.25",
         heartbeat_timeout: "3",
