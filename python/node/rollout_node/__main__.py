@@ -1,6 +1,7 @@
 """``python -m rollout_node``: ``rollout node``'s command line in Python. Exit 0 after the
-trainer's ``shutdown``, 2 on bad flags or no token, 1 on any failure after the start; the
-error is one ``error: ...`` line on stderr, as ``rollout node`` writes it."""
+trainer's ``shutdown``, or after leaving the run on SIGTERM or SIGINT (``leave``, PROTOCOL.md
+§5), 2 on bad flags or no token, 1 on any failure after the start; the error is one
+``error: ...`` line on stderr, as ``rollout node`` writes it."""
 
 import argparse
 import importlib
@@ -59,7 +60,8 @@ def main(argv=None):
             return 2
     name = args.name or f"{socket.gethostname()}:{os.getpid()}"
     try:
-        Session(args.join, token, name, args.index, args.connect_timeout).run()
+        # Nodes come and go: SIGTERM or SIGINT leaves the run cleanly, as `rollout node` does.
+        Session(args.join, token, name, args.index, args.connect_timeout, leave_on_signals=True).run()
     except JoinError as e:
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 1

@@ -5,7 +5,9 @@ order.
 """
 
 import queue
+import signal
 import socket
+import sys
 import threading
 import time
 
@@ -21,6 +23,16 @@ PRE_WELCOME_MAX_FRAME = wire.DEFAULT_MAX_FRAME
 
 class JoinError(Exception):
     """Why the node could not join or stopped serving; ``str`` is ``rollout node``'s error line."""
+
+
+class _Leave(BaseException):
+    """Raised in the main thread by the SIGTERM/SIGINT handler once the node is in: it
+    stops what the node does (a batch half collected is not sent) and sends ``leave``. A
+    BaseException, so that no ``except Exception`` of env or policy code swallows it."""
+
+
+def _leave_on_signal(signum, _frame):
+    raise _Leave(signal.Signals(signum).name)
 
 
 def _connect(addr, timeout):
@@ -44,9 +56,11 @@ def _connect(addr, timeout):
 class Session:
     """A joined node: serves the trainer until `shutdown` (returns) or fails (JoinError)."""
 
-    def __init__(self, addr, token, name, index=None, connect_timeout=30.0):
+    def __init__(self, addr, token, name, index=None, connect_timeout=30.0, leave_on_signals=False):
         self.addr, self.token, self.name, self.index = addr, token, name, index
         self.connect_timeout = connect_timeout
+        #: From `welcome` on, SIGTERM or SIGINT leaves the run (main thread only).
+        self.leave_on_signals = leave_on_signals and threading.current_thread() is threading.main_thread()
         self.inbox = queue.Queue()
         self.outbox = queue.Queue()
         self.stop = threading.Event()
@@ -110,10 +124,17 @@ class Session:
             data = self.outbox.get()
             if data is None:
                 return
+            # ``("last", frame)``: the connection's last frame (``leave``); nothing after it,
+            # not even a heartbeat queued meanwhile.
+            last = isinstance(data, tuple)
+            if last:
+                data = data[1]
             try:
                 self.sock.sendall(data)
             except OSError as e:
                 self.inbox.put(("error", f"lost the trainer: {e}"))
+                return
+            if last:
                 return
 
     def _heartbeat(self):
@@ -133,7 +154,9 @@ class Session:
 
     # -- serving -----------------------------------------------------------------------
     def run(self):
-        """Joins and serves until `shutdown`."""
+        """Joins and serves until `shutdown`; with `leave_on_signals`, until SIGTERM or
+        SIGINT after `welcome` too: then ``leave`` is the last frame (PROTOCOL.md §5,
+        Leave) and `run` returns. Before `welcome` the signals do what they did."""
         welcome = self.handshake()
         self.node = welcome["node_index"]
         self.max_frame = welcome["max_frame"]
@@ -143,7 +166,11 @@ class Session:
         threads = [threading.Thread(target=t, daemon=True) for t in (self._reader, self._writer, self._heartbeat)]
         for t in threads:
             t.start()
+        previous = {}
         try:
+            if self.leave_on_signals:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    previous[sig] = signal.signal(sig, _leave_on_signal)
             try:
                 self.workers = Workers(welcome["spec"])
                 if welcome.get("weights") is not None:
@@ -158,7 +185,13 @@ class Session:
                 )
             self.send({"type": "ready", "node": self.node, "layout": self.workers.layout()})
             self._serve()
+        except _Leave as why:
+            # Whatever was being collected is not sent: the trainer asks others for it.
+            print(f"leaving the run ({why})", file=sys.stderr)
+            self.outbox.put(("last", wire.encode({"type": "leave", "node": self.node})))
         finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
             self.stop.set()
             self.outbox.put(None)
             threads[1].join(timeout=30)
@@ -178,7 +211,14 @@ class Session:
         raise JoinError(reason)
 
     def _next(self):
-        kind, value = self.inbox.get()
+        while True:
+            try:
+                # In short waits: a signal's handler runs in this thread only between
+                # waits (an untimed queue wait lets SIGTERM wait for the next frame).
+                kind, value = self.inbox.get(timeout=0.1)
+                break
+            except queue.Empty:
+                continue
         if kind == "error":
             raise JoinError(value)
         return value

@@ -1,10 +1,12 @@
 """The Python node against a scripted trainer: a whole session, bad input of every kind,
 a trainer that vanishes or goes silent, supervision of an env that raises."""
 
+import signal
 import time
 
 import gymnasium as gym
 import numpy as np
+import pytest
 
 from conftest import DEADLINE, Trainer, cartpole_spec, linear_weights, packb, prefix, tensors
 from rollout_node import wire
@@ -113,6 +115,9 @@ def test_welcome_weights_of_the_wrong_shape_fail_the_node_at_once(trainer):
 def test_a_trainer_that_vanishes_ends_the_node_with_exit_1(trainer):
     trainer.start_node()
     trainer.join(cartpole_spec(), weights=linear_weights(2, 4))
+    # The file made of the socket holds it open: close both, or the node only hears the
+    # silence (after the heartbeat timeout), not the close.
+    trainer.rfile.close()
     trainer.sock.close()
     code, err = trainer.finish()
     assert code == 1 and "error: lost the trainer" in err, err
@@ -141,6 +146,44 @@ def test_heartbeats_keep_coming_while_a_large_batch_is_collected(trainer):
     assert beats >= 3, f"only {beats} heartbeats while 100000 frames were collected"
     trainer.send({"type": "shutdown"})
     assert trainer.recv()["type"] == "down"
+
+
+def _frames_until_closed(trainer):
+    """Every frame the node sends (heartbeats too) until it closes the connection."""
+    frames = []
+    while True:
+        try:
+            frames.append(trainer.recv(skip_heartbeats=False))
+        except (EOFError, ConnectionError):
+            return frames
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_mid_batch_sends_leave_as_the_last_frame_and_exits_0(trainer, sig):
+    trainer.start_node()
+    trainer.join(cartpole_spec(policy={"config": {"kind": "random"}}), heartbeat_ms=20)
+    trainer.send({"type": "continue", "seq": 1, "frames": 2})
+    assert trainer.recv()["type"] == "batch"
+    trainer.send({"type": "continue", "seq": 2, "frames": 2_000_000})  # many seconds of stepping
+    # A heartbeat after the `continue`: the node is in and collecting.
+    assert trainer.recv(skip_heartbeats=False)["type"] == "heartbeat"
+    trainer.proc.send_signal(sig)
+    frames = _frames_until_closed(trainer)
+    assert frames and frames[-1] == {"type": "leave", "node": 0}, frames[-3:]
+    assert all(f["type"] == "heartbeat" for f in frames[:-1]), "the half-collected batch is not sent"
+    code, err = trainer.finish()
+    assert code == 0 and f"leaving the run ({sig.name})" in err, (code, err)
+
+
+def test_a_signal_while_waiting_for_work_sends_leave_and_exits_0(trainer):
+    trainer.start_node()
+    trainer.join(cartpole_spec(), weights=linear_weights(2, 4))
+    trainer.send({"type": "seed", "seed": 7})
+    assert trainer.recv()["type"] == "seeded"  # served: the node waits for the next frame
+    trainer.proc.send_signal(signal.SIGTERM)
+    frames = [f for f in _frames_until_closed(trainer) if f["type"] != "heartbeat"]
+    assert frames == [{"type": "leave", "node": 0}], frames
+    assert trainer.finish()[0] == 0
 
 
 def test_an_env_that_raises_is_rebuilt_and_its_share_collected_again(trainer):
