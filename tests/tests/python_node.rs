@@ -2,7 +2,8 @@
 //! in real runs of `rollout collect --launcher external`: sync and async, CartPole-v1 and
 //! Pendulum-v1, two env workers per node. Every run's `--output` replays through gymnasium,
 //! and in deterministic mode every frame's action is what both implementations compute for
-//! its observation with the run's weights.
+//! its observation with the run's weights. And a Python node leaving an elastic run on
+//! SIGTERM (`leave`) as the Rust node does.
 
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
@@ -360,5 +361,101 @@ fn a_resumed_run_of_python_nodes_is_the_uninterrupted_run_byte_for_byte() {
     assert!(
         whole == resumed,
         "the resumed run's output differs from the uninterrupted run's"
+    );
+}
+
+/// An elastic run (`min_nodes` 1, `max_nodes` 2) of a Rust and a Python node: SIGTERM to
+/// the Python node once it delivered makes it leave (`leave`, exit 0), counted as a leave,
+/// not a loss, and the run goes on with the Rust node to exactly `total_frames`.
+#[test]
+fn a_python_node_leaves_an_elastic_run_on_sigterm_and_the_run_goes_on_exactly() {
+    use rollout_actors::{DistributedCollector, Launcher};
+    use rollout_tests::wait_with_deadline;
+    use std::process::Stdio;
+    use std::time::Instant;
+
+    let Some(py) = venv_python() else { return };
+    const TOKEN: &str = "python-node-elastic-token";
+    const FPB: usize = 40;
+    const TOTAL: usize = 400 * FPB;
+    let addr = free_addr();
+    let builder = DistributedCollector::builder()
+        .env("CartPole-v1")
+        .policy(PolicyConfig::Linear)
+        .min_nodes(1)
+        .max_nodes(2)
+        .frames_per_batch(FPB)
+        .total_frames(TOTAL as i64)
+        .seed(5)
+        .launcher(Launcher::External)
+        .listen(addr.to_string())
+        .token(TOKEN.as_bytes())
+        .heartbeat(Duration::from_millis(100), Duration::from_secs(5))
+        .join_timeout(Duration::from_secs(60))
+        .batch_timeout(Duration::from_secs(60));
+    let trainer = thread::spawn(move || builder.build().expect("collector"));
+    let node = |mut c: Command, index: usize| {
+        c.args(["--join", &addr.to_string(), "--index", &index.to_string()])
+            .env("ROLLOUT_TOKEN", TOKEN)
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped());
+        c.spawn().expect("spawn a node")
+    };
+    let mut rust = node(
+        {
+            let mut c = Command::new(rollout_bin());
+            c.arg("node");
+            c
+        },
+        0,
+    );
+    let mut python = node(
+        {
+            let mut c = Command::new(&py);
+            c.args(["-m", "rollout_node"]);
+            c
+        },
+        1,
+    );
+    let mut c = trainer.join().expect("the trainer's thread");
+    let mut frames = 0usize;
+    let end = Instant::now() + DEADLINE;
+    // Until the Python node delivered (it starts slower than the Rust one).
+    loop {
+        assert!(Instant::now() < end, "no batch of the Python node");
+        let b = c.next_batch().expect("batch").expect("the run is not over");
+        frames += b.data.numel();
+        if b.node == Some(1) {
+            break;
+        }
+    }
+    let st = Command::new("kill")
+        .args(["-TERM", &python.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(st.success());
+    let exit = wait_with_deadline(&mut python, DEADLINE);
+    let mut err = String::new();
+    std::io::Read::read_to_string(python.stderr.as_mut().expect("stderr"), &mut err).expect("read stderr");
+    assert!(
+        exit.is_some_and(|s| s.success()),
+        "SIGTERM: the Python node leaves and exits 0: {exit:?}\n{err}"
+    );
+    assert!(err.contains("leaving the run (SIGTERM)"), "{err}");
+    let mut after = 0;
+    while let Some(b) = c.next_batch().expect("batch") {
+        frames += b.data.numel();
+        after += 1;
+        assert!(after < 10_000, "runaway collection");
+    }
+    assert_eq!(frames, TOTAL, "total_frames exact");
+    assert!(after > 0, "the run went on after the leave");
+    let stats = c.stats().expect("stats");
+    assert_eq!((stats.joined, stats.left), (2, 1), "a leave, not a loss: {stats:?}");
+    c.shutdown().expect("shutdown");
+    let exit = wait_with_deadline(&mut rust, DEADLINE);
+    assert!(
+        exit.is_some_and(|s| s.success()),
+        "the Rust node exits 0 after Shutdown: {exit:?}"
     );
 }
