@@ -364,8 +364,8 @@ fn a_resumed_run_of_python_nodes_is_the_uninterrupted_run_byte_for_byte() {
     );
 }
 
-/// An elastic run (`min_nodes` 1, `max_nodes` 2) of a Rust and a Python node: SIGTERM to
-/// the Python node once it delivered makes it leave (`leave`, exit 0), counted as a leave,
+/// An elastic run (`min_nodes` 1, `max_nodes` 2) of a Python node and a Rust node that
+/// joins it: SIGTERM to the Python node makes it leave (`leave`, exit 0), counted as a leave,
 /// not a loss, and the run goes on with the Rust node to exactly `total_frames`.
 #[test]
 fn a_python_node_leaves_an_elastic_run_on_sigterm_and_the_run_goes_on_exactly() {
@@ -377,7 +377,8 @@ fn a_python_node_leaves_an_elastic_run_on_sigterm_and_the_run_goes_on_exactly() 
     let Some(py) = venv_python() else { return };
     const TOKEN: &str = "python-node-elastic-token";
     const FPB: usize = 40;
-    const TOTAL: usize = 400 * FPB;
+    // Thousands of the Python node's batches: seconds of work for it alone.
+    const TOTAL: usize = 4000 * FPB;
     let addr = free_addr();
     let builder = DistributedCollector::builder()
         .env("CartPole-v1")
@@ -401,14 +402,8 @@ fn a_python_node_leaves_an_elastic_run_on_sigterm_and_the_run_goes_on_exactly() 
             .stderr(Stdio::piped());
         c.spawn().expect("spawn a node")
     };
-    let mut rust = node(
-        {
-            let mut c = Command::new(rollout_bin());
-            c.arg("node");
-            c
-        },
-        0,
-    );
+    // The Python node starts the run alone (`build` returns once it joined), so the
+    // run cannot end before it is in; the Rust node joins while it runs.
     let mut python = node(
         {
             let mut c = Command::new(&py);
@@ -419,13 +414,23 @@ fn a_python_node_leaves_an_elastic_run_on_sigterm_and_the_run_goes_on_exactly() 
     );
     let mut c = trainer.join().expect("the trainer's thread");
     let mut frames = 0usize;
+    let b = c.next_batch().expect("batch").expect("the run is not over");
+    assert_eq!(b.node, Some(1), "the Python node alone delivers first");
+    frames += b.data.numel();
+    let mut rust = node(
+        {
+            let mut c = Command::new(rollout_bin());
+            c.arg("node");
+            c
+        },
+        0,
+    );
     let end = Instant::now() + DEADLINE;
-    // Until the Python node delivered (it starts slower than the Rust one).
     loop {
-        assert!(Instant::now() < end, "no batch of the Python node");
+        assert!(Instant::now() < end, "no batch of the Rust node");
         let b = c.next_batch().expect("batch").expect("the run is not over");
         frames += b.data.numel();
-        if b.node == Some(1) {
+        if b.node == Some(0) {
             break;
         }
     }
