@@ -503,7 +503,10 @@ async fn swarm_node(addr: &str, token: &[u8], name: String) -> Result<(), String
             }
         }
     });
-    let mut tick = tokio::time::interval(session.heartbeat());
+    // The heartbeat timer, moved on whenever the trainer's beat is answered (as
+    // `rollout node` does).
+    let beat = tokio::time::sleep_until(session.next_beat().into());
+    tokio::pin!(beat);
     let result = loop {
         tokio::select! {
             f = frames.recv() => {
@@ -524,13 +527,20 @@ async fn swarm_node(addr: &str, token: &[u8], name: String) -> Result<(), String
                             break Ok(());
                         }
                     }
+                    Inbound::Answer => {
+                        w.write_all(&encode(&NodeFrame::Heartbeat, max)?).await.map_err(|e| e.to_string())?;
+                        session.beat_sent(Instant::now());
+                        beat.as_mut().reset(session.next_beat().into());
+                    }
                     Inbound::Nothing => {}
                     Inbound::Close(reason) => break Err(reason),
                 }
             }
-            _ = tick.tick() => {
+            _ = &mut beat => {
                 session.on_tick(Instant::now())?;
                 w.write_all(&encode(&NodeFrame::Heartbeat, max)?).await.map_err(|e| e.to_string())?;
+                session.beat_sent(Instant::now());
+                beat.as_mut().reset(session.next_beat().into());
             }
         }
     };

@@ -29,6 +29,11 @@ pub enum Inbound<M> {
     Deliver(M),
     /// Nothing to do (a heartbeat: hearing it is all it is for).
     Nothing,
+    /// Send a heartbeat now, and count the next one from now: the node answers the
+    /// trainer's beat ([`NodeSession::on_frame`]), so the heartbeats of a trainer's
+    /// many nodes reach it together, read in a few wakeups instead of one each.
+    /// Only the node's side says this.
+    Answer,
     /// The peer broke the protocol: close the connection, for this reason.
     Close(String),
 }

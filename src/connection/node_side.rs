@@ -87,10 +87,20 @@ impl NodeHandshake {
 }
 
 /// The node's side of its connection after the handshake.
+///
+/// Its heartbeats answer the trainer's: a trainer heartbeat is answered at once
+/// ([`Inbound::Answer`]) unless the node sent one less than half an interval ago,
+/// and the node's own timer ([`NodeSession::next_beat`]) fires only if the
+/// trainer's next beat is a quarter interval late. So a trainer's nodes beat on
+/// its clock (their heartbeats arrive together and ride with the TCP
+/// acknowledgement of its own), and a node whose trainer went quiet still sends
+/// one at least every 1.25 intervals, well inside any timeout of two or more.
 #[derive(Debug)]
 pub struct NodeSession {
     index: usize,
     live: Liveness,
+    /// When this node last sent a heartbeat (or the session began).
+    beat_sent: Instant,
 }
 
 impl NodeSession {
@@ -101,6 +111,7 @@ impl NodeSession {
         NodeSession {
             index: welcome.node_index,
             live: Liveness::new(heartbeat, timeout, now),
+            beat_sent: now,
         }
     }
 
@@ -109,9 +120,21 @@ impl NodeSession {
         self.index
     }
 
-    /// How often the shell fires [`NodeSession::on_tick`].
+    /// The heartbeat interval the trainer set.
     pub fn heartbeat(&self) -> Duration {
         self.live.interval()
+    }
+
+    /// When the shell fires [`NodeSession::on_tick`] if no trainer heartbeat was
+    /// answered before: a quarter interval after the trainer's next beat was due.
+    pub fn next_beat(&self) -> Instant {
+        let t = self.live.interval();
+        self.beat_sent + t + t / 4
+    }
+
+    /// The shell sent a heartbeat at `now` (on a tick, or answering the trainer's).
+    pub fn beat_sent(&mut self, now: Instant) {
+        self.beat_sent = now;
     }
 
     /// The first frame after the handshake, before any other: the layout of every
@@ -132,6 +155,11 @@ impl NodeSession {
     pub fn on_frame(&mut self, frame: TrainerFrame, now: Instant) -> Inbound<ToNode> {
         self.heard(now);
         match frame {
+            // Answered unless this node beat half an interval ago or less (its own
+            // timer came first, or the trainer's beats come closer than its interval).
+            TrainerFrame::Heartbeat if now.saturating_duration_since(self.beat_sent) >= self.live.interval() / 2 => {
+                Inbound::Answer
+            }
             TrainerFrame::Heartbeat => Inbound::Nothing,
             TrainerFrame::Message(m) => Inbound::Deliver(m),
             TrainerFrame::Challenge { .. } | TrainerFrame::Welcome(_) | TrainerFrame::Reject { .. } => {
@@ -140,7 +168,8 @@ impl NodeSession {
         }
     }
 
-    /// The heartbeat timer fired at `now`: send a heartbeat, or leave.
+    /// The heartbeat timer fired at `now`: send a heartbeat (then
+    /// [`NodeSession::beat_sent`]), or leave.
     pub fn on_tick(&self, now: Instant) -> Result<(), String> {
         match self.live.tick(now) {
             Tick::Heartbeat => Ok(()),
@@ -304,5 +333,35 @@ mod tests {
         w.heartbeat_ms = 0;
         w.heartbeat_timeout_ms = 0;
         assert_eq!(NodeSession::new(&w, t0).heartbeat(), ms(1));
+    }
+
+    #[test]
+    fn the_trainers_beat_is_answered_and_the_nodes_own_timer_waits_for_it() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut s = NodeSession::new(&welcome(0), t0);
+        // Before any beat: the own timer is due 1.25 intervals after the session began.
+        assert_eq!(s.next_beat(), t0 + ms(125));
+        // The trainer's beat 70 ms in (over half an interval since the session began):
+        // answered, and the own timer now counts from the answer.
+        assert_eq!(s.on_frame(TrainerFrame::Heartbeat, t0 + ms(70)), Inbound::Answer);
+        s.beat_sent(t0 + ms(70));
+        assert_eq!(s.next_beat(), t0 + ms(195));
+        // A second beat soon after (less than half an interval): heard, not answered.
+        assert_eq!(s.on_frame(TrainerFrame::Heartbeat, t0 + ms(110)), Inbound::Nothing);
+        // The trainer's next beat on time: answered again, before the own timer.
+        assert_eq!(s.on_frame(TrainerFrame::Heartbeat, t0 + ms(170)), Inbound::Answer);
+        s.beat_sent(t0 + ms(170));
+        assert_eq!(s.next_beat(), t0 + ms(295));
+        // The own timer came first (the trainer's beat was late): the late beat, less
+        // than half an interval after, is not answered a second time.
+        s.beat_sent(t0 + ms(295));
+        assert_eq!(s.on_frame(TrainerFrame::Heartbeat, t0 + ms(300)), Inbound::Nothing);
+        // Other frames are never answered with a heartbeat.
+        let m = ToNode::Seed(Seed { seed: 1 });
+        assert_eq!(
+            s.on_frame(TrainerFrame::Message(m.clone()), t0 + ms(900)),
+            Inbound::Deliver(m)
+        );
     }
 }

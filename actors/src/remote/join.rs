@@ -343,6 +343,7 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
         done: Some(done_tx),
         stream: Some(frames),
         retired,
+        beat: None,
     });
     // Leaving is asked from outside (a signal, a handle): the link says `leave` and ends.
     let leave = leave_asked(opts.leave.clone(), opts.leave_on_signals);
@@ -399,6 +400,8 @@ struct TrainerLink {
     stream: Option<FrameStream<TrainerFrame>>,
     /// Weight versions received here, oldest first, until nobody else holds them.
     retired: Retired,
+    /// The pending heartbeat timer: moved on whenever the trainer's beat is answered.
+    beat: Option<SpawnHandle>,
 }
 
 /// Weight versions a node received, oldest first, until nobody else holds them.
@@ -522,12 +525,31 @@ impl Actor for TrainerLink {
         if let Some(s) = self.stream.take() {
             ctx.add_stream(s);
         }
-        ctx.run_interval(self.session.heartbeat(), |act, ctx| {
+        self.schedule_beat(ctx);
+    }
+}
+
+impl TrainerLink {
+    /// Sends a heartbeat now and moves the timer to the session's next beat.
+    fn beat(&mut self, ctx: &mut Context<Self>) {
+        self.send(&NodeFrame::Heartbeat, ctx);
+        self.session.beat_sent(Instant::now());
+        self.schedule_beat(ctx);
+    }
+
+    /// Sets the heartbeat timer to [`NodeSession::next_beat`], replacing any pending one.
+    fn schedule_beat(&mut self, ctx: &mut Context<Self>) {
+        if let Some(h) = self.beat.take() {
+            ctx.cancel_future(h);
+        }
+        let wait = self.session.next_beat().saturating_duration_since(Instant::now());
+        self.beat = Some(ctx.run_later(wait, |act, ctx| {
+            act.beat = None;
             match act.session.on_tick(Instant::now()) {
-                Ok(()) => act.send(&NodeFrame::Heartbeat, ctx),
+                Ok(()) => act.beat(ctx),
                 Err(reason) => act.finish(ctx, Err(JoinError::Lost(reason))),
             }
-        });
+        }));
     }
 }
 
@@ -545,6 +567,7 @@ impl StreamHandler<Result<TrainerFrame, FrameError>> for TrainerLink {
                 }
                 self.node.do_send(Deliver(m));
             }
+            Inbound::Answer => self.beat(ctx),
             Inbound::Nothing => {}
             Inbound::Close(reason) => self.finish(ctx, Err(JoinError::Protocol(reason))),
         }

@@ -209,7 +209,8 @@ impl StreamHandler<Result<NodeFrame, FrameError>> for RemoteNode {
                 self.close(ctx, "the node left".into());
             }
             Inbound::Deliver(msg) => self.trainer.do_send(Deliver(msg)),
-            Inbound::Nothing => {}
+            // A trainer's session never asks it to answer a heartbeat.
+            Inbound::Nothing | Inbound::Answer => {}
             Inbound::Close(reason) => self.close(ctx, reason),
         }
     }
