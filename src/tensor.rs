@@ -170,6 +170,34 @@ macro_rules! same_variant {
     }};
 }
 
+/// Stacks (`stack`) or concatenates along axis 0 views that are all contiguous in
+/// C order, by copying their slices one after the other: what `ndarray::stack`
+/// does, without its per-view axis and layout work (a sync round stacks one small
+/// share per node and key, so that work, not the copy, was its cost). `None` where
+/// a view is not contiguous or the shapes do not fit; the caller then asks ndarray,
+/// which also words the error.
+fn contiguous_join<T: Clone>(views: &[ndarray::ArrayViewD<'_, T>], stack: bool) -> Option<ArrayD<T>> {
+    let first = views.first()?;
+    let rest = first.shape().get(usize::from(!stack)..)?;
+    let mut rows = 0usize;
+    let mut len = 0usize;
+    for v in views {
+        if stack && v.shape() != first.shape() || !stack && v.shape().get(1..) != Some(rest) {
+            return None;
+        }
+        rows = rows.checked_add(if stack { 1 } else { *v.shape().first()? })?;
+        len = len.checked_add(v.len())?;
+    }
+    let mut data = Vec::with_capacity(len);
+    for v in views {
+        data.extend_from_slice(v.as_slice()?);
+    }
+    let mut shape = Vec::with_capacity(rest.len() + 1);
+    shape.push(rows);
+    shape.extend_from_slice(rest);
+    ArrayD::from_shape_vec(IxDyn(&shape), data).ok()
+}
+
 impl Tensor {
     /// A tensor of zeros (false for bool) of the given type and shape.
     pub fn zeros(dtype: DType, shape: &[usize]) -> Tensor {
@@ -374,10 +402,10 @@ impl Tensor {
         macro_rules! go {
             ($variant:ident) => {{
                 let views = same_variant!(tensors.iter().copied(), $variant, key, dtype);
-                let out = if stack {
-                    ndarray::stack(Axis(0), &views).map_err(err)?
-                } else {
-                    ndarray::concatenate(Axis(0), &views).map_err(err)?
+                let out = match contiguous_join(&views, stack) {
+                    Some(out) => out,
+                    None if stack => ndarray::stack(Axis(0), &views).map_err(err)?,
+                    None => ndarray::concatenate(Axis(0), &views).map_err(err)?,
                 };
                 Tensor::$variant(out)
             }};
@@ -1225,6 +1253,44 @@ mod tests {
         assert!(matches!(TensorDict::stack(&[]), Err(TensorError::Empty(_))));
         let r = s.reshape(&[4]).unwrap();
         assert_eq!(r, c);
+    }
+
+    #[test]
+    fn the_contiguous_join_gives_what_ndarray_gives() {
+        let arr = |shape: &[usize], start: i64| {
+            let n: usize = shape.iter().product();
+            ArrayD::from_shape_vec(IxDyn(shape), (start..start + n as i64).collect()).unwrap()
+        };
+        let cases: [&[&[usize]]; 4] = [
+            &[&[2, 3], &[2, 3], &[2, 3]],
+            &[&[1, 3], &[4, 3]],
+            &[&[0, 2], &[3, 2]],
+            &[&[], &[]],
+        ];
+        for shapes in cases {
+            let owned: Vec<ArrayD<i64>> = shapes.iter().enumerate().map(|(i, s)| arr(s, 100 * i as i64)).collect();
+            let views: Vec<_> = owned.iter().map(|a| a.view()).collect();
+            for stack in [true, false] {
+                let ours = contiguous_join(&views, stack);
+                let theirs = if stack {
+                    ndarray::stack(Axis(0), &views).ok()
+                } else {
+                    ndarray::concatenate(Axis(0), &views).ok()
+                };
+                assert_eq!(ours, theirs, "{shapes:?} stack {stack}");
+            }
+        }
+        // A view that is not contiguous in C order (a transpose) is left to ndarray.
+        let t = arr(&[3, 2], 0);
+        let views = [t.view().reversed_axes(), t.view().reversed_axes()];
+        assert_eq!(contiguous_join(&views, true), None);
+        let a = Tensor::I64(t.clone().reversed_axes());
+        let stacked = Tensor::stack(&[&a, &a], "k").unwrap();
+        assert_eq!(stacked.shape(), &[2, 2, 3]);
+        assert_eq!(
+            stacked,
+            Tensor::I64(ndarray::stack(Axis(0), &[t.view().reversed_axes(), t.view().reversed_axes()]).unwrap())
+        );
     }
 
     #[test]
