@@ -602,6 +602,13 @@ impl FrameReader {
             (Role::Shape(_), _) => Role::Other,
             (role, _) => role,
         };
+        // The frame's type is known: in a frame of neither type, or one too short
+        // for any blob read aside (each is `min_blob` bytes or more), there is
+        // nothing left to look for, and the rest is read as headers.
+        if matches!(top.role, Role::Root(t) if t == Tag::Neither || t != Tag::Unknown && self.body_len < self.min_blob)
+        {
+            self.stopped = true;
+        }
     }
 }
 
@@ -914,6 +921,33 @@ mod tests {
                 r.decode::<NodeFrame>(&mut pool).unwrap();
             }
             assert!(!r.reading_batch(), "decoded: the next frame is unknown");
+        }
+    }
+
+    #[test]
+    fn the_scan_stops_at_the_type_of_a_frame_that_can_hold_no_blob_read_aside() {
+        let mut pool = TensorPool::new(usize::MAX);
+        // A batch of 10 frames (well under `MIN_BLOB`), a batch with a 64 KB tensor,
+        // and a heartbeat (neither type): fed a byte at a time.
+        let small = encode(&batch(10), usize::MAX).unwrap();
+        let large = encode(&batch(4000), usize::MAX).unwrap();
+        let beat = encode(&NodeFrame::Heartbeat, usize::MAX).unwrap();
+        for (frame, stops, is_batch) in [(&small, true, true), (&large, false, true), (&beat, true, false)] {
+            let mut r = FrameReader::new(usize::MAX);
+            // The first key `type` and its value: within 24 bytes of the body.
+            for (pos, &byte) in frame.iter().enumerate().take(PREFIX_LEN + 24) {
+                r.buf()[0] = byte;
+                assert!(!r.filled(1, &mut pool).unwrap() || pos + 1 == frame.len());
+            }
+            assert_eq!(r.stopped, stops, "{} bytes", frame.len());
+            assert_eq!(r.reading_batch(), is_batch, "still known as a batch");
+            let rest = &frame[(PREFIX_LEN + 24).min(frame.len())..];
+            if !rest.is_empty() {
+                let aside = feed_frame(&mut r, rest, &mut pool);
+                assert_eq!(aside > 0, !stops, "{} bytes", frame.len());
+            }
+            let plain = wire::decode::<NodeFrame>(&frame[PREFIX_LEN..]).unwrap();
+            assert_eq!(r.decode::<NodeFrame>(&mut pool).unwrap(), plain);
         }
     }
 
