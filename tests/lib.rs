@@ -13,6 +13,7 @@ mod messages;
 mod process;
 mod records;
 mod scratch;
+mod scripted;
 mod setups;
 
 pub use attack::{
@@ -27,4 +28,5 @@ pub use messages::{describe_sent, only_batch};
 pub use process::{alive, rollout_bin, rollout_release_bin, run_bounded, wait_with_deadline, Finished};
 pub use records::{read_output, OutputRecord};
 pub use scratch::{free_addr, temp_path, TempDir};
+pub use scripted::{scripted_join, scripted_node_result, Scripted, SCRIPTED_DEADLINE};
 pub use setups::{cartpole_sync_builder, counting_process_builder, panicky_builder, trainer_config, value_weights};

@@ -13,27 +13,21 @@
 //! Every wait has a deadline; nothing sleeps and hopes.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::process::Command;
-use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ndarray::{ArrayD, IxDyn};
-use rollout::connection::{HandshakeStep, TrainerHandshake};
 use rollout::message::{Continue, FromNode, ToNode, UpdateWeights};
 use rollout::node_spec::NodeSpec;
 use rollout::policy::{ActionsMut, Policy};
 use rollout::rollout::RolloutConfig;
 use rollout::schema::keys;
-use rollout::wire::{self, NodeFrame, TrainerFrame, Welcome, DEFAULT_MAX_FRAME, NONCE_LEN};
+use rollout::wire::TrainerFrame;
 use rollout::{EnvSpec, ExplorationType, PolicyConfig, PolicySpec, Registry, Tensor, TensorDict, Weights};
-use rollout_actors::remote::{run_node, NodeOptions};
 use rollout_actors::{DistributedCollector, Launcher};
-use rollout_tests::{rollout_bin, run_bounded};
+use rollout_tests::{rollout_bin, run_bounded, scripted_join, scripted_node_result};
 use serde_json::Value;
 
-const TOKEN: &[u8] = b"owned-policy-token";
 const DEADLINE: Duration = Duration::from_secs(60);
 
 // --- a Rust node and a scripted trainer ------------------------------------------------------
@@ -60,90 +54,6 @@ fn node_spec(env: &str, policy: PolicyConfig, frames: usize) -> NodeSpec {
         restart_window_ms: 5000,
         worker_nice: 0,
     }
-}
-
-/// A trainer played by hand over one connection.
-struct Scripted {
-    s: TcpStream,
-}
-
-impl Scripted {
-    fn send(&mut self, f: &TrainerFrame) {
-        let bytes = wire::encode(f, DEFAULT_MAX_FRAME).expect("encode");
-        self.s.write_all(&bytes).expect("write");
-    }
-
-    /// The node's next frame other than a heartbeat; `None` once it closed.
-    fn recv(&mut self) -> Option<NodeFrame> {
-        loop {
-            let mut prefix = [0u8; 4];
-            self.s.read_exact(&mut prefix).ok()?;
-            let mut body = vec![0u8; u32::from_be_bytes(prefix) as usize];
-            self.s.read_exact(&mut body).ok()?;
-            match wire::decode::<NodeFrame>(&body).expect("the node sends valid frames") {
-                NodeFrame::Heartbeat => continue,
-                f => return Some(f),
-            }
-        }
-    }
-
-    /// The node's next session message; panics if it closes first.
-    fn message(&mut self, what: &str) -> FromNode {
-        match self.recv() {
-            Some(NodeFrame::Message(m)) => m,
-            other => panic!("expected {what}, got {other:?}"),
-        }
-    }
-}
-
-/// Listens, lets a Rust node join (`run_node` on a thread), runs the handshake and
-/// welcomes it with `spec` and `weights`.
-fn join(spec: NodeSpec, weights: Option<Weights>) -> (Scripted, JoinHandle<Result<(), String>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let node = thread::spawn(move || {
-        let opts = NodeOptions {
-            name: "owned".into(),
-            connect_timeout: DEADLINE,
-            ..NodeOptions::default()
-        };
-        run_node(&addr.to_string(), TOKEN, opts).map_err(|e| e.to_string())
-    });
-    let (s, _) = listener.accept().expect("accept");
-    s.set_read_timeout(Some(DEADLINE)).expect("timeout");
-    let mut t = Scripted { s };
-    let mut hs = TrainerHandshake::new(TOKEN, vec![7; NONCE_LEN]);
-    loop {
-        let mut prefix = [0u8; 4];
-        t.s.read_exact(&mut prefix).expect("a handshake frame");
-        let mut body = vec![0u8; u32::from_be_bytes(prefix) as usize];
-        t.s.read_exact(&mut body).expect("a handshake frame");
-        match hs.on_frame(&body) {
-            HandshakeStep::Send(f) => t.send(&f),
-            HandshakeStep::Reject(reason) => panic!("the node failed the handshake: {reason}"),
-            HandshakeStep::Authenticated { .. } => break,
-        }
-    }
-    let welcome = Welcome {
-        node_index: 0,
-        spec,
-        weights,
-        heartbeat_ms: 500,
-        heartbeat_timeout_ms: 30_000,
-        max_frame: DEFAULT_MAX_FRAME as u64,
-    };
-    t.send(&TrainerFrame::Welcome(Box::new(welcome)));
-    (t, node)
-}
-
-/// The node thread's result, within the deadline.
-fn node_result(node: JoinHandle<Result<(), String>>) -> Result<(), String> {
-    let end = Instant::now() + DEADLINE;
-    while !node.is_finished() {
-        assert!(Instant::now() < end, "the node did not stop within {DEADLINE:?}");
-        thread::sleep(Duration::from_millis(10));
-    }
-    node.join().expect("node thread")
 }
 
 /// An f32 tensor of `shape`.
@@ -206,7 +116,7 @@ fn a_rust_node_acts_with_the_weights_in_welcome_not_weights_of_its_own() {
     let own = spec.initial_weights(&Registry::with_builtins()).expect("version 0");
     let given = lean_weights();
     assert_ne!(own, given);
-    let (mut t, node) = join(spec, Some(given.clone()));
+    let (mut t, node) = scripted_join(spec, Some(given.clone()), 500);
     assert!(matches!(t.message("ready"), FromNode::Ready { node: 0, .. }));
     t.send(&TrainerFrame::Message(ToNode::Continue(Continue {
         seq: 1,
@@ -227,12 +137,12 @@ fn a_rust_node_acts_with_the_weights_in_welcome_not_weights_of_its_own() {
     assert_ne!(actions, with_own, "the node's own version 0 would have acted otherwise");
     t.send(&TrainerFrame::Message(ToNode::Shutdown));
     assert!(matches!(t.message("down"), FromNode::Down { node: 0 }));
-    assert_eq!(node_result(node), Ok(()));
+    assert_eq!(scripted_node_result(node), Ok(()));
 }
 
 /// The node's `failed` reason, then it closes and `run_node` errs with the same cause.
 fn fails_at_start(spec: NodeSpec, weights: Option<Weights>, expect: &[&str]) {
-    let (mut t, node) = join(spec, weights);
+    let (mut t, node) = scripted_join(spec, weights, 500);
     let reason = match t.message("failed") {
         FromNode::Failed { node: 0, reason } => reason,
         other => panic!("expected failed, got {other:?}"),
@@ -241,7 +151,7 @@ fn fails_at_start(spec: NodeSpec, weights: Option<Weights>, expect: &[&str]) {
         assert!(reason.contains(e), "{reason:?} should contain {e:?}");
     }
     assert!(t.recv().is_none(), "the node closes after failed");
-    let err = node_result(node).expect_err("run_node fails");
+    let err = scripted_node_result(node).expect_err("run_node fails");
     assert!(err.contains(expect[0]), "{err}");
 }
 
@@ -274,16 +184,20 @@ fn a_rust_node_given_weights_of_another_layout_fails_naming_the_tensor() {
 
 #[test]
 fn a_random_policy_needs_no_weights_in_welcome() {
-    let (mut t, node) = join(node_spec("CartPole-v1", PolicyConfig::Random, 10), None);
+    let (mut t, node) = scripted_join(node_spec("CartPole-v1", PolicyConfig::Random, 10), None, 500);
     assert!(matches!(t.message("ready"), FromNode::Ready { node: 0, .. }));
     t.send(&TrainerFrame::Message(ToNode::Shutdown));
     assert!(matches!(t.message("down"), FromNode::Down { node: 0 }));
-    assert_eq!(node_result(node), Ok(()));
+    assert_eq!(scripted_node_result(node), Ok(()));
 }
 
 #[test]
 fn an_update_of_another_layout_fails_the_node_naming_the_tensor() {
-    let (mut t, node) = join(node_spec("CartPole-v1", PolicyConfig::Linear, 10), Some(lean_weights()));
+    let (mut t, node) = scripted_join(
+        node_spec("CartPole-v1", PolicyConfig::Linear, 10),
+        Some(lean_weights()),
+        500,
+    );
     assert!(matches!(t.message("ready"), FromNode::Ready { .. }));
     let mut wrong = lean_weights().with_version(1);
     wrong.tensors.insert("bias".into(), f32s(&[3], &[0.0; 3]));
@@ -299,7 +213,7 @@ fn an_update_of_another_layout_fails_the_node_naming_the_tensor() {
     }
     // The trainer drops a failed node: its connection closes and the node leaves.
     drop(t);
-    assert!(node_result(node).is_err());
+    assert!(scripted_node_result(node).is_err());
 }
 
 // --- process nodes against an in-process reference --------------------------------------------

@@ -1054,3 +1054,101 @@ fn a_node_waiting_in_the_lobby_longer_than_the_heartbeat_timeout_stays_and_the_r
     assert_eq!(early.join().expect("node 0 thread"), Ok(()), "node 0 stayed to the end");
     assert_eq!(late.join().expect("node 1 thread"), Ok(()));
 }
+
+/// A Rust node answers each of the trainer's heartbeats with one of its own (so a
+/// trainer's nodes beat on its clock and their heartbeats reach it together), and once
+/// the trainer's stop it beats alone, 1.25 intervals after its last.
+#[test]
+fn a_node_answers_the_trainers_heartbeats_and_beats_alone_once_they_stop() {
+    use rollout::node_spec::NodeSpec;
+    use rollout::rollout::RolloutConfig;
+    use rollout::{EnvSpec, PolicySpec};
+    use rollout_tests::{scripted_join, scripted_node_result};
+
+    const INTERVAL: Duration = Duration::from_millis(400);
+    let spec = NodeSpec {
+        index: 0,
+        env: EnvSpec::new("CartPole-v1"),
+        policy: PolicySpec::from(PolicyConfig::Random),
+        envs_per_node: 1,
+        first_lane: 0,
+        lanes: 1,
+        rollout: RolloutConfig {
+            frames_per_batch: 10,
+            ..RolloutConfig::default()
+        },
+        max_restarts: 0,
+        restart_window_ms: 5000,
+        worker_nice: 0,
+    };
+    let (mut t, node) = scripted_join(spec, None, INTERVAL.as_millis() as u64);
+    assert!(matches!(t.recv(), Some(NodeFrame::Message(FromNode::Ready { .. }))));
+    // Every frame the node sends from here on, with the time it came.
+    let mut read = rollout_tests::Scripted {
+        s: t.s.try_clone().expect("clone"),
+    };
+    let (tx, frames) = std::sync::mpsc::channel();
+    let reader = thread::spawn(move || {
+        while let Some(f) = read.frame() {
+            if tx.send((Instant::now(), f)).is_err() {
+                return;
+            }
+        }
+    });
+    // Eight trainer beats an interval apart, off the node's own phase, then none for
+    // four intervals.
+    let start = Instant::now() + INTERVAL / 3;
+    let beats: Vec<Instant> = (0..8).map(|k| start + INTERVAL * k).collect();
+    for &at in &beats {
+        thread::sleep(at.saturating_duration_since(Instant::now()));
+        t.send(&TrainerFrame::Heartbeat);
+    }
+    let last = beats[beats.len() - 1];
+    let until = last + INTERVAL * 9 / 2;
+    let mut node_beats = Vec::new();
+    loop {
+        let wait = until.saturating_duration_since(Instant::now());
+        match frames.recv_timeout(wait) {
+            Ok((at, NodeFrame::Heartbeat)) => node_beats.push(at),
+            Ok((_, other)) => panic!("only heartbeats while idle, got {}", other.name()),
+            Err(_) => break,
+        }
+    }
+    // From the third trainer beat on (the node's own first beat may come before the
+    // trainer's first): exactly one node heartbeat per trainer beat, within half an
+    // interval after it, none in the rest of the interval.
+    let count = |from: Instant, to: Instant| node_beats.iter().filter(|&&a| a >= from && a < to).count();
+    for (k, &beat) in beats.iter().enumerate().skip(2) {
+        assert_eq!(
+            count(beat, beat + INTERVAL / 2),
+            1,
+            "answers to trainer beat {k}: {node_beats:?}"
+        );
+        if let Some(&next) = beats.get(k + 1) {
+            assert_eq!(
+                count(beat + INTERVAL / 2, next),
+                0,
+                "own beats between trainer beats {k} and {}",
+                k + 1
+            );
+        }
+    }
+    // Alone: from its last answer on, its own beats 1.25 intervals apart (at least
+    // two in four intervals).
+    let alone: Vec<Instant> = node_beats.iter().copied().filter(|&a| a >= last).collect();
+    assert!(
+        alone.len() >= 3,
+        "the last answer and at least two of its own: {alone:?}"
+    );
+    for pair in alone.windows(2) {
+        let gap = pair[1].duration_since(pair[0]);
+        assert!(
+            gap >= INTERVAL && gap < INTERVAL * 2,
+            "gap {gap:?} between the node's own beats"
+        );
+    }
+    t.send(&TrainerFrame::Message(ToNode::Shutdown));
+    assert_eq!(scripted_node_result(node), Ok(()));
+    drop(frames);
+    reader.join().expect("reader");
+}
