@@ -10,31 +10,51 @@
 //! impl sees no context, and the frames, internally tagged enums, are decoded
 //! through serde's own buffer on the way to their tensors. So the two frames that
 //! carry tensors in bulk, `batch` and `update_weights`, are decoded in two steps:
-//! first a mirror of the frame with the same serde shape (derived, so it accepts
-//! and refuses exactly what the frame's own decoding does) whose tensors stay
-//! their encoded parts, borrowed from the body; then the tensors are built from
-//! those parts into the memory given, checked as their own decoding checks them.
-//! Any other frame is decoded by [`wire::decode`] as it is, into fresh memory.
+//! first a mirror of the frame with the same fields whose tensors stay their
+//! encoded parts, borrowed from the body; then the tensors are built from those
+//! parts into the memory given, checked as their own decoding checks them. Any
+//! other frame is decoded by [`wire::decode`] as it is, into fresh memory.
+//!
+//! The mirror's top is read by hand: the `type` first, checked to name the variant,
+//! then the variant's fields straight off the decoder as they come (a field twice,
+//! missing, or a key unknown, as a derived struct takes them). A derived internally
+//! tagged enum would first copy the whole map into serde's buffer (`Content`, a
+//! tree of allocated nodes) to find its tag anywhere in it; the mirror is used only
+//! when the tag comes first, so nothing needs buffering, and that copy was most of
+//! the decode of a small batch. Below the top the mirror's types are derived and
+//! read through `strict::Strict`, which accepts exactly what serde's buffer, out
+//! of which the frame's own decoding reads the same fields, accepts.
 //!
 //! Why the result is exactly [`wire::decode`]'s: the mirror is used only when the
 //! frame's first key is its `type`, as a string (then serde's tag and the mirror's
-//! variant are the same); a tensor whose blob came empty takes the next tensor read
-//! aside only if that one has its dtype and element count, so a peer sending such a
-//! tensor itself leaves a tensor without data, and the decode fails, as the frame's
-//! own decoding fails on it.
+//! variant are the same); it accepts what the frame's decoding accepts (above); a
+//! tensor whose blob came empty takes the next tensor read aside only if that one
+//! has its dtype and element count, so a peer sending such a tensor itself leaves
+//! a tensor without data, and the decode fails, as the frame's own decoding fails
+//! on it. A frame the mirror refuses is decoded again by [`wire::decode`] for its
+//! error: without the buffer, which of two faults shows first can differ (the
+//! buffer finds any fault of the MessagePack before any of meaning), and so can
+//! some words (the decoder names a string where a number belongs "wrong msgpack
+//! marker", or a string that is no UTF-8 by that, where the buffer hands on what it
+//! holds and the field's own error names it). Refusals are rare and end the
+//! connection; the second decode costs only then.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::marker::PhantomData;
 
-use serde::de::{DeserializeOwned, MapAccess, Visitor};
+use serde::de::{self, DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
+
+use strict::StrictSeed;
 
 use crate::message::{Batch, FromNode, ToNode, UpdateWeights};
 use crate::policy::Weights;
 use crate::pool::TensorPool;
 use crate::tensor::{Elements, EncodedTensor, RawTensorDict, Tensor, TensorDict, TensorError};
 use crate::wire::{self, NodeFrame, TrainerFrame, WireError};
+
+mod strict;
 
 /// A frame type whose tensors can be decoded into memory given to the decode.
 ///
@@ -64,9 +84,11 @@ mod sealed {
 
     /// Only the frame types this module mirrors.
     pub trait Sealed: Sized {
-        /// Decodes `body`, the tensors of a batch or weight update taking their
-        /// memory from `storage`.
-        fn decode_into(body: &[u8], storage: &mut Storage<'_>) -> Result<Self, WireError>;
+        /// The `type` of the frame the mirror reads (a batch, a weight update).
+        const MIRRORED: &'static [u8];
+        /// Decodes `body`, a frame whose first key is `type`, [`Self::MIRRORED`], through
+        /// the mirror, its tensors taking their memory from `storage`.
+        fn mirror_into(body: &[u8], storage: &mut Storage<'_>) -> Result<Self, WireError>;
     }
 }
 
@@ -86,8 +108,21 @@ pub(crate) fn decode_read<T: Frame>(
     read: VecDeque<Elements>,
     pool: &mut TensorPool,
 ) -> Result<T, WireError> {
+    let whole = read.is_empty();
     let mut storage = Storage { read, pool };
-    let frame = T::decode_into(body, &mut storage);
+    let frame = if first_type(body) == Some(T::MIRRORED) {
+        match T::mirror_into(body, &mut storage) {
+            // Which of two faults a frame reports first can differ: the frame's own
+            // decoding buffers the frame (so any fault of its MessagePack comes first)
+            // and checks each tensor as it reads it, the mirror after all the fields.
+            // A frame refused is refused alike, so its error is the frame's own, when
+            // `body` is the whole frame (else its blobs read aside are missing in it).
+            Err(_) if whole => wire::decode(body),
+            r => r,
+        }
+    } else {
+        wire::decode(body)
+    };
     let Storage { read, pool } = storage;
     pool.end_decode();
     for e in read {
@@ -155,41 +190,45 @@ impl<'de, V: Deserialize<'de>> Deserialize<'de> for Entries<V> {
     }
 }
 
-// The mirrors: the serde shape of the frame, tensors left as their parts. Each
-// renamed to what it mirrors, so that an error reads as the frame's own would.
+// The mirrors: the fields of the frame, tensors left as their parts. Each read by
+// hand at the top (the `type` first, then the fields as they come), and below that
+// as derived, through [`Strict`], so that a value is refused as the frame's own
+// decoding, which reads it out of serde's buffer, refuses it.
+
+/// The key naming a frame's type.
+const TAG: &str = "type";
 
 /// [`NodeFrame`], as far as a `batch` goes.
-#[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case", rename = "NodeFrame")]
 enum NodeMirror<'a> {
-    Batch(#[serde(borrow)] BatchMirror<'a>),
+    /// The only variant mirrored.
+    Batch(BatchMirror<'a>),
 }
 
-/// [`Batch`].
-#[derive(Deserialize)]
-#[serde(rename = "Batch")]
+/// [`Batch`]: its fields in the order [`BATCH_FIELDS`] names them.
 struct BatchMirror<'a> {
     node: usize,
     seq: u64,
     weights_version: u64,
-    #[serde(borrow)]
     data: RawTensorDict<Entries<EncodedTensor<'a>>>,
 }
 
+/// The fields of [`Batch`], in their order there (a derived decoding also takes a
+/// field's index for its name).
+const BATCH_FIELDS: &[&str] = &["node", "seq", "weights_version", "data"];
+
 /// [`TrainerFrame`], as far as an `update_weights` goes.
-#[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case", rename = "TrainerFrame")]
 enum TrainerMirror<'a> {
-    UpdateWeights(#[serde(borrow)] UpdateMirror<'a>),
+    /// The only variant mirrored.
+    UpdateWeights(UpdateMirror<'a>),
 }
 
 /// [`UpdateWeights`].
-#[derive(Deserialize)]
-#[serde(rename = "UpdateWeights")]
 struct UpdateMirror<'a> {
-    #[serde(borrow)]
     weights: WeightsMirror<'a>,
 }
+
+/// The fields of [`UpdateWeights`].
+const UPDATE_FIELDS: &[&str] = &["weights"];
 
 /// [`Weights`].
 #[derive(Deserialize)]
@@ -200,11 +239,212 @@ struct WeightsMirror<'a> {
     tensors: Entries<EncodedTensor<'a>>,
 }
 
-impl sealed::Sealed for NodeFrame {
-    fn decode_into(body: &[u8], storage: &mut Storage<'_>) -> Result<NodeFrame, WireError> {
-        if first_type(body) != Some(b"batch") {
-            return wire::decode(body);
+impl<'de> Deserialize<'de> for NodeMirror<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(MirrorVisitor(PhantomData))
+    }
+}
+
+impl<'de> Deserialize<'de> for TrainerMirror<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(MirrorVisitor(PhantomData))
+    }
+}
+
+/// A mirrored frame: its one variant, read field by field.
+trait Mirror<'de>: Sized {
+    /// The frame type's name, for errors.
+    const EXPECTING: &'static str;
+    /// The variant's `type` (alone in a list, as an error names the variants).
+    const VARIANT: &'static [&'static str];
+    /// The variant's fields, in their declared order.
+    const FIELDS: &'static [&'static str];
+    /// The variant, its fields read off `map` after its `type`.
+    fn fields<A: MapAccess<'de>>(map: A) -> Result<Self, A::Error>;
+}
+
+impl<'de> Mirror<'de> for NodeMirror<'de> {
+    const EXPECTING: &'static str = "internally tagged enum NodeFrame";
+    const VARIANT: &'static [&'static str] = &["batch"];
+    const FIELDS: &'static [&'static str] = BATCH_FIELDS;
+
+    fn fields<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
+        let (mut node, mut seq, mut weights_version, mut data) = (None, None, None, None);
+        while let Some(key) = map.next_key_seed(StrictSeed(KeySeed(BATCH_FIELDS)))? {
+            match key {
+                Key::Tag => return Err(de::Error::duplicate_field(TAG)),
+                Key::Field(0) => field(&mut map, &mut node, "node")?,
+                Key::Field(1) => field(&mut map, &mut seq, "seq")?,
+                Key::Field(2) => field(&mut map, &mut weights_version, "weights_version")?,
+                Key::Field(_) => field(&mut map, &mut data, "data")?,
+                Key::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
         }
+        Ok(NodeMirror::Batch(BatchMirror {
+            node: node.ok_or_else(|| de::Error::missing_field("node"))?,
+            seq: seq.ok_or_else(|| de::Error::missing_field("seq"))?,
+            weights_version: weights_version.ok_or_else(|| de::Error::missing_field("weights_version"))?,
+            data: data.ok_or_else(|| de::Error::missing_field("data"))?,
+        }))
+    }
+}
+
+impl<'de> Mirror<'de> for TrainerMirror<'de> {
+    const EXPECTING: &'static str = "internally tagged enum TrainerFrame";
+    const VARIANT: &'static [&'static str] = &["update_weights"];
+    const FIELDS: &'static [&'static str] = UPDATE_FIELDS;
+
+    fn fields<A: MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
+        let mut weights = None;
+        while let Some(key) = map.next_key_seed(StrictSeed(KeySeed(UPDATE_FIELDS)))? {
+            match key {
+                Key::Tag => return Err(de::Error::duplicate_field(TAG)),
+                Key::Field(_) => field(&mut map, &mut weights, "weights")?,
+                Key::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(TrainerMirror::UpdateWeights(UpdateMirror {
+            weights: weights.ok_or_else(|| de::Error::missing_field("weights"))?,
+        }))
+    }
+}
+
+/// Reads the next value into `slot`, refused as a derived struct refuses a field
+/// given twice.
+fn field<'de, A: MapAccess<'de>, T: Deserialize<'de>>(
+    map: &mut A,
+    slot: &mut Option<T>,
+    name: &'static str,
+) -> Result<(), A::Error> {
+    if slot.is_some() {
+        return Err(de::Error::duplicate_field(name));
+    }
+    *slot = Some(map.next_value_seed(StrictSeed(PhantomData))?);
+    Ok(())
+}
+
+/// Reads a mirrored frame's map: the `type` first (the mirror is used only when it
+/// comes first, as a string), then the variant's fields straight off the decoder,
+/// nothing buffered.
+struct MirrorVisitor<M>(PhantomData<M>);
+
+impl<'de, M: Mirror<'de>> Visitor<'de> for MirrorVisitor<M> {
+    type Value = M;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(M::EXPECTING)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<M, A::Error> {
+        match map.next_key_seed(StrictSeed(KeySeed(M::FIELDS)))? {
+            Some(Key::Tag) => {}
+            // `first_type` let only a frame whose first key is `type` here.
+            _ => {
+                return Err(de::Error::custom(
+                    "the mirror reads only a frame whose `type` comes first",
+                ))
+            }
+        }
+        map.next_value_seed(VariantSeed(M::VARIANT))?;
+        M::fields(map)
+    }
+}
+
+/// A key of a mirrored frame's map, told apart as the frame's decoding does: its
+/// `type` (a string or bytes; serde's buffer takes either as the tag), a field of
+/// the variant (by name, or by index as a derived struct also takes it), or another
+/// key, whose value is skipped.
+enum Key {
+    /// `type`.
+    Tag,
+    /// The field of this index.
+    Field(usize),
+    /// Not a field: skipped.
+    Other,
+}
+
+/// Reads a [`Key`] among these fields.
+struct KeySeed(&'static [&'static str]);
+
+impl KeySeed {
+    /// The key named `name`.
+    fn named(&self, name: &[u8]) -> Key {
+        if name == TAG.as_bytes() {
+            return Key::Tag;
+        }
+        match self.0.iter().position(|f| f.as_bytes() == name) {
+            Some(i) => Key::Field(i),
+            None => Key::Other,
+        }
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = Key;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Key, D::Error> {
+        d.deserialize_identifier(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeySeed {
+    type Value = Key;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("field identifier")
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Key, E> {
+        Ok(match usize::try_from(v) {
+            Ok(i) if i < self.0.len() => Key::Field(i),
+            _ => Key::Other,
+        })
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Key, E> {
+        Ok(self.named(v.as_bytes()))
+    }
+
+    fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Key, E> {
+        Ok(self.named(v))
+    }
+}
+
+/// Reads the `type`'s value, which must name the mirrored variant.
+struct VariantSeed(&'static [&'static str]);
+
+impl<'de> DeserializeSeed<'de> for VariantSeed {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for VariantSeed {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("variant identifier")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
+        if self.0.contains(&v) {
+            Ok(())
+        } else {
+            Err(de::Error::unknown_variant(v, self.0))
+        }
+    }
+}
+
+impl sealed::Sealed for NodeFrame {
+    const MIRRORED: &'static [u8] = b"batch";
+
+    fn mirror_into(body: &[u8], storage: &mut Storage<'_>) -> Result<NodeFrame, WireError> {
         let NodeMirror::Batch(b) = mirror(body)?;
         Ok(NodeFrame::Message(FromNode::Batch(Batch {
             node: b.node,
@@ -216,10 +456,9 @@ impl sealed::Sealed for NodeFrame {
 }
 
 impl sealed::Sealed for TrainerFrame {
-    fn decode_into(body: &[u8], storage: &mut Storage<'_>) -> Result<TrainerFrame, WireError> {
-        if first_type(body) != Some(b"update_weights") {
-            return wire::decode(body);
-        }
+    const MIRRORED: &'static [u8] = b"update_weights";
+
+    fn mirror_into(body: &[u8], storage: &mut Storage<'_>) -> Result<TrainerFrame, WireError> {
         let TrainerMirror::UpdateWeights(u) = mirror(body)?;
         let tensors = storage.tensors(u.weights.tensors).map_err(tensor_error)?;
         Ok(TrainerFrame::Message(ToNode::UpdateWeights(UpdateWeights {
@@ -524,5 +763,336 @@ mod tests {
         long.extend_from_slice(&[0xdb, 0, 0, 0, 5]);
         long.extend_from_slice(b"batch");
         assert_eq!(first_type(&long), Some(&b"batch"[..]));
+    }
+
+    /// The mirror alone, without the plain decode it falls back on for an error.
+    fn mirrored<T: Frame>(body: &[u8]) -> Result<T, WireError> {
+        assert_eq!(first_type(body), Some(T::MIRRORED), "a frame the mirror reads");
+        let mut pool = TensorPool::new(1 << 20);
+        T::mirror_into(
+            body,
+            &mut Storage {
+                read: VecDeque::new(),
+                pool: &mut pool,
+            },
+        )
+    }
+
+    /// The same answer from the plain decode, the pooled one and the mirror alone,
+    /// word for word if an error.
+    fn same_answer<T: Frame + PartialEq + fmt::Debug>(body: &[u8]) -> Result<T, WireError> {
+        let plain = decode::<T>(body);
+        let mut pool = TensorPool::new(1 << 20);
+        assert_eq!(decode_pooled::<T>(body, &mut pool), plain, "pooled, {body:x?}");
+        assert_eq!(mirrored::<T>(body), plain, "the mirror alone, {body:x?}");
+        plain
+    }
+
+    /// The entries of a frame's map.
+    type Entries = Vec<(rmpv::Value, rmpv::Value)>;
+
+    /// `body` with the entries of its map changed by `f`, encoded again.
+    fn edit(body: &[u8], f: impl FnOnce(&mut Entries)) -> Vec<u8> {
+        let mut v = rmpv::decode::read_value(&mut &body[..]).unwrap();
+        let rmpv::Value::Map(entries) = &mut v else {
+            panic!("a map")
+        };
+        f(entries);
+        let mut out = Vec::new();
+        rmpv::encode::write_value(&mut out, &v).unwrap();
+        out
+    }
+
+    /// The value under `key` in `entries`.
+    fn at<'v>(entries: &'v mut Entries, key: &str) -> &'v mut rmpv::Value {
+        entries
+            .iter_mut()
+            .find(|(k, _)| k.as_str() == Some(key))
+            .map(|(_, v)| v)
+            .unwrap()
+    }
+
+    /// The entries of a map value.
+    fn map(v: &mut rmpv::Value) -> &mut Entries {
+        match v {
+            rmpv::Value::Map(m) => m,
+            other => panic!("not a map: {other}"),
+        }
+    }
+
+    /// The batch frame's first tensor (`action`: `[[0, 1, 1], [0, 1, -1]]`, i64).
+    fn first_tensor(entries: &mut Entries) -> &mut Entries {
+        let tensors = map(at(map(at(entries, "data")), "tensors"));
+        map(&mut tensors[0].1)
+    }
+
+    #[test]
+    fn the_fields_after_the_type_are_read_in_any_order_and_unknown_keys_skipped() {
+        let good = hand_batch("batch", true);
+        let want = NodeFrame::Message(FromNode::Batch(batch()));
+        let variants = [
+            // data before node, seq last.
+            edit(&good, |e| {
+                let ty = e.remove(0);
+                e.reverse();
+                e.insert(0, ty);
+            }),
+            // Keys nobody reads, before and after the fields, with values of every kind.
+            edit(&good, |e| {
+                e.insert(
+                    1,
+                    ("extra".into(), rmpv::Value::Map(vec![(1.into(), vec![1u8, 2].into())])),
+                );
+                e.push((
+                    "zzz".into(),
+                    rmpv::Value::Array(vec![rmpv::Value::Nil, (-3).into(), 1.5.into()]),
+                ));
+                e.push((rmpv::Value::Binary(b"more".to_vec()), "x".into()));
+                e.push((7.into(), true.into()));
+            }),
+            // A field named by its index (a derived struct takes that too), or as bytes.
+            edit(&good, |e| {
+                e[1].0 = 0.into();
+                e[2].0 = rmpv::Value::Binary(b"seq".to_vec());
+            }),
+            // The tensors' fields by index, and in another order.
+            edit(&good, |e| {
+                let t = first_tensor(e);
+                t.reverse();
+                for (k, _) in t.iter_mut() {
+                    *k = match k.as_str() {
+                        Some("dtype") => 0,
+                        Some("shape") => 1,
+                        _ => 2,
+                    }
+                    .into();
+                }
+            }),
+            // A dtype as an enum's map of one key (to nil, or to an empty map).
+            edit(&good, |e| {
+                *at(first_tensor(e), "dtype") = rmpv::Value::Map(vec![("i64".into(), rmpv::Value::Nil)]);
+            }),
+            edit(&good, |e| {
+                *at(first_tensor(e), "dtype") = rmpv::Value::Map(vec![("i64".into(), rmpv::Value::Map(vec![]))]);
+            }),
+            // The dict and a tensor as arrays of their fields.
+            edit(&good, |e| {
+                let d = at(e, "data");
+                let fields = map(d).drain(..).map(|(_, v)| v).collect();
+                *d = rmpv::Value::Array(fields);
+            }),
+            edit(&good, |e| {
+                let tensors = map(at(map(at(e, "data")), "tensors"));
+                let t = &mut tensors[0].1;
+                let fields = map(t).drain(..).map(|(_, v)| v).collect();
+                *t = rmpv::Value::Array(fields);
+            }),
+        ];
+        for body in variants {
+            assert_ne!(body, good);
+            assert_eq!(same_answer::<NodeFrame>(&body), Ok(want.clone()), "{body:x?}");
+        }
+    }
+
+    #[test]
+    fn a_field_given_twice_is_refused_as_the_frame_refuses_it() {
+        let good = hand_batch("batch", true);
+        for (key, value) in [
+            ("seq", rmpv::Value::from(5)),
+            ("node", 1.into()),
+            ("weights_version", 3.into()),
+            ("type", "batch".into()),
+            ("type", "heartbeat".into()),
+        ] {
+            let body = edit(&good, |e| e.push((key.into(), value)));
+            let err = same_answer::<NodeFrame>(&body).unwrap_err();
+            assert_eq!(err, WireError::Decode(format!("duplicate field `{key}`")));
+        }
+        let data_twice = edit(&good, |e| {
+            let d = e[4].clone();
+            e.insert(2, d);
+        });
+        assert_eq!(
+            same_answer::<NodeFrame>(&data_twice),
+            Err(WireError::Decode("duplicate field `data`".into()))
+        );
+        let update = body(&update());
+        let twice = edit(&update, |e| {
+            let w = e[1].clone();
+            e.push(w);
+        });
+        assert_eq!(
+            same_answer::<TrainerFrame>(&twice),
+            Err(WireError::Decode("duplicate field `weights`".into()))
+        );
+        let missing = edit(&update, |e| e[1].0 = "weight".into());
+        assert_eq!(
+            same_answer::<TrainerFrame>(&missing),
+            Err(WireError::Decode("missing field `weights`".into()))
+        );
+    }
+
+    #[test]
+    fn values_serde_s_buffer_refuses_the_mirror_refuses() {
+        let good = hand_batch("batch", true);
+        // The decoder alone reads a blob as an array of its bytes, an integer as the
+        // enum variant of that index, a two-byte integer key as a field's index: the
+        // frame's decoding, which reads its fields out of serde's buffer, does not.
+        let bodies = [
+            edit(&good, |e| {
+                *at(first_tensor(e), "shape") = rmpv::Value::Binary(vec![2, 3])
+            }),
+            edit(&good, |e| {
+                *at(map(at(e, "data")), "batch_size") = rmpv::Value::Binary(vec![2, 3])
+            }),
+            edit(&good, |e| *at(first_tensor(e), "dtype") = 2.into()),
+            edit(&good, |e| *at(first_tensor(e), "dtype") = rmpv::Value::Map(vec![])),
+            edit(&good, |e| *at(e, "data") = rmpv::Value::Binary(vec![0x92, 0x90, 0x80])),
+            edit(&good, |e| *at(e, "node") = "1".into()),
+            edit(&good, |e| *at(e, "seq") = (-1).into()),
+            edit(&good, |e| *at(e, "weights_version") = 1.5.into()),
+            edit(&good, |e| e[1].0 = true.into()),
+            edit(&good, |e| e[1].0 = (-1).into()),
+            {
+                // The tensor's `dtype` key as 0 in two bytes.
+                let b = edit(&good, |e| first_tensor(e)[0].0 = "\u{1}".into());
+                let at = b.windows(2).position(|w| w == [0xa1, 1]).unwrap();
+                [&b[..at], &[0xcd, 0, 0], &b[at + 2..]].concat()
+            },
+        ];
+        for body in bodies {
+            assert!(decode::<NodeFrame>(&body).is_err(), "{body:x?}");
+            let mut pool = TensorPool::new(1 << 20);
+            assert_eq!(decode_pooled::<NodeFrame>(&body, &mut pool), decode::<NodeFrame>(&body));
+            assert!(
+                mirrored::<NodeFrame>(&body).is_err(),
+                "the mirror alone refuses {body:x?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_mirror_alone_refuses_a_frame_cut_anywhere_in_the_frame_s_words() {
+        for good in [hand_batch("batch", true), body(&update())] {
+            for end in 1..good.len() {
+                let body = &good[..end];
+                if first_type(body).is_none() {
+                    continue;
+                }
+                let plain = if first_type(&good) == Some(b"batch") {
+                    same_answer::<NodeFrame>(body).map(|_| ())
+                } else {
+                    same_answer::<TrainerFrame>(body).map(|_| ())
+                };
+                assert!(plain.is_err(), "{end}");
+            }
+        }
+    }
+
+    /// A batch of `keys` (name, dtype, feature shape) with batch shape `batch_size`.
+    fn random_batch(batch_size: &[usize], keys: &[(String, u8, Vec<usize>)], ids: (usize, u64, u64)) -> Batch {
+        let lead: usize = batch_size.iter().product();
+        let entries = keys.iter().map(|(name, dtype, feature)| {
+            let shape: Vec<usize> = batch_size.iter().chain(feature).copied().collect();
+            let n = lead * feature.iter().product::<usize>();
+            let t = match dtype % 5 {
+                0 => Tensor::F32(
+                    ArrayD::from_shape_vec(IxDyn(&shape), (0..n).map(|i| i as f32 * 0.5).collect()).unwrap(),
+                ),
+                1 => Tensor::F64(ArrayD::from_elem(IxDyn(&shape), -0.5)),
+                2 => Tensor::I64(ArrayD::from_shape_vec(IxDyn(&shape), (0..n as i64).collect()).unwrap()),
+                3 => Tensor::Bool(ArrayD::from_shape_vec(IxDyn(&shape), (0..n).map(|i| i % 3 == 0).collect()).unwrap()),
+                _ => Tensor::U8(ArrayD::from_shape_vec(IxDyn(&shape), (0..n).map(|i| i as u8).collect()).unwrap()),
+            };
+            (name.clone(), t)
+        });
+        Batch {
+            node: ids.0,
+            seq: ids.1,
+            weights_version: ids.2,
+            data: TensorDict::from_entries(batch_size, entries).unwrap(),
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+
+        /// Random batches, in their keys, dtypes, shapes and ids: the pooled decode and
+        /// the mirror alone give the plain decode's frame, and its error once cut.
+        #[test]
+        fn random_batches_decode_as_the_plain_decoder_does(
+            batch_size in proptest::collection::vec(0usize..4, 0..3),
+            keys in proptest::collection::btree_map(
+                "[a-z]{1,6}(\\.[a-z]{1,4})?",
+                (0u8..5, proptest::collection::vec(1usize..4, 0..3)),
+                0..12,
+            ),
+            ids in (0usize..300, proptest::prelude::any::<u64>(), proptest::prelude::any::<u64>()),
+            cut in 0.0f64..1.0,
+        ) {
+            let keys: Vec<_> = keys.into_iter().map(|(k, (d, f))| (k, d, f)).collect();
+            let b = random_batch(&batch_size, &keys, ids);
+            let frame = NodeFrame::Message(FromNode::Batch(b));
+            let body = body(&frame);
+            proptest::prop_assert_eq!(same_answer::<NodeFrame>(&body), Ok(frame));
+            let end = 1 + ((body.len() - 1) as f64 * cut) as usize;
+            if end < body.len() && first_type(&body[..end]).is_some() {
+                proptest::prop_assert!(same_answer::<NodeFrame>(&body[..end]).is_err());
+            }
+        }
+    }
+
+    #[test]
+    fn mutated_batches_are_refused_or_read_alike() {
+        use rand::{Rng, SeedableRng};
+        let good = hand_batch("batch", true);
+        let update = body(&update());
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let mut read = 0;
+        for round in 0..4000 {
+            let mut b = if round % 2 == 0 { good.clone() } else { update.clone() };
+            for _ in 0..rng.random_range(1..3) {
+                let i = rng.random_range(6..b.len());
+                match rng.random_range(0..4) {
+                    0 => b[i] ^= 1 << rng.random_range(0..8),
+                    1 => b[i] = rng.random(),
+                    2 => {
+                        let v: u8 = rng.random();
+                        b.insert(i, v);
+                    }
+                    _ => {
+                        b.remove(i);
+                    }
+                }
+            }
+            // Compared by their encodings: a flipped float may be a NaN.
+            let enc = |r: Result<_, WireError>| r.map(|f: NodeFrame| encode(&f, usize::MAX).unwrap());
+            let enc_t = |r: Result<_, WireError>| r.map(|f: TrainerFrame| encode(&f, usize::MAX).unwrap());
+            let mut pool = TensorPool::new(1 << 20);
+            match first_type(&b) {
+                Some(b"batch") => {
+                    let plain = enc(decode(&b));
+                    assert_eq!(enc(decode_pooled(&b, &mut pool)), plain, "{b:x?}");
+                    let alone = enc(mirrored(&b));
+                    assert_eq!(alone.is_ok(), plain.is_ok(), "{b:x?}: {alone:?} {plain:?}");
+                    if plain.is_ok() {
+                        assert_eq!(alone, plain);
+                        read += 1;
+                    }
+                }
+                Some(b"update_weights") => {
+                    let plain = enc_t(decode(&b));
+                    assert_eq!(enc_t(decode_pooled(&b, &mut pool)), plain, "{b:x?}");
+                    let alone = enc_t(mirrored(&b));
+                    assert_eq!(alone.is_ok(), plain.is_ok(), "{b:x?}: {alone:?} {plain:?}");
+                    if plain.is_ok() {
+                        assert_eq!(alone, plain);
+                        read += 1;
+                    }
+                }
+                _ => {}
+            }
+        }
+        assert!(read > 100, "{read} mutated frames read");
     }
 }
