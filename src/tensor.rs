@@ -176,7 +176,15 @@ macro_rules! same_variant {
 /// share per node and key, so that work, not the copy, was its cost). `None` where
 /// a view is not contiguous or the shapes do not fit; the caller then asks ndarray,
 /// which also words the error.
-fn contiguous_join<T: Clone>(views: &[ndarray::ArrayViewD<'_, T>], stack: bool) -> Option<ArrayD<T>> {
+///
+/// `storage`, when it holds exactly the joined element count, is written over
+/// instead of fresh memory (a sync round's stacked batch, recycled: no allocation,
+/// no fresh pages per round).
+fn contiguous_join<T: Clone>(
+    views: &[ndarray::ArrayViewD<'_, T>],
+    stack: bool,
+    storage: Option<Vec<T>>,
+) -> Option<ArrayD<T>> {
     let first = views.first()?;
     let rest = first.shape().get(usize::from(!stack)..)?;
     let mut rows = 0usize;
@@ -188,9 +196,22 @@ fn contiguous_join<T: Clone>(views: &[ndarray::ArrayViewD<'_, T>], stack: bool) 
         rows = rows.checked_add(if stack { 1 } else { *v.shape().first()? })?;
         len = len.checked_add(v.len())?;
     }
-    let mut data = Vec::with_capacity(len);
-    for v in views {
-        data.extend_from_slice(v.as_slice()?);
+    let mut data = match storage {
+        Some(mut v) if v.len() == len => {
+            let mut at = 0;
+            for view in views {
+                let part = view.as_slice()?;
+                v[at..at + part.len()].clone_from_slice(part);
+                at += part.len();
+            }
+            v
+        }
+        _ => Vec::with_capacity(len),
+    };
+    if data.len() != len {
+        for v in views {
+            data.extend_from_slice(v.as_slice()?);
+        }
     }
     let mut shape = Vec::with_capacity(rest.len() + 1);
     shape.push(rows);
@@ -368,6 +389,12 @@ impl Tensor {
 
     /// Stacks tensors of one dtype and shape along a new leading axis.
     pub fn stack(tensors: &[&Tensor], key: &str) -> Result<Tensor, TensorError> {
+        Self::check_stackable(tensors, key)?;
+        Self::join(tensors, key, true)
+    }
+
+    /// Some tensors, all of the first one's shape.
+    fn check_stackable(tensors: &[&Tensor], key: &str) -> Result<(), TensorError> {
         let first = tensors.first().ok_or(TensorError::Empty("stack"))?;
         for t in tensors {
             if t.shape() != first.shape() {
@@ -378,7 +405,7 @@ impl Tensor {
                 });
             }
         }
-        Self::join(tensors, key, true)
+        Ok(())
     }
 
     /// Concatenates tensors of one dtype along axis 0.
@@ -397,12 +424,29 @@ impl Tensor {
     }
 
     fn join(tensors: &[&Tensor], key: &str, stack: bool) -> Result<Tensor, TensorError> {
+        Self::join_into(tensors, key, stack, |_, _| None)
+    }
+
+    /// [`Self::join`], the result written into the storage `storage` gives for its
+    /// dtype and element count where it has some of exactly that count.
+    fn join_into(
+        tensors: &[&Tensor],
+        key: &str,
+        stack: bool,
+        storage: impl FnOnce(DType, usize) -> Option<Elements>,
+    ) -> Result<Tensor, TensorError> {
         let dtype = tensors[0].dtype();
         let err = |e: ndarray::ShapeError| TensorError::Invalid(format!("`{key}`: {e}"));
+        let total = tensors.iter().try_fold(0usize, |acc, t| acc.checked_add(t.len()));
+        let mut storage = total.map(|n| (storage, n));
         macro_rules! go {
             ($variant:ident) => {{
                 let views = same_variant!(tensors.iter().copied(), $variant, key, dtype);
-                let out = match contiguous_join(&views, stack) {
+                let given = match storage.take().and_then(|(s, n)| s(dtype, n)) {
+                    Some(Elements::$variant(v)) => Some(v),
+                    _ => None,
+                };
+                let out = match contiguous_join(&views, stack, given) {
                     Some(out) => out,
                     None if stack => ndarray::stack(Axis(0), &views).map_err(err)?,
                     None => ndarray::concatenate(Axis(0), &views).map_err(err)?,
@@ -950,6 +994,15 @@ impl TensorDict {
 
     /// Stacks dicts with equal batch shapes and keys along a new leading batch dim.
     pub fn stack(dicts: &[TensorDict]) -> Result<TensorDict, TensorError> {
+        Self::stack_into(dicts, |_, _| None)
+    }
+
+    /// [`Self::stack`], each stacked tensor written into the storage `storage` gives
+    /// for its dtype and element count, where it has some of exactly that count.
+    pub(crate) fn stack_into(
+        dicts: &[TensorDict],
+        mut storage: impl FnMut(DType, usize) -> Option<Elements>,
+    ) -> Result<TensorDict, TensorError> {
         let first = dicts.first().ok_or(TensorError::Empty("stack"))?;
         for d in dicts {
             if d.batch_size != first.batch_size {
@@ -963,7 +1016,10 @@ impl TensorDict {
         let mut batch = vec![dicts.len()];
         batch.extend_from_slice(&first.batch_size);
         check_batch_size(&batch)?;
-        Self::combine(dicts, batch, Tensor::stack)
+        Self::combine(dicts, batch, |parts, key| {
+            Tensor::check_stackable(parts, key)?;
+            Tensor::join_into(parts, key, true, &mut storage)
+        })
     }
 
     /// Concatenates dicts along batch dim 0 (the other batch dims must agree).
@@ -994,7 +1050,7 @@ impl TensorDict {
     fn combine(
         dicts: &[TensorDict],
         batch_size: Vec<usize>,
-        op: fn(&[&Tensor], &str) -> Result<Tensor, TensorError>,
+        mut op: impl FnMut(&[&Tensor], &str) -> Result<Tensor, TensorError>,
     ) -> Result<TensorDict, TensorError> {
         let first = &dicts[0];
         for d in dicts {
@@ -1271,7 +1327,7 @@ mod tests {
             let owned: Vec<ArrayD<i64>> = shapes.iter().enumerate().map(|(i, s)| arr(s, 100 * i as i64)).collect();
             let views: Vec<_> = owned.iter().map(|a| a.view()).collect();
             for stack in [true, false] {
-                let ours = contiguous_join(&views, stack);
+                let ours = contiguous_join(&views, stack, None);
                 let theirs = if stack {
                     ndarray::stack(Axis(0), &views).ok()
                 } else {
@@ -1283,7 +1339,7 @@ mod tests {
         // A view that is not contiguous in C order (a transpose) is left to ndarray.
         let t = arr(&[3, 2], 0);
         let views = [t.view().reversed_axes(), t.view().reversed_axes()];
-        assert_eq!(contiguous_join(&views, true), None);
+        assert_eq!(contiguous_join(&views, true, None), None);
         let a = Tensor::I64(t.clone().reversed_axes());
         let stacked = Tensor::stack(&[&a, &a], "k").unwrap();
         assert_eq!(stacked.shape(), &[2, 2, 3]);

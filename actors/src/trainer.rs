@@ -258,9 +258,15 @@ impl Trainer {
         self
     }
 
-    fn recycle(&self, node: Option<usize>, data: rollout::TensorDict) {
-        if let Some(Some(r)) = node.and_then(|n| self.recyclers.get(n)) {
-            r.do_send(Recycle { node, data });
+    fn recycle(&mut self, node: Option<usize>, data: rollout::TensorDict) {
+        match node {
+            // A node's own batch goes back to it; a stacked sync round stays here.
+            Some(n) => {
+                if let Some(Some(r)) = self.recyclers.get(n) {
+                    r.do_send(Recycle { node, data });
+                }
+            }
+            None => self.machine.recycle_round(data),
         }
     }
 

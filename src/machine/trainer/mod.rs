@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use crate::message::{Batch, FromNode, ToNode};
 use crate::policy::Weights;
+use crate::pool::TensorPool;
 use crate::supervisor::Restarts;
 
 mod checkpoint;
@@ -86,6 +87,9 @@ pub struct TrainerMachine {
     finished: bool,
     /// Sync: the shares of the round in flight.
     round: Option<Vec<Option<Batch>>>,
+    /// Sync: storage of stacked rounds the consumer handed back
+    /// ([`TrainerMachine::recycle_round`]), which the next rounds are stacked into.
+    stacked: TensorPool,
     /// Async: batches received and not yet yielded.
     ready: VecDeque<Batch>,
     /// Async: Continue already sent to every node.
@@ -140,6 +144,7 @@ impl TrainerMachine {
             batches_yielded: 0,
             finished: false,
             round: None,
+            stacked: TensorPool::new(usize::MAX),
             ready: VecDeque::new(),
             started: false,
             wanted: false,

@@ -10,6 +10,18 @@ use crate::schema::keys;
 use crate::tensor::{Tensor, TensorDict};
 
 impl TrainerMachine {
+    /// A stacked sync round (a batch yielded with no node) the consumer is done with:
+    /// its storage takes the next round, so a round allocates nothing (a round of
+    /// a thousand nodes' shares is megabytes of fresh pages each time otherwise).
+    /// Only the latest is kept; one whose tensors fit no later round is dropped by
+    /// the next.
+    pub fn recycle_round(&mut self, data: TensorDict) {
+        if self.cfg.sync {
+            self.stacked = crate::pool::TensorPool::new(usize::MAX);
+            self.stacked.put_dict(data);
+        }
+    }
+
     /// Asks node `node` for `frames` frames under the next seq. A restarting node
     /// holds them until it is back (then they are sent under a new seq); a node that
     /// is down gets nothing.
@@ -254,7 +266,10 @@ impl TrainerMachine {
                         let shares: Vec<Batch> = self.round.take().into_iter().flatten().flatten().collect();
                         let versions: Vec<u64> = shares.iter().map(|s| s.weights_version).collect();
                         let data: Vec<TensorDict> = shares.into_iter().map(|s| s.data).collect();
-                        let stacked = TensorDict::stack(&data)?;
+                        let pool = &mut self.stacked;
+                        let stacked = TensorDict::stack_into(&data, |dtype, n| pool.take(dtype, n));
+                        pool.end_decode();
+                        let stacked = stacked?;
                         for (node, data) in data.into_iter().enumerate() {
                             out.push(Output::Recycle { node, data });
                         }
@@ -325,6 +340,61 @@ mod tests {
         assert_eq!(recycled, vec![0, 1], "each share's storage goes back to its node");
         assert!(continues(&out).is_empty(), "a sync round starts at the next request");
         assert_eq!(continues(&request(&mut m)), vec![(0, 2, 4), (1, 3, 4)]);
+    }
+
+    #[test]
+    fn a_recycled_sync_round_takes_the_next_round_in_its_own_storage() {
+        let ptrs = |d: &TensorDict| -> Vec<*const u8> {
+            d.iter()
+                .map(|(_, t)| match t {
+                    Tensor::F32(a) => a.as_ptr().cast(),
+                    Tensor::I64(a) => a.as_ptr().cast(),
+                    Tensor::Bool(a) => a.as_ptr().cast(),
+                    Tensor::F64(a) => a.as_ptr().cast(),
+                    Tensor::U8(a) => a.as_ptr(),
+                })
+                .collect()
+        };
+        let mut m = machine(config(2, 1, 8, None, true));
+        let round = |m: &mut TrainerMachine, seq: u64| {
+            request(m);
+            feed(m, batch(0, seq, 1, 4));
+            let out = feed(m, batch(1, seq + 1, 1, 4));
+            out.into_iter()
+                .find_map(|o| match o {
+                    Output::Yield(c) => Some(c.data),
+                    _ => None,
+                })
+                .expect("a round")
+        };
+        let first = round(&mut m, 0);
+        let slots = ptrs(&first);
+        let size = first.batch_size().to_vec();
+        let keys = first.len();
+        m.recycle_round(first);
+        assert_eq!(m.stacked.len(), keys, "the round's storage is kept, one vector per key");
+        let second = round(&mut m, 2);
+        assert!(m.stacked.is_empty(), "and taken by the next round");
+        assert_eq!(
+            ptrs(&second),
+            slots,
+            "every tensor stacked into the recycled round's storage"
+        );
+        assert_eq!(second.batch_size(), &size[..]);
+        let Ok(Tensor::I64(ids)) = second.get(keys::TRAJ_IDS) else {
+            panic!("no trajectory ids");
+        };
+        assert!(
+            ids.index_axis(ndarray::Axis(0), 1).iter().all(|&x| x == 1),
+            "the new round's frames"
+        );
+        // Not recycled: the next round is stacked into fresh storage.
+        let third = round(&mut m, 4);
+        assert!(ptrs(&third).iter().all(|p| !slots.contains(p)));
+        // A round of another size, recycled, is not used (and is dropped by the next).
+        m.recycle_round(data(0, 1, 2));
+        let fourth = round(&mut m, 6);
+        assert_eq!(fourth.batch_size(), &[2, 1, 4]);
     }
 
     #[test]
