@@ -21,7 +21,9 @@
 //!
 //! Run: `cargo bench -p rollout-benches --bench scale`. N defaults to 1,8,64,256,1024;
 //! `ROLLOUT_SCALE_NODES=8,64` picks others, `ROLLOUT_SCALE_SECS` the seconds each
-//! phase measures (default 3).
+//! phase measures (default 3). The swarm's nodes answer the trainer's heartbeats as
+//! `rollout node` does; with `ROLLOUT_SCALE_OWN_BEATS=1` they beat on timers of their
+//! own at spread phases instead, as independent processes (or the Python node) do.
 
 use std::cell::RefCell;
 use std::io::{Read, Write};
@@ -427,7 +429,7 @@ fn swarm_nodes() {
             .map(|i| {
                 let (addr, token, failures) = (addr.clone(), Rc::clone(&token), Rc::clone(&failures));
                 tokio::task::spawn_local(async move {
-                    if let Err(e) = swarm_node(&addr, &token, format!("swarm-{i}")).await {
+                    if let Err(e) = swarm_node(&addr, &token, i).await {
                         eprintln!("swarm node {i}: {e}");
                         *failures.borrow_mut() += 1;
                     }
@@ -455,7 +457,14 @@ async fn read_frame<R: AsyncReadExt + Unpin>(r: &mut R, max: usize) -> Result<Tr
 /// One node: the login as `rollout node` does it, then its session and node machine
 /// until `Shutdown`. Frames are read by a task of their own (reads are not
 /// cancel-safe) and handed over, so heartbeats go out on time while it waits.
-async fn swarm_node(addr: &str, token: &[u8], name: String) -> Result<(), String> {
+///
+/// With `ROLLOUT_SCALE_OWN_BEATS=1` a node does not answer the trainer's heartbeats:
+/// it beats on a timer of its own every interval, at a phase of its own (node `i`
+/// spread over the interval), as nodes started at different times by different
+/// people would (the Python node beats on its own timer).
+async fn swarm_node(addr: &str, token: &[u8], i: usize) -> Result<(), String> {
+    let name = format!("swarm-{i}");
+    let own_beats = std::env::var("ROLLOUT_SCALE_OWN_BEATS").is_ok_and(|v| v == "1");
     let mut backoff = Duration::from_millis(20);
     let s = loop {
         match tokio::net::TcpStream::connect(addr).await {
@@ -505,7 +514,15 @@ async fn swarm_node(addr: &str, token: &[u8], name: String) -> Result<(), String
     });
     // The heartbeat timer, moved on whenever the trainer's beat is answered (as
     // `rollout node` does).
-    let beat = tokio::time::sleep_until(session.next_beat().into());
+    let every = session.heartbeat();
+    // Node `i`'s own phase: a fixed scramble of its index over the interval.
+    let phase = every.mul_f64(((i as u64).wrapping_mul(2_654_435_761) % 1000) as f64 / 1000.0);
+    let first = if own_beats {
+        Instant::now() + phase
+    } else {
+        session.next_beat()
+    };
+    let beat = tokio::time::sleep_until(first.into());
     tokio::pin!(beat);
     let result = loop {
         tokio::select! {
@@ -527,12 +544,12 @@ async fn swarm_node(addr: &str, token: &[u8], name: String) -> Result<(), String
                             break Ok(());
                         }
                     }
-                    Inbound::Answer => {
+                    Inbound::Answer if !own_beats => {
                         w.write_all(&encode(&NodeFrame::Heartbeat, max)?).await.map_err(|e| e.to_string())?;
                         session.beat_sent(Instant::now());
                         beat.as_mut().reset(session.next_beat().into());
                     }
-                    Inbound::Nothing => {}
+                    Inbound::Answer | Inbound::Nothing => {}
                     Inbound::Close(reason) => break Err(reason),
                 }
             }
@@ -540,7 +557,8 @@ async fn swarm_node(addr: &str, token: &[u8], name: String) -> Result<(), String
                 session.on_tick(Instant::now())?;
                 w.write_all(&encode(&NodeFrame::Heartbeat, max)?).await.map_err(|e| e.to_string())?;
                 session.beat_sent(Instant::now());
-                beat.as_mut().reset(session.next_beat().into());
+                let next = if own_beats { Instant::now() + every } else { session.next_beat() };
+                beat.as_mut().reset(next.into());
             }
         }
     };
