@@ -86,7 +86,7 @@ pub struct TrainerMachine {
     /// `total_frames` yielded, or shutting down: no batch will come.
     finished: bool,
     /// Sync: the shares of the round in flight.
-    round: Option<Vec<Option<Batch>>>,
+    round: Option<rounds::Round>,
     /// Sync: storage of stacked rounds the consumer handed back
     /// ([`TrainerMachine::recycle_round`]), which the next rounds are stacked into.
     stacked: TensorPool,

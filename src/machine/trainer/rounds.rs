@@ -9,6 +9,15 @@ use crate::message::{Batch, Continue, ToNode};
 use crate::schema::keys;
 use crate::tensor::{Tensor, TensorDict};
 
+/// Sync: the shares of the round in flight, in node order, and how many are still to
+/// come, so that a share's arrival does not scan the round (with a thousand nodes that
+/// scan made each round O(N²)).
+#[derive(Debug)]
+pub(super) struct Round {
+    shares: Vec<Option<Batch>>,
+    missing: usize,
+}
+
 impl TrainerMachine {
     /// A stacked sync round (a batch yielded with no node) the consumer is done with:
     /// its storage takes the next round, so a round allocates nothing (a round of
@@ -68,7 +77,10 @@ impl TrainerMachine {
                 for i in 0..self.cfg.nodes {
                     self.continue_node(i, share, out);
                 }
-                self.round = Some(vec![None; self.cfg.nodes]);
+                self.round = Some(Round {
+                    shares: vec![None; self.cfg.nodes],
+                    missing: self.cfg.nodes,
+                });
             }
         } else {
             self.push_stale(out);
@@ -261,9 +273,12 @@ impl TrainerMachine {
         if self.cfg.sync {
             if !self.finished {
                 if let Some(round) = self.round.as_mut() {
-                    round[node] = Some(b);
-                    if round.iter().all(Option::is_some) {
-                        let shares: Vec<Batch> = self.round.take().into_iter().flatten().flatten().collect();
+                    if round.shares[node].replace(b).is_none() {
+                        round.missing -= 1;
+                    }
+                    if round.missing == 0 {
+                        let shares: Vec<Batch> =
+                            self.round.take().into_iter().flat_map(|r| r.shares).flatten().collect();
                         let versions: Vec<u64> = shares.iter().map(|s| s.weights_version).collect();
                         let data: Vec<TensorDict> = shares.into_iter().map(|s| s.data).collect();
                         let pool = &mut self.stacked;
