@@ -1,7 +1,9 @@
 """One connection to a trainer (PROTOCOL.md §§4-6): the handshake, then a reader thread
 (trainer frames into a queue, its silence timed), a writer thread (frames out, so a large
 batch never delays the reader), a heartbeat thread, and the main thread serving frames in
-order.
+order. Heartbeats answer the trainer's as the Rust node's do (PROTOCOL.md §5, Liveness): the
+reader answers a trainer heartbeat unless this node beat less than half an interval before,
+and the heartbeat thread beats on its own only 1.25 intervals after the node's last beat.
 """
 
 import queue
@@ -65,6 +67,10 @@ class Session:
         self.outbox = queue.Queue()
         self.stop = threading.Event()
         self.last_heard = time.monotonic()
+        #: When this node last queued a heartbeat (an answer or its own), or the session began.
+        self.beat_sent = time.monotonic()
+        self._beat_lock = threading.Lock()
+        self._beat = wire.encode({"type": "heartbeat"})
 
     # -- handshake ---------------------------------------------------------------------
     def handshake(self):
@@ -116,7 +122,11 @@ class Session:
                 self.inbox.put(("error", f"lost the trainer: {e}"))
                 return
             self.last_heard = time.monotonic()
-            if f["type"] != "heartbeat":
+            if f["type"] == "heartbeat":
+                # Answered at once, unless this node beat half an interval ago or less (its
+                # own timer came first, or the trainer's beats come closer than its interval).
+                self._beat_if_quiet_for(self.heartbeat_s / 2)
+            else:
                 self.inbox.put(("frame", f))
 
     def _writer(self):
@@ -137,10 +147,24 @@ class Session:
             if last:
                 return
 
+    def _beat_if_quiet_for(self, quiet):
+        """Queues a heartbeat if this node queued none for ``quiet`` seconds."""
+        with self._beat_lock:
+            now = time.monotonic()
+            if now - self.beat_sent >= quiet:
+                self.beat_sent = now
+                self.outbox.put(self._beat)
+
     def _heartbeat(self):
-        beat = wire.encode({"type": "heartbeat"})
-        while not self.stop.wait(self.heartbeat_s):
-            self.outbox.put(beat)
+        """The node's own beat, only when the trainer's is late: 1.25 intervals after the
+        node's last heartbeat (an answer or its own). The trainer's silence is checked at
+        least every interval."""
+        own = self.heartbeat_s * 1.25
+        while True:
+            wait = min(self.beat_sent + own - time.monotonic(), self.heartbeat_s)
+            if self.stop.wait(max(wait, 0.0)):
+                return
+            self._beat_if_quiet_for(own)
             if time.monotonic() - self.last_heard > self.timeout_s:
                 self.inbox.put(("error", f"lost the trainer: silent for more than {self.timeout_s * 1000:.0f} ms"))
                 return
@@ -162,7 +186,7 @@ class Session:
         self.max_frame = welcome["max_frame"]
         self.heartbeat_s = max(welcome["heartbeat_ms"], 1) / 1000.0
         self.timeout_s = max(welcome["heartbeat_timeout_ms"], 1) / 1000.0
-        self.last_heard = time.monotonic()
+        self.last_heard = self.beat_sent = time.monotonic()
         threads = [threading.Thread(target=t, daemon=True) for t in (self._reader, self._writer, self._heartbeat)]
         for t in threads:
             t.start()

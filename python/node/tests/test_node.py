@@ -1,7 +1,9 @@
 """The Python node against a scripted trainer: a whole session, bad input of every kind,
 a trainer that vanishes or goes silent, supervision of an env that raises."""
 
+import queue
 import signal
+import threading
 import time
 
 import gymnasium as gym
@@ -146,6 +148,76 @@ def test_heartbeats_keep_coming_while_a_large_batch_is_collected(trainer):
     assert beats >= 3, f"only {beats} heartbeats while 100000 frames were collected"
     trainer.send({"type": "shutdown"})
     assert trainer.recv()["type"] == "down"
+
+
+def _collect_frames(trainer):
+    """A thread reading every frame the node sends into a queue of ``(arrival time, frame)``,
+    then ``(time, None)`` once the connection is closed."""
+    frames = queue.Queue()
+
+    def read():
+        while True:
+            try:
+                f = trainer.recv(skip_heartbeats=False)
+            except (EOFError, OSError, ValueError):
+                frames.put((time.monotonic(), None))
+                return
+            frames.put((time.monotonic(), f))
+
+    threading.Thread(target=read, daemon=True).start()
+    return frames
+
+
+def _next_frame(frames, deadline):
+    try:
+        at, f = frames.get(timeout=max(deadline - time.monotonic(), 0.001))
+    except queue.Empty:
+        pytest.fail("no frame from the node before the deadline")
+    assert f is not None, "the node closed the connection"
+    return at, f
+
+
+def test_the_node_answers_the_trainers_heartbeats_and_beats_alone_when_they_stop(trainer):
+    h = 0.4  # heartbeat_ms 400
+    trainer.start_node()
+    trainer.join(cartpole_spec(), weights=linear_weights(2, 4), heartbeat_ms=int(h * 1000))
+    frames = _collect_frames(trainer)
+    # The node's first own beat sets its phase; the trainer beats 0.3 intervals after it, so
+    # a node on a timer of its own phase beats 0.7 intervals after each trainer beat.
+    at, f = _next_frame(frames, time.monotonic() + DEADLINE)
+    assert f["type"] == "heartbeat", f
+    beats = [at]
+    sent = []
+    for k in range(8):
+        pause = at + 0.3 * h + k * h - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)  # pacing the trainer's beats
+        sent.append(time.monotonic())
+        trainer.send({"type": "heartbeat"})
+    # The trainer stops beating: the node beats alone, 1.25 intervals apart.
+    deadline = time.monotonic() + DEADLINE
+    while sum(t > sent[-1] + h / 2 for t in beats) < 4:
+        t, f = _next_frame(frames, deadline)
+        assert f["type"] == "heartbeat", f
+        beats.append(t)
+    # After the first two trainer beats, each is answered within half an interval, once.
+    answered = [t for t in beats if sent[2] <= t < sent[-1] + h / 2]
+    for t in answered:
+        assert any(s <= t < s + h / 2 for s in sent[2:]), (
+            f"a node heartbeat {t - sent[2]:.3f} s after the third trainer beat is no answer to one "
+            f"(trainer beats at {[round(s - sent[2], 3) for s in sent[2:]]})"
+        )
+    counts = [sum(s <= t < s + h / 2 for t in answered) for s in sent[2:]]
+    assert counts == [1] * len(sent[2:]), f"node heartbeats per trainer beat: {counts}"
+    alone = [answered[-1]] + [t for t in beats if t >= sent[-1] + h / 2]
+    gaps = [round((b - a) / h, 2) for a, b in zip(alone, alone[1:])]
+    assert len(gaps) >= 4 and all(1.0 <= g <= 2.0 for g in gaps), f"gaps between the node's own beats, in intervals: {gaps}"
+    trainer.send({"type": "shutdown"})
+    deadline = time.monotonic() + DEADLINE
+    while (f := _next_frame(frames, deadline)[1])["type"] == "heartbeat":
+        pass
+    assert f["type"] == "down", f
+    assert trainer.finish()[0] == 0
 
 
 def _frames_until_closed(trainer):
