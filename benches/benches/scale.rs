@@ -23,7 +23,7 @@
 //! `ROLLOUT_SCALE_NODES=8,64` picks others, `ROLLOUT_SCALE_SECS` the seconds each
 //! phase measures (default 3). The swarm's nodes answer the trainer's heartbeats as
 //! `rollout node` does; with `ROLLOUT_SCALE_OWN_BEATS=1` they beat on timers of their
-//! own at spread phases instead, as independent processes (or the Python node) do.
+//! own at spread phases instead, as independent processes of a node that does not answer do.
 
 use std::cell::RefCell;
 use std::io::{Read, Write};
@@ -461,7 +461,7 @@ async fn read_frame<R: AsyncReadExt + Unpin>(r: &mut R, max: usize) -> Result<Tr
 /// With `ROLLOUT_SCALE_OWN_BEATS=1` a node does not answer the trainer's heartbeats:
 /// it beats on a timer of its own every interval, at a phase of its own (node `i`
 /// spread over the interval), as nodes started at different times by different
-/// people would (the Python node beats on its own timer).
+/// people would if they did not answer (both nodes of this repository answer).
 async fn swarm_node(addr: &str, token: &[u8], i: usize) -> Result<(), String> {
     let name = format!("swarm-{i}");
     let own_beats = std::env::var("ROLLOUT_SCALE_OWN_BEATS").is_ok_and(|v| v == "1");
