@@ -255,7 +255,13 @@ fn a_host_cut_off_for_less_than_the_heartbeat_timeout_loses_nothing_and_restarts
     assert!(after > 0, "no batch after the cut: the run did not go on across it");
     let log = t.stderr_text();
     for quiet in ["restarting node", "closing connection", "waiting for node to rejoin"] {
-        assert_eq!(count_lines(&log, &[quiet]), 0, "`{quiet}` logged:\n{log}");
+        assert_eq!(
+            count_lines(&log, &[quiet]),
+            0,
+            "`{quiet}` logged:\n{log}\nnode 0:\n{}\nnode 1:\n{}",
+            n2.stderr_text(),
+            n1.stderr_text()
+        );
     }
     assert_eq!(n1.exit_code(DEADLINE), Some(0), "{}", n1.stderr_text());
     assert_eq!(n2.exit_code(DEADLINE), Some(0), "{}", n2.stderr_text());
@@ -330,7 +336,13 @@ fn async_a_host_cut_off_for_less_than_the_heartbeat_timeout_the_other_node_carri
     assert_exact_run(&mut t, &dir, spec.total_frames);
     let log = t.stderr_text();
     for quiet in ["restarting node", "closing connection", "waiting for node to rejoin"] {
-        assert_eq!(count_lines(&log, &[quiet]), 0, "`{quiet}` logged:\n{log}");
+        assert_eq!(
+            count_lines(&log, &[quiet]),
+            0,
+            "`{quiet}` logged:\n{log}\nnode 0:\n{}\nnode 1:\n{}",
+            n2.stderr_text(),
+            n1.stderr_text()
+        );
     }
     assert_eq!(n1.exit_code(DEADLINE), Some(0), "{}", n1.stderr_text());
     assert_eq!(n2.exit_code(DEADLINE), Some(0), "{}", n2.stderr_text());

@@ -304,6 +304,9 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
             )
         }
     };
+    // A second handle on the socket, to close it cleanly once the link is done (see
+    // `close_cleanly`); without one the node goes on as before.
+    let closer = second_handle(&stream);
     let (read, write) = stream.into_split();
     let (done_tx, done_rx) = oneshot::channel();
     let link_ctx = Context::<TrainerLink>::new();
@@ -360,7 +363,52 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
     leave_task.abort();
     drop(link);
     let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
+    if result.is_ok() {
+        if let Some(s) = closer {
+            close_cleanly(s).await;
+        }
+    }
     (result, arbiters)
+}
+
+/// How long a node that said its last frame waits for the trainer to close.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
+
+/// A second handle on `stream`'s socket (a `dup` of its descriptor), so that the
+/// socket outlives the halves the link reads and writes through. `None` if the
+/// descriptor cannot be duplicated.
+fn second_handle(stream: &TcpStream) -> Option<TcpStream> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    // SAFETY: `dup` of an open descriptor owned by `stream`; the new descriptor is
+    // owned by the std stream made from it and closed when that is dropped.
+    let fd = unsafe { libc::dup(stream.as_raw_fd()) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: `fd` is a fresh, open descriptor of a connected TCP socket, owned here.
+    let std = unsafe { std::net::TcpStream::from_raw_fd(fd) };
+    std.set_nonblocking(true).ok()?;
+    TcpStream::from_std(std).ok()
+}
+
+/// Closes the connection after the node's last frame (`down`, `leave`) so that the
+/// frame arrives: the write side is shut (the trainer reads the frame, then the end,
+/// and closes its side), and what the trainer sent meanwhile (a heartbeat) is read
+/// and dropped until it closes, at most [`CLOSE_WAIT`]. A socket closed with unread
+/// bytes in it is reset instead, and a reset throws away what was still queued to
+/// send: the last frame itself, on a slow link.
+async fn close_cleanly(mut s: TcpStream) {
+    use tokio::io::AsyncReadExt;
+    let _ = s.shutdown().await;
+    let drain = async {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = s.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(CLOSE_WAIT, drain).await;
 }
 
 /// Sends `failed` with `reason` and closes the connection, bounded: a node that cannot
