@@ -112,7 +112,9 @@ class Session:
 
     # -- threads -----------------------------------------------------------------------
     def _reader(self):
-        while not self.stop.is_set():
+        # Reads until the trainer closes (or the socket fails), also after the node's last
+        # frame: closing with unread bytes would reset the connection (see `run`).
+        while True:
             try:
                 f = wire.read_frame(self.rfile, self.max_frame)
             except wire.ProtocolError as e:
@@ -219,6 +221,15 @@ class Session:
             self.stop.set()
             self.outbox.put(None)
             threads[1].join(timeout=30)
+            # A clean close (PROTOCOL.md §5, Shutdown): the write side shut after the last
+            # frame, then what the trainer still sends is read (by the reader) until it
+            # closes, at most 1 s. Closing with a heartbeat unread would reset the
+            # connection, and the reset throws away what is still queued: maybe `down`.
+            try:
+                self.sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+            threads[0].join(timeout=1.0)
             try:
                 self.sock.close()
             except OSError:
