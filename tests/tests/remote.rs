@@ -1152,3 +1152,51 @@ fn a_node_answers_the_trainers_heartbeats_and_beats_alone_once_they_stop() {
     drop(frames);
     reader.join().expect("reader");
 }
+
+/// After its `down` a Rust node closes cleanly: its write side shut, it reads what the
+/// trainer still sends until the trainer closes. A node that closed at once would answer
+/// those bytes with a reset, and a reset throws away whatever the node still had queued to
+/// send (on a slow link, the `down` itself).
+#[test]
+fn after_its_down_a_node_reads_until_the_trainer_closes() {
+    use rollout::node_spec::NodeSpec;
+    use rollout::rollout::RolloutConfig;
+    use rollout::{EnvSpec, PolicySpec};
+    use rollout_tests::{scripted_join, scripted_node_result};
+
+    let spec = NodeSpec {
+        index: 0,
+        env: EnvSpec::new("CartPole-v1"),
+        policy: PolicySpec::from(PolicyConfig::Random),
+        envs_per_node: 1,
+        first_lane: 0,
+        lanes: 1,
+        rollout: RolloutConfig {
+            frames_per_batch: 10,
+            ..RolloutConfig::default()
+        },
+        max_restarts: 0,
+        restart_window_ms: 5000,
+        worker_nice: 0,
+    };
+    // Heartbeats far apart: only the frames this test sends.
+    let (mut t, node) = scripted_join(spec, None, 60_000);
+    assert!(matches!(t.recv(), Some(NodeFrame::Message(FromNode::Ready { .. }))));
+    t.send(&TrainerFrame::Message(ToNode::Shutdown));
+    assert!(matches!(t.recv(), Some(NodeFrame::Message(FromNode::Down { node: 0 }))));
+    // Its write side is shut after `down`.
+    let mut byte = [0u8; 1];
+    assert_eq!(t.s.read(&mut byte).ok(), Some(0), "the end after down");
+    // It still reads: heartbeats written for 300 ms all go through (a closed socket
+    // would answer the first with a reset, and the writes after it would fail).
+    let beat = wire::encode(&TrainerFrame::Heartbeat, 64).expect("encode");
+    for i in 0..30 {
+        if let Err(e) = t.s.write_all(&beat) {
+            panic!("heartbeat {i} after down: {e} (the node closed without reading)");
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    // The trainer closes: the node is done, and ends well.
+    drop(t);
+    assert_eq!(scripted_node_result(node), Ok(()));
+}
