@@ -1060,28 +1060,10 @@ fn a_node_waiting_in_the_lobby_longer_than_the_heartbeat_timeout_stays_and_the_r
 /// the trainer's stop it beats alone, 1.25 intervals after its last.
 #[test]
 fn a_node_answers_the_trainers_heartbeats_and_beats_alone_once_they_stop() {
-    use rollout::node_spec::NodeSpec;
-    use rollout::rollout::RolloutConfig;
-    use rollout::{EnvSpec, PolicySpec};
     use rollout_tests::{scripted_join, scripted_node_result};
 
     const INTERVAL: Duration = Duration::from_millis(400);
-    let spec = NodeSpec {
-        index: 0,
-        env: EnvSpec::new("CartPole-v1"),
-        policy: PolicySpec::from(PolicyConfig::Random),
-        envs_per_node: 1,
-        first_lane: 0,
-        lanes: 1,
-        rollout: RolloutConfig {
-            frames_per_batch: 10,
-            ..RolloutConfig::default()
-        },
-        max_restarts: 0,
-        restart_window_ms: 5000,
-        worker_nice: 0,
-    };
-    let (mut t, node) = scripted_join(spec, None, INTERVAL.as_millis() as u64);
+    let (mut t, node) = scripted_join(one_env_spec(), None, INTERVAL.as_millis() as u64);
     assert!(matches!(t.recv(), Some(NodeFrame::Message(FromNode::Ready { .. }))));
     // Every frame the node sends from here on, with the time it came.
     let mut read = rollout_tests::Scripted {
@@ -1159,28 +1141,10 @@ fn a_node_answers_the_trainers_heartbeats_and_beats_alone_once_they_stop() {
 /// send (on a slow link, the `down` itself).
 #[test]
 fn after_its_down_a_node_reads_until_the_trainer_closes() {
-    use rollout::node_spec::NodeSpec;
-    use rollout::rollout::RolloutConfig;
-    use rollout::{EnvSpec, PolicySpec};
     use rollout_tests::{scripted_join, scripted_node_result};
 
-    let spec = NodeSpec {
-        index: 0,
-        env: EnvSpec::new("CartPole-v1"),
-        policy: PolicySpec::from(PolicyConfig::Random),
-        envs_per_node: 1,
-        first_lane: 0,
-        lanes: 1,
-        rollout: RolloutConfig {
-            frames_per_batch: 10,
-            ..RolloutConfig::default()
-        },
-        max_restarts: 0,
-        restart_window_ms: 5000,
-        worker_nice: 0,
-    };
     // Heartbeats far apart: only the frames this test sends.
-    let (mut t, node) = scripted_join(spec, None, 60_000);
+    let (mut t, node) = scripted_join(one_env_spec(), None, 60_000);
     assert!(matches!(t.recv(), Some(NodeFrame::Message(FromNode::Ready { .. }))));
     t.send(&TrainerFrame::Message(ToNode::Shutdown));
     assert!(matches!(t.recv(), Some(NodeFrame::Message(FromNode::Down { node: 0 }))));
@@ -1199,4 +1163,24 @@ fn after_its_down_a_node_reads_until_the_trainer_closes() {
     // The trainer closes: the node is done, and ends well.
     drop(t);
     assert_eq!(scripted_node_result(node), Ok(()));
+}
+
+/// A one-worker CartPole node with a random policy (needs no weights), for the
+/// scripted trainer.
+fn one_env_spec() -> rollout::node_spec::NodeSpec {
+    rollout::node_spec::NodeSpec {
+        index: 0,
+        env: rollout::EnvSpec::new("CartPole-v1"),
+        policy: rollout::PolicySpec::from(PolicyConfig::Random),
+        envs_per_node: 1,
+        first_lane: 0,
+        lanes: 1,
+        rollout: rollout::rollout::RolloutConfig {
+            frames_per_batch: 10,
+            ..Default::default()
+        },
+        max_restarts: 0,
+        restart_window_ms: 5000,
+        worker_nice: 0,
+    }
 }
