@@ -99,7 +99,16 @@ class Trainer:
         return ready
 
     def finish(self):
-        """The node's exit status and stderr (waits with a deadline)."""
+        """The node's exit status and stderr (waits with a deadline). As the Rust trainer
+        does, the connection is read until the node shuts its side, then closed: a node
+        waits (at most 1 s) for that close after its last frame (PROTOCOL.md §5)."""
+        if self.sock is not None:
+            try:
+                while self.sock.recv(65536):
+                    pass
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # closed already (by the test, or reset by the node)
         try:
             _, err = self.proc.communicate(timeout=DEADLINE)
         except subprocess.TimeoutExpired:
