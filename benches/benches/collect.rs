@@ -6,10 +6,14 @@
 //!     written into plain reused arrays, nothing else (the physical limit of one core);
 //! (b) `Rollout` collecting the same frames (core crate);
 //! (p) the bare loop on every core at once, on plain threads;
-//! (c) the in-process actor system, 2 nodes x 1 env, async and sync;
+//! (c) the in-process actor system, 2 nodes x 1 env, async and sync, pulled with the
+//!     blocking `DistributedCollector` from this thread;
+//! (ce) the same async collection pulled by a task on the trainer's own thread, as an
+//!     embedded run (`CollectorBuilder::start_embedded`) does: no thread wake-ups
+//!     between trainer and consumer;
 //! (a8), (b8), (p8) the same as (a), (b), (p) with 8 envs per loop (one policy call per
 //!     step for the 8 observations), against their own 8-env bare loop.
-//! Prints frames/s and the ratios b/a, c/(cores x a), c/p and b8/a8, for each mode.
+//! Prints frames/s and the ratios b/a, c/(cores x a), c/p, ce/p and b8/a8, for each mode.
 //! `ROLLOUT_BENCH_ONLY=cpair` alternates short windows of a, p and c in one process
 //! instead, for a busy machine (see `cpair`).
 //!
@@ -17,16 +21,22 @@
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::{Arc, Barrier, OnceLock};
 use std::time::{Duration, Instant};
 
 use rollout::env::{CartPole, CartPoleConfig};
 use rollout::policy::{ActionsMut, Linear, Policy};
 use rollout::rollout::{Rollout, RolloutConfig, TrajIds};
 use rollout::{Action, Env, ExplorationType, PolicyConfig};
-use rollout_actors::DistributedCollector;
+use rollout_actors::messages::{NextBatch, Recycle, StopNodes};
+use rollout_actors::{CollectorBuilder, DistributedCollector};
 
-const F: usize = 10_000;
+/// Frames per batch: 10,000, or `ROLLOUT_BENCH_FRAMES` in the profiling runs (how the
+/// per-batch costs of collection scale against the per-frame ones).
+fn batch_frames() -> usize {
+    static FRAMES: OnceLock<usize> = OnceLock::new();
+    *FRAMES.get_or_init(|| knob("ROLLOUT_BENCH_FRAMES", 10_000))
+}
 
 /// The two exploration modes, in the order they are reported.
 const MODES: [(ExplorationType, &str); 2] = [
@@ -83,15 +93,15 @@ impl Bare {
             policy,
             cur,
             act: vec![0; k],
-            obs: vec![0.0; F * 4],
-            next_obs: vec![0.0; F * 4],
-            action: vec![0; F],
-            reward: vec![0.0; F],
-            done: vec![false; F],
-            terminated: vec![false; F],
-            truncated: vec![false; F],
-            traj: vec![0; F],
-            step: vec![0; F],
+            obs: vec![0.0; batch_frames() * 4],
+            next_obs: vec![0.0; batch_frames() * 4],
+            action: vec![0; batch_frames()],
+            reward: vec![0.0; batch_frames()],
+            done: vec![false; batch_frames()],
+            terminated: vec![false; batch_frames()],
+            truncated: vec![false; batch_frames()],
+            traj: vec![0; batch_frames()],
+            step: vec![0; batch_frames()],
             traj_id: (0..k as i64).collect(),
             step_count: vec![0; k],
             needs_reset: vec![false; k],
@@ -133,7 +143,7 @@ impl Bare {
             needs_reset,
         } = self;
         let k_envs = if K == 0 { *k } else { K };
-        let steps = F / k_envs;
+        let steps = batch_frames() / k_envs;
         let n = k_envs * steps;
         let (envs, cur, act) = (&mut envs[..k_envs], &mut cur[..k_envs * 4], &mut act[..k_envs]);
         let (traj_id, step_count) = (&mut traj_id[..k_envs], &mut step_count[..k_envs]);
@@ -192,7 +202,7 @@ fn rollout(mode: ExplorationType, k: usize) -> Rollout {
         policy,
         (0..k as u64).map(|i| TrajIds::new(i, k as u64).expect("ids")).collect(),
         RolloutConfig {
-            frames_per_batch: F,
+            frames_per_batch: batch_frames(),
             ..RolloutConfig::default()
         },
     )
@@ -236,7 +246,7 @@ fn parallel_bare(secs: f64, mode: ExplorationType, k: usize) -> f64 {
         .map(|_| {
             std::thread::spawn(move || {
                 let mut bare = Bare::new(mode, k);
-                rate(secs, F, || bare.run())
+                rate(secs, batch_frames(), || bare.run())
             })
         })
         .collect();
@@ -255,7 +265,7 @@ fn collector(sync: bool, mode: ExplorationType) -> DistributedCollector {
         .nodes(knob("ROLLOUT_BENCH_NODES", 2))
         .worker_nice(knob("ROLLOUT_BENCH_NICE", 10) as i32)
         .envs_per_node(1)
-        .frames_per_batch(F)
+        .frames_per_batch(batch_frames())
         .total_frames(-1)
         .sync(sync)
         .exploration_type(mode)
@@ -270,6 +280,8 @@ struct Round {
     rollout: f64,
     parallel: f64,
     async_c: f64,
+    /// Async, pulled by a task on the trainer's thread (an embedded run).
+    embedded_c: f64,
     sync_c: f64,
     /// The bare loop over 8 envs (one policy call per step for the 8).
     bare8: f64,
@@ -287,6 +299,7 @@ struct Setup {
     bare8: Bare,
     rollout8: Rollout,
     async_c: DistributedCollector,
+    embedded_c: EmbeddedPull,
     sync_c: DistributedCollector,
 }
 
@@ -299,6 +312,7 @@ impl Setup {
             bare8: Bare::new(mode, 8),
             rollout8: rollout(mode, 8),
             async_c: collector(false, mode),
+            embedded_c: EmbeddedPull::new(mode),
             sync_c: collector(true, mode),
         }
     }
@@ -314,16 +328,17 @@ impl Setup {
         let bare8 = &mut self.bare8;
         let ro8 = &mut self.rollout8;
         Round {
-            bare: rate(secs, F, || bare.run()),
-            rollout: rate(secs, F, || {
+            bare: rate(secs, batch_frames(), || bare.run()),
+            rollout: rate(secs, batch_frames(), || {
                 let batch = ro.collect().expect("collect");
                 ro.recycle(batch);
             }),
             parallel: parallel_bare(secs, self.mode, 1),
-            async_c: rate(secs, F, || pull(&mut self.async_c)),
-            sync_c: rate(secs, F, || pull(&mut self.sync_c)),
-            bare8: rate(secs, F, || bare8.run()),
-            rollout8: rate(secs, F, || {
+            async_c: rate(secs, batch_frames(), || pull(&mut self.async_c)),
+            embedded_c: self.embedded_c.rate(secs),
+            sync_c: rate(secs, batch_frames(), || pull(&mut self.sync_c)),
+            bare8: rate(secs, batch_frames(), || bare8.run()),
+            rollout8: rate(secs, batch_frames(), || {
                 let batch = ro8.collect().expect("collect");
                 ro8.recycle(batch);
             }),
@@ -333,6 +348,7 @@ impl Setup {
 
     fn shutdown(mut self) {
         self.async_c.shutdown().expect("shutdown");
+        self.embedded_c.stop();
         self.sync_c.shutdown().expect("shutdown");
     }
 }
@@ -361,6 +377,12 @@ fn report(name: &str, rounds: &[Round], cores: usize) {
         med(&|r| r.async_c),
         med(&|r| r.async_c / (n * r.bare)),
         med(&|r| r.async_c / r.parallel)
+    );
+    println!(
+        "  (ce) embedded async 2 nodes x 1 env  {:>12.0} frames/s   ce/({cores}a) = {:.3}   ce/p = {:.3}",
+        med(&|r| r.embedded_c),
+        med(&|r| r.embedded_c / (n * r.bare)),
+        med(&|r| r.embedded_c / r.parallel)
     );
     println!(
         "  (c') collector sync 2 nodes x 1 env  {:>12.0} frames/s   c'/({cores}a) = {:.3}   c'/p = {:.3}",
@@ -407,8 +429,8 @@ fn pair(mode: ExplorationType) {
     println!(
         "pair ({mode:?}, {} batches each): bare {:.0}, rollout {:.0} frames/s at best; b/a = {:.3} (medians: {:.3})",
         tb.len(),
-        F as f64 / b,
-        F as f64 / r,
+        batch_frames() as f64 / b,
+        batch_frames() as f64 / r,
         b / r,
         median(tb.clone()) / median(tr.clone())
     );
@@ -471,7 +493,7 @@ impl BareThreads {
         self.go.wait();
         self.go.wait();
         let elapsed = t.elapsed().as_secs_f64();
-        (self.done.swap(0, Ordering::Relaxed) * F) as f64 / elapsed
+        (self.done.swap(0, Ordering::Relaxed) * batch_frames()) as f64 / elapsed
     }
 
     fn stop(self) {
@@ -512,7 +534,7 @@ fn cpair(mode: ExplorationType) {
         for _ in 0..PULLS {
             pull(&mut c);
         }
-        col.push((PULLS * F) as f64 / t.elapsed().as_secs_f64());
+        col.push((PULLS * batch_frames()) as f64 / t.elapsed().as_secs_f64());
         // The batches in flight finish before the next window (bench pacing).
         std::thread::sleep(Duration::from_millis(3));
     }
@@ -541,12 +563,96 @@ fn cpair(mode: ExplorationType) {
     );
 }
 
+/// Async collection with 2 nodes pulled as an embedded run does it
+/// ([`CollectorBuilder::start_embedded`]): the consumer is a task on the trainer's own
+/// thread (an actix `System` on a thread of its own here), so no thread wake-up lies
+/// between the trainer and the consumer, as it does for the blocking
+/// [`DistributedCollector`] called from another thread.
+struct EmbeddedPull {
+    /// The seconds of the next window, to the system's thread.
+    windows: tokio::sync::mpsc::UnboundedSender<f64>,
+    /// Frames per second of each window, back.
+    rates: std::sync::mpsc::Receiver<f64>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl EmbeddedPull {
+    fn new(mode: ExplorationType) -> EmbeddedPull {
+        let (windows, mut window) = tokio::sync::mpsc::unbounded_channel::<f64>();
+        let (rate, rates) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            actix::System::new().block_on(async move {
+                let run = CollectorBuilder::default()
+                    .env("CartPole-v1")
+                    .policy(PolicyConfig::Linear)
+                    .nodes(knob("ROLLOUT_BENCH_NODES", 2))
+                    .worker_nice(knob("ROLLOUT_BENCH_NICE", 10) as i32)
+                    .envs_per_node(1)
+                    .frames_per_batch(batch_frames())
+                    .total_frames(-1)
+                    .exploration_type(mode)
+                    .seed(0)
+                    .start_embedded()
+                    .await
+                    .expect("embedded run");
+                let pull = || async {
+                    let batch = run
+                        .trainer
+                        .send(NextBatch)
+                        .await
+                        .expect("mailbox")
+                        .expect("batch")
+                        .expect("endless");
+                    black_box(batch.data.numel());
+                    run.trainer.do_send(Recycle {
+                        node: batch.node,
+                        data: batch.data,
+                    });
+                };
+                while let Some(secs) = window.recv().await {
+                    // As `rate`: one untimed call, then calls for `secs`.
+                    pull().await;
+                    let start = Instant::now();
+                    let mut calls = 0u64;
+                    while start.elapsed() < Duration::from_secs_f64(secs) {
+                        pull().await;
+                        calls += 1;
+                    }
+                    let r = (calls * batch_frames() as u64) as f64 / start.elapsed().as_secs_f64();
+                    if rate.send(r).is_err() {
+                        break;
+                    }
+                }
+                run.trainer.send(StopNodes).await.expect("mailbox").expect("stop");
+                for a in &run.arbiters {
+                    a.stop();
+                }
+                for a in run.arbiters {
+                    a.join().expect("an env worker's thread");
+                }
+            });
+        });
+        EmbeddedPull { windows, rates, thread }
+    }
+
+    /// Frames per second pulled for about `secs`.
+    fn rate(&self, secs: f64) -> f64 {
+        self.windows.send(secs).expect("embedded run");
+        self.rates.recv().expect("embedded rate")
+    }
+
+    fn stop(self) {
+        drop(self.windows);
+        self.thread.join().expect("embedded run's thread");
+    }
+}
+
 fn main() {
     // Profiling aid: `ROLLOUT_BENCH_ONLY=bare|rollout|bare8|rollout8|parallel|async|sync` runs that one
     // for 3 s (or `ROLLOUT_BENCH_CALLS` batches); `ROLLOUT_BENCH_MODE=deterministic` picks
     // the argmax policy (default: sampling); `ROLLOUT_BENCH_NODES` and
-    // `ROLLOUT_BENCH_NICE` set the collectors' nodes (2) and worker nice (10);
-    // `ROLLOUT_BENCH_ONLY=pair|cpair`: see `pair` and `cpair`.
+    // `ROLLOUT_BENCH_NICE` set the collectors' nodes (2) and worker nice (10), `ROLLOUT_BENCH_FRAMES` the frames per batch (10,000);
+    // `ROLLOUT_BENCH_ONLY=pair|cpair`: see `pair` and `cpair`; `embedded`: (ce) for 3 s, then (p).
     let mode = match std::env::var("ROLLOUT_BENCH_MODE").as_deref() {
         Ok("deterministic") => ExplorationType::Deterministic,
         _ => ExplorationType::Random,
@@ -560,14 +666,22 @@ fn main() {
             cpair(mode);
             return;
         }
+        if which == "embedded" {
+            let e = EmbeddedPull::new(mode);
+            let c = e.rate(3.0);
+            e.stop();
+            let p = parallel_bare(3.0, mode, 1);
+            println!("embedded ({mode:?}): c {c:.0}, p {p:.0} frames/s, c/p {:.3}", c / p);
+            return;
+        }
         let rate = match which.as_str() {
             "bare" | "bare8" => {
                 let mut bare = Bare::new(mode, if which == "bare8" { 8 } else { 1 });
-                rate(3.0, F, || bare.run())
+                rate(3.0, batch_frames(), || bare.run())
             }
             "rollout8" => {
                 let mut ro = rollout(mode, 8);
-                rate(3.0, F, || {
+                rate(3.0, batch_frames(), || {
                     let batch = ro.collect().expect("collect");
                     ro.recycle(batch);
                 })
@@ -575,7 +689,7 @@ fn main() {
             "parallel" => parallel_bare(3.0, mode, 1),
             "async" | "sync" => {
                 let mut c = collector(which == "sync", mode);
-                let r = rate(3.0, F, || {
+                let r = rate(3.0, batch_frames(), || {
                     let batch = c.next_batch().expect("batch").expect("endless");
                     c.recycle(batch);
                 });
@@ -584,7 +698,7 @@ fn main() {
             }
             _ => {
                 let mut ro = rollout(mode, 1);
-                rate(3.0, F, || {
+                rate(3.0, batch_frames(), || {
                     let batch = ro.collect().expect("collect");
                     ro.recycle(batch);
                 })
@@ -609,7 +723,10 @@ fn main() {
     for s in setups {
         s.shutdown();
     }
-    println!("median of {rounds} interleaved rounds, CartPole-v1 + linear policy, {F} frames per batch, {cores} cores");
+    println!(
+        "median of {rounds} interleaved rounds, CartPole-v1 + linear policy, {} frames per batch, {cores} cores",
+        batch_frames()
+    );
     for ((_, name), r) in MODES.iter().zip(&results) {
         report(name, r, cores);
     }
