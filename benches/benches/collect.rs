@@ -258,7 +258,8 @@ fn knob(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-fn collector(sync: bool, mode: ExplorationType) -> DistributedCollector {
+/// The collectors' settings: CartPole and the linear policy, 1 env per node, endless.
+fn settings(sync: bool, mode: ExplorationType) -> CollectorBuilder {
     DistributedCollector::builder()
         .env("CartPole-v1")
         .policy(PolicyConfig::Linear)
@@ -270,8 +271,10 @@ fn collector(sync: bool, mode: ExplorationType) -> DistributedCollector {
         .sync(sync)
         .exploration_type(mode)
         .seed(0)
-        .build()
-        .expect("collector")
+}
+
+fn collector(sync: bool, mode: ExplorationType) -> DistributedCollector {
+    settings(sync, mode).build().expect("collector")
 }
 
 /// The frame rates of one round in one mode, all measured back to back.
@@ -582,19 +585,7 @@ impl EmbeddedPull {
         let (rate, rates) = std::sync::mpsc::channel();
         let thread = std::thread::spawn(move || {
             actix::System::new().block_on(async move {
-                let run = CollectorBuilder::default()
-                    .env("CartPole-v1")
-                    .policy(PolicyConfig::Linear)
-                    .nodes(knob("ROLLOUT_BENCH_NODES", 2))
-                    .worker_nice(knob("ROLLOUT_BENCH_NICE", 10) as i32)
-                    .envs_per_node(1)
-                    .frames_per_batch(batch_frames())
-                    .total_frames(-1)
-                    .exploration_type(mode)
-                    .seed(0)
-                    .start_embedded()
-                    .await
-                    .expect("embedded run");
+                let run = settings(false, mode).start_embedded().await.expect("embedded run");
                 let pull = || async {
                     let batch = run
                         .trainer
