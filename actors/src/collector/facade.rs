@@ -278,9 +278,9 @@ impl DistributedCollector {
 
     /// Hands a batch back once you are done with it, so its storage is reused instead
     /// of fresh memory: an in-process node with one env worker collects into it again,
-    /// a remote node's connection decodes that node's next batch into it. Async
-    /// batches only (a sync batch is a stacked copy; the trainer recycles the nodes'
-    /// shares itself). Optional: dropping a batch is fine.
+    /// a remote node's connection decodes that node's next batch into it; a sync
+    /// round (a stacked copy; the trainer recycles the nodes' shares itself) is where
+    /// the next round is stacked. Optional: dropping a batch is fine.
     pub fn recycle(&mut self, batch: Collected) {
         if !self.down && !self.split_trajs && self.postproc.is_none() && self.replay_buffer.is_none() {
             self.trainer.do_send(Recycle {

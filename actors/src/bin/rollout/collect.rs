@@ -156,6 +156,8 @@ fn run(
         let secs = start.elapsed().as_secs_f64();
         let fps = if secs > 0.0 { frames as f64 / secs } else { 0.0 };
         pb.set_message(format!("{fps:.0} frames/s, {batches} batches"));
+        // Written out: its storage is collected into again instead of fresh pages.
+        collector.recycle(c);
     }
     Ok((frames, batches, start.elapsed().as_secs_f64()))
 }
