@@ -114,8 +114,11 @@ class DistributedCollector:
 
     rollout's own: ``env`` (a registered name, e.g. ``"CartPole-v1"``; torchrl's
     ``create_env_fn`` position), ``env_config`` (a JSON-able dict), ``policy`` (a
-    kind or a config dict; default ``"linear"``), ``policy_init_seed``, ``nodes``,
-    ``envs_per_node``, ``seed``, ``nan_is_failure``, supervision
+    kind or a config dict; default ``"linear"``), ``policy_init_seed``, ``nodes``
+    (default 1), elastic membership (``min_nodes``, ``max_nodes``: an async run of
+    the ``"external"`` launcher that starts once ``min_nodes`` joined, takes nodes
+    that join while it runs up to ``max_nodes`` and lets nodes leave; instead of
+    ``nodes``), ``envs_per_node``, ``seed``, ``nan_is_failure``, supervision
     (``max_restarts``, ``restart_window``, ``node_max_restarts``,
     ``node_restart_window``, ``continue_timeout``,
     ``continue_without_lost_nodes``, ``worker_nice``), timeouts in seconds
@@ -135,7 +138,7 @@ class DistributedCollector:
         total_frames: int = -1,
         create_env_fn: Optional[str] = None,
         env_config: Optional[Mapping[str, Any]] = None,
-        nodes: int = 1,
+        nodes: Optional[int] = None,
         envs_per_node: Optional[int] = None,
         num_workers_per_collector: Optional[int] = None,
         sync: bool = False,
@@ -275,12 +278,14 @@ class DistributedCollector:
 
     # ---- the rest
     def stats(self) -> Dict[str, Any]:
-        """``restarts`` (per node), ``dropped_late`` and ``frames_collected``."""
+        """``restarts`` (per node), ``dropped_late``, ``frames_collected``, and for an
+        elastic run ``joined`` (nodes that joined, the first ones included) and
+        ``left`` (nodes that left with ``leave``); both 0 otherwise."""
         return self._native.stats()
 
     @property
     def nodes(self) -> int:
-        """Number of nodes."""
+        """Number of nodes (an elastic run: its slots, ``max_nodes``)."""
         return self._native.nodes
 
     def listen_addr(self) -> Optional[str]:

@@ -127,6 +127,8 @@ impl NativeCollector {
         d.set_item("restarts", s.restarts)?;
         d.set_item("dropped_late", s.dropped_late)?;
         d.set_item("frames_collected", s.frames_collected)?;
+        d.set_item("joined", s.joined)?;
+        d.set_item("left", s.left)?;
         Ok(d)
     }
 

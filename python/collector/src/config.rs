@@ -169,6 +169,12 @@ pub(crate) fn builder(dict: Bound<'_, PyDict>) -> PyResult<CollectorBuilder> {
     if let Some(n) = s.take("nodes", "a positive integer")? {
         b = b.nodes(n);
     }
+    if let Some(n) = s.take("min_nodes", "a positive integer")? {
+        b = b.min_nodes(n);
+    }
+    if let Some(n) = s.take("max_nodes", "a positive integer")? {
+        b = b.max_nodes(n);
+    }
     if let Some(k) = s.take("envs_per_node", "a positive integer")? {
         b = b.envs_per_node(k);
     }

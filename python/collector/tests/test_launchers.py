@@ -1,10 +1,14 @@
-"""The remote launchers from Python: process nodes, SLURM on the local cluster (scripts/slurm-local.sh)."""
+"""The remote launchers from Python: process nodes, SLURM on the local cluster (scripts/slurm-local.sh),
+an elastic run of external nodes (``min_nodes``, ``max_nodes``)."""
 
 import os
 import pathlib
 import shutil
+import signal
+import socket
 import subprocess
 import tempfile
+import time
 
 import pytest
 
@@ -86,3 +90,88 @@ def test_process_launcher_nodes():
         batches = list(c)
     assert sum(b.numel() for b in batches) == 300
     assert {b.node for b in batches} <= {0, 1}
+
+
+TOKEN = "python-elastic-membership-token"
+
+
+def free_addr():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def node_process(addr, index):
+    """``rollout node --join ADDR --index I``, as anyone holding the token would start it
+    (it retries until the trainer listens)."""
+    return subprocess.Popen(
+        [rollout_bin(), "node", "--join", addr, "--index", str(index)],
+        env=dict(os.environ, ROLLOUT_TOKEN=TOKEN),
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def pull_until(batches, it, node):
+    """Pulls batches into ``batches`` until one of ``node`` comes, within a deadline."""
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        b = next(it, None)
+        assert b is not None, f"the run ended before a batch of node {node}"
+        batches.append(b)
+        if b.node == node:
+            return
+    pytest.fail(f"no batch of node {node} within 60 s")
+
+
+def test_an_elastic_run_takes_a_node_that_joins_while_it_runs_and_lets_one_leave():
+    addr = free_addr()
+    total, fpb = 200_000, 20
+    nodes = [node_process(addr, 0)]
+    try:
+        # The run starts once min_nodes (node 0) joined: the constructor returns then.
+        with rollout.DistributedCollector(
+            "Counting", {"kind": "constant", "value": 1.0},
+            min_nodes=1, max_nodes=2, frames_per_batch=fpb, total_frames=total, seed=3,
+            launcher="external", listen=addr, token=TOKEN,
+            heartbeat=0.1, heartbeat_timeout=2.0, join_timeout=60.0, batch_timeout=60.0,
+        ) as c:
+            assert c.nodes == 2, "an elastic run has max_nodes slots"
+            it = iter(c)
+            batches = [next(it)]
+            assert batches[0].node == 0
+            nodes.append(node_process(addr, 1))
+            pull_until(batches, it, 1)
+            # Node 0 leaves on SIGTERM (`leave`, exit 0); the run goes on without it.
+            nodes[0].send_signal(signal.SIGTERM)
+            assert nodes[0].wait(timeout=60) == 0
+            left_at = len(batches)
+            batches.extend(it)
+            stats = c.stats()
+        assert sum(b.numel() for b in batches) == total, "total_frames exact"
+        assert [b.index for b in batches] == list(range(len(batches))), "every batch once, in order"
+        assert all(b.numel() == fpb for b in batches)
+        after = {b.node for b in batches[left_at + 2:]}
+        assert after == {1}, f"after node 0 left, only node 1 delivers: {after}"
+        assert (stats["joined"], stats["left"], stats["restarts"]) == (2, 1, [0, 0]), stats
+        assert nodes[1].wait(timeout=60) == 0, "node 1 exits 0 after the shutdown"
+    finally:
+        for n in nodes:
+            if n.poll() is None:
+                n.kill()
+                n.wait()
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(min_nodes=2), "max_nodes"),
+        (dict(max_nodes=2, nodes=2), "nodes"),
+        (dict(max_nodes=2), "launcher"),
+        (dict(max_nodes=2, launcher="external", sync=True), "sync"),
+        (dict(max_nodes=0, launcher="external"), "max_nodes"),
+    ],
+)
+def test_elastic_settings_that_cannot_work_are_refused_by_name(kwargs, field):
+    with pytest.raises(rollout.ConfigError) as e:
+        rollout.DistributedCollector("Counting", frames_per_batch=10, token=TOKEN, **kwargs)
+    assert e.value.field == field, str(e.value)
