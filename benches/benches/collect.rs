@@ -629,7 +629,11 @@ impl EmbeddedPull {
     /// Frames per second pulled for about `secs`.
     fn rate(&self, secs: f64) -> f64 {
         self.windows.send(secs).expect("embedded run");
-        self.rates.recv().expect("embedded rate")
+        // Bounded: a run that stops answering fails the bench instead of hanging it.
+        let bound = Duration::from_secs_f64(secs + 60.0);
+        self.rates
+            .recv_timeout(bound)
+            .expect("the embedded run measured its window in time")
     }
 
     fn stop(self) {
