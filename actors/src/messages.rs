@@ -23,15 +23,6 @@ impl<M: 'static> Message for Deliver<M> {
     type Result = ();
 }
 
-/// The first bytes of a remote node's batch arrived: the trainer may let the node
-/// go on collecting while the rest travels (see `TrainerMachine::batch_arriving`).
-#[derive(Message, Debug, Clone, Copy)]
-#[rtype(result = "()")]
-pub struct BatchArriving {
-    /// The node sending it.
-    pub node: usize,
-}
-
 /// Node → env worker: the worker's rollout failed; go on with this one, rebuilt from
 /// the node's spec. Sent in order with the worker's `Deliver<WorkerCmd>`, so later commands use it.
 #[derive(Message)]

@@ -256,7 +256,7 @@ impl TrainerHarness {
         Ok(t)
     }
 
-    /// Elastic: a node joined free slot `node` (what a `NodeJoined` does in the actor).
+    /// Elastic: a node joined free slot `node` (what an `InboxItem::Joined` does in the actor).
     pub fn node_joined(&mut self, node: usize) -> Result<(), TrainerError> {
         let r = self.machine.node_joined(node, &mut self.out);
         self.sort();

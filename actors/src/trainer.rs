@@ -5,6 +5,7 @@
 //! pull with [`NextBatch`] (the `DistributedCollector` does) or [`Subscribe`]
 //! an actor of their own and receive every batch as a [`TrainerEvent`].
 
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
@@ -15,10 +16,11 @@ use tokio::sync::oneshot;
 
 use crate::error::CollectError;
 use crate::messages::{
-    BatchArriving, Deliver, GetWeights, NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights, Subscribe,
-    TakeCheckpoint, TrainerEvent,
+    Deliver, GetWeights, NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights, Subscribe, TakeCheckpoint,
+    TrainerEvent,
 };
-use crate::remote::peer::Disconnect;
+use crate::remote::connection::Connection;
+use crate::remote::inbox::{Inbox, InboxItem};
 
 type Reply<T> = oneshot::Sender<Result<T, CollectError>>;
 
@@ -29,7 +31,8 @@ pub trait Restarter {
     fn restart(&mut self, node: usize, restart: u32, cause: &str, trainer: Addr<Trainer>);
 }
 
-/// Node `node` is back: its new recipients replace the old ones.
+/// In-process node `node` is back: its new recipients replace the old ones (a
+/// remote node's comes back through the trainer's [`Inbox`]).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct NodeRestarted {
@@ -37,24 +40,46 @@ pub struct NodeRestarted {
     pub node: usize,
     /// Where its messages go now.
     pub recipient: Recipient<Deliver<ToNode>>,
-    /// Where its spent batches go (in-process nodes).
-    pub recycler: Option<Recipient<Recycle>>,
-    /// How to cut its connection (remote nodes).
-    pub closer: Option<Recipient<Disconnect>>,
-}
-
-/// Elastic runs: a node joined free slot `node` mid-run; these are its recipients.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct NodeJoined {
-    /// The slot it was admitted to.
-    pub node: usize,
-    /// Where its messages go.
-    pub recipient: Recipient<Deliver<ToNode>>,
     /// Where its spent batches go.
     pub recycler: Option<Recipient<Recycle>>,
-    /// How to cut its connection.
-    pub closer: Option<Recipient<Disconnect>>,
+}
+
+/// How the trainer reaches one node.
+pub enum NodeLink {
+    /// An in-process node: its actor, and where its spent batches go.
+    Local {
+        /// Where its messages go.
+        node: Recipient<Deliver<ToNode>>,
+        /// Where its spent batches go, if anywhere.
+        recycler: Option<Recipient<Recycle>>,
+    },
+    /// A remote node: its connection, used directly on the trainer's thread (its
+    /// frames come in through the trainer's [`Inbox`]).
+    Remote(Rc<Connection>),
+}
+
+impl NodeLink {
+    fn send(&self, msg: ToNode) {
+        match self {
+            NodeLink::Local { node, .. } => node.do_send(Deliver(msg)),
+            NodeLink::Remote(c) => c.send(&msg),
+        }
+    }
+
+    fn recycle(&self, node: usize, data: rollout::TensorDict) {
+        match self {
+            NodeLink::Local { recycler: Some(r), .. } => r.do_send(Recycle { node: Some(node), data }),
+            NodeLink::Local { recycler: None, .. } => {}
+            NodeLink::Remote(c) => c.recycle(data),
+        }
+    }
+
+    /// Cuts a remote node's connection for `reason` (an in-process node has none).
+    fn close(&self, reason: String) {
+        if let NodeLink::Remote(c) = self {
+            c.close(reason);
+        }
+    }
 }
 
 /// Node `node` could not be brought back.
@@ -76,11 +101,9 @@ pub struct GetStats;
 pub struct Trainer {
     machine: TrainerMachine,
     /// Each slot's node (`None`: a free slot of an elastic run).
-    nodes: Vec<Option<Recipient<Deliver<ToNode>>>>,
-    /// Where spent batches go for reuse: in-process nodes only (`None` for remote ones).
-    recyclers: Vec<Option<Recipient<Recycle>>>,
-    /// How to cut a remote node's connection (`None` for in-process nodes).
-    closers: Vec<Option<Recipient<Disconnect>>>,
+    nodes: Vec<Option<NodeLink>>,
+    /// What remote nodes send, until the actor starts and polls it.
+    inbox: Option<Inbox>,
     out: Vec<Output>,
     next: Option<Reply<Option<Collected>>>,
     seed: Option<Reply<u64>>,
@@ -95,13 +118,28 @@ pub struct Trainer {
 }
 
 impl Trainer {
-    /// A trainer over a machine and the nodes' recipients (index = node index).
+    /// A trainer over a machine and in-process nodes' recipients (index = node index).
     pub fn new(machine: TrainerMachine, nodes: Vec<Recipient<Deliver<ToNode>>>) -> Trainer {
+        let nodes = nodes
+            .into_iter()
+            .map(|node| Some(NodeLink::Local { node, recycler: None }))
+            .collect();
+        Trainer::over(machine, nodes)
+    }
+
+    /// A trainer over remote nodes' connections (index = node index), whose frames,
+    /// failures and restarts come through `inbox`.
+    pub fn remote(machine: TrainerMachine, nodes: Vec<Rc<Connection>>, inbox: Inbox) -> Trainer {
+        let mut t = Trainer::over(machine, nodes.into_iter().map(|c| Some(NodeLink::Remote(c))).collect());
+        t.inbox = Some(inbox);
+        t
+    }
+
+    fn over(machine: TrainerMachine, nodes: Vec<Option<NodeLink>>) -> Trainer {
         Trainer {
             machine,
-            recyclers: vec![None; nodes.len()],
-            closers: vec![None; nodes.len()],
-            nodes: nodes.into_iter().map(Some).collect(),
+            nodes,
+            inbox: None,
             out: Vec::new(),
             next: None,
             seed: None,
@@ -116,29 +154,19 @@ impl Trainer {
         }
     }
 
-    /// Elastic runs: `slots` slots in all, those past the nodes given to [`Self::new`]
-    /// free until a node joins them ([`NodeJoined`]).
+    /// Elastic runs: `slots` slots in all, those past the nodes given at construction
+    /// free until a node joins them ([`InboxItem::Joined`]).
     pub fn with_slots(mut self, slots: usize) -> Trainer {
         let n = slots.max(self.nodes.len());
-        self.nodes.resize(n, None);
-        self.recyclers.resize(n, None);
-        self.closers.resize(n, None);
+        self.nodes.resize_with(n, || None);
         self
     }
 
-    /// Elastic runs: slot `node` is held from the start by the node with these recipients.
-    pub fn with_member(
-        mut self,
-        node: usize,
-        recipient: Recipient<Deliver<ToNode>>,
-        recycler: Option<Recipient<Recycle>>,
-        closer: Option<Recipient<Disconnect>>,
-    ) -> Trainer {
+    /// Elastic runs: slot `node` is held from the start by the node of `conn`.
+    pub fn with_member(mut self, node: usize, conn: Rc<Connection>) -> Trainer {
         let n = self.nodes.len().max(node + 1);
         self = self.with_slots(n);
-        self.nodes[node] = Some(recipient);
-        self.recyclers[node] = recycler;
-        self.closers[node] = closer;
+        self.nodes[node] = Some(NodeLink::Remote(conn));
         self
     }
 
@@ -149,15 +177,15 @@ impl Trainer {
     }
 
     fn restart_node(&mut self, node: usize, restart: u32, cause: String) {
-        match (self.restarter.as_mut(), self.me.clone()) {
-            (Some(r), Some(me)) => {
+        match (self.restarter.is_some(), self.me.clone()) {
+            (true, Some(me)) => {
                 tracing::warn!(node, restart, %cause, "restarting node");
                 // The failed incarnation's connection, if any, is cut (a stopped process
                 // would keep it open); its late reports are ignored while it restarts.
-                if let Some(Some(c)) = self.closers.get(node) {
-                    c.do_send(Disconnect(format!("replaced by restart {restart}: {cause}")));
+                self.close_node(node, format!("replaced by restart {restart}: {cause}"));
+                if let Some(r) = self.restarter.as_mut() {
+                    r.restart(node, restart, &cause, me);
                 }
-                r.restart(node, restart, &cause, me);
             }
             _ => {
                 let r =
@@ -182,9 +210,7 @@ impl Trainer {
             }
             Err(e @ TrainerError::JoinRefused { node, .. }) => {
                 tracing::warn!(error = %e, "node refused");
-                if let Some(Some(c)) = self.closers.get(node) {
-                    c.do_send(Disconnect(e.to_string()));
-                }
+                self.close_node(node, e.to_string());
             }
             Err(TrainerError::NodeLost { node, reason }) => {
                 if self.machine.membership().is_some() {
@@ -194,9 +220,7 @@ impl Trainer {
                     tracing::error!(node, %reason, "node lost; the others go on");
                 }
                 // Dropped for good: a remote node's connection is closed with the reason.
-                if let Some(Some(c)) = self.closers.get(node) {
-                    c.do_send(Disconnect(format!("dropped: {reason}")));
-                }
+                self.close_node(node, format!("dropped: {reason}"));
             }
             Err(
                 e @ (TrainerError::UnexpectedBatch { node, .. }
@@ -205,9 +229,7 @@ impl Trainer {
             ) => {
                 // A protocol violation: a remote node's connection is closed for it.
                 tracing::warn!(error = %e, "trainer dropped a node message");
-                if let Some(Some(c)) = self.closers.get(node) {
-                    c.do_send(Disconnect(e.to_string()));
-                }
+                self.close_node(node, e.to_string());
             }
             Err(e) => tracing::warn!(error = %e, "trainer dropped a node message"),
         }
@@ -220,9 +242,7 @@ impl Trainer {
         self.on_result(r);
         for (node, reason) in self.machine.take_abandoned() {
             tracing::warn!(node, %reason, "node closed at shutdown: past its deadline, it counts as down");
-            if let Some(Some(c)) = self.closers.get(node) {
-                c.do_send(Disconnect(reason));
-            }
+            self.close_node(node, reason);
         }
     }
 
@@ -246,24 +266,29 @@ impl Trainer {
         self
     }
 
-    /// Lets spent batches of node `i` go back to it for reuse (in-process nodes).
+    /// Lets spent batches of in-process node `i` go back to it for reuse.
     pub fn with_recyclers(mut self, recyclers: Vec<Option<Recipient<Recycle>>>) -> Trainer {
-        self.recyclers = recyclers;
+        for (link, r) in self.nodes.iter_mut().zip(recyclers) {
+            if let Some(NodeLink::Local { recycler, .. }) = link {
+                *recycler = r;
+            }
+        }
         self
     }
 
-    /// Lets the trainer cut node `i`'s connection when it breaks the protocol.
-    pub fn with_closers(mut self, closers: Vec<Option<Recipient<Disconnect>>>) -> Trainer {
-        self.closers = closers;
-        self
+    /// Cuts node `node`'s connection, if it is remote, for `reason`.
+    fn close_node(&self, node: usize, reason: String) {
+        if let Some(Some(link)) = self.nodes.get(node) {
+            link.close(reason);
+        }
     }
 
     fn recycle(&mut self, node: Option<usize>, data: rollout::TensorDict) {
         match node {
             // A node's own batch goes back to it; a stacked sync round stays here.
             Some(n) => {
-                if let Some(Some(r)) = self.recyclers.get(n) {
-                    r.do_send(Recycle { node, data });
+                if let Some(Some(link)) = self.nodes.get(n) {
+                    link.recycle(n, data);
                 }
             }
             None => self.machine.recycle_round(data),
@@ -284,7 +309,7 @@ impl Trainer {
         for o in outs {
             match o {
                 Output::Send { node, msg } => match self.nodes.get(node) {
-                    Some(Some(r)) => r.do_send(Deliver(msg)),
+                    Some(Some(link)) => link.send(msg),
                     _ => tracing::error!(node, "no recipient for node"),
                 },
                 Output::Yield(c) => self.deliver(Ok(Some(c))),
@@ -357,6 +382,9 @@ impl Actor for Trainer {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         self.me = Some(ctx.address());
+        if let Some(inbox) = self.inbox.take() {
+            ctx.add_stream(inbox.stream());
+        }
         // The clock from now: what is sent below is timed from the start, not from `new`.
         self.tick();
         // Every request has a deadline (and shutdown too), supervised or not.
@@ -380,76 +408,86 @@ impl Actor for Trainer {
     }
 }
 
-impl Handler<Deliver<FromNode>> for Trainer {
-    type Result = ();
-
-    fn handle(&mut self, msg: Deliver<FromNode>, _ctx: &mut Self::Context) {
+impl Trainer {
+    /// A node's message, from its actor or its connection.
+    fn on_node(&mut self, msg: FromNode) {
         // The machine's clock follows the actor's, so failures are recorded when they happen.
         self.tick();
-        let r = self.machine.on_node(msg.0, &mut self.out);
+        let r = self.machine.on_node(msg, &mut self.out);
         self.on_result(r);
         self.dispatch();
     }
-}
 
-impl Handler<BatchArriving> for Trainer {
-    type Result = ();
-
-    fn handle(&mut self, msg: BatchArriving, _ctx: &mut Self::Context) {
-        let r = self.machine.batch_arriving(msg.node, &mut self.out);
-        self.on_result(r);
-        self.dispatch();
-    }
-}
-
-impl Handler<NodeRestarted> for Trainer {
-    type Result = ();
-
-    fn handle(&mut self, msg: NodeRestarted, _ctx: &mut Self::Context) {
-        let node = msg.node;
+    /// Node `node` is back, reached through `link` now.
+    fn node_restarted(&mut self, node: usize, link: NodeLink) {
         if node >= self.nodes.len() {
             tracing::error!(node, "restarted an unknown node");
-            return;
+            return link.close(format!("node {node} does not exist"));
         }
-        self.nodes[node] = Some(msg.recipient);
-        self.recyclers[node] = msg.recycler;
-        self.closers[node] = msg.closer;
+        self.nodes[node] = Some(link);
         // The re-sent Continue's deadline counts from now, not from the last tick.
         self.tick();
         let r = self.machine.node_restarted(node, &mut self.out);
         self.on_result(r);
         self.dispatch();
     }
-}
 
-impl Handler<NodeJoined> for Trainer {
-    type Result = ();
-
-    fn handle(&mut self, msg: NodeJoined, _ctx: &mut Self::Context) {
-        let node = msg.node;
+    /// Elastic runs: a node joined free slot `node` mid-run.
+    fn node_joined(&mut self, node: usize, link: NodeLink) {
         if node >= self.nodes.len() {
             tracing::error!(node, "a node joined an unknown slot");
-            if let Some(c) = msg.closer {
-                c.do_send(Disconnect(format!("slot {node} does not exist")));
-            }
-            return;
+            return link.close(format!("slot {node} does not exist"));
         }
         // The slot's previous node, if any, is gone: the machine refuses a held slot.
-        let (recipient, recycler, closer) = (msg.recipient, msg.recycler, msg.closer);
         self.tick();
         let mut out = Vec::new();
         if let Err(e) = self.machine.node_joined(node, &mut out) {
             tracing::warn!(error = %e, "node refused");
-            if let Some(c) = closer {
-                c.do_send(Disconnect(e.to_string()));
-            }
-            return;
+            return link.close(e.to_string());
         }
-        self.nodes[node] = Some(recipient);
-        self.recyclers[node] = recycler;
-        self.closers[node] = closer;
+        self.nodes[node] = Some(link);
         self.out.extend(out);
         self.dispatch();
+    }
+}
+
+impl Handler<Deliver<FromNode>> for Trainer {
+    type Result = ();
+
+    /// An in-process node's message.
+    fn handle(&mut self, msg: Deliver<FromNode>, _ctx: &mut Self::Context) {
+        self.on_node(msg.0);
+    }
+}
+
+impl StreamHandler<InboxItem> for Trainer {
+    /// What remote nodes send, read by this actor from their connections.
+    fn handle(&mut self, item: InboxItem, _ctx: &mut Self::Context) {
+        match item {
+            InboxItem::Message(msg) => self.on_node(msg),
+            InboxItem::Arriving(node) => {
+                let r = self.machine.batch_arriving(node, &mut self.out);
+                self.on_result(r);
+                self.dispatch();
+            }
+            InboxItem::Joined(node, conn) => self.node_joined(node, NodeLink::Remote(conn)),
+            InboxItem::Restarted(node, conn) => self.node_restarted(node, NodeLink::Remote(conn)),
+        }
+    }
+
+    /// The inbox never ends; should it, the trainer goes on with its other nodes.
+    fn finished(&mut self, _ctx: &mut Self::Context) {}
+}
+
+impl Handler<NodeRestarted> for Trainer {
+    type Result = ();
+
+    fn handle(&mut self, msg: NodeRestarted, _ctx: &mut Self::Context) {
+        let link = NodeLink::Local {
+            node: msg.recipient,
+            recycler: msg.recycler,
+        };
+        self.node_restarted(msg.node, link);
     }
 }
 

@@ -1,8 +1,8 @@
 //! The start of an elastic run's trainer (`min_nodes` joined): the nodes in hold their
 //! slots, every other slot is free, and each node admitted later is handed to the
-//! trainer as [`NodeJoined`]. A node's slot is free again once its connection actor
-//! stopped, after its last message to the trainer, so the trainer always hears a
-//! slot's old node before the next one.
+//! trainer through its inbox ([`InboxItem::Joined`]). A node's slot is free again once
+//! its connection actor stopped, after its close was queued in the same inbox, so the
+//! trainer always hears a slot's old node before the next one.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -13,13 +13,15 @@ use rollout::machine::TrainerMachine;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::local::Started;
+use crate::remote::connection::{Connection, WeightsCache};
+use crate::remote::inbox::{Inbox, InboxItem};
 use crate::remote::listener::Joined;
-use crate::remote::peer::{PeerTiming, RemoteNode, WeightsCache};
-use crate::trainer::{NodeJoined, Trainer};
+use crate::remote::peer::PeerTiming;
+use crate::trainer::Trainer;
 
-/// How `remote.rs` starts a node's connection actor (`frees`: the slots it frees).
+/// How `remote.rs` opens a node's connection (`frees`: the slots it frees).
 type StartPeer =
-    fn(Joined, Vec<u8>, &Addr<Trainer>, &WeightsCache, PeerTiming, Option<Rc<RefCell<Admission>>>) -> Addr<RemoteNode>;
+    fn(Joined, Vec<u8>, &Inbox, &WeightsCache, PeerTiming, Option<Rc<RefCell<Admission>>>) -> Rc<Connection>;
 
 /// What an elastic run's trainer starts with, beside its machine.
 pub(super) struct ElasticStart {
@@ -27,6 +29,8 @@ pub(super) struct ElasticStart {
     pub(super) admission: Rc<RefCell<Admission>>,
     /// Weight frames encoded once for every node.
     pub(super) cache: WeightsCache,
+    /// Where the trainer hears its nodes.
+    pub(super) inbox: Inbox,
     /// Heartbeat and frame limits of every connection.
     pub(super) timing: PeerTiming,
     /// The run's seed (the seed chain starts from it).
@@ -49,37 +53,27 @@ impl ElasticStart {
         let ElasticStart {
             admission,
             cache,
+            inbox,
             timing,
             seed,
         } = self;
         let members: Vec<usize> = joined.iter().map(|(j, _)| j.index).collect();
         machine.start_with(&members);
-        let mut t = Trainer::new(machine, Vec::new())
+        let mut t = Trainer::remote(machine, Vec::new(), inbox.clone())
             .with_slots(slots)
             .with_initial_seed(seed);
         for (j, early) in joined {
             let node = j.index;
-            let peer = start_peer(j, early, &trainer, &cache, timing, Some(admission.clone()));
-            t = t.with_member(
-                node,
-                peer.clone().recipient(),
-                Some(peer.clone().recipient()),
-                Some(peer.recipient()),
-            );
+            let conn = start_peer(j, early, &inbox, &cache, timing, Some(admission.clone()));
+            t = t.with_member(node, conn);
         }
         tracing::info!(members = ?members, max = slots, "elastic run started");
-        let to_trainer = trainer.clone();
         actix_rt::spawn(async move {
             while let Some(j) = joined_rx.recv().await {
                 let node = j.index;
                 tracing::info!(node, name = %j.name, "node joined the running elastic run");
-                let peer = start_peer(j, Vec::new(), &to_trainer, &cache, timing, Some(admission.clone()));
-                to_trainer.do_send(NodeJoined {
-                    node,
-                    recipient: peer.clone().recipient(),
-                    recycler: Some(peer.clone().recipient()),
-                    closer: Some(peer.recipient()),
-                });
+                let conn = start_peer(j, Vec::new(), &inbox, &cache, timing, Some(admission.clone()));
+                inbox.push(InboxItem::Joined(node, conn));
             }
         });
         trainer_ctx.run(t);

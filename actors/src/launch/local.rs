@@ -85,7 +85,6 @@ impl Restarter for LocalRestarter {
             node,
             recipient: addr.clone().recipient(),
             recycler: Some(addr.recipient()),
-            closer: None,
         });
     }
 }

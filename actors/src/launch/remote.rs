@@ -9,19 +9,16 @@ use actix::prelude::*;
 use rollout::connection::Admission;
 use rollout::machine::TrainerMachine;
 use rollout::node_spec::NodeSpec;
-use rollout::wire::NodeFrame;
 use tokio::net::TcpListener;
 
 use super::local::Started;
 use super::process::Children;
 use crate::error::CollectError;
-use crate::messages::BatchArriving;
-use crate::remote::arrival::ArrivalNotice;
-use crate::remote::frames::FrameStream;
-use crate::remote::link::spawn_writer;
+use crate::remote::connection::{Connection, WeightsCache};
+use crate::remote::inbox::{Inbox, InboxItem};
 use crate::remote::listener::{self, DoorConfig, Joined, Waiting};
-use crate::remote::peer::{Disconnect, PeerTiming, RemoteNode, WeightsCache};
-use crate::trainer::{NodeRestartFailed, NodeRestarted, Restarter, Trainer};
+use crate::remote::peer::{self, PeerTiming};
+use crate::trainer::{NodeRestartFailed, Restarter, Trainer};
 
 /// Watches the nodes a launcher started while the trainer waits for them to join
 /// (the `Slurm` launcher reads its tasks' states). Both calls may block (they run on a
@@ -145,36 +142,21 @@ impl RemoteRestarter {
     }
 }
 
-/// Starts the actor serving a node that joined. With `frees` (elastic runs) its
-/// slot is free again once the actor stopped: after its last message to the trainer.
+/// Opens the connection of a node that joined (see [`peer::open`]). With `frees`
+/// (elastic runs) its slot is free again once its actor stopped: after the trainer
+/// was told of its close.
 pub(super) fn start_peer(
     j: Joined,
     early: Vec<u8>,
-    trainer: &Addr<Trainer>,
+    inbox: &Inbox,
     cache: &WeightsCache,
     timing: PeerTiming,
     frees: Option<Rc<RefCell<Admission>>>,
-) -> Addr<RemoteNode> {
-    let (read, write) = j.stream.into_split();
-    let to_trainer = trainer.clone().recipient();
-    let arriving: Recipient<BatchArriving> = trainer.clone().recipient();
-    let cache = cache.clone();
-    RemoteNode::create(move |ctx| {
-        let me = ctx.address();
-        let (out, _writer) = spawn_writer(write, move |reason| me.do_send(Disconnect(reason)));
-        let slot = j.index;
-        let mut peer = RemoteNode::new(j.index, j.name, out, to_trainer, cache, timing);
-        if let Some(admission) = frees {
-            peer = peer.on_stop(move || admission.borrow_mut().release(slot));
-        }
-        // A node goes on while its batch travels, when the trainer lets it.
-        let node = j.index;
-        let frames = FrameStream::<NodeFrame>::new(read, timing.max_frame, peer.pool())
-            .on_batch(ArrivalNotice::new(node, arriving))
-            .with_prefill(early);
-        ctx.add_stream(frames);
-        peer
-    })
+) -> Rc<Connection> {
+    let slot = j.index;
+    let on_stop =
+        frees.map(|admission| -> Box<dyn FnOnce()> { Box::new(move || admission.borrow_mut().release(slot)) });
+    peer::open(j, early, inbox, cache, timing, on_stop)
 }
 
 /// [`start`], with a [`JoinWatch`] on the nodes while they join. With supervision on in
@@ -279,29 +261,23 @@ pub async fn start_watched(
     let trainer_ctx = Context::<Trainer>::new();
     let trainer = trainer_ctx.address();
     let cache = WeightsCache::default();
+    let inbox = Inbox::new();
     if elastic {
         let run = super::elastic::ElasticStart {
             admission,
             cache,
+            inbox,
             timing,
             seed,
         };
         return Ok(run.start(machine, n, joined, joined_rx, trainer_ctx, start_peer));
     }
-    let mut nodes = Vec::with_capacity(n);
-    let mut closers = Vec::with_capacity(n);
-    let mut recyclers = Vec::with_capacity(n);
-    for (j, early) in joined {
-        let peer = start_peer(j, early, &trainer, &cache, timing, None);
-        closers.push(Some(peer.clone().recipient()));
-        recyclers.push(Some(peer.clone().recipient()));
-        nodes.push(peer.recipient());
-    }
+    let nodes = joined
+        .into_iter()
+        .map(|(j, early)| start_peer(j, early, &inbox, &cache, timing, None))
+        .collect();
     let supervised = machine.supervision().is_some();
-    let mut t = Trainer::new(machine, nodes)
-        .with_closers(closers)
-        .with_recyclers(recyclers)
-        .with_initial_seed(seed);
+    let mut t = Trainer::remote(machine, nodes, inbox.clone()).with_initial_seed(seed);
     if supervised {
         let pending = Rc::new(RefCell::new(vec![None; n]));
         t = t.with_restarter(Box::new(RemoteRestarter {
@@ -310,7 +286,6 @@ pub async fn start_watched(
             join_timeout,
             pending: pending.clone(),
         }));
-        let trainer = trainer.clone();
         actix_rt::spawn(async move {
             while let Some(j) = joined_rx.recv().await {
                 let node = j.index;
@@ -322,13 +297,8 @@ pub async fn start_watched(
                     continue;
                 };
                 tracing::info!(node, restart, name = %j.name, "node rejoined");
-                let peer = start_peer(j, Vec::new(), &trainer, &cache, timing, None);
-                trainer.do_send(NodeRestarted {
-                    node,
-                    recipient: peer.clone().recipient(),
-                    recycler: Some(peer.clone().recipient()),
-                    closer: Some(peer.recipient()),
-                });
+                let conn = start_peer(j, Vec::new(), &inbox, &cache, timing, None);
+                inbox.push(InboxItem::Restarted(node, conn));
             }
         });
     }

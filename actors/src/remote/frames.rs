@@ -223,7 +223,6 @@ impl<T: Frame> Stream for FrameStream<T> {
 #[cfg(test)]
 mod tests {
 
-    use actix::{Actor, Context as ActorContext, Handler};
     use futures_util::StreamExt;
     use ndarray::{ArrayD, IxDyn};
     use rollout::message::{Batch, FromNode};
@@ -261,21 +260,6 @@ mod tests {
         tokio::time::timeout(std::time::Duration::from_secs(10), frames.next())
             .await
             .expect("the stream answered within 10 s")
-    }
-
-    /// Stands for the trainer: passes on which node's batch began to arrive.
-    struct Arrivals(tokio::sync::mpsc::UnboundedSender<usize>);
-
-    impl Actor for Arrivals {
-        type Context = ActorContext<Self>;
-    }
-
-    impl Handler<crate::messages::BatchArriving> for Arrivals {
-        type Result = ();
-
-        fn handle(&mut self, msg: crate::messages::BatchArriving, _ctx: &mut Self::Context) {
-            self.0.send(msg.node).expect("the test listens");
-        }
     }
 
     fn pool() -> SharedPool {
@@ -355,10 +339,8 @@ mod tests {
     fn the_arrival_notice_comes_once_as_a_batch_begins_to_arrive_long_before_it_is_whole() {
         actix_rt::System::new().block_on(async {
             let (mut client, read) = loopback().await;
-            let (tx, mut began) = tokio::sync::mpsc::unbounded_channel();
-            let trainer = Arrivals(tx).start().recipient();
-            let mut frames =
-                FrameStream::<NodeFrame>::new(read, usize::MAX, pool()).on_batch(ArrivalNotice::new(0, trainer));
+            let notice = ArrivalNotice::new();
+            let mut frames = FrameStream::<NodeFrame>::new(read, usize::MAX, pool()).on_batch(notice.clone());
             let bytes = encode(&batch(), usize::MAX).unwrap();
             client
                 .write_all(&encode(&NodeFrame::Heartbeat, usize::MAX).unwrap())
@@ -366,18 +348,19 @@ mod tests {
                 .unwrap();
             client.write_all(&bytes[..1000]).await.unwrap();
             assert_eq!(next(&mut frames).await.unwrap().unwrap(), NodeFrame::Heartbeat);
-            assert!(began.try_recv().is_err(), "a heartbeat is no batch");
-            // 1,000 of the batch's 32 KB are in: the notice comes, no frame comes out.
-            let deadline = std::time::Duration::from_secs(10);
-            tokio::select! {
-                item = frames.next() => panic!("nothing before the batch is whole: {item:?}"),
-                got = tokio::time::timeout(deadline, began.recv()) => {
-                    assert_eq!(got.expect("the notice came within 10 s"), Some(0));
-                }
-            }
+            assert!(!notice.take(), "a heartbeat is no batch");
+            // 1,000 of the batch's 32 KB are in: the notice is raised, no frame comes out.
+            let raised = std::future::poll_fn(|cx| match frames.poll_next_unpin(cx) {
+                Poll::Ready(item) => panic!("nothing before the batch is whole: {item:?}"),
+                Poll::Pending if notice.take() => Poll::Ready(()),
+                Poll::Pending => Poll::Pending,
+            });
+            tokio::time::timeout(std::time::Duration::from_secs(10), raised)
+                .await
+                .expect("the notice came within 10 s");
             client.write_all(&bytes[1000..]).await.unwrap();
             assert_eq!(next(&mut frames).await.unwrap().unwrap(), batch());
-            assert!(began.try_recv().is_err(), "once per batch");
+            assert!(!notice.take(), "once per batch");
         });
     }
 

@@ -1,7 +1,9 @@
-//! Remote nodes over TCP: the trainer's listener and peers, the node's join.
+//! Remote nodes over TCP: the trainer's listener, connections and inbox, the node's join.
 
 pub mod arrival;
+pub mod connection;
 pub mod frames;
+pub mod inbox;
 pub mod join;
 pub mod link;
 pub mod listener;
