@@ -54,6 +54,7 @@ use crate::pool::TensorPool;
 use crate::tensor::{Elements, EncodedTensor, RawTensorDict, Tensor, TensorDict, TensorError};
 use crate::wire::{self, NodeFrame, TrainerFrame, WireError};
 
+mod canonical;
 mod strict;
 
 /// A frame type whose tensors can be decoded into memory given to the decode.
@@ -163,6 +164,24 @@ impl Storage<'_> {
     fn dict(&mut self, raw: RawTensorDict<Entries<EncodedTensor<'_>>>) -> Result<TensorDict, TensorError> {
         let tensors = self.tensors(raw.tensors)?;
         TensorDict::decoded(raw.batch_size, tensors)
+    }
+
+    /// The batch read by [`canonical::read`], its tensors built and checked as
+    /// [`Self::dict`] builds them (in the frame's order, a later key replacing an
+    /// earlier one), each into pooled storage.
+    fn canonical_batch(&mut self, b: canonical::CanonicalBatch<'_>) -> Result<Batch, TensorError> {
+        let mut tensors = BTreeMap::new();
+        for e in b.tensors {
+            let t =
+                Tensor::from_le_bytes_into(e.dtype, e.shape.as_slice(), e.data, |dtype, n| self.pool.take(dtype, n))?;
+            tensors.insert(e.key.to_string(), t);
+        }
+        Ok(Batch {
+            node: b.node,
+            seq: b.seq,
+            weights_version: b.weights_version,
+            data: TensorDict::decoded(b.batch_size.as_slice().to_vec(), tensors)?,
+        })
     }
 }
 
@@ -445,6 +464,15 @@ impl sealed::Sealed for NodeFrame {
     const MIRRORED: &'static [u8] = b"batch";
 
     fn mirror_into(body: &[u8], storage: &mut Storage<'_>) -> Result<NodeFrame, WireError> {
+        // A whole batch laid out as the encoder writes it (every batch of this
+        // crate's nodes), read without serde; any other, and one with tensors read
+        // aside, through the mirror below.
+        if storage.read.is_empty() {
+            if let Some(b) = canonical::read(body) {
+                let batch = storage.canonical_batch(b).map_err(tensor_error)?;
+                return Ok(NodeFrame::Message(FromNode::Batch(batch)));
+            }
+        }
         let NodeMirror::Batch(b) = mirror(body)?;
         Ok(NodeFrame::Message(FromNode::Batch(Batch {
             node: b.node,
@@ -1034,6 +1062,7 @@ mod tests {
             let b = random_batch(&batch_size, &keys, ids);
             let frame = NodeFrame::Message(FromNode::Batch(b));
             let body = body(&frame);
+            proptest::prop_assert!(canonical::read(&body).is_some(), "the encoder's layout is read without serde");
             proptest::prop_assert_eq!(same_answer::<NodeFrame>(&body), Ok(frame));
             let end = 1 + ((body.len() - 1) as f64 * cut) as usize;
             if end < body.len() && first_type(&body[..end]).is_some() {
@@ -1048,7 +1077,7 @@ mod tests {
         let good = hand_batch("batch", true);
         let update = body(&update());
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
-        let mut read = 0;
+        let (mut read, mut canonical_read) = (0, 0);
         for round in 0..4000 {
             let mut b = if round % 2 == 0 { good.clone() } else { update.clone() };
             for _ in 0..rng.random_range(1..3) {
@@ -1071,6 +1100,8 @@ mod tests {
             let mut pool = TensorPool::new(1 << 20);
             match first_type(&b) {
                 Some(b"batch") => {
+                    // The mirror alone below reads these without serde.
+                    canonical_read += usize::from(canonical::read(&b).is_some());
                     let plain = enc(decode(&b));
                     assert_eq!(enc(decode_pooled(&b, &mut pool)), plain, "{b:x?}");
                     let alone = enc(mirrored(&b));
@@ -1094,5 +1125,9 @@ mod tests {
             }
         }
         assert!(read > 100, "{read} mutated frames read");
+        assert!(
+            canonical_read > 100,
+            "{canonical_read} mutated batches read without serde"
+        );
     }
 }

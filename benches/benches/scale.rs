@@ -13,7 +13,9 @@
 //! included), the trainer's CPU per node-batch in sync rounds of 10 frames per node,
 //! the sync round time p50 and p99, async batches/s (10 frames each), the trainer's
 //! RSS after the join (total and per node above the process before `build`), and
-//! the trainer's CPU while idle (heartbeats only) as % of one core.
+//! the trainer's CPU while idle (heartbeats only) as % of one core; and the trainer's
+//! CPU per node-batch of the same sync rounds pulled by a task on the trainer's own
+//! thread (an embedded run) instead of `next_batch` from another thread.
 //!
 //! Baseline, in the same run: raw loopback round trips over N connections (one
 //! small frame out on each, a 1 KiB reply back on each, blocking sockets, the other
@@ -36,8 +38,9 @@ use std::time::{Duration, Instant};
 use rollout::connection::{Inbound, NodeHandshake, NodeSession, NodeStep};
 use rollout::wire::{self, NodeFrame, TrainerFrame, DEFAULT_MAX_FRAME, PREFIX_LEN};
 use rollout::{PolicyConfig, Registry};
+use rollout_actors::messages::{NextBatch, Recycle, StopNodes};
 use rollout_actors::testkit::NodeHarness;
-use rollout_actors::{DistributedCollector, Launcher};
+use rollout_actors::{CollectorBuilder, DistributedCollector, Launcher};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 
 const TOKEN: &str = "scale-bench-token-0123456789abcdef";
@@ -62,11 +65,13 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3.0);
-    // Profiling aid: `ROLLOUT_SCALE_ONLY=sync|async` runs that phase alone (sync
-    // includes the idle part), for `perf record -p`.
+    // Profiling aid: `ROLLOUT_SCALE_ONLY=sync|async|embedded` runs that phase alone
+    // (sync includes the idle part), for `perf record -p`.
     if let Ok(only) = std::env::var("ROLLOUT_SCALE_ONLY") {
         for &n in &ns {
-            if only == "async" {
+            if only == "embedded" {
+                println!("{n}: {:.1} µs per node-batch, embedded", sync_embedded(n, secs) * 1e6);
+            } else if only == "async" {
                 let a = async_phase(n, secs);
                 println!(
                     "{n}: {:.0} batches/s, {:.1} µs each",
@@ -106,6 +111,7 @@ fn main() {
         let raw = raw_rounds(n, secs.min(2.0));
         let sync = sync_phase(n, secs);
         let asy = async_phase(n, secs);
+        let embedded = sync_embedded(n, secs);
         println!(
             "{:>5} {:>8.0} {:>9.1} {:>9.2} {:>9.1} {:>9.2} {:>9.2} {:>9.3} {:>10.0} {:>8.1} {:>9.1} {:>7.2} {:>7.1}",
             n,
@@ -123,11 +129,13 @@ fn main() {
             sync.p50 / raw.p50,
         );
         println!(
-            "      (sync rounds {}, async batches {} at {:.1} µs trainer CPU each, async join {:.0} ms)",
+            "      (sync rounds {}, async batches {} at {:.1} µs trainer CPU each, async join {:.0} ms; \
+             sync pulled on the trainer's thread: {:.1} µs per node-batch)",
             sync.rounds,
             asy.batches,
             asy.cpu_per_batch * 1e6,
-            asy.join.as_secs_f64() * 1e3
+            asy.join.as_secs_f64() * 1e3,
+            embedded * 1e6
         );
     }
 }
@@ -263,13 +271,15 @@ fn raw_rounds(n: usize, secs: f64) -> Raw {
 
 // ---------------------------------------------------------------- the trainer
 
-/// A collector over `n` nodes of the swarm; the time `build` took (every node joined).
-fn collector(n: usize, sync: bool) -> (DistributedCollector, Child, Duration) {
-    let child: Arc<Mutex<Option<Child>>> = Arc::default();
-    let hook = Arc::clone(&child);
+/// The swarm child, once the trainer listens and starts it.
+type SwarmSlot = Arc<Mutex<Option<Child>>>;
+
+/// The settings of a run over `n` nodes of the swarm, which starts once the trainer
+/// listens and lands in `swarm`.
+fn settings(n: usize, sync: bool, swarm: &SwarmSlot) -> CollectorBuilder {
+    let hook = Arc::clone(swarm);
     let fpb = if sync { FRAMES_PER_NODE * n } else { FRAMES_PER_NODE };
-    let start = Instant::now();
-    let c = DistributedCollector::builder()
+    DistributedCollector::builder()
         .sync(sync)
         .env("Counting")
         .policy(PolicyConfig::Random)
@@ -286,8 +296,13 @@ fn collector(n: usize, sync: bool) -> (DistributedCollector, Child, Duration) {
         .on_listening(move |addr| {
             *hook.lock().expect("swarm slot") = Some(spawn_swarm("nodes", addr, n));
         })
-        .build()
-        .expect("collector");
+}
+
+/// A collector over `n` nodes of the swarm; the time `build` took (every node joined).
+fn collector(n: usize, sync: bool) -> (DistributedCollector, Child, Duration) {
+    let child = SwarmSlot::default();
+    let start = Instant::now();
+    let c = settings(n, sync, &child).build().expect("collector");
     let join = start.elapsed();
     let child = child.lock().expect("swarm slot").take().expect("swarm started");
     (c, child, join)
@@ -338,6 +353,54 @@ fn sync_phase(n: usize, secs: f64) -> Sync {
         rss_per_node_kib: rss.saturating_sub(rss0) as f64 / n as f64,
         idle_core,
     }
+}
+
+/// The trainer's CPU per node-batch of sync rounds pulled by a task on the trainer's
+/// own thread (an embedded run, `NextBatch`), not by `next_batch` on another thread:
+/// the same rounds without the consumer's thread hand-off.
+fn sync_embedded(n: usize, secs: f64) -> f64 {
+    let child = SwarmSlot::default();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let builder = settings(n, true, &child);
+    let thread = std::thread::spawn(move || {
+        actix::System::new().block_on(async move {
+            let run = builder.start_embedded().await.expect("embedded run");
+            let pull = || async {
+                let b = run
+                    .trainer
+                    .send(NextBatch)
+                    .await
+                    .expect("mailbox")
+                    .expect("batch")
+                    .expect("endless");
+                run.trainer.do_send(Recycle {
+                    node: b.node,
+                    data: b.data,
+                });
+            };
+            // The first rounds wait for the joins.
+            for _ in 0..3 {
+                pull().await;
+            }
+            let (mut rounds, cpu0, start) = (0usize, process_cpu(), Instant::now());
+            while start.elapsed().as_secs_f64() < secs || rounds < 20 {
+                pull().await;
+                rounds += 1;
+            }
+            let cpu = (process_cpu() - cpu0).as_secs_f64();
+            let _ = tx.send(cpu / (rounds * n) as f64);
+            run.trainer.send(StopNodes).await.expect("mailbox").expect("stop");
+        });
+    });
+    // Bounded: a run that stops answering fails the bench instead of hanging it.
+    let per_batch = rx
+        .recv_timeout(Duration::from_secs_f64(secs + 180.0))
+        .expect("the embedded run measured its rounds in time");
+    thread.join().expect("the embedded run's thread");
+    if let Some(c) = child.lock().expect("swarm slot").take() {
+        reap(c);
+    }
+    per_batch
 }
 
 struct Async {

@@ -13,6 +13,11 @@
 //! in pooled storage, then decoded: one copy in all, so memcpy speed.
 //! Prints MB/s (1 MB = 10^6 bytes) of the blob and the ratios against the baselines.
 //!
+//! Then the other end of the scale: a small `batch` frame, as a trainer reads one per node
+//! and round (10 `Counting` frames, every key a batch has), decoded into pooled storage (the
+//! last batch recycled into the pool, as a connection does) against the plain serde decode of
+//! the same frame, in µs per frame.
+//!
 //! Run: `cargo bench -p rollout-benches --bench wire`
 
 use std::collections::BTreeMap;
@@ -21,11 +26,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ndarray::{ArrayD, IxDyn};
+use rollout::env::{Counting, CountingConfig, Env};
 use rollout::frame_decode::decode_pooled;
 use rollout::frame_reader::FrameReader;
-use rollout::message::{ToNode, UpdateWeights};
+use rollout::message::{Batch, FromNode, ToNode, UpdateWeights};
+use rollout::policy::RandomPolicy;
 use rollout::pool::TensorPool;
-use rollout::wire::{decode, encode_into, TrainerFrame, DEFAULT_MAX_FRAME, PREFIX_LEN};
+use rollout::rollout::{Rollout, RolloutConfig, TrajIds};
+use rollout::wire::{decode, encode, encode_into, NodeFrame, TrainerFrame, DEFAULT_MAX_FRAME, PREFIX_LEN};
 use rollout::{Tensor, Weights};
 
 const ELEMS: usize = 10_000_000;
@@ -155,5 +163,62 @@ fn main() {
         "  read + decode, FrameReader {:>9.0} MB/s   {:.2} x memcpy (the read is the only copy)",
         mbps(reader_t),
         memcpy.as_secs_f64() / reader_t.as_secs_f64()
+    );
+    small_batch();
+}
+
+/// Decodes of a small batch frame per run of [`best`].
+const SMALL_DECODES: usize = 20_000;
+
+/// A small batch frame: plain decode against the pooled one, µs per frame.
+fn small_batch() {
+    let env = Counting::new(CountingConfig::default()).expect("counting");
+    let policy = RandomPolicy::new(env.action_spec().clone(), 0);
+    let mut ro = Rollout::new(
+        vec![Box::new(env) as Box<dyn Env>],
+        Box::new(policy),
+        vec![TrajIds::new(0, 1).expect("ids")],
+        RolloutConfig {
+            frames_per_batch: 10,
+            ..RolloutConfig::default()
+        },
+    )
+    .expect("rollout");
+    let data = ro.collect().expect("collect");
+    let keys = data.len();
+    let frame = NodeFrame::Message(FromNode::Batch(Batch {
+        node: 3,
+        seq: 1_000,
+        weights_version: 2,
+        data,
+    }));
+    let body = encode(&frame, DEFAULT_MAX_FRAME).expect("encode")[PREFIX_LEN..].to_vec();
+    let per = |d: Duration| d.as_secs_f64() * 1e6 / SMALL_DECODES as f64;
+    let plain = best(|| {
+        for _ in 0..SMALL_DECODES {
+            let f: NodeFrame = decode(black_box(&body)).expect("decode");
+            black_box(f);
+        }
+    });
+    let mut pool = TensorPool::new(1 << 20);
+    let pooled = best(|| {
+        for _ in 0..SMALL_DECODES {
+            let f: NodeFrame = decode_pooled(black_box(&body), &mut pool).expect("decode");
+            if let NodeFrame::Message(FromNode::Batch(b)) = f {
+                pool.put_dict(b.data);
+            }
+        }
+    });
+    let again: NodeFrame = decode_pooled(&body, &mut pool).expect("decode");
+    assert!(again == frame, "the pooled decode is the same frame");
+    println!(
+        "wire: batch frame of 10 Counting frames, {keys} keys, {} bytes, best of {REPS} x {SMALL_DECODES}",
+        body.len()
+    );
+    println!("  decode frame (serde)       {:>9.2} µs        baseline", per(plain));
+    println!(
+        "  decode frame, pooled       {:>9.2} µs        {:.2} x the plain decode's speed",
+        per(pooled),
+        plain.as_secs_f64() / pooled.as_secs_f64()
     );
 }
