@@ -170,6 +170,19 @@ impl Storage<'_> {
     /// [`Self::dict`] builds them (in the frame's order, a later key replacing an
     /// earlier one), each into pooled storage.
     fn canonical_batch(&mut self, b: canonical::CanonicalBatch<'_>) -> Result<Batch, TensorError> {
+        if let Some(td) = self.pool.take_dict() {
+            match refill(td, &b) {
+                Ok(data) => {
+                    return Ok(Batch {
+                        node: b.node,
+                        seq: b.seq,
+                        weights_version: b.weights_version,
+                        data,
+                    })
+                }
+                Err(td) => self.pool.put_tensors(td),
+            }
+        }
         let mut tensors = BTreeMap::new();
         for e in b.tensors {
             let t =
@@ -182,6 +195,27 @@ impl Storage<'_> {
             weights_version: b.weights_version,
             data: TensorDict::decoded(b.batch_size.as_slice().to_vec(), tensors)?,
         })
+    }
+}
+
+/// `td`, a recycled batch, holding the batch `b` instead, if `b` has its layout:
+/// its batch shape, and its keys in order (so none twice), dtypes and shapes, each
+/// blob exactly the length its tensor needs (bool bytes 0 or 1). Then only elements
+/// are written, and the dict is the one a decode would build (it was valid with
+/// these keys and shapes). Else `td` back, to be pooled; its elements are scratch.
+fn refill(mut td: TensorDict, b: &canonical::CanonicalBatch<'_>) -> Result<TensorDict, TensorDict> {
+    let same = td.batch_size() == b.batch_size.as_slice()
+        && td.len() == b.tensors.len()
+        && td.iter_mut().zip(&b.tensors).all(|((key, t), e)| {
+            key == e.key && t.dtype() == e.dtype && t.shape() == e.shape.as_slice() && t.refill_from_le(e.data)
+        })
+        // A consumer's dict may have been reshaped in place (`get_mut`): then it is
+        // not what a decode would build.
+        && td.validate().is_ok();
+    if same {
+        Ok(td)
+    } else {
+        Err(td)
     }
 }
 
@@ -1000,6 +1034,40 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_of_the_recycled_batch_s_layout_is_written_into_its_memory() {
+        let mut pool = TensorPool::new(1 << 20);
+        let first = body(&NodeFrame::Message(FromNode::Batch(batch())));
+        let Ok(NodeFrame::Message(FromNode::Batch(b1))) = decode_pooled::<NodeFrame>(&first, &mut pool) else {
+            panic!("a batch");
+        };
+        let memory: Vec<*const u8> = b1.data.iter().map(|(_, t)| storage(t)).collect();
+        pool.put_dict(b1.data);
+        // The next batch: same layout, other values and ids.
+        let mut next = batch();
+        next.seq = 10;
+        for (_, t) in next.data.iter_mut() {
+            if let Tensor::F32(a) = t {
+                a.mapv_inplace(|x| x + 1.0);
+            }
+        }
+        let want = NodeFrame::Message(FromNode::Batch(next.clone()));
+        let got = decode_pooled::<NodeFrame>(&body(&want), &mut pool).expect("decodes");
+        assert_eq!(got, want);
+        let NodeFrame::Message(FromNode::Batch(b2)) = got else {
+            panic!("a batch")
+        };
+        let again: Vec<*const u8> = b2.data.iter().map(|(_, t)| storage(t)).collect();
+        assert_eq!(again, memory, "every tensor written into the recycled one");
+        assert!(pool.is_empty(), "the recycled batch was taken whole");
+        // Another layout: decoded anew, the recycled batch's storage pooled.
+        pool.put_dict(b2.data);
+        let mut other = batch();
+        other.data.remove("action");
+        let want = NodeFrame::Message(FromNode::Batch(other));
+        assert_eq!(decode_pooled::<NodeFrame>(&body(&want), &mut pool), Ok(want));
+    }
+
+    #[test]
     fn the_mirror_alone_refuses_a_frame_cut_anywhere_in_the_frame_s_words() {
         for good in [hand_batch("batch", true), body(&update())] {
             for end in 1..good.len() {
@@ -1104,6 +1172,15 @@ mod tests {
                     canonical_read += usize::from(canonical::read(&b).is_some());
                     let plain = enc(decode(&b));
                     assert_eq!(enc(decode_pooled(&b, &mut pool)), plain, "{b:x?}");
+                    // Into the good batch, recycled: its memory overwritten when the
+                    // mutated frame has its layout, else decoded anew; alike either way.
+                    let mut primed = TensorPool::new(1 << 20);
+                    primed.put_dict(batch().data);
+                    assert_eq!(
+                        enc(decode_pooled(&b, &mut primed)),
+                        plain,
+                        "into a recycled batch, {b:x?}"
+                    );
                     let alone = enc(mirrored(&b));
                     assert_eq!(alone.is_ok(), plain.is_ok(), "{b:x?}: {alone:?} {plain:?}");
                     if plain.is_ok() {

@@ -9,6 +9,10 @@
 //! ([`crate::frame_decode::decode_pooled`], [`crate::frame_reader::FrameReader`])
 //! writes every tensor of a dtype and element count found in it into that storage
 //! instead.
+//!
+//! One recycled dict is kept whole: a node's next batch usually has its layout (the
+//! same keys, dtypes and shapes), and then decoding only overwrites its elements
+//! ([`TensorPool::take_dict`]): no array, key or map is built.
 
 use crate::policy::Weights;
 use crate::tensor::{DType, Elements, Tensor, TensorDict};
@@ -28,6 +32,8 @@ pub struct TensorPool {
     generation: u64,
     /// The current decode took something.
     took: bool,
+    /// A recycled dict kept whole, its bytes, and the generation it came in.
+    spare: Option<(TensorDict, usize, u64)>,
 }
 
 impl TensorPool {
@@ -44,14 +50,14 @@ impl TensorPool {
         self.bytes
     }
 
-    /// Number of vectors held.
+    /// Number of vectors held (those of the dict kept whole included).
     pub fn len(&self) -> usize {
-        self.shelf.len()
+        self.shelf.len() + self.spare.as_ref().map_or(0, |(td, _, _)| td.len())
     }
 
     /// Whether the pool holds nothing.
     pub fn is_empty(&self) -> bool {
-        self.shelf.is_empty()
+        self.len() == 0
     }
 
     /// Keeps `t`'s storage if it owns it whole (standard layout from its start) and
@@ -62,11 +68,35 @@ impl TensorPool {
         }
     }
 
-    /// Keeps the storage of every tensor of `td`.
+    /// Keeps `td` whole for the next decode of a batch of its layout if no dict is
+    /// kept yet, else the storage of every tensor of it.
     pub fn put_dict(&mut self, td: TensorDict) {
+        let size = td.iter().try_fold(0usize, |acc, (_, t)| {
+            acc.checked_add(t.len().checked_mul(t.dtype().size())?)
+        });
+        match size {
+            Some(size) if self.spare.is_none() && !td.is_empty() && self.bytes + size <= self.max_bytes => {
+                self.bytes += size;
+                self.spare = Some((td, size, self.generation));
+            }
+            _ => self.put_tensors(td),
+        }
+    }
+
+    /// Keeps the storage of every tensor of `td`, its structure dropped.
+    pub(crate) fn put_tensors(&mut self, td: TensorDict) {
         for t in td.into_entries().into_values() {
             self.put(t);
         }
+    }
+
+    /// The dict kept whole, if any, for a decode to overwrite (or, should the frame's
+    /// layout differ, to hand back through [`Self::put_tensors`]).
+    pub(crate) fn take_dict(&mut self) -> Option<TensorDict> {
+        let (td, size, _) = self.spare.take()?;
+        self.bytes -= size;
+        self.took = true;
+        Some(td)
     }
 
     /// Keeps the storage of every tensor of `weights`.
@@ -88,10 +118,18 @@ impl TensorPool {
 
     /// Storage for exactly `n` elements of `dtype` (contents unspecified), if one is held.
     pub(crate) fn take(&mut self, dtype: DType, n: usize) -> Option<Elements> {
-        let i = self
-            .shelf
-            .iter()
-            .position(|(e, _)| e.dtype() == dtype && e.len() == n)?;
+        let fits = |(e, _): &(Elements, u64)| e.dtype() == dtype && e.len() == n;
+        let i = match self.shelf.iter().position(fits) {
+            Some(i) => i,
+            // Storage asked for one tensor at a time (read aside, stacked): the dict
+            // kept whole is taken apart for it.
+            None => {
+                let (td, size, _) = self.spare.take()?;
+                self.bytes -= size;
+                self.put_tensors(td);
+                self.shelf.iter().position(fits)?
+            }
+        };
         let (e, _) = self.shelf.swap_remove(i);
         self.bytes -= e.capacity_bytes();
         self.took = true;
@@ -107,6 +145,12 @@ impl TensorPool {
         }
         self.generation += 1;
         let cutoff = self.generation.saturating_sub(1);
+        if let Some((_, size, g)) = &self.spare {
+            if *g < cutoff {
+                self.bytes -= *size;
+                self.spare = None;
+            }
+        }
         let mut freed = 0;
         self.shelf.retain(|(e, g)| {
             let keep = *g >= cutoff;
@@ -214,6 +258,63 @@ mod tests {
             p.put(t);
             assert_eq!(p.len(), 1);
         }
+    }
+
+    fn dict() -> TensorDict {
+        TensorDict::from_entries(
+            &[2],
+            [
+                ("a".to_string(), f32s(&[2, 3], 1.0)),
+                ("b".to_string(), f32s(&[2], 2.0)),
+            ],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn one_recycled_dict_is_kept_whole_and_counted_the_next_taken_apart() {
+        let mut p = TensorPool::new(1 << 20);
+        p.put_dict(dict());
+        assert_eq!((p.len(), p.bytes()), (2, 8 * 4));
+        p.put_dict(dict());
+        assert_eq!(
+            (p.len(), p.bytes()),
+            (4, 16 * 4),
+            "the second one's storage on the shelf"
+        );
+        let td = p.take_dict().expect("kept whole");
+        assert_eq!(td, dict());
+        assert_eq!((p.len(), p.bytes()), (2, 8 * 4));
+        assert!(p.take_dict().is_none());
+        // Over the bound: taken apart, and what fits is kept.
+        let mut small = TensorPool::new(30);
+        small.put_dict(dict());
+        assert!(small.take_dict().is_none());
+        assert_eq!((small.len(), small.bytes()), (1, 24));
+    }
+
+    #[test]
+    fn storage_asked_one_tensor_at_a_time_takes_the_kept_dict_apart() {
+        let mut p = TensorPool::new(1 << 20);
+        p.put_dict(dict());
+        let e = p.take(DType::F32, 6).expect("the dict's [2, 3] tensor");
+        assert_eq!(e.len(), 6);
+        assert!(p.take_dict().is_none(), "taken apart");
+        assert_eq!((p.len(), p.bytes()), (1, 8), "the other tensor on the shelf");
+        assert!(p.take(DType::I64, 2).is_none());
+    }
+
+    #[test]
+    fn a_kept_dict_two_consuming_decodes_leave_untouched_is_dropped() {
+        let data: Vec<u8> = [1.0f32, 2.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+        let mut p = TensorPool::new(1 << 20);
+        p.put_dict(dict());
+        p.put(f32s(&[2], 0.0));
+        p.put(f32s(&[2], 0.0));
+        decode(&mut p, DType::F32, &[2], &data).unwrap(); // from the shelf
+        assert!(p.len() >= 2, "kept one generation");
+        decode(&mut p, DType::F32, &[2], &data).unwrap();
+        assert_eq!((p.len(), p.bytes()), (0, 0), "the layout changed: the dict went");
     }
 
     #[test]

@@ -758,6 +758,59 @@ struct EncodedTensorRef<'a> {
 }
 
 impl Tensor {
+    /// Overwrites the elements with `data`, the little-endian encoding of a tensor of
+    /// this dtype and element count, when this one's memory is its own in standard
+    /// layout and `data` is exactly that long (for bool, every byte 0 or 1). `false`,
+    /// nothing written, otherwise. What a decode into a recycled batch does instead
+    /// of building a new array.
+    pub(crate) fn refill_from_le(&mut self, data: &[u8]) -> bool {
+        macro_rules! refill {
+            ($a:expr, $t:ty, $n:expr) => {{
+                let Some(v) = $a.as_slice_mut() else {
+                    return false;
+                };
+                if v.len().checked_mul($n) != Some(data.len()) {
+                    return false;
+                }
+                if cfg!(target_endian = "little") {
+                    bytemuck::cast_slice_mut::<$t, u8>(v).copy_from_slice(data);
+                } else {
+                    for (d, c) in v.iter_mut().zip(data.chunks_exact($n)) {
+                        let mut b = [0u8; $n];
+                        b.copy_from_slice(c);
+                        *d = <$t>::from_le_bytes(b);
+                    }
+                }
+                true
+            }};
+        }
+        match self {
+            Tensor::F32(a) => refill!(a, f32, 4),
+            Tensor::F64(a) => refill!(a, f64, 8),
+            Tensor::I64(a) => refill!(a, i64, 8),
+            Tensor::U8(a) => {
+                let Some(v) = a.as_slice_mut() else {
+                    return false;
+                };
+                if v.len() != data.len() {
+                    return false;
+                }
+                v.copy_from_slice(data);
+                true
+            }
+            Tensor::Bool(a) => {
+                let Some(v) = a.as_slice_mut() else {
+                    return false;
+                };
+                if v.len() != data.len() || data.iter().any(|&b| b > 1) {
+                    return false;
+                }
+                v.iter_mut().zip(data).for_each(|(d, &b)| *d = b == 1);
+                true
+            }
+        }
+    }
+
     /// The element bytes straight from the array's memory, when that memory already is
     /// the encoded form: standard (C-order, contiguous) layout on a little-endian machine.
     /// `None` when they must be copied out (other layouts, big-endian). The encoder
@@ -893,6 +946,11 @@ impl TensorDict {
     /// The entries, sorted by key.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Tensor)> {
         self.tensors.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    /// The entries, sorted by key, each tensor mutable (its shape must not change).
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (&str, &mut Tensor)> {
+        self.tensors.iter_mut().map(|(k, v)| (k.as_str(), v))
     }
 
     /// Consumes the dict into its entries.
