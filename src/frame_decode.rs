@@ -52,6 +52,7 @@ use crate::message::{Batch, FromNode, ToNode, UpdateWeights};
 use crate::policy::Weights;
 use crate::pool::TensorPool;
 use crate::tensor::{Elements, EncodedTensor, RawTensorDict, Tensor, TensorDict, TensorError};
+use crate::wire::cursor::Cursor;
 use crate::wire::{self, NodeFrame, TrainerFrame, WireError};
 
 mod canonical;
@@ -547,40 +548,11 @@ fn tensor_error(e: TensorError) -> WireError {
 /// used: a `type` elsewhere, or given as a variant's index, is left to the frame's
 /// own decoding, which reads those too.
 fn first_type(body: &[u8]) -> Option<&[u8]> {
-    let (&marker, rest) = body.split_first()?;
-    let (entries, rest) = match marker {
-        0x80..=0x8f => (usize::from(marker & 0x0f), rest),
-        0xde => be_len(rest, 2)?,
-        0xdf => be_len(rest, 4)?,
-        _ => return None,
-    };
-    if entries == 0 {
+    let mut c = Cursor::new(body);
+    if c.map_len().ok()? == 0 || c.str_bytes(u64::MAX).ok()? != b"type" {
         return None;
     }
-    let (key, rest) = str_at(rest)?;
-    if key != b"type" {
-        return None;
-    }
-    str_at(rest).map(|(value, _)| value)
-}
-
-/// The MessagePack string at the start of `b`, and what follows it.
-fn str_at(b: &[u8]) -> Option<(&[u8], &[u8])> {
-    let (&marker, rest) = b.split_first()?;
-    let (len, rest) = match marker {
-        0xa0..=0xbf => (usize::from(marker & 0x1f), rest),
-        0xd9 => be_len(rest, 1)?,
-        0xda => be_len(rest, 2)?,
-        0xdb => be_len(rest, 4)?,
-        _ => return None,
-    };
-    Some((rest.get(..len)?, rest.get(len..)?))
-}
-
-/// The big-endian length of `n` bytes at the start of `b`, and what follows it.
-fn be_len(b: &[u8], n: usize) -> Option<(usize, &[u8])> {
-    let (len, rest) = (b.get(..n)?, b.get(n..)?);
-    Some((len.iter().fold(0usize, |acc, &x| (acc << 8) | usize::from(x)), rest))
+    c.str_bytes(u64::MAX).ok()
 }
 
 #[cfg(test)]

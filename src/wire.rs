@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
 mod continue_frame;
+pub(crate) mod cursor;
 mod login;
 mod tagged;
 

@@ -28,7 +28,7 @@ use rollout::env::{CartPole, CartPoleConfig};
 use rollout::policy::{ActionsMut, Linear, Policy};
 use rollout::rollout::{Rollout, RolloutConfig, TrajIds};
 use rollout::{Action, Env, ExplorationType, PolicyConfig};
-use rollout_actors::messages::{NextBatch, Recycle, StopNodes};
+use rollout_actors::messages::StopNodes;
 use rollout_actors::{CollectorBuilder, DistributedCollector};
 
 /// Frames per batch: 10,000, or `ROLLOUT_BENCH_FRAMES` in the profiling runs (how the
@@ -586,20 +586,7 @@ impl EmbeddedPull {
         let thread = std::thread::spawn(move || {
             actix::System::new().block_on(async move {
                 let run = settings(false, mode).start_embedded().await.expect("embedded run");
-                let pull = || async {
-                    let batch = run
-                        .trainer
-                        .send(NextBatch)
-                        .await
-                        .expect("mailbox")
-                        .expect("batch")
-                        .expect("endless");
-                    black_box(batch.data.numel());
-                    run.trainer.do_send(Recycle {
-                        node: batch.node,
-                        data: batch.data,
-                    });
-                };
+                let pull = || rollout_benches::pull_embedded(&run.trainer);
                 while let Some(secs) = window.recv().await {
                     // As `rate`: one untimed call, then calls for `secs`.
                     pull().await;

@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use rollout::connection::{Inbound, NodeHandshake, NodeSession, NodeStep};
 use rollout::wire::{self, NodeFrame, TrainerFrame, DEFAULT_MAX_FRAME, PREFIX_LEN};
 use rollout::{PolicyConfig, Registry};
-use rollout_actors::messages::{NextBatch, Recycle, StopNodes};
+use rollout_actors::messages::StopNodes;
 use rollout_actors::testkit::NodeHarness;
 use rollout_actors::{CollectorBuilder, DistributedCollector, Launcher};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
@@ -365,19 +365,7 @@ fn sync_embedded(n: usize, secs: f64) -> f64 {
     let thread = std::thread::spawn(move || {
         actix::System::new().block_on(async move {
             let run = builder.start_embedded().await.expect("embedded run");
-            let pull = || async {
-                let b = run
-                    .trainer
-                    .send(NextBatch)
-                    .await
-                    .expect("mailbox")
-                    .expect("batch")
-                    .expect("endless");
-                run.trainer.do_send(Recycle {
-                    node: b.node,
-                    data: b.data,
-                });
-            };
+            let pull = || rollout_benches::pull_embedded(&run.trainer);
             // The first rounds wait for the joins.
             for _ in 0..3 {
                 pull().await;

@@ -5,7 +5,7 @@
 //! Only one layout is read: the map of five keys `type`, `node`, `seq`,
 //! `weights_version`, `data` in that order; `data` a map of `batch_size` then
 //! `tensors`; each tensor a map of `dtype`, `shape`, `data`; integers in their
-//! unsigned forms, strings as strings, blobs as `bin`, nothing after the frame.
+//! non-negative forms, strings as strings, blobs as `bin`, nothing after the frame.
 //! Anything else (another order, another form of a value, more dimensions than
 //! [`MAX_DIMS`], a frame cut short) is not an error here: [`read`] answers `None` and
 //! the frame goes to the serde mirror, which decides. So for every frame this reads,
@@ -17,6 +17,7 @@
 //! [`MAX_RESERVE`] entries.
 
 use crate::tensor::DType;
+use crate::wire::cursor::Cursor;
 
 /// Most dimensions of a shape read here (more: left to the mirror).
 pub(super) const MAX_DIMS: usize = 8;
@@ -59,34 +60,34 @@ pub(super) struct CanonicalBatch<'a> {
 
 /// The batch frame in `body`, if it is laid out as the encoder writes it.
 pub(super) fn read(body: &[u8]) -> Option<CanonicalBatch<'_>> {
-    let mut c = Cursor(body);
-    if c.map_len()? != 5 {
+    let mut c = Cursor::new(body);
+    if c.count()? != 5 {
         return None;
     }
     c.key(b"type")?;
     c.key(b"batch")?;
     c.key(b"node")?;
-    let node = usize::try_from(c.uint()?).ok()?;
+    let node = usize::try_from(c.uint().ok()?).ok()?;
     c.key(b"seq")?;
-    let seq = c.uint()?;
+    let seq = c.uint().ok()?;
     c.key(b"weights_version")?;
-    let weights_version = c.uint()?;
+    let weights_version = c.uint().ok()?;
     c.key(b"data")?;
-    if c.map_len()? != 2 {
+    if c.count()? != 2 {
         return None;
     }
     c.key(b"batch_size")?;
     let batch_size = c.dims()?;
     c.key(b"tensors")?;
-    let n = c.map_len()?;
+    let n = c.count()?;
     let mut tensors = Vec::with_capacity(n.min(MAX_RESERVE));
     for _ in 0..n {
-        let key = std::str::from_utf8(c.str()?).ok()?;
-        if c.map_len()? != 3 {
+        let key = std::str::from_utf8(c.text()?).ok()?;
+        if c.count()? != 3 {
             return None;
         }
         c.key(b"dtype")?;
-        let dtype = match c.str()? {
+        let dtype = match c.text()? {
             b"f32" => DType::F32,
             b"f64" => DType::F64,
             b"i64" => DType::I64,
@@ -97,7 +98,7 @@ pub(super) fn read(body: &[u8]) -> Option<CanonicalBatch<'_>> {
         c.key(b"shape")?;
         let shape = c.dims()?;
         c.key(b"data")?;
-        let data = c.bin()?;
+        let data = c.bin().ok()?;
         tensors.push(Entry {
             key,
             dtype,
@@ -106,7 +107,7 @@ pub(super) fn read(body: &[u8]) -> Option<CanonicalBatch<'_>> {
         });
     }
     // Bytes after the frame's map: the mirror decides what they mean.
-    if !c.0.is_empty() {
+    if !c.is_empty() {
         return None;
     }
     Some(CanonicalBatch {
@@ -118,91 +119,32 @@ pub(super) fn read(body: &[u8]) -> Option<CanonicalBatch<'_>> {
     })
 }
 
-/// What is left of the frame.
-struct Cursor<'a>(&'a [u8]);
+/// The reads of this layout, on the shared cursor; any refusal is `None`.
+trait CanonicalReads<'a> {
+    fn key(&mut self, name: &[u8]) -> Option<()>;
+    fn text(&mut self) -> Option<&'a [u8]>;
+    fn count(&mut self) -> Option<usize>;
+    fn dims(&mut self) -> Option<Dims>;
+}
 
-impl<'a> Cursor<'a> {
-    fn byte(&mut self) -> Option<u8> {
-        let (&b, rest) = self.0.split_first()?;
-        self.0 = rest;
-        Some(b)
-    }
-
-    /// The next `n` bytes, if there are that many.
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let (head, rest) = (self.0.get(..n)?, self.0.get(n..)?);
-        self.0 = rest;
-        Some(head)
-    }
-
-    /// A big-endian unsigned integer of `n` (at most 8) bytes.
-    fn be(&mut self, n: usize) -> Option<u64> {
-        Some(self.take(n)?.iter().fold(0u64, |acc, &b| (acc << 8) | u64::from(b)))
-    }
-
-    /// A length of `n` bytes, as a `usize`.
-    fn len(&mut self, n: usize) -> Option<usize> {
-        usize::try_from(self.be(n)?).ok()
-    }
-
-    fn map_len(&mut self) -> Option<usize> {
-        match self.byte()? {
-            m @ 0x80..=0x8f => Some(usize::from(m & 0x0f)),
-            0xde => self.len(2),
-            0xdf => self.len(4),
-            _ => None,
-        }
-    }
-
-    fn array_len(&mut self) -> Option<usize> {
-        match self.byte()? {
-            m @ 0x90..=0x9f => Some(usize::from(m & 0x0f)),
-            0xdc => self.len(2),
-            0xdd => self.len(4),
-            _ => None,
-        }
-    }
-
-    fn str(&mut self) -> Option<&'a [u8]> {
-        let n = match self.byte()? {
-            m @ 0xa0..=0xbf => usize::from(m & 0x1f),
-            0xd9 => self.len(1)?,
-            0xda => self.len(2)?,
-            0xdb => self.len(4)?,
-            _ => return None,
-        };
-        self.take(n)
-    }
-
+impl<'a> CanonicalReads<'a> for Cursor<'a> {
     /// The string `name`, or nothing.
     fn key(&mut self, name: &[u8]) -> Option<()> {
-        (self.str()? == name).then_some(())
+        (self.text()? == name).then_some(())
     }
 
-    fn uint(&mut self) -> Option<u64> {
-        match self.byte()? {
-            m @ 0x00..=0x7f => Some(u64::from(m)),
-            0xcc => self.be(1),
-            0xcd => self.be(2),
-            0xce => self.be(4),
-            0xcf => self.be(8),
-            _ => None,
-        }
+    fn text(&mut self) -> Option<&'a [u8]> {
+        self.str_bytes(u64::MAX).ok()
     }
 
-    fn bin(&mut self) -> Option<&'a [u8]> {
-        let n = match self.byte()? {
-            0xc4 => self.len(1)?,
-            0xc5 => self.len(2)?,
-            0xc6 => self.len(4)?,
-            _ => return None,
-        };
-        self.take(n)
+    /// A map's number of entries.
+    fn count(&mut self) -> Option<usize> {
+        usize::try_from(self.map_len().ok()?).ok()
     }
 
     /// An array of unsigned integers, each a `usize`, at most [`MAX_DIMS`] of them.
     fn dims(&mut self) -> Option<Dims> {
-        let len = self.array_len()?;
+        let len = usize::try_from(self.array_len().ok()?).ok()?;
         if len > MAX_DIMS {
             return None;
         }
@@ -211,7 +153,7 @@ impl<'a> Cursor<'a> {
             dims: [0; MAX_DIMS],
         };
         for slot in &mut d.dims[..len] {
-            *slot = usize::try_from(self.uint()?).ok()?;
+            *slot = usize::try_from(self.uint().ok()?).ok()?;
         }
         Some(d)
     }
@@ -222,20 +164,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_cursor_takes_nothing_past_the_end_whatever_length_a_header_claims() {
+    fn nothing_is_taken_past_the_end_whatever_length_a_header_claims() {
         // A bin claiming 4 GiB with three bytes behind it.
-        let mut c = Cursor(&[0xc6, 0xff, 0xff, 0xff, 0xff, 1, 2, 3]);
-        assert_eq!(c.bin(), None);
+        assert!(Cursor::new(&[0xc6, 0xff, 0xff, 0xff, 0xff, 1, 2, 3]).bin().is_err());
         // A str8 of 5 with 5 bytes: taken whole, nothing left.
-        let mut c = Cursor(b"\xd9\x05hello");
-        assert_eq!(c.str(), Some(&b"hello"[..]));
-        assert!(c.0.is_empty());
+        let mut c = Cursor::new(b"\xd9\x05hello");
+        assert_eq!(c.text(), Some(&b"hello"[..]));
+        assert!(c.is_empty());
         // A 9-dimension shape is left to the mirror.
         let mut nine = vec![0x99];
         nine.extend([1u8; 9]);
-        assert!(Cursor(&nine).dims().is_none());
-        // Signed or float integers are left to the mirror too.
-        assert_eq!(Cursor(&[0xd0, 0x05]).uint(), None);
-        assert_eq!(Cursor(&[0xcf, 0, 0, 0, 0, 0, 0, 1, 0]).uint(), Some(256));
+        assert!(Cursor::new(&nine).dims().is_none());
+        assert_eq!(
+            Cursor::new(&[0x92, 0xcd, 1, 0, 3])
+                .dims()
+                .map(|d| d.as_slice().to_vec()),
+            Some(vec![256, 3])
+        );
+        // A negative dimension or a float is no dimension.
+        assert!(Cursor::new(&[0x91, 0xff]).dims().is_none());
+        assert!(Cursor::new(&[0x91, 0xca, 0, 0, 0, 0]).dims().is_none());
     }
 }

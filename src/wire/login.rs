@@ -10,6 +10,7 @@
 //! decoder, as PROTOCOL.md §4 says: an unknown field, a key given twice or bytes
 //! after the value refuse the frame.
 
+use super::cursor::Cursor;
 use super::WireError;
 
 /// The `type` of every frame a node may send, so a frame of the wrong kind is
@@ -60,13 +61,10 @@ pub fn decode_login(body: &[u8]) -> Result<LoginFrame, WireError> {
     if body.is_empty() {
         return Err(WireError::Empty);
     }
-    let mut r = Reader { buf: body, pos: 0 };
+    let mut r = Cursor::new(body);
     let fields = read_fields(&mut r).map_err(WireError::Decode)?;
-    if r.pos != body.len() {
-        return Err(WireError::Decode(format!(
-            "{} bytes after the frame's value",
-            body.len() - r.pos
-        )));
+    if !r.is_empty() {
+        return Err(WireError::Decode(format!("{} bytes after the frame's value", r.left())));
     }
     fields.into_frame().map_err(WireError::Decode)
 }
@@ -83,7 +81,7 @@ struct Fields {
     unknown: Option<String>,
 }
 
-fn read_fields(r: &mut Reader<'_>) -> Result<Fields, String> {
+fn read_fields(r: &mut Cursor<'_>) -> Result<Fields, String> {
     let n = r.map_len()?;
     let mut f = Fields::default();
     for _ in 0..n {
@@ -112,7 +110,7 @@ fn read_fields(r: &mut Reader<'_>) -> Result<Fields, String> {
             }
             "node_index" => {
                 let v = if r.peek()? == NIL {
-                    r.pos += 1;
+                    r.byte()?;
                     None
                 } else {
                     Some(r.uint().map_err(|e| format!("`node_index`: {e}"))?)
@@ -122,7 +120,7 @@ fn read_fields(r: &mut Reader<'_>) -> Result<Fields, String> {
                 }
             }
             "proof" => {
-                let v = r.bin().map_err(|e| format!("`proof`: {e}"))?;
+                let v = r.bin().map(<[u8]>::to_vec).map_err(|e| format!("`proof`: {e}"))?;
                 if f.proof.replace(v).is_some() {
                     return Err(dup());
                 }
@@ -188,146 +186,18 @@ impl Fields {
 
 const NIL: u8 = 0xc0;
 
-/// A cursor over one MessagePack body.
-struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
+/// The reads of these frames that own what they read (the rest is [`Cursor`]'s).
+trait LoginReads {
+    /// A `str` of at most `max` bytes, valid UTF-8.
+    fn str(&mut self, max: usize) -> Result<String, String>;
 }
 
-impl Reader<'_> {
-    fn peek(&self) -> Result<u8, String> {
-        self.buf
-            .get(self.pos)
-            .copied()
-            .ok_or_else(|| "frame cut short".to_string())
-    }
-
-    fn byte(&mut self) -> Result<u8, String> {
-        let b = self.peek()?;
-        self.pos += 1;
-        Ok(b)
-    }
-
-    fn take(&mut self, n: u64) -> Result<&[u8], String> {
-        let left = (self.buf.len() - self.pos) as u64;
-        if n > left {
-            return Err("frame cut short".into());
-        }
-        let start = self.pos;
-        self.pos += n as usize;
-        Ok(&self.buf[start..self.pos])
-    }
-
-    /// A big-endian unsigned integer of `n` bytes (1, 2, 4 or 8).
-    fn be(&mut self, n: u64) -> Result<u64, String> {
-        Ok(self.take(n)?.iter().fold(0u64, |acc, b| (acc << 8) | u64::from(*b)))
-    }
-
-    fn map_len(&mut self) -> Result<u64, String> {
-        match self.byte()? {
-            m @ 0x80..=0x8f => Ok(u64::from(m & 0x0f)),
-            0xde => self.be(2),
-            0xdf => self.be(4),
-            _ => Err("a frame must be a map".into()),
-        }
-    }
-
-    /// A `str` of at most `max` bytes, valid UTF-8.
+impl LoginReads for Cursor<'_> {
     fn str(&mut self, max: usize) -> Result<String, String> {
-        let len = match self.byte()? {
-            m @ 0xa0..=0xbf => u64::from(m & 0x1f),
-            0xd9 => self.be(1)?,
-            0xda => self.be(2)?,
-            0xdb => self.be(4)?,
-            _ => return Err("expected a string".into()),
-        };
-        if len > max as u64 {
-            return Err(format!("a string of {len} bytes (at most {max})"));
-        }
-        let bytes = self.take(len)?;
+        let bytes = self.str_bytes(max as u64)?;
         std::str::from_utf8(bytes)
             .map(str::to_owned)
             .map_err(|_| "a string that is not UTF-8".into())
-    }
-
-    fn bin(&mut self) -> Result<Vec<u8>, String> {
-        let len = match self.byte()? {
-            0xc4 => self.be(1)?,
-            0xc5 => self.be(2)?,
-            0xc6 => self.be(4)?,
-            _ => return Err("expected bin".into()),
-        };
-        Ok(self.take(len)?.to_vec())
-    }
-
-    /// A non-negative integer in any MessagePack integer form.
-    fn uint(&mut self) -> Result<u64, String> {
-        let negative = || Err("expected a non-negative integer".to_string());
-        match self.byte()? {
-            b @ 0x00..=0x7f => Ok(u64::from(b)),
-            0xcc => self.be(1),
-            0xcd => self.be(2),
-            0xce => self.be(4),
-            0xcf => self.be(8),
-            m @ 0xd0..=0xd3 => {
-                let n = 1u64 << (m - 0xd0);
-                let raw = self.be(n)?;
-                let bits = 8 * n as u32;
-                // Sign bit of an `n`-byte two's complement integer.
-                if raw >> (bits - 1) & 1 == 1 {
-                    negative()
-                } else {
-                    Ok(raw)
-                }
-            }
-            0xe0..=0xff => negative(),
-            _ => Err("expected an integer".into()),
-        }
-    }
-
-    /// Skips one value, nested ones included, without building it: a count of the
-    /// values still to skip, not recursion, so no nesting depth costs stack.
-    fn skip_value(&mut self) -> Result<(), String> {
-        let mut pending: u64 = 1;
-        while pending > 0 {
-            pending -= 1;
-            let m = self.byte()?;
-            let (skip, more) = match m {
-                0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => (0, 0),
-                0x80..=0x8f => (0, 2 * u64::from(m & 0x0f)),
-                0x90..=0x9f => (0, u64::from(m & 0x0f)),
-                0xa0..=0xbf => (u64::from(m & 0x1f), 0),
-                0xc4 | 0xd9 => (self.be(1)?, 0),
-                0xc5 | 0xda => (self.be(2)?, 0),
-                0xc6 | 0xdb => (self.be(4)?, 0),
-                0xc7 => (self.be(1)? + 1, 0),
-                0xc8 => (self.be(2)? + 1, 0),
-                0xc9 => (self.be(4)? + 1, 0),
-                0xca => (4, 0),
-                0xcb => (8, 0),
-                0xcc | 0xd0 => (1, 0),
-                0xcd | 0xd1 => (2, 0),
-                0xce | 0xd2 => (4, 0),
-                0xcf | 0xd3 => (8, 0),
-                0xd4 => (2, 0),
-                0xd5 => (3, 0),
-                0xd6 => (5, 0),
-                0xd7 => (9, 0),
-                0xd8 => (17, 0),
-                0xdc => (0, self.be(2)?),
-                0xdd => (0, self.be(4)?),
-                0xde => (0, 2 * self.be(2)?),
-                0xdf => (0, 2 * self.be(4)?),
-                _ => return Err(format!("invalid MessagePack marker 0x{m:02x}")),
-            };
-            self.take(skip)?;
-            // Every value takes at least one byte: more than the bytes left is a lie.
-            pending += more;
-            if pending > (self.buf.len() - self.pos) as u64 {
-                return Err("frame cut short".into());
-            }
-        }
-        Ok(())
     }
 }
 
