@@ -1013,6 +1013,7 @@ mod tests {
             panic!("a batch");
         };
         let memory: Vec<*const u8> = b1.data.iter().map(|(_, t)| storage(t)).collect();
+        let keys: Vec<*const u8> = b1.data.keys().map(str::as_ptr).collect();
         pool.put_dict(b1.data);
         // The next batch: same layout, other values and ids.
         let mut next = batch();
@@ -1030,6 +1031,8 @@ mod tests {
         };
         let again: Vec<*const u8> = b2.data.iter().map(|(_, t)| storage(t)).collect();
         assert_eq!(again, memory, "every tensor written into the recycled one");
+        let again_keys: Vec<*const u8> = b2.data.keys().map(str::as_ptr).collect();
+        assert_eq!(again_keys, keys, "the recycled batch itself: its keys too, none built");
         assert!(pool.is_empty(), "the recycled batch was taken whole");
         // Another layout: decoded anew, the recycled batch's storage pooled.
         pool.put_dict(b2.data);
