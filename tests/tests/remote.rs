@@ -215,6 +215,7 @@ fn a_hello_a_byte_at_a_time_is_closed_at_the_handshake_deadline() {
                     if w.write_all(&[b]).is_err() {
                         return;
                     }
+                    // The attacker's pace, not a wait for anything.
                     next += Duration::from_millis(50);
                     thread::sleep(next.saturating_duration_since(Instant::now()));
                 }
@@ -1050,6 +1051,8 @@ fn after_its_down_a_node_reads_until_the_trainer_closes() {
         if let Err(e) = t.s.write_all(&beat) {
             panic!("heartbeat {i} after down: {e} (the node closed without reading)");
         }
+        // The writes' pace (a reset has time to come back between them), not a wait
+        // for anything.
         thread::sleep(Duration::from_millis(10));
     }
     // The trainer closes: the node is done, and ends well.
