@@ -17,8 +17,8 @@ use rollout::wire::{self, NodeFrame, TrainerFrame, Welcome, PROTOCOL_VERSION};
 use rollout::{PolicyConfig, Registry};
 use rollout_actors::{Collected, DistributedCollector, Launcher};
 use rollout_tests::{
-    connect, free_addr, good_node, log_text, logs, real_batch, recv, rollout_bin, run_bounded, try_send, value_weights,
-    wait_for, wait_until, wait_with_deadline,
+    connect, free_addr, good_node_named, log_text, logs, real_batch, recv, rollout_bin, run_bounded, try_send,
+    value_weights, wait_for, wait_until, wait_with_deadline,
 };
 
 /// 32 bytes: long enough for any token rule.
@@ -62,6 +62,16 @@ fn trainer(
     })
 }
 
+/// A well-behaved node as node `index`, served by the library function.
+fn good_node(addr: SocketAddr, index: usize) -> JoinHandle<Result<(), String>> {
+    good_node_named(addr, TOKEN, Some(index), format!("good-{index}"))
+}
+
+/// [`try_send`]: the trainer may have closed the connection.
+fn send(s: &mut TcpStream, f: &NodeFrame) -> std::io::Result<()> {
+    try_send(s, f)
+}
+
 /// A node driven by the test over a raw socket: it joins properly (hello, auth,
 /// ready) and heartbeats every 100 ms; what it answers is up to the test.
 struct Scripted {
@@ -82,14 +92,14 @@ impl Scripted {
             node_name: name.clone(),
             node_index: Some(index),
         };
-        try_send(&mut s, &hello).expect("hello");
+        send(&mut s, &hello).expect("hello");
         let Some(TrainerFrame::Challenge { nonce }) = recv(&mut s) else {
             panic!("expected a challenge");
         };
         let auth = NodeFrame::Auth {
             proof: wire::auth_proof(TOKEN, &nonce, &name),
         };
-        try_send(&mut s, &auth).expect("auth");
+        send(&mut s, &auth).expect("auth");
         let Some(TrainerFrame::Welcome(welcome)) = recv(&mut s) else {
             panic!("not admitted");
         };
@@ -98,7 +108,7 @@ impl Scripted {
             .build_worker(&Registry::with_builtins(), 0)
             .expect("rollout")
             .batch_layout();
-        try_send(&mut s, &NodeFrame::Message(FromNode::Ready { node: index, layout })).expect("ready");
+        send(&mut s, &NodeFrame::Message(FromNode::Ready { node: index, layout })).expect("ready");
         let (tx, frames) = mpsc::channel();
         let mut reader = s.try_clone().expect("clone");
         thread::spawn(move || {
@@ -123,7 +133,7 @@ impl Scripted {
         loop {
             if self.last_beat.elapsed() >= Duration::from_millis(100) {
                 // The trainer may have closed already: a failed write is no error here.
-                let _ = try_send(&mut self.stream, &NodeFrame::Heartbeat);
+                let _ = send(&mut self.stream, &NodeFrame::Heartbeat);
                 self.last_beat = Instant::now();
             }
             match self.frames.recv_timeout(Duration::from_millis(50)) {
@@ -153,7 +163,7 @@ impl Scripted {
             ToNode::Shutdown => FromNode::Down { node },
             other => panic!("unexpected {other:?}"),
         };
-        try_send(&mut self.stream, &NodeFrame::Message(reply)).expect("answer");
+        send(&mut self.stream, &NodeFrame::Message(reply)).expect("answer");
     }
 
     /// Heartbeats, answering nothing, until the trainer closes the connection; returns
@@ -185,7 +195,7 @@ fn a_node_that_heartbeats_but_never_answers_seed_is_dropped_and_the_run_finishes
     let addr = free_addr();
     let t = trainer(addr, |b| b.seed_timeout(Duration::from_secs(1)));
     let mut silent = Scripted::join(addr, 0);
-    let good = good_node(addr, TOKEN, Some(1));
+    let good = good_node(addr, 1);
     let start = Instant::now();
     let sent = silent.ignore_until_closed();
     assert_eq!(sent, vec!["seed"], "node 0 got its seed and nothing after");
@@ -201,7 +211,7 @@ fn a_node_that_never_answers_update_weights_is_dropped_and_the_run_finishes_exac
     let addr = free_addr();
     let t = trainer(addr, |b| b.update_weights_timeout(Duration::from_secs(1)));
     let mut silent = Scripted::join(addr, 0);
-    let good = good_node(addr, TOKEN, Some(1));
+    let good = good_node(addr, 1);
     let mut c = t.join().expect("trainer thread");
     c.update_policy_weights(value_weights(1.0), None).expect("push");
     // It answers the seed, then nothing more. Nothing pulls batches until it is
@@ -428,14 +438,14 @@ fn under_supervision_a_node_silent_on_seed_is_replaced_and_the_run_finishes_exac
             .node_restart_window(Duration::from_secs(60))
     });
     let mut silent = Scripted::join(addr, 0);
-    let good = good_node(addr, TOKEN, Some(1));
+    let good = good_node(addr, 1);
     let mut c = t.join().expect("trainer thread");
     assert_eq!(silent.ignore_until_closed(), vec!["seed"]);
     // The trainer frees slot 0 as it counts the restart; then a good node takes it.
     wait_until(Instant::now() + DEADLINE, "the restart of node 0 counted", || {
         c.stats().expect("stats").restarts == [1, 0]
     });
-    let replacement = good_node(addr, TOKEN, Some(0));
+    let replacement = good_node(addr, 0);
     let mut frames = 0;
     while let Some(b) = c.next_batch().expect("batch") {
         frames += b.data.numel();
