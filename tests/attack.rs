@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::process::{rollout_bin, wait_with_deadline};
 use crate::scratch::TempDir;
+use crate::wait::poll_until;
 
 /// The shared token of the legitimate nodes (long enough for the trainer).
 pub const ATTACK_TOKEN: &str = "hostile-suite-token-0123456789";
@@ -202,26 +203,17 @@ impl AttackedTrainer {
 
     /// Waits (at most `timeout`) for a stdout line `pred` accepts.
     pub fn wait_line(&self, pred: impl Fn(&str) -> bool, timeout: Duration) -> Option<String> {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if let Some(l) = self.stdout.lock().expect("lines").iter().find(|l| pred(l)) {
-                return Some(l.clone());
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-        None
+        poll_until(Instant::now() + timeout, || {
+            self.stdout.lock().expect("lines").iter().find(|l| pred(l)).cloned()
+        })
     }
 
     /// Waits (at most `timeout`) for `needle` on stderr.
     pub fn wait_stderr(&self, needle: &str, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if self.stderr_text().contains(needle) {
-                return true;
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-        false
+        poll_until(Instant::now() + timeout, || {
+            self.stderr_text().contains(needle).then_some(())
+        })
+        .is_some()
     }
 
     /// Waits for the first batch line: the run is on.

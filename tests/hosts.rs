@@ -5,15 +5,20 @@
 //! Host `i` is the namespace `rollout-h<i>` at `10.77.0.<i+1>`; the addresses exist only
 //! inside those namespaces. Needs root, `ip`, `nft` and `tc` (`scripts/test.sh` installs
 //! them): without them the guard's constructor panics saying so, it never skips.
+//!
+//! The names and addresses are fixed, so one set of hosts exists at a time: the guard
+//! holds a lock of the whole process ([`HostsTurn`]) from before `up` to after `down`,
+//! and tests that `cargo test` runs side by side on threads take their turns.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::process::{run_bounded, wait_with_deadline, Finished};
+use crate::wait::poll_until;
 
 /// How long one `scripts/hosts.sh` command may take.
 const SCRIPT_DEADLINE: Duration = Duration::from_secs(60);
@@ -39,16 +44,40 @@ pub fn hosts_sh(args: &[&str]) -> String {
     run.stdout_text()
 }
 
+/// This process's turn with the test hosts: while it lives no other test of the process
+/// makes, changes or removes them.
+pub struct HostsTurn {
+    _held: MutexGuard<'static, ()>,
+}
+
+impl HostsTurn {
+    /// Waits for the turn (a test that failed during its own turn does not stop the next).
+    pub fn take() -> HostsTurn {
+        static HOSTS: Mutex<()> = Mutex::new(());
+        HostsTurn {
+            _held: HOSTS.lock().unwrap_or_else(|p| p.into_inner()),
+        }
+    }
+}
+
 /// `n` test hosts, up while this lives: dropped (also when a test panics), every host,
-/// every process left in them and the SLURM cluster across them are removed.
+/// every process left in them and the SLURM cluster across them are removed, and only
+/// then the turn ends.
 pub struct Hosts {
     n: usize,
+    turn: Option<HostsTurn>,
 }
 
 impl Hosts {
-    /// Removes whatever an earlier run left, then makes `n` hosts. Panics (naming what is
-    /// missing) when not root or when `ip`, `nft` or `tc` is missing.
+    /// Waits for this process's turn ([`HostsTurn`]), removes whatever an earlier run
+    /// left, then makes `n` hosts. Panics (naming what is missing) when not root or when
+    /// `ip`, `nft` or `tc` is missing.
     pub fn up(n: usize) -> Hosts {
+        Hosts::up_in(HostsTurn::take(), n)
+    }
+
+    /// [`Hosts::up`] in a turn already taken (to look at the machine before the hosts).
+    pub fn up_in(turn: HostsTurn, n: usize) -> Hosts {
         // SAFETY: geteuid has no preconditions.
         assert_eq!(
             unsafe { libc::geteuid() },
@@ -56,9 +85,17 @@ impl Hosts {
             "the test hosts are network namespaces: run as root (CI does)"
         );
         hosts_sh(&["down"]);
-        let hosts = Hosts { n };
+        let hosts = Hosts { n, turn: Some(turn) };
         hosts_sh(&["up", &n.to_string()]);
         hosts
+    }
+
+    /// Removes the hosts now and keeps the turn, for a test that checks what is left
+    /// after them.
+    pub fn down(mut self) -> HostsTurn {
+        let turn = self.turn.take().expect("the turn is held until the hosts are dropped");
+        drop(self);
+        turn
     }
 
     /// How many hosts.
@@ -184,6 +221,7 @@ impl Hosts {
 }
 
 impl Drop for Hosts {
+    // The turn (a field) ends after this, once the hosts are gone.
     fn drop(&mut self) {
         let run = run_bounded(Command::new("bash").arg(script()).arg("down"), SCRIPT_DEADLINE);
         match run {
@@ -258,16 +296,15 @@ impl HostProcess {
     }
 
     fn wait(&mut self, what: &str, deadline: Duration, cond: impl Fn(&HostProcess) -> bool) {
-        let end = Instant::now() + deadline;
-        loop {
+        let seen = poll_until(Instant::now() + deadline, || {
             if cond(self) {
-                return;
+                return Some(());
             }
             if let Ok(Some(status)) = self.child.try_wait() {
                 // Its last words: the readers end at the pipes' end of file.
                 self.join_readers();
                 if cond(self) {
-                    return;
+                    return Some(());
                 }
                 panic!(
                     "{}: exited ({status}) before {what}; stderr:\n{}",
@@ -275,14 +312,14 @@ impl HostProcess {
                     self.stderr_text()
                 );
             }
-            assert!(
-                Instant::now() < end,
-                "{}: no {what} within {deadline:?}; stderr:\n{}",
-                self.name,
-                self.stderr_text()
-            );
-            thread::sleep(Duration::from_millis(20));
-        }
+            None
+        });
+        assert!(
+            seen.is_some(),
+            "{}: no {what} within {deadline:?}; stderr:\n{}",
+            self.name,
+            self.stderr_text()
+        );
     }
 
     /// Waits (at most `deadline`) for it to exit; its exit code (`None`: killed by a

@@ -11,10 +11,12 @@ mod hosts;
 mod logs;
 mod messages;
 mod process;
+mod raw_node;
 mod records;
 mod scratch;
 mod scripted;
 mod setups;
+mod wait;
 
 pub use attack::{
     attacker, fixstr, framed, hello_body, send_all, vm_hwm_kib, wait_closed, AttackedTrainer, Closed, RunEnd,
@@ -22,11 +24,15 @@ pub use attack::{
 };
 pub use batches::{assert_unique_traj_ids, assert_unique_traj_ids_in_records, cut_trajectories, drain};
 pub use faults::{flaky_registry, panicky_registry, Panicky};
-pub use hosts::{hosts_sh, HostProcess, Hosts, HOSTS_SLURM_CONF};
-pub use logs::logs;
+pub use hosts::{hosts_sh, HostProcess, Hosts, HostsTurn, HOSTS_SLURM_CONF};
+pub use logs::{log_text, logs, OwnLog};
 pub use messages::{describe_sent, only_batch};
 pub use process::{alive, rollout_bin, rollout_release_bin, run_bounded, wait_with_deadline, Finished};
+pub use raw_node::{
+    connect, good_node, good_node_named, handshake, hello, logged_in, real_batch, real_data, recv, send, try_send,
+};
 pub use records::{read_output, OutputRecord};
-pub use scratch::{free_addr, temp_path, TempDir};
+pub use scratch::{free_addr, temp_path, unique_name, TempDir};
 pub use scripted::{scripted_join, scripted_node_result, Scripted, SCRIPTED_DEADLINE};
 pub use setups::{cartpole_sync_builder, counting_process_builder, panicky_builder, trainer_config, value_weights};
+pub use wait::{holds_for, poll_until, wait_for, wait_until};

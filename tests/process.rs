@@ -7,22 +7,18 @@ use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::wait::poll_until;
+
 const BUILD_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Waits for `child` at most `timeout`, killing it on expiry. Returns `None` on a timeout.
 pub fn wait_with_deadline(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match child.try_wait().expect("try_wait") {
-            Some(status) => return Some(status),
-            None if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-            None => thread::sleep(Duration::from_millis(20)),
-        }
+    let status = poll_until(Instant::now() + timeout, || child.try_wait().expect("try_wait"));
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
     }
+    status
 }
 
 /// What a child run by [`run_bounded`] left behind.

@@ -1,4 +1,4 @@
-//! What a scenario takes from the machine for itself: a port, a folder.
+//! What a scenario takes for itself: a port, a folder, a name.
 
 use std::net::{SocketAddr, TcpListener};
 
@@ -38,4 +38,11 @@ pub fn temp_path(name: &str) -> std::path::PathBuf {
     static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     std::env::temp_dir().join(format!("rollout-{}-{n}-{name}", std::process::id()))
+}
+
+/// `kind-N`: a name no other call in this process gets, so a test's log lines (about
+/// its node of that name) are told apart from those of the tests beside it.
+pub fn unique_name(kind: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    format!("{kind}-{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
 }

@@ -13,6 +13,8 @@ use rollout::wire::{self, NodeFrame, TrainerFrame, Welcome, DEFAULT_MAX_FRAME, N
 use rollout::Weights;
 use rollout_actors::remote::{run_node, NodeOptions};
 
+use crate::wait::wait_until;
+
 /// The token the scripted trainer and its node share.
 const SCRIPTED_TOKEN: &[u8] = b"scripted-trainer-token";
 
@@ -107,13 +109,8 @@ pub fn scripted_join(
 
 /// The node thread's result, within [`SCRIPTED_DEADLINE`].
 pub fn scripted_node_result(node: JoinHandle<Result<(), String>>) -> Result<(), String> {
-    let end = Instant::now() + SCRIPTED_DEADLINE;
-    while !node.is_finished() {
-        assert!(
-            Instant::now() < end,
-            "the node did not stop within {SCRIPTED_DEADLINE:?}"
-        );
-        thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(Instant::now() + SCRIPTED_DEADLINE, "the node to stop", || {
+        node.is_finished()
+    });
     node.join().expect("node thread")
 }

@@ -8,7 +8,7 @@ use rollout::rollout::keys;
 use rollout::PolicyConfig;
 use rollout_actors::{CollectError, Collected, CollectorBuilder, DistributedCollector, Launcher};
 use rollout_tests::{
-    assert_unique_traj_ids, cartpole_sync_builder, drain, panicky_builder, rollout_bin, value_weights,
+    alive, assert_unique_traj_ids, cartpole_sync_builder, drain, panicky_builder, rollout_bin, value_weights,
 };
 
 /// The launchers every ported torchrl scenario runs with.
@@ -45,8 +45,15 @@ fn check_frames(sync: bool, fpb: usize, total: i64) {
     }
 }
 
+/// Exact frames in whole batches of `fpb`; process nodes run while the run does and are
+/// reaped by its shutdown.
 fn check_frames_on(launcher: &Launcher, sync: bool, fpb: usize, total: i64) {
     let mut c = counting_on(launcher, sync, fpb, total);
+    let pids = c.node_pids();
+    if matches!(launcher, Launcher::Process) {
+        assert_eq!(pids.len(), 2, "a process per node");
+        assert!(pids.iter().all(|&p| alive(p)), "node processes running: {pids:?}");
+    }
     let batches = drain(&mut c);
     assert_eq!(batches.len(), total as usize / fpb);
     for b in &batches {
@@ -62,6 +69,9 @@ fn check_frames_on(launcher: &Launcher, sync: bool, fpb: usize, total: i64) {
     let frames: usize = batches.iter().map(|b| b.data.numel()).sum();
     assert_eq!(frames as i64, total);
     c.shutdown().expect("shutdown");
+    for p in pids {
+        assert!(!alive(p), "node process {p} left behind");
+    }
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! node in a default `rollout collect` run. The run goes on with the others, ends
 //! with exact frames, and the reason is reported.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
@@ -12,12 +12,14 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use rollout::message::{Batch, Continue, FromNode, ToNode};
+use rollout::message::{FromNode, ToNode};
 use rollout::wire::{self, NodeFrame, TrainerFrame, Welcome, PROTOCOL_VERSION};
 use rollout::{PolicyConfig, Registry};
-use rollout_actors::remote::{run_node, NodeOptions};
 use rollout_actors::{Collected, DistributedCollector, Launcher};
-use rollout_tests::{free_addr, logs, rollout_bin, run_bounded, value_weights, wait_with_deadline};
+use rollout_tests::{
+    connect, free_addr, good_node_named, log_text, logs, real_batch, recv, rollout_bin, run_bounded, try_send,
+    value_weights, wait_for, wait_until, wait_with_deadline,
+};
 
 /// 32 bytes: long enough for any token rule.
 const TOKEN: &[u8] = b"deadlines-test-token-0123456789a";
@@ -25,10 +27,6 @@ const TOKEN: &[u8] = b"deadlines-test-token-0123456789a";
 const DEADLINE: Duration = Duration::from_secs(60);
 /// Bound on a whole CLI run of 2000 sync rounds on a loaded machine.
 const RUN_DEADLINE: Duration = Duration::from_secs(300);
-
-fn log_text() -> String {
-    String::from_utf8_lossy(&logs().lock().unwrap_or_else(|p| p.into_inner())).into_owned()
-}
 
 /// Asserts that one log line holds both `event` and `reason`.
 fn assert_logged(event: &str, reason: &str) {
@@ -66,15 +64,12 @@ fn trainer(
 
 /// A well-behaved node as node `index`, served by the library function.
 fn good_node(addr: SocketAddr, index: usize) -> JoinHandle<Result<(), String>> {
-    thread::spawn(move || {
-        let opts = NodeOptions {
-            name: format!("good-{index}"),
-            index: Some(index),
-            connect_timeout: DEADLINE,
-            ..NodeOptions::default()
-        };
-        run_node(&addr.to_string(), TOKEN, opts).map_err(|e| e.to_string())
-    })
+    good_node_named(addr, TOKEN, Some(index), format!("good-{index}"))
+}
+
+/// [`try_send`]: the trainer may have closed the connection.
+fn send(s: &mut TcpStream, f: &NodeFrame) -> std::io::Result<()> {
+    try_send(s, f)
 }
 
 /// A node driven by the test over a raw socket: it joins properly (hello, auth,
@@ -87,34 +82,10 @@ struct Scripted {
     last_beat: Instant,
 }
 
-fn send(s: &mut TcpStream, f: &NodeFrame) -> std::io::Result<()> {
-    let bytes = wire::encode(f, wire::DEFAULT_MAX_FRAME).expect("encode");
-    s.write_all(&bytes)
-}
-
-/// The next frame, or `None` once the trainer closed the connection.
-fn recv(s: &mut TcpStream) -> Option<TrainerFrame> {
-    let mut prefix = [0u8; 4];
-    s.read_exact(&mut prefix).ok()?;
-    let mut body = vec![0u8; u32::from_be_bytes(prefix) as usize];
-    s.read_exact(&mut body).ok()?;
-    Some(wire::decode(&body).expect("the trainer sends valid frames"))
-}
-
 impl Scripted {
     /// Joins `addr` as node `index`.
     fn join(addr: SocketAddr, index: usize) -> Scripted {
-        let end = Instant::now() + DEADLINE;
-        let mut s = loop {
-            match TcpStream::connect(addr) {
-                Ok(s) => break s,
-                Err(e) => {
-                    assert!(Instant::now() < end, "cannot connect to {addr}: {e}");
-                    thread::sleep(Duration::from_millis(10));
-                }
-            }
-        };
-        s.set_read_timeout(Some(DEADLINE)).expect("timeout");
+        let mut s = connect(addr, DEADLINE);
         let name = format!("scripted-{index}");
         let hello = NodeFrame::Hello {
             protocol_version: PROTOCOL_VERSION,
@@ -203,17 +174,6 @@ impl Scripted {
             kinds.push(m.name());
         }
         kinds
-    }
-}
-
-/// A correct answer to `c`, collected by a real rollout built from the Welcome.
-fn real_batch(w: &Welcome, c: Continue) -> Batch {
-    let mut r = w.spec.build_worker(&Registry::with_builtins(), 0).expect("rollout");
-    Batch {
-        node: w.node_index,
-        seq: c.seq,
-        weights_version: 0,
-        data: r.collect_frames(c.frames).expect("collect"),
     }
 }
 
@@ -413,15 +373,9 @@ fn kill_one_process_node(extra: &[&str]) -> (Option<i32>, String, String) {
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let first = lines.next().and_then(Result::ok).unwrap_or_default();
     assert!(first.contains("\"batch\":0"), "first line: {first}");
-    let end = Instant::now() + DEADLINE;
-    let nodes = loop {
-        let c = children(pid);
-        if c.len() == 2 {
-            break c;
-        }
-        assert!(Instant::now() < end, "node processes: {c:?}");
-        thread::sleep(Duration::from_millis(10));
-    };
+    let nodes = wait_for(Instant::now() + DEADLINE, "two node processes", || {
+        Some(children(pid)).filter(|c| c.len() == 2)
+    });
     // Node 1: the child started with `--index 1`.
     let index_of = |pid: u32| {
         let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
@@ -488,11 +442,9 @@ fn under_supervision_a_node_silent_on_seed_is_replaced_and_the_run_finishes_exac
     let mut c = t.join().expect("trainer thread");
     assert_eq!(silent.ignore_until_closed(), vec!["seed"]);
     // The trainer frees slot 0 as it counts the restart; then a good node takes it.
-    let end = Instant::now() + DEADLINE;
-    while c.stats().expect("stats").restarts != [1, 0] {
-        assert!(Instant::now() < end, "the restart was not counted");
-        thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(Instant::now() + DEADLINE, "the restart of node 0 counted", || {
+        c.stats().expect("stats").restarts == [1, 0]
+    });
     let replacement = good_node(addr, 0);
     let mut frames = 0;
     while let Some(b) = c.next_batch().expect("batch") {

@@ -14,7 +14,9 @@ use rollout::rollout::keys;
 use rollout::PolicyConfig;
 use rollout_actors::remote::{run_node, JoinError, LeaveHandle, NodeOptions};
 use rollout_actors::{CollectError, Collected, CollectorBuilder, DistributedCollector, Launcher};
-use rollout_tests::{assert_unique_traj_ids, free_addr, logs, rollout_bin, value_weights, wait_with_deadline};
+use rollout_tests::{
+    assert_unique_traj_ids, free_addr, log_text, logs, poll_until, rollout_bin, value_weights, wait_with_deadline,
+};
 
 const TOKEN: &[u8] = b"elastic-membership-token";
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -99,15 +101,13 @@ fn assert_exact(batches: &[Collected], total: usize) {
 
 /// Waits (within the deadline) for a log line of this process holding every one of `parts`.
 fn wait_logged(parts: &[&str]) {
-    let end = Instant::now() + DEADLINE;
-    loop {
-        let text = String::from_utf8_lossy(&logs().lock().unwrap_or_else(|p| p.into_inner())).into_owned();
-        if text.lines().any(|l| parts.iter().all(|p| l.contains(p))) {
-            return;
-        }
-        assert!(Instant::now() < end, "no log line with {parts:?}:\n{text}");
-        thread::sleep(Duration::from_millis(10));
-    }
+    let logged = poll_until(Instant::now() + DEADLINE, || {
+        log_text()
+            .lines()
+            .any(|l| parts.iter().all(|p| l.contains(p)))
+            .then_some(())
+    });
+    assert!(logged.is_some(), "no log line with {parts:?}:\n{}", log_text());
 }
 
 /// Pulls batches until one comes from `node`, within the deadline.

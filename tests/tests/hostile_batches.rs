@@ -4,20 +4,17 @@
 //! exact with every frame from the legitimate nodes and none from the hostile one,
 //! whose connection is closed with the reason logged.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rollout::message::{Batch, Continue, FromNode, ToNode};
 use rollout::rollout::{keys, BatchLayout};
 use rollout::wire::{self, NodeFrame, TrainerFrame, Welcome, PROTOCOL_VERSION};
 use rollout::{DType, PolicyConfig, Registry, Tensor, TensorDict};
-use rollout_actors::remote::{run_node, NodeOptions};
 use rollout_actors::{DistributedCollector, Launcher};
-use rollout_tests::{free_addr, logs};
+use rollout_tests::{connect, free_addr, good_node, logs, real_data, recv, send, unique_name, OwnLog};
 
 const TOKEN: &[u8] = b"hostile-batches-token-0123456789";
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -27,34 +24,6 @@ const ENVS: usize = 2;
 const TOTAL: usize = 4000;
 /// The hostile node's index; the legitimate ones are 0 and 1.
 const HOSTILE: usize = 2;
-
-/// Waits until a log line naming the node `name` (as `name=…`) holds `needle`, or
-/// fails after the deadline. Names are unique per test ([`unique_name`]), so tests
-/// running side by side in one process cannot see each other's lines.
-fn assert_logged(name: &str, needle: &str) {
-    let field = format!("name={name}");
-    let end = Instant::now() + DEADLINE;
-    loop {
-        let text = String::from_utf8_lossy(&logs().lock().unwrap_or_else(|p| p.into_inner())).into_owned();
-        let own = |line: &&str| line.split_whitespace().any(|w| w == field);
-        if text.lines().filter(own).any(|line| line.contains(needle)) {
-            return;
-        }
-        let mine: Vec<&str> = text.lines().filter(own).collect();
-        assert!(
-            Instant::now() < end,
-            "`{needle}` was never logged about {name}; its lines:\n{}",
-            mine.join("\n")
-        );
-        thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// `kind-N`, a node name no other test of this process uses.
-fn unique_name(kind: &str) -> String {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    format!("{kind}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
-}
 
 /// An async trainer expecting three external nodes of [`ENVS`] Counting envs each,
 /// built on a thread (build waits for the joins).
@@ -81,19 +50,6 @@ fn trainer(addr: SocketAddr) -> JoinHandle<DistributedCollector> {
     })
 }
 
-/// A legitimate node, the library's own, as node `index`.
-fn good_node(addr: SocketAddr, index: usize) -> JoinHandle<Result<(), String>> {
-    thread::spawn(move || {
-        let opts = NodeOptions {
-            name: unique_name("good"),
-            index: Some(index),
-            connect_timeout: DEADLINE,
-            ..NodeOptions::default()
-        };
-        run_node(&addr.to_string(), TOKEN, opts).map_err(|e| e.to_string())
-    })
-}
-
 /// The scripted node's side of its connection.
 struct Scripted {
     s: TcpStream,
@@ -103,17 +59,7 @@ struct Scripted {
 impl Scripted {
     /// Connects and logs in as node [`HOSTILE`] under `name`.
     fn join(addr: SocketAddr, name: &str) -> Scripted {
-        let end = Instant::now() + DEADLINE;
-        let mut s = loop {
-            match TcpStream::connect(addr) {
-                Ok(s) => break s,
-                Err(e) => {
-                    assert!(Instant::now() < end, "cannot connect to {addr}: {e}");
-                    thread::sleep(Duration::from_millis(10));
-                }
-            }
-        };
-        s.set_read_timeout(Some(DEADLINE)).expect("timeout");
+        let mut s = connect(addr, DEADLINE);
         send(
             &mut s,
             &NodeFrame::Hello {
@@ -176,33 +122,6 @@ impl Scripted {
     }
 }
 
-fn send(s: &mut TcpStream, f: &NodeFrame) {
-    let bytes = wire::encode(f, wire::DEFAULT_MAX_FRAME).expect("encode");
-    s.write_all(&bytes).expect("write");
-}
-
-/// The next frame, or `None` once the trainer closed the connection.
-fn recv(s: &mut TcpStream) -> Option<TrainerFrame> {
-    let mut prefix = [0u8; 4];
-    s.read_exact(&mut prefix).ok()?;
-    let mut body = vec![0u8; u32::from_be_bytes(prefix) as usize];
-    s.read_exact(&mut body).ok()?;
-    Some(wire::decode(&body).expect("the trainer sends valid frames"))
-}
-
-/// A correct answer to `c`: every worker of the spec collects its share, joined as a
-/// node joins them.
-fn real_batch(w: &Welcome, c: Continue) -> TensorDict {
-    let shares: Vec<TensorDict> = w
-        .spec
-        .build_workers(&Registry::with_builtins())
-        .expect("workers")
-        .iter_mut()
-        .map(|r| r.collect_frames(c.frames / ENVS).expect("collect"))
-        .collect();
-    TensorDict::cat(&shares).expect("cat")
-}
-
 /// A batch of `batch_size` whose every entry of `layout` is zeros.
 fn zeros(batch_size: &[usize], layout: &BatchLayout) -> TensorDict {
     let entries = layout.iter().map(|(k, (dtype, feature))| {
@@ -220,10 +139,11 @@ fn hostile_run(layout: BatchLayout, answer: impl Fn(&Welcome, Continue) -> Tenso
     let addr = free_addr();
     let t = trainer(addr);
     let name = unique_name("hostile");
+    let log = OwnLog::node(&name);
     let mut h = Scripted::join(addr, &name);
     h.ready(layout);
     let hostile = thread::spawn(move || h.serve(&answer));
-    let good = [good_node(addr, 0), good_node(addr, 1)];
+    let good = [good_node(addr, TOKEN, Some(0)), good_node(addr, TOKEN, Some(1))];
     let mut c = t.join().expect("trainer thread");
     let mut frames = 0;
     let mut from = Vec::new();
@@ -237,8 +157,8 @@ fn hostile_run(layout: BatchLayout, answer: impl Fn(&Welcome, Continue) -> Tenso
         from.iter().all(|n| matches!(n, Some(0 | 1))),
         "every batch from the legitimate nodes: {from:?}"
     );
-    assert_logged(&name, "closing connection to node");
-    assert_logged(&name, reason);
+    log.assert_logged("closing connection to node");
+    log.assert_logged(reason);
     hostile.join().expect("hostile thread");
     for g in good {
         assert_eq!(g.join().expect("node thread"), Ok(()));
@@ -367,7 +287,7 @@ fn a_batch_without_its_entries_is_refused() {
 fn a_correct_batch_of_another_dtype_is_refused() {
     wrong_batch(
         |w, c| {
-            let mut d = real_batch(w, c);
+            let mut d = real_data(w, c);
             let bs = d.batch_size().to_vec();
             d.remove(keys::STEP_COUNT);
             d.set(keys::STEP_COUNT, Tensor::zeros(DType::F32, &[bs[0], bs[1], 1]))

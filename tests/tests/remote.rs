@@ -6,76 +6,24 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
+use std::sync::mpsc::RecvTimeoutError;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use ndarray::ArrayD;
-use rollout::message::{Batch, Continue, FromNode, ToNode};
+use rollout::message::{Continue, FromNode, ToNode};
 use rollout::rollout::keys;
 use rollout::wire::{self, NodeFrame, TrainerFrame, Welcome, PROTOCOL_VERSION};
 use rollout::{Counting, CountingConfig, Env, EnvError, PolicyConfig, Registry, Tensor, TensorDict, Weights};
 use rollout_actors::remote::{run_node, NodeOptions};
 use rollout_actors::{CollectError, Collected, DistributedCollector, Launcher};
-use rollout_tests::{alive, counting_process_builder, free_addr, logs, rollout_bin, value_weights};
+use rollout_tests::{
+    alive, connect, counting_process_builder, free_addr, good_node, good_node_named, handshake, hello, holds_for, logs,
+    real_batch, recv, rollout_bin, send, unique_name, value_weights, OwnLog,
+};
 
 const TOKEN: &[u8] = b"s3cret-token-for-tests";
 const DEADLINE: Duration = Duration::from_secs(20);
-
-/// The log lines of one test's own connection. Every test of this binary logs into the
-/// one capture (`cargo test` runs them side by side in one process), so a line counts
-/// only if it came after [`OwnLog`] was made and holds `field` as a whole word: a
-/// `key=value` only this test has, such as its node's name or its socket's address.
-struct OwnLog {
-    from: usize,
-    field: String,
-}
-
-impl OwnLog {
-    /// Lines about the node named `name` (see [`unique_name`]).
-    fn node(name: &str) -> OwnLog {
-        OwnLog::with(format!("name={name}"))
-    }
-
-    /// Lines about the connection from `s`, as the trainer sees its peer.
-    fn peer(s: &TcpStream) -> OwnLog {
-        OwnLog::with(format!("peer={}", s.local_addr().expect("local addr")))
-    }
-
-    fn with(field: String) -> OwnLog {
-        let from = logs().lock().unwrap_or_else(|p| p.into_inner()).len();
-        OwnLog { from, field }
-    }
-
-    /// Waits until one of this test's lines holds `needle`, or fails after the deadline.
-    fn assert_logged(&self, needle: &str) {
-        let end = Instant::now() + DEADLINE;
-        loop {
-            let text = {
-                let log = logs().lock().unwrap_or_else(|p| p.into_inner());
-                String::from_utf8_lossy(log.get(self.from..).unwrap_or_default()).into_owned()
-            };
-            let own = |line: &&str| line.split_whitespace().any(|w| w == self.field);
-            if text.lines().filter(own).any(|line| line.contains(needle)) {
-                return;
-            }
-            assert!(
-                Instant::now() < end,
-                "`{needle}` was never logged with `{}`; log:\n{text}",
-                self.field
-            );
-            thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-/// `kind-N`, a node name no other test of this process uses, so that its log lines are
-/// told apart from the other tests' ([`OwnLog::node`]).
-fn unique_name(kind: &str) -> String {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    format!("{kind}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
-}
 
 /// A trainer expecting `nodes` external nodes, built on a thread (build waits for the joins).
 fn trainer(addr: SocketAddr, nodes: usize, sync: bool, total: i64) -> JoinHandle<DistributedCollector> {
@@ -101,56 +49,6 @@ fn trainer(addr: SocketAddr, nodes: usize, sync: bool, total: i64) -> JoinHandle
     })
 }
 
-/// A well-behaved node served by the library function, on a thread.
-fn good_node(addr: SocketAddr, index: Option<usize>) -> JoinHandle<Result<(), String>> {
-    good_node_named(addr, index, unique_name("good"))
-}
-
-/// [`good_node`] under `name`.
-fn good_node_named(addr: SocketAddr, index: Option<usize>, name: String) -> JoinHandle<Result<(), String>> {
-    thread::spawn(move || {
-        let opts = NodeOptions {
-            name,
-            index,
-            connect_timeout: DEADLINE,
-            ..NodeOptions::default()
-        };
-        run_node(&addr.to_string(), TOKEN, opts).map_err(|e| e.to_string())
-    })
-}
-
-fn connect(addr: SocketAddr) -> TcpStream {
-    let end = Instant::now() + DEADLINE;
-    loop {
-        match TcpStream::connect(addr) {
-            Ok(s) => {
-                s.set_read_timeout(Some(DEADLINE)).expect("timeout");
-                return s;
-            }
-            Err(e) => {
-                assert!(Instant::now() < end, "cannot connect to {addr}: {e}");
-                thread::sleep(Duration::from_millis(10));
-            }
-        }
-    }
-}
-
-fn send<T: serde::Serialize>(s: &mut TcpStream, f: &T) {
-    let bytes = wire::encode(f, wire::DEFAULT_MAX_FRAME).expect("encode");
-    s.write_all(&bytes).expect("write");
-}
-
-/// The next frame, or `None` once the trainer closed the connection.
-fn recv(s: &mut TcpStream) -> Option<TrainerFrame> {
-    let mut prefix = [0u8; 4];
-    if s.read_exact(&mut prefix).is_err() {
-        return None;
-    }
-    let mut body = vec![0u8; u32::from_be_bytes(prefix) as usize];
-    s.read_exact(&mut body).ok()?;
-    Some(wire::decode(&body).expect("the trainer sends valid frames"))
-}
-
 /// Reads until the trainer closes; returns the reason of a `Reject`, if one came.
 fn until_closed(s: &mut TcpStream) -> Option<String> {
     let mut reason = None;
@@ -162,34 +60,16 @@ fn until_closed(s: &mut TcpStream) -> Option<String> {
     reason
 }
 
-fn hello(s: &mut TcpStream, version: u32, name: &str, index: Option<usize>) {
-    send(
-        s,
-        &NodeFrame::Hello {
-            protocol_version: version,
-            node_name: name.into(),
-            node_index: index,
-        },
-    );
+/// Whose batches a run yields.
+enum From<'a> {
+    /// Sync: every batch holds a share of every node, and names none.
+    EveryNode,
+    /// Async: every batch is one node's, one of these.
+    Nodes(&'a [usize]),
 }
 
-/// Full handshake with `token`; the trainer's answer.
-fn handshake(s: &mut TcpStream, token: &[u8], name: &str, index: Option<usize>) -> TrainerFrame {
-    hello(s, PROTOCOL_VERSION, name, index);
-    let Some(TrainerFrame::Challenge { nonce }) = recv(s) else {
-        panic!("expected a challenge");
-    };
-    send(
-        s,
-        &NodeFrame::Auth {
-            proof: wire::auth_proof(token, &nonce, name),
-        },
-    );
-    recv(s).expect("an answer to auth")
-}
-
-/// The run completes with exact frames, every batch from `from` (async) nodes.
-fn finish(t: JoinHandle<DistributedCollector>, total: usize, from: &[usize]) -> Vec<Collected> {
+/// The run completes with exact frames, every batch from `from`.
+fn finish(t: JoinHandle<DistributedCollector>, total: usize, from: From) -> Vec<Collected> {
     let mut c = t.join().expect("trainer thread");
     let mut batches = Vec::new();
     while let Some(b) = c.next_batch().expect("batch") {
@@ -197,9 +77,12 @@ fn finish(t: JoinHandle<DistributedCollector>, total: usize, from: &[usize]) -> 
     }
     let frames: usize = batches.iter().map(|b| b.data.numel()).sum();
     assert_eq!(frames, total);
-    for b in &batches {
-        if let Some(n) = b.node {
-            assert!(from.contains(&n), "a batch from node {n}");
+    for (i, b) in batches.iter().enumerate() {
+        match (&from, b.node) {
+            (From::EveryNode, None) => {}
+            (From::Nodes(nodes), Some(n)) if nodes.contains(&n) => {}
+            (From::EveryNode, Some(n)) => panic!("sync batch {i} names node {n}"),
+            (From::Nodes(nodes), n) => panic!("batch {i} from {n:?}, not one of the nodes {nodes:?}"),
         }
     }
     c.shutdown().expect("shutdown");
@@ -209,15 +92,15 @@ fn finish(t: JoinHandle<DistributedCollector>, total: usize, from: &[usize]) -> 
 fn pre_handshake_case(rogue: impl FnOnce(&mut TcpStream) -> Option<String>, expect_reason: &str) {
     let addr = free_addr();
     let t = trainer(addr, 2, false, 600);
-    let mut s = connect(addr);
+    let mut s = connect(addr, DEADLINE);
     let log = OwnLog::peer(&s);
     let reason = rogue(&mut s);
     if let Some(r) = reason {
         assert!(r.contains(expect_reason), "reject reason `{r}` lacks `{expect_reason}`");
     }
     log.assert_logged(expect_reason);
-    let nodes = [good_node(addr, None), good_node(addr, None)];
-    finish(t, 600, &[0, 1]);
+    let nodes = [good_node(addr, TOKEN, None), good_node(addr, TOKEN, None)];
+    finish(t, 600, From::Nodes(&[0, 1]));
     for n in nodes {
         assert_eq!(n.join().expect("node thread"), Ok(()));
     }
@@ -311,22 +194,63 @@ fn silent_client_is_closed_at_the_handshake_deadline() {
 }
 
 #[test]
+fn a_hello_a_byte_at_a_time_is_closed_at_the_handshake_deadline() {
+    pre_handshake_case(
+        |s| {
+            // A byte every 50 ms: the whole hello would take seconds, bytes keep coming
+            // past the deadline.
+            let mut w = s.try_clone().expect("clone");
+            let hello = wire::encode(
+                &NodeFrame::Hello {
+                    protocol_version: PROTOCOL_VERSION,
+                    node_name: "slow".into(),
+                    node_index: None,
+                },
+                wire::DEFAULT_MAX_FRAME,
+            )
+            .expect("encode");
+            let slow = thread::spawn(move || {
+                let mut next = Instant::now();
+                for b in hello {
+                    if w.write_all(&[b]).is_err() {
+                        return;
+                    }
+                    // The attacker's pace, not a wait for anything.
+                    next += Duration::from_millis(50);
+                    thread::sleep(next.saturating_duration_since(Instant::now()));
+                }
+            });
+            let start = Instant::now();
+            let r = until_closed(s);
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "closed in {:?}",
+                start.elapsed()
+            );
+            let _ = slow.join();
+            r
+        },
+        "handshake not done within 0.5 s",
+    );
+}
+
+#[test]
 fn index_taken_and_late_nodes_are_rejected() {
     let addr = free_addr();
     let t = trainer(addr, 2, false, 600);
     let name = unique_name("first");
     let log = OwnLog::node(&name);
-    let first = good_node_named(addr, Some(0), name);
+    let first = good_node_named(addr, TOKEN, Some(0), name);
     // Wait until node 0 is in, then claim its index.
     log.assert_logged("node joined");
-    let mut s = connect(addr);
+    let mut s = connect(addr, DEADLINE);
     match handshake(&mut s, TOKEN, "twin", Some(0)) {
         TrainerFrame::Reject { reason } => assert!(reason.contains("node index 0 is already taken"), "{reason}"),
         other => panic!("a second node 0 was admitted: {other:?}"),
     }
-    let second = good_node(addr, None);
+    let second = good_node(addr, TOKEN, None);
     let mut c = t.join().expect("trainer");
-    let mut late = connect(addr);
+    let mut late = connect(addr, DEADLINE);
     match handshake(&mut late, TOKEN, "late", None) {
         TrainerFrame::Reject { reason } => assert!(reason.contains("all 2 node slots are taken"), "{reason}"),
         other => panic!("a third node was admitted: {other:?}"),
@@ -351,7 +275,7 @@ fn post_join_case(bad: impl FnOnce(&mut TcpStream, &Welcome, Continue), expect_r
 fn post_join_case_ready(ready: bool, bad: impl FnOnce(&mut TcpStream, &Welcome, Continue), expect_reason: &str) {
     let addr = free_addr();
     let t = trainer(addr, 2, false, 600);
-    let mut s = connect(addr);
+    let mut s = connect(addr, DEADLINE);
     let name = unique_name("rogue");
     let log = OwnLog::node(&name);
     let TrainerFrame::Welcome(welcome) = handshake(&mut s, TOKEN, &name, Some(0)) else {
@@ -370,9 +294,9 @@ fn post_join_case_ready(ready: bool, bad: impl FnOnce(&mut TcpStream, &Welcome, 
             }),
         );
     }
-    let good = good_node(addr, Some(1));
+    let good = good_node(addr, TOKEN, Some(1));
     // The consumer pulls batches meanwhile: that is what sends the Continues.
-    let driver = thread::spawn(move || finish(t, 600, &[1]).len());
+    let driver = thread::spawn(move || finish(t, 600, From::Nodes(&[1])).len());
     // Behave until the first Continue: answer the seeding chain, keep the heartbeat.
     let c = loop {
         send(&mut s, &NodeFrame::Heartbeat);
@@ -393,17 +317,6 @@ fn post_join_case_ready(ready: bool, bad: impl FnOnce(&mut TcpStream, &Welcome, 
     log.assert_logged(expect_reason);
     assert!(driver.join().expect("driver") > 0);
     assert_eq!(good.join().expect("node thread"), Ok(()));
-}
-
-/// A correct answer to `c`, collected by a real rollout built from the Welcome.
-fn real_batch(w: &Welcome, c: Continue) -> Batch {
-    let mut r = w.spec.build_worker(&Registry::with_builtins(), 0).expect("rollout");
-    Batch {
-        node: w.node_index,
-        seq: c.seq,
-        weights_version: 0,
-        data: r.collect_frames(c.frames).expect("collect"),
-    }
 }
 
 #[test]
@@ -514,15 +427,15 @@ fn silent_node_is_dropped_after_the_heartbeat_timeout() {
     // Joins and then says nothing at all: no heartbeat, no answer to the seeding chain.
     let addr = free_addr();
     let t = trainer(addr, 2, false, 600);
-    let mut s = connect(addr);
+    let mut s = connect(addr, DEADLINE);
     let name = unique_name("mute");
     let log = OwnLog::node(&name);
     assert!(matches!(
         handshake(&mut s, TOKEN, &name, Some(0)),
         TrainerFrame::Welcome(_)
     ));
-    let good = good_node(addr, Some(1));
-    let driver = thread::spawn(move || finish(t, 600, &[1]).len());
+    let good = good_node(addr, TOKEN, Some(1));
+    let driver = thread::spawn(move || finish(t, 600, From::Nodes(&[1])).len());
     let start = Instant::now();
     assert!(until_closed(&mut s).is_none());
     // Timeout 1.5 s, checked every 0.1 s.
@@ -540,13 +453,13 @@ fn silent_node_is_dropped_after_the_heartbeat_timeout() {
 fn sync_run_with_a_lost_node_fails_clearly_instead_of_hanging() {
     let addr = free_addr();
     let t = trainer(addr, 2, true, 600);
-    let mut s = connect(addr);
+    let mut s = connect(addr, DEADLINE);
     let name = unique_name("rogue");
     assert!(matches!(
         handshake(&mut s, TOKEN, &name, Some(0)),
         TrainerFrame::Welcome(_)
     ));
-    let good = good_node(addr, Some(1));
+    let good = good_node(addr, TOKEN, Some(1));
     let mut c = t.join().expect("trainer");
     drop(s);
     let start = Instant::now();
@@ -608,7 +521,7 @@ fn library_nodes_run_user_envs() {
             })
         })
         .collect();
-    let batches = finish(t, 300, &[]);
+    let batches = finish(t, 300, From::EveryNode);
     // max_steps 2: observations cycle 0, 1, 2.
     let obs: Vec<f32> = batches[0]
         .data
@@ -626,28 +539,6 @@ fn library_nodes_run_user_envs() {
 fn process_collector(sync: bool, fpb: usize, total: i64) -> DistributedCollector {
     logs();
     counting_process_builder(sync, fpb, total).build().expect("collector")
-}
-
-#[test]
-fn process_nodes_collect_exact_frames_and_are_reaped() {
-    for sync in [true, false] {
-        for fpb in [50, 100, 200] {
-            let mut c = process_collector(sync, fpb, 1000);
-            let pids = c.node_pids();
-            assert_eq!(pids.len(), 2);
-            assert!(pids.iter().all(|&p| alive(p)));
-            let mut frames = 0;
-            while let Some(b) = c.next_batch().expect("batch") {
-                assert_eq!(b.data.numel(), fpb);
-                frames += fpb;
-            }
-            assert_eq!(frames, 1000, "sync={sync} fpb={fpb}");
-            c.shutdown().expect("shutdown");
-            for p in pids {
-                assert!(!alive(p), "node process {p} left behind");
-            }
-        }
-    }
 }
 
 /// Weights pushed after the first batch reach process nodes: every batch's actions are
@@ -950,7 +841,7 @@ fn socket_cut_mid_frame_is_detected_and_the_rejoined_node_completes_the_run() {
             .build()
             .expect("collector")
     });
-    let mut s = connect(addr);
+    let mut s = connect(addr, DEADLINE);
     let name = unique_name("cut");
     let log = OwnLog::node(&name);
     let TrainerFrame::Welcome(welcome) = handshake(&mut s, TOKEN, &name, Some(0)) else {
@@ -962,7 +853,7 @@ fn socket_cut_mid_frame_is_detected_and_the_rejoined_node_completes_the_run() {
         .expect("rollout")
         .batch_layout();
     send(&mut s, &NodeFrame::Message(FromNode::Ready { node: 0, layout }));
-    let other = good_node(addr, Some(1));
+    let other = good_node(addr, TOKEN, Some(1));
     let driver = thread::spawn(move || {
         let mut c = t.join().expect("trainer thread");
         let mut batches = Vec::new();
@@ -1003,7 +894,7 @@ fn socket_cut_mid_frame_is_detected_and_the_rejoined_node_completes_the_run() {
         cut.elapsed()
     );
     // The replacement joins under index 0, as a scheduler would start it.
-    let replacement = good_node(addr, Some(0));
+    let replacement = good_node(addr, TOKEN, Some(0));
     let (batches, restarts) = driver.join().expect("driver");
     let frames: usize = batches.iter().map(|b| b.data.numel()).sum();
     assert_eq!(frames, 600);
@@ -1044,13 +935,13 @@ fn a_node_waiting_in_the_lobby_longer_than_the_heartbeat_timeout_stays_and_the_r
     });
     let first = unique_name("early");
     let log = OwnLog::node(&first);
-    let early = good_node_named(addr, Some(0), first);
+    let early = good_node_named(addr, TOKEN, Some(0), first);
     log.assert_logged("node joined");
     // The condition under test is time passing with node 0 admitted and node 1 not:
-    // two and a half heartbeat timeouts of it.
-    thread::sleep(timeout * 5 / 2);
-    let late = good_node(addr, Some(1));
-    finish(t, 600, &[0, 1]);
+    // two and a half heartbeat timeouts of it, node 0 watched all along.
+    holds_for(timeout * 5 / 2, "node 0 waiting in the lobby", || !early.is_finished());
+    let late = good_node(addr, TOKEN, Some(1));
+    finish(t, 600, From::EveryNode);
     assert_eq!(early.join().expect("node 0 thread"), Ok(()), "node 0 stayed to the end");
     assert_eq!(late.join().expect("node 1 thread"), Ok(()));
 }
@@ -1077,25 +968,27 @@ fn a_node_answers_the_trainers_heartbeats_and_beats_alone_once_they_stop() {
             }
         }
     });
-    // Eight trainer beats an interval apart, off the node's own phase, then none for
-    // four intervals.
+    // The node's heartbeats that come until `until`.
+    let mut node_beats = Vec::new();
+    let mut beats_until = |until: Instant| loop {
+        match frames.recv_timeout(until.saturating_duration_since(Instant::now())) {
+            Ok((at, NodeFrame::Heartbeat)) => node_beats.push(at),
+            Ok((_, other)) => panic!("only heartbeats while idle, got {}", other.name()),
+            Err(RecvTimeoutError::Timeout) if Instant::now() >= until => return,
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => panic!("the node's frames ended"),
+        }
+    };
+    // Eight trainer beats an interval apart, off the node's own phase (the node's beats
+    // taken as they come in between), then none for four intervals.
     let start = Instant::now() + INTERVAL / 3;
     let beats: Vec<Instant> = (0..8).map(|k| start + INTERVAL * k).collect();
     for &at in &beats {
-        thread::sleep(at.saturating_duration_since(Instant::now()));
+        beats_until(at);
         t.send(&TrainerFrame::Heartbeat);
     }
     let last = beats[beats.len() - 1];
-    let until = last + INTERVAL * 9 / 2;
-    let mut node_beats = Vec::new();
-    loop {
-        let wait = until.saturating_duration_since(Instant::now());
-        match frames.recv_timeout(wait) {
-            Ok((at, NodeFrame::Heartbeat)) => node_beats.push(at),
-            Ok((_, other)) => panic!("only heartbeats while idle, got {}", other.name()),
-            Err(_) => break,
-        }
-    }
+    beats_until(last + INTERVAL * 9 / 2);
     // From the third trainer beat on (the node's own first beat may come before the
     // trainer's first): exactly one node heartbeat per trainer beat, within half an
     // interval after it, none in the rest of the interval.
@@ -1158,6 +1051,8 @@ fn after_its_down_a_node_reads_until_the_trainer_closes() {
         if let Err(e) = t.s.write_all(&beat) {
             panic!("heartbeat {i} after down: {e} (the node closed without reading)");
         }
+        // The writes' pace (a reset has time to come back between them), not a wait
+        // for anything.
         thread::sleep(Duration::from_millis(10));
     }
     // The trainer closes: the node is done, and ends well.

@@ -7,12 +7,11 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use rollout::PolicyConfig;
 use rollout_actors::{CollectError, CollectorBuilder, DistributedCollector, Launcher, SlurmOptions};
-use rollout_tests::{free_addr, rollout_bin, run_bounded};
+use rollout_tests::{free_addr, poll_until, rollout_bin, run_bounded};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 /// The join timeout of runs expected to fail.
@@ -52,18 +51,12 @@ fn queued(id: &str) -> Vec<String> {
 
 /// Waits (bounded) until `cond` holds of job `id`'s queued tasks.
 fn wait_queue(id: &str, what: &str, cond: impl Fn(&[String]) -> bool) {
-    let end = Instant::now() + DEADLINE;
-    loop {
-        let q = queued(id);
-        if cond(&q) {
-            return;
-        }
-        assert!(
-            Instant::now() < end,
-            "SLURM job {id}: {what} not within {DEADLINE:?}; queue: {q:?}"
-        );
-        thread::sleep(Duration::from_millis(100));
-    }
+    let seen = poll_until(Instant::now() + DEADLINE, || cond(&queued(id)).then_some(()));
+    assert!(
+        seen.is_some(),
+        "SLURM job {id}: {what} not within {DEADLINE:?}; queue: {:?}",
+        queued(id)
+    );
 }
 
 fn assert_no_job(id: &str) {

@@ -15,7 +15,7 @@ use rollout_actors::testkit::{scripted_batch, TrainerHarness};
 use rollout_actors::{CollectError, DistributedCollector, Launcher};
 use rollout_tests::{
     alive, assert_unique_traj_ids, counting_process_builder, drain, free_addr, panicky_builder, panicky_registry,
-    rollout_bin, trainer_config as cfg, value_weights,
+    poll_until, rollout_bin, trainer_config as cfg, value_weights, wait_until,
 };
 
 // ---------------------------------------------------------------- helpers
@@ -480,17 +480,13 @@ fn process_fault_with(mut c: DistributedCollector, fault: &str) {
 /// frames: two batches more than that means one is node 1's.
 fn wait_for_a_batch_of_node_1(c: &DistributedCollector, yielded: usize, fpb: usize) {
     let end = Instant::now() + Duration::from_secs(20);
-    loop {
-        let collected = c.stats().expect("stats").frames_collected as usize;
-        if collected >= yielded + 2 * fpb {
-            return;
-        }
-        assert!(
-            Instant::now() < end,
-            "no batch of node 1 within 20 s: {collected} frames collected, {yielded} yielded"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let frames = || c.stats().expect("stats").frames_collected as usize;
+    let seen = poll_until(end, || (frames() >= yielded + 2 * fpb).then_some(()));
+    assert!(
+        seen.is_some(),
+        "no batch of node 1 within 20 s: {} frames collected, {yielded} yielded",
+        frames()
+    );
 }
 
 #[test]
@@ -584,11 +580,11 @@ fn an_external_node_that_rejoins_under_its_index_replaces_the_lost_one() {
     // Its replacement comes once the loss is noticed, as a scheduler's would (a node
     // asking for index 1 before is refused: the slot is still taken). The trainer
     // frees the slot as it counts the restart.
-    let end = Instant::now() + Duration::from_secs(10);
-    while c.stats().expect("stats").restarts != [0, 1] {
-        assert!(Instant::now() < end, "the loss of node 1 was not noticed within 10 s");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until(
+        Instant::now() + Duration::from_secs(10),
+        "the loss of node 1 noticed",
+        || c.stats().expect("stats").restarts == [0, 1],
+    );
     nodes[1] = external_node(addr, 1);
     while let Some(b) = c.next_batch().expect("batch") {
         batches.push(b);

@@ -17,11 +17,19 @@ fn alone() -> MutexGuard<'static, ()> {
     ALONE.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The threads of process `pid` (`"self"` for this one): the entries of `/proc/<pid>/task`.
+/// Panics when they cannot be read, so that a count of none is a count, never a
+/// missing `/proc`.
+fn tasks(pid: &str) -> std::fs::ReadDir {
+    let path = format!("/proc/{pid}/task");
+    std::fs::read_dir(&path).unwrap_or_else(|e| panic!("cannot read {path} to count threads: {e}"))
+}
+
+/// The collector's threads of this process (actix arbiters and `rollout` workers). A
+/// thread that ends while it is looked at is not counted.
 fn collector_threads() -> usize {
-    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
-        return 0;
-    };
-    dir.filter_map(Result::ok)
+    tasks("self")
+        .filter_map(Result::ok)
         .filter_map(|e| std::fs::read_to_string(e.path().join("comm")).ok())
         .filter(|name| name.starts_with("actix") || name.starts_with("rollout"))
         .count()
@@ -59,10 +67,8 @@ fn shutdown_and_drop_leave_no_thread_behind() {
 
 /// Every thread of process `pid` (`"self"` for this one): its nice value.
 fn thread_nices(pid: &str) -> Vec<i32> {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    dir.filter_map(Result::ok)
+    tasks(pid)
+        .filter_map(Result::ok)
         .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
         .filter_map(|stat| {
             // Fields after the command name (which may hold spaces): state is field 3,
