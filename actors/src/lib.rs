@@ -9,6 +9,7 @@
 mod block;
 pub mod checkpoint_file;
 pub mod collector;
+mod delivery;
 pub mod env_worker;
 pub mod error;
 pub mod launch;

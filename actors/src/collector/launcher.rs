@@ -14,9 +14,9 @@ use crate::launch::{config_error, ExternalLaunch, JoinDoor, Launch, Launcher};
 use crate::remote::listener::DoorConfig;
 use crate::remote::peer::PeerTiming;
 
-use super::builder::CollectorBuilder;
+use super::settings::Settings;
 
-impl CollectorBuilder {
+impl Settings {
     /// The launcher that starts this run's nodes, its settings checked: a token for
     /// nodes that join from outside (drawn at random for the ones this trainer starts),
     /// heartbeat and frame limits, the `Slurm` options and `advertise`, the binary.

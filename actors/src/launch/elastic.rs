@@ -13,6 +13,7 @@ use rollout::machine::TrainerMachine;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::local::Started;
+use crate::delivery::Delivery;
 use crate::remote::connection::{Connection, WeightsCache};
 use crate::remote::inbox::{Inbox, InboxItem};
 use crate::remote::listener::Joined;
@@ -35,6 +36,8 @@ pub(super) struct ElasticStart {
     pub(super) timing: PeerTiming,
     /// The run's seed (the seed chain starts from it).
     pub(super) seed: u64,
+    /// What each yielded batch goes through before its consumer sees it.
+    pub(super) delivery: Delivery,
 }
 
 impl ElasticStart {
@@ -56,12 +59,14 @@ impl ElasticStart {
             inbox,
             timing,
             seed,
+            delivery,
         } = self;
         let members: Vec<usize> = joined.iter().map(|(j, _)| j.index).collect();
         machine.start_with(&members);
         let mut t = Trainer::remote(machine, Vec::new(), inbox.clone())
             .with_slots(slots)
-            .with_initial_seed(seed);
+            .with_initial_seed(seed)
+            .with_delivery(delivery);
         for (j, early) in joined {
             let node = j.index;
             let conn = start_peer(j, early, &inbox, &cache, timing, Some(admission.clone()));

@@ -56,19 +56,9 @@ impl TrainerStart {
         respawn: Option<Respawn>,
     ) -> Result<Started, CollectError> {
         match self {
-            TrainerStart::Local(p) => local::start(p.machine, &p.specs, &p.registry, p.seed),
+            TrainerStart::Local(p) => local::start(p),
             TrainerStart::Joining { plan, listener, door } => {
-                remote::start_watched(
-                    plan.machine,
-                    plan.specs,
-                    listener,
-                    door.door,
-                    door.join_timeout,
-                    plan.seed,
-                    watch,
-                    respawn,
-                )
-                .await
+                remote::start(plan, listener, door.door, door.join_timeout, watch, respawn).await
             }
         }
     }

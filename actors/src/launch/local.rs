@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use actix::prelude::*;
-use rollout::machine::TrainerMachine;
 use rollout::node_spec::NodeSpec;
 use rollout::{Registry, Weights};
 
@@ -105,12 +104,15 @@ impl Drop for LocalRestarter {
 /// The trainer seeds the nodes with `seed` before its first batch, and checks each
 /// node's batches against the layout of the workers built for it here. With
 /// supervision on in `machine`, failed nodes are rebuilt in place from their spec.
-pub fn start(
-    machine: TrainerMachine,
-    specs: &[NodeSpec],
-    registry: &Registry,
-    seed: u64,
-) -> Result<Started, CollectError> {
+pub(crate) fn start(plan: NodePlan) -> Result<Started, CollectError> {
+    let NodePlan {
+        machine,
+        specs,
+        registry,
+        seed,
+        delivery,
+    } = plan;
+    let (specs, registry) = (&specs[..], &registry);
     // Every node starts from the trainer's version 0, handed over at construction.
     let weights: Vec<Option<Arc<Weights>>> = (0..specs.len()).map(|i| machine.initial_weights(i).cloned()).collect();
     let mut rollouts = Vec::with_capacity(specs.len());
@@ -145,7 +147,8 @@ pub fn start(
     let supervised = machine.supervision().is_some();
     let mut t = Trainer::new(machine, nodes)
         .with_recyclers(recyclers)
-        .with_initial_seed(seed);
+        .with_initial_seed(seed)
+        .with_delivery(delivery);
     if supervised {
         t = t.with_restarter(Box::new(LocalRestarter {
             specs: specs.to_vec(),

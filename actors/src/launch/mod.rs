@@ -30,6 +30,7 @@ pub(crate) use join_door::JoinDoor;
 pub(crate) use launched::{Launched, NodeHandles};
 pub use slurm::SlurmOptions;
 
+use crate::delivery::Delivery;
 use crate::error::CollectError;
 
 /// Where the nodes of a collector run.
@@ -61,6 +62,8 @@ pub(crate) struct NodePlan {
     pub(crate) registry: Registry,
     /// The run's seed, sent to the nodes before the first batch.
     pub(crate) seed: u64,
+    /// What each yielded batch goes through before its consumer sees it.
+    pub(crate) delivery: Delivery,
 }
 
 /// How one launcher starts its nodes. Called on the caller's thread, outside any actix

@@ -7,12 +7,11 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use rollout::connection::Admission;
-use rollout::machine::TrainerMachine;
-use rollout::node_spec::NodeSpec;
 use tokio::net::TcpListener;
 
 use super::local::Started;
 use super::process::Children;
+use super::NodePlan;
 use crate::error::CollectError;
 use crate::remote::connection::{Connection, WeightsCache};
 use crate::remote::inbox::{Inbox, InboxItem};
@@ -38,19 +37,6 @@ impl JoinWatch for super::slurm::SlurmQuery {
     fn describe(&self, missing: &[usize]) -> String {
         super::slurm::SlurmQuery::describe(self, missing)
     }
-}
-
-/// Waits (bounded) for every node to join, then starts the trainer over them.
-/// Must run inside a running actix `System`.
-pub async fn start(
-    machine: TrainerMachine,
-    specs: Vec<NodeSpec>,
-    listener: std::net::TcpListener,
-    door: DoorConfig,
-    join_timeout: Duration,
-    seed: u64,
-) -> Result<Started, CollectError> {
-    start_watched(machine, specs, listener, door, join_timeout, seed, None, None).await
 }
 
 /// How a launcher that started its nodes starts one again.
@@ -159,20 +145,25 @@ pub(super) fn start_peer(
     peer::open(j, early, inbox, cache, timing, on_stop)
 }
 
-/// [`start`], with a [`JoinWatch`] on the nodes while they join. With supervision on in
-/// `machine`, a failed node's slot is freed and a node joining under its index replaces
+/// Waits (bounded) for every node to join, then starts the trainer over them, with a
+/// [`JoinWatch`] on the nodes while they join. Must run inside a running actix
+/// `System`. With supervision on in the plan's machine, a failed node's slot is freed and a node joining under its index replaces
 /// it; a node this trainer started is started again by `respawn`.
-#[allow(clippy::too_many_arguments)]
-pub async fn start_watched(
-    machine: TrainerMachine,
-    specs: Vec<NodeSpec>,
+pub(crate) async fn start(
+    plan: NodePlan,
     listener: std::net::TcpListener,
     door: DoorConfig,
     join_timeout: Duration,
-    seed: u64,
     watch: Option<Arc<dyn JoinWatch>>,
     respawn: Option<Respawn>,
 ) -> Result<Started, CollectError> {
+    let NodePlan {
+        machine,
+        specs,
+        seed,
+        delivery,
+        ..
+    } = plan;
     let n = specs.len();
     // An elastic run starts with its minimum; the others may join while it runs.
     let elastic = machine.membership().is_some();
@@ -269,6 +260,7 @@ pub async fn start_watched(
             inbox,
             timing,
             seed,
+            delivery,
         };
         return Ok(run.start(machine, n, joined, joined_rx, trainer_ctx, start_peer));
     }
@@ -277,7 +269,9 @@ pub async fn start_watched(
         .map(|(j, early)| start_peer(j, early, &inbox, &cache, timing, None))
         .collect();
     let supervised = machine.supervision().is_some();
-    let mut t = Trainer::remote(machine, nodes, inbox.clone()).with_initial_seed(seed);
+    let mut t = Trainer::remote(machine, nodes, inbox.clone())
+        .with_initial_seed(seed)
+        .with_delivery(delivery);
     if supervised {
         let pending = Rc::new(RefCell::new(vec![None; n]));
         t = t.with_restarter(Box::new(RemoteRestarter {
