@@ -12,7 +12,7 @@ use crate::launch::process::ProcessLaunch;
 use crate::launch::slurm::{self, SlurmLaunch, SlurmOptions};
 use crate::launch::{config_error, ExternalLaunch, JoinDoor, Launch, Launcher};
 use crate::remote::listener::DoorConfig;
-use crate::remote::peer::PeerTiming;
+use crate::remote::timing::PeerTiming;
 
 use super::settings::Settings;
 

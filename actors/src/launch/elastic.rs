@@ -17,7 +17,7 @@ use crate::delivery::Delivery;
 use crate::remote::connection::{Connection, WeightsCache};
 use crate::remote::inbox::{Inbox, InboxItem};
 use crate::remote::listener::Joined;
-use crate::remote::peer::PeerTiming;
+use crate::remote::timing::PeerTiming;
 use crate::trainer::Trainer;
 
 /// How `remote.rs` opens a node's connection (`frees`: the slots it frees).

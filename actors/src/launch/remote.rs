@@ -15,8 +15,10 @@ use super::NodePlan;
 use crate::error::CollectError;
 use crate::remote::connection::{Connection, WeightsCache};
 use crate::remote::inbox::{Inbox, InboxItem};
-use crate::remote::listener::{self, DoorConfig, Joined, Waiting};
-use crate::remote::peer::{self, PeerTiming};
+use crate::remote::listener::{self, DoorConfig, Joined};
+use crate::remote::lobby::{self, Waiting};
+use crate::remote::peer;
+use crate::remote::timing::PeerTiming;
 use crate::trainer::{NodeRestartFailed, Restarter, Trainer};
 
 /// Watches the nodes a launcher started while the trainer waits for them to join
@@ -190,7 +192,7 @@ pub(crate) async fn start(
         while waiting.len() < need {
             tokio::select! {
                 r = tokio::time::timeout_at(deadline, joined_rx.recv()) => match r {
-                    Ok(Some(j)) => waiting.push(listener::wait_in_lobby(j, Vec::new(), timing.heartbeat, gone_tx.clone())),
+                    Ok(Some(j)) => waiting.push(lobby::wait_in_lobby(j, Vec::new(), timing.heartbeat, gone_tx.clone())),
                     Ok(None) => return Err(CollectError::Join("the listener stopped".into())),
                     Err(_) => {
                         let missing = missing(&waiting);
@@ -245,7 +247,7 @@ pub(crate) async fn start(
             break back;
         }
         for (j, early) in back {
-            waiting.push(listener::wait_in_lobby(j, early, timing.heartbeat, gone_tx.clone()));
+            waiting.push(lobby::wait_in_lobby(j, early, timing.heartbeat, gone_tx.clone()));
         }
     };
     joined.sort_by_key(|(j, _)| j.index);

@@ -9,7 +9,7 @@
 //! cold when a thousand connections are visited once a round: the largest
 //! per-connection cost of the trainer's thread. The trainer's actor now calls the
 //! connection directly, on its own thread, and reads every connection's frames
-//! itself ([`Inbox`]); the connection's actor ([`RemoteNode`](super::peer::RemoteNode))
+//! itself (the `Inbox`); the connection's actor ([`RemoteNode`](super::peer::RemoteNode))
 //! keeps what is not per batch: heartbeats, silence, and stopping.
 
 use std::cell::RefCell;
@@ -28,10 +28,9 @@ use rollout::wire::{self, NodeFrame};
 use rollout::TensorDict;
 
 use super::frames::SharedPool;
-use super::inbox::{Inbox, InboxItem};
 use super::link::FrameSender;
 use super::parts;
-use super::peer::PeerTiming;
+use super::timing::{heartbeat_frame, PeerTiming};
 
 /// Close this connection, logging `reason` (to its actor: it stops).
 #[derive(Message, Debug)]
@@ -77,8 +76,12 @@ impl WeightsCache {
     }
 }
 
+/// How a connection tells the trainer it failed: called once, with the node's
+/// `Failed`, at the close (the trainer's inbox queues it behind the node's frames).
+pub(crate) type FailureReport = Box<dyn Fn(FromNode)>;
+
 /// A remote node's connection, shared on the trainer's thread by the trainer's
-/// actor (sends, recycles, closes), the connection's reader in the [`Inbox`] (frames
+/// actor (sends, recycles, closes), the connection's reader in the trainer's `Inbox` (frames
 /// in) and the connection's actor (heartbeats, silence).
 pub struct Connection {
     name: String,
@@ -91,8 +94,8 @@ pub struct Connection {
     heartbeat: Bytes,
     /// Storage of this node's recycled batches, which its next batches are read into.
     pool: SharedPool,
-    /// Where the trainer hears of the connection's failure.
-    inbox: Inbox,
+    /// How the trainer hears of the connection's failure (the node's `Failed`).
+    report: FailureReport,
     /// The reader's waker: a close wakes it, and it ends (dropping the read side).
     reader: RefCell<Option<Waker>>,
     /// The connection's actor, told to stop at the close.
@@ -101,14 +104,14 @@ pub struct Connection {
 
 impl Connection {
     /// Node `index`'s connection, named `name`, writing through `out`; its failure is
-    /// told to the trainer through `inbox`, and `actor` stops when it closes.
+    /// told to the trainer through `report`, and `actor` stops when it closes.
     pub fn new(
         index: usize,
         name: String,
         out: FrameSender,
         weights: WeightsCache,
         timing: PeerTiming,
-        inbox: Inbox,
+        report: FailureReport,
         actor: WeakRecipient<Disconnect>,
     ) -> Connection {
         Connection {
@@ -123,9 +126,9 @@ impl Connection {
             out: RefCell::new(Some(out)),
             weights,
             max_frame: timing.max_frame,
-            heartbeat: super::listener::heartbeat_frame(),
+            heartbeat: heartbeat_frame(),
             pool: Rc::new(RefCell::new(TensorPool::new(timing.max_frame))),
-            inbox,
+            report,
             reader: RefCell::new(None),
             actor,
         }
@@ -231,7 +234,7 @@ impl Connection {
             None => tracing::debug!(node, name = %self.name, %reason, "connection closed after Down or Leave"),
             Some(failed) => {
                 tracing::warn!(node, name = %self.name, %reason, "closing connection to node");
-                self.inbox.push(InboxItem::Message(failed));
+                (self.report)(failed);
             }
         }
         drop(self.out.borrow_mut().take());

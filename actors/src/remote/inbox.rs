@@ -200,7 +200,8 @@ mod tests {
     use super::*;
     use crate::remote::connection::WeightsCache;
     use crate::remote::listener::Joined;
-    use crate::remote::peer::{self, PeerTiming};
+    use crate::remote::peer;
+    use crate::remote::timing::PeerTiming;
 
     const TIMING: PeerTiming = PeerTiming {
         heartbeat: Duration::from_secs(30),

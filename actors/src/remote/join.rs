@@ -25,8 +25,8 @@ use tokio::sync::oneshot;
 
 use super::frames::{FrameError, FrameStream, SharedPool};
 use super::link::{spawn_writer, FrameSender};
-use super::listener::read_frame;
 use super::parts;
+use super::timing::read_frame;
 use crate::launch::node_start::{build_workers, start_node, StartedNode};
 use crate::messages::{Deliver, Recycle};
 use crate::node::Node;

@@ -7,7 +7,9 @@ pub mod inbox;
 pub mod join;
 pub mod link;
 pub mod listener;
+pub mod lobby;
 pub mod parts;
 pub mod peer;
+pub mod timing;
 
 pub use join::{read_token, run_node, JoinError, LeaveHandle, NodeOptions};
