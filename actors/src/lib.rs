@@ -16,6 +16,7 @@ pub mod launch;
 pub mod learner;
 pub mod messages;
 pub mod node;
+mod node_start;
 pub mod remote;
 pub mod replay;
 pub mod testkit;

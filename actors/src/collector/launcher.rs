@@ -7,10 +7,10 @@ use rollout::wire::MIN_TOKEN_LEN;
 
 use crate::error::CollectError;
 
-use crate::launch::local::LocalLaunch;
-use crate::launch::process::ProcessLaunch;
-use crate::launch::slurm::{self, SlurmLaunch, SlurmOptions};
-use crate::launch::{config_error, ExternalLaunch, JoinDoor, Launch, Launcher};
+use crate::launch::slurm::{self, SlurmOptions};
+use crate::launch::{
+    config_error, ExternalLaunch, JoinDoor, Launch, Launcher, LocalLaunch, ProcessLaunch, SlurmLaunch,
+};
 use crate::remote::listener::DoorConfig;
 use crate::remote::timing::PeerTiming;
 

@@ -20,7 +20,8 @@ mod plan;
 mod settings;
 
 pub use crate::delivery::Postproc;
+pub use crate::launch::ListeningHook;
 pub use builder::CollectorBuilder;
 pub use embedded::Embedded;
 pub use facade::DistributedCollector;
-pub use settings::{ListeningHook, NodeOverrides};
+pub use settings::NodeOverrides;

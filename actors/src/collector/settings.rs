@@ -13,7 +13,7 @@ use rollout::wire::DEFAULT_MAX_FRAME;
 use rollout::{EnvSpec, ExplorationType, PolicySpec, Registry};
 
 use crate::delivery::Postproc;
-use crate::launch::Launcher;
+use crate::launch::{Launcher, ListeningHook};
 use crate::replay::SharedReplayBuffer;
 
 /// What one node does differently from the others (torchrl's per-collector
@@ -27,9 +27,6 @@ pub struct NodeOverrides {
     /// This node's exploration instead of [`CollectorBuilder::exploration_type`](crate::CollectorBuilder::exploration_type).
     pub exploration_type: Option<ExplorationType>,
 }
-
-/// What [`CollectorBuilder::on_listening`](crate::CollectorBuilder::on_listening) calls.
-pub type ListeningHook = std::sync::Arc<dyn Fn(std::net::SocketAddr) + Send + Sync>;
 
 /// Every setting of a collector, torchrl's defaults where it has them (see
 /// [`CollectorBuilder`](crate::CollectorBuilder) for what each means).

@@ -14,15 +14,12 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::local::Started;
 use crate::delivery::Delivery;
-use crate::remote::connection::{Connection, WeightsCache};
+use crate::remote::connection::WeightsCache;
 use crate::remote::inbox::{Inbox, InboxItem};
 use crate::remote::listener::Joined;
+use crate::remote::peer;
 use crate::remote::timing::PeerTiming;
 use crate::trainer::Trainer;
-
-/// How `remote.rs` opens a node's connection (`frees`: the slots it frees).
-type StartPeer =
-    fn(Joined, Vec<u8>, &Inbox, &WeightsCache, PeerTiming, Option<Rc<RefCell<Admission>>>) -> Rc<Connection>;
 
 /// What an elastic run's trainer starts with, beside its machine.
 pub(super) struct ElasticStart {
@@ -50,7 +47,6 @@ impl ElasticStart {
         joined: Vec<(Joined, Vec<u8>)>,
         mut joined_rx: UnboundedReceiver<Joined>,
         trainer_ctx: Context<Trainer>,
-        start_peer: StartPeer,
     ) -> Started {
         let trainer = trainer_ctx.address();
         let ElasticStart {
@@ -69,7 +65,7 @@ impl ElasticStart {
             .with_delivery(delivery);
         for (j, early) in joined {
             let node = j.index;
-            let conn = start_peer(j, early, &inbox, &cache, timing, Some(admission.clone()));
+            let conn = peer::open_in_slot(j, early, &inbox, &cache, timing, Some(admission.clone()));
             t = t.with_member(node, conn);
         }
         tracing::info!(members = ?members, max = slots, "elastic run started");
@@ -77,7 +73,7 @@ impl ElasticStart {
             while let Some(j) = joined_rx.recv().await {
                 let node = j.index;
                 tracing::info!(node, name = %j.name, "node joined the running elastic run");
-                let conn = start_peer(j, Vec::new(), &inbox, &cache, timing, Some(admission.clone()));
+                let conn = peer::open_in_slot(j, Vec::new(), &inbox, &cache, timing, Some(admission.clone()));
                 inbox.push(InboxItem::Joined(node, conn));
             }
         });

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use super::join_door::JoinDoor;
 use super::local::{self, Started};
+use super::over_tcp::{self, JoinWatch, Respawn};
 use super::process::Children;
-use super::remote::{self, JoinWatch, Respawn};
 use super::slurm::{SlurmError, SlurmJob};
 use super::NodePlan;
 use crate::error::CollectError;
@@ -58,7 +58,7 @@ impl TrainerStart {
         match self {
             TrainerStart::Local(p) => local::start(p),
             TrainerStart::Joining { plan, listener, door } => {
-                remote::start(plan, listener, door.door, door.join_timeout, watch, respawn).await
+                over_tcp::start(plan, listener, door.door, door.join_timeout, watch, respawn).await
             }
         }
     }

@@ -7,25 +7,11 @@ use actix::prelude::*;
 use rollout::node_spec::NodeSpec;
 use rollout::{Registry, Weights};
 
-use super::launched::{Launched, NodeHandles, TrainerStart};
-use super::node_start::{build_workers, start_node, StartedNode};
-use super::{Launch, NodePlan};
+use super::NodePlan;
 use crate::error::CollectError;
 use crate::node::{Halt, Node};
+use crate::node_start::{build_workers, start_node, StartedNode};
 use crate::trainer::{NodeRestartFailed, NodeRestarted, Restarter, Trainer};
-
-/// The `Local` launcher: nothing to start before the actix system runs; the trainer
-/// builds the nodes itself ([`start`]).
-pub(crate) struct LocalLaunch;
-
-impl Launch for LocalLaunch {
-    fn start(self: Box<Self>, plan: NodePlan) -> Result<Launched, CollectError> {
-        Ok(Launched {
-            trainer: TrainerStart::Local(plan),
-            nodes: NodeHandles::default(),
-        })
-    }
-}
 
 /// What a launch started: the trainer and the threads to join at the end.
 pub struct Started {

@@ -5,41 +5,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-use super::join_door::JoinDoor;
-use super::launched::{Launched, NodeHandles, TrainerStart};
-use super::{config_error, Launch, NodePlan};
-use crate::error::CollectError;
-
-/// The `Process` launcher: binds the door, then starts one `program node --join` per node.
-pub(crate) struct ProcessLaunch {
-    /// Where the children join.
-    pub(crate) door: JoinDoor,
-    /// The `rollout` binary (or one that serves `node --join` the same way).
-    pub(crate) program: PathBuf,
-}
-
-impl Launch for ProcessLaunch {
-    fn start(self: Box<Self>, plan: NodePlan) -> Result<Launched, CollectError> {
-        let (listener, addr) = self.door.bind()?;
-        let children = Children::spawn(&self.program, addr, &self.door.door.token, plan.specs.len())
-            .map_err(|e| config_error("node_program", format!("cannot start {}: {e}", self.program.display())))?;
-        Ok(Launched {
-            trainer: TrainerStart::Joining {
-                plan,
-                listener,
-                door: self.door,
-            },
-            nodes: NodeHandles {
-                listen_addr: Some(addr),
-                children: Some(Arc::new(Mutex::new(children))),
-                slurm_job: None,
-            },
-        })
-    }
-}
 
 /// Node processes started by this trainer.
 #[derive(Debug, Default)]

@@ -27,9 +27,9 @@ use super::frames::{FrameError, FrameStream, SharedPool};
 use super::link::{spawn_writer, FrameSender};
 use super::parts;
 use super::timing::read_frame;
-use crate::launch::node_start::{build_workers, start_node, StartedNode};
 use crate::messages::{Deliver, Recycle};
 use crate::node::Node;
+use crate::node_start::{build_workers, start_node, StartedNode};
 
 /// Why a node could not join or stopped serving.
 #[derive(Debug, thiserror::Error)]

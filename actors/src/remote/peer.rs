@@ -8,10 +8,12 @@
 //! gone is decided by the connection's `TrainerSession` (the protocol's rules, in
 //! the core); silence becomes a logged reason and the node's `Failed`.
 
+use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Instant;
 
 use actix::prelude::*;
+use rollout::connection::Admission;
 use rollout::wire::NodeFrame;
 
 use super::arrival::ArrivalNotice;
@@ -62,6 +64,22 @@ pub fn open(
         on_stop,
     });
     conn
+}
+
+/// [`open`] for a node admitted into a slot of `frees` (elastic runs): its slot is
+/// free again once its actor stopped, after the trainer was told of its close.
+pub(crate) fn open_in_slot(
+    j: Joined,
+    early: Vec<u8>,
+    inbox: &Inbox,
+    cache: &WeightsCache,
+    timing: PeerTiming,
+    frees: Option<Rc<RefCell<Admission>>>,
+) -> Rc<Connection> {
+    let slot = j.index;
+    let on_stop =
+        frees.map(|admission| -> Box<dyn FnOnce()> { Box::new(move || admission.borrow_mut().release(slot)) });
+    open(j, early, inbox, cache, timing, on_stop)
 }
 
 /// A remote node's connection actor: heartbeats and silence.

@@ -13,18 +13,17 @@ use super::local::Started;
 use super::process::Children;
 use super::NodePlan;
 use crate::error::CollectError;
-use crate::remote::connection::{Connection, WeightsCache};
+use crate::remote::connection::WeightsCache;
 use crate::remote::inbox::{Inbox, InboxItem};
 use crate::remote::listener::{self, DoorConfig, Joined};
 use crate::remote::lobby::{self, Waiting};
 use crate::remote::peer;
-use crate::remote::timing::PeerTiming;
 use crate::trainer::{NodeRestartFailed, Restarter, Trainer};
 
 /// Watches the nodes a launcher started while the trainer waits for them to join
 /// (the `Slurm` launcher reads its tasks' states). Both calls may block (they run on a
 /// blocking thread) and must be bounded.
-pub trait JoinWatch: Send + Sync {
+pub(crate) trait JoinWatch: Send + Sync {
     /// Called about once a second with the node indices not joined yet: `Some(reason)`
     /// when some of them never will (ends the wait at once with that reason).
     fn hopeless(&self, missing: &[usize]) -> Option<String>;
@@ -43,7 +42,7 @@ impl JoinWatch for super::slurm::SlurmQuery {
 
 /// How a launcher that started its nodes starts one again.
 #[derive(Clone)]
-pub enum Respawn {
+pub(crate) enum Respawn {
     /// `Process`: kill the old child (also when stopped), spawn a new one.
     Process(Arc<Mutex<Children>>),
     /// `Slurm`: cancel the old task, resubmit the batch script as that single array task.
@@ -67,6 +66,12 @@ impl Restarter for RemoteRestarter {
         if let Some(p) = self.pending.borrow_mut().get_mut(node) {
             *p = Some(restart);
         }
+        let pending = PendingRestart {
+            pending: self.pending.clone(),
+            node,
+            restart,
+            trainer,
+        };
         match &self.respawn {
             Some(Respawn::Process(children)) => {
                 let r = match children.lock() {
@@ -75,76 +80,62 @@ impl Restarter for RemoteRestarter {
                 };
                 match r {
                     Ok(pid) => tracing::warn!(node, restart, pid, %cause, "node process replaced"),
-                    Err(e) => {
-                        return self.give_up(node, format!("cannot start node process {node} again: {e}"), &trainer);
-                    }
+                    Err(e) => return pending.give_up(format!("cannot start node process {node} again: {e}")),
                 }
             }
             Some(Respawn::Slurm(slurm)) => {
                 // sbatch blocks (bounded): off the trainer's thread.
                 tracing::warn!(node, restart, %cause, "resubmitting the node's SLURM task");
                 let slurm = slurm.clone();
-                let pending = self.pending.clone();
-                let trainer = trainer.clone();
+                let pending = pending.clone();
                 actix_rt::spawn(async move {
-                    let r = actix_rt::task::spawn_blocking(move || slurm.resubmit(node)).await;
-                    let reason = match r {
+                    let error = match actix_rt::task::spawn_blocking(move || slurm.resubmit(node)).await {
                         Ok(Ok(_)) => return,
-                        Ok(Err(e)) => format!("cannot resubmit node {node}'s SLURM task: {e}"),
-                        Err(e) => format!("cannot resubmit node {node}'s SLURM task: {e}"),
+                        Ok(Err(e)) => e.to_string(),
+                        Err(e) => e.to_string(),
                     };
-                    if pending.borrow().get(node).copied().flatten() == Some(restart) {
-                        if let Some(p) = pending.borrow_mut().get_mut(node) {
-                            *p = None;
-                        }
-                        trainer.do_send(NodeRestartFailed { node, reason });
-                    }
+                    pending.give_up(format!("cannot resubmit node {node}'s SLURM task: {error}"));
                 });
             }
             None => tracing::warn!(node, restart, %cause, "waiting for node to rejoin"),
         }
-        let pending = self.pending.clone();
         let wait = self.join_timeout;
         actix_rt::spawn(async move {
             tokio::time::sleep(wait).await;
-            let expired = pending.borrow().get(node).copied().flatten() == Some(restart);
-            if expired {
-                if let Some(p) = pending.borrow_mut().get_mut(node) {
-                    *p = None;
-                }
-                trainer.do_send(NodeRestartFailed {
-                    node,
-                    reason: format!("no node rejoined as index {node} within {:.1} s", wait.as_secs_f64()),
-                });
-            }
+            pending.give_up(format!(
+                "no node rejoined as index {node} within {:.1} s",
+                wait.as_secs_f64()
+            ));
         });
     }
 }
 
-impl RemoteRestarter {
-    fn give_up(&mut self, node: usize, reason: String, trainer: &Addr<Trainer>) {
-        if let Some(p) = self.pending.borrow_mut().get_mut(node) {
-            *p = None;
-        }
-        trainer.do_send(NodeRestartFailed { node, reason });
-    }
+/// Restart number `restart` of node `node`, waiting for its node to join.
+#[derive(Clone)]
+struct PendingRestart {
+    /// The restart in progress of each node.
+    pending: Rc<RefCell<Vec<Option<u32>>>>,
+    node: usize,
+    restart: u32,
+    trainer: Addr<Trainer>,
 }
 
-/// Opens the connection of a node that joined (see [`peer::open`]). With `frees`
-/// (elastic runs) its slot is free again once its actor stopped: after the trainer
-/// was told of its close.
-pub(super) fn start_peer(
-    j: Joined,
-    early: Vec<u8>,
-    inbox: &Inbox,
-    cache: &WeightsCache,
-    timing: PeerTiming,
-    frees: Option<Rc<RefCell<Admission>>>,
-) -> Rc<Connection> {
-    let slot = j.index;
-    let on_stop =
-        frees.map(|admission| -> Box<dyn FnOnce()> { Box::new(move || admission.borrow_mut().release(slot)) });
-    peer::open(j, early, inbox, cache, timing, on_stop)
+impl PendingRestart {
+    /// The restart failed for `reason`: the trainer hears it, unless a node joined
+    /// for it or a later restart replaced it meanwhile.
+    fn give_up(&self, reason: String) {
+        let mut pending = self.pending.borrow_mut();
+        let Some(slot) = pending.get_mut(self.node) else {
+            return;
+        };
+        if *slot == Some(self.restart) {
+            *slot = None;
+            self.trainer.do_send(NodeRestartFailed {
+                node: self.node,
+                reason,
+            });
+        }
+    }
 }
 
 /// Waits (bounded) for every node to join, then starts the trainer over them, with a
@@ -264,11 +255,11 @@ pub(crate) async fn start(
             seed,
             delivery,
         };
-        return Ok(run.start(machine, n, joined, joined_rx, trainer_ctx, start_peer));
+        return Ok(run.start(machine, n, joined, joined_rx, trainer_ctx));
     }
     let nodes = joined
         .into_iter()
-        .map(|(j, early)| start_peer(j, early, &inbox, &cache, timing, None))
+        .map(|(j, early)| peer::open_in_slot(j, early, &inbox, &cache, timing, None))
         .collect();
     let supervised = machine.supervision().is_some();
     let mut t = Trainer::remote(machine, nodes, inbox.clone())
@@ -293,7 +284,7 @@ pub(crate) async fn start(
                     continue;
                 };
                 tracing::info!(node, restart, name = %j.name, "node rejoined");
-                let conn = start_peer(j, Vec::new(), &inbox, &cache, timing, None);
+                let conn = peer::open_in_slot(j, Vec::new(), &inbox, &cache, timing, None);
                 inbox.push(InboxItem::Restarted(node, conn));
             }
         });
