@@ -24,7 +24,7 @@ What counts as a dependency of a file, read with comments and string literals
 removed:
   * every path of a `use crate::...;` item (braces expanded), and of a
     `use super::...;` / `use self::...;`;
-  * every `crate::a::b` path written inline in code;
+  * every `crate::a::b` and `super::a::b` path written inline in code;
   * a name a module imports or re-exports (`use crate::Tensor`, `super::Joined`)
     counts as the module it is imported from.
 Test-only code is not counted: a `#[cfg(test)]` module, inline or in a file of its
@@ -286,6 +286,13 @@ def check_crate(src, repo, verbose):
                 continue
             segs = [s for s in m.group(1).split("::") if s]
             add(mod, segs, path, line_at(m.start()))
+        # Inline `super::a::b` paths (in code, not in a `use`): relative to the module
+        # they are written in.
+        for m in re.finditer(r"(?<![A-Za-z0-9_$:])((?:super::)+)(" + IDENT + r"(?:::" + IDENT + r")*)", code):
+            if any(s <= m.start() < e for s, e in used):
+                continue
+            p = ["super"] * m.group(1).count("super") + m.group(2).split("::")
+            add(mod, absolute(module_at(m.start()), p), path, line_at(m.start()))
 
     crate = rel(src)
     if unresolved:

@@ -46,7 +46,7 @@ pub struct NodeRestarted {
 }
 
 /// How the trainer reaches one node.
-pub enum NodeLink {
+pub(crate) enum NodeLink {
     /// An in-process node: its actor, and where its spent batches go.
     Local {
         /// Where its messages go.
@@ -140,7 +140,7 @@ impl Trainer {
 
     /// A trainer over remote nodes' connections (index = node index), whose frames,
     /// failures and restarts come through `inbox`.
-    pub fn remote(machine: TrainerMachine, nodes: Vec<Rc<Connection>>, inbox: Inbox) -> Trainer {
+    pub(crate) fn remote(machine: TrainerMachine, nodes: Vec<Rc<Connection>>, inbox: Inbox) -> Trainer {
         let mut t = Trainer::over(machine, nodes.into_iter().map(|c| Some(NodeLink::Remote(c))).collect());
         t.inbox = Some(inbox);
         t
@@ -169,14 +169,14 @@ impl Trainer {
 
     /// Elastic runs: `slots` slots in all, those past the nodes given at construction
     /// free until a node joins them ([`InboxItem::Joined`]).
-    pub fn with_slots(mut self, slots: usize) -> Trainer {
+    pub(crate) fn with_slots(mut self, slots: usize) -> Trainer {
         let n = slots.max(self.nodes.len());
         self.nodes.resize_with(n, || None);
         self
     }
 
     /// Elastic runs: slot `node` is held from the start by the node of `conn`.
-    pub fn with_member(mut self, node: usize, conn: Rc<Connection>) -> Trainer {
+    pub(crate) fn with_member(mut self, node: usize, conn: Rc<Connection>) -> Trainer {
         let n = self.nodes.len().max(node + 1);
         self = self.with_slots(n);
         self.nodes[node] = Some(NodeLink::Remote(conn));

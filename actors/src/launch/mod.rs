@@ -12,8 +12,9 @@
 //! Layers, each file using only those below it: `launchers`; `launched` (the one
 //! type of launched nodes); `over_tcp` (a trainer whose nodes join over TCP, and its
 //! restarts) and `elastic`; `local` (a trainer over in-process nodes), `process`
-//! (child processes), `slurm` (the job array, its queries and resubmissions; with
-//! `slurm_avoid`), `join_door`.
+//! (child processes), `slurm` (the job array, its queries and resubmissions), then
+//! `slurm_avoid` (the host a resubmitted task avoids), `slurm_command` (one SLURM
+//! command under a deadline), `join_door`.
 
 mod elastic;
 mod join_door;
@@ -24,6 +25,7 @@ pub(crate) mod over_tcp;
 pub mod process;
 pub(crate) mod slurm;
 mod slurm_avoid;
+mod slurm_command;
 
 use rollout::machine::{ConfigError, TrainerMachine};
 use rollout::node_spec::NodeSpec;

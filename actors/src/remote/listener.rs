@@ -7,7 +7,6 @@
 //! their frames. Admitted nodes wait for the run to start in the `lobby`.
 
 use std::cell::RefCell;
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -25,25 +24,23 @@ use super::timing::{read_frame, PeerTiming};
 
 /// What the listener needs to admit nodes.
 #[derive(Clone)]
-pub struct DoorConfig {
+pub(crate) struct DoorConfig {
     /// The shared token.
-    pub token: Vec<u8>,
+    pub(crate) token: Vec<u8>,
     /// Heartbeat and frame limits, told to every node in `Welcome`.
-    pub timing: PeerTiming,
+    pub(crate) timing: PeerTiming,
     /// Deadline of one handshake.
-    pub handshake_timeout: Duration,
+    pub(crate) handshake_timeout: Duration,
 }
 
 /// A node that passed the handshake and was sent `Welcome`.
-pub struct Joined {
+pub(crate) struct Joined {
     /// Its slot.
-    pub index: usize,
+    pub(crate) index: usize,
     /// Its name.
-    pub name: String,
-    /// Where it connected from.
-    pub peer: SocketAddr,
+    pub(crate) name: String,
     /// The connection.
-    pub stream: TcpStream,
+    pub(crate) stream: TcpStream,
 }
 
 async fn send(s: &mut TcpStream, f: &TrainerFrame, max: usize) -> Result<(), String> {
@@ -53,24 +50,11 @@ async fn send(s: &mut TcpStream, f: &TrainerFrame, max: usize) -> Result<(), Str
 
 /// Each node's weights to welcome it with, by index: the trainer's version 0 (a node
 /// that rejoins gets newer weights from the trainer right after, as an update).
-pub type WelcomeWeights = Rc<Vec<Option<Arc<Weights>>>>;
-
-/// Runs the accept loop for the life of the actix system. Every node admitted
-/// comes out of the returned channel; `weights` gives each node the weights to
-/// welcome it with.
-pub fn open(
-    listener: TcpListener,
-    specs: Vec<NodeSpec>,
-    cfg: DoorConfig,
-    weights: WelcomeWeights,
-) -> mpsc::UnboundedReceiver<Joined> {
-    let admission = Rc::new(RefCell::new(Admission::new(specs.len())));
-    open_with(listener, specs, cfg, weights, admission)
-}
+pub(crate) type WelcomeWeights = Rc<Vec<Option<Arc<Weights>>>>;
 
 /// Most connections waiting to log in at once; one more closes the oldest. Real
 /// nodes log in within a round trip or two, so only a flood or idle peers reach it.
-pub const MAX_PENDING_LOGINS: usize = 64;
+pub(crate) const MAX_PENDING_LOGINS: usize = 64;
 
 /// At the cap, how long the accept loop leaves the oldest connection to log in
 /// before the next arrival closes it: the door stops accepting meanwhile (the
@@ -78,7 +62,7 @@ pub const MAX_PENDING_LOGINS: usize = 64;
 /// thousand real nodes joining at once log in 64 at a time instead of closing each
 /// other; an idle peer still goes, a quarter second later. (The handshake deadline
 /// is far longer.)
-pub const LOGIN_GRACE: Duration = Duration::from_millis(250);
+pub(crate) const LOGIN_GRACE: Duration = Duration::from_millis(250);
 
 /// How long the accept loop waits after an accept error before trying again (out
 /// of file descriptors, say: retrying at once would spin), as hyper's does.
@@ -102,9 +86,11 @@ impl DoorLogs {
     }
 }
 
-/// [`open`] over slots the caller keeps: releasing slot `i` (its node is gone and
-/// being replaced) lets a node asking for index `i` in again.
-pub fn open_with(
+/// Runs the accept loop for the life of the actix system, over slots the caller keeps:
+/// every node admitted comes out of the returned channel, welcomed with its weights of
+/// `weights`; releasing slot `i` (its node is gone and being replaced) lets a node
+/// asking for index `i` in again.
+pub(crate) fn open_with(
     listener: TcpListener,
     specs: Vec<NodeSpec>,
     cfg: DoorConfig,
@@ -166,7 +152,7 @@ pub fn open_with(
                         freed.notify_one();
                     }
                 };
-                let r = door(stream, peer, &cfg, &specs, &admission, &weights, cancel, leave).await;
+                let r = door(stream, &cfg, &specs, &admission, &weights, cancel, leave).await;
                 leave();
                 match r {
                     Ok(joined) => {
@@ -202,7 +188,6 @@ fn grace_left<T>(pending: &PendingLogins<(Instant, T)>, now: Instant) -> Option<
 #[allow(clippy::too_many_arguments)]
 async fn door(
     mut s: TcpStream,
-    peer: SocketAddr,
     cfg: &DoorConfig,
     specs: &[NodeSpec],
     admission: &RefCell<Admission>,
@@ -258,7 +243,6 @@ async fn door(
     Ok(Joined {
         index,
         name: node_name,
-        peer,
         stream: s,
     })
 }

@@ -17,9 +17,9 @@ const LOBBY_BYTES: usize = 1 << 20;
 /// A node admitted during the join phase, waiting for the others: its connection
 /// is read (into a buffer, nothing decoded) so that a node that drops is seen at
 /// once and its slot freed for another.
-pub struct Waiting {
+pub(crate) struct Waiting {
     /// Its slot.
-    pub index: usize,
+    pub(crate) index: usize,
     stop: oneshot::Sender<()>,
     back: oneshot::Receiver<(Joined, Vec<u8>)>,
 }
@@ -29,7 +29,7 @@ pub struct Waiting {
 /// in silence while the others join; if its connection closes first, sends
 /// `(index, reason)` to `gone` (the connection is then dropped). `buf`: bytes of it
 /// already read (empty unless it waited before).
-pub fn wait_in_lobby(
+pub(crate) fn wait_in_lobby(
     mut j: Joined,
     mut buf: Vec<u8>,
     every: Duration,
@@ -106,7 +106,7 @@ impl Waiting {
     /// The run starts: the connection back, with the bytes the node sent meanwhile
     /// (to be read before the socket's); `None` if it closed in the meantime (its
     /// `gone` message is then already sent).
-    pub async fn start(self) -> Option<(Joined, Vec<u8>)> {
+    pub(crate) async fn start(self) -> Option<(Joined, Vec<u8>)> {
         let _ = self.stop.send(());
         self.back.await.ok()
     }

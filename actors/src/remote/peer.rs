@@ -28,7 +28,7 @@ use super::timing::{until_next_beat, PeerTiming};
 /// read past the handshake): its frames are read in `inbox`, its actor keeps it
 /// alive and calls `on_stop` once it stopped. What the trainer uses to reach it is
 /// returned.
-pub fn open(
+pub(crate) fn open(
     j: Joined,
     early: Vec<u8>,
     inbox: &Inbox,
@@ -83,7 +83,7 @@ pub(crate) fn open_in_slot(
 }
 
 /// A remote node's connection actor: heartbeats and silence.
-pub struct RemoteNode {
+pub(crate) struct RemoteNode {
     conn: Rc<Connection>,
     /// Called once the actor stopped (an elastic run frees the node's slot): after the
     /// connection closed and the trainer was told, so a node joining the slot next is

@@ -11,13 +11,13 @@ use tokio::net::TcpStream;
 
 /// Settings of a peer connection.
 #[derive(Clone, Copy, Debug)]
-pub struct PeerTiming {
+pub(crate) struct PeerTiming {
     /// How often a heartbeat goes out.
-    pub heartbeat: Duration,
+    pub(crate) heartbeat: Duration,
     /// Silence after which the peer is gone.
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// Largest frame body.
-    pub max_frame: usize,
+    pub(crate) max_frame: usize,
 }
 
 /// How long from `now` to the next multiple of `every` on one clock shared by every
@@ -47,7 +47,7 @@ pub(crate) fn heartbeat_frame() -> Bytes {
 
 /// Reads one frame body straight from a stream (no read-ahead, so the stream can
 /// be handed on intact after the handshake).
-pub async fn read_frame(s: &mut TcpStream, max: usize) -> Result<Vec<u8>, String> {
+pub(crate) async fn read_frame(s: &mut TcpStream, max: usize) -> Result<Vec<u8>, String> {
     let mut prefix = [0u8; PREFIX_LEN];
     s.read_exact(&mut prefix)
         .await
