@@ -186,7 +186,8 @@ impl CollectorBuilder {
         self.settings.nan_is_failure = on;
         self
     }
-    /// Yield batches split into trajectories (`[n_traj, max_len]` with `collector.mask`).
+    /// Yield batches split into trajectories (`[n_traj, max_len]` with `collector.mask`),
+    /// on every start path (`build`, `start`, `start_embedded`; pulled or pushed).
     pub fn split_trajs(mut self, on: bool) -> Self {
         self.settings.split_trajs = on;
         self
@@ -196,7 +197,8 @@ impl CollectorBuilder {
         self.settings.exploration_type = Some(e);
         self
     }
-    /// A transformation applied to every yielded batch (after `split_trajs`).
+    /// A transformation applied to every yielded batch (after `split_trajs`), on every
+    /// start path; when it fails, the consumer gets [`CollectError::Postproc`] instead.
     pub fn postproc(mut self, p: impl Postproc + 'static) -> Self {
         self.settings.postproc = Some(Box::new(p));
         self
@@ -207,13 +209,15 @@ impl CollectorBuilder {
     /// metadata (index, node, weights versions) with `data` holding no entry, only
     /// the batch shape, so `data.numel()` still counts its frames. A learner samples
     /// from the same buffer meanwhile. Not with `split_trajs` (padding is no frame).
-    /// Applies to the blocking collector of [`Self::build`]; embedded runs
-    /// ([`Self::start`]) receive whole batches and extend a buffer themselves.
+    /// Applies on every start path: an embedded run's `NextBatch` answers and its
+    /// subscriber's batches are such metadata too.
     pub fn replay_buffer(mut self, buffer: SharedReplayBuffer) -> Self {
         self.settings.replay_buffer = Some(buffer);
         self
     }
-    /// Longest wait for one batch before `next_batch` returns an error (default 60 s).
+    /// Longest wait for one batch (default 60 s): past it `next_batch`, an embedded
+    /// run's `NextBatch`, or (push mode) the subscriber's next event is a
+    /// [`CollectError::Timeout`]; collection goes on.
     pub fn batch_timeout(mut self, d: Duration) -> Self {
         self.settings.batch_timeout = d;
         self
