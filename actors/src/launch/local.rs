@@ -23,7 +23,7 @@ pub struct Started {
 
 /// Restarts local nodes in place: the old node actor is halted and its env workers'
 /// arbiters stopped, a new node is built from its [`NodeSpec`].
-pub struct LocalRestarter {
+pub(crate) struct LocalRestarter {
     specs: Vec<NodeSpec>,
     registry: Registry,
     /// Version 0 of each node's weights, as the trainer built them.

@@ -32,7 +32,7 @@ fn spawn_one(program: &Path, addr: SocketAddr, token: &str, i: usize) -> io::Res
 impl Children {
     /// Starts `n` × `program node --join ADDR --index i`, the token in `ROLLOUT_TOKEN`
     /// (never on the command line, where `ps` shows it).
-    pub fn spawn(program: &Path, addr: SocketAddr, token: &[u8], n: usize) -> io::Result<Children> {
+    pub(crate) fn spawn(program: &Path, addr: SocketAddr, token: &[u8], n: usize) -> io::Result<Children> {
         let token = String::from_utf8_lossy(token).into_owned();
         let mut children = Children::default();
         for i in 0..n {
@@ -44,7 +44,7 @@ impl Children {
 
     /// Kills node `i`'s process (SIGKILL: also one that is stopped) and starts a new
     /// one with the same `--index`, which joins again. Returns its process id.
-    pub fn respawn(&mut self, i: usize) -> io::Result<u32> {
+    pub(crate) fn respawn(&mut self, i: usize) -> io::Result<u32> {
         let Some((program, addr, token)) = self.how.clone() else {
             return Err(io::Error::other("these children cannot be started again"));
         };

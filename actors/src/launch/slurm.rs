@@ -70,7 +70,7 @@ impl Default for SlurmOptions {
 impl SlurmOptions {
     /// Checks every value before anything is submitted; `Err((field, reason))` names the
     /// builder field at fault.
-    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+    pub(crate) fn validate(&self) -> Result<(), (&'static str, String)> {
         let one_line = |field: &'static str, v: &str| {
             if v.trim().is_empty() {
                 Err((field, "must not be empty".to_string()))
@@ -115,7 +115,14 @@ impl SlurmOptions {
     /// The batch script that runs `program node --join advertise` as task
     /// `$SLURM_ARRAY_TASK_ID` of a `tasks`-task array, reading the token from `token_file`
     /// and writing its log to `dir/task-<i>.out`.
-    pub fn batch_script(&self, program: &Path, advertise: &str, token_file: &Path, dir: &Path, tasks: usize) -> String {
+    pub(crate) fn batch_script(
+        &self,
+        program: &Path,
+        advertise: &str,
+        token_file: &Path,
+        dir: &Path,
+        tasks: usize,
+    ) -> String {
         let mut s = String::from("#!/bin/sh\n# Written by rollout: the nodes of one collector.\n");
         let mut opt = |line: String| {
             s.push_str("#SBATCH ");
