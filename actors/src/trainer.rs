@@ -33,7 +33,7 @@ pub trait Restarter {
 }
 
 /// In-process node `node` is back: its new recipients replace the old ones (a
-/// remote node's comes back through the trainer's [`Inbox`]).
+/// remote node's comes back through the trainer's `Inbox`).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct NodeRestarted {

@@ -6,7 +6,7 @@
 //! each launcher starts, one type per launcher (`LocalLaunch`, `ProcessLaunch`,
 //! `ExternalLaunch`, `SlurmLaunch`, all in `launchers`), so the collector starts every
 //! one the same way: the launcher starts (or readies the door for) the nodes on the
-//! caller's thread and hands back a [`Launched`]: a `TrainerStart`, run inside the
+//! caller's thread and hands back a `Launched`: a `TrainerStart`, run inside the
 //! actix system, and the `NodeHandles` the collector keeps until shutdown.
 //!
 //! Layers, each file using only those below it: `launchers`; `launched` (the one
