@@ -1,32 +1,41 @@
 #!/usr/bin/env python3
-"""Fails on an import cycle between the modules of the core crate (src/).
+"""Fails on an import cycle between the modules of the core crate (src/) or of the
+actors crate (actors/src/).
 
-The core is meant to be layered: a module may use the modules below it, never one
+Each crate is meant to be layered: a module may use the modules below it, never one
 that (directly or through others) uses it back. This script reads every path into
-the crate that src/**/*.rs names and checks that the graph they make has no cycle.
+the crate that its **/*.rs files name and checks that the graphs they make have no
+cycle.
 
-What counts as a module: a top-level module of the crate, that is src/x.rs or the
-directory src/x/ as a whole (src/x/mod.rs and everything under it are module `x`).
-Inside a directory, a parent module and its children use each other by design (the
-parent re-exports a child, the child uses the parent's types), so a finer graph
-would be all cycles; the layering this checks is the one between the crate's
-top-level modules.
+What counts as a module, at every level: the files and directories of one
+directory are the modules of that level (src/x.rs, or the directory src/x/ as a
+whole; src/x/mod.rs and everything under src/x/ are module `x` at the top level,
+and src/x/a.rs, src/x/b/ are the modules `x::a`, `x::b` one level down). A use
+between two files counts as an edge between the siblings that hold them, in the
+directory where their paths part: `crate::x::a` using `crate::y::..` is an edge
+x -> y; `crate::x::a` using `crate::x::b::c` is an edge x::a -> x::b. A parent
+module (mod.rs) and the files under it use each other by design (the parent
+re-exports a child, the child uses the parent's types), so uses between a module
+and its own parent or children make no edge; a child that names `super::Foo`, where
+the parent only imports or re-exports Foo from a sibling, makes an edge to that
+sibling.
 
 What counts as a dependency of a file, read with comments and string literals
 removed:
   * every path of a `use crate::...;` item (braces expanded), and of a
-    `use super::...;` that leaves the file's directory;
-  * every `crate::a::b` path written inline in code;
-  * a name the crate root re-exports (`use crate::Tensor`, `crate::Spec::..`)
-    counts as the module it is re-exported from (read from src/lib.rs).
+    `use super::...;` / `use self::...;`;
+  * every `crate::a::b` and `super::a::b` path written inline in code;
+  * a name a module imports or re-exports (`use crate::Tensor`, `super::Joined`)
+    counts as the module it is imported from.
 Test-only code is not counted: a `#[cfg(test)]` module, inline or in a file of its
-own, may use whatever it needs to build its fixtures.
+own, may use whatever it needs to build its fixtures. Binaries (src/bin/) are not
+part of the library crate and are not read.
 
-Exit status: 0 with a one-line summary when there is no cycle; 1 naming every
-cycle, with the lines that make each of its edges; 2 when a path cannot be
+Exit status: 0 with a one-line summary per crate when there is no cycle; 1 naming
+every cycle, with the lines that make each of its edges; 2 when a path cannot be
 resolved to a module (so that the check never passes by not seeing an edge).
 
-Usage: scripts/check-imports.py [--src DIR] [--verbose]
+Usage: scripts/check-imports.py [--src DIR ...] [--verbose]
 """
 
 import argparse
@@ -159,20 +168,32 @@ def module_of_file(src, path):
     return tuple(rel)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--src", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
-    ap.add_argument("--verbose", action="store_true", help="print every edge")
-    args = ap.parse_args()
-    src = os.path.normpath(args.src)
+def level_edge(a, b):
+    """The edge a use from module `a` to module `b` makes: between the two siblings
+    that hold them, in the directory where their paths part; None when one holds the
+    other (a parent and its children use each other by design)."""
+    k = 0
+    while k < len(a) and k < len(b) and a[k] == b[k]:
+        k += 1
+    if k == len(a) or k == len(b):
+        return None
+    return a[: k + 1], b[: k + 1]
 
+
+def check_crate(src, repo, verbose):
+    """Checks one crate; returns (exit status, lines to print)."""
+    out = []
     files = {}
-    for root, _, names in os.walk(src):
+    for root, dirs, names in os.walk(src):
+        if os.path.normpath(root) == src:
+            dirs[:] = [d for d in dirs if d != "bin"]
+        dirs.sort()
         for name in sorted(names):
             if name.endswith(".rs"):
                 path = os.path.join(root, name)
                 files[module_of_file(src, path)] = path
     modules = set(files)
+    rel = lambda path: os.path.relpath(path, repo)
 
     # Read every file once: code without comments, strings and test modules.
     code_of, test_files = {}, set()
@@ -184,28 +205,50 @@ def main():
     # A test file's own children are test code too.
     test_files = {m for m in modules if any(m[: len(t)] == t for t in test_files)}
 
-    # Names the crate root re-exports: `pub use a::b::{X, Y};` -> X, Y from a::b.
-    reexports = {}
-    for m in re.finditer(r"\bpub\s+use\s+([^;]+);", code_of.get((), "")):
-        for p in expand_use(m.group(1)):
-            p = [s for s in p if s != "crate"]
-            if p:
-                reexports[p[-1]] = tuple(p[:-1])
+    def absolute(mod, p):
+        """The crate-rooted form of use path `p` written in module `mod`, or None when
+        it names another crate."""
+        if not p:
+            return None
+        if p[0] == "crate":
+            return list(p[1:])
+        if p[0] in ("super", "self"):
+            base, rest = list(mod), list(p)
+            while rest and rest[0] in ("super", "self"):
+                base, rest = (base[:-1] if rest[0] == "super" else base), rest[1:]
+            return base + rest
+        if tuple(mod) + (p[0],) in modules:  # `use child::X` (2018 paths)
+            return list(mod) + list(p)
+        return None
 
-    def resolve(segs):
-        """The longest known module a crate-rooted path starts with."""
+    # Names each module imports or re-exports: `use a::b::{X, Y};` -> X, Y from a::b.
+    imports = {}
+    for mod, code in code_of.items():
+        if mod in test_files:
+            continue
+        for m in re.finditer(r"\buse\s+([^;]+);", code):
+            for p in expand_use(m.group(1)):
+                full = absolute(mod, p)
+                if full:
+                    imports.setdefault(mod, {})[full[-1]] = tuple(full)
+
+    def resolve(segs, depth=0):
+        """The module a crate-rooted path names: the longest known module it starts
+        with, following a name that module imports."""
         segs = tuple(segs)
         if not segs:
             return ()
-        for k in range(len(segs), 0, -1):
+        for k in range(len(segs), -1, -1):
             if segs[:k] in modules:
-                return segs[:k]
-        if segs and segs[0] in reexports:
-            return resolve(reexports[segs[0]] + segs[1:]) or ()
+                head = segs[:k]
+                if k < len(segs) and depth < 16:
+                    target = imports.get(head, {}).get(segs[k])
+                    if target is not None and target != segs[: k + 1]:
+                        found = resolve(target + segs[k + 1:], depth + 1)
+                        if found is not None:
+                            return found
+                return head if k else None
         return None
-
-    def collapse(mod):
-        return mod[:1]
 
     edges = {}  # (from, to) -> ["file:line", ...]
     unresolved = []
@@ -213,13 +256,12 @@ def main():
     def add(mod, segs, path, line):
         target = resolve(segs)
         if target is None:
-            where = os.path.relpath(path, os.path.dirname(src))
-            unresolved.append(f"{where}:{line}: cannot resolve crate::{'::'.join(segs)}")
+            unresolved.append(f"{rel(path)}:{line}: cannot resolve crate::{'::'.join(segs)}")
             return
-        a, b = collapse(mod), collapse(target)
-        if not a or not b or a == b:
+        edge = level_edge(mod, target)
+        if edge is None:
             return
-        edges.setdefault((a, b), []).append(f"{os.path.relpath(path, os.path.dirname(src))}:{line}")
+        edges.setdefault(edge, []).append(f"{rel(path)}:{line}")
 
     for mod, code in code_of.items():
         if mod in test_files or mod == ():
@@ -237,35 +279,35 @@ def main():
         for m in re.finditer(r"\buse\s+([^;]+);", code):
             used.append((m.start(), m.end()))
             for p in expand_use(m.group(1)):
-                if p and p[0] == "crate":
-                    add(mod, p[1:], path, line_at(m.start()))
-                elif p and p[0] in ("super", "self"):
-                    # `self` is this module, each `super` one up; what stays inside
-                    # the same top-level module is dropped by `add`.
-                    base, rest = list(module_at(m.start())), p
-                    while rest and rest[0] in ("super", "self"):
-                        base, rest = (base[:-1] if rest[0] == "super" else base), rest[1:]
-                    add(mod, base + rest, path, line_at(m.start()))
+                if p and p[0] in ("crate", "super", "self"):
+                    add(mod, absolute(module_at(m.start()), p), path, line_at(m.start()))
         for m in re.finditer(r"(?<![A-Za-z0-9_$:])crate((?:::" + IDENT + r")+)", code):
             if any(s <= m.start() < e for s, e in used):
                 continue
             segs = [s for s in m.group(1).split("::") if s]
             add(mod, segs, path, line_at(m.start()))
+        # Inline `super::a::b` paths (in code, not in a `use`): relative to the module
+        # they are written in.
+        for m in re.finditer(r"(?<![A-Za-z0-9_$:])((?:super::)+)(" + IDENT + r"(?:::" + IDENT + r")*)", code):
+            if any(s <= m.start() < e for s, e in used):
+                continue
+            p = ["super"] * m.group(1).count("super") + m.group(2).split("::")
+            add(mod, absolute(module_at(m.start()), p), path, line_at(m.start()))
 
+    crate = rel(src)
     if unresolved:
-        print("check-imports: paths that name no module of src/:", file=sys.stderr)
-        for u in unresolved:
-            print("  " + u, file=sys.stderr)
-        return 2
+        out.append(f"check-imports: paths that name no module of {crate}/:")
+        out.extend("  " + u for u in unresolved)
+        return 2, out
 
     graph = {}
     for a, b in edges:
         graph.setdefault(a, set()).add(b)
         graph.setdefault(b, set())
     name = lambda m: "::".join(m)
-    if args.verbose:
+    if verbose:
         for (a, b), where in sorted(edges.items()):
-            print(f"{name(a)} -> {name(b)}  ({where[0]}{', ...' if len(where) > 1 else ''})")
+            out.append(f"{name(a)} -> {name(b)}  ({where[0]}{', ...' if len(where) > 1 else ''})")
 
     # Strongly connected components (Tarjan, iterative).
     index, low, on, stack, sccs, counter = {}, {}, set(), [], [], [0]
@@ -305,8 +347,9 @@ def main():
 
     if not sccs:
         tops = {m[:1] for m in modules if m}
-        print(f"check-imports: {len(tops)} modules of src/ ({len(files)} files), {len(edges)} import edges, no cycle")
-        return 0
+        out.append(f"check-imports: {len(tops)} top-level modules of {crate}/ ({len(files)} files), "
+                   f"{len(edges)} import edges between sibling modules, no cycle")
+        return 0, out
 
     def shortest_cycle(start, members):
         """The shortest cycle from `start` back to it inside `members` (BFS)."""
@@ -326,10 +369,10 @@ def main():
             frontier = nxt
         return None
 
-    print(f"check-imports: {len(sccs)} group(s) of modules of src/ that import each other in a cycle:")
+    out.append(f"check-imports: {len(sccs)} group(s) of modules of {crate}/ that import each other in a cycle:")
     for comp in sccs:
         members = set(comp)
-        print(f"  {', '.join(name(m) for m in comp)}; shortest cycles through each:")
+        out.append(f"  {', '.join(name(m) for m in comp)}; shortest cycles through each:")
         seen = set()
         for m in comp:
             cycle = shortest_cycle(m, members)
@@ -337,12 +380,29 @@ def main():
             if key in seen:
                 continue
             seen.add(key)
-            print(f"    {' -> '.join(name(x) for x in cycle)}")
+            out.append(f"    {' -> '.join(name(x) for x in cycle)}")
             for a, b in zip(cycle, cycle[1:]):
                 where = edges[(a, b)]
                 more = f" (+{len(where) - 1} more)" if len(where) > 1 else ""
-                print(f"      {name(a)} -> {name(b)}: {where[0]}{more}")
-    return 1
+                out.append(f"      {name(a)} -> {name(b)}: {where[0]}{more}")
+    return 1, out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    root = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    ap.add_argument("--src", action="append",
+                    help="a crate's source directory (repeatable; default: src and actors/src)")
+    ap.add_argument("--verbose", action="store_true", help="print every edge")
+    args = ap.parse_args()
+    srcs = args.src or [os.path.join(root, "src"), os.path.join(root, "actors", "src")]
+    status = 0
+    for src in srcs:
+        code, lines = check_crate(os.path.normpath(os.path.abspath(src)), root, args.verbose)
+        for line in lines:
+            print(line, file=sys.stderr if code == 2 else sys.stdout)
+        status = max(status, code)
+    return status
 
 
 if __name__ == "__main__":

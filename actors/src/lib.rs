@@ -9,12 +9,14 @@
 mod block;
 pub mod checkpoint_file;
 pub mod collector;
+mod delivery;
 pub mod env_worker;
 pub mod error;
 pub mod launch;
 pub mod learner;
 pub mod messages;
 pub mod node;
+mod node_start;
 pub mod remote;
 pub mod replay;
 pub mod testkit;

@@ -98,7 +98,8 @@ pub enum TrainerEvent {
 pub struct Subscribe(pub Recipient<TrainerEvent>);
 
 /// Storage of a yielded batch handed back for reuse: an in-process node collects
-/// into it again, a remote node's connection decodes its next batch into it.
+/// into it again, a remote node's connection decodes its next batch into it. Ignored
+/// when the run splits, post-processes or stores its batches (no node's storage then).
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct Recycle {

@@ -14,6 +14,7 @@ use rollout::machine::{Collected, Output, SupervisionStats, TrainerError, Traine
 use rollout::message::{FromNode, ToNode};
 use tokio::sync::oneshot;
 
+use crate::delivery::Delivery;
 use crate::error::CollectError;
 use crate::messages::{
     Deliver, GetWeights, NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights, Subscribe, TakeCheckpoint,
@@ -32,7 +33,7 @@ pub trait Restarter {
 }
 
 /// In-process node `node` is back: its new recipients replace the old ones (a
-/// remote node's comes back through the trainer's [`Inbox`]).
+/// remote node's comes back through the trainer's `Inbox`).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct NodeRestarted {
@@ -45,7 +46,7 @@ pub struct NodeRestarted {
 }
 
 /// How the trainer reaches one node.
-pub enum NodeLink {
+pub(crate) enum NodeLink {
     /// An in-process node: its actor, and where its spent batches go.
     Local {
         /// Where its messages go.
@@ -115,7 +116,17 @@ pub struct Trainer {
     restarter: Option<Box<dyn Restarter>>,
     me: Option<Addr<Trainer>>,
     start: Instant,
+    /// What each yielded batch goes through before its consumer sees it.
+    delivery: Delivery,
+    /// Counts the consumer's waits (a pull, or a push-mode request): a deadline armed
+    /// for one wait is stale once a later one began or the wait was answered.
+    wait: u64,
 }
+
+/// The consumer's wait number `0` passed its `batch_timeout`.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Overdue(u64);
 
 impl Trainer {
     /// A trainer over a machine and in-process nodes' recipients (index = node index).
@@ -129,7 +140,7 @@ impl Trainer {
 
     /// A trainer over remote nodes' connections (index = node index), whose frames,
     /// failures and restarts come through `inbox`.
-    pub fn remote(machine: TrainerMachine, nodes: Vec<Rc<Connection>>, inbox: Inbox) -> Trainer {
+    pub(crate) fn remote(machine: TrainerMachine, nodes: Vec<Rc<Connection>>, inbox: Inbox) -> Trainer {
         let mut t = Trainer::over(machine, nodes.into_iter().map(|c| Some(NodeLink::Remote(c))).collect());
         t.inbox = Some(inbox);
         t
@@ -151,23 +162,46 @@ impl Trainer {
             restarter: None,
             me: None,
             start: Instant::now(),
+            delivery: Delivery::default(),
+            wait: 0,
         }
     }
 
     /// Elastic runs: `slots` slots in all, those past the nodes given at construction
     /// free until a node joins them ([`InboxItem::Joined`]).
-    pub fn with_slots(mut self, slots: usize) -> Trainer {
+    pub(crate) fn with_slots(mut self, slots: usize) -> Trainer {
         let n = slots.max(self.nodes.len());
         self.nodes.resize_with(n, || None);
         self
     }
 
     /// Elastic runs: slot `node` is held from the start by the node of `conn`.
-    pub fn with_member(mut self, node: usize, conn: Rc<Connection>) -> Trainer {
+    pub(crate) fn with_member(mut self, node: usize, conn: Rc<Connection>) -> Trainer {
         let n = self.nodes.len().max(node + 1);
         self = self.with_slots(n);
         self.nodes[node] = Some(NodeLink::Remote(conn));
         self
+    }
+
+    /// Every yielded batch goes through `delivery` (split, postproc, replay buffer) and
+    /// each wait of the consumer for one is bounded by its `batch_timeout`.
+    pub(crate) fn with_delivery(mut self, delivery: Delivery) -> Trainer {
+        self.delivery = delivery;
+        self
+    }
+
+    /// Begins a wait of the consumer for a batch: past the delivery's `batch_timeout`
+    /// it is told so ([`Overdue`]), unless a batch, the end or an error came first.
+    fn begin_wait(&mut self) {
+        self.wait += 1;
+        let (Some(limit), Some(me)) = (self.delivery.batch_timeout, self.me.clone()) else {
+            return;
+        };
+        let wait = self.wait;
+        actix_rt::spawn(async move {
+            tokio::time::sleep(limit).await;
+            me.do_send(Overdue(wait));
+        });
     }
 
     /// Lets the trainer restart failed nodes through `r` (with supervision on in the machine).
@@ -341,6 +375,12 @@ impl Trainer {
     }
 
     fn deliver(&mut self, r: Result<Option<Collected>, CollectError>) {
+        // Answered: the deadline armed for this wait is stale.
+        self.wait += 1;
+        let r = match r {
+            Ok(Some(c)) => self.delivery.apply(c).map(Some),
+            other => other,
+        };
         if let Some(sink) = &self.sink {
             let ev = match r {
                 Ok(Some(c)) => TrainerEvent::Batch(c),
@@ -351,6 +391,7 @@ impl Trainer {
             sink.do_send(ev);
             if more {
                 // Push mode: the consumer is always ready for the next batch.
+                self.begin_wait();
                 if let Err(e) = self.machine.request(&mut self.out) {
                     self.fail(e.into());
                 }
@@ -518,6 +559,7 @@ impl Handler<NextBatch> for Trainer {
         }
         let (tx, rx) = oneshot::channel();
         self.next = Some(tx);
+        self.begin_wait();
         self.tick();
         if let Err(e) = self.machine.request(&mut self.out) {
             self.fail(e.into());
@@ -631,6 +673,7 @@ impl Handler<Subscribe> for Trainer {
 
     fn handle(&mut self, msg: Subscribe, _ctx: &mut Self::Context) {
         self.sink = Some(msg.0);
+        self.begin_wait();
         if let Err(e) = self.machine.request(&mut self.out) {
             self.fail(e.into());
         }
@@ -642,6 +685,34 @@ impl Handler<Recycle> for Trainer {
     type Result = ();
 
     fn handle(&mut self, msg: Recycle, _ctx: &mut Self::Context) {
-        self.recycle(msg.node, msg.data);
+        // A split, transformed or emptied batch is no node's storage any more.
+        if self.delivery.keeps_storage() {
+            self.recycle(msg.node, msg.data);
+        }
+    }
+}
+
+impl Handler<Overdue> for Trainer {
+    type Result = ();
+
+    fn handle(&mut self, msg: Overdue, _ctx: &mut Self::Context) {
+        if msg.0 != self.wait {
+            return;
+        }
+        let Some(limit) = self.delivery.batch_timeout else {
+            return;
+        };
+        // The consumer hears of it; collection goes on, and the batch that comes late
+        // is yielded to the next wait (push mode) or dropped with its reply (pull).
+        self.wait += 1;
+        let e = CollectError::Timeout {
+            what: "collecting a batch",
+            seconds: limit.as_secs_f64(),
+        };
+        if let Some(sink) = &self.sink {
+            sink.do_send(TrainerEvent::Failed(e));
+        } else if let Some(tx) = self.next.take() {
+            let _ = tx.send(Err(e));
+        }
     }
 }

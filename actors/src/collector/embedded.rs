@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use super::builder::CollectorBuilder;
+use super::plan::Plan;
 use crate::error::CollectError;
 use crate::launch::process::Children;
 use crate::launch::{config_error, Launched, Launcher};
 use crate::trainer::Trainer;
 
-/// What [`CollectorBuilder::start_embedded`] started inside the caller's actix `System`.
+/// What [`CollectorBuilder::start_embedded`](crate::CollectorBuilder::start_embedded) started inside the caller's actix `System`.
 pub struct Embedded {
     /// The trainer.
     pub trainer: Addr<Trainer>,
@@ -34,67 +34,30 @@ impl std::fmt::Debug for Embedded {
     }
 }
 
-impl CollectorBuilder {
-    /// [`Self::start`] for the launchers whose nodes the caller can own: local nodes
-    /// start at once; for `Process` the node processes are spawned and, as for
-    /// `External`, awaited (bounded by `join_timeout`) before the trainer starts.
-    /// `Slurm` is refused: its job needs the [`DistributedCollector`](super::DistributedCollector)
-    /// that ends it. Must run inside an actix `System` (e.g. under `System::block_on`).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use actix::prelude::*;
-    /// use rollout_actors::messages::{NextBatch, StopNodes};
-    /// use rollout_actors::CollectorBuilder;
-    ///
-    /// let arbiters = System::new().block_on(async {
-    ///     let run = CollectorBuilder::default()
-    ///         .env("CartPole-v1")
-    ///         .frames_per_batch(50)
-    ///         .total_frames(50)
-    ///         .seed(3)
-    ///         .start_embedded()
-    ///         .await?;
-    ///     let batch = run.trainer.send(NextBatch).await??.expect("one batch");
-    ///     assert_eq!(batch.data.numel(), 50);
-    ///     assert!(run.trainer.send(NextBatch).await??.is_none(), "total_frames reached");
-    ///     run.trainer.send(StopNodes).await??;
-    ///     Ok::<_, Box<dyn std::error::Error>>(run.arbiters)
-    /// })?;
-    /// // The owner stops and joins the env workers' threads.
-    /// for a in &arbiters {
-    ///     a.stop();
-    /// }
-    /// for a in arbiters {
-    ///     a.join().expect("an env worker's thread");
-    /// }
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub async fn start_embedded(self) -> Result<Embedded, CollectError> {
-        let prepared = self.prepare()?;
-        if matches!(prepared.launcher, Launcher::Slurm(_)) {
-            return Err(config_error(
-                "launcher",
-                "start_embedded() runs Local, Process and External nodes; use build() for Slurm",
-            ));
-        }
-        let Launched { trainer, nodes } = prepared.launch.start(prepared.plan)?;
-        let listen_addr = nodes.listen_addr;
-        let mut children = nodes.into_children();
-        match trainer.run(None, None).await {
-            Ok(started) => Ok(Embedded {
-                trainer: started.trainer,
-                arbiters: started.arbiters,
-                children,
-                listen_addr,
-            }),
-            Err(e) => {
-                if let Some(c) = children.as_mut() {
-                    c.reap(Duration::from_secs(1));
-                }
-                Err(e)
+/// Starts `plan` inside the caller's actix `System` (see
+/// [`CollectorBuilder::start_embedded`](crate::CollectorBuilder::start_embedded)).
+pub(super) async fn start(plan: Plan) -> Result<Embedded, CollectError> {
+    if matches!(plan.launcher, Launcher::Slurm(_)) {
+        return Err(config_error(
+            "launcher",
+            "start_embedded() runs Local, Process and External nodes; use build() for Slurm",
+        ));
+    }
+    let Launched { trainer, nodes } = plan.launch.start(plan.nodes)?;
+    let listen_addr = nodes.listen_addr;
+    let mut children = nodes.into_children();
+    match trainer.run(None, None).await {
+        Ok(started) => Ok(Embedded {
+            trainer: started.trainer,
+            arbiters: started.arbiters,
+            children,
+            listen_addr,
+        }),
+        Err(e) => {
+            if let Some(c) = children.as_mut() {
+                c.reap(Duration::from_secs(1));
             }
+            Err(e)
         }
     }
 }

@@ -12,41 +12,29 @@ use std::time::Duration;
 use actix::prelude::*;
 use rollout::checkpoint::Checkpoint;
 use rollout::machine::{Collected, SupervisionStats};
-use rollout::postproc;
-use rollout::{PolicyConfig, TensorDict, Weights};
+use rollout::{PolicyConfig, Weights};
 
-use super::builder::CollectorBuilder;
-use super::plan::Prepared;
-use super::postproc::Postproc;
+use super::plan::Plan;
 use crate::block::block_on_timeout;
 use crate::error::CollectError;
 use crate::launch::slurm::SlurmJob;
 use crate::launch::{Launched, NodeHandles};
 use crate::messages::{GetWeights, NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights, TakeCheckpoint};
-use crate::replay::{self, SharedReplayBuffer};
 use crate::trainer::{GetStats, Trainer};
-
-/// What the facade itself does with batches and deadlines.
-pub(super) struct FacadeOptions {
-    pub(super) batch_timeout: Duration,
-    pub(super) shutdown_timeout: Duration,
-    pub(super) split_trajs: bool,
-    pub(super) postproc: Option<Box<dyn Postproc>>,
-    pub(super) replay_buffer: Option<SharedReplayBuffer>,
-    pub(super) nodes: usize,
-}
 
 impl DistributedCollector {
     /// Starts the nodes (on this thread: binding, spawning, `sbatch`), then the actix
     /// system on a thread of its own, and waits (bounded) until the trainer runs.
-    pub(super) fn launch(prepared: Prepared) -> Result<DistributedCollector, CollectError> {
-        let Prepared {
-            plan,
+    pub(super) fn launch(plan: Plan) -> Result<DistributedCollector, CollectError> {
+        let Plan {
+            nodes: node_plan,
             launch,
-            facade: opts,
+            batch_timeout,
+            shutdown_timeout,
+            node_count,
             ..
-        } = prepared;
-        let Launched { trainer: start, nodes } = launch.start(plan)?;
+        } = plan;
+        let Launched { trainer: start, nodes } = launch.start(node_plan)?;
         let ready_wait = start.ready_wait();
         let (watch, respawn) = (nodes.watch(), nodes.respawn());
         let (ready_tx, ready_rx) = mpsc::channel();
@@ -96,13 +84,10 @@ impl DistributedCollector {
             system,
             thread: Some(thread),
             done: done_rx,
-            batch_timeout: opts.batch_timeout,
-            shutdown_timeout: opts.shutdown_timeout,
-            split_trajs: opts.split_trajs,
-            postproc: opts.postproc,
-            replay_buffer: opts.replay_buffer,
+            batch_timeout,
+            shutdown_timeout,
             down: false,
-            nodes: opts.nodes,
+            nodes: node_count,
             launched: nodes,
         })
     }
@@ -155,9 +140,6 @@ pub struct DistributedCollector {
     done: mpsc::Receiver<()>,
     batch_timeout: Duration,
     shutdown_timeout: Duration,
-    split_trajs: bool,
-    postproc: Option<Box<dyn Postproc>>,
-    replay_buffer: Option<SharedReplayBuffer>,
     down: bool,
     nodes: usize,
     /// The listening address, node processes and SLURM job the launcher started.
@@ -174,11 +156,6 @@ impl std::fmt::Debug for DistributedCollector {
 }
 
 impl DistributedCollector {
-    /// A builder with torchrl's defaults.
-    pub fn builder() -> CollectorBuilder {
-        CollectorBuilder::default()
-    }
-
     /// The default policy config, for convenience (`linear`).
     pub fn default_policy() -> PolicyConfig {
         PolicyConfig::Linear
@@ -204,26 +181,16 @@ impl DistributedCollector {
     }
 
     /// The next batch, or `None` once `total_frames` have been yielded. With a
-    /// [`CollectorBuilder::replay_buffer`] the frames go into the buffer and the batch
+    /// [`CollectorBuilder::replay_buffer`](crate::CollectorBuilder::replay_buffer) the frames go into the buffer and the batch
     /// returned carries no entry (its `data` keeps the batch shape).
     pub fn next_batch(&mut self) -> Result<Option<Collected>, CollectError> {
         if self.down {
             return Ok(None);
         }
-        let Some(mut c) = self.ask(NextBatch, "collecting a batch", self.batch_timeout)?? else {
-            return Ok(None);
-        };
-        if self.split_trajs {
-            c.data = postproc::split_trajectories(&c.data).map_err(|e| CollectError::Postproc(e.to_string()))?;
-        }
-        if let Some(p) = &self.postproc {
-            c.data = p.apply(c.data).map_err(CollectError::Postproc)?;
-        }
-        if let Some(buffer) = &self.replay_buffer {
-            replay::lock(buffer).extend(&c.data)?;
-            c.data = TensorDict::new(c.data.batch_size());
-        }
-        Ok(Some(c))
+        // The trainer bounds the wait by `batch_timeout` and applies the delivery
+        // settings (split, postproc, replay buffer); the ask's deadline is a backstop.
+        let backstop = self.batch_timeout + Duration::from_secs(1);
+        self.ask(NextBatch, "collecting a batch", backstop)?
     }
 
     /// Stores `weights` as the next version and pushes them to `nodes` (all when `None`).
@@ -261,7 +228,7 @@ impl DistributedCollector {
     /// between batches; it waits until no node has work in flight (async: batches
     /// in flight are received and kept in the checkpoint, to be yielded after a
     /// resume as they would have been). Save it with [`crate::checkpoint_file::save`]
-    /// and go on from it with [`CollectorBuilder::resume`]. Fails (and collection
+    /// and go on from it with [`CollectorBuilder::resume`](crate::CollectorBuilder::resume). Fails (and collection
     /// goes on) when a node is down or restarting, or an env or policy cannot be
     /// checkpointed.
     pub fn checkpoint(&mut self) -> Result<Checkpoint, CollectError> {
@@ -282,7 +249,8 @@ impl DistributedCollector {
     /// round (a stacked copy; the trainer recycles the nodes' shares itself) is where
     /// the next round is stacked. Optional: dropping a batch is fine.
     pub fn recycle(&mut self, batch: Collected) {
-        if !self.down && !self.split_trajs && self.postproc.is_none() && self.replay_buffer.is_none() {
+        // The trainer drops a batch that is no node's storage (split, transformed, emptied).
+        if !self.down {
             self.trainer.do_send(Recycle {
                 node: batch.node,
                 data: batch.data,

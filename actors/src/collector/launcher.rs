@@ -7,16 +7,16 @@ use rollout::wire::MIN_TOKEN_LEN;
 
 use crate::error::CollectError;
 
-use crate::launch::local::LocalLaunch;
-use crate::launch::process::ProcessLaunch;
-use crate::launch::slurm::{self, SlurmLaunch, SlurmOptions};
-use crate::launch::{config_error, ExternalLaunch, JoinDoor, Launch, Launcher};
+use crate::launch::slurm::{self, SlurmOptions};
+use crate::launch::{
+    config_error, ExternalLaunch, JoinDoor, Launch, Launcher, LocalLaunch, ProcessLaunch, SlurmLaunch,
+};
 use crate::remote::listener::DoorConfig;
-use crate::remote::peer::PeerTiming;
+use crate::remote::timing::PeerTiming;
 
-use super::builder::CollectorBuilder;
+use super::settings::Settings;
 
-impl CollectorBuilder {
+impl Settings {
     /// The launcher that starts this run's nodes, its settings checked: a token for
     /// nodes that join from outside (drawn at random for the ones this trainer starts),
     /// heartbeat and frame limits, the `Slurm` options and `advertise`, the binary.

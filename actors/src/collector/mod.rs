@@ -2,19 +2,26 @@
 //! [`DistributedCollector`] runs it behind blocking calls, [`Embedded`] runs it inside
 //! the caller's actix `System`.
 //!
-//! One job per file: `builder` (settings and entry points), `plan` (settings checked
-//! and turned into the trainer's machine and node specs), `launcher` (launcher
-//! settings turned into the `Launch` that starts the nodes), `facade`, `embedded`,
-//! `postproc`.
+//! One job per file, each using only the ones listed after it: `builder` (the
+//! setters, and the three entry points `build`, `start` and `start_embedded`, which
+//! all go through one `Plan`), `facade` and `embedded` (a plan run behind
+//! blocking calls, or in the caller's system), `plan` (settings checked and turned
+//! into the trainer's machine, node specs and launch), `launcher` (launcher settings
+//! turned into the `Launch` that starts the nodes), `settings` (what the builder
+//! recorded, plain data). What a batch goes through before its consumer
+//! sees it (split, postproc, replay buffer, `batch_timeout`) is the crate's
+//! `delivery`, applied by the trainer on every start path.
 
 mod builder;
 mod embedded;
 mod facade;
 mod launcher;
 mod plan;
-mod postproc;
+mod settings;
 
-pub use builder::{CollectorBuilder, ListeningHook, NodeOverrides};
+pub use crate::delivery::Postproc;
+pub use crate::launch::ListeningHook;
+pub use builder::CollectorBuilder;
 pub use embedded::Embedded;
 pub use facade::DistributedCollector;
-pub use postproc::Postproc;
+pub use settings::NodeOverrides;

@@ -10,34 +10,35 @@ use rollout::node_spec::NodeSpec;
 use rollout::rollout::{batch_layout, layout_difference, BatchLayout, RolloutConfig};
 use rollout::{EnvSpec, Weights};
 
-use super::builder::CollectorBuilder;
-use super::facade::FacadeOptions;
+use super::settings::Settings;
+use crate::delivery::Delivery;
 use crate::error::CollectError;
 use crate::launch::{config_error, Launch, Launcher, NodePlan};
 
 /// A run's trainer config, node specs, seed, and where each node's layout comes from.
 type PlannedRun = (TrainerConfig, Vec<NodeSpec>, u64, Vec<LayoutSource>);
 
-/// A validated collector: what to start and how, before anything is started.
-pub(super) struct Prepared {
-    /// The run.
-    pub(super) plan: NodePlan,
+/// A validated collector: what to start and how, before anything is started. Every
+/// entry point (`build`, `start`, `start_embedded`) starts one.
+pub(super) struct Plan {
+    /// The run: trainer, node specs, seed, and what each batch goes through.
+    pub(super) nodes: NodePlan,
     /// The launcher that starts its nodes.
     pub(super) launch: Box<dyn Launch>,
     /// Which launcher that is, for the entry points that take only some.
     pub(super) launcher: Launcher,
-    /// What the facade does with batches and deadlines.
-    pub(super) facade: FacadeOptions,
+    /// The blocking collector's deadline on each of its calls to the trainer.
+    pub(super) batch_timeout: Duration,
+    /// The blocking collector's deadline on shutdown.
+    pub(super) shutdown_timeout: Duration,
+    /// Number of nodes (an elastic run: its slots).
+    pub(super) node_count: usize,
 }
 
-impl CollectorBuilder {
-    /// What [`Self::build`] and [`Self::start`] would run, without starting anything:
-    /// the trainer's config, one [`NodeSpec`] per node (trajectory-id lanes, per-worker
-    /// frames, node `i`'s workers seeded from `seed + first_lane`, overrides of
-    /// [`Self::node_config`] applied) and the run's seed (drawn
-    /// from the clock when none was set). Validates the config as `build` does.
-    /// Feed these to [`crate::testkit::Cluster`] to replay a run in memory.
-    pub fn plan_specs(&self) -> Result<(TrainerConfig, Vec<NodeSpec>, u64), CollectError> {
+impl Settings {
+    /// The trainer's config, the node specs and the seed (see
+    /// [`CollectorBuilder::plan_specs`](crate::CollectorBuilder::plan_specs)).
+    pub(super) fn plan_specs(&self) -> Result<(TrainerConfig, Vec<NodeSpec>, u64), CollectError> {
         self.plan_run().map(|(cfg, specs, seed, _)| (cfg, specs, seed))
     }
 
@@ -285,7 +286,7 @@ impl CollectorBuilder {
 
     /// Checks every setting and plans the run: the trainer's machine (resumed and
     /// supervised as configured), the node specs, the launcher; nothing is started.
-    pub(super) fn prepare(self) -> Result<Prepared, CollectError> {
+    pub(super) fn into_plan(self) -> Result<Plan, CollectError> {
         if self.batch_timeout.is_zero() {
             return Err(config_error("batch_timeout", "must be longer than zero"));
         }
@@ -338,23 +339,24 @@ impl CollectorBuilder {
             machine = machine.with_supervision(sup);
         }
         machine = machine.with_deadlines(self.deadlines()?);
-        Ok(Prepared {
-            plan: NodePlan {
+        Ok(Plan {
+            nodes: NodePlan {
                 machine,
                 specs,
                 registry: self.registry,
                 seed,
+                delivery: Delivery {
+                    split_trajs: self.split_trajs,
+                    postproc: self.postproc,
+                    replay_buffer: self.replay_buffer,
+                    batch_timeout: Some(self.batch_timeout),
+                },
             },
             launch,
             launcher: self.launcher,
-            facade: FacadeOptions {
-                batch_timeout: self.batch_timeout,
-                shutdown_timeout: self.shutdown_timeout,
-                split_trajs: self.split_trajs,
-                postproc: self.postproc,
-                replay_buffer: self.replay_buffer,
-                nodes: n,
-            },
+            batch_timeout: self.batch_timeout,
+            shutdown_timeout: self.shutdown_timeout,
+            node_count: n,
         })
     }
 }

@@ -13,15 +13,13 @@ use rollout::machine::TrainerMachine;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::local::Started;
-use crate::remote::connection::{Connection, WeightsCache};
+use crate::delivery::Delivery;
+use crate::remote::connection::WeightsCache;
 use crate::remote::inbox::{Inbox, InboxItem};
 use crate::remote::listener::Joined;
-use crate::remote::peer::PeerTiming;
+use crate::remote::peer;
+use crate::remote::timing::PeerTiming;
 use crate::trainer::Trainer;
-
-/// How `remote.rs` opens a node's connection (`frees`: the slots it frees).
-type StartPeer =
-    fn(Joined, Vec<u8>, &Inbox, &WeightsCache, PeerTiming, Option<Rc<RefCell<Admission>>>) -> Rc<Connection>;
 
 /// What an elastic run's trainer starts with, beside its machine.
 pub(super) struct ElasticStart {
@@ -35,6 +33,8 @@ pub(super) struct ElasticStart {
     pub(super) timing: PeerTiming,
     /// The run's seed (the seed chain starts from it).
     pub(super) seed: u64,
+    /// What each yielded batch goes through before its consumer sees it.
+    pub(super) delivery: Delivery,
 }
 
 impl ElasticStart {
@@ -47,7 +47,6 @@ impl ElasticStart {
         joined: Vec<(Joined, Vec<u8>)>,
         mut joined_rx: UnboundedReceiver<Joined>,
         trainer_ctx: Context<Trainer>,
-        start_peer: StartPeer,
     ) -> Started {
         let trainer = trainer_ctx.address();
         let ElasticStart {
@@ -56,15 +55,17 @@ impl ElasticStart {
             inbox,
             timing,
             seed,
+            delivery,
         } = self;
         let members: Vec<usize> = joined.iter().map(|(j, _)| j.index).collect();
         machine.start_with(&members);
         let mut t = Trainer::remote(machine, Vec::new(), inbox.clone())
             .with_slots(slots)
-            .with_initial_seed(seed);
+            .with_initial_seed(seed)
+            .with_delivery(delivery);
         for (j, early) in joined {
             let node = j.index;
-            let conn = start_peer(j, early, &inbox, &cache, timing, Some(admission.clone()));
+            let conn = peer::open_in_slot(j, early, &inbox, &cache, timing, Some(admission.clone()));
             t = t.with_member(node, conn);
         }
         tracing::info!(members = ?members, max = slots, "elastic run started");
@@ -72,7 +73,7 @@ impl ElasticStart {
             while let Some(j) = joined_rx.recv().await {
                 let node = j.index;
                 tracing::info!(node, name = %j.name, "node joined the running elastic run");
-                let conn = start_peer(j, Vec::new(), &inbox, &cache, timing, Some(admission.clone()));
+                let conn = peer::open_in_slot(j, Vec::new(), &inbox, &cache, timing, Some(admission.clone()));
                 inbox.push(InboxItem::Joined(node, conn));
             }
         });

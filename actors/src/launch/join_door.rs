@@ -5,8 +5,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use super::config_error;
-use crate::collector::ListeningHook;
+use super::{config_error, ListeningHook};
 use crate::error::CollectError;
 use crate::remote::listener::DoorConfig;
 

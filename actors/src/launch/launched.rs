@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use super::join_door::JoinDoor;
 use super::local::{self, Started};
+use super::over_tcp::{self, JoinWatch, Respawn};
 use super::process::Children;
-use super::remote::{self, JoinWatch, Respawn};
 use super::slurm::{SlurmError, SlurmJob};
 use super::NodePlan;
 use crate::error::CollectError;
@@ -56,19 +56,9 @@ impl TrainerStart {
         respawn: Option<Respawn>,
     ) -> Result<Started, CollectError> {
         match self {
-            TrainerStart::Local(p) => local::start(p.machine, &p.specs, &p.registry, p.seed),
+            TrainerStart::Local(p) => local::start(p),
             TrainerStart::Joining { plan, listener, door } => {
-                remote::start_watched(
-                    plan.machine,
-                    plan.specs,
-                    listener,
-                    door.door,
-                    door.join_timeout,
-                    plan.seed,
-                    watch,
-                    respawn,
-                )
-                .await
+                over_tcp::start(plan, listener, door.door, door.join_timeout, watch, respawn).await
             }
         }
     }

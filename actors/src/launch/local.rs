@@ -4,29 +4,14 @@
 use std::sync::Arc;
 
 use actix::prelude::*;
-use rollout::machine::TrainerMachine;
 use rollout::node_spec::NodeSpec;
 use rollout::{Registry, Weights};
 
-use super::launched::{Launched, NodeHandles, TrainerStart};
-use super::node_start::{build_workers, start_node, StartedNode};
-use super::{Launch, NodePlan};
+use super::NodePlan;
 use crate::error::CollectError;
 use crate::node::{Halt, Node};
+use crate::node_start::{build_workers, start_node, StartedNode};
 use crate::trainer::{NodeRestartFailed, NodeRestarted, Restarter, Trainer};
-
-/// The `Local` launcher: nothing to start before the actix system runs; the trainer
-/// builds the nodes itself ([`start`]).
-pub(crate) struct LocalLaunch;
-
-impl Launch for LocalLaunch {
-    fn start(self: Box<Self>, plan: NodePlan) -> Result<Launched, CollectError> {
-        Ok(Launched {
-            trainer: TrainerStart::Local(plan),
-            nodes: NodeHandles::default(),
-        })
-    }
-}
 
 /// What a launch started: the trainer and the threads to join at the end.
 pub struct Started {
@@ -38,7 +23,7 @@ pub struct Started {
 
 /// Restarts local nodes in place: the old node actor is halted and its env workers'
 /// arbiters stopped, a new node is built from its [`NodeSpec`].
-pub struct LocalRestarter {
+pub(crate) struct LocalRestarter {
     specs: Vec<NodeSpec>,
     registry: Registry,
     /// Version 0 of each node's weights, as the trainer built them.
@@ -105,12 +90,15 @@ impl Drop for LocalRestarter {
 /// The trainer seeds the nodes with `seed` before its first batch, and checks each
 /// node's batches against the layout of the workers built for it here. With
 /// supervision on in `machine`, failed nodes are rebuilt in place from their spec.
-pub fn start(
-    machine: TrainerMachine,
-    specs: &[NodeSpec],
-    registry: &Registry,
-    seed: u64,
-) -> Result<Started, CollectError> {
+pub(crate) fn start(plan: NodePlan) -> Result<Started, CollectError> {
+    let NodePlan {
+        machine,
+        specs,
+        registry,
+        seed,
+        delivery,
+    } = plan;
+    let (specs, registry) = (&specs[..], &registry);
     // Every node starts from the trainer's version 0, handed over at construction.
     let weights: Vec<Option<Arc<Weights>>> = (0..specs.len()).map(|i| machine.initial_weights(i).cloned()).collect();
     let mut rollouts = Vec::with_capacity(specs.len());
@@ -145,7 +133,8 @@ pub fn start(
     let supervised = machine.supervision().is_some();
     let mut t = Trainer::new(machine, nodes)
         .with_recyclers(recyclers)
-        .with_initial_seed(seed);
+        .with_initial_seed(seed)
+        .with_delivery(delivery);
     if supervised {
         t = t.with_restarter(Box::new(LocalRestarter {
             specs: specs.to_vec(),

@@ -4,32 +4,42 @@
 //!
 //! [`Launcher`] is what a user configures; the crate-private `Launch` trait is how
 //! each launcher starts, one type per launcher (`LocalLaunch`, `ProcessLaunch`,
-//! `ExternalLaunch`, `SlurmLaunch`), so the collector starts every one the same way:
-//! the launcher starts (or readies the door for) the nodes on the caller's thread and
-//! hands back a `TrainerStart`, run inside the actix system, and the `NodeHandles`
-//! the collector keeps until shutdown. `node_start` is the one way a node is
-//! started, here and by a node that joined over TCP.
+//! `ExternalLaunch`, `SlurmLaunch`, all in `launchers`), so the collector starts every
+//! one the same way: the launcher starts (or readies the door for) the nodes on the
+//! caller's thread and hands back a `Launched`: a `TrainerStart`, run inside the
+//! actix system, and the `NodeHandles` the collector keeps until shutdown.
+//!
+//! Layers, each file using only those below it: `launchers`; `launched` (the one
+//! type of launched nodes); `over_tcp` (a trainer whose nodes join over TCP, and its
+//! restarts) and `elastic`; `local` (a trainer over in-process nodes), `process`
+//! (child processes), `slurm` (the job array, its queries and resubmissions), then
+//! `slurm_avoid` (the host a resubmitted task avoids), `slurm_command` (one SLURM
+//! command under a deadline), `join_door`.
 
 mod elastic;
-mod external;
 mod join_door;
 mod launched;
+mod launchers;
 pub mod local;
-pub(crate) mod node_start;
+pub(crate) mod over_tcp;
 pub mod process;
-pub mod remote;
-pub mod slurm;
+pub(crate) mod slurm;
 mod slurm_avoid;
+mod slurm_command;
 
 use rollout::machine::{ConfigError, TrainerMachine};
 use rollout::node_spec::NodeSpec;
 use rollout::Registry;
 
-pub(crate) use external::ExternalLaunch;
 pub(crate) use join_door::JoinDoor;
 pub(crate) use launched::{Launched, NodeHandles};
+pub(crate) use launchers::{ExternalLaunch, LocalLaunch, ProcessLaunch, SlurmLaunch};
 pub use slurm::SlurmOptions;
 
+/// What [`CollectorBuilder::on_listening`](crate::CollectorBuilder::on_listening) calls.
+pub type ListeningHook = std::sync::Arc<dyn Fn(std::net::SocketAddr) + Send + Sync>;
+
+use crate::delivery::Delivery;
 use crate::error::CollectError;
 
 /// Where the nodes of a collector run.
@@ -61,6 +71,8 @@ pub(crate) struct NodePlan {
     pub(crate) registry: Registry,
     /// The run's seed, sent to the nodes before the first batch.
     pub(crate) seed: u64,
+    /// What each yielded batch goes through before its consumer sees it.
+    pub(crate) delivery: Delivery,
 }
 
 /// How one launcher starts its nodes. Called on the caller's thread, outside any actix

@@ -5,41 +5,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-use super::join_door::JoinDoor;
-use super::launched::{Launched, NodeHandles, TrainerStart};
-use super::{config_error, Launch, NodePlan};
-use crate::error::CollectError;
-
-/// The `Process` launcher: binds the door, then starts one `program node --join` per node.
-pub(crate) struct ProcessLaunch {
-    /// Where the children join.
-    pub(crate) door: JoinDoor,
-    /// The `rollout` binary (or one that serves `node --join` the same way).
-    pub(crate) program: PathBuf,
-}
-
-impl Launch for ProcessLaunch {
-    fn start(self: Box<Self>, plan: NodePlan) -> Result<Launched, CollectError> {
-        let (listener, addr) = self.door.bind()?;
-        let children = Children::spawn(&self.program, addr, &self.door.door.token, plan.specs.len())
-            .map_err(|e| config_error("node_program", format!("cannot start {}: {e}", self.program.display())))?;
-        Ok(Launched {
-            trainer: TrainerStart::Joining {
-                plan,
-                listener,
-                door: self.door,
-            },
-            nodes: NodeHandles {
-                listen_addr: Some(addr),
-                children: Some(Arc::new(Mutex::new(children))),
-                slurm_job: None,
-            },
-        })
-    }
-}
 
 /// Node processes started by this trainer.
 #[derive(Debug, Default)]
@@ -66,7 +32,7 @@ fn spawn_one(program: &Path, addr: SocketAddr, token: &str, i: usize) -> io::Res
 impl Children {
     /// Starts `n` × `program node --join ADDR --index i`, the token in `ROLLOUT_TOKEN`
     /// (never on the command line, where `ps` shows it).
-    pub fn spawn(program: &Path, addr: SocketAddr, token: &[u8], n: usize) -> io::Result<Children> {
+    pub(crate) fn spawn(program: &Path, addr: SocketAddr, token: &[u8], n: usize) -> io::Result<Children> {
         let token = String::from_utf8_lossy(token).into_owned();
         let mut children = Children::default();
         for i in 0..n {
@@ -78,7 +44,7 @@ impl Children {
 
     /// Kills node `i`'s process (SIGKILL: also one that is stopped) and starts a new
     /// one with the same `--index`, which joins again. Returns its process id.
-    pub fn respawn(&mut self, i: usize) -> io::Result<u32> {
+    pub(crate) fn respawn(&mut self, i: usize) -> io::Result<u32> {
         let Some((program, addr, token)) = self.how.clone() else {
             return Err(io::Error::other("these children cannot be started again"));
         };

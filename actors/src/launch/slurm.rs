@@ -15,61 +15,15 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io::{self, Read, Write};
+use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::join_door::JoinDoor;
-use super::launched::{Launched, NodeHandles, TrainerStart};
-use super::{Launch, NodePlan};
-use crate::error::CollectError;
-
-/// The `Slurm` launcher: binds the door, then submits one job array whose tasks dial
-/// `advertise` (the bound port filled in).
-pub(crate) struct SlurmLaunch {
-    /// Where the tasks join.
-    pub(crate) door: JoinDoor,
-    /// The binary each task runs as `PROGRAM node --join`.
-    pub(crate) program: PathBuf,
-    /// The job's `sbatch` options.
-    pub(crate) options: SlurmOptions,
-    /// The `HOST[:PORT]` the tasks dial, validated.
-    pub(crate) advertise: String,
-}
-
-impl Launch for SlurmLaunch {
-    fn start(self: Box<Self>, plan: NodePlan) -> Result<Launched, CollectError> {
-        let (listener, addr) = self.door.bind()?;
-        let advertise = advertise_addr(&self.advertise, addr);
-        let job = SlurmJob::submit(
-            &self.options,
-            &self.program,
-            &advertise,
-            &self.door.door.token,
-            plan.specs.len(),
-        )
-        .map_err(|e| CollectError::Launch(e.to_string()))?;
-        Ok(Launched {
-            trainer: TrainerStart::Joining {
-                plan,
-                listener,
-                door: self.door,
-            },
-            nodes: NodeHandles {
-                listen_addr: Some(addr),
-                children: None,
-                slurm_job: Some(job),
-            },
-        })
-    }
-}
-
-/// Longest any one SLURM command (`sbatch`, `squeue`, `scancel`, ...) may take.
-pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(20);
+pub(crate) use super::slurm_command::SlurmError;
+use super::slurm_command::{run, COMMAND_TIMEOUT};
 
 /// Longest wait for the tasks to leave the queue after `scancel`, before `SIGKILL`.
 const CANCEL_WAIT: Duration = Duration::from_secs(40);
@@ -116,7 +70,7 @@ impl Default for SlurmOptions {
 impl SlurmOptions {
     /// Checks every value before anything is submitted; `Err((field, reason))` names the
     /// builder field at fault.
-    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+    pub(crate) fn validate(&self) -> Result<(), (&'static str, String)> {
         let one_line = |field: &'static str, v: &str| {
             if v.trim().is_empty() {
                 Err((field, "must not be empty".to_string()))
@@ -161,7 +115,14 @@ impl SlurmOptions {
     /// The batch script that runs `program node --join advertise` as task
     /// `$SLURM_ARRAY_TASK_ID` of a `tasks`-task array, reading the token from `token_file`
     /// and writing its log to `dir/task-<i>.out`.
-    pub fn batch_script(&self, program: &Path, advertise: &str, token_file: &Path, dir: &Path, tasks: usize) -> String {
+    pub(crate) fn batch_script(
+        &self,
+        program: &Path,
+        advertise: &str,
+        token_file: &Path,
+        dir: &Path,
+        tasks: usize,
+    ) -> String {
         let mut s = String::from("#!/bin/sh\n# Written by rollout: the nodes of one collector.\n");
         let mut opt = |line: String| {
             s.push_str("#SBATCH ");
@@ -203,74 +164,21 @@ fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-/// Why a SLURM job could not be submitted, queried or ended.
-#[derive(Debug, thiserror::Error)]
-pub enum SlurmError {
-    /// A file of the job (folder, script, token) could not be written.
-    #[error("cannot write {path}: {source}")]
-    Write {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: io::Error,
-    },
-    /// A SLURM command could not be started (not on `PATH`?).
-    #[error("cannot run `{command}` (are the SLURM tools on PATH?): {source}")]
-    Spawn {
-        /// The command.
-        command: String,
-        /// Why.
-        source: io::Error,
-    },
-    /// A SLURM command failed.
-    #[error("`{command}` failed ({status}): {stderr}")]
-    Failed {
-        /// The command line.
-        command: String,
-        /// Its exit status.
-        status: String,
-        /// What it printed on stderr.
-        stderr: String,
-    },
-    /// A SLURM command did not finish in time (and was killed).
-    #[error("`{command}` did not finish within {seconds:.0} s")]
-    Timeout {
-        /// The command line.
-        command: String,
-        /// The deadline.
-        seconds: f64,
-    },
-    /// `sbatch --parsable` printed something that is not a job id.
-    #[error("sbatch printed no job id: {0:?}")]
-    NoJobId(String),
-    /// The job is being ended: no node is resubmitted any more.
-    #[error("the SLURM job is being ended")]
-    Closed,
-    /// Tasks of the job were still in the queue after `scancel` and `scancel --signal=KILL`.
-    #[error("SLURM job {job} is not ended after scancel: {states}")]
-    NotEnded {
-        /// The job id.
-        job: String,
-        /// The tasks still listed.
-        states: String,
-    },
-}
-
 /// One array task as SLURM sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TaskState {
+pub(crate) struct TaskState {
     /// The array task id, which is the node index.
-    pub task: usize,
+    pub(crate) task: usize,
     /// SLURM's state (`PENDING`, `RUNNING`, `COMPLETED`, `CANCELLED`, `FAILED`, ...), or
     /// `UNKNOWN` when the controller no longer knows the task.
-    pub state: String,
+    pub(crate) state: String,
     /// SLURM's reason (why pending, why failed), when there is one.
-    pub reason: Option<String>,
+    pub(crate) reason: Option<String>,
 }
 
 impl TaskState {
     /// Whether the task ended (it will never join).
-    pub fn is_finished(&self) -> bool {
+    pub(crate) fn is_finished(&self) -> bool {
         !matches!(
             self.state.as_str(),
             "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING" | "SUSPENDED" | "REQUEUED" | "RESIZING" | "UNKNOWN"
@@ -288,55 +196,6 @@ impl fmt::Display for TaskState {
     }
 }
 
-/// Runs `program args` with a deadline; its stdout on success.
-pub(super) fn run(program: &str, args: &[&str], timeout: Duration) -> Result<String, SlurmError> {
-    let command = std::iter::once(program)
-        .chain(args.iter().copied())
-        .collect::<Vec<_>>()
-        .join(" ");
-    let child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|source| SlurmError::Spawn {
-            command: command.clone(),
-            source,
-        })?;
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let out = match rx.recv_timeout(timeout) {
-        Ok(r) => r,
-        Err(_) => {
-            // SAFETY: kill(2) on the pid of a child we have not reaped yet.
-            unsafe {
-                libc::kill(pid as libc::pid_t, libc::SIGKILL);
-            }
-            let _ = rx.recv_timeout(Duration::from_secs(5));
-            return Err(SlurmError::Timeout {
-                command,
-                seconds: timeout.as_secs_f64(),
-            });
-        }
-    }
-    .map_err(|source| SlurmError::Spawn {
-        command: command.clone(),
-        source,
-    })?;
-    if !out.status.success() {
-        return Err(SlurmError::Failed {
-            command,
-            status: out.status.to_string(),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 /// `ID_i` → `i` for array task ids of job `job`.
 fn task_of(job: &str, id: &str) -> Option<usize> {
     id.strip_prefix(job)?.strip_prefix('_')?.parse().ok()
@@ -344,7 +203,7 @@ fn task_of(job: &str, id: &str) -> Option<usize> {
 
 /// Reads the states of a job's array tasks; cheap to clone, usable from any thread.
 #[derive(Clone, Debug)]
-pub struct SlurmQuery {
+pub(crate) struct SlurmQuery {
     job: String,
     tasks: usize,
     logs: Option<PathBuf>,
@@ -352,7 +211,7 @@ pub struct SlurmQuery {
 
 impl SlurmQuery {
     /// A query for the `tasks` array tasks of job `job`.
-    pub fn new(job: impl Into<String>, tasks: usize) -> SlurmQuery {
+    pub(crate) fn new(job: impl Into<String>, tasks: usize) -> SlurmQuery {
         SlurmQuery {
             job: job.into(),
             tasks,
@@ -361,12 +220,12 @@ impl SlurmQuery {
     }
 
     /// The job id.
-    pub fn job(&self) -> &str {
+    pub(crate) fn job(&self) -> &str {
         &self.job
     }
 
     /// The tasks still in the queue (pending, running, completing...), per `squeue`.
-    pub fn live(&self) -> Result<Vec<TaskState>, SlurmError> {
+    pub(crate) fn live(&self) -> Result<Vec<TaskState>, SlurmError> {
         let out = match run(
             "squeue",
             &["-h", "-r", "-j", &self.job, "-o", "%i|%T|%r"],
@@ -395,7 +254,7 @@ impl SlurmQuery {
 
     /// Every task's state: `squeue` for the live ones, then `sacct` (when accounting is
     /// on), then `scontrol show job` (recently finished ones); `UNKNOWN` for the rest.
-    pub fn states(&self) -> Result<Vec<TaskState>, SlurmError> {
+    pub(crate) fn states(&self) -> Result<Vec<TaskState>, SlurmError> {
         let mut found: BTreeMap<usize, TaskState> = self.live()?.into_iter().map(|t| (t.task, t)).collect();
         if found.len() < self.tasks {
             if let Ok(out) = run(
@@ -450,7 +309,7 @@ impl SlurmQuery {
 
     /// One line naming the states of `which` tasks, e.g.
     /// `SLURM job 42: task 1 PENDING (reason: Resources)`.
-    pub fn describe(&self, which: &[usize]) -> String {
+    pub(crate) fn describe(&self, which: &[usize]) -> String {
         match self.states() {
             Ok(states) => {
                 let parts: Vec<String> = states
@@ -465,7 +324,7 @@ impl SlurmQuery {
     }
 
     /// When some of `missing` have ended (they will never join): why, naming them.
-    pub fn hopeless(&self, missing: &[usize]) -> Option<String> {
+    pub(crate) fn hopeless(&self, missing: &[usize]) -> Option<String> {
         let states = self.states().ok()?;
         let ended: Vec<String> = states
             .iter()
@@ -480,7 +339,7 @@ impl SlurmQuery {
 }
 
 /// `advertise` with the bound port filled in: `HOST` and `HOST:0` become `HOST:PORT`.
-pub fn advertise_addr(advertise: &str, bound: SocketAddr) -> String {
+pub(crate) fn advertise_addr(advertise: &str, bound: SocketAddr) -> String {
     let a = advertise.trim();
     if let Ok(sa) = a.parse::<SocketAddr>() {
         let port = if sa.port() == 0 { bound.port() } else { sa.port() };
@@ -497,7 +356,7 @@ pub fn advertise_addr(advertise: &str, bound: SocketAddr) -> String {
 }
 
 /// The host part of an `advertise` value.
-pub fn advertise_host(advertise: &str) -> &str {
+pub(crate) fn advertise_host(advertise: &str) -> &str {
     let a = advertise.trim();
     if a.starts_with('[') {
         return a.trim_start_matches('[').split(']').next().unwrap_or(a);
@@ -510,9 +369,8 @@ pub fn advertise_host(advertise: &str) -> &str {
 
 /// A submitted job array; ended (and checked) at [`SlurmJob::shutdown`] or on drop.
 #[derive(Debug)]
-pub struct SlurmJob {
+pub(crate) struct SlurmJob {
     query: SlurmQuery,
-    dir: PathBuf,
     token_file: PathBuf,
     script: PathBuf,
     resubmitted: Arc<Shared>,
@@ -547,7 +405,7 @@ struct Resubmitted {
 
 /// Restarts single nodes of a [`SlurmJob`] (cheap to clone, usable from any thread).
 #[derive(Clone, Debug)]
-pub struct SlurmResubmit {
+pub(crate) struct SlurmResubmit {
     first: String,
     script: PathBuf,
     resubmitted: Arc<Shared>,
@@ -558,7 +416,7 @@ impl SlurmResubmit {
     /// job's batch script again as the single array task `node` (its log appends to
     /// `task-<node>.out`), excluding the host the task was lost on when SLURM has another
     /// node that answers (see `slurm_avoid`). Returns the new job id. Blocks for the SLURM commands.
-    pub fn resubmit(&self, node: usize) -> Result<String, SlurmError> {
+    pub(crate) fn resubmit(&self, node: usize) -> Result<String, SlurmError> {
         let current = {
             let mut r = self.resubmitted.lock();
             if r.closed {
@@ -620,7 +478,7 @@ fn job_id(out: &str) -> Option<String> {
 impl SlurmJob {
     /// Writes the token file (mode 0600) and the batch script into a fresh folder under
     /// `opts.output_dir`, and submits the script with `sbatch --parsable`.
-    pub fn submit(
+    pub(crate) fn submit(
         opts: &SlurmOptions,
         program: &Path,
         advertise: &str,
@@ -677,7 +535,6 @@ impl SlurmJob {
         query.logs = Some(dir.clone());
         Ok(SlurmJob {
             query,
-            dir,
             token_file,
             script,
             resubmitted: Arc::default(),
@@ -686,7 +543,7 @@ impl SlurmJob {
     }
 
     /// What restarts single nodes of this job.
-    pub fn resubmitter(&self) -> SlurmResubmit {
+    pub(crate) fn resubmitter(&self) -> SlurmResubmit {
         SlurmResubmit {
             first: self.id().to_string(),
             script: self.script.clone(),
@@ -695,7 +552,7 @@ impl SlurmJob {
     }
 
     /// The first job's id, then every job resubmitted to restart a node.
-    pub fn job_ids(&self) -> Vec<String> {
+    pub(crate) fn job_ids(&self) -> Vec<String> {
         let r = self.resubmitted.lock();
         std::iter::once(self.id().to_string())
             .chain(r.jobs.iter().cloned())
@@ -712,17 +569,12 @@ impl SlurmJob {
     }
 
     /// The job id (`scancel ID_i` ends task `i`).
-    pub fn id(&self) -> &str {
+    pub(crate) fn id(&self) -> &str {
         self.query.job()
     }
 
-    /// The job's folder: batch script, token file, one log per task (`task-<i>.out`).
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// A query for the task states, to hand to other threads.
-    pub fn query(&self) -> SlurmQuery {
+    pub(crate) fn query(&self) -> SlurmQuery {
         self.query.clone()
     }
 
@@ -730,7 +582,7 @@ impl SlurmJob {
     /// trainer told the nodes to stop), then `scancel`s the job and waits (bounded) for
     /// it to be gone, with `scancel --signal=KILL` as the last resort. Removes the token
     /// file. Idempotent.
-    pub fn shutdown(&mut self, grace: Duration) -> Result<(), SlurmError> {
+    pub(crate) fn shutdown(&mut self, grace: Duration) -> Result<(), SlurmError> {
         if self.ended {
             return Ok(());
         }
@@ -744,7 +596,7 @@ impl SlurmJob {
     }
 
     /// `scancel`s the job at once and checks that it is gone ([`Self::shutdown`] without grace).
-    pub fn cancel(&mut self) -> Result<(), SlurmError> {
+    pub(crate) fn cancel(&mut self) -> Result<(), SlurmError> {
         self.shutdown(Duration::ZERO)
     }
 
@@ -826,7 +678,7 @@ impl Drop for SlurmJob {
 }
 
 /// The start (at most `max` bytes) of task `task`'s log in the job folder `dir`.
-pub fn task_log(dir: &Path, task: usize, max: usize) -> Option<String> {
+pub(crate) fn task_log(dir: &Path, task: usize, max: usize) -> Option<String> {
     let mut s = String::new();
     std::fs::File::open(dir.join(format!("task-{task}.out")))
         .ok()?

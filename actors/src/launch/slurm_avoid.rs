@@ -9,7 +9,7 @@
 //! that answers, in which case excluding it would leave the task nowhere to run (a one-node
 //! cluster: the task goes back where it was).
 
-use super::slurm::{run, SlurmError, COMMAND_TIMEOUT};
+use super::slurm_command::{run, SlurmError, COMMAND_TIMEOUT};
 
 /// The host to exclude when resubmitting in place of `task` (`JOBID_i`): where it runs or
 /// ran, per `squeue` (still queued) or `scontrol show job` (ended lately), when `sinfo`

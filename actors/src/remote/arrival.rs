@@ -14,21 +14,21 @@ use std::rc::Rc;
 /// the connection's reader in the trainer's [`Inbox`](super::inbox::Inbox) lowers it
 /// and tells the trainer (`InboxItem::Arriving`) before the rest is read.
 #[derive(Clone, Debug, Default)]
-pub struct ArrivalNotice(Rc<Cell<bool>>);
+pub(crate) struct ArrivalNotice(Rc<Cell<bool>>);
 
 impl ArrivalNotice {
     /// A notice not raised.
-    pub fn new() -> ArrivalNotice {
+    pub(crate) fn new() -> ArrivalNotice {
         ArrivalNotice::default()
     }
 
     /// A batch has begun to arrive.
-    pub fn batch_arriving(&self) {
+    pub(crate) fn batch_arriving(&self) {
         self.0.set(true);
     }
 
     /// Whether a batch began to arrive since the last call (lowers the notice).
-    pub fn take(&self) -> bool {
+    pub(crate) fn take(&self) -> bool {
         self.0.replace(false)
     }
 }

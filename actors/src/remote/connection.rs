@@ -9,7 +9,7 @@
 //! cold when a thousand connections are visited once a round: the largest
 //! per-connection cost of the trainer's thread. The trainer's actor now calls the
 //! connection directly, on its own thread, and reads every connection's frames
-//! itself ([`Inbox`]); the connection's actor ([`RemoteNode`](super::peer::RemoteNode))
+//! itself (the `Inbox`); the connection's actor ([`RemoteNode`](super::peer::RemoteNode))
 //! keeps what is not per batch: heartbeats, silence, and stopping.
 
 use std::cell::RefCell;
@@ -28,20 +28,19 @@ use rollout::wire::{self, NodeFrame};
 use rollout::TensorDict;
 
 use super::frames::SharedPool;
-use super::inbox::{Inbox, InboxItem};
 use super::link::FrameSender;
 use super::parts;
-use super::peer::PeerTiming;
+use super::timing::{heartbeat_frame, PeerTiming};
 
 /// Close this connection, logging `reason` (to its actor: it stops).
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
-pub struct Disconnect(pub String);
+pub(crate) struct Disconnect(pub String);
 
 /// Encoded `UpdateWeights` frames by version, shared by every connection: one
 /// version is encoded once and the same bytes go to every node.
 #[derive(Clone, Default)]
-pub struct WeightsCache(Arc<Mutex<Option<Encoded>>>);
+pub(crate) struct WeightsCache(Arc<Mutex<Option<Encoded>>>);
 
 /// A version and its frame's parts.
 type Encoded = (u64, Vec<Bytes>);
@@ -53,7 +52,7 @@ impl WeightsCache {
     /// The tensors of an update are not copied into the frame: their parts are
     /// their own memory (kept alive by the shared `Arc<Weights>`), between small
     /// parts holding the frame's prefix and MessagePack headers.
-    pub fn frame(&self, msg: &ToNode, max: usize) -> Result<Vec<Bytes>, wire::WireError> {
+    pub(crate) fn frame(&self, msg: &ToNode, max: usize) -> Result<Vec<Bytes>, wire::WireError> {
         // A session message is its own frame (`TrainerFrame::Message` encodes as
         // the message): encoded as it is, nothing cloned.
         let u = match msg {
@@ -77,10 +76,14 @@ impl WeightsCache {
     }
 }
 
+/// How a connection tells the trainer it failed: called once, with the node's
+/// `Failed`, at the close (the trainer's inbox queues it behind the node's frames).
+pub(crate) type FailureReport = Box<dyn Fn(FromNode)>;
+
 /// A remote node's connection, shared on the trainer's thread by the trainer's
-/// actor (sends, recycles, closes), the connection's reader in the [`Inbox`] (frames
+/// actor (sends, recycles, closes), the connection's reader in the trainer's `Inbox` (frames
 /// in) and the connection's actor (heartbeats, silence).
-pub struct Connection {
+pub(crate) struct Connection {
     name: String,
     /// The protocol's state and rules for this connection.
     session: RefCell<TrainerSession>,
@@ -91,8 +94,8 @@ pub struct Connection {
     heartbeat: Bytes,
     /// Storage of this node's recycled batches, which its next batches are read into.
     pool: SharedPool,
-    /// Where the trainer hears of the connection's failure.
-    inbox: Inbox,
+    /// How the trainer hears of the connection's failure (the node's `Failed`).
+    report: FailureReport,
     /// The reader's waker: a close wakes it, and it ends (dropping the read side).
     reader: RefCell<Option<Waker>>,
     /// The connection's actor, told to stop at the close.
@@ -101,14 +104,14 @@ pub struct Connection {
 
 impl Connection {
     /// Node `index`'s connection, named `name`, writing through `out`; its failure is
-    /// told to the trainer through `inbox`, and `actor` stops when it closes.
-    pub fn new(
+    /// told to the trainer through `report`, and `actor` stops when it closes.
+    pub(crate) fn new(
         index: usize,
         name: String,
         out: FrameSender,
         weights: WeightsCache,
         timing: PeerTiming,
-        inbox: Inbox,
+        report: FailureReport,
         actor: WeakRecipient<Disconnect>,
     ) -> Connection {
         Connection {
@@ -123,39 +126,39 @@ impl Connection {
             out: RefCell::new(Some(out)),
             weights,
             max_frame: timing.max_frame,
-            heartbeat: super::listener::heartbeat_frame(),
+            heartbeat: heartbeat_frame(),
             pool: Rc::new(RefCell::new(TensorPool::new(timing.max_frame))),
-            inbox,
+            report,
             reader: RefCell::new(None),
             actor,
         }
     }
 
     /// The node's index.
-    pub fn index(&self) -> usize {
+    pub(crate) fn index(&self) -> usize {
         self.session.borrow().index()
     }
 
     /// The connection was closed: nothing more goes out or comes in.
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         self.session.borrow().is_closed()
     }
 
     /// How often its heartbeat timer fires.
-    pub fn heartbeat_interval(&self) -> std::time::Duration {
+    pub(crate) fn heartbeat_interval(&self) -> std::time::Duration {
         self.session.borrow().heartbeat()
     }
 
     /// The storage this node's frames are read into, for its
     /// [`FrameStream`](super::frames::FrameStream).
-    pub fn pool(&self) -> SharedPool {
+    pub(crate) fn pool(&self) -> SharedPool {
         Rc::clone(&self.pool)
     }
 
     /// Sends `msg` to the node, or closes the connection with the reason it cannot
     /// (its writer is gone; weights over the maximum frame size, say: the node would
     /// go on without them).
-    pub fn send(&self, msg: &ToNode) {
+    pub(crate) fn send(&self, msg: &ToNode) {
         if self.is_closed() {
             return;
         }
@@ -182,13 +185,13 @@ impl Connection {
     }
 
     /// A batch of this node's the consumer is done with: its storage takes the next one.
-    pub fn recycle(&self, data: TensorDict) {
+    pub(crate) fn recycle(&self, data: TensorDict) {
         self.pool.borrow_mut().put_dict(data);
     }
 
     /// The heartbeat timer fired at `now`: a heartbeat goes out, or (silence) the
     /// connection closes. `false`: it is closed.
-    pub fn beat(&self, now: Instant) -> bool {
+    pub(crate) fn beat(&self, now: Instant) -> bool {
         let tick = self.session.borrow().on_tick(now);
         match tick {
             Ok(()) => match self.write([self.heartbeat.clone()]) {
@@ -206,12 +209,12 @@ impl Connection {
     }
 
     /// A frame the node sent, at `now`, under the protocol's rules.
-    pub fn on_frame(&self, frame: NodeFrame, now: Instant) -> Inbound<FromNode> {
+    pub(crate) fn on_frame(&self, frame: NodeFrame, now: Instant) -> Inbound<FromNode> {
         self.session.borrow_mut().on_frame(frame, now)
     }
 
     /// The reader waits on `waker`: a close wakes it.
-    pub fn watch(&self, waker: &Waker) {
+    pub(crate) fn watch(&self, waker: &Waker) {
         let mut r = self.reader.borrow_mut();
         if !r.as_ref().is_some_and(|w| w.will_wake(waker)) {
             *r = Some(waker.clone());
@@ -221,7 +224,7 @@ impl Connection {
     /// Closes the connection for `reason` (logged), the first time only: the trainer
     /// hears the node's failure unless it said `Down` or `Leave`, the writer finishes
     /// what is queued and shuts the socket's write side, the reader ends, the actor stops.
-    pub fn close(&self, reason: String) {
+    pub(crate) fn close(&self, reason: String) {
         let closing = self.session.borrow_mut().close(reason);
         let Some(closing) = closing else {
             return;
@@ -231,7 +234,7 @@ impl Connection {
             None => tracing::debug!(node, name = %self.name, %reason, "connection closed after Down or Leave"),
             Some(failed) => {
                 tracing::warn!(node, name = %self.name, %reason, "closing connection to node");
-                self.inbox.push(InboxItem::Message(failed));
+                (self.report)(failed);
             }
         }
         drop(self.out.borrow_mut().take());

@@ -24,15 +24,15 @@ use tokio::net::tcp::OwnedReadHalf;
 /// (the bytes copied on from it), longer ones straight from the socket: small frames
 /// cost one read each, and a tensor's storage is still read into directly but for
 /// at most this many of its bytes.
-pub const READ_AHEAD: usize = 4096;
+pub(crate) const READ_AHEAD: usize = 4096;
 
 /// Storage shared by a connection's reader and its actor: the actor puts back what
 /// is done with (a recycled batch, retired weights), the reader reads into it.
-pub type SharedPool = Rc<RefCell<TensorPool>>;
+pub(crate) type SharedPool = Rc<RefCell<TensorPool>>;
 
 /// Why a connection's frames stopped, or one of them was refused.
 #[derive(Debug)]
-pub enum FrameError {
+pub(crate) enum FrameError {
     /// The socket failed, or closed inside a frame; the stream ends.
     Io(io::Error),
     /// A length prefix over the maximum (or zero); the stream ends, as nothing
@@ -54,11 +54,11 @@ impl fmt::Display for FrameError {
 
 /// Called when a frame's body starts to arrive, before any of its tensors is
 /// read: the moment to put storage that became free into the pool.
-pub type OnFrame = Box<dyn FnMut(&mut TensorPool)>;
+pub(crate) type OnFrame = Box<dyn FnMut(&mut TensorPool)>;
 
 /// Frames of type `T` read from a socket, tensors straight into storage from a
 /// shared pool.
-pub struct FrameStream<T> {
+pub(crate) struct FrameStream<T> {
     read: OwnedReadHalf,
     reader: FrameReader,
     pool: SharedPool,
@@ -79,7 +79,7 @@ pub struct FrameStream<T> {
 
 impl<T> FrameStream<T> {
     /// Frames of at most `max` bytes from `read`, reading into `pool`.
-    pub fn new(read: OwnedReadHalf, max: usize, pool: SharedPool) -> FrameStream<T> {
+    pub(crate) fn new(read: OwnedReadHalf, max: usize, pool: SharedPool) -> FrameStream<T> {
         FrameStream {
             read,
             reader: FrameReader::new(max),
@@ -97,7 +97,7 @@ impl<T> FrameStream<T> {
 
     /// Reads `bytes` (taken off the socket earlier, by the join phase's lobby) before
     /// anything from the socket.
-    pub fn with_prefill(mut self, bytes: Vec<u8>) -> FrameStream<T> {
+    pub(crate) fn with_prefill(mut self, bytes: Vec<u8>) -> FrameStream<T> {
         self.stage_end = bytes.len();
         self.stage = bytes;
         self.stage_at = 0;
@@ -105,7 +105,7 @@ impl<T> FrameStream<T> {
     }
 
     /// Runs `f` on the pool whenever a frame's body starts to arrive.
-    pub fn on_frame(mut self, f: OnFrame) -> FrameStream<T> {
+    pub(crate) fn on_frame(mut self, f: OnFrame) -> FrameStream<T> {
         self.on_frame = Some(f);
         self
     }
@@ -114,7 +114,7 @@ impl<T> FrameStream<T> {
     /// before it is whole), once per frame, unless the frame came whole in one read;
     /// the stream then yields to the other tasks of its thread once before it reads
     /// on, so the trainer can send the node its next `continue` first.
-    pub fn on_batch(mut self, notice: ArrivalNotice) -> FrameStream<T> {
+    pub(crate) fn on_batch(mut self, notice: ArrivalNotice) -> FrameStream<T> {
         self.on_batch = Some(notice);
         self
     }

@@ -26,7 +26,7 @@ use super::connection::Connection;
 use super::frames::FrameStream;
 
 /// What the trainer hears from its remote nodes.
-pub enum InboxItem {
+pub(crate) enum InboxItem {
     /// A node's message (a node whose connection closed: its `Failed`).
     Message(FromNode),
     /// Node `0`'s batch has begun to arrive (early release).
@@ -41,7 +41,7 @@ pub enum InboxItem {
 /// trainer's actor polls its [`InboxStream`]. Cloned handles share one queue; all on
 /// the trainer's thread.
 #[derive(Clone, Default)]
-pub struct Inbox(Rc<Queue>);
+pub(crate) struct Inbox(Rc<Queue>);
 
 #[derive(Default)]
 struct Queue {
@@ -55,19 +55,19 @@ struct Queue {
 
 impl Inbox {
     /// An empty inbox.
-    pub fn new() -> Inbox {
+    pub(crate) fn new() -> Inbox {
         Inbox::default()
     }
 
     /// Queues `item` for the trainer.
-    pub fn push(&self, item: InboxItem) {
+    pub(crate) fn push(&self, item: InboxItem) {
         self.0.events.borrow_mut().push_back(item);
         self.wake();
     }
 
     /// Reads `conn`'s frames from `frames`, which raises `arriving` when a batch
     /// begins to arrive.
-    pub fn read(&self, conn: Rc<Connection>, frames: FrameStream<NodeFrame>, arriving: ArrivalNotice) {
+    pub(crate) fn read(&self, conn: Rc<Connection>, frames: FrameStream<NodeFrame>, arriving: ArrivalNotice) {
         self.0.readers.borrow_mut().push(ConnReader {
             conn,
             frames,
@@ -85,7 +85,7 @@ impl Inbox {
     }
 
     /// The stream for the trainer's actor (one per inbox: it owns the readers).
-    pub fn stream(&self) -> InboxStream {
+    pub(crate) fn stream(&self) -> InboxStream {
         InboxStream {
             inbox: self.clone(),
             readers: SelectAll::new(),
@@ -95,7 +95,7 @@ impl Inbox {
 
 /// The trainer's side of an [`Inbox`]: queued events first, then whatever a ready
 /// connection has. It never ends (a run without remote nodes left waits for joins).
-pub struct InboxStream {
+pub(crate) struct InboxStream {
     inbox: Inbox,
     readers: SelectAll<ConnReader>,
 }
@@ -200,7 +200,8 @@ mod tests {
     use super::*;
     use crate::remote::connection::WeightsCache;
     use crate::remote::listener::Joined;
-    use crate::remote::peer::{self, PeerTiming};
+    use crate::remote::peer;
+    use crate::remote::timing::PeerTiming;
 
     const TIMING: PeerTiming = PeerTiming {
         heartbeat: Duration::from_secs(30),
@@ -213,11 +214,10 @@ mod tests {
         let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = l.local_addr().expect("addr");
         let node = TcpStream::connect(addr).await.expect("connect");
-        let (stream, peer) = l.accept().await.expect("accept");
+        let (stream, _) = l.accept().await.expect("accept");
         let j = Joined {
             index,
             name: format!("node-{index}"),
-            peer,
             stream,
         };
         let conn = peer::open(j, Vec::new(), inbox, &WeightsCache::default(), TIMING, None);

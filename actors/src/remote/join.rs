@@ -25,11 +25,11 @@ use tokio::sync::oneshot;
 
 use super::frames::{FrameError, FrameStream, SharedPool};
 use super::link::{spawn_writer, FrameSender};
-use super::listener::read_frame;
 use super::parts;
-use crate::launch::node_start::{build_workers, start_node, StartedNode};
+use super::timing::read_frame;
 use crate::messages::{Deliver, Recycle};
 use crate::node::Node;
+use crate::node_start::{build_workers, start_node, StartedNode};
 
 /// Why a node could not join or stopped serving.
 #[derive(Debug, thiserror::Error)]

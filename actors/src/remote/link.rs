@@ -26,7 +26,7 @@ const DIRECT_MAX: usize = 4096;
 
 /// The writer task is gone (the connection failed, its error was reported).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WriterGone;
+pub(crate) struct WriterGone;
 
 /// The socket and what is waiting to be written to it, shared by the senders and
 /// the task (all on one thread).
@@ -39,7 +39,7 @@ struct Shared {
 
 /// Sends a connection's frames (whole, prefix included, or one part after another).
 #[derive(Clone)]
-pub struct FrameSender {
+pub(crate) struct FrameSender {
     tx: mpsc::UnboundedSender<Bytes>,
     shared: Rc<Shared>,
 }
@@ -47,7 +47,7 @@ pub struct FrameSender {
 impl FrameSender {
     /// Sends `part`: straight to the socket if it is small, nothing is queued and the
     /// socket takes all of it, else (what is left of it) through the writer task.
-    pub fn send(&self, mut part: Bytes) -> Result<(), WriterGone> {
+    pub(crate) fn send(&self, mut part: Bytes) -> Result<(), WriterGone> {
         let sh = &self.shared;
         if sh.queued.get() == 0 && !part.is_empty() && part.len() <= DIRECT_MAX {
             // A real error here is met again, and reported, by the task.
@@ -66,7 +66,7 @@ impl FrameSender {
 /// Starts the writer task and returns a sender for the connection's frames.
 /// `on_error` is called once if a write fails. The task ends, after writing what
 /// was queued, when every sender is dropped.
-pub fn spawn_writer(
+pub(crate) fn spawn_writer(
     w: OwnedWriteHalf,
     on_error: impl FnOnce(String) + 'static,
 ) -> (FrameSender, actix_rt::task::JoinHandle<()>) {

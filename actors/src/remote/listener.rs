@@ -4,62 +4,43 @@
 //! [`MAX_PENDING_LOGINS`] wait at once, accept errors back off, and its log lines
 //! are rate-limited: anyone can reach the port.
 //! The decisions are the core's ([`TrainerHandshake`], [`Admission`]); this moves
-//! their frames.
+//! their frames. Admitted nodes wait for the run to start in the `lobby`.
 
 use std::cell::RefCell;
-use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-use bytes::Bytes;
 use std::time::{Duration, Instant};
 
 use rollout::connection::{Admission, HandshakeStep, LogLimit, PendingLogins, TrainerHandshake};
 use rollout::node_spec::NodeSpec;
-use rollout::wire::{self, TrainerFrame, Welcome, LOGIN_MAX_FRAME, NONCE_LEN, PREFIX_LEN};
+use rollout::wire::{self, TrainerFrame, Welcome, LOGIN_MAX_FRAME, NONCE_LEN};
 use rollout::Weights;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, Notify};
 
-use super::peer::{until_next_beat, PeerTiming};
+use super::timing::{read_frame, PeerTiming};
 
 /// What the listener needs to admit nodes.
 #[derive(Clone)]
-pub struct DoorConfig {
+pub(crate) struct DoorConfig {
     /// The shared token.
-    pub token: Vec<u8>,
+    pub(crate) token: Vec<u8>,
     /// Heartbeat and frame limits, told to every node in `Welcome`.
-    pub timing: PeerTiming,
+    pub(crate) timing: PeerTiming,
     /// Deadline of one handshake.
-    pub handshake_timeout: Duration,
+    pub(crate) handshake_timeout: Duration,
 }
 
 /// A node that passed the handshake and was sent `Welcome`.
-pub struct Joined {
+pub(crate) struct Joined {
     /// Its slot.
-    pub index: usize,
+    pub(crate) index: usize,
     /// Its name.
-    pub name: String,
-    /// Where it connected from.
-    pub peer: SocketAddr,
+    pub(crate) name: String,
     /// The connection.
-    pub stream: TcpStream,
-}
-
-/// Reads one frame body straight from a stream (no read-ahead, so the stream can
-/// be handed on intact after the handshake).
-pub async fn read_frame(s: &mut TcpStream, max: usize) -> Result<Vec<u8>, String> {
-    let mut prefix = [0u8; PREFIX_LEN];
-    s.read_exact(&mut prefix)
-        .await
-        .map_err(|e| format!("reading a frame: {e}"))?;
-    let len = wire::body_len(prefix, max).map_err(|e| e.to_string())?;
-    let mut body = vec![0u8; len];
-    s.read_exact(&mut body)
-        .await
-        .map_err(|e| format!("frame cut short: {e}"))?;
-    Ok(body)
+    pub(crate) stream: TcpStream,
 }
 
 async fn send(s: &mut TcpStream, f: &TrainerFrame, max: usize) -> Result<(), String> {
@@ -69,24 +50,11 @@ async fn send(s: &mut TcpStream, f: &TrainerFrame, max: usize) -> Result<(), Str
 
 /// Each node's weights to welcome it with, by index: the trainer's version 0 (a node
 /// that rejoins gets newer weights from the trainer right after, as an update).
-pub type WelcomeWeights = Rc<Vec<Option<Arc<Weights>>>>;
-
-/// Runs the accept loop for the life of the actix system. Every node admitted
-/// comes out of the returned channel; `weights` gives each node the weights to
-/// welcome it with.
-pub fn open(
-    listener: TcpListener,
-    specs: Vec<NodeSpec>,
-    cfg: DoorConfig,
-    weights: WelcomeWeights,
-) -> mpsc::UnboundedReceiver<Joined> {
-    let admission = Rc::new(RefCell::new(Admission::new(specs.len())));
-    open_with(listener, specs, cfg, weights, admission)
-}
+pub(crate) type WelcomeWeights = Rc<Vec<Option<Arc<Weights>>>>;
 
 /// Most connections waiting to log in at once; one more closes the oldest. Real
 /// nodes log in within a round trip or two, so only a flood or idle peers reach it.
-pub const MAX_PENDING_LOGINS: usize = 64;
+pub(crate) const MAX_PENDING_LOGINS: usize = 64;
 
 /// At the cap, how long the accept loop leaves the oldest connection to log in
 /// before the next arrival closes it: the door stops accepting meanwhile (the
@@ -94,7 +62,7 @@ pub const MAX_PENDING_LOGINS: usize = 64;
 /// thousand real nodes joining at once log in 64 at a time instead of closing each
 /// other; an idle peer still goes, a quarter second later. (The handshake deadline
 /// is far longer.)
-pub const LOGIN_GRACE: Duration = Duration::from_millis(250);
+pub(crate) const LOGIN_GRACE: Duration = Duration::from_millis(250);
 
 /// How long the accept loop waits after an accept error before trying again (out
 /// of file descriptors, say: retrying at once would spin), as hyper's does.
@@ -118,9 +86,11 @@ impl DoorLogs {
     }
 }
 
-/// [`open`] over slots the caller keeps: releasing slot `i` (its node is gone and
-/// being replaced) lets a node asking for index `i` in again.
-pub fn open_with(
+/// Runs the accept loop for the life of the actix system, over slots the caller keeps:
+/// every node admitted comes out of the returned channel, welcomed with its weights of
+/// `weights`; releasing slot `i` (its node is gone and being replaced) lets a node
+/// asking for index `i` in again.
+pub(crate) fn open_with(
     listener: TcpListener,
     specs: Vec<NodeSpec>,
     cfg: DoorConfig,
@@ -182,7 +152,7 @@ pub fn open_with(
                         freed.notify_one();
                     }
                 };
-                let r = door(stream, peer, &cfg, &specs, &admission, &weights, cancel, leave).await;
+                let r = door(stream, &cfg, &specs, &admission, &weights, cancel, leave).await;
                 leave();
                 match r {
                     Ok(joined) => {
@@ -218,7 +188,6 @@ fn grace_left<T>(pending: &PendingLogins<(Instant, T)>, now: Instant) -> Option<
 #[allow(clippy::too_many_arguments)]
 async fn door(
     mut s: TcpStream,
-    peer: SocketAddr,
     cfg: &DoorConfig,
     specs: &[NodeSpec],
     admission: &RefCell<Admission>,
@@ -274,7 +243,6 @@ async fn door(
     Ok(Joined {
         index,
         name: node_name,
-        peer,
         stream: s,
     })
 }
@@ -293,117 +261,6 @@ async fn login(s: &mut TcpStream, cfg: &DoorConfig) -> Result<(String, Option<us
             HandshakeStep::Reject(reason) => return Err(reason),
             HandshakeStep::Authenticated { node_name, node_index } => return Ok((node_name, node_index)),
         }
-    }
-}
-
-/// Most bytes a node waiting for the run to start may send before it is read by
-/// its peer (its `ready` and heartbeats are a few hundred): past it the lobby
-/// stops reading, and the socket's buffers hold the rest.
-const LOBBY_BYTES: usize = 1 << 20;
-
-/// A node admitted during the join phase, waiting for the others: its connection
-/// is read (into a buffer, nothing decoded) so that a node that drops is seen at
-/// once and its slot freed for another.
-pub struct Waiting {
-    /// Its slot.
-    pub index: usize,
-    stop: oneshot::Sender<()>,
-    back: oneshot::Receiver<(Joined, Vec<u8>)>,
-}
-
-/// Watches `j` until [`Waiting::start`], sending it a heartbeat every `every` (on
-/// the beats of the clock the peers share) so that a node admitted early is not left
-/// in silence while the others join; if its connection closes first, sends
-/// `(index, reason)` to `gone` (the connection is then dropped). `buf`: bytes of it
-/// already read (empty unless it waited before).
-pub fn wait_in_lobby(
-    mut j: Joined,
-    mut buf: Vec<u8>,
-    every: Duration,
-    gone: mpsc::UnboundedSender<(usize, String)>,
-) -> Waiting {
-    let (stop, mut stop_rx) = oneshot::channel();
-    let (back_tx, back) = oneshot::channel();
-    let index = j.index;
-    actix_rt::spawn(async move {
-        let beat = heartbeat_frame();
-        // Bytes of the current heartbeat not written yet (its tail): a frame is
-        // written whole before another begins, and before the connection is handed on.
-        let mut unsent = 0usize;
-        let first = tokio::time::Instant::now() + until_next_beat(Instant::now(), every);
-        let mut beats = tokio::time::interval_at(first, every);
-        beats.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let reason = loop {
-            // Every branch is cancel-safe: a read or write either moved bytes or did not.
-            // The start wins over bytes or an end that arrive at the same time. Past
-            // [`LOBBY_BYTES`] the lobby stops reading (the socket's buffers hold the rest).
-            tokio::select! {
-                biased;
-                _ = &mut stop_rx => break None,
-                _ = beats.tick(), if unsent == 0 => unsent = beat.len(),
-                r = j.stream.writable(), if unsent > 0 => {
-                    let written = r.and_then(|()| match j.stream.try_write(&beat[beat.len() - unsent..]) {
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(0),
-                        r => r,
-                    });
-                    match written {
-                        Ok(n) => unsent -= n,
-                        Err(e) => break Some(format!("connection lost: {e}")),
-                    }
-                }
-                r = j.stream.readable(), if buf.len() < LOBBY_BYTES => {
-                    let read = r.and_then(|()| match j.stream.try_read_buf(&mut buf) {
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
-                        r => r.map(Some),
-                    });
-                    match read {
-                        Ok(Some(0)) => break Some("closed its connection".to_string()),
-                        Ok(_) => {}
-                        Err(e) => break Some(format!("connection lost: {e}")),
-                    }
-                }
-            }
-        };
-        // A heartbeat begun is finished before the connection is handed on; a peer
-        // that does not take a few bytes within four intervals is gone.
-        let reason = match reason {
-            None if unsent > 0 => {
-                let rest = &beat[beat.len() - unsent..];
-                match tokio::time::timeout(every * 4, j.stream.write_all(rest)).await {
-                    Ok(Ok(())) => None,
-                    Ok(Err(e)) => Some(format!("connection lost: {e}")),
-                    Err(_) => Some("does not read what the trainer sends".to_string()),
-                }
-            }
-            r => r,
-        };
-        match reason {
-            None => {
-                let _ = back_tx.send((j, buf));
-            }
-            Some(reason) => {
-                let _ = gone.send((index, reason));
-            }
-        }
-    });
-    Waiting { index, stop, back }
-}
-
-/// The encoded `heartbeat` frame, the same bytes every time: encoded once per process.
-pub(super) fn heartbeat_frame() -> Bytes {
-    static FRAME: OnceLock<Bytes> = OnceLock::new();
-    FRAME
-        .get_or_init(|| Bytes::from(wire::encode(&TrainerFrame::Heartbeat, usize::MAX).unwrap_or_default()))
-        .clone()
-}
-
-impl Waiting {
-    /// The run starts: the connection back, with the bytes the node sent meanwhile
-    /// (to be read before the socket's); `None` if it closed in the meantime (its
-    /// `gone` message is then already sent).
-    pub async fn start(self) -> Option<(Joined, Vec<u8>)> {
-        let _ = self.stop.send(());
-        self.back.await.ok()
     }
 }
 

@@ -1,13 +1,17 @@
 //! Remote nodes over TCP: the trainer's listener, connections and inbox, the node's join.
+//! Users reach only what a node program needs (re-exported below); the rest is the
+//! crate's own.
 
-pub mod arrival;
-pub mod connection;
-pub mod frames;
-pub mod inbox;
-pub mod join;
-pub mod link;
-pub mod listener;
-pub mod parts;
-pub mod peer;
+pub(crate) mod arrival;
+pub(crate) mod connection;
+pub(crate) mod frames;
+pub(crate) mod inbox;
+pub(crate) mod join;
+pub(crate) mod link;
+pub(crate) mod listener;
+pub(crate) mod lobby;
+pub(crate) mod parts;
+pub(crate) mod peer;
+pub(crate) mod timing;
 
 pub use join::{read_token, run_node, JoinError, LeaveHandle, NodeOptions};

@@ -12,7 +12,7 @@ use rollout::wire::FramePart;
 use rollout::Tensor;
 
 /// What owns the tensors a frame's parts point into.
-pub trait TensorHolder: Send + Sync + 'static {
+pub(crate) trait TensorHolder: Send + Sync + 'static {
     /// The tensor named `key`, if any.
     fn tensor(&self, key: &str) -> Option<&Tensor>;
 }
@@ -25,7 +25,7 @@ impl TensorHolder for Weights {
 
 /// The tensors whose memory already is their encoding: their names, and those bytes
 /// (the `blobs` of [`rollout::wire::encode_parts`], in the same order).
-pub fn blobs<'a>(tensors: impl Iterator<Item = (&'a str, &'a Tensor)>) -> (Vec<String>, Vec<&'a [u8]>) {
+pub(crate) fn blobs<'a>(tensors: impl Iterator<Item = (&'a str, &'a Tensor)>) -> (Vec<String>, Vec<&'a [u8]>) {
     tensors
         .filter_map(|(k, t)| t.le_bytes_in_place().map(|b| (k.to_string(), b)))
         .unzip()
@@ -33,7 +33,7 @@ pub fn blobs<'a>(tensors: impl Iterator<Item = (&'a str, &'a Tensor)>) -> (Vec<S
 
 /// The parts of [`rollout::wire::encode_parts`] as bytes to write: its own bytes as
 /// they are, blob `i` as the memory of tensor `keys[i]` of `holder`.
-pub fn to_bytes<H: TensorHolder>(parts: Vec<FramePart>, keys: &[String], holder: &Arc<H>) -> Vec<Bytes> {
+pub(crate) fn to_bytes<H: TensorHolder>(parts: Vec<FramePart>, keys: &[String], holder: &Arc<H>) -> Vec<Bytes> {
     parts
         .into_iter()
         .map(|p| match p {

@@ -8,36 +8,27 @@
 //! gone is decided by the connection's `TrainerSession` (the protocol's rules, in
 //! the core); silence becomes a logged reason and the node's `Failed`.
 
+use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use actix::prelude::*;
+use rollout::connection::Admission;
 use rollout::wire::NodeFrame;
 
 use super::arrival::ArrivalNotice;
 use super::connection::{Connection, Disconnect, WeightsCache};
 use super::frames::FrameStream;
-use super::inbox::Inbox;
+use super::inbox::{Inbox, InboxItem};
 use super::link::spawn_writer;
 use super::listener::Joined;
-
-/// Settings of a peer connection.
-#[derive(Clone, Copy, Debug)]
-pub struct PeerTiming {
-    /// How often a heartbeat goes out.
-    pub heartbeat: Duration,
-    /// Silence after which the peer is gone.
-    pub timeout: Duration,
-    /// Largest frame body.
-    pub max_frame: usize,
-}
+use super::timing::{until_next_beat, PeerTiming};
 
 /// Opens the connection of node `j`, which passed the handshake (`early`: its bytes
 /// read past the handshake): its frames are read in `inbox`, its actor keeps it
 /// alive and calls `on_stop` once it stopped. What the trainer uses to reach it is
 /// returned.
-pub fn open(
+pub(crate) fn open(
     j: Joined,
     early: Vec<u8>,
     inbox: &Inbox,
@@ -56,7 +47,10 @@ pub fn open(
         out,
         cache.clone(),
         timing,
-        inbox.clone(),
+        {
+            let inbox = inbox.clone();
+            Box::new(move |failed| inbox.push(InboxItem::Message(failed)))
+        },
         actor,
     ));
     // A node goes on while its batch travels, when the trainer lets it.
@@ -72,8 +66,24 @@ pub fn open(
     conn
 }
 
+/// [`open`] for a node admitted into a slot of `frees` (elastic runs): its slot is
+/// free again once its actor stopped, after the trainer was told of its close.
+pub(crate) fn open_in_slot(
+    j: Joined,
+    early: Vec<u8>,
+    inbox: &Inbox,
+    cache: &WeightsCache,
+    timing: PeerTiming,
+    frees: Option<Rc<RefCell<Admission>>>,
+) -> Rc<Connection> {
+    let slot = j.index;
+    let on_stop =
+        frees.map(|admission| -> Box<dyn FnOnce()> { Box::new(move || admission.borrow_mut().release(slot)) });
+    open(j, early, inbox, cache, timing, on_stop)
+}
+
 /// A remote node's connection actor: heartbeats and silence.
-pub struct RemoteNode {
+pub(crate) struct RemoteNode {
     conn: Rc<Connection>,
     /// Called once the actor stopped (an elastic run frees the node's slot): after the
     /// connection closed and the trainer was told, so a node joining the slot next is
@@ -116,23 +126,6 @@ impl Actor for RemoteNode {
     }
 }
 
-/// How long from `now` to the next multiple of `every` on one clock shared by every
-/// connection of the process: the trainer's heartbeats to all its nodes fall on the
-/// same beats, so one wakeup sends them all (a timer per connection, each on its own
-/// phase, woke the trainer, and every node behind it, once per node and interval).
-/// Each connection still hears a heartbeat every `every`.
-pub(super) fn until_next_beat(now: Instant, every: Duration) -> Duration {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    beat_delay(*EPOCH.get_or_init(Instant::now), now, every)
-}
-
-/// From `now` to the next `epoch + k * every`.
-fn beat_delay(epoch: Instant, now: Instant, every: Duration) -> Duration {
-    let every_ns = every.as_nanos().max(1);
-    let phase = now.saturating_duration_since(epoch).as_nanos() % every_ns;
-    Duration::from_nanos(u64::try_from(every_ns - phase).unwrap_or(u64::MAX))
-}
-
 impl Handler<Disconnect> for RemoteNode {
     type Result = ();
 
@@ -140,39 +133,5 @@ impl Handler<Disconnect> for RemoteNode {
     fn handle(&mut self, msg: Disconnect, ctx: &mut Self::Context) {
         self.conn.close(msg.0);
         ctx.stop();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn heartbeats_fall_on_the_beats_of_one_clock_an_interval_apart() {
-        let every = Duration::from_millis(1000);
-        let epoch = Instant::now();
-        let ms = Duration::from_millis;
-        assert_eq!(
-            beat_delay(epoch, epoch, every),
-            every,
-            "on a beat: the next is a whole interval away"
-        );
-        assert_eq!(
-            beat_delay(epoch, epoch + ms(300), every),
-            ms(700),
-            "a connection started later: the same beat"
-        );
-        assert_eq!(
-            beat_delay(epoch, epoch + ms(1002), every),
-            ms(998),
-            "a timer fired late does not drift"
-        );
-        assert_eq!(
-            beat_delay(epoch + ms(5), epoch, every),
-            every,
-            "before the epoch: one interval"
-        );
-        let first = until_next_beat(Instant::now(), every);
-        assert!(first > Duration::ZERO && first <= every, "{first:?}");
     }
 }

@@ -7,23 +7,23 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use rollout::connection::Admission;
-use rollout::machine::TrainerMachine;
-use rollout::node_spec::NodeSpec;
 use tokio::net::TcpListener;
 
 use super::local::Started;
 use super::process::Children;
+use super::NodePlan;
 use crate::error::CollectError;
-use crate::remote::connection::{Connection, WeightsCache};
+use crate::remote::connection::WeightsCache;
 use crate::remote::inbox::{Inbox, InboxItem};
-use crate::remote::listener::{self, DoorConfig, Joined, Waiting};
-use crate::remote::peer::{self, PeerTiming};
+use crate::remote::listener::{self, DoorConfig, Joined};
+use crate::remote::lobby::{self, Waiting};
+use crate::remote::peer;
 use crate::trainer::{NodeRestartFailed, Restarter, Trainer};
 
 /// Watches the nodes a launcher started while the trainer waits for them to join
 /// (the `Slurm` launcher reads its tasks' states). Both calls may block (they run on a
 /// blocking thread) and must be bounded.
-pub trait JoinWatch: Send + Sync {
+pub(crate) trait JoinWatch: Send + Sync {
     /// Called about once a second with the node indices not joined yet: `Some(reason)`
     /// when some of them never will (ends the wait at once with that reason).
     fn hopeless(&self, missing: &[usize]) -> Option<String>;
@@ -40,22 +40,9 @@ impl JoinWatch for super::slurm::SlurmQuery {
     }
 }
 
-/// Waits (bounded) for every node to join, then starts the trainer over them.
-/// Must run inside a running actix `System`.
-pub async fn start(
-    machine: TrainerMachine,
-    specs: Vec<NodeSpec>,
-    listener: std::net::TcpListener,
-    door: DoorConfig,
-    join_timeout: Duration,
-    seed: u64,
-) -> Result<Started, CollectError> {
-    start_watched(machine, specs, listener, door, join_timeout, seed, None, None).await
-}
-
 /// How a launcher that started its nodes starts one again.
 #[derive(Clone)]
-pub enum Respawn {
+pub(crate) enum Respawn {
     /// `Process`: kill the old child (also when stopped), spawn a new one.
     Process(Arc<Mutex<Children>>),
     /// `Slurm`: cancel the old task, resubmit the batch script as that single array task.
@@ -79,6 +66,12 @@ impl Restarter for RemoteRestarter {
         if let Some(p) = self.pending.borrow_mut().get_mut(node) {
             *p = Some(restart);
         }
+        let pending = PendingRestart {
+            pending: self.pending.clone(),
+            node,
+            restart,
+            trainer,
+        };
         match &self.respawn {
             Some(Respawn::Process(children)) => {
                 let r = match children.lock() {
@@ -87,92 +80,83 @@ impl Restarter for RemoteRestarter {
                 };
                 match r {
                     Ok(pid) => tracing::warn!(node, restart, pid, %cause, "node process replaced"),
-                    Err(e) => {
-                        return self.give_up(node, format!("cannot start node process {node} again: {e}"), &trainer);
-                    }
+                    Err(e) => return pending.give_up(format!("cannot start node process {node} again: {e}")),
                 }
             }
             Some(Respawn::Slurm(slurm)) => {
                 // sbatch blocks (bounded): off the trainer's thread.
                 tracing::warn!(node, restart, %cause, "resubmitting the node's SLURM task");
                 let slurm = slurm.clone();
-                let pending = self.pending.clone();
-                let trainer = trainer.clone();
+                let pending = pending.clone();
                 actix_rt::spawn(async move {
-                    let r = actix_rt::task::spawn_blocking(move || slurm.resubmit(node)).await;
-                    let reason = match r {
+                    let error = match actix_rt::task::spawn_blocking(move || slurm.resubmit(node)).await {
                         Ok(Ok(_)) => return,
-                        Ok(Err(e)) => format!("cannot resubmit node {node}'s SLURM task: {e}"),
-                        Err(e) => format!("cannot resubmit node {node}'s SLURM task: {e}"),
+                        Ok(Err(e)) => e.to_string(),
+                        Err(e) => e.to_string(),
                     };
-                    if pending.borrow().get(node).copied().flatten() == Some(restart) {
-                        if let Some(p) = pending.borrow_mut().get_mut(node) {
-                            *p = None;
-                        }
-                        trainer.do_send(NodeRestartFailed { node, reason });
-                    }
+                    pending.give_up(format!("cannot resubmit node {node}'s SLURM task: {error}"));
                 });
             }
             None => tracing::warn!(node, restart, %cause, "waiting for node to rejoin"),
         }
-        let pending = self.pending.clone();
         let wait = self.join_timeout;
         actix_rt::spawn(async move {
             tokio::time::sleep(wait).await;
-            let expired = pending.borrow().get(node).copied().flatten() == Some(restart);
-            if expired {
-                if let Some(p) = pending.borrow_mut().get_mut(node) {
-                    *p = None;
-                }
-                trainer.do_send(NodeRestartFailed {
-                    node,
-                    reason: format!("no node rejoined as index {node} within {:.1} s", wait.as_secs_f64()),
-                });
-            }
+            pending.give_up(format!(
+                "no node rejoined as index {node} within {:.1} s",
+                wait.as_secs_f64()
+            ));
         });
     }
 }
 
-impl RemoteRestarter {
-    fn give_up(&mut self, node: usize, reason: String, trainer: &Addr<Trainer>) {
-        if let Some(p) = self.pending.borrow_mut().get_mut(node) {
-            *p = None;
+/// Restart number `restart` of node `node`, waiting for its node to join.
+#[derive(Clone)]
+struct PendingRestart {
+    /// The restart in progress of each node.
+    pending: Rc<RefCell<Vec<Option<u32>>>>,
+    node: usize,
+    restart: u32,
+    trainer: Addr<Trainer>,
+}
+
+impl PendingRestart {
+    /// The restart failed for `reason`: the trainer hears it, unless a node joined
+    /// for it or a later restart replaced it meanwhile.
+    fn give_up(&self, reason: String) {
+        let mut pending = self.pending.borrow_mut();
+        let Some(slot) = pending.get_mut(self.node) else {
+            return;
+        };
+        if *slot == Some(self.restart) {
+            *slot = None;
+            self.trainer.do_send(NodeRestartFailed {
+                node: self.node,
+                reason,
+            });
         }
-        trainer.do_send(NodeRestartFailed { node, reason });
     }
 }
 
-/// Opens the connection of a node that joined (see [`peer::open`]). With `frees`
-/// (elastic runs) its slot is free again once its actor stopped: after the trainer
-/// was told of its close.
-pub(super) fn start_peer(
-    j: Joined,
-    early: Vec<u8>,
-    inbox: &Inbox,
-    cache: &WeightsCache,
-    timing: PeerTiming,
-    frees: Option<Rc<RefCell<Admission>>>,
-) -> Rc<Connection> {
-    let slot = j.index;
-    let on_stop =
-        frees.map(|admission| -> Box<dyn FnOnce()> { Box::new(move || admission.borrow_mut().release(slot)) });
-    peer::open(j, early, inbox, cache, timing, on_stop)
-}
-
-/// [`start`], with a [`JoinWatch`] on the nodes while they join. With supervision on in
-/// `machine`, a failed node's slot is freed and a node joining under its index replaces
+/// Waits (bounded) for every node to join, then starts the trainer over them, with a
+/// [`JoinWatch`] on the nodes while they join. Must run inside a running actix
+/// `System`. With supervision on in the plan's machine, a failed node's slot is freed and a node joining under its index replaces
 /// it; a node this trainer started is started again by `respawn`.
-#[allow(clippy::too_many_arguments)]
-pub async fn start_watched(
-    machine: TrainerMachine,
-    specs: Vec<NodeSpec>,
+pub(crate) async fn start(
+    plan: NodePlan,
     listener: std::net::TcpListener,
     door: DoorConfig,
     join_timeout: Duration,
-    seed: u64,
     watch: Option<Arc<dyn JoinWatch>>,
     respawn: Option<Respawn>,
 ) -> Result<Started, CollectError> {
+    let NodePlan {
+        machine,
+        specs,
+        seed,
+        delivery,
+        ..
+    } = plan;
     let n = specs.len();
     // An elastic run starts with its minimum; the others may join while it runs.
     let elastic = machine.membership().is_some();
@@ -199,7 +183,7 @@ pub async fn start_watched(
         while waiting.len() < need {
             tokio::select! {
                 r = tokio::time::timeout_at(deadline, joined_rx.recv()) => match r {
-                    Ok(Some(j)) => waiting.push(listener::wait_in_lobby(j, Vec::new(), timing.heartbeat, gone_tx.clone())),
+                    Ok(Some(j)) => waiting.push(lobby::wait_in_lobby(j, Vec::new(), timing.heartbeat, gone_tx.clone())),
                     Ok(None) => return Err(CollectError::Join("the listener stopped".into())),
                     Err(_) => {
                         let missing = missing(&waiting);
@@ -254,7 +238,7 @@ pub async fn start_watched(
             break back;
         }
         for (j, early) in back {
-            waiting.push(listener::wait_in_lobby(j, early, timing.heartbeat, gone_tx.clone()));
+            waiting.push(lobby::wait_in_lobby(j, early, timing.heartbeat, gone_tx.clone()));
         }
     };
     joined.sort_by_key(|(j, _)| j.index);
@@ -269,15 +253,18 @@ pub async fn start_watched(
             inbox,
             timing,
             seed,
+            delivery,
         };
-        return Ok(run.start(machine, n, joined, joined_rx, trainer_ctx, start_peer));
+        return Ok(run.start(machine, n, joined, joined_rx, trainer_ctx));
     }
     let nodes = joined
         .into_iter()
-        .map(|(j, early)| start_peer(j, early, &inbox, &cache, timing, None))
+        .map(|(j, early)| peer::open_in_slot(j, early, &inbox, &cache, timing, None))
         .collect();
     let supervised = machine.supervision().is_some();
-    let mut t = Trainer::remote(machine, nodes, inbox.clone()).with_initial_seed(seed);
+    let mut t = Trainer::remote(machine, nodes, inbox.clone())
+        .with_initial_seed(seed)
+        .with_delivery(delivery);
     if supervised {
         let pending = Rc::new(RefCell::new(vec![None; n]));
         t = t.with_restarter(Box::new(RemoteRestarter {
@@ -297,7 +284,7 @@ pub async fn start_watched(
                     continue;
                 };
                 tracing::info!(node, restart, name = %j.name, "node rejoined");
-                let conn = start_peer(j, Vec::new(), &inbox, &cache, timing, None);
+                let conn = peer::open_in_slot(j, Vec::new(), &inbox, &cache, timing, None);
                 inbox.push(InboxItem::Restarted(node, conn));
             }
         });

@@ -1,0 +1,113 @@
+//! The lobby: nodes admitted while the others join wait here, heartbeated and read
+//! (nothing decoded) so that one that drops is seen at once and its slot freed.
+
+use std::time::{Duration, Instant};
+
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{mpsc, oneshot};
+
+use super::listener::Joined;
+use super::timing::{heartbeat_frame, until_next_beat};
+
+/// Most bytes a node waiting for the run to start may send before it is read by
+/// its peer (its `ready` and heartbeats are a few hundred): past it the lobby
+/// stops reading, and the socket's buffers hold the rest.
+const LOBBY_BYTES: usize = 1 << 20;
+
+/// A node admitted during the join phase, waiting for the others: its connection
+/// is read (into a buffer, nothing decoded) so that a node that drops is seen at
+/// once and its slot freed for another.
+pub(crate) struct Waiting {
+    /// Its slot.
+    pub(crate) index: usize,
+    stop: oneshot::Sender<()>,
+    back: oneshot::Receiver<(Joined, Vec<u8>)>,
+}
+
+/// Watches `j` until [`Waiting::start`], sending it a heartbeat every `every` (on
+/// the beats of the clock the peers share) so that a node admitted early is not left
+/// in silence while the others join; if its connection closes first, sends
+/// `(index, reason)` to `gone` (the connection is then dropped). `buf`: bytes of it
+/// already read (empty unless it waited before).
+pub(crate) fn wait_in_lobby(
+    mut j: Joined,
+    mut buf: Vec<u8>,
+    every: Duration,
+    gone: mpsc::UnboundedSender<(usize, String)>,
+) -> Waiting {
+    let (stop, mut stop_rx) = oneshot::channel();
+    let (back_tx, back) = oneshot::channel();
+    let index = j.index;
+    actix_rt::spawn(async move {
+        let beat = heartbeat_frame();
+        // Bytes of the current heartbeat not written yet (its tail): a frame is
+        // written whole before another begins, and before the connection is handed on.
+        let mut unsent = 0usize;
+        let first = tokio::time::Instant::now() + until_next_beat(Instant::now(), every);
+        let mut beats = tokio::time::interval_at(first, every);
+        beats.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let reason = loop {
+            // Every branch is cancel-safe: a read or write either moved bytes or did not.
+            // The start wins over bytes or an end that arrive at the same time. Past
+            // [`LOBBY_BYTES`] the lobby stops reading (the socket's buffers hold the rest).
+            tokio::select! {
+                biased;
+                _ = &mut stop_rx => break None,
+                _ = beats.tick(), if unsent == 0 => unsent = beat.len(),
+                r = j.stream.writable(), if unsent > 0 => {
+                    let written = r.and_then(|()| match j.stream.try_write(&beat[beat.len() - unsent..]) {
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(0),
+                        r => r,
+                    });
+                    match written {
+                        Ok(n) => unsent -= n,
+                        Err(e) => break Some(format!("connection lost: {e}")),
+                    }
+                }
+                r = j.stream.readable(), if buf.len() < LOBBY_BYTES => {
+                    let read = r.and_then(|()| match j.stream.try_read_buf(&mut buf) {
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
+                        r => r.map(Some),
+                    });
+                    match read {
+                        Ok(Some(0)) => break Some("closed its connection".to_string()),
+                        Ok(_) => {}
+                        Err(e) => break Some(format!("connection lost: {e}")),
+                    }
+                }
+            }
+        };
+        // A heartbeat begun is finished before the connection is handed on; a peer
+        // that does not take a few bytes within four intervals is gone.
+        let reason = match reason {
+            None if unsent > 0 => {
+                let rest = &beat[beat.len() - unsent..];
+                match tokio::time::timeout(every * 4, j.stream.write_all(rest)).await {
+                    Ok(Ok(())) => None,
+                    Ok(Err(e)) => Some(format!("connection lost: {e}")),
+                    Err(_) => Some("does not read what the trainer sends".to_string()),
+                }
+            }
+            r => r,
+        };
+        match reason {
+            None => {
+                let _ = back_tx.send((j, buf));
+            }
+            Some(reason) => {
+                let _ = gone.send((index, reason));
+            }
+        }
+    });
+    Waiting { index, stop, back }
+}
+
+impl Waiting {
+    /// The run starts: the connection back, with the bytes the node sent meanwhile
+    /// (to be read before the socket's); `None` if it closed in the meantime (its
+    /// `gone` message is then already sent).
+    pub(crate) async fn start(self) -> Option<(Joined, Vec<u8>)> {
+        let _ = self.stop.send(());
+        self.back.await.ok()
+    }
+}
