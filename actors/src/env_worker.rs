@@ -57,13 +57,11 @@ pub fn worker_arbiter(nice: i32) -> Arbiter {
 /// Lowers the calling thread's priority by `nice` from its process's (Linux nice
 /// values are per thread). Failing to is logged and harmless.
 fn lower_this_thread(nice: i32) {
-    // SAFETY: plain system calls with no memory arguments, about the calling thread.
-    let (tid, base) = unsafe { (libc::gettid(), libc::getpriority(libc::PRIO_PROCESS, 0)) };
-    let target = (base + nice).clamp(-20, 19);
-    // SAFETY: as above.
-    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, target) };
-    if rc != 0 {
-        let e = std::io::Error::last_os_error();
+    let lowered = rustix::process::getpriority_process(None).and_then(|base| {
+        let target = (base + nice).clamp(-20, 19);
+        rustix::process::setpriority_process(Some(rustix::thread::gettid()), target)
+    });
+    if let Err(e) = lowered {
         tracing::debug!(nice, error = %e, "could not lower an env worker's priority");
     }
 }

@@ -290,11 +290,13 @@ impl fmt::Display for TaskState {
 
 /// Runs `program args` with a deadline; its stdout on success.
 pub(super) fn run(program: &str, args: &[&str], timeout: Duration) -> Result<String, SlurmError> {
+    use wait_timeout::ChildExt as _;
+    let deadline = Instant::now() + timeout;
     let command = std::iter::once(program)
         .chain(args.iter().copied())
         .collect::<Vec<_>>()
         .join(" ");
-    let child = Command::new(program)
+    let mut child = Command::new(program)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -304,37 +306,64 @@ pub(super) fn run(program: &str, args: &[&str], timeout: Duration) -> Result<Str
             command: command.clone(),
             source,
         })?;
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let out = match rx.recv_timeout(timeout) {
-        Ok(r) => r,
-        Err(_) => {
-            // SAFETY: kill(2) on the pid of a child we have not reaped yet.
-            unsafe {
-                libc::kill(pid as libc::pid_t, libc::SIGKILL);
-            }
-            let _ = rx.recv_timeout(Duration::from_secs(5));
-            return Err(SlurmError::Timeout {
-                command,
-                seconds: timeout.as_secs_f64(),
+    let stdout = read_on_thread(child.stdout.take());
+    let stderr = read_on_thread(child.stderr.take());
+    let timed_out = || SlurmError::Timeout {
+        command: command.clone(),
+        seconds: timeout.as_secs_f64(),
+    };
+    let status = match child.wait_timeout(timeout) {
+        Ok(Some(status)) => status,
+        waited => {
+            let _ = child.kill();
+            let _ = child.wait_timeout(KILL_WAIT);
+            return Err(match waited {
+                Err(source) => SlurmError::Spawn {
+                    command: command.clone(),
+                    source,
+                },
+                Ok(_) => timed_out(),
             });
         }
-    }
-    .map_err(|source| SlurmError::Spawn {
-        command: command.clone(),
-        source,
-    })?;
-    if !out.status.success() {
+    };
+    // The pipes end with the command, unless something it started holds them open.
+    let collect = |pipe: mpsc::Receiver<io::Result<Vec<u8>>>| match pipe
+        .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+    {
+        Ok(read) => read.map_err(|source| SlurmError::Spawn {
+            command: command.clone(),
+            source,
+        }),
+        Err(_) => Err(timed_out()),
+    };
+    let stdout = collect(stdout)?;
+    let stderr = collect(stderr)?;
+    if !status.success() {
         return Err(SlurmError::Failed {
             command,
-            status: out.status.to_string(),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            status: status.to_string(),
+            stderr: String::from_utf8_lossy(&stderr).trim().to_string(),
         });
     }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    Ok(String::from_utf8_lossy(&stdout).into_owned())
+}
+
+/// How long a command killed at its deadline is given to be reaped.
+const KILL_WAIT: Duration = Duration::from_secs(5);
+
+/// Reads `pipe` to its end on a thread of its own, so that a command writing more
+/// than a pipe holds never blocks on the other one; the bytes come on the receiver.
+fn read_on_thread(pipe: Option<impl Read + Send + 'static>) -> mpsc::Receiver<io::Result<Vec<u8>>> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let read = match pipe {
+            Some(mut pipe) => pipe.read_to_end(&mut bytes).map(|_| bytes),
+            None => Ok(bytes),
+        };
+        let _ = tx.send(read);
+    });
+    rx
 }
 
 /// `ID_i` → `i` for array task ids of job `job`.
