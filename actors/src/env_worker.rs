@@ -166,3 +166,26 @@ impl Handler<Replace> for EnvWorker {
         self.rollout = Some(msg.0);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::worker_arbiter;
+
+    #[test]
+    fn a_worker_thread_runs_its_nice_increment_below_its_process() {
+        actix_rt::System::new().block_on(async {
+            let base = rustix::process::getpriority_process(None).expect("getpriority");
+            let arbiter = worker_arbiter(3);
+            let (tx, rx) = std::sync::mpsc::channel();
+            // Runs after the lowering, which was spawned on the arbiter first.
+            arbiter.spawn_fn(move || {
+                let _ = tx.send(rustix::process::getpriority_process(None));
+            });
+            let seen = rx.recv_timeout(Duration::from_secs(10)).expect("the arbiter answers");
+            arbiter.stop();
+            assert_eq!(seen.ok(), Some((base + 3).min(19)));
+        });
+    }
+}

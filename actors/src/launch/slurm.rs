@@ -864,3 +864,69 @@ pub fn task_log(dir: &Path, task: usize, max: usize) -> Option<String> {
         .ok()?;
     Some(s)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_that_succeeds_gives_its_stdout() {
+        let out = run("sh", &["-c", "echo out; echo err >&2"], COMMAND_TIMEOUT);
+        assert_eq!(out.ok().as_deref(), Some("out\n"));
+    }
+
+    #[test]
+    fn a_command_that_fails_gives_its_status_and_stderr() {
+        match run("sh", &["-c", "echo why >&2; exit 3"], COMMAND_TIMEOUT) {
+            Err(SlurmError::Failed {
+                command,
+                status,
+                stderr,
+            }) => {
+                assert_eq!(command, "sh -c echo why >&2; exit 3");
+                assert!(status.contains('3'), "{status}");
+                assert_eq!(stderr, "why");
+            }
+            other => panic!("expected Failed, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_command_past_its_deadline_is_killed_and_named() {
+        let pid_file = std::env::temp_dir().join(format!("rollout-slurm-run-{}.pid", std::process::id()));
+        let script = format!("echo $$ > {}; exec sleep 30", pid_file.display());
+        let started = Instant::now();
+        match run("sh", &["-c", &script], Duration::from_millis(500)) {
+            Err(SlurmError::Timeout { command, seconds }) => {
+                assert_eq!(command, format!("sh -c {script}"));
+                assert_eq!(seconds, 0.5);
+            }
+            other => panic!("expected Timeout, got {other:?}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "took {:?}",
+            started.elapsed()
+        );
+        let pid = std::fs::read_to_string(&pid_file).expect("the command wrote its pid");
+        let _ = std::fs::remove_file(&pid_file);
+        // Killed and reaped: the pid is gone from /proc.
+        let proc_dir = PathBuf::from(format!("/proc/{}", pid.trim()));
+        assert!(!proc_dir.exists(), "{} still exists", proc_dir.display());
+    }
+
+    #[test]
+    fn output_larger_than_a_pipe_on_both_streams_is_read_whole() {
+        // 1 MiB on each stream: a reader of one pipe alone would leave the command
+        // blocked on the other, full one until the deadline.
+        let script = "head -c 1048576 /dev/zero | tr '\\0' a; head -c 1048576 /dev/zero >&2; exit 0";
+        let out = run("sh", &["-c", script], COMMAND_TIMEOUT);
+        assert_eq!(out.map(|s| s.len()).ok(), Some(1 << 20));
+    }
+
+    #[test]
+    fn a_missing_program_is_a_spawn_error() {
+        let out = run("/nonexistent/sbatch", &[], COMMAND_TIMEOUT);
+        assert!(matches!(out, Err(SlurmError::Spawn { .. })), "{out:?}");
+    }
+}
