@@ -31,7 +31,7 @@ fi
 
 # The release binary the training test runs (debug training is ~25x slower);
 # built here so that no test spends its deadline compiling.
-cargo build --release -p rollout-actors --bin rollout
+cargo build --release -p rollout-cli --bin rollout
 
 # Python learners (issue 18): the `rollout` extension module (python/collector,
 # PyO3 + maturin) built in release into the same venv.

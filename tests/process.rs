@@ -99,7 +99,7 @@ fn build_rollout(profile: &str) -> PathBuf {
             "build",
             "--quiet",
             "-p",
-            "rollout-actors",
+            "rollout-cli",
             "--bin",
             "rollout",
             "--profile",
@@ -132,7 +132,7 @@ fn build_rollout(profile: &str) -> PathBuf {
 /// The `rollout` binary of this test's own profile, built once per test process.
 ///
 /// `cargo test` builds the binaries of the package under test only, and `rollout` belongs to
-/// `rollout-actors`, so the first test to need it runs `cargo build -p rollout-actors --bin rollout`
+/// `rollout-cli`, so the first test to need it runs `cargo build -p rollout-cli --bin rollout`
 /// with this test's own target dir and profile (derived from the test executable's path,
 /// `<target>/<profile>/deps/<test>-<hash>`).
 pub fn rollout_bin() -> &'static Path {

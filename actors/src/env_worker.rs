@@ -57,13 +57,11 @@ pub fn worker_arbiter(nice: i32) -> Arbiter {
 /// Lowers the calling thread's priority by `nice` from its process's (Linux nice
 /// values are per thread). Failing to is logged and harmless.
 fn lower_this_thread(nice: i32) {
-    // SAFETY: plain system calls with no memory arguments, about the calling thread.
-    let (tid, base) = unsafe { (libc::gettid(), libc::getpriority(libc::PRIO_PROCESS, 0)) };
-    let target = (base + nice).clamp(-20, 19);
-    // SAFETY: as above.
-    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, target) };
-    if rc != 0 {
-        let e = std::io::Error::last_os_error();
+    let lowered = rustix::process::getpriority_process(None).and_then(|base| {
+        let target = (base + nice).clamp(-20, 19);
+        rustix::process::setpriority_process(Some(rustix::thread::gettid()), target)
+    });
+    if let Err(e) = lowered {
         tracing::debug!(nice, error = %e, "could not lower an env worker's priority");
     }
 }
@@ -166,5 +164,28 @@ impl Handler<Replace> for EnvWorker {
 
     fn handle(&mut self, msg: Replace, _ctx: &mut Self::Context) {
         self.rollout = Some(msg.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::worker_arbiter;
+
+    #[test]
+    fn a_worker_thread_runs_its_nice_increment_below_its_process() {
+        actix_rt::System::new().block_on(async {
+            let base = rustix::process::getpriority_process(None).expect("getpriority");
+            let arbiter = worker_arbiter(3);
+            let (tx, rx) = std::sync::mpsc::channel();
+            // Runs after the lowering, which was spawned on the arbiter first.
+            arbiter.spawn_fn(move || {
+                let _ = tx.send(rustix::process::getpriority_process(None));
+            });
+            let seen = rx.recv_timeout(Duration::from_secs(10)).expect("the arbiter answers");
+            arbiter.stop();
+            assert_eq!(seen.ok(), Some((base + 3).min(19)));
+        });
     }
 }

@@ -5,6 +5,7 @@
 //! arbiter thread each. Most users touch only [`DistributedCollector`].
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
+#![forbid(unsafe_code)]
 
 mod block;
 pub mod checkpoint_file;

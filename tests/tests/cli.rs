@@ -1,7 +1,7 @@
 //! The `rollout` command line, run as a child process.
 //!
 //! `cargo test` builds the binaries of the package under test only, and `rollout` belongs to
-//! `rollout-actors`, so the first test to need it runs `cargo build -p rollout-actors --bin rollout`
+//! `rollout-cli`, so the first test to need it runs `cargo build -p rollout-cli --bin rollout`
 //! with this test's own target dir and profile (derived from the test executable's path,
 //! `<target>/<profile>/deps/cli-<hash>`). Every child is waited for with a deadline, then killed.
 

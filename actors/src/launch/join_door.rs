@@ -2,7 +2,6 @@
 //! address to bind, the handshake's settings and how long to wait for every node.
 
 use std::net::{SocketAddr, TcpListener};
-use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use super::{config_error, ListeningHook};
@@ -47,8 +46,7 @@ pub(crate) const LISTEN_BACKLOG: i32 = 4096;
 /// Listens again with [`LISTEN_BACKLOG`] (Linux takes a second `listen` as a new
 /// backlog); a failure leaves the old backlog, which only makes big joins slower.
 fn widen_backlog(listener: &TcpListener) {
-    // SAFETY: listen on a socket this listener owns; no memory is passed.
-    if unsafe { libc::listen(listener.as_raw_fd(), LISTEN_BACKLOG) } != 0 {
-        tracing::debug!(error = %std::io::Error::last_os_error(), "cannot widen the listen backlog");
+    if let Err(error) = socket2::SockRef::from(listener).listen(LISTEN_BACKLOG) {
+        tracing::debug!(%error, "cannot widen the listen backlog");
     }
 }

@@ -687,3 +687,4 @@ pub(crate) fn task_log(dir: &Path, task: usize, max: usize) -> Option<String> {
         .ok()?;
     Some(s)
 }
+

@@ -374,19 +374,11 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
 /// How long a node that said its last frame waits for the trainer to close.
 const CLOSE_WAIT: Duration = Duration::from_secs(1);
 
-/// A second handle on `stream`'s socket (a `dup` of its descriptor), so that the
+/// A second handle on `stream`'s socket (a duplicate of its descriptor), so that the
 /// socket outlives the halves the link reads and writes through. `None` if the
 /// descriptor cannot be duplicated.
 fn second_handle(stream: &TcpStream) -> Option<TcpStream> {
-    use std::os::fd::{AsRawFd, FromRawFd};
-    // SAFETY: `dup` of an open descriptor owned by `stream`; the new descriptor is
-    // owned by the std stream made from it and closed when that is dropped.
-    let fd = unsafe { libc::dup(stream.as_raw_fd()) };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: `fd` is a fresh, open descriptor of a connected TCP socket, owned here.
-    let std = unsafe { std::net::TcpStream::from_raw_fd(fd) };
+    let std: std::net::TcpStream = socket2::SockRef::from(stream).try_clone().ok()?.into();
     std.set_nonblocking(true).ok()?;
     TcpStream::from_std(std).ok()
 }

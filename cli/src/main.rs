@@ -45,6 +45,8 @@
 //! into `struct { batch: u64, node: Option<usize>, weights_version: u64, data: BTreeMap<String,
 //! rollout::Tensor> }` with `rmp_serde::decode::from_read` called repeatedly on one reader.
 
+#![forbid(unsafe_code)]
+
 // One module per subcommand (`collect` with its flags, their translation into a
 // collector, its output records and checkpoints; `node`; `train`), and `failure`:
 // how each maps to an exit status.
