@@ -15,6 +15,7 @@ use crate::tensor::{Tensor, TensorError};
 
 mod common;
 mod constant;
+mod dense;
 mod linear;
 mod mlp;
 mod random;
