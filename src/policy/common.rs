@@ -391,10 +391,13 @@ impl Net {
             (Head::Discrete { .. }, ActionsMut::Discrete(out)) if out.len() != k => {
                 return Err(action_len_error(out.len(), k, 1))
             }
-            (Head::Continuous { low, .. }, ActionsMut::Continuous(out)) if Some(out.len()) != k.checked_mul(low.len()) => {
+            (Head::Continuous { low, .. }, ActionsMut::Continuous(out))
+                if Some(out.len()) != k.checked_mul(low.len()) =>
+            {
                 return Err(action_len_error(out.len(), k, low.len()))
             }
-            (Head::Discrete { .. }, ActionsMut::Discrete(_)) | (Head::Continuous { .. }, ActionsMut::Continuous(_)) => {}
+            (Head::Discrete { .. }, ActionsMut::Discrete(_)) | (Head::Continuous { .. }, ActionsMut::Continuous(_)) => {
+            }
             _ => return Err(action_kind_error(&self.action, &actions)),
         }
         self.forward(obs, k);
@@ -458,7 +461,13 @@ impl Net {
         }
         to_cols(obs, k, self.obs_dim, &mut self.cols_b);
         if self.named {
-            forward(&self.layers, &Named(&self.weights), k, &mut self.cols_a, &mut self.cols_b);
+            forward(
+                &self.layers,
+                &Named(&self.weights),
+                k,
+                &mut self.cols_a,
+                &mut self.cols_b,
+            );
         } else {
             forward(&self.layers, &Flat(&self.params), k, &mut self.cols_a, &mut self.cols_b);
         }

@@ -329,7 +329,9 @@ mod tests {
                         batched.act(&obs, k, ActionsMut::Discrete(&mut all)).unwrap();
                         for r in 0..k {
                             let mut one = [-1i64];
-                            single.act(&obs[r * 5..(r + 1) * 5], 1, ActionsMut::Discrete(&mut one)).unwrap();
+                            single
+                                .act(&obs[r * 5..(r + 1) * 5], 1, ActionsMut::Discrete(&mut one))
+                                .unwrap();
                             assert_eq!(all[r], one[0], "{a:?} {exploration:?} k {k} row {r}");
                         }
                     }
@@ -338,9 +340,15 @@ mod tests {
                         batched.act(&obs, k, ActionsMut::Continuous(&mut all)).unwrap();
                         for r in 0..k {
                             let mut one = [f32::NAN; 3];
-                            single.act(&obs[r * 5..(r + 1) * 5], 1, ActionsMut::Continuous(&mut one)).unwrap();
+                            single
+                                .act(&obs[r * 5..(r + 1) * 5], 1, ActionsMut::Continuous(&mut one))
+                                .unwrap();
                             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                            assert_eq!(bits(&all[r * 3..(r + 1) * 3]), bits(&one), "{a:?} {exploration:?} k {k} row {r}");
+                            assert_eq!(
+                                bits(&all[r * 3..(r + 1) * 3]),
+                                bits(&one),
+                                "{a:?} {exploration:?} k {k} row {r}"
+                            );
                         }
                     }
                 }
