@@ -13,6 +13,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::dense::{dense_cols, to_cols};
+use super::tanh::{tanh, tanh_in_place};
 use super::{ActionsMut, ExplorationType, PolicyError, SamplerState, Weights};
 use crate::rng::RngState;
 use crate::spec::Spec;
@@ -438,7 +439,7 @@ impl Net {
                 for r in 0..k {
                     let o = &mut out[r * d..(r + 1) * d];
                     for j in 0..d {
-                        let mut a = mid[j] + half[j] * z_all[j * k + r].tanh();
+                        let mut a = mid[j] + half[j] * tanh(z_all[j * k + r]);
                         if random {
                             a += noise[j] * self.sampler.normal();
                         }
@@ -677,9 +678,7 @@ fn forward(layers: &[Layer], params: &impl LayerSource, k: usize, a: &mut Vec<f3
         let (w, bias) = params.layer(l);
         dense_cols(w, bias, l.n_in, l.n_out, &b[..l.n_in * k], k, &mut a[..l.n_out * k]);
         if i != last {
-            for v in a[..l.n_out * k].iter_mut() {
-                *v = v.tanh();
-            }
+            tanh_in_place(&mut a[..l.n_out * k]);
             std::mem::swap(a, b);
         }
     }

@@ -19,6 +19,7 @@ mod dense;
 mod linear;
 mod mlp;
 mod random;
+mod tanh;
 
 pub use constant::Constant;
 pub use linear::Linear;
