@@ -145,7 +145,7 @@ mod tests {
         (0..n as u32)
             .map(|i| {
                 let h = (i ^ salt).wrapping_mul(0x9e37_79b9).rotate_left(7) ^ salt.wrapping_mul(0x85eb_ca6b);
-                (h as f32 / u32::MAX as f32 - 0.5) * if h % 3 == 0 { 1000.0 } else { 0.01 }
+                (h as f32 / u32::MAX as f32 - 0.5) * if h.is_multiple_of(3) { 1000.0 } else { 0.01 }
             })
             .collect()
     }

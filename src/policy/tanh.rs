@@ -13,9 +13,9 @@ use multiversion::multiversion;
 const CLAMP: f32 = 10.0;
 /// Below this magnitude the odd polynomial is used, from it on the exponential form.
 const SMALL: f32 = 0.625;
-const LOG2E: f32 = 1.442_695;
+const LOG2E: f32 = std::f32::consts::LOG2_E;
 /// ln 2 split in two (Cody and Waite): `n * LN2_HI` is exact for the `n` used here.
-const LN2_HI: f32 = 0.693_359_375;
+const LN2_HI: f32 = 355.0 / 512.0;
 const LN2_LO: f32 = -2.121_944_4e-4;
 /// `e^r` on `|r| <= ln2 / 2`, coefficients of `r^0, r^1, ...`.
 const EXP: [f32; 7] = [
