@@ -37,7 +37,7 @@ pub struct NodeSpec {
     pub first_lane: u64,
     /// Lanes in the whole run (total env workers over all nodes).
     pub lanes: u64,
-    /// Collection-loop settings; `frames_per_batch` is the largest share a worker is asked for.
+    /// Collection-loop settings; `frames_per_batch` is the largest share an env is asked for.
     pub rollout: RolloutConfig,
     /// Restarts of one env worker allowed within `restart_window_ms` before the node
     /// fails (absent on the wire: 5).
@@ -128,6 +128,14 @@ impl NodeSpec {
             .collect::<Result<Vec<_>, _>>()?;
         let mut cfg = self.rollout.clone();
         cfg.seed = seed;
+        // The spec's share is an env's; the worker steps K envs.
+        cfg.frames_per_batch = cfg
+            .frames_per_batch
+            .checked_mul(k)
+            .ok_or_else(|| RolloutError::Config {
+                field: "frames_per_batch",
+                reason: format!("{} frames for each of {k} envs overflow", self.rollout.frames_per_batch),
+            })?;
         Rollout::new(envs, policy, ids, cfg)
     }
 
