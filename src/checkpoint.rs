@@ -153,7 +153,7 @@ impl Checkpoint {
         Ok(c)
     }
 
-    /// Internal consistency: one node state per node, in order, one worker state per env.
+    /// Internal consistency: one node state per node, in order, its workers' envs the node's.
     fn check_shape(&self) -> Result<(), CheckpointError> {
         let t = &self.trainer;
         let n = t.envs_per_node.len();
@@ -172,12 +172,13 @@ impl Checkpoint {
             if s.node != i {
                 return bad("nodes", format!("entry {i} holds node {}", s.node));
             }
-            if s.workers.len() != t.envs_per_node[i] {
+            if s.workers.is_empty() || s.num_envs() != t.envs_per_node[i] {
                 return bad(
                     "envs_per_node",
                     format!(
-                        "node {i} has {} worker states for {} envs",
+                        "node {i} has {} worker states of {} envs in all for {} envs",
                         s.workers.len(),
+                        s.num_envs(),
                         t.envs_per_node[i]
                     ),
                 );

@@ -25,13 +25,19 @@ pub struct NodeSpec {
     pub env: EnvSpec,
     /// The policy every worker of the node builds.
     pub policy: PolicySpec,
-    /// Env workers on this node (torchrl's `num_workers_per_collector`).
+    /// Envs on this node (torchrl's `num_workers_per_collector`): rows of its batches.
     pub envs_per_node: usize,
+    /// Envs each env worker steps, with one policy call per step for all of them (the
+    /// network evaluated on a batch of observations); the node has
+    /// `envs_per_node / envs_per_worker` workers, each a thread. Absent on the wire: 1
+    /// (and not written when 1).
+    #[serde(default = "default_envs_per_worker", skip_serializing_if = "is_one")]
+    pub envs_per_worker: usize,
     /// The trajectory-id lane of this node's first worker.
     pub first_lane: u64,
     /// Lanes in the whole run (total env workers over all nodes).
     pub lanes: u64,
-    /// Collection-loop settings; `frames_per_batch` is the largest share a worker is asked for.
+    /// Collection-loop settings; `frames_per_batch` is the largest share an env is asked for.
     pub rollout: RolloutConfig,
     /// Restarts of one env worker allowed within `restart_window_ms` before the node
     /// fails (absent on the wire: 5).
@@ -47,6 +53,14 @@ pub struct NodeSpec {
     /// the workers wait on, so on a busy machine they should get the CPU first.
     #[serde(default = "default_worker_nice")]
     pub worker_nice: i32,
+}
+
+fn default_envs_per_worker() -> usize {
+    1
+}
+
+fn is_one(k: &usize) -> bool {
+    *k == 1
 }
 
 /// The default [`NodeSpec::worker_nice`]: 10.
@@ -68,21 +82,61 @@ impl NodeSpec {
         }
     }
 
-    /// Builds the rollout of worker `worker` (one env), seeded `rollout.seed + worker`.
+    /// The node's env workers: `envs_per_node / envs_per_worker`, or the error naming
+    /// the field when that does not divide evenly.
+    pub fn workers(&self) -> Result<usize, RolloutError> {
+        let (e, k) = (self.envs_per_node, self.envs_per_worker);
+        if e == 0 || k == 0 || !e.is_multiple_of(k) {
+            return Err(RolloutError::Config {
+                field: "envs_per_worker",
+                reason: format!("{e} envs per node cannot be split into workers of {k} envs"),
+            });
+        }
+        Ok(e / k)
+    }
+
+    /// Builds the rollout of worker `worker`: envs `worker * K .. (worker + 1) * K` of
+    /// the node (`K = envs_per_worker`), env `i` first reset with seed `rollout.seed + i`
+    /// and handing out the ids of lane `first_lane + i`, so that an env's frames are the
+    /// same whatever `K` (and, for a deterministic policy, its actions too); the policy
+    /// samples from the worker's own stream, seeded from `rollout.seed + worker * K`.
     pub fn build_worker(&self, registry: &Registry, worker: usize) -> Result<Rollout, RolloutError> {
-        let env = registry
-            .make(&self.env)
-            .map_err(|source| RolloutError::Env { env: worker, source })?;
-        let seed = self.rollout.seed.wrapping_add(worker as u64);
+        let workers = self.workers()?;
+        if worker >= workers {
+            return Err(RolloutError::Config {
+                field: "worker",
+                reason: format!("worker {worker} of a node of {workers}"),
+            });
+        }
+        let k = self.envs_per_worker;
+        let first = worker * k;
+        let envs = (first..first + k)
+            .map(|i| {
+                registry
+                    .make(&self.env)
+                    .map_err(|source| RolloutError::Env { env: i, source })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let seed = self.rollout.seed.wrapping_add(first as u64);
         let policy = self.policy.build(
-            env.observation_spec(),
-            env.action_spec(),
+            envs[0].observation_spec(),
+            envs[0].action_spec(),
             seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 1,
         )?;
-        let ids = TrajIds::new(self.first_lane + worker as u64, self.lanes)?;
+        let ids = (first..first + k)
+            .map(|i| TrajIds::new(self.first_lane + i as u64, self.lanes))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut cfg = self.rollout.clone();
         cfg.seed = seed;
-        Rollout::new(vec![env], policy, vec![ids], cfg)
+        // The spec's share is an env's; the worker steps K envs.
+        cfg.frames_per_batch = cfg
+            .frames_per_batch
+            .checked_mul(k)
+            .ok_or_else(|| RolloutError::Config {
+                field: "frames_per_batch",
+                reason: format!("{} frames for each of {k} envs overflow", self.rollout.frames_per_batch),
+            })?;
+        Rollout::new(envs, policy, ids, cfg)
     }
 
     /// Builds worker `worker`'s rollout anew after a failure (see
@@ -123,8 +177,6 @@ impl NodeSpec {
 
     /// Builds the rollouts of all the node's workers.
     pub fn build_workers(&self, registry: &Registry) -> Result<Vec<Rollout>, RolloutError> {
-        (0..self.envs_per_node)
-            .map(|w| self.build_worker(registry, w))
-            .collect()
+        (0..self.workers()?).map(|w| self.build_worker(registry, w)).collect()
     }
 }

@@ -36,3 +36,10 @@ pub struct NodeState {
     /// One entry per env worker.
     pub workers: Vec<WorkerState>,
 }
+
+impl NodeState {
+    /// The envs of all its workers: the rows of the node's batches.
+    pub fn num_envs(&self) -> usize {
+        self.workers.iter().map(|w| w.rollout.num_envs()).sum()
+    }
+}

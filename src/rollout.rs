@@ -124,6 +124,13 @@ pub struct RolloutState {
     random: Option<SamplerState>,
 }
 
+impl RolloutState {
+    /// The envs of the rollout this state is of.
+    pub fn num_envs(&self) -> usize {
+        self.envs.len()
+    }
+}
+
 /// One env's part of a [`RolloutState`]: the env itself and the episode the rollout
 /// is stepping in it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

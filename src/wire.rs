@@ -425,6 +425,7 @@ mod tests {
             env: EnvSpec::new("CartPole-v1"),
             policy: PolicySpec::from(PolicyConfig::Mlp { hidden: vec![8] }),
             envs_per_node: 2,
+            envs_per_worker: 1,
             first_lane: 2,
             lanes: 4,
             rollout: RolloutConfig {

@@ -206,6 +206,7 @@ mod tests {
                 env: EnvSpec::new("CartPole-v1"),
                 policy: PolicySpec::from(PolicyConfig::Mlp { hidden: vec![8] }),
                 envs_per_node: 1,
+                envs_per_worker: 1,
                 first_lane: 0,
                 lanes: 1,
                 rollout: RolloutConfig::default(),

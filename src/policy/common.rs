@@ -12,6 +12,8 @@ use ndarray::{ArrayD, IxDyn};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use super::dense::{dense_cols, to_cols};
+use super::tanh::{tanh, tanh_in_place};
 use super::{ActionsMut, ExplorationType, PolicyError, SamplerState, Weights};
 use crate::rng::RngState;
 use crate::spec::Spec;
@@ -281,9 +283,14 @@ pub(super) struct Net {
     params: Vec<f32>,
     /// Large network: layers are read from `weights` itself (f32, contiguous).
     named: bool,
-    /// Ping-pong scratch of the widest layer; the output ends in `buf_a`.
-    buf_a: Vec<f32>,
-    buf_b: Vec<f32>,
+    /// The widest layer (inputs included): scratch holds `width * k` values.
+    width: usize,
+    /// Ping-pong scratch of feature-major activations (`[features, k]`); the output
+    /// layer's ends in `cols_a`. Grown to the largest `k` seen, then reused.
+    cols_a: Vec<f32>,
+    cols_b: Vec<f32>,
+    /// One observation's logits, gathered from `cols_a` for the head.
+    logits: Vec<f32>,
     head: Head,
     sampler: Sampler,
     exploration: ExplorationType,
@@ -365,8 +372,10 @@ impl Net {
             layers,
             params: if named { Vec::new() } else { params },
             named,
-            buf_a: vec![0.0; width],
-            buf_b: vec![0.0; width],
+            width,
+            cols_a: Vec::new(),
+            cols_b: Vec::new(),
+            logits: vec![0.0; head.out_dim()],
             head,
             sampler: Sampler::new(seed),
             exploration: ExplorationType::default(),
@@ -374,26 +383,35 @@ impl Net {
         })
     }
 
-    /// See [`Policy::act`](super::Policy::act).
+    /// See [`Policy::act`](super::Policy::act). The network runs once on all `k`
+    /// observations ([`dense_cols`]); the head then takes them one by one, in order,
+    /// so the sampler is drawn from exactly as when each was evaluated alone.
     pub(super) fn act(&mut self, obs: &[f32], k: usize, actions: ActionsMut<'_>) -> Result<(), PolicyError> {
         check_obs(obs, k, self.obs_dim)?;
+        match (&self.head, &actions) {
+            (Head::Discrete { .. }, ActionsMut::Discrete(out)) if out.len() != k => {
+                return Err(action_len_error(out.len(), k, 1))
+            }
+            (Head::Continuous { low, .. }, ActionsMut::Continuous(out))
+                if Some(out.len()) != k.checked_mul(low.len()) =>
+            {
+                return Err(action_len_error(out.len(), k, low.len()))
+            }
+            (Head::Discrete { .. }, ActionsMut::Discrete(_)) | (Head::Continuous { .. }, ActionsMut::Continuous(_)) => {
+            }
+            _ => return Err(action_kind_error(&self.action, &actions)),
+        }
+        self.forward(obs, k);
         let random = self.exploration == ExplorationType::Random;
-        // Index arithmetic rather than `chunks_exact`, which divides (slow at k = 1).
-        let od = self.obs_dim;
         match (&self.head, actions) {
             (Head::Discrete { n }, ActionsMut::Discrete(out)) => {
-                if out.len() != k {
-                    return Err(action_len_error(out.len(), k, 1));
-                }
                 let n = *n;
+                let z_all = &self.cols_a[..n * k];
                 for (r, o) in out.iter_mut().enumerate() {
-                    let x = &obs[r * od..(r + 1) * od];
-                    if self.named {
-                        forward(&self.layers, &Named(&self.weights), x, &mut self.buf_a, &mut self.buf_b);
-                    } else {
-                        forward(&self.layers, &Flat(&self.params), x, &mut self.buf_a, &mut self.buf_b);
+                    let z = &mut self.logits[..n];
+                    for (j, v) in z.iter_mut().enumerate() {
+                        *v = z_all[j * k + r];
                     }
-                    let z = &mut self.buf_a[..n];
                     let i = match (random, n) {
                         (false, _) => argmax(z),
                         // softmax of two logits: p(1) = 1 / (1 + exp(z0 - z1)), one exp.
@@ -417,20 +435,11 @@ impl Net {
                 ActionsMut::Continuous(out),
             ) => {
                 let d = low.len();
-                if Some(out.len()) != k.checked_mul(d) {
-                    return Err(action_len_error(out.len(), k, d));
-                }
+                let z_all = &self.cols_a[..d * k];
                 for r in 0..k {
-                    let x = &obs[r * od..(r + 1) * od];
                     let o = &mut out[r * d..(r + 1) * d];
-                    if self.named {
-                        forward(&self.layers, &Named(&self.weights), x, &mut self.buf_a, &mut self.buf_b);
-                    } else {
-                        forward(&self.layers, &Flat(&self.params), x, &mut self.buf_a, &mut self.buf_b);
-                    }
-                    let z = &self.buf_a[..d];
                     for j in 0..d {
-                        let mut a = mid[j] + half[j] * z[j].tanh();
+                        let mut a = mid[j] + half[j] * tanh(z_all[j * k + r]);
                         if random {
                             a += noise[j] * self.sampler.normal();
                         }
@@ -441,6 +450,28 @@ impl Net {
             (_, actions) => return Err(action_kind_error(&self.action, &actions)),
         }
         Ok(())
+    }
+
+    /// Runs the `k` observations of `obs` through the layers; the output layer's values
+    /// are left feature-major in `cols_a[..out_dim * k]`.
+    fn forward(&mut self, obs: &[f32], k: usize) {
+        let need = self.width * k;
+        if self.cols_a.len() < need {
+            self.cols_a.resize(need, 0.0);
+            self.cols_b.resize(need, 0.0);
+        }
+        to_cols(obs, k, self.obs_dim, &mut self.cols_b);
+        if self.named {
+            forward(
+                &self.layers,
+                &Named(&self.weights),
+                k,
+                &mut self.cols_a,
+                &mut self.cols_b,
+            );
+        } else {
+            forward(&self.layers, &Flat(&self.params), k, &mut self.cols_a, &mut self.cols_b);
+        }
     }
 
     /// [`Net::act`] for observations of `D` values (a constant), written for the
@@ -638,32 +669,22 @@ impl LayerSource for Named<'_> {
     }
 }
 
-/// Runs `x` through `layers`; the output is left in `a[..last n_out]`.
+/// Runs the `k` feature-major inputs in `b` through `layers`; the output is left in
+/// `a[..last n_out * k]`, tanh between the layers.
 #[inline(always)]
-fn forward(layers: &[Layer], params: &impl LayerSource, x: &[f32], a: &mut Vec<f32>, b: &mut Vec<f32>) {
-    if let [l] = layers {
-        // Linear: straight into `a`.
-        let out = &mut a[..l.n_out];
-        let (w, bias) = params.layer(l);
-        dense(w, bias, x, out);
-        return;
-    }
+fn forward(layers: &[Layer], params: &impl LayerSource, k: usize, a: &mut Vec<f32>, b: &mut Vec<f32>) {
     let last = layers.len() - 1;
     for (i, l) in layers.iter().enumerate() {
-        let input: &[f32] = if i == 0 { x } else { &a[..l.n_in] };
-        let out = &mut b[..l.n_out];
         let (w, bias) = params.layer(l);
-        dense(w, bias, input, out);
+        dense_cols(w, bias, l.n_in, l.n_out, &b[..l.n_in * k], k, &mut a[..l.n_out * k]);
         if i != last {
-            for v in out.iter_mut() {
-                *v = v.tanh();
-            }
+            tanh_in_place(&mut a[..l.n_out * k]);
+            std::mem::swap(a, b);
         }
-        std::mem::swap(a, b);
     }
 }
 
-/// `b + w . x` over exactly `D` values, summed in [`dense`]'s order.
+/// `b + w . x` over exactly `D` values, summed in [`dense_cols`]'s order.
 #[inline(always)]
 fn dot<const D: usize>(w: &[f32], x: &[f32], b: f32) -> f32 {
     let (w, x) = (&w[..D], &x[..D]);
@@ -672,20 +693,6 @@ fn dot<const D: usize>(w: &[f32], x: &[f32], b: f32) -> f32 {
         s += w[i] * x[i];
     }
     s
-}
-
-/// `out = w x + b` with `w` row-major `[out.len(), x.len()]`.
-#[inline]
-fn dense(w: &[f32], b: &[f32], x: &[f32], out: &mut [f32]) {
-    let n_in = x.len();
-    for (j, (o, &bias)) in out.iter_mut().zip(b).enumerate() {
-        let row = &w[j * n_in..(j + 1) * n_in];
-        let mut s = bias;
-        for (wi, xi) in row.iter().zip(x) {
-            s += wi * xi;
-        }
-        *o = s;
-    }
 }
 
 /// Test helpers shared by the policies' unit tests.

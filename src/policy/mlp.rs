@@ -303,4 +303,56 @@ mod tests {
         p1.act(&obs, 3, ActionsMut::Continuous(&mut y)).unwrap();
         assert_eq!(x, y);
     }
+
+    /// A batch of `k` observations gives, bit for bit, the actions of its rows asked
+    /// one at a time: the batched forward sums in the one-row order, and the head
+    /// draws from the sampler row by row.
+    #[test]
+    fn a_batch_acts_as_its_rows_one_by_one() {
+        let o = Spec::uniform_box(5, -1.0, 1.0);
+        for (a, exploration) in [
+            (Spec::Discrete { n: 3 }, ExplorationType::Random),
+            (Spec::Discrete { n: 2 }, ExplorationType::Random),
+            (Spec::Discrete { n: 7 }, ExplorationType::Deterministic),
+            (Spec::uniform_box(3, -2.0, 2.0), ExplorationType::Random),
+            (Spec::uniform_box(3, -2.0, 2.0), ExplorationType::Deterministic),
+        ] {
+            for k in [1, 3, 4, 16, 21, 64] {
+                let mut batched = Mlp::new(&o, &a, &[64, 64], 7, 3).unwrap();
+                let mut single = batched.clone();
+                batched.set_exploration(exploration);
+                single.set_exploration(exploration);
+                let obs: Vec<f32> = (0..k * 5).map(|i| ((i * 37 % 101) as f32 / 50.0 - 1.0) * 3.0).collect();
+                match &a {
+                    Spec::Discrete { .. } => {
+                        let mut all = vec![-1i64; k];
+                        batched.act(&obs, k, ActionsMut::Discrete(&mut all)).unwrap();
+                        for r in 0..k {
+                            let mut one = [-1i64];
+                            single
+                                .act(&obs[r * 5..(r + 1) * 5], 1, ActionsMut::Discrete(&mut one))
+                                .unwrap();
+                            assert_eq!(all[r], one[0], "{a:?} {exploration:?} k {k} row {r}");
+                        }
+                    }
+                    Spec::Box { .. } => {
+                        let mut all = vec![f32::NAN; k * 3];
+                        batched.act(&obs, k, ActionsMut::Continuous(&mut all)).unwrap();
+                        for r in 0..k {
+                            let mut one = [f32::NAN; 3];
+                            single
+                                .act(&obs[r * 5..(r + 1) * 5], 1, ActionsMut::Continuous(&mut one))
+                                .unwrap();
+                            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                            assert_eq!(
+                                bits(&all[r * 3..(r + 1) * 3]),
+                                bits(&one),
+                                "{a:?} {exploration:?} k {k} row {r}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

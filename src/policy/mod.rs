@@ -15,9 +15,11 @@ use crate::tensor::{Tensor, TensorError};
 
 mod common;
 mod constant;
+mod dense;
 mod linear;
 mod mlp;
 mod random;
+mod tanh;
 
 pub use constant::Constant;
 pub use linear::Linear;

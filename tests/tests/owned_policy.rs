@@ -43,6 +43,7 @@ fn node_spec(env: &str, policy: PolicyConfig, frames: usize) -> NodeSpec {
             init_seed: 0,
         },
         envs_per_node: 1,
+        envs_per_worker: 1,
         first_lane: 0,
         lanes: 1,
         rollout: RolloutConfig {

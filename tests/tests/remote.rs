@@ -1068,6 +1068,7 @@ fn one_env_spec() -> rollout::node_spec::NodeSpec {
         env: rollout::EnvSpec::new("CartPole-v1"),
         policy: rollout::PolicySpec::from(PolicyConfig::Random),
         envs_per_node: 1,
+        envs_per_worker: 1,
         first_lane: 0,
         lanes: 1,
         rollout: rollout::rollout::RolloutConfig {

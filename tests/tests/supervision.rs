@@ -31,6 +31,7 @@ fn panicky_spec(workers: usize, max_restarts: u32, window_ms: u64) -> NodeSpec {
         env: EnvSpec::new("Panicky"),
         policy: PolicySpec::from(PolicyConfig::Constant { value: 1.0 }),
         envs_per_node: workers,
+        envs_per_worker: 1,
         first_lane: 0,
         lanes: workers as u64,
         rollout: RolloutConfig {

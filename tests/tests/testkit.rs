@@ -21,6 +21,7 @@ fn counting_spec(index: usize, envs: usize) -> NodeSpec {
         env: EnvSpec::new("Counting"),
         policy: PolicySpec::from(PolicyConfig::Constant { value: 1.0 }),
         envs_per_node: envs,
+        envs_per_worker: 1,
         first_lane: (index * envs) as u64,
         lanes: (4 * envs) as u64,
         rollout: RolloutConfig {
@@ -793,4 +794,89 @@ fn cluster_replays_a_threaded_sync_run_bit_for_bit() {
     // And the replay depends on the seed.
     let other = cluster_run(12);
     assert_ne!(other[0].data, mem[0].data);
+}
+
+// ---------------------------------------------------------------- envs per worker
+
+/// Node 0 of a CartPole run with a 16-16 MLP, 4 envs, `per` of them in each worker.
+fn cartpole_mlp_spec(per: usize, exploration: rollout::ExplorationType) -> NodeSpec {
+    NodeSpec {
+        index: 0,
+        env: EnvSpec::new("CartPole-v1"),
+        policy: PolicySpec {
+            exploration,
+            ..PolicySpec::from(PolicyConfig::Mlp { hidden: vec![16, 16] })
+        },
+        envs_per_node: 4,
+        envs_per_worker: per,
+        first_lane: 0,
+        lanes: 4,
+        rollout: RolloutConfig {
+            frames_per_batch: 40,
+            seed: 11,
+            ..RolloutConfig::default()
+        },
+        max_restarts: rollout::supervisor::DEFAULT_MAX_RESTARTS,
+        restart_window_ms: rollout::node_spec::DEFAULT_RESTART_WINDOW_MS,
+        worker_nice: rollout::node_spec::DEFAULT_WORKER_NICE,
+    }
+}
+
+/// Two batches of 80 frames from a node of `spec`, with its version-0 weights.
+fn two_batches(spec: &NodeSpec) -> Vec<rollout::TensorDict> {
+    let registry = Registry::with_builtins();
+    let mut node = NodeHarness::new(spec, &registry).expect("node builds");
+    let w = spec.initial_weights(&registry).expect("weights");
+    node.send(ToNode::UpdateWeights(UpdateWeights { weights: Arc::new(w) }));
+    (0..2)
+        .map(|seq| only_batch(node.send(ToNode::Continue(Continue { seq, frames: 80 }))).data)
+        .collect()
+}
+
+/// Envs grouped into workers (one policy call per step for a worker's envs) give each
+/// env the very frames it gets alone in a worker: same seeds, same trajectory ids,
+/// and, for a deterministic policy, the same actions bit for bit (the batched forward
+/// sums as the one-row one does).
+#[test]
+fn envs_grouped_into_workers_collect_the_frames_of_one_env_per_worker() {
+    let det = rollout::ExplorationType::Deterministic;
+    let alone = two_batches(&cartpole_mlp_spec(1, det));
+    for per in [2, 4] {
+        let spec = cartpole_mlp_spec(per, det);
+        assert_eq!(spec.workers().expect("divides"), 4 / per);
+        let grouped = two_batches(&spec);
+        for (a, g) in alone.iter().zip(&grouped) {
+            assert_eq!(a.batch_size(), g.batch_size(), "per {per}");
+            for key in a.keys() {
+                assert_eq!(
+                    a.get(key).expect("key"),
+                    g.get(key).expect("key"),
+                    "per {per}: `{key}` differs"
+                );
+            }
+        }
+    }
+    // Sampled actions come from each worker's own stream: the same envs, other draws.
+    let random = rollout::ExplorationType::Random;
+    let (one, four) = (
+        two_batches(&cartpole_mlp_spec(1, random)),
+        two_batches(&cartpole_mlp_spec(4, random)),
+    );
+    assert_eq!(
+        flat_f32(&one[0], keys::OBSERVATION)[..4],
+        flat_f32(&four[0], keys::OBSERVATION)[..4]
+    );
+}
+
+/// Envs that do not split evenly into workers are refused naming the field, before
+/// any worker is built.
+#[test]
+fn envs_that_do_not_split_into_workers_are_refused_by_name() {
+    let spec = cartpole_mlp_spec(3, rollout::ExplorationType::Deterministic);
+    match NodeHarness::new(&spec, &Registry::with_builtins()) {
+        Err(e) => assert!(e.to_string().contains("envs_per_worker"), "{e}"),
+        Ok(_) => panic!("4 envs in workers of 3 accepted"),
+    }
+    let zero = cartpole_mlp_spec(0, rollout::ExplorationType::Deterministic);
+    assert!(zero.workers().is_err());
 }

@@ -89,6 +89,7 @@ fn restore_spec() -> NodeSpec {
         env: EnvSpec::new("CartPole-v1"),
         policy: PolicySpec::from(PolicyConfig::Linear),
         envs_per_node: 1,
+        envs_per_worker: 1,
         first_lane: 0,
         lanes: 1,
         rollout: RolloutConfig {
@@ -168,6 +169,7 @@ fn trainer_samples() -> Vec<TrainerFrame> {
                 env: EnvSpec::new("Counting").with_config(serde_json::json!({"max_steps": 5})),
                 policy: PolicySpec::from(PolicyConfig::Mlp { hidden: vec![4] }),
                 envs_per_node: 2,
+                envs_per_worker: 1,
                 first_lane: 0,
                 lanes: 2,
                 rollout: RolloutConfig::default(),

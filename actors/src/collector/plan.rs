@@ -161,6 +161,7 @@ impl Settings {
                 env: env_i,
                 policy,
                 envs_per_node: k,
+                envs_per_worker: 1,
                 first_lane,
                 lanes,
                 rollout: RolloutConfig {

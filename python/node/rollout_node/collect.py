@@ -1,10 +1,12 @@
-"""The node's env workers, as the Rust node lays them out (PROTOCOL.md §§3, 5, 8): worker
-``w`` of ``envs_per_node`` is one env of a gymnasium ``SyncVectorEnv``, row ``w`` of every
-batch, trajectory-id lane ``first_lane + w``, first reset with seed ``rollout.seed + w``.
+"""The node's envs, as the Rust node lays them out (PROTOCOL.md §§3, 5, 8): env ``k`` of
+``envs_per_node`` is one env of a gymnasium ``SyncVectorEnv``, row ``k`` of every batch,
+trajectory-id lane ``first_lane + k``, first reset with seed ``rollout.seed + k``. Envs are
+grouped into workers of ``envs_per_worker`` (a snapshot's worker entries, and the frames
+``init_random_frames`` counts, are per worker).
 
 A batch is stepped column by column with one policy call on every row's observation. An env
-that raises is rebuilt (reseeded with the documented restart seed, its ids moved past the
-ones it delivered) and its row of the batch collected again; the other rows keep theirs.
+that raises is rebuilt alone (reseeded with the documented restart seed, its ids moved past
+the ones it delivered) and its row of the batch collected again; the other rows keep theirs.
 """
 
 import time
@@ -102,6 +104,9 @@ class Workers:
         self.E = spec.get("envs_per_node")
         if not isinstance(self.E, int) or self.E < 1:
             raise BuildError("envs_per_node must be at least 1")
+        self.K = spec.get("envs_per_worker", 1)
+        if not isinstance(self.K, int) or self.K < 1 or self.E % self.K:
+            raise BuildError(f"envs_per_worker must divide envs_per_node ({self.E}), got {self.K!r}")
         r = spec.get("rollout") or {}
         self.rollout = r
         self.seed = int(r.get("seed", 0))
@@ -218,14 +223,20 @@ class Workers:
         obs = self.cur if rows is None else self.cur[rows]
         if not self.init_random:
             return self.policy.act(obs)
-        frames = (self.frames if rows is None else self.frames[rows]) + stepped
-        random = frames < self.init_random
+        frames = self._worker_frames(self.frames + stepped)
+        random = (frames if rows is None else frames[rows]) < self.init_random
         if random.all():
             return random_actions(self.action, self.policy.rng, obs.shape[0])
         acts = self.policy.act(obs)
         if random.any():
             acts[random] = random_actions(self.action, self.policy.rng, int(random.sum()))
         return acts
+
+    def _worker_frames(self, per_env):
+        """Each row's worker's frames: the sum over the ``envs_per_worker`` envs it steps."""
+        if self.K == 1:
+            return per_env
+        return np.repeat(per_env.reshape(-1, self.K).sum(axis=1), self.K)
 
     def collect(self, frames):
         """One batch of ``frames`` frames as a dict of numpy arrays ``[E, T, ...]``."""
@@ -591,18 +602,19 @@ def snapshot(workers):
         w._start_fresh(w.fresh)  # the id the next step would hand out, handed out now
     sampler = {"rng": _rng_state(w.policy.rng), "spare": None}
     out = []
-    for k in range(w.E):
-        env = {
+    for g in range(w.E // w.K):
+        rows = range(g * w.K, (g + 1) * w.K)
+        envs = [{
             "name": w.env_name, "env": _env_snapshot(w.vec.envs[k]),
             "obs": [float(v) for v in w.cur[k]], "traj_id": int(w.traj_id[k]),
             "step_count": int(w.step_count[k]), "needs_reset": bool(w.needs_reset[k]),
             "pending_seed": w.pending_seed[k], "ids": {"next": int(w.next_id[k]), "stride": int(w.lanes)},
-        }
+        } for k in rows]
         out.append({
-            "rollout": {"frames": int(w.frames[k]), "envs": [env], "policy": sampler,
+            "rollout": {"frames": int(sum(w.frames[k] for k in rows)), "envs": envs, "policy": sampler,
                         "random": sampler if w.init_random else None},
-            "next_traj_id": int(w.delivered_max_id[k] + 1),
-            "frames": int(w.delivered_frames[k]),
+            "next_traj_id": int(max(w.delivered_max_id[k] for k in rows) + 1),
+            "frames": int(sum(w.delivered_frames[k] for k in rows)),
         })
     return out
 
@@ -612,13 +624,16 @@ def restore(workers, state):
     nothing changes when it does not fit)."""
     w = workers
     ws = state.get("workers")
-    if not isinstance(ws, list) or len(ws) != w.E:
-        raise CheckpointError(f"the state has {len(ws) if isinstance(ws, list) else 'no'} workers, this node {w.E}")
+    if not isinstance(ws, list) or len(ws) != w.E // w.K:
+        raise CheckpointError(f"the state has {len(ws) if isinstance(ws, list) else 'no'} workers, this node {w.E // w.K}")
     envs = []
-    for k, entry in enumerate(ws):
+    for k in range(w.E):
+        g, entry = k // w.K, ws[k // w.K]
         try:
             r = entry["rollout"]
-            (e,) = r["envs"]
+            if len(r["envs"]) != w.K:
+                raise CheckpointError(f"worker {g} has {len(r['envs'])} envs in the state, {w.K} here")
+            e = r["envs"][k % w.K]
             if e["name"] != w.env_name:
                 raise CheckpointError(f"worker {k}'s env is `{e['name']}` in the state, `{w.env_name}` here")
             if int(e["ids"]["stride"]) != w.lanes or int(e["ids"]["next"]) % w.lanes != (w.first_lane + k) % w.lanes:
@@ -641,9 +656,11 @@ def restore(workers, state):
     w.fresh = np.zeros(w.E, bool)
     w.pending_seed = [e["pending_seed"] for _, e, _ in envs]
     w.next_id = np.array([e["ids"]["next"] for _, e, _ in envs], np.int64)
-    w.frames = np.array([r["frames"] for r, _, _ in envs], np.int64)
+    # A worker's counts are its envs' together; its envs step together, so each holds a
+    # K-th of them, and every env's restart floor is past the worker's highest id.
+    w.frames = np.array([int(r["frames"]) // w.K for r, _, _ in envs], np.int64)
     w.delivered_max_id = np.array([int(x["next_traj_id"]) - 1 for _, _, x in envs], np.int64)
-    w.delivered_frames = np.array([int(x["frames"]) for _, _, x in envs], np.int64)
+    w.delivered_frames = np.array([int(x["frames"]) // w.K for _, _, x in envs], np.int64)
     if isinstance(getattr(w.vec, "_env_obs", None), list):
         # The vector env's own copy of each env's last observation, which its masked reset
         # stacks: a restored env was never reset through it.

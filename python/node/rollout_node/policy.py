@@ -8,39 +8,43 @@ the same observation and weights. Sampling (random exploration) uses numpy's gen
 it is random in the same way, not the same random numbers as the Rust node's ChaCha8.
 """
 
-import ctypes
-import ctypes.util
-
 import numpy as np
 
-
-def _libm_tanhf():
-    """The C library's ``tanhf``, which the Rust node's ``f32::tanh`` calls, or None."""
-    try:
-        libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
-        f = libm.tanhf
-    except (OSError, AttributeError):
-        return None
-    f.restype, f.argtypes = ctypes.c_float, [ctypes.c_float]
-    return f
+_f32 = np.float32
+# rollout's tanh (docs/policies.md, "tanh"): the constants and the order of operations the
+# Rust node uses (src/policy/tanh.rs), so that both get the same bits.
+_CLAMP, _SMALL = _f32(10.0), _f32(0.625)
+_LOG2E, _LN2_HI, _LN2_LO = _f32(1.442695), _f32(0.693359375), _f32(-2.1219444e-04)
+_EXP = [_f32(v) for v in (1.0, 1.0, 4.999999e-01, 1.6666421e-01, 4.166836e-02, 8.374775e-03, 1.3829424e-03)]
+_ODD = [_f32(v) for v in (-3.333333e-01, 1.3333206e-01, -5.3946704e-02, 2.1700492e-02, -8.177074e-03, 2.142785e-03)]
 
 
-_TANHF = _libm_tanhf()
+def _horner(c, z):
+    """``c[0] + z (c[1] + z (c[2] + ...))``, innermost first, each product and sum rounded."""
+    p = np.full_like(z, c[-1])
+    for v in c[-2::-1]:
+        p = p * z + v
+    return p
 
 
 def tanh32(x):
-    """f32 tanh as the Rust node computes it (the C library's ``tanhf``, element by element:
-    numpy's own float32 tanh differs from it in the last bit for about a third of inputs).
-    Without a loadable C library, numpy's."""
+    """f32 tanh as every rollout node computes it: a fixed sequence of float32 operations
+    (numpy's are IEEE and unfused, element by element), whole arrays at once."""
     x = np.asarray(x, np.float32)
-    if _TANHF is None:
-        return np.tanh(x)
-    out = np.empty_like(x)
-    flat, src = out.reshape(-1), x.reshape(-1)
-    f = _TANHF
-    for i in range(src.size):
-        flat[i] = f(float(src[i]))
-    return out
+    a = np.abs(x)
+    a = np.where(a > _CLAMP, _CLAMP, a)
+    u = a * a
+    small = a + (a * u) * _horner(_ODD, u)
+    y = a + a
+    with np.errstate(invalid="ignore"):  # NaN: any n, the result is NaN through r
+        n = (y * _LOG2E + _f32(0.5)).astype(np.int32)
+    nf = n.astype(np.float32)
+    r = (y - nf * _LN2_HI) - nf * _LN2_LO
+    two_n = ((n + np.int32(127)) << np.int32(23)).view(np.float32)
+    e = _horner(_EXP, r) * two_n
+    large = _f32(1.0) - _f32(2.0) / (e + _f32(1.0))
+    return np.copysign(np.where(a < _SMALL, small, large), x).astype(np.float32)
+
 
 #: Std of the exploration noise as a fraction of the half-range of the action box.
 NOISE_FRACTION = np.float32(0.1)

@@ -106,3 +106,64 @@ def test_init_random_frames_end_at_that_frame_of_each_worker_even_mid_batch():
         assert np.array_equal(b["action"][k, 25:], policy_acts[25:]), f"row {k} after its 25th frame"
         assert not np.array_equal(b["action"][k, :25], policy_acts[:25]), f"row {k}: its first 25 are the policy's"
     w.close()
+
+
+def grouped(envs, per, **rollout):
+    s = spec("CartPole-v1", envs, **rollout)
+    s["envs_per_worker"] = per
+    s["policy"]["config"] = {"kind": "mlp", "hidden": [16, 16]}
+    return s
+
+
+def test_envs_grouped_into_workers_collect_the_frames_of_one_env_per_worker():
+    batches = []
+    for per in (1, 2, 4):
+        w = Workers(grouped(4, per))
+        w.policy.set_weights(0, weights(w.policy))
+        batches.append([w.collect(4 * 30) for _ in range(2)])
+        w.close()
+    for per, got in zip((2, 4), batches[1:]):
+        for a, b in zip(batches[0], got):
+            for key in a:
+                assert np.array_equal(a[key], b[key]), f"envs_per_worker {per}: `{key}` differs"
+
+
+def test_init_random_frames_count_a_workers_envs_together():
+    # 2 envs per worker, 20 random frames per worker: 10 steps of each env, then the policy's.
+    w = Workers(grouped(2, 2, init_random_frames=20))
+    w.policy.set_weights(0, weights(w.policy))
+    b = w.collect(2 * 30)
+    for k in range(2):
+        policy_acts = w.policy.act(b["observation"][k])
+        assert np.array_equal(b["action"][k, 10:], policy_acts[10:]), f"row {k} after the worker's 20th frame"
+    w.close()
+
+
+def test_a_snapshot_has_one_entry_per_worker_of_its_envs_and_restores():
+    from rollout_node.collect import restore, snapshot
+
+    w = Workers(grouped(4, 2))
+    w.policy.set_weights(0, weights(w.policy))
+    w.collect(4 * 10)
+    state = snapshot(w)
+    assert [len(x["rollout"]["envs"]) for x in state] == [2, 2]
+    assert [x["rollout"]["frames"] for x in state] == [20, 20]
+    after = w.collect(4 * 10)
+    v = Workers(grouped(4, 2))
+    v.policy.set_weights(0, weights(v.policy))
+    restore(v, {"workers": state, "base_seed": SEED})
+    again = v.collect(4 * 10)
+    for key in after:
+        assert np.array_equal(after[key], again[key]), key
+    w.close()
+    v.close()
+
+
+@pytest.mark.parametrize("per", [0, 3, "2", None])
+def test_envs_that_do_not_split_into_workers_are_refused_by_name(per):
+    from rollout_node.collect import BuildError
+
+    s = grouped(4, 2)
+    s["envs_per_worker"] = per
+    with pytest.raises(BuildError, match="envs_per_worker"):
+        Workers(s)

@@ -113,10 +113,16 @@ impl NodeMachine {
         }
     }
 
-    /// The machine of the node `spec` describes (one env per worker): its base seed
-    /// and restart intensity come from the spec.
+    /// The machine of the node `spec` describes (`envs_per_worker` envs per worker;
+    /// a spec whose counts do not divide is refused by [`NodeSpec::workers`] before
+    /// any worker is built, and gets one worker per env here): its base seed and
+    /// restart intensity come from the spec.
     pub fn from_spec(spec: &NodeSpec) -> NodeMachine {
-        NodeMachine::new(spec.index, spec.envs_per_node, 1)
+        let (workers, per) = match spec.workers() {
+            Ok(w) => (w, spec.envs_per_worker),
+            Err(_) => (spec.envs_per_node, 1),
+        };
+        NodeMachine::new(spec.index, workers, per)
             .with_base_seed(spec.rollout.seed)
             .with_intensity(spec.restart_intensity())
     }

@@ -132,11 +132,12 @@ impl TrainerMachine {
                 "node {node} sent a snapshot for checkpoint {id}, which is not waiting for it"
             )));
         };
-        if state.node != node || state.workers.len() != self.cfg.envs_per_node[node] {
+        if state.node != node || state.workers.is_empty() || state.num_envs() != self.cfg.envs_per_node[node] {
             let reason = format!(
-                "node {node} sent the state of node {} with {} env workers",
+                "node {node} sent the state of node {} with {} env workers of {} envs in all",
                 state.node,
-                state.workers.len()
+                state.workers.len(),
+                state.num_envs()
             );
             return self.abort_checkpoint(reason, out);
         }

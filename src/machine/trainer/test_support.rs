@@ -130,6 +130,7 @@ pub(super) fn node_checkpoint(node: usize) -> crate::checkpoint::NodeState {
         env: crate::EnvSpec::new("Counting"),
         policy: crate::PolicySpec::from(crate::PolicyConfig::Constant { value: 1.0 }),
         envs_per_node: 1,
+        envs_per_worker: 1,
         first_lane: 0,
         lanes: 1,
         rollout: crate::rollout::RolloutConfig {

@@ -187,6 +187,7 @@ fn from_spec_takes_seed_and_intensity() {
     let spec = NodeSpec {
         index: 4,
         envs_per_node: 3,
+        envs_per_worker: 1,
         lanes: 3,
         max_restarts: 9,
         restart_window_ms: 250,

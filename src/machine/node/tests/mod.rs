@@ -32,6 +32,7 @@ fn spec(index: usize, workers: usize, seed: u64) -> NodeSpec {
         env: EnvSpec::new("Counting"),
         policy: PolicySpec::from(PolicyConfig::Constant { value: 1.0 }),
         envs_per_node: workers,
+        envs_per_worker: 1,
         first_lane: 0,
         lanes: workers as u64,
         rollout: RolloutConfig {

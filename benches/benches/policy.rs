@@ -1,0 +1,137 @@
+//! A real-sized policy on a batch of observations, against its own limits, in one run.
+//!
+//! For an MLP (64-64 on CartPole-v1, 256-256 on Pendulum-v1, tanh, deterministic) and
+//! `K` envs stepped by one policy (K = 1, 4, 16, 64), per frame:
+//! (x)  the bare batched forward: `Mlp::act` on `[K, obs]` observations, no env;
+//! (x1) the same `K` observations asked one at a time (`K` calls of one row): what a
+//!      worker of one env pays;
+//! (y)  the bare env step: the `K` envs stepped with fixed actions, no policy, no batch;
+//! (c)  collection: `Rollout` stepping the `K` envs with the policy into its batch.
+//! Prints ns/frame and c / (x + y): what collection adds over the two parts it cannot
+//! avoid, and x1 / x: what batching the forward saves.
+//!
+//! Run: `cargo bench -p rollout-benches --bench policy`
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use rollout::env::{CartPole, CartPoleConfig, Pendulum, PendulumConfig};
+use rollout::policy::{ActionsMut, Mlp, Policy};
+use rollout::rollout::{Rollout, RolloutConfig, TrajIds};
+use rollout::{Action, Env, ExplorationType};
+
+/// How long each measurement runs.
+const WINDOW: Duration = Duration::from_millis(600);
+
+/// Runs `f` (which does `frames` frames) for about [`WINDOW`]; ns per frame.
+fn ns_per_frame(frames: usize, mut f: impl FnMut()) -> f64 {
+    f(); // warm
+    let start = Instant::now();
+    let mut n = 0usize;
+    while start.elapsed() < WINDOW {
+        f();
+        n += frames;
+    }
+    start.elapsed().as_nanos() as f64 / n as f64
+}
+
+fn make_env(name: &str) -> Box<dyn Env> {
+    match name {
+        "CartPole-v1" => Box::new(CartPole::new(CartPoleConfig::default()).expect("cartpole")),
+        _ => Box::new(Pendulum::new(PendulumConfig::default()).expect("pendulum")),
+    }
+}
+
+fn policy(env: &dyn Env, hidden: &[usize]) -> Mlp {
+    let mut p = Mlp::new(env.observation_spec(), env.action_spec(), hidden, 0, 1).expect("mlp");
+    p.set_exploration(ExplorationType::Deterministic);
+    p
+}
+
+fn main() {
+    println!(
+        "policy bench: ns per frame; c/(x+y): collection over its two parts; x1/x: one row at a time over the batch"
+    );
+    println!(
+        "{:<12} {:<8} {:>3} {:>9} {:>9} {:>9} {:>9} {:>8} {:>6}",
+        "env", "mlp", "K", "x", "x1", "y", "c", "c/(x+y)", "x1/x"
+    );
+    for (env_name, hidden) in [("CartPole-v1", vec![64, 64]), ("Pendulum-v1", vec![256, 256])] {
+        for k in [1usize, 4, 16, 64] {
+            let probe = make_env(env_name);
+            let d = probe.observation_spec().dim();
+            let discrete = probe.action_spec().is_discrete();
+            let a = probe.action_spec().dim();
+            let mut p = policy(probe.as_ref(), &hidden);
+            let obs: Vec<f32> = (0..k * d).map(|i| ((i * 37 % 101) as f32 / 50.0 - 1.0) * 0.1).collect();
+            let (mut ai, mut af) = (vec![0i64; k], vec![0f32; k * a]);
+            let rounds = (256 / k).max(1);
+            let mut act = |p: &mut Mlp, obs: &[f32], n: usize, ai: &mut [i64], af: &mut [f32]| {
+                let out = if discrete {
+                    ActionsMut::Discrete(&mut ai[..n])
+                } else {
+                    ActionsMut::Continuous(&mut af[..n * a])
+                };
+                p.act(obs, n, out).expect("act");
+            };
+            let x = ns_per_frame(rounds * k, || {
+                for _ in 0..rounds {
+                    act(&mut p, black_box(&obs), k, &mut ai, &mut af);
+                }
+                black_box(&ai);
+                black_box(&af);
+            });
+            let x1 = ns_per_frame(rounds * k, || {
+                for _ in 0..rounds {
+                    for r in 0..k {
+                        act(&mut p, black_box(&obs[r * d..(r + 1) * d]), 1, &mut ai, &mut af);
+                    }
+                }
+                black_box(&ai);
+                black_box(&af);
+            });
+            // (y) the envs alone: fixed actions, each env reset when its episode ends.
+            let mut envs: Vec<Box<dyn Env>> = (0..k).map(|_| make_env(env_name)).collect();
+            let mut cur = vec![0f32; d];
+            for (i, e) in envs.iter_mut().enumerate() {
+                e.reset(Some(i as u64), &mut cur).expect("reset");
+            }
+            let cont = vec![0.5f32; a];
+            let y = ns_per_frame(rounds * k, || {
+                for t in 0..rounds {
+                    for e in envs.iter_mut() {
+                        let action = if discrete {
+                            Action::Discrete((t & 1) as i64)
+                        } else {
+                            Action::Continuous(&cont)
+                        };
+                        let tr = e.step(action, &mut cur).expect("step");
+                        if tr.terminated || tr.truncated {
+                            e.reset(None, &mut cur).expect("reset");
+                        }
+                    }
+                }
+                black_box(&cur);
+            });
+            // (c) collection of 1,024 frames a batch (rounded to a multiple of K).
+            let frames = 1024 / k * k;
+            let envs: Vec<Box<dyn Env>> = (0..k).map(|_| make_env(env_name)).collect();
+            let ids = (0..k as u64).map(|i| TrajIds::new(i, k as u64).expect("ids")).collect();
+            let cfg = RolloutConfig {
+                frames_per_batch: frames,
+                ..RolloutConfig::default()
+            };
+            let mut rollout = Rollout::new(envs, Box::new(policy(probe.as_ref(), &hidden)), ids, cfg).expect("rollout");
+            let c = ns_per_frame(frames, || {
+                let batch = rollout.collect().expect("collect");
+                rollout.recycle(black_box(batch));
+            });
+            let h = hidden.iter().map(|w| w.to_string()).collect::<Vec<_>>().join("-");
+            println!(
+                "{env_name:<12} {h:<8} {k:>3} {x:>9.1} {x1:>9.1} {y:>9.1} {c:>9.1} {:>8.2} {:>6.2}",
+                c / (x + y),
+                x1 / x
+            );
+        }
+    }
+}
