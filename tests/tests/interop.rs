@@ -170,6 +170,7 @@ fn cartpole_batch() -> (NodeSpec, Batch, Weights) {
         env: EnvSpec::new("CartPole-v1"),
         policy: PolicySpec::from(PolicyConfig::Linear),
         envs_per_node: 2,
+        envs_per_worker: 1,
         first_lane: 2,
         lanes: 4,
         rollout: RolloutConfig {
