@@ -49,9 +49,13 @@ pub(crate) struct CollectArgs {
     /// [default: 1]; needs `--max-nodes`.
     #[arg(long, value_name = "N")]
     pub(crate) min_nodes: Option<usize>,
-    /// Env workers per node.
-    #[arg(long, default_value_t = 1, value_name = "K")]
+    /// Envs per node (the rows of its batches).
+    #[arg(long, default_value_t = 1, value_name = "E")]
     pub(crate) envs_per_node: usize,
+    /// Envs each env worker (a thread) steps together, one policy call per step on their
+    /// observations; must divide --envs-per-node.
+    #[arg(long, default_value_t = 1, value_name = "K")]
+    pub(crate) envs_per_worker: usize,
     /// Frames per yielded batch.
     #[arg(long, default_value_t = 1000, value_name = "F")]
     pub(crate) frames_per_batch: usize,

@@ -132,6 +132,7 @@ pub(crate) fn build(
         .env(env)
         .policy(policy_config(args)?)
         .envs_per_node(args.envs_per_node)
+        .envs_per_worker(args.envs_per_worker)
         .frames_per_batch(args.frames_per_batch)
         .total_frames(args.total_frames)
         .sync(args.sync)

@@ -530,3 +530,61 @@ fn nan_observations_fail_the_worker_only_when_asked() {
     assert!(err.contains("NaN observation"), "{err}");
     strict.shutdown().expect("shutdown");
 }
+
+/// The same sync run with a node's 4 envs grouped into workers of 1, 2 and 4 (in process
+/// and in child processes): a deterministic MLP's batches are equal bit for bit, so the
+/// batched forward and the grouping change nothing a learner sees.
+#[test]
+fn envs_per_worker_changes_no_frame_of_a_deterministic_policy() {
+    let run = |launcher: &Launcher, per: usize| {
+        let b = DistributedCollector::builder()
+            .env("Pendulum-v1")
+            .policy(PolicyConfig::Mlp { hidden: vec![32, 32] })
+            .exploration_type(rollout::ExplorationType::Deterministic)
+            .nodes(2)
+            .envs_per_node(4)
+            .envs_per_worker(per)
+            .frames_per_batch(400)
+            .total_frames(1200)
+            .sync(true)
+            .seed(3);
+        drain(&mut launched(b, launcher).build().expect("valid config"))
+    };
+    for launcher in &LAUNCHERS {
+        let alone = run(launcher, 1);
+        for per in [2, 4] {
+            let grouped = run(launcher, per);
+            assert_eq!(alone.len(), grouped.len());
+            for (a, g) in alone.iter().zip(&grouped) {
+                for key in a.data.keys() {
+                    assert_eq!(
+                        a.data.get(key).expect("key"),
+                        g.data.get(key).expect("key"),
+                        "{launcher:?}, envs_per_worker {per}: `{key}` differs"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Envs that do not split into workers are a config error naming the field.
+#[test]
+fn envs_per_worker_that_does_not_divide_is_refused_by_name() {
+    for (envs, per) in [(4, 3), (4, 0), (2, 4)] {
+        let err = DistributedCollector::builder()
+            .env("CartPole-v1")
+            .nodes(2)
+            .envs_per_node(envs)
+            .envs_per_worker(per)
+            .frames_per_batch(400)
+            .total_frames(400)
+            .build()
+            .err()
+            .unwrap_or_else(|| panic!("{envs} envs in workers of {per} accepted"));
+        match err {
+            CollectError::Config(e) => assert_eq!(e.field, "envs_per_worker", "{e}"),
+            other => panic!("{envs} envs in workers of {per}: {other}"),
+        }
+    }
+}

@@ -116,9 +116,19 @@ impl CollectorBuilder {
         self.settings.min_nodes = Some(n);
         self
     }
-    /// Env workers per node (torchrl's `num_workers_per_collector`).
+    /// Envs per node (torchrl's `num_workers_per_collector`): the rows of each node's
+    /// batches.
     pub fn envs_per_node(mut self, k: usize) -> Self {
         self.settings.envs_per_node = k;
+        self
+    }
+    /// Envs each env worker (a thread) steps together, with one policy call per step on
+    /// their observations: a network is evaluated on a batch, which is what makes a
+    /// real-sized policy fast (default 1; must divide every node's envs). torchrl's
+    /// equivalent is a batched env per worker. Frames are the same for any value with a
+    /// deterministic policy; a sampling policy draws from one stream per worker.
+    pub fn envs_per_worker(mut self, k: usize) -> Self {
+        self.settings.envs_per_worker = k;
         self
     }
     /// Frames per yielded batch (required).

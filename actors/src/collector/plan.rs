@@ -79,6 +79,16 @@ impl Settings {
         let ks: Vec<usize> = (0..n)
             .map(|i| over(i).envs_per_node.unwrap_or(self.envs_per_node))
             .collect();
+        let per = self.envs_per_worker;
+        if per == 0 {
+            return Err(config_error("envs_per_worker", "must be at least 1"));
+        }
+        if let Some(i) = ks.iter().position(|&k| !k.is_multiple_of(per)) {
+            return Err(config_error(
+                "envs_per_worker",
+                format!("{per} does not divide node {i}'s {} envs", ks[i]),
+            ));
+        }
         let cfg = TrainerConfig {
             nodes: n,
             envs_per_node: ks.clone(),
@@ -161,14 +171,15 @@ impl Settings {
                 env: env_i,
                 policy,
                 envs_per_node: k,
-                envs_per_worker: 1,
+                envs_per_worker: per,
                 first_lane,
                 lanes,
                 rollout: RolloutConfig {
                     frames_per_batch: worker_frames,
                     max_frames_per_traj: self.max_frames_per_traj,
                     reset_at_each_iter: self.reset_at_each_iter,
-                    init_random_frames: self.init_random_frames.div_ceil(lanes),
+                    // Counted per env worker, whose frames are its envs' together.
+                    init_random_frames: self.init_random_frames.div_ceil(lanes).saturating_mul(per as u64),
                     // Node i's workers take the seeds after those of nodes 0..i.
                     seed: seed.wrapping_add(first_lane),
                     nan_is_failure: self.nan_is_failure,

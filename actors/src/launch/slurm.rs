@@ -687,4 +687,3 @@ pub(crate) fn task_log(dir: &Path, task: usize, max: usize) -> Option<String> {
         .ok()?;
     Some(s)
 }
-

@@ -118,7 +118,9 @@ class DistributedCollector:
     (default 1), elastic membership (``min_nodes``, ``max_nodes``: an async run of
     the ``"external"`` launcher that starts once ``min_nodes`` joined, takes nodes
     that join while it runs up to ``max_nodes`` and lets nodes leave; instead of
-    ``nodes``), ``envs_per_node``, ``seed``, ``nan_is_failure``, supervision
+    ``nodes``), ``envs_per_node``, ``envs_per_worker`` (envs one worker thread
+    steps with one batched policy call per step; must divide ``envs_per_node``),
+    ``seed``, ``nan_is_failure``, supervision
     (``max_restarts``, ``restart_window``, ``node_max_restarts``,
     ``node_restart_window``, ``continue_timeout``,
     ``continue_without_lost_nodes``, ``worker_nice``), timeouts in seconds
@@ -141,6 +143,7 @@ class DistributedCollector:
         nodes: Optional[int] = None,
         envs_per_node: Optional[int] = None,
         num_workers_per_collector: Optional[int] = None,
+        envs_per_worker: Optional[int] = None,
         sync: bool = False,
         seed: Optional[int] = None,
         launcher: str = "local",
@@ -192,6 +195,7 @@ class DistributedCollector:
             total_frames=total_frames,
             nodes=nodes,
             envs_per_node=envs_per_node,
+            envs_per_worker=envs_per_worker,
             sync=sync,
             seed=seed,
             launcher=launcher,

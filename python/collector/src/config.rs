@@ -178,6 +178,9 @@ pub(crate) fn builder(dict: Bound<'_, PyDict>) -> PyResult<CollectorBuilder> {
     if let Some(k) = s.take("envs_per_node", "a positive integer")? {
         b = b.envs_per_node(k);
     }
+    if let Some(k) = s.take("envs_per_worker", "a positive integer")? {
+        b = b.envs_per_worker(k);
+    }
     if let Some(v) = s.take("sync", "a bool")? {
         b = b.sync(v);
     }
