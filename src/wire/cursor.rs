@@ -132,12 +132,21 @@ impl<'a> Cursor<'a> {
         Ok(self.take(n)?.iter().fold(0u64, |acc, b| (acc << 8) | u64::from(*b)))
     }
 
+    /// A frame's map: its number of entries.
+    pub(crate) fn frame_len(&mut self) -> Result<u64, String> {
+        match self.peek()? {
+            0x80..=0x8f | 0xde | 0xdf => self.map_len(),
+            _ => Err("a frame must be a map".into()),
+        }
+    }
+
+    /// A map's number of entries.
     pub(crate) fn map_len(&mut self) -> Result<u64, String> {
         match self.byte()? {
             m @ 0x80..=0x8f => Ok(u64::from(m & 0x0f)),
             0xde => self.be(2),
             0xdf => self.be(4),
-            _ => Err("a frame must be a map".into()),
+            _ => Err("expected a map".into()),
         }
     }
 

@@ -70,7 +70,7 @@ struct Fields {
 }
 
 fn read_fields(r: &mut Cursor<'_>) -> Result<Fields, String> {
-    let n = r.map_len()?;
+    let n = r.frame_len()?;
     let mut f = Fields::default();
     for _ in 0..n {
         let key = r.str(MAX_KEY).map_err(|e| format!("a key: {e}"))?;

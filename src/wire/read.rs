@@ -63,7 +63,7 @@ pub(crate) fn decode_into<T: Frame>(body: &[u8], storage: &mut Storage<'_>) -> R
 /// The frame's `type` and its fields, ready to read.
 fn open(body: &[u8]) -> Result<(&str, Fields<'_>), String> {
     let mut c = Cursor::new(body);
-    let n = c.map_len()?;
+    let n = c.frame_len()?;
     let fields = Fields {
         c,
         left: n,
