@@ -71,14 +71,14 @@ fn open(body: &[u8]) -> Result<(&str, Fields<'_>), String> {
     };
     // The encoder's way: `type` first.
     let mut first = fields;
-    if n > 0 && first.c.str_bytes(u64::MAX)? == names::TYPE.as_bytes() {
+    if n > 0 && first.c.str_bytes(u64::MAX).map_err(key_error)? == names::TYPE.as_bytes() {
         return Ok((tag_value(&mut first.c)?, fields));
     }
     // Anywhere else: through the keys once.
     let mut scan = fields;
     let mut tag = None;
     for _ in 0..n {
-        if scan.c.text()? == names::TYPE {
+        if scan.c.text().map_err(key_error)? == names::TYPE {
             if tag.replace(tag_value(&mut scan.c)?).is_some() {
                 return Err(duplicate(names::TYPE));
             }
@@ -91,6 +91,10 @@ fn open(body: &[u8]) -> Result<(&str, Fields<'_>), String> {
 
 fn tag_value<'a>(c: &mut Cursor<'a>) -> Result<&'a str, String> {
     c.text().map_err(|e| format!("`type` must be a string ({e})"))
+}
+
+fn key_error(e: String) -> String {
+    format!("a key: {e}")
 }
 
 fn missing(name: &str) -> String {
@@ -115,7 +119,7 @@ impl<'a> Fields<'a> {
     fn next(&mut self) -> Result<Option<&'a str>, String> {
         while self.left > 0 {
             self.left -= 1;
-            let key = self.c.text().map_err(|e| format!("a key: {e}"))?;
+            let key = self.c.text().map_err(key_error)?;
             if key != names::TYPE {
                 return Ok(Some(key));
             }
@@ -434,7 +438,7 @@ fn tensor_parts<'a>(c: &mut Cursor<'a>) -> Result<Parts<'a>, String> {
     let n = c.map_len()?;
     let (mut dt, mut shape, mut data) = (Field::new("dtype"), Field::new("shape"), Field::new("data"));
     for _ in 0..n {
-        match c.text().map_err(|e| format!("a key: {e}"))? {
+        match c.text().map_err(key_error)? {
             "dtype" => dt.read(c, dtype)?,
             "shape" => shape.read(c, dims)?,
             "data" => data.read(c, |c| c.bin())?,
@@ -456,7 +460,7 @@ fn tensor_entries<'a>(c: &mut Cursor<'a>) -> Result<Vec<(&'a str, Parts<'a>)>, S
     let n = c.map_len()?;
     let mut out = Vec::with_capacity((n as usize).min(MAX_RESERVE));
     for _ in 0..n {
-        let key = c.text().map_err(|e| format!("a key: {e}"))?;
+        let key = c.text().map_err(key_error)?;
         let t = tensor_parts(c).map_err(|e| format!("`{key}`: {e}"))?;
         out.push((key, t));
     }
@@ -473,7 +477,7 @@ fn dict_parts<'a>(c: &mut Cursor<'a>) -> Result<DictParts<'a>, String> {
     let n = c.map_len()?;
     let (mut batch_size, mut tensors) = (Field::new("batch_size"), Field::new("tensors"));
     for _ in 0..n {
-        match c.text().map_err(|e| format!("a key: {e}"))? {
+        match c.text().map_err(key_error)? {
             "batch_size" => batch_size.read(c, dims)?,
             "tensors" => tensors.read(c, tensor_entries)?,
             _ => c.skip_value()?,
@@ -495,7 +499,7 @@ fn weights_parts<'a>(c: &mut Cursor<'a>) -> Result<WeightsParts<'a>, String> {
     let n = c.map_len()?;
     let (mut version, mut tensors) = (Field::new("version"), Field::new("tensors"));
     for _ in 0..n {
-        match c.text().map_err(|e| format!("a key: {e}"))? {
+        match c.text().map_err(key_error)? {
             "version" => version.read(c, uint)?,
             "tensors" => tensors.read(c, tensor_entries)?,
             _ => c.skip_value()?,
