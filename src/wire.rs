@@ -964,7 +964,7 @@ mod tests {
     }
 
     #[test]
-    fn a_type_written_after_the_fields_decodes_the_same_through_a_buffer() {
+    fn a_type_written_after_the_fields_decodes_the_same() {
         // Re-encode every frame with its `type` moved to the end of its map.
         fn type_last(body: &[u8]) -> Vec<u8> {
             let Ok(rmpv::Value::Map(mut m)) = rmpv::decode::read_value(&mut &body[..]) else {

@@ -78,7 +78,7 @@ fn open(body: &[u8]) -> Result<(&str, Fields<'_>), String> {
     let mut scan = fields;
     let mut tag = None;
     for _ in 0..n {
-        if scan.c.text().map_err(key_error)? == names::TYPE {
+        if scan.c.str_bytes(u64::MAX).map_err(key_error)? == names::TYPE.as_bytes() {
             if tag.replace(tag_value(&mut scan.c)?).is_some() {
                 return Err(duplicate(names::TYPE));
             }
@@ -116,11 +116,11 @@ pub struct Fields<'a> {
 
 impl<'a> Fields<'a> {
     /// The next key other than `type`, the cursor at its value; `None` at the end.
-    fn next(&mut self) -> Result<Option<&'a str>, String> {
+    fn next(&mut self) -> Result<Option<&'a [u8]>, String> {
         while self.left > 0 {
             self.left -= 1;
-            let key = self.c.text().map_err(key_error)?;
-            if key != names::TYPE {
+            let key = self.c.str_bytes(u64::MAX).map_err(key_error)?;
+            if key != names::TYPE.as_bytes() {
                 return Ok(Some(key));
             }
             if std::mem::replace(&mut self.tag_seen, true) {
@@ -132,7 +132,7 @@ impl<'a> Fields<'a> {
     }
 
     /// Goes through every field, each read by `f` (which skips the ones it does not know).
-    fn each(mut self, mut f: impl FnMut(&str, &mut Cursor<'a>) -> Result<(), String>) -> Result<(), String> {
+    fn each(mut self, mut f: impl FnMut(&[u8], &mut Cursor<'a>) -> Result<(), String>) -> Result<(), String> {
         while let Some(key) = self.next()? {
             f(key, &mut self.c)?;
         }
@@ -208,7 +208,7 @@ macro_rules! fields {
     ($fields:expr, { $($key:ident: $read:expr),* $(,)? }) => {{
         $(let mut $key = Field::new(stringify!($key));)*
         $fields.each(|k, c| match k {
-            $(stringify!($key) => $key.read(c, $read),)*
+            $(k if k == stringify!($key).as_bytes() => $key.read(c, $read),)*
             _ => c.skip_value(),
         })?;
         ($($key,)*)
@@ -425,12 +425,19 @@ struct Parts<'a> {
     data: &'a [u8],
 }
 
+/// Every dtype, for their names.
+const DTYPES: [DType; 5] = [DType::F32, DType::F64, DType::I64, DType::Bool, DType::U8];
+
 fn dtype(c: &mut Cursor<'_>) -> Result<DType, String> {
-    let name = c.text()?;
-    [DType::F32, DType::F64, DType::I64, DType::Bool, DType::U8]
-        .into_iter()
-        .find(|d| d.name() == name)
-        .ok_or_else(|| format!("unknown dtype `{name}`, expected one of `f32`, `f64`, `i64`, `bool`, `u8`"))
+    let name = c.str_bytes(u64::MAX)?;
+    DTYPES.into_iter().find(|d| d.name().as_bytes() == name).ok_or_else(|| {
+        let known: Vec<String> = DTYPES.iter().map(|d| format!("`{d}`")).collect();
+        format!(
+            "unknown dtype `{}`, expected one of {}",
+            String::from_utf8_lossy(name),
+            known.join(", ")
+        )
+    })
 }
 
 /// A tensor: `{dtype, shape, data}` in any order.
@@ -438,10 +445,10 @@ fn tensor_parts<'a>(c: &mut Cursor<'a>) -> Result<Parts<'a>, String> {
     let n = c.map_len()?;
     let (mut dt, mut shape, mut data) = (Field::new("dtype"), Field::new("shape"), Field::new("data"));
     for _ in 0..n {
-        match c.text().map_err(key_error)? {
-            "dtype" => dt.read(c, dtype)?,
-            "shape" => shape.read(c, dims)?,
-            "data" => data.read(c, |c| c.bin())?,
+        match c.str_bytes(u64::MAX).map_err(key_error)? {
+            b"dtype" => dt.read(c, dtype)?,
+            b"shape" => shape.read(c, dims)?,
+            b"data" => data.read(c, |c| c.bin())?,
             _ => c.skip_value()?,
         }
     }
@@ -477,9 +484,9 @@ fn dict_parts<'a>(c: &mut Cursor<'a>) -> Result<DictParts<'a>, String> {
     let n = c.map_len()?;
     let (mut batch_size, mut tensors) = (Field::new("batch_size"), Field::new("tensors"));
     for _ in 0..n {
-        match c.text().map_err(key_error)? {
-            "batch_size" => batch_size.read(c, dims)?,
-            "tensors" => tensors.read(c, tensor_entries)?,
+        match c.str_bytes(u64::MAX).map_err(key_error)? {
+            b"batch_size" => batch_size.read(c, dims)?,
+            b"tensors" => tensors.read(c, tensor_entries)?,
             _ => c.skip_value()?,
         }
     }
@@ -499,9 +506,9 @@ fn weights_parts<'a>(c: &mut Cursor<'a>) -> Result<WeightsParts<'a>, String> {
     let n = c.map_len()?;
     let (mut version, mut tensors) = (Field::new("version"), Field::new("tensors"));
     for _ in 0..n {
-        match c.text().map_err(key_error)? {
-            "version" => version.read(c, uint)?,
-            "tensors" => tensors.read(c, tensor_entries)?,
+        match c.str_bytes(u64::MAX).map_err(key_error)? {
+            b"version" => version.read(c, uint)?,
+            b"tensors" => tensors.read(c, tensor_entries)?,
             _ => c.skip_value()?,
         }
     }
