@@ -402,8 +402,15 @@ impl Dims {
 
 /// An array of unsigned integers, each a `usize`.
 fn dims(c: &mut Cursor<'_>) -> Result<Dims, String> {
+    let mut d = Dims::default();
+    dims_into(c, &mut d)?;
+    Ok(d)
+}
+
+/// [`dims`], into `d` (a tensor's shape is read in place: the hot path of a batch).
+fn dims_into(c: &mut Cursor<'_>, d: &mut Dims) -> Result<(), String> {
     let len = usize::try_from(c.array_len()?).map_err(|_| "too many dimensions".to_string())?;
-    let mut d = Dims { len, ..Dims::default() };
+    d.len = len;
     if len > INLINE_DIMS {
         // Each dimension takes a byte at least: no more is reserved than there are bytes.
         d.more.reserve(len.min(c.left()));
@@ -415,7 +422,7 @@ fn dims(c: &mut Cursor<'_>) -> Result<Dims, String> {
             *slot = size(c)?;
         }
     }
-    Ok(d)
+    Ok(())
 }
 
 /// One tensor's parts, not yet checked against each other.
@@ -443,19 +450,28 @@ fn dtype(c: &mut Cursor<'_>) -> Result<DType, String> {
 /// A tensor: `{dtype, shape, data}` in any order.
 fn tensor_parts<'a>(c: &mut Cursor<'a>) -> Result<Parts<'a>, String> {
     let n = c.map_len()?;
-    let (mut dt, mut shape, mut data) = (Field::new("dtype"), Field::new("shape"), Field::new("data"));
+    // Read in place, without `Field`: a batch holds many small tensors.
+    let (mut dt, mut shape, mut data, mut have_shape) = (None, Dims::default(), None, false);
+    let field = |name: &'static str| move |e: String| format!("`{name}`: {e}");
     for _ in 0..n {
         match c.str_bytes(u64::MAX).map_err(key_error)? {
-            b"dtype" => dt.read(c, dtype)?,
-            b"shape" => shape.read(c, dims)?,
-            b"data" => data.read(c, |c| c.bin())?,
+            b"dtype" if dt.is_none() => dt = Some(dtype(c).map_err(field("dtype"))?),
+            b"shape" if !have_shape => {
+                dims_into(c, &mut shape).map_err(field("shape"))?;
+                have_shape = true;
+            }
+            b"data" if data.is_none() => data = Some(c.bin().map_err(field("data"))?),
+            k @ (b"dtype" | b"shape" | b"data") => return Err(duplicate(&String::from_utf8_lossy(k))),
             _ => c.skip_value()?,
         }
     }
+    if !have_shape {
+        return Err(missing("shape"));
+    }
     Ok(Parts {
-        dtype: dt.get()?,
-        shape: shape.get()?,
-        data: data.get()?,
+        dtype: dt.ok_or_else(|| missing("dtype"))?,
+        shape,
+        data: data.ok_or_else(|| missing("data"))?,
     })
 }
 
