@@ -202,8 +202,8 @@ fn derived<T: DeserializeOwned>(c: &mut Cursor<'_>) -> Result<T, String> {
     rmp_serde::from_slice(c.value_bytes()?).map_err(|e| e.to_string())
 }
 
-/// Reads the frames named in `$name => $field: $read` lists: each field once, any
-/// order, unknown keys skipped.
+/// Reads a frame's fields, `{name: read, ...}`: each once, in any order, unknown keys
+/// skipped; the `Field`s, in the order named.
 macro_rules! fields {
     ($fields:expr, { $($key:ident: $read:expr),* $(,)? }) => {{
         $(let mut $key = Field::new(stringify!($key));)*
