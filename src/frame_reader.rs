@@ -18,7 +18,8 @@
 //! mutated frames): only tensors in the two places above, in their canonical
 //! encoding (a map of `dtype`, `shape` and `data`, in that order, with a frame
 //! whose `type` comes first) are read aside, and the decode hands them, in the
-//! order they were read, to the tensors whose blob came empty.
+//! order they were read, to the tensors whose blob came empty. The scan follows
+//! the bytes with the wire's one MessagePack reader ([`header`]).
 //! Bool tensors are not read aside: their bytes must be checked before they are bools.
 //!
 //! Pure: the caller reads from its socket into [`FrameReader::buf`] and reports
@@ -27,8 +28,10 @@
 use std::collections::VecDeque;
 
 use crate::frame_decode::{self, Frame};
+use crate::message::names;
 use crate::pool::TensorPool;
 use crate::tensor::{DType, Elements};
+use crate::wire::cursor::{header, Token};
 use crate::wire::{self, WireError, PREFIX_LEN};
 
 /// Smallest blob read straight into a tensor: below this, copying it out of the
@@ -100,71 +103,6 @@ struct Level {
     len: u64,
     /// The key of the current entry, if short and a string.
     key: Option<Vec<u8>>,
-}
-
-/// One token of MessagePack, as far as the scan needs it.
-#[derive(Debug)]
-enum Token {
-    Uint(u64),
-    /// A string, binary or extension of this many payload bytes.
-    Str(usize),
-    Bin(usize),
-    Ext(usize),
-    Array(u64),
-    Map(u64),
-    /// A value of no interest (nil, bool, float, negative integer).
-    Scalar,
-    /// Not MessagePack (0xc1).
-    Invalid,
-}
-
-/// The token at the start of `b` and its header's length, or `None` if `b` holds
-/// less than its header.
-fn token(b: &[u8]) -> Option<(usize, Token)> {
-    let m = *b.first()?;
-    let be = |n: usize| -> Option<u64> {
-        let s = b.get(1..1 + n)?;
-        Some(s.iter().fold(0u64, |acc, &x| (acc << 8) | u64::from(x)))
-    };
-    let len = |n: usize| be(n).map(|v| v as usize);
-    let (h, tok) = match m {
-        0x00..=0x7f => (1, Token::Uint(u64::from(m))),
-        0x80..=0x8f => (1, Token::Map(u64::from(m & 0x0f))),
-        0x90..=0x9f => (1, Token::Array(u64::from(m & 0x0f))),
-        0xa0..=0xbf => (1, Token::Str(usize::from(m & 0x1f))),
-        0xc0 | 0xc2 | 0xc3 => (1, Token::Scalar),
-        0xc1 => (1, Token::Invalid),
-        0xc4 => (2, Token::Bin(len(1)?)),
-        0xc5 => (3, Token::Bin(len(2)?)),
-        0xc6 => (5, Token::Bin(len(4)?)),
-        0xc7 => (3, Token::Ext(len(1)?)),
-        0xc8 => (4, Token::Ext(len(2)?)),
-        0xc9 => (6, Token::Ext(len(4)?)),
-        0xca => (5, Token::Scalar),
-        0xcb => (9, Token::Scalar),
-        0xcc => (2, Token::Uint(be(1)?)),
-        0xcd => (3, Token::Uint(be(2)?)),
-        0xce => (5, Token::Uint(be(4)?)),
-        0xcf => (9, Token::Uint(be(8)?)),
-        0xd0 => (2, Token::Scalar),
-        0xd1 => (3, Token::Scalar),
-        0xd2 => (5, Token::Scalar),
-        0xd3 => (9, Token::Scalar),
-        0xd4 => (2, Token::Ext(1)),
-        0xd5 => (2, Token::Ext(2)),
-        0xd6 => (2, Token::Ext(4)),
-        0xd7 => (2, Token::Ext(8)),
-        0xd8 => (2, Token::Ext(16)),
-        0xd9 => (2, Token::Str(len(1)?)),
-        0xda => (3, Token::Str(len(2)?)),
-        0xdb => (5, Token::Str(len(4)?)),
-        0xdc => (3, Token::Array(be(2)?)),
-        0xdd => (5, Token::Array(be(4)?)),
-        0xde => (3, Token::Map(be(2)?)),
-        0xdf => (5, Token::Map(be(4)?)),
-        0xe0..=0xff => (1, Token::Scalar),
-    };
-    (b.len() >= h).then_some((h, tok))
 }
 
 /// A completed item, as the scan tells its container.
@@ -381,7 +319,7 @@ impl FrameReader {
                 return;
             }
             let avail = &self.head[self.scanned..self.head_len];
-            let Some((h, tok)) = token(avail) else {
+            let Some((h, tok)) = header(avail) else {
                 self.need = 9usize.saturating_sub(avail.len()).max(1);
                 return;
             };
@@ -577,14 +515,16 @@ impl FrameReader {
             // Only a `type` first counts: serde reads it wherever it is, the scan
             // only where the encoder puts it.
             (Role::Root(Tag::Unknown), _) if i == 0 => Role::Root(Tag::Unknown),
-            (Role::Root(Tag::Unknown), Item::Str(s)) if i == 1 && key == Some(b"type") => Role::Root(match *s {
-                b"batch" => {
+            (Role::Root(Tag::Unknown), Item::Str(s)) if i == 1 && key == Some(names::TYPE.as_bytes()) => {
+                Role::Root(if *s == names::BATCH.as_bytes() {
                     self.batch = true;
                     Tag::Batch
-                }
-                b"update_weights" => Tag::Update,
-                _ => Tag::Neither,
-            }),
+                } else if *s == names::UPDATE_WEIGHTS.as_bytes() {
+                    Tag::Update
+                } else {
+                    Tag::Neither
+                })
+            }
             (Role::Root(Tag::Unknown), _) => Role::Root(Tag::Neither),
             (Role::Tensor(f), _) => match (i, &item) {
                 (0, Item::Str(b"dtype")) | (2, Item::Str(b"shape")) | (4, Item::Str(b"data")) => Role::Tensor(f),

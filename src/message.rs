@@ -12,6 +12,69 @@ use crate::node_state::NodeState;
 use crate::policy::Weights;
 use crate::tensor::TensorDict;
 
+/// Every message's name on the wire (its `type`), written here only: [`ToNode::name`],
+/// [`FromNode::name`], the frame decoder and the login decoder use these, and serde's
+/// derive writes the same names (`snake_case` of the variants; a test checks each).
+pub mod names {
+    /// [`super::ToNode::Continue`].
+    pub const CONTINUE: &str = "continue";
+    /// [`super::ToNode::UpdateWeights`].
+    pub const UPDATE_WEIGHTS: &str = "update_weights";
+    /// [`super::ToNode::Seed`].
+    pub const SEED: &str = "seed";
+    /// [`super::ToNode::Shutdown`].
+    pub const SHUTDOWN: &str = "shutdown";
+    /// [`super::ToNode::Snapshot`] and [`super::FromNode::Snapshot`].
+    pub const SNAPSHOT: &str = "snapshot";
+    /// [`super::ToNode::Restore`].
+    pub const RESTORE: &str = "restore";
+    /// [`super::FromNode::Batch`].
+    pub const BATCH: &str = "batch";
+    /// [`super::FromNode::WeightsUpdated`].
+    pub const WEIGHTS_UPDATED: &str = "weights_updated";
+    /// [`super::FromNode::Seeded`].
+    pub const SEEDED: &str = "seeded";
+    /// [`super::FromNode::Down`].
+    pub const DOWN: &str = "down";
+    /// [`super::FromNode::Leave`].
+    pub const LEAVE: &str = "leave";
+    /// [`super::FromNode::Failed`].
+    pub const FAILED: &str = "failed";
+    /// [`super::FromNode::Ready`].
+    pub const READY: &str = "ready";
+    /// [`super::FromNode::Restored`].
+    pub const RESTORED: &str = "restored";
+    /// [`super::FromNode::CheckpointFailed`].
+    pub const CHECKPOINT_FAILED: &str = "checkpoint_failed";
+    /// The key that names a frame.
+    pub const TYPE: &str = "type";
+    /// The wire's own `hello` (node → trainer).
+    pub const HELLO: &str = "hello";
+    /// The wire's own `auth` (node → trainer).
+    pub const AUTH: &str = "auth";
+    /// The wire's own `heartbeat` (both ways).
+    pub const HEARTBEAT: &str = "heartbeat";
+    /// The wire's own `challenge` (trainer → node).
+    pub const CHALLENGE: &str = "challenge";
+    /// The wire's own `welcome` (trainer → node).
+    pub const WELCOME: &str = "welcome";
+    /// The wire's own `reject` (trainer → node).
+    pub const REJECT: &str = "reject";
+    /// Every message a node sends.
+    pub const FROM_NODE: &[&str] = &[
+        BATCH,
+        WEIGHTS_UPDATED,
+        SEEDED,
+        DOWN,
+        LEAVE,
+        FAILED,
+        READY,
+        SNAPSHOT,
+        RESTORED,
+        CHECKPOINT_FAILED,
+    ];
+}
+
 /// Trainer → node: collect `frames` frames and answer with a [`Batch`] of the same `seq`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Continue {
@@ -151,12 +214,12 @@ impl ToNode {
     /// The message's name on the wire (its `type`), for logs and errors.
     pub fn name(&self) -> &'static str {
         match self {
-            ToNode::Continue(_) => "continue",
-            ToNode::UpdateWeights(_) => "update_weights",
-            ToNode::Seed(_) => "seed",
-            ToNode::Shutdown => "shutdown",
-            ToNode::Snapshot { .. } => "snapshot",
-            ToNode::Restore(_) => "restore",
+            ToNode::Continue(_) => names::CONTINUE,
+            ToNode::UpdateWeights(_) => names::UPDATE_WEIGHTS,
+            ToNode::Seed(_) => names::SEED,
+            ToNode::Shutdown => names::SHUTDOWN,
+            ToNode::Snapshot { .. } => names::SNAPSHOT,
+            ToNode::Restore(_) => names::RESTORE,
         }
     }
 }
@@ -165,16 +228,16 @@ impl FromNode {
     /// The message's name on the wire (its `type`), for logs and errors.
     pub fn name(&self) -> &'static str {
         match self {
-            FromNode::Batch(_) => "batch",
-            FromNode::WeightsUpdated { .. } => "weights_updated",
-            FromNode::Seeded { .. } => "seeded",
-            FromNode::Down { .. } => "down",
-            FromNode::Leave { .. } => "leave",
-            FromNode::Failed { .. } => "failed",
-            FromNode::Ready { .. } => "ready",
-            FromNode::Snapshot { .. } => "snapshot",
-            FromNode::Restored { .. } => "restored",
-            FromNode::CheckpointFailed { .. } => "checkpoint_failed",
+            FromNode::Batch(_) => names::BATCH,
+            FromNode::WeightsUpdated { .. } => names::WEIGHTS_UPDATED,
+            FromNode::Seeded { .. } => names::SEEDED,
+            FromNode::Down { .. } => names::DOWN,
+            FromNode::Leave { .. } => names::LEAVE,
+            FromNode::Failed { .. } => names::FAILED,
+            FromNode::Ready { .. } => names::READY,
+            FromNode::Snapshot { .. } => names::SNAPSHOT,
+            FromNode::Restored { .. } => names::RESTORED,
+            FromNode::CheckpointFailed { .. } => names::CHECKPOINT_FAILED,
         }
     }
 

@@ -8,19 +8,21 @@
 //! [`crate::connection`]. PROTOCOL.md describes the same thing for other languages.
 
 use hmac::{Hmac, Mac};
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
 mod continue_frame;
 pub(crate) mod cursor;
 mod login;
+mod read;
 mod tagged;
 
 pub use continue_frame::encode_continue;
 pub use login::{decode_login, LoginFrame};
+pub use read::Frame;
+pub(crate) use read::{decode_into, Storage};
 
-use crate::message::{FromNode, ToNode};
+use crate::message::{names, FromNode, ToNode};
 use crate::node_spec::NodeSpec;
 use crate::policy::Weights;
 
@@ -136,9 +138,9 @@ impl NodeFrame {
     /// The frame's name on the wire (its `type`), for logs and errors.
     pub fn name(&self) -> &'static str {
         match self {
-            NodeFrame::Hello { .. } => tagged::HELLO,
-            NodeFrame::Auth { .. } => tagged::AUTH,
-            NodeFrame::Heartbeat => tagged::HEARTBEAT,
+            NodeFrame::Hello { .. } => names::HELLO,
+            NodeFrame::Auth { .. } => names::AUTH,
+            NodeFrame::Heartbeat => names::HEARTBEAT,
             NodeFrame::Message(m) => m.name(),
         }
     }
@@ -148,10 +150,10 @@ impl TrainerFrame {
     /// The frame's name on the wire (its `type`), for logs and errors.
     pub fn name(&self) -> &'static str {
         match self {
-            TrainerFrame::Challenge { .. } => tagged::CHALLENGE,
-            TrainerFrame::Welcome(_) => tagged::WELCOME,
-            TrainerFrame::Reject { .. } => tagged::REJECT,
-            TrainerFrame::Heartbeat => tagged::HEARTBEAT,
+            TrainerFrame::Challenge { .. } => names::CHALLENGE,
+            TrainerFrame::Welcome(_) => names::WELCOME,
+            TrainerFrame::Reject { .. } => names::REJECT,
+            TrainerFrame::Heartbeat => names::HEARTBEAT,
             TrainerFrame::Message(m) => m.name(),
         }
     }
@@ -289,12 +291,15 @@ impl std::io::Write for PartsWriter<'_> {
     }
 }
 
-/// Decodes a frame body (without its prefix).
-pub fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, WireError> {
-    if body.is_empty() {
-        return Err(WireError::Empty);
-    }
-    rmp_serde::from_slice(body).map_err(|e| WireError::Decode(e.to_string()))
+/// Decodes a frame body (without its prefix), its tensors into fresh memory
+/// ([`crate::frame_decode::decode_pooled`] gives them memory to go to).
+pub fn decode<T: Frame>(body: &[u8]) -> Result<T, WireError> {
+    let mut pool = crate::pool::TensorPool::new(0);
+    let mut storage = Storage {
+        read: Default::default(),
+        pool: &mut pool,
+    };
+    read::decode_into(body, &mut storage)
 }
 
 /// The body length a prefix announces, refused if over `max`.
@@ -960,7 +965,7 @@ mod tests {
     }
 
     #[test]
-    fn a_type_written_after_the_fields_decodes_the_same_through_a_buffer() {
+    fn a_type_written_after_the_fields_decodes_the_same() {
         // Re-encode every frame with its `type` moved to the end of its map.
         fn type_last(body: &[u8]) -> Vec<u8> {
             let Ok(rmpv::Value::Map(mut m)) = rmpv::decode::read_value(&mut &body[..]) else {

@@ -15,8 +15,8 @@
 //!
 //! Then the other end of the scale: a small `batch` frame, as a trainer reads one per node
 //! and round (10 `Counting` frames, every key a batch has), decoded into pooled storage (the
-//! last batch recycled into the pool, as a connection does) against the plain serde decode of
-//! the same frame, in µs per frame.
+//! last batch recycled into the pool, as a connection does) against the plain decode of the
+//! same frame (fresh memory), in µs per frame.
 //!
 //! Run: `cargo bench -p rollout-benches --bench wire`
 
@@ -215,7 +215,7 @@ fn small_batch() {
         "wire: batch frame of 10 Counting frames, {keys} keys, {} bytes, best of {REPS} x {SMALL_DECODES}",
         body.len()
     );
-    println!("  decode frame (serde)       {:>9.2} µs        baseline", per(plain));
+    println!("  decode frame (fresh)       {:>9.2} µs        baseline", per(plain));
     println!(
         "  decode frame, pooled       {:>9.2} µs        {:.2} x the plain decode's speed",
         per(pooled),

@@ -12,24 +12,12 @@
 
 use super::cursor::Cursor;
 use super::WireError;
+use crate::message::names;
 
-/// The `type` of every frame a node may send, so a frame of the wrong kind is
-/// named in the refusal ("expected hello, got batch") rather than called malformed.
-const NODE_FRAME_TYPES: &[&str] = &[
-    "hello",
-    "auth",
-    "heartbeat",
-    "batch",
-    "weights_updated",
-    "seeded",
-    "down",
-    "leave",
-    "failed",
-    "ready",
-    "snapshot",
-    "restored",
-    "checkpoint_failed",
-];
+/// The `type` of the wire's own frames a node may send; with [`names::FROM_NODE`],
+/// every frame a node may send, so a frame of the wrong kind is named in the refusal
+/// ("expected hello, got batch") rather than called malformed.
+const NODE_OWN_TYPES: &[&str] = &[names::HELLO, names::AUTH, names::HEARTBEAT];
 
 /// Longest key or `type` read: every key of these frames is a short name.
 const MAX_KEY: usize = 64;
@@ -82,13 +70,13 @@ struct Fields {
 }
 
 fn read_fields(r: &mut Cursor<'_>) -> Result<Fields, String> {
-    let n = r.map_len()?;
+    let n = r.frame_len()?;
     let mut f = Fields::default();
     for _ in 0..n {
         let key = r.str(MAX_KEY).map_err(|e| format!("a key: {e}"))?;
         let dup = || format!("duplicate field `{key}`");
         match key.as_str() {
-            "type" => {
+            names::TYPE => {
                 let v = r
                     .str(MAX_KEY)
                     .map_err(|e| format!("`type` must be a short string ({e})"))?;
@@ -138,11 +126,12 @@ impl Fields {
     fn into_frame(self) -> Result<LoginFrame, String> {
         let tag = self.tag.ok_or("missing field `type`")?;
         let name = match tag.as_str() {
-            "hello" => "hello",
-            "auth" => "auth",
+            names::HELLO => names::HELLO,
+            names::AUTH => names::AUTH,
             other => {
-                return NODE_FRAME_TYPES
+                return NODE_OWN_TYPES
                     .iter()
+                    .chain(names::FROM_NODE)
                     .find(|t| **t == other)
                     .map(|t| LoginFrame::Other(t))
                     .ok_or_else(|| format!("unknown frame type `{other}`"))
@@ -152,7 +141,7 @@ impl Fields {
         if let Some(k) = self.unknown {
             return Err(stray(&k));
         }
-        if name == "hello" {
+        if name == names::HELLO {
             if self.proof.is_some() {
                 return Err(stray("proof"));
             }
