@@ -92,6 +92,18 @@ pub struct NodeRestartFailed {
     pub reason: String,
 }
 
+/// Asks the trainer why a wait for `what`, `seconds` long, ran out: when a node cut
+/// off from the run has not come back, that is why, and the answer is its failure,
+/// naming the node, the cause of the cut and how long the trainer waited for it.
+#[derive(Message)]
+#[rtype(result = "Option<CollectError>")]
+pub struct WhyLate {
+    /// What was waited for.
+    pub what: &'static str,
+    /// The deadline it ran out at.
+    pub seconds: f64,
+}
+
 /// Asks the trainer for its supervision counters.
 #[derive(Message)]
 #[rtype(result = "SupervisionStats")]
@@ -495,9 +507,30 @@ impl Handler<NodeRestartFailed> for Trainer {
     type Result = ();
 
     fn handle(&mut self, msg: NodeRestartFailed, _ctx: &mut Self::Context) {
+        // The failure says how long the node was waited for: the clock moves to now.
+        self.tick();
         let r = self.machine.node_restart_failed(msg.node, msg.reason, &mut self.out);
         self.on_result(r);
         self.dispatch();
+    }
+}
+
+impl Handler<WhyLate> for Trainer {
+    type Result = Option<CollectError>;
+
+    fn handle(&mut self, msg: WhyLate, _ctx: &mut Self::Context) -> Self::Result {
+        let now = self.start.elapsed();
+        let cut = self.machine.cut_off().into_iter().next()?;
+        let waited = now.saturating_sub(cut.at);
+        Some(CollectError::NodeFailed {
+            node: cut.node,
+            reason: format!(
+                "{}, when {} ran out of time ({:.1} s)",
+                cut.not_back(waited),
+                msg.what,
+                msg.seconds
+            ),
+        })
     }
 }
 

@@ -95,7 +95,7 @@ pub struct CollectorBuilder {
     pub(super) exploration_type: Option<ExplorationType>,
     pub(super) postproc: Option<Box<dyn Postproc>>,
     pub(super) replay_buffer: Option<SharedReplayBuffer>,
-    pub(super) batch_timeout: Duration,
+    pub(super) batch_timeout: Option<Duration>,
     pub(super) shutdown_timeout: Duration,
     pub(super) listen: String,
     pub(super) on_listening: Option<ListeningHook>,
@@ -111,7 +111,7 @@ pub struct CollectorBuilder {
     pub(super) worker_nice: i32,
     pub(super) node_supervision: Option<NodeSupervision>,
     pub(super) resume: Option<Checkpoint>,
-    pub(super) request_timeout: Duration,
+    pub(super) request_timeout: Option<Duration>,
     pub(super) seed_timeout: Option<Duration>,
     pub(super) update_weights_timeout: Option<Duration>,
     pub(super) snapshot_timeout: Option<Duration>,
@@ -119,9 +119,13 @@ pub struct CollectorBuilder {
     pub(super) shutdown_ack_timeout: Option<Duration>,
 }
 
-/// Default of [`CollectorBuilder::request_timeout`]: how long a node may take to
-/// answer `seed`, `update_weights`, `snapshot` or `restore`.
+/// Default of [`CollectorBuilder::request_timeout`] when `batch_timeout` is at least
+/// twice as long: how long a node may take to answer `seed`, `update_weights`,
+/// `snapshot` or `restore`.
 pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Default of [`CollectorBuilder::batch_timeout`] when no deadline set asks for more.
+pub(crate) const DEFAULT_BATCH_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Default for CollectorBuilder {
     fn default() -> Self {
@@ -151,7 +155,7 @@ impl Default for CollectorBuilder {
             exploration_type: None,
             postproc: None,
             replay_buffer: None,
-            batch_timeout: Duration::from_secs(60),
+            batch_timeout: None,
             shutdown_timeout: Duration::from_secs(10),
             listen: "127.0.0.1:0".into(),
             on_listening: None,
@@ -167,7 +171,7 @@ impl Default for CollectorBuilder {
             worker_nice: DEFAULT_WORKER_NICE,
             node_supervision: None,
             resume: None,
-            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            request_timeout: None,
             seed_timeout: None,
             update_weights_timeout: None,
             snapshot_timeout: None,
@@ -331,9 +335,11 @@ impl CollectorBuilder {
         self.replay_buffer = Some(buffer);
         self
     }
-    /// Longest wait for one batch before `next_batch` returns an error (default 60 s).
+    /// Longest wait for one batch before `next_batch` returns an error (default 60 s,
+    /// or twice the longest deadline on a node's answer set, if more). Every such
+    /// deadline set must be at most half of it (see [`Self::request_timeout`]).
     pub fn batch_timeout(mut self, d: Duration) -> Self {
-        self.batch_timeout = d;
+        self.batch_timeout = Some(d);
         self
     }
     /// Longest wait for the nodes to go down at shutdown (default 10 s).
@@ -344,12 +350,16 @@ impl CollectorBuilder {
 
     // ---- Deadlines on the nodes' answers: past one a node fails as any other node
     // failure (restarted under node supervision, else dropped with the reason: async
-    // collection goes on with the others, sync collection fails).
+    // collection goes on with the others, sync collection fails). Each is at most half
+    // of `batch_timeout`, so that a node cut off at its deadline leaves the other half
+    // to replace it before the batch is due: unset, it is derived so; set together
+    // with a `batch_timeout` it does not fit, `build` refuses the pair.
     /// How long a node may take to answer `seed`, `update_weights`, `snapshot` and
-    /// `restore` (default 30 s); [`Self::seed_timeout`], [`Self::update_weights_timeout`]
-    /// and [`Self::snapshot_timeout`] set one of them apart.
+    /// `restore` (default 30 s, or half of [`Self::batch_timeout`] if that is shorter);
+    /// [`Self::seed_timeout`], [`Self::update_weights_timeout`] and
+    /// [`Self::snapshot_timeout`] set one of them apart.
     pub fn request_timeout(mut self, d: Duration) -> Self {
-        self.request_timeout = d;
+        self.request_timeout = Some(d);
         self
     }
     /// How long a node may take to answer `seed` with `seeded` (default: [`Self::request_timeout`]).

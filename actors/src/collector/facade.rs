@@ -24,7 +24,7 @@ use crate::launch::slurm::SlurmJob;
 use crate::launch::{Launched, NodeHandles};
 use crate::messages::{GetWeights, NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights, TakeCheckpoint};
 use crate::replay::{self, SharedReplayBuffer};
-use crate::trainer::{GetStats, Trainer};
+use crate::trainer::{GetStats, Trainer, WhyLate};
 
 /// What the facade itself does with batches and deadlines.
 pub(super) struct FacadeOptions {
@@ -203,6 +203,16 @@ impl DistributedCollector {
         }
     }
 
+    /// The error of a wait for `what` that ran out after `seconds`: the failure of a
+    /// node cut off from the run that has not come back, when that is what the wait
+    /// was for, else the timeout itself.
+    fn why_late(&self, what: &'static str, seconds: f64) -> CollectError {
+        match block_on_timeout(self.trainer.send(WhyLate { what, seconds }), Duration::from_secs(1)) {
+            Some(Ok(Some(failure))) => failure,
+            _ => CollectError::Timeout { what, seconds },
+        }
+    }
+
     /// The next batch, or `None` once `total_frames` have been yielded. With a
     /// [`CollectorBuilder::replay_buffer`] the frames go into the buffer and the batch
     /// returned carries no entry (its `data` keeps the batch shape).
@@ -210,7 +220,11 @@ impl DistributedCollector {
         if self.down {
             return Ok(None);
         }
-        let Some(mut c) = self.ask(NextBatch, "collecting a batch", self.batch_timeout)?? else {
+        let asked = match self.ask(NextBatch, "collecting a batch", self.batch_timeout) {
+            Err(CollectError::Timeout { what, seconds }) => Err(self.why_late(what, seconds)),
+            other => other,
+        };
+        let Some(mut c) = asked?? else {
             return Ok(None);
         };
         if self.split_trajs {
