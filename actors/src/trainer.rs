@@ -129,6 +129,23 @@ pub struct Trainer {
 struct Overdue(u64);
 
 impl Trainer {
+    /// The error of the consumer's wait for `what` that ran out after `seconds`: when a
+    /// node cut off from the run has not come back, that is why, and the error is its
+    /// failure, naming the node, the cause of the cut and how long it was waited for;
+    /// else the timeout itself.
+    fn late(&self, what: &'static str, seconds: f64) -> CollectError {
+        match self.machine.cut_off().into_iter().next() {
+            Some(cut) => {
+                let waited = self.start.elapsed().saturating_sub(cut.at);
+                CollectError::NodeFailed {
+                    node: cut.node,
+                    reason: format!("{}, when {what} ran out of time ({seconds:.1} s)", cut.not_back(waited)),
+                }
+            }
+            None => CollectError::Timeout { what, seconds },
+        }
+    }
+
     /// A trainer over a machine and in-process nodes' recipients (index = node index).
     pub fn new(machine: TrainerMachine, nodes: Vec<Recipient<Deliver<ToNode>>>) -> Trainer {
         let nodes = nodes
@@ -536,6 +553,8 @@ impl Handler<NodeRestartFailed> for Trainer {
     type Result = ();
 
     fn handle(&mut self, msg: NodeRestartFailed, _ctx: &mut Self::Context) {
+        // The failure says how long the node was waited for: the clock moves to now.
+        self.tick();
         let r = self.machine.node_restart_failed(msg.node, msg.reason, &mut self.out);
         self.on_result(r);
         self.dispatch();
@@ -705,10 +724,7 @@ impl Handler<Overdue> for Trainer {
         // The consumer hears of it; collection goes on, and the batch that comes late
         // is yielded to the next wait (push mode) or dropped with its reply (pull).
         self.wait += 1;
-        let e = CollectError::Timeout {
-            what: "collecting a batch",
-            seconds: limit.as_secs_f64(),
-        };
+        let e = self.late("collecting a batch", limit.as_secs_f64());
         if let Some(sink) = &self.sink {
             sink.do_send(TrainerEvent::Failed(e));
         } else if let Some(tx) = self.next.take() {

@@ -125,9 +125,10 @@ pub(crate) struct CollectArgs {
     /// above `--heartbeat`.
     #[arg(long, default_value_t = 5.0, value_name = "SECS")]
     pub(crate) heartbeat_timeout: f64,
-    /// Longest wait for one batch, in seconds.
-    #[arg(long, default_value_t = 60.0, value_name = "SECS", allow_negative_numbers = true)]
-    pub(crate) batch_timeout: f64,
+    /// Longest wait for one batch, in seconds [default: 60, or twice the longest deadline
+    /// on a node's answer set below, if more]; each of those must be at most half of it.
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true)]
+    pub(crate) batch_timeout: Option<f64>,
     /// Save a checkpoint to PATH every `--checkpoint-every` batches (with the length of the
     /// `--output` file, which a resumed run cuts back to it).
     #[arg(long, value_name = "PATH")]
@@ -150,9 +151,10 @@ pub(crate) struct CollectArgs {
     pub(crate) node_restart_window: f64,
     /// How long a node may take to answer `seed`, `update_weights`, `snapshot` and
     /// `restore`, in seconds; past it the node fails (restarted under supervision,
-    /// else dropped). The flags below set one apart.
-    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
-    pub(crate) request_timeout: f64,
+    /// else dropped). The flags below set one apart [default: 30, or half of
+    /// `--batch-timeout` if shorter].
+    #[arg(long, value_name = "SECS")]
+    pub(crate) request_timeout: Option<f64>,
     /// How long a node may take to answer `seed` [default: --request-timeout].
     #[arg(long, value_name = "SECS")]
     pub(crate) seed_timeout: Option<f64>,

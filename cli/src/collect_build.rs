@@ -80,8 +80,10 @@ fn deadlines(
             secs("heartbeat", args.heartbeat)?,
             secs("heartbeat_timeout", args.heartbeat_timeout)?,
         )
-        .request_timeout(secs("request_timeout", args.request_timeout)?)
         .shutdown_ack_timeout(secs("shutdown_ack_timeout", args.shutdown_ack_timeout)?);
+    if let Some(s) = args.request_timeout {
+        b = b.request_timeout(secs("request_timeout", s)?);
+    }
     if let Some(s) = args.seed_timeout {
         b = b.seed_timeout(secs("seed_timeout", s)?);
     }
@@ -109,12 +111,13 @@ pub(crate) fn build(
         name: args.env.clone(),
         config,
     };
-    let batch_timeout = Duration::try_from_secs_f64(args.batch_timeout).map_err(|_| {
-        usage(
-            "batch_timeout",
-            format!("{} is not a number of seconds", args.batch_timeout),
-        )
-    })?;
+    let batch_timeout = args
+        .batch_timeout
+        .map(|s| {
+            Duration::try_from_secs_f64(s)
+                .map_err(|_| usage("batch_timeout", format!("{s} is not a number of seconds")))
+        })
+        .transpose()?;
     let slurm = args.slurm.options(args.launcher == LauncherKind::Slurm)?;
     let launcher = match (args.launcher, &args.listen, slurm) {
         (_, _, Some(o)) => Launcher::Slurm(o),
@@ -140,8 +143,10 @@ pub(crate) fn build(
         .update_after_each_batch(args.update_after_each_batch)
         .init_random_frames(args.init_random_frames)
         .reset_at_each_iter(args.reset_at_each_iter)
-        .split_trajs(args.split_trajs)
-        .batch_timeout(batch_timeout);
+        .split_trajs(args.split_trajs);
+    if let Some(t) = batch_timeout {
+        b = b.batch_timeout(t);
+    }
     if let Some(n) = args.nodes {
         b = b.nodes(n);
     } else if args.max_nodes.is_none() {

@@ -12,7 +12,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use rollout::message::{FromNode, ToNode};
+use rollout::message::{Continue, FromNode, ToNode};
 use rollout::wire::{self, NodeFrame, TrainerFrame, Welcome, PROTOCOL_VERSION};
 use rollout::{PolicyConfig, Registry};
 use rollout_actors::{Collected, DistributedCollector, Launcher};
@@ -483,4 +483,188 @@ fn a_deadline_of_zero_is_refused_naming_it() {
             other => panic!("{field}: {other:?}"),
         }
     }
+}
+
+/// The short batch deadline of the tests below: 6 s where a user may say 20; what
+/// matters is that it is shorter than the 30 s request deadline the builder used to
+/// default to whatever the batch deadline, and 6 s keeps the tests short.
+const SHORT_BATCH: Duration = Duration::from_secs(6);
+
+/// Sync, supervised (one restart within a minute), `batch_timeout` [`SHORT_BATCH`]
+/// and no request deadline set.
+fn sync_supervised(b: rollout_actors::CollectorBuilder) -> rollout_actors::CollectorBuilder {
+    b.sync(true)
+        .batch_timeout(SHORT_BATCH)
+        .node_max_restarts(1)
+        .node_restart_window(Duration::from_secs(60))
+}
+
+#[test]
+fn with_a_short_batch_timeout_a_node_silent_on_seed_is_cut_in_time_replaced_and_the_sync_run_ends_exactly() {
+    let addr = free_addr();
+    let t = trainer(addr, sync_supervised);
+    let mut silent = Scripted::join(addr, 0);
+    let good = good_node(addr, 1);
+    let mut c = t.join().expect("trainer thread");
+    // Once the silent node is cut off its slot is free (released as its connection is
+    // closed, before the close reaches the socket): a good node takes it.
+    let replacement = thread::spawn(move || {
+        let sent = silent.ignore_until_closed();
+        (sent, good_node(addr, 0).join().expect("node thread"))
+    });
+    let mut frames = 0;
+    while let Some(b) = c.next_batch().expect("every round within batch_timeout") {
+        frames += b.data.numel();
+    }
+    assert_eq!(frames, 600);
+    assert_eq!(c.stats().expect("stats").restarts, vec![1, 0]);
+    c.shutdown().expect("shutdown");
+    let (sent, replaced) = replacement.join().expect("replacement thread");
+    assert_eq!(sent, vec!["seed"], "node 0 got its seed and nothing after");
+    assert_eq!(replaced, Ok(()));
+    assert_eq!(good.join().expect("node thread"), Ok(()));
+    // The seed deadline was derived from the batch's: half of it.
+    assert_logged("restarting", "no answer to seed within 3.000 s");
+}
+
+#[test]
+fn rollout_collect_with_a_short_batch_timeout_replaces_a_node_silent_on_seed_and_exits_0() {
+    let addr = free_addr();
+    let a = addr.to_string();
+    let batch = SHORT_BATCH.as_secs().to_string();
+    let cli = thread::spawn(move || {
+        let mut cmd = collect_cmd(&[
+            "--launcher",
+            "external",
+            "--listen",
+            &a,
+            "--nodes",
+            "2",
+            "--sync",
+            "--env",
+            "Counting",
+            "--policy",
+            "constant",
+            "--frames-per-batch",
+            "100",
+            "--total-frames",
+            "600",
+            "--batch-timeout",
+            &batch,
+            "--json",
+            "--quiet",
+        ]);
+        run_bounded(&mut cmd, DEADLINE).expect("run rollout collect")
+    });
+    let node = |index: &str| {
+        Command::new(rollout_bin())
+            .args(["node", "--join", &addr.to_string(), "--index", index])
+            .env("ROLLOUT_TOKEN", std::str::from_utf8(TOKEN).expect("utf8"))
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn node")
+    };
+    let mut silent = Scripted::join(addr, 0);
+    let mut good = node("1");
+    assert_eq!(silent.ignore_until_closed(), vec!["seed"]);
+    let mut replacement = node("0");
+    let done = cli.join().expect("cli thread");
+    let (stdout, stderr) = (done.stdout_text(), done.stderr_text());
+    assert_eq!(done.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert_eq!(summary_frames(&stdout), Some(600), "stdout:\n{stdout}");
+    assert!(
+        stderr.contains("no answer to seed within 3.000 s"),
+        "the cut was not reported with the derived deadline; stderr:\n{stderr}"
+    );
+    for (name, child) in [("node 1", &mut good), ("the replacement", &mut replacement)] {
+        let st = wait_with_deadline(child, DEADLINE);
+        assert!(st.is_some_and(|s| s.success()), "{name} exits after shutdown: {st:?}");
+    }
+}
+
+/// A node that answers everything but each `continue` with a batch for a seq that is
+/// not outstanding: the trainer cuts it off for that offence.
+fn offender(addr: SocketAddr) -> JoinHandle<()> {
+    let mut node = Scripted::join(addr, 0);
+    thread::spawn(move || {
+        while let Some(m) = node.next() {
+            let ToNode::Continue(c) = m else {
+                node.answer(&m);
+                continue;
+            };
+            let bad = Continue { seq: c.seq + 1000, ..c };
+            let batch = FromNode::Batch(real_batch(&node.welcome, bad));
+            // The trainer may have closed already.
+            let _ = send(&mut node.stream, &NodeFrame::Message(batch));
+        }
+    })
+}
+
+/// The seconds in "not back {s} s later" of a failure's reason.
+fn waited(reason: &str) -> f64 {
+    let after = reason.split("not back ").nth(1).unwrap_or_default();
+    let secs = after.split(" s later").next().unwrap_or_default();
+    secs.parse().unwrap_or_else(|_| panic!("no wait in {reason:?}"))
+}
+
+/// Pulls batches until the run fails; the failure.
+fn failure(mut c: DistributedCollector) -> rollout_actors::CollectError {
+    loop {
+        match c.next_batch() {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("the run ended without its node 0"),
+            Err(e) => return e,
+        }
+    }
+}
+
+#[test]
+fn a_node_cut_off_for_an_offence_and_not_back_when_the_batch_is_due_fails_the_run_naming_node_offence_and_wait() {
+    let addr = free_addr();
+    let t = trainer(addr, sync_supervised);
+    let bad = offender(addr);
+    let good = good_node(addr, 1);
+    let err = failure(t.join().expect("trainer thread"));
+    let rollout_actors::CollectError::NodeFailed { node, reason } = &err else {
+        panic!("not the node's failure: {err}");
+    };
+    assert_eq!(*node, 0, "{err}");
+    assert!(
+        reason.contains("cut off for") && reason.contains("which is not outstanding"),
+        "{err}"
+    );
+    assert!(reason.contains("collecting a batch ran out of time (6.0 s)"), "{err}");
+    // Cut off at its first batch, at most a round after the batch was asked for.
+    let w = waited(reason);
+    assert!((4.0..=60.0).contains(&w), "waited {w} s: {err}");
+    bad.join().expect("offender thread");
+    assert!(good.join().is_ok());
+}
+
+#[test]
+fn a_node_cut_off_for_an_offence_whose_restart_fails_fails_the_run_naming_node_offence_and_wait() {
+    let addr = free_addr();
+    // The restart waits 3 s for a node to rejoin; the batch, 60 s.
+    let t = trainer(addr, |b| {
+        b.sync(true)
+            .join_timeout(Duration::from_secs(3))
+            .node_max_restarts(1)
+            .node_restart_window(Duration::from_secs(60))
+    });
+    let bad = offender(addr);
+    let good = good_node(addr, 1);
+    let err = failure(t.join().expect("trainer thread"));
+    let rollout_actors::CollectError::NodeFailed { node, reason } = &err else {
+        panic!("not the node's failure: {err}");
+    };
+    assert_eq!(*node, 0, "{err}");
+    assert!(
+        reason.contains("cut off for") && reason.contains("which is not outstanding"),
+        "{err}"
+    );
+    assert!(reason.contains("no node rejoined as index 0 within 3.0 s"), "{err}");
+    let w = waited(reason);
+    assert!((3.0..=60.0).contains(&w), "waited {w} s: {err}");
+    bad.join().expect("offender thread");
+    assert!(good.join().is_ok());
 }

@@ -60,6 +60,12 @@ pub struct CollectorBuilder {
 }
 
 impl CollectorBuilder {
+    /// What the builder recorded, for the plan's unit tests.
+    #[cfg(test)]
+    pub(super) fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
     /// The env every node steps: a registered name, or an [`EnvSpec`] with a config.
     pub fn env(mut self, env: impl Into<EnvSpec>) -> Self {
         self.settings.env = Some(env.into());
@@ -225,11 +231,14 @@ impl CollectorBuilder {
         self.settings.replay_buffer = Some(buffer);
         self
     }
-    /// Longest wait for one batch (default 60 s): past it `next_batch`, an embedded
-    /// run's `NextBatch`, or (push mode) the subscriber's next event is a
-    /// [`CollectError::Timeout`]; collection goes on.
+    /// Longest wait for one batch (default 60 s, or twice the longest deadline on a
+    /// node's answer set, if more): past it `next_batch`, an embedded run's `NextBatch`,
+    /// or (push mode) the subscriber's next event is an error (collection goes on): the
+    /// failure of a node cut off from the run and not back, naming it, the cause and how
+    /// long it was waited for, or else [`CollectError::Timeout`]. Every deadline on a
+    /// node's answer set must be at most half of it (see [`Self::request_timeout`]).
     pub fn batch_timeout(mut self, d: Duration) -> Self {
-        self.settings.batch_timeout = d;
+        self.settings.batch_timeout = Some(d);
         self
     }
     /// Longest wait for the nodes to go down at shutdown (default 10 s).
@@ -240,12 +249,16 @@ impl CollectorBuilder {
 
     // ---- Deadlines on the nodes' answers: past one a node fails as any other node
     // failure (restarted under node supervision, else dropped with the reason: async
-    // collection goes on with the others, sync collection fails).
+    // collection goes on with the others, sync collection fails). Each is at most half
+    // of `batch_timeout`, so that a node cut off at its deadline leaves the other half
+    // to replace it before the batch is due: unset, it is derived so; set together
+    // with a `batch_timeout` it does not fit, `build` refuses the pair.
     /// How long a node may take to answer `seed`, `update_weights`, `snapshot` and
-    /// `restore` (default 30 s); [`Self::seed_timeout`], [`Self::update_weights_timeout`]
-    /// and [`Self::snapshot_timeout`] set one of them apart.
+    /// `restore` (default 30 s, or half of [`Self::batch_timeout`] if that is shorter);
+    /// [`Self::seed_timeout`], [`Self::update_weights_timeout`] and
+    /// [`Self::snapshot_timeout`] set one of them apart.
     pub fn request_timeout(mut self, d: Duration) -> Self {
-        self.settings.request_timeout = d;
+        self.settings.request_timeout = Some(d);
         self
     }
     /// How long a node may take to answer `seed` with `seeded` (default: [`Self::request_timeout`]).

@@ -10,7 +10,7 @@ use rollout::node_spec::NodeSpec;
 use rollout::rollout::{batch_layout, layout_difference, BatchLayout, RolloutConfig};
 use rollout::{EnvSpec, Weights};
 
-use super::settings::Settings;
+use super::settings::{Settings, DEFAULT_BATCH_TIMEOUT, DEFAULT_REQUEST_TIMEOUT};
 use crate::delivery::Delivery;
 use crate::error::CollectError;
 use crate::launch::{config_error, Launch, Launcher, NodePlan};
@@ -272,36 +272,71 @@ impl Settings {
         Ok(())
     }
 
-    /// The deadlines on the nodes' answers, each longer than zero.
-    fn deadlines(&self) -> Result<RequestDeadlines, CollectError> {
-        let or_request = |d: Option<Duration>| d.unwrap_or(self.request_timeout);
-        let d = RequestDeadlines {
-            seed: Some(or_request(self.seed_timeout)),
-            update_weights: Some(or_request(self.update_weights_timeout)),
-            checkpoint: Some(or_request(self.snapshot_timeout)),
-            batch: self.continue_timeout,
-            shutdown: Some(self.shutdown_ack_timeout.unwrap_or(self.shutdown_timeout / 2)),
-        };
-        let named = [
-            ("request_timeout", Some(self.request_timeout)),
+    /// The wait for a batch and the deadlines on the nodes' answers: each longer than
+    /// zero, and coherent. A node cut off at a deadline must leave time to replace it
+    /// before the batch is due, or the run fails where cutting the node would have
+    /// saved it: every deadline on an answer a batch waits for is at most half of
+    /// `batch_timeout`. What is unset is derived from what is set (a request deadline:
+    /// 30 s or half of `batch_timeout`, the shorter; `batch_timeout`: 60 s or twice the
+    /// longest deadline set, the longer); a pair set both that does not fit is refused,
+    /// naming both.
+    fn timeouts(&self) -> Result<(Duration, RequestDeadlines), CollectError> {
+        let answers = [
+            ("request_timeout", self.request_timeout),
             ("seed_timeout", self.seed_timeout),
             ("update_weights_timeout", self.update_weights_timeout),
             ("snapshot_timeout", self.snapshot_timeout),
             ("continue_timeout", self.continue_timeout),
-            ("shutdown_ack_timeout", d.shutdown),
         ];
-        if let Some((field, _)) = named.iter().find(|(_, t)| t.is_some_and(|t| t.is_zero())) {
+        let shutdown = self.shutdown_ack_timeout.unwrap_or(self.shutdown_timeout / 2);
+        let named = answers.iter().copied().chain([
+            ("shutdown_ack_timeout", Some(shutdown)),
+            ("batch_timeout", self.batch_timeout),
+        ]);
+        if let Some((field, _)) = named.into_iter().find(|(_, t)| t.is_some_and(|t| t.is_zero())) {
             return Err(config_error(field, "must be longer than zero"));
         }
-        Ok(d)
+        let batch = match self.batch_timeout {
+            Some(batch) => {
+                let too_long = answers
+                    .iter()
+                    .find_map(|&(f, d)| d.filter(|&d| d > batch / 2).map(|d| (f, d)));
+                if let Some((field, d)) = too_long {
+                    return Err(config_error(
+                        field,
+                        format!(
+                            "{:.1} s is more than half of batch_timeout ({:.1} s): a node cut off at this deadline \
+                             would leave too little time to replace it before the batch is due, and the run would \
+                             fail instead; lower {field} or raise batch_timeout",
+                            d.as_secs_f64(),
+                            batch.as_secs_f64()
+                        ),
+                    ));
+                }
+                batch
+            }
+            None => answers
+                .iter()
+                .filter_map(|&(_, d)| d)
+                .map(|d| d.saturating_mul(2))
+                .fold(DEFAULT_BATCH_TIMEOUT, Duration::max),
+        };
+        let request = self.request_timeout.unwrap_or(DEFAULT_REQUEST_TIMEOUT.min(batch / 2));
+        let or_request = |d: Option<Duration>| Some(d.unwrap_or(request));
+        let deadlines = RequestDeadlines {
+            seed: or_request(self.seed_timeout),
+            update_weights: or_request(self.update_weights_timeout),
+            checkpoint: or_request(self.snapshot_timeout),
+            batch: self.continue_timeout,
+            shutdown: Some(shutdown),
+        };
+        Ok((batch, deadlines))
     }
 
     /// Checks every setting and plans the run: the trainer's machine (resumed and
     /// supervised as configured), the node specs, the launcher; nothing is started.
     pub(super) fn into_plan(self) -> Result<Plan, CollectError> {
-        if self.batch_timeout.is_zero() {
-            return Err(config_error("batch_timeout", "must be longer than zero"));
-        }
+        let (batch_timeout, deadlines) = self.timeouts()?;
         if self.replay_buffer.is_some() && self.split_trajs {
             return Err(config_error(
                 "replay_buffer",
@@ -350,7 +385,7 @@ impl Settings {
             }
             machine = machine.with_supervision(sup);
         }
-        machine = machine.with_deadlines(self.deadlines()?);
+        machine = machine.with_deadlines(deadlines);
         Ok(Plan {
             nodes: NodePlan {
                 machine,
@@ -361,14 +396,102 @@ impl Settings {
                     split_trajs: self.split_trajs,
                     postproc: self.postproc,
                     replay_buffer: self.replay_buffer,
-                    batch_timeout: Some(self.batch_timeout),
+                    batch_timeout: Some(batch_timeout),
                 },
             },
             launch,
             launcher: self.launcher,
-            batch_timeout: self.batch_timeout,
+            batch_timeout,
             shutdown_timeout: self.shutdown_timeout,
             node_count: n,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::CollectorBuilder;
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    #[test]
+    fn unset_request_deadlines_are_at_most_half_of_the_batch_timeout() {
+        let (batch, d) = CollectorBuilder::default().settings().timeouts().expect("defaults");
+        assert_eq!(
+            (batch, d.seed, d.update_weights, d.checkpoint),
+            (secs(60), Some(secs(30)), Some(secs(30)), Some(secs(30)))
+        );
+        let (batch, d) = CollectorBuilder::default()
+            .batch_timeout(secs(20))
+            .settings().timeouts()
+            .expect("20 s");
+        assert_eq!(batch, secs(20));
+        assert_eq!(
+            (d.seed, d.update_weights, d.checkpoint),
+            (Some(secs(10)), Some(secs(10)), Some(secs(10)))
+        );
+        assert_eq!(d.batch, None, "no Continue deadline unless set");
+        let (_, d) = CollectorBuilder::default()
+            .batch_timeout(secs(20))
+            .seed_timeout(secs(2))
+            .settings().timeouts()
+            .expect("a shorter seed deadline");
+        assert_eq!((d.seed, d.update_weights), (Some(secs(2)), Some(secs(10))));
+    }
+
+    #[test]
+    fn an_unset_batch_timeout_is_at_least_twice_every_deadline_set() {
+        let (batch, d) = CollectorBuilder::default()
+            .request_timeout(secs(45))
+            .settings().timeouts()
+            .expect("45 s");
+        assert_eq!((batch, d.seed), (secs(90), Some(secs(45))));
+        let (batch, _) = CollectorBuilder::default()
+            .continue_timeout(secs(100))
+            .settings().timeouts()
+            .expect("continue");
+        assert_eq!(batch, secs(200));
+        let (batch, _) = CollectorBuilder::default()
+            .seed_timeout(secs(5))
+            .settings().timeouts()
+            .expect("short");
+        assert_eq!(batch, secs(60));
+    }
+
+    #[test]
+    fn a_deadline_set_over_half_of_a_batch_timeout_set_is_refused_naming_both() {
+        for (field, b) in [
+            ("request_timeout", CollectorBuilder::default().request_timeout(secs(30))),
+            ("seed_timeout", CollectorBuilder::default().seed_timeout(secs(11))),
+            (
+                "update_weights_timeout",
+                CollectorBuilder::default().update_weights_timeout(secs(11)),
+            ),
+            (
+                "snapshot_timeout",
+                CollectorBuilder::default().snapshot_timeout(secs(20)),
+            ),
+            (
+                "continue_timeout",
+                CollectorBuilder::default().continue_timeout(secs(25)),
+            ),
+        ] {
+            match b.batch_timeout(secs(20)).settings().timeouts() {
+                Err(CollectError::Config(e)) => {
+                    assert_eq!(e.field, field);
+                    assert!(e.reason.contains("batch_timeout (20.0 s)"), "{}", e.reason);
+                }
+                other => panic!("{field}: {other:?}"),
+            }
+        }
+        let exactly_half = CollectorBuilder::default()
+            .batch_timeout(secs(20))
+            .request_timeout(secs(10));
+        assert!(exactly_half.settings().timeouts().is_ok());
     }
 }

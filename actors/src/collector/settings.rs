@@ -58,7 +58,7 @@ pub(super) struct Settings {
     pub(super) exploration_type: Option<ExplorationType>,
     pub(super) postproc: Option<Box<dyn Postproc>>,
     pub(super) replay_buffer: Option<SharedReplayBuffer>,
-    pub(super) batch_timeout: Duration,
+    pub(super) batch_timeout: Option<Duration>,
     pub(super) shutdown_timeout: Duration,
     pub(super) listen: String,
     pub(super) on_listening: Option<ListeningHook>,
@@ -74,7 +74,7 @@ pub(super) struct Settings {
     pub(super) worker_nice: i32,
     pub(super) node_supervision: Option<NodeSupervision>,
     pub(super) resume: Option<Checkpoint>,
-    pub(super) request_timeout: Duration,
+    pub(super) request_timeout: Option<Duration>,
     pub(super) seed_timeout: Option<Duration>,
     pub(super) update_weights_timeout: Option<Duration>,
     pub(super) snapshot_timeout: Option<Duration>,
@@ -82,9 +82,14 @@ pub(super) struct Settings {
     pub(super) shutdown_ack_timeout: Option<Duration>,
 }
 
-/// Default of [`CollectorBuilder::request_timeout`](crate::CollectorBuilder::request_timeout): how long a node may take to
-/// answer `seed`, `update_weights`, `snapshot` or `restore`.
+/// Default of [`CollectorBuilder::request_timeout`](crate::CollectorBuilder::request_timeout)
+/// when `batch_timeout` is at least twice as long: how long a node may take to answer
+/// `seed`, `update_weights`, `snapshot` or `restore`.
 pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Default of [`CollectorBuilder::batch_timeout`](crate::CollectorBuilder::batch_timeout)
+/// when no deadline set asks for more.
+pub(crate) const DEFAULT_BATCH_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Default for Settings {
     fn default() -> Self {
@@ -115,7 +120,7 @@ impl Default for Settings {
             exploration_type: None,
             postproc: None,
             replay_buffer: None,
-            batch_timeout: Duration::from_secs(60),
+            batch_timeout: None,
             shutdown_timeout: Duration::from_secs(10),
             listen: "127.0.0.1:0".into(),
             on_listening: None,
@@ -131,7 +136,7 @@ impl Default for Settings {
             worker_nice: DEFAULT_WORKER_NICE,
             node_supervision: None,
             resume: None,
-            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            request_timeout: None,
             seed_timeout: None,
             update_weights_timeout: None,
             snapshot_timeout: None,

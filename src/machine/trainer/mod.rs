@@ -46,7 +46,7 @@ pub use membership::Membership;
 use node_state::{Node, NodeState};
 pub use output::{Collected, Output};
 use seeding::SeedChain;
-pub use supervise::{NodeSupervision, SupervisionStats};
+pub use supervise::{CutOff, NodeSupervision, SupervisionStats};
 
 /// The request a node's message answers, if it answers one (a `batch` answers its
 /// `continue`, timed by the node's state instead).

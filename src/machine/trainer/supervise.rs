@@ -22,6 +22,29 @@ pub struct NodeSupervision {
     pub continue_without_lost_nodes: bool,
 }
 
+/// A node being restarted: why it was cut off from the run, and when.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CutOff {
+    /// The node.
+    pub node: usize,
+    /// Why it was cut off (its failure, loss or offence).
+    pub cause: String,
+    /// When (the machine's clock, as given to [`TrainerMachine::tick`]).
+    pub at: Duration,
+}
+
+impl CutOff {
+    /// Why the run cannot go on without it, `waited` after the cut: names the node,
+    /// the cause and the wait.
+    pub fn not_back(&self, waited: Duration) -> String {
+        format!(
+            "cut off for: {}; not back {:.1} s later",
+            self.cause,
+            waited.as_secs_f64()
+        )
+    }
+}
+
 /// Counters of a supervised run.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SupervisionStats {
@@ -80,6 +103,24 @@ impl TrainerMachine {
             joined: self.membership_counts().map_or(0, |(j, _)| j),
             left: self.membership_counts().map_or(0, |(_, l)| l),
         }
+    }
+
+    /// Every node being restarted, with why it was cut off and when, the longest
+    /// waited for first: what a batch that does not come is waiting on.
+    pub fn cut_off(&self) -> Vec<CutOff> {
+        let mut cut: Vec<CutOff> = (0..self.nodes.len())
+            .filter(|&i| self.is_restarting(i))
+            .filter_map(|i| {
+                let last = self.restarts.get(i)?.history().last()?;
+                Some(CutOff {
+                    node: i,
+                    cause: last.cause.clone(),
+                    at: last.at,
+                })
+            })
+            .collect();
+        cut.sort_by_key(|c| c.at);
+        cut
     }
 
     /// True while node `node` is being restarted.
@@ -207,15 +248,22 @@ impl TrainerMachine {
         if node >= self.nodes.len() {
             return Err(TrainerError::UnknownNode(node));
         }
-        let st = &mut self.nodes[node].state;
-        if !st.is_restarting() {
+        if !self.is_restarting(node) {
             return Ok(());
         }
-        *st = NodeState::Down;
+        // The cut that started this restart: the failure names it and the wait.
+        let cut = self.cut_off().into_iter().find(|c| c.node == node);
+        self.nodes[node].state = NodeState::Down;
         if let Some(done) = self.checkpoints.restoring.as_mut() {
             done[node] = true;
         }
-        let reason = format!("restart failed: {reason}");
+        let reason = match cut {
+            Some(c) => format!(
+                "{}: restart failed: {reason}",
+                c.not_back(self.now.saturating_sub(c.at))
+            ),
+            None => format!("restart failed: {reason}"),
+        };
         tracing::error!(node, %reason, "node not restarted");
         if self.shutting_down {
             if self.all_down() {
@@ -351,6 +399,29 @@ mod tests {
             node,
             reason: "boom".into(),
         }
+    }
+
+    #[test]
+    fn a_restart_that_fails_names_why_the_node_was_cut_and_how_long_it_was_waited_for() {
+        let mut m = machine(config(2, 1, 8, None, true)).with_supervision(supervision(3, None));
+        m.tick(ms(1000), &mut Vec::new()).unwrap();
+        feed(&mut m, failed(1));
+        let cut = CutOff {
+            node: 1,
+            cause: "boom".into(),
+            at: ms(1000),
+        };
+        assert_eq!(m.cut_off(), vec![cut]);
+        m.tick(ms(3500), &mut Vec::new()).unwrap();
+        let r = m.node_restart_failed(1, "no node rejoined".into(), &mut Vec::new());
+        assert_eq!(
+            r,
+            Err(TrainerError::NodeFailed {
+                node: 1,
+                reason: "cut off for: boom; not back 2.5 s later: restart failed: no node rejoined".into()
+            })
+        );
+        assert!(m.cut_off().is_empty(), "down, no longer being restarted");
     }
 
     #[test]
