@@ -66,7 +66,7 @@ fn main() {
             let obs: Vec<f32> = (0..k * d).map(|i| ((i * 37 % 101) as f32 / 50.0 - 1.0) * 0.1).collect();
             let (mut ai, mut af) = (vec![0i64; k], vec![0f32; k * a]);
             let rounds = (256 / k).max(1);
-            let mut act = |p: &mut Mlp, obs: &[f32], n: usize, ai: &mut [i64], af: &mut [f32]| {
+            let act = |p: &mut Mlp, obs: &[f32], n: usize, ai: &mut [i64], af: &mut [f32]| {
                 let out = if discrete {
                     ActionsMut::Discrete(&mut ai[..n])
                 } else {

@@ -1,9 +1,7 @@
 //! A tensor's elements without their shape: the storage a decode writes into and
 //! a [`crate::pool::TensorPool`] keeps between decodes.
 
-use ndarray::{ArrayD, IxDyn};
-
-use super::{DType, Tensor, TensorError};
+use super::DType;
 
 /// A tensor's elements in C order without its shape: storage that a decode writes
 /// into and that a [`crate::pool::TensorPool`] keeps between decodes.
@@ -109,39 +107,5 @@ impl Elements {
             Elements::U8(v) => v.copy_from_slice(data),
             Elements::Bool(v) => v.iter_mut().zip(data).for_each(|(d, &b)| *d = b == 1),
         }
-    }
-
-    /// The tensor of `shape` these are the elements of.
-    pub(crate) fn into_tensor(self, shape: &[usize]) -> Result<Tensor, TensorError> {
-        let s = IxDyn(shape);
-        let err = |e: ndarray::ShapeError| TensorError::Encoding(e.to_string());
-        Ok(match self {
-            Elements::F32(v) => Tensor::F32(ArrayD::from_shape_vec(s, v).map_err(err)?),
-            Elements::F64(v) => Tensor::F64(ArrayD::from_shape_vec(s, v).map_err(err)?),
-            Elements::I64(v) => Tensor::I64(ArrayD::from_shape_vec(s, v).map_err(err)?),
-            Elements::Bool(v) => Tensor::Bool(ArrayD::from_shape_vec(s, v).map_err(err)?),
-            Elements::U8(v) => Tensor::U8(ArrayD::from_shape_vec(s, v).map_err(err)?),
-        })
-    }
-}
-
-impl Tensor {
-    /// The tensor's storage, if it owns it whole (standard layout from its start) and
-    /// holds an element: what a pool can hand to a later decode.
-    pub(crate) fn into_elements(self) -> Option<Elements> {
-        fn whole<T>(a: ArrayD<T>) -> Option<Vec<T>> {
-            if !a.is_standard_layout() || a.is_empty() {
-                return None;
-            }
-            let (v, offset) = a.into_raw_vec_and_offset();
-            (offset.unwrap_or(0) == 0).then_some(v)
-        }
-        Some(match self {
-            Tensor::F32(a) => Elements::F32(whole(a)?),
-            Tensor::F64(a) => Elements::F64(whole(a)?),
-            Tensor::I64(a) => Elements::I64(whole(a)?),
-            Tensor::Bool(a) => Elements::Bool(whole(a)?),
-            Tensor::U8(a) => Elements::U8(whole(a)?),
-        })
     }
 }

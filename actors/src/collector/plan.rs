@@ -428,7 +428,8 @@ mod tests {
         );
         let (batch, d) = CollectorBuilder::default()
             .batch_timeout(secs(20))
-            .settings().timeouts()
+            .settings()
+            .timeouts()
             .expect("20 s");
         assert_eq!(batch, secs(20));
         assert_eq!(
@@ -439,7 +440,8 @@ mod tests {
         let (_, d) = CollectorBuilder::default()
             .batch_timeout(secs(20))
             .seed_timeout(secs(2))
-            .settings().timeouts()
+            .settings()
+            .timeouts()
             .expect("a shorter seed deadline");
         assert_eq!((d.seed, d.update_weights), (Some(secs(2)), Some(secs(10))));
     }
@@ -448,17 +450,20 @@ mod tests {
     fn an_unset_batch_timeout_is_at_least_twice_every_deadline_set() {
         let (batch, d) = CollectorBuilder::default()
             .request_timeout(secs(45))
-            .settings().timeouts()
+            .settings()
+            .timeouts()
             .expect("45 s");
         assert_eq!((batch, d.seed), (secs(90), Some(secs(45))));
         let (batch, _) = CollectorBuilder::default()
             .continue_timeout(secs(100))
-            .settings().timeouts()
+            .settings()
+            .timeouts()
             .expect("continue");
         assert_eq!(batch, secs(200));
         let (batch, _) = CollectorBuilder::default()
             .seed_timeout(secs(5))
-            .settings().timeouts()
+            .settings()
+            .timeouts()
             .expect("short");
         assert_eq!(batch, secs(60));
     }
