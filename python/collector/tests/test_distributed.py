@@ -49,6 +49,18 @@ def test_envs_per_node(envs):
     assert all(b.batch_size == (envs, 30) for b in batches)
 
 
+def test_envs_per_worker_changes_no_frame_of_a_deterministic_policy():
+    def run(per):
+        return collect(env="Pendulum-v1", policy={"kind": "mlp", "hidden": [16, 16]},
+                       exploration_type="deterministic", nodes=2, envs_per_node=4,
+                       envs_per_worker=per, frames_per_batch=80, total_frames=160, sync=True, seed=7)
+    alone, grouped = run(1), run(4)
+    assert len(alone) == len(grouped) == 2
+    for a, g in zip(alone, grouped):
+        for key in ("observation", "action", ("next", "reward")):
+            assert np.array_equal(a[key], g[key]), key
+
+
 def test_num_workers_per_collector_is_envs_per_node():
     batches = collect(env="CartPole-v1", num_workers_per_collector=2, frames_per_batch=20, total_frames=20, seed=7)
     assert batches[0].batch_size == (2, 10)

@@ -25,6 +25,8 @@ def refused(**kw):
         (dict(total_frames=-5), "total_frames"),
         (dict(nodes=0), "nodes"),
         (dict(envs_per_node=0), "envs_per_node"),
+        (dict(envs_per_node=4, envs_per_worker=3), "envs_per_worker"),
+        (dict(envs_per_worker=0), "envs_per_worker"),
         (dict(env=None), "env"),
         (dict(env="NoSuchEnv-v0"), "env"),
         (dict(launcher="cloud"), "launcher"),
