@@ -127,7 +127,7 @@ def drop_test_modules(code):
 
 
 def expand_use(tree):
-    """The paths of a use tree: `a::{b, c::{d, e}}` -> [a::b, a::c::d, a::c::e]."""
+    """The paths of a use tree: `a::{self, b, c::{d, e}}` -> [a, a::b, a::c::d, a::c::e]."""
     tree = re.sub(r"\s+", "", re.sub(r"\s+as\s+", "@", tree))
     paths = []
 
@@ -152,6 +152,9 @@ def expand_use(tree):
                 walk(prefix + head, p[brace + 1:-1])
             else:
                 p = p.split("@")[0]  # `x as y` names x
+                if p == "self" and prefix:  # `a::{self, ..}` names a itself
+                    paths.append(list(prefix))
+                    continue
                 paths.append(prefix + [seg for seg in p.split("::") if seg and seg != "*"])
 
     walk([], tree)
