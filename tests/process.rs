@@ -79,6 +79,17 @@ fn read_on_a_thread(r: Option<impl Read + Send + 'static>) -> thread::JoinHandle
     })
 }
 
+/// Sends signal `sig` (as `kill` names it: `TERM`, `KILL`, ...) to process `pid`; panics
+/// when `kill` fails.
+pub fn signal(pid: u32, sig: &str) {
+    let st = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(st.success(), "kill -{sig} {pid}");
+}
+
 /// Whether process `pid` still runs: it exists and is not a zombie.
 pub fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))

@@ -17,7 +17,7 @@ use rollout::wire::{self, NodeFrame, TrainerFrame, Welcome, PROTOCOL_VERSION};
 use rollout::{PolicyConfig, Registry};
 use rollout_actors::{Collected, DistributedCollector, Launcher};
 use rollout_tests::{
-    connect, free_addr, good_node_named, log_text, logs, real_batch, recv, rollout_bin, run_bounded, try_send,
+    connect, free_addr, good_node_named, log_text, logs, real_batch, recv, rollout_bin, run_bounded, signal, try_send,
     value_weights, wait_for, wait_until, wait_with_deadline,
 };
 
@@ -387,8 +387,7 @@ fn kill_one_process_node(extra: &[&str]) -> (Option<i32>, String, String) {
         .copied()
         .find(|&p| index_of(p).as_deref() == Some(b"1".as_slice()))
         .expect("a node process with --index 1");
-    let killed = Command::new("kill").args(["-9", &victim.to_string()]).status();
-    assert!(killed.is_ok_and(|s| s.success()), "kill -9 {victim}");
+    signal(victim, "KILL");
     let mut stdout = first + "\n";
     for l in lines.map_while(Result::ok) {
         stdout.push_str(&l);

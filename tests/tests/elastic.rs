@@ -15,7 +15,8 @@ use rollout::PolicyConfig;
 use rollout_actors::remote::{run_node, JoinError, LeaveHandle, NodeOptions};
 use rollout_actors::{CollectError, Collected, CollectorBuilder, DistributedCollector, Launcher};
 use rollout_tests::{
-    assert_unique_traj_ids, free_addr, log_text, logs, poll_until, rollout_bin, value_weights, wait_with_deadline,
+    assert_unique_traj_ids, free_addr, log_text, logs, poll_until, rollout_bin, signal, value_weights,
+    wait_with_deadline,
 };
 
 const TOKEN: &[u8] = b"elastic-membership-token";
@@ -54,14 +55,6 @@ fn node_process(addr: SocketAddr, index: usize) -> Child {
         .stdin(Stdio::null())
         .spawn()
         .expect("spawn node")
-}
-
-fn signal(child: &Child, sig: &str) {
-    let st = Command::new("kill")
-        .args([&format!("-{sig}"), &child.id().to_string()])
-        .status()
-        .expect("run kill");
-    assert!(st.success(), "kill -{sig} {}", child.id());
 }
 
 /// Every frame is a Counting step: the next observation is the observation plus the
@@ -150,7 +143,7 @@ fn a_run_starts_with_two_processes_a_third_joins_one_leaves_on_sigterm_and_frame
     let before = batches.len();
     let zero = batches.iter().rev().find(|b| b.node == Some(0)).map(|b| b.index);
     assert!(zero.is_some(), "node 0 delivered before it left");
-    signal(&nodes[0], "TERM");
+    signal(nodes[0].id(), "TERM");
     let st = wait_with_deadline(&mut nodes[0], DEADLINE);
     assert!(
         st.is_some_and(|s| s.success()),

@@ -5,7 +5,6 @@
 //! its observation with the run's weights. And a Python node leaving an elastic run on
 //! SIGTERM (`leave`) as the Rust node does.
 
-use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::thread;
@@ -13,7 +12,7 @@ use std::time::Duration;
 
 use rollout::policy::ActionsMut;
 use rollout::{EnvSpec, ExplorationType, PolicyConfig, PolicySpec, Registry, Tensor};
-use rollout_tests::{free_addr, rollout_bin, run_bounded, Finished, OutputRecord, TempDir};
+use rollout_tests::{free_addr, read_output, rollout_bin, run_bounded, signal, Finished, OutputRecord, TempDir};
 
 const DEADLINE: Duration = Duration::from_secs(240);
 
@@ -127,17 +126,6 @@ fn mixed_run(py: &Path, dir: &TempDir, env: &str, sync: bool, flags: &[&str], no
     out
 }
 
-/// Every record of an `--output` file.
-fn read_records(path: &Path) -> Vec<OutputRecord> {
-    let bytes = std::fs::read(path).expect("read the output file");
-    let mut cur = Cursor::new(&bytes[..]);
-    let mut records = Vec::new();
-    while (cur.position() as usize) < bytes.len() {
-        records.push(rmp_serde::from_read(&mut cur).expect("an output record"));
-    }
-    records
-}
-
 /// Runs the gymnasium replay checker on `out` (and the action check when `weights` is given).
 fn replay(py: &Path, out: &Path, env: &str, weights: Option<(&Path, &str)>) {
     let mut cmd = Command::new(py);
@@ -180,7 +168,7 @@ fn random_run(env: &str, sync: bool) {
         "25",
     ];
     let out = mixed_run(&py, &dir, env, sync, &flags, &NODES);
-    let records = read_records(&out);
+    let records = read_output(&out);
     let frames: usize = records.iter().map(|r| r.data["collector.traj_ids"].len()).sum();
     assert_eq!(frames, 1200);
     if sync {
@@ -249,7 +237,7 @@ fn deterministic_run(env: &str, sync: bool, nodes: &[Node]) {
         "600",
     ];
     let out = mixed_run(&py, &dir, env, sync, &flags, nodes);
-    let records = read_records(&out);
+    let records = read_output(&out);
     if !sync {
         assert_records_name_nodes_of_the_run(&records, nodes.len());
     }
@@ -434,11 +422,7 @@ fn a_python_node_leaves_an_elastic_run_on_sigterm_and_the_run_goes_on_exactly() 
             break;
         }
     }
-    let st = Command::new("kill")
-        .args(["-TERM", &python.id().to_string()])
-        .status()
-        .expect("run kill");
-    assert!(st.success());
+    signal(python.id(), "TERM");
     let exit = wait_with_deadline(&mut python, DEADLINE);
     let mut err = String::new();
     std::io::Read::read_to_string(python.stderr.as_mut().expect("stderr"), &mut err).expect("read stderr");

@@ -15,7 +15,7 @@ use rollout_actors::testkit::{scripted_batch, TrainerHarness};
 use rollout_actors::{CollectError, DistributedCollector, Launcher};
 use rollout_tests::{
     alive, assert_unique_traj_ids, counting_process_builder, drain, free_addr, panicky_builder, panicky_registry,
-    poll_until, rollout_bin, trainer_config as cfg, value_weights, wait_until,
+    poll_until, rollout_bin, signal, trainer_config as cfg, value_weights, wait_until,
 };
 
 // ---------------------------------------------------------------- helpers
@@ -389,15 +389,6 @@ fn async_past_the_trainer_intensity_next_batch_errs_naming_node_cause_and_histor
 }
 
 // ---------------------------------------------------------------- process nodes, real faults
-
-fn signal(pid: u32, sig: &str) {
-    let st = std::process::Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(pid.to_string())
-        .status()
-        .expect("run kill");
-    assert!(st.success(), "kill -{sig} {pid}");
-}
 
 fn process_collector(sync: bool, fpb: usize, total: i64) -> DistributedCollector {
     process_builder(sync, fpb, total)
