@@ -10,7 +10,8 @@
 //! Prints ns/frame and c / (x + y): what collection adds over the two parts it cannot
 //! avoid, and x1 / x: what batching the forward saves.
 //!
-//! Run: `cargo bench -p rollout-benches --bench policy`
+//! Run: `cargo bench -p rollout-benches --bench policy` (`ROLLOUT_POLICY_K=16` runs that K
+//! alone, for a profile).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -57,7 +58,8 @@ fn main() {
         "env", "mlp", "K", "x", "x1", "y", "c", "c/(x+y)", "x1/x"
     );
     for (env_name, hidden) in [("CartPole-v1", vec![64, 64]), ("Pendulum-v1", vec![256, 256])] {
-        for k in [1usize, 4, 16, 64] {
+        let only: Option<usize> = std::env::var("ROLLOUT_POLICY_K").ok().and_then(|v| v.parse().ok());
+        for k in [1usize, 4, 16, 64].into_iter().filter(|k| only.is_none_or(|o| o == *k)) {
             let probe = make_env(env_name);
             let d = probe.observation_spec().dim();
             let discrete = probe.action_spec().is_discrete();

@@ -93,16 +93,19 @@ fn block<const R: usize, const J: usize>(
     r0: usize,
     out: &mut [f32],
 ) {
+    let w: [&[f32]; J] = std::array::from_fn(|q| &rows[q * n_in..(q + 1) * n_in]);
     let mut acc: [[f32; R]; J] = std::array::from_fn(|q| [bias[q]; R]);
-    for i in 0..n_in {
-        let x: &[f32; R] = match xt[i * k + r0..i * k + r0 + R].try_into() {
+    // One column of `R` inputs per step, every slice sized before the loop so that
+    // nothing inside it is bounds-checked.
+    for (i, col) in xt.chunks_exact(k).take(n_in).enumerate() {
+        let x: &[f32; R] = match col[r0..r0 + R].try_into() {
             Ok(x) => x,
             Err(_) => unreachable!("a slice of R values"),
         };
-        for q in 0..J {
-            let wq = rows[q * n_in + i];
-            for (a, &xv) in acc[q].iter_mut().zip(x) {
-                *a += wq * xv;
+        for (a, wq) in acc.iter_mut().zip(&w) {
+            let wqi = wq[i];
+            for (lane, &xv) in a.iter_mut().zip(x) {
+                *lane += wqi * xv;
             }
         }
     }
