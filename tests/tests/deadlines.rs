@@ -18,7 +18,7 @@ use rollout::{PolicyConfig, Registry};
 use rollout_actors::{Collected, DistributedCollector, Launcher};
 use rollout_tests::{
     connect, free_addr, good_node_named, log_text, logs, real_batch, recv, rollout_bin, run_bounded, signal, try_send,
-    value_weights, wait_for, wait_until, wait_with_deadline,
+    unique_name, value_weights, wait_for, wait_until, wait_with_deadline, OwnLog,
 };
 
 /// 32 bytes: long enough for any token rule.
@@ -444,7 +444,13 @@ fn under_supervision_a_node_silent_on_seed_is_replaced_and_the_run_finishes_exac
     wait_until(Instant::now() + DEADLINE, "the restart of node 0 counted", || {
         c.stats().expect("stats").restarts == [1, 0]
     });
-    let replacement = good_node(addr, 0);
+    let name = unique_name("replacement");
+    let rejoined = OwnLog::node(&name);
+    let replacement = good_node_named(addr, TOKEN, Some(0), name);
+    // Node 1 alone collects the 600 frames in a few milliseconds: the replacement must be
+    // back before the first batch is asked for, or the run can end before it joins.
+    // (Admitted, it is in the trainer's inbox ahead of every batch that can end the run.)
+    rejoined.assert_logged("node rejoined");
     let mut frames = 0;
     while let Some(b) = c.next_batch().expect("batch") {
         frames += b.data.numel();

@@ -189,10 +189,15 @@ impl TrainerMachine {
     }
 
     /// The launcher brought node `node` back: it gets the current weights, its restart
-    /// seed, then the `Continue` its failed incarnation lost, under a new seq.
+    /// seed, then the `Continue` its failed incarnation lost, under a new seq. Back
+    /// after the shutdown began, it is told `Shutdown` (see [`Self::back_at_shutdown`]).
     pub fn node_restarted(&mut self, node: usize, out: &mut Vec<Output>) -> Result<(), TrainerError> {
         if node >= self.nodes.len() {
             return Err(TrainerError::UnknownNode(node));
+        }
+        if self.shutting_down && self.nodes[node].state.is_down() {
+            self.back_at_shutdown(node, out);
+            return Ok(());
         }
         let Some(held) = self.nodes[node].state.back() else {
             return Ok(());
@@ -235,6 +240,28 @@ impl TrainerMachine {
             }
         }
         Ok(())
+    }
+
+    /// Node `node` came back after the shutdown began, which counted it down while it
+    /// restarted (no restart starts at shutdown, and a failed one reports no node, so a
+    /// node back now is that one). It is told `Shutdown` too, so that it ends cleanly
+    /// rather than find its connection dropped with the run; unless every other node is
+    /// down already (the shutdown is over), the shutdown waits for its `down`, within
+    /// the shutdown deadline.
+    fn back_at_shutdown(&mut self, node: usize, out: &mut Vec<Output>) {
+        let wait = !self.all_down();
+        tracing::info!(
+            node,
+            waited_for = wait,
+            "node back during the shutdown: it is shut down too"
+        );
+        self.send(node, ToNode::Shutdown, out);
+        if wait {
+            self.nodes[node].state = NodeState::Idle;
+        } else {
+            // Down: it owes nothing the trainer waits for.
+            self.nodes[node].awaiting.clear();
+        }
     }
 
     /// The launcher could not bring node `node` back: the failure stands. Sync mode
@@ -624,5 +651,49 @@ mod tests {
         assert_eq!(m.outstanding(0), None, "a node down has nothing outstanding");
         assert_eq!(feed(&mut m, FromNode::Down { node: 1 }), vec![Output::AllDown]);
         assert!(m.nodes_up().is_empty());
+    }
+
+    #[test]
+    fn a_node_back_while_the_others_shut_down_is_shut_down_too_and_awaited() {
+        let mut m = machine(config(2, 1, 4, None, false)).with_supervision(supervision(3, None));
+        request(&mut m);
+        feed(&mut m, failed(0));
+        let mut out = Vec::new();
+        m.shutdown(&mut out);
+        assert_eq!(sends(&out), vec![(1, "shutdown")], "node 0 restarts: counted down");
+        let mut out = Vec::new();
+        m.node_restarted(0, &mut out).unwrap();
+        assert_eq!(sends(&out), vec![(0, "shutdown")], "back: told to stop, nothing else");
+        assert_eq!(m.nodes_up(), vec![0, 1]);
+        assert!(
+            feed(&mut m, FromNode::Down { node: 1 }).is_empty(),
+            "node 0 owes its down"
+        );
+        assert_eq!(feed(&mut m, FromNode::Down { node: 0 }), vec![Output::AllDown]);
+    }
+
+    #[test]
+    fn a_node_back_after_the_shutdown_ended_is_told_to_stop_and_not_awaited() {
+        let deadlines = crate::machine::RequestDeadlines {
+            shutdown: Some(ms(1000)),
+            ..Default::default()
+        };
+        let mut m = machine(config(2, 1, 4, None, false))
+            .with_supervision(supervision(3, None))
+            .with_deadlines(deadlines);
+        request(&mut m);
+        feed(&mut m, failed(0));
+        m.shutdown(&mut Vec::new());
+        assert_eq!(feed(&mut m, FromNode::Down { node: 1 }), vec![Output::AllDown]);
+        let mut out = Vec::new();
+        m.node_restarted(0, &mut out).unwrap();
+        assert_eq!(sends(&out), vec![(0, "shutdown")]);
+        assert!(m.nodes_up().is_empty(), "the shutdown is over: nothing to wait for");
+        let mut out = Vec::new();
+        m.tick(ms(5000), &mut out).unwrap();
+        assert!(
+            out.is_empty() && m.take_abandoned().is_empty(),
+            "no shutdown deadline runs for it: {out:?}"
+        );
     }
 }
