@@ -623,13 +623,9 @@ fn failure(mut c: DistributedCollector) -> rollout_actors::CollectError {
     }
 }
 
-#[test]
-fn a_node_cut_off_for_an_offence_and_not_back_when_the_batch_is_due_fails_the_run_naming_node_offence_and_wait() {
-    let addr = free_addr();
-    let t = trainer(addr, sync_supervised);
-    let bad = offender(addr);
-    let good = good_node(addr, 1);
-    let err = failure(t.join().expect("trainer thread"));
+/// `err` is node 0's failure, cut off for the offence of [`offender`]: its reason and
+/// how long the trainer waited for the node, as the reason says.
+fn cut_off_for_the_offence(err: rollout_actors::CollectError) -> (String, f64) {
     let rollout_actors::CollectError::NodeFailed { node, reason } = &err else {
         panic!("not the node's failure: {err}");
     };
@@ -638,10 +634,22 @@ fn a_node_cut_off_for_an_offence_and_not_back_when_the_batch_is_due_fails_the_ru
         reason.contains("cut off for") && reason.contains("which is not outstanding"),
         "{err}"
     );
-    assert!(reason.contains("collecting a batch ran out of time (6.0 s)"), "{err}");
+    (reason.clone(), waited(reason))
+}
+
+#[test]
+fn a_node_cut_off_for_an_offence_and_not_back_when_the_batch_is_due_fails_the_run_naming_node_offence_and_wait() {
+    let addr = free_addr();
+    let t = trainer(addr, sync_supervised);
+    let bad = offender(addr);
+    let good = good_node(addr, 1);
+    let (reason, w) = cut_off_for_the_offence(failure(t.join().expect("trainer thread")));
+    assert!(
+        reason.contains("collecting a batch ran out of time (6.0 s)"),
+        "{reason}"
+    );
     // Cut off at its first batch, at most a round after the batch was asked for.
-    let w = waited(reason);
-    assert!((4.0..=60.0).contains(&w), "waited {w} s: {err}");
+    assert!((4.0..=60.0).contains(&w), "waited {w} s: {reason}");
     bad.join().expect("offender thread");
     assert!(good.join().is_ok());
 }
@@ -658,18 +666,9 @@ fn a_node_cut_off_for_an_offence_whose_restart_fails_fails_the_run_naming_node_o
     });
     let bad = offender(addr);
     let good = good_node(addr, 1);
-    let err = failure(t.join().expect("trainer thread"));
-    let rollout_actors::CollectError::NodeFailed { node, reason } = &err else {
-        panic!("not the node's failure: {err}");
-    };
-    assert_eq!(*node, 0, "{err}");
-    assert!(
-        reason.contains("cut off for") && reason.contains("which is not outstanding"),
-        "{err}"
-    );
-    assert!(reason.contains("no node rejoined as index 0 within 3.0 s"), "{err}");
-    let w = waited(reason);
-    assert!((3.0..=60.0).contains(&w), "waited {w} s: {err}");
+    let (reason, w) = cut_off_for_the_offence(failure(t.join().expect("trainer thread")));
+    assert!(reason.contains("no node rejoined as index 0 within 3.0 s"), "{reason}");
+    assert!((3.0..=60.0).contains(&w), "waited {w} s: {reason}");
     bad.join().expect("offender thread");
     assert!(good.join().is_ok());
 }
