@@ -5,10 +5,14 @@
 //! (x)  the bare batched forward: `Mlp::act` on `[K, obs]` observations, no env;
 //! (x1) the same `K` observations asked one at a time (`K` calls of one row): what a
 //!      worker of one env pays;
+//! (xs) a plain forward written here, sharing no code with the project's: each row's dense
+//!      sums in a scalar loop, the C library's `tanhf`, the argmax or tanh head (what the
+//!      policy did before it ran on batches, and what a straightforward one does);
 //! (y)  the bare env step: the `K` envs stepped with fixed actions, no policy, no batch;
 //! (c)  collection: `Rollout` stepping the `K` envs with the policy into its batch.
 //! Prints ns/frame and c / (x + y): what collection adds over the two parts it cannot
-//! avoid, and x1 / x: what batching the forward saves.
+//! avoid, x1 / x: what batching the forward saves, and xs / x: the forward against one
+//! that owes nothing to it.
 //!
 //! Run: `cargo bench -p rollout-benches --bench policy` (`ROLLOUT_POLICY_K=16` runs that K
 //! alone, for a profile).
@@ -49,13 +53,49 @@ fn policy(env: &dyn Env, hidden: &[usize]) -> Mlp {
     p
 }
 
+/// The plain forward of (xs): `layers` as (weight `[out, in]`, bias), tanh between them,
+/// on `k` rows of `obs`; the action of each row into `ai` (argmax) or `af` (tanh).
+fn plain_forward(
+    layers: &[(Vec<f32>, Vec<f32>)],
+    obs: &[f32],
+    k: usize,
+    discrete: bool,
+    ai: &mut [i64],
+    af: &mut [f32],
+) {
+    let d = obs.len() / k;
+    let (mut x, mut y) = (Vec::with_capacity(256), Vec::with_capacity(256));
+    for r in 0..k {
+        x.clear();
+        x.extend_from_slice(&obs[r * d..(r + 1) * d]);
+        for (li, (w, b)) in layers.iter().enumerate() {
+            y.clear();
+            for (j, &bias) in b.iter().enumerate() {
+                let row = &w[j * x.len()..(j + 1) * x.len()];
+                let mut s = bias;
+                for (wi, xi) in row.iter().zip(&x) {
+                    s += wi * xi;
+                }
+                y.push(if li + 1 < layers.len() { s.tanh() } else { s });
+            }
+            std::mem::swap(&mut x, &mut y);
+        }
+        if discrete {
+            let best = (0..x.len()).fold(0, |best, j| if x[j] > x[best] { j } else { best });
+            ai[r] = best as i64;
+        } else {
+            af[r] = x[0].tanh();
+        }
+    }
+}
+
 fn main() {
     println!(
-        "policy bench: ns per frame; c/(x+y): collection over its two parts; x1/x: one row at a time over the batch"
+        "policy bench: ns per frame; c/(x+y): collection over its two parts; x1/x: one row at a time over the batch; xs/x: a plain forward over the batch"
     );
     println!(
-        "{:<12} {:<8} {:>3} {:>9} {:>9} {:>9} {:>9} {:>8} {:>6}",
-        "env", "mlp", "K", "x", "x1", "y", "c", "c/(x+y)", "x1/x"
+        "{:<12} {:<8} {:>3} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>6} {:>6}",
+        "env", "mlp", "K", "x", "x1", "xs", "y", "c", "c/(x+y)", "x1/x", "xs/x"
     );
     for (env_name, hidden) in [("CartPole-v1", vec![64, 64]), ("Pendulum-v1", vec![256, 256])] {
         let only: Option<usize> = std::env::var("ROLLOUT_POLICY_K").ok().and_then(|v| v.parse().ok());
@@ -88,6 +128,21 @@ fn main() {
                     for r in 0..k {
                         act(&mut p, black_box(&obs[r * d..(r + 1) * d]), 1, &mut ai, &mut af);
                     }
+                }
+                black_box(&ai);
+                black_box(&af);
+            });
+            // (xs) the plain forward, on the same weights.
+            let weights = p.weights();
+            let plain: Vec<(Vec<f32>, Vec<f32>)> = (0..=hidden.len())
+                .map(|i| {
+                    let get = |n: String| weights.f32_slice(&n).expect("f32 layer").to_vec();
+                    (get(format!("layers.{i}.weight")), get(format!("layers.{i}.bias")))
+                })
+                .collect();
+            let xs = ns_per_frame(rounds * k, || {
+                for _ in 0..rounds {
+                    plain_forward(&plain, black_box(&obs), k, discrete, &mut ai, &mut af);
                 }
                 black_box(&ai);
                 black_box(&af);
@@ -130,9 +185,10 @@ fn main() {
             });
             let h = hidden.iter().map(|w| w.to_string()).collect::<Vec<_>>().join("-");
             println!(
-                "{env_name:<12} {h:<8} {k:>3} {x:>9.1} {x1:>9.1} {y:>9.1} {c:>9.1} {:>8.2} {:>6.2}",
+                "{env_name:<12} {h:<8} {k:>3} {x:>9.1} {x1:>9.1} {xs:>9.1} {y:>9.1} {c:>9.1} {:>8.2} {:>6.2} {:>6.2}",
                 c / (x + y),
-                x1 / x
+                x1 / x,
+                xs / x
             );
         }
     }
