@@ -1,5 +1,7 @@
 //! Benchmarks live in benches/; this is what several of them share.
 
+pub mod independent;
+
 use actix::Addr;
 use rollout_actors::messages::{NextBatch, Recycle};
 use rollout_actors::trainer::Trainer;

@@ -634,7 +634,8 @@ fn main() {
     // for 3 s (or `ROLLOUT_BENCH_CALLS` batches); `ROLLOUT_BENCH_MODE=deterministic` picks
     // the argmax policy (default: sampling); `ROLLOUT_BENCH_NODES` and
     // `ROLLOUT_BENCH_NICE` set the collectors' nodes (2) and worker nice (10), `ROLLOUT_BENCH_FRAMES` the frames per batch (10,000);
-    // `ROLLOUT_BENCH_ONLY=pair|cpair`: see `pair` and `cpair`; `embedded`: (ce) for 3 s, then (p).
+    // `ROLLOUT_BENCH_ONLY=pair|cpair`: see `pair` and `cpair`; `embedded`: (ce) for 3 s, then (p);
+    // `independent`: see `independent`.
     let mode = match std::env::var("ROLLOUT_BENCH_MODE").as_deref() {
         Ok("deterministic") => ExplorationType::Deterministic,
         _ => ExplorationType::Random,
@@ -646,6 +647,10 @@ fn main() {
         }
         if which == "cpair" {
             cpair(mode);
+            return;
+        }
+        if which == "independent" {
+            independent();
             return;
         }
         if which == "embedded" {
@@ -712,4 +717,38 @@ fn main() {
     for ((_, name), r) in MODES.iter().zip(&results) {
         report(name, r, cores);
     }
+}
+
+/// `ROLLOUT_BENCH_ONLY=independent`: `Rollout` (b) against a bare CartPole loop that
+/// shares no code with the project (`rollout_benches::independent`: gymnasium's
+/// dynamics and a two-logit linear policy written out, the same columns written per
+/// frame), one env, the linear policy's own weights, 1-second windows alternating,
+/// 7 rounds; prints each round's b/i and the median. Deterministic (the argmax) whatever
+/// `ROLLOUT_BENCH_MODE`: the independent loop does not sample.
+fn independent() {
+    let mode = ExplorationType::Deterministic;
+    let mut ro = rollout(mode, 1);
+    let p = linear(&CartPole::new(CartPoleConfig::default()).expect("cartpole"), mode);
+    let w = p.weights();
+    let (wt, bt) = (
+        w.f32_slice("weight").expect("weight"),
+        w.f32_slice("bias").expect("bias"),
+    );
+    let row = |j: usize| [wt[j * 4], wt[j * 4 + 1], wt[j * 4 + 2], wt[j * 4 + 3]];
+    let mut ind = rollout_benches::independent::Independent::new(batch_frames(), [row(0), row(1)], [bt[0], bt[1]]);
+    let mut ratios = Vec::new();
+    for round in 0..7 {
+        let i = rate(1.0, batch_frames(), || ind.run());
+        let b = rate(1.0, batch_frames(), || {
+            let batch = ro.collect().expect("collect");
+            ro.recycle(batch);
+        });
+        println!(
+            "round {round} ({mode:?}): independent bare loop (i) {i:.0}, Rollout (b) {b:.0} frames/s, b/i {:.3}",
+            b / i
+        );
+        ratios.push(b / i);
+    }
+    ratios.sort_by(f64::total_cmp);
+    println!("b/i median {:.3}", ratios[ratios.len() / 2]);
 }
