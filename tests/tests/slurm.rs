@@ -28,15 +28,25 @@ fn slurm(program: &str, args: &[&str]) -> (bool, String, String) {
     (status.success(), run.stdout_text(), run.stderr_text())
 }
 
-/// Fails (never skips) unless a SLURM node is up.
+/// Fails (never skips) unless a SLURM node is up. A node still `completing` the job of
+/// the test before (its epilog) is up and about to take jobs: waited for, bounded.
 fn require_slurm() {
-    let (ok, out, err) = slurm("sinfo", &["-h", "-o", "%T"]);
-    assert!(ok, "`sinfo` failed ({err}); {HINT}");
-    assert!(
+    let up = |out: &str| {
         out.lines()
-            .any(|s| s.starts_with("idle") || s.starts_with("mix") || s.starts_with("alloc")),
-        "no SLURM node is up (sinfo: {out:?}); {HINT}"
-    );
+            .any(|s| s.starts_with("idle") || s.starts_with("mix") || s.starts_with("alloc"))
+    };
+    let sinfo = || {
+        let (ok, out, err) = slurm("sinfo", &["-h", "-o", "%T"]);
+        assert!(ok, "`sinfo` failed ({err}); {HINT}");
+        out
+    };
+    let seen = poll_until(Instant::now() + DEADLINE, || {
+        let out = sinfo();
+        let transient = out.lines().any(|s| s.starts_with("comp"));
+        (up(&out) || !transient).then_some(out)
+    });
+    let out = seen.unwrap_or_else(sinfo);
+    assert!(up(&out), "no SLURM node is up (sinfo: {out:?}); {HINT}");
 }
 
 /// The tasks of job `id` still in the queue.
