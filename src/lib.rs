@@ -24,6 +24,7 @@ pub mod replay;
 pub mod rng;
 pub mod rollout;
 pub mod schema;
+pub mod space;
 pub mod spec;
 pub mod supervisor;
 pub mod tensor;

@@ -1,0 +1,550 @@
+//! The spaces of any env, as a node reports them in `ready` (PROTOCOL.md §3, Spaces):
+//! boxes of f32, f64, u8 or i64 of any shape, discrete values, multi-discrete and
+//! multi-binary vectors, and dicts of those for observations.
+//!
+//! [`Spec`](crate::spec::Spec) is what rollout's own envs and policies speak (an f32
+//! vector or a choice); a [`Space`] is what any env may have. The trainer learns a
+//! run's [`EnvSpecs`] from its nodes (or from the user) when it cannot build the env,
+//! derives from them the layout every batch must have, and builds the policy's weights
+//! from them when the policy can take them ([`EnvSpecs::policy_specs`]).
+//!
+//! Everything here may come from a peer: every size is checked with checked
+//! arithmetic and bounded ([`EnvSpecs::validate`]) before anything is sized by it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::schema::{batch_layout, keys, BatchLayout};
+use crate::spec::Spec;
+use crate::tensor::DType;
+
+/// The most elements one value of a space may have (a 4K RGB frame is 25 M).
+pub const MAX_ELEMENTS: usize = 1 << 26;
+/// The most entries a dict space may have, over all its levels.
+pub const MAX_DICT_ENTRIES: usize = 64;
+/// The deepest a dict space may nest (a dict in a dict is depth 2).
+pub const MAX_DICT_DEPTH: usize = 4;
+/// The longest name of a dict entry, in bytes.
+pub const MAX_NAME_LEN: usize = 64;
+
+/// The bounds of a box: one value for every element, or one per element (C order).
+/// Absent (`None` where a `Bounds` is expected) means unbounded.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Bounds {
+    /// The same bound for every element.
+    Uniform(f64),
+    /// One bound per element, in C order.
+    Each(Vec<f64>),
+}
+
+impl Bounds {
+    /// The bound of element `i` (`i` below the box's element count).
+    pub fn get(&self, i: usize) -> f64 {
+        match self {
+            Bounds::Uniform(v) => *v,
+            Bounds::Each(v) => v.get(i).copied().unwrap_or(f64::NAN),
+        }
+    }
+}
+
+/// The space one value lives in.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Space {
+    /// An array of numbers of one dtype and shape, each within its bounds.
+    Box {
+        /// The element type: f32, f64, u8 or i64.
+        dtype: DType,
+        /// The shape, outermost first (`[]`: one number).
+        shape: Vec<usize>,
+        /// Lower bounds (absent: unbounded below).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        low: Option<Bounds>,
+        /// Upper bounds (absent: unbounded above).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        high: Option<Bounds>,
+    },
+    /// One integer in `start..start + n`.
+    Discrete {
+        /// Number of choices.
+        n: u64,
+        /// The first choice (absent: 0).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        start: i64,
+    },
+    /// A vector of integers, element `i` in `0..nvec[i]`.
+    MultiDiscrete {
+        /// Choices per element.
+        nvec: Vec<u64>,
+    },
+    /// A vector of `n` zeros and ones.
+    MultiBinary {
+        /// Elements.
+        n: usize,
+    },
+    /// Named spaces (observations only): entry `name` is the batch key `observation.name`.
+    Dict {
+        /// The entries, by name.
+        spaces: BTreeMap<String, Space>,
+    },
+}
+
+fn is_zero(v: &i64) -> bool {
+    *v == 0
+}
+
+/// An env's observation and action spaces: what a node reports in `ready`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EnvSpecs {
+    /// The observation's space.
+    pub observation: Space,
+    /// The action's space.
+    pub action: Space,
+}
+
+/// Why a space cannot be collected. `key` names the batch key at fault
+/// (`observation.pixels`, `action`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{key}: {reason}")]
+pub struct SpaceError {
+    /// The batch key of the space at fault.
+    pub key: String,
+    /// What is wrong.
+    pub reason: String,
+}
+
+fn err(key: &str, reason: impl Into<String>) -> SpaceError {
+    SpaceError {
+        key: key.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// The element count of `shape`, if it does not overflow.
+fn numel(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+}
+
+impl Space {
+    /// A space from one of rollout's own specs: an f32 box `[D]` or a discrete choice.
+    pub fn from_spec(spec: &Spec) -> Space {
+        match spec {
+            Spec::Box { low, high } => Space::Box {
+                dtype: DType::F32,
+                shape: vec![low.len()],
+                low: Some(Bounds::Each(low.iter().map(|&v| f64::from(v)).collect())),
+                high: Some(Bounds::Each(high.iter().map(|&v| f64::from(v)).collect())),
+            },
+            Spec::Discrete { n } => Space::Discrete { n: *n, start: 0 },
+        }
+    }
+
+    /// Checks the space found under batch key `key` (`depth` dicts deep, `entries`
+    /// dict entries counted so far over the whole tree).
+    fn check(&self, key: &str, depth: usize, entries: &mut usize) -> Result<(), SpaceError> {
+        match self {
+            Space::Box {
+                dtype,
+                shape,
+                low,
+                high,
+            } => {
+                if !matches!(dtype, DType::F32 | DType::F64 | DType::U8 | DType::I64) {
+                    return Err(err(key, format!("a box of {dtype} (boxes are f32, f64, u8 or i64)")));
+                }
+                let n = numel(shape).filter(|&n| n <= MAX_ELEMENTS).ok_or_else(|| {
+                    err(
+                        key,
+                        format!("a box of shape {shape:?} has more than {MAX_ELEMENTS} elements"),
+                    )
+                })?;
+                if n == 0 {
+                    return Err(err(key, format!("a box of shape {shape:?} has no element")));
+                }
+                for (name, b) in [("low", low), ("high", high)] {
+                    match b {
+                        Some(Bounds::Each(v)) if v.len() != n => {
+                            return Err(err(key, format!("{} {name} bounds for a box of {n} elements", v.len())))
+                        }
+                        Some(b @ Bounds::Each(_)) | Some(b @ Bounds::Uniform(_)) => {
+                            if let Some(i) = (0..n).find(|&i| b.get(i).is_nan()) {
+                                return Err(err(key, format!("{name} bound {i} is NaN")));
+                            }
+                        }
+                        None => {}
+                    }
+                }
+                if let (Some(l), Some(h)) = (low, high) {
+                    if let Some(i) = (0..n).find(|&i| l.get(i) > h.get(i)) {
+                        return Err(err(
+                            key,
+                            format!("bounds {}..{} of element {i} are inverted", l.get(i), h.get(i)),
+                        ));
+                    }
+                }
+                Ok(())
+            }
+            Space::Discrete { n, start } => {
+                if *n == 0 {
+                    return Err(err(key, "a discrete space of no choice"));
+                }
+                let last = i64::try_from(*n - 1).ok().and_then(|m| start.checked_add(m));
+                if last.is_none() {
+                    return Err(err(key, format!("choices {start} + {n} overflow i64")));
+                }
+                Ok(())
+            }
+            Space::MultiDiscrete { nvec } => {
+                if nvec.is_empty() || nvec.len() > MAX_ELEMENTS {
+                    return Err(err(key, format!("a multi-discrete space of {} elements", nvec.len())));
+                }
+                if let Some(i) = nvec.iter().position(|&c| c == 0 || c > i64::MAX as u64) {
+                    return Err(err(key, format!("element {i} has {} choices", nvec[i])));
+                }
+                Ok(())
+            }
+            Space::MultiBinary { n } => {
+                if *n == 0 || *n > MAX_ELEMENTS {
+                    return Err(err(key, format!("a multi-binary space of {n} elements")));
+                }
+                Ok(())
+            }
+            Space::Dict { spaces } => {
+                if depth >= MAX_DICT_DEPTH {
+                    return Err(err(key, format!("dicts nested deeper than {MAX_DICT_DEPTH}")));
+                }
+                if spaces.is_empty() {
+                    return Err(err(key, "an empty dict"));
+                }
+                for (name, s) in spaces {
+                    *entries += 1;
+                    if *entries > MAX_DICT_ENTRIES {
+                        return Err(err(key, format!("more than {MAX_DICT_ENTRIES} dict entries")));
+                    }
+                    if name.is_empty() || name.len() > MAX_NAME_LEN || name.contains('.') {
+                        return Err(err(
+                            key,
+                            format!(
+                                "entry name {name:?}: names are 1 to {MAX_NAME_LEN} bytes without a dot (they become batch keys)"
+                            ),
+                        ));
+                    }
+                    s.check(&format!("{key}.{name}"), depth + 1, entries)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The dtype and feature shape of one value in a batch, for a space that is not a dict.
+    fn entry(&self, action: bool) -> (DType, Vec<usize>) {
+        match self {
+            Space::Box { dtype, shape, .. } => (if action { DType::F32 } else { *dtype }, shape.clone()),
+            Space::Discrete { .. } => (DType::I64, vec![]),
+            Space::MultiDiscrete { nvec } => (DType::I64, vec![nvec.len()]),
+            Space::MultiBinary { n } => (DType::U8, vec![*n]),
+            Space::Dict { .. } => (DType::U8, vec![]),
+        }
+    }
+
+    /// Adds the entries of this space under `key` to `layout`: one, or one per leaf
+    /// of a dict (`key.name`, recursively).
+    fn layout_into(&self, key: &str, action: bool, layout: &mut BatchLayout) {
+        match self {
+            Space::Dict { spaces } => {
+                for (name, s) in spaces {
+                    s.layout_into(&format!("{key}.{name}"), action, layout);
+                }
+            }
+            leaf => {
+                layout.insert(key.to_string(), leaf.entry(action));
+            }
+        }
+    }
+
+    /// Rollout's own spec of this space, if it is one built-in policies take: a 1-D
+    /// box of f32 or f64 (taken as f32), or a discrete space (the policy chooses an
+    /// index in `0..n`; the node adds `start`).
+    pub fn as_spec(&self) -> Result<Spec, String> {
+        match self {
+            Space::Box {
+                dtype: DType::F32 | DType::F64,
+                shape,
+                low,
+                high,
+            } if shape.len() == 1 => {
+                let d = shape[0];
+                let bound = |b: &Option<Bounds>, none: f64| -> Vec<f32> {
+                    (0..d).map(|i| b.as_ref().map_or(none, |b| b.get(i)) as f32).collect()
+                };
+                Ok(Spec::Box {
+                    low: bound(low, f64::NEG_INFINITY),
+                    high: bound(high, f64::INFINITY),
+                })
+            }
+            Space::Discrete { n, .. } => Ok(Spec::Discrete { n: *n }),
+            other => Err(format!(
+                "{other}: built-in policies take a 1-D f32 or f64 box or a discrete space"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Space {
+    /// `f32 box [4]`, `discrete 2`, `multi-discrete [3, 2]`, `multi-binary 5`,
+    /// `dict {a, b}`: how errors show a space.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Space::Box { dtype, shape, .. } => write!(f, "{dtype} box {shape:?}"),
+            Space::Discrete { n, start: 0 } => write!(f, "discrete {n}"),
+            Space::Discrete { n, start } => write!(f, "discrete {n} from {start}"),
+            Space::MultiDiscrete { nvec } => write!(f, "multi-discrete {nvec:?}"),
+            Space::MultiBinary { n } => write!(f, "multi-binary {n}"),
+            Space::Dict { spaces } => {
+                let names: Vec<&str> = spaces.keys().map(String::as_str).collect();
+                write!(f, "dict {{{}}}", names.join(", "))
+            }
+        }
+    }
+}
+
+impl EnvSpecs {
+    /// The specs of one of rollout's own envs (an f32 box observation).
+    pub fn from_specs(observation: &Spec, action: &Spec) -> EnvSpecs {
+        EnvSpecs {
+            observation: Space::from_spec(observation),
+            action: Space::from_spec(action),
+        }
+    }
+
+    /// Checks that a rollout can collect an env of these specs: every size within
+    /// bounds (checked arithmetic), every bound a number, no dict action. The error
+    /// names the batch key at fault.
+    pub fn validate(&self) -> Result<(), SpaceError> {
+        self.observation.check(keys::OBSERVATION, 0, &mut 0)?;
+        if let Space::Dict { .. } = self.action {
+            return Err(err(keys::ACTION, "a dict action space cannot be collected"));
+        }
+        if let Space::Box { dtype, .. } = &self.action {
+            if !matches!(dtype, DType::F32 | DType::F64) {
+                return Err(err(
+                    keys::ACTION,
+                    format!("a box action of {dtype} cannot be collected (box actions are f32 or f64)"),
+                ));
+            }
+        }
+        self.action.check(keys::ACTION, 0, &mut 0)
+    }
+
+    /// The layout of every batch of an env with these specs: the observation's
+    /// entries under `observation` and `next.observation` (a dict's leaves as
+    /// `observation.name`), the action under `action` (a box action as f32), and the
+    /// keys every rollout writes. Call on validated specs.
+    pub fn batch_layout(&self) -> BatchLayout {
+        // The keys that do not depend on the env, from the one definition of them.
+        let mut layout = batch_layout(&Spec::Discrete { n: 1 }, &Spec::Discrete { n: 1 });
+        for k in [keys::OBSERVATION, keys::NEXT_OBSERVATION, keys::ACTION] {
+            layout.remove(k);
+        }
+        self.observation.layout_into(keys::OBSERVATION, false, &mut layout);
+        self.observation.layout_into(keys::NEXT_OBSERVATION, false, &mut layout);
+        self.action.layout_into(keys::ACTION, true, &mut layout);
+        layout
+    }
+
+    /// Bytes of tensors one frame of this layout takes in a batch, if it does not
+    /// overflow.
+    pub fn bytes_per_frame(&self) -> Option<usize> {
+        self.batch_layout().values().try_fold(0usize, |acc, (dtype, shape)| {
+            numel(shape)
+                .and_then(|n| n.checked_mul(dtype.size()))
+                .and_then(|b| acc.checked_add(b))
+        })
+    }
+
+    /// The specs rollout's built-in policies are built from (see [`Space::as_spec`]),
+    /// or why they cannot take these, naming the key.
+    pub fn policy_specs(&self) -> Result<(Spec, Spec), SpaceError> {
+        let obs = self.observation.as_spec().map_err(|r| err(keys::OBSERVATION, r))?;
+        let act = self.action.as_spec().map_err(|r| err(keys::ACTION, r))?;
+        Ok((obs, act))
+    }
+
+    /// The first difference between specs `a` of `name_a` and `b` of `name_b`, worded
+    /// for an error (`node 1's observation is f64 box [17], node 0's is f32 box [17]`);
+    /// `None` when they are equal.
+    pub fn difference(name_a: &str, a: &EnvSpecs, name_b: &str, b: &EnvSpecs) -> Option<String> {
+        let (la, lb) = (a.batch_layout(), b.batch_layout());
+        if let Some(d) = crate::schema::named_difference(name_a, &la, name_b, &lb) {
+            return Some(d);
+        }
+        [
+            (keys::OBSERVATION, &a.observation, &b.observation),
+            (keys::ACTION, &a.action, &b.action),
+        ]
+        .into_iter()
+        .find(|(_, x, y)| x != y)
+        .map(|(k, x, y)| format!("{name_a}'s {k} is {x}, {name_b}'s is {y} (the same layout, other bounds or choices)"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f32_box(shape: &[usize]) -> Space {
+        Space::Box {
+            dtype: DType::F32,
+            shape: shape.to_vec(),
+            low: Some(Bounds::Uniform(-1.0)),
+            high: Some(Bounds::Uniform(1.0)),
+        }
+    }
+
+    #[test]
+    fn a_builtin_envs_specs_give_the_layout_they_always_had() {
+        let obs = Spec::uniform_box(4, -1.0, 1.0);
+        let act = Spec::Discrete { n: 2 };
+        let specs = EnvSpecs::from_specs(&obs, &act);
+        specs.validate().unwrap();
+        assert_eq!(specs.batch_layout(), batch_layout(&obs, &act));
+        let cont = Spec::uniform_box(1, -2.0, 2.0);
+        assert_eq!(
+            EnvSpecs::from_specs(&obs, &cont).batch_layout(),
+            batch_layout(&obs, &cont)
+        );
+        assert_eq!(specs.policy_specs(), Ok((obs, act)), "and give back the same specs");
+    }
+
+    #[test]
+    fn observations_keep_their_dtype_and_dicts_become_nested_keys() {
+        let pixels = Space::Box {
+            dtype: DType::U8,
+            shape: vec![210, 160, 3],
+            low: Some(Bounds::Uniform(0.0)),
+            high: Some(Bounds::Uniform(255.0)),
+        };
+        let specs = EnvSpecs {
+            observation: Space::Dict {
+                spaces: BTreeMap::from([
+                    ("pixels".to_string(), pixels),
+                    ("step".to_string(), Space::Discrete { n: 10, start: 0 }),
+                ]),
+            },
+            action: Space::MultiDiscrete { nvec: vec![3, 2] },
+        };
+        specs.validate().unwrap();
+        let l = specs.batch_layout();
+        assert_eq!(l["observation.pixels"], (DType::U8, vec![210, 160, 3]));
+        assert_eq!(l["next.observation.pixels"], (DType::U8, vec![210, 160, 3]));
+        assert_eq!(l["observation.step"], (DType::I64, vec![]));
+        assert_eq!(l[keys::ACTION], (DType::I64, vec![2]));
+        assert!(!l.contains_key(keys::OBSERVATION));
+        assert_eq!(l[keys::NEXT_DONE], (DType::Bool, vec![1]));
+        let per = 2 * (210 * 160 * 3 + 8) + 2 * 8 + 4 + 3 + 8 + 8;
+        assert_eq!(specs.bytes_per_frame(), Some(per));
+        let e = specs.policy_specs().unwrap_err();
+        assert_eq!(e.key, "observation");
+        assert!(e.reason.contains("dict {pixels, step}"), "{e}");
+    }
+
+    #[test]
+    fn a_hostile_space_is_refused_naming_the_key_before_anything_is_sized_by_it() {
+        let huge = EnvSpecs {
+            observation: Space::Box {
+                dtype: DType::F64,
+                shape: vec![usize::MAX, 2],
+                low: None,
+                high: None,
+            },
+            action: Space::Discrete { n: 2, start: 0 },
+        };
+        let e = huge.validate().unwrap_err();
+        assert_eq!(e.key, "observation");
+        assert!(e.reason.contains("more than"), "{e}");
+        let deep = (0..=MAX_DICT_DEPTH).fold(f32_box(&[1]), |s, _| Space::Dict {
+            spaces: BTreeMap::from([("a".to_string(), s)]),
+        });
+        let e = EnvSpecs {
+            observation: deep,
+            action: Space::Discrete { n: 2, start: 0 },
+        }
+        .validate()
+        .unwrap_err();
+        assert!(e.reason.contains("nested deeper"), "{e}");
+        let dotted = Space::Dict {
+            spaces: BTreeMap::from([("a.b".to_string(), f32_box(&[1]))]),
+        };
+        let e = EnvSpecs {
+            observation: dotted,
+            action: Space::Discrete { n: 2, start: 0 },
+        }
+        .validate()
+        .unwrap_err();
+        assert!(e.reason.contains("without a dot"), "{e}");
+        let e = EnvSpecs {
+            observation: f32_box(&[3]),
+            action: Space::Discrete { n: 3, start: i64::MAX },
+        }
+        .validate()
+        .unwrap_err();
+        assert_eq!(e.key, "action");
+        let bounds = Space::Box {
+            dtype: DType::F32,
+            shape: vec![3],
+            low: Some(Bounds::Each(vec![0.0; 2])),
+            high: None,
+        };
+        let e = EnvSpecs {
+            observation: bounds,
+            action: Space::Discrete { n: 2, start: 0 },
+        }
+        .validate()
+        .unwrap_err();
+        assert!(e.reason.contains("2 low bounds for a box of 3"), "{e}");
+        let e = EnvSpecs {
+            observation: f32_box(&[3]),
+            action: Space::Dict {
+                spaces: BTreeMap::from([("a".to_string(), f32_box(&[1]))]),
+            },
+        }
+        .validate()
+        .unwrap_err();
+        assert!(e.reason.contains("dict action"), "{e}");
+    }
+
+    #[test]
+    fn specs_read_from_json_and_msgpack_as_protocol_md_writes_them() {
+        let json = r#"{"observation": {"kind": "box", "dtype": "f64", "shape": [17]},
+                       "action": {"kind": "box", "dtype": "f32", "shape": [6], "low": -1, "high": 1}}"#;
+        let specs: EnvSpecs = serde_json::from_str(json).unwrap();
+        specs.validate().unwrap();
+        assert_eq!(specs.batch_layout()[keys::OBSERVATION], (DType::F64, vec![17]));
+        let (obs, act) = specs.policy_specs().unwrap();
+        assert_eq!(obs.dim(), 17);
+        assert_eq!(act, Spec::uniform_box(6, -1.0, 1.0));
+        let bytes = rmp_serde::to_vec_named(&specs).unwrap();
+        assert_eq!(rmp_serde::from_slice::<EnvSpecs>(&bytes).unwrap(), specs);
+    }
+
+    #[test]
+    fn two_specs_differ_first_by_layout_then_by_bounds() {
+        let a = EnvSpecs::from_specs(&Spec::uniform_box(4, -1.0, 1.0), &Spec::Discrete { n: 2 });
+        let b = EnvSpecs::from_specs(&Spec::uniform_box(4, -2.0, 2.0), &Spec::Discrete { n: 2 });
+        let c = EnvSpecs::from_specs(&Spec::uniform_box(4, -1.0, 1.0), &Spec::Discrete { n: 3 });
+        assert_eq!(EnvSpecs::difference("node 1", &a, "node 0", &a), None);
+        let d = EnvSpecs::difference("node 1", &b, "node 0", &a).unwrap();
+        assert!(
+            d.starts_with("node 1's observation is f32 box [4], node 0's is f32 box [4]"),
+            "{d}"
+        );
+        let d = EnvSpecs::difference("node 1", &c, "node 0", &a).unwrap();
+        assert!(
+            d.starts_with("node 1's action is discrete 3, node 0's is discrete 2"),
+            "{d}"
+        );
+    }
+}
