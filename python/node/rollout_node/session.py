@@ -17,6 +17,10 @@ from . import wire
 from . import collect as checkpoint
 from .collect import BuildError, CheckpointError, NodeFailed, Workers
 from .policy import PolicyError
+from .spaces import SpaceError
+
+#: The wire dtype of each numpy dtype a batch holds.
+_DTYPES = {"float32": "f32", "float64": "f64", "int64": "i64", "bool": "bool", "uint8": "u8"}
 
 #: The largest trainer frame read before `welcome` (whose weights may be large), as the
 #: Rust node: the default `max_frame`.
@@ -58,8 +62,10 @@ def _connect(addr, timeout):
 class Session:
     """A joined node: serves the trainer until `shutdown` (returns) or fails (JoinError)."""
 
-    def __init__(self, addr, token, name, index=None, connect_timeout=30.0, leave_on_signals=False):
+    def __init__(self, addr, token, name, index=None, connect_timeout=30.0, leave_on_signals=False, double_to_float=False):
         self.addr, self.token, self.name, self.index = addr, token, name, index
+        #: f64 boxes are reported and collected as f32 (torchrl's DoubleToFloat).
+        self.double_to_float = double_to_float
         self.connect_timeout = connect_timeout
         #: From `welcome` on, SIGTERM or SIGINT leaves the run (main thread only).
         self.leave_on_signals = leave_on_signals and threading.current_thread() is threading.main_thread()
@@ -198,18 +204,16 @@ class Session:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     previous[sig] = signal.signal(sig, _leave_on_signal)
             try:
-                self.workers = Workers(welcome["spec"])
+                self.workers = Workers(welcome["spec"], self.double_to_float)
                 if welcome.get("weights") is not None:
                     version, tensors = wire.weights_from_wire(welcome["weights"])
                     self.workers.policy.set_weights(version, tensors)
-            except (BuildError, PolicyError, wire.ProtocolError) as e:
+            except (BuildError, PolicyError, SpaceError, wire.ProtocolError) as e:
                 self._fail(f"cannot build the node: {e}")
-            if self.workers.policy.version is None:
-                self._fail(
-                    f"cannot build the node: no weights for the `{self.workers.policy.kind}` policy in `welcome` "
-                    f"(it needs {sorted(self.workers.policy.layout)}; this node never invents weights)"
-                )
-            self.send({"type": "ready", "node": self.node, "layout": self.workers.layout()})
+            # A policy with weights and none in `welcome` (the trainer learns the env's specs
+            # from this `ready`) waits for version 0 in an `update_weights` before collecting.
+            w = self.workers
+            self.send({"type": "ready", "node": self.node, "layout": w.layout(), "specs": w.specs})
             self._serve()
         except _Leave as why:
             # Whatever was being collected is not sent: the trainer asks others for it.
@@ -333,14 +337,18 @@ class Session:
 
     def _collect(self, seq, frames):
         w = self.workers
+        if w.policy.version is None:
+            raise NodeFailed(
+                f"no weights for the `{w.policy.kind}` policy before the first `continue` "
+                f"(it needs {sorted(w.policy.layout)}; this node never invents weights)"
+            )
         try:
             data = w.collect(frames)
         except PolicyError as e:
             raise NodeFailed(f"policy failed: {e}") from None
         tensors = {}
         for key, a in data.items():
-            dtype = {"float32": "f32", "int64": "i64", "bool": "bool"}[a.dtype.name]
-            tensors[key] = wire.to_tensor(a, dtype)
+            tensors[key] = wire.to_tensor(a, _DTYPES[a.dtype.name])
         self.send(
             {
                 "type": "batch",
