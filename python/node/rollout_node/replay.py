@@ -86,14 +86,14 @@ def check(path, name, rtol=1e-4, atol=1e-4):
 def check_actions(path, name, spec, weights_file):
     """Frames whose recorded action is not exactly what this node's policy computes for the
     recorded observation with the weights in ``weights_file`` (a MessagePack ``Weights``)."""
-    from .collect import _action_space, _obs_dim
-    from .policy import Policy
+    from .policy import ActionSpace, Policy
     from .wire import weights_from_wire
 
     env = gym.make(name)
     with open(weights_file, "rb") as f:
         version, tensors = weights_from_wire(msgpack.unpackb(f.read(), raw=False))
-    policy = Policy(spec, _obs_dim(env.observation_space), _action_space(env.action_space), 0)
+    obs_dim = int(np.prod(env.observation_space.shape, dtype=np.int64))
+    policy = Policy(spec, obs_dim, ActionSpace.of(env.action_space), 0)
     policy.set_weights(version, tensors)
     problems, frames = [], 0
     for batch, node, _, d in records(path):
