@@ -211,11 +211,6 @@ class Workers:
     def _has_nan(self, entries):
         return any(np.isnan(entries[i]).any() for i in self._floats)
 
-    def _policy_obs(self, rows):
-        """The policy's input: the observation of ``rows`` (None: all), f32 for a network."""
-        x = self.cur[0] if rows is None else self.cur[0][rows]
-        return x.astype(np.float32) if self._cast else x
-
     def _reset(self, rows):
         """Starts a new episode in every env of ``rows``, each reset with its pending seed."""
         # Fresh arrays: the old ones may be held by the batch being collected.
@@ -248,10 +243,13 @@ class Workers:
         self.fresh = self.fresh & ~mask
 
     def _actions(self, rows, stepped=0):
-        """The actions of ``rows`` (None: every row): the random policy's for a worker still
+        """The actions of ``rows`` (None: every row), for their observation (a network's input:
+        the first entry, f32): the random policy's for a worker still
         within its ``init_random_frames``, the policy's otherwise. ``stepped``: frames each
         row collected since ``frames`` was last brought up to date (the fast loop's)."""
-        obs = self._policy_obs(rows)
+        obs = self.cur[0] if rows is None else self.cur[0][rows]
+        if self._cast:  # a network's forward pass is f32
+            obs = obs.astype(np.float32)
         if not self.init_random:
             return self.policy.act(obs)
         frames = self._worker_frames(self.frames + stepped)
@@ -365,6 +363,7 @@ class Workers:
         c_obs = [cols["observation" + leaf.suffix] for leaf in leaves]
         c_next = [cols["next.observation" + leaf.suffix] for leaf in leaves]
         c_act = cols["action"]
+        c_obs0, c_next0 = c_obs[0], c_next[0]
         c_rew, c_term, c_trunc = cols["next.reward"], cols["next.terminated"], cols["next.truncated"]
         c_ids, c_sc = cols["collector.traj_ids"], cols["step_count"]
         t = 0
@@ -383,10 +382,13 @@ class Workers:
                         need_ids = False
                     acts = self._actions(None, t - t0)
                     cur = self.cur
-                    for c, x in zip(c_obs, cur):
-                        c[t] = x
-                    nxs = [c[t] for c in c_next]
-                    nx = nxs[0]
+                    if single:
+                        c_obs0[t] = cur[0]
+                        nx = c_next0[t]
+                    else:
+                        for c, x in zip(c_obs, cur):
+                            c[t] = x
+                        nxs = [c[t] for c in c_next]
                     rw, te_t, tr_t = c_rew[t], c_term[t], c_trunc[t]
                     for k in rows:
                         try:
@@ -420,8 +422,11 @@ class Workers:
                 c_act[t] = acts
                 # The next observation is the step's, or the new episode's first for an env that
                 # ended (reset inside the step); `nx` keeps the step's (the final observation).
-                for x, n in zip(cur, nxs):
-                    x[:] = n
+                if single:
+                    cur[0][:] = nx
+                else:
+                    for x, n in zip(cur, nxs):
+                        x[:] = n
                 ended_rows = None
                 if ended is not None:
                     ended_rows = np.zeros(E, bool)
