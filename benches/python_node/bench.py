@@ -12,7 +12,10 @@ For each env count E (`--envs`, default 1 and 8) it times, alternately, R rounds
 * `gymnasium same-step`: the same loop with `autoreset_mode=SAME_STEP` (the node's: an env
   that ends is reset inside that step, so no step is spent on a reset alone);
 * `node`: the node's own collection of one N-frame batch (`Workers.collect`: resets, policy,
-  stepping and every batch field filled), as it answers a `continue`;
+  stepping and every batch field filled), as it answers a `continue`; with `--batch B`, N / B
+  batches of B frames; with `--wire`, each batch also made into the frame's buffers as the
+  node sends it (`wire.encode_parts`, no socket) and its arrays recycled once "sent", as the
+  node's session does;
 and prints the median frames/s of each, the node's ratio to each and to the faster of the two
 gymnasium loops (the one the target is checked against), and the load average before and
 after. Frames/s are per second of wall time and, in a second table, per second of this
@@ -32,6 +35,8 @@ import gymnasium as gym
 import numpy as np
 
 from rollout_node.collect import Workers
+from rollout_node.session import _DTYPES
+from rollout_node.wire import encode_parts, tensor_view
 
 
 def spec(envs, frames, env="CartPole-v1", policy="linear"):
@@ -71,9 +76,17 @@ def gym_loop(envs, frames, policy, mode=gym.vector.AutoresetMode.NEXT_STEP, env=
     return real / dt, real / dc
 
 
-def node_loop(workers, frames):
+def node_loop(workers, frames, batch=None, wire=False):
+    batch = batch or frames
     c0, t0 = time.process_time(), time.perf_counter()
-    workers.collect(frames)
+    for _ in range(frames // batch):
+        b = workers.collect(batch)
+        if wire:
+            tensors = {k: tensor_view(a, _DTYPES[a.dtype.name]) for k, a in b.items()}
+            encode_parts({"type": "batch", "node": 0, "seq": 1, "weights_version": 0,
+                          "data": {"batch_size": [workers.E, batch // workers.E], "tensors": tensors}})
+            workers.recycle(b)
+    frames = frames // batch * batch
     return frames / (time.perf_counter() - t0), frames / (time.process_time() - c0)
 
 
@@ -84,19 +97,22 @@ def main():
     p.add_argument("--env", default="CartPole-v1")
     p.add_argument("--policy", default="linear", choices=["linear", "random"])
     p.add_argument("--envs", default="1,8", help="env counts, comma-separated")
+    p.add_argument("--batch", type=int, help="frames per node batch [default: --frames]")
+    p.add_argument("--wire", action="store_true", help="the node also encodes each batch and recycles its arrays")
     args = p.parse_args()
-    print(f"env {args.env}, policy {args.policy}")
+    print(f"env {args.env}, policy {args.policy}, node batches of {args.batch or args.frames} frames"
+          + (", encoded and recycled" if args.wire else ""))
     print(f"load average before: {os.getloadavg()[0]:.2f}")
     rows = []
     for envs in (int(e) for e in args.envs.split(",")):
         w = Workers(spec(envs, args.frames, args.env, args.policy))
         w.policy.set_weights(0, weights(w.policy))
-        node_loop(w, args.frames)  # warm up: first resets
+        node_loop(w, args.batch or args.frames, None, args.wire)  # warm up: first resets
         g, s, n = [], [], []
         for _ in range(args.rounds):
             g.append(gym_loop(envs, args.frames, w.policy, env=args.env))
             s.append(gym_loop(envs, args.frames, w.policy, gym.vector.AutoresetMode.SAME_STEP, args.env))
-            n.append(node_loop(w, args.frames))
+            n.append(node_loop(w, args.frames, args.batch, args.wire))
         rows.append((envs, g, s, n))
         w.close()
     for clock, i in (("wall", 0), ("CPU", 1)):

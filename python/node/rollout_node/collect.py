@@ -149,6 +149,9 @@ class Workers:
         self.delivered_frames = np.zeros(E, np.int64)
         self.restarts = [[] for _ in range(E)]  # times of each worker's restarts
         self.restart_count = [0] * E
+        #: Arrays of batches sent already (``recycle``), by shape and dtype: a batch written
+        #: into them touches no fresh page (an Atari batch is 200 kB a frame).
+        self._pool = {}
 
     def _build_policy(self, spec, double_to_float):
         """The specs, the observation's batch entries, the action space and the policy
@@ -267,6 +270,19 @@ class Workers:
             return per_env
         return np.repeat(per_env.reshape(-1, self.K).sum(axis=1), self.K)
 
+    def _array(self, shape, dtype):
+        """An array for a batch: a recycled one (every element is written), else a new one."""
+        free = self._pool.get((shape, np.dtype(dtype).str))
+        return free.pop() if free else np.zeros(shape, dtype)
+
+    def recycle(self, batch):
+        """Takes back the arrays of ``batch``, a batch of ``collect`` nobody reads any more
+        (sent): later batches are written into them. Any thread may call it."""
+        for a in batch.values():
+            free = self._pool.setdefault((a.shape, a.dtype.str), [])
+            if len(free) < 2:
+                free.append(a)
+
     def collect(self, frames):
         """One batch of ``frames`` frames as a dict of numpy arrays ``[E, T, ...]``."""
         E = self.E
@@ -276,17 +292,18 @@ class Workers:
         if self.reset_each:
             self.needs_reset[:] = True
             self.fresh[:] = False
-        b = {"observation" + leaf.suffix: np.zeros((E, T) + leaf.shape, leaf.np) for leaf in self.leaves}
-        b["action"] = np.zeros((E, T) + self.action.shape, self.action.dtype)
+        new = self._array
+        b = {"observation" + leaf.suffix: new((E, T) + leaf.shape, leaf.np) for leaf in self.leaves}
+        b["action"] = new((E, T) + self.action.shape, self.action.dtype)
         for leaf in self.leaves:
-            b["next.observation" + leaf.suffix] = np.zeros((E, T) + leaf.shape, leaf.np)
+            b["next.observation" + leaf.suffix] = new((E, T) + leaf.shape, leaf.np)
         b.update({
-            "next.reward": np.zeros((E, T, 1), np.float32),
-            "next.done": np.zeros((E, T, 1), bool),
-            "next.terminated": np.zeros((E, T, 1), bool),
-            "next.truncated": np.zeros((E, T, 1), bool),
-            "collector.traj_ids": np.zeros((E, T), np.int64),
-            "step_count": np.zeros((E, T, 1), np.int64),
+            "next.reward": new((E, T, 1), np.float32),
+            "next.done": new((E, T, 1), bool),
+            "next.terminated": new((E, T, 1), bool),
+            "next.truncated": new((E, T, 1), bool),
+            "collector.traj_ids": new((E, T), np.int64),
+            "step_count": new((E, T, 1), np.int64),
         })
         pos = np.zeros(E, np.int64)
         self._salvaged = []

@@ -41,6 +41,27 @@ def _leave_on_signal(signum, _frame):
     raise _Leave(signal.Signals(signum).name)
 
 
+class _Sent:
+    """A frame for the writer, in parts, and what to do once it is sent."""
+
+    def __init__(self, parts, then):
+        self.parts, self.then = parts, then
+
+
+def _send_parts(sock, parts):
+    """Sends every buffer of ``parts`` in order, a few system calls for the lot."""
+    views = [v for v in (memoryview(p).cast("B") for p in parts) if v.nbytes]
+    while views:
+        sent = sock.sendmsg(views[:64])
+        while sent:
+            if sent >= views[0].nbytes:
+                sent -= views[0].nbytes
+                views.pop(0)
+            else:
+                views[0] = views[0][sent:]
+                sent = 0
+
+
 def _connect(addr, timeout):
     host, sep, port = addr.rpartition(":")
     if not sep or not port.isdigit():
@@ -148,7 +169,13 @@ class Session:
             if last:
                 data = data[1]
             try:
-                self.sock.sendall(data)
+                if isinstance(data, _Sent):
+                    _send_parts(self.sock, data.parts)
+                    data.then()
+                elif isinstance(data, list):
+                    _send_parts(self.sock, data)
+                else:
+                    self.sock.sendall(data)
             except OSError as e:
                 self.inbox.put(("error", f"lost the trainer: {e}"))
                 return
@@ -177,12 +204,17 @@ class Session:
                 self.inbox.put(("error", f"lost the trainer: silent for more than {self.timeout_s * 1000:.0f} ms"))
                 return
 
-    def send(self, frame):
-        """Queues ``frame`` for the writer; a frame over ``max_frame`` becomes ``failed``."""
-        data = wire.encode(frame)
-        if len(data) - 4 > self.max_frame:
-            raise NodeFailed(f"a `{frame['type']}` of {len(data) - 4} bytes is over the trainer's max_frame {self.max_frame}")
-        self.outbox.put(data)
+    def send(self, frame, then=None):
+        """Queues ``frame`` for the writer; a frame over ``max_frame`` becomes ``failed``.
+        Large tensors (:func:`wire.tensor_view`) are sent from their arrays, not copied;
+        ``then`` is called (on the writer's thread) once they are sent."""
+        length, parts = wire.encode_parts(frame)
+        if length > self.max_frame:
+            raise NodeFailed(f"a `{frame['type']}` of {length} bytes is over the trainer's max_frame {self.max_frame}")
+        if then is not None:
+            self.outbox.put(_Sent(parts, then))
+        else:
+            self.outbox.put(parts if len(parts) > 2 else b"".join(parts))
 
     # -- serving -----------------------------------------------------------------------
     def run(self):
@@ -348,7 +380,7 @@ class Session:
             raise NodeFailed(f"policy failed: {e}") from None
         tensors = {}
         for key, a in data.items():
-            tensors[key] = wire.to_tensor(a, _DTYPES[a.dtype.name])
+            tensors[key] = wire.tensor_view(a, _DTYPES[a.dtype.name])
         self.send(
             {
                 "type": "batch",
@@ -356,5 +388,7 @@ class Session:
                 "seq": seq,
                 "weights_version": w.policy.version,
                 "data": {"batch_size": [w.E, frames // w.E], "tensors": tensors},
-            }
+            },
+            # Sent from the batch's own arrays: they are reused only once they are on the wire.
+            then=lambda: w.recycle(data),
         )

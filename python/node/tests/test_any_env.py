@@ -254,3 +254,18 @@ def test_a_dict_env_that_raises_mid_batch_has_its_row_collected_again_and_every_
     replay(b, "DictSpaces-v0", {"action": "multi_discrete"}, 3, rows=[1],
            seeds={1: restart_seed(SEED + 1, 1)}, first_ids={1: first})
     w.close()
+
+
+@pytest.mark.parametrize("env,config", [("DictSpaces-v0", {"action": "multi_binary"}), ("CartPole-v1", None)])
+def test_batches_written_into_recycled_arrays_are_the_batches_of_new_ones(env, config):
+    fresh, reused = Workers(spec(env, 2, config, max_frames_per_traj=7)), Workers(spec(env, 2, config, max_frames_per_traj=7))
+    for i in range(4):
+        a, b = fresh.collect(2 * 25), reused.collect(2 * 25)
+        if i:
+            assert any(np.shares_memory(b[k], o) for k in b for o in old.values()), "an array of the last batch is reused"
+        for k in a:
+            assert np.array_equal(a[k], b[k]), f"batch {i}: `{k}` differs"
+        reused.recycle(b)
+        old = b
+    fresh.close()
+    reused.close()

@@ -383,3 +383,17 @@ def test_a_rejected_node_exits_1_with_the_reason(trainer):
 def test_the_proof_matches_the_documented_vector():
     p = wire.proof(b"secret", bytes(range(32)), "node-0")
     assert p.hex() == "80c3993cb8c48285d68f527efd0db4117095266e2a31ccc8a16541acba52e274"
+
+
+def test_a_frame_in_parts_is_the_same_bytes_as_in_one_piece():
+    big = np.arange(3000, dtype=np.float64).reshape(1000, 3)
+    small = np.arange(6, dtype=np.uint8)
+    frame = {"type": "batch", "node": 1, "seq": 9, "data": {"batch_size": [1000], "tensors": {
+        "a": wire.tensor_view(big, "f64"), "b": wire.tensor_view(small, "u8"), "c": wire.tensor_view(big, "f32")}}}
+    length, parts = wire.encode_parts(frame)
+    assert sum(isinstance(p, memoryview) for p in parts) == 2, "each large tensor is a buffer of its own"
+    assert all(len(bytes(p)) for p in parts), "no empty buffer (the frame ends with a tensor's data)"
+    whole = {"type": "batch", "node": 1, "seq": 9, "data": {"batch_size": [1000], "tensors": {
+        "a": wire.to_tensor(big, "f64"), "b": wire.to_tensor(small, "u8"), "c": wire.to_tensor(big, "f32")}}}
+    assert b"".join(bytes(p) for p in parts) == wire.encode(whole)
+    assert length == len(wire.encode(whole)) - 4
