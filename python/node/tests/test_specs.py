@@ -3,9 +3,12 @@ speaks version 4, ``ready`` carries the specs and the layout they give, batches 
 env's own dtypes, ``--double-to-float``, and a space the node or its policy cannot take is a
 ``failed`` naming the key, then exit 1."""
 
+import numpy as np
+import pytest
+
 from conftest import cartpole_spec, tensors
 
-from test_any_env import DICT_OBS
+from test_any_env import DICT_OBS, PONG_SPECS, replay
 
 RANDOM = {"config": {"kind": "random"}, "exploration": "random", "init_seed": 0}
 
@@ -62,3 +65,26 @@ def test_a_network_on_a_discrete_observation_fails_the_node_naming_the_key_and_w
     assert f["type"] == "failed", f
     assert "policy linear cannot take observation: discrete 16 (it takes a 1-D f32 or f64 box)" in f["reason"], f
     assert trainer.finish()[0] == 1
+
+
+def test_pong_frames_travel_as_uint8_and_replay_exactly(trainer):
+    pytest.importorskip("ale_py")
+    config = {"max_episode_steps": 30}
+    trainer.start_node()  # ALE ids: the node imports ale-py itself
+    ready = trainer.join(cartpole_spec(RANDOM, envs=2, env="ALE/Pong-v5", config=config))
+    assert ready["specs"] == PONG_SPECS, ready
+    assert ready["layout"]["observation"] == ["u8", [210, 160, 3]]
+    got = []
+    for seq in (1, 2):
+        trainer.send({"type": "continue", "seq": seq, "frames": 2 * 20})
+        b = trainer.recv()
+        assert b["type"] == "batch" and b["seq"] == seq
+        assert b["data"]["tensors"]["observation"]["dtype"] == "u8"
+        assert len(b["data"]["tensors"]["observation"]["data"]) == 2 * 20 * 210 * 160 * 3
+        got.append(tensors(b))
+    batch = {k: np.concatenate([g[k] for g in got], axis=1) for k in got[0]}
+    # cartpole_spec's rollout.seed is 7: row k is first reset with 7 + k.
+    assert replay(batch, "ALE/Pong-v5", config, 2, seeds={0: 7, 1: 8}) == [0, 2]
+    trainer.send({"type": "shutdown"})
+    assert trainer.recv()["type"] == "down"
+    assert trainer.finish()[0] == 0
