@@ -190,7 +190,8 @@ class Policy:
         self.rng = np.random.default_rng(seed)
 
     def act(self, obs):
-        """Actions for the ``[k, obs_dim]`` float32 observations: ``[k]`` int64 or ``[k, A]`` float32."""
+        """Actions for the ``[k, obs_dim]`` float32 observations (the random policy uses only
+        ``k``), as the env takes them: ``[k]`` int64 (``start + index``) or ``[k, *shape]``."""
         k = obs.shape[0]
         a = self.action
         if self.kind == "random":
