@@ -19,6 +19,8 @@ from .collect import BuildError, CheckpointError, NodeFailed, Workers
 from .policy import PolicyError
 from .spaces import SpaceError
 
+#: Batches of fewer bytes are copied into one frame's bytes (cheaper than sending in parts).
+_INLINE_BATCH_BYTES = 1 << 16
 #: The wire dtype of each numpy dtype a batch holds.
 _DTYPES = {"float32": "f32", "float64": "f64", "int64": "i64", "bool": "bool", "uint8": "u8"}
 
@@ -172,8 +174,6 @@ class Session:
                 if isinstance(data, _Sent):
                     _send_parts(self.sock, data.parts)
                     data.then()
-                elif isinstance(data, list):
-                    _send_parts(self.sock, data)
                 else:
                     self.sock.sendall(data)
             except OSError as e:
@@ -206,15 +206,17 @@ class Session:
 
     def send(self, frame, then=None):
         """Queues ``frame`` for the writer; a frame over ``max_frame`` becomes ``failed``.
-        Large tensors (:func:`wire.tensor_view`) are sent from their arrays, not copied;
-        ``then`` is called (on the writer's thread) once they are sent."""
-        length, parts = wire.encode_parts(frame)
+        With ``then``, large tensors (:func:`wire.tensor_view`) are sent from their arrays,
+        not copied, and ``then`` is called (on the writer's thread) once they are sent."""
+        if then is None:
+            data = wire.encode(frame)
+            length = len(data) - 4
+        else:
+            length, parts = wire.encode_parts(frame)
+            data = _Sent(parts, then)
         if length > self.max_frame:
             raise NodeFailed(f"a `{frame['type']}` of {length} bytes is over the trainer's max_frame {self.max_frame}")
-        if then is not None:
-            self.outbox.put(_Sent(parts, then))
-        else:
-            self.outbox.put(parts if len(parts) > 2 else b"".join(parts))
+        self.outbox.put(data)
 
     # -- serving -----------------------------------------------------------------------
     def run(self):
@@ -381,14 +383,16 @@ class Session:
         tensors = {}
         for key, a in data.items():
             tensors[key] = wire.tensor_view(a, _DTYPES[a.dtype.name])
-        self.send(
-            {
-                "type": "batch",
-                "node": self.node,
-                "seq": seq,
-                "weights_version": w.policy.version,
-                "data": {"batch_size": [w.E, frames // w.E], "tensors": tensors},
-            },
+        frame = {
+            "type": "batch",
+            "node": self.node,
+            "seq": seq,
+            "weights_version": w.policy.version,
+            "data": {"batch_size": [w.E, frames // w.E], "tensors": tensors},
+        }
+        if sum(a.nbytes for a in data.values()) < _INLINE_BATCH_BYTES:
+            self.send(frame)  # copied into the frame's bytes: the arrays are free at once
+            w.recycle(data)
+        else:
             # Sent from the batch's own arrays: they are reused only once they are on the wire.
-            then=lambda: w.recycle(data),
-        )
+            self.send(frame, then=lambda: w.recycle(data))
