@@ -4,8 +4,10 @@ recorded next observation, reward or termination is not what gymnasium computes 
 recorded observation and action, or where the batch fields break their rules (step counts,
 trajectory ids, observations carried from one frame to the next).
 
-Only the classic-control envs whose whole state is their observation can be replayed:
-CartPole-v1, Pendulum-v1, MountainCarContinuous-v0.
+Only the classic-control envs whose whole state is their observation can be replayed so:
+CartPole-v1, Pendulum-v1, MountainCarContinuous-v0. With ``--seed S`` any env is, by seed
+(``replay_by_seed``): row ``r`` of the run reset with ``S + r``, stepped with the recorded
+actions (``--env-config JSON`` as the run's, ``--max-frames-per-traj N`` as the run's).
 """
 
 import argparse
@@ -116,7 +118,34 @@ def main(argv=None):
     p.add_argument("--env", required=True)
     p.add_argument("--weights", help="with --policy: check every action against this node's policy with these weights")
     p.add_argument("--policy", help="the run's PolicySpec as JSON, e.g. '{\"config\": {\"kind\": \"linear\"}, \"exploration\": \"deterministic\"}'")
+    p.add_argument("--seed", type=int, help="replay any env by seed: row r was first reset with SEED + r")
+    p.add_argument("--env-config", help="with --seed: the run's env config (JSON), passed to gymnasium.make")
+    p.add_argument("--max-frames-per-traj", type=int, help="with --seed: the run's max_frames_per_traj")
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help="import MODULE first (it registers envs with gymnasium); repeatable")
     args = p.parse_args(argv)
+    import importlib
+
+    for m in args.imports:
+        importlib.import_module(m)
+    if args.env.startswith("ALE/"):
+        from .collect import _import_for
+
+        _import_for(args.env)
+    if args.seed is not None:
+        import json
+
+        from .replay_by_seed import check_by_seed
+
+        config = json.loads(args.env_config) if args.env_config else None
+        problems, frames = check_by_seed(args.file, args.env, args.seed, config, args.max_frames_per_traj)
+        for line in problems[:20]:
+            print(line, file=sys.stderr)
+        if problems:
+            print(f"{len(problems)} rows do not replay ({frames} frames)", file=sys.stderr)
+            return 1
+        print(f"{frames} frames replay through gymnasium {args.env} by seed")
+        return 0
     if args.weights:
         import json
 
