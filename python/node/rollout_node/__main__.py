@@ -35,6 +35,10 @@ def parse(argv):
         "--import", dest="imports", action="append", default=[], metavar="MODULE",
         help="Import MODULE first (it registers envs with gymnasium); repeatable",
     )
+    p.add_argument(
+        "--double-to-float", action="store_true",
+        help="Report and collect f64 boxes as f32 (torchrl's DoubleToFloat)",
+    )
     return p.parse_args(argv)
 
 
@@ -61,7 +65,10 @@ def main(argv=None):
     name = args.name or f"{socket.gethostname()}:{os.getpid()}"
     try:
         # Nodes come and go: SIGTERM or SIGINT leaves the run cleanly, as `rollout node` does.
-        Session(args.join, token, name, args.index, args.connect_timeout, leave_on_signals=True).run()
+        Session(
+            args.join, token, name, args.index, args.connect_timeout, leave_on_signals=True,
+            double_to_float=args.double_to_float,
+        ).run()
     except JoinError as e:
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 1

@@ -14,6 +14,7 @@ import time
 import gymnasium as gym
 import numpy as np
 
+from . import spaces
 from .policy import ActionSpace, Policy, random_actions
 
 #: Defaults of ``spec.max_restarts`` and ``spec.restart_window_ms``.
@@ -21,6 +22,11 @@ DEFAULT_MAX_RESTARTS = 5
 DEFAULT_RESTART_WINDOW_MS = 5000
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
+#: Entries of at least this many bytes per frame (images) are written straight into the
+#: batch: a time-major scratch copy pays only for small ones.
+_DIRECT_BYTES = 4096
+#: Entries of feature shape [1] kept as one value per frame in the scratch columns.
+_SCALAR_COLUMNS = ("next.reward", "next.terminated", "next.truncated", "step_count")
 
 
 class BuildError(Exception):
@@ -73,28 +79,22 @@ class _Blame(gym.Wrapper):
             raise _EnvFailed(self.k, e) from e
 
 
-def _action_space(space):
-    if isinstance(space, gym.spaces.Discrete):
-        if int(space.start) != 0:
-            raise BuildError(f"a Discrete action space must start at 0, this one starts at {space.start}")
-        return ActionSpace(n=int(space.n))
-    if isinstance(space, gym.spaces.Box):
-        return ActionSpace(low=space.low, high=space.high)
-    raise BuildError(f"action space {space} is neither Discrete nor Box")
+def _import_for(name):
+    """Registers the envs ``name`` needs that gymnasium does not know by itself: ``ALE/...``
+    ids are ale-py's (importing it registers them)."""
+    if name.startswith("ALE/") and name not in gym.registry:
+        try:
+            import ale_py
 
-
-def _obs_dim(space):
-    if isinstance(space, gym.spaces.Box):
-        return int(np.prod(space.shape, dtype=np.int64))
-    if isinstance(space, gym.spaces.Discrete):
-        return 1
-    raise BuildError(f"observation space {space} is neither Box nor Discrete")
+            gym.register_envs(ale_py)
+        except ImportError as e:
+            raise BuildError(f"env `{name}` is an Atari env: install ale-py (pip install ale-py): {e}") from None
 
 
 class Workers:
     """The ``E`` env workers of one node and the state of their episodes."""
 
-    def __init__(self, spec):
+    def __init__(self, spec, double_to_float=False):
         env = spec.get("env") or {}
         self.env_name = env.get("name")
         config = env.get("config") or {}
@@ -121,6 +121,7 @@ class Workers:
         self.max_restarts = int(spec.get("max_restarts", DEFAULT_MAX_RESTARTS))
         self.window = max(int(spec.get("restart_window_ms", DEFAULT_RESTART_WINDOW_MS)), 1) / 1000.0
         self.base_seed = self.seed
+        _import_for(self.env_name)
         try:
             self.vec = gym.vector.SyncVectorEnv(
                 [self._factory(k) for k in range(self.E)],
@@ -128,12 +129,13 @@ class Workers:
             )
         except Exception as e:
             raise BuildError(f"cannot make env `{self.env_name}` with config {config}: {e}") from None
-        self.obs_dim = _obs_dim(self.vec.single_observation_space)
-        self.action = _action_space(self.vec.single_action_space)
-        pol = spec.get("policy") or {}
-        self.policy = Policy(pol, self.obs_dim, self.action, (self.seed * _GOLDEN) & _MASK64 ^ 1)
+        try:
+            self._build_policy(spec, double_to_float)
+        except BaseException:
+            self.close()
+            raise
         E = self.E
-        self.cur = np.zeros((E, self.obs_dim), np.float32)
+        self.cur = [np.zeros((E,) + leaf.shape, leaf.np) for leaf in self.leaves]
         self.traj_id = np.full(E, -1, np.int64)
         self.step_count = np.zeros(E, np.int64)
         self.needs_reset = np.ones(E, bool)
@@ -147,26 +149,37 @@ class Workers:
         self.delivered_frames = np.zeros(E, np.int64)
         self.restarts = [[] for _ in range(E)]  # times of each worker's restarts
         self.restart_count = [0] * E
+        #: Arrays of batches sent already (``recycle``), by shape and dtype: a batch written
+        #: into them touches no fresh page (an Atari batch is 200 kB a frame).
+        self._pool = {}
+
+    def _build_policy(self, spec, double_to_float):
+        """The specs, the observation's batch entries, the action space and the policy
+        (SpaceError for a space the node or its policy cannot take)."""
+        #: ``ready.specs`` (PROTOCOL.md §3, Spaces).
+        self.specs = spaces.specs(self.vec.single_observation_space, self.vec.single_action_space, double_to_float)
+        self.leaves = spaces.leaves(self.specs["observation"])
+        #: One observation entry (no dict): the fast loop writes the env's value as it is.
+        self.single = len(self.leaves) == 1 and not self.leaves[0].path
+        self._floats = [i for i, leaf in enumerate(self.leaves) if leaf.dtype in ("f32", "f64")]
+        self.action = ActionSpace.of(self.vec.single_action_space)
+        pol = spec.get("policy") or {}
+        config = pol.get("config") if isinstance(pol.get("config"), dict) else {}
+        kind = config.get("kind")
+        spaces.check_policy(kind, self.specs)
+        weighted = kind in spaces.WEIGHTED
+        self.obs_dim = self.leaves[0].shape[0] if weighted else None
+        # A network's forward pass is f32: an f64 observation is cast for it (and only then).
+        self._cast = weighted and self.leaves[0].dtype != "f32"
+        self.policy = Policy(pol, self.obs_dim, self.action, (self.seed * _GOLDEN) & _MASK64 ^ 1)
 
     def _factory(self, k):
         name, config = self.env_name, self.config
         return lambda: _Blame(gym.make(name, **config), k)
 
     def layout(self):
-        """The ``ready`` layout: each key's dtype and feature shape."""
-        d = [self.obs_dim]
-        action = ["i64", []] if self.action.discrete else ["f32", [self.action.dim]]
-        return {
-            "observation": ["f32", d],
-            "action": action,
-            "next.observation": ["f32", d],
-            "next.reward": ["f32", [1]],
-            "next.done": ["bool", [1]],
-            "next.terminated": ["bool", [1]],
-            "next.truncated": ["bool", [1]],
-            "collector.traj_ids": ["i64", []],
-            "step_count": ["i64", [1]],
-        }
+        """The ``ready`` layout: each key's dtype and feature shape (``EnvSpecs::batch_layout``)."""
+        return spaces.layout(self.specs)
 
     def set_seed(self, seed):
         """``seed {seed}``: env ``w`` starts a new episode seeded ``seed + w`` at its next step
@@ -179,30 +192,46 @@ class Workers:
         self.policy.reseed(((seed + self.E) * _GOLDEN) & _MASK64)
         return (seed + self.E) & _MASK64
 
-    def _obs(self, o):
-        return np.asarray(o, np.float32).reshape(-1)
+    def _write(self, dsts, k, o):
+        """Writes observation ``o`` of the env into row ``k`` of ``dsts`` (one array per entry)."""
+        if self.single:
+            dsts[0][k] = o
+        else:
+            for leaf, d in zip(self.leaves, dsts):
+                d[k] = leaf.get(o)
+
+    def _entries(self, o):
+        """Observation ``o`` as one array per batch entry."""
+        return [np.array(leaf.get(o), leaf.np) for leaf in self.leaves]
+
+    def _nan_rows(self, arrays):
+        """Rows of ``arrays`` (one per entry, ``[E, ...]``) with a NaN in a float entry."""
+        bad = np.zeros(self.E, bool)
+        for i in self._floats:
+            bad |= np.isnan(arrays[i].reshape(self.E, -1)).any(axis=1)
+        return bad
+
+    def _has_nan(self, entries):
+        return any(np.isnan(entries[i]).any() for i in self._floats)
 
     def _reset(self, rows):
-        """Starts a new episode in every env of ``rows`` (the vector env's masked reset)."""
-        mask = np.zeros(self.E, bool)
-        mask[rows] = True
-        seeds = [None] * self.E
-        for k in rows:
-            seeds[k], self.pending_seed[k] = self.pending_seed[k], None
-        try:
-            obs, _ = self.vec.reset(seed=seeds, options={"reset_mask": mask})
-        except _EnvFailed:
-            raise
-        except Exception as e:  # raised outside an env (the vector env's own checks)
-            raise _EnvFailed(int(rows[0]), e) from e
+        """Starts a new episode in every env of ``rows``, each reset with its pending seed."""
         # Fresh arrays: the old ones may be held by the batch being collected.
-        self.cur, self.traj_id, self.step_count = self.cur.copy(), self.traj_id.copy(), self.step_count.copy()
+        self.cur = [c.copy() for c in self.cur]
+        self.traj_id, self.step_count = self.traj_id.copy(), self.step_count.copy()
         self.needs_reset = self.needs_reset.copy()
         self.fresh = self.fresh.copy()
-        self.fresh[rows] = False
         for k in rows:
-            self.cur[k] = self._obs(obs[k])
-            if self.nan_is_failure and np.isnan(self.cur[k]).any():
+            seed, self.pending_seed[k] = self.pending_seed[k], None
+            try:
+                obs, _ = self.vec.envs[k].reset(seed=seed)
+            except _EnvFailed:
+                raise
+            except Exception as e:
+                raise _EnvFailed(int(k), e) from e
+            self.fresh[k] = False
+            self._write(self.cur, k, obs)
+            if self.nan_is_failure and self._has_nan([c[k] for c in self.cur]):
                 raise _EnvFailed(int(k), ValueError(f"env {k} produced a NaN observation"))
             self.traj_id[k] = self.next_id[k]
             self.next_id[k] += self.lanes
@@ -217,10 +246,13 @@ class Workers:
         self.fresh = self.fresh & ~mask
 
     def _actions(self, rows, stepped=0):
-        """The actions of ``rows`` (None: every row): the random policy's for a worker still
+        """The actions of ``rows`` (None: every row), for their observation (a network's input:
+        the first entry, f32): the random policy's for a worker still
         within its ``init_random_frames``, the policy's otherwise. ``stepped``: frames each
         row collected since ``frames`` was last brought up to date (the fast loop's)."""
-        obs = self.cur if rows is None else self.cur[rows]
+        obs = self.cur[0] if rows is None else self.cur[0][rows]
+        if self._cast:  # a network's forward pass is f32
+            obs = obs.astype(np.float32)
         if not self.init_random:
             return self.policy.act(obs)
         frames = self._worker_frames(self.frames + stepped)
@@ -238,27 +270,41 @@ class Workers:
             return per_env
         return np.repeat(per_env.reshape(-1, self.K).sum(axis=1), self.K)
 
+    def _array(self, shape, dtype):
+        """An array for a batch: a recycled one (every element is written), else a new one."""
+        free = self._pool.get((shape, np.dtype(dtype).str))
+        return free.pop() if free else np.zeros(shape, dtype)
+
+    def recycle(self, batch):
+        """Takes back the arrays of ``batch``, a batch of ``collect`` nobody reads any more
+        (sent): later batches are written into them. Any thread may call it."""
+        for a in batch.values():
+            free = self._pool.setdefault((a.shape, a.dtype.str), [])
+            if len(free) < 2:
+                free.append(a)
+
     def collect(self, frames):
         """One batch of ``frames`` frames as a dict of numpy arrays ``[E, T, ...]``."""
         E = self.E
         if frames == 0 or frames % E:
             raise NodeFailed(f"{frames} frames do not split evenly over {E} env workers")
         T = frames // E
-        D = self.obs_dim
         if self.reset_each:
             self.needs_reset[:] = True
             self.fresh[:] = False
-        b = {
-            "observation": np.zeros((E, T, D), np.float32),
-            "action": np.zeros((E, T), np.int64) if self.action.discrete else np.zeros((E, T, self.action.dim), np.float32),
-            "next.observation": np.zeros((E, T, D), np.float32),
-            "next.reward": np.zeros((E, T, 1), np.float32),
-            "next.done": np.zeros((E, T, 1), bool),
-            "next.terminated": np.zeros((E, T, 1), bool),
-            "next.truncated": np.zeros((E, T, 1), bool),
-            "collector.traj_ids": np.zeros((E, T), np.int64),
-            "step_count": np.zeros((E, T, 1), np.int64),
-        }
+        new = self._array
+        b = {"observation" + leaf.suffix: new((E, T) + leaf.shape, leaf.np) for leaf in self.leaves}
+        b["action"] = new((E, T) + self.action.shape, self.action.dtype)
+        for leaf in self.leaves:
+            b["next.observation" + leaf.suffix] = new((E, T) + leaf.shape, leaf.np)
+        b.update({
+            "next.reward": new((E, T, 1), np.float32),
+            "next.done": new((E, T, 1), bool),
+            "next.terminated": new((E, T, 1), bool),
+            "next.truncated": new((E, T, 1), bool),
+            "collector.traj_ids": new((E, T), np.int64),
+            "step_count": new((E, T, 1), np.int64),
+        })
         pos = np.zeros(E, np.int64)
         self._salvaged = []
         t = self._collect_columns(b, T)  # the fast path: every row at the same column
@@ -281,9 +327,8 @@ class Workers:
                 # Each row's env on its own, without the vector env's autoreset: a row that ends
                 # is reset at its next step (`_record` marks it), once, as in the fast loop.
                 for i, k in enumerate(rows):
-                    a = acts[i] if self.action.discrete else acts[i].reshape(self.vec.single_action_space.shape)
-                    o, r, te, tr, _ = self.vec.envs[k].step(a)
-                    results.append((o, r, te, tr))
+                    o, r, te, tr, _ = self.vec.envs[k].step(acts[i])
+                    results.append((self._entries(o), r, te, tr))
             except _EnvFailed as f:
                 # Rows stepped before the failing one keep this column; rows after it were
                 # not stepped and step it again; the failed row starts over.
@@ -313,29 +358,29 @@ class Workers:
         observations and build info dicts that a batch does not use. The loop names the env
         that raised (its index), so the supervision costs nothing until one does."""
         E = self.E
-        D = self.obs_dim
-        discrete = self.action.discrete
-        shape = (E,) + self.vec.single_action_space.shape
-        flat = len(self.vec.single_observation_space.shape) <= 1  # a row takes the env's obs as it is
+        single = self.single
+        leaves = self.leaves
         nan = self.nan_is_failure
         max_traj = self.max_traj
         envs = [e.env if isinstance(e, _Blame) else e for e in self.vec.envs]
         steps = [e.step for e in envs]
         resets = [e.reset for e in envs]
         rows = range(E)
-        # Time-major scratch [T, E, ...]: a column is one contiguous write; into `b` once at the end.
-        act_tail = () if discrete else (self.action.dim,)
-        cols = {
-            "observation": np.empty((T, E, D), np.float32),
-            "action": np.empty((T, E) + act_tail, b["action"].dtype),
-            "next.observation": np.empty((T, E, D), np.float32),
-            "next.reward": np.empty((T, E), np.float32),
-            "next.terminated": np.empty((T, E), bool),
-            "next.truncated": np.empty((T, E), bool),
-            "collector.traj_ids": np.empty((T, E), np.int64),
-            "step_count": np.empty((T, E), np.int64),
-        }
-        c_obs, c_act, c_next = cols["observation"], cols["action"], cols["next.observation"]
+        # Time-major scratch [T, E, ...]: a column is one contiguous write; into `b` once at the
+        # end. Large entries (images) are written into `b` at once, through a [T, E] view.
+        cols = {}
+        for key, a in b.items():
+            if key == "next.done":
+                continue
+            tail = () if key in _SCALAR_COLUMNS else a.shape[2:]
+            if a[0, 0].nbytes >= _DIRECT_BYTES:
+                cols[key] = a.swapaxes(0, 1)
+            else:
+                cols[key] = np.empty((T, E) + tail, a.dtype)
+        c_obs = [cols["observation" + leaf.suffix] for leaf in leaves]
+        c_next = [cols["next.observation" + leaf.suffix] for leaf in leaves]
+        c_act = cols["action"]
+        c_obs0, c_next0 = c_obs[0], c_next[0]
         c_rew, c_term, c_trunc = cols["next.reward"], cols["next.terminated"], cols["next.truncated"]
         c_ids, c_sc = cols["collector.traj_ids"], cols["step_count"]
         t = 0
@@ -354,15 +399,24 @@ class Workers:
                         need_ids = False
                     acts = self._actions(None, t - t0)
                     cur = self.cur
-                    c_obs[t] = cur
-                    act_rows = acts if discrete else acts.reshape(shape)
-                    nx, rw, te_t, tr_t = c_next[t], c_rew[t], c_term[t], c_trunc[t]
+                    if single:
+                        c_obs0[t] = cur[0]
+                        nx = c_next0[t]
+                    else:
+                        for c, x in zip(c_obs, cur):
+                            c[t] = x
+                        nxs = [c[t] for c in c_next]
+                    rw, te_t, tr_t = c_rew[t], c_term[t], c_trunc[t]
                     for k in rows:
                         try:
-                            o, r, te, tr, _ = steps[k](act_rows[k])
+                            o, r, te, tr, _ = steps[k](acts[k])
                         except Exception as e:
                             raise _EnvFailed(k, e) from e
-                        nx[k] = o if flat else np.asarray(o).reshape(-1)
+                        if single:
+                            nx[k] = o
+                        else:
+                            for leaf, d in zip(leaves, nxs):
+                                d[k] = leaf.get(o)
                         rw[k] = r
                         te_t[k] = te
                         tr_t[k] = tr
@@ -377,18 +431,24 @@ class Workers:
                 except _EnvFailed as f:
                     self.frames += t - t0
                     t0 = t
-                    kept = [] if acts is None else [(c_next[t, j].copy(), c_rew[t, j], c_term[t, j], c_trunc[t, j]) for j in range(f.k)]
+                    kept = [] if acts is None else [
+                        ([c[t, j].copy() for c in c_next], c_rew[t, j], c_term[t, j], c_trunc[t, j]) for j in range(f.k)
+                    ]
                     self._flush(b, cols, t)
                     return self._salvage(b, t, acts, f, kept, ended or [])
                 c_act[t] = acts
                 # The next observation is the step's, or the new episode's first for an env that
                 # ended (reset inside the step); `nx` keeps the step's (the final observation).
-                cur[:] = nx
+                if single:
+                    cur[0][:] = nx
+                else:
+                    for x, n in zip(cur, nxs):
+                        x[:] = n
                 ended_rows = None
                 if ended is not None:
                     ended_rows = np.zeros(E, bool)
                     for k, o in ended:
-                        cur[k] = o if flat else np.asarray(o).reshape(-1)
+                        self._write(cur, k, o)
                         ended_rows[k] = True
                 sc = self.step_count
                 c_ids[t] = self.traj_id
@@ -406,9 +466,10 @@ class Workers:
                     self.fresh = ended_rows if ended_rows is not None else np.zeros(E, bool)
                     need_reset = cut is not None and bool(cut.any())
                     need_ids = ended_rows is not None
-                if nan and np.isnan(cur if cut is None else cur[~cut]).any():
-                    bad = np.isnan(cur).any(axis=1) if cut is None else np.isnan(cur).any(axis=1) & ~cut
-                    raise NodeFailed(f"env worker {int(np.nonzero(bad)[0][0])} produced a NaN observation")
+                if nan:
+                    bad = self._nan_rows(cur) if cut is None else self._nan_rows(cur) & ~cut
+                    if bad.any():
+                        raise NodeFailed(f"env worker {int(np.nonzero(bad)[0][0])} produced a NaN observation")
         finally:
             self.frames += t - t0
             self._flush(b, cols, t)
@@ -422,6 +483,8 @@ class Workers:
             cols.clear()
             return
         for k, c in cols.items():
+            if c.base is b[k]:
+                continue  # a view of the batch: written already
             dst = b[k][:, :t]
             dst[...] = c[:t].swapaxes(0, 1).reshape(dst.shape)
         done = b["next.done"][:, :t]
@@ -444,18 +507,18 @@ class Workers:
         """The envs of ``ended`` (row, first observation) were reset by their step: each row goes
         on with that episode, whose trajectory id is handed out at its first step."""
         for k, o in ended:
-            self.cur[k] = self._obs(o)
+            self._write(self.cur, k, o)
             self.needs_reset[k] = False
             self.fresh[k] = True
-            if self.nan_is_failure and np.isnan(self.cur[k]).any():
+            if self.nan_is_failure and self._has_nan([c[k] for c in self.cur]):
                 raise NodeFailed(f"env worker {k} produced a NaN observation")
 
     def _record(self, b, k, t, action, result):
-        o, r, te, tr = result
-        nxt = self._obs(o)
-        b["observation"][k, t] = self.cur[k]
+        nxt, r, te, tr = result
+        for leaf, c, n in zip(self.leaves, self.cur, nxt):
+            b["observation" + leaf.suffix][k, t] = c[k]
+            b["next.observation" + leaf.suffix][k, t] = n
         b["action"][k, t] = action
-        b["next.observation"][k, t] = nxt
         sc = int(self.step_count[k])
         te = bool(te)
         cut = self.max_traj is not None and sc + 1 >= self.max_traj and not te
@@ -469,9 +532,10 @@ class Workers:
         b["step_count"][k, t, 0] = sc
         self.step_count[k] = sc + 1
         self.needs_reset[k] = end
-        self.cur[k] = nxt
+        for c, n in zip(self.cur, nxt):
+            c[k] = n
         self.frames[k] += 1
-        if self.nan_is_failure and not end and np.isnan(nxt).any():
+        if self.nan_is_failure and not end and self._has_nan(nxt):
             raise NodeFailed(f"env worker {k} produced a NaN observation")
 
     def _restart(self, k, cause):
@@ -600,13 +664,15 @@ def snapshot(workers):
     w = workers
     if w.fresh.any():
         w._start_fresh(w.fresh)  # the id the next step would hand out, handed out now
+    if not w.single:
+        raise CheckpointError("an env of dict observations cannot be checkpointed by the Python node")
     sampler = {"rng": _rng_state(w.policy.rng), "spare": None}
     out = []
     for g in range(w.E // w.K):
         rows = range(g * w.K, (g + 1) * w.K)
         envs = [{
             "name": w.env_name, "env": _env_snapshot(w.vec.envs[k]),
-            "obs": [float(v) for v in w.cur[k]], "traj_id": int(w.traj_id[k]),
+            "obs": [float(v) for v in w.cur[0][k].reshape(-1)], "traj_id": int(w.traj_id[k]),
             "step_count": int(w.step_count[k]), "needs_reset": bool(w.needs_reset[k]),
             "pending_seed": w.pending_seed[k], "ids": {"next": int(w.next_id[k]), "stride": int(w.lanes)},
         } for k in rows]
@@ -638,8 +704,8 @@ def restore(workers, state):
                 raise CheckpointError(f"worker {k}'s env is `{e['name']}` in the state, `{w.env_name}` here")
             if int(e["ids"]["stride"]) != w.lanes or int(e["ids"]["next"]) % w.lanes != (w.first_lane + k) % w.lanes:
                 raise CheckpointError(f"worker {k}'s trajectory ids are of another lane")
-            if len(e["obs"]) != w.obs_dim:
-                raise CheckpointError(f"worker {k}'s observation has {len(e['obs'])} values, expected {w.obs_dim}")
+            if not w.single or len(e["obs"]) != w.cur[0][k].size:
+                raise CheckpointError(f"worker {k}'s observation has {len(e['obs'])} values, expected {w.cur[0][k].size}")
             envs.append((r, e, entry))
         except (KeyError, TypeError, ValueError) as ex:
             raise CheckpointError(f"worker {k}'s state is not of this form: {ex!r}") from None
@@ -649,7 +715,8 @@ def restore(workers, state):
     for k, (_, e, _) in enumerate(envs):
         _env_restore(w.vec.envs[k], e["env"])
     _set_rng_state(w.policy.rng, sampler["rng"])
-    w.cur = np.array([e["obs"] for _, e, _ in envs], np.float32)
+    leaf = w.leaves[0]
+    w.cur = [np.array([e["obs"] for _, e, _ in envs], np.float64).astype(leaf.np).reshape((w.E,) + leaf.shape)]
     w.traj_id = np.array([e["traj_id"] for _, e, _ in envs], np.int64)
     w.step_count = np.array([e["step_count"] for _, e, _ in envs], np.int64)
     w.needs_reset = np.array([bool(e["needs_reset"]) for _, e, _ in envs], bool)
@@ -661,10 +728,6 @@ def restore(workers, state):
     w.frames = np.array([int(r["frames"]) // w.K for r, _, _ in envs], np.int64)
     w.delivered_max_id = np.array([int(x["next_traj_id"]) - 1 for _, _, x in envs], np.int64)
     w.delivered_frames = np.array([int(x["frames"]) // w.K for _, _, x in envs], np.int64)
-    if isinstance(getattr(w.vec, "_env_obs", None), list):
-        # The vector env's own copy of each env's last observation, which its masked reset
-        # stacks: a restored env was never reset through it.
-        w.vec._env_obs = [w.cur[k].reshape(w.vec.single_observation_space.shape).copy() for k in range(w.E)]
     base = state.get("base_seed")
     if isinstance(base, int):
         w.base_seed = base

@@ -58,22 +58,54 @@ class PolicyError(Exception):
 
 
 class ActionSpace:
-    """What the policy must produce: ``n`` choices, or a box ``low``/``high`` (float32)."""
+    """What the policy must produce, by ``kind``: ``discrete`` (``n`` choices from ``start``;
+    policies choose an index, the env gets ``start + index``), ``box`` (``low``/``high`` as
+    flat float32, ``shape``), ``multi_discrete`` (element ``i`` in ``0..nvec[i]``) or
+    ``multi_binary`` (``n`` zeros and ones)."""
 
-    def __init__(self, n=None, low=None, high=None):
-        self.n = n
+    def __init__(self, n=None, low=None, high=None, start=0, shape=None, kind=None, nvec=None):
+        self.kind = kind or ("discrete" if n is not None else "box")
+        self.n, self.start = n, int(start)
         self.low = None if low is None else np.asarray(low, np.float32).reshape(-1)
         self.high = None if high is None else np.asarray(high, np.float32).reshape(-1)
+        self.nvec = None if nvec is None else np.asarray(nvec, np.int64).reshape(-1)
+        if self.kind == "box":
+            self.shape = tuple(shape) if shape is not None else (self.low.size,)
+        elif self.kind == "discrete":
+            self.shape = ()
+        elif self.kind == "multi_discrete":
+            self.shape = (self.nvec.size,)
+        else:
+            self.shape = (int(n),)
+        #: The dtype of the batch's ``action`` entry.
+        self.dtype = np.dtype(np.float32 if self.kind == "box" else np.uint8 if self.kind == "multi_binary" else np.int64)
+
+    @classmethod
+    def of(cls, space):
+        """The action space of a gymnasium space ``spaces.specs`` accepted."""
+        import gymnasium as gym
+
+        if isinstance(space, gym.spaces.Discrete):
+            return cls(n=int(space.n), start=int(space.start))
+        if isinstance(space, gym.spaces.Box):
+            return cls(low=space.low, high=space.high, shape=space.shape)
+        if isinstance(space, gym.spaces.MultiDiscrete):
+            return cls(kind="multi_discrete", nvec=space.nvec)
+        return cls(kind="multi_binary", n=int(space.shape[0]))
 
     @property
     def discrete(self):
-        """Whether actions are indices."""
-        return self.n is not None
+        """Whether actions are one choice each."""
+        return self.kind == "discrete"
 
     @property
     def dim(self):
         """Raw outputs of a network: ``n`` logits, or one per action element."""
         return self.n if self.discrete else self.low.size
+
+    def value(self, index):
+        """The env's values of the policy's choices ``index`` (``start + index``)."""
+        return index + self.start if self.start else index
 
 
 def _rows_dense(w, b, x):
@@ -158,7 +190,8 @@ class Policy:
         self.rng = np.random.default_rng(seed)
 
     def act(self, obs):
-        """Actions for the ``[k, obs_dim]`` float32 observations: ``[k]`` int64 or ``[k, A]`` float32."""
+        """Actions for the ``[k, obs_dim]`` float32 observations (the random policy uses only
+        ``k``), as the env takes them: ``[k]`` int64 (``start + index``) or ``[k, *shape]``."""
         k = obs.shape[0]
         a = self.action
         if self.kind == "random":
@@ -166,7 +199,7 @@ class Policy:
         if self.kind == "constant":
             value = self.weights["value"][0]
             if a.discrete:
-                return np.full((k,), round_half_away(value), np.int64)
+                return a.value(np.full((k,), round_half_away(value), np.int64))
             return np.full((k, a.low.size), value, np.float32)
         if self.weights is None:
             raise PolicyError("no weights: the trainer sent none before the first `continue`")
@@ -179,12 +212,12 @@ class Policy:
         random = self.exploration == "random"
         if a.discrete:
             if not random:
-                return np.argmax(x, axis=1).astype(np.int64)
+                return a.value(np.argmax(x, axis=1).astype(np.int64))
             z = x - x.max(axis=1, keepdims=True)
             p = np.exp(z)
             p /= p.sum(axis=1, keepdims=True)
             u = self.rng.random(k)
-            return np.minimum((p.cumsum(axis=1) <= u[:, None]).sum(axis=1), a.n - 1).astype(np.int64)
+            return a.value(np.minimum((p.cumsum(axis=1) <= u[:, None]).sum(axis=1), a.n - 1).astype(np.int64))
         out = self.mid + self.half * tanh32(x)
         if random:
             out = out + self.noise * self.rng.standard_normal(out.shape).astype(np.float32)
@@ -198,11 +231,17 @@ def round_half_away(v):
 
 
 def random_actions(a, rng, k):
-    """Uniform actions: indices in ``0..n``, or uniform in ``[low, high]`` (``[-1, 1]`` on an infinite bound)."""
+    """``k`` uniform actions, shaped ``[k, *a.shape]``: indices in ``0..n`` (plus ``start``),
+    boxes uniform in ``[low, high]`` (``[-1, 1]`` on an infinite bound), multi-discrete
+    element ``i`` in ``0..nvec[i]``, multi-binary elements in ``0..2``."""
     if a.discrete:
-        return rng.integers(0, a.n, size=k, dtype=np.int64)
+        return a.value(rng.integers(0, a.n, size=k, dtype=np.int64))
+    if a.kind == "multi_discrete":
+        return rng.integers(0, a.nvec, size=(k, a.nvec.size), dtype=np.int64)
+    if a.kind == "multi_binary":
+        return rng.integers(0, 2, size=(k, a.n), dtype=np.uint8)
     finite = np.isfinite(a.low) & np.isfinite(a.high)
     lo = np.where(finite, a.low.astype(np.float64), -1.0)
     span = np.where(finite, a.high.astype(np.float64) - a.low.astype(np.float64), 2.0)
     v = (lo + span * rng.random((k, a.low.size))).astype(np.float32)
-    return np.minimum(np.maximum(v, a.low), a.high)
+    return np.minimum(np.maximum(v, a.low), a.high).reshape((k,) + a.shape)

@@ -17,6 +17,12 @@ from . import wire
 from . import collect as checkpoint
 from .collect import BuildError, CheckpointError, NodeFailed, Workers
 from .policy import PolicyError
+from .spaces import SpaceError
+
+#: Batches of fewer bytes are copied into one frame's bytes (cheaper than sending in parts).
+_INLINE_BATCH_BYTES = 1 << 16
+#: The wire dtype of each numpy dtype a batch holds.
+_DTYPES = {"float32": "f32", "float64": "f64", "int64": "i64", "bool": "bool", "uint8": "u8"}
 
 #: The largest trainer frame read before `welcome` (whose weights may be large), as the
 #: Rust node: the default `max_frame`.
@@ -35,6 +41,27 @@ class _Leave(BaseException):
 
 def _leave_on_signal(signum, _frame):
     raise _Leave(signal.Signals(signum).name)
+
+
+class _Sent:
+    """A frame for the writer, in parts, and what to do once it is sent."""
+
+    def __init__(self, parts, then):
+        self.parts, self.then = parts, then
+
+
+def _send_parts(sock, parts):
+    """Sends every buffer of ``parts`` in order, a few system calls for the lot."""
+    views = [v for v in (memoryview(p).cast("B") for p in parts) if v.nbytes]
+    while views:
+        sent = sock.sendmsg(views[:64])
+        while sent:
+            if sent >= views[0].nbytes:
+                sent -= views[0].nbytes
+                views.pop(0)
+            else:
+                views[0] = views[0][sent:]
+                sent = 0
 
 
 def _connect(addr, timeout):
@@ -58,8 +85,10 @@ def _connect(addr, timeout):
 class Session:
     """A joined node: serves the trainer until `shutdown` (returns) or fails (JoinError)."""
 
-    def __init__(self, addr, token, name, index=None, connect_timeout=30.0, leave_on_signals=False):
+    def __init__(self, addr, token, name, index=None, connect_timeout=30.0, leave_on_signals=False, double_to_float=False):
         self.addr, self.token, self.name, self.index = addr, token, name, index
+        #: f64 boxes are reported and collected as f32 (torchrl's DoubleToFloat).
+        self.double_to_float = double_to_float
         self.connect_timeout = connect_timeout
         #: From `welcome` on, SIGTERM or SIGINT leaves the run (main thread only).
         self.leave_on_signals = leave_on_signals and threading.current_thread() is threading.main_thread()
@@ -142,7 +171,11 @@ class Session:
             if last:
                 data = data[1]
             try:
-                self.sock.sendall(data)
+                if isinstance(data, _Sent):
+                    _send_parts(self.sock, data.parts)
+                    data.then()
+                else:
+                    self.sock.sendall(data)
             except OSError as e:
                 self.inbox.put(("error", f"lost the trainer: {e}"))
                 return
@@ -171,11 +204,18 @@ class Session:
                 self.inbox.put(("error", f"lost the trainer: silent for more than {self.timeout_s * 1000:.0f} ms"))
                 return
 
-    def send(self, frame):
-        """Queues ``frame`` for the writer; a frame over ``max_frame`` becomes ``failed``."""
-        data = wire.encode(frame)
-        if len(data) - 4 > self.max_frame:
-            raise NodeFailed(f"a `{frame['type']}` of {len(data) - 4} bytes is over the trainer's max_frame {self.max_frame}")
+    def send(self, frame, then=None):
+        """Queues ``frame`` for the writer; a frame over ``max_frame`` becomes ``failed``.
+        With ``then``, large tensors (:func:`wire.tensor_view`) are sent from their arrays,
+        not copied, and ``then`` is called (on the writer's thread) once they are sent."""
+        if then is None:
+            data = wire.encode(frame)
+            length = len(data) - 4
+        else:
+            length, parts = wire.encode_parts(frame)
+            data = _Sent(parts, then)
+        if length > self.max_frame:
+            raise NodeFailed(f"a `{frame['type']}` of {length} bytes is over the trainer's max_frame {self.max_frame}")
         self.outbox.put(data)
 
     # -- serving -----------------------------------------------------------------------
@@ -198,18 +238,16 @@ class Session:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     previous[sig] = signal.signal(sig, _leave_on_signal)
             try:
-                self.workers = Workers(welcome["spec"])
+                self.workers = Workers(welcome["spec"], self.double_to_float)
                 if welcome.get("weights") is not None:
                     version, tensors = wire.weights_from_wire(welcome["weights"])
                     self.workers.policy.set_weights(version, tensors)
-            except (BuildError, PolicyError, wire.ProtocolError) as e:
+            except (BuildError, PolicyError, SpaceError, wire.ProtocolError) as e:
                 self._fail(f"cannot build the node: {e}")
-            if self.workers.policy.version is None:
-                self._fail(
-                    f"cannot build the node: no weights for the `{self.workers.policy.kind}` policy in `welcome` "
-                    f"(it needs {sorted(self.workers.policy.layout)}; this node never invents weights)"
-                )
-            self.send({"type": "ready", "node": self.node, "layout": self.workers.layout()})
+            # A policy with weights and none in `welcome` (the trainer learns the env's specs
+            # from this `ready`) waits for version 0 in an `update_weights` before collecting.
+            w = self.workers
+            self.send({"type": "ready", "node": self.node, "layout": w.layout(), "specs": w.specs})
             self._serve()
         except _Leave as why:
             # Whatever was being collected is not sent: the trainer asks others for it.
@@ -333,20 +371,28 @@ class Session:
 
     def _collect(self, seq, frames):
         w = self.workers
+        if w.policy.version is None:
+            raise NodeFailed(
+                f"no weights for the `{w.policy.kind}` policy before the first `continue` "
+                f"(it needs {sorted(w.policy.layout)}; this node never invents weights)"
+            )
         try:
             data = w.collect(frames)
         except PolicyError as e:
             raise NodeFailed(f"policy failed: {e}") from None
         tensors = {}
         for key, a in data.items():
-            dtype = {"float32": "f32", "int64": "i64", "bool": "bool"}[a.dtype.name]
-            tensors[key] = wire.to_tensor(a, dtype)
-        self.send(
-            {
-                "type": "batch",
-                "node": self.node,
-                "seq": seq,
-                "weights_version": w.policy.version,
-                "data": {"batch_size": [w.E, frames // w.E], "tensors": tensors},
-            }
-        )
+            tensors[key] = wire.tensor_view(a, _DTYPES[a.dtype.name])
+        frame = {
+            "type": "batch",
+            "node": self.node,
+            "seq": seq,
+            "weights_version": w.policy.version,
+            "data": {"batch_size": [w.E, frames // w.E], "tensors": tensors},
+        }
+        if sum(a.nbytes for a in data.values()) < _INLINE_BATCH_BYTES:
+            self.send(frame)  # copied into the frame's bytes: the arrays are free at once
+            w.recycle(data)
+        else:
+            # Sent from the batch's own arrays: they are reused only once they are on the wire.
+            self.send(frame, then=lambda: w.recycle(data))

@@ -13,7 +13,7 @@ import struct
 import msgpack
 import numpy as np
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 DEFAULT_MAX_FRAME = 256 << 20
 PROOF_CONTEXT = b"rollout-join-v1"
 
@@ -50,6 +50,47 @@ def decode(body):
     if not isinstance(value, dict) or not isinstance(value.get("type"), str):
         raise ProtocolError("a frame that is not a map with a string `type`")
     return value
+
+
+#: Tensor data of at least this many bytes is not copied into the frame's bytes: it is sent
+#: from the array's own memory (``encode_parts``).
+OUT_OF_BAND_BYTES = 4096
+
+
+def _bin_header(n):
+    if n < 1 << 8:
+        return b"\xc4" + struct.pack(">B", n)
+    if n < 1 << 16:
+        return b"\xc5" + struct.pack(">H", n)
+    return b"\xc6" + struct.pack(">I", n)
+
+
+def encode_parts(frame):
+    """One frame as ``(body length, [buffers])``, the length prefix first: the same bytes as
+    :func:`encode`, but a large ``memoryview`` in it (a tensor's data, :func:`tensor_view`)
+    is a buffer of its own, never copied. Only maps are walked into."""
+    packer = msgpack.Packer(use_bin_type=True, autoreset=True)
+    parts, chunk = [], bytearray()
+
+    def put(v):
+        if isinstance(v, dict):
+            chunk.extend(packer.pack_map_header(len(v)))
+            for k, x in v.items():
+                chunk.extend(packer.pack(k))
+                put(x)
+        elif isinstance(v, memoryview) and v.nbytes >= OUT_OF_BAND_BYTES:
+            chunk.extend(_bin_header(v.nbytes))
+            parts.append(bytes(chunk))
+            chunk.clear()
+            parts.append(v)
+        else:
+            chunk.extend(packer.pack(v.tobytes() if isinstance(v, memoryview) else v))
+
+    put(frame)
+    if chunk:
+        parts.append(bytes(chunk))
+    length = sum(len(p) if isinstance(p, bytes) else p.nbytes for p in parts)
+    return length, [struct.pack(">I", length)] + parts
 
 
 def read_exact(stream, n):
@@ -90,6 +131,13 @@ def to_tensor(array, dtype):
     """The wire form of ``array`` as ``dtype`` (C order, little-endian)."""
     a = np.ascontiguousarray(array, dtype=DTYPES[dtype])
     return {"dtype": dtype, "shape": list(a.shape), "data": a.tobytes()}
+
+
+def tensor_view(array, dtype):
+    """The wire form of ``array`` as ``dtype`` whose ``data`` is a view of the array's bytes
+    (no copy when it is C-ordered in that dtype), for :func:`encode_parts`."""
+    a = np.ascontiguousarray(array, dtype=DTYPES[dtype])
+    return {"dtype": dtype, "shape": list(a.shape), "data": memoryview(a.reshape(-1).view(np.uint8))}
 
 
 def from_tensor(t, what="tensor"):

@@ -99,12 +99,28 @@ def test_weights_of_the_wrong_shape_fail_the_node_with_the_reason(trainer):
     assert code == 1 and "bad weights" in err
 
 
-def test_a_welcome_without_weights_fails_the_node_at_once(trainer):
+def test_a_welcome_without_weights_is_ready_and_a_continue_before_any_weights_fails_it(trainer):
     trainer.start_node()
-    f = trainer.join(cartpole_spec(), weights=None)  # its first frame after welcome
-    assert f["type"] == "failed" and "no weights for the `linear` policy" in f["reason"], f
+    ready = trainer.join(cartpole_spec(), weights=None)  # the trainer learns the specs from `ready`
+    assert ready["type"] == "ready" and ready["specs"]["action"] == {"kind": "discrete", "n": 2}, ready
+    trainer.send({"type": "continue", "seq": 1, "frames": 2})
+    f = trainer.recv()
+    assert f["type"] == "failed" and "no weights for the `linear` policy before the first `continue`" in f["reason"], f
     assert "never invents weights" in f["reason"]
     assert trainer.finish()[0] == 1
+
+
+def test_a_welcome_without_weights_waits_for_version_0_in_an_update(trainer):
+    trainer.start_node()
+    assert trainer.join(cartpole_spec(), weights=None)["type"] == "ready"
+    trainer.send({"type": "update_weights", "weights": linear_weights(2, 4, version=0)})
+    assert trainer.recv() == {"type": "weights_updated", "node": 0, "version": 0}
+    trainer.send({"type": "continue", "seq": 1, "frames": 4})
+    b = trainer.recv()
+    assert (b["type"], b["seq"], b["weights_version"]) == ("batch", 1, 0), b
+    trainer.send({"type": "shutdown"})
+    assert trainer.recv()["type"] == "down"
+    assert trainer.finish()[0] == 0
 
 
 def test_welcome_weights_of_the_wrong_shape_fail_the_node_at_once(trainer):
@@ -319,8 +335,9 @@ def test_a_snapshot_restored_on_a_new_node_collects_the_same_next_batch(trainer,
 
 def test_an_env_without_a_state_refuses_snapshots_with_a_reason_and_serves_on(trainer):
     trainer.start_node()
-    spec = cartpole_spec(env="FrozenLake-v1")
-    trainer.join(spec, weights=linear_weights(4, 1))
+    # FrozenLake: a discrete observation, which only the random policy takes.
+    spec = cartpole_spec(env="FrozenLake-v1", policy={"config": {"kind": "random"}})
+    trainer.join(spec)
     trainer.send({"type": "snapshot", "id": 5})
     f = trainer.recv()
     assert f["type"] == "checkpoint_failed" and f["id"] == 5 and "keeps no `state` array" in f["reason"], f
@@ -366,3 +383,17 @@ def test_a_rejected_node_exits_1_with_the_reason(trainer):
 def test_the_proof_matches_the_documented_vector():
     p = wire.proof(b"secret", bytes(range(32)), "node-0")
     assert p.hex() == "80c3993cb8c48285d68f527efd0db4117095266e2a31ccc8a16541acba52e274"
+
+
+def test_a_frame_in_parts_is_the_same_bytes_as_in_one_piece():
+    big = np.arange(3000, dtype=np.float64).reshape(1000, 3)
+    small = np.arange(6, dtype=np.uint8)
+    frame = {"type": "batch", "node": 1, "seq": 9, "data": {"batch_size": [1000], "tensors": {
+        "a": wire.tensor_view(big, "f64"), "b": wire.tensor_view(small, "u8"), "c": wire.tensor_view(big, "f32")}}}
+    length, parts = wire.encode_parts(frame)
+    assert sum(isinstance(p, memoryview) for p in parts) == 2, "each large tensor is a buffer of its own"
+    assert all(len(bytes(p)) for p in parts), "no empty buffer (the frame ends with a tensor's data)"
+    whole = {"type": "batch", "node": 1, "seq": 9, "data": {"batch_size": [1000], "tensors": {
+        "a": wire.to_tensor(big, "f64"), "b": wire.to_tensor(small, "u8"), "c": wire.to_tensor(big, "f32")}}}
+    assert b"".join(bytes(p) for p in parts) == wire.encode(whole)
+    assert length == len(wire.encode(whole)) - 4
