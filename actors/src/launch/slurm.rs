@@ -689,3 +689,52 @@ pub(crate) fn task_log(dir: &Path, task: usize, max: usize) -> Option<String> {
         .ok()?;
     Some(s)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The last line of the script runs the command, every word whole for `sh`.
+    #[test]
+    fn the_batch_script_runs_the_node_command_each_word_quoted() {
+        let command = NodeCommand::new(vec![
+            "/opt/my env/python".into(),
+            "-m".into(),
+            "rollout_node".into(),
+            "--import".into(),
+            "it's".into(),
+        ]);
+        let script = SlurmOptions::default().batch_script(
+            &command,
+            "10.0.0.1:5000",
+            Path::new("/shared/tok"),
+            Path::new("/shared"),
+            2,
+        );
+        let exec = script.lines().last().expect("a line");
+        assert!(
+            exec.starts_with(
+                r"exec '/opt/my env/python' -m rollout_node --import 'it'\''s' --join '10.0.0.1:5000' --index "
+            ),
+            "{exec}"
+        );
+        assert!(exec.ends_with("--token-file '/shared/tok'"), "{exec}");
+        assert!(script.contains("#SBATCH --array=0-1\n"), "{script}");
+    }
+
+    /// `node_program` keeps running `PROGRAM node`.
+    #[test]
+    fn the_default_command_is_the_node_subcommand() {
+        let script = SlurmOptions::default().batch_script(
+            &NodeCommand::rollout("/bin/rollout"),
+            "h:1",
+            Path::new("/t"),
+            Path::new("/d"),
+            1,
+        );
+        assert!(
+            script.contains("\nexec /bin/rollout node --join 'h:1' --index "),
+            "{script}"
+        );
+    }
+}
