@@ -11,6 +11,7 @@ mod hosts;
 mod logs;
 mod messages;
 mod process;
+mod python_nodes;
 mod raw_node;
 mod records;
 mod scratch;
@@ -28,6 +29,7 @@ pub use hosts::{hosts_sh, HostProcess, Hosts, HostsTurn, HOSTS_SLURM_CONF};
 pub use logs::{log_text, logs, OwnLog};
 pub use messages::{describe_sent, only_batch};
 pub use process::{alive, rollout_bin, rollout_release_bin, run_bounded, signal, wait_with_deadline, Finished};
+pub use python_nodes::{venv_python, Mark, MarkedPythonNodes};
 pub use raw_node::{
     connect, good_node, good_node_named, handshake, hello, logged_in, real_batch, real_data, recv, send, try_send,
 };

@@ -83,6 +83,12 @@ pub(crate) struct CollectArgs {
     /// Where the nodes run.
     #[arg(long, value_enum, default_value_t = LauncherKind::Local)]
     pub(crate) launcher: LauncherKind,
+    /// The command that starts a node (`--launcher process` or `slurm`), split into words
+    /// as a POSIX shell splits them (quotes honoured; no shell runs it), e.g.
+    /// 'python -m rollout_node --import mymod'; the launcher appends `--join ADDR --index I
+    /// --name NAME` and the token [default: this binary's `node` subcommand].
+    #[arg(long, value_name = "COMMAND")]
+    pub(crate) node_command: Option<String>,
     /// Push stored weights before each collection.
     #[arg(long)]
     pub(crate) update_after_each_batch: bool,

@@ -99,6 +99,24 @@ fn deadlines(
     Ok(b)
 }
 
+/// `--node-command`: its words, for a launcher that starts nodes.
+fn node_command(command: &str, launcher: &Launcher) -> Result<Vec<String>, Failure> {
+    if !matches!(launcher, Launcher::Process | Launcher::Slurm(_)) {
+        return Err(usage(
+            "node_command",
+            "only used by `--launcher process` and `--launcher slurm`",
+        ));
+    }
+    match shlex::split(command) {
+        Some(words) if !words.is_empty() => Ok(words),
+        Some(_) => Err(usage("node_command", "empty: give the program, then its arguments")),
+        None => Err(usage(
+            "node_command",
+            format!("{command:?} has an unclosed quote or a trailing backslash"),
+        )),
+    }
+}
+
 pub(crate) fn build(
     args: &CollectArgs,
     resume: Option<rollout::checkpoint::Checkpoint>,
@@ -202,6 +220,9 @@ pub(crate) fn build(
     }
     if let Some(addr) = &args.slurm.advertise {
         b = b.advertise(addr.clone());
+    }
+    if let Some(command) = &args.node_command {
+        b = b.node_command(node_command(command, &launcher)?);
     }
     if launcher != Launcher::Local {
         match read_token(args.token_file.as_deref(), args.allow_insecure_token_file) {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use rollout::PolicyConfig;
 use rollout_actors::{CollectError, CollectorBuilder, DistributedCollector, Launcher, SlurmOptions};
-use rollout_tests::{free_addr, poll_until, rollout_bin, run_bounded};
+use rollout_tests::{free_addr, poll_until, rollout_bin, run_bounded, venv_python, MarkedPythonNodes};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 /// The join timeout of runs expected to fail.
@@ -532,4 +532,137 @@ fn a_cancelled_task_is_resubmitted_and_the_sync_run_completes() {
     for j in &jobs {
         assert_no_job(j);
     }
+}
+
+/// Python nodes from a node command (`env ... python -m rollout_node`, two of its words
+/// holding a space and a quote, which the batch script must keep whole): each task runs
+/// it with the flags and token file `rollout node` gets; a task's Python node SIGKILLed
+/// mid-run is resubmitted and the sync run completes with exact frames; at shutdown no
+/// job of the run and no node process is left.
+#[test]
+fn python_nodes_from_a_node_command_collect_exactly_and_a_killed_one_is_resubmitted() {
+    require_slurm();
+    let Some(py) = venv_python() else { return };
+    let root = scratch("python-nodes-root");
+    let nodes = MarkedPythonNodes::new(&root);
+    let mut c = builder("python-nodes", true, 3000, SlurmOptions::default())
+        .env("CartPole-v1")
+        .policy(PolicyConfig::Linear)
+        .node_command(nodes.command(&py))
+        .node_max_restarts(3)
+        .build()
+        .expect("collector");
+    let marks = nodes.marks();
+    assert_eq!(marks.len(), 2, "one Python node per task: {marks:?}");
+    let mut indices: Vec<&str> = marks.iter().filter_map(|m| m.flag("--index")).collect();
+    indices.sort_unstable();
+    assert_eq!(indices, ["0", "1"], "{marks:?}");
+    for m in &marks {
+        assert_eq!(m.flag("--import"), Some("rollout_mark"), "{m:?}");
+        assert!(m.flag("--join").is_some_and(|a| a.starts_with("127.0.0.1:")), "{m:?}");
+        assert!(m.flag("--name").is_some_and(|n| n.starts_with("slurm-")), "{m:?}");
+        let token = m.flag("--token-file").expect("the token file");
+        assert!(std::path::Path::new(token).exists(), "{m:?}");
+    }
+    let victim = marks
+        .iter()
+        .find(|m| m.flag("--index") == Some("1"))
+        .expect("node 1")
+        .pid;
+    let mut frames = 0;
+    for _ in 0..3 {
+        frames += c.next_batch().expect("batch").expect("not done").data.numel();
+    }
+    rollout_tests::signal(victim, "KILL");
+    while let Some(b) = c.next_batch().expect("the run goes on with node 1 resubmitted") {
+        frames += b.data.numel();
+    }
+    assert_eq!(frames, 3000, "exact frames");
+    let stats = c.stats().expect("stats");
+    assert_eq!(stats.restarts, vec![0, 1], "node 1 restarted once");
+    let jobs = c.slurm_job_ids();
+    assert_eq!(jobs.len(), 2, "the array and one resubmitted task: {jobs:?}");
+    let marks = nodes.marks();
+    assert_eq!(marks.len(), 3, "a new Python node for node 1: {marks:?}");
+    assert_eq!(
+        marks.iter().filter(|m| m.flag("--index") == Some("1")).count(),
+        2,
+        "{marks:?}"
+    );
+    c.shutdown().expect("shutdown");
+    for j in &jobs {
+        assert_no_job(j);
+    }
+    for m in &marks {
+        assert!(!rollout_tests::alive(m.pid), "node process {} outlived the run", m.pid);
+    }
+}
+
+/// `rollout collect --launcher slurm --node-command '...'`: the batch script runs the
+/// command, its words quoted for `sh`; exact frames, no job left.
+#[test]
+fn cli_runs_a_node_command_in_the_slurm_tasks() {
+    require_slurm();
+    let Some(py) = venv_python() else { return };
+    let root = scratch("cli-python-root");
+    let nodes = MarkedPythonNodes::new(&root);
+    let dir = scratch("cli-python");
+    let (code, out, err) = cli(&[
+        "--launcher",
+        "slurm",
+        "--advertise",
+        "127.0.0.1",
+        "--env",
+        "CartPole-v1",
+        "--nodes",
+        "2",
+        "--frames-per-batch",
+        "100",
+        "--total-frames",
+        "1000",
+        "--job-name",
+        "rollout-test-cli-python",
+        "--output-dir",
+        &dir.display().to_string(),
+        "--node-command",
+        &nodes.shell_command(&py),
+        "--json",
+    ]);
+    assert_eq!(code, Some(0), "stderr: {err}");
+    let summary = out.lines().last().expect("a summary line");
+    assert!(summary.contains("\"frames\":1000"), "{summary}");
+    assert_no_job(&job_in(&err));
+    let marks = nodes.marks();
+    assert_eq!(marks.len(), 2, "both tasks ran the command: {marks:?}");
+    let script = std::fs::read_dir(&dir)
+        .expect("output dir")
+        .filter_map(Result::ok)
+        .map(|e| e.path().join("nodes.sbatch"))
+        .find(|p| p.exists())
+        .expect("the batch script");
+    let script = std::fs::read_to_string(script).expect("read the script");
+    assert!(
+        script.contains(r"node marks'\'' here"),
+        "the quote is escaped for sh:\n{script}"
+    );
+    assert!(
+        script.contains("-m rollout_node --import rollout_mark --join "),
+        "{script}"
+    );
+    for m in &marks {
+        assert!(!rollout_tests::alive(m.pid), "node process {} outlived the run", m.pid);
+    }
+}
+
+#[test]
+fn a_node_command_that_fails_in_its_task_ends_the_join_wait_naming_it() {
+    let err = builder("command-fails", false, 1000, SlurmOptions::default())
+        .node_command(["/nonexistent/python", "-m", "rollout_node"])
+        .join_timeout(SHORT_JOIN)
+        .build()
+        .expect_err("no node can start")
+        .to_string();
+    assert!(err.contains("ended before joining") && err.contains("FAILED"), "{err}");
+    assert!(err.contains("/nonexistent/python"), "the task's log is quoted: {err}");
+    assert_no_job(&job_in(&err));
 }

@@ -383,9 +383,27 @@ impl CollectorBuilder {
         self.settings.handshake_timeout = d;
         self
     }
-    /// The `rollout` binary the `Process` launcher starts (default: this executable).
+    /// The `rollout` binary (or one serving `node --join` as it does) whose `node`
+    /// subcommand the `Process` and `Slurm` launchers run (default: this executable).
+    /// The same as `node_command([path, "node"])`; the last of the two set wins.
     pub fn node_program(mut self, path: impl Into<PathBuf>) -> Self {
-        self.settings.node_program = Some(path.into());
+        self.settings.node_command = Some(crate::launch::node_command::NodeCommand::rollout(path));
+        self
+    }
+    /// The command the `Process` and `Slurm` launchers run to start a node: the program,
+    /// then its arguments, e.g. `["python", "-m", "rollout_node"]`; run as given (no
+    /// shell), then `--join ADDR --index I --name NAME` and, for SLURM tasks,
+    /// `--token-file PATH` are appended (child processes get the token in
+    /// `ROLLOUT_TOKEN`). Default: `rollout node` (see `node_program`). A command that
+    /// cannot be started is a config error naming `node_command`.
+    pub fn node_command<I, S>(mut self, argv: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<std::ffi::OsString>,
+    {
+        self.settings.node_command = Some(crate::launch::node_command::NodeCommand::new(
+            argv.into_iter().map(Into::into).collect(),
+        ));
         self
     }
     /// Largest frame body sent or accepted over TCP (default 256 MiB). With remote

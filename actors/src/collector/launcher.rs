@@ -7,6 +7,7 @@ use rollout::wire::MIN_TOKEN_LEN;
 
 use crate::error::CollectError;
 
+use crate::launch::node_command::NodeCommand;
 use crate::launch::slurm::{self, SlurmOptions};
 use crate::launch::{
     config_error, ExternalLaunch, JoinDoor, Launch, Launcher, LocalLaunch, ProcessLaunch, SlurmLaunch,
@@ -19,7 +20,7 @@ use super::settings::Settings;
 impl Settings {
     /// The launcher that starts this run's nodes, its settings checked: a token for
     /// nodes that join from outside (drawn at random for the ones this trainer starts),
-    /// heartbeat and frame limits, the `Slurm` options and `advertise`, the binary.
+    /// heartbeat and frame limits, the `Slurm` options and `advertise`, the node command.
     pub(super) fn launch(&self) -> Result<Box<dyn Launch>, CollectError> {
         if self.launcher == Launcher::Local {
             return Ok(Box::new(LocalLaunch));
@@ -62,24 +63,35 @@ impl Settings {
             },
             join_timeout: self.join_timeout,
         };
-        let program = || match &self.node_program {
-            Some(p) => Ok(p.clone()),
-            None => std::env::current_exe()
-                .map_err(|e| config_error("node_program", format!("cannot find this executable: {e}"))),
-        };
         Ok(match slurm {
             Some((options, advertise)) => Box::new(SlurmLaunch {
                 door,
-                program: program()?,
+                command: self.node_command()?,
                 options,
                 advertise,
             }),
             None if self.launcher == Launcher::Process => Box::new(ProcessLaunch {
                 door,
-                program: program()?,
+                command: self.node_command()?,
             }),
             None => Box::new(ExternalLaunch { door }),
         })
+    }
+
+    /// The command that starts a node, checked: the one set, else `rollout node` from
+    /// this executable.
+    fn node_command(&self) -> Result<NodeCommand, CollectError> {
+        let command = match &self.node_command {
+            Some(c) => c.clone(),
+            None => NodeCommand::rollout(
+                std::env::current_exe()
+                    .map_err(|e| config_error("node_program", format!("cannot find this executable: {e}")))?,
+            ),
+        };
+        command
+            .check()
+            .map_err(|reason| config_error(command.field(), reason))?;
+        Ok(command)
     }
 
     /// Checks the `Slurm` launcher's settings; returns the `advertise` address.

@@ -2,7 +2,6 @@
 //! that `plan` checks and turns into a run. The builder is the only writer, `plan` and
 //! `launcher` the only readers.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use rollout::checkpoint::Checkpoint;
@@ -13,6 +12,7 @@ use rollout::wire::DEFAULT_MAX_FRAME;
 use rollout::{EnvSpec, ExplorationType, PolicySpec, Registry};
 
 use crate::delivery::Postproc;
+use crate::launch::node_command::NodeCommand;
 use crate::launch::{Launcher, ListeningHook};
 use crate::replay::SharedReplayBuffer;
 
@@ -67,7 +67,7 @@ pub(super) struct Settings {
     pub(super) heartbeat: Duration,
     pub(super) heartbeat_timeout: Duration,
     pub(super) handshake_timeout: Duration,
-    pub(super) node_program: Option<PathBuf>,
+    pub(super) node_command: Option<NodeCommand>,
     pub(super) max_frame: usize,
     pub(super) advertise: Option<String>,
     pub(super) restart: RestartIntensity,
@@ -129,7 +129,7 @@ impl Default for Settings {
             heartbeat: Duration::from_secs(1),
             heartbeat_timeout: Duration::from_secs(5),
             handshake_timeout: Duration::from_secs(5),
-            node_program: None,
+            node_command: None,
             max_frame: DEFAULT_MAX_FRAME,
             advertise: None,
             restart: RestartIntensity::default(),

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::join_door::JoinDoor;
 use super::local::{self, Started};
-use super::over_tcp::{self, JoinWatch, Respawn};
+use super::over_tcp::{self, JoinWatch, ProcessWatch, Respawn};
 use super::process::Children;
 use super::slurm::{SlurmError, SlurmJob};
 use super::NodePlan;
@@ -77,11 +77,14 @@ pub(crate) struct NodeHandles {
 }
 
 impl NodeHandles {
-    /// Reads on the nodes while they join (the SLURM tasks' states).
+    /// Reads on the nodes while they join (the SLURM tasks' states, whether the node
+    /// processes still run).
     pub(crate) fn watch(&self) -> Option<Arc<dyn JoinWatch>> {
-        self.slurm_job
-            .as_ref()
-            .map(|j| Arc::new(j.query()) as Arc<dyn JoinWatch>)
+        match (&self.children, &self.slurm_job) {
+            (Some(c), _) => Some(Arc::new(ProcessWatch(Arc::clone(c))) as Arc<dyn JoinWatch>),
+            (None, Some(j)) => Some(Arc::new(j.query()) as Arc<dyn JoinWatch>),
+            _ => None,
+        }
     }
 
     /// How a failed node is started again, when this launcher started it.

@@ -2,11 +2,11 @@
 //! thread, before the actix system runs (binding the door, spawning children,
 //! `sbatch`), and the [`Launched`] it hands back.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use super::join_door::JoinDoor;
 use super::launched::{Launched, NodeHandles, TrainerStart};
+use super::node_command::NodeCommand;
 use super::process::Children;
 use super::slurm::{advertise_addr, SlurmJob, SlurmOptions};
 use super::{config_error, Launch, NodePlan};
@@ -25,19 +25,23 @@ impl Launch for LocalLaunch {
     }
 }
 
-/// The `Process` launcher: binds the door, then starts one `program node --join` per node.
+/// The `Process` launcher: binds the door, then starts one `COMMAND --join` per node.
 pub(crate) struct ProcessLaunch {
     /// Where the children join.
     pub(crate) door: JoinDoor,
-    /// The `rollout` binary (or one that serves `node --join` the same way).
-    pub(crate) program: PathBuf,
+    /// What starts a node (`rollout node` by default).
+    pub(crate) command: NodeCommand,
 }
 
 impl Launch for ProcessLaunch {
     fn start(self: Box<Self>, plan: NodePlan) -> Result<Launched, CollectError> {
         let (listener, addr) = self.door.bind()?;
-        let children = Children::spawn(&self.program, addr, &self.door.door.token, plan.specs.len())
-            .map_err(|e| config_error("node_program", format!("cannot start {}: {e}", self.program.display())))?;
+        let children = Children::spawn(&self.command, addr, &self.door.door.token, plan.specs.len()).map_err(|e| {
+            config_error(
+                self.command.field(),
+                format!("cannot start `{}`: {e}", self.command.shown()),
+            )
+        })?;
         Ok(Launched {
             trainer: TrainerStart::Joining {
                 plan,
@@ -58,8 +62,8 @@ impl Launch for ProcessLaunch {
 pub(crate) struct SlurmLaunch {
     /// Where the tasks join.
     pub(crate) door: JoinDoor,
-    /// The binary each task runs as `PROGRAM node --join`.
-    pub(crate) program: PathBuf,
+    /// What each task runs, then `--join` (`rollout node` by default).
+    pub(crate) command: NodeCommand,
     /// The job's `sbatch` options.
     pub(crate) options: SlurmOptions,
     /// The `HOST[:PORT]` the tasks dial, validated.
@@ -72,7 +76,7 @@ impl Launch for SlurmLaunch {
         let advertise = advertise_addr(&self.advertise, addr);
         let job = SlurmJob::submit(
             &self.options,
-            &self.program,
+            &self.command,
             &advertise,
             &self.door.door.token,
             plan.specs.len(),

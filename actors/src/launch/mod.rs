@@ -14,13 +14,15 @@
 //! restarts) and `elastic`; `local` (a trainer over in-process nodes), `process`
 //! (child processes), `slurm` (the job array, its queries and resubmissions), then
 //! `slurm_avoid` (the host a resubmitted task avoids), `slurm_command` (one SLURM
-//! command under a deadline), `join_door`.
+//! command under a deadline), `node_command` (the command both start a node with),
+//! `join_door`.
 
 mod elastic;
 mod join_door;
 mod launched;
 mod launchers;
 pub mod local;
+pub(crate) mod node_command;
 pub(crate) mod over_tcp;
 pub mod process;
 pub(crate) mod slurm;
@@ -49,13 +51,16 @@ pub enum Launcher {
     /// Node actors in this process, each env worker on its own arbiter thread.
     #[default]
     Local,
-    /// Child processes of the `rollout` binary (see `node_program`) that join over loopback.
+    /// Child processes that join over loopback, each running the node command
+    /// (`node_command`; default `rollout node` from this executable or `node_program`)
+    /// with `--join ADDR --index i --name process-i`, the token in `ROLLOUT_TOKEN`.
     Process,
     /// Nodes started by anyone else (`rollout node --join`, a user binary calling
     /// `run_node`) join the trainer's `listen` address.
     External,
-    /// ONE `sbatch` job array of `nodes` tasks, task `i` running `rollout node --join
-    /// ADVERTISE --index i` (the binary is `node_program`, default this executable).
+    /// ONE `sbatch` job array of `nodes` tasks, task `i` running the node command
+    /// (`node_command`; default `rollout node` from this executable or `node_program`)
+    /// with `--join ADVERTISE --index i --name ... --token-file PATH`.
     /// Needs the builder's `advertise` (the address the tasks dial) and a `listen`
     /// address they can reach. See [`SlurmOptions`] for the defaults.
     Slurm(SlurmOptions),

@@ -40,6 +40,33 @@ impl JoinWatch for super::slurm::SlurmQuery {
     }
 }
 
+/// The `Process` launcher's children while they join: one that exited will not join.
+pub(crate) struct ProcessWatch(pub(crate) Arc<Mutex<Children>>);
+
+impl ProcessWatch {
+    fn exited(&self, missing: &[usize]) -> Vec<String> {
+        match self.0.lock() {
+            Ok(mut c) => c.exited(missing),
+            Err(poisoned) => poisoned.into_inner().exited(missing),
+        }
+    }
+}
+
+impl JoinWatch for ProcessWatch {
+    fn hopeless(&self, missing: &[usize]) -> Option<String> {
+        let exited = self.exited(missing);
+        (!exited.is_empty()).then(|| format!("{} before joining (its stderr is above)", exited.join("; ")))
+    }
+    fn describe(&self, missing: &[usize]) -> String {
+        let exited = self.exited(missing);
+        if exited.is_empty() {
+            "their processes are running".into()
+        } else {
+            exited.join("; ")
+        }
+    }
+}
+
 /// How a launcher that started its nodes starts one again.
 #[derive(Clone)]
 pub(crate) enum Respawn {

@@ -1,51 +1,40 @@
-//! The `Process` launcher: child processes of the `rollout` binary that join the
-//! trainer over loopback, and are reaped at shutdown, also when the trainer fails.
+//! The `Process` launcher: child processes running the node command (`rollout node`
+//! by default, see [`NodeCommand`]) that join the trainer over loopback, and are reaped
+//! at shutdown, also when the trainer fails.
 
 use std::io;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
+
+use super::node_command::NodeCommand;
 
 /// Node processes started by this trainer.
 #[derive(Debug, Default)]
 pub struct Children {
     procs: Vec<Child>,
-    /// How to start node `i` again: program, address, token.
-    how: Option<(PathBuf, SocketAddr, String)>,
-}
-
-fn spawn_one(program: &Path, addr: SocketAddr, token: &str, i: usize) -> io::Result<Child> {
-    Command::new(program)
-        .arg("node")
-        .arg("--join")
-        .arg(addr.to_string())
-        .arg("--index")
-        .arg(i.to_string())
-        .arg("--name")
-        .arg(format!("process-{i}"))
-        .env("ROLLOUT_TOKEN", token)
-        .stdin(Stdio::null())
-        .spawn()
+    /// How to start node `i` again: command, address, token.
+    how: Option<(NodeCommand, SocketAddr, String)>,
 }
 
 impl Children {
-    /// Starts `n` × `program node --join ADDR --index i`, the token in `ROLLOUT_TOKEN`
-    /// (never on the command line, where `ps` shows it).
-    pub(crate) fn spawn(program: &Path, addr: SocketAddr, token: &[u8], n: usize) -> io::Result<Children> {
+    /// Starts `n` × `COMMAND --join ADDR --index i --name process-i`, the token in
+    /// `ROLLOUT_TOKEN` (never on the command line, where `ps` shows it). When one cannot
+    /// be started, the ones already started are reaped (on drop).
+    pub(crate) fn spawn(command: &NodeCommand, addr: SocketAddr, token: &[u8], n: usize) -> io::Result<Children> {
         let token = String::from_utf8_lossy(token).into_owned();
         let mut children = Children::default();
         for i in 0..n {
-            children.procs.push(spawn_one(program, addr, &token, i)?);
+            children.procs.push(command.child(addr, &token, i).spawn()?);
         }
-        children.how = Some((program.to_path_buf(), addr, token));
+        children.how = Some((command.clone(), addr, token));
         Ok(children)
     }
 
     /// Kills node `i`'s process (SIGKILL: also one that is stopped) and starts a new
     /// one with the same `--index`, which joins again. Returns its process id.
     pub(crate) fn respawn(&mut self, i: usize) -> io::Result<u32> {
-        let Some((program, addr, token)) = self.how.clone() else {
+        let Some((command, addr, token)) = self.how.clone() else {
             return Err(io::Error::other("these children cannot be started again"));
         };
         let Some(old) = self.procs.get_mut(i) else {
@@ -53,10 +42,24 @@ impl Children {
         };
         let _ = old.kill();
         let _ = old.wait();
-        let child = spawn_one(&program, addr, &token, i)?;
+        let child = command.child(addr, &token, i).spawn()?;
         let pid = child.id();
         self.procs[i] = child;
         Ok(pid)
+    }
+
+    /// The processes of `which` nodes that have exited, each as `node i (pid P) exited
+    /// with STATUS`: they will not join by themselves.
+    pub(crate) fn exited(&mut self, which: &[usize]) -> Vec<String> {
+        self.procs
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| which.contains(i))
+            .filter_map(|(i, c)| {
+                let status = c.try_wait().ok().flatten()?;
+                Some(format!("node process {i} (pid {}) exited ({status})", c.id()))
+            })
+            .collect()
     }
 
     /// Process ids, by node index.

@@ -1,5 +1,6 @@
-//! The `Slurm` launcher: ONE `sbatch` job array of N tasks, task `i` running
-//! `rollout node --join ADVERTISE --index i`, that join the trainer over TCP.
+//! The `Slurm` launcher: ONE `sbatch` job array of N tasks, task `i` running the node
+//! command (`rollout node` by default) `--join ADVERTISE --index i`, that join the
+//! trainer over TCP.
 //!
 //! The token goes to the tasks through a file readable by the user only (mode
 //! 0600) next to the batch script, never on a command line. The trainer keeps the
@@ -22,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use super::node_command::NodeCommand;
 pub(crate) use super::slurm_command::SlurmError;
 use super::slurm_command::{run, COMMAND_TIMEOUT};
 
@@ -112,12 +114,12 @@ impl SlurmOptions {
         Ok(())
     }
 
-    /// The batch script that runs `program node --join advertise` as task
+    /// The batch script that runs `command --join advertise` as task
     /// `$SLURM_ARRAY_TASK_ID` of a `tasks`-task array, reading the token from `token_file`
     /// and writing its log to `dir/task-<i>.out`.
     pub(crate) fn batch_script(
         &self,
-        program: &Path,
+        command: &NodeCommand,
         advertise: &str,
         token_file: &Path,
         dir: &Path,
@@ -149,9 +151,9 @@ impl SlurmOptions {
             opt(l.strip_prefix("#SBATCH").unwrap_or(l).trim().to_string());
         }
         s.push_str(&format!(
-            "exec {} node --join {} --index \"$SLURM_ARRAY_TASK_ID\" \
+            "exec {} --join {} --index \"$SLURM_ARRAY_TASK_ID\" \
              --name \"slurm-$SLURM_ARRAY_JOB_ID-$SLURM_ARRAY_TASK_ID\" --token-file {}\n",
-            quote(&program.display().to_string()),
+            command.shown(),
             quote(advertise),
             quote(&token_file.display().to_string()),
         ));
@@ -480,7 +482,7 @@ impl SlurmJob {
     /// `opts.output_dir`, and submits the script with `sbatch --parsable`.
     pub(crate) fn submit(
         opts: &SlurmOptions,
-        program: &Path,
+        command: &NodeCommand,
         advertise: &str,
         token: &[u8],
         tasks: usize,
@@ -516,7 +518,7 @@ impl SlurmJob {
         f.write_all(token).map_err(write(&token_file))?;
         drop(f);
         let script = dir.join("nodes.sbatch");
-        std::fs::write(&script, opts.batch_script(program, advertise, &token_file, &dir, tasks))
+        std::fs::write(&script, opts.batch_script(command, advertise, &token_file, &dir, tasks))
             .map_err(write(&script))?;
         let script_arg = script.display().to_string();
         let out = match run("sbatch", &["--parsable", &script_arg], COMMAND_TIMEOUT) {
@@ -686,4 +688,53 @@ pub(crate) fn task_log(dir: &Path, task: usize, max: usize) -> Option<String> {
         .read_to_string(&mut s)
         .ok()?;
     Some(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The last line of the script runs the command, every word whole for `sh`.
+    #[test]
+    fn the_batch_script_runs_the_node_command_each_word_quoted() {
+        let command = NodeCommand::new(vec![
+            "/opt/my env/python".into(),
+            "-m".into(),
+            "rollout_node".into(),
+            "--import".into(),
+            "it's".into(),
+        ]);
+        let script = SlurmOptions::default().batch_script(
+            &command,
+            "10.0.0.1:5000",
+            Path::new("/shared/tok"),
+            Path::new("/shared"),
+            2,
+        );
+        let exec = script.lines().last().expect("a line");
+        assert!(
+            exec.starts_with(
+                r"exec '/opt/my env/python' -m rollout_node --import 'it'\''s' --join '10.0.0.1:5000' --index "
+            ),
+            "{exec}"
+        );
+        assert!(exec.ends_with("--token-file '/shared/tok'"), "{exec}");
+        assert!(script.contains("#SBATCH --array=0-1\n"), "{script}");
+    }
+
+    /// `node_program` keeps running `PROGRAM node`.
+    #[test]
+    fn the_default_command_is_the_node_subcommand() {
+        let script = SlurmOptions::default().batch_script(
+            &NodeCommand::rollout("/bin/rollout"),
+            "h:1",
+            Path::new("/t"),
+            Path::new("/d"),
+            1,
+        );
+        assert!(
+            script.contains("\nexec /bin/rollout node --join 'h:1' --index "),
+            "{script}"
+        );
+    }
 }

@@ -100,6 +100,20 @@ def _worker_ids(ids: Union[None, int, Iterable[int]]) -> Optional[list]:
     return [int(i) for i in ids]
 
 
+def _node_command(command: Any) -> list:
+    """``node_command`` as a list of words: a sequence of strings or paths, not one string."""
+    if isinstance(command, (str, bytes)):
+        raise _config_error(
+            "node_command",
+            "a list of words, program first, e.g. [sys.executable, '-m', 'rollout_node'] "
+            "(shlex.split(...) splits a command line)",
+        )
+    try:
+        return [os.fspath(w) for w in command]
+    except TypeError:
+        raise _config_error("node_command", f"a list of strings, got {command!r}") from None
+
+
 class DistributedCollector:
     """Collects batches on rollout nodes; iterate it to get :class:`Batch` es.
 
@@ -126,9 +140,13 @@ class DistributedCollector:
     ``continue_without_lost_nodes``, ``worker_nice``), timeouts in seconds
     (``batch_timeout``, ``shutdown_timeout``, ``join_timeout``, ``heartbeat``,
     ``heartbeat_timeout``, ``handshake_timeout``), remote nodes (``listen``,
-    ``advertise``, ``token``, ``node_program``: the ``rollout`` binary, found on
-    ``PATH`` or in ``$ROLLOUT_BIN`` by default; ``max_frame``) and ``resume`` (a
-    :meth:`state_dict`).
+    ``advertise``, ``token``, ``node_program``: the ``rollout`` binary whose
+    ``node`` subcommand the ``"process"`` and ``"slurm"`` launchers run, found on
+    ``PATH`` or in ``$ROLLOUT_BIN`` by default; ``node_command``: instead, the
+    command that starts a node, a list of words (program first, run without a
+    shell), e.g. ``[sys.executable, "-m", "rollout_node"]``, to which the launcher
+    appends ``--join``, ``--index``, ``--name`` and the token; ``max_frame``) and
+    ``resume`` (a :meth:`state_dict`).
     """
 
     def __init__(
@@ -158,6 +176,7 @@ class DistributedCollector:
         split_trajs: bool = False,
         exploration_type: Any = None,
         node_program: Optional[str] = None,
+        node_command: Optional[Sequence[str]] = None,
         resume: Optional[Mapping[str, Any]] = None,
         **options: Any,
     ) -> None:
@@ -174,7 +193,11 @@ class DistributedCollector:
             max_frames_per_traj = None  # torchrl's -1: no limit
         if init_random_frames is not None and init_random_frames < 0:
             init_random_frames = None
-        if launcher in ("process", "slurm") and node_program is None:
+        if node_command is not None:
+            if node_program is not None:
+                raise _config_error("node_command", "give node_program or node_command, not both")
+            node_command = _node_command(node_command)
+        elif launcher in ("process", "slurm") and node_program is None:
             node_program = os.environ.get("ROLLOUT_BIN") or shutil.which("rollout")
             if node_program is None:
                 raise _config_error(
@@ -210,6 +233,7 @@ class DistributedCollector:
             split_trajs=split_trajs,
             exploration_type=_exploration(exploration_type),
             node_program=node_program,
+            node_command=node_command,
             token=token,
             resume=checkpoint,
         )

@@ -288,6 +288,9 @@ pub(crate) fn builder(dict: Bound<'_, PyDict>) -> PyResult<CollectorBuilder> {
     if let Some(p) = s.take::<PathBuf>("node_program", "a path to the rollout binary")? {
         b = b.node_program(p);
     }
+    if let Some(argv) = s.take::<Vec<String>>("node_command", "a list of strings: the program, then its arguments")? {
+        b = b.node_command(argv);
+    }
     if let Some(v) = s.take("max_frame", "a number of bytes")? {
         b = b.max_frame(v);
     }

@@ -7,6 +7,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -175,3 +176,108 @@ def test_elastic_settings_that_cannot_work_are_refused_by_name(kwargs, field):
     with pytest.raises(rollout.ConfigError) as e:
         rollout.DistributedCollector("Counting", frames_per_batch=10, token=TOKEN, **kwargs)
     assert e.value.field == field, str(e.value)
+
+
+# ---- node_command: Python nodes (python/node) started by the launchers
+
+PYTHON_NODE = [sys.executable, "-m", "rollout_node"]
+
+
+def require_python_node():
+    probe = subprocess.run(PYTHON_NODE + ["--help"], capture_output=True, timeout=60)
+    if probe.returncode != 0:
+        pytest.skip(f"no rollout_node in {sys.executable} (pip install ./python/node)")
+
+
+def cmdline(pid):
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read().split(b"\0")
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return ") Z " not in f.read()
+    except FileNotFoundError:
+        return False
+
+
+def test_process_launcher_runs_a_python_node_command_and_replaces_a_killed_node():
+    require_python_node()
+    with rollout.DistributedCollector(
+        "CartPole-v1",
+        nodes=2,
+        sync=True,
+        launcher="process",
+        node_command=PYTHON_NODE,
+        frames_per_batch=100,
+        total_frames=2000,
+        seed=4,
+        node_max_restarts=3,
+        heartbeat=0.2,
+        heartbeat_timeout=2.0,
+    ) as c:
+        pids = c.node_pids()
+        for i, pid in enumerate(pids):
+            words = cmdline(pid)
+            assert words[1:3] == [b"-m", b"rollout_node"], words
+            assert words[words.index(b"--index") + 1] == str(i).encode(), words
+        frames = 0
+        for n, b in enumerate(c):
+            frames += b.numel()
+            if n == 1:
+                os.kill(pids[1], signal.SIGKILL)
+        assert frames == 2000
+        assert c.stats()["restarts"] == [0, 1]
+        now = c.node_pids()
+        assert now[0] == pids[0] and now[1] != pids[1]
+        assert cmdline(now[1])[1:3] == [b"-m", b"rollout_node"]
+    for pid in set(pids + now):
+        assert not alive(pid), f"node process {pid} outlived the run"
+
+
+def test_a_node_command_that_cannot_start_is_a_config_error():
+    with pytest.raises(rollout.ConfigError) as e:
+        rollout.DistributedCollector("CartPole-v1", frames_per_batch=10, launcher="process", node_command=["/nonexistent/python", "-m", "rollout_node"])
+    assert e.value.field == "node_command" and "/nonexistent/python" in str(e.value)
+    with pytest.raises(rollout.ConfigError) as e:
+        rollout.DistributedCollector("CartPole-v1", frames_per_batch=10, launcher="process", node_command="python -m rollout_node")
+    assert e.value.field == "node_command" and "list of words" in str(e.value)
+    with pytest.raises(rollout.ConfigError) as e:
+        rollout.DistributedCollector("CartPole-v1", frames_per_batch=10, launcher="process", node_command=[], node_program="/bin/true")
+    assert e.value.field == "node_command"
+    with pytest.raises(rollout.ConfigError) as e:
+        rollout.DistributedCollector("CartPole-v1", frames_per_batch=10, launcher="process", node_command=[])
+    assert e.value.field == "node_command" and "empty" in str(e.value)
+
+
+def test_slurm_launcher_runs_a_python_node_command():
+    require_slurm()
+    require_python_node()
+    out_dir = tempfile.mkdtemp(prefix="rollout-py-slurm-cmd-")
+    try:
+        with rollout.DistributedCollector(
+            "CartPole-v1",
+            nodes=2,
+            frames_per_batch=100,
+            total_frames=1000,
+            seed=0,
+            launcher="slurm",
+            slurm_kwargs={"job_name": "rollout-py-test-cmd", "output_dir": out_dir},
+            listen="127.0.0.1:0",
+            advertise="127.0.0.1",
+            node_command=PYTHON_NODE,
+            heartbeat=0.1,
+            heartbeat_timeout=1.5,
+            join_timeout=120.0,
+            batch_timeout=120.0,
+        ) as c:
+            jobs = c.slurm_job_ids()
+            frames = sum(b.numel() for b in c)
+        assert frames == 1000
+        scripts = list(pathlib.Path(out_dir).glob("*/nodes.sbatch"))
+        assert len(scripts) == 1 and "-m rollout_node --join" in scripts[0].read_text()
+        queue = subprocess.run(["squeue", "-h", "-j", jobs[0]], capture_output=True, text=True, timeout=60)
+        assert queue.stdout.strip() == "", f"tasks left after shutdown: {queue.stdout}"
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)

@@ -1,0 +1,144 @@
+//! [`NodeCommand`]: the command the `Process` and `Slurm` launchers run to start one
+//! node, and the flags they append to it.
+//!
+//! Any program that serves `--join ADDR --index I --name NAME [--token-file PATH]` the
+//! way `rollout node` does can be a node: `rollout node` itself (the default), the
+//! Python node (`python -m rollout_node`), a user's binary calling `run_node`.
+
+use std::ffi::{OsStr, OsString};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+/// How the `Process` and `Slurm` launchers start a node: a program and its first
+/// arguments, to which the launcher appends `--join ADDR --index I --name NAME` and the
+/// token (`ROLLOUT_TOKEN` for child processes, `--token-file PATH` for SLURM tasks).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct NodeCommand {
+    /// The program, then its first arguments.
+    argv: Vec<OsString>,
+    /// The builder setting it came from, named in errors.
+    field: &'static str,
+}
+
+impl NodeCommand {
+    /// `program node`: the `rollout` binary, or one that serves `node --join` as it does
+    /// (the builder's `node_program`).
+    pub(crate) fn rollout(program: impl Into<PathBuf>) -> NodeCommand {
+        NodeCommand {
+            argv: vec![program.into().into_os_string(), "node".into()],
+            field: "node_program",
+        }
+    }
+
+    /// Any command (the builder's `node_command`): an argv whose first element is the
+    /// program. Checked by [`Self::check`].
+    pub(crate) fn new(argv: Vec<OsString>) -> NodeCommand {
+        NodeCommand {
+            argv,
+            field: "node_command",
+        }
+    }
+
+    /// The builder setting this command came from (`node_program` or `node_command`).
+    pub(crate) fn field(&self) -> &'static str {
+        self.field
+    }
+
+    /// `Err(reason)` when there is no program to run.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        match self.argv.first() {
+            None => Err("empty: give the program, then its arguments".into()),
+            Some(p) if p.is_empty() => Err("the program is an empty string".into()),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// The command, quoted as a shell would need it, for messages.
+    pub(crate) fn shown(&self) -> String {
+        self.words().iter().map(|w| sh_quote(w)).collect::<Vec<_>>().join(" ")
+    }
+
+    /// Each word, as text (lossy for words that are not UTF-8).
+    pub(crate) fn words(&self) -> Vec<String> {
+        self.argv.iter().map(|w| w.to_string_lossy().into_owned()).collect()
+    }
+
+    /// Node `index`'s child process: the command, then `--join addr --index index
+    /// --name process-<index>`, the token in `ROLLOUT_TOKEN` (never on the command
+    /// line, where `ps` shows it), stdin closed; stdout and stderr are this process's.
+    pub(crate) fn child(&self, addr: SocketAddr, token: &str, index: usize) -> Command {
+        let (program, args) = self
+            .argv
+            .split_first()
+            .map_or((OsStr::new(""), &[][..]), |(p, a)| (p.as_os_str(), a));
+        let mut c = Command::new(program);
+        c.args(args)
+            .arg("--join")
+            .arg(addr.to_string())
+            .arg("--index")
+            .arg(index.to_string())
+            .arg("--name")
+            .arg(format!("process-{index}"))
+            .env("ROLLOUT_TOKEN", token)
+            .stdin(Stdio::null());
+        c
+    }
+}
+
+/// `s` quoted for `sh`: one word whatever it holds.
+pub(crate) fn sh_quote(s: &str) -> String {
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./:,+@".contains(&b)) {
+        return s.to_string();
+    }
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rollout_binary_runs_its_node_subcommand() {
+        let c = NodeCommand::rollout("/bin/rollout");
+        assert_eq!(c.words(), ["/bin/rollout", "node"]);
+        assert_eq!(c.field(), "node_program");
+    }
+
+    #[test]
+    fn the_flags_follow_the_command() {
+        let c = NodeCommand::new(vec!["python".into(), "-m".into(), "rollout_node".into()]);
+        let cmd = c.child("127.0.0.1:9".parse().expect("addr"), "t", 3);
+        assert_eq!(cmd.get_program(), "python");
+        let args: Vec<_> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert_eq!(
+            args,
+            [
+                "-m",
+                "rollout_node",
+                "--join",
+                "127.0.0.1:9",
+                "--index",
+                "3",
+                "--name",
+                "process-3"
+            ]
+        );
+    }
+
+    #[test]
+    fn an_empty_command_or_program_is_refused() {
+        assert!(NodeCommand::new(vec![]).check().is_err());
+        assert!(NodeCommand::new(vec!["".into()]).check().is_err());
+        assert!(NodeCommand::new(vec!["x".into()]).check().is_ok());
+    }
+
+    #[test]
+    fn quoting_keeps_every_word_one_word() {
+        assert_eq!(sh_quote("plain/path-1.x"), "plain/path-1.x");
+        assert_eq!(sh_quote("a b"), "'a b'");
+        assert_eq!(sh_quote("it's"), r"'it'\''s'");
+        assert_eq!(sh_quote(""), "''");
+        assert_eq!(sh_quote("$HOME"), "'$HOME'");
+    }
+}
