@@ -294,7 +294,10 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
     };
     let mut session = NodeSession::new(&welcome, Instant::now());
     // Ready: the first frame after the handshake, before any answer to the trainer.
-    let ready = session.ready(rollouts.first().map(|r| r.batch_layout()).unwrap_or_default());
+    let ready = session.ready(
+        rollouts.first().map(|r| r.batch_layout()).unwrap_or_default(),
+        rollouts.first().map(|r| r.env_specs()),
+    );
     let ready = match wire::encode(&ready, max) {
         Ok(b) => Bytes::from(b),
         Err(e) => {
