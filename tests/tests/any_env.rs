@@ -56,13 +56,14 @@ fn rollout_collect_learns_a_users_env_from_the_nodes_of_its_own_binary() {
     collect
         .args(["collect", "--launcher", "external", "--listen", &addr])
         .args(["--env", "ShortCount-v0", "--nodes", "2", "--envs-per-node", "2"])
+        .args(["--frames-per-batch", "40", "--total-frames", "200"])
         .args([
-            "--frames-per-batch",
-            "40",
-            "--total-frames",
-            "200",
             "--policy",
-            "linear",
+            "constant",
+            "--value",
+            "1",
+            "--exploration-type",
+            "deterministic",
         ])
         .args(["--seed", "3", "--quiet", "--join-timeout", "60"])
         .arg("--token-file")
@@ -86,7 +87,7 @@ fn rollout_collect_learns_a_users_env_from_the_nodes_of_its_own_binary() {
     }
     let records = read_output(&out);
     let want = counting_specs().batch_layout();
-    let (mut frames, mut longest) = (0, 0);
+    let (mut frames, mut top) = (0, 0.0f32);
     for r in &records {
         assert_eq!(
             layout_of(&r.data, 2),
@@ -96,14 +97,15 @@ fn rollout_collect_learns_a_users_env_from_the_nodes_of_its_own_binary() {
         );
         assert_eq!(r.weights_version, 0, "version 0, built by the trainer from the specs");
         frames += r.data["collector.traj_ids"].shape().iter().product::<usize>();
-        // ShortCount-v0 ends its episodes after 3 steps (the built-in Counting after 5):
-        // the step counts of a frame go 0 to 3 (to 5 with the built-in one).
-        let steps = r.data["step_count"].as_i64().expect("i64 step counts");
-        assert!(steps.iter().all(|&s| (0..=3).contains(&s)), "{steps:?}");
-        longest = longest.max(steps.iter().copied().max().unwrap_or(0));
+        // ShortCount-v0 counts past 3 (the built-in Counting past 5): with every action
+        // 1, observations 0 to 3 and the last step's next observation 4.
+        let obs = r.data["observation"].as_f32().expect("f32 observations");
+        assert!(obs.iter().all(|&o| [0.0, 1.0, 2.0, 3.0].contains(&o)), "{obs:?}");
+        let next = r.data["next.observation"].as_f32().expect("f32 observations");
+        top = next.iter().copied().fold(top, f32::max);
     }
     assert_eq!(frames, 200, "every frame asked for, in {} batches", records.len());
-    assert_eq!(longest, 3, "episodes of the node's own env reach its 3 steps");
+    assert_eq!(top, 4.0, "episodes of the node's own env end past its count of 3");
 }
 
 #[test]
@@ -347,4 +349,160 @@ fn a_policy_that_cannot_take_the_nodes_specs_fails_the_run_naming_the_key() {
     c.shutdown().ok();
     drop(c);
     raw.join().expect("raw node");
+}
+
+/// `rollout collect` with `args`, which must fail at once with exit code `code` and one
+/// line on stderr: that line.
+fn fails_with_one_line(args: &[&str], code: i32) -> String {
+    let f = run_bounded(Command::new(rollout_bin()).arg("collect").args(args), DEADLINE).expect("run rollout collect");
+    let err = f.stderr_text();
+    assert_eq!(f.code(), Some(code), "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line: {err}");
+    lines[0].to_string()
+}
+
+#[test]
+fn a_bad_env_spec_is_a_usage_error_naming_env_spec_and_the_key() {
+    let discrete = r#""action": {"kind": "discrete", "n": 2}"#;
+    let line = fails_with_one_line(
+        &[
+            "--env",
+            "Foo-v0",
+            "--env-spec",
+            &format!(r#"{{"observation": {{"kind": "tuple"}}, {discrete}}}"#),
+        ],
+        2,
+    );
+    assert!(
+        line.starts_with("error: invalid `env_spec`: observation: unknown variant `tuple`"),
+        "{line}"
+    );
+    let line = fails_with_one_line(
+        &[
+            "--env",
+            "Foo-v0",
+            "--env-spec",
+            &format!(r#"{{"observation": {{"kind": "box", "dtype": "u8", "shape": [4, 0]}}, {discrete}}}"#),
+        ],
+        2,
+    );
+    assert_eq!(
+        line,
+        "error: invalid `env_spec`: observation: a box of shape [4, 0] has no element"
+    );
+    let dir = TempDir::new("any-env-spec");
+    let file = dir.join("spec.json");
+    std::fs::write(
+        &file,
+        format!(
+            r#"{{"observation": {{"kind": "dict", "spaces": {{"a.b": {{"kind": "discrete", "n": 2}}}}}}, {discrete}}}"#
+        ),
+    )
+    .expect("spec file");
+    let line = fails_with_one_line(&["--env", "Foo-v0", "--env-spec", &format!("@{}", file.display())], 2);
+    assert!(
+        line.starts_with("error: invalid `env_spec`: observation: entry name \"a.b\""),
+        "{line}"
+    );
+    // Declared specs of an env the trainer builds must be its own.
+    let counting = serde_json::to_string(&counting_specs().canonical()).expect("json");
+    let line = fails_with_one_line(&["--env", "CartPole-v1", "--env-spec", &counting], 2);
+    assert!(
+        line.starts_with(
+            "error: invalid `env_spec`: the declared specs's observation is f32 [1], env CartPole-v1's is f32 [4]"
+        ),
+        "{line}"
+    );
+}
+
+#[test]
+fn declared_specs_build_version_0_up_front_and_hold_the_nodes_to_them() {
+    let dir = TempDir::new("any-env-declared");
+    let token = dir.join("token");
+    std::fs::write(&token, "any-env-declared-token-0123\n").expect("token");
+    std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod");
+    let out = dir.join("out.msgpack");
+    let spec = dir.join("spec.json");
+    // Canonical: JSON has no infinite bounds, which absent bounds stand for.
+    std::fs::write(
+        &spec,
+        serde_json::to_string(&counting_specs().canonical()).expect("json"),
+    )
+    .expect("spec file");
+    let addr = free_addr().to_string();
+    let node_bin = actors_example_bin("custom_node");
+    let mut collect = Command::new(rollout_bin());
+    collect
+        .args(["collect", "--launcher", "external", "--listen", &addr])
+        .args(["--env", "ShortCount-v0", "--nodes", "1", "--policy", "linear"])
+        .args([
+            "--frames-per-batch",
+            "20",
+            "--total-frames",
+            "60",
+            "--quiet",
+            "--join-timeout",
+            "60",
+        ])
+        .arg("--env-spec")
+        .arg(format!("@{}", spec.display()))
+        .arg("--token-file")
+        .arg(&token)
+        .arg("--output")
+        .arg(&out);
+    let trainer = thread::spawn(move || run_bounded(&mut collect, DEADLINE).expect("start rollout collect"));
+    let mut cmd = Command::new(&node_bin);
+    cmd.args(["node", "--join", &addr, "--index", "0", "--token-file"])
+        .arg(&token);
+    let n = run_bounded(&mut cmd, DEADLINE).expect("start a custom node");
+    let t = trainer.join().expect("trainer thread");
+    assert_eq!(t.code(), Some(0), "rollout collect failed:\n{}", t.stderr_text());
+    assert_eq!(n.code(), Some(0), "the node failed:\n{}", n.stderr_text());
+    let records = read_output(&out);
+    assert_eq!(records.len(), 3);
+    for r in &records {
+        assert_eq!(layout_of(&r.data, 2), counting_specs().batch_layout());
+    }
+}
+
+#[test]
+fn rollout_collect_fails_in_one_line_when_its_policy_cannot_take_the_nodes_specs() {
+    let dir = TempDir::new("any-env-policy");
+    let token = dir.join("token");
+    std::fs::write(&token, std::str::from_utf8(TOKEN).expect("utf-8")).expect("token");
+    std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod");
+    let addr = free_addr();
+    let mut collect = Command::new(rollout_bin());
+    collect
+        .args(["collect", "--launcher", "external", "--listen", &addr.to_string()])
+        .args(["--env", "ALE/Pong-v5", "--nodes", "1", "--policy", "mlp", "--quiet"])
+        .args(["--frames-per-batch", "20", "--total-frames", "60"])
+        .arg("--token-file")
+        .arg(&token);
+    let trainer = thread::spawn(move || run_bounded(&mut collect, DEADLINE).expect("start rollout collect"));
+    let pong = EnvSpecs {
+        observation: Space::Box {
+            dtype: DType::U8,
+            shape: vec![210, 160, 3],
+            low: Some(Bounds::Uniform(0.0)),
+            high: Some(Bounds::Uniform(255.0)),
+        },
+        action: Space::Discrete { n: 6, start: 0 },
+    };
+    let layout = pong.batch_layout();
+    let raw = scripted_ready(addr, "pong", pong, layout);
+    let t = trainer.join().expect("trainer thread");
+    raw.join().expect("raw node");
+    let err = t.stderr_text();
+    assert_eq!(t.code(), Some(1), "exit 1, as any run that fails: {err}");
+    // Log lines may come before it; the error is the last line, whole.
+    assert_eq!(
+        err.lines().filter(|l| !l.trim().is_empty()).last(),
+        Some(
+            "error: env ALE/Pong-v5: policy mlp cannot take observation: u8 box [210, 160, 3]: built-in policies take \
+             a 1-D f32 or f64 box or a discrete space"
+        ),
+        "{err}"
+    );
 }
