@@ -498,7 +498,7 @@ fn rollout_collect_fails_in_one_line_when_its_policy_cannot_take_the_nodes_specs
     assert_eq!(t.code(), Some(1), "exit 1, as any run that fails: {err}");
     // Log lines may come before it; the error is the last line, whole.
     assert_eq!(
-        err.lines().filter(|l| !l.trim().is_empty()).last(),
+        err.lines().rfind(|l| !l.trim().is_empty()),
         Some(
             "error: env ALE/Pong-v5: policy mlp cannot take observation: u8 box [210, 160, 3]: built-in policies take \
              a 1-D f32 or f64 box or a discrete space"
