@@ -593,4 +593,107 @@ mod tests {
             .request_timeout(secs(10));
         assert!(exactly_half.settings().timeouts().is_ok());
     }
+
+    fn builder(env: &str, launcher: Launcher) -> CollectorBuilder {
+        CollectorBuilder::default()
+            .env(env)
+            .frames_per_batch(8)
+            .nodes(2)
+            .launcher(launcher)
+    }
+
+    fn config_error_of(b: CollectorBuilder) -> rollout::machine::ConfigError {
+        match b.settings().plan_run() {
+            Err(CollectError::Config(e)) => e,
+            Err(other) => panic!("expected a config error, got {other}"),
+            Ok(_) => panic!("expected a config error, got a plan"),
+        }
+    }
+
+    fn image() -> EnvSpecs {
+        EnvSpecs {
+            observation: rollout::space::Space::Box {
+                dtype: rollout::tensor::DType::U8,
+                shape: vec![4, 4],
+                low: None,
+                high: None,
+            },
+            action: rollout::space::Space::Discrete { n: 3, start: 0 },
+        }
+    }
+
+    #[test]
+    fn an_env_only_the_nodes_know_is_taken_from_the_first_ready_except_by_the_local_launcher() {
+        let e = config_error_of(builder("Atari-v0", Launcher::Local));
+        assert_eq!(e.field, "env");
+        assert!(e.reason.starts_with("unknown env `Atari-v0`"), "{}", e.reason);
+        assert!(
+            e.reason
+                .contains("the Local launcher builds its nodes' envs from the registry"),
+            "{}",
+            e.reason
+        );
+        let (_, _, _, sources, initial) = builder("Atari-v0", Launcher::External)
+            .settings()
+            .plan_run()
+            .expect("a plan");
+        assert_eq!(sources, vec![LayoutSource::FirstReady { env: "Atari-v0".into() }; 2]);
+        assert_eq!(initial, vec![None, None], "built once the specs are known");
+        let (_, _, _, sources, _) = builder("CartPole-v1", Launcher::External)
+            .settings()
+            .plan_run()
+            .expect("a plan");
+        assert!(
+            matches!(&sources[0], LayoutSource::Specs { of, .. } if of == "env CartPole-v1"),
+            "{sources:?}"
+        );
+    }
+
+    #[test]
+    fn declared_specs_give_the_layout_and_version_0_up_front_and_bad_ones_are_named() {
+        let d = EnvSpecs::from_specs(
+            &rollout::Spec::uniform_box(3, -1.0, 1.0),
+            &rollout::Spec::Discrete { n: 2 },
+        );
+        let (_, _, _, sources, initial) = builder("Custom-v0", Launcher::External)
+            .env_specs(d.clone())
+            .settings()
+            .plan_run()
+            .expect("a plan");
+        assert_eq!(
+            sources[1],
+            LayoutSource::Specs {
+                of: "the declared specs (env_spec)".into(),
+                specs: d.clone()
+            }
+        );
+        let want = initial_weights_for(&PolicySpec::default(), &d).unwrap();
+        assert_eq!(
+            initial[0], want,
+            "version 0 of the default policy (linear) for the declared specs"
+        );
+        // A policy that cannot take them: named, with the key.
+        let e = config_error_of(builder("Custom-v0", Launcher::External).env_specs(image()));
+        assert_eq!(e.field, "policy");
+        assert!(
+            e.reason.contains("cannot take observation: u8 box [4, 4]"),
+            "{}",
+            e.reason
+        );
+        // Specs that cannot be collected, and specs other than the registry's env's.
+        let mut empty = image();
+        empty.observation = rollout::space::Space::Dict {
+            spaces: Default::default(),
+        };
+        let e = config_error_of(builder("Custom-v0", Launcher::External).env_specs(empty));
+        assert_eq!((e.field, e.reason.as_str()), ("env_spec", "observation: an empty dict"));
+        let e = config_error_of(builder("CartPole-v1", Launcher::External).env_specs(d));
+        assert_eq!(e.field, "env_spec");
+        assert!(
+            e.reason
+                .starts_with("the declared specs's observation is f32 [3], env CartPole-v1's is f32 [4]"),
+            "{}",
+            e.reason
+        );
+    }
 }
