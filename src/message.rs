@@ -183,6 +183,10 @@ pub enum FromNode {
         node: usize,
         /// Per-frame entries of its batches.
         layout: crate::schema::BatchLayout,
+        /// Its env's observation and action spaces (protocol version 4; `None` from a
+        /// version-3 node, which can only serve envs the trainer builds itself).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        specs: Option<crate::space::EnvSpecs>,
     },
     /// Answer to [`ToNode::Snapshot`].
     Snapshot {

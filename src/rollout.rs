@@ -348,6 +348,11 @@ impl Rollout {
         batch_layout(self.envs.get(0).observation_spec(), self.envs.get(0).action_spec())
     }
 
+    /// Its envs' observation and action spaces: what its node reports in `ready`.
+    pub fn env_specs(&self) -> crate::space::EnvSpecs {
+        crate::space::EnvSpecs::from_specs(self.envs.get(0).observation_spec(), self.envs.get(0).action_spec())
+    }
+
     /// Number of envs.
     pub fn num_envs(&self) -> usize {
         self.envs.len()

@@ -293,6 +293,39 @@ impl Space {
     }
 }
 
+impl Space {
+    /// The same space, each bound in its one form: bounds equal for every element as
+    /// one number, and unbounded (every low -inf, every high +inf) as absent. A node
+    /// may write the same bounds either way (JSON has no infinite numbers).
+    pub fn canonical(&self) -> Space {
+        fn bound(b: &Option<Bounds>, unbounded: f64) -> Option<Bounds> {
+            let b = match b {
+                Some(Bounds::Each(v)) if v.first().is_some_and(|f| v.iter().all(|x| x == f)) => Bounds::Uniform(v[0]),
+                Some(b) => b.clone(),
+                None => return None,
+            };
+            (b != Bounds::Uniform(unbounded)).then_some(b)
+        }
+        match self {
+            Space::Box {
+                dtype,
+                shape,
+                low,
+                high,
+            } => Space::Box {
+                dtype: *dtype,
+                shape: shape.clone(),
+                low: bound(low, f64::NEG_INFINITY),
+                high: bound(high, f64::INFINITY),
+            },
+            Space::Dict { spaces } => Space::Dict {
+                spaces: spaces.iter().map(|(k, s)| (k.clone(), s.canonical())).collect(),
+            },
+            other => other.clone(),
+        }
+    }
+}
+
 impl fmt::Display for Space {
     /// `f32 box [4]`, `discrete 2`, `multi-discrete [3, 2]`, `multi-binary 5`,
     /// `dict {a, b}`: how errors show a space.
@@ -373,8 +406,17 @@ impl EnvSpecs {
         Ok((obs, act))
     }
 
-    /// The first difference between specs `a` of `name_a` and `b` of `name_b`, worded
-    /// for an error (`node 1's observation is f64 box [17], node 0's is f32 box [17]`);
+    /// The same specs, each bound in its one form ([`Space::canonical`]): two specs are
+    /// the same exactly when their canonical forms are equal.
+    pub fn canonical(&self) -> EnvSpecs {
+        EnvSpecs {
+            observation: self.observation.canonical(),
+            action: self.action.canonical(),
+        }
+    }
+
+    /// The first difference between specs `a` of `name_a` and `b` of `name_b` (bounds
+    /// compared in their canonical form: absent is unbounded), worded for an error (`node 1's observation is f64 box [17], node 0's is f32 box [17]`);
     /// `None` when they are equal.
     pub fn difference(name_a: &str, a: &EnvSpecs, name_b: &str, b: &EnvSpecs) -> Option<String> {
         let (la, lb) = (a.batch_layout(), b.batch_layout());
@@ -386,7 +428,7 @@ impl EnvSpecs {
             (keys::ACTION, &a.action, &b.action),
         ]
         .into_iter()
-        .find(|(_, x, y)| x != y)
+        .find(|(_, x, y)| x.canonical() != y.canonical())
         .map(|(k, x, y)| format!("{name_a}'s {k} is {x}, {name_b}'s is {y} (the same layout, other bounds or choices)"))
     }
 }
@@ -544,6 +586,38 @@ mod tests {
         let d = EnvSpecs::difference("node 1", &c, "node 0", &a).unwrap();
         assert!(
             d.starts_with("node 1's action is discrete 3, node 0's is discrete 2"),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn bounds_written_either_way_are_the_same_specs_and_other_bounds_are_not() {
+        let unbounded = EnvSpecs::from_specs(
+            &Spec::uniform_box(2, f32::NEG_INFINITY, f32::INFINITY),
+            &Spec::Discrete { n: 2 },
+        );
+        let absent = EnvSpecs {
+            observation: Space::Box {
+                dtype: DType::F32,
+                shape: vec![2],
+                low: None,
+                high: None,
+            },
+            action: Space::Discrete { n: 2, start: 0 },
+        };
+        assert_ne!(unbounded, absent, "written otherwise");
+        assert_eq!(EnvSpecs::difference("a", &unbounded, "b", &absent), None);
+        // JSON has no infinity: the canonical form goes through it unchanged.
+        let json = serde_json::to_string(&unbounded.canonical()).unwrap();
+        let back: EnvSpecs = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, absent);
+        let uniform = EnvSpecs::from_specs(&Spec::uniform_box(2, -1.0, 1.0), &Spec::Discrete { n: 2 });
+        let mut each = uniform.clone();
+        each.observation = f32_box(&[2]);
+        assert_eq!(EnvSpecs::difference("a", &uniform, "b", &each), None, "[-1, -1] is -1");
+        let d = EnvSpecs::difference("a", &uniform, "b", &absent).expect("bounded and unbounded differ");
+        assert!(
+            d.starts_with("a's observation is f32 box [2], b's is f32 box [2]"),
             "{d}"
         );
     }

@@ -26,8 +26,12 @@ use crate::message::{names, FromNode, ToNode};
 use crate::node_spec::NodeSpec;
 use crate::policy::Weights;
 
-/// Version of this protocol; a node speaking another one is rejected.
-pub const PROTOCOL_VERSION: u32 = 3;
+/// Version of this protocol, the one nodes of this crate speak (4: `ready` carries the
+/// env's specs). A trainer admits [`OLDEST_PROTOCOL_VERSION`] up to this one.
+pub const PROTOCOL_VERSION: u32 = 4;
+/// The oldest version a trainer admits: a version-3 node sends no specs in `ready`, so
+/// it can only serve envs the trainer builds itself.
+pub const OLDEST_PROTOCOL_VERSION: u32 = 3;
 /// Default largest frame body accepted, in bytes (256 MiB).
 pub const DEFAULT_MAX_FRAME: usize = 256 << 20;
 /// Largest frame body the trainer accepts before `welcome` (4 KiB): `hello` and
@@ -74,7 +78,7 @@ pub enum WireError {
 pub enum NodeFrame {
     /// First frame of a connection.
     Hello {
-        /// Must equal [`PROTOCOL_VERSION`].
+        /// [`OLDEST_PROTOCOL_VERSION`] to [`PROTOCOL_VERSION`].
         protocol_version: u32,
         /// A name for logs (host, job id, ...).
         node_name: String,
@@ -936,6 +940,15 @@ mod tests {
             FromNode::Ready {
                 node: 0,
                 layout: BatchLayout::default(),
+                specs: None,
+            },
+            FromNode::Ready {
+                node: 0,
+                layout: BatchLayout::default(),
+                specs: Some(crate::space::EnvSpecs::from_specs(
+                    &crate::Spec::uniform_box(2, -1.0, 1.0),
+                    &crate::Spec::Discrete { n: 3 },
+                )),
             },
             FromNode::Snapshot {
                 node: 1,
@@ -1152,6 +1165,7 @@ mod tests {
         let f = NodeFrame::Message(FromNode::Ready {
             node: 3,
             layout: crate::schema::batch_layout(&obs, &act),
+            specs: Some(crate::space::EnvSpecs::from_specs(&obs, &act)),
         });
         let b = body(&f);
         let back: NodeFrame = decode(&b).unwrap();
@@ -1159,7 +1173,41 @@ mod tests {
         let v: serde_json::Value = rmp_serde::from_slice(&b).unwrap();
         assert_eq!(v["type"], "ready");
         assert_eq!(v["layout"]["observation"], serde_json::json!(["f32", [4]]));
+        assert_eq!(v["specs"]["action"], serde_json::json!({"kind": "discrete", "n": 2}));
+        assert_eq!(v["specs"]["observation"]["shape"], serde_json::json!([4]));
         assert_eq!(back.name(), "ready");
+    }
+
+    #[test]
+    fn a_ready_without_specs_or_with_nil_specs_decodes_as_none() {
+        let ready = |specs: Option<rmpv::Value>| {
+            let mut entries = vec![
+                (rmpv::Value::from("type"), rmpv::Value::from("ready")),
+                (rmpv::Value::from("node"), rmpv::Value::from(1)),
+                (rmpv::Value::from("layout"), rmpv::Value::Map(vec![])),
+            ];
+            if let Some(s) = specs {
+                entries.push((rmpv::Value::from("specs"), s));
+            }
+            let mut b = Vec::new();
+            rmpv::encode::write_value(&mut b, &rmpv::Value::Map(entries)).unwrap();
+            decode::<NodeFrame>(&b)
+        };
+        let none = NodeFrame::Message(FromNode::Ready {
+            node: 1,
+            layout: BatchLayout::default(),
+            specs: None,
+        });
+        assert_eq!(ready(None), Ok(none.clone()), "absent (a version-3 node)");
+        assert_eq!(ready(Some(rmpv::Value::Nil)), Ok(none), "nil");
+        let e = ready(Some(rmpv::Value::from("box"))).unwrap_err();
+        assert!(matches!(&e, WireError::Decode(m) if m.contains("`specs`")), "{e}");
+        let e = ready(Some(rmpv::Value::Map(vec![(
+            rmpv::Value::from("observation"),
+            rmpv::Value::Map(vec![(rmpv::Value::from("kind"), rmpv::Value::from("tuple"))]),
+        )])))
+        .unwrap_err();
+        assert!(matches!(&e, WireError::Decode(m) if m.contains("`specs`")), "{e}");
     }
 
     #[test]

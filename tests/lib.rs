@@ -28,7 +28,9 @@ pub use faults::{flaky_registry, panicky_registry, Panicky};
 pub use hosts::{hosts_sh, HostProcess, Hosts, HostsTurn, HOSTS_SLURM_CONF};
 pub use logs::{log_text, logs, OwnLog};
 pub use messages::{describe_sent, only_batch};
-pub use process::{alive, rollout_bin, rollout_release_bin, run_bounded, signal, wait_with_deadline, Finished};
+pub use process::{
+    actors_example_bin, alive, rollout_bin, rollout_release_bin, run_bounded, signal, wait_with_deadline, Finished,
+};
 pub use python_nodes::{venv_python, Mark, MarkedPythonNodes};
 pub use raw_node::{
     connect, good_node, good_node_named, handshake, hello, logged_in, real_batch, real_data, recv, send, try_send,

@@ -98,24 +98,25 @@ pub fn alive(pid: u32) -> bool {
 /// Builds the `rollout` binary with cargo `profile` into this test's target dir and returns
 /// its path. Bounded by a deadline; panics with cargo's output if the build fails.
 fn build_rollout(profile: &str) -> PathBuf {
+    build_binary(profile, &["-p", "rollout-cli", "--bin", "rollout"], "rollout", None)
+}
+
+/// Builds with cargo `profile`, into this test's target dir, what `what` names (`-p PKG
+/// --bin NAME` or `--example NAME`), and returns the path of binary `name` (under `sub`
+/// of the profile's dir, e.g. `examples`). Bounded by a deadline; panics with cargo's
+/// output if the build fails.
+fn build_binary(profile: &str, what: &[&str], name: &str, sub: Option<&str>) -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     let profile_dir = exe.parent().and_then(Path::parent).expect("<target>/<profile>/deps/");
     let target_dir = profile_dir.parent().expect("<target>/");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
-    let log_path = target_dir.join(format!("rollout-{profile}-build-{}.log", std::process::id()));
+    let log_path = target_dir.join(format!("{name}-{profile}-build-{}.log", std::process::id()));
     let log = std::fs::File::create(&log_path).expect("create the build log");
     let mut child = Command::new(cargo)
-        .args([
-            "build",
-            "--quiet",
-            "-p",
-            "rollout-cli",
-            "--bin",
-            "rollout",
-            "--profile",
-            profile,
-        ])
+        .args(["build", "--quiet"])
+        .args(what)
+        .args(["--profile", profile])
         .arg("--manifest-path")
         .arg(&manifest)
         .env("CARGO_TARGET_DIR", target_dir)
@@ -129,13 +130,15 @@ fn build_rollout(profile: &str) -> PathBuf {
     let _ = std::fs::remove_file(&log_path);
     match status {
         Some(s) if s.success() => {}
-        Some(s) => panic!("cargo build --profile {profile} of `rollout` failed ({s}):\n{log}"),
-        None => panic!("cargo build --profile {profile} of `rollout` took longer than {BUILD_TIMEOUT:?}:\n{log}"),
+        Some(s) => panic!("cargo build --profile {profile} of `{name}` failed ({s}):\n{log}"),
+        None => panic!("cargo build --profile {profile} of `{name}` took longer than {BUILD_TIMEOUT:?}:\n{log}"),
     }
     let dir = if profile == "dev" { "debug" } else { profile };
-    let bin = target_dir
-        .join(dir)
-        .join(format!("rollout{}", std::env::consts::EXE_SUFFIX));
+    let mut bin = target_dir.join(dir);
+    if let Some(sub) = sub {
+        bin = bin.join(sub);
+    }
+    let bin = bin.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
     assert!(bin.exists(), "{} missing after the build", bin.display());
     bin
 }
@@ -158,6 +161,31 @@ pub fn rollout_bin() -> &'static Path {
         };
         build_rollout(profile)
     })
+}
+
+/// Example `name` of the `rollout-actors` package (a program of actors/examples/), built
+/// once per test process with this test's own profile, as [`rollout_bin`] builds `rollout`.
+pub fn actors_example_bin(name: &'static str) -> PathBuf {
+    static BINS: std::sync::Mutex<Vec<(&'static str, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let mut bins = BINS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, p)) = bins.iter().find(|(n, _)| *n == name) {
+        return p.clone();
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    let profile_dir = exe.parent().and_then(Path::parent).expect("<target>/<profile>/deps/");
+    let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => "dev",
+        Some(other) => other,
+        None => panic!("cannot tell the profile from {}", exe.display()),
+    };
+    let p = build_binary(
+        profile,
+        &["-p", "rollout-actors", "--example", name],
+        name,
+        Some("examples"),
+    );
+    bins.push((name, p.clone()));
+    p
 }
 
 /// The `rollout` binary built with the `release` profile, once per test process, in this

@@ -1,18 +1,29 @@
-//! Custom envs on remote nodes: a binary of your own that registers its env on
-//! both sides. The trainer (`custom_node trainer`) starts two node processes of
-//! this same binary (`custom_node node --join ADDR ...`, exactly the arguments
-//! `rollout node` takes), which build the env from the registry they were given.
+//! A node of your own, with an env of your own: this binary registers `ShortCount-v0`
+//! and serves it as a node. The trainer is plain `rollout collect`, which has never
+//! heard of that env: it learns the env's specs from the first node to be ready
+//! (every other node must report the same), checks every batch against the layout
+//! they give, and builds the policy's weights from them.
 //!
-//! Run: `cargo run -p rollout-actors --example custom_node -- trainer`
+//! Run (two shells, one token file readable by its owner only):
+//!
+//! ```text
+//! rollout collect --env ShortCount-v0 --launcher external --listen 127.0.0.1:7000 \
+//!     --token-file tok --nodes 2 --frames-per-batch 40 --total-frames 400
+//! cargo run -p rollout-actors --example custom_node -- --join 127.0.0.1:7000 --token-file tok
+//! cargo run -p rollout-actors --example custom_node -- --join 127.0.0.1:7000 --token-file tok
+//! ```
+//!
+//! It takes the arguments `rollout node` takes that a launcher passes (`--join ADDR`,
+//! `--index I`, `--name N`, `--token-file F`; a leading `node` is skipped), so a
+//! launcher that starts node programs can start it too.
 
-use std::time::Duration;
+use std::path::Path;
 
 use rollout::env::{Counting, CountingConfig};
-use rollout::{Env, EnvError, PolicyConfig, Registry};
+use rollout::{Env, EnvError, Registry};
 use rollout_actors::remote::{read_token, run_node, NodeOptions};
-use rollout_actors::{DistributedCollector, Launcher};
 
-/// The registry both the trainer and the nodes use: the built-ins plus our env.
+/// This node's registry: the built-ins plus our env.
 fn registry() -> Registry {
     let mut r = Registry::with_builtins();
     // A stand-in for a real custom env: counts to 3.
@@ -26,37 +37,26 @@ fn registry() -> Registry {
 }
 
 fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    match args.get(1).map(String::as_str) {
-        // Started by the Process launcher: `node --join ADDR --index I --name N`.
-        Some("node") => {
-            let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1));
-            let addr = flag("--join").ok_or_else(|| anyhow::anyhow!("node needs --join ADDR"))?;
-            let opts = NodeOptions {
-                name: flag("--name").cloned().unwrap_or_else(|| "custom".into()),
-                index: flag("--index").and_then(|i| i.parse().ok()),
-                registry: registry(),
-                ..NodeOptions::default()
-            };
-            run_node(addr, &read_token(None, false)?, opts)?;
-            Ok(())
-        }
-        _ => {
-            let mut c = DistributedCollector::builder()
-                .env("ShortCount-v0")
-                .registry(registry())
-                .policy(PolicyConfig::Constant { value: 1.0 })
-                .nodes(2)
-                .frames_per_batch(40)
-                .total_frames(400)
-                .launcher(Launcher::Process)
-                .join_timeout(Duration::from_secs(30))
-                .build()?;
-            while let Some(b) = c.next_batch()? {
-                println!("batch {} from node {:?}: {} frames", b.index, b.node, b.data.numel());
-            }
-            c.shutdown()?;
-            Ok(())
-        }
-    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args = match args.first().map(String::as_str) {
+        Some("node") => &args[1..],
+        _ => &args[..],
+    };
+    let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1));
+    let addr = flag("--join")
+        .ok_or_else(|| anyhow::anyhow!("usage: custom_node --join ADDR [--token-file F] [--index I] [--name N]"))?;
+    let index = match flag("--index") {
+        Some(i) => Some(i.parse().map_err(|e| anyhow::anyhow!("--index {i}: {e}"))?),
+        None => None,
+    };
+    let opts = NodeOptions {
+        name: flag("--name").cloned().unwrap_or_else(|| "custom".into()),
+        index,
+        registry: registry(),
+        ..NodeOptions::default()
+    };
+    // The token from --token-file, else from the environment (ROLLOUT_TOKEN), as `rollout node`.
+    let token = read_token(flag("--token-file").map(Path::new), false)?;
+    run_node(addr, &token, opts)?;
+    Ok(())
 }

@@ -52,6 +52,27 @@ pub(crate) fn build_workers(
     Ok(workers)
 }
 
+/// [`build_workers`] for a node that joined over TCP: without weights (a trainer
+/// that builds them once the nodes reported their env's specs), a policy that has
+/// some is built too, and what it needs is returned: the node waits for them (an
+/// `update_weights`) before it collects.
+pub(crate) fn build_workers_awaiting(
+    spec: &NodeSpec,
+    registry: &Registry,
+    weights: Option<&Weights>,
+) -> Result<(Vec<Rollout>, Option<String>), RolloutError> {
+    if weights.is_some() {
+        return build_workers(spec, registry, weights).map(|w| (w, None));
+    }
+    let workers = spec.build_workers(registry)?;
+    let needed = workers
+        .first()
+        .map(|r| r.weights())
+        .filter(|w| !w.tensors.is_empty())
+        .map(describe_layout);
+    Ok((workers, needed))
+}
+
 /// `name dtype [shape]` of every tensor, for errors naming what a policy needs.
 pub(crate) fn describe_layout(w: &Weights) -> String {
     let parts: Vec<String> = w
@@ -65,12 +86,14 @@ pub(crate) fn describe_layout(w: &Weights) -> String {
 /// Starts node `spec` over `workers` (from [`build_workers`]), each on an arbiter of its
 /// own, its messages going to `trainer`. `weights` are the ones the workers started
 /// from: a restarted worker gets them too, until an update replaces them. The node
-/// rebuilds a failed worker from `spec` and `registry`.
+/// rebuilds a failed worker from `spec` and `registry`. `awaiting`: the weights it
+/// waits for before it collects (see [`build_workers_awaiting`]).
 pub(crate) fn start_node(
     spec: &NodeSpec,
     registry: &Registry,
     workers: Vec<Rollout>,
     weights: Option<Arc<Weights>>,
+    awaiting: Option<String>,
     trainer: Recipient<Deliver<FromNode>>,
 ) -> StartedNode {
     let node_ctx = Context::<Node>::new();
@@ -90,6 +113,9 @@ pub(crate) fn start_node(
     let mut machine = NodeMachine::from_spec(spec);
     if let Some(w) = weights {
         machine = machine.with_weights(w);
+    }
+    if let Some(needed) = awaiting {
+        machine = machine.awaiting_weights(needed);
     }
     node_ctx.run(Node::new(machine, addrs, trainer).with_rebuild(spec.clone(), registry.clone(), handles));
     StartedNode {

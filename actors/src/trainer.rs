@@ -255,7 +255,7 @@ impl Trainer {
                 self.dispatch();
                 self.fail(CollectError::NodeFailed { node, reason });
             }
-            Err(e @ TrainerError::NoNodes(_)) => {
+            Err(e @ (TrainerError::NoNodes(_) | TrainerError::Policy(_))) => {
                 self.dispatch();
                 self.fail(e.into());
             }

@@ -541,7 +541,8 @@ async fn swarm_node(addr: &str, token: &[u8], i: usize) -> Result<(), String> {
     let mut node = NodeHarness::new(&welcome.spec, &Registry::with_builtins()).map_err(|e| e.to_string())?;
     let mut session = NodeSession::new(&welcome, Instant::now());
     let layout = node.worker(0).map(|r| r.batch_layout()).unwrap_or_default();
-    w.write_all(&encode(&session.ready(layout), max)?)
+    let specs = node.worker(0).map(|r| r.env_specs());
+    w.write_all(&encode(&session.ready(layout, specs), max)?)
         .await
         .map_err(|e| e.to_string())?;
     let (tx, mut frames) = tokio::sync::mpsc::unbounded_channel();

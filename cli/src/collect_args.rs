@@ -32,12 +32,21 @@ pub(crate) enum Exploration {
 
 #[derive(Args, Debug)]
 pub(crate) struct CollectArgs {
-    /// Registered env name (CartPole-v1, Pendulum-v1, MountainCarContinuous-v0, Counting).
+    /// Env name: one this binary builds (CartPole-v1, Pendulum-v1, MountainCarContinuous-v0,
+    /// Counting), or, with nodes that join over TCP, any env the nodes build.
     #[arg(long, default_value = "CartPole-v1")]
     pub(crate) env: String,
     /// Env config as a JSON object, e.g. '{"max_episode_steps": 200}'.
     #[arg(long, value_name = "JSON")]
     pub(crate) env_config: Option<String>,
+    /// The env's observation and action spaces, as JSON or @FILE holding JSON, e.g.
+    /// '{"observation": {"kind": "box", "dtype": "f64", "shape": [17]}, "action": {"kind":
+    /// "discrete", "n": 6}}': batches and the policy's weights are built from them up
+    /// front, and every node must report the same. Without it, an env this trainer
+    /// cannot build takes the specs of the first node to be ready (not with `--launcher
+    /// local`).
+    #[arg(long, value_name = "JSON|@FILE")]
+    pub(crate) env_spec: Option<String>,
     /// Number of nodes (a fixed set) [default: 2].
     #[arg(long, value_name = "N")]
     pub(crate) nodes: Option<usize>,

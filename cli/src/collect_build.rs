@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use rollout::space::{EnvSpecs, Space};
 use rollout::{EnvSpec, ExplorationType, PolicyConfig};
 use rollout_actors::remote::{read_token, JoinError};
 use rollout_actors::{DistributedCollector, Launcher};
@@ -117,6 +118,41 @@ fn node_command(command: &str, launcher: &Launcher) -> Result<Vec<String>, Failu
     }
 }
 
+/// `--env-spec`: JSON, or `@FILE` holding JSON, of the env's specs; a bad one names the
+/// key at fault (its checks against the sizes come at build, naming the key too).
+fn env_spec(arg: &str) -> Result<EnvSpecs, Failure> {
+    let text = match arg.strip_prefix('@') {
+        Some(path) => {
+            std::fs::read_to_string(path).map_err(|e| usage("env_spec", format!("cannot read {path}: {e}")))?
+        }
+        None => arg.to_string(),
+    };
+    let mut v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| usage("env_spec", format!("not valid JSON: {e}")))?;
+    let Some(map) = v.as_object_mut() else {
+        return Err(usage(
+            "env_spec",
+            "must be an object {\"observation\": ..., \"action\": ...}",
+        ));
+    };
+    if let Some(other) = map.keys().find(|k| !matches!(k.as_str(), "observation" | "action")) {
+        return Err(usage(
+            "env_spec",
+            format!("unknown key `{other}` (keys: observation, action)"),
+        ));
+    }
+    let mut space = |key: &str| -> Result<Space, Failure> {
+        let v = map
+            .remove(key)
+            .ok_or_else(|| usage("env_spec", format!("missing `{key}`")))?;
+        serde_json::from_value(v).map_err(|e| usage("env_spec", format!("{key}: {e}")))
+    };
+    Ok(EnvSpecs {
+        observation: space("observation")?,
+        action: space("action")?,
+    })
+}
+
 pub(crate) fn build(
     args: &CollectArgs,
     resume: Option<rollout::checkpoint::Checkpoint>,
@@ -149,6 +185,7 @@ pub(crate) fn build(
             format!("{} is not a number of seconds", args.join_timeout),
         )
     })?;
+    let env_specs = args.env_spec.as_deref().map(env_spec).transpose()?;
     let mut b = DistributedCollector::builder()
         .env(env)
         .policy(policy_config(args)?)
@@ -164,6 +201,9 @@ pub(crate) fn build(
         .split_trajs(args.split_trajs);
     if let Some(t) = batch_timeout {
         b = b.batch_timeout(t);
+    }
+    if let Some(s) = env_specs {
+        b = b.env_specs(s);
     }
     if let Some(n) = args.nodes {
         b = b.nodes(n);

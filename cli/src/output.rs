@@ -53,3 +53,58 @@ pub(crate) fn frames_of(data: &TensorDict) -> u64 {
         _ => data.numel() as u64,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use rollout::tensor::DType;
+    use rollout::{Tensor, TensorDict};
+
+    use super::{Data, Record};
+
+    /// A decoded record's tensors (the crate docs' Rust reading of a record).
+    #[derive(serde::Deserialize)]
+    struct Read {
+        data: BTreeMap<String, Tensor>,
+    }
+
+    #[test]
+    fn records_keep_every_dtype_and_nested_key_as_collected() {
+        // Keys of any env: a dict observation's leaves, u8 frames, f64 and i64 values.
+        let entries = [
+            ("observation.pixels", DType::U8, vec![2, 3, 4, 4, 3]),
+            ("observation.state.pos", DType::F64, vec![2, 3, 17]),
+            ("action", DType::I64, vec![2, 3, 2]),
+            ("next.done", DType::Bool, vec![2, 3, 1]),
+        ];
+        let data = TensorDict::from_entries(
+            &[2, 3],
+            entries.iter().map(|(k, d, shape)| {
+                let mut t = Tensor::zeros(*d, shape);
+                // Distinct values, so a mix-up of elements shows.
+                match &mut t {
+                    Tensor::U8(a) => a.iter_mut().enumerate().for_each(|(i, x)| *x = (i % 251) as u8),
+                    Tensor::F64(a) => a.iter_mut().enumerate().for_each(|(i, x)| *x = i as f64 * 0.1 + 1e-12),
+                    Tensor::I64(a) => a.iter_mut().enumerate().for_each(|(i, x)| *x = i as i64 - 3),
+                    Tensor::Bool(a) => a.iter_mut().enumerate().for_each(|(i, x)| *x = i % 2 == 0),
+                    _ => {}
+                }
+                (k.to_string(), t)
+            }),
+        )
+        .expect("dict");
+        let bytes = rmp_serde::to_vec_named(&Record {
+            batch: 0,
+            node: Some(1),
+            weights_version: 0,
+            data: Data(&data),
+        })
+        .expect("encodes");
+        let back: Read = rmp_serde::from_slice(&bytes).expect("decodes");
+        assert_eq!(back.data.len(), entries.len());
+        for (k, t) in data.iter() {
+            assert_eq!(back.data.get(k), Some(t), "{k}");
+        }
+    }
+}

@@ -8,6 +8,7 @@ use super::liveness::{Liveness, Tick};
 use super::Inbound;
 use crate::message::{FromNode, ToNode};
 use crate::schema::BatchLayout;
+use crate::space::EnvSpecs;
 use crate::wire::{auth_proof, NodeFrame, TrainerFrame, Welcome, PROTOCOL_VERSION};
 
 /// What the node does next in its handshake.
@@ -138,11 +139,13 @@ impl NodeSession {
     }
 
     /// The first frame after the handshake, before any other: the layout of every
-    /// batch the node will send (a trainer closes on a `Batch` before it).
-    pub fn ready(&self, layout: BatchLayout) -> NodeFrame {
+    /// batch the node will send (a trainer closes on a `Batch` before it) and its env's
+    /// specs, from which a trainer that cannot build the env learns them.
+    pub fn ready(&self, layout: BatchLayout, specs: Option<EnvSpecs>) -> NodeFrame {
         NodeFrame::Message(FromNode::Ready {
             node: self.index,
             layout,
+            specs,
         })
     }
 
@@ -308,7 +311,7 @@ mod tests {
             );
         }
         assert!(matches!(
-            s.ready(BatchLayout::default()),
+            s.ready(BatchLayout::default(), None),
             NodeFrame::Message(FromNode::Ready { node: 2, .. })
         ));
         assert!(NodeSession::ends(&FromNode::Down { node: 2 }));

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use super::liveness::{Liveness, Tick};
 use super::Inbound;
 use crate::message::FromNode;
-use crate::wire::{decode_login, verify_proof, LoginFrame, NodeFrame, TrainerFrame, PROTOCOL_VERSION};
+use crate::wire::{
+    decode_login, verify_proof, LoginFrame, NodeFrame, TrainerFrame, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
+};
 
 /// What the trainer does next in a handshake.
 #[derive(Clone, Debug, PartialEq)]
@@ -67,10 +69,11 @@ impl TrainerHandshake {
                     node_index,
                 },
             ) => {
-                if protocol_version != PROTOCOL_VERSION {
+                if !(OLDEST_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&protocol_version) {
                     self.done = true;
                     return HandshakeStep::Reject(format!(
-                        "protocol version {protocol_version} is not supported (this trainer speaks {PROTOCOL_VERSION})"
+                        "protocol version {protocol_version} is not supported (this trainer speaks \
+                         {OLDEST_PROTOCOL_VERSION} to {PROTOCOL_VERSION})"
                     ));
                 }
                 if node_name.len() > 256 {
@@ -331,6 +334,20 @@ mod tests {
         let mut hs = TrainerHandshake::new(TOKEN, nonce());
         rejected(hs.on_frame(&hello("node-0", 99, None)), "protocol version 99");
         rejected(hs.on_frame(&auth(TOKEN, &nonce(), "node-0")), "already finished");
+        rejected(
+            TrainerHandshake::new(TOKEN, nonce()).on_frame(&hello("node-0", OLDEST_PROTOCOL_VERSION - 1, None)),
+            "protocol version 2 is not supported (this trainer speaks 3 to 4)",
+        );
+        // Version 3 (no specs in `ready`) and 4 are admitted.
+        for v in [OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION] {
+            assert!(
+                matches!(
+                    TrainerHandshake::new(TOKEN, nonce()).on_frame(&hello("node-0", v, None)),
+                    HandshakeStep::Send(TrainerFrame::Challenge { .. })
+                ),
+                "version {v}"
+            );
+        }
         // Wrong first frame; Auth before Hello.
         rejected(
             TrainerHandshake::new(TOKEN, nonce()).on_frame(&body(&NodeFrame::Heartbeat)),
@@ -381,6 +398,7 @@ mod tests {
         NodeFrame::Message(FromNode::Ready {
             node,
             layout: Default::default(),
+            specs: None,
         })
     }
 

@@ -10,7 +10,7 @@
 //! memory given to the decode ([`Storage`]): tensors a
 //! [`FrameReader`](crate::frame_reader::FrameReader) read aside, a recycled batch
 //! of the same layout, or a [`TensorPool`]'s storage. Deep values of settings
-//! (`welcome`'s spec, `ready`'s layout, a checkpoint's state) are read by their
+//! (`welcome`'s spec, `ready`'s layout and specs, a checkpoint's state) are read by their
 //! derived `Deserialize` from their own bytes.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -264,10 +264,15 @@ impl sealed::Sealed for NodeFrame {
                 }
             }
             names::READY => {
-                let (node, layout) = fields!(f, { node: size, layout: derived });
+                let (node, layout, specs) = fields!(f, {
+                    node: size,
+                    layout: derived,
+                    specs: |c| if c.nil()? { Ok(None) } else { derived(c).map(Some) },
+                });
                 FromNode::Ready {
                     node: node.get()?,
                     layout: layout.get()?,
+                    specs: specs.opt(),
                 }
             }
             names::SNAPSHOT => {

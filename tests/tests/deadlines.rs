@@ -108,7 +108,15 @@ impl Scripted {
             .build_worker(&Registry::with_builtins(), 0)
             .expect("rollout")
             .batch_layout();
-        send(&mut s, &NodeFrame::Message(FromNode::Ready { node: index, layout })).expect("ready");
+        send(
+            &mut s,
+            &NodeFrame::Message(FromNode::Ready {
+                node: index,
+                layout,
+                specs: None,
+            }),
+        )
+        .expect("ready");
         let (tx, frames) = mpsc::channel();
         let mut reader = s.try_clone().expect("clone");
         thread::spawn(move || {

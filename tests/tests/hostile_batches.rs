@@ -81,7 +81,14 @@ impl Scripted {
 
     fn ready(&mut self, layout: BatchLayout) {
         let node = self.welcome.node_index;
-        send(&mut self.s, &NodeFrame::Message(FromNode::Ready { node, layout }));
+        send(
+            &mut self.s,
+            &NodeFrame::Message(FromNode::Ready {
+                node,
+                layout,
+                specs: None,
+            }),
+        );
     }
 
     /// Serves the trainer until it closes the connection: answers the seeding chain,
@@ -591,7 +598,7 @@ mod property {
                 LayoutSource::Announced
             };
             let mut m = r.machine(source);
-            let ready = m.on_node(FromNode::Ready { node: 0, layout: announced.clone() }, &mut Vec::new());
+            let ready = m.on_node(FromNode::Ready { node: 0, layout: announced.clone(), specs: None }, &mut Vec::new());
             if known {
                 prop_assert_eq!(ready.is_ok(), announced == layout, "{:?}", ready);
             } else if announced == layout && !r.empty {

@@ -22,6 +22,7 @@ use rollout::node_spec::NodeSpec;
 use rollout::policy::{ActionsMut, Policy};
 use rollout::rollout::RolloutConfig;
 use rollout::schema::keys;
+use rollout::space::EnvSpecs;
 use rollout::wire::TrainerFrame;
 use rollout::{EnvSpec, ExplorationType, PolicyConfig, PolicySpec, Registry, Tensor, TensorDict, Weights};
 use rollout_actors::{DistributedCollector, Launcher};
@@ -157,12 +158,67 @@ fn fails_at_start(spec: NodeSpec, weights: Option<Weights>, expect: &[&str]) {
 }
 
 #[test]
-fn a_rust_node_without_weights_in_welcome_fails_naming_what_its_policy_needs() {
-    fails_at_start(
-        node_spec("CartPole-v1", PolicyConfig::Linear, 10),
-        None,
-        &["the trainer sent no weights", "`bias` f32 [2]", "`weight` f32 [2, 4]"],
-    );
+fn a_rust_node_without_weights_in_welcome_fails_on_a_continue_before_any_naming_what_its_policy_needs() {
+    let (mut t, node) = scripted_join(node_spec("CartPole-v1", PolicyConfig::Linear, 10), None, 500);
+    match t.message("ready") {
+        FromNode::Ready { node: 0, specs, .. } => {
+            let cartpole = Registry::with_builtins()
+                .make(&EnvSpec::new("CartPole-v1"))
+                .expect("env");
+            assert_eq!(
+                specs,
+                Some(EnvSpecs::from_specs(
+                    cartpole.observation_spec(),
+                    cartpole.action_spec()
+                )),
+                "ready carries the env's specs"
+            );
+        }
+        other => panic!("expected ready, got {other:?}"),
+    }
+    t.send(&TrainerFrame::Message(ToNode::Continue(Continue {
+        seq: 1,
+        frames: 10,
+    })));
+    let reason = match t.message("failed") {
+        FromNode::Failed { node: 0, reason } => reason,
+        other => panic!("expected failed, got {other:?}"),
+    };
+    for e in ["came before any weights", "`bias` f32 [2]", "`weight` f32 [2, 4]"] {
+        assert!(reason.contains(e), "{reason:?} should contain {e:?}");
+    }
+    drop(t);
+    assert!(scripted_node_result(node).is_err());
+}
+
+#[test]
+fn a_rust_node_without_weights_in_welcome_collects_with_the_update_that_follows() {
+    let spec = node_spec("CartPole-v1", PolicyConfig::Linear, 200);
+    let policy = spec.policy.clone();
+    let (mut t, node) = scripted_join(spec, None, 500);
+    assert!(matches!(t.message("ready"), FromNode::Ready { node: 0, .. }));
+    let given = lean_weights();
+    t.send(&TrainerFrame::Message(ToNode::UpdateWeights(UpdateWeights {
+        weights: std::sync::Arc::new(given.clone()),
+    })));
+    assert!(matches!(
+        t.message("weights_updated"),
+        FromNode::WeightsUpdated { node: 0, version: 0 }
+    ));
+    t.send(&TrainerFrame::Message(ToNode::Continue(Continue {
+        seq: 1,
+        frames: 200,
+    })));
+    let batch = match t.message("a batch") {
+        FromNode::Batch(b) => b,
+        other => panic!("expected a batch, got {other:?}"),
+    };
+    let (obs, actions) = frames(&batch.data);
+    let expect = act(reference(&policy, "CartPole-v1", &given).as_mut(), &obs, 4, &actions);
+    assert_eq!(actions, expect, "every action is the update's for its observation");
+    t.send(&TrainerFrame::Message(ToNode::Shutdown));
+    assert!(matches!(t.message("down"), FromNode::Down { node: 0 }));
+    assert_eq!(scripted_node_result(node), Ok(()));
 }
 
 #[test]

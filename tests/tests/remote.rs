@@ -291,6 +291,7 @@ fn post_join_case_ready(ready: bool, bad: impl FnOnce(&mut TcpStream, &Welcome, 
             &NodeFrame::Message(FromNode::Ready {
                 node: 0,
                 layout: r.batch_layout(),
+                specs: Some(r.env_specs()),
             }),
         );
     }
@@ -852,7 +853,14 @@ fn socket_cut_mid_frame_is_detected_and_the_rejoined_node_completes_the_run() {
         .build_worker(&Registry::with_builtins(), 0)
         .expect("rollout")
         .batch_layout();
-    send(&mut s, &NodeFrame::Message(FromNode::Ready { node: 0, layout }));
+    send(
+        &mut s,
+        &NodeFrame::Message(FromNode::Ready {
+            node: 0,
+            layout,
+            specs: None,
+        }),
+    );
     let other = good_node(addr, TOKEN, Some(1));
     let driver = thread::spawn(move || {
         let mut c = t.join().expect("trainer thread");

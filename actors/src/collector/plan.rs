@@ -3,20 +3,27 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rollout::machine::trainer::LayoutSource;
-use rollout::machine::trainer::Membership;
+use rollout::machine::trainer::{initial_weights_for, LayoutSource, Membership};
 use rollout::machine::{RequestDeadlines, TrainerConfig, TrainerMachine};
 use rollout::node_spec::NodeSpec;
 use rollout::rollout::{batch_layout, layout_difference, BatchLayout, RolloutConfig};
-use rollout::{EnvSpec, Weights};
+use rollout::space::EnvSpecs;
+use rollout::{EnvSpec, PolicySpec, Weights};
 
 use super::settings::{Settings, DEFAULT_BATCH_TIMEOUT, DEFAULT_REQUEST_TIMEOUT};
 use crate::delivery::Delivery;
 use crate::error::CollectError;
 use crate::launch::{config_error, Launch, Launcher, NodePlan};
 
-/// A run's trainer config, node specs, seed, and where each node's layout comes from.
-type PlannedRun = (TrainerConfig, Vec<NodeSpec>, u64, Vec<LayoutSource>);
+/// A run's trainer config, node specs, seed, where each node's layout comes from,
+/// and each node's version 0 where it is known before any node is ready.
+type PlannedRun = (
+    TrainerConfig,
+    Vec<NodeSpec>,
+    u64,
+    Vec<LayoutSource>,
+    Vec<Option<Weights>>,
+);
 
 /// A validated collector: what to start and how, before anything is started. Every
 /// entry point (`build`, `start`, `start_embedded`) starts one.
@@ -39,12 +46,16 @@ impl Settings {
     /// The trainer's config, the node specs and the seed (see
     /// [`CollectorBuilder::plan_specs`](crate::CollectorBuilder::plan_specs)).
     pub(super) fn plan_specs(&self) -> Result<(TrainerConfig, Vec<NodeSpec>, u64), CollectError> {
-        self.plan_run().map(|(cfg, specs, seed, _)| (cfg, specs, seed))
+        self.plan_run().map(|(cfg, specs, seed, _, _)| (cfg, specs, seed))
     }
 
-    /// [`Self::plan_specs`], and where each node's layout comes from: the trainer
-    /// builds every env itself, so each node's batches are checked against the layout
-    /// of its env's specs, never against what the node announces.
+    /// [`Self::plan_specs`], where each node's layout comes from, and its version 0.
+    /// An env the registry builds: its specs give the layout (a node's `ready` must
+    /// announce it), and version 0 is built from them. Specs the user declared
+    /// (`env_specs`): the same, from those. An env neither builds (one only the nodes
+    /// know; never with the Local launcher, which builds its nodes from the registry):
+    /// the first node of it to be ready sets its specs, and version 0 is built from
+    /// them then (the machine's deferred policy).
     fn plan_run(&self) -> Result<PlannedRun, CollectError> {
         let env = self
             .env
@@ -112,37 +123,102 @@ impl Settings {
         }
         cfg.validate()?;
         let mut policies = Vec::with_capacity(n);
-        let mut layouts: Vec<BatchLayout> = Vec::with_capacity(n);
+        let mut layouts: Vec<Option<BatchLayout>> = Vec::with_capacity(n);
         let mut sources = Vec::with_capacity(n);
+        let mut initial = Vec::with_capacity(n);
+        let declared = match &self.env_specs {
+            Some(d) => {
+                d.validate().map_err(|e| config_error("env_spec", e.to_string()))?;
+                Some(d)
+            }
+            None => None,
+        };
         for (i, env_i) in envs.iter().enumerate() {
-            let probe = self.registry.make(env_i).map_err(|e| {
-                if self.node_configs.get(&i).is_some_and(|o| o.env.is_some()) {
-                    config_error("node_config", format!("node {i}'s env: {e}"))
-                } else {
-                    CollectError::from(e)
-                }
-            })?;
+            let overridden = self.node_configs.get(&i).is_some_and(|o| o.env.is_some());
             let mut policy = self.policy.clone();
             if let Some(e) = over(i).exploration_type.or(self.exploration_type) {
                 policy.exploration = e;
             }
-            // Fail at build time, naming the policy, rather than on every node.
-            let built = policy
-                .build(probe.observation_spec(), probe.action_spec(), 0)
-                .map_err(|e| config_error("policy", format!("node {i}: {e}")))?;
-            let layout = batch_layout(probe.observation_spec(), probe.action_spec());
-            if self.launcher != Launcher::Local {
-                self.check_frames_fit(i, built.weights(), &layout, if self.sync { f / n.max(1) } else { f })?;
-            }
+            let frames = if self.sync { f / n.max(1) } else { f };
+            // The declared specs are those of the run's env, not of a node's own.
+            let declared = declared.filter(|_| *env_i == env);
+            let (source, v0) = match self.registry.make(env_i) {
+                Ok(probe) => {
+                    let (obs, act) = (probe.observation_spec(), probe.action_spec());
+                    let own = EnvSpecs::from_specs(obs, act);
+                    if let Some(d) = declared {
+                        if let Some(diff) =
+                            EnvSpecs::difference("the declared specs", d, &format!("env {}", env_i.name), &own)
+                        {
+                            return Err(config_error("env_spec", diff));
+                        }
+                    }
+                    // Fail at build time, naming the policy, rather than on every node.
+                    let built = policy
+                        .build(obs, act, 0)
+                        .map_err(|e| config_error("policy", format!("node {i}: {e}")))?;
+                    let layout = batch_layout(obs, act);
+                    if self.launcher != Launcher::Local {
+                        self.check_frames_fit(i, built.weights(), &layout, frames)?;
+                    }
+                    // Built by the node spec, by the same function for every node (into_plan).
+                    let source = LayoutSource::Specs {
+                        of: format!("env {}", env_i.name),
+                        specs: own,
+                    };
+                    (source, None)
+                }
+                Err(e) if self.launcher == Launcher::Local => {
+                    let why = format!(
+                        "{e}; the Local launcher builds its nodes' envs from the registry (an env only the nodes \
+                         know needs the External, Process or Slurm launcher)"
+                    );
+                    return Err(if overridden {
+                        config_error("node_config", format!("node {i}'s env: {why}"))
+                    } else {
+                        config_error("env", why)
+                    });
+                }
+                Err(_) => match declared {
+                    Some(d) => {
+                        let v0 = initial_weights_for(&policy, d)
+                            .map_err(|e| config_error("policy", format!("node {i}: {e}")))?
+                            .unwrap_or_else(|| Weights::new(Default::default()));
+                        self.check_frames_fit(i, &v0, &d.batch_layout(), frames)?;
+                        let source = LayoutSource::Specs {
+                            of: "the declared specs (env_spec)".into(),
+                            specs: d.clone(),
+                        };
+                        (source, Some(v0))
+                    }
+                    None => (
+                        LayoutSource::FirstReady {
+                            env: env_i.name.clone(),
+                        },
+                        None,
+                    ),
+                },
+            };
+            let layout = match &source {
+                LayoutSource::Specs { specs, .. } => Some(specs.batch_layout()),
+                _ => None,
+            };
             policies.push(policy);
             layouts.push(layout);
-            sources.push(LayoutSource::Known {
-                of: format!("env {}", env_i.name),
-                layout: layouts[i].clone(),
-            });
+            sources.push(source);
+            initial.push(v0);
         }
         if self.sync {
-            if let Some(diff) = (1..n).find_map(|i| layout_difference(i, &layouts[i], 0, &layouts[0])) {
+            let known: Vec<(usize, &BatchLayout)> = layouts
+                .iter()
+                .enumerate()
+                .filter_map(|(i, l)| Some((i, l.as_ref()?)))
+                .collect();
+            if let Some(diff) = known
+                .iter()
+                .skip(1)
+                .find_map(|&(i, l)| layout_difference(i, l, known[0].0, known[0].1))
+            {
                 return Err(config_error(
                     "node_config",
                     format!("sync collection stacks node shares, but {diff}"),
@@ -190,7 +266,7 @@ impl Settings {
             });
             first_lane += k as u64;
         }
-        Ok((cfg, specs, seed, sources))
+        Ok((cfg, specs, seed, sources, initial))
     }
 
     /// The run's node slots: `nodes`, or for an elastic run `max_nodes`, the elastic
@@ -343,23 +419,41 @@ impl Settings {
                 "a replay buffer stores frames and split_trajs pads trajectories: use one or the other",
             ));
         }
-        let (cfg, specs, seed, layouts) = self.plan_run()?;
+        let (cfg, specs, seed, layouts, declared) = self.plan_run()?;
         let n = cfg.nodes;
-        // Version 0: built here, once, by the same function for every node; the
-        // launchers hand it to the nodes, which never build weights of their own.
-        let initial = specs
-            .iter()
-            .map(|spec| {
-                spec.initial_weights(&self.registry)
-                    .map_err(|source| CollectError::NodeBuild {
-                        node: spec.index,
-                        source,
-                    })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        // Version 0: built here, once, by the same function for every node (from the
+        // env's specs, or the declared ones); the launchers hand it to the nodes, which
+        // never build weights of their own. For an env only the nodes know it is built
+        // by the machine once the first of them reported the specs.
+        let mut initial = Vec::with_capacity(n);
+        let mut deferred: Vec<(String, PolicySpec)> = Vec::new();
+        for ((spec, source), v0) in specs.iter().zip(&layouts).zip(declared) {
+            initial.push(match (source, v0) {
+                (_, Some(v0)) => Some(v0),
+                (LayoutSource::FirstReady { env }, None) => {
+                    if !deferred.iter().any(|(e, _)| e == env) {
+                        deferred.push((env.clone(), spec.policy.clone()));
+                    }
+                    None
+                }
+                (_, None) => Some(
+                    spec.initial_weights(&self.registry)
+                        .map_err(|source| CollectError::NodeBuild {
+                            node: spec.index,
+                            source,
+                        })?,
+                ),
+            });
+        }
         let mut machine = TrainerMachine::new(cfg)?
-            .with_initial_weights(initial)?
+            .with_initial_weights_where_known(initial)?
             .with_layout_sources(layouts);
+        for (env, policy) in deferred {
+            machine = machine.with_deferred_policy(env, policy);
+        }
+        if self.launcher != Launcher::Local {
+            machine = machine.with_max_frame(self.max_frame);
+        }
         if let Some(c) = self.resume.clone() {
             machine = machine.with_resume(c)?;
         }
@@ -498,5 +592,108 @@ mod tests {
             .batch_timeout(secs(20))
             .request_timeout(secs(10));
         assert!(exactly_half.settings().timeouts().is_ok());
+    }
+
+    fn builder(env: &str, launcher: Launcher) -> CollectorBuilder {
+        CollectorBuilder::default()
+            .env(env)
+            .frames_per_batch(8)
+            .nodes(2)
+            .launcher(launcher)
+    }
+
+    fn config_error_of(b: CollectorBuilder) -> rollout::machine::ConfigError {
+        match b.settings().plan_run() {
+            Err(CollectError::Config(e)) => e,
+            Err(other) => panic!("expected a config error, got {other}"),
+            Ok(_) => panic!("expected a config error, got a plan"),
+        }
+    }
+
+    fn image() -> EnvSpecs {
+        EnvSpecs {
+            observation: rollout::space::Space::Box {
+                dtype: rollout::tensor::DType::U8,
+                shape: vec![4, 4],
+                low: None,
+                high: None,
+            },
+            action: rollout::space::Space::Discrete { n: 3, start: 0 },
+        }
+    }
+
+    #[test]
+    fn an_env_only_the_nodes_know_is_taken_from_the_first_ready_except_by_the_local_launcher() {
+        let e = config_error_of(builder("Atari-v0", Launcher::Local));
+        assert_eq!(e.field, "env");
+        assert!(e.reason.starts_with("unknown env `Atari-v0`"), "{}", e.reason);
+        assert!(
+            e.reason
+                .contains("the Local launcher builds its nodes' envs from the registry"),
+            "{}",
+            e.reason
+        );
+        let (_, _, _, sources, initial) = builder("Atari-v0", Launcher::External)
+            .settings()
+            .plan_run()
+            .expect("a plan");
+        assert_eq!(sources, vec![LayoutSource::FirstReady { env: "Atari-v0".into() }; 2]);
+        assert_eq!(initial, vec![None, None], "built once the specs are known");
+        let (_, _, _, sources, _) = builder("CartPole-v1", Launcher::External)
+            .settings()
+            .plan_run()
+            .expect("a plan");
+        assert!(
+            matches!(&sources[0], LayoutSource::Specs { of, .. } if of == "env CartPole-v1"),
+            "{sources:?}"
+        );
+    }
+
+    #[test]
+    fn declared_specs_give_the_layout_and_version_0_up_front_and_bad_ones_are_named() {
+        let d = EnvSpecs::from_specs(
+            &rollout::Spec::uniform_box(3, -1.0, 1.0),
+            &rollout::Spec::Discrete { n: 2 },
+        );
+        let (_, _, _, sources, initial) = builder("Custom-v0", Launcher::External)
+            .env_specs(d.clone())
+            .settings()
+            .plan_run()
+            .expect("a plan");
+        assert_eq!(
+            sources[1],
+            LayoutSource::Specs {
+                of: "the declared specs (env_spec)".into(),
+                specs: d.clone()
+            }
+        );
+        let want = initial_weights_for(&PolicySpec::default(), &d).unwrap();
+        assert_eq!(
+            initial[0], want,
+            "version 0 of the default policy (linear) for the declared specs"
+        );
+        // A policy that cannot take them: named, with the key.
+        let e = config_error_of(builder("Custom-v0", Launcher::External).env_specs(image()));
+        assert_eq!(e.field, "policy");
+        assert!(
+            e.reason.contains("cannot take observation: u8 box [4, 4]"),
+            "{}",
+            e.reason
+        );
+        // Specs that cannot be collected, and specs other than the registry's env's.
+        let mut empty = image();
+        empty.observation = rollout::space::Space::Dict {
+            spaces: Default::default(),
+        };
+        let e = config_error_of(builder("Custom-v0", Launcher::External).env_specs(empty));
+        assert_eq!((e.field, e.reason.as_str()), ("env_spec", "observation: an empty dict"));
+        let e = config_error_of(builder("CartPole-v1", Launcher::External).env_specs(d));
+        assert_eq!(e.field, "env_spec");
+        assert!(
+            e.reason
+                .starts_with("the declared specs's observation is f32 [3], env CartPole-v1's is f32 [4]"),
+            "{}",
+            e.reason
+        );
     }
 }

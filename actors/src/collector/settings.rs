@@ -32,6 +32,8 @@ pub struct NodeOverrides {
 /// [`CollectorBuilder`](crate::CollectorBuilder) for what each means).
 pub(super) struct Settings {
     pub(super) env: Option<EnvSpec>,
+    /// The env's specs, declared (for an env the trainer cannot build).
+    pub(super) env_specs: Option<rollout::space::EnvSpecs>,
     pub(super) node_configs: std::collections::BTreeMap<usize, NodeOverrides>,
     pub(super) registry: Registry,
     pub(super) policy: PolicySpec,
@@ -95,6 +97,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             env: None,
+            env_specs: None,
             node_configs: std::collections::BTreeMap::new(),
             registry: Registry::with_builtins(),
             policy: PolicySpec::default(),

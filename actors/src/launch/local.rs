@@ -61,8 +61,14 @@ impl Restarter for LocalRestarter {
                 return;
             }
         };
-        let StartedNode { addr, arbiters } =
-            start_node(spec, &self.registry, workers, weights, trainer.clone().recipient());
+        let StartedNode { addr, arbiters } = start_node(
+            spec,
+            &self.registry,
+            workers,
+            weights,
+            None,
+            trainer.clone().recipient(),
+        );
         self.handles[node] = arbiters.iter().map(Arbiter::handle).collect();
         self.spawned.extend(arbiters);
         self.nodes[node] = addr.clone();
@@ -123,7 +129,7 @@ pub(crate) fn start(plan: NodePlan) -> Result<Started, CollectError> {
         let StartedNode {
             addr: node_addr,
             arbiters: node_arbiters,
-        } = start_node(spec, registry, workers, w.clone(), trainer.clone().recipient());
+        } = start_node(spec, registry, workers, w.clone(), None, trainer.clone().recipient());
         handles.push(node_arbiters.iter().map(Arbiter::handle).collect());
         arbiters.extend(node_arbiters);
         recyclers.push(Some(node_addr.clone().recipient()));

@@ -233,6 +233,7 @@ mod tests {
         FromNode::Ready {
             node,
             layout: Default::default(),
+            specs: None,
         }
     }
 

@@ -29,7 +29,7 @@ use super::parts;
 use super::timing::read_frame;
 use crate::messages::{Deliver, Recycle};
 use crate::node::Node;
-use crate::node_start::{build_workers, start_node, StartedNode};
+use crate::node_start::{build_workers_awaiting, start_node, StartedNode};
 
 /// Why a node could not join or stopped serving.
 #[derive(Debug, thiserror::Error)]
@@ -282,9 +282,10 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
     tracing::info!(node = index, trainer = %addr, "joined");
     let max = (welcome.max_frame as usize).max(1);
     // The workers act with the trainer's weights (`welcome.weights`), never with
-    // weights of their own: missing or unusable ones fail the node, and the trainer
-    // is told why.
-    let rollouts = match build_workers(&welcome.spec, &opts.registry, welcome.weights.as_ref()) {
+    // weights of their own: unusable ones fail the node, and the trainer is told why.
+    // Missing ones (a trainer that builds them from the specs this node reports) are
+    // waited for: an `update_weights` comes before the first `continue`.
+    let (rollouts, awaiting) = match build_workers_awaiting(&welcome.spec, &opts.registry, welcome.weights.as_ref()) {
         Ok(r) => r,
         Err(e) => {
             let reason = format!("cannot build the node from the trainer's welcome: {e}");
@@ -294,7 +295,10 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
     };
     let mut session = NodeSession::new(&welcome, Instant::now());
     // Ready: the first frame after the handshake, before any answer to the trainer.
-    let ready = session.ready(rollouts.first().map(|r| r.batch_layout()).unwrap_or_default());
+    let ready = session.ready(
+        rollouts.first().map(|r| r.batch_layout()).unwrap_or_default(),
+        rollouts.first().map(|r| r.env_specs()),
+    );
     let ready = match wire::encode(&ready, max) {
         Ok(b) => Bytes::from(b),
         Err(e) => {
@@ -326,6 +330,7 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
         &opts.registry,
         rollouts,
         weights,
+        awaiting,
         link.clone().recipient(),
     );
     // Weight updates are read into the tensors of versions no worker holds any

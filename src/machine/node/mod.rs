@@ -83,6 +83,10 @@ pub struct NodeMachine {
     snapshot: Option<(u64, Vec<Option<RolloutState>>)>,
     /// A `Restore` being applied: the workers that confirmed.
     restoring: Option<Vec<bool>>,
+    /// The policy's weights it waits for (welcomed without them, for an env whose
+    /// specs the trainer learns from the nodes): what they are, for the failure of a
+    /// `Continue` that comes first.
+    awaiting_weights: Option<String>,
 }
 
 impl NodeMachine {
@@ -110,6 +114,7 @@ impl NodeMachine {
             rebuild: None,
             snapshot: None,
             restoring: None,
+            awaiting_weights: None,
         }
     }
 
@@ -157,6 +162,14 @@ impl NodeMachine {
     /// another layout is refused (the node reports `Failed` naming the difference).
     pub fn with_weights(mut self, weights: Arc<Weights>) -> NodeMachine {
         self.weights = Some(weights);
+        self
+    }
+
+    /// The node was given no weights and its policy has some (`needed` says which):
+    /// it waits for an `UpdateWeights` before it collects, and a `Continue` that comes
+    /// first fails it (`Failed`, naming why) rather than act with weights it invented.
+    pub fn awaiting_weights(mut self, needed: String) -> NodeMachine {
+        self.awaiting_weights = Some(needed);
         self
     }
 
@@ -225,8 +238,21 @@ impl NodeMachine {
             });
         }
         match msg {
-            ToNode::Continue(c) => return self.begin_collect(c, out),
+            ToNode::Continue(c) => {
+                if let Some(needed) = &self.awaiting_weights {
+                    let reason = format!(
+                        "a continue (seq {}) came before any weights: the trainer's welcome had none and no \
+                         update_weights came, and the policy needs {needed}",
+                        c.seq
+                    );
+                    tracing::error!(node = self.index, %reason, "cannot collect");
+                    self.fail(reason, out);
+                    return Ok(());
+                }
+                return self.begin_collect(c, out);
+            }
             ToNode::UpdateWeights(u) => {
+                self.awaiting_weights = None;
                 let version = u.weights.version;
                 // Weights of another layout would fail every worker, and each rebuild
                 // with them again: the node fails at once, naming what does not fit.

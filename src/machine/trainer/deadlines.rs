@@ -115,7 +115,13 @@ impl TrainerMachine {
             let since = self.now;
             self.nodes[node].awaiting.push_back(Awaited { request, since });
         }
+        let weights = match &msg {
+            ToNode::UpdateWeights(_) => true,
+            ToNode::Restore(state) => state.weights.is_some(),
+            _ => false,
+        };
         out.push(Output::Send { node, msg });
+        self.sent(node, weights, out);
     }
 
     /// Node `node` answered a request like `request`: the oldest such is cleared.

@@ -62,6 +62,10 @@ pub enum TrainerError {
         /// Why.
         reason: String,
     },
+    /// The run's policy cannot act in the env whose specs a node reported (or its
+    /// weights do not fit a frame): the run fails, naming the key and why.
+    #[error("{0}")]
+    Policy(String),
     /// An elastic run had no node left for longer than it waits for one: it fails.
     #[error("{0}")]
     NoNodes(String),

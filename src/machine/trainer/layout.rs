@@ -22,8 +22,18 @@ pub enum LayoutSource {
         /// The layout.
         layout: BatchLayout,
     },
+    /// Specs the trainer knows (an env it builds, or specs the user declared): the
+    /// layout is `specs.batch_layout()`, and a node's `ready` must announce it and,
+    /// when it sends specs, these specs. `of` names where they come from in errors.
+    Specs {
+        /// What the specs are of, for errors (`env CartPole-v1`, `the declared specs`).
+        of: String,
+        /// The specs.
+        specs: crate::space::EnvSpecs,
+    },
     /// An env the trainer cannot build: the first `ready` of a node of `env` that is
-    /// accepted (a rollout's layout) sets it; every other node of `env` must match.
+    /// accepted (a rollout's layout, or with protocol version 4 the layout of the
+    /// specs it sends) sets it; every other node of `env` must match.
     FirstReady {
         /// The env (its name, or any key telling envs apart).
         env: String,
@@ -36,12 +46,12 @@ pub enum LayoutSource {
 /// The layout of each node: where it comes from and the one in force.
 #[derive(Debug, Default)]
 pub(super) struct Layouts {
-    sources: Vec<LayoutSource>,
+    pub(super) sources: Vec<LayoutSource>,
     /// What each node's batches are checked against, once known.
-    in_force: Vec<Option<BatchLayout>>,
+    pub(super) in_force: Vec<Option<BatchLayout>>,
     /// Nodes whose last `ready` was refused: their batches are refused too (a batch
     /// may already be on its way when the connection is closed for the `ready`).
-    refused: Vec<bool>,
+    pub(super) refused: Vec<bool>,
 }
 
 impl Layouts {
@@ -55,6 +65,7 @@ impl Layouts {
             .iter()
             .map(|s| match s {
                 LayoutSource::Known { layout, .. } => Some(layout.clone()),
+                LayoutSource::Specs { specs, .. } => Some(specs.batch_layout()),
                 _ => None,
             })
             .collect();
@@ -93,22 +104,31 @@ impl Layouts {
     }
 
     /// Why node `node`'s announced `layout` cannot be its layout, if it cannot.
-    fn refusal(&self, node: usize, layout: &BatchLayout) -> Option<String> {
+    /// `of_specs`: the layout is that of the specs the node sent, which were checked
+    /// (then it need not be the layout of an f32 box's rollout).
+    fn refusal(&self, node: usize, layout: &BatchLayout, of_specs: bool) -> Option<String> {
         let me = format!("node {node}");
+        let rollouts = |layout: &BatchLayout| {
+            if of_specs {
+                return None;
+            }
+            check_rollout_layout(layout)
+                .err()
+                .map(|e| format!("not a rollout's layout: {e}"))
+        };
         match &self.sources[node] {
             LayoutSource::Known { of, layout: known } => named_difference(&me, layout, of, known),
+            LayoutSource::Specs { of, specs } => named_difference(&me, layout, of, &specs.batch_layout()),
             LayoutSource::FirstReady { env } => {
-                if let Err(e) = check_rollout_layout(layout) {
-                    return Some(format!("not a rollout's layout: {e}"));
+                if let Some(e) = rollouts(layout) {
+                    return Some(e);
                 }
                 let own = self.in_force[node].as_ref().map(|l| (node, l));
                 let (first, l) = self.first_of(env, node).or(own)?;
                 named_difference(&me, layout, &format!("node {first}"), l)
                     .map(|d| format!("{d} (the first of env {env} to be ready)"))
             }
-            LayoutSource::Announced => check_rollout_layout(layout)
-                .err()
-                .map(|e| format!("not a rollout's layout: {e}")),
+            LayoutSource::Announced => rollouts(layout),
         }
     }
 }
@@ -158,10 +178,21 @@ impl TrainerMachine {
     /// are stacked, also when it differs from another node's. The node's batches are
     /// refused after a refused `ready`, until one is accepted.
     pub fn set_layout(&mut self, node: usize, layout: BatchLayout) -> Result<(), TrainerError> {
+        self.accept_layout(node, layout, false)
+    }
+
+    /// [`Self::set_layout`]; `of_specs`: `layout` is that of specs the node sent,
+    /// checked already.
+    pub(super) fn accept_layout(
+        &mut self,
+        node: usize,
+        layout: BatchLayout,
+        of_specs: bool,
+    ) -> Result<(), TrainerError> {
         if node >= self.layouts.sources.len() {
             return Err(TrainerError::UnknownNode(node));
         }
-        let refusal = self.layouts.refusal(node, &layout).or_else(|| {
+        let refusal = self.layouts.refusal(node, &layout, of_specs).or_else(|| {
             if !self.cfg.sync {
                 return None;
             }

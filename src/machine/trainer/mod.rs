@@ -9,7 +9,8 @@
 //! async yields, early release), `weights` (when weights go out), `seeding` (the
 //! seed chain), `supervise` (timeouts, failures, restarts), `checkpoint` (taking
 //! and restoring one), `deadlines` (how long a node may take to answer each
-//! request), `layout` (what batches must hold), `membership` (elastic runs: nodes
+//! request), `layout` (what batches must hold), `specs` (the env specs nodes report, and
+//! version 0 built from them), `membership` (elastic runs: nodes
 //! that join and leave), and `node_state` (where each node is, as one enum).
 
 use std::collections::VecDeque;
@@ -31,6 +32,7 @@ mod node_state;
 mod output;
 mod rounds;
 mod seeding;
+mod specs;
 mod supervise;
 #[cfg(test)]
 mod test_support;
@@ -46,6 +48,7 @@ pub use membership::Membership;
 use node_state::{Node, NodeState};
 pub use output::{Collected, Output};
 use seeding::SeedChain;
+pub use specs::initial_weights_for;
 pub use supervise::{CutOff, NodeSupervision, SupervisionStats};
 
 /// The request a node's message answers, if it answers one (a `batch` answers its
@@ -124,6 +127,8 @@ pub struct TrainerMachine {
     abandoned: Vec<(usize, String)>,
     /// Elastic membership, when on: nodes join and leave while the run goes on.
     elastic: Option<membership::Elastic>,
+    /// The specs of envs only the nodes know, and the version 0 built from them.
+    specs: specs::NodeSpecs,
     /// No deadline can pass before this (machine clock): ticks before it check nothing.
     quiet_until: Duration,
 }
@@ -161,6 +166,7 @@ impl TrainerMachine {
             deadlines: RequestDeadlines::default(),
             abandoned: Vec::new(),
             elastic: None,
+            specs: specs::NodeSpecs::new(cfg_nodes),
             quiet_until: Duration::ZERO,
         })
     }
@@ -216,7 +222,7 @@ impl TrainerMachine {
             }
             FromNode::Failed { node, reason } => self.node_lost(node, reason, out),
             FromNode::Leave { node } => self.node_left(node, out),
-            FromNode::Ready { node, layout } => self.set_layout(node, layout),
+            FromNode::Ready { node, layout, specs } => self.on_ready(node, layout, specs, out),
             FromNode::Snapshot { node, id, state } => self.on_snapshot(node, id, *state, out),
             FromNode::Restored { node } => self.on_restored(node, out),
             FromNode::CheckpointFailed { node, id: 0, reason } => {

@@ -33,7 +33,7 @@ impl TrainerMachine {
 
     /// Asks node `node` for `frames` frames under the next seq. A restarting node
     /// holds them until it is back (then they are sent under a new seq); a node that
-    /// is down gets nothing.
+    /// is down gets nothing; a node waiting for its version 0 gets it once it has it.
     pub(super) fn continue_node(&mut self, node: usize, frames: usize, out: &mut Vec<Output>) {
         if self.nodes[node].state.hold(frames) {
             return;
@@ -41,6 +41,11 @@ impl TrainerMachine {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.nodes[node].state.asked(seq, frames, self.now);
+        if self.awaits_weights(node) {
+            // Sent once the node has its version 0 (specs.rs).
+            self.hold_continue(node, seq, frames);
+            return;
+        }
         out.push(Output::Send {
             node,
             msg: ToNode::Continue(Continue { seq, frames }),

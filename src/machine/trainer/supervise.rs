@@ -76,6 +76,7 @@ impl TrainerMachine {
         st.book.pushed_version = 0;
         st.incarnation_seq = next_seq;
         st.awaiting.clear();
+        self.specs_new_incarnation(node);
     }
 
     /// Supervises the nodes: a failed node is restarted (see [`Output::RestartNode`])

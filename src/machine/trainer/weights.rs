@@ -22,7 +22,17 @@ impl TrainerMachine {
     /// launchers hand every node before its first `Continue` (a local node at its
     /// construction, a remote one in `welcome`), and what a node acts with until
     /// the first update. Their version is set to 0. Equal weights are kept once.
-    pub fn with_initial_weights(mut self, weights: Vec<Weights>) -> Result<TrainerMachine, ConfigError> {
+    pub fn with_initial_weights(self, weights: Vec<Weights>) -> Result<TrainerMachine, ConfigError> {
+        self.with_initial_weights_where_known(weights.into_iter().map(Some).collect())
+    }
+
+    /// [`Self::with_initial_weights`] where known: a node of `None` is an env only the
+    /// nodes know, whose version 0 is built once its specs are
+    /// ([`Self::with_deferred_policy`]).
+    pub fn with_initial_weights_where_known(
+        mut self,
+        weights: Vec<Option<Weights>>,
+    ) -> Result<TrainerMachine, ConfigError> {
         if weights.len() != self.nodes.len() {
             return Err(ConfigError {
                 field: "initial_weights",
@@ -31,6 +41,10 @@ impl TrainerMachine {
         }
         let mut initial: Vec<Option<Arc<Weights>>> = Vec::with_capacity(weights.len());
         for w in weights {
+            let Some(w) = w else {
+                initial.push(None);
+                continue;
+            };
             let w = w.with_version(0);
             let shared = initial.iter().flatten().find(|o| ***o == w).cloned();
             initial.push(Some(shared.unwrap_or_else(|| Arc::new(w))));

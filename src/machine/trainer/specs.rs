@@ -1,0 +1,490 @@
+//! The env specs a node reports in `ready`, checked against where its layout comes
+//! from, and version 0 of the weights for an env only the nodes know: built once the
+//! first node of that env reported its specs, and sent to each of its nodes before
+//! that node's first `Continue` (which waits for it).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::layout::LayoutSource;
+use super::{Output, TrainerError, TrainerMachine};
+use crate::message::{Continue, ToNode, UpdateWeights};
+use crate::policy::{PolicyConfig, PolicySpec, Weights};
+use crate::schema::BatchLayout;
+use crate::space::EnvSpecs;
+
+/// Per env the trainer cannot build: the specs in force and the policy built from them.
+#[derive(Debug, Default)]
+pub(super) struct NodeSpecs {
+    /// Env → the first node of it whose `ready` was accepted, and its specs.
+    first: BTreeMap<String, (usize, EnvSpecs)>,
+    /// Env → the policy whose version 0 is built once its specs are known.
+    deferred: BTreeMap<String, PolicySpec>,
+    /// Env → its version 0, once built (`None` inside: a policy without weights).
+    built: BTreeMap<String, Option<Arc<Weights>>>,
+    /// By node: this incarnation was sent weights (an update, or a restore with them).
+    has_weights: Vec<bool>,
+    /// By node: the `Continue` asked of it while it waited for weights, not sent yet.
+    held: Vec<Option<(u64, usize)>>,
+    /// The largest frame body (a node whose batches exceed it is refused).
+    max_frame: Option<usize>,
+}
+
+impl NodeSpecs {
+    /// `nodes` nodes, none sent weights yet.
+    pub(super) fn new(nodes: usize) -> NodeSpecs {
+        NodeSpecs {
+            has_weights: vec![false; nodes],
+            held: vec![None; nodes],
+            ..NodeSpecs::default()
+        }
+    }
+}
+
+/// The name of a policy, for errors.
+fn policy_name(p: &PolicySpec) -> &'static str {
+    match p.config {
+        PolicyConfig::Random => "random",
+        PolicyConfig::Linear => "linear",
+        PolicyConfig::Mlp { .. } => "mlp",
+        PolicyConfig::Constant { .. } => "constant",
+    }
+}
+
+/// Version 0 of `policy` for an env of `specs` (`None`: a policy without weights), or
+/// why it cannot take them, naming the key.
+pub fn initial_weights_for(policy: &PolicySpec, specs: &EnvSpecs) -> Result<Option<Weights>, String> {
+    let name = policy_name(policy);
+    if matches!(policy.config, PolicyConfig::Random) {
+        return Ok(None);
+    }
+    let (obs, act) = specs
+        .policy_specs()
+        .map_err(|e| format!("policy {name} cannot take {}: {}", e.key, e.reason))?;
+    let built = policy
+        .build(&obs, &act, 0)
+        .map_err(|e| format!("policy {name} cannot take these specs: {e}"))?;
+    Ok(Some(built.weights().clone().with_version(0)))
+}
+
+impl TrainerMachine {
+    /// The nodes of env `env`, which the trainer cannot build (their layout source is
+    /// [`LayoutSource::FirstReady`]), act with `policy`: its version 0 is built from
+    /// the specs of the first of them to be ready, and each of them gets it (as an
+    /// `update_weights` of version 0) before its first `Continue`, which waits for it.
+    pub fn with_deferred_policy(mut self, env: impl Into<String>, policy: PolicySpec) -> TrainerMachine {
+        self.specs.deferred.insert(env.into(), policy);
+        self
+    }
+
+    /// Node `node`'s batches (of its frames per batch) are refused at its `ready` when
+    /// they would exceed `max_frame` bytes of tensors.
+    pub fn with_max_frame(mut self, max_frame: usize) -> TrainerMachine {
+        self.specs.max_frame = Some(max_frame);
+        self
+    }
+
+    /// The specs in force for env `env` the trainer cannot build, once a node of it
+    /// reported them.
+    pub fn env_specs(&self, env: &str) -> Option<&EnvSpecs> {
+        self.specs.first.get(env).map(|(_, s)| s)
+    }
+
+    /// The env of node `node`, when the trainer cannot build it.
+    fn first_ready_env(&self, node: usize) -> Option<&str> {
+        match self.layouts.sources.get(node) {
+            Some(LayoutSource::FirstReady { env }) => Some(env),
+            _ => None,
+        }
+    }
+
+    /// Node `node` gets no `Continue` yet: its env's policy has weights, built from
+    /// specs a node reports, and this incarnation of it was sent none.
+    pub(super) fn awaits_weights(&self, node: usize) -> bool {
+        if self.specs.has_weights.get(node).copied().unwrap_or(true) {
+            return false;
+        }
+        self.first_ready_env(node)
+            .and_then(|env| self.specs.deferred.get(env))
+            .is_some_and(|p| !matches!(p.config, PolicyConfig::Random))
+    }
+
+    /// A `Continue` (seq, frames) asked of node `node` while it waits for weights:
+    /// sent once it has them.
+    pub(super) fn hold_continue(&mut self, node: usize, seq: u64, frames: usize) {
+        self.specs.held[node] = Some((seq, frames));
+    }
+
+    /// A new incarnation of node `node` (a restart, a joiner): it has no weights and
+    /// owes nothing held.
+    pub(super) fn specs_new_incarnation(&mut self, node: usize) {
+        self.specs.has_weights[node] = false;
+        self.specs.held[node] = None;
+    }
+
+    /// `msg` was just sent to `node`: weights in it let the node collect, and the
+    /// `Continue` held for it goes out (if it is still the one it owes).
+    pub(super) fn sent(&mut self, node: usize, msg_has_weights: bool, out: &mut Vec<Output>) {
+        if !msg_has_weights {
+            return;
+        }
+        self.specs.has_weights[node] = true;
+        if let Some((seq, frames)) = self.specs.held[node].take() {
+            if self.nodes[node].state.outstanding() == Some((seq, frames)) {
+                out.push(Output::Send {
+                    node,
+                    msg: ToNode::Continue(Continue { seq, frames }),
+                });
+            }
+        }
+    }
+
+    /// Node `node`'s `ready`: its `specs` (absent from a version-3 node) checked
+    /// against where its layout comes from, then its `layout`. For an env the trainer
+    /// cannot build, the first accepted node's specs become the env's, its version 0
+    /// is built from them (a policy that cannot take them fails the run:
+    /// [`TrainerError::Policy`]), and the node gets it. A refused `ready` is
+    /// [`TrainerError::BadLayout`], naming why.
+    pub(super) fn on_ready(
+        &mut self,
+        node: usize,
+        layout: BatchLayout,
+        specs: Option<EnvSpecs>,
+        out: &mut Vec<Output>,
+    ) -> Result<(), TrainerError> {
+        if node >= self.nodes.len() {
+            return Err(TrainerError::UnknownNode(node));
+        }
+        if let Some(reason) = self.specs_refusal(node, &layout, specs.as_ref()) {
+            self.layouts.refused[node] = true;
+            return Err(TrainerError::BadLayout { node, reason });
+        }
+        self.accept_layout(node, layout, specs.is_some())?;
+        let Some(env) = self.first_ready_env(node).map(str::to_owned) else {
+            return Ok(());
+        };
+        if !self.specs.first.contains_key(&env) {
+            let Some(specs) = specs else {
+                return Ok(());
+            };
+            self.specs.first.insert(env.clone(), (node, specs.clone()));
+            if let Some(policy) = self.specs.deferred.get(&env).cloned() {
+                let v0 = self.build_initial(&env, &policy, &specs)?;
+                for i in 0..self.nodes.len() {
+                    if self.first_ready_env(i) == Some(env.as_str()) {
+                        self.initial[i] = v0.clone();
+                    }
+                }
+                self.specs.built.insert(env.clone(), v0);
+            }
+        }
+        if self.awaits_weights(node) {
+            if let Some(Some(v0)) = self.specs.built.get(&env).cloned() {
+                self.send(node, ToNode::UpdateWeights(UpdateWeights { weights: v0 }), out);
+            }
+        }
+        Ok(())
+    }
+
+    /// Version 0 for env `env` from `specs`, checked to fit in a frame.
+    fn build_initial(
+        &self,
+        env: &str,
+        policy: &PolicySpec,
+        specs: &EnvSpecs,
+    ) -> Result<Option<Arc<Weights>>, TrainerError> {
+        let fail = |reason: String| TrainerError::Policy(format!("env {env}: {reason}"));
+        let Some(w) = initial_weights_for(policy, specs).map_err(fail)? else {
+            return Ok(None);
+        };
+        if let Some(max) = self.specs.max_frame {
+            let len = crate::wire::update_weights_len(&w);
+            if len > max {
+                return Err(fail(format!(
+                    "policy {} has {} parameters for these specs: a weight update is a frame of {len} bytes, \
+                     over max_frame ({max})",
+                    policy_name(policy),
+                    w.numel()
+                )));
+            }
+        }
+        Ok(Some(Arc::new(w)))
+    }
+
+    /// Why node `node`'s `specs` (and the `layout` it announced with them) are
+    /// refused, if they are.
+    fn specs_refusal(&self, node: usize, layout: &BatchLayout, specs: Option<&EnvSpecs>) -> Option<String> {
+        let me = format!("node {node}");
+        match (&self.layouts.sources[node], specs) {
+            (LayoutSource::FirstReady { env }, None) => Some(format!(
+                "sends no specs (protocol version 3?) for env {env}, which the trainer cannot build"
+            )),
+            (_, None) => None,
+            (LayoutSource::Specs { of, specs: known }, Some(s)) => EnvSpecs::difference(&me, s, of, known),
+            (source, Some(s)) => {
+                if let Err(e) = s.validate() {
+                    return Some(format!("its specs cannot be collected: {e}"));
+                }
+                let own = s.batch_layout();
+                if let Some(d) = crate::schema::named_difference("the layout", layout, "the specs' layout", &own) {
+                    return Some(format!("its layout is not that of its specs: {d}"));
+                }
+                if let Some(max) = self.specs.max_frame {
+                    let frames = if self.cfg.sync {
+                        self.cfg.frames_per_batch / self.cfg.nodes.max(1)
+                    } else {
+                        self.cfg.frames_per_batch
+                    };
+                    let per_frame = s.bytes_per_frame().unwrap_or(usize::MAX);
+                    let batch = per_frame.saturating_mul(frames);
+                    if batch > max {
+                        return Some(format!(
+                            "its batches of {frames} frames would hold {batch} bytes of tensors ({per_frame} a \
+                             frame), over max_frame ({max})"
+                        ));
+                    }
+                }
+                let LayoutSource::FirstReady { env } = source else {
+                    return None;
+                };
+                let (first, theirs) = self.specs.first.get(env)?;
+                EnvSpecs::difference(&me, s, &format!("node {first}"), theirs)
+                    .map(|d| format!("{d} (the first of env {env} to be ready)"))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::*;
+    use super::*;
+    use crate::message::FromNode;
+    use crate::space::{Bounds, Space};
+    use crate::spec::Spec;
+    use crate::tensor::DType;
+
+    fn specs(obs: usize) -> EnvSpecs {
+        EnvSpecs::from_specs(&Spec::uniform_box(obs, -1.0, 1.0), &Spec::Discrete { n: 2 })
+    }
+
+    fn image() -> EnvSpecs {
+        EnvSpecs {
+            observation: Space::Box {
+                dtype: DType::U8,
+                shape: vec![8, 8, 3],
+                low: Some(Bounds::Uniform(0.0)),
+                high: Some(Bounds::Uniform(255.0)),
+            },
+            action: Space::Discrete { n: 6, start: 0 },
+        }
+    }
+
+    fn ready(node: usize, s: Option<&EnvSpecs>) -> FromNode {
+        FromNode::Ready {
+            node,
+            layout: s.map_or_else(|| specs(4).batch_layout(), EnvSpecs::batch_layout),
+            specs: s.cloned(),
+        }
+    }
+
+    fn first_ready(n: usize, env: &str) -> Vec<LayoutSource> {
+        vec![LayoutSource::FirstReady { env: env.into() }; n]
+    }
+
+    fn refusal(m: &mut TrainerMachine, msg: FromNode) -> String {
+        match m.on_node(msg, &mut Vec::new()) {
+            Err(TrainerError::BadLayout { reason, .. }) => reason,
+            other => panic!("expected BadLayout, got {other:?}"),
+        }
+    }
+
+    fn linear() -> PolicySpec {
+        PolicySpec::from(PolicyConfig::Linear)
+    }
+
+    #[test]
+    fn the_first_nodes_specs_hold_the_others_and_a_ready_without_specs_is_refused() {
+        let mut m = machine(config(3, 1, 4, None, false)).with_layout_sources(first_ready(3, "Custom"));
+        let reason = refusal(&mut m, ready(0, None));
+        assert_eq!(
+            reason,
+            "sends no specs (protocol version 3?) for env Custom, which the trainer cannot build"
+        );
+        feed(&mut m, ready(1, Some(&specs(4))));
+        assert_eq!(m.env_specs("Custom"), Some(&specs(4)));
+        let reason = refusal(&mut m, ready(2, Some(&specs(3))));
+        assert_eq!(
+            reason,
+            "node 2's observation is f32 [3], node 1's is f32 [4] (the first of env Custom to be ready)"
+        );
+        let mut other_bounds = specs(4);
+        other_bounds.action = Space::Discrete { n: 2, start: 1 };
+        let reason = refusal(&mut m, ready(2, Some(&other_bounds)));
+        assert!(
+            reason.contains("node 2's action is discrete 2 from 1, node 1's is discrete 2"),
+            "{reason}"
+        );
+        feed(&mut m, ready(2, Some(&specs(4))));
+        assert_eq!(m.layout(2), Some(&specs(4).batch_layout()));
+    }
+
+    #[test]
+    fn a_layout_other_than_its_specs_or_specs_that_cannot_be_collected_are_refused() {
+        let mut m = machine(config(1, 1, 4, None, false)).with_layout_sources(first_ready(1, "Custom"));
+        let reason = refusal(
+            &mut m,
+            FromNode::Ready {
+                node: 0,
+                layout: specs(3).batch_layout(),
+                specs: Some(specs(4)),
+            },
+        );
+        assert_eq!(
+            reason,
+            "its layout is not that of its specs: the layout's observation is f32 [3], the specs' layout's is f32 [4]"
+        );
+        let mut huge = image();
+        huge.observation = Space::Box {
+            dtype: DType::U8,
+            shape: vec![1 << 40, 1 << 40],
+            low: None,
+            high: None,
+        };
+        let reason = refusal(
+            &mut m,
+            FromNode::Ready {
+                node: 0,
+                layout: BatchLayout::new(),
+                specs: Some(huge),
+            },
+        );
+        assert!(
+            reason.starts_with("its specs cannot be collected: observation: a box of shape"),
+            "{reason}"
+        );
+        assert_eq!(m.env_specs("Custom"), None, "refused specs set nothing");
+    }
+
+    #[test]
+    fn batches_over_max_frame_refuse_the_ready_naming_the_sizes() {
+        // An 8x8x3 u8 frame twice (observation, next) plus the fixed keys: 4 frames.
+        let per = image().bytes_per_frame().unwrap();
+        let mut m = machine(config(1, 1, 4, None, false))
+            .with_layout_sources(first_ready(1, "Atari"))
+            .with_max_frame(4 * per - 1);
+        let reason = refusal(&mut m, ready(0, Some(&image())));
+        assert_eq!(
+            reason,
+            format!(
+                "its batches of 4 frames would hold {} bytes of tensors ({per} a frame), over max_frame ({})",
+                4 * per,
+                4 * per - 1
+            )
+        );
+        let mut m = machine(config(1, 1, 4, None, false))
+            .with_layout_sources(first_ready(1, "Atari"))
+            .with_max_frame(4 * per);
+        feed(&mut m, ready(0, Some(&image())));
+    }
+
+    #[test]
+    fn version_0_goes_to_each_node_before_its_first_continue() {
+        let mut m = machine(config(2, 1, 4, None, false))
+            .with_layout_sources(first_ready(2, "Custom"))
+            .with_deferred_policy("Custom", linear());
+        assert!(m.initial_weights(0).is_none(), "unknown before the specs");
+        let out = request(&mut m);
+        assert!(continues(&out).is_empty(), "no node has weights: {out:?}");
+        let out = feed(&mut m, ready(1, Some(&specs(4))));
+        assert_eq!(sends(&out), vec![(1, "update_weights"), (1, "continue")]);
+        let v0 = m.initial_weights(0).cloned().expect("built for every node of the env");
+        let want = initial_weights_for(&linear(), &specs(4)).unwrap().unwrap();
+        assert_eq!(*v0, want);
+        assert_eq!(v0.version, 0);
+        match &out[0] {
+            Output::Send {
+                msg: ToNode::UpdateWeights(u),
+                ..
+            } => assert!(Arc::ptr_eq(&u.weights, &v0)),
+            other => panic!("{other:?}"),
+        }
+        let out = feed(&mut m, ready(0, Some(&specs(4))));
+        assert_eq!(sends(&out), vec![(0, "update_weights"), (0, "continue")]);
+        // A second ready of an incarnation that has its weights sends nothing.
+        assert!(feed(&mut m, ready(0, Some(&specs(4)))).is_empty());
+    }
+
+    #[test]
+    fn a_random_policy_needs_no_weights_and_nothing_waits() {
+        let mut m = machine(config(1, 1, 4, None, false))
+            .with_layout_sources(first_ready(1, "Custom"))
+            .with_deferred_policy("Custom", PolicySpec::from(PolicyConfig::Random));
+        assert_eq!(continues(&request(&mut m)), vec![(0, 0, 4)]);
+        assert!(feed(&mut m, ready(0, Some(&image()))).is_empty());
+        assert!(m.initial_weights(0).is_none());
+    }
+
+    #[test]
+    fn a_policy_that_cannot_take_the_specs_fails_the_run_naming_the_key() {
+        let mut m = machine(config(1, 1, 4, None, false))
+            .with_layout_sources(first_ready(1, "Atari"))
+            .with_deferred_policy("Atari", linear());
+        let r = m.on_node(ready(0, Some(&image())), &mut Vec::new());
+        assert_eq!(
+            r,
+            Err(TrainerError::Policy(
+                "env Atari: policy linear cannot take observation: u8 box [8, 8, 3]: built-in policies take a 1-D \
+                 f32 or f64 box or a discrete space"
+                    .into()
+            ))
+        );
+    }
+
+    #[test]
+    fn a_weight_update_over_max_frame_fails_the_run() {
+        // 1,010 parameters (4 KB), a frame of 831 bytes.
+        let wide = EnvSpecs::from_specs(&Spec::uniform_box(100, -1.0, 1.0), &Spec::Discrete { n: 10 });
+        let mut m = machine(config(1, 1, 1, None, false))
+            .with_layout_sources(first_ready(1, "Wide"))
+            .with_deferred_policy("Wide", linear())
+            .with_max_frame(2000);
+        let r = m.on_node(ready(0, Some(&wide)), &mut Vec::new());
+        assert!(
+            matches!(&r, Err(TrainerError::Policy(m)) if m.contains("over max_frame (2000)")),
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn known_specs_hold_every_node_that_sends_specs() {
+        let known = LayoutSource::Specs {
+            of: "env E".into(),
+            specs: specs(4),
+        };
+        let mut m = machine(config(2, 1, 4, None, false)).with_layout_sources(vec![known.clone(), known]);
+        assert_eq!(m.layout(0), Some(&specs(4).batch_layout()), "known before any ready");
+        let mut other = specs(4);
+        other.action = Space::Discrete { n: 3, start: 0 };
+        let reason = refusal(&mut m, ready(0, Some(&other)));
+        assert_eq!(
+            reason,
+            "node 0's action is discrete 3, env E's is discrete 2 (the same layout, other bounds or choices)"
+        );
+        feed(&mut m, ready(0, Some(&specs(4))));
+        feed(&mut m, ready(1, None));
+    }
+
+    #[test]
+    fn a_restarted_node_waits_for_version_0_again() {
+        let mut m = machine(config(1, 1, 4, None, false))
+            .with_layout_sources(first_ready(1, "Custom"))
+            .with_deferred_policy("Custom", linear());
+        feed(&mut m, ready(0, Some(&specs(4))));
+        m.new_incarnation(0);
+        assert!(m.awaits_weights(0));
+        let out = feed(&mut m, ready(0, Some(&specs(4))));
+        assert_eq!(sends(&out), vec![(0, "update_weights")]);
+        assert!(!m.awaits_weights(0));
+    }
+}
