@@ -203,7 +203,7 @@ pub(crate) fn build(
         b = b.batch_timeout(t);
     }
     if let Some(s) = env_specs {
-        b = b.env_specs(s);
+        b = b.env_spec(s);
     }
     if let Some(n) = args.nodes {
         b = b.nodes(n);

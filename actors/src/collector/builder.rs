@@ -70,7 +70,7 @@ impl CollectorBuilder {
     /// With the External, Process or Slurm launcher it may be an env only the nodes
     /// know (not in this builder's registry): the first node to be ready reports its
     /// specs, every other node must report the same, and the policy's version 0 is
-    /// built from them then (or from [`Self::env_specs`], when declared).
+    /// built from them then (or from [`Self::env_spec`], when declared).
     pub fn env(mut self, env: impl Into<EnvSpec>) -> Self {
         self.settings.env = Some(env.into());
         self
@@ -80,7 +80,7 @@ impl CollectorBuilder {
     /// must report equal specs. For an env the registry builds, they must be its own.
     /// Refused by [`Self::build`] naming `env_spec` and the key when they cannot be
     /// collected.
-    pub fn env_specs(mut self, specs: rollout::space::EnvSpecs) -> Self {
+    pub fn env_spec(mut self, specs: rollout::space::EnvSpecs) -> Self {
         self.settings.env_specs = Some(specs);
         self
     }

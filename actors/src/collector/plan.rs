@@ -52,7 +52,7 @@ impl Settings {
     /// [`Self::plan_specs`], where each node's layout comes from, and its version 0.
     /// An env the registry builds: its specs give the layout (a node's `ready` must
     /// announce it), and version 0 is built from them. Specs the user declared
-    /// (`env_specs`): the same, from those. An env neither builds (one only the nodes
+    /// (`env_spec`): the same, from those. An env neither builds (one only the nodes
     /// know; never with the Local launcher, which builds its nodes from the registry):
     /// the first node of it to be ready sets its specs, and version 0 is built from
     /// them then (the machine's deferred policy).
@@ -656,7 +656,7 @@ mod tests {
             &rollout::Spec::Discrete { n: 2 },
         );
         let (_, _, _, sources, initial) = builder("Custom-v0", Launcher::External)
-            .env_specs(d.clone())
+            .env_spec(d.clone())
             .settings()
             .plan_run()
             .expect("a plan");
@@ -673,7 +673,7 @@ mod tests {
             "version 0 of the default policy (linear) for the declared specs"
         );
         // A policy that cannot take them: named, with the key.
-        let e = config_error_of(builder("Custom-v0", Launcher::External).env_specs(image()));
+        let e = config_error_of(builder("Custom-v0", Launcher::External).env_spec(image()));
         assert_eq!(e.field, "policy");
         assert!(
             e.reason.contains("cannot take observation: u8 box [4, 4]"),
@@ -685,9 +685,9 @@ mod tests {
         empty.observation = rollout::space::Space::Dict {
             spaces: Default::default(),
         };
-        let e = config_error_of(builder("Custom-v0", Launcher::External).env_specs(empty));
+        let e = config_error_of(builder("Custom-v0", Launcher::External).env_spec(empty));
         assert_eq!((e.field, e.reason.as_str()), ("env_spec", "observation: an empty dict"));
-        let e = config_error_of(builder("CartPole-v1", Launcher::External).env_specs(d));
+        let e = config_error_of(builder("CartPole-v1", Launcher::External).env_spec(d));
         assert_eq!(e.field, "env_spec");
         assert!(
             e.reason

@@ -126,8 +126,13 @@ class DistributedCollector:
     ``update_interval``, ``max_frames_per_traj``, ``init_random_frames``,
     ``reset_at_each_iter``, ``split_trajs``, ``exploration_type``.
 
-    rollout's own: ``env`` (a registered name, e.g. ``"CartPole-v1"``; torchrl's
-    ``create_env_fn`` position), ``env_config`` (a JSON-able dict), ``policy`` (a
+    rollout's own: ``env`` (a registered name, e.g. ``"CartPole-v1"``, or with the
+    ``"process"``, ``"external"`` and ``"slurm"`` launchers any env the nodes build,
+    e.g. a gymnasium id served by Python nodes: the trainer learns its spaces from the
+    first node to be ready; torchrl's ``create_env_fn`` position), ``env_config`` (a
+    JSON-able dict), ``env_spec`` (the env's spaces declared, a dict as PROTOCOL.md §3
+    writes them, ``{"observation": {...}, "action": {...}}``: nodes are checked against
+    them), ``policy`` (a
     kind or a config dict; default ``"linear"``), ``policy_init_seed``, ``nodes``
     (default 1), elastic membership (``min_nodes``, ``max_nodes``: an async run of
     the ``"external"`` launcher that starts once ``min_nodes`` joined, takes nodes
@@ -158,6 +163,7 @@ class DistributedCollector:
         total_frames: int = -1,
         create_env_fn: Optional[str] = None,
         env_config: Optional[Mapping[str, Any]] = None,
+        env_spec: Optional[Mapping[str, Any]] = None,
         nodes: Optional[int] = None,
         envs_per_node: Optional[int] = None,
         num_workers_per_collector: Optional[int] = None,
@@ -213,6 +219,7 @@ class DistributedCollector:
         settings: Dict[str, Any] = dict(
             env=env,
             env_config=_env_config("env_config", env_config),
+            env_spec=_env_config("env_spec", env_spec),
             policy=_policy(policy),
             frames_per_batch=frames_per_batch,
             total_frames=total_frames,

@@ -150,6 +150,11 @@ pub(crate) fn builder(dict: Bound<'_, PyDict>) -> PyResult<CollectorBuilder> {
         Some(name) => b = b.env(env_spec("env_config", name, env_config)?),
         None => return Err(config_error("env", "required: the name of a registered env")),
     }
+    if let Some(json) = s.take::<String>("env_spec", "a JSON string")? {
+        let specs = serde_json::from_str::<rollout::space::EnvSpecs>(&json)
+            .map_err(|e| config_error("env_spec", format!("not the specs of an env: {e}")))?;
+        b = b.env_spec(specs);
+    }
     let mut policy = PolicySpec::default();
     if let Some(json) = s.take::<String>("policy", "a JSON policy config")? {
         policy.config = serde_json::from_str::<PolicyConfig>(&json)

@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 
+import numpy as np
 import pytest
 
 import rollout
@@ -279,5 +280,115 @@ def test_slurm_launcher_runs_a_python_node_command():
         assert len(scripts) == 1 and "-m rollout_node --join" in scripts[0].read_text()
         queue = subprocess.run(["squeue", "-h", "-j", jobs[0]], capture_output=True, text=True, timeout=60)
         assert queue.stdout.strip() == "", f"tasks left after shutdown: {queue.stdout}"
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+
+
+# ---- any env: the trainer learns an env it cannot build from the Python nodes it started
+
+
+def test_an_env_only_the_python_nodes_know_is_collected_in_its_own_dtypes():
+    require_python_node()
+    with rollout.DistributedCollector(
+        "Acrobot-v1",
+        nodes=2,
+        envs_per_node=2,
+        sync=True,
+        launcher="process",
+        node_command=PYTHON_NODE,
+        policy={"kind": "mlp", "hidden": [8]},
+        exploration_type="deterministic",
+        frames_per_batch=200,
+        total_frames=1000,
+        seed=3,
+    ) as c:
+        batches = list(c)
+    assert sum(b.numel() for b in batches) == 1000
+    for b in batches:
+        assert b["observation"].dtype == np.float32 and b["observation"].shape == (2, 2, 50, 6)
+        assert b["action"].dtype == np.int64 and b["action"].shape == (2, 2, 50)
+        assert b.weights_version == 0
+    with rollout.DistributedCollector(
+        "HalfCheetah-v5",
+        nodes=1,
+        launcher="process",
+        node_command=PYTHON_NODE,
+        policy="random",
+        frames_per_batch=100,
+        total_frames=300,
+        seed=3,
+    ) as c:
+        batches = list(c)
+    assert sum(b.numel() for b in batches) == 300
+    for b in batches:
+        assert b["observation"].dtype == np.float64 and b["observation"].shape == (1, 100, 17)
+        assert b["next", "observation"].dtype == np.float64
+        assert b["action"].dtype == np.float32 and b["action"].shape == (1, 100, 6)
+
+
+def test_declared_env_specs_hold_the_nodes_to_them():
+    require_python_node()
+    acrobot = {
+        "observation": {"kind": "box", "dtype": "f32", "shape": [6]},
+        "action": {"kind": "discrete", "n": 3},
+    }
+    with rollout.DistributedCollector(
+        "Acrobot-v1",
+        nodes=1,
+        launcher="process",
+        node_command=PYTHON_NODE,
+        env_spec=acrobot,
+        policy="random",
+        frames_per_batch=100,
+        total_frames=200,
+        seed=3,
+    ) as c:
+        assert sum(b.numel() for b in c) == 200
+    other = dict(acrobot, action={"kind": "discrete", "n": 4})
+    with pytest.raises(rollout.CollectorError) as e:
+        with rollout.DistributedCollector(
+            "Acrobot-v1",
+            nodes=1,
+            launcher="process",
+            node_command=PYTHON_NODE,
+            env_spec=other,
+            policy="random",
+            frames_per_batch=100,
+            total_frames=200,
+            batch_timeout=60.0,
+        ) as c:
+            list(c)
+    assert "discrete 3" in str(e.value) and "discrete 4" in str(e.value), str(e.value)
+    with pytest.raises(rollout.ConfigError) as e:
+        rollout.DistributedCollector("Acrobot-v1", frames_per_batch=10, launcher="process", node_command=PYTHON_NODE,
+                                     env_spec={"observation": {"kind": "box", "dtype": "f32", "shape": [0]}, "action": acrobot["action"]})
+    assert e.value.field == "env_spec", e.value.field
+
+
+def test_slurm_launcher_collects_an_env_only_the_python_nodes_know():
+    require_slurm()
+    require_python_node()
+    out_dir = tempfile.mkdtemp(prefix="rollout-py-slurm-any-")
+    try:
+        with rollout.DistributedCollector(
+            "Acrobot-v1",
+            nodes=2,
+            frames_per_batch=100,
+            total_frames=600,
+            seed=0,
+            policy="linear",
+            launcher="slurm",
+            slurm_kwargs={"job_name": "rollout-py-test-any", "output_dir": out_dir},
+            listen="127.0.0.1:0",
+            advertise="127.0.0.1",
+            node_command=PYTHON_NODE,
+            heartbeat=0.1,
+            heartbeat_timeout=1.5,
+            join_timeout=120.0,
+            batch_timeout=120.0,
+        ) as c:
+            batches = list(c)
+        assert sum(b.numel() for b in batches) == 600
+        assert all(b["observation"].shape[-1] == 6 for b in batches)
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
