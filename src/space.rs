@@ -294,14 +294,20 @@ impl Space {
 }
 
 impl Space {
-    /// The same space, each bound in its one form: bounds equal for every element as
-    /// one number, and unbounded (every low -inf, every high +inf) as absent. A node
-    /// may write the same bounds either way (JSON has no infinite numbers).
+    /// The same space, each bound in its one form: at the precision of the box's
+    /// dtype (an f32 box's bounds are f32 numbers, however many digits they were
+    /// written with), bounds equal for every element as one number, and unbounded
+    /// (every low -inf, every high +inf) as absent. A node may write the same bounds
+    /// either way (JSON has no infinite numbers).
     pub fn canonical(&self) -> Space {
-        fn bound(b: &Option<Bounds>, unbounded: f64) -> Option<Bounds> {
+        fn bound(b: &Option<Bounds>, unbounded: f64, f32_box: bool) -> Option<Bounds> {
+            let round = |x: f64| if f32_box { f64::from(x as f32) } else { x };
             let b = match b {
-                Some(Bounds::Each(v)) if v.first().is_some_and(|f| v.iter().all(|x| x == f)) => Bounds::Uniform(v[0]),
-                Some(b) => b.clone(),
+                Some(Bounds::Each(v)) if v.first().is_some_and(|f| v.iter().all(|x| round(*x) == round(*f))) => {
+                    Bounds::Uniform(round(v[0]))
+                }
+                Some(Bounds::Each(v)) => Bounds::Each(v.iter().map(|&x| round(x)).collect()),
+                Some(Bounds::Uniform(x)) => Bounds::Uniform(round(*x)),
                 None => return None,
             };
             (b != Bounds::Uniform(unbounded)).then_some(b)
@@ -315,8 +321,8 @@ impl Space {
             } => Space::Box {
                 dtype: *dtype,
                 shape: shape.clone(),
-                low: bound(low, f64::NEG_INFINITY),
-                high: bound(high, f64::INFINITY),
+                low: bound(low, f64::NEG_INFINITY, *dtype == DType::F32),
+                high: bound(high, f64::INFINITY, *dtype == DType::F32),
             },
             Space::Dict { spaces } => Space::Dict {
                 spaces: spaces.iter().map(|(k, s)| (k.clone(), s.canonical())).collect(),
@@ -429,7 +435,41 @@ impl EnvSpecs {
         ]
         .into_iter()
         .find(|(_, x, y)| x.canonical() != y.canonical())
-        .map(|(k, x, y)| format!("{name_a}'s {k} is {x}, {name_b}'s is {y} (the same layout, other bounds or choices)"))
+        .map(|(k, x, y)| match first_bound_difference(k, x, y) {
+            Some((what, u, v)) => format!("{name_a}'s {what} is {u}, {name_b}'s is {v}"),
+            None => format!("{name_a}'s {k} is {x}, {name_b}'s is {y} (the same layout, other bounds or choices)"),
+        })
+    }
+}
+
+/// The first bound two boxes of one shape under batch key `key` disagree on (dicts
+/// searched entry by entry), as `(observation.pos low bound 1, value, value)`.
+fn first_bound_difference(key: &str, a: &Space, b: &Space) -> Option<(String, f64, f64)> {
+    match (a.canonical(), b.canonical()) {
+        (
+            Space::Box {
+                shape,
+                low: la,
+                high: ha,
+                ..
+            },
+            Space::Box { low: lb, high: hb, .. },
+        ) => {
+            let n = numel(&shape)?;
+            let get = |b: &Option<Bounds>, i: usize, none: f64| b.as_ref().map_or(none, |b| b.get(i));
+            [("low", &la, &lb, f64::NEG_INFINITY), ("high", &ha, &hb, f64::INFINITY)]
+                .into_iter()
+                .find_map(|(name, x, y, none)| {
+                    (0..n)
+                        .find(|&i| get(x, i, none) != get(y, i, none))
+                        .map(|i| (format!("{key} {name} bound {i}"), get(x, i, none), get(y, i, none)))
+                })
+        }
+        (Space::Dict { spaces: sa }, Space::Dict { spaces: sb }) => sa.iter().find_map(|(name, x)| {
+            let y = sb.get(name)?;
+            first_bound_difference(&format!("{key}.{name}"), x, y)
+        }),
+        _ => None,
     }
 }
 
@@ -573,6 +613,32 @@ mod tests {
     }
 
     #[test]
+    fn bounds_compare_at_the_boxs_precision_and_the_first_different_one_is_named() {
+        let node = EnvSpecs::from_specs(
+            &Spec::Box {
+                low: vec![-1.0, -4.0 * std::f32::consts::PI],
+                high: vec![1.0, 4.0 * std::f32::consts::PI],
+            },
+            &Spec::Discrete { n: 3 },
+        );
+        let json = r#"{"observation": {"kind": "box", "dtype": "f32", "shape": [2],
+                       "low": [-1, -12.566371], "high": [1, 12.566371]},
+                       "action": {"kind": "discrete", "n": 3}}"#;
+        let declared: EnvSpecs = serde_json::from_str(json).unwrap();
+        assert_eq!(EnvSpecs::difference("node 0", &node, "declared", &declared), None);
+        let unbounded: EnvSpecs = serde_json::from_str(
+            r#"{"observation": {"kind": "box", "dtype": "f32", "shape": [2], "low": -1, "high": [1, 12.566371]},
+                "action": {"kind": "discrete", "n": 3}}"#,
+        )
+        .unwrap();
+        let d = EnvSpecs::difference("node 0", &node, "declared", &unbounded).unwrap();
+        assert!(
+            d.starts_with("node 0's observation low bound 1 is -12.566370964050293, declared's is -1"),
+            "{d}"
+        );
+    }
+
+    #[test]
     fn two_specs_differ_first_by_layout_then_by_bounds() {
         let a = EnvSpecs::from_specs(&Spec::uniform_box(4, -1.0, 1.0), &Spec::Discrete { n: 2 });
         let b = EnvSpecs::from_specs(&Spec::uniform_box(4, -2.0, 2.0), &Spec::Discrete { n: 2 });
@@ -580,7 +646,7 @@ mod tests {
         assert_eq!(EnvSpecs::difference("node 1", &a, "node 0", &a), None);
         let d = EnvSpecs::difference("node 1", &b, "node 0", &a).unwrap();
         assert!(
-            d.starts_with("node 1's observation is f32 box [4], node 0's is f32 box [4]"),
+            d.starts_with("node 1's observation low bound 0 is -2, node 0's is -1"),
             "{d}"
         );
         let d = EnvSpecs::difference("node 1", &c, "node 0", &a).unwrap();
@@ -617,7 +683,7 @@ mod tests {
         assert_eq!(EnvSpecs::difference("a", &uniform, "b", &each), None, "[-1, -1] is -1");
         let d = EnvSpecs::difference("a", &uniform, "b", &absent).expect("bounded and unbounded differ");
         assert!(
-            d.starts_with("a's observation is f32 box [2], b's is f32 box [2]"),
+            d.starts_with("a's observation low bound 0 is -1, b's is -inf"),
             "{d}"
         );
     }

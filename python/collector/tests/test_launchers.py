@@ -328,8 +328,10 @@ def test_an_env_only_the_python_nodes_know_is_collected_in_its_own_dtypes():
 
 def test_declared_env_specs_hold_the_nodes_to_them():
     require_python_node()
+    # Acrobot-v1's bounds as a person writes them (f32 boxes compare at f32 precision).
+    high = [1, 1, 1, 1, 12.566371, 28.274334]
     acrobot = {
-        "observation": {"kind": "box", "dtype": "f32", "shape": [6]},
+        "observation": {"kind": "box", "dtype": "f32", "shape": [6], "low": [-h for h in high], "high": high},
         "action": {"kind": "discrete", "n": 3},
     }
     with rollout.DistributedCollector(
