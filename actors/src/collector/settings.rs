@@ -80,6 +80,8 @@ pub(super) struct Settings {
     pub(super) snapshot_timeout: Option<Duration>,
     pub(super) continue_timeout: Option<Duration>,
     pub(super) shutdown_ack_timeout: Option<Duration>,
+    pub(super) metrics: Option<String>,
+    pub(super) metrics_linger: Duration,
 }
 
 /// Default of [`CollectorBuilder::request_timeout`](crate::CollectorBuilder::request_timeout)
@@ -142,6 +144,8 @@ impl Default for Settings {
             snapshot_timeout: None,
             continue_timeout: None,
             shutdown_ack_timeout: None,
+            metrics: None,
+            metrics_linger: Duration::ZERO,
         }
     }
 }

@@ -1,0 +1,140 @@
+//! The trainer actor's view of its metrics: it tells what passes through it (a
+//! `continue` sent, a node's message, a batch yielded, a restart) and the counts move.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use rollout::machine::Collected;
+use rollout::message::{FromNode, ToNode};
+
+use super::registry::{FailureReason, NodeMetrics, RunMetrics, FAILURE_REASONS};
+
+/// Longest queue of unanswered `continue`s timed per node: a node that never answers
+/// cannot grow it without bound.
+const MAX_ASKED: usize = 8;
+
+/// One node's handles and the times of its `continue`s not yet answered.
+#[derive(Debug)]
+struct NodeSeries {
+    metrics: NodeMetrics,
+    asked: VecDeque<Instant>,
+}
+
+/// What the trainer counts into, on its own thread: per-node handles by index, made
+/// once per node (the first time it is seen), so a batch touches atomics only.
+#[derive(Debug)]
+pub(crate) struct TrainerMetrics {
+    run: RunMetrics,
+    nodes: Vec<NodeSeries>,
+}
+
+impl TrainerMetrics {
+    /// Counts into `run`, for a run of `total_frames` (negative: no end).
+    pub(crate) fn new(run: RunMetrics, total_frames: i64) -> TrainerMetrics {
+        run.target_frames.set(total_frames);
+        TrainerMetrics { run, nodes: Vec::new() }
+    }
+
+    /// Node `node`'s series, made the first time.
+    fn node(&mut self, node: usize) -> &mut NodeSeries {
+        while self.nodes.len() <= node {
+            let metrics = self.run.node(self.nodes.len());
+            self.nodes.push(NodeSeries {
+                metrics,
+                asked: VecDeque::new(),
+            });
+        }
+        &mut self.nodes[node]
+    }
+
+    /// The trainer sends `msg` to `node`: a `continue` starts a batch's clock.
+    pub(crate) fn on_send(&mut self, node: usize, msg: &ToNode) {
+        if let ToNode::Continue(_) = msg {
+            let s = self.node(node);
+            if s.asked.len() == MAX_ASKED {
+                s.asked.pop_front();
+            }
+            s.asked.push_back(Instant::now());
+        }
+    }
+
+    /// A node's message reached the trainer.
+    pub(crate) fn on_node(&mut self, msg: &FromNode) {
+        match msg {
+            FromNode::Batch(b) => {
+                let s = self.node(b.node);
+                if let Some(asked) = s.asked.pop_front() {
+                    let seconds = asked.elapsed().as_secs_f64();
+                    self.run.latency.observe(seconds);
+                }
+            }
+            FromNode::WeightsUpdated { node, version } => {
+                self.node(*node).metrics.weights_version.set(*version as i64);
+            }
+            FromNode::Failed { node, .. } => self.failed(*node, FailureReason::Failed),
+            FromNode::Leave { .. } => {
+                self.run.left.inc();
+            }
+            _ => {}
+        }
+    }
+
+    /// A batch was yielded (before delivery), and `collected` frames in all so far.
+    pub(crate) fn on_yield(&mut self, c: &Collected, collected: u64) {
+        let frames = c.data.numel() as u64;
+        match c.node {
+            Some(n) => {
+                let s = &self.node(n).metrics;
+                s.frames.inc_by(frames);
+                s.batches.inc();
+                if let Some(&v) = c.weights_versions.first() {
+                    s.weights_version.set(v as i64);
+                }
+            }
+            None => {
+                // Sync: one equal share per node.
+                let shares = c.weights_versions.len().max(1) as u64;
+                for (n, &v) in c.weights_versions.iter().enumerate() {
+                    let s = &self.node(n).metrics;
+                    s.frames.inc_by(frames / shares);
+                    s.batches.inc();
+                    s.weights_version.set(v as i64);
+                }
+            }
+        }
+        self.run.collected_frames.set(collected as i64);
+    }
+
+    /// Node `node` failed for `reason`: its unanswered `continue`s are not timed.
+    pub(crate) fn failed(&mut self, node: usize, reason: FailureReason) {
+        let s = self.node(node);
+        s.asked.clear();
+        if let Some(i) = FAILURE_REASONS.iter().position(|&r| r == reason) {
+            s.metrics.failures[i].inc();
+        }
+    }
+
+    /// Node `node` is being restarted.
+    pub(crate) fn restarting(&mut self, node: usize) {
+        let s = self.node(node);
+        s.asked.clear();
+        s.metrics.restarts.inc();
+    }
+
+    /// A node joined a running (elastic) run.
+    pub(crate) fn joined(&self) {
+        self.run.joined.inc();
+    }
+
+    /// The stored weights are version `version`.
+    pub(crate) fn stored(&self, version: u64) {
+        self.run.weights_version.set(version as i64);
+    }
+
+    /// The trainer's periodic look: `up` nodes not down, and bytes moved since the last.
+    pub(crate) fn on_tick(&self, up: usize, bytes_in: u64, bytes_out: u64) {
+        self.run.nodes_up.set(up as i64);
+        self.run.bytes_in.inc_by(bytes_in);
+        self.run.bytes_out.inc_by(bytes_out);
+    }
+}
