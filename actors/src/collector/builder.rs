@@ -452,6 +452,7 @@ impl CollectorBuilder {
             ),
             None => None,
         };
+        self.settings.run_metrics = served.as_ref().map(|s| s.metrics().clone());
         let mut plan = self.settings.into_plan()?;
         plan.nodes.delivery.metrics = served.as_ref().map(|s| s.metrics().clone());
         Ok((plan, served))

@@ -82,6 +82,8 @@ pub(super) struct Settings {
     pub(super) shutdown_ack_timeout: Option<Duration>,
     pub(super) metrics: Option<String>,
     pub(super) metrics_linger: Duration,
+    /// Where the run counts, once its endpoint serves (set by the builder).
+    pub(super) run_metrics: Option<crate::metrics::RunMetrics>,
 }
 
 /// Default of [`CollectorBuilder::request_timeout`](crate::CollectorBuilder::request_timeout)
@@ -146,6 +148,7 @@ impl Default for Settings {
             shutdown_ack_timeout: None,
             metrics: None,
             metrics_linger: Duration::ZERO,
+            run_metrics: None,
         }
     }
 }

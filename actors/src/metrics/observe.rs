@@ -29,10 +29,15 @@ pub(crate) struct TrainerMetrics {
 }
 
 impl TrainerMetrics {
-    /// Counts into `run`, for a run of `total_frames` (negative: no end).
-    pub(crate) fn new(run: RunMetrics, total_frames: i64) -> TrainerMetrics {
+    /// Counts into `run`, for a run of `total_frames` (negative: no end), every series
+    /// of the first `nodes` nodes at zero from the start.
+    pub(crate) fn new(run: RunMetrics, total_frames: i64, nodes: usize) -> TrainerMetrics {
         run.target_frames.set(total_frames);
-        TrainerMetrics { run, nodes: Vec::new() }
+        let mut m = TrainerMetrics { run, nodes: Vec::new() };
+        if let Some(last) = nodes.checked_sub(1) {
+            m.node(last);
+        }
+        m
     }
 
     /// Node `node`'s series, made the first time.

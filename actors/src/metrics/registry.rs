@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use std::fmt::Write as _;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -19,8 +21,8 @@ pub struct NodeLabel {
     pub node: u32,
 }
 
-/// Why a node failed, as the trainer saw it.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+/// Why a node failed, as the trainer saw it (the label value is the name in snake case).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum FailureReason {
     /// The node reported a failure, or its connection failed (closed, silent, cut).
     Failed,
@@ -30,6 +32,24 @@ pub enum FailureReason {
     RestartFailed,
     /// The run gave it up and goes on without it.
     Lost,
+}
+
+impl FailureReason {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureReason::Failed => "failed",
+            FailureReason::Protocol => "protocol",
+            FailureReason::RestartFailed => "restart_failed",
+            FailureReason::Lost => "lost",
+        }
+    }
+}
+
+impl EncodeLabelValue for FailureReason {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(self.as_str())
+    }
 }
 
 /// Every [`FailureReason`], in label order.
@@ -49,11 +69,47 @@ pub struct FailureLabel {
     pub reason: FailureReason,
 }
 
-/// Why a join was refused at the door.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+/// Why a join was refused at the door (the label value is the name in snake case).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum RefusalReason {
-    /// The join was refused by the run (no free slot, wrong token or protocol, a bad hello).
-    Refused,
+    /// The login failed: a wrong token, protocol version or frame, or the connection.
+    Login,
+    /// The handshake was not done within its deadline.
+    Timeout,
+    /// Closed to make room for newer logins.
+    Evicted,
+    /// Logged in, but no slot was free or the slot asked for was held.
+    Admission,
+    /// Admitted, but the node did not take its `welcome`.
+    Welcome,
+}
+
+impl RefusalReason {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefusalReason::Login => "login",
+            RefusalReason::Timeout => "timeout",
+            RefusalReason::Evicted => "evicted",
+            RefusalReason::Admission => "admission",
+            RefusalReason::Welcome => "welcome",
+        }
+    }
+}
+
+/// Every [`RefusalReason`].
+pub const REFUSAL_REASONS: [RefusalReason; 5] = [
+    RefusalReason::Login,
+    RefusalReason::Timeout,
+    RefusalReason::Evicted,
+    RefusalReason::Admission,
+    RefusalReason::Welcome,
+];
+
+impl EncodeLabelValue for RefusalReason {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(self.as_str())
+    }
 }
 
 /// A refusal's label.
@@ -195,6 +251,10 @@ impl RunMetrics {
                 version: env!("CARGO_PKG_VERSION"),
             }),
         );
+        // Every reason's series from the start, at zero.
+        for reason in REFUSAL_REASONS {
+            m.refusals.get_or_create(&RefusalLabel { reason });
+        }
         RunMetrics {
             registry: Arc::new(r),
             ..m

@@ -7,6 +7,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -152,7 +153,7 @@ impl MetricsServer {
         self.scrapes.get()
     }
 
-    /// Waits until one scrape begins and is answered after this call, at most `limit`:
+    /// Waits until one scrape is answered (written whole) after this call, at most `limit`:
     /// a scraper then has the values as they are now. `false`: none came in time.
     pub fn wait_for_scrape(&self, limit: Duration) -> bool {
         let seen = self.scrapes.get();
@@ -195,12 +196,14 @@ async fn accept(
             drop(stream);
             continue;
         };
-        let served = served.clone();
+        let (metrics, scrapes) = served.clone();
         tokio::spawn(async move {
+            let answered = Arc::new(AtomicBool::new(false));
+            let ok = Arc::clone(&answered);
             let service = service_fn(move |req| {
-                let r = answer(&req, &served.0);
+                let r = answer(&req, &metrics);
                 if r.status() == StatusCode::OK {
-                    served.1.served();
+                    ok.store(true, Ordering::Relaxed);
                 }
                 async move { Ok::<_, Infallible>(r) }
             });
@@ -208,7 +211,12 @@ async fn accept(
                 .max_buf_size(MAX_HEAD)
                 .keep_alive(false)
                 .serve_connection(TokioIo::new(stream), service);
-            let _ = tokio::time::timeout(CONNECTION_DEADLINE, conn).await;
+            // A scrape counts once its answer was written whole.
+            if let Ok(Ok(())) = tokio::time::timeout(CONNECTION_DEADLINE, conn).await {
+                if answered.load(Ordering::Relaxed) {
+                    scrapes.served();
+                }
+            }
             drop(slot);
         });
     }
