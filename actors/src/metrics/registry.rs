@@ -253,7 +253,7 @@ impl RunMetrics {
         );
         // Every reason's series from the start, at zero.
         for reason in REFUSAL_REASONS {
-            m.refusals.get_or_create(&RefusalLabel { reason });
+            drop(m.refusals.get_or_create(&RefusalLabel { reason }));
         }
         RunMetrics {
             registry: Arc::new(r),
