@@ -127,8 +127,10 @@ class DistributedCollector:
     (``batch_timeout``, ``shutdown_timeout``, ``join_timeout``, ``heartbeat``,
     ``heartbeat_timeout``, ``handshake_timeout``), remote nodes (``listen``,
     ``advertise``, ``token``, ``node_program``: the ``rollout`` binary, found on
-    ``PATH`` or in ``$ROLLOUT_BIN`` by default; ``max_frame``) and ``resume`` (a
-    :meth:`state_dict`).
+    ``PATH`` or in ``$ROLLOUT_BIN`` by default; ``max_frame``), ``metrics``
+    (``"HOST:PORT"``: Prometheus metrics at ``/metrics``, off by default; see
+    :meth:`metrics_addr`; ``metrics_linger``: seconds shutdown waits for a last
+    scrape) and ``resume`` (a :meth:`state_dict`).
     """
 
     def __init__(
@@ -295,6 +297,10 @@ class DistributedCollector:
     def listen_addr(self) -> Optional[str]:
         """The address remote nodes join, when they do."""
         return self._native.listen_addr()
+
+    def metrics_addr(self) -> Optional[str]:
+        """The address the run's Prometheus metrics are served on, when they are."""
+        return self._native.metrics_addr()
 
     def node_pids(self) -> list:
         """Process ids of the node processes (``process`` launcher)."""
