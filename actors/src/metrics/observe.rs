@@ -143,3 +143,93 @@ impl TrainerMetrics {
         self.run.bytes_out.inc_by(bytes_out);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use rollout::message::{Continue, FromNode, ToNode};
+    use rollout::TensorDict;
+
+    use super::*;
+
+    fn yielded(node: Option<usize>, versions: Vec<u64>, rows: usize, steps: usize) -> Collected {
+        Collected {
+            index: 0,
+            node,
+            weights_version: versions.iter().copied().min().unwrap_or(0),
+            weights_versions: versions,
+            data: TensorDict::new(&[rows, steps]),
+        }
+    }
+
+    fn line(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok()))
+    }
+
+    #[test]
+    fn every_nodes_series_is_there_from_the_start_at_zero() {
+        let run = RunMetrics::new();
+        let _m = TrainerMetrics::new(run.clone(), 100, 3);
+        let text = run.encode();
+        for node in 0..3 {
+            assert_eq!(
+                line(&text, &format!("rollout_frames_total{{node=\"{node}\"}}")),
+                Some(0.0)
+            );
+            assert_eq!(
+                line(&text, &format!("rollout_node_restarts_total{{node=\"{node}\"}}")),
+                Some(0.0)
+            );
+        }
+        assert_eq!(line(&text, "rollout_target_frames"), Some(100.0));
+        assert_eq!(
+            line(&text, "rollout_login_refusals_total{reason=\"timeout\"}"),
+            Some(0.0)
+        );
+        assert!(text.contains("rollout_build_info{version=\""), "{text}");
+        assert!(text.trim_end().ends_with("# EOF"), "{text}");
+    }
+
+    #[test]
+    fn async_and_sync_batches_count_per_node_and_latency_once_per_answered_continue() {
+        let run = RunMetrics::new();
+        let mut m = TrainerMetrics::new(run.clone(), -1, 2);
+        let c = Continue { seq: 1, frames: 10 };
+        m.on_send(1, &ToNode::Continue(c));
+        let batch = crate::testkit::scripted_batch(1, c, 1, 4, 0.0);
+        m.on_node(&FromNode::Batch(batch.clone()));
+        // A batch with no `continue` timed (its clock cleared by a failure) is not observed.
+        m.failed(1, FailureReason::Failed);
+        m.on_node(&FromNode::Batch(batch));
+        m.on_yield(&yielded(Some(1), vec![4], 1, 10), 10);
+        // Sync: a share a node.
+        m.on_yield(&yielded(None, vec![4, 3], 2, 10), 30);
+        m.restarting(1);
+        let text = run.encode();
+        assert_eq!(line(&text, "rollout_frames_total{node=\"0\"}"), Some(10.0));
+        assert_eq!(line(&text, "rollout_frames_total{node=\"1\"}"), Some(20.0));
+        assert_eq!(line(&text, "rollout_batches_total{node=\"1\"}"), Some(2.0));
+        assert_eq!(line(&text, "rollout_node_weights_version{node=\"0\"}"), Some(4.0));
+        assert_eq!(line(&text, "rollout_node_weights_version{node=\"1\"}"), Some(3.0));
+        assert_eq!(line(&text, "rollout_batch_latency_seconds_count"), Some(1.0));
+        assert_eq!(line(&text, "rollout_collected_frames"), Some(30.0));
+        assert_eq!(line(&text, "rollout_node_restarts_total{node=\"1\"}"), Some(1.0));
+        assert_eq!(
+            line(&text, "rollout_node_failures_total{node=\"1\",reason=\"failed\"}"),
+            Some(1.0)
+        );
+        assert_eq!(
+            line(&text, "rollout_node_failures_total{node=\"0\",reason=\"failed\"}"),
+            Some(0.0)
+        );
+    }
+
+    #[test]
+    fn unanswered_continues_are_timed_in_a_bounded_queue() {
+        let mut m = TrainerMetrics::new(RunMetrics::new(), -1, 1);
+        for seq in 0..100 {
+            m.on_send(0, &ToNode::Continue(Continue { seq, frames: 1 }));
+        }
+        assert_eq!(m.nodes[0].asked.len(), MAX_ASKED);
+    }
+}
