@@ -125,11 +125,15 @@ struct BuildLabel {
     version: &'static str,
 }
 
-/// Every metric of one run. Cheap to clone (each metric is shared); the per-node
+/// Every metric of one run, shared: cloning it is one reference count. The per-node
 /// handles are made once per node by [`RunMetrics::node`].
 #[derive(Clone, Debug)]
-pub struct RunMetrics {
-    registry: Arc<Registry>,
+pub struct RunMetrics(Arc<Families>);
+
+/// The metrics of [`RunMetrics`], each registered once in `registry`.
+#[derive(Debug)]
+pub struct Families {
+    registry: Registry,
     frames: Family<NodeLabel, Counter>,
     batches: Family<NodeLabel, Counter>,
     node_weights: Family<NodeLabel, Gauge>,
@@ -171,6 +175,14 @@ pub struct NodeMetrics {
     pub failures: [Counter; 4],
 }
 
+impl std::ops::Deref for RunMetrics {
+    type Target = Families;
+
+    fn deref(&self) -> &Families {
+        &self.0
+    }
+}
+
 impl Default for RunMetrics {
     fn default() -> Self {
         RunMetrics::new()
@@ -181,8 +193,8 @@ impl RunMetrics {
     /// Every metric registered, all zero.
     pub fn new() -> RunMetrics {
         let mut r = Registry::with_prefix("rollout");
-        let m = RunMetrics {
-            registry: Arc::new(Registry::default()),
+        let m = Families {
+            registry: Registry::default(),
             frames: Family::default(),
             batches: Family::default(),
             node_weights: Family::default(),
@@ -255,10 +267,7 @@ impl RunMetrics {
         for reason in REFUSAL_REASONS {
             drop(m.refusals.get_or_create(&RefusalLabel { reason }));
         }
-        RunMetrics {
-            registry: Arc::new(r),
-            ..m
-        }
+        RunMetrics(Arc::new(Families { registry: r, ..m }))
     }
 
     /// Node `node`'s handles (made on the first call for it; keep them).
