@@ -273,6 +273,13 @@ impl Trainer {
         }
     }
 
+    /// Counts a join the machine refused (elastic: a held slot), when metrics are on.
+    fn count_refusal(&self) {
+        if let Some(m) = &self.metrics {
+            m.refused();
+        }
+    }
+
     /// Acts on what the machine said about a node message, tick or restart.
     fn on_result(&mut self, r: Result<(), TrainerError>) {
         match &r {
@@ -282,6 +289,7 @@ impl Trainer {
                 | TrainerError::BadBatch { node, .. }
                 | TrainerError::BadLayout { node, .. },
             ) => self.count_failure(*node, FailureReason::Protocol),
+            Err(TrainerError::JoinRefused { .. }) => self.count_refusal(),
             _ => {}
         }
         match r {
@@ -566,6 +574,7 @@ impl Trainer {
         let mut out = Vec::new();
         if let Err(e) = self.machine.node_joined(node, &mut out) {
             tracing::warn!(error = %e, "node refused");
+            self.count_refusal();
             return link.close(e.to_string());
         }
         if let Some(m) = &self.metrics {

@@ -7,7 +7,7 @@ use std::time::Instant;
 use rollout::machine::Collected;
 use rollout::message::{FromNode, ToNode};
 
-use super::registry::{FailureReason, NodeMetrics, RunMetrics, FAILURE_REASONS};
+use super::registry::{FailureReason, NodeMetrics, RefusalReason, RunMetrics, FAILURE_REASONS};
 
 /// Longest queue of unanswered `continue`s timed per node: a node that never answers
 /// cannot grow it without bound.
@@ -124,6 +124,11 @@ impl TrainerMetrics {
         let s = self.node(node);
         s.asked.clear();
         s.metrics.restarts.inc();
+    }
+
+    /// The run refused a node that joined (its slot held).
+    pub(crate) fn refused(&self) {
+        self.run.refused(RefusalReason::Admission);
     }
 
     /// A node joined a running (elastic) run.
