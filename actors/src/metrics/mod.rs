@@ -1,5 +1,5 @@
 //! Prometheus metrics of a running collection: what the trainer counts
-//! ([`registry`]), how its actor feeds the counts as events pass ([`observe`]), and
+//! ([`registry`]), how its actor feeds the counts as events pass (`observe`), and
 //! the `/metrics` endpoint a Prometheus scrapes ([`server`]).
 //!
 //! Off unless [`CollectorBuilder::metrics`](crate::CollectorBuilder::metrics) names an
