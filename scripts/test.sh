@@ -30,6 +30,14 @@ if ! command -v nft >/dev/null 2>&1 || ! command -v ip >/dev/null 2>&1 || ! comm
   apt-get install -y -qq --no-install-recommends nftables iproute2 >/dev/null
 fi
 
+# A real Prometheus for tests/tests/metrics.rs (the binary only: the tests start their
+# own, on loopback; the package's service is not used).
+if ! command -v prometheus >/dev/null 2>&1; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
+
 # The release binary the training test runs (debug training is ~25x slower);
 # built here so that no test spends its deadline compiling.
 cargo build --release -p rollout-cli --bin rollout

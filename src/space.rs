@@ -682,9 +682,6 @@ mod tests {
         each.observation = f32_box(&[2]);
         assert_eq!(EnvSpecs::difference("a", &uniform, "b", &each), None, "[-1, -1] is -1");
         let d = EnvSpecs::difference("a", &uniform, "b", &absent).expect("bounded and unbounded differ");
-        assert!(
-            d.starts_with("a's observation low bound 0 is -1, b's is -inf"),
-            "{d}"
-        );
+        assert!(d.starts_with("a's observation low bound 0 is -1, b's is -inf"), "{d}");
     }
 }

@@ -8,9 +8,11 @@ mod attack;
 mod batches;
 mod faults;
 mod hosts;
+mod http;
 mod logs;
 mod messages;
 mod process;
+mod prometheus;
 mod python_nodes;
 mod raw_node;
 mod records;
@@ -26,11 +28,13 @@ pub use attack::{
 pub use batches::{assert_unique_traj_ids, assert_unique_traj_ids_in_records, cut_trajectories, drain};
 pub use faults::{flaky_registry, panicky_registry, Panicky};
 pub use hosts::{hosts_sh, HostProcess, Hosts, HostsTurn, HOSTS_SLURM_CONF};
+pub use http::{http_get, http_raw, url_encode, HttpAnswer};
 pub use logs::{log_text, logs, OwnLog};
 pub use messages::{describe_sent, only_batch};
 pub use process::{
     actors_example_bin, alive, rollout_bin, rollout_release_bin, run_bounded, signal, wait_with_deadline, Finished,
 };
+pub use prometheus::{require_prometheus, Prometheus, Sample};
 pub use python_nodes::{venv_python, Mark, MarkedPythonNodes};
 pub use raw_node::{
     connect, good_node, good_node_named, handshake, hello, logged_in, real_batch, real_data, recv, send, try_send,

@@ -45,6 +45,8 @@ pub(crate) struct Delivery {
     pub(crate) replay_buffer: Option<SharedReplayBuffer>,
     /// Longest wait of the consumer for one batch (`None`: no limit).
     pub(crate) batch_timeout: Option<Duration>,
+    /// Where the trainer counts what it sees (`None`: metrics are off).
+    pub(crate) metrics: Option<crate::metrics::RunMetrics>,
 }
 
 impl Delivery {

@@ -89,6 +89,9 @@ pub struct TrainConfig {
     /// Go on from this [`TrainCheckpoint`] (the rest of the config must be the one
     /// it was taken with); a sync run then continues bit for bit.
     pub resume: Option<PathBuf>,
+    /// Serve the run's metrics for Prometheus at `http://ADDR/metrics` (see
+    /// [`CollectorBuilder::metrics`]); `None`: off.
+    pub metrics: Option<String>,
 }
 
 impl Default for TrainConfig {
@@ -112,6 +115,7 @@ impl Default for TrainConfig {
             checkpoint: None,
             checkpoint_every: 10,
             resume: None,
+            metrics: None,
         }
     }
 }
@@ -520,6 +524,9 @@ pub fn train(config: TrainConfig, mut progress: impl FnMut(&Progress)) -> Result
     if let Some(p) = &config.node_program {
         builder = builder.node_program(p.clone());
     }
+    if let Some(addr) = &config.metrics {
+        builder = builder.metrics(addr.clone());
+    }
     let (episodes, returns, frames, batches) = match resumed {
         Some(c) => {
             // Checked here, on this thread: a checkpoint of another run is bad input.
@@ -575,9 +582,10 @@ pub fn train(config: TrainConfig, mut progress: impl FnMut(&Progress)) -> Result
                     report,
                 }
                 .start();
-                Ok::<_, CollectError>((e.arbiters, e.children))
+                Ok::<_, CollectError>((e.arbiters, e.children, e.metrics))
             });
-            let (arbiters, children) = match started {
+            // The metrics endpoint serves until the run's system ends.
+            let (arbiters, children, _metrics) = match started {
                 Ok(v) => v,
                 Err(e) => {
                     let _ = tx.send(Report::Done(Err(e.into())));

@@ -16,6 +16,7 @@ pub mod error;
 pub mod launch;
 pub mod learner;
 pub mod messages;
+pub mod metrics;
 pub mod node;
 mod node_start;
 pub mod remote;

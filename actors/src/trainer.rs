@@ -20,6 +20,8 @@ use crate::messages::{
     Deliver, GetWeights, NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights, Subscribe, TakeCheckpoint,
     TrainerEvent,
 };
+use crate::metrics::observe::TrainerMetrics;
+use crate::metrics::FailureReason;
 use crate::remote::connection::Connection;
 use crate::remote::inbox::{Inbox, InboxItem};
 
@@ -75,6 +77,14 @@ impl NodeLink {
         }
     }
 
+    /// Bytes a remote node's connection moved since the last call, `(in, out)`.
+    fn take_traffic(&self) -> (u64, u64) {
+        match self {
+            NodeLink::Remote(c) => c.take_traffic(),
+            NodeLink::Local { .. } => (0, 0),
+        }
+    }
+
     /// Cuts a remote node's connection for `reason` (an in-process node has none).
     fn close(&self, reason: String) {
         if let NodeLink::Remote(c) = self {
@@ -121,6 +131,8 @@ pub struct Trainer {
     /// Counts the consumer's waits (a pull, or a push-mode request): a deadline armed
     /// for one wait is stale once a later one began or the wait was answered.
     wait: u64,
+    /// Where what passes through is counted, when metrics are on.
+    metrics: Option<TrainerMetrics>,
 }
 
 /// The consumer's wait number `0` passed its `batch_timeout`.
@@ -181,6 +193,7 @@ impl Trainer {
             start: Instant::now(),
             delivery: Delivery::default(),
             wait: 0,
+            metrics: None,
         }
     }
 
@@ -202,7 +215,10 @@ impl Trainer {
 
     /// Every yielded batch goes through `delivery` (split, postproc, replay buffer) and
     /// each wait of the consumer for one is bounded by its `batch_timeout`.
-    pub(crate) fn with_delivery(mut self, delivery: Delivery) -> Trainer {
+    pub(crate) fn with_delivery(mut self, mut delivery: Delivery) -> Trainer {
+        let total = self.machine.config().total_frames.map_or(-1, |t| t as i64);
+        let nodes = self.nodes.len();
+        self.metrics = delivery.metrics.take().map(|m| TrainerMetrics::new(m, total, nodes));
         self.delivery = delivery;
         self
     }
@@ -231,6 +247,9 @@ impl Trainer {
         match (self.restarter.is_some(), self.me.clone()) {
             (true, Some(me)) => {
                 tracing::warn!(node, restart, %cause, "restarting node");
+                if let Some(m) = &mut self.metrics {
+                    m.restarting(node);
+                }
                 // The failed incarnation's connection, if any, is cut (a stopped process
                 // would keep it open); its late reports are ignored while it restarts.
                 self.close_node(node, format!("replaced by restart {restart}: {cause}"));
@@ -247,8 +266,32 @@ impl Trainer {
         }
     }
 
+    /// Counts a failure of `node` for `reason`, when metrics are on.
+    fn count_failure(&mut self, node: usize, reason: FailureReason) {
+        if let Some(m) = &mut self.metrics {
+            m.failed(node, reason);
+        }
+    }
+
+    /// Counts a join the machine refused (elastic: a held slot), when metrics are on.
+    fn count_refusal(&self) {
+        if let Some(m) = &self.metrics {
+            m.refused();
+        }
+    }
+
     /// Acts on what the machine said about a node message, tick or restart.
     fn on_result(&mut self, r: Result<(), TrainerError>) {
+        match &r {
+            Err(TrainerError::NodeLost { node, .. }) => self.count_failure(*node, FailureReason::Lost),
+            Err(
+                TrainerError::UnexpectedBatch { node, .. }
+                | TrainerError::BadBatch { node, .. }
+                | TrainerError::BadLayout { node, .. },
+            ) => self.count_failure(*node, FailureReason::Protocol),
+            Err(TrainerError::JoinRefused { .. }) => self.count_refusal(),
+            _ => {}
+        }
         match r {
             Ok(()) => {}
             Err(TrainerError::NodeFailed { node, reason }) => {
@@ -360,10 +403,20 @@ impl Trainer {
         for o in outs {
             match o {
                 Output::Send { node, msg } => match self.nodes.get(node) {
-                    Some(Some(link)) => link.send(msg),
+                    Some(Some(link)) => {
+                        if let Some(m) = &mut self.metrics {
+                            m.on_send(node, &msg);
+                        }
+                        link.send(msg)
+                    }
                     _ => tracing::error!(node, "no recipient for node"),
                 },
-                Output::Yield(c) => self.deliver(Ok(Some(c))),
+                Output::Yield(c) => {
+                    if let Some(m) = &mut self.metrics {
+                        m.on_yield(&c, self.machine.frames_yielded());
+                    }
+                    self.deliver(Ok(Some(c)))
+                }
                 Output::Finished => self.deliver(Ok(None)),
                 Output::Seeded { next_seed } => {
                     if let Some(tx) = self.seed.take() {
@@ -449,6 +502,7 @@ impl Actor for Trainer {
         ctx.run_interval(self.tick_every(), |act, _ctx| {
             act.tick();
             act.dispatch();
+            act.count_periodic();
         });
         // A resumed run restores every node's state (seeds and generators included)
         // instead of seeding; requests that arrive meanwhile wait for it.
@@ -467,8 +521,25 @@ impl Actor for Trainer {
 }
 
 impl Trainer {
+    /// Metrics read by looking rather than on events: nodes up, bytes moved.
+    fn count_periodic(&mut self) {
+        let Some(m) = &self.metrics else {
+            return;
+        };
+        let (mut bytes_in, mut bytes_out) = (0, 0);
+        for link in self.nodes.iter().flatten() {
+            let (i, o) = link.take_traffic();
+            bytes_in += i;
+            bytes_out += o;
+        }
+        m.on_tick(self.machine.nodes_up().len(), bytes_in, bytes_out);
+    }
+
     /// A node's message, from its actor or its connection.
     fn on_node(&mut self, msg: FromNode) {
+        if let Some(m) = &mut self.metrics {
+            m.on_node(&msg);
+        }
         // The machine's clock follows the actor's, so failures are recorded when they happen.
         self.tick();
         let r = self.machine.on_node(msg, &mut self.out);
@@ -482,6 +553,8 @@ impl Trainer {
             tracing::error!(node, "restarted an unknown node");
             return link.close(format!("node {node} does not exist"));
         }
+        // The bytes of the incarnation replaced are counted before it goes.
+        self.count_periodic();
         self.nodes[node] = Some(link);
         // The re-sent Continue's deadline counts from now, not from the last tick.
         self.tick();
@@ -501,8 +574,13 @@ impl Trainer {
         let mut out = Vec::new();
         if let Err(e) = self.machine.node_joined(node, &mut out) {
             tracing::warn!(error = %e, "node refused");
+            self.count_refusal();
             return link.close(e.to_string());
         }
+        if let Some(m) = &self.metrics {
+            m.joined();
+        }
+        self.count_periodic();
         self.nodes[node] = Some(link);
         self.out.extend(out);
         self.dispatch();
@@ -555,6 +633,7 @@ impl Handler<NodeRestartFailed> for Trainer {
     fn handle(&mut self, msg: NodeRestartFailed, _ctx: &mut Self::Context) {
         // The failure says how long the node was waited for: the clock moves to now.
         self.tick();
+        self.count_failure(msg.node, FailureReason::RestartFailed);
         let r = self.machine.node_restart_failed(msg.node, msg.reason, &mut self.out);
         self.on_result(r);
         self.dispatch();
@@ -595,7 +674,11 @@ impl Handler<StoreWeights> for Trainer {
     type Result = u64;
 
     fn handle(&mut self, msg: StoreWeights, _ctx: &mut Self::Context) -> u64 {
-        self.machine.set_weights(msg.0)
+        let version = self.machine.set_weights(msg.0);
+        if let Some(m) = &self.metrics {
+            m.stored(version);
+        }
+        version
     }
 }
 

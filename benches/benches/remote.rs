@@ -5,16 +5,20 @@
 //! (c) collection with 2 process nodes over loopback (async);
 //! (d) a weight update of a 10-million-parameter policy to 2 process nodes,
 //!     against writing the same bytes twice over raw loopback.
-//! Prints each figure, c/b and d/(2 x raw write).
+//! (e) (c) with the trainer's metrics served, in windows alternately scraped every
+//!     100 ms and not, in one run.
+//! Prints each figure, c/b, d/(2 x raw write) and e (scraped / not).
 //!
 //! Run: `cargo bench -p rollout-benches --bench remote`. For profiling one part
 //! (`perf record -a`), `ROLLOUT_BENCH_ONLY=local|process` collects for 3 s and
-//! `ROLLOUT_BENCH_ONLY=weights` runs (d) for 30 rounds.
+//! `ROLLOUT_BENCH_ONLY=weights` runs (d) for 30 rounds, `ROLLOUT_BENCH_ONLY=metrics` (e).
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -55,6 +59,10 @@ fn raw_tcp(total: usize) -> f64 {
 }
 
 fn collector(launcher: Launcher, policy: PolicyConfig, fpb: usize, sync: bool) -> DistributedCollector {
+    builder(launcher, policy, fpb, sync).build().expect("collector")
+}
+
+fn builder(launcher: Launcher, policy: PolicyConfig, fpb: usize, sync: bool) -> rollout_actors::CollectorBuilder {
     let mut b = DistributedCollector::builder()
         .sync(sync)
         .env("CartPole-v1")
@@ -68,7 +76,61 @@ fn collector(launcher: Launcher, policy: PolicyConfig, fpb: usize, sync: bool) -
     if launcher == Launcher::Process {
         b = b.node_program(rollout_tests::rollout_bin());
     }
-    b.build().expect("collector")
+    b
+}
+
+/// (e): 2 process nodes with metrics served, `rounds` pairs of 0.5 s windows, one
+/// scraped every 100 ms and one not, in alternating order. (scraped, not, ratio,
+/// scrapes) per pair.
+fn scraped(rounds: usize) -> (Vec<f64>, Vec<f64>, Vec<f64>, u64) {
+    let mut c = builder(Launcher::Process, PolicyConfig::Linear, F, false)
+        .metrics("127.0.0.1:0")
+        .build()
+        .expect("collector");
+    let addr = c.metrics_addr().expect("metrics served");
+    let on = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let scraper = {
+        let (on, stop) = (on.clone(), stop.clone());
+        thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let next = Instant::now() + Duration::from_millis(100);
+                if on.load(Ordering::Relaxed) {
+                    let a = rollout_tests::http_get(addr, "/metrics").expect("scrape");
+                    assert_eq!(a.status, Some(200));
+                    n += 1;
+                }
+                thread::sleep(next.saturating_duration_since(Instant::now()));
+            }
+            n
+        })
+    };
+    let (mut with, mut without, mut ratio) = (vec![], vec![], vec![]);
+    for i in 0..rounds {
+        let mut pair = [0.0; 2];
+        for k in [i % 2, 1 - i % 2] {
+            on.store(k == 0, Ordering::Relaxed);
+            pair[k] = rate(&mut c, 0.5);
+        }
+        with.push(pair[0]);
+        without.push(pair[1]);
+        ratio.push(pair[0] / pair[1]);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let scrapes = scraper.join().expect("scraper");
+    c.shutdown().expect("shutdown");
+    (with, without, ratio, scrapes)
+}
+
+fn print_scraped(rounds: usize) {
+    let (with, without, ratio, scrapes) = scraped(rounds);
+    println!(
+        "(e) (c) with metrics, scraped every 100 ms {:>12.0} frames/s, not {:>12.0}   e = {:.3} (median of {rounds} pairs; {scrapes} scrapes)",
+        median(with),
+        median(without),
+        median(ratio)
+    );
 }
 
 /// Frames per second pulled from `c` for about `secs`.
@@ -143,6 +205,10 @@ fn main() {
     // Profiling aids: `ROLLOUT_BENCH_ONLY=local|process` collects for 3 s and prints
     // the rate; `ROLLOUT_BENCH_ONLY=weights` runs 30 weight updates.
     if let Ok(which) = std::env::var("ROLLOUT_BENCH_ONLY") {
+        if which == "metrics" {
+            print_scraped(20);
+            return;
+        }
         if which == "weights" {
             let (_, _, d, raw2, ratio) = weight_update(30);
             println!(
@@ -199,4 +265,5 @@ fn main() {
         median(raw2) * 1e3,
         median(ratio)
     );
+    print_scraped(10);
 }

@@ -123,6 +123,14 @@ pub(crate) struct CollectArgs {
     /// `--launcher external` unless another remote launcher is given.
     #[arg(long, value_name = "ADDR")]
     pub(crate) listen: Option<String>,
+    /// Serve the run's metrics for Prometheus at http://ADDR/metrics (e.g. 127.0.0.1:9464;
+    /// port 0 picks one, printed on stderr and, with `--json`, as `{"metrics": ADDR}`).
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) metrics: Option<String>,
+    /// At the end, wait up to SECS for one more scrape of `--metrics`, so the scraper
+    /// records the final values.
+    #[arg(long, default_value_t = 0.0, value_name = "SECS")]
+    pub(crate) metrics_linger: f64,
     /// File holding the shared token for remote nodes (else ROLLOUT_TOKEN).
     #[arg(long, value_name = "PATH")]
     pub(crate) token_file: Option<PathBuf>,

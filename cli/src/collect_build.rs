@@ -274,7 +274,22 @@ pub(crate) fn build(
     if let Some(ck) = resume {
         b = b.resume(ck);
     }
+    if let Some(addr) = &args.metrics {
+        let linger = Duration::try_from_secs_f64(args.metrics_linger).map_err(|_| {
+            usage(
+                "metrics_linger",
+                format!("{} is not a number of seconds", args.metrics_linger),
+            )
+        })?;
+        b = b.metrics(addr.clone()).metrics_linger(linger);
+    }
     let c = b.build().map_err(build_failure)?;
+    if let Some(addr) = c.metrics_addr() {
+        eprintln!("metrics on http://{addr}/metrics");
+        if args.json {
+            println!("{}", serde_json::json!({ "metrics": addr.to_string() }));
+        }
+    }
     if let Some(job) = c.slurm_job_id() {
         eprintln!("SLURM job {job}: every node joined");
     }

@@ -71,6 +71,9 @@ pub(crate) struct TrainArgs {
     /// Go on from a checkpoint written by `--checkpoint` (same flags otherwise).
     #[arg(long, value_name = "PATH")]
     resume: Option<std::path::PathBuf>,
+    /// Serve the run's metrics for Prometheus at http://ADDR/metrics (e.g. 127.0.0.1:9464).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
     /// A JSON summary on stdout.
     #[arg(long)]
     json: bool,
@@ -138,6 +141,7 @@ fn config(args: &TrainArgs) -> Result<TrainConfig, Failure> {
         checkpoint: args.checkpoint.clone(),
         checkpoint_every: args.checkpoint_every,
         resume: args.resume.clone(),
+        metrics: args.metrics.clone(),
     })
 }
 

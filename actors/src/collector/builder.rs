@@ -17,6 +17,7 @@ use crate::delivery::Postproc;
 use crate::error::CollectError;
 use crate::launch::local::{self, Started};
 use crate::launch::{config_error, Launcher};
+use crate::metrics::{MetricsServer, RunMetrics};
 use crate::replay::SharedReplayBuffer;
 
 /// Builds a [`DistributedCollector`]; torchrl's argument names in snake_case.
@@ -359,6 +360,22 @@ impl CollectorBuilder {
         self
     }
 
+    /// Serves the run's metrics in Prometheus' text format at `http://ADDR/metrics`
+    /// (`HOST:PORT`; port 0 picks a free one, see
+    /// [`DistributedCollector::metrics_addr`]). Off by default; bind `127.0.0.1`
+    /// unless the scraper is on another host. See [`crate::metrics`] for what is served.
+    pub fn metrics(mut self, addr: impl Into<String>) -> Self {
+        self.settings.metrics = Some(addr.into());
+        self
+    }
+
+    /// At shutdown, waits up to `limit` for one more scrape of [`Self::metrics`], so
+    /// the scraper records the run's final values (default 0: no wait).
+    pub fn metrics_linger(mut self, limit: Duration) -> Self {
+        self.settings.metrics_linger = limit;
+        self
+    }
+
     /// Address remote nodes join (`Process` and `External` launchers); default
     /// `127.0.0.1:0` (loopback, any free port). Binding other addresses is explicit.
     pub fn listen(mut self, addr: impl Into<String>) -> Self {
@@ -457,14 +474,28 @@ impl CollectorBuilder {
         self.settings.plan_specs()
     }
 
-    /// Every setting checked and turned into the run every entry point starts.
-    fn into_plan(self) -> Result<Plan, CollectError> {
-        self.settings.into_plan()
+    /// Every setting checked and turned into the run every entry point starts, with
+    /// its metrics endpoint serving when one was asked for.
+    fn into_plan(mut self) -> Result<(Plan, Option<MetricsServer>), CollectError> {
+        let served = match self.settings.metrics.take() {
+            Some(addr) => Some(
+                MetricsServer::start(&addr, RunMetrics::new()).map_err(|e| config_error("metrics", e.to_string()))?,
+            ),
+            None => None,
+        };
+        self.settings.run_metrics = served.as_ref().map(|s| s.metrics().clone());
+        let mut plan = self.settings.into_plan()?;
+        plan.nodes.delivery.metrics = served.as_ref().map(|s| s.metrics().clone());
+        Ok((plan, served))
     }
 
     /// Validates everything, starts the nodes on threads of their own and seeds them.
     pub fn build(self) -> Result<DistributedCollector, CollectError> {
-        DistributedCollector::launch(self.into_plan()?)
+        let linger = self.settings.metrics_linger;
+        let (plan, served) = self.into_plan()?;
+        let mut c = DistributedCollector::launch(plan)?;
+        c.serve_metrics(served, linger);
+        Ok(c)
     }
 
     /// Starts trainer and nodes inside the actix `System` this is called from: the
@@ -472,7 +503,13 @@ impl CollectorBuilder {
     /// [`Subscribe`](crate::messages::Subscribe) an actor of yours. Stop with
     /// [`StopNodes`](crate::messages::StopNodes), then stop and join the returned arbiters.
     pub fn start(self) -> Result<Started, CollectError> {
-        let plan = self.into_plan()?;
+        if self.settings.metrics.is_some() {
+            return Err(config_error(
+                "metrics",
+                "served by build() and start_embedded(), not start()",
+            ));
+        }
+        let (plan, _) = self.into_plan()?;
         if plan.launcher != Launcher::Local {
             return Err(config_error(
                 "launcher",
@@ -519,7 +556,10 @@ impl CollectorBuilder {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub async fn start_embedded(self) -> Result<Embedded, CollectError> {
-        embedded::start(self.into_plan()?).await
+        let (plan, served) = self.into_plan()?;
+        let mut run = embedded::start(plan).await?;
+        run.metrics = served;
+        Ok(run)
     }
 }
 

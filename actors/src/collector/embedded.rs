@@ -22,6 +22,9 @@ pub struct Embedded {
     pub children: Option<Children>,
     /// The address remote nodes joined, when they did.
     pub listen_addr: Option<SocketAddr>,
+    /// The metrics endpoint, when [`CollectorBuilder::metrics`](crate::CollectorBuilder::metrics)
+    /// asked for one: it serves until dropped.
+    pub metrics: Option<crate::metrics::MetricsServer>,
 }
 
 impl std::fmt::Debug for Embedded {
@@ -52,6 +55,7 @@ pub(super) async fn start(plan: Plan) -> Result<Embedded, CollectError> {
             arbiters: started.arbiters,
             children,
             listen_addr,
+            metrics: None,
         }),
         Err(e) => {
             if let Some(c) = children.as_mut() {

@@ -20,6 +20,7 @@ use crate::error::CollectError;
 use crate::launch::slurm::SlurmJob;
 use crate::launch::{Launched, NodeHandles};
 use crate::messages::{GetWeights, NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights, TakeCheckpoint};
+use crate::metrics::MetricsServer;
 use crate::trainer::{GetStats, Trainer};
 
 impl DistributedCollector {
@@ -89,6 +90,7 @@ impl DistributedCollector {
             down: false,
             nodes: node_count,
             launched: nodes,
+            metrics: None,
         })
     }
 }
@@ -144,6 +146,8 @@ pub struct DistributedCollector {
     nodes: usize,
     /// The listening address, node processes and SLURM job the launcher started.
     launched: NodeHandles,
+    /// The metrics endpoint and how long shutdown waits for its final scrape.
+    metrics: Option<(MetricsServer, Duration)>,
 }
 
 impl std::fmt::Debug for DistributedCollector {
@@ -295,11 +299,28 @@ impl DistributedCollector {
             .unwrap_or_default()
     }
 
+    /// Where the run's metrics are served, when [`CollectorBuilder::metrics`](crate::CollectorBuilder::metrics) asked.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(|(s, _)| s.local_addr())
+    }
+
+    /// Keeps `served` running until the collector is dropped; `linger`: see
+    /// [`CollectorBuilder::metrics_linger`](crate::CollectorBuilder::metrics_linger).
+    pub(super) fn serve_metrics(&mut self, served: Option<MetricsServer>, linger: Duration) {
+        self.metrics = served.map(|s| (s, linger));
+    }
+
     /// Stops every node, waits for them (bounded), joins every thread started, and
     /// ends the SLURM job (checking that no task is left). Idempotent.
     pub fn shutdown(&mut self) -> Result<(), CollectError> {
         if self.down {
             return Ok(());
+        }
+        if let Some((server, linger)) = &self.metrics {
+            // The last batch is counted: one more scrape records the final values.
+            if !linger.is_zero() && !server.wait_for_scrape(*linger) {
+                tracing::warn!(seconds = linger.as_secs_f64(), "no scrape of the final metrics");
+            }
         }
         let r = self.ask(StopNodes, "shutting the nodes down", self.shutdown_timeout);
         self.down = true;

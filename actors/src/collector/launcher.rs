@@ -60,6 +60,7 @@ impl Settings {
                     max_frame: self.max_frame,
                 },
                 handshake_timeout: self.handshake_timeout,
+                metrics: self.run_metrics.clone(),
             },
             join_timeout: self.join_timeout,
         };

@@ -491,6 +491,8 @@ impl Settings {
                     postproc: self.postproc,
                     replay_buffer: self.replay_buffer,
                     batch_timeout: Some(batch_timeout),
+                    // Set by the builder once the endpoint is up.
+                    metrics: None,
                 },
             },
             launch,

@@ -82,6 +82,10 @@ pub(super) struct Settings {
     pub(super) snapshot_timeout: Option<Duration>,
     pub(super) continue_timeout: Option<Duration>,
     pub(super) shutdown_ack_timeout: Option<Duration>,
+    pub(super) metrics: Option<String>,
+    pub(super) metrics_linger: Duration,
+    /// Where the run counts, once its endpoint serves (set by the builder).
+    pub(super) run_metrics: Option<crate::metrics::RunMetrics>,
 }
 
 /// Default of [`CollectorBuilder::request_timeout`](crate::CollectorBuilder::request_timeout)
@@ -145,6 +149,9 @@ impl Default for Settings {
             snapshot_timeout: None,
             continue_timeout: None,
             shutdown_ack_timeout: None,
+            metrics: None,
+            metrics_linger: Duration::ZERO,
+            run_metrics: None,
         }
     }
 }

@@ -12,7 +12,7 @@
 //! itself (the `Inbox`); the connection's actor ([`RemoteNode`](super::peer::RemoteNode))
 //! keeps what is not per batch: heartbeats, silence, and stopping.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::task::Waker;
@@ -100,6 +100,10 @@ pub(crate) struct Connection {
     reader: RefCell<Option<Waker>>,
     /// The connection's actor, told to stop at the close.
     actor: WeakRecipient<Disconnect>,
+    /// Bytes read from the node (counted by its frame reader) not yet taken.
+    bytes_in: Rc<Cell<u64>>,
+    /// Bytes handed to the writer not yet taken.
+    bytes_out: Cell<u64>,
 }
 
 impl Connection {
@@ -131,6 +135,8 @@ impl Connection {
             report,
             reader: RefCell::new(None),
             actor,
+            bytes_in: Rc::new(Cell::new(0)),
+            bytes_out: Cell::new(0),
         }
     }
 
@@ -155,6 +161,16 @@ impl Connection {
         Rc::clone(&self.pool)
     }
 
+    /// Where its frame reader counts the bytes it reads.
+    pub(crate) fn bytes_in_counter(&self) -> Rc<Cell<u64>> {
+        Rc::clone(&self.bytes_in)
+    }
+
+    /// Bytes read and written since the last call, `(in, out)`.
+    pub(crate) fn take_traffic(&self) -> (u64, u64) {
+        (self.bytes_in.take(), self.bytes_out.take())
+    }
+
     /// Sends `msg` to the node, or closes the connection with the reason it cannot
     /// (its writer is gone; weights over the maximum frame size, say: the node would
     /// go on without them).
@@ -177,6 +193,7 @@ impl Connection {
         let out = self.out.borrow();
         let out = out.as_ref()?;
         for part in parts {
+            self.bytes_out.set(self.bytes_out.get() + part.len() as u64);
             if out.send(part).is_err() {
                 return Some("the connection's writer is gone".into());
             }

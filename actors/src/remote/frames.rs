@@ -2,7 +2,7 @@
 //! batch or a weight update read from the socket straight into its storage
 //! (see [`rollout::frame_reader`]).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::io;
 use std::marker::PhantomData;
@@ -74,6 +74,8 @@ pub(crate) struct FrameStream<T> {
     stage: Vec<u8>,
     stage_at: usize,
     stage_end: usize,
+    /// Where the bytes read off the socket are counted, if anywhere.
+    counted: Option<Rc<Cell<u64>>>,
     _frames: PhantomData<fn() -> T>,
 }
 
@@ -91,6 +93,7 @@ impl<T> FrameStream<T> {
             stage: Vec::new(),
             stage_at: 0,
             stage_end: 0,
+            counted: None,
             _frames: PhantomData,
         }
     }
@@ -107,6 +110,12 @@ impl<T> FrameStream<T> {
     /// Runs `f` on the pool whenever a frame's body starts to arrive.
     pub(crate) fn on_frame(mut self, f: OnFrame) -> FrameStream<T> {
         self.on_frame = Some(f);
+        self
+    }
+
+    /// Adds every byte read off the socket to `counter`.
+    pub(crate) fn count_into(mut self, counter: Rc<Cell<u64>>) -> FrameStream<T> {
+        self.counted = Some(counter);
         self
     }
 
@@ -127,6 +136,13 @@ fn read_once(read: &mut OwnedReadHalf, cx: &mut Context<'_>, dst: &mut [u8]) -> 
 }
 
 impl<T> FrameStream<T> {
+    /// Adds `n` bytes read to the counter, if any.
+    fn count(&self, n: usize) {
+        if let Some(c) = &self.counted {
+            c.set(c.get() + n as u64);
+        }
+    }
+
     /// The socket failed: the stream ends with that error.
     fn fail(&mut self, e: io::Error) -> Poll<Option<Result<T, FrameError>>> {
         self.done = true;
@@ -153,7 +169,10 @@ impl<T: Frame> Stream for FrameStream<T> {
                 match read_once(&mut this.read, cx, &mut this.stage[..READ_AHEAD]) {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(Err(e)) => return this.fail(e),
-                    Poll::Ready(Ok(n)) => (this.stage_at, this.stage_end) = (0, n),
+                    Poll::Ready(Ok(n)) => {
+                        this.count(n);
+                        (this.stage_at, this.stage_end) = (0, n)
+                    }
                 }
             }
             let dst = this.reader.buf();
@@ -170,7 +189,10 @@ impl<T: Frame> Stream for FrameStream<T> {
                 match read_once(&mut this.read, cx, dst) {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(Err(e)) => return this.fail(e),
-                    Poll::Ready(Ok(n)) => n,
+                    Poll::Ready(Ok(n)) => {
+                        this.count(n);
+                        n
+                    }
                 }
             };
             if n == 0 {

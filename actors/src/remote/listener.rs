@@ -21,6 +21,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, Notify};
 
 use super::timing::{read_frame, PeerTiming};
+use crate::metrics::{RefusalReason, RunMetrics};
 
 /// What the listener needs to admit nodes.
 #[derive(Clone)]
@@ -31,6 +32,8 @@ pub(crate) struct DoorConfig {
     pub(crate) timing: PeerTiming,
     /// Deadline of one handshake.
     pub(crate) handshake_timeout: Duration,
+    /// Where refusals are counted, when metrics are on.
+    pub(crate) metrics: Option<RunMetrics>,
 }
 
 /// A node that passed the handshake and was sent `Welcome`.
@@ -159,7 +162,10 @@ pub(crate) fn open_with(
                         tracing::info!(node = joined.index, name = %joined.name, %peer, "node joined");
                         let _ = tx.send(joined);
                     }
-                    Err(reason) => {
+                    Err((why, reason)) => {
+                        if let Some(m) = &cfg.metrics {
+                            m.refused(why);
+                        }
                         if let Some(held) = logs.borrow_mut().refused.hit(Instant::now()) {
                             tracing::warn!(%peer, %reason, suppressed = held, "connection refused");
                         }
@@ -194,26 +200,26 @@ async fn door(
     weights: &[Option<Arc<Weights>>],
     cancel: oneshot::Receiver<()>,
     logged_in: impl FnOnce(),
-) -> Result<Joined, String> {
+) -> Result<Joined, (RefusalReason, String)> {
     let _ = s.set_nodelay(true);
     let deadline = cfg.handshake_timeout;
     let max = cfg.timing.max_frame;
     let outcome = tokio::select! {
         r = tokio::time::timeout(deadline, login(&mut s, cfg)) => match r {
-            Ok(r) => r,
-            Err(_) => Err(format!("handshake not done within {:.1} s", deadline.as_secs_f64())),
+            Ok(r) => r.map_err(|e| (RefusalReason::Login, e)),
+            Err(_) => Err((RefusalReason::Timeout, format!("handshake not done within {:.1} s", deadline.as_secs_f64()))),
         },
-        _ = cancel => Err(format!(
+        _ = cancel => Err((RefusalReason::Evicted, format!(
             "closed to make room: {MAX_PENDING_LOGINS} connections were waiting to log in and this was the oldest"
-        )),
+        ))),
     };
     let (node_name, node_index) = match outcome {
         Ok(who) => who,
-        Err(reason) => {
+        Err((why, reason)) => {
             // Best effort and bounded: a peer that does not read gets nothing.
             let reject = TrainerFrame::Reject { reason: reason.clone() };
             let _ = tokio::time::timeout(Duration::from_millis(100), send(&mut s, &reject, max)).await;
-            return Err(reason);
+            return Err((why, reason));
         }
     };
     logged_in();
@@ -223,7 +229,7 @@ async fn door(
         Err(reason) => {
             let reject = TrainerFrame::Reject { reason: reason.clone() };
             let _ = tokio::time::timeout(deadline, send(&mut s, &reject, max)).await;
-            return Err(format!("{node_name}: {reason}"));
+            return Err((RefusalReason::Admission, format!("{node_name}: {reason}")));
         }
     };
     let welcome = Welcome {
@@ -238,7 +244,7 @@ async fn door(
     let sent = sent.unwrap_or_else(|_| Err(format!("welcome not taken within {:.1} s", deadline.as_secs_f64())));
     if let Err(e) = sent {
         admission.borrow_mut().release(index);
-        return Err(e);
+        return Err((RefusalReason::Welcome, e));
     }
     Ok(Joined {
         index,

@@ -57,6 +57,7 @@ pub(crate) fn open(
     let arriving = ArrivalNotice::new();
     let frames = FrameStream::<NodeFrame>::new(read, timing.max_frame, conn.pool())
         .on_batch(arriving.clone())
+        .count_into(conn.bytes_in_counter())
         .with_prefill(early);
     inbox.read(Rc::clone(&conn), frames, arriving);
     ctx.run(RemoteNode {

@@ -150,8 +150,10 @@ class DistributedCollector:
     ``PATH`` or in ``$ROLLOUT_BIN`` by default; ``node_command``: instead, the
     command that starts a node, a list of words (program first, run without a
     shell), e.g. ``[sys.executable, "-m", "rollout_node"]``, to which the launcher
-    appends ``--join``, ``--index``, ``--name`` and the token; ``max_frame``) and
-    ``resume`` (a :meth:`state_dict`).
+    appends ``--join``, ``--index``, ``--name`` and the token; ``max_frame``), ``metrics``
+    (``"HOST:PORT"``: Prometheus metrics at ``/metrics``, off by default; see
+    :meth:`metrics_addr`; ``metrics_linger``: seconds shutdown waits for a last
+    scrape) and ``resume`` (a :meth:`state_dict`).
     """
 
     def __init__(
@@ -326,6 +328,10 @@ class DistributedCollector:
     def listen_addr(self) -> Optional[str]:
         """The address remote nodes join, when they do."""
         return self._native.listen_addr()
+
+    def metrics_addr(self) -> Optional[str]:
+        """The address the run's Prometheus metrics are served on, when they are."""
+        return self._native.metrics_addr()
 
     def node_pids(self) -> list:
         """Process ids of the node processes (``process`` launcher)."""

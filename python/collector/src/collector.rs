@@ -143,6 +143,11 @@ impl NativeCollector {
         self.ask(py, |c| Ok(c.listen_addr().map(|a| a.to_string())))
     }
 
+    /// The address the run's metrics are served on (`HOST:PORT`), when they are.
+    fn metrics_addr(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        self.ask(py, |c| Ok(c.metrics_addr().map(|a| a.to_string())))
+    }
+
     /// Process ids of the node processes started (`process` launcher).
     fn node_pids(&self, py: Python<'_>) -> PyResult<Vec<u32>> {
         self.ask(py, |c| Ok(c.node_pids()))

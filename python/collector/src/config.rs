@@ -273,6 +273,12 @@ pub(crate) fn builder(dict: Bound<'_, PyDict>) -> PyResult<CollectorBuilder> {
     if let Some(v) = s.take::<String>("listen", "an address HOST:PORT")? {
         b = b.listen(v);
     }
+    if let Some(v) = s.take::<String>("metrics", "an address HOST:PORT")? {
+        b = b.metrics(v);
+    }
+    if let Some(d) = s.seconds("metrics_linger")? {
+        b = b.metrics_linger(d);
+    }
     if let Some(v) = s.take::<Vec<u8>>("token", "bytes")? {
         b = b.token(v);
     }

@@ -188,3 +188,22 @@ def test_split_trajs_and_max_frames_per_traj():
     assert b.batch_size[1] <= 10
     assert ("collector", "mask") in b.keys(include_nested=True)
 
+
+
+def test_metrics_served_for_prometheus():
+    import urllib.request
+
+    with rollout.DistributedCollector(env="CartPole-v1", nodes=2, frames_per_batch=50, total_frames=200, seed=6, metrics="127.0.0.1:0") as c:
+        addr = c.metrics_addr()
+        assert addr is not None and addr.startswith("127.0.0.1:")
+        batches = list(c)
+        with urllib.request.urlopen(f"http://{addr}/metrics", timeout=10) as r:
+            text = r.read().decode()
+    frames = sum(float(l.split()[-1]) for l in text.splitlines() if l.startswith("rollout_frames_total{"))
+    assert frames == sum(b.numel() for b in batches) == 200
+    assert "rollout_build_info" in text
+
+
+def test_metrics_off_by_default():
+    with rollout.DistributedCollector(env="CartPole-v1", frames_per_batch=50, total_frames=50, seed=6) as c:
+        assert c.metrics_addr() is None
