@@ -220,3 +220,25 @@ fn dict_observations_arrive_as_nested_keys_in_their_own_dtypes() {
     assert_entry(&records, "action", DType::I64, &[2], 3);
     assert!(records.iter().all(|r| !r.data.contains_key("observation")));
 }
+
+#[test]
+fn an_env_the_nodes_cannot_build_fails_the_run_in_one_line_naming_the_node_and_the_env() {
+    let Some(py) = venv_python() else { return };
+    let mut cmd = Command::new(rollout_bin());
+    cmd.args(["collect", "--launcher", "process", "--env", "NoSuchEnv-v0", "--quiet"])
+        .args(["--node-command", &format!("{} -m rollout_node", py.display())])
+        .args([
+            "--frames-per-batch",
+            "10",
+            "--total-frames",
+            "20",
+            "--batch-timeout",
+            "60",
+        ]);
+    let f = run_bounded(&mut cmd, DEADLINE).expect("start rollout collect");
+    assert_eq!(f.code(), Some(1), "{}", f.stderr_text());
+    let err = f.stderr_text();
+    let last = err.lines().last().unwrap_or_default();
+    assert!(last.starts_with("error: "), "{err}");
+    assert!(last.contains("node 0") && last.contains("NoSuchEnv-v0"), "{err}");
+}

@@ -666,3 +666,63 @@ fn a_node_command_that_fails_in_its_task_ends_the_join_wait_naming_it() {
     assert!(err.contains("/nonexistent/python"), "the task's log is quoted: {err}");
     assert_no_job(&job_in(&err));
 }
+
+/// An env the trainer cannot build (MuJoCo's HalfCheetah-v5, f64 observations) collected
+/// from Python nodes in SLURM tasks: the trainer learns it from their `ready`, and every
+/// frame of `--output` replays by seed through a fresh gymnasium env.
+#[test]
+fn cli_collects_an_env_only_the_python_nodes_know_and_its_frames_replay_by_seed() {
+    require_slurm();
+    let Some(py) = venv_python() else { return };
+    let dir = scratch("cli-any-env");
+    let out = dir.join("out.msgpack");
+    let (code, stdout, err) = cli(&[
+        "--launcher",
+        "slurm",
+        "--advertise",
+        "127.0.0.1",
+        "--env",
+        "HalfCheetah-v5",
+        "--nodes",
+        "2",
+        "--policy",
+        "linear",
+        "--exploration-type",
+        "deterministic",
+        "--seed",
+        "9",
+        "--frames-per-batch",
+        "100",
+        "--total-frames",
+        "600",
+        "--job-name",
+        "rollout-test-cli-any-env",
+        "--output-dir",
+        &dir.display().to_string(),
+        "--node-command",
+        &format!("{} -m rollout_node", py.display()),
+        "--output",
+        &out.display().to_string(),
+        "--json",
+    ]);
+    assert_eq!(code, Some(0), "stderr: {err}");
+    let summary = stdout.lines().last().expect("a summary line");
+    assert!(summary.contains("\"frames\":600"), "{summary}");
+    assert_no_job(&job_in(&err));
+    let records = rollout_tests::read_output(&out);
+    for r in &records {
+        let obs = &r.data["observation"];
+        assert_eq!((obs.dtype(), &obs.shape()[2..]), (rollout::DType::F64, &[17][..]));
+    }
+    let replay = run_bounded(
+        Command::new(&py).args(["-m", "rollout_node.replay"]).arg(&out).args([
+            "--env",
+            "HalfCheetah-v5",
+            "--seed",
+            "9",
+        ]),
+        Duration::from_secs(120),
+    )
+    .expect("start the replay");
+    assert_eq!(replay.code(), Some(0), "replay: {}", replay.stderr_text());
+}

@@ -201,6 +201,13 @@ pub(crate) async fn start(
     // Nodes wait in the lobby until all have joined: one that drops meanwhile frees its slot.
     let (gone_tx, mut gone_rx) = tokio::sync::mpsc::unbounded_channel();
     let mut waiting: Vec<Waiting> = Vec::with_capacity(need);
+    // Why each node that left before the run started left, for the join error.
+    let mut left: std::collections::BTreeMap<usize, String> = std::collections::BTreeMap::new();
+    let why_left = |left: &std::collections::BTreeMap<usize, String>| -> String {
+        left.iter()
+            .map(|(node, reason)| format!("; node {node} left before the run started: {reason}"))
+            .collect()
+    };
     let deadline = tokio::time::Instant::now() + join_timeout;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -233,13 +240,14 @@ pub(crate) async fn start(
                                 msg = format!("{msg}; {detail}");
                             }
                         }
-                        return Err(CollectError::Join(msg));
+                        return Err(CollectError::Join(format!("{msg}{}", why_left(&left))));
                     }
                 },
                 Some((node, reason)) = gone_rx.recv() => {
                     waiting.retain(|w| w.index != node);
                     admission.borrow_mut().release(node);
                     tracing::warn!(node, %reason, "node left before the run started; its slot is free again");
+                    left.insert(node, reason);
                 }
                 _ = tick.tick(), if watch.is_some() => {
                     let missing = missing(&waiting);
@@ -247,8 +255,9 @@ pub(crate) async fn start(
                     let m = missing.clone();
                     if let Ok(Some(reason)) = tokio::task::spawn_blocking(move || w.hopeless(&m)).await {
                         return Err(CollectError::Join(format!(
-                            "{} of {n} nodes joined; missing node indices {missing:?}: {reason}",
-                            waiting.len()
+                            "{} of {n} nodes joined; missing node indices {missing:?}: {reason}{}",
+                            waiting.len(),
+                            why_left(&left)
                         )));
                     }
                 }

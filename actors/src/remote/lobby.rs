@@ -1,5 +1,6 @@
 //! The lobby: nodes admitted while the others join wait here, heartbeated and read
-//! (nothing decoded) so that one that drops is seen at once and its slot freed.
+//! (nothing decoded, unless the node closes: then its `failed`, if it sent one, says
+//! why) so that one that drops is seen at once and its slot freed.
 
 use std::time::{Duration, Instant};
 
@@ -70,7 +71,10 @@ pub(crate) fn wait_in_lobby(
                         r => r.map(Some),
                     });
                     match read {
-                        Ok(Some(0)) => break Some("closed its connection".to_string()),
+                        Ok(Some(0)) => break Some(match failed_reason(&buf) {
+                            Some(why) => format!("failed: {why}"),
+                            None => "closed its connection".to_string(),
+                        }),
                         Ok(_) => {}
                         Err(e) => break Some(format!("connection lost: {e}")),
                     }
@@ -102,6 +106,25 @@ pub(crate) fn wait_in_lobby(
     Waiting { index, stop, back }
 }
 
+/// The reason of the `failed` frame among the whole frames of `buf`, if the node sent
+/// one before it closed (a node that cannot build its workers says why, PROTOCOL.md §2).
+/// `buf` is bounded by [`LOBBY_BYTES`] and comes from a node that proved the token; a
+/// frame that does not decode ends the search.
+fn failed_reason(buf: &[u8]) -> Option<String> {
+    use rollout::message::FromNode;
+    use rollout::wire::NodeFrame;
+    let mut rest = buf;
+    while let Some(prefix) = rest.first_chunk::<4>() {
+        let len = usize::try_from(u32::from_be_bytes(*prefix)).ok()?;
+        let body = rest.get(4..4usize.checked_add(len)?)?;
+        if let NodeFrame::Message(FromNode::Failed { reason, .. }) = rollout::wire::decode::<NodeFrame>(body).ok()? {
+            return Some(reason);
+        }
+        rest = &rest[4 + len..];
+    }
+    None
+}
+
 impl Waiting {
     /// The run starts: the connection back, with the bytes the node sent meanwhile
     /// (to be read before the socket's); `None` if it closed in the meantime (its
@@ -109,5 +132,31 @@ impl Waiting {
     pub(crate) async fn start(self) -> Option<(Joined, Vec<u8>)> {
         let _ = self.stop.send(());
         self.back.await.ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rollout::message::FromNode;
+    use rollout::wire::{encode, NodeFrame};
+
+    fn framed(f: &NodeFrame) -> Vec<u8> {
+        encode(f, 1 << 20).expect("encode")
+    }
+
+    #[test]
+    fn a_nodes_failed_frame_before_it_closed_is_its_reason() {
+        let mut buf = framed(&NodeFrame::Heartbeat);
+        buf.extend(framed(&NodeFrame::Message(FromNode::Failed {
+            node: 0,
+            reason: "cannot make env `X`".into(),
+        })));
+        assert_eq!(failed_reason(&buf).as_deref(), Some("cannot make env `X`"));
+        assert_eq!(failed_reason(&framed(&NodeFrame::Heartbeat)), None);
+        // A cut frame or garbage: no reason, no panic.
+        assert_eq!(failed_reason(&buf[..buf.len() - 1]), None);
+        assert_eq!(failed_reason(&[0xff, 0xff, 0xff, 0xff, 1]), None);
+        assert_eq!(failed_reason(&[]), None);
     }
 }
