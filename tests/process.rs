@@ -47,6 +47,17 @@ impl Finished {
     pub fn stderr_text(&self) -> String {
         String::from_utf8_lossy(&self.stderr).into_owned()
     }
+
+    /// Panics unless it exited 0, naming it (`what`) and showing its status and stderr.
+    pub fn assert_success(&self, what: &str) {
+        assert_eq!(
+            self.code(),
+            Some(0),
+            "{what} failed ({:?}):\n{}",
+            self.status,
+            self.stderr_text()
+        );
+    }
 }
 
 /// Runs `cmd` with stdin closed and stdout and stderr captured, for at most `timeout`
@@ -143,6 +154,21 @@ fn build_binary(profile: &str, what: &[&str], name: &str, sub: Option<&str>) -> 
     bin
 }
 
+/// This test's own cargo profile, from the test executable's path
+/// (`<target>/<profile>/deps/<test>-<hash>`; the `debug` folder is the `dev` profile).
+fn own_profile() -> &'static str {
+    static PROFILE: OnceLock<String> = OnceLock::new();
+    PROFILE.get_or_init(|| {
+        let exe = std::env::current_exe().expect("current_exe");
+        let profile_dir = exe.parent().and_then(Path::parent).expect("<target>/<profile>/deps/");
+        match profile_dir.file_name().and_then(|n| n.to_str()) {
+            Some("debug") => "dev".to_string(),
+            Some(other) => other.to_string(),
+            None => panic!("cannot tell the profile from {}", exe.display()),
+        }
+    })
+}
+
 /// The `rollout` binary of this test's own profile, built once per test process.
 ///
 /// `cargo test` builds the binaries of the package under test only, and `rollout` belongs to
@@ -151,16 +177,7 @@ fn build_binary(profile: &str, what: &[&str], name: &str, sub: Option<&str>) -> 
 /// `<target>/<profile>/deps/<test>-<hash>`).
 pub fn rollout_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let exe = std::env::current_exe().expect("current_exe");
-        let profile_dir = exe.parent().and_then(Path::parent).expect("<target>/<profile>/deps/");
-        let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
-            Some("debug") => "dev",
-            Some(other) => other,
-            None => panic!("cannot tell the profile from {}", exe.display()),
-        };
-        build_rollout(profile)
-    })
+    BIN.get_or_init(|| build_rollout(own_profile()))
 }
 
 /// Example `name` of the `rollout-actors` package (a program of actors/examples/), built
@@ -171,15 +188,8 @@ pub fn actors_example_bin(name: &'static str) -> PathBuf {
     if let Some((_, p)) = bins.iter().find(|(n, _)| *n == name) {
         return p.clone();
     }
-    let exe = std::env::current_exe().expect("current_exe");
-    let profile_dir = exe.parent().and_then(Path::parent).expect("<target>/<profile>/deps/");
-    let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
-        Some("debug") => "dev",
-        Some(other) => other,
-        None => panic!("cannot tell the profile from {}", exe.display()),
-    };
     let p = build_binary(
-        profile,
+        own_profile(),
         &["-p", "rollout-actors", "--example", name],
         name,
         Some("examples"),

@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use rollout::DType;
-use rollout_tests::{read_output, rollout_bin, run_bounded, venv_python, Finished, OutputRecord, TempDir};
+use rollout_tests::{read_output, rollout_bin, run_bounded, venv_python, OutputRecord, TempDir};
 
 const DEADLINE: Duration = Duration::from_secs(300);
 const SEED: &str = "5";
@@ -20,16 +20,6 @@ const SEED: &str = "5";
 /// Where the test envs (`spaces_env`) are: on the nodes' and the replay's `PYTHONPATH`.
 fn test_envs_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../python/node/tests")
-}
-
-fn assert_ok(what: &str, f: &Finished) {
-    assert_eq!(
-        f.code(),
-        Some(0),
-        "{what} failed ({:?}):\n{}",
-        f.status,
-        f.stderr_text()
-    );
 }
 
 /// Runs `rollout collect` over `nodes` Python nodes the process launcher starts for `env`
@@ -57,7 +47,7 @@ fn collect(py: &Path, dir: &TempDir, env: &str, imports: &[&str], flags: &[&str]
     .args(flags)
     .env("PYTHONPATH", test_envs_dir());
     let f = run_bounded(&mut cmd, DEADLINE).expect("start rollout collect");
-    assert_ok(&format!("rollout collect --env {env}"), &f);
+    f.assert_success(&format!("rollout collect --env {env}"));
     replay(py, &out, env, imports);
     read_output(&out)
 }
@@ -73,7 +63,7 @@ fn replay(py: &Path, out: &Path, env: &str, imports: &[&str]) {
         cmd.args(["--import", m]);
     }
     let f = run_bounded(&mut cmd, DEADLINE).expect("start the replay");
-    assert_ok(&format!("the replay of {env} by seed"), &f);
+    f.assert_success(&format!("the replay of {env} by seed"));
 }
 
 /// Frames over all records.

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use rollout::policy::ActionsMut;
 use rollout::{EnvSpec, ExplorationType, PolicyConfig, PolicySpec, Registry, Tensor};
-use rollout_tests::{free_addr, read_output, rollout_bin, run_bounded, signal, Finished, OutputRecord, TempDir};
+use rollout_tests::{free_addr, read_output, rollout_bin, run_bounded, signal, venv_python, OutputRecord, TempDir};
 
 const DEADLINE: Duration = Duration::from_secs(240);
 
@@ -21,31 +21,6 @@ const DEADLINE: Duration = Duration::from_secs(240);
 enum Node {
     Python,
     Rust,
-}
-
-/// The venv's python, or `None` (with the reason on stderr) when the venv is missing.
-fn venv_python() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!(
-            "SKIPPED: {} is missing; scripts/test.sh makes it (python3 -m venv .venv; pip install ./python/node pytest)",
-            p.display()
-        );
-        None
-    }
-}
-
-/// A finished child that must have exited 0; names it and shows its stderr otherwise.
-fn assert_ok(what: &str, f: &Finished) {
-    assert_eq!(
-        f.code(),
-        Some(0),
-        "{what} failed ({:?}):\n{}",
-        f.status,
-        f.stderr_text()
-    );
 }
 
 /// Runs `rollout collect` with `flags` and one node of each kind in `nodes`, all joining
@@ -120,9 +95,11 @@ fn mixed_run(py: &Path, dir: &TempDir, env: &str, sync: bool, flags: &[&str], no
         .collect();
     let trainer = trainer.join().expect("the trainer's thread");
     for (kind, node) in joined {
-        assert_ok(&format!("a {kind:?} node"), &node.join().expect("a node's thread"));
+        node.join()
+            .expect("a node's thread")
+            .assert_success(&format!("a {kind:?} node"));
     }
-    assert_ok("rollout collect", &trainer);
+    trainer.assert_success("rollout collect");
     out
 }
 
@@ -134,7 +111,7 @@ fn replay(py: &Path, out: &Path, env: &str, weights: Option<(&Path, &str)>) {
         cmd.arg("--weights").arg(w).args(["--policy", policy]);
     }
     let f = run_bounded(&mut cmd, DEADLINE).expect("start the replay checker");
-    assert_ok("the gymnasium replay", &f);
+    f.assert_success("the gymnasium replay");
 }
 
 /// Every record of an async run names one of the run's `nodes` nodes. Async does not
