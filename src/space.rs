@@ -405,8 +405,19 @@ impl EnvSpecs {
     }
 
     /// The specs rollout's built-in policies are built from (see [`Space::as_spec`]),
-    /// or why they cannot take these, naming the key.
+    /// or why they cannot take these, naming the key. The observation must be a 1-D
+    /// box: a discrete one (an index) is refused here, as the Python node refuses it,
+    /// though rollout's own envs may hand their policies an index as one input.
     pub fn policy_specs(&self) -> Result<(Spec, Spec), SpaceError> {
+        if let Space::Discrete { .. } = self.observation {
+            return Err(err(
+                keys::OBSERVATION,
+                format!(
+                    "{}: built-in policies take a 1-D f32 or f64 box observation",
+                    self.observation
+                ),
+            ));
+        }
         let obs = self.observation.as_spec().map_err(|r| err(keys::OBSERVATION, r))?;
         let act = self.action.as_spec().map_err(|r| err(keys::ACTION, r))?;
         Ok((obs, act))
@@ -636,6 +647,18 @@ mod tests {
             d.starts_with("node 0's observation low bound 1 is -12.566370964050293, declared's is -1"),
             "{d}"
         );
+    }
+
+    #[test]
+    fn a_discrete_observation_is_refused_for_built_in_policies_as_the_python_node_refuses_it() {
+        let specs = EnvSpecs {
+            observation: Space::Discrete { n: 16, start: 0 },
+            action: Space::Discrete { n: 4, start: 0 },
+        };
+        specs.validate().unwrap();
+        let e = specs.policy_specs().unwrap_err();
+        assert_eq!(e.key, "observation");
+        assert!(e.reason.contains("discrete 16"), "{e}");
     }
 
     #[test]
