@@ -1,5 +1,6 @@
 """Bad arguments name themselves; Rust errors keep their message; Ctrl-C is clean."""
 
+import pickle
 import signal
 
 import numpy as np
@@ -50,6 +51,24 @@ def test_bad_arguments_are_named(kw, field):
 def test_config_errors_carry_the_rust_message():
     e = refused(frames_per_batch=0)
     assert "must be at least 1" in str(e)
+
+
+def test_exceptions_live_at_rollout_and_pickle_with_their_field():
+    for cls, base in [
+        (rollout.ConfigError, ValueError),
+        (rollout.CollectorError, RuntimeError),
+        (rollout.CollectorTimeout, TimeoutError),
+    ]:
+        assert cls.__module__ == "rollout" and issubclass(cls, base)
+        back = pickle.loads(pickle.dumps(cls("it broke")))
+        assert type(back) is cls and str(back) == "it broke"
+    # One raised by the extension: the same class, its field and message kept.
+    e = refused(frames_per_batch=0)
+    assert type(e) is rollout.ConfigError
+    back = pickle.loads(pickle.dumps(e))
+    assert type(back) is rollout.ConfigError
+    assert back.field == "frames_per_batch" and str(back) == str(e)
+    assert rollout.ConfigError("no field").field is None
 
 
 def test_bad_weights_are_refused():
