@@ -43,9 +43,10 @@ impl std::fmt::Debug for Replace {
 #[rtype(result = "Result<Option<Collected>, CollectError>")]
 pub struct NextBatch;
 
-/// Store new weights (the next version) without sending them; returns the version.
+/// Store new weights (the next version) without sending them; returns the version,
+/// or refuses weights that do not fit the policy (nothing stored).
 #[derive(Message, Debug)]
-#[rtype(result = "u64")]
+#[rtype(result = "Result<u64, CollectError>")]
 pub struct StoreWeights(pub Weights);
 
 /// The weights node `.0` acts with now (the stored ones, or its version 0); `None`

@@ -671,14 +671,15 @@ impl Handler<NextBatch> for Trainer {
 }
 
 impl Handler<StoreWeights> for Trainer {
-    type Result = u64;
+    type Result = Result<u64, CollectError>;
 
-    fn handle(&mut self, msg: StoreWeights, _ctx: &mut Self::Context) -> u64 {
+    fn handle(&mut self, msg: StoreWeights, _ctx: &mut Self::Context) -> Self::Result {
+        self.machine.check_weights(&msg.0)?;
         let version = self.machine.set_weights(msg.0);
         if let Some(m) = &self.metrics {
             m.stored(version);
         }
-        version
+        Ok(version)
     }
 }
 

@@ -4,8 +4,9 @@
 
 use std::collections::HashMap;
 
+use ndarray::ArrayD;
 use rollout::rollout::keys;
-use rollout::PolicyConfig;
+use rollout::{PolicyConfig, Tensor, Weights};
 use rollout_actors::{CollectError, Collected, CollectorBuilder, DistributedCollector, Launcher};
 use rollout_tests::{
     alive, assert_unique_traj_ids, cartpole_sync_builder, drain, panicky_builder, rollout_bin, value_weights,
@@ -265,6 +266,34 @@ fn weights_to_a_subset_of_nodes_tag_only_their_batches() {
         c.update_policy_weights(value_weights(3.0), Some(&[2])),
         Err(CollectError::Trainer(_))
     ));
+}
+
+#[test]
+fn weights_that_do_not_fit_the_policy_are_refused_and_the_run_goes_on() {
+    let mut c = counting_collector(true, 50, -1);
+    let mut wide = value_weights(2.0);
+    wide.tensors
+        .insert("value".into(), Tensor::F32(ArrayD::from_elem(vec![2], 2.0)));
+    let mut extra = value_weights(2.0);
+    extra
+        .tensors
+        .insert("bias".into(), Tensor::F32(ArrayD::from_elem(vec![1], 0.0)));
+    let refusals = [
+        (wide, "`value` must be f32 [1], got f32 [2]"),
+        (Weights::new(Default::default()), "missing tensor `value`"),
+        (extra, "unexpected tensor `bias`"),
+    ];
+    for (w, reason) in refusals {
+        match c.update_policy_weights(w.clone(), None) {
+            Err(CollectError::Config(e)) => assert_eq!((e.field, e.reason.as_str()), ("weights", reason)),
+            other => panic!("expected a config error ({reason}), got {other:?}"),
+        }
+        assert!(matches!(c.set_policy_weights(w), Err(CollectError::Config(_))));
+    }
+    let b = c.next_batch().expect("ok").expect("batch");
+    assert_eq!(b.weights_versions, vec![0, 0], "nothing was stored");
+    assert!(b.data.f32(keys::ACTION).expect("a").iter().all(|&a| a == 1.0));
+    assert_eq!(c.update_policy_weights(value_weights(2.0), None).expect("fits"), 1);
 }
 
 #[test]

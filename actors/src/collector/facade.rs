@@ -198,7 +198,11 @@ impl DistributedCollector {
     }
 
     /// Stores `weights` as the next version and pushes them to `nodes` (all when `None`).
-    /// Returns the new version.
+    /// Returns the new version. Weights whose names, dtypes or shapes do not fit the
+    /// policy are a [`CollectError::Config`] (field `weights`, naming the tensor) and
+    /// the run goes on untouched, as do weights for an env only the nodes know before
+    /// its first node reported its specs (take a batch first); see
+    /// [`rollout::machine::TrainerMachine::check_weights`].
     pub fn update_policy_weights(&mut self, weights: Weights, nodes: Option<&[usize]>) -> Result<u64, CollectError> {
         let v = self.set_policy_weights(weights)?;
         self.push_policy_weights(nodes)?;
@@ -207,8 +211,9 @@ impl DistributedCollector {
 
     /// Stores `weights` as the next version without sending them; the update
     /// options (`update_interval`, ...) or [`Self::push_policy_weights`] deliver them.
+    /// Checked first, as [`Self::update_policy_weights`] says.
     pub fn set_policy_weights(&mut self, weights: Weights) -> Result<u64, CollectError> {
-        self.ask(StoreWeights(weights), "storing weights", self.batch_timeout)
+        self.ask(StoreWeights(weights), "storing weights", self.batch_timeout)?
     }
 
     /// The weights node `node` acts with now: the last stored ones, or before any the

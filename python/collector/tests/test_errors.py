@@ -79,6 +79,22 @@ def test_bad_weights_are_refused():
             c.update_policy_weights_([np.zeros(3, dtype=np.float32)])
 
 
+def test_weights_that_do_not_fit_the_policy_are_a_config_error_and_the_run_goes_on():
+    good = {"weight": np.zeros((2, 4), dtype=np.float32), "bias": np.zeros(2, dtype=np.float32)}
+    with rollout.DistributedCollector("CartPole-v1", frames_per_batch=10, total_frames=-1, seed=1) as c:
+        for weights, reason in [
+            ({**good, "weight": np.zeros((2, 3), dtype=np.float32)}, "`weight` must be f32 [2, 4], got f32 [2, 3]"),
+            ({"weight": good["weight"]}, "missing tensor `bias`"),
+            ({**good, "scale": np.ones(1, dtype=np.float32)}, "unexpected tensor `scale`"),
+        ]:
+            with pytest.raises(rollout.ConfigError) as e:
+                c.update_policy_weights_(weights)
+            assert e.value.field == "weights" and reason in str(e.value)
+        batch = c.next()
+        assert batch.weights_version == 0, "nothing was stored"
+        assert c.update_policy_weights_(good) == 1
+
+
 def test_ctrl_c_interrupts_a_waiting_iteration_and_loses_no_batch():
     # A batch that takes seconds (an MLP policy, many frames), a SIGALRM raising
     # KeyboardInterrupt (what Ctrl-C does) a fraction of a second into the wait.

@@ -90,6 +90,14 @@ impl TrainerMachine {
         self.specs.first.get(env).map(|(_, s)| s)
     }
 
+    /// The env of node `node` when its version 0 is still to be built: an env only the
+    /// nodes know (with a policy of [`Self::with_deferred_policy`]) none of whose nodes
+    /// reported its specs yet.
+    pub(super) fn version_0_pending(&self, node: usize) -> Option<&str> {
+        self.first_ready_env(node)
+            .filter(|env| self.specs.deferred.contains_key(*env) && !self.specs.built.contains_key(*env))
+    }
+
     /// The env of node `node`, when the trainer cannot build it.
     fn first_ready_env(&self, node: usize) -> Option<&str> {
         match self.layouts.sources.get(node) {
