@@ -49,6 +49,12 @@ pub struct NextBatch;
 #[rtype(result = "Result<u64, CollectError>")]
 pub struct StoreWeights(pub Weights);
 
+/// Answer a pending [`NextBatch`] with `Ok(None)` now (its caller is being shut down
+/// from another thread); collection goes on.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct CancelNext;
+
 /// The weights node `.0` acts with now (the stored ones, or its version 0); `None`
 /// for an unknown node.
 #[derive(Message, Debug)]

@@ -17,8 +17,8 @@ use tokio::sync::oneshot;
 use crate::delivery::Delivery;
 use crate::error::CollectError;
 use crate::messages::{
-    Deliver, GetWeights, NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights, Subscribe, TakeCheckpoint,
-    TrainerEvent,
+    CancelNext, Deliver, GetWeights, NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights, Subscribe,
+    TakeCheckpoint, TrainerEvent,
 };
 use crate::metrics::observe::TrainerMetrics;
 use crate::metrics::FailureReason;
@@ -680,6 +680,16 @@ impl Handler<StoreWeights> for Trainer {
             m.stored(version);
         }
         Ok(version)
+    }
+}
+
+impl Handler<CancelNext> for Trainer {
+    type Result = ();
+
+    fn handle(&mut self, _msg: CancelNext, _ctx: &mut Self::Context) {
+        if let Some(tx) = self.next.take() {
+            let _ = tx.send(Ok(None));
+        }
     }
 }
 

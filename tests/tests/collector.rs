@@ -297,6 +297,39 @@ fn weights_that_do_not_fit_the_policy_are_refused_and_the_run_goes_on() {
 }
 
 #[test]
+fn a_handle_answers_and_cancels_while_another_thread_waits_for_a_batch() {
+    // Batches of a million frames: seconds of stepping, so the wait is still on when
+    // the handle's calls are made (and `cancel_next_batch` is what ends it).
+    let c = counting_on(&Launcher::Local, false, 1_000_000, -1);
+    let h = c.handle();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let mut c = c;
+        let _ = tx.send(c.next_batch().map(|b| b.is_some()));
+        c
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut version = 0;
+    let answer = loop {
+        h.stats().expect("stats while a batch is waited for");
+        version = h.update_policy_weights(value_weights(2.0), None).expect("push");
+        h.cancel_next_batch().expect("cancel");
+        match rx.recv_timeout(std::time::Duration::from_millis(20)) {
+            Ok(r) => break r,
+            Err(_) => assert!(std::time::Instant::now() < deadline, "next_batch was not cancelled"),
+        }
+    };
+    assert!(matches!(answer, Ok(false)), "the wait ended with no batch: {answer:?}");
+    assert!(version >= 1);
+    let mut c = waiter.join().expect("the waiting thread");
+    c.shutdown().expect("shutdown");
+    assert!(
+        matches!(h.stats(), Err(CollectError::Stopped(_))),
+        "a handle outlives its run"
+    );
+}
+
+#[test]
 fn update_after_each_batch_in_async_updates_the_delivering_node() {
     let mut c = DistributedCollector::builder()
         .env("Counting")

@@ -15,7 +15,6 @@ use rollout::machine::{Collected, SupervisionStats};
 use rollout::{PolicyConfig, Weights};
 
 use super::plan::Plan;
-use crate::block::block_on_timeout;
 use crate::error::CollectError;
 use crate::launch::slurm::SlurmJob;
 use crate::launch::{Launched, NodeHandles};
@@ -136,11 +135,11 @@ impl DistributedCollector {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct DistributedCollector {
-    trainer: Addr<Trainer>,
+    pub(super) trainer: Addr<Trainer>,
     system: System,
     thread: Option<JoinHandle<()>>,
     done: mpsc::Receiver<()>,
-    batch_timeout: Duration,
+    pub(super) batch_timeout: Duration,
     shutdown_timeout: Duration,
     down: bool,
     nodes: usize,
@@ -174,14 +173,7 @@ impl DistributedCollector {
         if self.down {
             return Err(CollectError::Stopped("the collector was shut down".into()));
         }
-        match block_on_timeout(self.trainer.send(msg), timeout) {
-            Some(Ok(r)) => Ok(r),
-            Some(Err(e)) => Err(CollectError::Stopped(e.to_string())),
-            None => Err(CollectError::Timeout {
-                what,
-                seconds: timeout.as_secs_f64(),
-            }),
-        }
+        super::handle::ask_trainer(&self.trainer, msg, what, timeout)
     }
 
     /// The next batch, or `None` once `total_frames` have been yielded. With a
