@@ -397,6 +397,21 @@ mod tests {
     }
 
     #[test]
+    fn weights_are_refused_until_version_0_is_built_then_checked_against_it() {
+        let mut m = machine(config(2, 1, 4, None, false))
+            .with_layout_sources(first_ready(2, "Custom"))
+            .with_deferred_policy("Custom", linear());
+        let want = initial_weights_for(&linear(), &specs(4)).unwrap().unwrap();
+        let e = m.check_weights(&want).unwrap_err();
+        assert_eq!(e.field, "weights");
+        assert!(e.reason.contains("env Custom is not known yet"), "{}", e.reason);
+        feed(&mut m, ready(1, Some(&specs(4))));
+        assert_eq!(m.check_weights(&want), Ok(()));
+        let narrower = initial_weights_for(&linear(), &specs(3)).unwrap().unwrap();
+        assert!(m.check_weights(&narrower).unwrap_err().reason.contains("must be f32"));
+    }
+
+    #[test]
     fn version_0_goes_to_each_node_before_its_first_continue() {
         let mut m = machine(config(2, 1, 4, None, false))
             .with_layout_sources(first_ready(2, "Custom"))
