@@ -135,11 +135,11 @@ impl DistributedCollector {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct DistributedCollector {
-    pub(super) trainer: Addr<Trainer>,
+    trainer: Addr<Trainer>,
     system: System,
     thread: Option<JoinHandle<()>>,
     done: mpsc::Receiver<()>,
-    pub(super) batch_timeout: Duration,
+    batch_timeout: Duration,
     shutdown_timeout: Duration,
     down: bool,
     nodes: usize,
@@ -262,6 +262,12 @@ impl DistributedCollector {
     /// Number of nodes (an elastic run: its slots, `max_nodes`; `stats()` counts joins and leaves).
     pub fn nodes(&self) -> usize {
         self.nodes
+    }
+
+    /// A handle for the calls other threads make while one waits in
+    /// [`Self::next_batch`]: weights, stats, and cancelling that wait.
+    pub fn handle(&self) -> super::handle::CollectorHandle {
+        super::handle::CollectorHandle::new(self.trainer.clone(), self.batch_timeout)
     }
 
     /// Node restarts, late batches dropped, frames collected and (elastic runs) nodes

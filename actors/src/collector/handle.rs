@@ -1,5 +1,6 @@
 //! [`CollectorHandle`]: the calls on a running collector that need no `&mut`, from any
-//! thread, while another thread waits in [`DistributedCollector::next_batch`].
+//! thread, while another thread waits in
+//! [`DistributedCollector::next_batch`](crate::DistributedCollector::next_batch).
 //!
 //! A learner's logging thread reads the stats and its optimiser thread pushes weights
 //! while the main thread waits for a batch: the trainer actor answers them at once
@@ -11,13 +12,13 @@ use actix::prelude::*;
 use rollout::machine::SupervisionStats;
 use rollout::Weights;
 
-use super::DistributedCollector;
 use crate::block::block_on_timeout;
 use crate::error::CollectError;
 use crate::messages::{CancelNext, PushWeights, StoreWeights};
 use crate::trainer::{GetStats, Trainer};
 
-/// A cloneable handle on a running collector (see [`DistributedCollector::handle`]).
+/// A cloneable handle on a running collector (see
+/// [`DistributedCollector::handle`](crate::DistributedCollector::handle)).
 /// Once the collector is shut down its calls fail with [`CollectError::Stopped`].
 #[derive(Clone, Debug)]
 pub struct CollectorHandle {
@@ -52,19 +53,19 @@ impl CollectorHandle {
         CollectorHandle { trainer, timeout }
     }
 
-    /// [`DistributedCollector::update_policy_weights`], from any thread.
+    /// [`DistributedCollector::update_policy_weights`](crate::DistributedCollector::update_policy_weights), from any thread.
     pub fn update_policy_weights(&self, weights: Weights, nodes: Option<&[usize]>) -> Result<u64, CollectError> {
         let v = self.set_policy_weights(weights)?;
         self.push_policy_weights(nodes)?;
         Ok(v)
     }
 
-    /// [`DistributedCollector::set_policy_weights`], from any thread.
+    /// [`DistributedCollector::set_policy_weights`](crate::DistributedCollector::set_policy_weights), from any thread.
     pub fn set_policy_weights(&self, weights: Weights) -> Result<u64, CollectError> {
         ask_trainer(&self.trainer, StoreWeights(weights), "storing weights", self.timeout)?
     }
 
-    /// [`DistributedCollector::push_policy_weights`], from any thread.
+    /// [`DistributedCollector::push_policy_weights`](crate::DistributedCollector::push_policy_weights), from any thread.
     pub fn push_policy_weights(&self, nodes: Option<&[usize]>) -> Result<(), CollectError> {
         ask_trainer(
             &self.trainer,
@@ -74,24 +75,16 @@ impl CollectorHandle {
         )?
     }
 
-    /// [`DistributedCollector::stats`], from any thread.
+    /// [`DistributedCollector::stats`](crate::DistributedCollector::stats), from any thread.
     pub fn stats(&self) -> Result<SupervisionStats, CollectError> {
         ask_trainer(&self.trainer, GetStats, "reading the stats", self.timeout)
     }
 
-    /// Makes a [`DistributedCollector::next_batch`] waiting on another thread return
+    /// Makes a [`DistributedCollector::next_batch`](crate::DistributedCollector::next_batch) waiting on another thread return
     /// `Ok(None)` now (before shutting the run down from this thread, say); the batch
     /// it waited for is not yielded. Collection is not affected. Nothing happens when
     /// no call waits.
     pub fn cancel_next_batch(&self) -> Result<(), CollectError> {
         ask_trainer(&self.trainer, CancelNext, "cancelling a batch request", self.timeout)
-    }
-}
-
-impl DistributedCollector {
-    /// A handle for the calls other threads make while one waits in
-    /// [`Self::next_batch`]: weights, stats, and cancelling that wait.
-    pub fn handle(&self) -> CollectorHandle {
-        CollectorHandle::new(self.trainer.clone(), self.batch_timeout)
     }
 }
