@@ -24,7 +24,7 @@ pub mod replay;
 pub mod testkit;
 pub mod trainer;
 
-pub use collector::{CollectorBuilder, DistributedCollector, Embedded, NodeOverrides, Postproc};
+pub use collector::{CollectorBuilder, CollectorHandle, DistributedCollector, Embedded, NodeOverrides, Postproc};
 pub use error::CollectError;
 pub use launch::{Launcher, SlurmOptions};
 pub use replay::SharedReplayBuffer;

@@ -43,10 +43,17 @@ impl std::fmt::Debug for Replace {
 #[rtype(result = "Result<Option<Collected>, CollectError>")]
 pub struct NextBatch;
 
-/// Store new weights (the next version) without sending them; returns the version.
+/// Store new weights (the next version) without sending them; returns the version,
+/// or refuses weights that do not fit the policy (nothing stored).
 #[derive(Message, Debug)]
-#[rtype(result = "u64")]
+#[rtype(result = "Result<u64, CollectError>")]
 pub struct StoreWeights(pub Weights);
+
+/// Answer a pending [`NextBatch`] with `Ok(None)` now (its caller is being shut down
+/// from another thread); collection goes on.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct CancelNext;
 
 /// The weights node `.0` acts with now (the stored ones, or its version 0); `None`
 /// for an unknown node.

@@ -17,8 +17,8 @@ use tokio::sync::oneshot;
 use crate::delivery::Delivery;
 use crate::error::CollectError;
 use crate::messages::{
-    Deliver, GetWeights, NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights, Subscribe, TakeCheckpoint,
-    TrainerEvent,
+    CancelNext, Deliver, GetWeights, NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights, Subscribe,
+    TakeCheckpoint, TrainerEvent,
 };
 use crate::metrics::observe::TrainerMetrics;
 use crate::metrics::FailureReason;
@@ -671,14 +671,25 @@ impl Handler<NextBatch> for Trainer {
 }
 
 impl Handler<StoreWeights> for Trainer {
-    type Result = u64;
+    type Result = Result<u64, CollectError>;
 
-    fn handle(&mut self, msg: StoreWeights, _ctx: &mut Self::Context) -> u64 {
+    fn handle(&mut self, msg: StoreWeights, _ctx: &mut Self::Context) -> Self::Result {
+        self.machine.check_weights(&msg.0)?;
         let version = self.machine.set_weights(msg.0);
         if let Some(m) = &self.metrics {
             m.stored(version);
         }
-        version
+        Ok(version)
+    }
+}
+
+impl Handler<CancelNext> for Trainer {
+    type Result = ();
+
+    fn handle(&mut self, _msg: CancelNext, _ctx: &mut Self::Context) {
+        if let Some(tx) = self.next.take() {
+            let _ = tx.send(Ok(None));
+        }
     }
 }
 

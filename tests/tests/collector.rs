@@ -4,8 +4,9 @@
 
 use std::collections::HashMap;
 
+use ndarray::ArrayD;
 use rollout::rollout::keys;
-use rollout::PolicyConfig;
+use rollout::{PolicyConfig, Tensor, Weights};
 use rollout_actors::{CollectError, Collected, CollectorBuilder, DistributedCollector, Launcher};
 use rollout_tests::{
     alive, assert_unique_traj_ids, cartpole_sync_builder, drain, panicky_builder, rollout_bin, value_weights,
@@ -265,6 +266,68 @@ fn weights_to_a_subset_of_nodes_tag_only_their_batches() {
         c.update_policy_weights(value_weights(3.0), Some(&[2])),
         Err(CollectError::Trainer(_))
     ));
+}
+
+#[test]
+fn weights_that_do_not_fit_the_policy_are_refused_and_the_run_goes_on() {
+    let mut c = counting_collector(true, 50, -1);
+    let mut wide = value_weights(2.0);
+    wide.tensors
+        .insert("value".into(), Tensor::F32(ArrayD::from_elem(vec![2], 2.0)));
+    let mut extra = value_weights(2.0);
+    extra
+        .tensors
+        .insert("bias".into(), Tensor::F32(ArrayD::from_elem(vec![1], 0.0)));
+    let refusals = [
+        (wide, "`value` must be f32 [1], got f32 [2]"),
+        (Weights::new(Default::default()), "missing tensor `value`"),
+        (extra, "unexpected tensor `bias`"),
+    ];
+    for (w, reason) in refusals {
+        match c.update_policy_weights(w.clone(), None) {
+            Err(CollectError::Config(e)) => assert_eq!((e.field, e.reason.as_str()), ("weights", reason)),
+            other => panic!("expected a config error ({reason}), got {other:?}"),
+        }
+        assert!(matches!(c.set_policy_weights(w), Err(CollectError::Config(_))));
+    }
+    let b = c.next_batch().expect("ok").expect("batch");
+    assert_eq!(b.weights_versions, vec![0, 0], "nothing was stored");
+    assert!(b.data.f32(keys::ACTION).expect("a").iter().all(|&a| a == 1.0));
+    assert_eq!(c.update_policy_weights(value_weights(2.0), None).expect("fits"), 1);
+}
+
+#[test]
+fn a_handle_answers_and_cancels_while_another_thread_waits_for_a_batch() {
+    // Batches of a million frames: seconds of stepping, so the wait is still on when
+    // the handle's calls are made (and `cancel_next_batch` is what ends it).
+    let c = counting_on(&Launcher::Local, false, 1_000_000, -1);
+    let h = c.handle();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let mut c = c;
+        let _ = tx.send(c.next_batch().map(|b| b.is_some()));
+        c
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut last_version = 0;
+    let answer = loop {
+        h.stats().expect("stats while a batch is waited for");
+        let version = h.update_policy_weights(value_weights(2.0), None).expect("push");
+        assert_eq!(version, last_version + 1, "each push stored as the next version");
+        last_version = version;
+        h.cancel_next_batch().expect("cancel");
+        match rx.recv_timeout(std::time::Duration::from_millis(20)) {
+            Ok(r) => break r,
+            Err(_) => assert!(std::time::Instant::now() < deadline, "next_batch was not cancelled"),
+        }
+    };
+    assert!(matches!(answer, Ok(false)), "the wait ended with no batch: {answer:?}");
+    let mut c = waiter.join().expect("the waiting thread");
+    c.shutdown().expect("shutdown");
+    assert!(
+        matches!(h.stats(), Err(CollectError::Stopped(_))),
+        "a handle outlives its run"
+    );
 }
 
 #[test]

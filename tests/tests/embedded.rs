@@ -107,7 +107,7 @@ impl Handler<TrainerEvent> for Learner {
                     self.trainer.do_send(PushWeights(None));
                     ctx.spawn(
                         async move {
-                            if let Ok(version) = store.await {
+                            if let Ok(Ok(version)) = store.await {
                                 let _ = report.send(Report::Pushed { after, version });
                             }
                         }

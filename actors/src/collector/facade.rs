@@ -15,7 +15,6 @@ use rollout::machine::{Collected, SupervisionStats};
 use rollout::{PolicyConfig, Weights};
 
 use super::plan::Plan;
-use crate::block::block_on_timeout;
 use crate::error::CollectError;
 use crate::launch::slurm::SlurmJob;
 use crate::launch::{Launched, NodeHandles};
@@ -174,14 +173,7 @@ impl DistributedCollector {
         if self.down {
             return Err(CollectError::Stopped("the collector was shut down".into()));
         }
-        match block_on_timeout(self.trainer.send(msg), timeout) {
-            Some(Ok(r)) => Ok(r),
-            Some(Err(e)) => Err(CollectError::Stopped(e.to_string())),
-            None => Err(CollectError::Timeout {
-                what,
-                seconds: timeout.as_secs_f64(),
-            }),
-        }
+        super::handle::ask_trainer(&self.trainer, msg, what, timeout)
     }
 
     /// The next batch, or `None` once `total_frames` have been yielded. With a
@@ -198,7 +190,11 @@ impl DistributedCollector {
     }
 
     /// Stores `weights` as the next version and pushes them to `nodes` (all when `None`).
-    /// Returns the new version.
+    /// Returns the new version. Weights whose names, dtypes or shapes do not fit the
+    /// policy are a [`CollectError::Config`] (field `weights`, naming the tensor) and
+    /// the run goes on untouched, as do weights for an env only the nodes know before
+    /// its first node reported its specs (take a batch first); see
+    /// [`rollout::machine::TrainerMachine::check_weights`].
     pub fn update_policy_weights(&mut self, weights: Weights, nodes: Option<&[usize]>) -> Result<u64, CollectError> {
         let v = self.set_policy_weights(weights)?;
         self.push_policy_weights(nodes)?;
@@ -207,8 +203,9 @@ impl DistributedCollector {
 
     /// Stores `weights` as the next version without sending them; the update
     /// options (`update_interval`, ...) or [`Self::push_policy_weights`] deliver them.
+    /// Checked first, as [`Self::update_policy_weights`] says.
     pub fn set_policy_weights(&mut self, weights: Weights) -> Result<u64, CollectError> {
-        self.ask(StoreWeights(weights), "storing weights", self.batch_timeout)
+        self.ask(StoreWeights(weights), "storing weights", self.batch_timeout)?
     }
 
     /// The weights node `node` acts with now: the last stored ones, or before any the
@@ -265,6 +262,12 @@ impl DistributedCollector {
     /// Number of nodes (an elastic run: its slots, `max_nodes`; `stats()` counts joins and leaves).
     pub fn nodes(&self) -> usize {
         self.nodes
+    }
+
+    /// A handle for the calls other threads make while one waits in
+    /// [`Self::next_batch`]: weights, stats, and cancelling that wait.
+    pub fn handle(&self) -> super::handle::CollectorHandle {
+        super::handle::CollectorHandle::new(self.trainer.clone(), self.batch_timeout)
     }
 
     /// Node restarts, late batches dropped, frames collected and (elastic runs) nodes

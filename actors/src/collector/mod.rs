@@ -15,6 +15,7 @@
 mod builder;
 mod embedded;
 mod facade;
+mod handle;
 mod launcher;
 mod plan;
 mod settings;
@@ -24,4 +25,5 @@ pub use crate::launch::ListeningHook;
 pub use builder::CollectorBuilder;
 pub use embedded::Embedded;
 pub use facade::DistributedCollector;
+pub use handle::CollectorHandle;
 pub use settings::NodeOverrides;

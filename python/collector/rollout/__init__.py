@@ -2,10 +2,11 @@
 
 ``rollout.DistributedCollector`` takes torchrl's argument names and yields
 batches whose entries are NumPy arrays viewing the buffers the Rust nodes
-collected into (no copy). See docs/python.md.
+collected into (no copy). The Rust side's log events are ``logging`` records
+under the ``rollout`` logger. See docs/python.md.
 """
 
-from ._native import CollectorError, CollectorTimeout, ConfigError
+from ._native import CollectorError, CollectorTimeout, ConfigError, refresh_log_levels
 from ._batch import Batch
 from ._collector import DistributedCollector
 
@@ -15,4 +16,5 @@ __all__ = [
     "CollectorTimeout",
     "ConfigError",
     "DistributedCollector",
+    "refresh_log_levels",
 ]

@@ -252,6 +252,8 @@ class DistributedCollector:
 
     @staticmethod
     def _start(settings: Dict[str, Any]) -> "_native.NativeCollector":
+        # The `rollout` logger's level as it is now decides which Rust events are formatted.
+        _native.refresh_log_levels()
         try:
             return _native.NativeCollector(settings)
         except _native.ConfigError as e:

@@ -1,15 +1,19 @@
 //! `NativeCollector`: the Python class over [`rollout_actors::DistributedCollector`].
 //!
 //! Each method queues a job on the collector's thread (`runner`) and waits with the
-//! GIL released; `rollout.DistributedCollector` (Python) wraps it with torchrl's
-//! names, iteration and the batch type.
+//! GIL released; weights and stats go through the collector's handle instead, so that
+//! they do not wait behind a `next_batch` another thread is waiting in. Every method
+//! takes `&self`: any Python thread may call any of them at any time.
+//! `rollout.DistributedCollector` (Python) wraps it with torchrl's names, iteration and
+//! the batch type.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
-use rollout_actors::{CollectError, Collected};
+use rollout_actors::{CollectError, Collected, CollectorHandle};
 
 use crate::config;
 use crate::convert::{batch_to_py, weights_from_py};
@@ -22,11 +26,14 @@ type NextAnswer = Result<Option<Collected>, CollectError>;
 #[pyclass(module = "rollout._native")]
 pub(crate) struct NativeCollector {
     runner: Runner,
+    /// Weights, stats and cancelling a wait, answered by the trainer at once.
+    handle: CollectorHandle,
     /// A `next_batch` whose wait was interrupted (Ctrl-C): its batch is the next one.
-    /// (A `Mutex` only because a Python class must be `Sync`; `&mut self` reaches it.)
+    /// Locked only to take or put the receiver, never across a wait.
     pending: Mutex<Option<Receiver<NextAnswer>>>,
     nodes: usize,
-    down: bool,
+    /// Set by the first `shutdown`; read by `next_batch` jobs before they start.
+    down: Arc<AtomicBool>,
 }
 
 impl NativeCollector {
@@ -36,11 +43,25 @@ impl NativeCollector {
         R: Send + 'static,
         F: FnOnce(&mut rollout_actors::DistributedCollector) -> Result<R, CollectError> + Send + 'static,
     {
-        if self.down {
+        if self.down.load(Ordering::SeqCst) {
             return Err(stopped());
         }
         let rx = self.runner.call(f)?;
         wait(py, rx)?.map_err(collect_error)
+    }
+
+    /// Runs `f` on the collector's handle with the GIL released: on the caller's
+    /// thread, not queued behind the collector's jobs.
+    fn on_handle<R, F>(&self, py: Python<'_>, f: F) -> PyResult<R>
+    where
+        R: Send,
+        F: FnOnce(&CollectorHandle) -> Result<R, CollectError> + Send,
+    {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(stopped());
+        }
+        let handle = self.handle.clone();
+        py.allow_threads(move || f(&handle)).map_err(collect_error)
     }
 }
 
@@ -51,38 +72,50 @@ impl NativeCollector {
     fn new(py: Python<'_>, settings: Bound<'_, PyDict>) -> PyResult<NativeCollector> {
         let builder = config::builder(settings.copy()?)?;
         let runner = Runner::start(py, builder)?;
-        let mut c = NativeCollector {
+        let (nodes, handle) = wait(py, runner.call(|c| (c.nodes(), c.handle()))?)?;
+        Ok(NativeCollector {
             runner,
+            handle,
             pending: Mutex::new(None),
-            nodes: 0,
-            down: false,
-        };
-        c.nodes = c.ask(py, |c| Ok(c.nodes()))?;
-        Ok(c)
+            nodes,
+            down: Arc::new(AtomicBool::new(false)),
+        })
     }
 
     /// The next batch as a dict (see `convert::batch_to_py`), or `None` once
     /// `total_frames` have been yielded.
-    fn next_batch(&mut self, py: Python<'_>) -> PyResult<Option<PyObject>> {
-        if self.down {
+    /// A `shutdown` on another thread meanwhile ends the wait with `None`.
+    fn next_batch(&self, py: Python<'_>) -> PyResult<Option<PyObject>> {
+        if self.down.load(Ordering::SeqCst) {
             return Ok(None);
         }
-        let pending = self.pending.get_mut().unwrap_or_else(|p| p.into_inner());
-        let rx = match pending.take() {
+        let pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let rx = match pending {
             Some(rx) => rx,
-            None => self.runner.call(|c| c.next_batch())?,
+            None => {
+                let down = Arc::clone(&self.down);
+                self.runner.call(move |c| {
+                    if down.load(Ordering::SeqCst) {
+                        return Ok(None);
+                    }
+                    c.next_batch()
+                })?
+            }
         };
         let answer = match wait(py, rx) {
             Ok(a) => a,
             Err(WaitError::Interrupted(e, rx)) => {
-                *self.pending.get_mut().unwrap_or_else(|p| p.into_inner()) = Some(rx);
+                *self.pending.lock().unwrap_or_else(PoisonError::into_inner) = Some(rx);
                 return Err(e);
             }
+            Err(WaitError::Gone) if self.down.load(Ordering::SeqCst) => return Ok(None),
             Err(WaitError::Gone) => return Err(stopped()),
         };
-        match answer.map_err(collect_error)? {
-            Some(c) => batch_to_py(py, c).map(Some),
-            None => Ok(None),
+        match answer {
+            Ok(Some(c)) => batch_to_py(py, c).map(Some),
+            Ok(None) => Ok(None),
+            Err(_) if self.down.load(Ordering::SeqCst) => Ok(None),
+            Err(e) => Err(collect_error(e)),
         }
     }
 
@@ -96,13 +129,13 @@ impl NativeCollector {
         worker_ids: Option<Vec<usize>>,
     ) -> PyResult<u64> {
         let w = weights_from_py(&weights)?;
-        self.ask(py, move |c| c.update_policy_weights(w, worker_ids.as_deref()))
+        self.on_handle(py, move |h| h.update_policy_weights(w, worker_ids.as_deref()))
     }
 
     /// Pushes the stored weights to `worker_ids` (all when `None`).
     #[pyo3(signature = (worker_ids=None))]
     fn push_policy_weights(&self, py: Python<'_>, worker_ids: Option<Vec<usize>>) -> PyResult<()> {
-        self.ask(py, move |c| c.push_policy_weights(worker_ids.as_deref()))
+        self.on_handle(py, move |h| h.push_policy_weights(worker_ids.as_deref()))
     }
 
     /// Reseeds every node; returns the next seed.
@@ -122,7 +155,7 @@ impl NativeCollector {
 
     /// Node restarts, late batches dropped, frames collected.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.ask(py, |c| c.stats())?;
+        let s = self.on_handle(py, |h| h.stats())?;
         let d = PyDict::new(py);
         d.set_item("restarts", s.restarts)?;
         d.set_item("dropped_late", s.dropped_late)?;
@@ -158,14 +191,21 @@ impl NativeCollector {
         self.ask(py, |c| Ok(c.slurm_job_ids()))
     }
 
-    /// Stops the nodes and joins every thread; idempotent.
-    fn shutdown(&mut self, py: Python<'_>) -> PyResult<()> {
-        if self.down {
+    /// Stops the nodes and joins every thread; idempotent. A `next_batch` waiting on
+    /// another thread returns `None` first (it would hold the collector's thread until
+    /// its batch came).
+    fn shutdown(&self, py: Python<'_>) -> PyResult<()> {
+        if self.down.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        *self.pending.get_mut().unwrap_or_else(|p| p.into_inner()) = None;
-        let r = self.ask(py, |c| c.shutdown());
-        self.down = true;
+        *self.pending.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        let handle = self.handle.clone();
+        // A run whose trainer is gone has no wait to cancel; shutdown says what happened.
+        let _ = py.allow_threads(move || handle.cancel_next_batch());
+        let r = self
+            .runner
+            .call(|c| c.shutdown())
+            .and_then(|rx| wait(py, rx)?.map_err(collect_error));
         self.runner.join(py);
         r
     }

@@ -2,34 +2,41 @@
 //! `ConfigError` (a `ValueError`) whose `field` names the argument at fault, a
 //! deadline a `CollectorTimeout` (a `TimeoutError`), anything else a
 //! `CollectorError` (a `RuntimeError`).
+//!
+//! The classes are named `rollout.<Name>` (the package re-exports them there), so
+//! `pickle` finds them by that name: an error crosses `multiprocessing` or Ray with
+//! its message and `field`.
 
 use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 use rollout_actors::CollectError;
 
 pyo3::create_exception!(
-    _native,
+    rollout,
     ConfigError,
     PyValueError,
     "A setting the collector cannot run with; `field` names the argument."
 );
 pyo3::create_exception!(
-    _native,
+    rollout,
     CollectorError,
     PyRuntimeError,
     "The collector failed (a node, the launcher, a checkpoint, ...)."
 );
 pyo3::create_exception!(
-    _native,
+    rollout,
     CollectorTimeout,
     PyTimeoutError,
     "A bounded wait of the collector ran out."
 );
 
-/// Adds the exception types to the module.
+/// Adds the exception types to the module; a `ConfigError` made in Python without
+/// a `field` has `field = None` (a class attribute).
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
-    m.add("ConfigError", py.get_type::<ConfigError>())?;
+    let config = py.get_type::<ConfigError>();
+    config.setattr("field", py.None())?;
+    m.add("ConfigError", config)?;
     m.add("CollectorError", py.get_type::<CollectorError>())?;
     m.add("CollectorTimeout", py.get_type::<CollectorTimeout>())?;
     Ok(())

@@ -3,14 +3,16 @@
 //! The Python package (`rollout/`) gives torchrl's names and the TensorDict-like
 //! batch; this module holds what must be native: the collector behind a thread of
 //! its own (`runner`), settings read from a dict (`config`), tensors moved into
-//! NumPy arrays without a copy and weights read from them (`convert`), and Rust
-//! errors as Python exceptions (`errors`).
+//! NumPy arrays without a copy and weights read from them (`convert`), Rust
+//! errors as Python exceptions (`errors`) and Rust's log events as Python
+//! `logging` records (`log_bridge`).
 
 mod bench;
 mod collector;
 mod config;
 mod convert;
 mod errors;
+mod log_bridge;
 mod runner;
 
 use pyo3::prelude::*;
@@ -21,5 +23,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<collector::NativeCollector>()?;
     m.add_function(wrap_pyfunction!(bench::bench_rust_loop, m)?)?;
     m.add_function(wrap_pyfunction!(bench::bench_rust_weights, m)?)?;
+    m.add_function(wrap_pyfunction!(log_bridge::refresh_log_levels, m)?)?;
+    log_bridge::install(m.py())?;
     errors::register(m)
 }

@@ -5,6 +5,7 @@
 //! (the caller keeps the receiver, see `collector`).
 
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -18,10 +19,11 @@ const SLICE: Duration = Duration::from_millis(50);
 
 type Job = Box<dyn FnOnce(&mut DistributedCollector) + Send>;
 
-/// The thread that owns the collector, and the queue of its jobs.
+/// The thread that owns the collector, and the queue of its jobs. Any Python thread
+/// may queue a job (the locks are held only to queue or to take the thread).
 pub(crate) struct Runner {
-    jobs: Option<Sender<Job>>,
-    thread: Option<JoinHandle<()>>,
+    jobs: Mutex<Option<Sender<Job>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 /// Why a wait ended without an answer.
@@ -67,8 +69,8 @@ impl Runner {
             })
             .map_err(|e| crate::errors::CollectorError::new_err(format!("cannot spawn the collector's thread: {e}")))?;
         let runner = Runner {
-            jobs: Some(jobs_tx),
-            thread: Some(thread),
+            jobs: Mutex::new(Some(jobs_tx)),
+            thread: Mutex::new(Some(thread)),
         };
         wait(py, ready_rx)?.map_err(collect_error)?;
         Ok(runner)
@@ -85,6 +87,8 @@ impl Runner {
             let _ = tx.send(f(c));
         });
         self.jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
             .ok_or_else(stopped)?
             .send(job)
@@ -93,9 +97,10 @@ impl Runner {
     }
 
     /// Closes the queue and joins the thread (which drops, so shuts down, the collector).
-    pub(crate) fn join(&mut self, py: Python<'_>) {
-        self.jobs = None;
-        if let Some(t) = self.thread.take() {
+    pub(crate) fn join(&self, py: Python<'_>) {
+        *self.jobs.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        let thread = self.thread.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(t) = thread {
             py.allow_threads(|| {
                 let _ = t.join();
             });

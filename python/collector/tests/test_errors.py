@@ -1,5 +1,6 @@
 """Bad arguments name themselves; Rust errors keep their message; Ctrl-C is clean."""
 
+import pickle
 import signal
 
 import numpy as np
@@ -52,12 +53,46 @@ def test_config_errors_carry_the_rust_message():
     assert "must be at least 1" in str(e)
 
 
+def test_exceptions_live_at_rollout_and_pickle_with_their_field():
+    for cls, base in [
+        (rollout.ConfigError, ValueError),
+        (rollout.CollectorError, RuntimeError),
+        (rollout.CollectorTimeout, TimeoutError),
+    ]:
+        assert cls.__module__ == "rollout" and issubclass(cls, base)
+        back = pickle.loads(pickle.dumps(cls("it broke")))
+        assert type(back) is cls and str(back) == "it broke"
+    # One raised by the extension: the same class, its field and message kept.
+    e = refused(frames_per_batch=0)
+    assert type(e) is rollout.ConfigError
+    back = pickle.loads(pickle.dumps(e))
+    assert type(back) is rollout.ConfigError
+    assert back.field == "frames_per_batch" and str(back) == str(e)
+    assert rollout.ConfigError("no field").field is None
+
+
 def test_bad_weights_are_refused():
     with rollout.DistributedCollector("CartPole-v1", frames_per_batch=10, total_frames=-1, seed=1) as c:
         with pytest.raises(TypeError, match="float16"):
             c.update_policy_weights_({"weight": np.zeros((2, 4), dtype=np.float16)})
         with pytest.raises(TypeError, match="mapping"):
             c.update_policy_weights_([np.zeros(3, dtype=np.float32)])
+
+
+def test_weights_that_do_not_fit_the_policy_are_a_config_error_and_the_run_goes_on():
+    good = {"weight": np.zeros((2, 4), dtype=np.float32), "bias": np.zeros(2, dtype=np.float32)}
+    with rollout.DistributedCollector("CartPole-v1", frames_per_batch=10, total_frames=-1, seed=1) as c:
+        for weights, reason in [
+            ({**good, "weight": np.zeros((2, 3), dtype=np.float32)}, "`weight` must be f32 [2, 4], got f32 [2, 3]"),
+            ({"weight": good["weight"]}, "missing tensor `bias`"),
+            ({**good, "scale": np.ones(1, dtype=np.float32)}, "unexpected tensor `scale`"),
+        ]:
+            with pytest.raises(rollout.ConfigError) as e:
+                c.update_policy_weights_(weights)
+            assert e.value.field == "weights" and reason in str(e.value)
+        batch = c.next()
+        assert batch.weights_version == 0, "nothing was stored"
+        assert c.update_policy_weights_(good) == 1
 
 
 def test_ctrl_c_interrupts_a_waiting_iteration_and_loses_no_batch():

@@ -14,7 +14,7 @@ import time
 import gymnasium as gym
 import numpy as np
 
-from . import spaces
+from . import node_spec, spaces
 from .policy import ActionSpace, Policy, random_actions
 
 #: Defaults of ``spec.max_restarts`` and ``spec.restart_window_ms``.
@@ -95,6 +95,10 @@ class Workers:
     """The ``E`` env workers of one node and the state of their episodes."""
 
     def __init__(self, spec, double_to_float=False):
+        try:
+            node_spec.check(spec)
+        except node_spec.SpecError as e:
+            raise BuildError(str(e)) from None
         env = spec.get("env") or {}
         self.env_name = env.get("name")
         config = env.get("config") or {}

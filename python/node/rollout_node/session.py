@@ -244,6 +244,10 @@ class Session:
                     self.workers.policy.set_weights(version, tensors)
             except (BuildError, PolicyError, SpaceError, wire.ProtocolError) as e:
                 self._fail(f"cannot build the node: {e}")
+            except Exception as e:
+                # Whatever else building raises still ends in the documented `failed`
+                # and exit 1, not a traceback.
+                self._fail(f"cannot build the node: {type(e).__name__}: {e}")
             # A policy with weights and none in `welcome` (the trainer learns the env's specs
             # from this `ready`) waits for version 0 in an `update_weights` before collecting.
             w = self.workers

@@ -90,6 +90,14 @@ impl TrainerMachine {
         self.specs.first.get(env).map(|(_, s)| s)
     }
 
+    /// The env of node `node` when its version 0 is still to be built: an env only the
+    /// nodes know (with a policy of [`Self::with_deferred_policy`]) none of whose nodes
+    /// reported its specs yet.
+    pub(super) fn version_0_pending(&self, node: usize) -> Option<&str> {
+        self.first_ready_env(node)
+            .filter(|env| self.specs.deferred.contains_key(*env) && !self.specs.built.contains_key(*env))
+    }
+
     /// The env of node `node`, when the trainer cannot build it.
     fn first_ready_env(&self, node: usize) -> Option<&str> {
         match self.layouts.sources.get(node) {
@@ -386,6 +394,21 @@ mod tests {
             .with_layout_sources(first_ready(1, "Atari"))
             .with_max_frame(4 * per);
         feed(&mut m, ready(0, Some(&image())));
+    }
+
+    #[test]
+    fn weights_are_refused_until_version_0_is_built_then_checked_against_it() {
+        let mut m = machine(config(2, 1, 4, None, false))
+            .with_layout_sources(first_ready(2, "Custom"))
+            .with_deferred_policy("Custom", linear());
+        let want = initial_weights_for(&linear(), &specs(4)).unwrap().unwrap();
+        let e = m.check_weights(&want).unwrap_err();
+        assert_eq!(e.field, "weights");
+        assert!(e.reason.contains("env Custom is not known yet"), "{}", e.reason);
+        feed(&mut m, ready(1, Some(&specs(4))));
+        assert_eq!(m.check_weights(&want), Ok(()));
+        let narrower = initial_weights_for(&linear(), &specs(3)).unwrap().unwrap();
+        assert!(m.check_weights(&narrower).unwrap_err().reason.contains("must be f32"));
     }
 
     #[test]

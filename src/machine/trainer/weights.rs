@@ -65,6 +65,41 @@ impl TrainerMachine {
         self.weights.as_ref().or_else(|| self.initial_weights(node))
     }
 
+    /// Whether `weights` fit every node's policy: the names, dtypes and shapes of its
+    /// version 0 (`field` `weights`, the message naming the tensor). Checked before
+    /// they are stored, so that weights that do not fit never reach a node and the run
+    /// goes on with the ones it has. Weights for an env only the nodes know are refused
+    /// until its version 0 is built (the first node of it reported its specs: the
+    /// first batch waits for that): there is nothing to check them against before, and
+    /// storing them unchecked would fail the run at the next batch instead. A node
+    /// without a version 0 (none was given) takes anything.
+    pub fn check_weights(&self, weights: &Weights) -> Result<(), ConfigError> {
+        let refuse = |reason: String| ConfigError {
+            field: "weights",
+            reason,
+        };
+        let mut checked: Vec<&Arc<Weights>> = Vec::new();
+        for node in 0..self.nodes.len() {
+            if let Some(env) = self.version_0_pending(node) {
+                return Err(refuse(format!(
+                    "the policy of env {env} is not known yet: it is built from the specs of the first                      node of it to be ready; take a batch first"
+                )));
+            }
+            let Some(v0) = self.initial_weights(node) else {
+                continue;
+            };
+            if checked.iter().any(|c| Arc::ptr_eq(c, v0)) {
+                continue;
+            }
+            v0.check_layout(weights).map_err(|e| match e {
+                crate::policy::PolicyError::Weights(reason) => refuse(reason),
+                other => refuse(other.to_string()),
+            })?;
+            checked.push(v0);
+        }
+        Ok(())
+    }
+
     /// Stores new weights under the next version and returns it. Nothing is sent:
     /// pushes happen by [`TrainerMachine::push_weights`] or the update options.
     pub fn set_weights(&mut self, mut weights: Weights) -> u64 {
@@ -185,6 +220,32 @@ mod tests {
             crate::Tensor::F32(ndarray::ArrayD::from_elem(vec![1], v)),
         );
         Weights::new(t)
+    }
+
+    #[test]
+    fn weights_that_do_not_fit_version_0_are_refused_naming_the_tensor() {
+        let m = machine(config(2, 1, 4, None, false))
+            .with_initial_weights(vec![value(1.0), value(1.0)])
+            .unwrap();
+        assert_eq!(m.check_weights(&value(2.0)), Ok(()));
+        let mut wide = BTreeMap::new();
+        wide.insert(
+            "value".to_string(),
+            crate::Tensor::F32(ndarray::ArrayD::from_elem(vec![2], 0.0)),
+        );
+        let e = m.check_weights(&Weights::new(wide)).unwrap_err();
+        assert_eq!(e.field, "weights");
+        assert_eq!(e.reason, "`value` must be f32 [1], got f32 [2]");
+        let e = m.check_weights(&weights()).unwrap_err();
+        assert_eq!(e.reason, "missing tensor `value`");
+        let mut extra = value(1.0);
+        extra.tensors.insert(
+            "bias".to_string(),
+            crate::Tensor::F32(ndarray::ArrayD::from_elem(vec![1], 0.0)),
+        );
+        assert_eq!(m.check_weights(&extra).unwrap_err().reason, "unexpected tensor `bias`");
+        let bare = machine(config(1, 1, 4, None, false));
+        assert_eq!(bare.check_weights(&weights()), Ok(()), "no version 0: anything goes");
     }
 
     #[test]
