@@ -766,49 +766,55 @@ impl Rollout {
             let cur = &mut cur_obs[..D];
             let mut x = [0.0f32; D];
             x.copy_from_slice(cur);
-            for i in 0..steps {
-                if needs_reset[0] {
-                    env.reset(pending_seed[0].take(), cur)
-                        .map_err(|source| RolloutError::Env { env: 0, source })?;
-                    if nan_is_failure && has_nan(cur) {
-                        return Err(RolloutError::NanObservation { env: 0 });
+            // The env's bookkeeping in locals too, written back however the batch ends.
+            let (mut reset, mut tid, mut sc, mut done_frames) = (needs_reset[0], traj_id[0], step_count[0], *frames);
+            let result = 'batch: {
+                for i in 0..steps {
+                    if reset {
+                        if let Err(source) = env.reset(pending_seed[0].take(), cur) {
+                            break 'batch Err(RolloutError::Env { env: 0, source });
+                        }
+                        if nan_is_failure && has_nan(cur) {
+                            break 'batch Err(RolloutError::NanObservation { env: 0 });
+                        }
+                        x.copy_from_slice(cur);
+                        tid = ids[0].alloc();
+                        sc = 0;
+                        reset = false;
                     }
-                    x.copy_from_slice(cur);
-                    traj_id[0] = ids[0].alloc();
-                    step_count[0] = 0;
-                    needs_reset[0] = false;
+                    let action = head.act(&x);
+                    act_i[0] = action;
+                    obs[i * D..(i + 1) * D].copy_from_slice(&x);
+                    action_i[i] = action;
+                    let tr = env.step_fast(Action::Discrete(action), &mut x);
+                    // Stored, never read back in the loop: `cur_obs` is what the env wrote,
+                    // as on the general path, whether or not the step failed.
+                    cur.copy_from_slice(&x);
+                    let tr = match tr {
+                        Ok(tr) => tr,
+                        Err(source) => break 'batch Err(RolloutError::Env { env: 0, source }),
+                    };
+                    next_obs[i * D..(i + 1) * D].copy_from_slice(&x);
+                    let cut = (sc + 1) as u64 >= max_traj && !tr.terminated;
+                    let trunc = tr.truncated || cut;
+                    let end = tr.terminated || trunc;
+                    reward[i] = tr.reward as f32;
+                    terminated[i] = tr.terminated;
+                    truncated[i] = trunc;
+                    done[i] = end;
+                    traj_ids[i] = tid;
+                    step_counts[i] = sc;
+                    sc += 1;
+                    reset = end;
+                    if nan_is_failure && !end && has_nan(&x) {
+                        break 'batch Err(RolloutError::NanObservation { env: 0 });
+                    }
+                    done_frames += 1;
                 }
-                let action = head.act(&x);
-                act_i[0] = action;
-                obs[i * D..(i + 1) * D].copy_from_slice(&x);
-                action_i[i] = action;
-                let tr = env.step_fast(Action::Discrete(action), &mut x);
-                // Stored, never read back in the loop: `cur_obs` is what the env wrote,
-                // as on the general path, whether or not the step failed.
-                cur.copy_from_slice(&x);
-                let tr = match tr {
-                    Ok(tr) => tr,
-                    Err(source) => return Err(RolloutError::Env { env: 0, source }),
-                };
-                next_obs[i * D..(i + 1) * D].copy_from_slice(&x);
-                let sc = step_count[0];
-                let cut = (sc + 1) as u64 >= max_traj && !tr.terminated;
-                let trunc = tr.truncated || cut;
-                let end = tr.terminated || trunc;
-                reward[i] = tr.reward as f32;
-                terminated[i] = tr.terminated;
-                truncated[i] = trunc;
-                done[i] = end;
-                traj_ids[i] = traj_id[0];
-                step_counts[i] = sc;
-                step_count[0] = sc + 1;
-                needs_reset[0] = end;
-                if nan_is_failure && !end && has_nan(&x) {
-                    return Err(RolloutError::NanObservation { env: 0 });
-                }
-                *frames += 1;
-            }
-            return Ok(());
+                Ok(())
+            };
+            (needs_reset[0], traj_id[0], step_count[0], *frames) = (reset, tid, sc, done_frames);
+            return result;
         }
         for t in 0..steps {
             for k in 0..k_envs {
