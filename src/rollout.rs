@@ -251,6 +251,8 @@ pub struct Rollout {
     act_f: Vec<f32>,
     ids: Vec<TrajIds>,
     frames: u64,
+    /// The largest trajectory id of the last batch, when the loop kept it as it wrote them.
+    batch_max_traj_id: Option<i64>,
     spare: Option<Buffers>,
 }
 
@@ -339,6 +341,7 @@ impl Rollout {
             act_dim,
             ids,
             frames: 0,
+            batch_max_traj_id: None,
             spare: None,
         })
     }
@@ -606,6 +609,13 @@ impl Rollout {
         }
     }
 
+    /// The largest trajectory id in the batch [`Rollout::collect_frames`] returned last,
+    /// when the loop kept it while writing them (the one-env argmax loop does); `None`:
+    /// not kept, read it from the batch ([`crate::schema::max_traj_id`]).
+    pub fn batch_max_traj_id(&self) -> Option<i64> {
+        self.batch_max_traj_id
+    }
+
     /// Collects one batch of exactly `frames_per_batch` frames, shape `[K, F/K]`.
     pub fn collect(&mut self) -> Result<TensorDict, RolloutError> {
         self.collect_frames(self.config.frames_per_batch)
@@ -621,6 +631,7 @@ impl Rollout {
             });
         }
         self.steps = frames / k_envs;
+        self.batch_max_traj_id = None;
         if self.config.reset_at_each_iter {
             self.needs_reset.iter_mut().for_each(|r| *r = true);
         }
@@ -696,6 +707,7 @@ impl Rollout {
             act_f,
             ids,
             frames,
+            batch_max_traj_id,
             ..
         } = self;
         let internal = || RolloutError::Config {
@@ -768,6 +780,9 @@ impl Rollout {
             x.copy_from_slice(cur);
             // The env's bookkeeping in locals too, written back however the batch ends.
             let (mut reset, mut tid, mut sc, mut done_frames) = (needs_reset[0], traj_id[0], step_count[0], *frames);
+            // The largest id written, kept as they are written: the node's next-id
+            // bookkeeping then need not scan the batch for it.
+            let mut max_tid = i64::MIN;
             let result = 'batch: {
                 for i in 0..steps {
                     if reset {
@@ -803,6 +818,7 @@ impl Rollout {
                     truncated[i] = trunc;
                     done[i] = end;
                     traj_ids[i] = tid;
+                    max_tid = max_tid.max(tid);
                     step_counts[i] = sc;
                     sc += 1;
                     reset = end;
@@ -814,6 +830,7 @@ impl Rollout {
                 Ok(())
             };
             (needs_reset[0], traj_id[0], step_count[0], *frames) = (reset, tid, sc, done_frames);
+            *batch_max_traj_id = (result.is_ok() && steps > 0).then_some(max_tid);
             return result;
         }
         for t in 0..steps {

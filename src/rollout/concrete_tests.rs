@@ -178,6 +178,13 @@ fn one_env_argmax_loop_collects_what_the_trait_path_collects_after_random_frames
     for batch in 0..5 {
         let (a, b) = (fast.collect().expect("fast"), slow.collect().expect("slow"));
         assert_eq!(a, b, "batch {batch} differs");
+        // Kept while writing from the first batch that starts past the 900 random frames.
+        let kept = fast.batch_max_traj_id();
+        assert_eq!(kept.is_some(), batch >= 2, "batch {batch}");
+        if let Some(m) = kept {
+            assert_eq!(u64::try_from(m).ok(), crate::schema::max_traj_id(&a), "batch {batch}");
+        }
+        assert_eq!(slow.batch_max_traj_id(), None);
         fast.recycle(a);
         slow.recycle(b);
     }
