@@ -251,6 +251,8 @@ pub struct Rollout {
     act_f: Vec<f32>,
     ids: Vec<TrajIds>,
     frames: u64,
+    /// The largest trajectory id of the last batch, when the loop kept it as it wrote them.
+    batch_max_traj_id: Option<i64>,
     spare: Option<Buffers>,
 }
 
@@ -339,6 +341,7 @@ impl Rollout {
             act_dim,
             ids,
             frames: 0,
+            batch_max_traj_id: None,
             spare: None,
         })
     }
@@ -606,6 +609,13 @@ impl Rollout {
         }
     }
 
+    /// The largest trajectory id in the batch [`Rollout::collect_frames`] returned last,
+    /// when the loop kept it while writing them (the one-env argmax loop does); `None`:
+    /// not kept, read it from the batch ([`crate::schema::max_traj_id`]).
+    pub fn batch_max_traj_id(&self) -> Option<i64> {
+        self.batch_max_traj_id
+    }
+
     /// Collects one batch of exactly `frames_per_batch` frames, shape `[K, F/K]`.
     pub fn collect(&mut self) -> Result<TensorDict, RolloutError> {
         self.collect_frames(self.config.frames_per_batch)
@@ -621,6 +631,7 @@ impl Rollout {
             });
         }
         self.steps = frames / k_envs;
+        self.batch_max_traj_id = None;
         if self.config.reset_at_each_iter {
             self.needs_reset.iter_mut().for_each(|r| *r = true);
         }
@@ -696,6 +707,7 @@ impl Rollout {
             act_f,
             ids,
             frames,
+            batch_max_traj_id,
             ..
         } = self;
         let internal = || RolloutError::Config {
@@ -751,6 +763,75 @@ impl Rollout {
                 field: "buffers",
                 reason: "internal buffer sizes disagree with the batch shape".into(),
             });
+        }
+        // One env and a deterministic two-action linear policy (CartPole's argmax): the
+        // observation stays in registers from the env's step to the next action. Through
+        // `cur_obs` and the policy's action slice, each step waited on two stores being
+        // read back, on the one dependency chain a single env's frames form.
+        let argmax = if K == 1 && (random.is_none() || *frames >= init_random) {
+            policy.argmax2::<D>()
+        } else {
+            None
+        };
+        if let Some(head) = argmax {
+            let env = &mut envs[0];
+            let cur = &mut cur_obs[..D];
+            let mut x = [0.0f32; D];
+            x.copy_from_slice(cur);
+            // The env's bookkeeping in locals too, written back however the batch ends.
+            let (mut reset, mut tid, mut sc, mut done_frames) = (needs_reset[0], traj_id[0], step_count[0], *frames);
+            // The largest id written, kept as they are written: the node's next-id
+            // bookkeeping then need not scan the batch for it.
+            let mut max_tid = i64::MIN;
+            let result = 'batch: {
+                for i in 0..steps {
+                    if reset {
+                        if let Err(source) = env.reset(pending_seed[0].take(), cur) {
+                            break 'batch Err(RolloutError::Env { env: 0, source });
+                        }
+                        if nan_is_failure && has_nan(cur) {
+                            break 'batch Err(RolloutError::NanObservation { env: 0 });
+                        }
+                        x.copy_from_slice(cur);
+                        tid = ids[0].alloc();
+                        sc = 0;
+                        reset = false;
+                    }
+                    let action = head.act(&x);
+                    act_i[0] = action;
+                    obs[i * D..(i + 1) * D].copy_from_slice(&x);
+                    action_i[i] = action;
+                    let tr = env.step_fast(Action::Discrete(action), &mut x);
+                    // Stored, never read back in the loop: `cur_obs` is what the env wrote,
+                    // as on the general path, whether or not the step failed.
+                    cur.copy_from_slice(&x);
+                    let tr = match tr {
+                        Ok(tr) => tr,
+                        Err(source) => break 'batch Err(RolloutError::Env { env: 0, source }),
+                    };
+                    next_obs[i * D..(i + 1) * D].copy_from_slice(&x);
+                    let cut = (sc + 1) as u64 >= max_traj && !tr.terminated;
+                    let trunc = tr.truncated || cut;
+                    let end = tr.terminated || trunc;
+                    reward[i] = tr.reward as f32;
+                    terminated[i] = tr.terminated;
+                    truncated[i] = trunc;
+                    done[i] = end;
+                    traj_ids[i] = tid;
+                    max_tid = max_tid.max(tid);
+                    step_counts[i] = sc;
+                    sc += 1;
+                    reset = end;
+                    if nan_is_failure && !end && has_nan(&x) {
+                        break 'batch Err(RolloutError::NanObservation { env: 0 });
+                    }
+                    done_frames += 1;
+                }
+                Ok(())
+            };
+            (needs_reset[0], traj_id[0], step_count[0], *frames) = (reset, tid, sc, done_frames);
+            *batch_max_traj_id = (result.is_ok() && steps > 0).then_some(max_tid);
+            return result;
         }
         for t in 0..steps {
             for k in 0..k_envs {

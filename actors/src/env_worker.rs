@@ -99,9 +99,10 @@ pub fn execute(rollout: &mut Option<Rollout>, worker: usize, cmd: WorkerCmd) -> 
     }
     let r = rollout.as_mut()?;
     let result = catch_unwind(AssertUnwindSafe(|| match cmd {
-        WorkerCmd::Collect { seq, frames } => r
-            .collect_frames(frames)
-            .map(|data| Some(WorkerEvent::batch(worker, seq, r.weights().version, data))),
+        WorkerCmd::Collect { seq, frames } => r.collect_frames(frames).map(|data| {
+            let max = r.batch_max_traj_id();
+            Some(WorkerEvent::batch_with_max(worker, seq, r.weights().version, data, max))
+        }),
         WorkerCmd::SetWeights(w) => r.set_shared_weights(&w).map(|_| None),
         WorkerCmd::Seed { seed } => {
             r.set_seed(seed);

@@ -518,6 +518,29 @@ impl Net {
         }
     }
 
+    /// What [`Net::act_fixed`] computes for observations of `D` values when it is the
+    /// deterministic argmax of a one-layer, two-action network: its weights, copied out,
+    /// so that a loop stepping one env can pick actions without going through memory.
+    pub(super) fn argmax2<const D: usize>(&self) -> Option<Argmax2<D>> {
+        let [layer] = &self.layers[..] else {
+            return None;
+        };
+        if D == 0 || self.named || self.obs_dim != D || self.exploration == ExplorationType::Random {
+            return None;
+        }
+        let params = &self.params[layer.w..layer.b + layer.n_out];
+        if !matches!(self.head, Head::Discrete { n: 2 }) || params.len() != 2 * D + 2 {
+            return None;
+        }
+        let (w0, rest) = params.split_at(D);
+        let (w1, bias) = rest.split_at(D);
+        Some(Argmax2 {
+            w0: w0.try_into().ok()?,
+            w1: w1.try_into().ok()?,
+            bias: [bias[0], bias[1]],
+        })
+    }
+
     /// The current weights.
     pub(super) fn weights(&self) -> &Weights {
         &self.weights
@@ -681,6 +704,27 @@ fn forward(layers: &[Layer], params: &impl LayerSource, k: usize, a: &mut Vec<f3
             tanh_in_place(&mut a[..l.n_out * k]);
             std::mem::swap(a, b);
         }
+    }
+}
+
+/// A one-layer, two-action network's deterministic argmax over observations of `D`
+/// values, its weights held by value: the same sums in the same order as
+/// [`Net::act_fixed`], so the same actions bit for bit.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Argmax2<const D: usize> {
+    w0: [f32; D],
+    w1: [f32; D],
+    bias: [f32; 2],
+}
+
+impl<const D: usize> Argmax2<D> {
+    /// The action for observation `x`: 1 if its logit is the larger, else 0 (the
+    /// first one on ties; a NaN first logit wins).
+    #[inline(always)]
+    pub(crate) fn act(&self, x: &[f32; D]) -> i64 {
+        let z0 = dot::<D>(&self.w0, x, self.bias[0]);
+        let z1 = dot::<D>(&self.w1, x, self.bias[1]);
+        (z1 > z0) as i64
     }
 }
 

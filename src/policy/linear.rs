@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::common::Net;
+use super::common::{Argmax2, Net};
 use super::{ActionsMut, ExplorationType, Policy, PolicyError, SamplerState, Weights};
 use crate::spec::Spec;
 
@@ -53,6 +53,14 @@ impl Linear {
         actions: ActionsMut<'_>,
     ) -> Result<(), PolicyError> {
         self.net.act_fixed::<D>(obs, k, actions)
+    }
+}
+
+impl Linear {
+    /// Its deterministic two-action argmax for observations of `D` values, when that is
+    /// what [`Linear::act_fixed`] computes (see `Net::argmax2`).
+    pub(crate) fn argmax2<const D: usize>(&self) -> Option<Argmax2<D>> {
+        self.net.argmax2::<D>()
     }
 }
 

@@ -21,6 +21,7 @@ mod mlp;
 mod random;
 mod tanh;
 
+pub(crate) use common::Argmax2;
 pub use constant::Constant;
 pub use linear::Linear;
 pub use mlp::Mlp;

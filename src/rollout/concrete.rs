@@ -7,7 +7,7 @@
 //! dynamic one. Envs and policies of your own stay boxed and go through the traits.
 
 use crate::env::{Action, BuiltinEnv, CartPole, Env, EnvError, MountainCarContinuous, Pendulum, Transition};
-use crate::policy::{ActionsMut, BuiltinPolicy, Linear, Mlp, Policy, PolicyError};
+use crate::policy::{ActionsMut, Argmax2, BuiltinPolicy, Linear, Mlp, Policy, PolicyError};
 
 /// The envs of one rollout, all of one concrete type when they are the same built-in.
 pub(super) enum Envs {
@@ -187,6 +187,13 @@ pub(super) trait PolicyKind: Policy {
     fn act_fixed<const D: usize>(&mut self, obs: &[f32], k: usize, actions: ActionsMut<'_>) -> Result<(), PolicyError> {
         self.act(obs, k, actions)
     }
+
+    /// The deterministic two-action argmax `act_fixed` computes, when it is one
+    /// (the loop over one env then keeps its observation in registers).
+    #[inline(always)]
+    fn argmax2<const D: usize>(&self) -> Option<Argmax2<D>> {
+        None
+    }
 }
 
 impl PolicyKind for Linear {
@@ -200,6 +207,11 @@ impl PolicyKind for Linear {
     #[inline(always)]
     fn act_fixed<const D: usize>(&mut self, obs: &[f32], k: usize, actions: ActionsMut<'_>) -> Result<(), PolicyError> {
         Linear::act_fixed::<D>(self, obs, k, actions)
+    }
+
+    #[inline(always)]
+    fn argmax2<const D: usize>(&self) -> Option<Argmax2<D>> {
+        Linear::argmax2::<D>(self)
     }
 }
 

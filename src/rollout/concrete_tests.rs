@@ -76,6 +76,17 @@ impl Policy for OpaquePolicy {
 /// The same rollout twice: built-ins as they are, and wrapped so the rollout cannot
 /// tell what they are.
 fn pair(env: &str, policy: PolicyConfig, exploration: ExplorationType, k: usize) -> (Rollout, Rollout) {
+    pair_random_first(env, policy, exploration, k, 0)
+}
+
+/// [`pair`], the first `init_random_frames` frames acted by the random policy.
+fn pair_random_first(
+    env: &str,
+    policy: PolicyConfig,
+    exploration: ExplorationType,
+    k: usize,
+    init_random_frames: u64,
+) -> (Rollout, Rollout) {
     let reg = Registry::with_builtins();
     let build = |opaque: bool| {
         let envs: Vec<Box<dyn Env>> = (0..k)
@@ -102,6 +113,7 @@ fn pair(env: &str, policy: PolicyConfig, exploration: ExplorationType, k: usize)
             frames_per_batch: 600 * k,
             max_frames_per_traj: Some(170),
             seed: 5,
+            init_random_frames,
             ..RolloutConfig::default()
         };
         Rollout::new(envs, p, ids, cfg).expect("rollout")
@@ -145,6 +157,38 @@ fn compiled_path_collects_what_the_trait_path_collects() {
             }
         }
     }
+}
+
+/// One CartPole and the deterministic linear policy take the loop that keeps the
+/// observation in registers, from the first batch that starts past the random frames;
+/// before it, and in the batch the random frames end in, the general one.
+#[test]
+fn one_env_argmax_loop_collects_what_the_trait_path_collects_after_random_frames() {
+    let (mut fast, mut slow) = pair_random_first(
+        "CartPole-v1",
+        PolicyConfig::Linear,
+        ExplorationType::Deterministic,
+        1,
+        900,
+    );
+    let Pol::Linear(p) = &fast.policy else {
+        panic!("the built-in linear policy is compiled");
+    };
+    assert!(p.argmax2::<4>().is_some(), "the argmax loop applies");
+    for batch in 0..5 {
+        let (a, b) = (fast.collect().expect("fast"), slow.collect().expect("slow"));
+        assert_eq!(a, b, "batch {batch} differs");
+        // Kept while writing from the first batch that starts past the 900 random frames.
+        let kept = fast.batch_max_traj_id();
+        assert_eq!(kept.is_some(), batch >= 2, "batch {batch}");
+        if let Some(m) = kept {
+            assert_eq!(u64::try_from(m).ok(), crate::schema::max_traj_id(&a), "batch {batch}");
+        }
+        assert_eq!(slow.batch_max_traj_id(), None);
+        fast.recycle(a);
+        slow.recycle(b);
+    }
+    assert_eq!(fast.snapshot(), slow.snapshot());
 }
 
 #[test]

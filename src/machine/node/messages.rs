@@ -89,7 +89,23 @@ pub enum WorkerEvent {
 impl WorkerEvent {
     /// A worker's share `data` for `seq`, collected with weights `version`.
     pub fn batch(worker: usize, seq: u64, version: u64, data: TensorDict) -> WorkerEvent {
-        let max_traj_id = crate::schema::max_traj_id(&data);
+        WorkerEvent::batch_with_max(worker, seq, version, data, None)
+    }
+
+    /// [`WorkerEvent::batch`], with the largest trajectory id in `data` when its
+    /// collector kept it ([`crate::rollout::Rollout::batch_max_traj_id`]); `None`: read
+    /// from `data`.
+    pub fn batch_with_max(
+        worker: usize,
+        seq: u64,
+        version: u64,
+        data: TensorDict,
+        max_traj_id: Option<i64>,
+    ) -> WorkerEvent {
+        let max_traj_id = match max_traj_id {
+            Some(m) => u64::try_from(m).ok(),
+            None => crate::schema::max_traj_id(&data),
+        };
         WorkerEvent::Batch {
             worker,
             seq,
