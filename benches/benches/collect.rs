@@ -734,6 +734,30 @@ fn main() {
     }
 }
 
+/// The three the independent benches time, acting alike: the independent loop (i),
+/// `Rollout` alone (b) and the one-node collector as `rollout collect --nodes 1` builds
+/// it (c1). All three act with the collector's weights: the episodes' lengths (so the
+/// resets' share of the frames) depend on them.
+fn independent_three(
+    mode: ExplorationType,
+) -> (rollout_benches::independent::Independent, Rollout, DistributedCollector) {
+    let mut ro = rollout(mode, 1);
+    let c1 = settings(false, mode)
+        .nodes(1)
+        .worker_nice(rollout::node_spec::DEFAULT_WORKER_NICE)
+        .build()
+        .expect("collector");
+    let w = c1.policy_weights(0).expect("weights").expect("node 0's weights");
+    ro.set_shared_weights(&w).expect("the collector's weights");
+    let (wt, bt) = (
+        w.f32_slice("weight").expect("weight"),
+        w.f32_slice("bias").expect("bias"),
+    );
+    let row = |j: usize| [wt[j * 4], wt[j * 4 + 1], wt[j * 4 + 2], wt[j * 4 + 3]];
+    let ind = rollout_benches::independent::Independent::new(batch_frames(), [row(0), row(1)], [bt[0], bt[1]]);
+    (ind, ro, c1)
+}
+
 /// `ROLLOUT_BENCH_ONLY=independent`: `Rollout` (b) and the collector as `rollout collect
 /// --nodes 1` builds it (c1: one node, one env, async, the CLI's worker nice, pulled and
 /// recycled as the CLI does) against a bare CartPole loop that shares no code with the
@@ -747,22 +771,7 @@ fn main() {
 /// `ROLLOUT_BENCH_MODE`: the independent loop does not sample.
 fn independent() {
     let mode = ExplorationType::Deterministic;
-    let mut ro = rollout(mode, 1);
-    let mut c1 = settings(false, mode)
-        .nodes(1)
-        .worker_nice(rollout::node_spec::DEFAULT_WORKER_NICE)
-        .build()
-        .expect("collector");
-    // All three act with the collector's weights: the episodes' lengths (so the
-    // resets' share of the frames) depend on them.
-    let w = c1.policy_weights(0).expect("weights").expect("node 0's weights");
-    ro.set_shared_weights(&w).expect("the collector's weights");
-    let (wt, bt) = (
-        w.f32_slice("weight").expect("weight"),
-        w.f32_slice("bias").expect("bias"),
-    );
-    let row = |j: usize| [wt[j * 4], wt[j * 4 + 1], wt[j * 4 + 2], wt[j * 4 + 3]];
-    let mut ind = rollout_benches::independent::Independent::new(batch_frames(), [row(0), row(1)], [bt[0], bt[1]]);
+    let (mut ind, mut ro, mut c1) = independent_three(mode);
     let secs = std::env::var("ROLLOUT_BENCH_SECS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -801,20 +810,7 @@ fn independent() {
 /// starts after one untimed batch: the one its node collected ahead while the others ran.
 fn independent_best() {
     let mode = ExplorationType::Deterministic;
-    let mut ro = rollout(mode, 1);
-    let mut c1 = settings(false, mode)
-        .nodes(1)
-        .worker_nice(rollout::node_spec::DEFAULT_WORKER_NICE)
-        .build()
-        .expect("collector");
-    let w = c1.policy_weights(0).expect("weights").expect("node 0's weights");
-    ro.set_shared_weights(&w).expect("the collector's weights");
-    let (wt, bt) = (
-        w.f32_slice("weight").expect("weight"),
-        w.f32_slice("bias").expect("bias"),
-    );
-    let row = |j: usize| [wt[j * 4], wt[j * 4 + 1], wt[j * 4 + 2], wt[j * 4 + 3]];
-    let mut ind = rollout_benches::independent::Independent::new(batch_frames(), [row(0), row(1)], [bt[0], bt[1]]);
+    let (mut ind, mut ro, mut c1) = independent_three(mode);
     let window = knob("ROLLOUT_BENCH_WINDOW", 20);
     let fps = |f: &mut dyn FnMut()| {
         let start = Instant::now();
