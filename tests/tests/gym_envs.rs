@@ -230,5 +230,7 @@ fn an_env_the_nodes_cannot_build_fails_the_run_in_one_line_naming_the_node_and_t
     let err = f.stderr_text();
     let last = err.lines().last().unwrap_or_default();
     assert!(last.starts_with("error: "), "{err}");
-    assert!(last.contains("node 0") && last.contains("NoSuchEnv-v0"), "{err}");
+    // Both nodes fail alike; whichever the trainer gives up on first is named.
+    let names_a_node = last.contains("node 0") || last.contains("node 1");
+    assert!(names_a_node && last.contains("NoSuchEnv-v0"), "{err}");
 }
