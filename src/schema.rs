@@ -33,6 +33,15 @@ pub mod keys {
     pub const STEP_COUNT: &str = "step_count";
     /// Real (true) or padding (false) frame, after `split_trajectories`.
     pub const MASK: &str = "collector.mask";
+    /// Log-probability of `action` under the policy's distribution, f32 `[..]`
+    /// (summed over an action's dimensions). Written by policies with a distribution.
+    pub const ACTION_LOG_PROB: &str = "action_log_prob";
+    /// A categorical policy's logits, f32 `[.., N]`.
+    pub const LOGITS: &str = "logits";
+    /// A normal policy's means, f32 `[.., A]` (for a tanh-normal, before the tanh).
+    pub const LOC: &str = "loc";
+    /// A normal policy's standard deviations, f32 `[.., A]`.
+    pub const SCALE: &str = "scale";
 }
 
 /// Per-frame layout of a batch: key → (dtype, feature shape after the batch dims).

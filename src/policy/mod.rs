@@ -19,6 +19,7 @@ mod dense;
 mod linear;
 mod mlp;
 mod random;
+mod record;
 mod tanh;
 
 pub(crate) use common::Argmax2;
@@ -26,6 +27,7 @@ pub use constant::Constant;
 pub use linear::Linear;
 pub use mlp::Mlp;
 pub use random::RandomPolicy;
+pub use record::{ParamsMut, RecordMut, Recorded};
 
 /// How actions are chosen, as torchrl's `exploration_type`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -258,6 +260,24 @@ pub trait Policy: Send {
         let _ = state;
         Err(PolicyError::NotCheckpointable(std::any::type_name::<Self>()))
     }
+    /// What this policy records beside its actions (see [`Recorded`]); the default,
+    /// nothing, for a policy without a distribution.
+    fn recorded(&self) -> Recorded {
+        Recorded::None
+    }
+    /// As [`Policy::act`], also writing what [`Policy::recorded`] says into `record`
+    /// (its buffers sized for `k` rows). The default ignores `record`: right for a
+    /// policy that records nothing.
+    fn act_recording(
+        &mut self,
+        obs: &[f32],
+        k: usize,
+        actions: ActionsMut<'_>,
+        record: RecordMut<'_>,
+    ) -> Result<(), PolicyError> {
+        let _ = record;
+        self.act(obs, k, actions)
+    }
     /// Which built-in policy this is, if it is one: the collection loop then calls a
     /// copy of it by its concrete type, with no dynamic call per step. Policies of your
     /// own keep the default, `None`, and are called through the trait.
@@ -296,6 +316,23 @@ pub enum PolicyConfig {
         #[serde(default = "one")]
         value: f32,
     },
+}
+
+impl PolicyConfig {
+    /// What a policy of this kind records beside its actions for this action spec:
+    /// the batch layout's extra keys, known to the trainer before any node runs.
+    pub fn recorded(&self, action: &Spec) -> Recorded {
+        match (self, action) {
+            (PolicyConfig::Random, _) => Recorded::LogProb,
+            (PolicyConfig::Constant { .. }, _) => Recorded::None,
+            (PolicyConfig::Linear | PolicyConfig::Mlp { .. }, Spec::Discrete { n }) => Recorded::Categorical {
+                n: usize::try_from(*n).unwrap_or(usize::MAX),
+            },
+            (PolicyConfig::Linear | PolicyConfig::Mlp { .. }, Spec::Box { low, .. }) => {
+                Recorded::Normal { d: low.len() }
+            }
+        }
+    }
 }
 
 fn one() -> f32 {
