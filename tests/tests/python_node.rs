@@ -325,13 +325,13 @@ fn assert_records_are_the_policys(r: &OutputRecord, policy: &mut dyn rollout::Po
                 "batch {}: loc and scale",
                 r.batch
             );
-            for i in 0..k {
+            for (i, &lp_i) in lp.iter().enumerate() {
                 let mut by_hand = 0.0f64;
                 for j in i * d..(i + 1) * d {
                     let (x, m, s) = (f64::from(action[j]), f64::from(loc[j]), f64::from(scale[j]));
                     by_hand += -((x - m) / s).powi(2) / 2.0 - s.ln() - (2.0 * std::f64::consts::PI).sqrt().ln();
                 }
-                assert!((f64::from(lp[i]) - by_hand).abs() < 1e-5, "batch {} frame {i}", r.batch);
+                assert!((f64::from(lp_i) - by_hand).abs() < 1e-5, "batch {} frame {i}", r.batch);
             }
         }
         other => panic!("a linear policy records {other:?}"),
