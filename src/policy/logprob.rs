@@ -52,7 +52,7 @@ pub(crate) fn log_softmax2_batch(logits: &[f32], actions: &[i64], out: &mut [f32
 /// argument is at most 1/3 and 17 terms reach f64 precision).
 #[inline(always)]
 fn ln_1p_exp_neg(d: f64) -> f64 {
-    const LN2_HI: f64 = 6.931_471_803_691_238_2e-1;
+    const LN2_HI: f64 = 6.931_471_803_691_238e-1;
     const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
     // exp(-700) is 1e-304: ln(1 + it) is it, far below what an f32 result can hold.
     let t = -d.min(700.0);
