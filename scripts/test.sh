@@ -55,6 +55,7 @@ python3 scripts/check-imports.py
 cargo nextest run --workspace --profile ci
 cargo test --workspace --doc
 # The Python module's tests (the process-launcher test starts the release binary),
-# then the Python node's against a scripted trainer.
+# then the Python node's against a scripted trainer (and the onnx policy's against the
+# release binary).
 ROLLOUT_BIN="$PWD/target/release/rollout" .venv/bin/python -m pytest -q python/collector/tests
-.venv/bin/python -m pytest -q python/node/tests
+ROLLOUT_BIN="$PWD/target/release/rollout" .venv/bin/python -m pytest -q python/node/tests
