@@ -325,3 +325,10 @@ def test_an_update_naming_an_unknown_tensor_or_a_wrong_shape_fails_the_node_nami
     f = trainer.recv()
     assert f["type"] == "failed" and named in f["reason"], f
     assert trainer.finish()[0] == 1
+
+
+def test_without_onnxruntime_the_policy_says_which_extra_to_install(monkeypatch):
+    _, model, head, env = case("categorical")
+    monkeypatch.setitem(__import__("sys").modules, "onnxruntime", None)  # import fails
+    with pytest.raises(PolicyError, match=r"needs onnx and onnxruntime: pip install 'rollout-node\[onnx\]'"):
+        build(model, head, env)
