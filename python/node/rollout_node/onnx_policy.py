@@ -146,16 +146,11 @@ class OnnxPolicy:
         """Which observation leaf feeds which input, and its dtype (PolicyError naming it)."""
         inputs = self._session.session.get_inputs()
         by_key = {"observation" + leaf.suffix: (i, leaf) for i, leaf in enumerate(leaves)}
-        if len(leaves) == 1 and not leaves[0].path:
-            named = [x for x in inputs if x.name == "observation"]
-            if len(inputs) != 1 and not named:
-                raise PolicyError(
-                    f"onnx: the model's inputs are {[x.name for x in inputs]}: it must have one, or one named `observation`"
-                )
-            ins = [(named or inputs)[0]]
-            keys = ["observation"]
+        ins = inputs
+        if len(leaves) == 1 and not leaves[0].path and len(inputs) == 1:
+            keys = ["observation"]  # the only input, whatever its name
         else:
-            ins, keys = inputs, [x.name for x in inputs]
+            keys = [x.name for x in inputs]
         self._feeds = []
         for x, key in zip(ins, keys):
             if key not in by_key:

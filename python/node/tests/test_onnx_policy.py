@@ -332,3 +332,26 @@ def test_without_onnxruntime_the_policy_says_which_extra_to_install(monkeypatch)
     monkeypatch.setitem(__import__("sys").modules, "onnxruntime", None)  # import fails
     with pytest.raises(PolicyError, match=r"needs onnx and onnxruntime: pip install 'rollout-node\[onnx\]'"):
         build(model, head, env)
+
+
+def test_the_only_input_may_have_any_name_and_an_extra_input_is_named():
+    import io
+
+    torch.manual_seed(0)
+    m = om.CategoricalMlp()
+    f = io.BytesIO()
+    torch.onnx.export(m, (torch.zeros(1, 4),), f, input_names=["obs"], output_names=["out"],
+                      dynamic_axes={"obs": {0: "b"}, "out": {0: "b"}}, dynamo=False, do_constant_folding=False)
+    pol, _ = build(f.getvalue(), "categorical", "CartPole-v1")
+    obs = observations("CartPole-v1", 20)
+    check_against_torch(m, "categorical", pol, obs, pol.act(obs), pol.last_record)
+
+    class TwoInputs(torch.nn.Module):
+        def forward(self, observation, mask):
+            return m(observation) + mask
+
+    f = io.BytesIO()
+    torch.onnx.export(TwoInputs(), (torch.zeros(1, 4), torch.zeros(1, 2)), f, input_names=["observation", "mask"],
+                      output_names=["logits"], dynamo=False, do_constant_folding=False)
+    with pytest.raises(PolicyError, match=r"model input `mask` is not an observation key \(they are \['observation'\]\)"):
+        build(f.getvalue(), "categorical", "CartPole-v1")
