@@ -347,8 +347,12 @@ def test_the_only_input_may_have_any_name_and_an_extra_input_is_named():
     check_against_torch(m, "categorical", pol, obs, pol.act(obs), pol.last_record)
 
     class TwoInputs(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = m
+
         def forward(self, observation, mask):
-            return m(observation) + mask
+            return self.m(observation) + mask
 
     f = io.BytesIO()
     torch.onnx.export(TwoInputs(), (torch.zeros(1, 4), torch.zeros(1, 2)), f, input_names=["observation", "mask"],
