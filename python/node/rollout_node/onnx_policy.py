@@ -301,7 +301,7 @@ class OnnxPolicy:
             u = self.rng.random(k)
             idx = np.minimum((np.cumsum(p, axis=1) <= u[:, None]).sum(axis=1), a.n - 1)
         lp = z[np.arange(k), idx] - lse
-        rec = {LOG_PROB: lp.astype(np.float32), LOGITS: np.asarray(logits, np.float32)}
+        rec = {LOG_PROB: lp.astype(np.float32), LOGITS: np.array(logits, np.float32)}
         return a.value(idx.astype(np.int64)), rec
 
     def _spread(self, x, k, d):

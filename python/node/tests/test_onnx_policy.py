@@ -359,3 +359,30 @@ def test_the_only_input_may_have_any_name_and_an_extra_input_is_named():
                       output_names=["logits"], dynamo=False, do_constant_folding=False)
     with pytest.raises(PolicyError, match=r"model input `mask` is not an observation key \(they are \['observation'\]\)"):
         build(f.getvalue(), "categorical", "CartPole-v1")
+
+
+def test_a_row_collected_again_after_its_env_failed_keeps_its_recordings_frame_by_frame(trainer):
+    # Env 0 raises at its 5th step: its row starts over, acting randomly again for its first
+    # 3 frames while the other rows act with the model (random and model rows in one call).
+    m, model, head, _ = case("categorical")
+    trainer.start_node("--import", "flaky_env")
+    spec = onnx_spec(model, head, env="FlakyCartPole-v0", init_random_frames=3)
+    spec["env"]["config"] = {"fail_at": 5}
+    spec["envs_per_node"] = spec["lanes"] = 3
+    ready = trainer.join(spec, weights=om.state_weights(m, 0))
+    assert ready["type"] == "ready", ready
+    trainer.send({"type": "continue", "seq": 1, "frames": 60})
+    b = trainer.recv()
+    assert b["type"] == "batch", b
+    t = tensors(b)
+    # Row 0 started over from its restart seed, not from its first reset's (seed 7).
+    assert (t["observation"][0, 0] != gym.make("CartPole-v1").reset(seed=7)[0]).any()
+    assert (t["observation"][1, 0] == gym.make("CartPole-v1").reset(seed=8)[0]).all()
+    random = np.zeros((3, 20), bool)
+    random[:, :3] = True
+    assert (t["logits"][random] == 0).all() and (t["action_log_prob"][random] == np.float32(-np.log(2))).all()
+    pol, _ = build(model, head, "CartPole-v1")
+    rec = {k: t[k][~random] for k in ("action_log_prob", "logits")}
+    check_against_torch(m, head, pol, t["observation"][~random], t["action"][~random], rec)
+    trainer.send({"type": "shutdown"})
+    assert trainer.recv()["type"] == "down"
