@@ -99,8 +99,8 @@ def _probe(model, head, env, action):
 
 
 def test_a_weight_update_from_the_state_dict_changes_the_actions_from_its_version():
-    rollout = pytest.importorskip("rollout", reason="the rollout module (python/collector; scripts/test.sh builds it)")
     onnx_trainer()
+    rollout = pytest.importorskip("rollout", reason="the rollout module (python/collector; scripts/test.sh builds it)")
     import copy
 
     import gymnasium as gym
