@@ -10,7 +10,7 @@ import torch
 
 import image_env  # noqa: F401  (registers TinyImage-v0)
 import onnx_models as om
-from conftest import cartpole_spec, tensors
+from conftest import Trainer, cartpole_spec, tensors
 from rollout_node import wire
 from rollout_node.onnx_policy import OnnxPolicy
 from rollout_node.policy import ActionSpace, PolicyError
@@ -386,3 +386,43 @@ def test_a_row_collected_again_after_its_env_failed_keeps_its_recordings_frame_b
     check_against_torch(m, head, pol, t["observation"][~random], t["action"][~random], rec)
     trainer.send({"type": "shutdown"})
     assert trainer.recv()["type"] == "down"
+
+
+def test_a_snapshot_restored_on_a_new_node_samples_the_same_next_batch_with_the_states_weights(trainer, tmp_path):
+    m, model, head, _ = case("categorical")
+    spec = onnx_spec(model, head, exploration="random")
+    trainer.start_node()
+    trainer.join(spec, weights=om.state_weights(m, 0))
+    learned = __import__("copy").deepcopy(m)
+    om.perturb(learned, 3)
+    trainer.send({"type": "update_weights", "weights": om.state_weights(learned, 2)})
+    assert trainer.recv()["type"] == "weights_updated"
+    trainer.send({"type": "continue", "seq": 1, "frames": 40})
+    assert trainer.recv()["type"] == "batch"
+    trainer.send({"type": "snapshot", "id": 3})
+    snap = trainer.recv()
+    assert (snap["type"], snap["id"]) == ("snapshot", 3), snap
+    trainer.send({"type": "continue", "seq": 2, "frames": 40})
+    expected = tensors(trainer.recv())
+    trainer.send({"type": "shutdown"})
+    assert trainer.recv()["type"] == "down"
+
+    other_dir = tmp_path / "other"
+    other_dir.mkdir()
+    other = Trainer(other_dir)
+    try:
+        other.start_node()
+        other.join(spec, weights=om.state_weights(m, 0))  # the state's weights win
+        other.send({"type": "restore", **snap["state"]})
+        assert other.recv() == {"type": "restored", "node": 0}
+        other.send({"type": "continue", "seq": 1, "frames": 40})
+        b = other.recv()
+        assert b.get("weights_version") == 2, b
+        got = tensors(b)
+        assert set(got) >= {"action_log_prob", "logits"}
+        for k in expected:
+            assert np.array_equal(got[k], expected[k]), k
+        other.send({"type": "shutdown"})
+        assert other.recv()["type"] == "down"
+    finally:
+        other.close()
