@@ -170,34 +170,20 @@ class Workers:
         pol = spec.get("policy") or {}
         config = pol.get("config") if isinstance(pol.get("config"), dict) else {}
         kind = config.get("kind")
-        seed = (self.seed * _GOLDEN) & _MASK64 ^ 1
-        if kind == "onnx":  # onnxruntime is imported only for it
-            from .onnx_policy import OnnxPolicy
-
-            self._cast, self._all_leaves = False, True
-            self.policy = OnnxPolicy(pol, self.leaves, self.action, seed)
-            self.recorded = self.policy.recorded()
-            return
-        self._all_leaves = False
-        self.recorded = {}
         spaces.check_policy(kind, self.specs)
         weighted = kind in spaces.WEIGHTED
         self.obs_dim = self.leaves[0].shape[0] if weighted else None
         # A network's forward pass is f32: an f64 observation is cast for it (and only then).
         self._cast = weighted and self.leaves[0].dtype != "f32"
-        self.policy = Policy(pol, self.obs_dim, self.action, seed)
+        self.policy = Policy(pol, self.obs_dim, self.action, (self.seed * _GOLDEN) & _MASK64 ^ 1)
 
     def _factory(self, k):
         name, config = self.env_name, self.config
         return lambda: _Blame(gym.make(name, **config), k)
 
     def layout(self):
-        """The ``ready`` layout: each key's dtype and feature shape (``EnvSpecs::batch_layout``),
-        with the keys the policy records."""
-        out = spaces.layout(self.specs)
-        for key, (dtype, shape) in self.recorded.items():
-            out[key] = [spaces.wire_dtype(dtype), list(shape)]
-        return out
+        """The ``ready`` layout: each key's dtype and feature shape (``EnvSpecs::batch_layout``)."""
+        return spaces.layout(self.specs)
 
     def set_seed(self, seed):
         """``seed {seed}``: env ``w`` starts a new episode seeded ``seed + w`` at its next step
@@ -268,34 +254,18 @@ class Workers:
         the first entry, f32): the random policy's for a worker still
         within its ``init_random_frames``, the policy's otherwise. ``stepped``: frames each
         row collected since ``frames`` was last brought up to date (the fast loop's)."""
-        if self._all_leaves:  # the onnx policy: every leaf, each a model input
-            obs = self.cur if rows is None else [c[rows] for c in self.cur]
-            k = obs[0].shape[0]
-        else:
-            obs = self.cur[0] if rows is None else self.cur[0][rows]
-            k = obs.shape[0]
+        obs = self.cur[0] if rows is None else self.cur[0][rows]
         if self._cast:  # a network's forward pass is f32
             obs = obs.astype(np.float32)
         if not self.init_random:
-            return self._act(obs)
+            return self.policy.act(obs)
         frames = self._worker_frames(self.frames + stepped)
         random = (frames if rows is None else frames[rows]) < self.init_random
         if random.all():
-            if self.recorded:
-                self.last_record = self.policy.random_record(k)
-            return random_actions(self.action, self.policy.rng, k)
-        acts = self._act(obs)
+            return random_actions(self.action, self.policy.rng, obs.shape[0])
+        acts = self.policy.act(obs)
         if random.any():
             acts[random] = random_actions(self.action, self.policy.rng, int(random.sum()))
-            if self.recorded:
-                for key, v in self.policy.random_record(int(random.sum())).items():
-                    self.last_record[key][random] = v
-        return acts
-
-    def _act(self, obs):
-        """The policy's actions; what it records for the same rows in ``last_record``."""
-        acts = self.policy.act(obs)
-        self.last_record = self.policy.last_record if self.recorded else {}
         return acts
 
     def _worker_frames(self, per_env):
@@ -339,8 +309,6 @@ class Workers:
             "collector.traj_ids": new((E, T), np.int64),
             "step_count": new((E, T, 1), np.int64),
         })
-        for key, (dtype, shape) in self.recorded.items():
-            b[key] = new((E, T) + shape, dtype)
         pos = np.zeros(E, np.int64)
         self._salvaged = []
         t = self._collect_columns(b, T)  # the fast path: every row at the same column
@@ -370,13 +338,13 @@ class Workers:
                 # not stepped and step it again; the failed row starts over.
                 for i, res in enumerate(results):  # the rows before the failing one, in order
                     k = rows[i]
-                    self._record(b, int(k), int(pos[k]), acts[i], res, self._row_record(i))
+                    self._record(b, int(k), int(pos[k]), acts[i], res)
                     pos[k] += 1
                 self._restart(f.k, f.cause)
                 pos[f.k] = 0
                 continue
             for i, k in enumerate(rows):
-                self._record(b, int(k), int(pos[k]), acts[i], results[i], self._row_record(i))
+                self._record(b, int(k), int(pos[k]), acts[i], results[i])
                 pos[k] += 1
         for k in range(E):
             self.delivered_max_id[k] = max(self.delivered_max_id[k], int(b["collector.traj_ids"][k].max()))
@@ -419,7 +387,6 @@ class Workers:
         c_obs0, c_next0 = c_obs[0], c_next[0]
         c_rew, c_term, c_trunc = cols["next.reward"], cols["next.terminated"], cols["next.truncated"]
         c_ids, c_sc = cols["collector.traj_ids"], cols["step_count"]
-        c_rec = [(cols[key], key) for key in self.recorded]
         t = 0
         t0 = 0
         need_reset = bool(self.needs_reset.any())
@@ -474,8 +441,6 @@ class Workers:
                     self._flush(b, cols, t)
                     return self._salvage(b, t, acts, f, kept, ended or [])
                 c_act[t] = acts
-                for c, key in c_rec:
-                    c[t] = self.last_record[key]
                 # The next observation is the step's, or the new episode's first for an env that
                 # ended (reset inside the step); `nx` keeps the step's (the final observation).
                 if single:
@@ -536,7 +501,7 @@ class Workers:
         moves those rows on. Rows of ``ended`` (row, first observation) ended their episode
         in this column and were reset in the step: they go on with that episode."""
         for k, res in enumerate(kept):
-            self._record(b, k, t, acts[k], res, self._row_record(k))
+            self._record(b, k, t, acts[k], res)
         self._started(ended)
         self._restart(f.k, f.cause)
         self._salvaged, self._failed = list(range(len(kept))), f.k
@@ -552,15 +517,8 @@ class Workers:
             if self.nan_is_failure and self._has_nan([c[k] for c in self.cur]):
                 raise NodeFailed(f"env worker {k} produced a NaN observation")
 
-    def _row_record(self, i):
-        """What the policy recorded for row ``i`` of its last call."""
-        return {key: v[i] for key, v in self.last_record.items()} if self.recorded else None
-
-    def _record(self, b, k, t, action, result, rec=None):
+    def _record(self, b, k, t, action, result):
         nxt, r, te, tr = result
-        if rec:
-            for key, v in rec.items():
-                b[key][k, t] = v
         for leaf, c, n in zip(self.leaves, self.cur, nxt):
             b["observation" + leaf.suffix][k, t] = c[k]
             b["next.observation" + leaf.suffix][k, t] = n

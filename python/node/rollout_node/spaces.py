@@ -105,11 +105,6 @@ class Leaf:
         return obs
 
 
-def wire_dtype(dtype):
-    """The wire name of a numpy dtype of the batch entries (``f32``, ``u8``, ...)."""
-    return {v: k for k, v in NUMPY.items()}[np.dtype(dtype)]
-
-
 def entry(wire_space, action=False):
     """The batch entry ``(dtype, shape)`` of a space that is no dict (``EnvSpecs::batch_layout``)."""
     kind = wire_space["kind"]
