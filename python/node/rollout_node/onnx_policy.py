@@ -236,25 +236,17 @@ class OnnxPolicy:
         self.rng = np.random.default_rng(seed)
 
     # -- acting --------------------------------------------------------------------------
-    def recorded(self):
-        """The keys written beside ``action``: ``{key: (numpy dtype, feature shape)}``."""
+    def recorded_layout(self):
+        """What this policy records beside its actions (PROTOCOL.md §3), ``{key: [dtype,
+        shape]}``: categorical ``action_log_prob`` and ``logits`` ``[n]``; normal and
+        tanh-normal ``action_log_prob``, ``loc`` and ``scale`` ``[d]``; deterministic nothing."""
         a = self.action
         if self.head == "categorical":
-            return {LOG_PROB: (np.float32, ()), LOGITS: (np.float32, (a.n,))}
+            return {LOG_PROB: ["f32", []], LOGITS: ["f32", [a.n]]}
         if self.head in ("normal", "tanh_normal"):
             d = a.low.size
-            return {LOG_PROB: (np.float32, ()), LOC: (np.float32, (d,)), SCALE: (np.float32, (d,))}
+            return {LOG_PROB: ["f32", []], LOC: ["f32", [d]], SCALE: ["f32", [d]]}
         return {}
-
-    def random_record(self, k):
-        """What ``k`` frames acted by the uniform random policy (``init_random_frames``) record:
-        its log-density, logits 0 (the uniform categorical), loc and scale NaN."""
-        a = self.action
-        rec = self.recorded()
-        out = {key: np.full((k,) + shape, np.nan if key in (LOC, SCALE) else 0.0, dt) for key, (dt, shape) in rec.items()}
-        if LOG_PROB in out:
-            out[LOG_PROB][:] = uniform_log_prob(a)
-        return out
 
     def _run(self, obs):
         """The model's outputs the head reads, for the observation leaves ``obs`` (one run)."""
@@ -268,20 +260,25 @@ class OnnxPolicy:
             raise PolicyError(f"onnx: the model failed on the observations: {_first_line(e)}") from None
 
     def act(self, obs):
+        """The actions for observation leaves ``obs`` (see ``act_recording``)."""
+        return self.act_recording(obs)[0]
+
+    def act_recording(self, obs):
         """The actions for observation leaves ``obs`` (a list of ``[k, ...]`` arrays, one per
-        leaf, or one array); the recorded keys of the same rows are left in ``last_record``."""
+        leaf, or one array), as the env takes them, and what is recorded for each row
+        (``recorded_layout``'s keys, ``[k, *shape]`` float32)."""
         if isinstance(obs, np.ndarray):
             obs = [obs]
         k = obs[0].shape[0]
         outs = self._run(obs)
         a = self.action
         if self.head == "categorical":
-            action, self.last_record = self._categorical(outs[0], k)
+            action, rec = self._categorical(outs[0], k)
         elif self.head == "deterministic":
-            action, self.last_record = self._deterministic(outs[0], k), {}
+            action, rec = self._deterministic(outs[0], k), {}
         else:
-            action, self.last_record = self._normal(outs[0], outs[1], k)
-        return action if a.discrete else action.reshape((k,) + a.shape)
+            action, rec = self._normal(outs[0], outs[1], k)
+        return (action if a.discrete else action.reshape((k,) + a.shape)), rec
 
     def _shaped(self, name, x, k, d):
         x = np.asarray(x)
@@ -349,18 +346,6 @@ class OnnxPolicy:
         if x.dtype != np.float32:
             raise PolicyError(f"onnx: output `{name}` is {x.dtype}, the deterministic head needs float32 for a box action")
         return np.minimum(np.maximum(x, a.low), a.high).astype(np.float32)
-
-
-def uniform_log_prob(a):
-    """The log-density of the uniform random policy's action (``random_actions``): ``-ln n``;
-    a box ``-sum ln(high - low)``, ``-ln 2`` for an element with an infinite bound (it is
-    drawn in ``[-1, 1]``)."""
-    if a.discrete:
-        return np.float32(-math.log(a.n))
-    low, high = a.low.astype(np.float64), a.high.astype(np.float64)
-    finite = np.isfinite(low) & np.isfinite(high)
-    width = np.where(finite, high - low, 2.0)
-    return np.float32(-np.log(width).sum())
 
 
 def _first_line(e):

@@ -82,8 +82,8 @@ def test_actions_and_log_probs_are_the_torch_modules(name, exploration):
     m, model, head, env = case(name)
     pol, _ = build(model, head, env, exploration, seed=5)
     obs = observations(env, 64, seed=2)
-    act = pol.act(obs)
-    check_against_torch(m, head, pol, obs, act, pol.last_record)
+    act, rec = pol.act_recording(obs)
+    check_against_torch(m, head, pol, obs, act, rec)
     if exploration == "random":  # sampled: not always the mode
         mode = om.reference(m, head, obs, act, *(None, None) if pol.action.discrete else (pol.action.low.astype(np.float64), pol.action.high.astype(np.float64)))[0]
         assert not np.allclose(act.reshape(mode.shape), mode)
@@ -92,13 +92,13 @@ def test_actions_and_log_probs_are_the_torch_modules(name, exploration):
 def test_the_recorded_keys_are_the_heads():
     _, model, _, _ = case("categorical")
     pol, _ = build(model, "categorical", "CartPole-v1")
-    assert pol.recorded() == {"action_log_prob": (np.float32, ()), "logits": (np.float32, (2,))}
+    assert pol.recorded_layout() == {"action_log_prob": ["f32", []], "logits": ["f32", [2]]}
     _, model, _, _ = case("normal")
     pol, _ = build(model, "normal", "Pendulum-v1")
-    assert set(pol.recorded()) == {"action_log_prob", "loc", "scale"}
-    pol.act(observations("Pendulum-v1", 3))
-    assert {k: v.dtype for k, v in pol.last_record.items()} == dict.fromkeys(pol.recorded(), np.float32)
-    assert pol.last_record["scale"].shape == (3, 1)
+    assert pol.recorded_layout() == {"action_log_prob": ["f32", []], "loc": ["f32", [1]], "scale": ["f32", [1]]}
+    _, rec = pol.act_recording(observations("Pendulum-v1", 3))
+    assert {k: (v.dtype, v.shape) for k, v in rec.items()} == {
+        "action_log_prob": (np.float32, (3,)), "loc": (np.float32, (3, 1)), "scale": (np.float32, (3, 1))}
 
 
 def test_a_normal_action_is_clipped_before_its_log_prob_is_taken():
@@ -109,9 +109,9 @@ def test_a_normal_action_is_clipped_before_its_log_prob_is_taken():
     model = om.export(m, torch.zeros(1, 3), ["loc", "log_std"])
     pol, _ = build(model, "normal", "Pendulum-v1")
     obs = observations("Pendulum-v1", 8)
-    act = pol.act(obs)
+    act, rec = pol.act_recording(obs)
     assert (act == 2.0).all()
-    check_against_torch(m, "normal", pol, obs, act, pol.last_record)
+    check_against_torch(m, "normal", pol, obs, act, rec)
 
 
 def test_a_deterministic_head_gives_the_modules_output():
@@ -120,11 +120,11 @@ def test_a_deterministic_head_gives_the_modules_output():
     model = om.export(m, torch.zeros(1, 3), ["action"])
     pol, _ = build(model, "deterministic", "Pendulum-v1")
     obs = observations("Pendulum-v1", 16)
-    act = pol.act(obs)
+    act, rec = pol.act_recording(obs)
     with torch.no_grad():
         want = m(torch.from_numpy(obs).float()).numpy()
     np.testing.assert_allclose(act, want, atol=TOL, rtol=0)
-    assert pol.recorded() == {} and pol.last_record == {}
+    assert pol.recorded_layout() == {} and rec == {}
 
 
 def test_weights_are_the_state_dict_and_an_update_changes_the_actions():
@@ -137,9 +137,9 @@ def test_weights_are_the_state_dict_and_an_update_changes_the_actions():
     om.perturb(m, 1)
     version, tensors_ = wire.weights_from_wire(om.state_weights(m, 4))
     pol.set_weights(version, tensors_)
-    after = pol.act(obs)
+    after, rec = pol.act_recording(obs)
     assert pol.version == 4 and (before != after).any()
-    check_against_torch(m, head, pol, obs, after, pol.last_record)
+    check_against_torch(m, head, pol, obs, after, rec)
 
 
 def test_an_update_naming_an_unknown_tensor_or_of_a_wrong_shape_is_refused_naming_it():
@@ -229,14 +229,14 @@ def test_a_dict_observation_feeds_one_input_per_leaf_by_its_key():
         if te or tr:
             o, _ = e.reset()
     cur = [np.stack([leaf.get(x) for x in obs]).astype(leaf.np) for leaf in leaves]
-    act = pol.act(cur)
+    act, rec = pol.act_recording(cur)
     pos = torch.from_numpy(np.stack([x["pos"] for x in obs])).float()
     img = torch.from_numpy(np.stack([x["inner"]["img"] for x in obs]))
     with torch.no_grad():
         z = m(pos, img).double()
     assert (act == z.argmax(-1).numpy() - 1).all()  # Discrete(3, start=-1)
     lp = torch.distributions.Categorical(logits=z).log_prob(torch.from_numpy(act + 1)).numpy()
-    np.testing.assert_allclose(pol.last_record["action_log_prob"], lp, atol=TOL, rtol=TOL)
+    np.testing.assert_allclose(rec["action_log_prob"], lp, atol=TOL, rtol=TOL)
 
 
 def onnx_spec(model, head, exploration="deterministic", env="CartPole-v1", **rollout):
@@ -263,7 +263,7 @@ def test_a_node_records_the_modules_actions_and_log_probs_and_an_update_takes_ef
         t = tensors(b)
         obs = t["observation"].reshape((-1,) + t["observation"].shape[2:])
         act = t["action"].reshape((-1,) + t["action"].shape[2:])
-        rec = {k: t[k].reshape((-1,) + t[k].shape[2:]) for k in probe.recorded()}
+        rec = {k: t[k].reshape((-1,) + t[k].shape[2:]) for k in probe.recorded_layout()}
         check_against_torch(m, head, probe, obs, act, rec)
         return obs, act
 
@@ -344,7 +344,7 @@ def test_the_only_input_may_have_any_name_and_an_extra_input_is_named():
                       dynamic_axes={"obs": {0: "b"}, "out": {0: "b"}}, dynamo=False, do_constant_folding=False)
     pol, _ = build(f.getvalue(), "categorical", "CartPole-v1")
     obs = observations("CartPole-v1", 20)
-    check_against_torch(m, "categorical", pol, obs, pol.act(obs), pol.last_record)
+    check_against_torch(m, "categorical", pol, obs, *pol.act_recording(obs))
 
     class TwoInputs(torch.nn.Module):
         def __init__(self):

@@ -82,7 +82,7 @@ def test_the_trainer_collects_the_modules_actions_and_log_probs_on_python_nodes(
     assert sum(frames(d, "action", 3).shape[0] for _, d in recs) == 1000
     for _, d in recs:  # sync: [nodes, envs, T]
         obs, act = frames(d, "observation", 3), frames(d, "action", 3)
-        rec = {k: frames(d, k, 3) for k in probe.recorded()}
+        rec = {k: frames(d, k, 3) for k in probe.recorded_layout()}
         check_against_torch(m, head, probe, obs, act, rec)
 
 
@@ -121,7 +121,7 @@ def test_a_weight_update_from_the_state_dict_changes_the_actions_from_its_versio
             seen.append(v)
             obs = batch["observation"].reshape(-1, 4)
             act = batch["action"].reshape(-1)
-            rec = {k: batch[k].reshape((obs.shape[0],) + batch[k].shape[2:]) for k in probe.recorded()}
+            rec = {k: batch[k].reshape((obs.shape[0],) + batch[k].shape[2:]) for k in probe.recorded_layout()}
             # Every frame of a batch is the module of the version it says.
             check_against_torch(modules[v], head, probe, obs, act, rec)
             if i == 1:
