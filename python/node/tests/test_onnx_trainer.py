@@ -98,7 +98,7 @@ def _probe(model, head, env, action):
     return OnnxPolicy({"config": {"kind": "onnx", "model": model, "head": head}, "exploration": "deterministic"}, leaves, action, 0)
 
 
-def test_a_weight_update_from_the_state_dict_changes_the_actions_from_its_version():
+def test_a_weight_update_from_the_state_dict_changes_the_actions_from_its_version(tmp_path):
     onnx_trainer()
     rollout = pytest.importorskip("rollout", reason="the rollout module (python/collector; scripts/test.sh builds it)")
     import copy
@@ -107,12 +107,14 @@ def test_a_weight_update_from_the_state_dict_changes_the_actions_from_its_versio
 
     m, model, head, env = case("categorical")
     probe = _probe(model, head, env, ActionSpace.of(gym.make(env).action_space))
+    f = tmp_path / "actor.onnx"
+    f.write_bytes(model)
     learned = copy.deepcopy(m)
     om.perturb(learned, 11)
     modules = {0: m, 1: learned}
     seen, changed = [], False
     with rollout.DistributedCollector(
-        env, {"kind": "onnx", "model": list(model), "head": head},
+        env, "onnx", policy_file=str(f), onnx_head=head,
         frames_per_batch=100, total_frames=4000, nodes=1, envs_per_node=2, launcher="process",
         node_command=[sys.executable, "-m", "rollout_node"], exploration_type="deterministic", seed=3,
     ) as collector:
