@@ -33,6 +33,8 @@ _INPUT_TYPES = {
     "tensor(int64)": np.int64,
 }
 _F32 = 1  # onnx.TensorProto.FLOAT
+#: How errors name a tensor's dtype (the wire's names, as ``Weights::check_layout``).
+_WIRE = {"float32": "f32", "float64": "f64", "int64": "i64", "uint8": "u8", "bool": "bool"}
 
 
 def _imports():
@@ -216,7 +218,8 @@ class OnnxPolicy:
                 raise PolicyError(f"bad weights: missing tensor `{name}`")
             t = tensors[name]
             if t.dtype != np.float32 or tuple(t.shape) != shape:
-                raise PolicyError(f"bad weights: `{name}` must be f32 {list(shape)}, got {t.dtype} {list(t.shape)}")
+                got = _WIRE.get(t.dtype.name, t.dtype.name)
+                raise PolicyError(f"bad weights: `{name}` must be f32 {list(shape)}, got {got} {list(t.shape)}")
         for name in tensors:
             if name not in self.layout:
                 raise PolicyError(f"bad weights: unexpected tensor `{name}` (not a float initializer of the model)")
