@@ -170,6 +170,15 @@ class Workers:
         pol = spec.get("policy") or {}
         config = pol.get("config") if isinstance(pol.get("config"), dict) else {}
         kind = config.get("kind")
+        #: The onnx policy takes every observation leaf (a model input each), as it is.
+        self._all_leaves = kind == "onnx"
+        if self._all_leaves:  # onnxruntime is imported only for it
+            from .onnx_policy import OnnxPolicy
+
+            self._cast = False
+            self.policy = OnnxPolicy(pol, self.leaves, self.action, (self.seed * _GOLDEN) & _MASK64 ^ 1)
+            self.recorded = self.policy.recorded_layout()
+            return
         spaces.check_policy(kind, self.specs)
         weighted = kind in spaces.WEIGHTED
         self.obs_dim = self.leaves[0].shape[0] if weighted else None
@@ -258,14 +267,17 @@ class Workers:
         within its ``init_random_frames``, the policy's otherwise. ``stepped``: frames each
         row collected since ``frames`` was last brought up to date (the fast loop's)."""
         obs = self.cur[0] if rows is None else self.cur[0][rows]
+        k = obs.shape[0]
         if self._cast:  # a network's forward pass is f32
             obs = obs.astype(np.float32)
+        if self._all_leaves:
+            obs = self.cur if rows is None else [c[rows] for c in self.cur]
         if not self.init_random:
             return self.policy.act_recording(obs)
         frames = self._worker_frames(self.frames + stepped)
         random = (frames if rows is None else frames[rows]) < self.init_random
         if random.all():
-            return random_actions(self.action, self.policy.rng, obs.shape[0]), self._random_record(obs.shape[0])
+            return random_actions(self.action, self.policy.rng, k), self._random_record(k)
         acts, rec = self.policy.act_recording(obs)
         if random.any():
             n = int(random.sum())
