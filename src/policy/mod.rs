@@ -18,6 +18,7 @@ mod constant;
 mod dense;
 mod linear;
 mod mlp;
+mod onnx;
 mod random;
 mod record;
 mod tanh;
@@ -26,6 +27,7 @@ pub(crate) use common::Argmax2;
 pub use constant::Constant;
 pub use linear::Linear;
 pub use mlp::Mlp;
+pub use onnx::{OnnxBytes, OnnxError, OnnxHead, OnnxModel, OnnxPolicy, WeightMode, MAX_MODEL_BYTES};
 pub use random::RandomPolicy;
 pub use record::{ParamsMut, RecordMut, Recorded};
 
@@ -140,6 +142,9 @@ pub enum PolicyError {
     /// A sampler state that does not fit this policy.
     #[error("bad sampler state: {0}")]
     Checkpoint(String),
+    /// An ONNX model that cannot serve, or what it produced; names the tensor.
+    #[error(transparent)]
+    Onnx(#[from] OnnxError),
 }
 
 /// Where a policy's sampling generator stands, for a checkpoint: the ChaCha8 position
@@ -316,6 +321,14 @@ pub enum PolicyConfig {
         #[serde(default = "one")]
         value: f32,
     },
+    /// A network exported as ONNX (e.g. from PyTorch), run with tract; its weights are
+    /// the model's f32 initializers by name. See docs/policies.md.
+    Onnx {
+        /// The `.onnx` file (a msgpack `bin` on the wire).
+        model: OnnxModel,
+        /// How its outputs parameterise the action distribution.
+        head: OnnxHead,
+    },
 }
 
 impl PolicyConfig {
@@ -331,6 +344,7 @@ impl PolicyConfig {
             (PolicyConfig::Linear | PolicyConfig::Mlp { .. }, Spec::Box { low, .. }) => {
                 Recorded::Normal { d: low.len() }
             }
+            (PolicyConfig::Onnx { head, .. }, action) => onnx::recorded(*head, action),
         }
     }
 }
@@ -372,6 +386,7 @@ impl PolicySpec {
             PolicyConfig::Linear => Box::new(Linear::new(obs, action, self.init_seed, seed)?),
             PolicyConfig::Mlp { hidden } => Box::new(Mlp::new(obs, action, hidden, self.init_seed, seed)?),
             PolicyConfig::Constant { value } => Box::new(Constant::new(action, *value)?),
+            PolicyConfig::Onnx { model, head } => Box::new(OnnxPolicy::new(model, *head, obs, action, seed)?),
         };
         p.set_exploration(self.exploration);
         Ok(p)
