@@ -6,7 +6,7 @@ collected into (no copy). The Rust side's log events are ``logging`` records
 under the ``rollout`` logger. See docs/python.md.
 """
 
-from ._native import CollectorError, CollectorTimeout, ConfigError, refresh_log_levels
+from ._native import CollectorError, CollectorTimeout, ConfigError, __version__, refresh_log_levels
 from ._batch import Batch
 from ._collector import DistributedCollector
 
@@ -16,5 +16,6 @@ __all__ = [
     "CollectorTimeout",
     "ConfigError",
     "DistributedCollector",
+    "__version__",
     "refresh_log_levels",
 ]

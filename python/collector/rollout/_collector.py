@@ -186,7 +186,29 @@ class DistributedCollector:
         node_program: Optional[str] = None,
         node_command: Optional[Sequence[str]] = None,
         resume: Optional[Mapping[str, Any]] = None,
-        **options: Any,
+        policy_init_seed: Optional[int] = None,
+        min_nodes: Optional[int] = None,
+        max_nodes: Optional[int] = None,
+        nan_is_failure: Optional[bool] = None,
+        max_restarts: Optional[int] = None,
+        restart_window: Optional[float] = None,
+        node_max_restarts: Optional[int] = None,
+        node_restart_window: Optional[float] = None,
+        continue_timeout: Optional[float] = None,
+        continue_without_lost_nodes: Optional[bool] = None,
+        worker_nice: Optional[int] = None,
+        batch_timeout: Optional[float] = None,
+        shutdown_timeout: Optional[float] = None,
+        join_timeout: Optional[float] = None,
+        heartbeat: Optional[float] = None,
+        heartbeat_timeout: Optional[float] = None,
+        handshake_timeout: Optional[float] = None,
+        listen: Optional[str] = None,
+        advertise: Optional[str] = None,
+        token: Union[None, str, bytes] = None,
+        max_frame: Optional[int] = None,
+        metrics: Optional[str] = None,
+        metrics_linger: Optional[float] = None,
     ) -> None:
         if env is not None and create_env_fn is not None:
             raise _config_error("env", "give env or create_env_fn, not both")
@@ -212,7 +234,6 @@ class DistributedCollector:
                     "node_program",
                     f"the {launcher} launcher starts the `rollout` binary: put it on PATH, set ROLLOUT_BIN or pass node_program",
                 )
-        token = options.pop("token", None)
         if isinstance(token, str):
             token = token.encode()
         checkpoint = None
@@ -245,8 +266,31 @@ class DistributedCollector:
             node_command=node_command,
             token=token,
             resume=checkpoint,
+            policy_init_seed=policy_init_seed,
+            min_nodes=min_nodes,
+            max_nodes=max_nodes,
+            nan_is_failure=nan_is_failure,
+            max_restarts=max_restarts,
+            restart_window=restart_window,
+            node_max_restarts=node_max_restarts,
+            node_restart_window=node_restart_window,
+            continue_timeout=continue_timeout,
+            continue_without_lost_nodes=continue_without_lost_nodes,
+            worker_nice=worker_nice,
+            batch_timeout=batch_timeout,
+            shutdown_timeout=shutdown_timeout,
+            join_timeout=join_timeout,
+            heartbeat=heartbeat,
+            heartbeat_timeout=heartbeat_timeout,
+            handshake_timeout=handshake_timeout,
+            listen=listen,
+            advertise=advertise,
+            max_frame=max_frame,
+            metrics=metrics,
+            metrics_linger=metrics_linger,
         )
-        settings.update(options)
+        # Unset settings are left to the Rust builder's defaults (documented there).
+        settings = {k: v for k, v in settings.items() if v is not None}
         self._settings = {k: v for k, v in settings.items() if k != "resume"}
         self._native = self._start(settings)
 
@@ -355,4 +399,4 @@ class DistributedCollector:
 
     def __repr__(self) -> str:
         s = self._settings
-        return f"DistributedCollector(env={s['env']!r}, nodes={s['nodes']}, frames_per_batch={s['frames_per_batch']}, sync={s['sync']})"
+        return f"DistributedCollector(env={s.get('env')!r}, nodes={s.get('nodes', 1)}, frames_per_batch={s.get('frames_per_batch')}, sync={s.get('sync')})"

@@ -20,6 +20,7 @@ use pyo3::prelude::*;
 /// The module `rollout._native`.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<collector::NativeCollector>()?;
     m.add_function(wrap_pyfunction!(bench::bench_rust_loop, m)?)?;
     m.add_function(wrap_pyfunction!(bench::bench_rust_weights, m)?)?;

@@ -35,7 +35,6 @@ def refused(**kw):
         (dict(policy=3), "policy"),
         (dict(policy={"kind": "transformer"}), "policy"),
         (dict(batch_timeout=-1.0), "batch_timeout"),
-        (dict(frames_per_bach=10), "frames_per_bach"),
         (dict(collector_kwargs=[{"colour": "red"}]), "collector_kwargs"),
         (dict(launcher="external"), "token"),
         (dict(launcher="local", slurm_kwargs={"partition": "x"}), "slurm_kwargs"),

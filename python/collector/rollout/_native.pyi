@@ -1,0 +1,50 @@
+"""Types of ``rollout._native``, the extension module behind :mod:`rollout`.
+
+Users call :class:`rollout.DistributedCollector`; these are the native pieces it
+wraps, typed for checkers and editors.
+"""
+
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import numpy as np
+
+__version__: str
+
+class ConfigError(ValueError):
+    """A setting the collector cannot run with; ``field`` names the argument."""
+
+    field: Optional[str]
+
+class CollectorError(RuntimeError):
+    """The collector failed (a node, the launcher, a checkpoint, ...)."""
+
+class CollectorTimeout(TimeoutError):
+    """A bounded wait of the collector ran out."""
+
+class NativeCollector:
+    """The Rust collector behind a thread of its own; every method may be called
+    from any thread."""
+
+    def __init__(self, settings: Dict[str, Any]) -> None: ...
+    def next_batch(self) -> Optional[Dict[str, Any]]: ...
+    def update_policy_weights(
+        self, weights: Mapping[str, np.ndarray], worker_ids: Optional[List[int]] = None
+    ) -> int: ...
+    def push_policy_weights(self, worker_ids: Optional[List[int]] = None) -> None: ...
+    def set_seed(self, seed: int) -> int: ...
+    def checkpoint(self) -> bytes: ...
+    def stats(self) -> Dict[str, Any]: ...
+    @property
+    def nodes(self) -> int: ...
+    def listen_addr(self) -> Optional[str]: ...
+    def metrics_addr(self) -> Optional[str]: ...
+    def node_pids(self) -> List[int]: ...
+    def slurm_job_ids(self) -> List[str]: ...
+    def shutdown(self) -> None: ...
+
+def refresh_log_levels() -> None:
+    """Reads the ``rollout`` logger's level again (levels set after the import take
+    effect at the next collector)."""
+
+def bench_rust_loop(settings: Dict[str, Any], batches: int, recycle: bool) -> Tuple[float, int]: ...
+def bench_rust_weights(settings: Dict[str, Any], weights: Mapping[str, np.ndarray], rounds: int) -> float: ...

@@ -1,0 +1,113 @@
+"""The package as Python users expect it: one version, types shipped, every
+documented argument in the signature."""
+
+import ast
+import importlib.metadata
+import inspect
+import os
+import re
+import tomllib
+
+import pytest
+
+import rollout
+from rollout import _native
+
+HERE = os.path.dirname(__file__)
+ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+PACKAGE = os.path.dirname(rollout.__file__)
+
+
+def cargo_version():
+    with open(os.path.join(ROOT, "Cargo.toml"), "rb") as f:
+        return tomllib.load(f)["workspace"]["package"]["version"]
+
+
+def test_one_version_for_the_crates_and_both_packages():
+    version = cargo_version()
+    assert rollout.__version__ == version
+    assert importlib.metadata.version("rollout") == version
+    node = pytest.importorskip("rollout_node")
+    assert node.__version__ == version
+    assert importlib.metadata.version("rollout-node") == version
+
+
+def test_types_ship_with_the_package():
+    assert os.path.isfile(os.path.join(PACKAGE, "py.typed"))
+    assert os.path.isfile(os.path.join(PACKAGE, "_native.pyi"))
+
+
+def stub_names():
+    with open(os.path.join(PACKAGE, "_native.pyi")) as f:
+        tree = ast.parse(f.read())
+    top, methods = set(), set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            top.add(node.name)
+        elif isinstance(node, ast.AnnAssign):
+            top.add(node.target.id)
+        if isinstance(node, ast.ClassDef) and node.name == "NativeCollector":
+            methods = {n.name for n in node.body if isinstance(n, ast.FunctionDef) and n.name != "__init__"}
+    return top, methods
+
+
+def test_the_stub_describes_the_native_module_exactly():
+    top, methods = stub_names()
+    runtime = {n for n in dir(_native) if not n.startswith("_") or n == "__version__"}
+    assert top == runtime
+    native_methods = {n for n in dir(_native.NativeCollector) if not n.startswith("_")}
+    assert methods == native_methods
+
+
+def params():
+    sig = inspect.signature(rollout.DistributedCollector.__init__)
+    return [p for p in sig.parameters.values() if p.name != "self"]
+
+
+def test_every_argument_is_in_the_signature_and_documented():
+    ps = params()
+    assert not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in ps)
+    documented = set(re.findall(r"``([a-z_]+)``", rollout.DistributedCollector.__doc__))
+    assert [p.name for p in ps if p.name not in documented] == []
+
+
+def test_an_unknown_argument_is_a_type_error_naming_it():
+    with pytest.raises(TypeError, match="frames_per_batchh"):
+        rollout.DistributedCollector("CartPole-v1", frames_per_batchh=10)
+
+
+# Arguments the Python side passes through to the Rust builder as they are: a value
+# of the wrong type must come back as a ConfigError naming the argument, which shows
+# the builder reads it under that name.
+PASSED_THROUGH = [
+    "policy_init_seed",
+    "min_nodes",
+    "max_nodes",
+    "nan_is_failure",
+    "max_restarts",
+    "restart_window",
+    "node_max_restarts",
+    "node_restart_window",
+    "continue_timeout",
+    "continue_without_lost_nodes",
+    "worker_nice",
+    "batch_timeout",
+    "shutdown_timeout",
+    "join_timeout",
+    "heartbeat",
+    "heartbeat_timeout",
+    "handshake_timeout",
+    "listen",
+    "advertise",
+    "max_frame",
+    "metrics",
+    "metrics_linger",
+]
+
+
+@pytest.mark.parametrize("name", PASSED_THROUGH)
+def test_each_argument_reaches_the_builder_under_its_name(name):
+    assert name in {p.name for p in params()}
+    with pytest.raises(rollout.ConfigError) as e:
+        rollout.DistributedCollector("CartPole-v1", frames_per_batch=10, **{name: [object()]})
+    assert e.value.field == name, str(e.value)
