@@ -8,10 +8,12 @@ each `NAME.onnx`, `NAME.json` holds fixed observations, the module's outputs for
 and torch.distributions' log-probabilities of given actions (computed in float64), which
 the Rust tests compare against. A few deliberately broken models test the errors.
 
-Run with a Python that has torch and onnx: `python scripts/export-test-models.py`.
+Run with a Python that has torch and onnx: `python scripts/export-test-models.py`;
+`--big DIR` writes instead the 10 M-parameter model of `benches/benches/onnx.rs` into DIR.
 """
 
 import json
+import sys
 from pathlib import Path
 
 import onnx
@@ -242,7 +244,19 @@ def broken_models():
     onnx.save(model, str(OUT / "bad_unknown_op.onnx"))
 
 
+def big_model(out_dir):
+    """The 10 M-parameter 4-3162-3162-2 tanh MLP of the ONNX bench (40 MB: not committed)."""
+    global OUT
+    OUT = Path(out_dir)
+    OUT.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    export(TanhMlp(4, [3162, 3162], 2).eval(), 4, ["logits"], "cartpole_tanh_mlp_3162")
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--big":
+        big_model(sys.argv[2])
+        return
     OUT.mkdir(parents=True, exist_ok=True)
     categorical_case()
     tanh_mlp_case()

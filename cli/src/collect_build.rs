@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use rollout::space::{EnvSpecs, Space};
+use rollout::policy::OnnxHead;
 use rollout::{EnvSpec, ExplorationType, PolicyConfig};
 use rollout_actors::remote::{read_token, JoinError};
 use rollout_actors::{DistributedCollector, Launcher};
@@ -17,6 +18,14 @@ fn policy_config(args: &CollectArgs) -> Result<PolicyConfig, Failure> {
     }
     if args.value.is_some() && args.policy != PolicyKind::Constant {
         return Err(usage("value", "only used by `--policy constant`"));
+    }
+    if args.policy != PolicyKind::Onnx {
+        if args.policy_file.is_some() {
+            return Err(usage("policy_file", "only used by `--policy onnx`"));
+        }
+        if args.onnx_head.is_some() {
+            return Err(usage("onnx_head", "only used by `--policy onnx`"));
+        }
     }
     Ok(match args.policy {
         PolicyKind::Random => PolicyConfig::Random,
@@ -35,7 +44,27 @@ fn policy_config(args: &CollectArgs) -> Result<PolicyConfig, Failure> {
             }
             PolicyConfig::Constant { value }
         }
+        PolicyKind::Onnx => onnx_config(args)?,
     })
+}
+
+/// `--policy onnx`: the file read and parsed once, here, before any node starts.
+fn onnx_config(args: &CollectArgs) -> Result<PolicyConfig, Failure> {
+    let path = args
+        .policy_file
+        .as_ref()
+        .ok_or_else(|| usage("policy_file", "required by `--policy onnx`"))?;
+    let name = args
+        .onnx_head
+        .as_deref()
+        .ok_or_else(|| usage("onnx_head", "required by `--policy onnx`: categorical, normal, tanh_normal or deterministic"))?;
+    let head = OnnxHead::from_name(name).ok_or_else(|| {
+        usage(
+            "onnx_head",
+            format!("`{name}` is not one of categorical, normal, tanh_normal, deterministic"),
+        )
+    })?;
+    PolicyConfig::onnx_file(path, head).map_err(|e| usage("policy_file", format!("{}: {e}", path.display())))
 }
 
 /// `SECS` of flag `field` as a duration, longer than zero.

@@ -8,7 +8,7 @@ use rollout::machine::{RequestDeadlines, TrainerConfig, TrainerMachine};
 use rollout::node_spec::NodeSpec;
 use rollout::rollout::{batch_layout, layout_difference, BatchLayout, RolloutConfig};
 use rollout::space::EnvSpecs;
-use rollout::{EnvSpec, PolicySpec, Weights};
+use rollout::{EnvSpec, PolicyConfig, PolicySpec, Weights};
 
 use super::settings::{Settings, DEFAULT_BATCH_TIMEOUT, DEFAULT_REQUEST_TIMEOUT};
 use crate::delivery::Delivery;
@@ -122,6 +122,7 @@ impl Settings {
             }
         }
         cfg.validate()?;
+        self.check_onnx_model()?;
         let mut policies = Vec::with_capacity(n);
         let mut layouts: Vec<Option<BatchLayout>> = Vec::with_capacity(n);
         let mut sources = Vec::with_capacity(n);
@@ -304,6 +305,39 @@ impl Settings {
             ));
         }
         Ok(max)
+    }
+
+    /// An ONNX policy's model is read and checked here, once, before any node starts:
+    /// it parses, tract runs its ops, and a remote node's `welcome` (the model, plus
+    /// version 0 of the weights) fits both `max_frame` and the node's read limit.
+    fn check_onnx_model(&self) -> Result<(), CollectError> {
+        let PolicyConfig::Onnx { model, .. } = &self.policy.config else {
+            return Ok(());
+        };
+        let weights = model
+            .initial_weights()
+            .map_err(|e| config_error("policy", e.to_string()))?;
+        if self.launcher == Launcher::Local {
+            return Ok(());
+        }
+        let welcome = model
+            .bytes()
+            .len()
+            .saturating_add(rollout::wire::update_weights_len(&weights))
+            .saturating_add(rollout::wire::WELCOME_SLACK);
+        let max = self.max_frame.min(rollout::wire::DEFAULT_MAX_FRAME);
+        if welcome > max {
+            return Err(config_error(
+                "max_frame",
+                format!(
+                    "the ONNX model ({} bytes) and its weights make a welcome of about {welcome} bytes, over the \
+                     limit of {max} (max_frame, and the {} a node reads)",
+                    model.bytes().len(),
+                    rollout::wire::DEFAULT_MAX_FRAME
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Remote node `i`'s frames fit in `max_frame`: its weight updates, and its batches

@@ -27,7 +27,7 @@ pub use runner::WeightMode;
 
 /// The largest ONNX model accepted, in bytes: the trainer refuses a bigger file before
 /// any node starts, and a node counts it against the size of the `welcome` it reads.
-pub const MAX_MODEL_BYTES: usize = 256 << 20;
+pub const MAX_MODEL_BYTES: usize = 128 << 20;
 
 /// How the model's outputs parameterise the action distribution (the design's heads;
 /// written as snake_case strings in configs and on the wire).
