@@ -122,9 +122,26 @@ class Deterministic(nn.Module):
         return 2.0 * torch.tanh(self.net(observation))
 
 
+def fitted(module, sign):
+    """`module` fitted to logits +-8 (theta + theta_dot) (sign -1: the opposite choice), so
+    that its argmax depends on the observation: both actions occur on CartPole, and an
+    update from one fit to the other changes them."""
+    g = torch.Generator().manual_seed(11)
+    opt = torch.optim.Adam(module.parameters(), lr=0.01)
+    for _ in range(400):
+        x = torch.randn(256, 4, generator=g) * torch.tensor([0.5, 0.5, 0.1, 0.5])
+        s = sign * 8.0 * (x[:, 2] + x[:, 3])
+        target = torch.stack([-s, s], dim=1)
+        loss = ((module(x) - target) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return module.eval()
+
+
 def categorical_case():
     torch.manual_seed(0)
-    m = Categorical4().eval()
+    m = fitted(Categorical4(), 1.0)
     export(m, 4, ["logits"], "cartpole_categorical")
     obs = observations(4)
     logits = m(obs).to(torch.float64)
@@ -143,7 +160,7 @@ def categorical_case():
     )
     # An update: the same architecture with other weights, for the weight-update tests.
     torch.manual_seed(1)
-    other = Categorical4().eval()
+    other = fitted(Categorical4(), -1.0)
     write(
         "cartpole_categorical_update",
         {

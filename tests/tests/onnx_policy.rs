@@ -247,7 +247,8 @@ fn update_mid_run(launcher: Launcher) {
     let (mut i, mut changed, mut new_batches) = (0, 0, 0);
     while let Some(batch) = c.next_batch().expect("batch") {
         let o = batch.data.f32(keys::OBSERVATION).expect("f32 observations");
-        let obs: Vec<Vec<f32>> = o.outer_iter().map(|r| r.iter().copied().collect()).collect();
+        let flat: Vec<f32> = o.iter().copied().collect();
+        let obs: Vec<Vec<f32>> = flat.chunks(4).map(<[f32]>::to_vec).collect();
         let got: Vec<i64> = batch.data.i64(keys::ACTION).expect("i64 actions").iter().copied().collect();
         let old = reference(&model, None, &obs);
         if batch.weights_version == 0 {
