@@ -29,7 +29,10 @@ use rollout::{Env, ExplorationType, Spec, Weights};
 const WINDOW: Duration = Duration::from_millis(500);
 
 fn specs() -> (Spec, Spec) {
-    (Spec::uniform_box(4, f32::NEG_INFINITY, f32::INFINITY), Spec::Discrete { n: 2 })
+    (
+        Spec::uniform_box(4, f32::NEG_INFINITY, f32::INFINITY),
+        Spec::Discrete { n: 2 },
+    )
 }
 
 fn model(path: &PathBuf) -> OnnxModel {
@@ -130,7 +133,8 @@ fn update_cost(p: &mut dyn Policy, encoded: &[u8]) -> f64 {
     let start = Instant::now();
     let w: Weights = rmp_serde::from_slice(encoded).expect("weights");
     p.set_shared_weights(&Arc::new(w)).expect("update");
-    p.act(&[0.1, 0.0, -0.1, 0.2], 1, ActionsMut::Discrete(&mut a)).expect("act");
+    p.act(&[0.1, 0.0, -0.1, 0.2], 1, ActionsMut::Discrete(&mut a))
+        .expect("act");
     black_box(a);
     start.elapsed().as_secs_f64()
 }

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use rollout::space::{EnvSpecs, Space};
 use rollout::policy::OnnxHead;
+use rollout::space::{EnvSpecs, Space};
 use rollout::{EnvSpec, ExplorationType, PolicyConfig};
 use rollout_actors::remote::{read_token, JoinError};
 use rollout_actors::{DistributedCollector, Launcher};
@@ -12,7 +12,39 @@ use crate::collect_args::{CollectArgs, Exploration, PolicyKind};
 use crate::failure::{build_failure, usage, Failure};
 use crate::LauncherKind;
 
-fn policy_config(args: &CollectArgs) -> Result<PolicyConfig, Failure> {
+/// The run's policy from the flags; for `--policy onnx` without `--policy-file` on
+/// `--resume`, the model the checkpoint holds (a file given must be that model).
+pub(crate) fn policy_config(args: &CollectArgs, held: Option<&PolicyConfig>) -> Result<PolicyConfig, Failure> {
+    if args.policy == PolicyKind::Onnx && args.policy_file.is_none() {
+        if let Some(PolicyConfig::Onnx { model, .. }) = held {
+            let head = match args.onnx_head.as_deref() {
+                Some(name) => OnnxHead::from_name(name).ok_or_else(|| {
+                    usage(
+                        "onnx_head",
+                        format!("`{name}` is not one of categorical, normal, tanh_normal, deterministic"),
+                    )
+                })?,
+                None => return Err(usage("onnx_head", "required by `--policy onnx`")),
+            };
+            return Ok(PolicyConfig::Onnx {
+                model: model.clone(),
+                head,
+            });
+        }
+    }
+    let config = flags_policy(args)?;
+    if let (PolicyConfig::Onnx { model, .. }, Some(PolicyConfig::Onnx { model: old, .. })) = (&config, held) {
+        if model != old {
+            return Err(usage(
+                "policy_file",
+                "not the model the checkpoint was taken with (leave --policy-file out to use the checkpoint's)",
+            ));
+        }
+    }
+    Ok(config)
+}
+
+fn flags_policy(args: &CollectArgs) -> Result<PolicyConfig, Failure> {
     if args.hidden.is_some() && args.policy != PolicyKind::Mlp {
         return Err(usage("hidden", "only used by `--policy mlp`"));
     }
@@ -54,10 +86,12 @@ fn onnx_config(args: &CollectArgs) -> Result<PolicyConfig, Failure> {
         .policy_file
         .as_ref()
         .ok_or_else(|| usage("policy_file", "required by `--policy onnx`"))?;
-    let name = args
-        .onnx_head
-        .as_deref()
-        .ok_or_else(|| usage("onnx_head", "required by `--policy onnx`: categorical, normal, tanh_normal or deterministic"))?;
+    let name = args.onnx_head.as_deref().ok_or_else(|| {
+        usage(
+            "onnx_head",
+            "required by `--policy onnx`: categorical, normal, tanh_normal or deterministic",
+        )
+    })?;
     let head = OnnxHead::from_name(name).ok_or_else(|| {
         usage(
             "onnx_head",
@@ -185,6 +219,7 @@ fn env_spec(arg: &str) -> Result<EnvSpecs, Failure> {
 pub(crate) fn build(
     args: &CollectArgs,
     resume: Option<rollout::checkpoint::Checkpoint>,
+    policy: PolicyConfig,
 ) -> Result<DistributedCollector, Failure> {
     let config = match &args.env_config {
         None => serde_json::Value::Null,
@@ -217,7 +252,7 @@ pub(crate) fn build(
     let env_specs = args.env_spec.as_deref().map(env_spec).transpose()?;
     let mut b = DistributedCollector::builder()
         .env(env)
-        .policy(policy_config(args)?)
+        .policy(policy)
         .envs_per_node(args.envs_per_node)
         .envs_per_worker(args.envs_per_worker)
         .frames_per_batch(args.frames_per_batch)

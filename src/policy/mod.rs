@@ -338,7 +338,9 @@ impl PolicyConfig {
     /// policy is built for them).
     pub fn onnx_file(path: impl AsRef<std::path::Path>, head: OnnxHead) -> Result<PolicyConfig, OnnxError> {
         let path = path.as_ref();
-        let size = std::fs::metadata(path).map_err(|e| OnnxError::NotOnnx(format!("cannot read it: {e}")))?.len();
+        let size = std::fs::metadata(path)
+            .map_err(|e| OnnxError::NotOnnx(format!("cannot read it: {e}")))?
+            .len();
         if size > MAX_MODEL_BYTES as u64 {
             return Err(OnnxError::TooLarge {
                 size: usize::try_from(size).unwrap_or(usize::MAX),

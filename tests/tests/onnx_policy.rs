@@ -85,8 +85,11 @@ fn collect(env: &str, model: &str, head: &str, launcher: &str, dir: &TempDir) ->
         "--output",
         out.to_str().expect("utf-8 path"),
     ];
-    let run = run_bounded(Command::new(rollout_bin()).args(args).env_remove("RUST_LOG"), RUN_TIMEOUT)
-        .expect("spawn rollout");
+    let run = run_bounded(
+        Command::new(rollout_bin()).args(args).env_remove("RUST_LOG"),
+        RUN_TIMEOUT,
+    )
+    .expect("spawn rollout");
     assert!(
         run.status.is_some_and(|s| s.success()),
         "`rollout {}` failed:\n{}",
@@ -110,7 +113,11 @@ fn frames(records: &[OutputRecord]) -> (Vec<Vec<f32>>, Vec<Vec<f64>>) {
         match &r.data[keys::ACTION] {
             Tensor::I64(a) => acts.extend(a.iter().map(|&v| vec![v as f64])),
             Tensor::F32(a) => {
-                let d = if a.ndim() > 1 { *a.shape().last().expect("dim") } else { 1 };
+                let d = if a.ndim() > 1 {
+                    *a.shape().last().expect("dim")
+                } else {
+                    1
+                };
                 let v: Vec<f32> = a.iter().copied().collect();
                 acts.extend(v.chunks(d).map(|c| c.iter().map(|&x| f64::from(x)).collect()));
             }
@@ -133,7 +140,13 @@ fn first_argmax(row: &[f64]) -> usize {
 
 fn cartpole_actions_are_the_models(launcher: &str) {
     let dir = TempDir::new(&format!("onnx-cartpole-{launcher}"));
-    let records = collect("CartPole-v1", "cartpole_categorical.onnx", "categorical", launcher, &dir);
+    let records = collect(
+        "CartPole-v1",
+        "cartpole_categorical.onnx",
+        "categorical",
+        launcher,
+        &dir,
+    );
     assert_eq!(records.len(), 3);
     let (obs, acts) = frames(&records);
     assert_eq!(obs.len(), 600);
@@ -142,7 +155,12 @@ fn cartpole_actions_are_the_models(launcher: &str) {
     };
     let logits = &outs[0];
     for (i, (z, a)) in logits.iter().zip(&acts).enumerate() {
-        assert_eq!(a[0] as usize, first_argmax(z), "frame {i}: logits {z:?}, obs {:?}", obs[i]);
+        assert_eq!(
+            a[0] as usize,
+            first_argmax(z),
+            "frame {i}: logits {z:?}, obs {:?}",
+            obs[i]
+        );
     }
     let both = acts.iter().any(|a| a[0] == 0.0) && acts.iter().any(|a| a[0] == 1.0);
     assert!(both, "the model picks both actions over 600 frames");
@@ -158,7 +176,12 @@ fn pendulum_actions_are_the_models(launcher: &str) {
     };
     for (i, (loc, a)) in outs[0].iter().zip(&acts).enumerate() {
         let want = loc[0].clamp(-2.0, 2.0);
-        assert!((a[0] - want).abs() <= 1e-5, "frame {i}: action {}, loc {}", a[0], loc[0]);
+        assert!(
+            (a[0] - want).abs() <= 1e-5,
+            "frame {i}: action {}, loc {}",
+            a[0],
+            loc[0]
+        );
     }
 }
 
@@ -200,7 +223,10 @@ fn update(version: u64) -> Weights {
             .iter()
             .map(|x| x.as_f64().expect("value") as f32)
             .collect();
-        tensors.insert(name.clone(), Tensor::F32(ndarray::ArrayD::from_shape_vec(shape, data).expect("shape")));
+        tensors.insert(
+            name.clone(),
+            Tensor::F32(ndarray::ArrayD::from_shape_vec(shape, data).expect("shape")),
+        );
     }
     Weights::new(tensors).with_version(version)
 }
@@ -249,13 +275,23 @@ fn update_mid_run(launcher: Launcher) {
         let o = batch.data.f32(keys::OBSERVATION).expect("f32 observations");
         let flat: Vec<f32> = o.iter().copied().collect();
         let obs: Vec<Vec<f32>> = flat.chunks(4).map(<[f32]>::to_vec).collect();
-        let got: Vec<i64> = batch.data.i64(keys::ACTION).expect("i64 actions").iter().copied().collect();
+        let got: Vec<i64> = batch
+            .data
+            .i64(keys::ACTION)
+            .expect("i64 actions")
+            .iter()
+            .copied()
+            .collect();
         let old = reference(&model, None, &obs);
         if batch.weights_version == 0 {
             assert_eq!(got, old, "batch {i} tagged v0 acts with the file's weights");
         } else {
             assert_eq!(batch.weights_version, 1);
-            assert_eq!(got, reference(&model, Some(&new), &obs), "batch {i} tagged v1 acts with the update");
+            assert_eq!(
+                got,
+                reference(&model, Some(&new), &obs),
+                "batch {i} tagged v1 acts with the update"
+            );
             changed += got.iter().zip(&old).filter(|(a, b)| a != b).count();
             new_batches += 1;
         }
@@ -265,7 +301,10 @@ fn update_mid_run(launcher: Launcher) {
         }
         i += 1;
     }
-    assert!(new_batches >= 4, "sync: the push reaches round 1; {new_batches} batches had it");
+    assert!(
+        new_batches >= 4,
+        "sync: the push reaches round 1; {new_batches} batches had it"
+    );
     assert!(changed > 0, "the update changes some actions");
 }
 
@@ -285,22 +324,45 @@ fn bad_flags_exit_2_with_one_line() {
     let good = fixture("cartpole_categorical.onnx");
     let cases: [(Vec<&str>, &str); 5] = [
         (vec!["--policy", "onnx", "--onnx-head", "categorical"], "`policy_file`"),
-        (vec!["--policy", "onnx", "--policy-file", good.to_str().expect("path")], "`onnx_head`"),
         (
-            vec!["--policy", "onnx", "--policy-file", good.to_str().expect("path"), "--onnx-head", "beta"],
+            vec!["--policy", "onnx", "--policy-file", good.to_str().expect("path")],
             "`onnx_head`",
         ),
         (
-            vec!["--policy", "onnx", "--policy-file", bad.to_str().expect("path"), "--onnx-head", "categorical"],
+            vec![
+                "--policy",
+                "onnx",
+                "--policy-file",
+                good.to_str().expect("path"),
+                "--onnx-head",
+                "beta",
+            ],
+            "`onnx_head`",
+        ),
+        (
+            vec![
+                "--policy",
+                "onnx",
+                "--policy-file",
+                bad.to_str().expect("path"),
+                "--onnx-head",
+                "categorical",
+            ],
             "FrobnicateLogits",
         ),
-        (vec!["--policy", "linear", "--policy-file", good.to_str().expect("path")], "`policy_file`"),
+        (
+            vec!["--policy", "linear", "--policy-file", good.to_str().expect("path")],
+            "`policy_file`",
+        ),
     ];
     for (flags, needle) in cases {
         let mut args = vec!["collect", "--total-frames", "10", "--frames-per-batch", "10"];
         args.extend(flags);
-        let run = run_bounded(Command::new(rollout_bin()).args(&args).env_remove("RUST_LOG"), RUN_TIMEOUT)
-            .expect("spawn rollout");
+        let run = run_bounded(
+            Command::new(rollout_bin()).args(&args).env_remove("RUST_LOG"),
+            RUN_TIMEOUT,
+        )
+        .expect("spawn rollout");
         let err = run.stderr_text();
         assert_eq!(run.status.and_then(|s| s.code()), Some(2), "{args:?}: {err}");
         assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
@@ -317,9 +379,147 @@ fn bad_flags_exit_2_with_one_line() {
         "--onnx-head",
         "normal",
     ];
-    let run = run_bounded(Command::new(rollout_bin()).args(args).env_remove("RUST_LOG"), RUN_TIMEOUT)
-        .expect("spawn rollout");
+    let run = run_bounded(
+        Command::new(rollout_bin()).args(args).env_remove("RUST_LOG"),
+        RUN_TIMEOUT,
+    )
+    .expect("spawn rollout");
     let err = run.stderr_text();
     assert_eq!(run.status.and_then(|s| s.code()), Some(2), "{err}");
     assert!(err.contains("`policy`") && err.contains("observation"), "{err}");
+}
+
+/// `rollout collect --policy onnx` on CartPole, 2 in-process nodes, sync, deterministic,
+/// with extra flags; its `--output` bytes.
+fn cartpole_run(dir: &TempDir, name: &str, extra: &[&str]) -> Vec<u8> {
+    let out = dir.join(name);
+    let mut args: Vec<String> = [
+        "collect",
+        "--env",
+        "CartPole-v1",
+        "--policy",
+        "onnx",
+        "--onnx-head",
+        "categorical",
+        "--exploration-type",
+        "random",
+        "--nodes",
+        "2",
+        "--sync",
+        "--frames-per-batch",
+        "100",
+        "--seed",
+        "3",
+        "--quiet",
+        "--output",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.push(out.display().to_string());
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let run = run_bounded(
+        Command::new(rollout_bin()).args(&args).env_remove("RUST_LOG"),
+        RUN_TIMEOUT,
+    )
+    .expect("spawn rollout");
+    assert!(
+        run.status.is_some_and(|s| s.success()),
+        "`rollout {}` failed:\n{}",
+        args.join(" "),
+        run.stderr_text()
+    );
+    std::fs::read(&out).expect("output")
+}
+
+/// The map entry `key` of a MessagePack map value.
+fn entry<'a>(v: &'a rmpv::Value, key: &str) -> &'a rmpv::Value {
+    v.as_map()
+        .and_then(|m| m.iter().find(|(k, _)| k.as_str() == Some(key)))
+        .map(|(_, v)| v)
+        .unwrap_or_else(|| panic!("no `{key}` in the checkpoint"))
+}
+
+#[test]
+fn a_checkpoint_holds_the_model_and_its_weights_and_resumes_without_the_file() {
+    let dir = TempDir::new("onnx-checkpoint");
+    let file = fixture("cartpole_categorical.onnx");
+    let path = file.to_str().expect("path");
+    let ck = dir.join("ck");
+    let ck_s = ck.display().to_string();
+    let whole = cartpole_run(&dir, "whole", &["--policy-file", path, "--total-frames", "600"]);
+    let _ = cartpole_run(
+        &dir,
+        "resumed",
+        &[
+            "--policy-file",
+            path,
+            "--total-frames",
+            "300",
+            "--checkpoint",
+            &ck_s,
+            "--checkpoint-every",
+            "1",
+        ],
+    );
+
+    // The file: 8 magic bytes, a u32 version, then one map.
+    let bytes = std::fs::read(&ck).expect("checkpoint");
+    let v: rmpv::Value = rmp_serde::from_slice(&bytes[12..]).expect("a MessagePack map");
+    let policy = entry(&v, "policy");
+    assert_eq!(entry(policy, "kind").as_str(), Some("onnx"));
+    let model = std::fs::read(&file).expect("model");
+    assert_eq!(entry(policy, "model").as_slice(), Some(&model[..]), "the model's bytes");
+    let nodes = entry(entry(&v, "collector"), "nodes").as_array().expect("nodes");
+    let trainer = entry(entry(&v, "collector"), "trainer");
+    let held: Vec<&rmpv::Value> = std::iter::once(entry(trainer, "weights"))
+        .chain(nodes.iter().map(|n| entry(n, "weights")))
+        .filter(|w| !w.is_nil())
+        .collect();
+    assert!(!held.is_empty(), "the checkpoint holds weights");
+    for w in held {
+        let names: Vec<&str> = entry(w, "tensors")
+            .as_map()
+            .expect("tensors")
+            .iter()
+            .filter_map(|(k, _)| k.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "net.0.bias",
+                "net.0.weight",
+                "net.2.bias",
+                "net.2.weight",
+                "net.4.bias",
+                "net.4.weight"
+            ]
+        );
+    }
+
+    // Resumed without --policy-file: the checkpoint's model; the run as if never stopped.
+    let resumed = cartpole_run(&dir, "resumed", &["--total-frames", "600", "--resume", &ck_s]);
+    assert_eq!(resumed, whole, "the resumed run's output is the whole run's");
+
+    // Another model given on resume is refused, naming the flag.
+    let other = fixture("cartpole_tanh_mlp_64.onnx");
+    let args = [
+        "collect",
+        "--policy",
+        "onnx",
+        "--onnx-head",
+        "categorical",
+        "--policy-file",
+        other.to_str().expect("path"),
+        "--resume",
+        &ck_s,
+    ];
+    let run = run_bounded(
+        Command::new(rollout_bin()).args(args).env_remove("RUST_LOG"),
+        RUN_TIMEOUT,
+    )
+    .expect("spawn rollout");
+    let err = run.stderr_text();
+    assert_eq!(run.status.and_then(|s| s.code()), Some(2), "{err}");
+    assert!(err.contains("`policy_file`") && err.contains("checkpoint"), "{err}");
 }
