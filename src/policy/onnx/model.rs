@@ -15,7 +15,7 @@ use crate::spec::Spec;
 use crate::tensor::Tensor;
 
 /// The batch dimension's symbol in the typed model.
-const BATCH: &str = "K";
+pub(super) const BATCH: &str = "K";
 
 /// An `.onnx` file; parsing happens once, on first use, and is shared by clones.
 /// Serialised as its bytes; two models are equal when their bytes are.
@@ -27,7 +27,9 @@ pub struct OnnxModel {
 
 /// What parsing the file gave.
 pub(super) struct Parsed {
-    /// The protobuf model.
+    /// The protobuf model, its f32 initializers without their data (they are in
+    /// `weights`; each build writes the version it is built with): a rebuild copies no
+    /// tensor it then overwrites.
     pub(super) proto: pb::ModelProto,
     /// The f32 initializers by name, in the file's order of appearance.
     pub(super) float_names: Vec<String>,
@@ -133,7 +135,7 @@ impl OnnxModel {
         check_input_shape(graph, &parsed.input, &obs.feature_shape())?;
         let mut weight_inputs = Vec::new();
         match weighting {
-            Weighting::Constants(None) => {}
+            Weighting::Constants(None) => replace_initializers(graph, &parsed.weights)?,
             Weighting::Constants(Some(w)) => replace_initializers(graph, w)?,
             Weighting::Inputs => {
                 weight_inputs = parsed.float_names.clone();
@@ -194,7 +196,7 @@ fn parse(bytes: &[u8]) -> Result<Parsed, OnnxError> {
         });
     }
     let onnx = tract_onnx::onnx();
-    let proto = onnx
+    let mut proto = onnx
         .proto_model_for_read(&mut &*bytes)
         .map_err(|e| OnnxError::NotOnnx(format!("{e:#}")))?;
     let graph = proto
@@ -248,6 +250,16 @@ fn parse(bytes: &[u8]) -> Result<Parsed, OnnxError> {
         }
     };
     check_declared_input(graph, &input)?;
+    if let Some(graph) = proto.graph.as_mut() {
+        for init in graph
+            .initializer
+            .iter_mut()
+            .filter(|i| i.data_type == DataType::Float as i32)
+        {
+            init.raw_data = Vec::new();
+            init.float_data = Vec::new();
+        }
+    }
     Ok(Parsed {
         proto,
         float_names,

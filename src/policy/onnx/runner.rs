@@ -5,14 +5,15 @@
 //! BENCHMARKS.md): the f32 initializers turned into model inputs, fed with every run;
 //! or the plan rebuilt once per weight version, with the new values as constants.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use tract_onnx::prelude::{
-    tvec, DatumType, IntoTValue, TValue, TVec, Tensor as TractTensor, TypedRunnableModel, TypedSimplePlan,
-    TypedSimpleState,
+    tvec, DatumType, IntoTValue, TDim, TValue, TVec, Tensor as TractTensor, TypedModel, TypedRunnableModel,
+    TypedSimplePlan, TypedSimpleState,
 };
 
-use super::model::{Checked, OnnxModel, Roles, Weighting};
+use super::model::{OnnxModel, Roles, Weighting, BATCH};
 use super::{OnnxError, OnnxHead};
 use crate::policy::Weights;
 use crate::spec::Spec;
@@ -39,7 +40,11 @@ pub(super) struct Runner {
     mode: WeightMode,
     /// The observation's shape after the batch dimension.
     obs_shape: Vec<usize>,
-    state: TypedSimpleState,
+    /// The checked model with the current weights, its batch dimension symbolic.
+    typed: TypedModel,
+    /// Plans for the batch sizes run lately, the batch dimension made concrete (tract
+    /// then plans static shapes instead of resolving them at every run).
+    plans: Vec<(usize, TypedSimpleState)>,
     /// The initializers fed as inputs (mode `Inputs`), in the plan's order.
     weight_inputs: Vec<String>,
     weight_values: Vec<TValue>,
@@ -64,7 +69,8 @@ impl Runner {
         let checked = model.typed(obs, action, head, weighting)?;
         let roles = checked.roles;
         let weight_inputs = checked.weight_inputs.clone();
-        let state = plan(checked)?;
+        // Optimised once here so that a model tract cannot plan fails at build time.
+        plan(checked.model.clone())?;
         let mut runner = Runner {
             model: model.clone(),
             obs: obs.clone(),
@@ -72,7 +78,8 @@ impl Runner {
             head,
             mode,
             obs_shape: obs.feature_shape(),
-            state,
+            typed: checked.model,
+            plans: Vec::new(),
             weight_inputs,
             weight_values: Vec::new(),
             roles,
@@ -106,7 +113,8 @@ impl Runner {
                 let checked =
                     self.model
                         .typed(&self.obs, &self.action, self.head, Weighting::Constants(Some(weights)))?;
-                self.state = plan(checked)?;
+                self.typed = checked.model;
+                self.plans.clear();
             }
         }
         Ok(())
@@ -144,13 +152,29 @@ impl Runner {
         let x = TractTensor::from_shape(&shape, obs).map_err(OnnxError::tract)?;
         let mut inputs: TVec<TValue> = tvec![x.into_tvalue()];
         inputs.extend(self.weight_values.iter().cloned());
-        self.state.run(inputs).map_err(OnnxError::tract)
+        let i = match self.plans.iter().position(|(pk, _)| *pk == k) {
+            Some(i) => i,
+            None => {
+                let sym = self.typed.symbols.sym(BATCH);
+                let subs = HashMap::from([(sym, TDim::from(k))]);
+                let concrete = self.typed.set_symbols(&subs).map_err(OnnxError::tract)?;
+                if self.plans.len() >= MAX_PLANS {
+                    self.plans.remove(0);
+                }
+                self.plans.push((k, plan(concrete)?));
+                self.plans.len() - 1
+            }
+        };
+        self.plans[i].1.run(inputs).map_err(OnnxError::tract)
     }
 }
 
+/// Batch sizes whose plans are kept (a worker runs one; a last, shorter call another).
+const MAX_PLANS: usize = 4;
+
 /// Optimises a checked model into a plan and its state.
-fn plan(checked: Checked) -> Result<TypedSimpleState, OnnxError> {
-    let optimized = checked.model.into_optimized().map_err(OnnxError::tract)?;
+fn plan(model: TypedModel) -> Result<TypedSimpleState, OnnxError> {
+    let optimized = model.into_optimized().map_err(OnnxError::tract)?;
     let plan: Arc<TypedRunnableModel> = TypedSimplePlan::new(optimized).map_err(OnnxError::tract)?;
     TypedSimpleState::new(&plan).map_err(OnnxError::tract)
 }
