@@ -386,11 +386,11 @@ fn replace_initializers(graph: &mut pb::GraphProto, weights: &Weights) -> Result
             });
         };
         init.float_data.clear();
-        init.raw_data.clear();
-        init.raw_data.reserve(a.len() * 4);
-        for v in a.iter() {
-            init.raw_data.extend_from_slice(&v.to_le_bytes());
-        }
+        init.raw_data = match a.as_slice() {
+            // ONNX stores little-endian: the bytes as they are, in one copy.
+            Some(v) if cfg!(target_endian = "little") => bytemuck::cast_slice(v).to_vec(),
+            _ => a.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        };
     }
     Ok(())
 }
