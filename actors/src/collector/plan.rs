@@ -732,4 +732,40 @@ mod tests {
             e.reason
         );
     }
+
+    fn onnx(bytes: Vec<u8>) -> rollout::PolicyConfig {
+        rollout::PolicyConfig::Onnx {
+            model: rollout::policy::OnnxModel::new(bytes),
+            head: rollout::policy::OnnxHead::Categorical,
+        }
+    }
+
+    fn fixture(name: &str) -> Vec<u8> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/onnx");
+        std::fs::read(dir.join(name)).expect("fixture")
+    }
+
+    #[test]
+    fn an_onnx_model_is_checked_before_any_node_starts() {
+        // Not ONNX: refused naming the policy, for an env only the nodes know too.
+        for env in ["CartPole-v1", "OnlyTheNodesKnow-v0"] {
+            let e = config_error_of(builder(env, Launcher::Process).policy(onnx(b"not a model".to_vec())));
+            assert_eq!(e.field, "policy", "{env}: {}", e.reason);
+            assert!(e.reason.contains("not an ONNX model"), "{}", e.reason);
+        }
+        // Another env's model: refused naming the tensor.
+        let e = config_error_of(builder("CartPole-v1", Launcher::Local).policy(onnx(fixture("pendulum_normal.onnx"))));
+        assert_eq!(e.field, "policy");
+        assert!(e.reason.contains("input `observation`"), "{}", e.reason);
+        // A welcome (model and weights) over max_frame.
+        let b = builder("CartPole-v1", Launcher::Process)
+            .policy(onnx(fixture("cartpole_categorical.onnx")))
+            .max_frame(32 << 10);
+        let e = config_error_of(b);
+        assert_eq!(e.field, "max_frame");
+        assert!(e.reason.contains("welcome"), "{}", e.reason);
+        // The same model fits the default limit.
+        let b = builder("CartPole-v1", Launcher::Process).policy(onnx(fixture("cartpole_categorical.onnx")));
+        assert!(b.settings().plan_run().is_ok());
+    }
 }
