@@ -1,7 +1,8 @@
 //! The `onnx` policy end to end: models PyTorch exported (tests/fixtures/onnx, written by
 //! scripts/export-test-models.py) collect through `rollout collect` with in-process and
 //! process nodes, deterministically; every recorded action is what the model says for
-//! the recorded observation, as onnxruntime computes it in the venv's Python. A weight
+//! the recorded observation, as onnxruntime computes it in the venv's Python, and every
+//! recorded `action_log_prob`, `logits`, `loc` and `scale` is torch.distributions' for it. A weight
 //! update pushed mid-run (the module's other state_dict) changes the actions from the
 //! batch tagged with the new version.
 
@@ -128,6 +129,27 @@ fn frames(records: &[OutputRecord]) -> (Vec<Vec<f32>>, Vec<Vec<f64>>) {
     (obs, acts)
 }
 
+/// The f32 tensor `key` of every record, one row of `width` values per frame.
+fn column(records: &[OutputRecord], key: &str, width: usize) -> Vec<Vec<f64>> {
+    let mut out = Vec::new();
+    for r in records {
+        let t = match r.data.get(key) {
+            Some(Tensor::F32(a)) => a,
+            other => panic!("`{key}` is {other:?}; keys: {:?}", r.data.keys().collect::<Vec<_>>()),
+        };
+        let v: Vec<f64> = t.iter().map(|&x| f64::from(x)).collect();
+        out.extend(v.chunks(width).map(<[f64]>::to_vec));
+    }
+    out
+}
+
+/// torch's `Categorical(logits=z).log_prob(a)`, in f64.
+fn categorical_log_prob(z: &[f64], a: usize) -> f64 {
+    let m = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let lse = z.iter().map(|v| (v - m).exp()).sum::<f64>().ln();
+    z[a] - m - lse
+}
+
 fn first_argmax(row: &[f64]) -> usize {
     let mut best = 0;
     for (i, &v) in row.iter().enumerate() {
@@ -154,12 +176,27 @@ fn cartpole_actions_are_the_models(launcher: &str) {
         return;
     };
     let logits = &outs[0];
+    let recorded = column(&records, keys::LOGITS, 2);
+    let log_probs = column(&records, keys::ACTION_LOG_PROB, 1);
     for (i, (z, a)) in logits.iter().zip(&acts).enumerate() {
         assert_eq!(
             a[0] as usize,
             first_argmax(z),
             "frame {i}: logits {z:?}, obs {:?}",
             obs[i]
+        );
+        for j in 0..2 {
+            assert!(
+                (recorded[i][j] - z[j]).abs() <= 1e-5,
+                "frame {i}: logits {:?}, model {z:?}",
+                recorded[i]
+            );
+        }
+        let want = categorical_log_prob(z, a[0] as usize);
+        assert!(
+            (log_probs[i][0] - want).abs() <= 1e-5,
+            "frame {i}: log-prob {}, torch's {want}",
+            log_probs[i][0]
         );
     }
     let both = acts.iter().any(|a| a[0] == 0.0) && acts.iter().any(|a| a[0] == 1.0);
@@ -174,6 +211,8 @@ fn pendulum_actions_are_the_models(launcher: &str) {
     let Some(outs) = onnxruntime(&fixture("pendulum_normal.onnx"), &obs, &dir) else {
         return;
     };
+    let (locs, scales) = (column(&records, keys::LOC, 1), column(&records, keys::SCALE, 1));
+    let log_probs = column(&records, keys::ACTION_LOG_PROB, 1);
     for (i, (loc, a)) in outs[0].iter().zip(&acts).enumerate() {
         let want = loc[0].clamp(-2.0, 2.0);
         assert!(
@@ -181,6 +220,17 @@ fn pendulum_actions_are_the_models(launcher: &str) {
             "frame {i}: action {}, loc {}",
             a[0],
             loc[0]
+        );
+        // The model's second output is the log-std: scale = exp(log_std).
+        let scale = outs[1][i][0].exp();
+        assert!((locs[i][0] - loc[0]).abs() <= 1e-5 && (scales[i][0] - scale).abs() <= 1e-5);
+        // torch's Normal(loc, scale).log_prob of the recorded (clipped) action.
+        let z = (a[0] - loc[0]) / scale;
+        let lp = -0.5 * z * z - scale.ln() - 0.5 * (2.0 * std::f64::consts::PI).ln();
+        assert!(
+            (log_probs[i][0] - lp).abs() <= 1e-5,
+            "frame {i}: log-prob {}, torch's {lp}",
+            log_probs[i][0]
         );
     }
 }

@@ -8,6 +8,7 @@ use super::model::{OnnxModel, Roles};
 use super::runner::{f32_output, int_output, Runner, WeightMode};
 use super::{OnnxError, OnnxHead};
 use crate::policy::common::{check_actions, check_obs, Sampler};
+use crate::policy::logprob::wanted;
 use crate::policy::{
     ActionsMut, ExplorationType, ParamsMut, Policy, PolicyError, RecordMut, Recorded, SamplerState, Weights,
 };
@@ -110,13 +111,9 @@ impl OnnxPolicy {
     ) -> Result<(), PolicyError> {
         check_obs(obs, k, self.obs_dim)?;
         check_actions(&self.action, k, &actions)?;
-        let recording = !record.log_prob.is_empty();
-        if recording && record.log_prob.len() != k {
-            return Err(PolicyError::Buffer(format!(
-                "log-prob buffer has {} values for {k} rows",
-                record.log_prob.len()
-            )));
-        }
+        // Buffers of another size than this policy records are an error; empty ones
+        // ask for nothing.
+        let (recording, _) = wanted(&record, k, self.width)?;
         if k == 0 {
             return Ok(());
         }
