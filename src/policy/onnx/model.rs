@@ -530,7 +530,8 @@ fn check_fact(
         dims => Err(OnnxError::output(
             name,
             format!(
-                "has shape {dims:?}, the action spec needs [{k}, {width}]{}",
+                "has shape [{}], the action spec needs [{k}, {width}]{}",
+                dims.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
                 if broadcast {
                     format!(" (or [1, {width}] or [{width}])")
                 } else {
