@@ -11,6 +11,8 @@ use tract_onnx::prelude::{DatumType, Framework, InferenceFact, InferenceModelExt
 
 use super::{OnnxBytes, OnnxError, OnnxHead, MAX_MODEL_BYTES};
 use crate::policy::Weights;
+use crate::schema::keys;
+use crate::space::EnvSpecs;
 use crate::spec::Spec;
 use crate::tensor::Tensor;
 
@@ -35,8 +37,12 @@ pub(super) struct Parsed {
     pub(super) float_names: Vec<String>,
     /// The f32 initializers: version 0 of the weights.
     pub(super) weights: Arc<Weights>,
-    /// The observation input's name.
-    pub(super) input: String,
+    /// The observation input's name, when the model has one input or one named
+    /// `observation`; else why not (a model of several inputs, one per leaf of a dict
+    /// observation, serves Python nodes only).
+    pub(super) input: Result<String, OnnxError>,
+    /// Every input that is not an initializer, in the graph's order.
+    pub(super) inputs: Vec<String>,
 }
 
 /// Which output plays which part for a head (indices into the typed model's outputs).
@@ -110,6 +116,84 @@ impl OnnxModel {
         self.typed(obs, action, head, Weighting::Constants(None)).map(|_| ())
     }
 
+    /// Checks that the model fits an env only the nodes know (specs as `ready` reports
+    /// them, PROTOCOL.md §3): each model input is an observation leaf (`observation`,
+    /// or `observation.<name>` of a dict; the only input may be named anything for a
+    /// one-leaf observation) taking `[K, *leaf shape]` of the leaf's dtype, or a float
+    /// input the node casts the leaf to (a u8 image stays u8 for a u8 input); the head's
+    /// outputs fit the action (discrete or a box).
+    pub fn check_spaces(&self, specs: &EnvSpecs, head: OnnxHead) -> Result<(), OnnxError> {
+        let parsed = self.parsed()?;
+        let action = specs.action.as_spec().map_err(|why| {
+            OnnxError::output(
+                "action",
+                format!("the onnx policy needs a discrete or box action: {why}"),
+            )
+        })?;
+        let layout = specs.batch_layout();
+        let leaves: Vec<(&String, &(crate::tensor::DType, Vec<usize>))> = layout
+            .iter()
+            .filter(|(k, _)| *k == keys::OBSERVATION || k.starts_with("observation."))
+            .collect();
+        let graph = parsed
+            .proto
+            .graph
+            .as_ref()
+            .ok_or_else(|| OnnxError::NotOnnx("the model has no graph".into()))?;
+        let onnx = tract_onnx::onnx();
+        let mut proto = parsed.proto.clone();
+        if let Some(g) = proto.graph.as_mut() {
+            replace_initializers(g, &parsed.weights)?;
+        }
+        let mut model = onnx.model_for_proto_model(&proto).map_err(OnnxError::tract)?;
+        let k = model.symbols.sym(BATCH);
+        let outlets = model.input_outlets().map_err(OnnxError::tract)?.to_vec();
+        for outlet in outlets {
+            let name = model.node(outlet.node).name.clone();
+            let leaf = match leaves.as_slice() {
+                [(_, only)] if parsed.inputs.len() == 1 => *only,
+                _ => leaves
+                    .iter()
+                    .find(|(key, _)| **key == name)
+                    .map(|(_, l)| *l)
+                    .ok_or_else(|| {
+                        let names: Vec<&String> = leaves.iter().map(|(k, _)| *k).collect();
+                        OnnxError::input(&name, format!("names no observation entry; the env's are {names:?}"))
+                    })?,
+            };
+            let (dtype, shape) = leaf;
+            let declared = declared_type(graph, &name);
+            let dt = match (declared, dtype) {
+                (Some(d @ (DatumType::F32 | DatumType::F64)), _) => d,
+                (Some(d), leaf_dt) if datum_of(*leaf_dt) == Some(d) => d,
+                (None, leaf_dt) => datum_of(*leaf_dt).unwrap_or(DatumType::F32),
+                (Some(d), leaf_dt) => {
+                    return Err(OnnxError::input(
+                        &name,
+                        format!("is {d:?}; the observation entry is {leaf_dt} (a node casts only to a float input)"),
+                    ))
+                }
+            };
+            check_input_shape(graph, &name, shape)?;
+            let dims: Vec<TDim> = std::iter::once(TDim::Sym(k.clone()))
+                .chain(shape.iter().map(|&d| TDim::from(d)))
+                .collect();
+            let at = model
+                .input_outlets()
+                .map_err(OnnxError::tract)?
+                .iter()
+                .position(|o| *o == outlet)
+                .ok_or_else(|| OnnxError::input(&name, "not an input of the parsed model"))?;
+            model
+                .set_input_fact(at, InferenceFact::dt_shape(dt, dims))
+                .map_err(|e| OnnxError::input(&name, format!("cannot take [K, {shape:?}] {dt:?}: {e:#}")))?;
+        }
+        let model = model.into_typed().map_err(OnnxError::tract)?;
+        let model = model.into_decluttered().map_err(OnnxError::tract)?;
+        let names = output_names(&proto);
+        roles(&model, &names, head, &action, &TDim::Sym(k)).map(|_| ())
+    }
+
     /// The parse, done once.
     pub(super) fn parsed(&self) -> Result<&Parsed, OnnxError> {
         match self.parsed.get_or_init(|| parse(self.bytes.as_slice()).map(Arc::new)) {
@@ -132,7 +216,9 @@ impl OnnxModel {
             .graph
             .as_mut()
             .ok_or_else(|| OnnxError::NotOnnx("the model has no graph".into()))?;
-        check_input_shape(graph, &parsed.input, &obs.feature_shape())?;
+        let input = parsed.input.clone()?;
+        check_declared_input(graph, &input)?;
+        check_input_shape(graph, &input, &obs.feature_shape())?;
         let mut weight_inputs = Vec::new();
         match weighting {
             Weighting::Constants(None) => replace_initializers(graph, &parsed.weights)?,
@@ -147,7 +233,7 @@ impl OnnxModel {
 
         // The observation first, then the weights in `weight_inputs`' order.
         let mut order = Vec::with_capacity(1 + weight_inputs.len());
-        for name in std::iter::once(&parsed.input).chain(&weight_inputs) {
+        for name in std::iter::once(&input).chain(&weight_inputs) {
             let outlet = model
                 .input_outlets()
                 .map_err(OnnxError::tract)?
@@ -165,7 +251,7 @@ impl OnnxModel {
             .collect();
         model
             .set_input_fact(0, InferenceFact::dt_shape(DatumType::F32, dims))
-            .map_err(|e| OnnxError::input(&parsed.input, format!("cannot take [K, {obs_shape:?}] f32: {e:#}")))?;
+            .map_err(|e| OnnxError::input(&input, format!("cannot take [K, {obs_shape:?}] f32: {e:#}")))?;
         let model = model.into_typed().map_err(OnnxError::tract)?;
         let model = model.into_decluttered().map_err(OnnxError::tract)?;
         let names = output_names(&proto);
@@ -239,17 +325,15 @@ fn parse(bytes: &[u8]) -> Result<Parsed, OnnxError> {
         .filter(|n| !initialized.contains(n))
         .collect();
     let input = match inputs.as_slice() {
-        [only] => only.to_string(),
-        _ if inputs.contains(&"observation") => "observation".to_string(),
+        [only] => Ok(only.to_string()),
+        _ if inputs.contains(&"observation") => Ok("observation".to_string()),
         [] => return Err(OnnxError::input("observation", "the model has no input")),
-        many => {
-            return Err(OnnxError::input(
-                "observation",
-                format!("no input of that name among {many:?}, and more than one input"),
-            ))
-        }
+        many => Err(OnnxError::input(
+            "observation",
+            format!("no input of that name among {many:?}, and more than one input"),
+        )),
     };
-    check_declared_input(graph, &input)?;
+    let inputs: Vec<String> = inputs.iter().map(|n| n.to_string()).collect();
     if let Some(graph) = proto.graph.as_mut() {
         for init in graph
             .initializer
@@ -265,7 +349,37 @@ fn parse(bytes: &[u8]) -> Result<Parsed, OnnxError> {
         float_names,
         weights: Arc::new(Weights::new(tensors)),
         input,
+        inputs,
     })
+}
+
+/// The element type `name` is declared with, if the graph declares one tract knows.
+fn declared_type(graph: &pb::GraphProto, name: &str) -> Option<DatumType> {
+    let info = graph.input.iter().find(|i| i.name == name)?;
+    let Some(pb::type_proto::Value::TensorType(t)) = info.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
+        return None;
+    };
+    match DataType::try_from(t.elem_type).ok()? {
+        DataType::Float => Some(DatumType::F32),
+        DataType::Double => Some(DatumType::F64),
+        DataType::Uint8 => Some(DatumType::U8),
+        DataType::Int64 => Some(DatumType::I64),
+        DataType::Int32 => Some(DatumType::I32),
+        DataType::Bool => Some(DatumType::Bool),
+        _ => None,
+    }
+}
+
+/// tract's type for a batch entry's dtype.
+fn datum_of(dtype: crate::tensor::DType) -> Option<DatumType> {
+    use crate::tensor::DType;
+    match dtype {
+        DType::F32 => Some(DatumType::F32),
+        DType::F64 => Some(DatumType::F64),
+        DType::U8 => Some(DatumType::U8),
+        DType::I64 => Some(DatumType::I64),
+        DType::Bool => Some(DatumType::Bool),
+    }
 }
 
 /// The observation input must be declared as f32 (Rust envs observe f32).
