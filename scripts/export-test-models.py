@@ -261,6 +261,34 @@ def broken_models():
     onnx.save(model, str(OUT / "bad_unknown_op.onnx"))
 
 
+class ImageCnn(nn.Module):
+    """uint8 images [K, 12, 12, 3] -> 3 logits: the cast to float inside the model."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, kernel_size=3, stride=2)
+        self.head = nn.Linear(4 * 5 * 5, 3)
+
+    def forward(self, observation):
+        x = observation.permute(0, 3, 1, 2).float() / 255.0
+        return self.head(torch.relu(self.conv(x)).flatten(1))
+
+
+def image_case():
+    """A CNN over uint8 images (an env only Python nodes run): its input stays uint8."""
+    torch.manual_seed(0)
+    torch.onnx.export(
+        ImageCnn().eval(),
+        (torch.zeros(2, 12, 12, 3, dtype=torch.uint8),),
+        str(OUT / "image_u8_cnn.onnx"),
+        input_names=["observation"],
+        output_names=["logits"],
+        dynamic_axes={"observation": {0: "batch"}, "logits": {0: "batch"}},
+        dynamo=False,
+        do_constant_folding=False,
+    )
+
+
 def big_model(out_dir):
     """The 10 M-parameter 4-3162-3162-2 tanh MLP of the ONNX bench (40 MB: not committed)."""
     global OUT
@@ -281,6 +309,7 @@ def main():
     tanh_normal_case()
     deterministic_case()
     broken_models()
+    image_case()
     print(f"wrote {sorted(p.name for p in OUT.iterdir())}")
 
 
