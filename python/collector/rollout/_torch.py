@@ -387,6 +387,7 @@ def export_policy(policy: nn.Module, specs: Optional[Mapping[str, Any]]) -> Expo
         out_names = [n for n, _ in _outputs(head, out)]
         run = _tensordict_run(body, in_keys, out)
 
+    _check_head_kind(head, action)
     input_names = [_input_name(k) for k in in_keys]
     examples = [_example(obs, k, policy) for k in in_keys]
     export = _Export(policy, run)
@@ -475,6 +476,17 @@ def _check_tanh_bounds(name: str, kwargs: Mapping[str, Any], action: Optional[Ma
             f"{name}'s bounds low={low.tolist()} high={high.tolist()} are not the env's action bounds "
             f"low={want_low.tolist()} high={want_high.tolist()} (distribution_kwargs low/high)",
         )
+
+
+def _check_head_kind(head: str, action: Optional[Mapping[str, Any]]) -> None:
+    """The head draws the kind of action the env takes (when it is known)."""
+    kind = action.get("kind") if action else None
+    if kind is None:
+        return
+    if head == "categorical" and kind != "discrete":
+        raise config_error("policy", f"a categorical actor for an env whose action is a {kind}")
+    if head in ("normal", "tanh_normal") and kind != "box":
+        raise config_error("policy", f"a {head} actor for an env whose action is {kind}")
 
 
 def _check_outputs(head: str, names: List[str], sample: Tuple["torch.Tensor", ...], action: Optional[Mapping[str, Any]]) -> None:
