@@ -290,7 +290,6 @@ class DistributedCollector:
             env_config=_env_config("env_config", env_config),
             env_spec=_env_config("env_spec", env_spec),
             policy=_policy(policy),
-            onnx_head=self._torch_policy.head if self._torch_policy is not None else None,
             frames_per_batch=frames_per_batch,
             total_frames=total_frames,
             nodes=nodes,
@@ -336,6 +335,11 @@ class DistributedCollector:
             metrics=metrics,
             metrics_linger=metrics_linger,
         )
+        if self._torch_policy is not None:
+            # The exported model: its file is written when the run starts (`_start`).
+            if settings.get("policy_file") is not None or settings.get("onnx_head") is not None:
+                raise _config_error("policy_file", "a torch policy is exported by the collector: give the module or a file, not both")
+            settings["onnx_head"] = self._torch_policy.head
         # Unset settings are left to the Rust builder's defaults (documented there).
         settings = {k: v for k, v in settings.items() if v is not None}
         self._settings = {k: v for k, v in settings.items() if k != "resume"}
