@@ -389,7 +389,8 @@ def export_policy(policy: nn.Module, specs: Optional[Mapping[str, Any]]) -> Expo
 
     _check_head_kind(head, action)
     input_names = [_input_name(k) for k in in_keys]
-    examples = [_example(obs, k, policy) for k in in_keys]
+    device = next((p.device for p in policy.parameters()), torch.device("cpu"))
+    examples = [_example(obs, k, policy).to(device) for k in in_keys]
     export = _Export(policy, run)
     with torch.no_grad():
         try:
