@@ -44,6 +44,9 @@ _DELTA = {"Delta", "TanhDelta"}
 # Recurrent modules: the ONNX policy is a function of one observation.
 _RECURRENT_TORCHRL = {"LSTMModule", "GRUModule"}
 
+# The newest opset tract is tested against (torch's own default is newer).
+_OPSET = 18
+
 Key = Any  # a tensordict key: a string or a tuple of strings
 
 
@@ -284,6 +287,7 @@ def _onnx_bytes(export: nn.Module, examples: List["torch.Tensor"], input_names: 
                 dynamic_axes=axes,
                 dynamo=False,
                 do_constant_folding=False,
+                opset_version=_OPSET,
             )
         except Exception as e:
             raise config_error("policy", f"torch.onnx.export failed: {type(e).__name__}: {e}") from e
