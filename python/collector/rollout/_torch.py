@@ -495,7 +495,8 @@ def _check_head_kind(head: str, action: Optional[Mapping[str, Any]]) -> None:
 
 
 def _check_outputs(head: str, names: List[str], sample: Tuple["torch.Tensor", ...], action: Optional[Mapping[str, Any]]) -> None:
-    """The outputs fit the env's action (when it is known)."""
+    """The outputs fit the env's action in size and type (the head's kind of action
+    was checked before the module ran)."""
     for n, v in zip(names, sample):
         if not isinstance(v, torch.Tensor):
             raise config_error("policy", f"output `{n}` is {type(v).__name__}, not a tensor")
@@ -504,13 +505,9 @@ def _check_outputs(head: str, names: List[str], sample: Tuple["torch.Tensor", ..
     kind = action.get("kind")
     first = sample[0]
     if head == "categorical":
-        if kind != "discrete":
-            raise config_error("policy", f"a categorical actor for an env whose action is {kind}")
         if first.shape[-1] != int(action["n"]):
             raise config_error("policy", f"output `logits` has {first.shape[-1]} entries, the env {action['n']} actions")
     elif head in ("normal", "tanh_normal"):
-        if kind != "box":
-            raise config_error("policy", f"a {head} actor for an env whose action is {kind}")
         d = int(np.prod(action.get("shape") or [1]))
         if first.shape[-1] != d:
             raise config_error("policy", f"output `loc` has {first.shape[-1]} entries, the env's action {d}")
