@@ -288,3 +288,46 @@ def test_bad_weights_are_a_config_error_naming_the_tensor(case):
         exported.weights(weights)
     assert e.value.field == "weights"
     assert message in str(e.value), str(e.value)
+
+
+DICT_ENV = {
+    "observation": {
+        "kind": "dict",
+        "spaces": {
+            "pos": {"kind": "box", "dtype": "f32", "shape": [2]},
+            "vel": {"kind": "box", "dtype": "f32", "shape": [3]},
+        },
+    },
+    "action": {"kind": "discrete", "n": 2},
+}
+
+
+class Concat(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = mlp(5, 2)
+
+    def forward(self, pos, vel):
+        return self.net(torch.cat([pos, vel], -1))
+
+
+def test_a_dict_observation_is_one_input_per_leaf_named_with_dots():
+    actor = ProbabilisticActor(
+        TensorDictModule(Concat(), in_keys=[("observation", "pos"), ("observation", "vel")], out_keys=["logits"]),
+        in_keys=["logits"],
+        distribution_class=torch.distributions.Categorical,
+    )
+    exported = export_policy(actor, DICT_ENV)
+    assert exported.input_names == ["observation.pos", "observation.vel"]
+    rng = np.random.default_rng(3)
+    pos, vel = rng.standard_normal((6, 2)).astype(np.float32), rng.standard_normal((6, 3)).astype(np.float32)
+    got = ort.InferenceSession(exported.model).run(None, {"observation.pos": pos, "observation.vel": vel})[0]
+    with torch.no_grad():
+        want = actor.module[0].module(torch.from_numpy(pos), torch.from_numpy(vel))
+    np.testing.assert_allclose(got, want.numpy(), atol=1e-5)
+
+
+def test_a_dict_observation_entry_the_env_lacks_is_refused():
+    actor = TensorDictModule(Concat(), in_keys=[("observation", "pos"), ("observation", "acc")], out_keys=["action"])
+    refused(actor, DICT_ENV, "'acc'", "no entry")
+    refused(TensorDictModule(mlp(5, 2), in_keys=["observation"], out_keys=["action"]), DICT_ENV, "dict observation", "leaves")
