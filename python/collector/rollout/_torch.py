@@ -29,11 +29,13 @@ import numpy as np
 from ._collector import _config_error as config_error
 
 try:
+    import onnx  # noqa: F401 - needed by every export; said now if missing
+    import tensordict  # noqa: F401
     import torch
     from torch import nn
 except ImportError as _e:  # pragma: no cover - the message is the point
     raise ImportError(
-        "rollout: a torch policy needs torch, tensordict and onnx: pip install 'rollout[torch]'"
+        f"rollout: a torch policy needs torch, tensordict and onnx ({_e}): pip install 'rollout[torch]'"
     ) from _e
 
 # Heads by distribution class name (torch's and torchrl's classes alike).
