@@ -8,6 +8,12 @@
 //! (xs) a plain forward written here, sharing no code with the project's: each row's dense
 //!      sums in a scalar loop, the C library's `tanhf`, the argmax or tanh head (what the
 //!      policy did before it ran on batches, and what a straightforward one does);
+//! (xm) the same forward as matrix-matrix products through ndarray's `dot` (the
+//!      `matrixmultiply` crate's tuned kernel, pure Rust) and the project's vectorised
+//!      `tanh`: the tuned kernel the issue names, against the project's own kernel
+//!      (`xm / x` > 1: ours is faster);
+//! (xp) (xm) without the tanh: matrixmultiply's products alone, a lower bound of any
+//!      forward through that kernel (`xp / x` > 1: ours, tanh included, is faster);
 //! (y)  the bare env step: the `K` envs stepped with fixed actions, no policy, no batch;
 //! (c)  collection: `Rollout` stepping the `K` envs with the policy into its batch.
 //! Prints ns/frame and c / (x + y): what collection adds over the two parts it cannot
@@ -21,9 +27,11 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use rollout::env::{CartPole, CartPoleConfig, Pendulum, PendulumConfig};
-use rollout::policy::{ActionsMut, Mlp, Policy};
+use rollout::policy::{tanh_in_place, ActionsMut, Mlp, Policy};
 use rollout::rollout::{Rollout, RolloutConfig, TrajIds};
 use rollout::{Action, Env, ExplorationType};
+
+use ndarray::{Array1, Array2, ArrayView2, Axis};
 
 /// How long each measurement runs.
 const WINDOW: Duration = Duration::from_millis(600);
@@ -89,13 +97,45 @@ fn plain_forward(
     }
 }
 
+/// The forward of (xm): each layer one matrix product `[k, in] x [in, out]` (ndarray's
+/// `dot`, matrixmultiply's kernel), the bias added by broadcasting, `f32::tanh` between
+/// layers; the head as in [`plain_forward`].
+fn matmul_forward(
+    layers: &[(Array2<f32>, Array1<f32>)],
+    obs: ArrayView2<'_, f32>,
+    activation: bool,
+    discrete: bool,
+    ai: &mut [i64],
+    af: &mut [f32],
+) {
+    let mut x = obs.to_owned();
+    for (li, (wt, b)) in layers.iter().enumerate() {
+        let mut y = x.dot(wt);
+        y += b;
+        if activation && li + 1 < layers.len() {
+            if let Some(v) = y.as_slice_mut() {
+                tanh_in_place(v);
+            }
+        }
+        x = y;
+    }
+    for (r, row) in x.axis_iter(Axis(0)).enumerate() {
+        if discrete {
+            let best = (0..row.len()).fold(0, |best, j| if row[j] > row[best] { j } else { best });
+            ai[r] = best as i64;
+        } else {
+            af[r] = row[0].tanh();
+        }
+    }
+}
+
 fn main() {
     println!(
-        "policy bench: ns per frame; c/(x+y): collection over its two parts; x1/x: one row at a time over the batch; xs/x: a plain forward over the batch"
+        "policy bench: ns per frame; c/(x+y): collection over its two parts; x1/x: one row at a time over the batch; xs/x: a plain forward over the batch; xm/x: matrixmultiply's products and tanh over the batch; xp/x: its products alone"
     );
     println!(
-        "{:<12} {:<8} {:>3} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>6} {:>6}",
-        "env", "mlp", "K", "x", "x1", "xs", "y", "c", "c/(x+y)", "x1/x", "xs/x"
+        "{:<12} {:<8} {:>3} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>6} {:>6} {:>6} {:>6}",
+        "env", "mlp", "K", "x", "x1", "xs", "xm", "xp", "y", "c", "c/(x+y)", "x1/x", "xs/x", "xm/x", "xp/x"
     );
     for (env_name, hidden) in [("CartPole-v1", vec![64, 64]), ("Pendulum-v1", vec![256, 256])] {
         let only: Option<usize> = std::env::var("ROLLOUT_POLICY_K").ok().and_then(|v| v.parse().ok());
@@ -147,6 +187,29 @@ fn main() {
                 black_box(&ai);
                 black_box(&af);
             });
+            // (xm) matrix products, on the same weights (transposed once, outside the loop).
+            let mats: Vec<(Array2<f32>, Array1<f32>)> = plain
+                .iter()
+                .map(|(w, b)| {
+                    let w = Array2::from_shape_vec((b.len(), w.len() / b.len()), w.clone()).expect("weight shape");
+                    (w.t().to_owned(), Array1::from(b.clone()))
+                })
+                .collect();
+            let obs2 = ArrayView2::from_shape((k, d), &obs).expect("obs shape");
+            let xm = ns_per_frame(rounds * k, || {
+                for _ in 0..rounds {
+                    matmul_forward(&mats, black_box(obs2), true, discrete, &mut ai, &mut af);
+                }
+                black_box(&ai);
+                black_box(&af);
+            });
+            let xp = ns_per_frame(rounds * k, || {
+                for _ in 0..rounds {
+                    matmul_forward(&mats, black_box(obs2), false, discrete, &mut ai, &mut af);
+                }
+                black_box(&ai);
+                black_box(&af);
+            });
             // (y) the envs alone: fixed actions, each env reset when its episode ends.
             let mut envs: Vec<Box<dyn Env>> = (0..k).map(|_| make_env(env_name)).collect();
             let mut cur = vec![0f32; d];
@@ -185,10 +248,12 @@ fn main() {
             });
             let h = hidden.iter().map(|w| w.to_string()).collect::<Vec<_>>().join("-");
             println!(
-                "{env_name:<12} {h:<8} {k:>3} {x:>9.1} {x1:>9.1} {xs:>9.1} {y:>9.1} {c:>9.1} {:>8.2} {:>6.2} {:>6.2}",
+                "{env_name:<12} {h:<8} {k:>3} {x:>9.1} {x1:>9.1} {xs:>9.1} {xm:>9.1} {xp:>9.1} {y:>9.1} {c:>9.1} {:>8.2} {:>6.2} {:>6.2} {:>6.2} {:>6.2}",
                 c / (x + y),
                 x1 / x,
-                xs / x
+                xs / x,
+                xm / x,
+                xp / x
             );
         }
     }

@@ -28,6 +28,10 @@ pub use linear::Linear;
 pub use mlp::Mlp;
 pub use random::RandomPolicy;
 pub use record::{ParamsMut, RecordMut, Recorded};
+/// The built-in networks' `tanh` (docs/policies.md), vectorised, in place: for
+/// benchmarks that pair it with another matrix kernel.
+#[doc(hidden)]
+pub use tanh::tanh_in_place;
 
 /// How actions are chosen, as torchrl's `exploration_type`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

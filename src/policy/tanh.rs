@@ -72,7 +72,7 @@ pub(crate) fn tanh(x: f32) -> f32 {
 /// [`tanh`] of every value of `v`, in place: the same bits, several values per
 /// instruction (AVX-512, AVX2 or AVX, picked at run time).
 #[multiversion(targets("x86_64+avx512f", "x86_64+avx2", "x86_64+avx"))]
-pub(crate) fn tanh_in_place(v: &mut [f32]) {
+pub fn tanh_in_place(v: &mut [f32]) {
     for x in v.iter_mut() {
         *x = tanh(*x);
     }
