@@ -12,7 +12,10 @@ use ndarray::{ArrayD, IxDyn};
 use serde::{Deserialize, Serialize};
 
 use crate::env::{Action, CartPole, Env, EnvError, EnvSnapshot, MountainCarContinuous, Pendulum};
-use crate::policy::{ActionsMut, Linear, Mlp, Policy, PolicyError, RandomPolicy, SamplerState, Weights};
+use crate::policy::{
+    ActionsMut, Argmax2, Linear, Mlp, ParamsMut, Policy, PolicyError, RandomPolicy, RecordMut, Recorded, SamplerState,
+    Weights,
+};
 use crate::spec::Spec;
 use crate::tensor::{Tensor, TensorDict, TensorError};
 
@@ -190,6 +193,12 @@ struct Buffers {
     truncated: Vec<bool>,
     traj_ids: Vec<i64>,
     step_count: Vec<i64>,
+    /// `action_log_prob`, when the policy records it.
+    log_prob: Vec<f32>,
+    /// `logits` or `loc`, when the policy records them.
+    param_a: Vec<f32>,
+    /// `scale`, when the policy records it.
+    param_b: Vec<f32>,
 }
 
 /// A buffer of exactly `n` elements. A recycled buffer of the right size is
@@ -249,6 +258,12 @@ pub struct Rollout {
     pending_seed: Vec<Option<u64>>,
     act_i: Vec<i64>,
     act_f: Vec<f32>,
+    /// What the policy records beside its actions, and the policy call's buffers for it
+    /// (one row per env): log-probabilities, then logits or loc, then scale.
+    recorded: Recorded,
+    rec_lp: Vec<f32>,
+    rec_a: Vec<f32>,
+    rec_b: Vec<f32>,
     ids: Vec<TrajIds>,
     frames: u64,
     /// The largest trajectory id of the last batch, when the loop kept it as it wrote them.
@@ -323,7 +338,13 @@ impl Rollout {
             None
         };
         let pending_seed = (0..k).map(|i| Some(config.seed.wrapping_add(i as u64))).collect();
+        let recorded = policy.recorded();
+        let (lp, a, b) = record_sizes(recorded);
         Ok(Rollout {
+            recorded,
+            rec_lp: vec![0.0; k * lp],
+            rec_a: vec![0.0; k * a],
+            rec_b: vec![0.0; k * b],
             steps: f / k,
             cur_obs: vec![0.0; k * obs_dim],
             traj_id: vec![-1; k],
@@ -346,9 +367,17 @@ impl Rollout {
         })
     }
 
-    /// The layout of every batch this rollout produces (from its envs' specs).
+    /// The layout of every batch this rollout produces: its envs' specs' keys and
+    /// what its policy records ([`Policy::recorded`]).
     pub fn batch_layout(&self) -> BatchLayout {
-        batch_layout(self.envs.get(0).observation_spec(), self.envs.get(0).action_spec())
+        let mut layout = batch_layout(self.envs.get(0).observation_spec(), self.envs.get(0).action_spec());
+        self.recorded.extend_layout(&mut layout);
+        layout
+    }
+
+    /// What the policy records beside its actions, in every batch.
+    pub fn recorded(&self) -> Recorded {
+        self.recorded
     }
 
     /// Its envs' observation and action spaces: what its node reports in `ready`.
@@ -580,12 +609,18 @@ impl Rollout {
             truncated: take(keys::NEXT_TRUNCATED).map_or_else(Vec::new, |x| take_vec(x, into_bool)),
             traj_ids: take(keys::TRAJ_IDS).map_or_else(Vec::new, |x| take_vec(x, into_i64)),
             step_count: take(keys::STEP_COUNT).map_or_else(Vec::new, |x| take_vec(x, into_i64)),
+            log_prob: take(keys::ACTION_LOG_PROB).map_or_else(Vec::new, |x| take_vec(x, into_f32)),
+            param_a: take(keys::LOGITS)
+                .or_else(|| take(keys::LOC))
+                .map_or_else(Vec::new, |x| take_vec(x, into_f32)),
+            param_b: take(keys::SCALE).map_or_else(Vec::new, |x| take_vec(x, into_f32)),
         };
         self.spare = Some(b);
     }
 
     fn buffers(&mut self) -> Buffers {
         let n = self.envs.len() * self.steps;
+        let (lp, pa, pb) = record_sizes(self.recorded);
         let b = self.spare.take().unwrap_or_default();
         Buffers {
             obs: sized(b.obs, n * self.obs_dim),
@@ -606,6 +641,9 @@ impl Rollout {
             truncated: sized(b.truncated, n),
             traj_ids: sized(b.traj_ids, n),
             step_count: sized(b.step_count, n),
+            log_prob: sized(b.log_prob, n * lp),
+            param_a: sized(b.param_a, n * pa),
+            param_b: sized(b.param_b, n * pb),
         }
     }
 
@@ -705,11 +743,16 @@ impl Rollout {
             pending_seed,
             act_i,
             act_f,
+            recorded,
+            rec_lp,
+            rec_a,
+            rec_b,
             ids,
             frames,
             batch_max_traj_id,
             ..
         } = self;
+        let recorded = *recorded;
         let internal = || RolloutError::Config {
             field: "buffers",
             reason: "internal: the env or policy type disagrees with the compiled loop".into(),
@@ -733,7 +776,11 @@ impl Rollout {
             truncated,
             traj_ids,
             step_count: step_counts,
+            log_prob,
+            param_a,
+            param_b,
         } = b;
+        let (lp_w, pa_w, pb_w) = record_sizes(recorded);
         // Checked once here, so the compiler can drop the per-frame bounds checks.
         let n = k_envs * steps;
         let sizes_ok = obs.len() == n * d
@@ -747,6 +794,12 @@ impl Rollout {
                 .iter()
                 .all(|&l| l == n)
             && [done.len(), terminated.len(), truncated.len()].iter().all(|&l| l == n)
+            && log_prob.len() == n * lp_w
+            && param_a.len() == n * pa_w
+            && param_b.len() == n * pb_w
+            && rec_lp.len() == k_envs * lp_w
+            && rec_a.len() == k_envs * pa_w
+            && rec_b.len() == k_envs * pb_w
             && cur_obs.len() == k_envs * d
             && envs.len() == k_envs
             && [
@@ -768,11 +821,12 @@ impl Rollout {
         // observation stays in registers from the env's step to the next action. Through
         // `cur_obs` and the policy's action slice, each step waited on two stores being
         // read back, on the one dependency chain a single env's frames form.
-        let argmax = if K == 1 && (random.is_none() || *frames >= init_random) {
-            policy.argmax2::<D>()
-        } else {
-            None
-        };
+        let argmax =
+            if K == 1 && (random.is_none() || *frames >= init_random) && recorded == (Recorded::Categorical { n: 2 }) {
+                policy.argmax2::<D>()
+            } else {
+                None
+            };
         if let Some(head) = argmax {
             let env = &mut envs[0];
             let cur = &mut cur_obs[..D];
@@ -780,6 +834,7 @@ impl Rollout {
             x.copy_from_slice(cur);
             // The env's bookkeeping in locals too, written back however the batch ends.
             let (mut reset, mut tid, mut sc, mut done_frames) = (needs_reset[0], traj_id[0], step_count[0], *frames);
+            let first_frame = done_frames;
             // The largest id written, kept as they are written: the node's next-id
             // bookkeeping then need not scan the batch for it.
             let mut max_tid = i64::MIN;
@@ -797,10 +852,14 @@ impl Rollout {
                         sc = 0;
                         reset = false;
                     }
-                    let action = head.act(&x);
+                    let (action, z0, z1) = head.logits(&x);
                     act_i[0] = action;
                     obs[i * D..(i + 1) * D].copy_from_slice(&x);
                     action_i[i] = action;
+                    // The log-probabilities are computed after the loop, from these:
+                    // a call to `exp` here would spill the observation off its registers.
+                    param_a[2 * i] = z0;
+                    param_a[2 * i + 1] = z1;
                     let tr = env.step_fast(Action::Discrete(action), &mut x);
                     // Stored, never read back in the loop: `cur_obs` is what the env wrote,
                     // as on the general path, whether or not the step failed.
@@ -830,6 +889,13 @@ impl Rollout {
                 Ok(())
             };
             (needs_reset[0], traj_id[0], step_count[0], *frames) = (reset, tid, sc, done_frames);
+            let written = usize::try_from(done_frames - first_frame).unwrap_or(0).min(steps);
+            for (lp, (z, &a)) in log_prob[..written]
+                .iter_mut()
+                .zip(param_a.chunks_exact(2).zip(&action_i[..written]))
+            {
+                *lp = Argmax2::<D>::log_prob(a, z[0], z[1]);
+            }
             *batch_max_traj_id = (result.is_ok() && steps > 0).then_some(max_tid);
             return result;
         }
@@ -854,8 +920,37 @@ impl Rollout {
                 ActionsMut::Continuous(act_f)
             };
             match random {
-                Some(r) if *frames < init_random => r.act(cur_obs, k_envs, actions)?,
-                _ => policy.act_fixed::<D>(cur_obs, k_envs, actions)?,
+                Some(r) if *frames < init_random => {
+                    // The main policy's keys, with the fill values of frames it did not act.
+                    let record = RecordMut {
+                        log_prob: rec_lp,
+                        params: ParamsMut::None,
+                    };
+                    r.act_recording(cur_obs, k_envs, actions, record)?;
+                    match recorded {
+                        Recorded::Categorical { .. } => rec_a.fill(0.0),
+                        Recorded::Normal { .. } => {
+                            rec_a.fill(f32::NAN);
+                            rec_b.fill(f32::NAN);
+                        }
+                        Recorded::None | Recorded::LogProb => {}
+                    }
+                }
+                _ => {
+                    let params = match recorded {
+                        Recorded::Categorical { .. } => ParamsMut::Logits(rec_a),
+                        Recorded::Normal { .. } => ParamsMut::Normal {
+                            loc: rec_a,
+                            scale: rec_b,
+                        },
+                        Recorded::None | Recorded::LogProb => ParamsMut::None,
+                    };
+                    let record = RecordMut {
+                        log_prob: rec_lp,
+                        params,
+                    };
+                    policy.act_fixed::<D>(cur_obs, k_envs, actions, record)?
+                }
             }
             for k in 0..k_envs {
                 let i = k * steps + t;
@@ -879,6 +974,15 @@ impl Rollout {
                     Err(source) => return Err(RolloutError::Env { env: k, source }),
                 };
                 copy_row(&mut next_obs[i * d..(i + 1) * d], cur);
+                if lp_w == 1 {
+                    log_prob[i] = rec_lp[k];
+                }
+                if pa_w > 0 {
+                    param_a[i * pa_w..(i + 1) * pa_w].copy_from_slice(&rec_a[k * pa_w..(k + 1) * pa_w]);
+                }
+                if pb_w > 0 {
+                    param_b[i * pb_w..(i + 1) * pb_w].copy_from_slice(&rec_b[k * pb_w..(k + 1) * pb_w]);
+                }
                 let sc = step_count[k];
                 let cut = (sc + 1) as u64 >= max_traj && !tr.terminated;
                 let trunc = tr.truncated || cut;
@@ -945,7 +1049,41 @@ impl Rollout {
             keys::STEP_COUNT,
             ArrayD::from_shape_vec(arr(&one), b.step_count).map_err(e)?.into(),
         )?;
+        let (lp, pa, pb) = record_sizes(self.recorded);
+        if lp == 1 {
+            td.set(
+                keys::ACTION_LOG_PROB,
+                ArrayD::from_shape_vec(arr(&[k, t]), b.log_prob).map_err(e)?.into(),
+            )?;
+        }
+        let (key_a, key_b) = match self.recorded {
+            Recorded::Categorical { .. } => (keys::LOGITS, ""),
+            _ => (keys::LOC, keys::SCALE),
+        };
+        if pa > 0 {
+            td.set(
+                key_a,
+                ArrayD::from_shape_vec(arr(&[k, t, pa]), b.param_a).map_err(e)?.into(),
+            )?;
+        }
+        if pb > 0 {
+            td.set(
+                key_b,
+                ArrayD::from_shape_vec(arr(&[k, t, pb]), b.param_b).map_err(e)?.into(),
+            )?;
+        }
         Ok(td)
+    }
+}
+
+/// Values per frame of what a policy records: log-probabilities (0 or 1), logits or
+/// loc, scale.
+fn record_sizes(recorded: Recorded) -> (usize, usize, usize) {
+    match recorded {
+        Recorded::None => (0, 0, 0),
+        Recorded::LogProb => (1, 0, 0),
+        Recorded::Categorical { n } => (1, n, 0),
+        Recorded::Normal { d } => (1, d, d),
     }
 }
 

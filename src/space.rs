@@ -16,6 +16,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::policy::{PolicyConfig, Recorded};
 use crate::schema::{batch_layout, keys, BatchLayout};
 use crate::spec::Spec;
 use crate::tensor::DType;
@@ -392,6 +393,25 @@ impl EnvSpecs {
         self.observation.layout_into(keys::NEXT_OBSERVATION, false, &mut layout);
         self.action.layout_into(keys::ACTION, true, &mut layout);
         layout
+    }
+
+    /// [`EnvSpecs::batch_layout`] with what a policy records beside its actions (see
+    /// [`EnvSpecs::recorded`]): the layout every batch of a run must have.
+    pub fn batch_layout_recording(&self, recorded: Recorded) -> BatchLayout {
+        let mut layout = self.batch_layout();
+        recorded.extend_layout(&mut layout);
+        layout
+    }
+
+    /// What a policy of `config` records for an env of these specs: `random` a
+    /// log-probability for every action space kind; the others as
+    /// [`PolicyConfig::recorded`] says for the action as a [`Spec`], nothing when they
+    /// cannot take it (they are then refused before any node acts).
+    pub fn recorded(&self, config: &PolicyConfig) -> Recorded {
+        if matches!(config, PolicyConfig::Random) {
+            return Recorded::LogProb;
+        }
+        self.policy_specs().map_or(Recorded::None, |(_, a)| config.recorded(&a))
     }
 
     /// Bytes of tensors one frame of this layout takes in a batch, if it does not

@@ -117,7 +117,8 @@ pub struct UpdateStats {
     /// Fraction of frames whose ratio was clipped in the last epoch.
     pub clip_fraction: f64,
     /// Frames whose behaviour weights were unknown (their log-probabilities were
-    /// taken from the current weights instead).
+    /// taken from the current weights instead). Always 0 for a batch with
+    /// `action_log_prob`: the recorded log-probabilities are used, nothing recomputed.
     pub unknown_behaviour: usize,
 }
 
@@ -415,11 +416,25 @@ impl Ppo {
             }
         };
 
-        // Log-probabilities of the actions under the weights that chose them.
-        let mut old_logp = vec![0.0; n];
+        // Log-probabilities of the actions under the weights that chose them: as the
+        // policy recorded them (`action_log_prob`), or else recomputed with the weights
+        // of the version that collected them.
+        let recorded = match batch.f32(keys::ACTION_LOG_PROB) {
+            Ok(lp) if lp.len() == n => Some(lp.iter().map(|&v| f64::from(v)).collect::<Vec<f64>>()),
+            Ok(lp) => {
+                return Err(LearnError::Batch(format!(
+                    "`{}` has {} values, expected {n}",
+                    keys::ACTION_LOG_PROB,
+                    lp.len()
+                )))
+            }
+            Err(_) => None,
+        };
+        let recomputed = recorded.is_none();
+        let mut old_logp = recorded.unwrap_or_else(|| vec![0.0; n]);
         let mut unknown = 0;
         let mut ls = vec![0.0; k];
-        let mut i = 0;
+        let mut i = if recomputed { 0 } else { n };
         while i < n {
             let v = version_of(i);
             let mut j = i;
@@ -809,6 +824,44 @@ mod tests {
 
     fn bytes(state: &PpoState) -> Vec<u8> {
         rmp_serde::to_vec_named(state).unwrap()
+    }
+
+    /// The recorded `action_log_prob` is what the update uses: the behaviour versions
+    /// do not matter then, and the update is (up to the f32 rounding of the recorded
+    /// values) the one recomputing them with the right weights.
+    #[test]
+    fn update_uses_the_recorded_log_probs() {
+        let (o, a, spec, mut r) = cartpole(vec![8]);
+        let fresh = || Ppo::new(&o, &a, &spec, small_cfg()).unwrap();
+        r.set_weights(&fresh().weights()).unwrap();
+        let batch = r.collect().unwrap();
+        assert!(batch.f32(keys::ACTION_LOG_PROB).is_ok());
+        let mut without = batch.clone();
+        without.remove(keys::ACTION_LOG_PROB).expect("recorded");
+
+        let recorded = fresh().update(&batch, &[99]).unwrap();
+        assert_eq!(recorded.unknown_behaviour, 0, "nothing recomputed");
+        let recomputed = fresh().update(&without, &[0]).unwrap();
+        assert_eq!(recomputed.unknown_behaviour, 0);
+        let unknown = fresh().update(&without, &[99]).unwrap();
+        assert_eq!(unknown.unknown_behaviour, batch.batch_size().iter().product::<usize>());
+        for (x, y) in [
+            (recorded.policy_loss, recomputed.policy_loss),
+            (recorded.value_loss, recomputed.value_loss),
+            (recorded.entropy, recomputed.entropy),
+        ] {
+            assert!(
+                (x - y).abs() < 1e-4 * y.abs().max(1.0),
+                "{recorded:?} vs {recomputed:?}"
+            );
+        }
+
+        // A recorded value that is off changes the update.
+        let mut off = batch.clone();
+        if let Ok(crate::Tensor::F32(lp)) = off.get_mut(keys::ACTION_LOG_PROB) {
+            lp.mapv_inplace(|v| v - 0.5);
+        }
+        assert_ne!(fresh().update(&off, &[0]).unwrap(), recorded);
     }
 
     /// Save after two updates, load into a fresh learner: the next two updates are

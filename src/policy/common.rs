@@ -13,6 +13,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::dense::{dense_cols, to_cols};
+use super::logprob::{log_softmax2, log_softmax_at, normal_log_prob, wanted};
+use super::record::{ParamsMut, RecordMut, Recorded};
 use super::tanh::{tanh, tanh_in_place};
 use super::{ActionsMut, ExplorationType, PolicyError, SamplerState, Weights};
 use crate::rng::RngState;
@@ -383,10 +385,26 @@ impl Net {
         })
     }
 
-    /// See [`Policy::act`](super::Policy::act). The network runs once on all `k`
-    /// observations ([`dense_cols`]); the head then takes them one by one, in order,
-    /// so the sampler is drawn from exactly as when each was evaluated alone.
-    pub(super) fn act(&mut self, obs: &[f32], k: usize, actions: ActionsMut<'_>) -> Result<(), PolicyError> {
+    /// What the head records: a categorical's logits, or a normal's loc and scale.
+    pub(super) fn recorded(&self) -> Recorded {
+        match &self.head {
+            Head::Discrete { n } => Recorded::Categorical { n: *n },
+            Head::Continuous { low, .. } => Recorded::Normal { d: low.len() },
+        }
+    }
+
+    /// See [`Policy::act_recording`](super::Policy::act_recording). The network runs
+    /// once on all `k` observations ([`dense_cols`]); the head then takes them one by
+    /// one, in order, so the sampler is drawn from exactly as when each was evaluated
+    /// alone. What `record` asks for is written beside (empty buffers: nothing); the
+    /// actions do not depend on it.
+    pub(super) fn act(
+        &mut self,
+        obs: &[f32],
+        k: usize,
+        actions: ActionsMut<'_>,
+        record: RecordMut<'_>,
+    ) -> Result<(), PolicyError> {
         check_obs(obs, k, self.obs_dim)?;
         match (&self.head, &actions) {
             (Head::Discrete { .. }, ActionsMut::Discrete(out)) if out.len() != k => {
@@ -401,16 +419,25 @@ impl Net {
             }
             _ => return Err(action_kind_error(&self.action, &actions)),
         }
+        let (want_lp, want_params) = wanted(&record, k, self.head.out_dim())?;
+        let RecordMut { log_prob, params } = record;
         self.forward(obs, k);
         let random = self.exploration == ExplorationType::Random;
         match (&self.head, actions) {
             (Head::Discrete { n }, ActionsMut::Discrete(out)) => {
                 let n = *n;
                 let z_all = &self.cols_a[..n * k];
+                let mut logits_out = match params {
+                    ParamsMut::Logits(z) if want_params => Some(z),
+                    _ => None,
+                };
                 for (r, o) in out.iter_mut().enumerate() {
                     let z = &mut self.logits[..n];
                     for (j, v) in z.iter_mut().enumerate() {
                         *v = z_all[j * k + r];
+                    }
+                    if let Some(dst) = logits_out.as_deref_mut() {
+                        dst[r * n..(r + 1) * n].copy_from_slice(z);
                     }
                     let i = match (random, n) {
                         (false, _) => argmax(z),
@@ -422,6 +449,13 @@ impl Net {
                         (true, _) => sample_softmax(z, self.sampler.uniform()),
                     };
                     *o = i as i64;
+                    if want_lp {
+                        // Sampling overwrote `z`: the logits again, from the network's output.
+                        for (j, v) in z.iter_mut().enumerate() {
+                            *v = z_all[j * k + r];
+                        }
+                        log_prob[r] = log_softmax_at(z, i);
+                    }
                 }
             }
             (
@@ -436,14 +470,31 @@ impl Net {
             ) => {
                 let d = low.len();
                 let z_all = &self.cols_a[..d * k];
+                let mut normal_out = match params {
+                    ParamsMut::Normal { loc, scale } if want_params => Some((loc, scale)),
+                    _ => None,
+                };
                 for r in 0..k {
                     let o = &mut out[r * d..(r + 1) * d];
+                    let mut lp = 0.0f64;
                     for j in 0..d {
-                        let mut a = mid[j] + half[j] * tanh(z_all[j * k + r]);
+                        let mean = mid[j] + half[j] * tanh(z_all[j * k + r]);
+                        let mut a = mean;
                         if random {
                             a += noise[j] * self.sampler.normal();
                         }
-                        o[j] = a.max(low[j]).min(high[j]);
+                        let a = a.max(low[j]).min(high[j]);
+                        o[j] = a;
+                        if want_lp {
+                            lp += normal_log_prob(a, mean, noise[j]);
+                        }
+                        if let Some((loc, scale)) = normal_out.as_mut() {
+                            loc[r * d + j] = mean;
+                            scale[r * d + j] = noise[j];
+                        }
+                    }
+                    if want_lp {
+                        log_prob[r] = lp as f32;
                     }
                 }
             }
@@ -486,17 +537,24 @@ impl Net {
         obs: &[f32],
         k: usize,
         actions: ActionsMut<'_>,
+        record: RecordMut<'_>,
     ) -> Result<(), PolicyError> {
         let [layer] = &self.layers[..] else {
-            return self.act(obs, k, actions);
+            return self.act(obs, k, actions, record);
         };
         if D == 0 || self.named || self.obs_dim != D || Some(obs.len()) != k.checked_mul(D) {
-            return self.act(obs, k, actions);
+            return self.act(obs, k, actions, record);
         }
         let random = self.exploration == ExplorationType::Random;
         let params = &self.params[layer.w..layer.b + layer.n_out];
         match (&self.head, actions) {
             (Head::Discrete { n: 2 }, ActionsMut::Discrete(out)) if out.len() == k && params.len() == 2 * D + 2 => {
+                let (want_lp, want_logits) = wanted(&record, k, 2)?;
+                let RecordMut { log_prob, params: rec } = record;
+                let mut logits_out = match rec {
+                    ParamsMut::Logits(z) if want_logits => Some(z),
+                    _ => None,
+                };
                 let (w0, rest) = params.split_at(D);
                 let (w1, bias) = rest.split_at(D);
                 for (r, o) in out.iter_mut().enumerate() {
@@ -511,10 +569,17 @@ impl Net {
                         z1 > z0
                     };
                     *o = i as i64;
+                    if want_lp {
+                        log_prob[r] = log_softmax2(z0, z1, i as usize);
+                    }
+                    if let Some(z) = logits_out.as_deref_mut() {
+                        z[2 * r] = z0;
+                        z[2 * r + 1] = z1;
+                    }
                 }
                 Ok(())
             }
-            (_, actions) => self.act(obs, k, actions),
+            (_, actions) => self.act(obs, k, actions, record),
         }
     }
 
@@ -718,13 +783,20 @@ pub(crate) struct Argmax2<const D: usize> {
 }
 
 impl<const D: usize> Argmax2<D> {
-    /// The action for observation `x`: 1 if its logit is the larger, else 0 (the
-    /// first one on ties; a NaN first logit wins).
+    /// The action for observation `x` (1 if its logit is the larger, else 0: the
+    /// first one on ties; a NaN first logit wins) and its two logits.
     #[inline(always)]
-    pub(crate) fn act(&self, x: &[f32; D]) -> i64 {
+    pub(crate) fn logits(&self, x: &[f32; D]) -> (i64, f32, f32) {
         let z0 = dot::<D>(&self.w0, x, self.bias[0]);
         let z1 = dot::<D>(&self.w1, x, self.bias[1]);
-        (z1 > z0) as i64
+        ((z1 > z0) as i64, z0, z1)
+    }
+
+    /// The log-probability of action `a` under logits `z0`, `z1` (as every path
+    /// records it; off the loop's dependency chain: nothing reads it back).
+    #[inline(always)]
+    pub(crate) fn log_prob(a: i64, z0: f32, z1: f32) -> f32 {
+        log_softmax2(z0, z1, a as usize)
     }
 }
 

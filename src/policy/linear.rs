@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::common::{Argmax2, Net};
-use super::{ActionsMut, ExplorationType, Policy, PolicyError, SamplerState, Weights};
+use super::{ActionsMut, ExplorationType, Policy, PolicyError, RecordMut, Recorded, SamplerState, Weights};
 use crate::spec::Spec;
 
 /// A single linear layer `z = W x + b` and an action head.
@@ -52,7 +52,19 @@ impl Linear {
         k: usize,
         actions: ActionsMut<'_>,
     ) -> Result<(), PolicyError> {
-        self.net.act_fixed::<D>(obs, k, actions)
+        self.net.act_fixed::<D>(obs, k, actions, RecordMut::nothing())
+    }
+
+    /// [`Linear::act_fixed`], recording as [`Policy::act_recording`] does.
+    #[inline(always)]
+    pub fn act_fixed_recording<const D: usize>(
+        &mut self,
+        obs: &[f32],
+        k: usize,
+        actions: ActionsMut<'_>,
+        record: RecordMut<'_>,
+    ) -> Result<(), PolicyError> {
+        self.net.act_fixed::<D>(obs, k, actions, record)
     }
 }
 
@@ -67,7 +79,23 @@ impl Linear {
 impl Policy for Linear {
     #[inline]
     fn act(&mut self, obs: &[f32], k: usize, actions: ActionsMut<'_>) -> Result<(), PolicyError> {
-        self.net.act(obs, k, actions)
+        self.net.act(obs, k, actions, RecordMut::nothing())
+    }
+
+    /// [`Recorded::Categorical`] (the logits) for discrete actions, [`Recorded::Normal`]
+    /// for a box: `loc` the scaled-tanh mean, `scale` the noise std it samples with.
+    fn recorded(&self) -> Recorded {
+        self.net.recorded()
+    }
+
+    fn act_recording(
+        &mut self,
+        obs: &[f32],
+        k: usize,
+        actions: ActionsMut<'_>,
+        record: RecordMut<'_>,
+    ) -> Result<(), PolicyError> {
+        self.net.act(obs, k, actions, record)
     }
 
     fn weights(&self) -> &Weights {

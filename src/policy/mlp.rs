@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::common::Net;
-use super::{ActionsMut, ExplorationType, Policy, PolicyError, SamplerState, Weights};
+use super::{ActionsMut, ExplorationType, Policy, PolicyError, RecordMut, Recorded, SamplerState, Weights};
 use crate::spec::Spec;
 
 /// Dense layers of the given hidden widths with tanh activations, then a
@@ -36,7 +36,23 @@ impl Mlp {
 impl Policy for Mlp {
     #[inline]
     fn act(&mut self, obs: &[f32], k: usize, actions: ActionsMut<'_>) -> Result<(), PolicyError> {
-        self.net.act(obs, k, actions)
+        self.net.act(obs, k, actions, RecordMut::nothing())
+    }
+
+    /// [`Recorded::Categorical`] (the logits) for discrete actions, [`Recorded::Normal`]
+    /// for a box: `loc` the scaled-tanh mean, `scale` the noise std it samples with.
+    fn recorded(&self) -> Recorded {
+        self.net.recorded()
+    }
+
+    fn act_recording(
+        &mut self,
+        obs: &[f32],
+        k: usize,
+        actions: ActionsMut<'_>,
+        record: RecordMut<'_>,
+    ) -> Result<(), PolicyError> {
+        self.net.act(obs, k, actions, record)
     }
 
     fn weights(&self) -> &Weights {

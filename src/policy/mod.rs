@@ -17,6 +17,7 @@ mod common;
 mod constant;
 mod dense;
 mod linear;
+mod logprob;
 mod mlp;
 mod random;
 mod record;
@@ -499,3 +500,6 @@ mod tests {
         assert_eq!(dst.weights(), &update);
     }
 }
+
+#[cfg(test)]
+mod record_tests;

@@ -3,7 +3,7 @@
 use rand::Rng;
 
 use super::common::{check_actions, Sampler};
-use super::{ActionsMut, ExplorationType, Policy, PolicyError, SamplerState, Weights};
+use super::{ActionsMut, ExplorationType, Policy, PolicyError, RecordMut, Recorded, SamplerState, Weights};
 use crate::spec::Spec;
 
 /// Uniform samples of the action spec (torchrl's `RandomPolicy`).
@@ -19,6 +19,12 @@ use crate::spec::Spec;
 /// empty, and [`Policy::set_weights`] accepts only empty weights but adopts
 /// their version. The exploration type has no effect. Sampling uses ChaCha8
 /// seeded by `seed`.
+///
+/// It records [`Recorded::LogProb`]: the uniform log-density, the same for every
+/// action: `-ln n` for `Discrete { n }`, `-sum_j ln(high[j] - low[j])` for a box
+/// (f64, stored f32), where an element with an infinite bound counts `-ln 2`, the
+/// density of the `[-1, 1]` it is drawn from (a value clipped to its finite bound
+/// is recorded with that density too).
 pub struct RandomPolicy {
     action: Spec,
     /// Element `j` is `offset[j] + scale[j] * u`, `u ~ U[0, 1)`, then clipped.
@@ -26,6 +32,27 @@ pub struct RandomPolicy {
     scale: Vec<f64>,
     sampler: Sampler,
     weights: Weights,
+    /// The log-density of every action (see the type's doc).
+    log_density: f32,
+}
+
+/// The uniform log-density of the random policy over `action` (see [`RandomPolicy`]).
+pub(crate) fn uniform_log_density(action: &Spec) -> f32 {
+    match action {
+        Spec::Discrete { n } => -(*n as f64).ln() as f32,
+        Spec::Box { low, high } => {
+            let mut lp = 0.0f64;
+            for (&l, &h) in low.iter().zip(high) {
+                let (l, h) = (f64::from(l), f64::from(h));
+                lp -= if l.is_finite() && h.is_finite() {
+                    (h - l).ln()
+                } else {
+                    2.0f64.ln()
+                };
+            }
+            lp as f32
+        }
+    }
 }
 
 impl RandomPolicy {
@@ -51,6 +78,7 @@ impl RandomPolicy {
             }
         }
         RandomPolicy {
+            log_density: uniform_log_density(&action),
             action,
             offset,
             scale,
@@ -90,6 +118,25 @@ impl Policy for RandomPolicy {
                 }
             }
             _ => return Err(PolicyError::Buffer("action buffer of the wrong kind".into())),
+        }
+        Ok(())
+    }
+
+    fn recorded(&self) -> Recorded {
+        Recorded::LogProb
+    }
+
+    fn act_recording(
+        &mut self,
+        obs: &[f32],
+        k: usize,
+        actions: ActionsMut<'_>,
+        record: RecordMut<'_>,
+    ) -> Result<(), PolicyError> {
+        let (want_lp, _) = super::logprob::wanted(&record, k, 0)?;
+        self.act(obs, k, actions)?;
+        if want_lp {
+            record.log_prob.fill(self.log_density);
         }
         Ok(())
     }

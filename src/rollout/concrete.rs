@@ -7,7 +7,7 @@
 //! dynamic one. Envs and policies of your own stay boxed and go through the traits.
 
 use crate::env::{Action, BuiltinEnv, CartPole, Env, EnvError, MountainCarContinuous, Pendulum, Transition};
-use crate::policy::{ActionsMut, Argmax2, BuiltinPolicy, Linear, Mlp, Policy, PolicyError};
+use crate::policy::{ActionsMut, Argmax2, BuiltinPolicy, Linear, Mlp, Policy, PolicyError, RecordMut};
 
 /// The envs of one rollout, all of one concrete type when they are the same built-in.
 pub(super) enum Envs {
@@ -182,10 +182,17 @@ pub(super) trait PolicyKind: Policy {
     /// The policy, if `policy` holds this type.
     fn pick(policy: &mut Pol) -> Option<&mut Self>;
 
-    /// [`Policy::act`] for observations of `D` values each (0: any); the same actions.
+    /// [`Policy::act_recording`] for observations of `D` values each (0: any); the
+    /// same actions and records.
     #[inline(always)]
-    fn act_fixed<const D: usize>(&mut self, obs: &[f32], k: usize, actions: ActionsMut<'_>) -> Result<(), PolicyError> {
-        self.act(obs, k, actions)
+    fn act_fixed<const D: usize>(
+        &mut self,
+        obs: &[f32],
+        k: usize,
+        actions: ActionsMut<'_>,
+        record: RecordMut<'_>,
+    ) -> Result<(), PolicyError> {
+        self.act_recording(obs, k, actions, record)
     }
 
     /// The deterministic two-action argmax `act_fixed` computes, when it is one
@@ -205,8 +212,14 @@ impl PolicyKind for Linear {
     }
 
     #[inline(always)]
-    fn act_fixed<const D: usize>(&mut self, obs: &[f32], k: usize, actions: ActionsMut<'_>) -> Result<(), PolicyError> {
-        Linear::act_fixed::<D>(self, obs, k, actions)
+    fn act_fixed<const D: usize>(
+        &mut self,
+        obs: &[f32],
+        k: usize,
+        actions: ActionsMut<'_>,
+        record: RecordMut<'_>,
+    ) -> Result<(), PolicyError> {
+        Linear::act_fixed_recording::<D>(self, obs, k, actions, record)
     }
 
     #[inline(always)]

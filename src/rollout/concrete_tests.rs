@@ -71,6 +71,18 @@ impl Policy for OpaquePolicy {
     fn set_sampler_state(&mut self, state: Option<&SamplerState>) -> Result<(), PolicyError> {
         self.0.set_sampler_state(state)
     }
+    fn recorded(&self) -> Recorded {
+        self.0.recorded()
+    }
+    fn act_recording(
+        &mut self,
+        obs: &[f32],
+        k: usize,
+        actions: ActionsMut<'_>,
+        record: RecordMut<'_>,
+    ) -> Result<(), PolicyError> {
+        self.0.act_recording(obs, k, actions, record)
+    }
 }
 
 /// The same rollout twice: built-ins as they are, and wrapped so the rollout cannot
@@ -198,4 +210,78 @@ fn compiled_path_resumes_from_the_trait_paths_snapshot() {
     let state = slow.snapshot().expect("snapshot");
     fast.restore(&state).expect("restore");
     assert_eq!(fast.collect().expect("fast"), slow.collect().expect("slow"));
+}
+
+/// The layout of a batch: its keys with their dtypes and feature shapes.
+fn layout_of(td: &TensorDict) -> BatchLayout {
+    td.iter()
+        .map(|(k, t)| (k.to_string(), (t.dtype(), t.shape()[2..].to_vec())))
+        .collect()
+}
+
+#[test]
+fn batches_carry_what_the_policy_records_with_the_fill_values_of_random_frames() {
+    for (env, policy, want) in [
+        ("CartPole-v1", PolicyConfig::Linear, Recorded::Categorical { n: 2 }),
+        (
+            "CartPole-v1",
+            PolicyConfig::Mlp { hidden: vec![4] },
+            Recorded::Categorical { n: 2 },
+        ),
+        ("Pendulum-v1", PolicyConfig::Linear, Recorded::Normal { d: 1 }),
+        ("Pendulum-v1", PolicyConfig::Random, Recorded::LogProb),
+        ("Pendulum-v1", PolicyConfig::Constant { value: 0.5 }, Recorded::None),
+    ] {
+        for (k, exploration) in [1, 3]
+            .into_iter()
+            .flat_map(|k| [ExplorationType::Random, ExplorationType::Deterministic].map(|e| (k, e)))
+        {
+            let (mut r, _) = pair_random_first(env, policy.clone(), exploration, k, 30 * k as u64);
+            assert_eq!(r.recorded(), want);
+            // The second batch has no random frame: one env's argmax loop collects it.
+            for batch in 0..2 {
+                let b = r.collect().unwrap();
+                assert_eq!(layout_of(&b), r.batch_layout(), "{env} {policy:?} k={k}");
+                let lp = b
+                    .f32(keys::ACTION_LOG_PROB)
+                    .ok()
+                    .map(|a| a.iter().copied().collect::<Vec<_>>());
+                assert_eq!(lp.is_some(), want != Recorded::None);
+                let Some(lp) = lp else { break };
+                let steps = lp.len() / k;
+                let random_frame = |i: usize| batch == 0 && i % steps < 30;
+                match want {
+                    Recorded::Categorical { n } => {
+                        let z: Vec<f32> = b.f32(keys::LOGITS).unwrap().iter().copied().collect();
+                        let a: Vec<i64> = b.i64(keys::ACTION).unwrap().iter().copied().collect();
+                        for i in 0..lp.len() {
+                            let row = &z[i * n..(i + 1) * n];
+                            if random_frame(i) {
+                                assert!(row.iter().all(|&v| v == 0.0), "logits 0 in random frames");
+                            }
+                            let total: f64 = row.iter().map(|&v| f64::from(v).exp()).sum();
+                            let want = (f64::from(row[a[i] as usize]).exp() / total).ln();
+                            assert!((f64::from(lp[i]) - want).abs() < 1e-5, "frame {i}");
+                        }
+                    }
+                    Recorded::Normal { .. } => {
+                        let loc: Vec<f32> = b.f32(keys::LOC).unwrap().iter().copied().collect();
+                        let scale: Vec<f32> = b.f32(keys::SCALE).unwrap().iter().copied().collect();
+                        let a: Vec<f32> = b.f32(keys::ACTION).unwrap().iter().copied().collect();
+                        for i in 0..lp.len() {
+                            if random_frame(i) {
+                                assert!(loc[i].is_nan() && scale[i].is_nan());
+                                assert_eq!(lp[i], -(4.0f32.ln()), "the uniform density on [-2, 2]");
+                                continue;
+                            }
+                            let (x, m, s) = (f64::from(a[i]), f64::from(loc[i]), f64::from(scale[i]));
+                            let want = -((x - m) / s).powi(2) / 2.0 - s.ln() - (2.0 * std::f64::consts::PI).sqrt().ln();
+                            assert!((f64::from(lp[i]) - want).abs() < 1e-5, "frame {i}");
+                        }
+                    }
+                    _ => assert!(lp.iter().all(|&v| v == -(4.0f32.ln()))),
+                }
+            }
+        }
+    }
 }

@@ -216,7 +216,8 @@ fn a_node_reporting_other_specs_than_the_first_is_refused_by_name_and_the_run_go
         );
         let data: std::collections::BTreeMap<String, rollout::Tensor> =
             b.data.iter().map(|(k, t)| (k.to_string(), t.clone())).collect();
-        assert_eq!(layout_of(&data, 2), specs.batch_layout(), "node {kept}'s specs' layout");
+        let linear = specs.batch_layout_recording(specs.recorded(&PolicyConfig::Linear));
+        assert_eq!(layout_of(&data, 2), linear, "node {kept}'s specs' layout");
     }
     let refused = refused_log.lines().join("\n");
     assert!(refused.contains("closing connection to node"), "{refused}");
@@ -461,8 +462,12 @@ fn declared_specs_build_version_0_up_front_and_hold_the_nodes_to_them() {
     assert_eq!(n.code(), Some(0), "the node failed:\n{}", n.stderr_text());
     let records = read_output(&out);
     assert_eq!(records.len(), 3);
+    let specs = counting_specs();
     for r in &records {
-        assert_eq!(layout_of(&r.data, 2), counting_specs().batch_layout());
+        assert_eq!(
+            layout_of(&r.data, 2),
+            specs.batch_layout_recording(specs.recorded(&PolicyConfig::Linear))
+        );
     }
 }
 

@@ -254,6 +254,7 @@ fn deterministic_run(env: &str, sync: bool, nodes: &[Node]) {
             }
             other => panic!("action of dtype {}", other.dtype()),
         }
+        assert_records_are_the_policys(r, &mut *policy, &obs, k);
     }
     assert_eq!(frames, 600);
     let weights = dir.join("weights.msgpack");
@@ -265,6 +266,83 @@ fn deterministic_run(env: &str, sync: bool, nodes: &[Node]) {
     let policy_json = r#"{"config": {"kind": "linear"}, "exploration": "deterministic", "init_seed": 0}"#;
     replay(&py, &out, env, Some((&weights, policy_json)));
     replay(&py, &out, env, None);
+}
+
+/// The f32 values of `key` in record `r`.
+fn f32s(r: &OutputRecord, key: &str) -> Vec<f32> {
+    match r.data.get(key) {
+        Some(Tensor::F32(a)) => a.iter().copied().collect(),
+        other => panic!("batch {}: `{key}` is {other:?}", r.batch),
+    }
+}
+
+/// What record `r`'s node recorded beside its actions is what `policy` (the run's, with
+/// its weights) records for the same observations and actions: the logits or loc and scale
+/// to the bit (the forward pass is the same), the log-probabilities within 1e-5 (the
+/// Python node's f64 `exp` and `ln` are numpy's), and consistent with the logits or the
+/// normal and the recorded action by an independent computation.
+fn assert_records_are_the_policys(r: &OutputRecord, policy: &mut dyn rollout::Policy, obs: &[f32], k: usize) {
+    let lp = f32s(r, "action_log_prob");
+    assert_eq!(lp.len(), k, "batch {}: one log-probability per frame", r.batch);
+    let mut mine_lp = vec![0f32; k];
+    match policy.recorded() {
+        rollout::policy::Recorded::Categorical { n } => {
+            let logits = f32s(r, "logits");
+            let (mut mine, mut mine_z) = (vec![0i64; k], vec![0f32; k * n]);
+            let record = rollout::policy::RecordMut {
+                log_prob: &mut mine_lp,
+                params: rollout::policy::ParamsMut::Logits(&mut mine_z),
+            };
+            policy
+                .act_recording(obs, k, ActionsMut::Discrete(&mut mine), record)
+                .expect("act");
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&logits), bits(&mine_z), "batch {}: the logits", r.batch);
+            for i in 0..k {
+                let z = &logits[i * n..(i + 1) * n];
+                let total: f64 = z.iter().map(|&v| f64::from(v).exp()).sum();
+                let by_hand = (f64::from(z[mine[i] as usize]).exp() / total).ln();
+                assert!((f64::from(lp[i]) - by_hand).abs() < 1e-5, "batch {} frame {i}", r.batch);
+            }
+        }
+        rollout::policy::Recorded::Normal { d } => {
+            let (loc, scale) = (f32s(r, "loc"), f32s(r, "scale"));
+            let action = f32s(r, "action");
+            let (mut mine, mut mine_loc, mut mine_scale) = (vec![0f32; k * d], vec![0f32; k * d], vec![0f32; k * d]);
+            let record = rollout::policy::RecordMut {
+                log_prob: &mut mine_lp,
+                params: rollout::policy::ParamsMut::Normal {
+                    loc: &mut mine_loc,
+                    scale: &mut mine_scale,
+                },
+            };
+            policy
+                .act_recording(obs, k, ActionsMut::Continuous(&mut mine), record)
+                .expect("act");
+            assert_eq!(
+                (&loc, &scale),
+                (&mine_loc, &mine_scale),
+                "batch {}: loc and scale",
+                r.batch
+            );
+            for (i, &lp_i) in lp.iter().enumerate() {
+                let mut by_hand = 0.0f64;
+                for j in i * d..(i + 1) * d {
+                    let (x, m, s) = (f64::from(action[j]), f64::from(loc[j]), f64::from(scale[j]));
+                    by_hand += -((x - m) / s).powi(2) / 2.0 - s.ln() - (2.0 * std::f64::consts::PI).sqrt().ln();
+                }
+                assert!((f64::from(lp_i) - by_hand).abs() < 1e-5, "batch {} frame {i}", r.batch);
+            }
+        }
+        other => panic!("a linear policy records {other:?}"),
+    }
+    for (i, (a, b)) in lp.iter().zip(&mine_lp).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-5,
+            "batch {} frame {i}: recorded {a}, the Rust policy's {b}",
+            r.batch
+        );
+    }
 }
 
 /// Async: a mixed run (whichever nodes delivered), then one run of each kind alone, so

@@ -710,13 +710,13 @@ fn small_frames_builder(env: &str, policy: PolicyConfig, fpb: usize) -> rollout_
 /// error at build time, naming `max_frame` and what does not fit, before any node starts.
 #[test]
 fn frames_that_cannot_fit_the_maximum_are_refused_at_build() {
-    // 200 frames of 63 bytes per node.
+    // 200 frames of 75 bytes per node (with the linear policy's log-probs and logits).
     let err = small_frames_builder("CartPole-v1", PolicyConfig::Linear, 400)
         .build()
         .expect_err("refused")
         .to_string();
     assert!(
-        err.contains("max_frame") && err.contains("batches of 200 frames hold 12600 bytes"),
+        err.contains("max_frame") && err.contains("batches of 200 frames hold 15000 bytes"),
         "{err}"
     );
     // 3,073 parameters: 12 KB of weights.
@@ -738,9 +738,10 @@ fn frames_that_cannot_fit_the_maximum_are_refused_at_build() {
 /// run fails at once naming the node and why, instead of waiting for `batch_timeout`.
 #[test]
 fn a_batch_over_the_maximum_frame_fails_its_node_with_the_reason() {
-    // 65 frames of 63 bytes per node: 4,095 bytes of tensors fit the 4,096 the build
+    // 54 frames of 75 bytes per node (63 of the env's keys, 12 of the policy's
+    // `action_log_prob` and `logits`): 4,050 bytes of tensors fit the 4,096 the build
     // checks, and the frame's headers tip it over.
-    let mut c = small_frames("CartPole-v1", PolicyConfig::Linear, 130);
+    let mut c = small_frames("CartPole-v1", PolicyConfig::Linear, 108);
     let t = Instant::now();
     let err = c.next_batch().expect_err("no batch fits").to_string();
     assert!(t.elapsed() < DEADLINE, "failed only after {:?}", t.elapsed());

@@ -157,7 +157,9 @@ impl Settings {
                     let built = policy
                         .build(obs, act, 0)
                         .map_err(|e| config_error("policy", format!("node {i}: {e}")))?;
-                    let layout = batch_layout(obs, act);
+                    let recorded = built.recorded();
+                    let mut layout = batch_layout(obs, act);
+                    recorded.extend_layout(&mut layout);
                     if self.launcher != Launcher::Local {
                         self.check_frames_fit(i, built.weights(), &layout, frames)?;
                     }
@@ -165,6 +167,7 @@ impl Settings {
                     let source = LayoutSource::Specs {
                         of: format!("env {}", env_i.name),
                         specs: own,
+                        recorded,
                     };
                     (source, None)
                 }
@@ -184,10 +187,12 @@ impl Settings {
                         let v0 = initial_weights_for(&policy, d)
                             .map_err(|e| config_error("policy", format!("node {i}: {e}")))?
                             .unwrap_or_else(|| Weights::new(Default::default()));
-                        self.check_frames_fit(i, &v0, &d.batch_layout(), frames)?;
+                        let recorded = d.recorded(&policy.config);
+                        self.check_frames_fit(i, &v0, &d.batch_layout_recording(recorded), frames)?;
                         let source = LayoutSource::Specs {
                             of: "the declared specs (env_spec)".into(),
                             specs: d.clone(),
+                            recorded,
                         };
                         (source, Some(v0))
                     }
@@ -200,7 +205,7 @@ impl Settings {
                 },
             };
             let layout = match &source {
-                LayoutSource::Specs { specs, .. } => Some(specs.batch_layout()),
+                LayoutSource::Specs { specs, recorded, .. } => Some(specs.batch_layout_recording(*recorded)),
                 _ => None,
             };
             policies.push(policy);
@@ -666,7 +671,8 @@ mod tests {
             sources[1],
             LayoutSource::Specs {
                 of: "the declared specs (env_spec)".into(),
-                specs: d.clone()
+                specs: d.clone(),
+                recorded: rollout::policy::Recorded::Categorical { n: 2 },
             }
         );
         let want = initial_weights_for(&PolicySpec::default(), &d).unwrap();

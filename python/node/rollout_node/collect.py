@@ -15,7 +15,7 @@ import gymnasium as gym
 import numpy as np
 
 from . import node_spec, spaces
-from .policy import ActionSpace, Policy, random_actions
+from .policy import ActionSpace, Policy, fill_recorded, random_actions, random_log_density
 
 #: Defaults of ``spec.max_restarts`` and ``spec.restart_window_ms``.
 DEFAULT_MAX_RESTARTS = 5
@@ -176,14 +176,17 @@ class Workers:
         # A network's forward pass is f32: an f64 observation is cast for it (and only then).
         self._cast = weighted and self.leaves[0].dtype != "f32"
         self.policy = Policy(pol, self.obs_dim, self.action, (self.seed * _GOLDEN) & _MASK64 ^ 1)
+        #: What the policy records beside its actions, ``{key: [dtype, shape]}``.
+        self.recorded = self.policy.recorded_layout()
 
     def _factory(self, k):
         name, config = self.env_name, self.config
         return lambda: _Blame(gym.make(name, **config), k)
 
     def layout(self):
-        """The ``ready`` layout: each key's dtype and feature shape (``EnvSpecs::batch_layout``)."""
-        return spaces.layout(self.specs)
+        """The ``ready`` layout: each key's dtype and feature shape (``EnvSpecs::batch_layout``),
+        with what the policy records (``EnvSpecs::batch_layout_recording``)."""
+        return {**spaces.layout(self.specs), **self.recorded}
 
     def set_seed(self, seed):
         """``seed {seed}``: env ``w`` starts a new episode seeded ``seed + w`` at its next step
@@ -258,15 +261,26 @@ class Workers:
         if self._cast:  # a network's forward pass is f32
             obs = obs.astype(np.float32)
         if not self.init_random:
-            return self.policy.act(obs)
+            return self.policy.act_recording(obs)
         frames = self._worker_frames(self.frames + stepped)
         random = (frames if rows is None else frames[rows]) < self.init_random
         if random.all():
-            return random_actions(self.action, self.policy.rng, obs.shape[0])
-        acts = self.policy.act(obs)
+            return random_actions(self.action, self.policy.rng, obs.shape[0]), self._random_record(obs.shape[0])
+        acts, rec = self.policy.act_recording(obs)
         if random.any():
-            acts[random] = random_actions(self.action, self.policy.rng, int(random.sum()))
-        return acts
+            n = int(random.sum())
+            acts[random] = random_actions(self.action, self.policy.rng, n)
+            for key, v in self._random_record(n).items():
+                rec[key][random] = v
+        return acts, rec
+
+    def _random_record(self, k):
+        """What ``k`` frames acted by the ``init_random_frames`` policy record under the main
+        policy's keys: the uniform log-density and the fill values (``fill_recorded``)."""
+        rec = fill_recorded(self.recorded, k)
+        if "action_log_prob" in self.recorded:
+            rec["action_log_prob"] = np.full(k, random_log_density(self.action), np.float32)
+        return rec
 
     def _worker_frames(self, per_env):
         """Each row's worker's frames: the sum over the ``envs_per_worker`` envs it steps."""
@@ -309,6 +323,8 @@ class Workers:
             "collector.traj_ids": new((E, T), np.int64),
             "step_count": new((E, T, 1), np.int64),
         })
+        for key, (_, shape) in self.recorded.items():
+            b[key] = new((E, T, *shape), np.float32)
         pos = np.zeros(E, np.int64)
         self._salvaged = []
         t = self._collect_columns(b, T)  # the fast path: every row at the same column
@@ -318,7 +334,7 @@ class Workers:
             pos[self._failed] = 0
         while (pos < T).any():  # after a failure: rows at different columns
             rows = np.nonzero(pos < T)[0]
-            results, acts = [], None
+            results, acts, rec = [], None, None
             try:
                 resets = [int(k) for k in rows if self.needs_reset[k]]
                 if resets:
@@ -327,7 +343,7 @@ class Workers:
                 mask[rows] = True
                 if (self.fresh & mask).any():
                     self._start_fresh(self.fresh & mask)
-                acts = self._actions(rows)
+                acts, rec = self._actions(rows)
                 # Each row's env on its own, without the vector env's autoreset: a row that ends
                 # is reset at its next step (`_record` marks it), once, as in the fast loop.
                 for i, k in enumerate(rows):
@@ -338,13 +354,13 @@ class Workers:
                 # not stepped and step it again; the failed row starts over.
                 for i, res in enumerate(results):  # the rows before the failing one, in order
                     k = rows[i]
-                    self._record(b, int(k), int(pos[k]), acts[i], res)
+                    self._record(b, int(k), int(pos[k]), acts[i], res, _row(rec, i))
                     pos[k] += 1
                 self._restart(f.k, f.cause)
                 pos[f.k] = 0
                 continue
             for i, k in enumerate(rows):
-                self._record(b, int(k), int(pos[k]), acts[i], results[i])
+                self._record(b, int(k), int(pos[k]), acts[i], results[i], _row(rec, i))
                 pos[k] += 1
         for k in range(E):
             self.delivered_max_id[k] = max(self.delivered_max_id[k], int(b["collector.traj_ids"][k].max()))
@@ -387,13 +403,14 @@ class Workers:
         c_obs0, c_next0 = c_obs[0], c_next[0]
         c_rew, c_term, c_trunc = cols["next.reward"], cols["next.terminated"], cols["next.truncated"]
         c_ids, c_sc = cols["collector.traj_ids"], cols["step_count"]
+        c_rec = [(key, cols[key]) for key in self.recorded]
         t = 0
         t0 = 0
         need_reset = bool(self.needs_reset.any())
         need_ids = bool(self.fresh.any())
         try:
             while t < T:
-                acts = ended = None
+                acts = ended = rec = None
                 try:
                     if need_reset:
                         self._reset([int(k) for k in np.nonzero(self.needs_reset)[0]])
@@ -401,7 +418,7 @@ class Workers:
                     if need_ids:
                         self._start_fresh(self.fresh)
                         need_ids = False
-                    acts = self._actions(None, t - t0)
+                    acts, rec = self._actions(None, t - t0)
                     cur = self.cur
                     if single:
                         c_obs0[t] = cur[0]
@@ -439,8 +456,10 @@ class Workers:
                         ([c[t, j].copy() for c in c_next], c_rew[t, j], c_term[t, j], c_trunc[t, j]) for j in range(f.k)
                     ]
                     self._flush(b, cols, t)
-                    return self._salvage(b, t, acts, f, kept, ended or [])
+                    return self._salvage(b, t, acts, f, kept, ended or [], rec)
                 c_act[t] = acts
+                for key, c in c_rec:
+                    c[t] = rec[key]
                 # The next observation is the step's, or the new episode's first for an env that
                 # ended (reset inside the step); `nx` keeps the step's (the final observation).
                 if single:
@@ -495,13 +514,13 @@ class Workers:
         np.logical_or(b["next.terminated"][:, :t], b["next.truncated"][:, :t], out=done)
         cols.clear()
 
-    def _salvage(self, b, t, acts, f, kept, ended):
+    def _salvage(self, b, t, acts, f, kept, ended, rec=None):
         """Env ``f.k`` failed in column ``t``: rows stepped before it (``kept``: their results)
         keep the column, the failed row is rebuilt and starts over. Returns ``t``; the caller
         moves those rows on. Rows of ``ended`` (row, first observation) ended their episode
         in this column and were reset in the step: they go on with that episode."""
         for k, res in enumerate(kept):
-            self._record(b, k, t, acts[k], res)
+            self._record(b, k, t, acts[k], res, _row(rec, k))
         self._started(ended)
         self._restart(f.k, f.cause)
         self._salvaged, self._failed = list(range(len(kept))), f.k
@@ -517,8 +536,10 @@ class Workers:
             if self.nan_is_failure and self._has_nan([c[k] for c in self.cur]):
                 raise NodeFailed(f"env worker {k} produced a NaN observation")
 
-    def _record(self, b, k, t, action, result):
+    def _record(self, b, k, t, action, result, rec=None):
         nxt, r, te, tr = result
+        for key, v in (rec or {}).items():
+            b[key][k, t] = v
         for leaf, c, n in zip(self.leaves, self.cur, nxt):
             b["observation" + leaf.suffix][k, t] = c[k]
             b["next.observation" + leaf.suffix][k, t] = n
@@ -578,6 +599,11 @@ class Workers:
             self.vec.close()
         except Exception:
             pass
+
+
+def _row(rec, i):
+    """Row ``i`` of what the policy recorded for a set of rows (None: nothing)."""
+    return None if rec is None else {key: v[i] for key, v in rec.items()}
 
 
 def _rng_state(gen):

@@ -189,18 +189,37 @@ class Policy:
         """Restarts the sampling stream."""
         self.rng = np.random.default_rng(seed)
 
+    def recorded_layout(self):
+        """What this policy records beside its actions (``Recorded``, PROTOCOL.md §3), as
+        ``{key: [dtype, shape]}``: random ``action_log_prob``; linear/mlp ``action_log_prob``
+        and ``logits`` ``[n]`` (discrete) or ``loc``, ``scale`` ``[d]`` (box); constant
+        nothing."""
+        if self.kind == "random":
+            return {"action_log_prob": ["f32", []]}
+        if self.kind == "constant":
+            return {}
+        if self.action.discrete:
+            return {"action_log_prob": ["f32", []], "logits": ["f32", [self.action.n]]}
+        d = self.action.low.size
+        return {"action_log_prob": ["f32", []], "loc": ["f32", [d]], "scale": ["f32", [d]]}
+
     def act(self, obs):
         """Actions for the ``[k, obs_dim]`` float32 observations (the random policy uses only
         ``k``), as the env takes them: ``[k]`` int64 (``start + index``) or ``[k, *shape]``."""
+        return self.act_recording(obs)[0]
+
+    def act_recording(self, obs):
+        """``act``, and what the policy records for each row (``recorded_layout``'s keys,
+        ``[k, *shape]`` float32 arrays; docs/policies.md gives the formulas)."""
         k = obs.shape[0]
         a = self.action
         if self.kind == "random":
-            return random_actions(a, self.rng, k)
+            return random_actions(a, self.rng, k), {"action_log_prob": np.full(k, random_log_density(a), np.float32)}
         if self.kind == "constant":
             value = self.weights["value"][0]
             if a.discrete:
-                return a.value(np.full((k,), round_half_away(value), np.int64))
-            return np.full((k, a.low.size), value, np.float32)
+                return a.value(np.full((k,), round_half_away(value), np.int64)), {}
+            return np.full((k, a.low.size), value, np.float32), {}
         if self.weights is None:
             raise PolicyError("no weights: the trainer sent none before the first `continue`")
         x = obs
@@ -212,16 +231,78 @@ class Policy:
         random = self.exploration == "random"
         if a.discrete:
             if not random:
-                return a.value(np.argmax(x, axis=1).astype(np.int64))
-            z = x - x.max(axis=1, keepdims=True)
-            p = np.exp(z)
-            p /= p.sum(axis=1, keepdims=True)
-            u = self.rng.random(k)
-            return a.value(np.minimum((p.cumsum(axis=1) <= u[:, None]).sum(axis=1), a.n - 1).astype(np.int64))
-        out = self.mid + self.half * tanh32(x)
+                index = np.argmax(x, axis=1).astype(np.int64)
+            else:
+                z = x - x.max(axis=1, keepdims=True)
+                p = np.exp(z)
+                p /= p.sum(axis=1, keepdims=True)
+                u = self.rng.random(k)
+                index = np.minimum((p.cumsum(axis=1) <= u[:, None]).sum(axis=1), a.n - 1).astype(np.int64)
+            logits = np.asarray(x, np.float32)
+            return a.value(index), {"action_log_prob": log_softmax_at(logits, index), "logits": logits}
+        loc = (self.mid + self.half * tanh32(x)).astype(np.float32)
+        out = loc
         if random:
             out = out + self.noise * self.rng.standard_normal(out.shape).astype(np.float32)
-        return np.minimum(np.maximum(out, a.low), a.high).astype(np.float32)
+        out = np.minimum(np.maximum(out, a.low), a.high).astype(np.float32)
+        scale = np.broadcast_to(self.noise, loc.shape).astype(np.float32)
+        return out, {"action_log_prob": normal_log_prob(out, loc, scale), "loc": loc, "scale": scale}
+
+
+#: ``ln sqrt(2 pi)``.
+_LN_SQRT_2PI = 0.9189385332046728
+
+
+def log_softmax_at(z, index):
+    """``ln softmax(z)[a]`` for each row of the ``[k, n]`` logits and choice ``index[k]``:
+    ``z_a - m - ln sum_j exp(z_j - m)``, ``m = max z``, in float64 (as every rollout node
+    computes it; docs/policies.md), float32 out."""
+    z = np.asarray(z, np.float64)
+    m = z.max(axis=1, keepdims=True)
+    s = np.exp(z - m).sum(axis=1)
+    za = np.take_along_axis(z, np.asarray(index, np.int64)[:, None], axis=1)[:, 0]
+    return ((za - m[:, 0]) - np.log(s)).astype(np.float32)
+
+
+def normal_log_prob(x, loc, scale):
+    """The normal log-density of each row of ``x`` ``[k, d]``, summed over its ``d``
+    elements: ``-((x - loc) / scale)^2 / 2 - ln scale - ln sqrt(2 pi)`` in float64,
+    float32 out."""
+    x, loc, scale = (np.asarray(v, np.float64) for v in (x, loc, scale))
+    z = (x - loc) / scale
+    return (-0.5 * z * z - np.log(scale) - _LN_SQRT_2PI).sum(axis=1).astype(np.float32)
+
+
+def random_log_density(a):
+    """The random policy's log-density, the same for every action (docs/policies.md):
+    discrete ``-ln n``; box ``-sum ln(high - low)``, ``-ln 2`` for an element with an
+    infinite bound (the ``[-1, 1]`` it is drawn from); multi-discrete ``-sum ln nvec``;
+    multi-binary ``-n ln 2``. float64 sums, float32 out."""
+    if a.discrete:
+        return np.float32(-np.log(np.float64(a.n)))
+    if a.kind == "multi_discrete":
+        return np.float32(-np.log(a.nvec.astype(np.float64)).sum())
+    if a.kind == "multi_binary":
+        return np.float32(-np.float64(a.n) * np.log(2.0))
+    lo, hi = a.low.astype(np.float64), a.high.astype(np.float64)
+    finite = np.isfinite(lo) & np.isfinite(hi)
+    with np.errstate(invalid="ignore"):
+        span = np.where(finite, hi - lo, 2.0)
+    return np.float32(-np.log(span).sum())
+
+
+def fill_recorded(layout, k):
+    """What a frame acted by ``init_random_frames``' random policy records under the keys
+    of the main policy's ``layout`` (``recorded_layout``): the log-density is written by the
+    caller; ``logits`` 0 (exactly the uniform categorical), ``loc``/``scale`` NaN (no
+    normal was used)."""
+    out = {}
+    for key, (_, shape) in layout.items():
+        if key == "action_log_prob":
+            continue
+        value = 0.0 if key == "logits" else np.nan
+        out[key] = np.full((k, *shape), value, np.float32)
+    return out
 
 
 def round_half_away(v):

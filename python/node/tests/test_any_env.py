@@ -121,8 +121,13 @@ COMMON = {"next.reward": ["f32", [1]], "next.done": ["bool", [1]], "next.termina
           "next.truncated": ["bool", [1]], "collector.traj_ids": ["i64", []], "step_count": ["i64", [1]]}
 
 
-def box_layout(dtype, shape, action):
-    return {"observation": [dtype, shape], "next.observation": [dtype, shape], "action": action, **COMMON}
+#: What the random policy records beside its actions, for every action space kind.
+LOG_PROB = {"action_log_prob": ["f32", []]}
+
+
+def box_layout(dtype, shape, action, recorded=LOG_PROB):
+    return {"observation": [dtype, shape], "next.observation": [dtype, shape], "action": action, **COMMON,
+            **recorded}
 
 
 @pytest.mark.parametrize("policy", ["random", "linear"])
@@ -131,7 +136,8 @@ def test_acrobot_frames_replay_exactly(policy):
     if policy == "linear":
         set_weights(w)
     assert w.specs == ACROBOT_SPECS
-    assert w.layout() == box_layout("f32", [6], ["i64", []])
+    recorded = {**LOG_PROB, "logits": ["f32", [3]]} if policy == "linear" else LOG_PROB
+    assert w.layout() == box_layout("f32", [6], ["i64", []], recorded)
     b = collect(w, 2 * 40, 2)
     check_layout(b, w.layout(), 2, 80)
     assert replay(b, "Acrobot-v1", {"max_episode_steps": 30}, 2)[1] >= 4
@@ -144,7 +150,8 @@ def test_halfcheetah_keeps_its_f64_observations_and_its_frames_replay_exactly():
     w = Workers(spec("HalfCheetah-v5", 2, config, LINEAR))  # the network takes the f64 obs as f32
     set_weights(w)
     assert w.specs == CHEETAH_SPECS
-    assert w.layout() == box_layout("f64", [17], ["f32", [6]])
+    normal = {**LOG_PROB, "loc": ["f32", [6]], "scale": ["f32", [6]]}
+    assert w.layout() == box_layout("f64", [17], ["f32", [6]], normal)
     b = collect(w, 2 * 30, 2)
     check_layout(b, w.layout(), 2, 60)
     assert b["observation"].dtype == np.float64
@@ -218,7 +225,7 @@ def test_dict_observations_are_one_key_per_leaf_and_their_frames_replay_exactly(
     obs = {".count": ["i64", []], ".flags": ["u8", [3]], ".inner.img": ["u8", [4, 4]],
            ".inner.level": ["i64", []], ".pos": ["f64", [2]]}
     want = {head + s: e for s, e in obs.items() for head in ("observation", "next.observation")}
-    assert w.layout() == {**want, "action": act_entry, **COMMON}
+    assert w.layout() == {**want, "action": act_entry, **COMMON, **LOG_PROB}
     b = collect(w, 3 * 40, 2)
     check_layout(b, w.layout(), 3, 80)
     terminated, truncated = replay(b, "DictSpaces-v0", config, 3)

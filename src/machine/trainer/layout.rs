@@ -23,13 +23,17 @@ pub enum LayoutSource {
         layout: BatchLayout,
     },
     /// Specs the trainer knows (an env it builds, or specs the user declared): the
-    /// layout is `specs.batch_layout()`, and a node's `ready` must announce it and,
-    /// when it sends specs, these specs. `of` names where they come from in errors.
+    /// layout is `specs.batch_layout_recording(recorded)`, and a node's `ready` must
+    /// announce it and, when it sends specs, these specs. `of` names where they come
+    /// from in errors.
     Specs {
         /// What the specs are of, for errors (`env CartPole-v1`, `the declared specs`).
         of: String,
         /// The specs.
         specs: crate::space::EnvSpecs,
+        /// What the run's policy records beside its actions for these specs
+        /// ([`EnvSpecs::recorded`](crate::space::EnvSpecs::recorded)).
+        recorded: crate::policy::Recorded,
     },
     /// An env the trainer cannot build: the first `ready` of a node of `env` that is
     /// accepted (a rollout's layout, or with protocol version 4 the layout of the
@@ -65,7 +69,7 @@ impl Layouts {
             .iter()
             .map(|s| match s {
                 LayoutSource::Known { layout, .. } => Some(layout.clone()),
-                LayoutSource::Specs { specs, .. } => Some(specs.batch_layout()),
+                LayoutSource::Specs { specs, recorded, .. } => Some(specs.batch_layout_recording(*recorded)),
                 _ => None,
             })
             .collect();
@@ -118,7 +122,9 @@ impl Layouts {
         };
         match &self.sources[node] {
             LayoutSource::Known { of, layout: known } => named_difference(&me, layout, of, known),
-            LayoutSource::Specs { of, specs } => named_difference(&me, layout, of, &specs.batch_layout()),
+            LayoutSource::Specs { of, specs, recorded } => {
+                named_difference(&me, layout, of, &specs.batch_layout_recording(*recorded))
+            }
             LayoutSource::FirstReady { env } => {
                 if let Some(e) = rollouts(layout) {
                     return Some(e);

@@ -10,7 +10,7 @@ use super::layout::LayoutSource;
 use super::{Output, TrainerError, TrainerMachine};
 use crate::message::{Continue, ToNode, UpdateWeights};
 use crate::policy::{PolicyConfig, PolicySpec, Weights};
-use crate::schema::BatchLayout;
+use crate::schema::{keys, BatchLayout};
 use crate::space::EnvSpecs;
 
 /// Per env the trainer cannot build: the specs in force and the policy built from them.
@@ -219,6 +219,28 @@ impl TrainerMachine {
         Ok(Some(Arc::new(w)))
     }
 
+    /// The layout of a node's batches for its `specs`: with what the policy of its
+    /// env records ([`EnvSpecs::recorded`]); for an env with no policy known here (a
+    /// machine driven without a plan), with the recorded keys the node announced.
+    fn specs_layout(&self, source: &LayoutSource, specs: &EnvSpecs, announced: &BatchLayout) -> BatchLayout {
+        let policy = match source {
+            LayoutSource::FirstReady { env } => self.specs.deferred.get(env),
+            _ => None,
+        };
+        match policy {
+            Some(p) => specs.batch_layout_recording(specs.recorded(&p.config)),
+            None => {
+                let mut own = specs.batch_layout();
+                for key in [keys::ACTION_LOG_PROB, keys::LOGITS, keys::LOC, keys::SCALE] {
+                    if let Some(entry) = announced.get(key) {
+                        own.insert(key.to_string(), entry.clone());
+                    }
+                }
+                own
+            }
+        }
+    }
+
     /// Why node `node`'s `specs` (and the `layout` it announced with them) are
     /// refused, if they are.
     fn specs_refusal(&self, node: usize, layout: &BatchLayout, specs: Option<&EnvSpecs>) -> Option<String> {
@@ -228,12 +250,12 @@ impl TrainerMachine {
                 "sends no specs (protocol version 3?) for env {env}, which the trainer cannot build"
             )),
             (_, None) => None,
-            (LayoutSource::Specs { of, specs: known }, Some(s)) => EnvSpecs::difference(&me, s, of, known),
+            (LayoutSource::Specs { of, specs: known, .. }, Some(s)) => EnvSpecs::difference(&me, s, of, known),
             (source, Some(s)) => {
                 if let Err(e) = s.validate() {
                     return Some(format!("its specs cannot be collected: {e}"));
                 }
-                let own = s.batch_layout();
+                let own = self.specs_layout(source, s, layout);
                 if let Some(d) = crate::schema::named_difference("the layout", layout, "the specs' layout", &own) {
                     return Some(format!("its layout is not that of its specs: {d}"));
                 }
@@ -288,10 +310,17 @@ mod tests {
         }
     }
 
+    /// A node's `ready` for specs `s` (none: `specs(4)`'s layout) acting with `linear()`.
     fn ready(node: usize, s: Option<&EnvSpecs>) -> FromNode {
+        ready_of(node, s, &PolicyConfig::Linear)
+    }
+
+    /// A node's `ready` for specs `s`, its layout with what `policy` records.
+    fn ready_of(node: usize, s: Option<&EnvSpecs>, policy: &PolicyConfig) -> FromNode {
+        let of = s.cloned().unwrap_or_else(|| specs(4));
         FromNode::Ready {
             node,
-            layout: s.map_or_else(|| specs(4).batch_layout(), EnvSpecs::batch_layout),
+            layout: of.batch_layout_recording(of.recorded(policy)),
             specs: s.cloned(),
         }
     }
@@ -334,7 +363,8 @@ mod tests {
             "{reason}"
         );
         feed(&mut m, ready(2, Some(&specs(4))));
-        assert_eq!(m.layout(2), Some(&specs(4).batch_layout()));
+        let linear = specs(4).batch_layout_recording(crate::policy::Recorded::Categorical { n: 2 });
+        assert_eq!(m.layout(2), Some(&linear));
     }
 
     #[test]
@@ -372,6 +402,54 @@ mod tests {
             "{reason}"
         );
         assert_eq!(m.env_specs("Custom"), None, "refused specs set nothing");
+    }
+
+    #[test]
+    fn a_layout_without_what_the_policy_records_or_with_it_wrong_is_refused() {
+        let known = LayoutSource::Specs {
+            of: "env E".into(),
+            specs: specs(4),
+            recorded: crate::policy::Recorded::Categorical { n: 2 },
+        };
+        let sources = vec![known, LayoutSource::FirstReady { env: "Custom".into() }];
+        let mut m = machine(config(2, 1, 4, None, false))
+            .with_layout_sources(sources)
+            .with_deferred_policy("Custom", linear());
+        for node in 0..2 {
+            let want = if node == 0 { "env E" } else { "the specs' layout" };
+            let mut without = specs(4).batch_layout();
+            let reason = refusal(
+                &mut m,
+                FromNode::Ready {
+                    node,
+                    layout: without.clone(),
+                    specs: Some(specs(4)),
+                },
+            );
+            assert!(
+                reason.contains(&format!("action_log_prob is absent, {want}'s is f32 []")),
+                "{reason}"
+            );
+            without.insert(keys::ACTION_LOG_PROB.into(), (DType::F32, vec![]));
+            without.insert(keys::LOGITS.into(), (DType::F32, vec![3]));
+            let reason = refusal(
+                &mut m,
+                FromNode::Ready {
+                    node,
+                    layout: without,
+                    specs: Some(specs(4)),
+                },
+            );
+            assert!(
+                reason.contains(&format!("logits is f32 [3], {want}'s is f32 [2]")),
+                "{reason}"
+            );
+            feed(&mut m, ready(node, Some(&specs(4))));
+            assert_eq!(
+                m.layout(node),
+                Some(&specs(4).batch_layout_recording(crate::policy::Recorded::Categorical { n: 2 }))
+            );
+        }
     }
 
     #[test]
@@ -444,7 +522,13 @@ mod tests {
             .with_layout_sources(first_ready(1, "Custom"))
             .with_deferred_policy("Custom", PolicySpec::from(PolicyConfig::Random));
         assert_eq!(continues(&request(&mut m)), vec![(0, 0, 4)]);
-        assert!(feed(&mut m, ready(0, Some(&image()))).is_empty());
+        // Its batches carry the uniform log-density: a layout without it is refused.
+        let r = m.on_node(ready(0, Some(&image())), &mut Vec::new());
+        assert!(
+            matches!(&r, Err(TrainerError::BadLayout { reason, .. }) if reason.contains("action_log_prob is absent")),
+            "{r:?}"
+        );
+        assert!(feed(&mut m, ready_of(0, Some(&image()), &PolicyConfig::Random)).is_empty());
         assert!(m.initial_weights(0).is_none());
     }
 
@@ -484,9 +568,11 @@ mod tests {
         let known = LayoutSource::Specs {
             of: "env E".into(),
             specs: specs(4),
+            recorded: crate::policy::Recorded::Categorical { n: 2 },
         };
         let mut m = machine(config(2, 1, 4, None, false)).with_layout_sources(vec![known.clone(), known]);
-        assert_eq!(m.layout(0), Some(&specs(4).batch_layout()), "known before any ready");
+        let layout = specs(4).batch_layout_recording(crate::policy::Recorded::Categorical { n: 2 });
+        assert_eq!(m.layout(0), Some(&layout), "known before any ready");
         let mut other = specs(4);
         other.action = Space::Discrete { n: 3, start: 0 };
         let reason = refusal(&mut m, ready(0, Some(&other)));
