@@ -1,7 +1,9 @@
 //! A bare CartPole loop that owes nothing to the project's code: gymnasium's CartPole-v1
 //! dynamics (f64, Euler, the same constants and thresholds, truncated at 500 steps)
-//! and a deterministic two-logit linear policy, written out here, with the same eight
-//! columns written per frame as a batch has. It is the baseline `Rollout` is held to
+//! and a deterministic two-logit linear policy, written out here, with the same
+//! columns written per frame as a batch has (the eight of the env and the action, and
+//! what the policy records: its two logits and the action's log-probability, computed
+//! the plain way, `-ln(1 + exp(-|z0 - z1|))` in f64 for the argmax). It is the baseline `Rollout` is held to
 //! for CartPole: a baseline that calls the project's own step cannot show that the
 //! step is slow.
 
@@ -36,6 +38,8 @@ pub struct Independent {
     truncated: Vec<bool>,
     traj_ids: Vec<i64>,
     step_count: Vec<i64>,
+    logits: Vec<f32>,
+    log_prob: Vec<f32>,
 }
 
 impl Independent {
@@ -57,6 +61,8 @@ impl Independent {
             truncated: vec![false; frames],
             traj_ids: vec![0; frames],
             step_count: vec![0; frames],
+            logits: vec![0.0; frames * 2],
+            log_prob: vec![0.0; frames],
         };
         s.reset();
         s
@@ -112,11 +118,15 @@ impl Independent {
             self.done[i] = term || trunc;
             self.traj_ids[i] = self.traj;
             self.step_count[i] = self.steps - 1;
+            self.logits[i * 2] = z0;
+            self.logits[i * 2 + 1] = z1;
+            self.log_prob[i] = -(1.0 + (-(f64::from(z0) - f64::from(z1)).abs()).exp()).ln() as f32;
             if term || trunc {
                 self.reset();
             }
         }
         black_box(&self.obs);
         black_box(&self.next_obs);
+        black_box(&self.log_prob);
     }
 }

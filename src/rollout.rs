@@ -890,12 +890,7 @@ impl Rollout {
             };
             (needs_reset[0], traj_id[0], step_count[0], *frames) = (reset, tid, sc, done_frames);
             let written = usize::try_from(done_frames - first_frame).unwrap_or(0).min(steps);
-            for (lp, (z, &a)) in log_prob[..written]
-                .iter_mut()
-                .zip(param_a.chunks_exact(2).zip(&action_i[..written]))
-            {
-                *lp = Argmax2::<D>::log_prob(a, z[0], z[1]);
-            }
+            Argmax2::<D>::log_probs(&param_a[..2 * written], &action_i[..written], &mut log_prob[..written]);
             *batch_max_traj_id = (result.is_ok() && steps > 0).then_some(max_tid);
             return result;
         }

@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::dense::{dense_cols, to_cols};
-use super::logprob::{log_softmax2, log_softmax_at, normal_log_prob, wanted};
+use super::logprob::{log_softmax2, log_softmax2_batch, log_softmax_at, normal_log_prob, wanted};
 use super::record::{ParamsMut, RecordMut, Recorded};
 use super::tanh::{tanh, tanh_in_place};
 use super::{ActionsMut, ExplorationType, PolicyError, SamplerState, Weights};
@@ -792,11 +792,11 @@ impl<const D: usize> Argmax2<D> {
         ((z1 > z0) as i64, z0, z1)
     }
 
-    /// The log-probability of action `a` under logits `z0`, `z1` (as every path
-    /// records it; off the loop's dependency chain: nothing reads it back).
+    /// The log-probabilities of `actions` under their rows of two `logits` (as every
+    /// path records them), after the loop: off its dependency chain, and vectorised.
     #[inline(always)]
-    pub(crate) fn log_prob(a: i64, z0: f32, z1: f32) -> f32 {
-        log_softmax2(z0, z1, a as usize)
+    pub(crate) fn log_probs(logits: &[f32], actions: &[i64], out: &mut [f32]) {
+        log_softmax2_batch(logits, actions, out);
     }
 }
 

@@ -24,14 +24,72 @@ pub(super) fn log_softmax_at(z: &[f32], a: usize) -> f32 {
     ((f64::from(z[a]) - m) - s.ln()) as f32
 }
 
-/// [`log_softmax_at`] for two logits (the same value; one `exp`, as `exp(0) = 1`).
+/// [`log_softmax_at`] for two logits: `(z_a - m) - ln(1 + exp(-|z0 - z1|))`, in f64
+/// by [`ln_1p_exp_neg`] (branch-free, so that a batch of them vectorises: see
+/// [`log_softmax2_batch`]); within one f32 ulp of libm's `exp` and `ln_1p`.
 #[inline(always)]
-pub(super) fn log_softmax2(z0: f32, z1: f32, a: usize) -> f32 {
+pub(crate) fn log_softmax2(z0: f32, z1: f32, a: usize) -> f32 {
     let (z0, z1) = (f64::from(z0), f64::from(z1));
-    let m = z0.max(z1);
+    let d = (z0 - z1).abs();
+    // The taken action's logit less the larger one: 0 for the larger one.
     let za = if a == 0 { z0 } else { z1 };
-    let other = if z0 >= z1 { z1 } else { z0 };
-    ((za - m) - (1.0 + (other - m).exp()).ln()) as f32
+    ((za - z0.max(z1)) - ln_1p_exp_neg(d)) as f32
+}
+
+/// [`log_softmax2`] of every row of `logits` (two per row) for `actions`, into `out`:
+/// the compiled one-env loop's pass after its steps, several rows per instruction
+/// (AVX-512, AVX2 or AVX, picked at run time).
+#[multiversion::multiversion(targets("x86_64+avx512f", "x86_64+avx2", "x86_64+avx"))]
+pub(crate) fn log_softmax2_batch(logits: &[f32], actions: &[i64], out: &mut [f32]) {
+    for (lp, (z, &a)) in out.iter_mut().zip(logits.chunks_exact(2).zip(actions)) {
+        *lp = log_softmax2(z[0], z[1], a as usize);
+    }
+}
+
+/// `ln(1 + exp(-d))` for `d >= 0` (NaN for NaN), in f64 with no branch and no libm
+/// call: `exp` by range reduction to `|r| <= ln 2 / 2` and a degree-13 Taylor
+/// polynomial, `ln(1 + e)` as `2 atanh(e / (2 + e))` by its series (`e <= 1`, so the
+/// argument is at most 1/3 and 17 terms reach f64 precision).
+#[inline(always)]
+fn ln_1p_exp_neg(d: f64) -> f64 {
+    const LN2_HI: f64 = 6.931_471_803_691_238e-1;
+    const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
+    // exp(-700) is 1e-304: ln(1 + it) is it, far below what an f32 result can hold.
+    let t = -d.min(700.0);
+    let n = (t * std::f64::consts::LOG2_E - 0.5).ceil();
+    let r = (t - n * LN2_HI) - n * LN2_LO;
+    let mut p = 1.0 / 6_227_020_800.0; // 1/13!
+    for c in [
+        1.0 / 479_001_600.0,
+        1.0 / 39_916_800.0,
+        1.0 / 3_628_800.0,
+        1.0 / 362_880.0,
+        1.0 / 40_320.0,
+        1.0 / 5_040.0,
+        1.0 / 720.0,
+        1.0 / 120.0,
+        1.0 / 24.0,
+        1.0 / 6.0,
+        0.5,
+        1.0,
+        1.0,
+    ] {
+        p = p * r + c;
+    }
+    // 2^n, n in -1010..=0: the exponent field written directly.
+    let e = p * f64::from_bits(((n as i64 + 1023) as u64) << 52);
+    let s = e / (2.0 + e);
+    let u = s * s;
+    let mut q = 1.0 / 35.0;
+    for k in (0..17).rev() {
+        q = q * u + 1.0 / f64::from(2 * k + 1);
+    }
+    let v = 2.0 * s * q;
+    if d.is_nan() {
+        f64::NAN
+    } else {
+        v
+    }
 }
 
 /// Log-density of `x` under a normal of mean `loc` and std `scale`, in f64:
@@ -103,8 +161,51 @@ mod tests {
                 let m = f64::from(z0.max(z1));
                 let s = (f64::from(z0) - m).exp() + (f64::from(z1) - m).exp();
                 let za = f64::from(if a == 0 { z0 } else { z1 });
-                assert_eq!(log_softmax2(z0, z1, a), ((za - m) - s.ln()) as f32);
+                let want = ((za - m) - s.ln()) as f32;
+                assert!(
+                    (log_softmax2(z0, z1, a) - want).abs() <= want.abs() * 1.2e-7,
+                    "{z0} {z1} {a}"
+                );
             }
+        }
+    }
+
+    #[test]
+    fn two_logits_match_libm_over_the_whole_range() {
+        let mut z = 0.0f64;
+        while z < 800.0 {
+            for a in 0..2 {
+                let (z0, z1) = (z as f32, 0.0f32);
+                let libm = {
+                    let (z0, z1) = (f64::from(z0), f64::from(z1));
+                    let m = z0.max(z1);
+                    let za = if a == 0 { z0 } else { z1 };
+                    ((za - m) - (z0.min(z1) - m).exp().ln_1p()) as f32
+                };
+                let got = log_softmax2(z0, z1, a);
+                // Both round an f64 to f32: at most one f32 ulp apart (subnormals included).
+                let ulps = (i64::from(got.to_bits()) - i64::from(libm.to_bits())).abs();
+                assert!(got == libm || ulps <= 1, "{z} {a}: {got} vs {libm}");
+                assert_eq!(log_softmax2(z1, z0, 1 - a), got);
+            }
+            z = if z < 1.0 { z + 1e-3 } else { z * 1.01 };
+        }
+        assert_eq!(log_softmax2(0.0, 0.0, 0), -std::f32::consts::LN_2);
+        assert!(log_softmax2(f32::NAN, 0.0, 0).is_nan());
+        assert_eq!(log_softmax2(f32::INFINITY, 0.0, 1), f32::NEG_INFINITY);
+    }
+
+    #[test]
+    fn the_batch_pass_equals_one_row_at_a_time() {
+        let logits: Vec<f32> = (0..200).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.37).collect();
+        let actions: Vec<i64> = (0..100).map(|i| i % 2).collect();
+        let mut out = vec![0.0f32; 100];
+        log_softmax2_batch(&logits, &actions, &mut out);
+        for r in 0..100 {
+            assert_eq!(
+                out[r],
+                log_softmax2(logits[2 * r], logits[2 * r + 1], actions[r] as usize)
+            );
         }
     }
 
