@@ -14,10 +14,12 @@ python3 -c "import msgpack" 2>/dev/null || python3 -m pip install --quiet --disa
 # The Python node (python/node) in a venv of its own, with pytest: its pytest suite runs
 # below, and tests/tests/python_node.rs starts nodes with this venv's python. MuJoCo and
 # ale-py (Atari, ROMs included) from PyPI: the node's tests collect and replay their envs.
+# The node's `onnx` extra (onnxruntime, onnx) runs the `onnx` policy; torch (from PyPI, used
+# on the CPU only; pip's cache keeps its wheels) exports the models its tests run.
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check ./python/node pytest "gymnasium[mujoco]" ale-py
+.venv/bin/python -m pip install --quiet --disable-pip-version-check "./python/node[onnx]" pytest "gymnasium[mujoco]" ale-py torch
 
 # A real one-node SLURM cluster for tests/tests/slurm.rs (idempotent, fast when up).
 ./scripts/slurm-local.sh
@@ -55,6 +57,7 @@ python3 scripts/check-imports.py
 cargo nextest run --workspace --profile ci
 cargo test --workspace --doc
 # The Python module's tests (the process-launcher test starts the release binary),
-# then the Python node's against a scripted trainer.
+# then the Python node's against a scripted trainer (and the onnx policy's against the
+# release binary).
 ROLLOUT_BIN="$PWD/target/release/rollout" .venv/bin/python -m pytest -q python/collector/tests
-.venv/bin/python -m pytest -q python/node/tests
+ROLLOUT_BIN="$PWD/target/release/rollout" .venv/bin/python -m pytest -q python/node/tests

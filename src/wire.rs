@@ -34,6 +34,10 @@ pub const PROTOCOL_VERSION: u32 = 4;
 pub const OLDEST_PROTOCOL_VERSION: u32 = 3;
 /// Default largest frame body accepted, in bytes (256 MiB).
 pub const DEFAULT_MAX_FRAME: usize = 256 << 20;
+/// Room a `welcome` needs beside its policy's model and weights (the node spec, env
+/// config, timings): what the trainer allows for when it checks that an ONNX model's
+/// `welcome` fits the node's read limit (PROTOCOL.md §4).
+pub const WELCOME_SLACK: usize = 64 << 10;
 /// Largest frame body the trainer accepts before `welcome` (4 KiB): `hello` and
 /// `auth` are a few dozen bytes, and anyone who can reach the port may send them,
 /// so nothing before login costs more than this (PROTOCOL.md §1, §4).

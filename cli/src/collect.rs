@@ -7,11 +7,11 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use rollout::Weights;
+use rollout::{PolicyConfig, Weights};
 use rollout_actors::{Collected, DistributedCollector};
 
 use crate::collect_args::CollectArgs;
-use crate::collect_build::build;
+use crate::collect_build::{build, policy_config};
 use crate::failure::{usage, Failure};
 use crate::output::{frames_of, BatchLine, Data, Record, Summary};
 use crate::resume;
@@ -59,10 +59,11 @@ pub(crate) fn collect(args: &CollectArgs) -> Result<(), Failure> {
         }
     };
     let before = resumed.as_ref().map_or(0, |r| r.collector.trainer.frames_yielded);
-    let mut collector = build(args, resumed.map(|r| r.collector))?;
+    let policy = policy_config(args, resumed.as_ref().and_then(|r| r.policy.as_ref()))?;
+    let mut collector = build(args, resumed.map(|r| r.collector), policy.clone())?;
     let pb = progress_bar(args);
     pb.set_position(before);
-    let run = run(args, &mut collector, output.as_mut(), &pb);
+    let run = run(args, &policy, &mut collector, output.as_mut(), &pb);
     pb.finish_and_clear();
     let flushed = match output.as_mut() {
         Some(w) => w.flush().context("writing the output file"),
@@ -94,6 +95,7 @@ pub(crate) fn collect(args: &CollectArgs) -> Result<(), Failure> {
 /// Collects until the collector is done; returns (frames, batches, seconds).
 fn run(
     args: &CollectArgs,
+    policy: &PolicyConfig,
     collector: &mut DistributedCollector,
     mut output: Option<&mut BufWriter<File>>,
     pb: &ProgressBar,
@@ -147,9 +149,16 @@ fn run(
                     None => None,
                 };
                 let collector = collector.checkpoint().context("taking a checkpoint")?;
-                resume::CollectCheckpoint { collector, output_len }
-                    .save(path)
-                    .context("saving the checkpoint")?;
+                // An ONNX model is not in the collector's checkpoint (its weights are):
+                // the file keeps it, so a resumed run needs no `--policy-file`.
+                let policy = matches!(policy, PolicyConfig::Onnx { .. }).then(|| policy.clone());
+                resume::CollectCheckpoint {
+                    collector,
+                    output_len,
+                    policy,
+                }
+                .save(path)
+                .context("saving the checkpoint")?;
             }
         }
         pb.inc(n);

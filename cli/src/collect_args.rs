@@ -19,6 +19,8 @@ pub(crate) enum PolicyKind {
     Mlp,
     /// Every action is `--value`.
     Constant,
+    /// A network exported as ONNX (`--policy-file`, `--onnx-head`).
+    Onnx,
 }
 
 /// `--exploration-type`.
@@ -83,6 +85,13 @@ pub(crate) struct CollectArgs {
     /// Hidden layer widths of `--policy mlp` [default: 64,64].
     #[arg(long, value_delimiter = ',', value_name = "W,W,..")]
     pub(crate) hidden: Option<Vec<usize>>,
+    /// The `.onnx` file of `--policy onnx` (e.g. exported from PyTorch).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) policy_file: Option<PathBuf>,
+    /// How `--policy onnx`'s outputs give the action: categorical (`logits`), normal
+    /// (`loc` and `scale` or `log_std`), tanh_normal, or deterministic (`action`).
+    #[arg(long, value_name = "HEAD")]
+    pub(crate) onnx_head: Option<String>,
     /// Action value of `--policy constant` [default: 1].
     #[arg(long, value_name = "X", allow_negative_numbers = true)]
     pub(crate) value: Option<f32>,

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use rollout::policy::OnnxHead;
 use rollout::space::{EnvSpecs, Space};
 use rollout::{EnvSpec, ExplorationType, PolicyConfig};
 use rollout_actors::remote::{read_token, JoinError};
@@ -11,12 +12,52 @@ use crate::collect_args::{CollectArgs, Exploration, PolicyKind};
 use crate::failure::{build_failure, usage, Failure};
 use crate::LauncherKind;
 
-fn policy_config(args: &CollectArgs) -> Result<PolicyConfig, Failure> {
+/// The run's policy from the flags; for `--policy onnx` without `--policy-file` on
+/// `--resume`, the model the checkpoint holds (a file given must be that model).
+pub(crate) fn policy_config(args: &CollectArgs, held: Option<&PolicyConfig>) -> Result<PolicyConfig, Failure> {
+    if args.policy == PolicyKind::Onnx && args.policy_file.is_none() {
+        if let Some(PolicyConfig::Onnx { model, .. }) = held {
+            let head = match args.onnx_head.as_deref() {
+                Some(name) => OnnxHead::from_name(name).ok_or_else(|| {
+                    usage(
+                        "onnx_head",
+                        format!("`{name}` is not one of categorical, normal, tanh_normal, deterministic"),
+                    )
+                })?,
+                None => return Err(usage("onnx_head", "required by `--policy onnx`")),
+            };
+            return Ok(PolicyConfig::Onnx {
+                model: model.clone(),
+                head,
+            });
+        }
+    }
+    let config = flags_policy(args)?;
+    if let (PolicyConfig::Onnx { model, .. }, Some(PolicyConfig::Onnx { model: old, .. })) = (&config, held) {
+        if model != old {
+            return Err(usage(
+                "policy_file",
+                "not the model the checkpoint was taken with (leave --policy-file out to use the checkpoint's)",
+            ));
+        }
+    }
+    Ok(config)
+}
+
+fn flags_policy(args: &CollectArgs) -> Result<PolicyConfig, Failure> {
     if args.hidden.is_some() && args.policy != PolicyKind::Mlp {
         return Err(usage("hidden", "only used by `--policy mlp`"));
     }
     if args.value.is_some() && args.policy != PolicyKind::Constant {
         return Err(usage("value", "only used by `--policy constant`"));
+    }
+    if args.policy != PolicyKind::Onnx {
+        if args.policy_file.is_some() {
+            return Err(usage("policy_file", "only used by `--policy onnx`"));
+        }
+        if args.onnx_head.is_some() {
+            return Err(usage("onnx_head", "only used by `--policy onnx`"));
+        }
     }
     Ok(match args.policy {
         PolicyKind::Random => PolicyConfig::Random,
@@ -35,7 +76,29 @@ fn policy_config(args: &CollectArgs) -> Result<PolicyConfig, Failure> {
             }
             PolicyConfig::Constant { value }
         }
+        PolicyKind::Onnx => onnx_config(args)?,
     })
+}
+
+/// `--policy onnx`: the file read and parsed once, here, before any node starts.
+fn onnx_config(args: &CollectArgs) -> Result<PolicyConfig, Failure> {
+    let path = args
+        .policy_file
+        .as_ref()
+        .ok_or_else(|| usage("policy_file", "required by `--policy onnx`"))?;
+    let name = args.onnx_head.as_deref().ok_or_else(|| {
+        usage(
+            "onnx_head",
+            "required by `--policy onnx`: categorical, normal, tanh_normal or deterministic",
+        )
+    })?;
+    let head = OnnxHead::from_name(name).ok_or_else(|| {
+        usage(
+            "onnx_head",
+            format!("`{name}` is not one of categorical, normal, tanh_normal, deterministic"),
+        )
+    })?;
+    PolicyConfig::onnx_file(path, head).map_err(|e| usage("policy_file", format!("{}: {e}", path.display())))
 }
 
 /// `SECS` of flag `field` as a duration, longer than zero.
@@ -156,6 +219,7 @@ fn env_spec(arg: &str) -> Result<EnvSpecs, Failure> {
 pub(crate) fn build(
     args: &CollectArgs,
     resume: Option<rollout::checkpoint::Checkpoint>,
+    policy: PolicyConfig,
 ) -> Result<DistributedCollector, Failure> {
     let config = match &args.env_config {
         None => serde_json::Value::Null,
@@ -188,7 +252,7 @@ pub(crate) fn build(
     let env_specs = args.env_spec.as_deref().map(env_spec).transpose()?;
     let mut b = DistributedCollector::builder()
         .env(env)
-        .policy(policy_config(args)?)
+        .policy(policy)
         .envs_per_node(args.envs_per_node)
         .envs_per_worker(args.envs_per_worker)
         .frames_per_batch(args.frames_per_batch)

@@ -150,7 +150,10 @@ fn one_line(s: &str) -> String {
 }
 
 fn init_tracing() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    // tract warns, at every parse of an ONNX model, that an opset above 18 is untested;
+    // the trainer checks the model before any node starts and a node that cannot run it
+    // fails naming the op, so that warning only repeats itself.
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn,tract_onnx=error"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(io::stderr)

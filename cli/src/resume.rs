@@ -8,6 +8,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context as _};
 use rollout::checkpoint::{decode_file, encode_file, Checkpoint};
+use rollout::PolicyConfig;
 use rollout_actors::checkpoint_file::write_atomic;
 use serde::{Deserialize, Serialize};
 
@@ -23,6 +24,10 @@ pub struct CollectCheckpoint {
     pub collector: Checkpoint,
     /// Bytes of the `--output` file holding exactly the batches yielded so far.
     pub output_len: Option<u64>,
+    /// The policy, when the flags alone cannot rebuild it: an `onnx` policy's model
+    /// (its weights are in `collector`).
+    #[serde(default)]
+    pub policy: Option<PolicyConfig>,
 }
 
 impl CollectCheckpoint {

@@ -19,6 +19,7 @@ mod dense;
 mod linear;
 mod logprob;
 mod mlp;
+mod onnx;
 mod random;
 mod record;
 mod tanh;
@@ -27,6 +28,7 @@ pub(crate) use common::Argmax2;
 pub use constant::Constant;
 pub use linear::Linear;
 pub use mlp::Mlp;
+pub use onnx::{OnnxBytes, OnnxError, OnnxHead, OnnxModel, OnnxPolicy, WeightMode, MAX_MODEL_BYTES};
 pub use random::RandomPolicy;
 pub use record::{ParamsMut, RecordMut, Recorded};
 /// The built-in networks' `tanh` (docs/policies.md), vectorised, in place: for
@@ -145,6 +147,9 @@ pub enum PolicyError {
     /// A sampler state that does not fit this policy.
     #[error("bad sampler state: {0}")]
     Checkpoint(String),
+    /// An ONNX model that cannot serve, or what it produced; names the tensor.
+    #[error(transparent)]
+    Onnx(#[from] OnnxError),
 }
 
 /// Where a policy's sampling generator stands, for a checkpoint: the ChaCha8 position
@@ -321,9 +326,39 @@ pub enum PolicyConfig {
         #[serde(default = "one")]
         value: f32,
     },
+    /// A network exported as ONNX (e.g. from PyTorch), run with tract; its weights are
+    /// the model's f32 initializers by name. See docs/policies.md.
+    Onnx {
+        /// The `.onnx` file (a msgpack `bin` on the wire).
+        model: OnnxModel,
+        /// How its outputs parameterise the action distribution.
+        head: OnnxHead,
+    },
 }
 
 impl PolicyConfig {
+    /// The `onnx` policy of the model in file `path`, read and parsed now (a file that
+    /// is not ONNX, over [`MAX_MODEL_BYTES`], or with an op tract cannot run is an error
+    /// here, before any node starts; the fit to the env's specs is checked when the
+    /// policy is built for them).
+    pub fn onnx_file(path: impl AsRef<std::path::Path>, head: OnnxHead) -> Result<PolicyConfig, OnnxError> {
+        let path = path.as_ref();
+        let size = std::fs::metadata(path)
+            .map_err(|e| OnnxError::NotOnnx(format!("cannot read it: {e}")))?
+            .len();
+        if size > MAX_MODEL_BYTES as u64 {
+            return Err(OnnxError::TooLarge {
+                size: usize::try_from(size).unwrap_or(usize::MAX),
+                limit: MAX_MODEL_BYTES,
+            });
+        }
+        let bytes = std::fs::read(path).map_err(|e| OnnxError::NotOnnx(format!("cannot read it: {e}")))?;
+        Ok(PolicyConfig::Onnx {
+            model: OnnxModel::parse(bytes)?,
+            head,
+        })
+    }
+
     /// What a policy of this kind records beside its actions for this action spec:
     /// the batch layout's extra keys, known to the trainer before any node runs.
     pub fn recorded(&self, action: &Spec) -> Recorded {
@@ -336,6 +371,7 @@ impl PolicyConfig {
             (PolicyConfig::Linear | PolicyConfig::Mlp { .. }, Spec::Box { low, .. }) => {
                 Recorded::Normal { d: low.len() }
             }
+            (PolicyConfig::Onnx { head, .. }, action) => onnx::recorded(*head, action),
         }
     }
 }
@@ -377,6 +413,7 @@ impl PolicySpec {
             PolicyConfig::Linear => Box::new(Linear::new(obs, action, self.init_seed, seed)?),
             PolicyConfig::Mlp { hidden } => Box::new(Mlp::new(obs, action, hidden, self.init_seed, seed)?),
             PolicyConfig::Constant { value } => Box::new(Constant::new(action, *value)?),
+            PolicyConfig::Onnx { model, head } => Box::new(OnnxPolicy::new(model, *head, obs, action, seed)?),
         };
         p.set_exploration(self.exploration);
         Ok(p)

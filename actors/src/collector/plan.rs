@@ -8,7 +8,7 @@ use rollout::machine::{RequestDeadlines, TrainerConfig, TrainerMachine};
 use rollout::node_spec::NodeSpec;
 use rollout::rollout::{batch_layout, layout_difference, BatchLayout, RolloutConfig};
 use rollout::space::EnvSpecs;
-use rollout::{EnvSpec, PolicySpec, Weights};
+use rollout::{EnvSpec, PolicyConfig, PolicySpec, Weights};
 
 use super::settings::{Settings, DEFAULT_BATCH_TIMEOUT, DEFAULT_REQUEST_TIMEOUT};
 use crate::delivery::Delivery;
@@ -122,6 +122,7 @@ impl Settings {
             }
         }
         cfg.validate()?;
+        self.check_onnx_model()?;
         let mut policies = Vec::with_capacity(n);
         let mut layouts: Vec<Option<BatchLayout>> = Vec::with_capacity(n);
         let mut sources = Vec::with_capacity(n);
@@ -309,6 +310,39 @@ impl Settings {
             ));
         }
         Ok(max)
+    }
+
+    /// An ONNX policy's model is read and checked here, once, before any node starts:
+    /// it parses, tract runs its ops, and a remote node's `welcome` (the model, plus
+    /// version 0 of the weights) fits both `max_frame` and the node's read limit.
+    fn check_onnx_model(&self) -> Result<(), CollectError> {
+        let PolicyConfig::Onnx { model, .. } = &self.policy.config else {
+            return Ok(());
+        };
+        let weights = model
+            .initial_weights()
+            .map_err(|e| config_error("policy", e.to_string()))?;
+        if self.launcher == Launcher::Local {
+            return Ok(());
+        }
+        let welcome = model
+            .bytes()
+            .len()
+            .saturating_add(rollout::wire::update_weights_len(&weights))
+            .saturating_add(rollout::wire::WELCOME_SLACK);
+        let max = self.max_frame.min(rollout::wire::DEFAULT_MAX_FRAME);
+        if welcome > max {
+            return Err(config_error(
+                "max_frame",
+                format!(
+                    "the ONNX model ({} bytes) and its weights make a welcome of about {welcome} bytes, over the \
+                     limit of {max} (max_frame, and the {} a node reads)",
+                    model.bytes().len(),
+                    rollout::wire::DEFAULT_MAX_FRAME
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Remote node `i`'s frames fit in `max_frame`: its weight updates, and its batches
@@ -703,5 +737,41 @@ mod tests {
             "{}",
             e.reason
         );
+    }
+
+    fn onnx(bytes: Vec<u8>) -> rollout::PolicyConfig {
+        rollout::PolicyConfig::Onnx {
+            model: rollout::policy::OnnxModel::new(bytes),
+            head: rollout::policy::OnnxHead::Categorical,
+        }
+    }
+
+    fn fixture(name: &str) -> Vec<u8> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/onnx");
+        std::fs::read(dir.join(name)).expect("fixture")
+    }
+
+    #[test]
+    fn an_onnx_model_is_checked_before_any_node_starts() {
+        // Not ONNX: refused naming the policy, for an env only the nodes know too.
+        for env in ["CartPole-v1", "OnlyTheNodesKnow-v0"] {
+            let e = config_error_of(builder(env, Launcher::Process).policy(onnx(b"not a model".to_vec())));
+            assert_eq!(e.field, "policy", "{env}: {}", e.reason);
+            assert!(e.reason.contains("not an ONNX model"), "{}", e.reason);
+        }
+        // Another env's model: refused naming the tensor.
+        let e = config_error_of(builder("CartPole-v1", Launcher::Local).policy(onnx(fixture("pendulum_normal.onnx"))));
+        assert_eq!(e.field, "policy");
+        assert!(e.reason.contains("input `observation`"), "{}", e.reason);
+        // A welcome (model and weights) over max_frame.
+        let b = builder("CartPole-v1", Launcher::Process)
+            .policy(onnx(fixture("cartpole_categorical.onnx")))
+            .max_frame(32 << 10);
+        let e = config_error_of(b);
+        assert_eq!(e.field, "max_frame");
+        assert!(e.reason.contains("welcome"), "{}", e.reason);
+        // The same model fits the default limit.
+        let b = builder("CartPole-v1", Launcher::Process).policy(onnx(fixture("cartpole_categorical.onnx")));
+        assert!(b.settings().plan_run().is_ok());
     }
 }

@@ -165,7 +165,10 @@ class DistributedCollector:
     JSON-able dict), ``env_spec`` (the env's spaces declared, a dict as PROTOCOL.md §3
     writes them, ``{"observation": {...}, "action": {...}}``: nodes are checked against
     them), ``policy`` (a
-    kind or a config dict; default ``"linear"``), ``policy_init_seed``, ``nodes``
+    kind or a config dict; default ``"linear"``; ``"onnx"`` runs the model in
+    ``policy_file``, e.g. exported from PyTorch, with ``onnx_head`` one of
+    ``"categorical"``, ``"normal"``, ``"tanh_normal"``, ``"deterministic"``: see
+    docs/policies.md), ``policy_init_seed``, ``nodes``
     (default 1), elastic membership (``min_nodes``, ``max_nodes``: an async run of
     the ``"external"`` launcher that starts once ``min_nodes`` joined, takes nodes
     that join while it runs up to ``max_nodes`` and lets nodes leave; instead of
@@ -219,6 +222,8 @@ class DistributedCollector:
         node_command: Optional[Sequence[str]] = None,
         resume: Optional[Mapping[str, Any]] = None,
         policy_init_seed: Optional[int] = None,
+        policy_file: Optional[str] = None,
+        onnx_head: Optional[str] = None,
         min_nodes: Optional[int] = None,
         max_nodes: Optional[int] = None,
         nan_is_failure: Optional[bool] = None,
@@ -313,6 +318,8 @@ class DistributedCollector:
             token=token,
             resume=checkpoint,
             policy_init_seed=policy_init_seed,
+            policy_file=os.fspath(policy_file) if policy_file is not None else None,
+            onnx_head=onnx_head,
             min_nodes=min_nodes,
             max_nodes=max_nodes,
             nan_is_failure=nan_is_failure,

@@ -10,6 +10,7 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use rollout::checkpoint::Checkpoint;
+use rollout::policy::OnnxHead;
 use rollout::{EnvSpec, ExplorationType, PolicyConfig, PolicySpec};
 use rollout_actors::{CollectorBuilder, Launcher, NodeOverrides, SlurmOptions};
 
@@ -56,6 +57,37 @@ fn type_name(v: &Bound<'_, PyAny>) -> String {
         .name()
         .map(|n| n.to_string())
         .unwrap_or_else(|_| "?".into())
+}
+
+/// The policy of `json` (a config dict as JSON); `policy="onnx"` reads `policy_file`
+/// now, with `onnx_head`, so a bad model is refused before any node starts.
+fn policy_config(json: &str, policy_file: Option<PathBuf>, onnx_head: Option<String>) -> PyResult<PolicyConfig> {
+    let value: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| config_error("policy", format!("not a policy config: {e}")))?;
+    if value.get("kind").and_then(|k| k.as_str()) != Some("onnx") {
+        if policy_file.is_some() {
+            return Err(config_error("policy_file", "only used with policy=\"onnx\""));
+        }
+        if onnx_head.is_some() {
+            return Err(config_error("onnx_head", "only used with policy=\"onnx\""));
+        }
+        return serde_json::from_value::<PolicyConfig>(value)
+            .map_err(|e| config_error("policy", format!("not a policy config: {e}")));
+    }
+    let path = policy_file.ok_or_else(|| config_error("policy_file", "required by policy=\"onnx\": the .onnx file"))?;
+    let name = onnx_head.ok_or_else(|| {
+        config_error(
+            "onnx_head",
+            "required by policy=\"onnx\": categorical, normal, tanh_normal or deterministic",
+        )
+    })?;
+    let head = OnnxHead::from_name(&name).ok_or_else(|| {
+        config_error(
+            "onnx_head",
+            format!("{name:?} is not one of categorical, normal, tanh_normal, deterministic"),
+        )
+    })?;
+    PolicyConfig::onnx_file(&path, head).map_err(|e| config_error("policy_file", format!("{}: {e}", path.display())))
 }
 
 /// An exploration type by torchrl's names (`random`, `deterministic`, `mode`, `mean`).
@@ -156,9 +188,12 @@ pub(crate) fn builder(dict: Bound<'_, PyDict>) -> PyResult<CollectorBuilder> {
         b = b.env_spec(specs);
     }
     let mut policy = PolicySpec::default();
+    let policy_file = s.take::<PathBuf>("policy_file", "a path")?;
+    let onnx_head = s.take::<String>("onnx_head", "a string")?;
     if let Some(json) = s.take::<String>("policy", "a JSON policy config")? {
-        policy.config = serde_json::from_str::<PolicyConfig>(&json)
-            .map_err(|e| config_error("policy", format!("not a policy config: {e}")))?;
+        policy.config = policy_config(&json, policy_file, onnx_head)?;
+    } else if policy_file.is_some() || onnx_head.is_some() {
+        return Err(config_error("policy_file", "only used with policy=\"onnx\""));
     }
     if let Some(seed) = s.take("policy_init_seed", "an integer")? {
         policy.init_seed = seed;

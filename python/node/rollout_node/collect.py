@@ -9,6 +9,7 @@ that raises is rebuilt alone (reseeded with the documented restart seed, its ids
 the ones it delivered) and its row of the batch collected again; the other rows keep theirs.
 """
 
+import dataclasses
 import time
 
 import gymnasium as gym
@@ -127,6 +128,9 @@ class Workers:
         self.base_seed = self.seed
         _import_for(self.env_name)
         try:
+            #: Episodes are truncated after this many steps (None: never), as gymnasium's
+            #: ``TimeLimit`` would; the node applies it (see :func:`_make`).
+            self.time_limit = time_limit(self.env_name, config)
             self.vec = gym.vector.SyncVectorEnv(
                 [self._factory(k) for k in range(self.E)],
                 autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
@@ -170,6 +174,15 @@ class Workers:
         pol = spec.get("policy") or {}
         config = pol.get("config") if isinstance(pol.get("config"), dict) else {}
         kind = config.get("kind")
+        #: The onnx policy takes every observation leaf (a model input each), as it is.
+        self._all_leaves = kind == "onnx"
+        if self._all_leaves:  # onnxruntime is imported only for it
+            from .onnx_policy import OnnxPolicy
+
+            self._cast = False
+            self.policy = OnnxPolicy(pol, self.leaves, self.action, (self.seed * _GOLDEN) & _MASK64 ^ 1)
+            self.recorded = self.policy.recorded_layout()
+            return
         spaces.check_policy(kind, self.specs)
         weighted = kind in spaces.WEIGHTED
         self.obs_dim = self.leaves[0].shape[0] if weighted else None
@@ -181,7 +194,7 @@ class Workers:
 
     def _factory(self, k):
         name, config = self.env_name, self.config
-        return lambda: _Blame(gym.make(name, **config), k)
+        return lambda: _Blame(_make(name, config), k)
 
     def layout(self):
         """The ``ready`` layout: each key's dtype and feature shape (``EnvSpecs::batch_layout``),
@@ -258,14 +271,17 @@ class Workers:
         within its ``init_random_frames``, the policy's otherwise. ``stepped``: frames each
         row collected since ``frames`` was last brought up to date (the fast loop's)."""
         obs = self.cur[0] if rows is None else self.cur[0][rows]
+        k = obs.shape[0]
         if self._cast:  # a network's forward pass is f32
             obs = obs.astype(np.float32)
+        if self._all_leaves:
+            obs = self.cur if rows is None else [c[rows] for c in self.cur]
         if not self.init_random:
             return self.policy.act_recording(obs)
         frames = self._worker_frames(self.frames + stepped)
         random = (frames if rows is None else frames[rows]) < self.init_random
         if random.all():
-            return random_actions(self.action, self.policy.rng, obs.shape[0]), self._random_record(obs.shape[0])
+            return random_actions(self.action, self.policy.rng, k), self._random_record(k)
         acts, rec = self.policy.act_recording(obs)
         if random.any():
             n = int(random.sum())
@@ -382,6 +398,7 @@ class Workers:
         leaves = self.leaves
         nan = self.nan_is_failure
         max_traj = self.max_traj
+        limit = self.time_limit
         envs = [e.env if isinstance(e, _Blame) else e for e in self.vec.envs]
         steps = [e.step for e in envs]
         resets = [e.reset for e in envs]
@@ -428,11 +445,15 @@ class Workers:
                             c[t] = x
                         nxs = [c[t] for c in c_next]
                     rw, te_t, tr_t = c_rew[t], c_term[t], c_trunc[t]
+                    # Rows whose step reaches the time limit (`step_count` is the steps before it).
+                    at_limit = None if limit is None else self.step_count + 1 >= limit
                     for k in rows:
                         try:
                             o, r, te, tr, _ = steps[k](acts[k])
                         except Exception as e:
                             raise _EnvFailed(k, e) from e
+                        if at_limit is not None and at_limit[k]:
+                            tr = True
                         if single:
                             nx[k] = o
                         else:
@@ -547,7 +568,8 @@ class Workers:
         sc = int(self.step_count[k])
         te = bool(te)
         cut = self.max_traj is not None and sc + 1 >= self.max_traj and not te
-        trunc = bool(tr) or cut
+        timed_out = self.time_limit is not None and sc + 1 >= self.time_limit
+        trunc = bool(tr) or cut or timed_out
         end = te or trunc
         b["next.reward"][k, t, 0] = np.float32(r)
         b["next.terminated"][k, t, 0] = te
@@ -633,16 +655,29 @@ def _set_rng_state(gen, r):
         raise CheckpointError(f"a generator state this node did not write: {e}") from None
 
 
-def _wrappers(env):
-    """The wrappers of ``env``, outermost first."""
-    while isinstance(env, gym.Wrapper):
-        yield env
-        env = env.env
+def _make(name, config):
+    """``gym.make(name, **config)`` without the wrappers that keep state in private
+    attributes (``TimeLimit``, ``OrderEnforcing``, the env checker): the node counts an
+    episode's steps itself (``step_count``) and truncates at :func:`time_limit`, so a
+    checkpoint reads and restores nothing of gymnasium's internals."""
+    kwargs = {k: v for k, v in config.items() if k != "max_episode_steps"}
+    spec = dataclasses.replace(gym.spec(name), max_episode_steps=None, order_enforce=False)
+    return gym.make(spec, disable_env_checker=True, **kwargs)
 
 
-def _env_snapshot(env):
+def time_limit(name, config):
+    """The steps after which an episode is truncated: ``max_episode_steps`` of the config,
+    else of the env's registration (what ``gym.make``'s ``TimeLimit`` would apply); None
+    for no limit."""
+    limit = config.get("max_episode_steps", gym.spec(name).max_episode_steps)
+    return None if limit is None else int(limit)
+
+
+def _env_snapshot(env, elapsed):
     """``EnvSnapshot`` of a gymnasium env whose whole state is ``unwrapped.state`` and its
-    ``np_random`` (the classic-control envs); CheckpointError for any other."""
+    ``np_random`` (the classic-control envs), ``elapsed`` steps into its episode (the node's
+    own count: the env has no ``TimeLimit``, see :func:`_make`); CheckpointError for any
+    other."""
     u = env.unwrapped
     state = getattr(u, "state", None)
     try:
@@ -654,10 +689,6 @@ def _env_snapshot(env):
             f"env `{u.spec.id if u.spec else type(u).__name__}` keeps no `state` array this node can save "
             "(the Python node checkpoints envs whose whole state is `unwrapped.state`, as classic control's)"
         )
-    elapsed = 0
-    for w in _wrappers(env):
-        if isinstance(w, gym.wrappers.TimeLimit):
-            elapsed = int(w._elapsed_steps or 0)
     beyond = getattr(u, "steps_beyond_terminated", None)
     return {"state": values, "elapsed_steps": elapsed, "needs_reset": beyond is not None, "rng": _rng_state(u.np_random)}
 
@@ -668,7 +699,7 @@ def _env_restore(env, snap):
         raise CheckpointError("this env keeps no `state` array")
     try:
         values = np.asarray(snap["state"], np.float64)
-        elapsed = int(snap["elapsed_steps"])
+        int(snap["elapsed_steps"])  # the node's step_count, restored with the episode
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"an env state this node did not write: {e}") from None
     if snap.get("rng") is None:
@@ -677,15 +708,6 @@ def _env_restore(env, snap):
     u.state = values
     if hasattr(u, "steps_beyond_terminated"):
         u.steps_beyond_terminated = 0 if snap.get("needs_reset") else None
-    for w in _wrappers(env):
-        if isinstance(w, gym.wrappers.TimeLimit):
-            w._elapsed_steps = elapsed
-        # The wrappers' "reset first" bookkeeping: a restored env is in an episode.
-        if hasattr(w, "_has_reset"):
-            w._has_reset = True
-        for flag in ("checked_reset", "checked_step", "checked_data_reuse"):
-            if hasattr(w, flag):
-                setattr(w, flag, True)
 
 
 def snapshot(workers):
@@ -701,7 +723,7 @@ def snapshot(workers):
     for g in range(w.E // w.K):
         rows = range(g * w.K, (g + 1) * w.K)
         envs = [{
-            "name": w.env_name, "env": _env_snapshot(w.vec.envs[k]),
+            "name": w.env_name, "env": _env_snapshot(w.vec.envs[k], int(w.step_count[k])),
             "obs": [float(v) for v in w.cur[0][k].reshape(-1)], "traj_id": int(w.traj_id[k]),
             "step_count": int(w.step_count[k]), "needs_reset": bool(w.needs_reset[k]),
             "pending_seed": w.pending_seed[k], "ids": {"next": int(w.next_id[k]), "stride": int(w.lanes)},

@@ -48,6 +48,7 @@ fn policy_name(p: &PolicySpec) -> &'static str {
         PolicyConfig::Linear => "linear",
         PolicyConfig::Mlp { .. } => "mlp",
         PolicyConfig::Constant { .. } => "constant",
+        PolicyConfig::Onnx { .. } => "onnx",
     }
 }
 

@@ -1,0 +1,189 @@
+//! The `onnx` policy against the built-in `mlp` of the same shape, in one run.
+//!
+//! (1) Weight modes: a 1,000-frame batch (at K = 1 and K = 16 rows per call) after a new
+//!     weight version, with the initializers fed as model inputs against the plan rebuilt
+//!     once per version; for the 64-64 model and, when present, the 10 M-parameter one.
+//! (2) Collection: `Rollout` on CartPole-v1 with the 64-64 tanh MLP torch exported
+//!     (tests/fixtures/onnx/cartpole_tanh_mlp_64.onnx) against the built-in
+//!     `mlp --hidden 64,64`, K = 1 and 16 envs per policy call, deterministic, alternating
+//!     rounds; ns per frame and built-in / onnx (the target is >= 0.8).
+//! (3) A 10 M-parameter update on the node: the `update_weights` tensors decoded from
+//!     MessagePack, handed to the policy (`set_shared_weights`), then one action, ONNX
+//!     against the built-in `mlp --hidden 3162,3162` (target <= 1.2). Needs the model:
+//!     `python scripts/export-test-models.py --big /tmp/rollout-onnx` and
+//!     `ROLLOUT_ONNX_BIG=/tmp/rollout-onnx/cartpole_tanh_mlp_3162.onnx`.
+//!
+//! Run: `cargo bench -p rollout-benches --bench onnx`.
+
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rollout::env::{CartPole, CartPoleConfig};
+use rollout::policy::{ActionsMut, Mlp, OnnxHead, OnnxModel, OnnxPolicy, Policy, WeightMode};
+use rollout::rollout::{Rollout, RolloutConfig, TrajIds};
+use rollout::{Env, ExplorationType, Spec, Weights};
+
+/// How long each collection measurement runs.
+const WINDOW: Duration = Duration::from_millis(500);
+
+fn specs() -> (Spec, Spec) {
+    (
+        Spec::uniform_box(4, f32::NEG_INFINITY, f32::INFINITY),
+        Spec::Discrete { n: 2 },
+    )
+}
+
+fn model(path: &PathBuf) -> OnnxModel {
+    OnnxModel::parse(std::fs::read(path).expect("model file")).expect("model")
+}
+
+fn onnx(model: &OnnxModel, mode: WeightMode) -> OnnxPolicy {
+    let (obs, act) = specs();
+    let mut p = OnnxPolicy::with_mode(model, OnnxHead::Categorical, &obs, &act, 1, mode).expect("policy");
+    p.set_exploration(ExplorationType::Deterministic);
+    p
+}
+
+fn mlp(hidden: &[usize]) -> Mlp {
+    let (obs, act) = specs();
+    let mut p = Mlp::new(&obs, &act, hidden, 0, 1).expect("mlp");
+    p.set_exploration(ExplorationType::Deterministic);
+    p
+}
+
+/// The same tensors, other values and a new version (so a policy cannot skip them).
+fn bumped(w: &Weights, version: u64) -> Weights {
+    let mut w = w.clone().with_version(version);
+    for t in w.tensors.values_mut() {
+        if let rollout::Tensor::F32(a) = t {
+            a.mapv_inplace(|v| v * 0.999);
+        }
+    }
+    w
+}
+
+/// Seconds for one weight version then 1,000 frames in calls of `k` rows.
+fn batch_after_update(p: &mut dyn Policy, w: &Arc<Weights>, k: usize) -> f64 {
+    let obs: Vec<f32> = (0..k * 4).map(|i| ((i * 37 % 101) as f32 / 50.0 - 1.0) * 0.1).collect();
+    let mut a = vec![0i64; k];
+    let start = Instant::now();
+    p.set_shared_weights(w).expect("update");
+    for _ in 0..1000 / k {
+        p.act(black_box(&obs), k, ActionsMut::Discrete(&mut a)).expect("act");
+    }
+    black_box(&a);
+    start.elapsed().as_secs_f64()
+}
+
+fn weight_modes(name: &str, m: &OnnxModel, rounds: usize) {
+    for k in [1usize, 16] {
+        let (mut inputs, mut rebuild) = (Vec::new(), Vec::new());
+        let mut pi = onnx(m, WeightMode::Inputs);
+        let mut pr = onnx(m, WeightMode::Rebuild);
+        let base = pi.weights().clone();
+        for r in 0..rounds {
+            let w = Arc::new(bumped(&base, r as u64 + 1));
+            inputs.push(batch_after_update(&mut pi, &w, k));
+            rebuild.push(batch_after_update(&mut pr, &w, k));
+        }
+        let (i, b) = (median(&mut inputs), median(&mut rebuild));
+        println!(
+            "weight modes  {name:<10} K={k:<3} update + 1,000 frames: inputs {:>9.3} ms, rebuild {:>9.3} ms, inputs/rebuild {:.2}",
+            i * 1e3,
+            b * 1e3,
+            i / b
+        );
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// ns per frame of `Rollout` collecting with `policy` on `k` CartPoles.
+fn collection(policy: Box<dyn Policy>, k: usize) -> impl FnMut() -> f64 {
+    let frames = 1024 / k * k;
+    let envs: Vec<Box<dyn Env>> = (0..k)
+        .map(|_| Box::new(CartPole::new(CartPoleConfig::default()).expect("cartpole")) as Box<dyn Env>)
+        .collect();
+    let ids = (0..k as u64).map(|i| TrajIds::new(i, k as u64).expect("ids")).collect();
+    let cfg = RolloutConfig {
+        frames_per_batch: frames,
+        ..RolloutConfig::default()
+    };
+    let mut rollout = Rollout::new(envs, policy, ids, cfg).expect("rollout");
+    move || {
+        let start = Instant::now();
+        let mut n = 0usize;
+        while start.elapsed() < WINDOW {
+            let batch = rollout.collect().expect("collect");
+            rollout.recycle(black_box(batch));
+            n += frames;
+        }
+        start.elapsed().as_nanos() as f64 / n as f64
+    }
+}
+
+/// Seconds to decode an `update_weights`' tensors, apply them and act once.
+fn update_cost(p: &mut dyn Policy, encoded: &[u8]) -> f64 {
+    let mut a = [0i64];
+    let start = Instant::now();
+    let w: Weights = rmp_serde::from_slice(encoded).expect("weights");
+    p.set_shared_weights(&Arc::new(w)).expect("update");
+    p.act(&[0.1, 0.0, -0.1, 0.2], 1, ActionsMut::Discrete(&mut a))
+        .expect("act");
+    black_box(a);
+    start.elapsed().as_secs_f64()
+}
+
+fn main() {
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/onnx");
+    let small = model(&fixtures.join("cartpole_tanh_mlp_64.onnx"));
+    let big = std::env::var_os("ROLLOUT_ONNX_BIG").map(PathBuf::from);
+
+    weight_modes("64-64", &small, 15);
+    let big_model = big.as_ref().map(model);
+    match &big_model {
+        Some(m) => weight_modes("3162-3162", m, 3),
+        None => println!("weight modes  3162-3162: skipped (ROLLOUT_ONNX_BIG unset)"),
+    }
+
+    for k in [1usize, 16] {
+        let mut b = collection(Box::new(mlp(&[64, 64])), k);
+        let mut o = collection(Box::new(onnx(&small, WeightMode::default())), k);
+        let (mut bs, mut os) = (Vec::new(), Vec::new());
+        for _ in 0..5 {
+            bs.push(b());
+            os.push(o());
+        }
+        let (bn, on) = (median(&mut bs), median(&mut os));
+        println!(
+            "collection    CartPole-v1 64-64 K={k:<3} built-in {bn:>8.1} ns/frame, onnx {on:>8.1} ns/frame, built-in/onnx {:.3}",
+            bn / on
+        );
+    }
+
+    if let Some(m) = &big_model {
+        let mut o = onnx(m, WeightMode::default());
+        let mut b = mlp(&[3162, 3162]);
+        assert_eq!(o.weights().numel(), b.weights().numel(), "the same shape");
+        let (mut os, mut bs) = (Vec::new(), Vec::new());
+        for r in 0..5u64 {
+            let eo = rmp_serde::to_vec_named(&bumped(o.weights(), r + 1)).expect("encode");
+            let eb = rmp_serde::to_vec_named(&bumped(b.weights(), r + 1)).expect("encode");
+            os.push(update_cost(&mut o, &eo));
+            bs.push(update_cost(&mut b, &eb));
+        }
+        let (on, bn) = (median(&mut os), median(&mut bs));
+        println!(
+            "update        {} parameters: onnx {:.1} ms, built-in {:.1} ms, onnx/built-in {:.2}",
+            o.weights().numel(),
+            on * 1e3,
+            bn * 1e3,
+            on / bn
+        );
+    }
+}

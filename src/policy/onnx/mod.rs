@@ -1,0 +1,80 @@
+//! The `onnx` policy: a network the user exported from PyTorch (`torch.onnx.export`),
+//! run with tract on Rust nodes. The model maps observations to the parameters of an
+//! action distribution (a [`OnnxHead`]); its float initializers, by name, are the
+//! policy's [`Weights`](super::Weights), so a learner pushes its own `state_dict`.
+//!
+//! - [`bytes`]: the model file as it travels (cheap to clone, msgpack `bin`).
+//! - [`model`]: parsing once, checking against the env's specs, the initializers.
+//! - [`runner`]: the tract plan and how weight versions reach it.
+//! - [`heads`]: from the model's outputs to actions and log-probabilities.
+//! - [`policy`]: [`OnnxPolicy`], the [`Policy`](super::Policy) over all of it.
+
+mod bytes;
+mod error;
+mod heads;
+mod model;
+mod policy;
+pub(crate) use policy::recorded;
+mod runner;
+
+use serde::{Deserialize, Serialize};
+
+pub use bytes::OnnxBytes;
+pub use error::OnnxError;
+pub use model::OnnxModel;
+pub use policy::OnnxPolicy;
+pub use runner::WeightMode;
+
+/// The largest ONNX model accepted, in bytes: the trainer refuses a bigger file before
+/// any node starts, and a node counts it against the size of the `welcome` it reads.
+pub const MAX_MODEL_BYTES: usize = 128 << 20;
+
+/// How the model's outputs parameterise the action distribution (the design's heads;
+/// written as snake_case strings in configs and on the wire).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnnxHead {
+    /// `logits` f32 `[K, n]` of a categorical over a discrete action.
+    Categorical,
+    /// `loc` f32 `[K, d]` and `scale` or `log_std` (`[K, d]`, `[1, d]` or `[d]`) of a
+    /// normal per action dimension; actions clipped to the box's finite bounds.
+    Normal,
+    /// As `Normal`, squashed by tanh and scaled to the action box.
+    TanhNormal,
+    /// `action` itself: f32 `[K, d]` for a box, or integers `[K]`/`[K, 1]` for a
+    /// discrete action.
+    Deterministic,
+}
+
+impl OnnxHead {
+    /// The snake_case name (as in configs and on the command line).
+    pub fn name(self) -> &'static str {
+        match self {
+            OnnxHead::Categorical => "categorical",
+            OnnxHead::Normal => "normal",
+            OnnxHead::TanhNormal => "tanh_normal",
+            OnnxHead::Deterministic => "deterministic",
+        }
+    }
+
+    /// The head of that name.
+    pub fn from_name(name: &str) -> Option<OnnxHead> {
+        [
+            OnnxHead::Categorical,
+            OnnxHead::Normal,
+            OnnxHead::TanhNormal,
+            OnnxHead::Deterministic,
+        ]
+        .into_iter()
+        .find(|h| h.name() == name)
+    }
+}
+
+impl std::fmt::Display for OnnxHead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,579 @@
+//! An ONNX model as a policy sees it: the file, parsed once and shared by every
+//! clone; its float initializers (the weights); and, for given specs, a typed tract
+//! model whose observation input and head outputs were checked to fit them.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use tract_onnx::pb::{self, tensor_proto::DataType};
+use tract_onnx::prelude::{DatumType, Framework, InferenceFact, InferenceModelExt, TDim, TypedFact, TypedModel};
+
+use super::{OnnxBytes, OnnxError, OnnxHead, MAX_MODEL_BYTES};
+use crate::policy::Weights;
+use crate::spec::Spec;
+use crate::tensor::Tensor;
+
+/// The batch dimension's symbol in the typed model.
+pub(super) const BATCH: &str = "K";
+
+/// An `.onnx` file; parsing happens once, on first use, and is shared by clones.
+/// Serialised as its bytes; two models are equal when their bytes are.
+#[derive(Clone)]
+pub struct OnnxModel {
+    bytes: OnnxBytes,
+    parsed: Arc<OnceLock<Result<Arc<Parsed>, OnnxError>>>,
+}
+
+/// What parsing the file gave.
+pub(super) struct Parsed {
+    /// The protobuf model, its f32 initializers without their data (they are in
+    /// `weights`; each build writes the version it is built with): a rebuild copies no
+    /// tensor it then overwrites.
+    pub(super) proto: pb::ModelProto,
+    /// The f32 initializers by name, in the file's order of appearance.
+    pub(super) float_names: Vec<String>,
+    /// The f32 initializers: version 0 of the weights.
+    pub(super) weights: Arc<Weights>,
+    /// The observation input's name.
+    pub(super) input: String,
+}
+
+/// Which output plays which part for a head (indices into the typed model's outputs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Roles {
+    /// `logits` `[K, n]`.
+    Categorical {
+        /// The logits output.
+        logits: usize,
+    },
+    /// `loc` `[K, d]` and `scale` or `log_std`.
+    Normal {
+        /// The loc output.
+        loc: usize,
+        /// The scale or log-std output.
+        spread: usize,
+        /// `spread` is a log-std.
+        log_std: bool,
+        /// `spread` has one row for every observation (`[K, d]`), not one for all.
+        per_row: bool,
+    },
+    /// `action`: f32 `[K, d]`, or integers for a discrete action.
+    Action {
+        /// The action output.
+        action: usize,
+    },
+}
+
+/// A typed model checked against specs, ready to be optimised.
+pub(super) struct Checked {
+    /// The decluttered model; its first input is the observation.
+    pub(super) model: TypedModel,
+    /// The inputs after the observation: these initializers, in this order (only when
+    /// the initializers were turned into inputs).
+    pub(super) weight_inputs: Vec<String>,
+    /// The outputs' parts.
+    pub(super) roles: Roles,
+}
+
+impl OnnxModel {
+    /// The model in `bytes`, not parsed yet (parsing errors show at first use).
+    pub fn new(bytes: impl Into<OnnxBytes>) -> OnnxModel {
+        OnnxModel {
+            bytes: bytes.into(),
+            parsed: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// The model in `bytes`, parsed now: a file that is not ONNX, over
+    /// [`MAX_MODEL_BYTES`], with an op tract cannot run, or whose observation input
+    /// cannot be found, is an error.
+    pub fn parse(bytes: impl Into<OnnxBytes>) -> Result<OnnxModel, OnnxError> {
+        let m = OnnxModel::new(bytes);
+        m.parsed()?;
+        Ok(m)
+    }
+
+    /// The file's bytes.
+    pub fn bytes(&self) -> &OnnxBytes {
+        &self.bytes
+    }
+
+    /// Version 0 of the weights: the f32 initializers by name, as in the file.
+    pub fn initial_weights(&self) -> Result<Arc<Weights>, OnnxError> {
+        Ok(self.parsed()?.weights.clone())
+    }
+
+    /// Checks that the model fits these specs for `head`: its observation input takes
+    /// `[K, *obs_shape]` f32 and its outputs are what the head needs for `action`.
+    pub fn check(&self, obs: &Spec, action: &Spec, head: OnnxHead) -> Result<(), OnnxError> {
+        self.typed(obs, action, head, Weighting::Constants(None)).map(|_| ())
+    }
+
+    /// The parse, done once.
+    pub(super) fn parsed(&self) -> Result<&Parsed, OnnxError> {
+        match self.parsed.get_or_init(|| parse(self.bytes.as_slice()).map(Arc::new)) {
+            Ok(p) => Ok(p),
+            Err(e) => Err(e.clone()),
+        }
+    }
+
+    /// The typed model for these specs, with the f32 initializers as `weighting` says.
+    pub(super) fn typed(
+        &self,
+        obs: &Spec,
+        action: &Spec,
+        head: OnnxHead,
+        weighting: Weighting<'_>,
+    ) -> Result<Checked, OnnxError> {
+        let parsed = self.parsed()?;
+        let mut proto = parsed.proto.clone();
+        let graph = proto
+            .graph
+            .as_mut()
+            .ok_or_else(|| OnnxError::NotOnnx("the model has no graph".into()))?;
+        check_input_shape(graph, &parsed.input, &obs.feature_shape())?;
+        let mut weight_inputs = Vec::new();
+        match weighting {
+            Weighting::Constants(None) => replace_initializers(graph, &parsed.weights)?,
+            Weighting::Constants(Some(w)) => replace_initializers(graph, w)?,
+            Weighting::Inputs => {
+                weight_inputs = parsed.float_names.clone();
+                initializers_to_inputs(graph, &weight_inputs);
+            }
+        }
+        let onnx = tract_onnx::onnx();
+        let mut model = onnx.model_for_proto_model(&proto).map_err(OnnxError::tract)?;
+
+        // The observation first, then the weights in `weight_inputs`' order.
+        let mut order = Vec::with_capacity(1 + weight_inputs.len());
+        for name in std::iter::once(&parsed.input).chain(&weight_inputs) {
+            let outlet = model
+                .input_outlets()
+                .map_err(OnnxError::tract)?
+                .iter()
+                .copied()
+                .find(|o| model.node(o.node).name == *name)
+                .ok_or_else(|| OnnxError::input(name, "not an input of the parsed model"))?;
+            order.push(outlet);
+        }
+        model.set_input_outlets(&order).map_err(OnnxError::tract)?;
+        let k = model.symbols.sym(BATCH);
+        let obs_shape = obs.feature_shape();
+        let dims: Vec<TDim> = std::iter::once(TDim::Sym(k.clone()))
+            .chain(obs_shape.iter().map(|&d| TDim::from(d)))
+            .collect();
+        model
+            .set_input_fact(0, InferenceFact::dt_shape(DatumType::F32, dims))
+            .map_err(|e| OnnxError::input(&parsed.input, format!("cannot take [K, {obs_shape:?}] f32: {e:#}")))?;
+        let model = model.into_typed().map_err(OnnxError::tract)?;
+        let model = model.into_decluttered().map_err(OnnxError::tract)?;
+        let names = output_names(&proto);
+        let roles = roles(&model, &names, head, action, &TDim::Sym(k))?;
+        Ok(Checked {
+            model,
+            weight_inputs,
+            roles,
+        })
+    }
+}
+
+/// Where the f32 initializers go in a typed model.
+#[derive(Clone, Copy)]
+pub(super) enum Weighting<'a> {
+    /// Constants with the file's values (`None`) or these.
+    Constants(Option<&'a Weights>),
+    /// Model inputs after the observation, fed at every run.
+    Inputs,
+}
+
+/// Reads the protobuf, refuses unknown ops, and finds the initializers and the input.
+fn parse(bytes: &[u8]) -> Result<Parsed, OnnxError> {
+    if bytes.len() > MAX_MODEL_BYTES {
+        return Err(OnnxError::TooLarge {
+            size: bytes.len(),
+            limit: MAX_MODEL_BYTES,
+        });
+    }
+    let onnx = tract_onnx::onnx();
+    let mut proto = onnx
+        .proto_model_for_read(&mut &*bytes)
+        .map_err(|e| OnnxError::NotOnnx(format!("{e:#}")))?;
+    let graph = proto
+        .graph
+        .as_ref()
+        .ok_or_else(|| OnnxError::NotOnnx("the file holds no graph".into()))?;
+    if graph.node.is_empty() && graph.output.is_empty() {
+        return Err(OnnxError::NotOnnx("the graph has no node and no output".into()));
+    }
+    for node in &graph.node {
+        if !onnx.op_register.0.contains_key(&node.op_type) {
+            let name = if node.name.is_empty() {
+                node.output.first().cloned().unwrap_or_default()
+            } else {
+                node.name.clone()
+            };
+            let op = if node.domain.is_empty() {
+                node.op_type.clone()
+            } else {
+                format!("{}.{}", node.domain, node.op_type)
+            };
+            return Err(OnnxError::UnsupportedOp { node: name, op });
+        }
+    }
+    let mut float_names = Vec::new();
+    let mut tensors = BTreeMap::new();
+    for init in &graph.initializer {
+        if init.data_type != DataType::Float as i32 {
+            continue;
+        }
+        let t = float_initializer(init)?;
+        float_names.push(init.name.clone());
+        tensors.insert(init.name.clone(), t);
+    }
+    let initialized: std::collections::HashSet<&str> = graph.initializer.iter().map(|i| i.name.as_str()).collect();
+    let inputs: Vec<&str> = graph
+        .input
+        .iter()
+        .map(|i| i.name.as_str())
+        .filter(|n| !initialized.contains(n))
+        .collect();
+    let input = match inputs.as_slice() {
+        [only] => only.to_string(),
+        _ if inputs.contains(&"observation") => "observation".to_string(),
+        [] => return Err(OnnxError::input("observation", "the model has no input")),
+        many => {
+            return Err(OnnxError::input(
+                "observation",
+                format!("no input of that name among {many:?}, and more than one input"),
+            ))
+        }
+    };
+    check_declared_input(graph, &input)?;
+    if let Some(graph) = proto.graph.as_mut() {
+        for init in graph
+            .initializer
+            .iter_mut()
+            .filter(|i| i.data_type == DataType::Float as i32)
+        {
+            init.raw_data = Vec::new();
+            init.float_data = Vec::new();
+        }
+    }
+    Ok(Parsed {
+        proto,
+        float_names,
+        weights: Arc::new(Weights::new(tensors)),
+        input,
+    })
+}
+
+/// The observation input must be declared as f32 (Rust envs observe f32).
+fn check_declared_input(graph: &pb::GraphProto, name: &str) -> Result<(), OnnxError> {
+    let Some(info) = graph.input.iter().find(|i| i.name == name) else {
+        return Ok(());
+    };
+    if let Some(pb::type_proto::Value::TensorType(t)) = info.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+        if t.elem_type != DataType::Float as i32 {
+            let dt = DataType::try_from(t.elem_type)
+                .map(|d| d.as_str_name())
+                .unwrap_or("unknown");
+            return Err(OnnxError::input(
+                name,
+                format!("is {dt}; the observation is FLOAT (f32)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The observation input's declared shape, where it is concrete, must be
+/// `[batch, *obs_shape]` (any batch size).
+fn check_input_shape(graph: &pb::GraphProto, name: &str, obs_shape: &[usize]) -> Result<(), OnnxError> {
+    use pb::tensor_shape_proto::dimension::Value;
+    let Some(info) = graph.input.iter().find(|i| i.name == name) else {
+        return Ok(());
+    };
+    let Some(pb::type_proto::Value::TensorType(t)) = info.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
+        return Ok(());
+    };
+    let Some(shape) = &t.shape else {
+        return Ok(());
+    };
+    let declared: Vec<String> = shape
+        .dim
+        .iter()
+        .map(|d| match &d.value {
+            Some(Value::DimValue(v)) => v.to_string(),
+            Some(Value::DimParam(p)) => p.clone(),
+            None => "?".into(),
+        })
+        .collect();
+    let fits = shape.dim.len() == obs_shape.len() + 1
+        && shape
+            .dim
+            .iter()
+            .skip(1)
+            .zip(obs_shape)
+            .all(|(d, &want)| match &d.value {
+                Some(Value::DimValue(v)) => usize::try_from(*v) == Ok(want),
+                _ => true,
+            });
+    if fits {
+        Ok(())
+    } else {
+        Err(OnnxError::input(
+            name,
+            format!(
+                "is declared [{}], the observation needs [batch, {}]",
+                declared.join(", "),
+                obs_shape.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+            ),
+        ))
+    }
+}
+
+/// An f32 initializer as a rollout tensor.
+fn float_initializer(init: &pb::TensorProto) -> Result<Tensor, OnnxError> {
+    let bad = |reason: String| OnnxError::Initializer {
+        name: init.name.clone(),
+        reason,
+    };
+    if init.data_location == Some(pb::tensor_proto::DataLocation::External as i32) {
+        return Err(bad("stored in an external file; export it inside the model".into()));
+    }
+    let shape = init
+        .dims
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| bad(format!("negative dimension {d}"))))
+        .collect::<Result<Vec<usize>, _>>()?;
+    let numel: usize = shape.iter().product();
+    let data: Vec<f32> = if !init.raw_data.is_empty() {
+        if init.raw_data.len() != numel * 4 {
+            return Err(bad(format!(
+                "{} bytes of data for shape {shape:?}",
+                init.raw_data.len()
+            )));
+        }
+        init.raw_data
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    } else {
+        if init.float_data.len() != numel {
+            return Err(bad(format!("{} values for shape {shape:?}", init.float_data.len())));
+        }
+        init.float_data.clone()
+    };
+    ndarray::ArrayD::from_shape_vec(shape, data)
+        .map(Tensor::F32)
+        .map_err(|e| bad(e.to_string()))
+}
+
+/// Writes `weights` over the f32 initializers of the same names.
+fn replace_initializers(graph: &mut pb::GraphProto, weights: &Weights) -> Result<(), OnnxError> {
+    for init in graph.initializer.iter_mut() {
+        if init.data_type != DataType::Float as i32 {
+            continue;
+        }
+        let Some(values) = weights.tensors.get(&init.name) else {
+            continue;
+        };
+        let Tensor::F32(a) = values else {
+            return Err(OnnxError::Initializer {
+                name: init.name.clone(),
+                reason: format!("must be f32, got {}", values.dtype()),
+            });
+        };
+        init.float_data.clear();
+        init.raw_data = match a.as_slice() {
+            // ONNX stores little-endian: the bytes as they are, in one copy.
+            Some(v) if cfg!(target_endian = "little") => bytemuck::cast_slice(v).to_vec(),
+            _ => a.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        };
+    }
+    Ok(())
+}
+
+/// Moves the initializers `names` to the graph's inputs (their values then come with
+/// every run).
+fn initializers_to_inputs(graph: &mut pb::GraphProto, names: &[String]) {
+    let mut moved = Vec::new();
+    graph.initializer.retain(|init| {
+        if names.contains(&init.name) {
+            moved.push((init.name.clone(), init.dims.clone()));
+            false
+        } else {
+            true
+        }
+    });
+    graph.input.retain(|i| !names.contains(&i.name));
+    for (name, dims) in moved {
+        let shape = pb::TensorShapeProto {
+            dim: dims
+                .iter()
+                .map(|&d| pb::tensor_shape_proto::Dimension {
+                    denotation: String::new(),
+                    value: Some(pb::tensor_shape_proto::dimension::Value::DimValue(d)),
+                })
+                .collect(),
+        };
+        graph.input.push(pb::ValueInfoProto {
+            name,
+            r#type: Some(pb::TypeProto {
+                denotation: String::new(),
+                value: Some(pb::type_proto::Value::TensorType(pb::type_proto::Tensor {
+                    elem_type: DataType::Float as i32,
+                    shape: Some(shape),
+                })),
+            }),
+            doc_string: String::new(),
+        });
+    }
+}
+
+/// The graph's output names, in order.
+fn output_names(proto: &pb::ModelProto) -> Vec<String> {
+    proto
+        .graph
+        .as_ref()
+        .map(|g| g.output.iter().map(|o| o.name.clone()).collect())
+        .unwrap_or_default()
+}
+
+/// Finds the outputs `head` needs and checks them against the action spec.
+fn roles(model: &TypedModel, names: &[String], head: OnnxHead, action: &Spec, k: &TDim) -> Result<Roles, OnnxError> {
+    let find = |want: &str, any_single: bool| -> Option<usize> {
+        names
+            .iter()
+            .position(|n| n == want)
+            .or_else(|| (any_single && names.len() == 1).then_some(0))
+    };
+    let fact = |i: usize| -> Result<&TypedFact, OnnxError> {
+        let outlet = model.output_outlets().map_err(OnnxError::tract)?[i];
+        model.outlet_fact(outlet).map_err(OnnxError::tract)
+    };
+    let missing = |want: &str| {
+        OnnxError::output(
+            want,
+            format!("the {head} head needs it; the model's outputs are {names:?}"),
+        )
+    };
+    match (head, action) {
+        (OnnxHead::Categorical, Spec::Discrete { n }) => {
+            let i = find("logits", true).ok_or_else(|| missing("logits"))?;
+            let n = usize::try_from(*n).unwrap_or(usize::MAX);
+            check_fact(&names[i], fact(i)?, &[DatumType::F32], k, n, false)?;
+            Ok(Roles::Categorical { logits: i })
+        }
+        (OnnxHead::Normal | OnnxHead::TanhNormal, Spec::Box { low, .. }) => {
+            let d = low.len();
+            let loc = find("loc", false).ok_or_else(|| missing("loc"))?;
+            check_fact("loc", fact(loc)?, &[DatumType::F32], k, d, false)?;
+            let (spread, log_std) = match (find("scale", false), find("log_std", false)) {
+                (Some(s), _) => (s, false),
+                (None, Some(s)) => (s, true),
+                (None, None) => return Err(missing("scale` or `log_std")),
+            };
+            let per_row = check_fact(&names[spread], fact(spread)?, &[DatumType::F32], k, d, true)?;
+            Ok(Roles::Normal {
+                loc,
+                spread,
+                log_std,
+                per_row,
+            })
+        }
+        (OnnxHead::Deterministic, Spec::Box { low, .. }) => {
+            let i = find("action", true).ok_or_else(|| missing("action"))?;
+            check_fact(&names[i], fact(i)?, &[DatumType::F32], k, low.len(), false)?;
+            Ok(Roles::Action { action: i })
+        }
+        (OnnxHead::Deterministic, Spec::Discrete { .. }) => {
+            let i = find("action", true).ok_or_else(|| missing("action"))?;
+            let f = fact(i)?;
+            let ints = [DatumType::I64, DatumType::I32];
+            match f.shape.dims() {
+                [b] if b == k => check_dtype(&names[i], f, &ints)?,
+                _ => {
+                    check_fact(&names[i], f, &ints, k, 1, false)?;
+                }
+            }
+            Ok(Roles::Action { action: i })
+        }
+        (head, action) => Err(OnnxError::output(
+            names.first().map(String::as_str).unwrap_or("?"),
+            format!(
+                "the {head} head does not fit a {} action",
+                if action.is_discrete() { "discrete" } else { "box" }
+            ),
+        )),
+    }
+}
+
+/// Checks an output of `[K, width]` (or, if `broadcast`, also `[1, width]` or
+/// `[width]`); says whether it has a row per observation.
+fn check_fact(
+    name: &str,
+    fact: &TypedFact,
+    dtypes: &[DatumType],
+    k: &TDim,
+    width: usize,
+    broadcast: bool,
+) -> Result<bool, OnnxError> {
+    check_dtype(name, fact, dtypes)?;
+    let w = TDim::from(width);
+    let one = TDim::from(1usize);
+    match fact.shape.dims() {
+        [b, x] if b == k && *x == w => Ok(true),
+        [b, x] if broadcast && *b == one && *x == w => Ok(false),
+        [x] if broadcast && *x == w => Ok(false),
+        dims => Err(OnnxError::output(
+            name,
+            format!(
+                "has shape [{}], the action spec needs [{k}, {width}]{}",
+                dims.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
+                if broadcast {
+                    format!(" (or [1, {width}] or [{width}])")
+                } else {
+                    String::new()
+                }
+            ),
+        )),
+    }
+}
+
+/// Checks an output's element type.
+fn check_dtype(name: &str, fact: &TypedFact, dtypes: &[DatumType]) -> Result<(), OnnxError> {
+    if dtypes.contains(&fact.datum_type) {
+        Ok(())
+    } else {
+        Err(OnnxError::output(
+            name,
+            format!("is {:?}, the head needs {dtypes:?}", fact.datum_type),
+        ))
+    }
+}
+
+impl PartialEq for OnnxModel {
+    fn eq(&self, other: &OnnxModel) -> bool {
+        self.bytes == other.bytes
+    }
+}
+
+impl std::fmt::Debug for OnnxModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "OnnxModel({} bytes)", self.bytes.len())
+    }
+}
+
+impl Serialize for OnnxModel {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.bytes.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for OnnxModel {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<OnnxModel, D::Error> {
+        OnnxBytes::deserialize(d).map(OnnxModel::new)
+    }
+}

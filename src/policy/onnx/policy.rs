@@ -1,0 +1,290 @@
+//! [`OnnxPolicy`]: an ONNX model and a head, acting for a batch of `k` observations
+//! in one run of the plan.
+
+use std::sync::Arc;
+
+use super::heads::{self, Pick};
+use super::model::{OnnxModel, Roles};
+use super::runner::{f32_output, int_output, Runner, WeightMode};
+use super::{OnnxError, OnnxHead};
+use crate::policy::common::{check_actions, check_obs, Sampler};
+use crate::policy::logprob::wanted;
+use crate::policy::{
+    ActionsMut, ExplorationType, ParamsMut, Policy, PolicyError, RecordMut, Recorded, SamplerState, Weights,
+};
+use crate::spec::Spec;
+
+/// A policy running an ONNX model with tract; its weights are the model's f32
+/// initializers by name.
+///
+/// # Examples
+///
+/// ```no_run
+/// use rollout::policy::{ActionsMut, OnnxHead, OnnxModel, OnnxPolicy};
+/// use rollout::{Policy, Spec};
+///
+/// let model = OnnxModel::parse(std::fs::read("actor.onnx")?)?;
+/// let obs = Spec::uniform_box(4, f32::NEG_INFINITY, f32::INFINITY);
+/// let mut p = OnnxPolicy::new(&model, OnnxHead::Categorical, &obs, &Spec::Discrete { n: 2 }, 0)?;
+/// let mut a = [0i64; 2];
+/// p.act(&[0.0; 8], 2, ActionsMut::Discrete(&mut a))?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct OnnxPolicy {
+    runner: Runner,
+    head: OnnxHead,
+    action: Spec,
+    obs_dim: usize,
+    /// The action box's bounds (empty for a discrete action).
+    low: Vec<f32>,
+    high: Vec<f32>,
+    weights: Arc<Weights>,
+    exploration: ExplorationType,
+    sampler: Sampler,
+    /// The action dimension (`d`), or the number of choices (`n`).
+    width: usize,
+}
+
+impl OnnxPolicy {
+    /// The policy for these specs, with the file's weights (version 0) and its
+    /// sampler seeded with `seed`; the model must fit the specs and the head.
+    pub fn new(
+        model: &OnnxModel,
+        head: OnnxHead,
+        obs: &Spec,
+        action: &Spec,
+        seed: u64,
+    ) -> Result<OnnxPolicy, PolicyError> {
+        OnnxPolicy::with_mode(model, head, obs, action, seed, WeightMode::default())
+    }
+
+    /// As [`OnnxPolicy::new`], with weight versions reaching tract as `mode` says.
+    pub fn with_mode(
+        model: &OnnxModel,
+        head: OnnxHead,
+        obs: &Spec,
+        action: &Spec,
+        seed: u64,
+        mode: WeightMode,
+    ) -> Result<OnnxPolicy, PolicyError> {
+        obs.validate()?;
+        action.validate()?;
+        let weights = model.initial_weights()?;
+        let runner = Runner::new(model, obs, action, head, mode, None)?;
+        let (low, high, width) = match action {
+            Spec::Box { low, high } => (low.clone(), high.clone(), low.len()),
+            Spec::Discrete { n } => (Vec::new(), Vec::new(), usize::try_from(*n).unwrap_or(usize::MAX)),
+        };
+        Ok(OnnxPolicy {
+            runner,
+            head,
+            action: action.clone(),
+            obs_dim: obs.dim(),
+            low,
+            high,
+            weights,
+            exploration: ExplorationType::default(),
+            sampler: Sampler::new(seed),
+            width,
+        })
+    }
+
+    /// The head.
+    pub fn head(&self) -> OnnxHead {
+        self.head
+    }
+
+    fn pick(&self) -> Pick {
+        match self.exploration {
+            ExplorationType::Deterministic => Pick::Mode,
+            ExplorationType::Random => Pick::Sample,
+        }
+    }
+
+    /// One run for `k` rows: actions, and the record if its buffers are there.
+    fn run(
+        &mut self,
+        obs: &[f32],
+        k: usize,
+        actions: ActionsMut<'_>,
+        record: RecordMut<'_>,
+    ) -> Result<(), PolicyError> {
+        check_obs(obs, k, self.obs_dim)?;
+        check_actions(&self.action, k, &actions)?;
+        // Buffers of another size than this policy records are an error; empty ones
+        // ask for nothing.
+        let (recording, _) = wanted(&record, k, self.width)?;
+        if k == 0 {
+            return Ok(());
+        }
+        let outputs = self.runner.run(obs, k)?;
+        let pick = self.pick();
+        let w = self.width;
+        match (self.runner.roles(), actions) {
+            (Roles::Categorical { logits }, ActionsMut::Discrete(a)) => {
+                let z = f32_output(&outputs, logits, "logits")?;
+                if z.len() != k * w {
+                    return Err(
+                        OnnxError::output("logits", format!("gave {} values for {k} rows of {w}", z.len())).into(),
+                    );
+                }
+                for (i, row) in z.chunks_exact(w).enumerate() {
+                    let c = heads::categorical(row, pick, &mut self.sampler);
+                    a[i] = c as i64;
+                    if recording {
+                        record.log_prob[i] = heads::categorical_log_prob(row, c) as f32;
+                    }
+                }
+                if let ParamsMut::Logits(out) = record.params {
+                    if out.len() == z.len() {
+                        out.copy_from_slice(z);
+                    }
+                }
+            }
+            (
+                Roles::Normal {
+                    loc,
+                    spread,
+                    log_std,
+                    per_row,
+                },
+                ActionsMut::Continuous(a),
+            ) => {
+                let spread_name = if log_std { "log_std" } else { "scale" };
+                let loc_v = f32_output(&outputs, loc, "loc")?;
+                let spread_v = f32_output(&outputs, spread, spread_name)?;
+                let need = if per_row { k * w } else { w };
+                if loc_v.len() != k * w || spread_v.len() != need {
+                    return Err(OnnxError::output(
+                        "loc",
+                        format!(
+                            "gave {} locs and {} spreads for {k} rows of {w}",
+                            loc_v.len(),
+                            spread_v.len()
+                        ),
+                    )
+                    .into());
+                }
+                let (mut loc_out, mut scale_out) = match record.params {
+                    ParamsMut::Normal { loc, scale } if loc.len() == k * w && scale.len() == k * w => {
+                        (Some(loc), Some(scale))
+                    }
+                    _ => (None, None),
+                };
+                let tanh = self.head == OnnxHead::TanhNormal;
+                for i in 0..k {
+                    let mut lp = 0.0f64;
+                    for j in 0..w {
+                        let m = loc_v[i * w + j];
+                        let raw = spread_v[if per_row { i * w + j } else { j }];
+                        let s = heads::check_scale(spread_name, if log_std { raw.exp() } else { raw })?;
+                        let (act, l) = if tanh {
+                            heads::tanh_normal(m, s, self.low[j], self.high[j], pick, &mut self.sampler)
+                        } else {
+                            heads::normal(m, s, self.low[j], self.high[j], pick, &mut self.sampler)
+                        };
+                        a[i * w + j] = act;
+                        lp += l;
+                        if let (Some(lo), Some(sc)) = (loc_out.as_deref_mut(), scale_out.as_deref_mut()) {
+                            lo[i * w + j] = m;
+                            sc[i * w + j] = s;
+                        }
+                    }
+                    if recording {
+                        record.log_prob[i] = lp as f32;
+                    }
+                }
+            }
+            (Roles::Action { action }, ActionsMut::Continuous(a)) => {
+                let v = f32_output(&outputs, action, "action")?;
+                if v.len() != k * w {
+                    return Err(
+                        OnnxError::output("action", format!("gave {} values for {k} rows of {w}", v.len())).into(),
+                    );
+                }
+                for (i, (out, &x)) in a.iter_mut().zip(v).enumerate() {
+                    if x.is_nan() {
+                        return Err(OnnxError::output("action", format!("gave NaN in row {}", i / w)).into());
+                    }
+                    *out = heads::clip(x, self.low[i % w], self.high[i % w]);
+                }
+            }
+            (Roles::Action { action }, ActionsMut::Discrete(a)) => {
+                let v = int_output(&outputs, action, "action")?;
+                if v.len() != k {
+                    return Err(OnnxError::output("action", format!("gave {} values for {k} rows", v.len())).into());
+                }
+                for (out, x) in a.iter_mut().zip(v) {
+                    if !(0..w as i64).contains(&x) {
+                        return Err(OnnxError::output("action", format!("gave {x}, outside 0..{w}")).into());
+                    }
+                    *out = x;
+                }
+            }
+            (_, actions) => return Err(crate::policy::common::action_kind_error(&self.action, &actions)),
+        }
+        Ok(())
+    }
+}
+
+impl Policy for OnnxPolicy {
+    fn act(&mut self, obs: &[f32], k: usize, actions: ActionsMut<'_>) -> Result<(), PolicyError> {
+        self.run(obs, k, actions, RecordMut::nothing())
+    }
+
+    fn weights(&self) -> &Weights {
+        &self.weights
+    }
+
+    fn set_weights(&mut self, weights: &Weights) -> Result<(), PolicyError> {
+        self.set_shared_weights(&Arc::new(weights.clone()))
+    }
+
+    fn set_shared_weights(&mut self, weights: &Arc<Weights>) -> Result<(), PolicyError> {
+        self.weights.check_layout(weights)?;
+        self.runner.set_weights(weights)?;
+        self.weights = weights.clone();
+        Ok(())
+    }
+
+    fn set_exploration(&mut self, exploration: ExplorationType) {
+        self.exploration = exploration;
+    }
+
+    fn reseed(&mut self, seed: u64) {
+        self.sampler.reseed(seed);
+    }
+
+    fn sampler_state(&self) -> Result<Option<SamplerState>, PolicyError> {
+        Ok(Some(self.sampler.state()))
+    }
+
+    fn set_sampler_state(&mut self, state: Option<&SamplerState>) -> Result<(), PolicyError> {
+        self.sampler.set_state(state)
+    }
+
+    fn recorded(&self) -> Recorded {
+        recorded(self.head, &self.action)
+    }
+
+    fn act_recording(
+        &mut self,
+        obs: &[f32],
+        k: usize,
+        actions: ActionsMut<'_>,
+        record: RecordMut<'_>,
+    ) -> Result<(), PolicyError> {
+        self.run(obs, k, actions, record)
+    }
+}
+
+/// What a policy of `head` records for this action spec.
+pub(crate) fn recorded(head: OnnxHead, action: &Spec) -> Recorded {
+    match (head, action) {
+        (OnnxHead::Categorical, Spec::Discrete { n }) => Recorded::Categorical {
+            n: usize::try_from(*n).unwrap_or(usize::MAX),
+        },
+        (OnnxHead::Normal | OnnxHead::TanhNormal, Spec::Box { low, .. }) => Recorded::Normal { d: low.len() },
+        _ => Recorded::None,
+    }
+}

@@ -1,0 +1,388 @@
+//! Tests against the numbers torch wrote beside the models
+//! (scripts/export-test-models.py, tests/fixtures/onnx/).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+use super::heads::{normal_log_prob, tanh_normal_log_prob};
+use super::*;
+use crate::policy::{ActionsMut, ExplorationType, ParamsMut, Policy, PolicyError, RecordMut, Weights};
+use crate::spec::Spec;
+use crate::tensor::Tensor;
+
+const TOL: f64 = 1e-5;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/onnx")
+        .join(name)
+}
+
+fn model(name: &str) -> OnnxModel {
+    OnnxModel::parse(std::fs::read(fixture(&format!("{name}.onnx"))).unwrap()).unwrap()
+}
+
+fn json(name: &str) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(fixture(&format!("{name}.json"))).unwrap()).unwrap()
+}
+
+fn matrix(v: &Value) -> Vec<Vec<f64>> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect())
+        .collect()
+}
+
+fn flat_obs(v: &Value) -> Vec<f32> {
+    matrix(v).into_iter().flatten().map(|x| x as f32).collect()
+}
+
+fn cartpole() -> (Spec, Spec) {
+    (
+        Spec::uniform_box(4, f32::NEG_INFINITY, f32::INFINITY),
+        Spec::Discrete { n: 2 },
+    )
+}
+
+fn pendulum() -> (Spec, Spec) {
+    (Spec::uniform_box(3, -8.0, 8.0), Spec::uniform_box(1, -2.0, 2.0))
+}
+
+fn close(got: f64, want: f64, what: &str) {
+    assert!((got - want).abs() <= TOL, "{what}: got {got}, torch says {want}");
+}
+
+const MODES: [WeightMode; 2] = [WeightMode::Inputs, WeightMode::Rebuild];
+
+fn policy(name: &str, head: OnnxHead, (obs, action): (Spec, Spec), mode: WeightMode) -> OnnxPolicy {
+    let mut p = OnnxPolicy::with_mode(&model(name), head, &obs, &action, 3, mode).unwrap();
+    p.set_exploration(ExplorationType::Deterministic);
+    p
+}
+
+/// Runs a categorical policy in mode, recording: (actions, log-probs, logits).
+fn categorical_run(p: &mut OnnxPolicy, obs: &[f32], k: usize) -> (Vec<i64>, Vec<f32>, Vec<f32>) {
+    let (mut a, mut lp, mut z) = (vec![-1i64; k], vec![f32::NAN; k], vec![f32::NAN; 2 * k]);
+    let record = RecordMut {
+        log_prob: &mut lp,
+        params: ParamsMut::Logits(&mut z),
+    };
+    p.act_recording(obs, k, ActionsMut::Discrete(&mut a), record).unwrap();
+    (a, lp, z)
+}
+
+/// Runs a box policy, recording: (actions, log-probs, locs, scales).
+fn normal_run(p: &mut OnnxPolicy, obs: &[f32], k: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
+    let (mut a, mut lp, mut loc, mut scale) = (
+        vec![f32::NAN; k],
+        vec![f32::NAN; k],
+        vec![f32::NAN; k],
+        vec![f32::NAN; k],
+    );
+    let record = RecordMut {
+        log_prob: &mut lp,
+        params: ParamsMut::Normal {
+            loc: &mut loc,
+            scale: &mut scale,
+        },
+    };
+    p.act_recording(obs, k, ActionsMut::Continuous(&mut a), record).unwrap();
+    (a, lp, loc, scale)
+}
+
+#[test]
+fn categorical_matches_torch() {
+    let j = json("cartpole_categorical");
+    let obs = flat_obs(&j["observation"]);
+    let k = obs.len() / 4;
+    let logits = matrix(&j["logits"]);
+    let lps = matrix(&j["log_prob"]);
+    for mode in MODES {
+        let mut p = policy("cartpole_categorical", OnnxHead::Categorical, cartpole(), mode);
+        let (a, lp, z) = categorical_run(&mut p, &obs, k);
+        for i in 0..k {
+            for c in 0..2 {
+                close(f64::from(z[i * 2 + c]), logits[i][c], "logit");
+                close(
+                    super::heads::categorical_log_prob(&z[i * 2..i * 2 + 2], c),
+                    lps[i][c],
+                    "log_prob",
+                );
+            }
+            assert_eq!(a[i], j["mode"][i].as_i64().unwrap(), "{mode:?}");
+            close(f64::from(lp[i]), lps[i][a[i] as usize], "recorded log_prob");
+        }
+        // Sampling draws both actions and records each one's log-probability.
+        p.set_exploration(ExplorationType::Random);
+        let many: Vec<f32> = obs[..4].repeat(200);
+        let (a, lp, z) = categorical_run(&mut p, &many, 200);
+        assert!(a.contains(&0) && a.contains(&1), "{a:?}");
+        for i in 0..200 {
+            close(f64::from(lp[i]), lps[0][a[i] as usize], "sampled log_prob");
+            close(f64::from(z[i * 2]), logits[0][0], "sampled logits");
+        }
+    }
+}
+
+#[test]
+fn normal_with_log_std_matches_torch() {
+    let j = json("pendulum_normal");
+    let obs = flat_obs(&j["observation"]);
+    let k = obs.len() / 3;
+    let (loc, scale) = (matrix(&j["loc"]), matrix(&j["scale"]));
+    let actions: Vec<Vec<Vec<f64>>> = j["actions"].as_array().unwrap().iter().map(matrix).collect();
+    let lps = matrix(&j["log_prob"]);
+    for mode in MODES {
+        let mut p = policy("pendulum_normal", OnnxHead::Normal, pendulum(), mode);
+        let (a, lp, l, s) = normal_run(&mut p, &obs, k);
+        for i in 0..k {
+            close(f64::from(l[i]), loc[i][0], "loc");
+            close(f64::from(s[i]), scale[i][0], "scale");
+            close(f64::from(a[i]), loc[i][0].clamp(-2.0, 2.0), "mode action");
+            // The mode, and loc -/+ a spread clipped to the box: torch's log-probs.
+            for (which, acts) in actions.iter().enumerate() {
+                let got = normal_log_prob(acts[i][0], f64::from(l[i]), f64::from(s[i]));
+                close(got, lps[which][i], "log_prob");
+            }
+            if (-2.0..=2.0).contains(&loc[i][0]) {
+                close(f64::from(lp[i]), lps[0][i], "recorded log_prob");
+            }
+        }
+    }
+}
+
+#[test]
+fn tanh_normal_matches_torch() {
+    let j = json("pendulum_tanh_normal");
+    let obs = flat_obs(&j["observation"]);
+    let k = obs.len() / 3;
+    let (loc, scale) = (matrix(&j["loc"]), matrix(&j["scale"]));
+    let pre: Vec<Vec<Vec<f64>>> = j["pre_tanh"].as_array().unwrap().iter().map(matrix).collect();
+    let actions: Vec<Vec<Vec<f64>>> = j["actions"].as_array().unwrap().iter().map(matrix).collect();
+    let lps = matrix(&j["log_prob"]);
+    let mut p = policy(
+        "pendulum_tanh_normal",
+        OnnxHead::TanhNormal,
+        pendulum(),
+        WeightMode::default(),
+    );
+    let (a, lp, l, s) = normal_run(&mut p, &obs, k);
+    for i in 0..k {
+        close(f64::from(l[i]), loc[i][0], "loc");
+        close(f64::from(s[i]), scale[i][0], "scale");
+        close(f64::from(a[i]), actions[0][i][0], "mode action");
+        close(f64::from(lp[i]), lps[0][i], "recorded log_prob");
+        for (which, u) in pre.iter().enumerate() {
+            let got = tanh_normal_log_prob(u[i][0], f64::from(l[i]), f64::from(s[i]), 2.0);
+            close(got, lps[which][i], "log_prob");
+        }
+    }
+}
+
+#[test]
+fn deterministic_matches_torch() {
+    let j = json("pendulum_deterministic");
+    let obs = flat_obs(&j["observation"]);
+    let k = obs.len() / 3;
+    let want = matrix(&j["action"]);
+    let mut p = policy(
+        "pendulum_deterministic",
+        OnnxHead::Deterministic,
+        pendulum(),
+        WeightMode::default(),
+    );
+    assert_eq!(p.recorded(), crate::policy::Recorded::None);
+    let mut a = vec![f32::NAN; k];
+    p.act(&obs, k, ActionsMut::Continuous(&mut a)).unwrap();
+    for i in 0..k {
+        close(f64::from(a[i]), want[i][0], "action");
+    }
+}
+
+fn update_from_json(j: &Value, version: u64) -> Weights {
+    let mut tensors = BTreeMap::new();
+    for (name, t) in j["state_dict"].as_object().unwrap() {
+        let shape: Vec<usize> = t["shape"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_u64().unwrap() as usize)
+            .collect();
+        let data: Vec<f32> = t["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect();
+        tensors.insert(
+            name.clone(),
+            Tensor::F32(ndarray::ArrayD::from_shape_vec(shape, data).unwrap()),
+        );
+    }
+    Weights::new(tensors).with_version(version)
+}
+
+#[test]
+fn weights_are_the_initializers_and_updates_reach_the_plan() {
+    let update = update_from_json(&json("cartpole_categorical_update"), 4);
+    let j = json("cartpole_categorical_update");
+    let obs = flat_obs(&j["observation"]);
+    let k = obs.len() / 4;
+    let want = matrix(&j["logits"]);
+    for mode in MODES {
+        let mut p = policy("cartpole_categorical", OnnxHead::Categorical, cartpole(), mode);
+        let names: Vec<&str> = p.weights().tensors.keys().map(String::as_str).collect();
+        assert_eq!(
+            names,
+            [
+                "net.0.bias",
+                "net.0.weight",
+                "net.2.bias",
+                "net.2.weight",
+                "net.4.bias",
+                "net.4.weight"
+            ]
+        );
+        assert_eq!(p.weights().version, 0);
+        p.set_weights(&update).unwrap();
+        assert_eq!(p.weights().version, 4);
+        let (_, _, z) = categorical_run(&mut p, &obs, k);
+        for i in 0..k {
+            for c in 0..2 {
+                close(f64::from(z[i * 2 + c]), want[i][c], "logit after the update");
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_updates_name_the_tensor_and_change_nothing() {
+    for mode in MODES {
+        let mut p = policy("cartpole_categorical", OnnxHead::Categorical, cartpole(), mode);
+        let before = p.weights().clone();
+        let mut unknown = before.clone().with_version(1);
+        unknown
+            .tensors
+            .insert("net.9.weight".into(), Tensor::F32(ndarray::ArrayD::zeros(vec![2])));
+        let e = p.set_weights(&unknown).unwrap_err().to_string();
+        assert!(e.contains("`net.9.weight`"), "{e}");
+        let mut shape = before.clone().with_version(1);
+        shape
+            .tensors
+            .insert("net.0.bias".into(), Tensor::F32(ndarray::ArrayD::zeros(vec![3])));
+        let e = p.set_weights(&shape).unwrap_err().to_string();
+        assert!(e.contains("`net.0.bias`") && e.contains("[16]"), "{e}");
+        let mut dtype = before.clone().with_version(1);
+        dtype
+            .tensors
+            .insert("net.0.bias".into(), Tensor::F64(ndarray::ArrayD::zeros(vec![16])));
+        assert!(p.set_weights(&dtype).unwrap_err().to_string().contains("`net.0.bias`"));
+        assert_eq!(p.weights(), &before);
+    }
+}
+
+fn build_err(bytes: Vec<u8>, head: OnnxHead, specs: (Spec, Spec)) -> String {
+    let m = OnnxModel::new(bytes);
+    match OnnxPolicy::new(&m, head, &specs.0, &specs.1, 0) {
+        Ok(_) => panic!("built"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn file(name: &str) -> Vec<u8> {
+    std::fs::read(fixture(&format!("{name}.onnx"))).unwrap()
+}
+
+#[test]
+fn bad_models_are_refused_naming_the_tensor() {
+    let e = build_err(b"this is not a model".to_vec(), OnnxHead::Categorical, cartpole());
+    assert!(e.starts_with("not an ONNX model"), "{e}");
+    let e = build_err(file("bad_unknown_op"), OnnxHead::Categorical, cartpole());
+    assert!(
+        e.contains("`frobnicate`") && e.contains("`FrobnicateLogits`") && e.contains("tract"),
+        "{e}"
+    );
+    let e = build_err(file("bad_input_shape"), OnnxHead::Categorical, cartpole());
+    assert!(e.starts_with("input `observation`") && e.contains("[batch, 5]"), "{e}");
+    let e = build_err(file("bad_output_shape"), OnnxHead::Categorical, cartpole());
+    assert!(e.starts_with("output `logits`") && e.contains("3"), "{e}");
+    // A head the outputs do not fit: `loc` is missing.
+    let e = build_err(file("cartpole_categorical"), OnnxHead::Normal, pendulum());
+    assert!(e.contains("input `observation`") || e.contains("output `loc`"), "{e}");
+    let e = build_err(file("pendulum_deterministic"), OnnxHead::Normal, pendulum());
+    assert!(e.starts_with("output `loc`"), "{e}");
+    // A head that does not fit the action spec.
+    let e = build_err(file("pendulum_deterministic"), OnnxHead::Categorical, pendulum());
+    assert!(e.contains("categorical head does not fit a box action"), "{e}");
+}
+
+#[test]
+fn a_model_over_the_limit_is_refused_before_parsing() {
+    let big = vec![0u8; MAX_MODEL_BYTES + 1];
+    let e = OnnxModel::parse(big).unwrap_err();
+    assert!(matches!(e, OnnxError::TooLarge { .. }), "{e}");
+}
+
+#[test]
+fn config_round_trips_as_msgpack_with_the_bytes_as_bin() {
+    use crate::policy::{PolicyConfig, PolicySpec};
+    let bytes = file("cartpole_categorical");
+    let config = PolicyConfig::Onnx {
+        model: OnnxModel::new(bytes.clone()),
+        head: OnnxHead::TanhNormal,
+    };
+    let wire = rmp_serde::to_vec_named(&config).unwrap();
+    let v: rmpv::Value = rmp_serde::from_slice(&wire).unwrap();
+    let map: Vec<(String, rmpv::Value)> = v
+        .as_map()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.as_str().unwrap().to_string(), v.clone()))
+        .collect();
+    assert_eq!(map[0], ("kind".into(), rmpv::Value::from("onnx")));
+    assert!(map
+        .iter()
+        .any(|(k, v)| k == "model" && v.as_slice() == Some(&bytes[..])));
+    assert!(map
+        .iter()
+        .any(|(k, v)| k == "head" && v.as_str() == Some("tanh_normal")));
+    let back: PolicyConfig = rmp_serde::from_slice(&wire).unwrap();
+    assert_eq!(back, config);
+    // PolicySpec::build gives the ONNX policy with the file's weights.
+    let spec = PolicySpec::from(PolicyConfig::Onnx {
+        model: OnnxModel::new(bytes),
+        head: OnnxHead::Categorical,
+    });
+    let (obs, action) = cartpole();
+    let p = spec.build(&obs, &action, 0).unwrap();
+    assert_eq!(p.weights().tensors.len(), 6);
+    assert!(matches!(
+        spec.config.recorded(&action),
+        crate::policy::Recorded::Categorical { n: 2 }
+    ));
+    assert!(matches!(
+        PolicySpec::from(PolicyConfig::Onnx {
+            model: OnnxModel::new(vec![1, 2]),
+            head: OnnxHead::Categorical
+        })
+        .build(&obs, &action, 0),
+        Err(PolicyError::Onnx(OnnxError::NotOnnx(_)))
+    ));
+}
+
+#[test]
+fn sampler_state_resumes_the_same_samples() {
+    let j = json("pendulum_normal");
+    let obs = flat_obs(&j["observation"]);
+    let k = obs.len() / 3;
+    let mut p = policy("pendulum_normal", OnnxHead::Normal, pendulum(), WeightMode::default());
+    p.set_exploration(ExplorationType::Random);
+    let _ = normal_run(&mut p, &obs, k);
+    let state = p.sampler_state().unwrap();
+    let first = normal_run(&mut p, &obs, k).0;
+    p.set_sampler_state(state.as_ref()).unwrap();
+    assert_eq!(normal_run(&mut p, &obs, k).0, first);
+}
