@@ -45,9 +45,11 @@ fi
 cargo build --release -p rollout-cli --bin rollout
 
 # Python learners (issue 18): the `rollout` extension module (python/collector,
-# PyO3 + maturin) built in release into the same venv.
-.venv/bin/python -m pip install --quiet --disable-pip-version-check "maturin>=1.7,<2" numpy pytest
-VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --release --quiet -m python/collector/Cargo.toml
+# PyO3 + maturin) built in release into the same venv, with its `torch` extra (torch,
+# tensordict, torchrl, onnx: torch actors and TensorDict batches) and onnxruntime, which
+# the tests run the exported models with.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check "maturin>=1.7,<2" numpy pytest onnxruntime
+VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --release --quiet --extras torch -m python/collector/Cargo.toml
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
+import tempfile
 from typing import Any, Dict, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
@@ -35,6 +37,28 @@ def _exploration(value: Any) -> Optional[str]:
     if not isinstance(name, str):
         raise _config_error("exploration_type", f"expected a string or an ExplorationType, got {type(value).__name__}")
     return name.lower()
+
+
+def _is_torch(policy: Any) -> bool:
+    """A torch module, told without importing torch (it is imported when it is used)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(policy, torch.nn.Module)
+
+
+def _env_specs(env: Optional[str], env_config: Any, env_spec: Any) -> Optional[Dict[str, Any]]:
+    """The env's spaces before any node runs, when they can be known: ``env_spec``,
+    a built-in env's, or gymnasium's spaces for a gymnasium id (``None`` otherwise)."""
+    if env_spec is not None:
+        return dict(env_spec)
+    if env is None:
+        return None
+    config = _env_config("env_config", env_config)
+    native = _native.builtin_env_specs(env, config)
+    if native is not None:
+        return json.loads(native)
+    from ._spaces import gymnasium_specs
+
+    return gymnasium_specs(env, env_config)
 
 
 def _policy(policy: Any) -> Optional[str]:
@@ -126,6 +150,14 @@ class DistributedCollector:
     ``update_interval``, ``max_frames_per_traj``, ``init_random_frames``,
     ``reset_at_each_iter``, ``split_trajs``, ``exploration_type``.
 
+    A torch policy (``policy=actor``: an ``nn.Module``, a tensordict
+    ``TensorDictModule`` or torchrl's ``ProbabilisticActor``) is exported as the
+    ``onnx`` policy (see docs/python.md, "From torchrl"); batches are then
+    TensorDicts laid out as torchrl's, and ``update_policy_weights_()`` pushes the
+    actor's current parameters. ``tensordict`` (``True``/``False``) asks for
+    TensorDict batches (or NumPy ones) whatever the policy; needs the ``torch``
+    extra.
+
     rollout's own: ``env`` (a registered name, e.g. ``"CartPole-v1"``, or with the
     ``"process"``, ``"external"`` and ``"slurm"`` launchers any env the nodes build,
     e.g. a gymnasium id served by Python nodes: the trainer learns its spaces from the
@@ -214,6 +246,7 @@ class DistributedCollector:
         max_frame: Optional[int] = None,
         metrics: Optional[str] = None,
         metrics_linger: Optional[float] = None,
+        tensordict: Optional[bool] = None,
     ) -> None:
         if env is not None and create_env_fn is not None:
             raise _config_error("env", "give env or create_env_fn, not both")
@@ -241,6 +274,19 @@ class DistributedCollector:
                 )
         if isinstance(token, str):
             token = token.encode()
+        self._torch_policy = None
+        self._onnx_model: Optional[bytes] = None
+        if _is_torch(policy):
+            from ._torch import export_policy
+
+            self._torch_policy = export_policy(policy, _env_specs(env, env_config, env_spec))
+            self._onnx_model = self._torch_policy.model
+            policy = {"kind": "onnx"}
+        if tensordict is None:
+            tensordict = self._torch_policy is not None
+        if tensordict:
+            from . import _tensordict  # noqa: F401 - a missing torch/tensordict is said now
+        self._tensordict = bool(tensordict)
         checkpoint = None
         if resume is not None:
             checkpoint = resume["checkpoint"] if isinstance(resume, Mapping) else resume
@@ -296,15 +342,29 @@ class DistributedCollector:
             metrics=metrics,
             metrics_linger=metrics_linger,
         )
+        if self._torch_policy is not None:
+            # The exported model: its file is written when the run starts (`_start`).
+            if settings.get("policy_file") is not None or settings.get("onnx_head") is not None:
+                raise _config_error("policy_file", "a torch policy is exported by the collector: give the module or a file, not both")
+            settings["onnx_head"] = self._torch_policy.head
         # Unset settings are left to the Rust builder's defaults (documented there).
         settings = {k: v for k, v in settings.items() if v is not None}
         self._settings = {k: v for k, v in settings.items() if k != "resume"}
         self._native = self._start(settings)
 
-    @staticmethod
-    def _start(settings: Dict[str, Any]) -> "_native.NativeCollector":
+    def _start(self, settings: Dict[str, Any]) -> "_native.NativeCollector":
         # The `rollout` logger's level as it is now decides which Rust events are formatted.
         _native.refresh_log_levels()
+        with tempfile.TemporaryDirectory(prefix="rollout-policy-") as tmp:
+            if self._onnx_model is not None:
+                # The builder reads the model file once, now; the file goes with `tmp`.
+                settings = dict(settings, policy_file=os.path.join(tmp, "policy.onnx"))
+                with open(settings["policy_file"], "wb") as f:
+                    f.write(self._onnx_model)
+            return self._start_native(settings)
+
+    @staticmethod
+    def _start_native(settings: Dict[str, Any]) -> "_native.NativeCollector":
         try:
             return _native.NativeCollector(settings)
         except _native.ConfigError as e:
@@ -317,15 +377,25 @@ class DistributedCollector:
             raise err from None
 
     # ---- iteration
-    def next(self) -> Optional[Batch]:
-        """The next batch, or ``None`` once ``total_frames`` have been yielded.
+    def next(self) -> Any:
+        """The next batch, or ``None`` once ``total_frames`` have been yielded: a
+        :class:`Batch`, or a ``tensordict.TensorDict`` for a torch policy (or
+        ``tensordict=True``).
 
         Waits with the GIL released; Ctrl-C raises ``KeyboardInterrupt`` and the
         batch being waited for is the one the next call returns."""
         raw = self._native.next_batch()
-        return None if raw is None else Batch(raw)
+        if raw is None:
+            return None
+        batch = Batch(raw)
+        if not self._tensordict:
+            return batch
+        from ._tensordict import to_tensordict
 
-    def __iter__(self) -> Iterator[Batch]:
+        encoding = self._torch_policy.action_encoding if self._torch_policy is not None else None
+        return to_tensordict(batch, one_hot=self._torch_policy.n_actions if encoding == "one_hot" else None)
+
+    def __iter__(self) -> Iterator[Any]:
         while True:
             batch = self.next()
             if batch is None:
@@ -335,17 +405,34 @@ class DistributedCollector:
     # ---- weights, seeds
     def update_policy_weights_(
         self,
-        weights: Optional[Mapping[str, Any]] = None,
+        policy_or_weights: Any = None,
         worker_ids: Union[None, int, Iterable[int]] = None,
+        *,
+        weights: Optional[Mapping[str, Any]] = None,
     ) -> Optional[int]:
-        """Stores ``weights`` (names to arrays) as the next version and pushes them
-        to ``worker_ids`` (all nodes when ``None``); returns the new version. With
-        ``weights=None`` the stored weights are pushed again."""
+        """Stores ``policy_or_weights`` (names to arrays; ``weights`` is the same
+        argument) as the next version and pushes them to ``worker_ids`` (all nodes
+        when ``None``); returns the new version. With nothing given the stored
+        weights are pushed again.
+
+        With a torch policy: the module, its ``state_dict`` or
+        ``TensorDict.from_module(module)``, by the module's parameter names; with
+        nothing given, the current parameters of the module the collector was
+        built with (torchrl's behaviour). Names, shapes, dtypes and contiguity are
+        checked first: a ``ConfigError`` on ``weights`` names the tensor, and
+        nothing is stored."""
+        if weights is not None:
+            if policy_or_weights is not None:
+                raise _config_error("weights", "give policy_or_weights or weights, not both")
+            policy_or_weights = weights
         ids = _worker_ids(worker_ids)
-        if weights is None:
+        if self._torch_policy is not None:
+            arrays = self._torch_policy.weights(policy_or_weights)
+            return self._native.update_policy_weights(arrays, ids)
+        if policy_or_weights is None:
             self._native.push_policy_weights(ids)
             return None
-        return self._native.update_policy_weights(_weights(weights), ids)
+        return self._native.update_policy_weights(_weights(policy_or_weights), ids)
 
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
         """Reseeds every node (node k gets the seed node k-1 did not use); returns the next seed."""

@@ -46,5 +46,9 @@ def refresh_log_levels() -> None:
     """Reads the ``rollout`` logger's level again (levels set after the import take
     effect at the next collector)."""
 
+def builtin_env_specs(name: str, config: Optional[str] = None) -> Optional[str]:
+    """The JSON specs (``{"observation", "action"}``) of the built-in env ``name`` made
+    with the JSON ``config``, or ``None`` when no built-in env has that name."""
+
 def bench_rust_loop(settings: Dict[str, Any], batches: int, recycle: bool) -> Tuple[float, int]: ...
 def bench_rust_weights(settings: Dict[str, Any], weights: Mapping[str, np.ndarray], rounds: int) -> float: ...

@@ -4,8 +4,8 @@
 //! batch; this module holds what must be native: the collector behind a thread of
 //! its own (`runner`), settings read from a dict (`config`), tensors moved into
 //! NumPy arrays without a copy and weights read from them (`convert`), Rust
-//! errors as Python exceptions (`errors`) and Rust's log events as Python
-//! `logging` records (`log_bridge`).
+//! errors as Python exceptions (`errors`), Rust's log events as Python
+//! `logging` records (`log_bridge`) and the built-in envs' spaces (`specs`).
 
 mod bench;
 mod collector;
@@ -14,6 +14,7 @@ mod convert;
 mod errors;
 mod log_bridge;
 mod runner;
+mod specs;
 
 use pyo3::prelude::*;
 
@@ -25,6 +26,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(bench::bench_rust_loop, m)?)?;
     m.add_function(wrap_pyfunction!(bench::bench_rust_weights, m)?)?;
     m.add_function(wrap_pyfunction!(log_bridge::refresh_log_levels, m)?)?;
+    m.add_function(wrap_pyfunction!(specs::builtin_env_specs, m)?)?;
     log_bridge::install(m.py())?;
     errors::register(m)
 }

@@ -1,0 +1,58 @@
+"""A gymnasium env's spaces in PROTOCOL.md §3's form, for exporting a torch policy
+before any node runs (an example observation, the action's bounds). Best effort:
+``None`` when gymnasium is not installed or cannot make the env; the caller then
+asks for ``env_spec``."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping, Optional
+
+import numpy as np
+
+_DTYPES = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64", np.dtype(np.uint8): "u8", np.dtype(np.int64): "i64"}
+
+
+def _bounds(a: np.ndarray) -> list:
+    return [None if not np.isfinite(v) else float(v) for v in np.asarray(a, dtype=np.float64).ravel()]
+
+
+def _space(space: Any) -> Optional[Dict[str, Any]]:
+    import gymnasium.spaces as S
+
+    if isinstance(space, S.Box):
+        return {
+            "kind": "box",
+            "dtype": _DTYPES.get(np.dtype(space.dtype), "f32"),
+            "shape": list(space.shape),
+            "low": _bounds(space.low),
+            "high": _bounds(space.high),
+        }
+    if isinstance(space, S.Discrete):
+        return {"kind": "discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, S.MultiDiscrete):
+        return {"kind": "multi_discrete", "nvec": [int(n) for n in np.asarray(space.nvec).ravel()]}
+    if isinstance(space, S.MultiBinary):
+        return {"kind": "multi_binary", "n": int(np.prod(space.n))}
+    if isinstance(space, S.Dict):
+        spaces = {k: _space(v) for k, v in space.spaces.items()}
+        return None if any(v is None for v in spaces.values()) else {"kind": "dict", "spaces": spaces}
+    return None
+
+
+def gymnasium_specs(env_id: str, env_config: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
+    """``{"observation", "action"}`` of ``gymnasium.make(env_id, **env_config)``."""
+    try:
+        import gymnasium
+    except ImportError:
+        return None
+    try:
+        env = gymnasium.make(env_id, **dict(env_config or {}))
+    except Exception:
+        return None
+    try:
+        obs, act = _space(env.observation_space), _space(env.action_space)
+    finally:
+        env.close()
+    if obs is None or act is None:
+        return None
+    return {"observation": obs, "action": act}

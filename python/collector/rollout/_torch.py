@@ -1,0 +1,520 @@
+"""A torch actor as rollout's ``onnx`` policy (imported only when one is given).
+
+:func:`export_policy` takes an ``nn.Module`` (observation to action), a tensordict
+``TensorDictModule`` (or ``TensorDictSequential``) writing ``"action"``, or a
+probabilistic actor (torchrl's ``ProbabilisticActor``, tensordict's
+``ProbabilisticTensorDictSequential``) and exports the part before the
+distribution with ``torch.onnx.export`` (``dynamo=False``,
+``do_constant_folding=False``, a dynamic batch axis). The distribution class
+picks the head: ``Categorical``/``OneHotCategorical`` -> ``categorical``,
+``Normal``/``IndependentNormal`` -> ``normal``, ``TanhNormal`` -> ``tanh_normal``,
+``Delta``/``TanhDelta`` or no distribution -> ``deterministic``.
+
+The exported module keeps the actor's own parameter names, so the model's
+initializers are named as the actor's ``state_dict`` is (``module.0.module.0.weight``
+for a ``ProbabilisticActor``); :class:`ExportedPolicy` keeps the map from
+initializer names to the actor's names and turns a module, a ``state_dict`` or
+``TensorDict.from_module`` into the weights to push, checked name by name.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import warnings
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ._collector import _config_error as config_error
+
+try:
+    import onnx  # noqa: F401 - needed by every export; said now if missing
+    import tensordict  # noqa: F401
+    import torch
+    from torch import nn
+except ImportError as _e:  # pragma: no cover - the message is the point
+    raise ImportError(
+        f"rollout: a torch policy needs torch, tensordict and onnx ({_e}): pip install 'rollout[torch]'"
+    ) from _e
+
+# Heads by distribution class name (torch's and torchrl's classes alike).
+_CATEGORICAL = {"Categorical": "index", "OneHotCategorical": "one_hot"}
+_NORMAL = {"Normal", "IndependentNormal"}
+_TANH_NORMAL = {"TanhNormal"}
+_DELTA = {"Delta", "TanhDelta"}
+# Recurrent modules: the ONNX policy is a function of one observation.
+_RECURRENT_TORCHRL = {"LSTMModule", "GRUModule"}
+
+# The newest opset tract is tested against (torch's own default is newer).
+_OPSET = 18
+
+Key = Any  # a tensordict key: a string or a tuple of strings
+
+
+def is_torch_policy(policy: Any) -> bool:
+    """Whether ``policy`` is a torch module this module exports."""
+    return isinstance(policy, nn.Module)
+
+
+def _key_name(key: Key) -> str:
+    return ".".join(key) if isinstance(key, tuple) else str(key)
+
+
+def _input_name(key: Key) -> str:
+    """The ONNX input name of an in_key: ``observation`` or ``observation.<name>``."""
+    parts = key if isinstance(key, tuple) else tuple(key.split("."))
+    if parts[0] != "observation":
+        raise config_error(
+            "policy",
+            f"in_key {key!r} is not an observation key of the env: rollout's policies read "
+            "`observation` (or `(\"observation\", name)` for a dict observation)",
+        )
+    return ".".join(parts)
+
+
+def _refuse_recurrent(module: nn.Module) -> None:
+    for path, sub in module.named_modules():
+        name = type(sub).__name__
+        if name in _RECURRENT_TORCHRL or isinstance(sub, (nn.RNNBase, nn.RNNCellBase)):
+            where = f"`{path}`" if path else "the policy"
+            raise config_error(
+                "policy",
+                f"{where} is a recurrent module ({name}): rollout's ONNX policy maps one "
+                "observation to an action and keeps no hidden state",
+            )
+
+
+class _Export(nn.Module):
+    """The exported function: in_keys as positional inputs, the head's outputs as a
+    tuple. It registers the owner's children, parameters and buffers under their own
+    names, so the model's initializers are named as the owner's ``state_dict``."""
+
+    def __init__(self, owner: nn.Module, run: Any) -> None:
+        super().__init__()
+        for n, c in owner.named_children():
+            self.add_module(n, c)
+        for n, p in owner.named_parameters(recurse=False):
+            self.register_parameter(n, p)
+        for n, b in owner.named_buffers(recurse=False):
+            self.register_buffer(n, b)
+        object.__setattr__(self, "_run", run)
+
+    def forward(self, *xs: "torch.Tensor") -> Tuple["torch.Tensor", ...]:
+        return self._run(*xs)
+
+
+def _tensordict_run(parts: Sequence[nn.Module], in_keys: List[Key], out: List[Tuple[Key, Any]]):
+    """Runs tensordict modules over a TensorDict of the inputs; ``out`` lists
+    ``(key, transform)`` pairs, the transform applied to the entry (or ``None``)."""
+    from tensordict import TensorDict
+
+    def run(*xs):
+        td = TensorDict({k: x for k, x in zip(in_keys, xs)}, batch_size=[])
+        for p in parts:
+            td = p(td)
+        res = []
+        for key, f in out:
+            v = td.get(key)
+            res.append(v if f is None else f(v))
+        return tuple(res)
+
+    return run
+
+
+def _bound_array(v: Any, d: int) -> np.ndarray:
+    if isinstance(v, torch.Tensor):
+        v = v.detach().cpu().double().numpy()
+    return np.broadcast_to(np.asarray(v, dtype=np.float64), (d,)).copy()
+
+
+def _box_bounds(space: Mapping[str, Any]) -> Tuple[np.ndarray, np.ndarray]:
+    shape = space.get("shape") or []
+    d = int(np.prod(shape)) if shape else 1
+    def side(b: Any, default: float) -> np.ndarray:
+        if b is None:
+            return np.full(d, default)
+        if isinstance(b, (list, tuple)):  # JSON writes an infinite bound as null
+            b = [default if v is None else v for v in b]
+        return np.broadcast_to(np.asarray(b, dtype=np.float64), (d,)).copy()
+    return side(space.get("low"), -math.inf), side(space.get("high"), math.inf)
+
+
+class ExportedPolicy:
+    """A torch actor exported as ONNX: the policy config, the head, the action's
+    encoding (``index`` or ``one_hot`` for a discrete action) and the name map."""
+
+    def __init__(self, module: nn.Module, model: bytes, head: str, encoding: Optional[str], input_names: List[str]) -> None:
+        import onnx
+        from onnx import numpy_helper
+
+        self.module = module
+        self.model = model
+        self.head = head
+        self.action_encoding = encoding
+        self.input_names = input_names
+        # Actions of a categorical head (the logits' size), for one-hot batches.
+        self.n_actions: Optional[int] = None
+        names = dict(module.state_dict(keep_vars=True))
+        self._module_names = set(names)
+        proto = onnx.load_from_string(model)
+        # Initializer name -> the module's name; initializers with no module name
+        # (constants the exporter lifted) are pushed as they are in the file.
+        self.name_map: Dict[str, str] = {}
+        self.fixed: Dict[str, np.ndarray] = {}
+        self.layout: Dict[str, Tuple[Tuple[int, ...], str]] = {}
+        for init in proto.graph.initializer:
+            if init.data_type != onnx.TensorProto.FLOAT:
+                continue  # non-float initializers stay constants of the model
+            if init.name in names:
+                self.name_map[init.name] = init.name
+                self.layout[init.name] = (tuple(init.dims), "float32")
+            else:
+                self.fixed[init.name] = numpy_helper.to_array(init)
+
+    def config(self) -> Dict[str, Any]:
+        """The ``onnx`` policy config (PolicySpec.config)."""
+        return {"kind": "onnx", "model": self.model, "head": self.head}
+
+    # ---- weights
+    def weights(self, source: Any = None) -> Dict[str, np.ndarray]:
+        """The initializers to push, by ONNX name, from ``source``: ``None`` (the
+        module's current parameters), a module, a ``state_dict`` or a TensorDict.
+        CPU float32 contiguous tensors are viewed as NumPy arrays (no copy); any
+        name, shape, dtype or layout that does not fit is a ``ConfigError`` on
+        ``weights`` naming the tensor, before anything is stored."""
+        tensors = self._tensors(self.module if source is None else source)
+        extra = sorted(n for n in tensors if n not in self._module_names)
+        if extra:
+            raise config_error("weights", f"unexpected tensor `{extra[0]}`: the policy has no parameter of that name")
+        out: Dict[str, np.ndarray] = {}
+        for onnx_name, name in self.name_map.items():
+            if name not in tensors:
+                raise config_error("weights", f"missing tensor `{name}`")
+            out[onnx_name] = self._array(name, tensors[name], self.layout[onnx_name])
+        out.update(self.fixed)
+        return out
+
+    @staticmethod
+    def _tensors(source: Any) -> Dict[str, Any]:
+        if isinstance(source, nn.Module):
+            return dict(source.state_dict(keep_vars=True))
+        try:
+            from tensordict import TensorDictBase
+        except ImportError:  # pragma: no cover
+            TensorDictBase = ()
+        if TensorDictBase and isinstance(source, TensorDictBase):
+            return {_key_name(k): v for k, v in source.items(include_nested=True, leaves_only=True)}
+        if isinstance(source, Mapping):
+            return {str(k): v for k, v in source.items()}
+        raise config_error(
+            "weights",
+            f"expected the policy module, its state_dict or TensorDict.from_module(policy), got {type(source).__name__}",
+        )
+
+    @staticmethod
+    def _array(name: str, value: Any, layout: Tuple[Tuple[int, ...], str]) -> np.ndarray:
+        shape, dtype = layout
+        if isinstance(value, torch.Tensor):
+            t = value.detach()
+            got = str(t.dtype).replace("torch.", "")
+            if t.dtype != torch.float32:
+                raise config_error("weights", f"`{name}` must be float32 {list(shape)}, got {got} {list(t.shape)}")
+            if tuple(t.shape) != shape:
+                raise config_error("weights", f"`{name}` must be float32 {list(shape)}, got float32 {list(t.shape)}")
+            if not t.is_contiguous():
+                raise config_error("weights", f"`{name}` is not contiguous (call .contiguous() on it)")
+            if t.device.type != "cpu":
+                t = t.cpu()  # the one copy
+            return t.numpy()
+        a = value
+        if not isinstance(a, np.ndarray):
+            raise config_error("weights", f"`{name}`: expected a tensor or a NumPy array, got {type(value).__name__}")
+        if a.dtype != np.float32:
+            raise config_error("weights", f"`{name}` must be float32 {list(shape)}, got {a.dtype} {list(a.shape)}")
+        if tuple(a.shape) != shape:
+            raise config_error("weights", f"`{name}` must be float32 {list(shape)}, got float32 {list(a.shape)}")
+        if not a.flags.c_contiguous:
+            raise config_error("weights", f"`{name}` is not contiguous (np.ascontiguousarray(...) it)")
+        return a
+
+
+# ---- export
+def _example(space: Optional[Mapping[str, Any]], key: Key, module: nn.Module) -> "torch.Tensor":
+    """An example input of the observation's shape, batch of 2."""
+    parts = key if isinstance(key, tuple) else tuple(str(key).split("."))
+    sub = space
+    for p in parts[1:]:
+        if sub is None:
+            break
+        if sub.get("kind") != "dict" or p not in sub.get("spaces", {}):
+            raise config_error("policy", f"in_key {key!r}: the env's observation has no entry {p!r}")
+        sub = sub["spaces"][p]
+    if sub is not None:
+        if sub.get("kind") == "dict":
+            raise config_error(
+                "policy",
+                f"in_key {key!r} is a dict observation: read its leaves, (\"observation\", name), one in_key each",
+            )
+        if sub.get("kind") != "box":
+            raise config_error("policy", f"in_key {key!r}: a {sub.get('kind')} observation cannot be an ONNX input")
+        shape = tuple(int(s) for s in sub.get("shape", []))
+        dtype = {"u8": torch.uint8, "uint8": torch.uint8}.get(str(sub.get("dtype", "f32")), torch.float32)
+        if dtype == torch.uint8:
+            return torch.randint(0, 255, (2, *shape), dtype=torch.uint8)
+        return torch.randn(2, *shape)
+    # No spec: the first Linear's input size, for a flat observation.
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            return torch.randn(2, m.in_features)
+    raise config_error(
+        "policy",
+        "cannot tell the observation's shape to export the policy: give env_spec "
+        "(the env is not a built-in one and gymnasium could not make it)",
+    )
+
+
+def _onnx_bytes(export: nn.Module, examples: List["torch.Tensor"], input_names: List[str], output_names: List[str]) -> bytes:
+    axes = {n: {0: "batch"} for n in input_names + output_names}
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            torch.onnx.export(
+                export,
+                tuple(examples),
+                f,
+                input_names=input_names,
+                output_names=output_names,
+                dynamic_axes=axes,
+                dynamo=False,
+                do_constant_folding=False,
+                opset_version=_OPSET,
+            )
+        except Exception as e:
+            raise config_error("policy", f"torch.onnx.export failed: {type(e).__name__}: {e}") from e
+    return f.getvalue()
+
+
+def _actor_parts(policy: nn.Module):
+    """(body modules, probabilistic module or None, in_keys) of a tensordict actor."""
+    from tensordict.nn import ProbabilisticTensorDictModule, TensorDictModuleBase, TensorDictSequential
+
+    if isinstance(policy, ProbabilisticTensorDictModule):
+        raise config_error("policy", "a distribution alone: give the actor whose modules compute its parameters")
+    if isinstance(policy, TensorDictSequential):
+        mods = list(policy.module)
+        prob = mods[-1] if mods and isinstance(mods[-1], ProbabilisticTensorDictModule) else None
+        body = mods[:-1] if prob is not None else mods
+        for m in body:
+            if isinstance(m, ProbabilisticTensorDictModule):
+                raise config_error("policy", "a distribution before the last module: only the last one may sample")
+        return body, prob, list(policy.in_keys)
+    if isinstance(policy, TensorDictModuleBase):
+        return [policy], None, list(policy.in_keys)
+    return None
+
+
+def _action_spec_of(policy: nn.Module) -> Any:
+    spec = getattr(policy, "spec", None)
+    if spec is None:
+        return None
+    try:
+        if "action" in spec.keys():
+            return spec["action"]
+    except Exception:  # a bare spec, not a Composite
+        return spec
+    return None
+
+
+def _check_action_spec(spec: Any, encoding: Optional[str], action: Optional[Mapping[str, Any]]) -> Optional[str]:
+    """The encoding the actor's action spec says (``one_hot``/``index``), checked
+    against the distribution's and the env's action."""
+    if spec is None:
+        return encoding
+    kind = type(spec).__name__
+    says = "one_hot" if "OneHot" in kind else ("index" if kind in ("Categorical", "DiscreteTensorSpec") else None)
+    if says is not None and encoding is not None and says != encoding:
+        raise config_error(
+            "policy",
+            f"the actor's action spec ({kind}) says {says.replace('_', '-')} actions, its distribution {encoding.replace('_', '-')}",
+        )
+    if action is not None:
+        shape = tuple(spec.shape)
+        if action.get("kind") == "discrete":
+            n = int(action["n"])
+            if says == "one_hot" and shape[-1:] != (n,):
+                raise config_error("policy", f"the actor's action spec {kind}{list(shape)} does not fit the env's {n} actions")
+            space_n = getattr(getattr(spec, "space", None), "n", None)
+            if says == "index" and space_n is not None and int(space_n) != n:
+                raise config_error("policy", f"the actor's action spec has {space_n} actions, the env {n}")
+            if says is None:
+                raise config_error("policy", f"the actor's action spec ({kind}) is not discrete, the env's action is")
+        elif action.get("kind") == "box":
+            want = tuple(int(s) for s in action.get("shape", []))
+            if says is not None:
+                raise config_error("policy", f"the actor's action spec ({kind}) is discrete, the env's action is a box")
+            if want and shape[-len(want):] != want:
+                raise config_error("policy", f"the actor's action spec shape {list(shape)} does not fit the env's {list(want)}")
+    return says or encoding
+
+
+def export_policy(policy: nn.Module, specs: Optional[Mapping[str, Any]]) -> ExportedPolicy:
+    """Exports ``policy`` for the env whose ``specs`` (PROTOCOL.md §3's
+    ``{"observation", "action"}``, or ``None`` when unknown) are given."""
+    _refuse_recurrent(policy)
+    obs = specs.get("observation") if specs else None
+    action = specs.get("action") if specs else None
+    for n, p in policy.state_dict().items():
+        if torch.is_floating_point(p) and p.dtype != torch.float32:
+            raise config_error("policy", f"`{n}` is {p.dtype}: rollout's ONNX policy runs float32 parameters")
+
+    parts = _actor_parts(policy)
+    encoding: Optional[str] = None
+    if parts is None:
+        # A plain module: observation -> action.
+        in_keys = ["observation"]
+        head = "deterministic"
+        out_names = ["action"]
+        module = policy
+
+        def run(x):
+            return (module(x),)
+
+    else:
+        body, prob, in_keys = parts
+        if prob is None:
+            if "action" not in [_key_name(k) for k in policy.out_keys]:
+                raise config_error("policy", f"a module without a distribution must write `action`; it writes {policy.out_keys}")
+            head, out = "deterministic", [("action", None)]
+        else:
+            head, out, encoding = _head(prob, action)
+            encoding = _check_action_spec(_action_spec_of(policy), encoding, action)
+        out_names = [n for n, _ in _outputs(head, out)]
+        run = _tensordict_run(body, in_keys, out)
+
+    _check_head_kind(head, action)
+    input_names = [_input_name(k) for k in in_keys]
+    device = next((p.device for p in policy.parameters()), torch.device("cpu"))
+    examples = [_example(obs, k, policy).to(device) for k in in_keys]
+    export = _Export(policy, run)
+    with torch.no_grad():
+        try:
+            sample = export(*examples)
+        except Exception as e:
+            raise config_error("policy", f"the policy fails on an observation of the env's shape: {type(e).__name__}: {e}") from e
+    _check_outputs(head, out_names, sample, action)
+    model = _onnx_bytes(export, examples, input_names, out_names)
+    exported = ExportedPolicy(policy, model, head, encoding, input_names)
+    if head == "categorical":
+        exported.n_actions = int(sample[0].shape[-1])
+    return exported
+
+
+def _outputs(head: str, out: List[Tuple[Key, Any]]) -> List[Tuple[str, Any]]:
+    names = {"categorical": ["logits"], "normal": ["loc", "scale"], "tanh_normal": ["loc", "scale"], "deterministic": ["action"]}[head]
+    return list(zip(names, out))
+
+
+def _head(prob: nn.Module, action: Optional[Mapping[str, Any]]):
+    """(head, [(td key, transform)], encoding) for a probabilistic module."""
+    cls = prob.distribution_class
+    name = getattr(cls, "__name__", str(cls))
+    kwargs = dict(getattr(prob, "distribution_kwargs", {}) or {})
+    params = {}
+    for dist_key, td_key in zip(prob.dist_keys, prob.in_keys):
+        params[dist_key[-1] if isinstance(dist_key, tuple) else dist_key] = td_key
+    if name in _CATEGORICAL:
+        if "logits" in params:
+            return "categorical", [(params["logits"], None)], _CATEGORICAL[name]
+        if "probs" in params:
+            return "categorical", [(params["probs"], torch.log)], _CATEGORICAL[name]
+        raise config_error("policy", f"{name} without `logits` or `probs` parameters ({list(params)})")
+    if name in _NORMAL or name in _TANH_NORMAL:
+        if set(params) != {"loc", "scale"}:
+            raise config_error("policy", f"{name} must take `loc` and `scale`, it takes {list(params)}")
+        loc_f = None
+        if name in _TANH_NORMAL:
+            _check_tanh_bounds(name, kwargs, action)
+            if kwargs.get("tanh_loc", False):
+                up = float(kwargs.get("upscale", 5.0))
+                loc_f = lambda v: up * torch.tanh(v / up)  # noqa: E731 - TanhNormal's own tanh_loc
+        head = "tanh_normal" if name in _TANH_NORMAL else "normal"
+        return head, [(params["loc"], loc_f), (params["scale"], None)], None
+    if name in _DELTA:
+        key = params.get("param")
+        if key is None:
+            raise config_error("policy", f"{name} must take `param`")
+        if name == "TanhDelta":
+            low, high = _tanh_bounds(kwargs)
+            c, h = (high + low) / 2, (high - low) / 2
+            return "deterministic", [(key, lambda v: c + h * torch.tanh(v))], None
+        return "deterministic", [(key, None)], None
+    raise config_error(
+        "policy",
+        f"distribution {name} has no ONNX head: rollout runs Categorical, OneHotCategorical, Normal, "
+        "IndependentNormal, TanhNormal, Delta and TanhDelta",
+    )
+
+
+def _tanh_bounds(kwargs: Mapping[str, Any]):
+    low = kwargs.get("low", kwargs.get("min", -1.0))
+    high = kwargs.get("high", kwargs.get("max", 1.0))
+    to_t = lambda v: v.detach().float() if isinstance(v, torch.Tensor) else torch.tensor(float(v))  # noqa: E731
+    return to_t(low), to_t(high)
+
+
+def _check_tanh_bounds(name: str, kwargs: Mapping[str, Any], action: Optional[Mapping[str, Any]]) -> None:
+    """TanhNormal's low/high must be the env's action bounds (the nodes squash to those)."""
+    if action is None:
+        return
+    if action.get("kind") != "box":
+        raise config_error("policy", f"{name} draws continuous actions, the env's action is {action.get('kind')}")
+    env_low, env_high = _box_bounds(action)
+    d = len(env_low)
+    low = _bound_array(kwargs.get("low", kwargs.get("min", -1.0)), d)
+    high = _bound_array(kwargs.get("high", kwargs.get("max", 1.0)), d)
+    # Where a bound is infinite the nodes use c = 0, h = 1: TanhNormal's own default.
+    want_low = np.where(np.isfinite(env_low) & np.isfinite(env_high), env_low, -1.0)
+    want_high = np.where(np.isfinite(env_low) & np.isfinite(env_high), env_high, 1.0)
+    if not (np.allclose(low, want_low, atol=1e-6) and np.allclose(high, want_high, atol=1e-6)):
+        raise config_error(
+            "policy",
+            f"{name}'s bounds low={low.tolist()} high={high.tolist()} are not the env's action bounds "
+            f"low={want_low.tolist()} high={want_high.tolist()} (distribution_kwargs low/high)",
+        )
+
+
+def _check_head_kind(head: str, action: Optional[Mapping[str, Any]]) -> None:
+    """The head draws the kind of action the env takes (when it is known)."""
+    kind = action.get("kind") if action else None
+    if kind is None:
+        return
+    if head == "categorical" and kind != "discrete":
+        raise config_error("policy", f"a categorical actor for an env whose action is a {kind}")
+    if head in ("normal", "tanh_normal") and kind != "box":
+        raise config_error("policy", f"a {head} actor for an env whose action is {kind}")
+
+
+def _check_outputs(head: str, names: List[str], sample: Tuple["torch.Tensor", ...], action: Optional[Mapping[str, Any]]) -> None:
+    """The outputs fit the env's action in size and type (the head's kind of action
+    was checked before the module ran)."""
+    for n, v in zip(names, sample):
+        if not isinstance(v, torch.Tensor):
+            raise config_error("policy", f"output `{n}` is {type(v).__name__}, not a tensor")
+    if action is None:
+        return
+    kind = action.get("kind")
+    first = sample[0]
+    if head == "categorical":
+        if first.shape[-1] != int(action["n"]):
+            raise config_error("policy", f"output `logits` has {first.shape[-1]} entries, the env {action['n']} actions")
+    elif head in ("normal", "tanh_normal"):
+        d = int(np.prod(action.get("shape") or [1]))
+        if first.shape[-1] != d:
+            raise config_error("policy", f"output `loc` has {first.shape[-1]} entries, the env's action {d}")
+    else:
+        if kind == "discrete" and torch.is_floating_point(first):
+            raise config_error("policy", "output `action` is float, the env's action discrete: return integer indices")
+        if kind == "box" and not torch.is_floating_point(first):
+            raise config_error("policy", "output `action` is integer, the env's action a box")

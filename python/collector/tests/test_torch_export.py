@@ -1,0 +1,333 @@
+"""A torch actor as the onnx policy: the head each actor kind gets, the model's
+outputs against the module's own (onnxruntime), what is refused by name, and the
+weights taken from the module by its own parameter names."""
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("tensordict")
+pytest.importorskip("torchrl")
+pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from tensordict import TensorDict  # noqa: E402
+from tensordict.nn import NormalParamExtractor, TensorDictModule  # noqa: E402
+from torch import nn  # noqa: E402
+from torchrl.data import Categorical as CategoricalSpec  # noqa: E402
+from torchrl.data import OneHot  # noqa: E402
+from torchrl.modules import (  # noqa: E402
+    Delta,
+    IndependentNormal,
+    LSTMModule,
+    OneHotCategorical,
+    ProbabilisticActor,
+    TanhNormal,
+)
+
+import rollout  # noqa: E402
+from rollout import _native  # noqa: E402
+from rollout._torch import export_policy  # noqa: E402
+
+warnings.filterwarnings("ignore", category=UserWarning)
+
+CARTPOLE = json.loads(_native.builtin_env_specs("CartPole-v1"))
+PENDULUM = json.loads(_native.builtin_env_specs("Pendulum-v1"))
+
+
+def mlp(i, o, *tail):
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(i, 16), nn.Tanh(), nn.Linear(16, o), *tail)
+
+
+def categorical_actor(dist=torch.distributions.Categorical, spec=None):
+    return ProbabilisticActor(
+        TensorDictModule(mlp(4, 2), in_keys=["observation"], out_keys=["logits"]),
+        in_keys=["logits"],
+        distribution_class=dist,
+        return_log_prob=True,
+        spec=spec,
+    )
+
+
+def gaussian_actor(dist, **kwargs):
+    return ProbabilisticActor(
+        TensorDictModule(mlp(3, 2, NormalParamExtractor()), in_keys=["observation"], out_keys=["loc", "scale"]),
+        in_keys=["loc", "scale"],
+        distribution_class=dist,
+        distribution_kwargs=kwargs,
+        return_log_prob=True,
+    )
+
+
+class LogStdActor(nn.Module):
+    """A Gaussian body with a state-independent log-std (a parameter of its own)."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = mlp(3, 1)
+        self.log_std = nn.Parameter(torch.full((1,), -0.5))
+
+    def forward(self, obs):
+        loc = self.net(obs)
+        return loc, self.log_std.exp().expand_as(loc)
+
+
+class Argmax(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = mlp(4, 2)
+
+    def forward(self, obs):
+        return self.net(obs).argmax(-1)
+
+
+def run_onnx(exported, x):
+    s = ort.InferenceSession(exported.model)
+    names = [o.name for o in s.get_outputs()]
+    return dict(zip(names, s.run(None, {"observation": x})))
+
+
+def reference(actor, x):
+    """The module's own distribution parameters (or action) on `x`."""
+    with torch.no_grad():
+        if isinstance(actor, ProbabilisticActor):
+            td = TensorDict(observation=torch.from_numpy(x), batch_size=[len(x)])
+            for m in list(actor.module)[:-1]:
+                td = m(td)
+            return td
+        if isinstance(actor, TensorDictModule):
+            return actor(TensorDict(observation=torch.from_numpy(x), batch_size=[len(x)]))
+        return {"action": actor(torch.from_numpy(x))}
+
+
+CASES = [
+    # id, actor factory, specs, head, encoding, outputs
+    ("nn.Module box", lambda: mlp(3, 1), PENDULUM, "deterministic", None, ["action"]),
+    ("nn.Module discrete", Argmax, CARTPOLE, "deterministic", None, ["action"]),
+    ("TensorDictModule", lambda: TensorDictModule(mlp(3, 1), in_keys=["observation"], out_keys=["action"]), PENDULUM, "deterministic", None, ["action"]),
+    ("Categorical", categorical_actor, CARTPOLE, "categorical", "index", ["logits"]),
+    ("OneHotCategorical", lambda: categorical_actor(OneHotCategorical), CARTPOLE, "categorical", "one_hot", ["logits"]),
+    ("torch Normal", lambda: gaussian_actor(torch.distributions.Normal), PENDULUM, "normal", None, ["loc", "scale"]),
+    ("IndependentNormal", lambda: gaussian_actor(IndependentNormal), PENDULUM, "normal", None, ["loc", "scale"]),
+    ("TanhNormal", lambda: gaussian_actor(TanhNormal, low=-2.0, high=2.0), PENDULUM, "tanh_normal", None, ["loc", "scale"]),
+    (
+        "log-std Normal",
+        lambda: ProbabilisticActor(
+            TensorDictModule(LogStdActor(), in_keys=["observation"], out_keys=["loc", "scale"]),
+            in_keys=["loc", "scale"],
+            distribution_class=torch.distributions.Normal,
+        ),
+        PENDULUM,
+        "normal",
+        None,
+        ["loc", "scale"],
+    ),
+    (
+        "Delta",
+        lambda: ProbabilisticActor(
+            TensorDictModule(mlp(3, 1), in_keys=["observation"], out_keys=["param"]),
+            in_keys=["param"],
+            distribution_class=Delta,
+        ),
+        PENDULUM,
+        "deterministic",
+        None,
+        ["action"],
+    ),
+]
+
+
+@pytest.mark.parametrize("name,make,specs,head,encoding,outputs", CASES, ids=[c[0] for c in CASES])
+def test_each_actor_kind_gets_its_head_and_the_model_computes_what_the_module_does(name, make, specs, head, encoding, outputs):
+    actor = make()
+    exported = export_policy(actor, specs)
+    assert exported.head == head
+    assert exported.action_encoding == encoding
+    assert exported.input_names == ["observation"]
+    d = specs["observation"]["shape"][0]
+    x = np.random.default_rng(1).standard_normal((7, d)).astype(np.float32)  # batch 7: the axis is dynamic
+    got = run_onnx(exported, x)
+    assert list(got) == outputs
+    want = reference(actor, x)
+    source = {"action": "param"} if name == "Delta" else {}
+    for out in outputs:
+        expected = want[source.get(out, out)].numpy() if hasattr(want[source.get(out, out)], "numpy") else want[out]
+        if name == "nn.Module discrete":
+            np.testing.assert_array_equal(got[out], expected)
+        else:
+            np.testing.assert_allclose(got[out], expected, atol=1e-5, rtol=0)
+    # Every float initializer is one of the actor's own parameters, under its own name.
+    params = dict(actor.state_dict())
+    assert exported.fixed == {}
+    assert set(exported.name_map) == {n for n, p in params.items() if p.dtype == torch.float32}
+    assert all(exported.name_map[n] == n for n in exported.name_map)
+
+
+def test_a_probabilistic_actor_keeps_its_prefixed_names():
+    exported = export_policy(categorical_actor(OneHotCategorical), CARTPOLE)
+    assert sorted(exported.name_map) == [
+        "module.0.module.0.bias",
+        "module.0.module.0.weight",
+        "module.0.module.2.bias",
+        "module.0.module.2.weight",
+    ]
+
+
+def test_tanh_loc_is_part_of_the_exported_loc():
+    actor = gaussian_actor(TanhNormal, low=-2.0, high=2.0, tanh_loc=True, upscale=3.0)
+    x = np.random.default_rng(2).standard_normal((5, 3)).astype(np.float32)
+    got = run_onnx(export_policy(actor, PENDULUM), x)
+    loc = reference(actor, x)["loc"]
+    np.testing.assert_allclose(got["loc"], (3.0 * torch.tanh(loc / 3.0)).numpy(), atol=1e-5)
+
+
+# ---- refusals, by name
+def refused(actor, specs, *words):
+    with pytest.raises(rollout.ConfigError) as e:
+        export_policy(actor, specs)
+    assert e.value.field == "policy"
+    for w in words:
+        assert w in str(e.value), str(e.value)
+
+
+def test_a_recurrent_module_inside_a_sequential_is_refused_by_its_path():
+    refused(nn.Sequential(nn.Linear(4, 8), nn.GRU(8, 8)), CARTPOLE, "`1`", "GRU", "recurrent")
+
+
+def test_torchrls_lstm_module_is_refused():
+    lstm = LSTMModule(input_size=4, hidden_size=8, in_key="observation", out_key="features")
+    refused(lstm, CARTPOLE, "LSTMModule", "recurrent")
+
+
+def test_an_unsupported_distribution_is_refused_by_name():
+    actor = ProbabilisticActor(
+        TensorDictModule(mlp(3, 2), in_keys=["observation"], out_keys=["concentration1"]),
+        in_keys=["concentration1"],
+        distribution_class=torch.distributions.Exponential,
+    )
+    refused(actor, PENDULUM, "Exponential", "no ONNX head")
+
+
+def test_in_keys_the_env_does_not_have_are_refused():
+    refused(TensorDictModule(mlp(4, 2), in_keys=["pixels"], out_keys=["action"]), CARTPOLE, "'pixels'")
+    refused(
+        TensorDictModule(mlp(4, 2), in_keys=[("observation", "position")], out_keys=["action"]),
+        CARTPOLE,
+        "observation",
+        "position",
+    )
+
+
+def test_tanh_normal_bounds_other_than_the_envs_are_refused():
+    refused(gaussian_actor(TanhNormal), PENDULUM, "TanhNormal", "low=[-2.0]", "high=[2.0]")
+
+
+def test_an_action_spec_that_does_not_fit_the_env_is_refused():
+    refused(categorical_actor(OneHotCategorical, spec=OneHot(3)), CARTPOLE, "OneHot", "2 actions")
+    refused(categorical_actor(OneHotCategorical, spec=CategoricalSpec(2)), CARTPOLE, "index", "one-hot")
+
+
+def test_a_head_that_does_not_fit_the_envs_action_is_refused():
+    refused(categorical_actor(), PENDULUM, "categorical", "box")
+    refused(gaussian_actor(IndependentNormal), CARTPOLE, "normal", "discrete")
+    refused(mlp(4, 2), CARTPOLE, "float", "discrete")
+
+
+def test_float64_parameters_are_refused_by_name():
+    refused(mlp(3, 1).double(), PENDULUM, "`0.weight`", "float64")
+
+
+# ---- weights by the module's names
+def same_memory(a, t):
+    return a.__array_interface__["data"][0] == t.data_ptr()
+
+
+@pytest.mark.parametrize("source", ["module", "state_dict", "from_module", "none"])
+def test_weights_from_the_module_are_its_parameters_by_name_without_a_copy(source):
+    actor = categorical_actor(OneHotCategorical)
+    exported = export_policy(actor, CARTPOLE)
+    with torch.no_grad():  # the learner steps: the weights read now are the new ones
+        for p in actor.parameters():
+            p.add_(0.25)
+    arg = {
+        "module": actor,
+        "state_dict": actor.state_dict(),
+        "from_module": TensorDict.from_module(actor),
+        "none": None,
+    }[source]
+    w = exported.weights(arg)
+    params = dict(actor.named_parameters())
+    assert set(w) == set(params)
+    for name, p in params.items():
+        np.testing.assert_array_equal(w[name], p.detach().numpy())
+        assert w[name].dtype == np.float32
+        assert same_memory(w[name], p), f"{name}: viewed, not copied"
+
+
+def bad_weights(actor):
+    sd = {k: v.detach().clone() for k, v in actor.state_dict().items()}
+    yield "missing", {k: v for k, v in sd.items() if k != "module.0.module.2.bias"}, "missing tensor `module.0.module.2.bias`"
+    yield "extra", dict(sd, **{"module.0.module.9.weight": torch.zeros(2)}), "unexpected tensor `module.0.module.9.weight`"
+    yield "shape", dict(sd, **{"module.0.module.0.bias": torch.zeros(17)}), "`module.0.module.0.bias` must be float32 [16], got float32 [17]"
+    yield "dtype", dict(sd, **{"module.0.module.0.bias": torch.zeros(16, dtype=torch.float64)}), "`module.0.module.0.bias` must be float32 [16], got float64 [16]"
+    w = torch.zeros(4, 16).t()  # [16, 4], a transposed view
+    yield "non-contiguous", dict(sd, **{"module.0.module.0.weight": w}), "`module.0.module.0.weight` is not contiguous"
+    yield "numpy dtype", dict(sd, **{"module.0.module.0.bias": np.zeros(16, dtype=np.float16)}), "`module.0.module.0.bias` must be float32"
+
+
+@pytest.mark.parametrize("case", [c[0] for c in bad_weights(categorical_actor())])
+def test_bad_weights_are_a_config_error_naming_the_tensor(case):
+    actor = categorical_actor(OneHotCategorical)
+    exported = export_policy(actor, CARTPOLE)
+    _, weights, message = next(c for c in bad_weights(actor) if c[0] == case)
+    with pytest.raises(rollout.ConfigError) as e:
+        exported.weights(weights)
+    assert e.value.field == "weights"
+    assert message in str(e.value), str(e.value)
+
+
+DICT_ENV = {
+    "observation": {
+        "kind": "dict",
+        "spaces": {
+            "pos": {"kind": "box", "dtype": "f32", "shape": [2]},
+            "vel": {"kind": "box", "dtype": "f32", "shape": [3]},
+        },
+    },
+    "action": {"kind": "discrete", "n": 2},
+}
+
+
+class Concat(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = mlp(5, 2)
+
+    def forward(self, pos, vel):
+        return self.net(torch.cat([pos, vel], -1))
+
+
+def test_a_dict_observation_is_one_input_per_leaf_named_with_dots():
+    actor = ProbabilisticActor(
+        TensorDictModule(Concat(), in_keys=[("observation", "pos"), ("observation", "vel")], out_keys=["logits"]),
+        in_keys=["logits"],
+        distribution_class=torch.distributions.Categorical,
+    )
+    exported = export_policy(actor, DICT_ENV)
+    assert exported.input_names == ["observation.pos", "observation.vel"]
+    rng = np.random.default_rng(3)
+    pos, vel = rng.standard_normal((6, 2)).astype(np.float32), rng.standard_normal((6, 3)).astype(np.float32)
+    got = ort.InferenceSession(exported.model).run(None, {"observation.pos": pos, "observation.vel": vel})[0]
+    with torch.no_grad():
+        want = actor.module[0].module(torch.from_numpy(pos), torch.from_numpy(vel))
+    np.testing.assert_allclose(got, want.numpy(), atol=1e-5)
+
+
+def test_a_dict_observation_entry_the_env_lacks_is_refused():
+    actor = TensorDictModule(Concat(), in_keys=[("observation", "pos"), ("observation", "acc")], out_keys=["action"])
+    refused(actor, DICT_ENV, "'acc'", "no entry")
+    refused(TensorDictModule(mlp(5, 2), in_keys=["observation"], out_keys=["action"]), DICT_ENV, "dict observation", "leaves")
