@@ -62,7 +62,13 @@ pub fn initial_weights_for(policy: &PolicySpec, specs: &EnvSpecs) -> Result<Opti
     if let PolicyConfig::Onnx { model, head } = &policy.config {
         // The model's weights are its own; the specs only have to fit it.
         let fail = |e: crate::policy::PolicyError| format!("policy onnx cannot take these specs: {e}");
-        model.check_spaces(specs, *head).map_err(|e| fail(e.into()))?;
+        let action = specs
+            .action
+            .as_spec()
+            .map_err(|why| format!("policy onnx cannot take action: {why}"))?;
+        model
+            .check_node_specs(&specs.batch_layout(), &action, *head)
+            .map_err(|e| fail(e.into()))?;
         let w = model.initial_weights().map_err(|e| fail(e.into()))?;
         return Ok(Some(w.as_ref().clone().with_version(0)));
     }

@@ -11,8 +11,7 @@ use tract_onnx::prelude::{DatumType, Framework, InferenceFact, InferenceModelExt
 
 use super::{OnnxBytes, OnnxError, OnnxHead, MAX_MODEL_BYTES};
 use crate::policy::Weights;
-use crate::schema::keys;
-use crate::space::EnvSpecs;
+use crate::schema::{keys, BatchLayout};
 use crate::spec::Spec;
 use crate::tensor::Tensor;
 
@@ -121,16 +120,10 @@ impl OnnxModel {
     /// or `observation.<name>` of a dict; the only input may be named anything for a
     /// one-leaf observation) taking `[K, *leaf shape]` of the leaf's dtype, or a float
     /// input the node casts the leaf to (a u8 image stays u8 for a u8 input); the head's
-    /// outputs fit the action (discrete or a box).
-    pub fn check_spaces(&self, specs: &EnvSpecs, head: OnnxHead) -> Result<(), OnnxError> {
+    /// outputs fit the action (discrete or a box). `layout` is the batch layout the
+    /// specs give (`EnvSpecs::batch_layout`), `action` their action as a [`Spec`].
+    pub fn check_node_specs(&self, layout: &BatchLayout, action: &Spec, head: OnnxHead) -> Result<(), OnnxError> {
         let parsed = self.parsed()?;
-        let action = specs.action.as_spec().map_err(|why| {
-            OnnxError::output(
-                "action",
-                format!("the onnx policy needs a discrete or box action: {why}"),
-            )
-        })?;
-        let layout = specs.batch_layout();
         let leaves: Vec<(&String, &(crate::tensor::DType, Vec<usize>))> = layout
             .iter()
             .filter(|(k, _)| *k == keys::OBSERVATION || k.starts_with("observation."))
@@ -191,7 +184,7 @@ impl OnnxModel {
         let model = model.into_typed().map_err(OnnxError::tract)?;
         let model = model.into_decluttered().map_err(OnnxError::tract)?;
         let names = output_names(&proto);
-        roles(&model, &names, head, &action, &TDim::Sym(k)).map(|_| ())
+        roles(&model, &names, head, action, &TDim::Sym(k)).map(|_| ())
     }
 
     /// The parse, done once.

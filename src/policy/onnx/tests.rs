@@ -387,29 +387,18 @@ fn sampler_state_resumes_the_same_samples() {
     assert_eq!(normal_run(&mut p, &obs, k).0, first);
 }
 
-/// Specs of an env only Python nodes run: `observation` as given, three actions.
-fn node_specs(observation: crate::space::Space) -> crate::space::EnvSpecs {
-    crate::space::EnvSpecs {
-        observation,
-        action: crate::space::Space::Discrete { n: 3, start: 0 },
-    }
-}
-
-fn image(dtype: crate::tensor::DType, shape: Vec<usize>) -> crate::space::Space {
-    use crate::space::{Bounds, Space};
-    Space::Box {
-        dtype,
-        shape,
-        low: Some(Bounds::Uniform(0.0)),
-        high: Some(Bounds::Uniform(255.0)),
-    }
+/// The batch layout of an env only Python nodes run, as its specs give it (the
+/// observation entry only: the check reads no other).
+fn node_layout(dtype: crate::tensor::DType, shape: Vec<usize>) -> crate::schema::BatchLayout {
+    [("observation".to_string(), (dtype, shape))].into_iter().collect()
 }
 
 #[test]
 fn a_u8_image_model_fits_u8_image_specs_from_the_nodes() {
     use crate::tensor::DType;
     let m = model("image_u8_cnn");
-    m.check_spaces(&node_specs(image(DType::U8, vec![12, 12, 3])), OnnxHead::Categorical)
+    let three = Spec::Discrete { n: 3 };
+    m.check_node_specs(&node_layout(DType::U8, vec![12, 12, 3]), &three, OnnxHead::Categorical)
         .unwrap();
     // Its weights are the model's own: the conv's and the linear head's.
     let w = m.initial_weights().unwrap();
@@ -419,29 +408,31 @@ fn a_u8_image_model_fits_u8_image_specs_from_the_nodes() {
 
 #[test]
 fn specs_from_the_nodes_that_do_not_fit_the_model_are_refused_by_name() {
-    use crate::space::Space;
     use crate::tensor::DType;
     let m = model("image_u8_cnn");
+    let three = Spec::Discrete { n: 3 };
+    let cat = OnnxHead::Categorical;
     // An f32 image: the model's u8 input is no float a node could cast to.
     let e = m
-        .check_spaces(&node_specs(image(DType::F32, vec![12, 12, 3])), OnnxHead::Categorical)
+        .check_node_specs(&node_layout(DType::F32, vec![12, 12, 3]), &three, cat)
         .unwrap_err()
         .to_string();
     assert!(e.contains("observation") && e.contains("f32"), "{e}");
     // Another image size.
     let e = m
-        .check_spaces(&node_specs(image(DType::U8, vec![10, 12, 3])), OnnxHead::Categorical)
+        .check_node_specs(&node_layout(DType::U8, vec![10, 12, 3]), &three, cat)
         .unwrap_err()
         .to_string();
     assert!(e.contains("observation"), "{e}");
     // Four actions where the model has three logits.
-    let mut specs = node_specs(image(DType::U8, vec![12, 12, 3]));
-    specs.action = Space::Discrete { n: 4, start: 0 };
-    let e = m.check_spaces(&specs, OnnxHead::Categorical).unwrap_err().to_string();
+    let e = m
+        .check_node_specs(&node_layout(DType::U8, vec![12, 12, 3]), &Spec::Discrete { n: 4 }, cat)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("logits"), "{e}");
     // A float model over a u8 observation is fine: the node casts.
     let cartpole = model("cartpole_categorical");
-    let mut specs = node_specs(image(DType::U8, vec![4]));
-    specs.action = Space::Discrete { n: 2, start: 0 };
-    cartpole.check_spaces(&specs, OnnxHead::Categorical).unwrap();
+    cartpole
+        .check_node_specs(&node_layout(DType::U8, vec![4]), &Spec::Discrete { n: 2 }, cat)
+        .unwrap();
 }
