@@ -404,14 +404,16 @@ impl EnvSpecs {
     }
 
     /// What a policy of `config` records for an env of these specs: `random` a
-    /// log-probability for every action space kind; the others as
-    /// [`PolicyConfig::recorded`] says for the action as a [`Spec`], nothing when they
-    /// cannot take it (they are then refused before any node acts).
+    /// log-probability for every action space kind; `onnx` what its head records for
+    /// the action (its observation may be any the model takes: an image, a dict); the
+    /// others as [`PolicyConfig::recorded`] says for the action as a [`Spec`], nothing
+    /// when they cannot take it (they are then refused before any node acts).
     pub fn recorded(&self, config: &PolicyConfig) -> Recorded {
-        if matches!(config, PolicyConfig::Random) {
-            return Recorded::LogProb;
+        match config {
+            PolicyConfig::Random => Recorded::LogProb,
+            PolicyConfig::Onnx { .. } => self.action.as_spec().map_or(Recorded::None, |a| config.recorded(&a)),
+            _ => self.policy_specs().map_or(Recorded::None, |(_, a)| config.recorded(&a)),
         }
-        self.policy_specs().map_or(Recorded::None, |(_, a)| config.recorded(&a))
     }
 
     /// Bytes of tensors one frame of this layout takes in a batch, if it does not
@@ -726,5 +728,30 @@ mod tests {
         assert_eq!(EnvSpecs::difference("a", &uniform, "b", &each), None, "[-1, -1] is -1");
         let d = EnvSpecs::difference("a", &uniform, "b", &absent).expect("bounded and unbounded differ");
         assert!(d.starts_with("a's observation low bound 0 is -1, b's is -inf"), "{d}");
+    }
+
+    #[test]
+    fn an_onnx_policy_records_by_its_head_whatever_the_observation() {
+        use crate::policy::{OnnxHead, OnnxModel, PolicyConfig, Recorded};
+        let specs = EnvSpecs {
+            observation: Space::Box {
+                dtype: DType::U8,
+                shape: vec![12, 12, 3],
+                low: Some(Bounds::Uniform(0.0)),
+                high: Some(Bounds::Uniform(255.0)),
+            },
+            action: Space::Discrete { n: 3, start: 0 },
+        };
+        let onnx = |head| PolicyConfig::Onnx {
+            model: OnnxModel::new(Vec::new()),
+            head,
+        };
+        assert_eq!(
+            specs.recorded(&onnx(OnnxHead::Categorical)),
+            Recorded::Categorical { n: 3 }
+        );
+        assert_eq!(specs.recorded(&onnx(OnnxHead::Deterministic)), Recorded::None);
+        // The built-ins cannot take an image: they record nothing and are refused elsewhere.
+        assert_eq!(specs.recorded(&PolicyConfig::Linear), Recorded::None);
     }
 }
