@@ -431,6 +431,9 @@ impl Net {
                     ParamsMut::Logits(z) if want_params => Some(z),
                     _ => None,
                 };
+                // Two logits recorded: the log-probabilities in one vectorised pass over
+                // them after the rows (the same function, so the same bits, as row by row).
+                let after = want_lp && n == 2 && logits_out.is_some();
                 for (r, o) in out.iter_mut().enumerate() {
                     let z = &mut self.logits[..n];
                     for (j, v) in z.iter_mut().enumerate() {
@@ -449,13 +452,16 @@ impl Net {
                         (true, _) => sample_softmax(z, self.sampler.uniform()),
                     };
                     *o = i as i64;
-                    if want_lp {
+                    if want_lp && !after {
                         // Sampling overwrote `z`: the logits again, from the network's output.
                         for (j, v) in z.iter_mut().enumerate() {
                             *v = z_all[j * k + r];
                         }
                         log_prob[r] = log_softmax_at(z, i);
                     }
+                }
+                if let (true, Some(z)) = (after, logits_out.as_deref()) {
+                    log_softmax2_batch(z, out, log_prob);
                 }
             }
             (
