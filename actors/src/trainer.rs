@@ -800,6 +800,7 @@ impl Handler<Recycle> for Trainer {
     fn handle(&mut self, msg: Recycle, _ctx: &mut Self::Context) {
         // A split, transformed or emptied batch is no node's storage any more.
         if self.delivery.keeps_storage() {
+            self.machine.count_recycled();
             self.recycle(msg.node, msg.data);
         }
     }

@@ -633,6 +633,9 @@ fn reused_storage_run(launcher: Launcher, sync: bool, recycle: bool, hidden: &[u
             c.recycle(b);
         }
     }
+    // Every batch handed back is counted, and none that was not.
+    let recycled = c.stats().expect("stats").batches_recycled;
+    assert_eq!(recycled, if recycle { out.len() as u64 } else { 0 });
     c.shutdown().expect("shutdown");
     out
 }

@@ -9,12 +9,12 @@
 use std::time::Duration;
 
 use actix::prelude::*;
-use rollout::machine::SupervisionStats;
+use rollout::machine::{Collected, SupervisionStats};
 use rollout::Weights;
 
 use crate::block::block_on_timeout;
 use crate::error::CollectError;
-use crate::messages::{CancelNext, PushWeights, StoreWeights};
+use crate::messages::{CancelNext, PushWeights, Recycle, StoreWeights};
 use crate::trainer::{GetStats, Trainer};
 
 /// A cloneable handle on a running collector (see
@@ -86,5 +86,16 @@ impl CollectorHandle {
     /// no call waits.
     pub fn cancel_next_batch(&self) -> Result<(), CollectError> {
         ask_trainer(&self.trainer, CancelNext, "cancelling a batch request", self.timeout)
+    }
+
+    /// [`DistributedCollector::recycle`](crate::DistributedCollector::recycle), from any
+    /// thread: hands a batch's storage back without waiting (a language binding whose
+    /// batches are freed by its garbage collector, on whatever thread that runs). After
+    /// shutdown it is dropped.
+    pub fn recycle(&self, batch: Collected) {
+        self.trainer.do_send(Recycle {
+            node: batch.node,
+            data: batch.data,
+        });
     }
 }

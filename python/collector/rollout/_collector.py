@@ -116,12 +116,33 @@ def _weights(weights: Mapping[str, Any]) -> Dict[str, np.ndarray]:
     return out
 
 
-def _worker_ids(ids: Union[None, int, Iterable[int]]) -> Optional[list]:
+def _worker_ids(ids: Union[None, int, Iterable[int]], nodes: int) -> Optional[list]:
+    """``worker_ids`` as a list of node indices, each checked against the run's nodes
+    (before anything is stored)."""
     if ids is None:
         return None
-    if isinstance(ids, int):
-        return [ids]
-    return [int(i) for i in ids]
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+        ids = [ids]
+    out = []
+    for i in ids:
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+            raise _config_error("worker_ids", f"node indices are ints, got {type(i).__name__} {i!r}")
+        if not 0 <= int(i) < nodes:
+            raise _config_error("worker_ids", f"no node {int(i)}: the run has nodes 0..{nodes - 1}")
+        out.append(int(i))
+    return out
+
+
+def _checkpoint(resume: Any) -> Any:
+    """The checkpoint bytes of ``resume`` (a :meth:`DistributedCollector.state_dict`,
+    or its bytes); the native side decodes and checks them."""
+    if isinstance(resume, Mapping):
+        if "checkpoint" not in resume:
+            raise _config_error("resume", f"a state_dict() has the key `checkpoint`; got keys {sorted(map(str, resume))}")
+        resume = resume["checkpoint"]
+    if not isinstance(resume, (bytes, bytearray, memoryview)):
+        raise _config_error("resume", f"checkpoint bytes (state_dict()[\"checkpoint\"]), got {type(resume).__name__}")
+    return bytes(resume)
 
 
 def _node_command(command: Any) -> list:
@@ -289,7 +310,7 @@ class DistributedCollector:
         self._tensordict = bool(tensordict)
         checkpoint = None
         if resume is not None:
-            checkpoint = resume["checkpoint"] if isinstance(resume, Mapping) else resume
+            checkpoint = _checkpoint(resume)
         settings: Dict[str, Any] = dict(
             env=env,
             env_config=_env_config("env_config", env_config),
@@ -425,7 +446,7 @@ class DistributedCollector:
             if policy_or_weights is not None:
                 raise _config_error("weights", "give policy_or_weights or weights, not both")
             policy_or_weights = weights
-        ids = _worker_ids(worker_ids)
+        ids = _worker_ids(worker_ids, self.nodes)
         if self._torch_policy is not None:
             arrays = self._torch_policy.weights(policy_or_weights)
             return self._native.update_policy_weights(arrays, ids)
@@ -448,16 +469,19 @@ class DistributedCollector:
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Goes on from ``state_dict``: this run stops and the same settings restart
         from the checkpoint (frames yielded, weights, every env and generator)."""
+        checkpoint = _checkpoint(state_dict)
+        _native.check_checkpoint(checkpoint)  # garbage is refused before the run stops
         self._native.shutdown()
         settings = dict(self._settings)
-        settings["resume"] = state_dict["checkpoint"]
+        settings["resume"] = checkpoint
         self._native = self._start(settings)
 
     # ---- the rest
     def stats(self) -> Dict[str, Any]:
-        """``restarts`` (per node), ``dropped_late``, ``frames_collected``, and for an
-        elastic run ``joined`` (nodes that joined, the first ones included) and
-        ``left`` (nodes that left with ``leave``); both 0 otherwise."""
+        """``restarts`` (per node), ``dropped_late``, ``frames_collected``,
+        ``batches_recycled`` (batches Python freed, whose storage went back to the
+        run), and for an elastic run ``joined`` (nodes that joined, the first ones
+        included) and ``left`` (nodes that left with ``leave``); both 0 otherwise."""
         return self._native.stats()
 
     @property

@@ -46,6 +46,10 @@ def refresh_log_levels() -> None:
     """Reads the ``rollout`` logger's level again (levels set after the import take
     effect at the next collector)."""
 
+def check_checkpoint(checkpoint: bytes) -> None:
+    """Decodes checkpoint bytes as ``resume`` would: ``ConfigError`` (``field``
+    ``"resume"``) when they are not a checkpoint."""
+
 def builtin_env_specs(name: str, config: Optional[str] = None) -> Optional[str]:
     """The JSON specs (``{"observation", "action"}``) of the built-in env ``name`` made
     with the JSON ``config``, or ``None`` when no built-in env has that name."""

@@ -16,9 +16,10 @@ use pyo3::types::{PyBytes, PyDict};
 use rollout_actors::{CollectError, Collected, CollectorHandle};
 
 use crate::config;
-use crate::convert::{batch_to_py, weights_from_py};
+use crate::convert::weights_from_py;
 use crate::errors::{collect_error, stopped};
 use crate::runner::{wait, Runner, WaitError};
+use crate::storage::batch_to_py;
 
 type NextAnswer = Result<Option<Collected>, CollectError>;
 
@@ -82,7 +83,8 @@ impl NativeCollector {
         })
     }
 
-    /// The next batch as a dict (see `convert::batch_to_py`), or `None` once
+    /// The next batch as a dict (see `storage::batch_to_py`; its storage goes back to
+    /// the run when Python frees its arrays), or `None` once
     /// `total_frames` have been yielded.
     /// A `shutdown` on another thread meanwhile ends the wait with `None`.
     fn next_batch(&self, py: Python<'_>) -> PyResult<Option<PyObject>> {
@@ -112,7 +114,7 @@ impl NativeCollector {
             Err(WaitError::Gone) => return Err(stopped()),
         };
         match answer {
-            Ok(Some(c)) => batch_to_py(py, c).map(Some),
+            Ok(Some(c)) => batch_to_py(py, c, Some(self.handle.clone())).map(Some),
             Ok(None) => Ok(None),
             Err(_) if self.down.load(Ordering::SeqCst) => Ok(None),
             Err(e) => Err(collect_error(e)),
@@ -162,6 +164,7 @@ impl NativeCollector {
         d.set_item("frames_collected", s.frames_collected)?;
         d.set_item("joined", s.joined)?;
         d.set_item("left", s.left)?;
+        d.set_item("batches_recycled", s.batches_recycled)?;
         Ok(d)
     }
 

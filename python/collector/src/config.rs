@@ -172,6 +172,14 @@ fn slurm_options(dict: Bound<'_, PyDict>) -> PyResult<SlurmOptions> {
     Ok(o)
 }
 
+/// Decodes checkpoint bytes as `resume` would, so that `load_state_dict` refuses
+/// garbage (a `ConfigError` on `resume`) before it stops the run it has.
+#[pyfunction]
+pub(crate) fn check_checkpoint(py: Python<'_>, checkpoint: Vec<u8>) -> PyResult<()> {
+    py.allow_threads(|| Checkpoint::from_bytes(&checkpoint).map(drop))
+        .map_err(|e| config_error("resume", e))
+}
+
 /// The builder for these settings (the dict is consumed).
 pub(crate) fn builder(dict: Bound<'_, PyDict>) -> PyResult<CollectorBuilder> {
     let s = Settings { dict };

@@ -1,57 +1,14 @@
-//! Tensors to NumPy and back. A batch's tensors are *moved* into NumPy arrays:
-//! `PyArray::from_owned_array` makes the array's base an object holding the Rust
-//! buffer, so the array views the memory the nodes collected into (no copy) and
-//! keeps it alive however long Python holds it. Weights go the other way with one
-//! copy, into buffers the trainer owns and shares with every node.
+//! Weights from NumPy: one copy, into buffers the trainer owns and shares with every
+//! node. (Batches go the other way without a copy: `storage`.)
 
 use std::collections::BTreeMap;
 
 use ndarray::ArrayD;
-use numpy::{Element, PyArray, PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use numpy::{Element, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::PyDict;
 use rollout::{Tensor, Weights};
-use rollout_actors::Collected;
-
-/// The NumPy array owning `a`'s buffer, and the buffer's address.
-fn owned<T: Element>(py: Python<'_>, a: ArrayD<T>) -> (PyObject, usize) {
-    let address = a.as_ptr() as usize;
-    (PyArray::from_owned_array(py, a).into_any().unbind(), address)
-}
-
-/// The array for a tensor, and the address of the Rust buffer it views.
-pub(crate) fn tensor_to_py(py: Python<'_>, t: Tensor) -> (PyObject, usize) {
-    match t {
-        Tensor::F32(a) => owned(py, a),
-        Tensor::F64(a) => owned(py, a),
-        Tensor::I64(a) => owned(py, a),
-        Tensor::Bool(a) => owned(py, a),
-        Tensor::U8(a) => owned(py, a),
-    }
-}
-
-/// A batch as a dict: `index`, `node`, `weights_version`, `weights_versions`,
-/// `batch_size`, `data` (dotted key to array) and `addresses` (dotted key to the
-/// Rust buffer's address, which the tests compare with the arrays' data pointers).
-pub(crate) fn batch_to_py(py: Python<'_>, c: Collected) -> PyResult<PyObject> {
-    let out = PyDict::new(py);
-    out.set_item("index", c.index)?;
-    out.set_item("node", c.node)?;
-    out.set_item("weights_version", c.weights_version)?;
-    out.set_item("weights_versions", PyList::new(py, &c.weights_versions)?)?;
-    out.set_item("batch_size", PyList::new(py, c.data.batch_size())?)?;
-    let data = PyDict::new(py);
-    let addresses = PyDict::new(py);
-    for (key, tensor) in c.data.into_entries() {
-        let (array, address) = tensor_to_py(py, tensor);
-        data.set_item(&key, array)?;
-        addresses.set_item(&key, address)?;
-    }
-    out.set_item("data", data)?;
-    out.set_item("addresses", addresses)?;
-    Ok(out.into_any().unbind())
-}
 
 /// Reads one array of a supported dtype into a tensor (one copy).
 fn array_to_tensor(name: &str, value: &Bound<'_, PyAny>) -> PyResult<Tensor> {

@@ -2,10 +2,11 @@
 //!
 //! The Python package (`rollout/`) gives torchrl's names and the TensorDict-like
 //! batch; this module holds what must be native: the collector behind a thread of
-//! its own (`runner`), settings read from a dict (`config`), tensors moved into
-//! NumPy arrays without a copy and weights read from them (`convert`), Rust
-//! errors as Python exceptions (`errors`), Rust's log events as Python
-//! `logging` records (`log_bridge`) and the built-in envs' spaces (`specs`).
+//! its own (`runner`), settings read from a dict (`config`), batches as NumPy
+//! arrays viewing the run's buffers, given back when freed (`storage`), weights
+//! read from NumPy (`convert`), Rust errors as Python exceptions (`errors`),
+//! Rust's log events as Python `logging` records (`log_bridge`) and the
+//! built-in envs' spaces (`specs`).
 
 mod bench;
 mod collector;
@@ -15,6 +16,7 @@ mod errors;
 mod log_bridge;
 mod runner;
 mod specs;
+mod storage;
 
 use pyo3::prelude::*;
 
@@ -26,6 +28,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(bench::bench_rust_loop, m)?)?;
     m.add_function(wrap_pyfunction!(bench::bench_rust_weights, m)?)?;
     m.add_function(wrap_pyfunction!(log_bridge::refresh_log_levels, m)?)?;
+    m.add_function(wrap_pyfunction!(config::check_checkpoint, m)?)?;
     m.add_function(wrap_pyfunction!(specs::builtin_env_specs, m)?)?;
     log_bridge::install(m.py())?;
     errors::register(m)

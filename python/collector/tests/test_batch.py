@@ -1,8 +1,10 @@
-"""Batches: NumPy arrays viewing the Rust buffers, nested keys, lifetime."""
+"""Batches: NumPy arrays viewing the Rust buffers, nested keys, lifetime, and their
+storage going back to the run once Python frees them."""
 
 import gc
 
 import numpy as np
+import pytest
 
 import rollout
 
@@ -56,3 +58,35 @@ def test_an_array_outlives_the_collector():
     junk = [np.full(1000 * 4, 7.0, dtype=np.float32) for _ in range(50)]
     assert np.array_equal(obs, copy)
     assert obs.sum() == copy.sum() and len(junk) == 50
+
+
+def recycled(c) -> int:
+    return c.stats()["batches_recycled"]
+
+
+@pytest.mark.parametrize("sync", [False, True])
+def test_a_batch_python_frees_goes_back_to_the_run(sync):
+    with rollout.DistributedCollector("CartPole-v1", nodes=2, frames_per_batch=200, total_frames=-1, sync=sync, seed=4) as c:
+        b = c.next()
+        obs = b["observation"]
+        del b
+        # An array still views the storage: nothing goes back.
+        assert recycled(c) == 0
+        del obs
+        assert recycled(c) == 1
+        for _ in range(5):
+            c.next()  # each freed at once
+        assert recycled(c) == 6
+
+
+def test_held_batches_keep_their_values_while_the_run_reuses_freed_ones():
+    with rollout.DistributedCollector("CartPole-v1", nodes=1, frames_per_batch=500, total_frames=-1, seed=5) as c:
+        held = [c.next() for _ in range(3)]
+        copies = [{k: b[k].copy() for k in b.keys(include_nested=True, leaves_only=True)} for b in held]
+        assert recycled(c) == 0
+        for _ in range(30):
+            c.next()
+        assert recycled(c) == 30
+        for b, copy in zip(held, copies):
+            for k, v in copy.items():
+                assert np.array_equal(b[k], v), f"{k}: a held batch was written into"

@@ -1,6 +1,7 @@
 """TensorDict batches: torchrl's layout (checked against torchrl's own collector),
 tensors sharing the Rust buffers, and NumPy batches without torch."""
 
+import gc
 import os
 import subprocess
 import sys
@@ -121,6 +122,20 @@ def test_tensors_share_the_rust_buffers(envs):
     # One memory: a write through NumPy is seen by torch.
     batch["next", "reward"][...] = 7.0
     assert (td["next", "reward"] == 7.0).all()
+
+
+def test_a_tensordict_holds_its_storage_until_freed():
+    with rollout.DistributedCollector("CartPole-v1", frames_per_batch=20, total_frames=-1, seed=1, tensordict=True) as c:
+        td = c.next()
+        reward = td["next", "reward"]
+        del td
+        gc.collect()
+        # A tensor from the batch still shares its storage: nothing goes back yet.
+        assert c.stats()["batches_recycled"] == 0
+        assert reward.shape == (20, 1)
+        del reward
+        gc.collect()
+        assert c.stats()["batches_recycled"] == 1
 
 
 def test_a_numpy_policy_gives_numpy_batches_unless_asked():

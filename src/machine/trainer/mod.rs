@@ -121,6 +121,8 @@ pub struct TrainerMachine {
     dropped_late: u64,
     /// Frames in accepted batches.
     frames_collected: u64,
+    /// Batches the consumer handed back.
+    recycled: u64,
     /// How long a node may take to answer each request.
     deadlines: RequestDeadlines,
     /// Nodes given up at shutdown, not yet reported (see [`TrainerMachine::take_abandoned`]).
@@ -162,6 +164,7 @@ impl TrainerMachine {
             now: Duration::ZERO,
             dropped_late: 0,
             frames_collected: 0,
+            recycled: 0,
             checkpoints: Checkpoints::default(),
             deadlines: RequestDeadlines::default(),
             abandoned: Vec::new(),

@@ -31,6 +31,14 @@ impl TrainerMachine {
         }
     }
 
+    /// Counts a batch the consumer handed back
+    /// ([`SupervisionStats::batches_recycled`](super::SupervisionStats::batches_recycled)):
+    /// a stacked round (see [`Self::recycle_round`]) or a node's batch, which goes
+    /// back to its node.
+    pub fn count_recycled(&mut self) {
+        self.recycled += 1;
+    }
+
     /// Asks node `node` for `frames` frames under the next seq. A restarting node
     /// holds them until it is back (then they are sent under a new seq); a node that
     /// is down gets nothing; a node waiting for its version 0 gets it once it has it.

@@ -58,6 +58,9 @@ pub struct SupervisionStats {
     pub joined: u64,
     /// Elastic runs: nodes that left with `leave` (0 otherwise).
     pub left: u64,
+    /// Batches the consumer handed back for their storage to be reused (a Rust
+    /// learner's `recycle`; a Python batch once Python frees its arrays).
+    pub batches_recycled: u64,
 }
 
 impl TrainerMachine {
@@ -103,6 +106,7 @@ impl TrainerMachine {
             frames_collected: self.frames_collected,
             joined: self.membership_counts().map_or(0, |(j, _)| j),
             left: self.membership_counts().map_or(0, |(_, l)| l),
+            batches_recycled: self.recycled,
         }
     }
 
