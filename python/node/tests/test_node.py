@@ -247,14 +247,22 @@ def _frames_until_closed(trainer):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_mid_batch_sends_leave_as_the_last_frame_and_exits_0(trainer, sig):
-    trainer.start_node()
-    trainer.join(cartpole_spec(policy={"config": {"kind": "random"}}), heartbeat_ms=20)
+def test_a_signal_mid_batch_sends_leave_as_the_last_frame_and_exits_0(trainer, sig, tmp_path):
+    marker = tmp_path / "collecting"
+    trainer.start_node("--import", "marker_env")
+    # Each env's 1,000th step creates the marker: well into the second batch.
+    spec = cartpole_spec(policy={"config": {"kind": "random"}}, env="MarkerCartPole-v0",
+                         config={"marker": str(marker), "at": 1000})
+    trainer.join(spec, heartbeat_ms=20)
     trainer.send({"type": "continue", "seq": 1, "frames": 2})
     assert trainer.recv()["type"] == "batch"
+    assert not marker.exists()
     trainer.send({"type": "continue", "seq": 2, "frames": 2_000_000})  # many seconds of stepping
-    # A heartbeat after the `continue`: the node is in and collecting.
-    assert trainer.recv(skip_heartbeats=False)["type"] == "heartbeat"
+    # The event: an env of the node stepped its 1,000th step, inside the second batch.
+    deadline = time.monotonic() + DEADLINE
+    while not marker.exists():
+        assert time.monotonic() < deadline, "the node never reached its 1,000th step"
+        time.sleep(0.01)
     trainer.proc.send_signal(sig)
     frames = _frames_until_closed(trainer)
     assert frames and frames[-1] == {"type": "leave", "node": 0}, frames[-3:]
