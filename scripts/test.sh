@@ -49,6 +49,9 @@ cargo build --release -p rollout-cli --bin rollout
 # tensordict, torchrl, onnx: torch actors and TensorDict batches) and onnxruntime, which
 # the tests run the exported models with.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check "maturin>=1.7,<2" numpy pytest onnxruntime
+# The module is built for the stable ABI (`_native.abi3.so`); a version-specific build
+# left by an older checkout would be imported first, so it goes.
+rm -f python/collector/rollout/_native.cpython-*.so
 VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --release --quiet --extras torch -m python/collector/Cargo.toml
 
 cargo fmt --all -- --check

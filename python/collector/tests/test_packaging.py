@@ -32,6 +32,11 @@ def test_one_version_for_the_crates_and_both_packages():
     assert importlib.metadata.version("rollout-node") == version
 
 
+def test_the_native_module_is_built_for_the_stable_abi():
+    # One wheel for every CPython >= 3.9 (pyproject.toml: pyo3's abi3-py39).
+    assert os.path.basename(_native.__file__).startswith("_native.abi3."), _native.__file__
+
+
 def test_types_ship_with_the_package():
     assert os.path.isfile(os.path.join(PACKAGE, "py.typed"))
     assert os.path.isfile(os.path.join(PACKAGE, "_native.pyi"))
