@@ -10,6 +10,7 @@
 //! - [`policy`]: [`OnnxPolicy`], the [`Policy`](super::Policy) over all of it.
 
 mod bytes;
+mod dense_chain;
 mod error;
 mod heads;
 mod model;
@@ -22,7 +23,7 @@ use serde::{Deserialize, Serialize};
 pub use bytes::OnnxBytes;
 pub use error::OnnxError;
 pub use model::OnnxModel;
-pub use policy::OnnxPolicy;
+pub use policy::{OnnxEngine, OnnxPolicy};
 pub use runner::WeightMode;
 
 /// The largest ONNX model accepted, in bytes: the trainer refuses a bigger file before
