@@ -175,7 +175,8 @@ impl DenseChain {
         Some(chain)
     }
 
-    /// Makes `weights` (already checked against the layout) the current version.
+    /// Makes `weights` (already checked against the layout) the current version; on
+    /// error nothing changed.
     pub(super) fn set_weights(&mut self, weights: &Arc<Weights>) -> Result<(), PolicyError> {
         let weights = if weights.tensors.values().all(is_contiguous) {
             Arc::clone(weights)
@@ -183,6 +184,16 @@ impl DenseChain {
             Arc::new(contiguous_copy(weights))
         };
         let read = |name: &str| weights.f32_slice(name);
+        // Every tensor read first, so that an error changes nothing.
+        for l in &self.layers {
+            read(&l.weight)?;
+            if let Some(b) = &l.bias {
+                read(b)?;
+            }
+        }
+        if let Some(s) = &self.spread {
+            read(&s.init)?;
+        }
         self.params.clear();
         for l in &mut self.layers {
             let w = read(&l.weight)?;
