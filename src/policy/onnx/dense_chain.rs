@@ -1,17 +1,19 @@
 //! The fast path: an ONNX graph that is exactly a chain of dense layers runs on the
 //! built-in networks' kernel ([`dense_cols`], [`tanh_in_place`]) instead of tract.
 //!
-//! A production inference runtime recognises the graphs its own kernels run; this
-//! module does so for the one a torch actor is most often: `nn.Linear` layers
-//! (`Gemm` with `transB = 1`, `alpha = beta = 1`; or `MatMul` with an `[in, out]`
-//! weight, plus `Add` of the bias) with `Tanh`, `Relu` or nothing between them, and
+//! tract costs a few microseconds per call and a plan rebuild per weight version; the
+//! graph a torch actor most often is can skip both. Recognised: `nn.Linear` layers
+//! (`Gemm` with `alpha = beta = 1` and `transB = 1`, or `transB = 0` with an
+//! `[in, out]` weight; or `MatMul` by an `[in, out]` weight, optionally then `Add` of
+//! the bias) with `Tanh`, `Relu` or nothing between them, and
 //! optionally `Identity` and multiplications by a scalar `Constant` (`2 * tanh(x)`).
 //! For a normal head, the spread output must be state-independent: an f32 initializer,
 //! through `Identity` or scalar multiplications (`log_std * 1.0`). Every node of the
 //! graph must be on those paths; anything else is left to tract.
 //!
 //! The weights are read from the initializers by name, laid out as torch stores them
-//! (`[out, in]`: nothing transposed); a weight version is the update's tensors
+//! (`[out, in]`: nothing transposed; an `[in, out]` one is copied transposed at each
+//! version); a weight version is the update's tensors
 //! themselves (a large network, as the built-in `mlp` does) or one copy of them (a
 //! small one), so an update rebuilds nothing. The sums are the built-in's order (bias
 //! first, then each product in input order), not tract's: within rounding of it.
@@ -96,9 +98,9 @@ pub(super) struct DenseChain {
 }
 
 impl DenseChain {
-    /// The chain `parsed`'s graph is, for `head` whose outputs play `roles`, with
-    /// `weights` (checked against the file's layout); `None` if the graph is anything
-    /// else.
+    /// The chain that `parsed`'s graph is, from an observation of `obs_shape` to the
+    /// `out_dim` values of the output playing the main part of `roles` for `head`, with
+    /// `weights` (of the file's layout); `None` if the graph is anything else.
     pub(super) fn recognise(
         parsed: &Parsed,
         head: OnnxHead,

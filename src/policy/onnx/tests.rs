@@ -675,3 +675,23 @@ fn a_large_chain_read_from_the_named_tensors_computes_as_from_its_copy() {
         assert_eq!(bits(&params), bits(&nparams), "{name}");
     }
 }
+
+#[test]
+fn a_tanh_normal_chain_runs_on_the_built_in_kernel_as_on_tract() {
+    // The Gaussian actor (a chain, its log-std an initializer) read as a tanh-normal.
+    let j = json("pendulum_normal");
+    let obs = flat_obs(&j["observation"]);
+    let k = obs.len() / 3;
+    let mut fast = auto("pendulum_normal", OnnxHead::TanhNormal, pendulum());
+    assert_eq!(fast.engine(), OnnxEngine::DenseChain);
+    let mut tract = policy("pendulum_normal", OnnxHead::TanhNormal, pendulum(), WeightMode::Rebuild);
+    for exploration in [ExplorationType::Deterministic, ExplorationType::Random] {
+        fast.set_exploration(exploration);
+        tract.set_exploration(exploration);
+        let (a, lp, params) = outputs(&mut fast, &obs, k);
+        let (ta, tlp, tparams) = outputs(&mut tract, &obs, k);
+        all_close(&a, &ta, "tanh-normal actions");
+        all_close(&lp, &tlp, "tanh-normal log-probs");
+        all_close(&params, &tparams, "tanh-normal loc and scale");
+    }
+}
