@@ -261,6 +261,55 @@ def broken_models():
     onnx.save(model, str(OUT / "bad_unknown_op.onnx"))
 
 
+class Residual(nn.Module):
+    """A tanh MLP with a skip connection: not a plain chain of layers (runs on tract)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(4, 16)
+        self.mid = nn.Linear(16, 16)
+        self.out = nn.Linear(16, 2)
+
+    def forward(self, observation):
+        h = torch.tanh(self.inp(observation))
+        return self.out(h + torch.tanh(self.mid(h)))
+
+
+def residual_case():
+    torch.manual_seed(4)
+    m = Residual().eval()
+    export(m, 4, ["logits"], "cartpole_residual")
+    obs = observations(4)
+    write("cartpole_residual", {"head": "categorical", "observation": rows(obs), "logits": rows(m(obs))})
+
+
+def matmul_case():
+    """Dense layers written as `MatMul` by an `[in, out]` weight then `Add` of the bias
+    (as torch writes `nn.Linear` on inputs of more than two dimensions), a ReLU, and a
+    last `MatMul` without bias; built by hand, its outputs computed by torch."""
+    g = torch.Generator().manual_seed(5)
+    w0, b0 = torch.randn(4, 8, generator=g), torch.randn(8, generator=g)
+    w1 = torch.randn(8, 2, generator=g)
+    x = helper.make_tensor_value_info("observation", TensorProto.FLOAT, ["batch", 4])
+    y = helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 2])
+    inits = [
+        helper.make_tensor(name, TensorProto.FLOAT, list(t.shape), t.reshape(-1).tolist())
+        for name, t in [("l0.weight", w0), ("l0.bias", b0), ("l1.weight", w1)]
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["observation", "l0.weight"], ["h0"], name="l0_matmul"),
+        helper.make_node("Add", ["h0", "l0.bias"], ["h1"], name="l0_add"),
+        helper.make_node("Relu", ["h1"], ["h2"], name="relu"),
+        helper.make_node("MatMul", ["h2", "l1.weight"], ["logits"], name="l1_matmul"),
+    ]
+    graph = helper.make_graph(nodes, "matmul_add", [x], [y], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    onnx.save(model, str(OUT / "cartpole_matmul_add.onnx"))
+    obs = observations(4)
+    logits = torch.relu(obs @ w0 + b0) @ w1
+    write("cartpole_matmul_add", {"head": "categorical", "observation": rows(obs), "logits": rows(logits)})
+
+
 class ImageCnn(nn.Module):
     """uint8 images [K, 12, 12, 3] -> 3 logits: the cast to float inside the model."""
 
@@ -308,6 +357,8 @@ def main():
     normal_case()
     tanh_normal_case()
     deterministic_case()
+    residual_case()
+    matmul_case()
     broken_models()
     image_case()
     print(f"wrote {sorted(p.name for p in OUT.iterdir())}")

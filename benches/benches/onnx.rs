@@ -1,10 +1,12 @@
 //! The `onnx` policy against the built-in `mlp` of the same shape, in one run.
 //!
 //! (1) Weight modes: a 1,000-frame batch (at K = 1 and K = 16 rows per call) after a new
-//!     weight version, with the initializers fed as model inputs against the plan rebuilt
-//!     once per version; for the 64-64 model and, when present, the 10 M-parameter one.
+//!     weight version, on tract with the initializers fed as model inputs against the plan
+//!     rebuilt once per version, and on the built-in kernel (the dense chain the policy
+//!     recognises); for the 64-64 model and, when present, the 10 M-parameter one.
 //! (2) Collection: `Rollout` on CartPole-v1 with the 64-64 tanh MLP torch exported
-//!     (tests/fixtures/onnx/cartpole_tanh_mlp_64.onnx) against the built-in
+//!     (tests/fixtures/onnx/cartpole_tanh_mlp_64.onnx; a chain of dense layers, so on the
+//!     built-in kernel, as `OnnxPolicy::new` picks for a node) against the built-in
 //!     `mlp --hidden 64,64`, K = 1 and 16 envs per policy call, deterministic, alternating
 //!     rounds; ns per frame and built-in / onnx (the target is >= 0.8).
 //! (3) A 10 M-parameter update on the node: the `update_weights` tensors decoded from
@@ -21,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rollout::env::{CartPole, CartPoleConfig};
-use rollout::policy::{ActionsMut, Mlp, OnnxHead, OnnxModel, OnnxPolicy, Policy, WeightMode};
+use rollout::policy::{ActionsMut, Mlp, OnnxEngine, OnnxHead, OnnxModel, OnnxPolicy, Policy, WeightMode};
 use rollout::rollout::{Rollout, RolloutConfig, TrajIds};
 use rollout::{Env, ExplorationType, Spec, Weights};
 
@@ -39,9 +41,20 @@ fn model(path: &PathBuf) -> OnnxModel {
     OnnxModel::parse(std::fs::read(path).expect("model file")).expect("model")
 }
 
+/// The policy on tract, weight versions reaching it as `mode` says.
 fn onnx(model: &OnnxModel, mode: WeightMode) -> OnnxPolicy {
     let (obs, act) = specs();
     let mut p = OnnxPolicy::with_mode(model, OnnxHead::Categorical, &obs, &act, 1, mode).expect("policy");
+    p.set_exploration(ExplorationType::Deterministic);
+    p
+}
+
+/// The policy as nodes build it: the exported MLP is a chain of dense layers, so it
+/// runs on the built-in kernel.
+fn onnx_auto(model: &OnnxModel) -> OnnxPolicy {
+    let (obs, act) = specs();
+    let mut p = OnnxPolicy::new(model, OnnxHead::Categorical, &obs, &act, 1).expect("policy");
+    assert_eq!(p.engine(), OnnxEngine::DenseChain, "the exported MLP is a chain");
     p.set_exploration(ExplorationType::Deterministic);
     p
 }
@@ -79,21 +92,24 @@ fn batch_after_update(p: &mut dyn Policy, w: &Arc<Weights>, k: usize) -> f64 {
 
 fn weight_modes(name: &str, m: &OnnxModel, rounds: usize) {
     for k in [1usize, 16] {
-        let (mut inputs, mut rebuild) = (Vec::new(), Vec::new());
+        let (mut inputs, mut rebuild, mut chain) = (Vec::new(), Vec::new(), Vec::new());
         let mut pi = onnx(m, WeightMode::Inputs);
         let mut pr = onnx(m, WeightMode::Rebuild);
+        let mut pc = onnx_auto(m);
         let base = pi.weights().clone();
         for r in 0..rounds {
             let w = Arc::new(bumped(&base, r as u64 + 1));
             inputs.push(batch_after_update(&mut pi, &w, k));
             rebuild.push(batch_after_update(&mut pr, &w, k));
+            chain.push(batch_after_update(&mut pc, &w, k));
         }
-        let (i, b) = (median(&mut inputs), median(&mut rebuild));
+        let (i, b, c) = (median(&mut inputs), median(&mut rebuild), median(&mut chain));
         println!(
-            "weight modes  {name:<10} K={k:<3} update + 1,000 frames: inputs {:>9.3} ms, rebuild {:>9.3} ms, inputs/rebuild {:.2}",
+            "weight modes  {name:<10} K={k:<3} update + 1,000 frames: tract inputs {:>9.3} ms, tract rebuild {:>9.3} ms, inputs/rebuild {:.2}; dense chain {:>9.3} ms",
             i * 1e3,
             b * 1e3,
-            i / b
+            i / b,
+            c * 1e3
         );
     }
 }
@@ -153,7 +169,7 @@ fn main() {
 
     for k in [1usize, 16] {
         let mut b = collection(Box::new(mlp(&[64, 64])), k);
-        let mut o = collection(Box::new(onnx(&small, WeightMode::default())), k);
+        let mut o = collection(Box::new(onnx_auto(&small)), k);
         let (mut bs, mut os) = (Vec::new(), Vec::new());
         for _ in 0..5 {
             bs.push(b());
@@ -167,7 +183,7 @@ fn main() {
     }
 
     if let Some(m) = &big_model {
-        let mut o = onnx(m, WeightMode::default());
+        let mut o = onnx_auto(m);
         let mut b = mlp(&[3162, 3162]);
         assert_eq!(o.weights().numel(), b.weights().numel(), "the same shape");
         let (mut os, mut bs) = (Vec::new(), Vec::new());

@@ -27,7 +27,7 @@ const MAX_PARAMS: usize = 1 << 30;
 /// From this many parameters on, a network reads its layers from the named tensors
 /// (one lookup per layer per row, nothing next to a forward pass this size) instead
 /// of keeping a flat copy: a weight update then copies nothing.
-const NAMED_MIN_PARAMS: usize = 1 << 16;
+pub(super) const NAMED_MIN_PARAMS: usize = 1 << 16;
 
 /// Std of the exploration noise, as a fraction of the half-range of the action box.
 pub(super) const NOISE_FRACTION: f32 = 0.1;
@@ -712,12 +712,12 @@ impl Net {
 }
 
 /// f32 in standard layout: what a large network reads its layers from.
-fn is_contiguous(t: &Tensor) -> bool {
+pub(super) fn is_contiguous(t: &Tensor) -> bool {
     matches!(t, Tensor::F32(a) if a.is_standard_layout())
 }
 
 /// `w` with every tensor in standard layout (a transposed view is laid out anew).
-fn contiguous_copy(w: &Weights) -> Weights {
+pub(super) fn contiguous_copy(w: &Weights) -> Weights {
     let tensors = w
         .tensors
         .iter()

@@ -1,15 +1,22 @@
 //! The `onnx` policy: a network the user exported from PyTorch (`torch.onnx.export`),
-//! run with tract on Rust nodes. The model maps observations to the parameters of an
-//! action distribution (a [`OnnxHead`]); its float initializers, by name, are the
-//! policy's [`Weights`](super::Weights), so a learner pushes its own `state_dict`.
+//! run on Rust nodes. The model maps observations to the parameters of an action
+//! distribution (a [`OnnxHead`]); its float initializers, by name, are the policy's
+//! [`Weights`](super::Weights), so a learner pushes its own `state_dict`.
+//!
+//! Two engines ([`OnnxEngine`]): a graph that is exactly a chain of dense layers (torch's
+//! `nn.Linear`s with `tanh`, `relu` or nothing between them: the shape of the built-in
+//! `mlp`) runs on the built-in networks' kernel, reading the initializers by name, so it
+//! costs what `mlp` costs and an update rebuilds nothing; any other graph runs on tract.
 //!
 //! - [`bytes`]: the model file as it travels (cheap to clone, msgpack `bin`).
 //! - [`model`]: parsing once, checking against the env's specs, the initializers.
+//! - [`dense_chain`]: recognising a chain of dense layers, and its forward pass.
 //! - [`runner`]: the tract plan and how weight versions reach it.
 //! - [`heads`]: from the model's outputs to actions and log-probabilities.
 //! - [`policy`]: [`OnnxPolicy`], the [`Policy`](super::Policy) over all of it.
 
 mod bytes;
+mod dense_chain;
 mod error;
 mod heads;
 mod model;
@@ -22,7 +29,7 @@ use serde::{Deserialize, Serialize};
 pub use bytes::OnnxBytes;
 pub use error::OnnxError;
 pub use model::OnnxModel;
-pub use policy::OnnxPolicy;
+pub use policy::{OnnxEngine, OnnxPolicy};
 pub use runner::WeightMode;
 
 /// The largest ONNX model accepted, in bytes: the trainer refuses a bigger file before

@@ -1,10 +1,11 @@
 //! [`OnnxPolicy`]: an ONNX model and a head, acting for a batch of `k` observations
-//! in one run of the plan.
+//! in one forward pass, on the built-in kernel (a chain of dense layers) or on tract.
 
 use std::sync::Arc;
 
+use super::dense_chain::DenseChain;
 use super::heads::{self, Pick};
-use super::model::{OnnxModel, Roles};
+use super::model::{OnnxModel, Roles, Weighting};
 use super::runner::{f32_output, int_output, Runner, WeightMode};
 use super::{OnnxError, OnnxHead};
 use crate::policy::common::{check_actions, check_obs, Sampler};
@@ -14,8 +15,9 @@ use crate::policy::{
 };
 use crate::spec::Spec;
 
-/// A policy running an ONNX model with tract; its weights are the model's f32
-/// initializers by name.
+/// A policy running an ONNX model, on the built-in networks' kernel when the graph is
+/// a chain of dense layers ([`OnnxEngine`]), else with tract; its weights are the
+/// model's f32 initializers by name.
 ///
 /// # Examples
 ///
@@ -31,7 +33,9 @@ use crate::spec::Spec;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct OnnxPolicy {
-    runner: Runner,
+    engine: Engine,
+    /// Which output plays which part.
+    roles: Roles,
     head: OnnxHead,
     action: Spec,
     obs_dim: usize,
@@ -45,9 +49,28 @@ pub struct OnnxPolicy {
     width: usize,
 }
 
+/// What runs an [`OnnxPolicy`]'s forward pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnnxEngine {
+    /// The graph is a chain of dense layers (`nn.Linear`s with `tanh`, `relu` or
+    /// nothing between them; docs/policies.md): it runs on the built-in `mlp`'s kernel,
+    /// reading the initializers by name, so a weight update rebuilds nothing.
+    DenseChain,
+    /// Any other graph: tract's plan, weight versions reaching it as the mode says.
+    Tract(WeightMode),
+}
+
+/// The forward pass of either engine.
+enum Engine {
+    DenseChain(DenseChain),
+    Tract(Runner),
+}
+
 impl OnnxPolicy {
     /// The policy for these specs, with the file's weights (version 0) and its
-    /// sampler seeded with `seed`; the model must fit the specs and the head.
+    /// sampler seeded with `seed`; the model must fit the specs and the head. A graph
+    /// that is a chain of dense layers runs on the built-in kernel
+    /// ([`OnnxEngine::DenseChain`]), any other on tract.
     pub fn new(
         model: &OnnxModel,
         head: OnnxHead,
@@ -55,10 +78,30 @@ impl OnnxPolicy {
         action: &Spec,
         seed: u64,
     ) -> Result<OnnxPolicy, PolicyError> {
-        OnnxPolicy::with_mode(model, head, obs, action, seed, WeightMode::default())
+        obs.validate()?;
+        action.validate()?;
+        let weights = model.initial_weights()?;
+        let checked = model.typed(obs, action, head, Weighting::Constants(None))?;
+        let width = width(action);
+        let roles = checked.roles;
+        let chain = DenseChain::recognise(model.parsed()?, head, roles, &obs.feature_shape(), width, &weights);
+        let engine = match chain {
+            Some(chain) => Engine::DenseChain(chain),
+            None => Engine::Tract(Runner::from_checked(
+                model,
+                obs,
+                action,
+                head,
+                WeightMode::Rebuild,
+                None,
+                checked,
+            )?),
+        };
+        OnnxPolicy::with_engine(engine, roles, head, obs, action, seed, weights)
     }
 
-    /// As [`OnnxPolicy::new`], with weight versions reaching tract as `mode` says.
+    /// As [`OnnxPolicy::new`], always on tract, with weight versions reaching its plan
+    /// as `mode` says (for comparing the engines and the modes).
     pub fn with_mode(
         model: &OnnxModel,
         head: OnnxHead,
@@ -71,12 +114,26 @@ impl OnnxPolicy {
         action.validate()?;
         let weights = model.initial_weights()?;
         let runner = Runner::new(model, obs, action, head, mode, None)?;
-        let (low, high, width) = match action {
-            Spec::Box { low, high } => (low.clone(), high.clone(), low.len()),
-            Spec::Discrete { n } => (Vec::new(), Vec::new(), usize::try_from(*n).unwrap_or(usize::MAX)),
+        let roles = runner.roles();
+        OnnxPolicy::with_engine(Engine::Tract(runner), roles, head, obs, action, seed, weights)
+    }
+
+    fn with_engine(
+        engine: Engine,
+        roles: Roles,
+        head: OnnxHead,
+        obs: &Spec,
+        action: &Spec,
+        seed: u64,
+        weights: Arc<Weights>,
+    ) -> Result<OnnxPolicy, PolicyError> {
+        let (low, high) = match action {
+            Spec::Box { low, high } => (low.clone(), high.clone()),
+            Spec::Discrete { .. } => (Vec::new(), Vec::new()),
         };
         Ok(OnnxPolicy {
-            runner,
+            engine,
+            roles,
             head,
             action: action.clone(),
             obs_dim: obs.dim(),
@@ -85,13 +142,31 @@ impl OnnxPolicy {
             weights,
             exploration: ExplorationType::default(),
             sampler: Sampler::new(seed),
-            width,
+            width: width(action),
         })
     }
 
     /// The head.
     pub fn head(&self) -> OnnxHead {
         self.head
+    }
+
+    /// What runs the forward pass: the built-in kernel for a chain of dense layers,
+    /// tract for anything else.
+    pub fn engine(&self) -> OnnxEngine {
+        match &self.engine {
+            Engine::DenseChain(_) => OnnxEngine::DenseChain,
+            Engine::Tract(r) => OnnxEngine::Tract(r.mode()),
+        }
+    }
+
+    /// Reads a dense chain's layers from the named tensors whatever its size (as a
+    /// large network does), for comparing the two ways of reading them.
+    #[cfg(test)]
+    pub(super) fn read_named_tensors(&mut self) {
+        if let Engine::DenseChain(c) = &mut self.engine {
+            c.read_named_tensors();
+        }
     }
 
     fn pick(&self) -> Pick {
@@ -117,19 +192,119 @@ impl OnnxPolicy {
         if k == 0 {
             return Ok(());
         }
-        let outputs = self.runner.run(obs, k)?;
-        let pick = self.pick();
-        let w = self.width;
-        match (self.runner.roles(), actions) {
-            (Roles::Categorical { logits }, ActionsMut::Discrete(a)) => {
-                let z = f32_output(&outputs, logits, "logits")?;
+        let act = Act {
+            head: self.head,
+            pick: self.pick(),
+            action: &self.action,
+            low: &self.low,
+            high: &self.high,
+            width: self.width,
+            k,
+            recording,
+        };
+        let sampler = &mut self.sampler;
+        match &mut self.engine {
+            Engine::DenseChain(chain) => {
+                let (main, spread) = chain.run(obs, k);
+                let outs = match self.roles {
+                    Roles::Categorical { .. } => Outs::Logits(main),
+                    Roles::Normal { log_std, per_row, .. } => Outs::Normal {
+                        loc: main,
+                        spread,
+                        log_std,
+                        per_row,
+                    },
+                    Roles::Action { .. } => Outs::Action(main),
+                };
+                act.apply(outs, sampler, actions, record)
+            }
+            Engine::Tract(runner) => {
+                let outputs = runner.run(obs, k)?;
+                let outs = match (self.roles, &actions) {
+                    (Roles::Categorical { logits }, _) => Outs::Logits(f32_output(&outputs, logits, "logits")?),
+                    (
+                        Roles::Normal {
+                            loc,
+                            spread,
+                            log_std,
+                            per_row,
+                        },
+                        _,
+                    ) => Outs::Normal {
+                        loc: f32_output(&outputs, loc, "loc")?,
+                        spread: f32_output(&outputs, spread, if log_std { "log_std" } else { "scale" })?,
+                        log_std,
+                        per_row,
+                    },
+                    (Roles::Action { action }, ActionsMut::Continuous(_)) => {
+                        Outs::Action(f32_output(&outputs, action, "action")?)
+                    }
+                    (Roles::Action { action }, ActionsMut::Discrete(_)) => {
+                        Outs::Choices(int_output(&outputs, action, "action")?)
+                    }
+                };
+                act.apply(outs, sampler, actions, record)
+            }
+        }
+    }
+}
+
+/// The action dimension (`d`), or the number of choices (`n`).
+fn width(action: &Spec) -> usize {
+    match action {
+        Spec::Box { low, .. } => low.len(),
+        Spec::Discrete { n } => usize::try_from(*n).unwrap_or(usize::MAX),
+    }
+}
+
+/// The model's outputs for one run, row-major, as the head reads them.
+enum Outs<'a> {
+    /// `logits` `[k, n]`.
+    Logits(&'a [f32]),
+    /// `loc` `[k, d]` and the scale or log-std (`[k, d]` if `per_row`, else `[d]`).
+    Normal {
+        loc: &'a [f32],
+        spread: &'a [f32],
+        log_std: bool,
+        per_row: bool,
+    },
+    /// A box action `[k, d]`.
+    Action(&'a [f32]),
+    /// A discrete action per row.
+    Choices(Vec<i64>),
+}
+
+/// Everything but the outputs and the sampler that the head needs for one run.
+struct Act<'a> {
+    head: OnnxHead,
+    pick: Pick,
+    action: &'a Spec,
+    low: &'a [f32],
+    high: &'a [f32],
+    width: usize,
+    k: usize,
+    recording: bool,
+}
+
+impl Act<'_> {
+    /// The actions (and what `record` asks for) from the model's outputs.
+    fn apply(
+        &self,
+        outs: Outs<'_>,
+        sampler: &mut Sampler,
+        actions: ActionsMut<'_>,
+        record: RecordMut<'_>,
+    ) -> Result<(), PolicyError> {
+        let (k, w, pick, recording) = (self.k, self.width, self.pick, self.recording);
+        match (outs, actions) {
+            (Outs::Logits(z), ActionsMut::Discrete(a)) => {
                 if z.len() != k * w {
                     return Err(
                         OnnxError::output("logits", format!("gave {} values for {k} rows of {w}", z.len())).into(),
                     );
                 }
                 for (i, row) in z.chunks_exact(w).enumerate() {
-                    let c = heads::categorical(row, pick, &mut self.sampler);
+                    let c = heads::categorical(row, pick, sampler);
                     a[i] = c as i64;
                     if recording {
                         record.log_prob[i] = heads::categorical_log_prob(row, c) as f32;
@@ -142,17 +317,15 @@ impl OnnxPolicy {
                 }
             }
             (
-                Roles::Normal {
-                    loc,
-                    spread,
+                Outs::Normal {
+                    loc: loc_v,
+                    spread: spread_v,
                     log_std,
                     per_row,
                 },
                 ActionsMut::Continuous(a),
             ) => {
                 let spread_name = if log_std { "log_std" } else { "scale" };
-                let loc_v = f32_output(&outputs, loc, "loc")?;
-                let spread_v = f32_output(&outputs, spread, spread_name)?;
                 let need = if per_row { k * w } else { w };
                 if loc_v.len() != k * w || spread_v.len() != need {
                     return Err(OnnxError::output(
@@ -179,9 +352,9 @@ impl OnnxPolicy {
                         let raw = spread_v[if per_row { i * w + j } else { j }];
                         let s = heads::check_scale(spread_name, if log_std { raw.exp() } else { raw })?;
                         let (act, l) = if tanh {
-                            heads::tanh_normal(m, s, self.low[j], self.high[j], pick, &mut self.sampler)
+                            heads::tanh_normal(m, s, self.low[j], self.high[j], pick, sampler)
                         } else {
-                            heads::normal(m, s, self.low[j], self.high[j], pick, &mut self.sampler)
+                            heads::normal(m, s, self.low[j], self.high[j], pick, sampler)
                         };
                         a[i * w + j] = act;
                         lp += l;
@@ -195,8 +368,7 @@ impl OnnxPolicy {
                     }
                 }
             }
-            (Roles::Action { action }, ActionsMut::Continuous(a)) => {
-                let v = f32_output(&outputs, action, "action")?;
+            (Outs::Action(v), ActionsMut::Continuous(a)) => {
                 if v.len() != k * w {
                     return Err(
                         OnnxError::output("action", format!("gave {} values for {k} rows of {w}", v.len())).into(),
@@ -209,8 +381,7 @@ impl OnnxPolicy {
                     *out = heads::clip(x, self.low[i % w], self.high[i % w]);
                 }
             }
-            (Roles::Action { action }, ActionsMut::Discrete(a)) => {
-                let v = int_output(&outputs, action, "action")?;
+            (Outs::Choices(v), ActionsMut::Discrete(a)) => {
                 if v.len() != k {
                     return Err(OnnxError::output("action", format!("gave {} values for {k} rows", v.len())).into());
                 }
@@ -221,7 +392,7 @@ impl OnnxPolicy {
                     *out = x;
                 }
             }
-            (_, actions) => return Err(crate::policy::common::action_kind_error(&self.action, &actions)),
+            (_, actions) => return Err(crate::policy::common::action_kind_error(self.action, &actions)),
         }
         Ok(())
     }
@@ -242,7 +413,10 @@ impl Policy for OnnxPolicy {
 
     fn set_shared_weights(&mut self, weights: &Arc<Weights>) -> Result<(), PolicyError> {
         self.weights.check_layout(weights)?;
-        self.runner.set_weights(weights)?;
+        match &mut self.engine {
+            Engine::Tract(runner) => runner.set_weights(weights)?,
+            Engine::DenseChain(chain) => chain.set_weights(weights)?,
+        }
         self.weights = weights.clone();
         Ok(())
     }

@@ -13,7 +13,7 @@ use tract_onnx::prelude::{
     TypedSimplePlan, TypedSimpleState,
 };
 
-use super::model::{OnnxModel, Roles, Weighting, BATCH};
+use super::model::{Checked, OnnxModel, Roles, Weighting, BATCH};
 use super::{OnnxError, OnnxHead};
 use crate::policy::Weights;
 use crate::spec::Spec;
@@ -67,6 +67,19 @@ impl Runner {
             WeightMode::Rebuild => Weighting::Constants(weights),
         };
         let checked = model.typed(obs, action, head, weighting)?;
+        Runner::from_checked(model, obs, action, head, mode, weights, checked)
+    }
+
+    /// As [`Runner::new`], with the model already checked for `mode` and `weights`.
+    pub(super) fn from_checked(
+        model: &OnnxModel,
+        obs: &Spec,
+        action: &Spec,
+        head: OnnxHead,
+        mode: WeightMode,
+        weights: Option<&Weights>,
+        checked: Checked,
+    ) -> Result<Runner, OnnxError> {
         let roles = checked.roles;
         let weight_inputs = checked.weight_inputs.clone();
         // Optimised once here so that a model tract cannot plan fails at build time.
@@ -101,6 +114,11 @@ impl Runner {
     /// Which output plays which part.
     pub(super) fn roles(&self) -> Roles {
         self.roles
+    }
+
+    /// How weight versions reach the plan.
+    pub(super) fn mode(&self) -> WeightMode {
+        self.mode
     }
 
     /// Makes `weights` (already checked against the layout) the ones the plan uses.

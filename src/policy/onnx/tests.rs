@@ -436,3 +436,262 @@ fn specs_from_the_nodes_that_do_not_fit_the_model_are_refused_by_name() {
         .check_node_specs(&node_layout(DType::U8, vec![4]), &Spec::Discrete { n: 2 }, cat)
         .unwrap();
 }
+
+/// The fixtures whose graphs are chains of dense layers, their heads and specs.
+fn chains() -> Vec<(&'static str, OnnxHead, (Spec, Spec))> {
+    vec![
+        ("cartpole_categorical", OnnxHead::Categorical, cartpole()),
+        ("cartpole_tanh_mlp_64", OnnxHead::Categorical, cartpole()),
+        ("cartpole_matmul_add", OnnxHead::Categorical, cartpole()),
+        ("pendulum_normal", OnnxHead::Normal, pendulum()),
+        ("pendulum_deterministic", OnnxHead::Deterministic, pendulum()),
+    ]
+}
+
+/// The policy as `OnnxPolicy::new` makes it, deterministic.
+fn auto(name: &str, head: OnnxHead, (obs, action): (Spec, Spec)) -> OnnxPolicy {
+    let mut p = OnnxPolicy::new(&model(name), head, &obs, &action, 3).unwrap();
+    p.set_exploration(ExplorationType::Deterministic);
+    p
+}
+
+/// What a run gave: actions (discrete as f32), log-probs, and the head's parameters
+/// (logits, or loc then scale).
+fn outputs(p: &mut OnnxPolicy, obs: &[f32], k: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    match p.head() {
+        OnnxHead::Categorical => {
+            let (a, lp, z) = categorical_run(p, obs, k);
+            (a.iter().map(|&v| v as f32).collect(), lp, z)
+        }
+        OnnxHead::Deterministic => {
+            let mut a = vec![f32::NAN; k];
+            p.act(obs, k, ActionsMut::Continuous(&mut a)).unwrap();
+            (a, Vec::new(), Vec::new())
+        }
+        OnnxHead::Normal | OnnxHead::TanhNormal => {
+            let (a, lp, mut loc, scale) = normal_run(p, obs, k);
+            loc.extend(scale);
+            (a, lp, loc)
+        }
+    }
+}
+
+fn all_close(got: &[f32], want: &[f32], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    for (g, w) in got.iter().zip(want) {
+        close(f64::from(*g), f64::from(*w), what);
+    }
+}
+
+#[test]
+fn chains_of_dense_layers_run_on_the_built_in_kernel_as_torch_and_tract_compute() {
+    for (name, head, specs) in chains() {
+        let j = json(name);
+        let obs = flat_obs(&j["observation"]);
+        let k = obs.len() / specs.0.dim();
+        let mut fast = auto(name, head, specs.clone());
+        assert_eq!(fast.engine(), OnnxEngine::DenseChain, "{name}");
+        let mut tract = policy(name, head, specs, WeightMode::Rebuild);
+        assert_eq!(tract.engine(), OnnxEngine::Tract(WeightMode::Rebuild), "{name}");
+        let (a, lp, params) = outputs(&mut fast, &obs, k);
+        let (ta, tlp, tparams) = outputs(&mut tract, &obs, k);
+        // The same actions, log-probabilities and parameters as tract's, within rounding.
+        all_close(&a, &ta, &format!("{name}: actions against tract"));
+        all_close(&lp, &tlp, &format!("{name}: log-probs against tract"));
+        all_close(&params, &tparams, &format!("{name}: parameters against tract"));
+        // And as torch's numbers.
+        match head {
+            OnnxHead::Categorical => {
+                let logits = matrix(&j["logits"]);
+                for i in 0..k {
+                    let z: Vec<f32> = logits[i].iter().map(|&v| v as f32).collect();
+                    for c in 0..2 {
+                        close(f64::from(params[i * 2 + c]), logits[i][c], &format!("{name}: logit"));
+                    }
+                    assert_eq!(a[i] as usize, crate::policy::common::argmax(&z), "{name}: mode");
+                    let want = super::heads::categorical_log_prob(&z, a[i] as usize);
+                    close(f64::from(lp[i]), want, &format!("{name}: log_prob"));
+                }
+            }
+            OnnxHead::Normal => {
+                let (loc, scale) = (matrix(&j["loc"]), matrix(&j["scale"]));
+                let lps = matrix(&j["log_prob"]);
+                for i in 0..k {
+                    close(f64::from(params[i]), loc[i][0], &format!("{name}: loc"));
+                    close(f64::from(params[k + i]), scale[i][0], &format!("{name}: scale"));
+                    close(f64::from(a[i]), loc[i][0].clamp(-2.0, 2.0), &format!("{name}: mode"));
+                    if (-2.0..=2.0).contains(&loc[i][0]) {
+                        close(f64::from(lp[i]), lps[0][i], &format!("{name}: log_prob"));
+                    }
+                }
+            }
+            OnnxHead::Deterministic => {
+                let want = matrix(&j["action"]);
+                for i in 0..k {
+                    close(f64::from(a[i]), want[i][0], &format!("{name}: action"));
+                }
+            }
+            OnnxHead::TanhNormal => unreachable!("no tanh-normal chain among the fixtures"),
+        }
+    }
+}
+
+#[test]
+fn sampling_on_the_built_in_kernel_draws_as_on_tract() {
+    // The same sampler seed and the same head: the same draws, the same actions
+    // (discrete) or within rounding (a box).
+    for (name, head, specs) in chains() {
+        let j = json(name);
+        let obs = flat_obs(&j["observation"]);
+        let k = obs.len() / specs.0.dim();
+        let mut fast = auto(name, head, specs.clone());
+        let mut tract = policy(name, head, specs, WeightMode::Rebuild);
+        fast.set_exploration(ExplorationType::Random);
+        tract.set_exploration(ExplorationType::Random);
+        for _ in 0..5 {
+            let (a, lp, _) = outputs(&mut fast, &obs, k);
+            let (ta, tlp, _) = outputs(&mut tract, &obs, k);
+            all_close(&a, &ta, &format!("{name}: sampled actions"));
+            all_close(&lp, &tlp, &format!("{name}: sampled log-probs"));
+        }
+    }
+}
+
+#[test]
+fn graphs_that_are_not_a_chain_run_on_tract() {
+    // A skip connection (an `Add` of two activations).
+    let j = json("cartpole_residual");
+    let obs = flat_obs(&j["observation"]);
+    let k = obs.len() / 4;
+    let mut p = auto("cartpole_residual", OnnxHead::Categorical, cartpole());
+    assert_eq!(p.engine(), OnnxEngine::Tract(WeightMode::Rebuild));
+    let (_, _, z) = categorical_run(&mut p, &obs, k);
+    let logits = matrix(&j["logits"]);
+    for i in 0..k {
+        for c in 0..2 {
+            close(f64::from(z[i * 2 + c]), logits[i][c], "residual logit");
+        }
+    }
+    // Two heads from one body, a softplus scale: a state-dependent spread.
+    let p = auto("pendulum_tanh_normal", OnnxHead::TanhNormal, pendulum());
+    assert_eq!(p.engine(), OnnxEngine::Tract(WeightMode::Rebuild));
+}
+
+#[test]
+fn a_cnn_is_no_chain() {
+    // The u8 image CNN (a convolution, a transpose, a cast): its graph is refused by
+    // the recognition whatever the observation it is shown.
+    let m = model("image_u8_cnn");
+    let w = m.initial_weights().unwrap();
+    let roles = super::model::Roles::Categorical { logits: 0 };
+    let parsed = m.parsed().unwrap();
+    for shape in [vec![12, 12, 3], vec![432]] {
+        assert!(
+            super::dense_chain::DenseChain::recognise(parsed, OnnxHead::Categorical, roles, &shape, 3, &w).is_none()
+        );
+    }
+}
+
+#[test]
+fn an_update_changes_the_built_in_kernel_s_outputs_as_tract_s() {
+    let j = json("cartpole_categorical_update");
+    let update = update_from_json(&j, 7);
+    let obs = flat_obs(&j["observation"]);
+    let k = obs.len() / 4;
+    let want = matrix(&j["logits"]);
+    let mut fast = auto("cartpole_categorical", OnnxHead::Categorical, cartpole());
+    let mut tract = policy(
+        "cartpole_categorical",
+        OnnxHead::Categorical,
+        cartpole(),
+        WeightMode::Rebuild,
+    );
+    let before = categorical_run(&mut fast, &obs, k);
+    fast.set_shared_weights(&std::sync::Arc::new(update.clone())).unwrap();
+    tract.set_weights(&update).unwrap();
+    assert_eq!(fast.weights().version, 7);
+    let (a, lp, z) = categorical_run(&mut fast, &obs, k);
+    let (ta, tlp, tz) = categorical_run(&mut tract, &obs, k);
+    assert_ne!(before.0, a, "the update changes the actions");
+    assert_eq!(a, ta);
+    all_close(&lp, &tlp, "log-probs after the update");
+    all_close(&z, &tz, "logits after the update");
+    for i in 0..k {
+        for c in 0..2 {
+            close(f64::from(z[i * 2 + c]), want[i][c], "logit after the update, torch");
+        }
+    }
+    // A bad update names the tensor and changes nothing.
+    let mut bad = update.clone().with_version(8);
+    bad.tensors
+        .insert("net.2.weight".into(), Tensor::F32(ndarray::ArrayD::zeros(vec![16, 15])));
+    let e = fast.set_weights(&bad).unwrap_err().to_string();
+    assert!(e.contains("`net.2.weight`"), "{e}");
+    assert_eq!(fast.weights().version, 7);
+    assert_eq!(categorical_run(&mut fast, &obs, k), (a, lp, z));
+}
+
+#[test]
+fn a_transposed_view_updates_as_its_standard_layout() {
+    // Tensors handed over as views in another memory order are read as their values.
+    let j = json("cartpole_categorical_update");
+    let update = update_from_json(&j, 2);
+    let obs = flat_obs(&j["observation"]);
+    let k = obs.len() / 4;
+    let mut viewed = update.clone();
+    for t in viewed.tensors.values_mut() {
+        if let Tensor::F32(a) = t {
+            if a.ndim() == 2 {
+                // The same values, stored column-major.
+                let mut f = ndarray::ArrayD::<f32>::zeros(ndarray::ShapeBuilder::f(ndarray::IxDyn(a.shape())));
+                f.assign(a);
+                *a = f;
+            }
+        }
+    }
+    let mut p = auto("cartpole_categorical", OnnxHead::Categorical, cartpole());
+    let mut q = auto("cartpole_categorical", OnnxHead::Categorical, cartpole());
+    p.set_weights(&update).unwrap();
+    q.set_shared_weights(&std::sync::Arc::new(viewed)).unwrap();
+    assert_eq!(categorical_run(&mut p, &obs, k), categorical_run(&mut q, &obs, k));
+}
+
+#[test]
+fn a_large_chain_read_from_the_named_tensors_computes_as_from_its_copy() {
+    // Large networks read the update's tensors themselves; small ones a copy: the
+    // same numbers either way, bit for bit.
+    for (name, head, specs) in chains() {
+        let j = json(name);
+        let obs = flat_obs(&j["observation"]);
+        let k = obs.len() / specs.0.dim();
+        let mut flat = auto(name, head, specs.clone());
+        let mut named = auto(name, head, specs);
+        named.read_named_tensors();
+        let (a, lp, params) = outputs(&mut flat, &obs, k);
+        let (na, nlp, nparams) = outputs(&mut named, &obs, k);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&a), bits(&na), "{name}");
+        assert_eq!(bits(&lp), bits(&nlp), "{name}");
+        assert_eq!(bits(&params), bits(&nparams), "{name}");
+    }
+}
+
+#[test]
+fn a_tanh_normal_chain_runs_on_the_built_in_kernel_as_on_tract() {
+    // The Gaussian actor (a chain, its log-std an initializer) read as a tanh-normal.
+    let j = json("pendulum_normal");
+    let obs = flat_obs(&j["observation"]);
+    let k = obs.len() / 3;
+    let mut fast = auto("pendulum_normal", OnnxHead::TanhNormal, pendulum());
+    assert_eq!(fast.engine(), OnnxEngine::DenseChain);
+    let mut tract = policy("pendulum_normal", OnnxHead::TanhNormal, pendulum(), WeightMode::Rebuild);
+    for exploration in [ExplorationType::Deterministic, ExplorationType::Random] {
+        fast.set_exploration(exploration);
+        tract.set_exploration(exploration);
+        let (a, lp, params) = outputs(&mut fast, &obs, k);
+        let (ta, tlp, tparams) = outputs(&mut tract, &obs, k);
+        all_close(&a, &ta, "tanh-normal actions");
+        all_close(&lp, &tlp, "tanh-normal log-probs");
+        all_close(&params, &tparams, "tanh-normal loc and scale");
+    }
+}
