@@ -6,6 +6,7 @@
 //! them unique across envs, nodes and batches. Buffers handed back with
 //! [`Rollout::recycle`] are reused, so steady-state collection allocates nothing.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use ndarray::{ArrayD, IxDyn};
@@ -59,7 +60,17 @@ pub enum RolloutError {
     /// A [`RolloutState`] does not fit this rollout (another config, or corrupt).
     #[error("cannot restore the rollout: {0}")]
     Checkpoint(String),
+    /// The stop flag given to [`Rollout::collect_frames_until`] was set: collection
+    /// ended between two steps and the frames of the batch so far were dropped (not
+    /// a failure: the node is shutting down).
+    #[error("collection stopped between steps: the batch so far was dropped")]
+    Stopped,
 }
+
+/// How many steps the collection loop takes between two looks at its stop flag
+/// ([`Rollout::collect_frames_until`]): a stop is seen within this many steps, and
+/// one relaxed load per this many steps keeps the hot loop's speed.
+pub const STOP_CHECK_STEPS: usize = 64;
 
 /// Allocates trajectory ids `lane, lane + lanes, lane + 2*lanes, ...`.
 ///
@@ -661,6 +672,15 @@ impl Rollout {
 
     /// Collects a batch of exactly `frames` frames (a multiple of the env count), shape `[K, frames/K]`.
     pub fn collect_frames(&mut self, frames: usize) -> Result<TensorDict, RolloutError> {
+        self.collect_frames_until(frames, &AtomicBool::new(false))
+    }
+
+    /// [`Rollout::collect_frames`], looking at `stop` before the first step and then
+    /// every [`STOP_CHECK_STEPS`] steps: once it is set, collection ends there with
+    /// [`RolloutError::Stopped`] and the frames of the batch so far are dropped (the
+    /// envs keep the steps they took, as after any batch). A node shutting down sets
+    /// it from another thread, so that a large batch does not hold the shutdown back.
+    pub fn collect_frames_until(&mut self, frames: usize, stop: &AtomicBool) -> Result<TensorDict, RolloutError> {
         let k_envs = self.envs.len();
         if frames == 0 || !frames.is_multiple_of(k_envs) {
             return Err(RolloutError::Config {
@@ -678,23 +698,25 @@ impl Rollout {
         // policy, and for one env (the env loop disappears); envs of your own are
         // specialised for common observation sizes only (0 = any size).
         let filled = match (&self.envs, &self.policy, k_envs == 1) {
-            (Envs::CartPole(_), Pol::Linear(_), one) => self.fill_k::<4, CartPole, Linear>(&mut b, one),
-            (Envs::CartPole(_), Pol::Mlp(_), one) => self.fill_k::<4, CartPole, Mlp>(&mut b, one),
-            (Envs::CartPole(_), Pol::Dyn(_), one) => self.fill_k::<4, CartPole, dyn Policy>(&mut b, one),
-            (Envs::Pendulum(_), Pol::Linear(_), one) => self.fill_k::<3, Pendulum, Linear>(&mut b, one),
-            (Envs::Pendulum(_), Pol::Mlp(_), one) => self.fill_k::<3, Pendulum, Mlp>(&mut b, one),
-            (Envs::Pendulum(_), Pol::Dyn(_), one) => self.fill_k::<3, Pendulum, dyn Policy>(&mut b, one),
-            (Envs::MountainCar(_), Pol::Linear(_), one) => self.fill_k::<2, MountainCarContinuous, Linear>(&mut b, one),
-            (Envs::MountainCar(_), Pol::Mlp(_), one) => self.fill_k::<2, MountainCarContinuous, Mlp>(&mut b, one),
+            (Envs::CartPole(_), Pol::Linear(_), one) => self.fill_k::<4, CartPole, Linear>(&mut b, one, stop),
+            (Envs::CartPole(_), Pol::Mlp(_), one) => self.fill_k::<4, CartPole, Mlp>(&mut b, one, stop),
+            (Envs::CartPole(_), Pol::Dyn(_), one) => self.fill_k::<4, CartPole, dyn Policy>(&mut b, one, stop),
+            (Envs::Pendulum(_), Pol::Linear(_), one) => self.fill_k::<3, Pendulum, Linear>(&mut b, one, stop),
+            (Envs::Pendulum(_), Pol::Mlp(_), one) => self.fill_k::<3, Pendulum, Mlp>(&mut b, one, stop),
+            (Envs::Pendulum(_), Pol::Dyn(_), one) => self.fill_k::<3, Pendulum, dyn Policy>(&mut b, one, stop),
+            (Envs::MountainCar(_), Pol::Linear(_), one) => {
+                self.fill_k::<2, MountainCarContinuous, Linear>(&mut b, one, stop)
+            }
+            (Envs::MountainCar(_), Pol::Mlp(_), one) => self.fill_k::<2, MountainCarContinuous, Mlp>(&mut b, one, stop),
             (Envs::MountainCar(_), Pol::Dyn(_), one) => {
-                self.fill_k::<2, MountainCarContinuous, dyn Policy>(&mut b, one)
+                self.fill_k::<2, MountainCarContinuous, dyn Policy>(&mut b, one, stop)
             }
             (Envs::Dyn(_), _, one) => match self.obs_dim {
-                1 => self.fill_k::<1, Box<dyn Env>, dyn Policy>(&mut b, one),
-                2 => self.fill_k::<2, Box<dyn Env>, dyn Policy>(&mut b, one),
-                3 => self.fill_k::<3, Box<dyn Env>, dyn Policy>(&mut b, one),
-                4 => self.fill_k::<4, Box<dyn Env>, dyn Policy>(&mut b, one),
-                _ => self.fill_k::<0, Box<dyn Env>, dyn Policy>(&mut b, one),
+                1 => self.fill_k::<1, Box<dyn Env>, dyn Policy>(&mut b, one, stop),
+                2 => self.fill_k::<2, Box<dyn Env>, dyn Policy>(&mut b, one, stop),
+                3 => self.fill_k::<3, Box<dyn Env>, dyn Policy>(&mut b, one, stop),
+                4 => self.fill_k::<4, Box<dyn Env>, dyn Policy>(&mut b, one, stop),
+                _ => self.fill_k::<0, Box<dyn Env>, dyn Policy>(&mut b, one, stop),
             },
         };
         match filled {
@@ -712,20 +734,22 @@ impl Rollout {
         &mut self,
         b: &mut Buffers,
         one: bool,
+        stop: &AtomicBool,
     ) -> Result<(), RolloutError> {
         if one {
-            self.fill::<D, 1, E, P>(b)
+            self.fill::<D, 1, E, P>(b, stop)
         } else {
-            self.fill::<D, 0, E, P>(b)
+            self.fill::<D, 0, E, P>(b, stop)
         }
     }
 
     /// The hot loop, compiled for env type `E` and policy type `P`. Fields are borrowed
     /// apart into locals first, so the compiler keeps them in registers across the env
-    /// and policy calls.
+    /// and policy calls. `stop` is looked at every [`STOP_CHECK_STEPS`] steps.
     fn fill<const D: usize, const K: usize, E: EnvKind, P: PolicyKind + ?Sized>(
         &mut self,
         b: &mut Buffers,
+        stop: &AtomicBool,
     ) -> Result<(), RolloutError> {
         let Rollout {
             envs,
@@ -839,52 +863,62 @@ impl Rollout {
             // bookkeeping then need not scan the batch for it.
             let mut max_tid = i64::MIN;
             let result = 'batch: {
-                for i in 0..steps {
-                    if reset {
-                        if let Err(source) = env.reset(pending_seed[0].take(), cur) {
-                            break 'batch Err(RolloutError::Env { env: 0, source });
+                let mut start = 0;
+                while start < steps {
+                    // One look at the stop flag per chunk of steps: the loop inside is
+                    // the hot loop as it was, with no test of its own.
+                    if stop.load(Ordering::Relaxed) {
+                        break 'batch Err(RolloutError::Stopped);
+                    }
+                    let end = steps.min(start + STOP_CHECK_STEPS);
+                    for i in start..end {
+                        if reset {
+                            if let Err(source) = env.reset(pending_seed[0].take(), cur) {
+                                break 'batch Err(RolloutError::Env { env: 0, source });
+                            }
+                            if nan_is_failure && has_nan(cur) {
+                                break 'batch Err(RolloutError::NanObservation { env: 0 });
+                            }
+                            x.copy_from_slice(cur);
+                            tid = ids[0].alloc();
+                            sc = 0;
+                            reset = false;
                         }
-                        if nan_is_failure && has_nan(cur) {
+                        let (action, z0, z1) = head.logits(&x);
+                        act_i[0] = action;
+                        obs[i * D..(i + 1) * D].copy_from_slice(&x);
+                        action_i[i] = action;
+                        // The log-probabilities are computed after the loop, from these:
+                        // a call to `exp` here would spill the observation off its registers.
+                        param_a[2 * i] = z0;
+                        param_a[2 * i + 1] = z1;
+                        let tr = env.step_fast(Action::Discrete(action), &mut x);
+                        // Stored, never read back in the loop: `cur_obs` is what the env wrote,
+                        // as on the general path, whether or not the step failed.
+                        cur.copy_from_slice(&x);
+                        let tr = match tr {
+                            Ok(tr) => tr,
+                            Err(source) => break 'batch Err(RolloutError::Env { env: 0, source }),
+                        };
+                        next_obs[i * D..(i + 1) * D].copy_from_slice(&x);
+                        let cut = (sc + 1) as u64 >= max_traj && !tr.terminated;
+                        let trunc = tr.truncated || cut;
+                        let end = tr.terminated || trunc;
+                        reward[i] = tr.reward as f32;
+                        terminated[i] = tr.terminated;
+                        truncated[i] = trunc;
+                        done[i] = end;
+                        traj_ids[i] = tid;
+                        max_tid = max_tid.max(tid);
+                        step_counts[i] = sc;
+                        sc += 1;
+                        reset = end;
+                        if nan_is_failure && !end && has_nan(&x) {
                             break 'batch Err(RolloutError::NanObservation { env: 0 });
                         }
-                        x.copy_from_slice(cur);
-                        tid = ids[0].alloc();
-                        sc = 0;
-                        reset = false;
+                        done_frames += 1;
                     }
-                    let (action, z0, z1) = head.logits(&x);
-                    act_i[0] = action;
-                    obs[i * D..(i + 1) * D].copy_from_slice(&x);
-                    action_i[i] = action;
-                    // The log-probabilities are computed after the loop, from these:
-                    // a call to `exp` here would spill the observation off its registers.
-                    param_a[2 * i] = z0;
-                    param_a[2 * i + 1] = z1;
-                    let tr = env.step_fast(Action::Discrete(action), &mut x);
-                    // Stored, never read back in the loop: `cur_obs` is what the env wrote,
-                    // as on the general path, whether or not the step failed.
-                    cur.copy_from_slice(&x);
-                    let tr = match tr {
-                        Ok(tr) => tr,
-                        Err(source) => break 'batch Err(RolloutError::Env { env: 0, source }),
-                    };
-                    next_obs[i * D..(i + 1) * D].copy_from_slice(&x);
-                    let cut = (sc + 1) as u64 >= max_traj && !tr.terminated;
-                    let trunc = tr.truncated || cut;
-                    let end = tr.terminated || trunc;
-                    reward[i] = tr.reward as f32;
-                    terminated[i] = tr.terminated;
-                    truncated[i] = trunc;
-                    done[i] = end;
-                    traj_ids[i] = tid;
-                    max_tid = max_tid.max(tid);
-                    step_counts[i] = sc;
-                    sc += 1;
-                    reset = end;
-                    if nan_is_failure && !end && has_nan(&x) {
-                        break 'batch Err(RolloutError::NanObservation { env: 0 });
-                    }
-                    done_frames += 1;
+                    start = end;
                 }
                 Ok(())
             };
@@ -895,6 +929,10 @@ impl Rollout {
             return result;
         }
         for t in 0..steps {
+            // Beside a policy call per step, one relaxed load per chunk costs nothing.
+            if t % STOP_CHECK_STEPS == 0 && stop.load(Ordering::Relaxed) {
+                return Err(RolloutError::Stopped);
+            }
             for k in 0..k_envs {
                 if needs_reset[k] {
                     let cur = &mut cur_obs[k * d..(k + 1) * d];
@@ -1112,6 +1150,9 @@ mod checkpoint_tests;
 
 #[cfg(test)]
 mod concrete_tests;
+
+#[cfg(test)]
+mod stop_tests;
 
 #[cfg(test)]
 mod tests {

@@ -6,13 +6,21 @@
 //! (error or panic) the rollout is dropped, never used again: the worker answers
 //! `Failed` once, then ignores commands until its node sends a [`Replace`] with a
 //! rollout rebuilt from the spec (fresh state, as an OTP restart).
+//!
+//! A batch runs inside one handler, so a `Stop` queues behind it: the worker also
+//! holds its node's stop flag, which the collection loop looks at between steps
+//! ([`Rollout::collect_frames_until`]). Once the node sets it, the batch in flight
+//! ends within [`STOP_CHECK_STEPS`](rollout::rollout::STOP_CHECK_STEPS) steps and is
+//! dropped, answered by nothing: the `Stop` that follows is answered as usual.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 use actix::prelude::*;
 use rollout::machine::node::WorkerEvent;
 use rollout::machine::WorkerCmd;
-use rollout::rollout::Rollout;
+use rollout::rollout::{Rollout, RolloutError};
 
 use crate::messages::{Deliver, Replace};
 
@@ -23,6 +31,8 @@ pub struct EnvWorker {
     node: Recipient<Deliver<WorkerEvent>>,
     /// Stop the arbiter thread too when the actor stops (it owns the thread).
     owns_arbiter: bool,
+    /// Set by the node when it stops: the batch in flight ends between steps.
+    stop: Arc<AtomicBool>,
 }
 
 impl EnvWorker {
@@ -38,7 +48,15 @@ impl EnvWorker {
             rollout: Some(rollout),
             node,
             owns_arbiter,
+            stop: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// The worker looks at `stop` while it collects (its node's flag, see
+    /// [`crate::node::Node::with_stop_flag`]); without it a batch runs to its end.
+    pub fn with_stop_flag(mut self, stop: Arc<AtomicBool>) -> EnvWorker {
+        self.stop = stop;
+        self
     }
 }
 
@@ -93,13 +111,25 @@ pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 /// ignored until the node replaces it (the failure was reported once already);
 /// `Stop` drops it and answers `Stopped`.
 pub fn execute(rollout: &mut Option<Rollout>, worker: usize, cmd: WorkerCmd) -> Option<WorkerEvent> {
+    execute_until(rollout, worker, cmd, &AtomicBool::new(false))
+}
+
+/// [`execute`], with a `Collect` that ends between steps once `stop` is set: the
+/// partial batch is dropped and nothing is answered (not a failure; the node is
+/// stopping, and its `Stop` comes next). The rollout is dropped with it.
+pub fn execute_until(
+    rollout: &mut Option<Rollout>,
+    worker: usize,
+    cmd: WorkerCmd,
+    stop: &AtomicBool,
+) -> Option<WorkerEvent> {
     if let WorkerCmd::Stop = cmd {
         *rollout = None;
         return Some(WorkerEvent::Stopped { worker });
     }
     let r = rollout.as_mut()?;
     let result = catch_unwind(AssertUnwindSafe(|| match cmd {
-        WorkerCmd::Collect { seq, frames } => r.collect_frames(frames).map(|data| {
+        WorkerCmd::Collect { seq, frames } => r.collect_frames_until(frames, stop).map(|data| {
             let max = r.batch_max_traj_id();
             Some(WorkerEvent::batch_with_max(worker, seq, r.weights().version, data, max))
         }),
@@ -126,6 +156,10 @@ pub fn execute(rollout: &mut Option<Rollout>, worker: usize, cmd: WorkerCmd) -> 
     }));
     match result {
         Ok(Ok(ev)) => ev,
+        Ok(Err(RolloutError::Stopped)) => {
+            *rollout = None;
+            None
+        }
         Ok(Err(e)) => {
             *rollout = None;
             Some(WorkerEvent::Failed {
@@ -148,7 +182,7 @@ impl Handler<Deliver<WorkerCmd>> for EnvWorker {
 
     fn handle(&mut self, msg: Deliver<WorkerCmd>, ctx: &mut Self::Context) {
         let stop = matches!(msg.0, WorkerCmd::Stop);
-        if let Some(ev) = execute(&mut self.rollout, self.worker, msg.0) {
+        if let Some(ev) = execute_until(&mut self.rollout, self.worker, msg.0, &self.stop) {
             if let WorkerEvent::Failed { reason, .. } = &ev {
                 tracing::warn!(worker = self.worker, %reason, "env worker failed");
             }

@@ -4,7 +4,14 @@
 //! commands to workers, messages to the trainer, and on [`NodeOutput::Replace`] a
 //! rebuilt rollout installed in its worker (or in a new worker actor on the same
 //! arbiter if the actor itself died). Every decision is the machine's.
+//!
+//! It also holds its workers' stop flag: a worker collects a batch inside one
+//! handler, so the `Stop` the machine sends queues behind it. The flag is set as
+//! the node begins to stop (`Shutdown`), is halted, or goes away, and each worker's
+//! collection loop ends between steps when it sees it.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use actix::prelude::*;
@@ -30,6 +37,25 @@ pub struct Node {
     dead: Vec<bool>,
     /// Origin of the times given to the machine.
     start: Instant,
+    /// Shared with every worker: set once the node stops (see the module's doc).
+    stop: WorkersStop,
+}
+
+/// The workers' stop flag, set when the node lets go of it: however the node ends
+/// (down, halted, its system stopped), its workers stop between steps, so whoever
+/// joins their threads next does not wait for a batch.
+struct WorkersStop(Arc<AtomicBool>);
+
+impl WorkersStop {
+    fn set(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Drop for WorkersStop {
+    fn drop(&mut self) {
+        self.set();
+    }
 }
 
 impl Node {
@@ -48,7 +74,22 @@ impl Node {
             out: Vec::new(),
             dead,
             start: Instant::now(),
+            stop: WorkersStop(Arc::new(AtomicBool::new(false))),
         }
+    }
+
+    /// The flag its workers were given ([`EnvWorker::with_stop_flag`]): the node sets
+    /// it when it stops, so that a batch in flight ends between steps instead of
+    /// holding the shutdown back. A worker started later (a dead actor replaced) gets it too.
+    pub fn with_stop_flag(mut self, stop: Arc<AtomicBool>) -> Node {
+        // The flag replaced is nobody's: dropping (so setting) it stops no worker.
+        self.stop = WorkersStop(stop);
+        self
+    }
+
+    /// Tells the workers to end the batch in flight between steps.
+    fn stop_workers(&self) {
+        self.stop.set();
     }
 
     /// Lets the node rebuild a failed worker `w` from `spec` and `registry`
@@ -138,8 +179,10 @@ impl Node {
             return;
         };
         let to_node = ctx.address().recipient();
-        self.workers[worker] =
-            EnvWorker::start_in_arbiter(arbiter, move |_| EnvWorker::new(worker, rollout, to_node, true));
+        let stop = Arc::clone(&self.stop.0);
+        self.workers[worker] = EnvWorker::start_in_arbiter(arbiter, move |_| {
+            EnvWorker::new(worker, rollout, to_node, true).with_stop_flag(stop)
+        });
         self.dead[worker] = false;
         tracing::warn!(
             node,
@@ -160,6 +203,10 @@ impl Handler<Deliver<ToNode>> for Node {
     fn handle(&mut self, msg: Deliver<ToNode>, ctx: &mut Self::Context) {
         if let Err(e) = self.machine.handle(msg.0, &mut self.out) {
             tracing::warn!(node = self.machine.index(), error = %e, "node refused a message");
+        }
+        if self.machine.is_stopping() {
+            // Before the `Stop`s go out: they wait behind any batch in flight.
+            self.stop_workers();
         }
         self.dispatch(ctx);
     }
@@ -192,6 +239,7 @@ impl Handler<Halt> for Node {
     type Result = ();
 
     fn handle(&mut self, _msg: Halt, ctx: &mut Self::Context) {
+        self.stop_workers();
         ctx.stop();
     }
 }

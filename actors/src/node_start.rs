@@ -2,6 +2,7 @@
 //! node actor over them. The one path shared by in-process nodes (the `Local`
 //! launcher, and its restarts) and nodes that joined a trainer over TCP.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use actix::prelude::*;
@@ -22,6 +23,16 @@ pub(crate) struct StartedNode {
     pub(crate) addr: Addr<Node>,
     /// One arbiter per env worker; the owner stops and joins them.
     pub(crate) arbiters: Vec<Arbiter>,
+    /// The workers' stop flag (the node's, see [`Node::with_stop_flag`]).
+    pub(crate) stop: Arc<AtomicBool>,
+}
+
+impl StartedNode {
+    /// Ends the workers' batches in flight between steps: before their arbiters are
+    /// joined by an owner whose node may not have stopped (a lost connection).
+    pub(crate) fn stop_workers(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
 }
 
 /// Builds node `spec`'s env workers, each starting from `weights`: the trainer's (its
@@ -101,11 +112,13 @@ pub(crate) fn start_node(
     let mut addrs = Vec::with_capacity(workers.len());
     let mut handles = Vec::with_capacity(workers.len());
     let mut arbiters = Vec::with_capacity(workers.len());
+    let stop = Arc::new(AtomicBool::new(false));
     for (w, rollout) in workers.into_iter().enumerate() {
         let arbiter = worker_arbiter(spec.worker_nice);
         let to_node = node_addr.clone().recipient();
+        let worker_stop = Arc::clone(&stop);
         addrs.push(EnvWorker::start_in_arbiter(&arbiter.handle(), move |_| {
-            EnvWorker::new(w, rollout, to_node, true)
+            EnvWorker::new(w, rollout, to_node, true).with_stop_flag(worker_stop)
         }));
         handles.push(arbiter.handle());
         arbiters.push(arbiter);
@@ -117,9 +130,14 @@ pub(crate) fn start_node(
     if let Some(needed) = awaiting {
         machine = machine.awaiting_weights(needed);
     }
-    node_ctx.run(Node::new(machine, addrs, trainer).with_rebuild(spec.clone(), registry.clone(), handles));
+    node_ctx.run(
+        Node::new(machine, addrs, trainer)
+            .with_rebuild(spec.clone(), registry.clone(), handles)
+            .with_stop_flag(Arc::clone(&stop)),
+    );
     StartedNode {
         addr: node_addr,
         arbiters,
+        stop,
     }
 }

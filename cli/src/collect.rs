@@ -13,6 +13,7 @@ use rollout_actors::{Collected, DistributedCollector};
 use crate::collect_args::CollectArgs;
 use crate::collect_build::{build, policy_config};
 use crate::failure::{usage, Failure};
+use crate::interrupt::Interrupt;
 use crate::output::{frames_of, BatchLine, Data, Record, Summary};
 use crate::resume;
 
@@ -63,13 +64,27 @@ pub(crate) fn collect(args: &CollectArgs) -> Result<(), Failure> {
     let mut collector = build(args, resumed.map(|r| r.collector), policy.clone())?;
     let pb = progress_bar(args);
     pb.set_position(before);
-    let run = run(args, &policy, &mut collector, output.as_mut(), &pb);
+    // Ctrl-C or SIGTERM ends the run as its end does: the collector shut down, the nodes
+    // stopped between steps, instead of the process dying with a batch in flight.
+    let interrupt = Interrupt::catch(collector.handle())
+        .map_err(|e| Failure::Runtime(format!("cannot handle SIGINT and SIGTERM: {e}")))?;
+    let run = run(args, &policy, &mut collector, output.as_mut(), &pb, &interrupt);
+    interrupt.finish();
     pb.finish_and_clear();
     let flushed = match output.as_mut() {
         Some(w) => w.flush().context("writing the output file"),
         None => Ok(()),
     };
     let down = collector.shutdown();
+    if let Some((signal, signo)) = interrupt.caught() {
+        // What the run or the shutdown then said follows from the interruption.
+        if let Err(e) = &run {
+            tracing::debug!(error = %format!("{e:#}"), "after {signal}");
+        }
+        flushed.map_err(|e| Failure::Runtime(format!("{e:#}")))?;
+        down.map_err(|e| Failure::Runtime(format!("shutting down after {signal}: {e}")))?;
+        return Err(Failure::Interrupted { signal, signo });
+    }
     let (frames, batches, seconds) = run.map_err(|e| Failure::Runtime(format!("{e:#}")))?;
     flushed.map_err(|e| Failure::Runtime(format!("{e:#}")))?;
     down.map_err(|e| Failure::Runtime(format!("shutting down: {e}")))?;
@@ -92,18 +107,24 @@ pub(crate) fn collect(args: &CollectArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Collects until the collector is done; returns (frames, batches, seconds).
+/// Collects until the collector is done or `interrupt` caught a signal; returns (frames,
+/// batches, seconds).
 fn run(
     args: &CollectArgs,
     policy: &PolicyConfig,
     collector: &mut DistributedCollector,
     mut output: Option<&mut BufWriter<File>>,
     pb: &ProgressBar,
+    interrupt: &Interrupt,
 ) -> anyhow::Result<(u64, u64, f64)> {
     let start = Instant::now();
     let (mut frames, mut batches) = (0u64, 0u64);
     let mut stdout = io::stdout().lock();
-    while let Some(c) = collector.next_batch()? {
+    while interrupt.caught().is_none() {
+        // An interrupted wait ends with `None` too.
+        let Some(c) = collector.next_batch()? else {
+            break;
+        };
         let Collected {
             index,
             node,

@@ -8,6 +8,13 @@ pub(crate) enum Failure {
     Usage(String),
     /// Failed after the start: exit 1.
     Runtime(String),
+    /// Stopped by a signal (`rollout collect`): exit 128 + its number.
+    Interrupted {
+        /// `SIGINT` or `SIGTERM`.
+        signal: &'static str,
+        /// Its number.
+        signo: i32,
+    },
 }
 
 pub(crate) fn usage(field: &str, reason: impl std::fmt::Display) -> Failure {

@@ -10,6 +10,9 @@
 //! * `2`: a bad flag or a bad value (unknown env, `frames_per_batch` that does not divide, invalid
 //!   JSON, ...); nothing was collected and stderr holds ONE line `error: ...` naming the problem.
 //! * `1`: a runtime error after the collection started; stderr ends with one line `error: ...`.
+//! * `130` (SIGINT, Ctrl-C) or `143` (SIGTERM): `rollout collect` was interrupted; the batch
+//!   in flight was dropped, the batches before it written out, every node stopped between
+//!   steps and the collector shut down as at the end of a run (a second signal exits at once).
 //!
 //! # `--json`
 //!
@@ -55,6 +58,7 @@ mod collect_args;
 mod collect_build;
 mod failure;
 mod fd_limit;
+mod interrupt;
 mod node;
 mod output;
 mod resume;
@@ -129,6 +133,10 @@ fn main() -> ExitCode {
         Err(Failure::Runtime(m)) => {
             eprintln!("error: {}", one_line(&m));
             ExitCode::from(1)
+        }
+        Err(Failure::Interrupted { signal, signo }) => {
+            eprintln!("error: interrupted by {signal}");
+            ExitCode::from(u8::try_from(128 + signo).unwrap_or(1))
         }
     }
 }

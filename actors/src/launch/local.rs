@@ -61,7 +61,7 @@ impl Restarter for LocalRestarter {
                 return;
             }
         };
-        let StartedNode { addr, arbiters } = start_node(
+        let StartedNode { addr, arbiters, .. } = start_node(
             spec,
             &self.registry,
             workers,
@@ -129,6 +129,7 @@ pub(crate) fn start(plan: NodePlan) -> Result<Started, CollectError> {
         let StartedNode {
             addr: node_addr,
             arbiters: node_arbiters,
+            ..
         } = start_node(spec, registry, workers, w.clone(), None, trainer.clone().recipient());
         handles.push(node_arbiters.iter().map(Arbiter::handle).collect());
         arbiters.extend(node_arbiters);

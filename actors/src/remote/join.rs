@@ -29,7 +29,7 @@ use super::parts;
 use super::timing::read_frame;
 use crate::messages::{Deliver, Recycle};
 use crate::node::Node;
-use crate::node_start::{build_workers_awaiting, start_node, StartedNode};
+use crate::node_start::{build_workers_awaiting, start_node};
 
 /// Why a node could not join or stopped serving.
 #[derive(Debug, thiserror::Error)]
@@ -322,10 +322,7 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
     }
     // A restarted worker starts from the weights the others started from.
     let weights = welcome.weights.clone().map(Arc::new);
-    let StartedNode {
-        addr: node_addr,
-        arbiters,
-    } = start_node(
+    let started = start_node(
         &welcome.spec,
         &opts.registry,
         rollouts,
@@ -344,7 +341,7 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
     session.heard(Instant::now());
     link_ctx.run(TrainerLink {
         index,
-        node: node_addr,
+        node: started.addr.clone(),
         out,
         max,
         session,
@@ -363,6 +360,9 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
     let result = done_rx
         .await
         .unwrap_or_else(|_| Err(JoinError::Lost("the link stopped".into())));
+    // Down said, left or lost: a batch still in flight is nobody's, and the workers'
+    // threads are joined next.
+    started.stop_workers();
     // The link has stopped and dropped its sender: let the writer flush what is
     // queued (Down must reach the trainer), bounded.
     leave_task.abort();
@@ -373,7 +373,7 @@ async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), J
             close_cleanly(s).await;
         }
     }
-    (result, arbiters)
+    (result, started.arbiters)
 }
 
 /// How long a node that said its last frame waits for the trainer to close.

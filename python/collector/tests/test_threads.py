@@ -2,6 +2,7 @@
 shut the run down: none of them waits for that batch."""
 
 import threading
+import time
 
 import numpy as np
 
@@ -47,3 +48,38 @@ def test_stats_weights_and_shutdown_from_another_thread_while_one_waits_in_next(
     assert not t.is_alive(), "next() did not return after shutdown()"
     assert got == {"batch": None}, got
     assert c.next() is None
+
+
+def test_shutdown_from_another_thread_is_prompt_with_a_huge_batch_in_flight():
+    # Pendulum stepped by a 256-256 MLP on 2 nodes, 400,000 frames per node's batch: tens
+    # of seconds of stepping, which shutdown() waited for before the nodes stopped between steps.
+    c = rollout.DistributedCollector(
+        "Pendulum-v1", {"kind": "mlp", "hidden": [256, 256]}, nodes=2, frames_per_batch=400_000,
+        total_frames=-1, seed=1, batch_timeout=600.0,
+    )
+    got = {}
+
+    def wait_for_a_batch():
+        try:
+            got["batch"] = c.next()
+        except BaseException as e:  # reported below, on the test's thread
+            got["error"] = e
+
+    start = time.process_time()  # every thread of the process: the env workers' included
+    t = threading.Thread(target=wait_for_a_batch)
+    t.start()
+    try:
+        # The nodes are collecting once the process burns CPU: waiting uses next to none.
+        deadline = time.monotonic() + DEADLINE
+        while time.process_time() - start < 1.0:
+            assert time.monotonic() < deadline, "the nodes never started collecting"
+            assert t.is_alive(), got
+            time.sleep(0.05)
+    finally:
+        stop = time.monotonic()
+        c.shutdown()
+        took = time.monotonic() - stop
+    t.join(DEADLINE)
+    assert not t.is_alive(), "next() did not return after shutdown()"
+    assert got == {"batch": None}, got
+    assert took < 3.0, f"shutdown() took {took:.1f} s with a batch in flight"

@@ -42,6 +42,16 @@ class CheckpointError(Exception):
     """A snapshot or restore this node cannot do; it goes on serving."""
 
 
+class Stopped(Exception):
+    """``collect``'s stop event was set (the trainer said ``shutdown``, or the connection
+    ended): the batch ended between steps and what it held is dropped, not a failure."""
+
+
+#: Steps between two looks at ``collect``'s stop event, as in the Rust node: a stop is seen
+#: within this many steps, at the cost of one test per step.
+STOP_CHECK_STEPS = 64
+
+
 def restart_seed(seed, restart):
     """The seed of restart ``restart`` of a worker whose own seed is ``seed`` (splitmix64)."""
     z = (seed ^ ((restart * _GOLDEN) & _MASK64)) & _MASK64
@@ -317,8 +327,10 @@ class Workers:
             if len(free) < 2:
                 free.append(a)
 
-    def collect(self, frames):
-        """One batch of ``frames`` frames as a dict of numpy arrays ``[E, T, ...]``."""
+    def collect(self, frames, stop=None):
+        """One batch of ``frames`` frames as a dict of numpy arrays ``[E, T, ...]``. ``stop``
+        (a ``threading.Event``, set by another thread) is looked at before the first step and
+        every ``STOP_CHECK_STEPS`` steps: once set, :class:`Stopped` is raised there."""
         E = self.E
         if frames == 0 or frames % E:
             raise NodeFailed(f"{frames} frames do not split evenly over {E} env workers")
@@ -343,12 +355,16 @@ class Workers:
             b[key] = new((E, T, *shape), np.float32)
         pos = np.zeros(E, np.int64)
         self._salvaged = []
-        t = self._collect_columns(b, T)  # the fast path: every row at the same column
+        t = self._collect_columns(b, T, stop)  # the fast path: every row at the same column
         pos[:] = t
         pos[self._salvaged] = t + 1
         if t < T:
             pos[self._failed] = 0
+        steps = 0
         while (pos < T).any():  # after a failure: rows at different columns
+            if stop is not None and steps % STOP_CHECK_STEPS == 0 and stop.is_set():
+                raise Stopped()
+            steps += 1
             rows = np.nonzero(pos < T)[0]
             results, acts, rec = [], None, None
             try:
@@ -383,7 +399,7 @@ class Workers:
             self.delivered_frames[k] += T
         return b
 
-    def _collect_columns(self, b, T):
+    def _collect_columns(self, b, T, stop=None):
         """Steps every row together, one column at a time, until the batch is full (returns
         ``T``) or an env fails (its row restarts; returns the column the others are at, after
         keeping the rows stepped before the failing one).
@@ -427,6 +443,8 @@ class Workers:
         need_ids = bool(self.fresh.any())
         try:
             while t < T:
+                if stop is not None and t % STOP_CHECK_STEPS == 0 and stop.is_set():
+                    raise Stopped()
                 acts = ended = rec = None
                 try:
                     if need_reset:

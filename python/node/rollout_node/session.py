@@ -15,7 +15,7 @@ import time
 
 from . import wire
 from . import collect as checkpoint
-from .collect import BuildError, CheckpointError, NodeFailed, Workers
+from .collect import BuildError, CheckpointError, NodeFailed, Stopped, Workers
 from .policy import PolicyError
 from .spaces import SpaceError
 
@@ -95,6 +95,9 @@ class Session:
         self.inbox = queue.Queue()
         self.outbox = queue.Queue()
         self.stop = threading.Event()
+        #: Set by the reader on `shutdown`, and by any thread that finds the trainer gone: a
+        #: batch being collected ends between steps (PROTOCOL.md §5, Shutdown).
+        self.stopping = threading.Event()
         self.last_heard = time.monotonic()
         #: When this node last queued a heartbeat (an answer or its own), or the session began.
         self.beat_sent = time.monotonic()
@@ -147,12 +150,14 @@ class Session:
             try:
                 f = wire.read_frame(self.rfile, self.max_frame)
             except wire.ProtocolError as e:
-                self.inbox.put(("error", f"protocol error: {e}"))
+                self._end(f"protocol error: {e}")
                 return
             except (EOFError, OSError, ValueError) as e:
-                self.inbox.put(("error", f"lost the trainer: {e}"))
+                self._end(f"lost the trainer: {e}")
                 return
             self.last_heard = time.monotonic()
+            if f["type"] == "shutdown":
+                self.stopping.set()  # before it is queued: the main thread may be collecting
             if f["type"] == "heartbeat":
                 # Answered at once, unless this node beat half an interval ago or less (its
                 # own timer came first, or the trainer's beats come closer than its interval).
@@ -177,10 +182,16 @@ class Session:
                 else:
                     self.sock.sendall(data)
             except OSError as e:
-                self.inbox.put(("error", f"lost the trainer: {e}"))
+                self._end(f"lost the trainer: {e}")
                 return
             if last:
                 return
+
+    def _end(self, reason):
+        """The session cannot go on (``reason``): a batch being collected stops between steps,
+        and the main thread raises ``reason`` at its next frame."""
+        self.stopping.set()
+        self.inbox.put(("error", reason))
 
     def _beat_if_quiet_for(self, quiet):
         """Queues a heartbeat if this node queued none for ``quiet`` seconds."""
@@ -201,7 +212,7 @@ class Session:
                 return
             self._beat_if_quiet_for(own)
             if time.monotonic() - self.last_heard > self.timeout_s:
-                self.inbox.put(("error", f"lost the trainer: silent for more than {self.timeout_s * 1000:.0f} ms"))
+                self._end(f"lost the trainer: silent for more than {self.timeout_s * 1000:.0f} ms")
                 return
 
     def send(self, frame, then=None):
@@ -309,7 +320,10 @@ class Session:
                     seq, frames = wire.field(f, "seq", int), wire.field(f, "frames", int)
                     if self._shutdown_queued():
                         continue  # the Rust node drops a `continue` in flight at `shutdown` too
-                    self._collect(seq, frames)
+                    try:
+                        self._collect(seq, frames)
+                    except Stopped:
+                        continue  # the batch so far is dropped; `shutdown` (or the error) is next
                 elif t == "update_weights":
                     version, tensors = wire.weights_from_wire(f.get("weights"))
                     try:
@@ -381,7 +395,7 @@ class Session:
                 f"(it needs {sorted(w.policy.layout)}; this node never invents weights)"
             )
         try:
-            data = w.collect(frames)
+            data = w.collect(frames, stop=self.stopping)
         except PolicyError as e:
             raise NodeFailed(f"policy failed: {e}") from None
         tensors = {}

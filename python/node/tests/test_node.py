@@ -1,6 +1,7 @@
 """The Python node against a scripted trainer: a whole session, bad input of every kind,
 a trainer that vanishes or goes silent, supervision of an env that raises."""
 
+import os
 import queue
 import signal
 import threading
@@ -269,6 +270,40 @@ def test_a_signal_mid_batch_sends_leave_as_the_last_frame_and_exits_0(trainer, s
     assert all(f["type"] == "heartbeat" for f in frames[:-1]), "the half-collected batch is not sent"
     code, err = trainer.finish()
     assert code == 0 and f"leaving the run ({sig.name})" in err, (code, err)
+
+
+def _cpu_seconds(pid):
+    """CPU time process ``pid`` used so far (user + system), from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_shutdown_mid_batch_ends_the_batch_between_steps_and_the_node_exits_promptly(trainer):
+    trainer.start_node()
+    trainer.join(cartpole_spec(policy={"config": {"kind": "random"}}), heartbeat_ms=50)
+    trainer.send({"type": "continue", "seq": 1, "frames": 2})
+    assert trainer.recv()["type"] == "batch"
+    # Over a minute of stepping here (a node that finishes its batch first fails the test).
+    trainer.send({"type": "continue", "seq": 2, "frames": 4_000_000})
+    # The node is collecting once it burns CPU: waiting for frames uses next to none.
+    start = _cpu_seconds(trainer.proc.pid)
+    deadline = time.monotonic() + DEADLINE
+    while _cpu_seconds(trainer.proc.pid) - start < 1.0:
+        assert time.monotonic() < deadline, "the node never started collecting"
+        assert trainer.proc.poll() is None, trainer.finish()
+        time.sleep(0.05)
+    sent = time.monotonic()
+    trainer.send({"type": "shutdown"})
+    frames = _frames_until_closed(trainer)
+    closed = time.monotonic() - sent
+    assert frames and frames[-1] == {"type": "down", "node": 0}, frames[-3:]
+    assert all(f["type"] == "heartbeat" for f in frames[:-1]), "the half-collected batch is not sent"
+    code, err = trainer.finish()
+    exited = time.monotonic() - sent
+    assert code == 0, (code, err)
+    # Without the stop between steps, `down` waited for the whole batch (tens of seconds).
+    assert closed < 3.0 and exited < 5.0, f"down after {closed:.1f} s, exit after {exited:.1f} s"
 
 
 def test_a_signal_while_waiting_for_work_sends_leave_and_exits_0(trainer):

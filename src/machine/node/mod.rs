@@ -215,6 +215,12 @@ impl NodeMachine {
         self.pending.as_ref().map(|p| p.seq)
     }
 
+    /// True from `Shutdown` on: the workers are told to stop, and their batches in
+    /// flight are dropped.
+    pub fn is_stopping(&self) -> bool {
+        self.stopping
+    }
+
     /// True once every worker stopped after `Shutdown`.
     pub fn is_down(&self) -> bool {
         self.down

@@ -6,8 +6,11 @@ use super::*;
 fn shutdown_stops_every_worker_and_the_node_is_down_once_all_stopped() {
     let mut m = NodeMachine::new(4, 2, 1);
     cont(&mut m, 1, 4);
+    assert!(!m.is_stopping());
     let mut out = Vec::new();
     m.handle(ToNode::Shutdown, &mut out).unwrap();
+    // The shell sets its workers' stop flag on this, before the `Stop`s queue behind their batches.
+    assert!(m.is_stopping());
     assert_eq!(worker_cmds(&out), vec![(0, &WorkerCmd::Stop), (1, &WorkerCmd::Stop)]);
     assert_eq!(m.pending_seq(), None, "the Continue in flight is dropped");
     out.clear();
