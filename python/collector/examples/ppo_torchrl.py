@@ -6,9 +6,11 @@ The learner is torchrl's PPO as its own examples write it: a ``ProbabilisticActo
 ``ClipPPOLoss``, a replay buffer holding the batch sampled without replacement, and
 Adam. Only :func:`make_collector` differs between the three collectors:
 
-- ``torchrl``: torchrl's single-process ``Collector`` over one ``GymEnv``;
+- ``torchrl``: torchrl's single-process ``Collector`` over one node's envs
+  (``--envs-per-node`` ``GymEnv`` s in a ``SerialEnv``);
 - ``torchrl-distributed``: torchrl's ``DistributedCollector`` (``launcher="mp"``),
-  ``--nodes`` sub-collectors of ``--envs-per-node`` envs each;
+  ``--nodes`` sub-collectors, each a ``Collector`` over ``--envs-per-node`` envs in
+  a ``SerialEnv``;
 - ``rollout``: ``rollout.DistributedCollector``, the same nodes and envs per node,
   the actor itself as its policy (``--launcher local`` or ``process``).
 
@@ -102,7 +104,7 @@ def make_collector(kind: str, task: Task, actor, total_frames: int, nodes: int, 
             task.env, actor, frames_per_batch=task.frames_per_batch, total_frames=total_frames,
             nodes=nodes, envs_per_node=envs_per_node, sync=False, seed=seed, launcher=launcher,
         )
-    env_fn = _GymEnvFn(task.env)
+    env_fn = _GymEnvFn(task.env, envs_per_node)
     if kind == "torchrl":
         from torchrl.collectors import Collector
 
@@ -114,21 +116,26 @@ def make_collector(kind: str, task: Task, actor, total_frames: int, nodes: int, 
 
         return DistributedCollector(
             [env_fn] * nodes, actor, frames_per_batch=task.frames_per_batch, total_frames=total_frames,
-            num_workers_per_collector=envs_per_node, sync=False, launcher="mp",
+            sync=False, launcher="mp",
         )
     raise ValueError(f"--collector: one of {COLLECTORS}, got {kind!r}")
 
 
 class _GymEnvFn:
-    """``GymEnv(env)`` as a picklable callable (torchrl's ``mp`` launcher pickles it)."""
+    """A node's envs as torchrl makes them: ``GymEnv(env)``, or ``envs`` of them in a
+    ``SerialEnv`` (one process stepping them in turn, as a rollout node does); a
+    picklable callable, since torchrl's ``mp`` launcher pickles it."""
 
-    def __init__(self, env: str) -> None:
+    def __init__(self, env: str, envs: int) -> None:
         self.env = env
+        self.envs = envs
 
     def __call__(self):
-        from torchrl.envs import GymEnv
+        from torchrl.envs import GymEnv, SerialEnv
 
-        return GymEnv(self.env)
+        if self.envs == 1:
+            return GymEnv(self.env)
+        return SerialEnv(self.envs, _GymEnvFn(self.env, 1))
 
 
 class EpisodeReturns:
