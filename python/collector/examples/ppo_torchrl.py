@@ -95,20 +95,22 @@ def make_actor_critic(task: Task):
     return actor, critic
 
 
-def make_collector(kind: str, task: Task, actor, total_frames: int, nodes: int, envs_per_node: int, seed: int, launcher: str = "local"):
+def make_collector(
+    kind: str, task: Task, actor, total_frames: int, nodes: int, envs_per_node: int, seed: int, launcher: str = "local", sync: bool = False
+):
     """The one place the three runs differ."""
     if kind == "rollout":
         import rollout
 
         return rollout.DistributedCollector(
             task.env, actor, frames_per_batch=task.frames_per_batch, total_frames=total_frames,
-            nodes=nodes, envs_per_node=envs_per_node, sync=False, seed=seed, launcher=launcher,
+            nodes=nodes, envs_per_node=envs_per_node, sync=sync, seed=seed, launcher=launcher,
         )
     env_fn = _GymEnvFn(task.env, envs_per_node)
     if kind == "torchrl":
         from torchrl.collectors import Collector
 
-        c = Collector(env_fn, actor, frames_per_batch=task.frames_per_batch, total_frames=total_frames)
+        c = Collector(env_fn, actor, frames_per_batch=task.frames_per_batch, total_frames=total_frames)  # always in step
         c.set_seed(seed)
         return c
     if kind == "torchrl-distributed":
@@ -116,7 +118,7 @@ def make_collector(kind: str, task: Task, actor, total_frames: int, nodes: int, 
 
         return DistributedCollector(
             [env_fn] * nodes, actor, frames_per_batch=task.frames_per_batch, total_frames=total_frames,
-            sync=False, launcher="mp",
+            sync=sync, launcher="mp",
         )
     raise ValueError(f"--collector: one of {COLLECTORS}, got {kind!r}")
 
