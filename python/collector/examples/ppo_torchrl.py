@@ -58,13 +58,14 @@ class Task:
     gamma: float
     lmbda: float
     entropy_coeff: float
+    critic_loss: str
     action_low: float = -1.0
     action_high: float = 1.0
 
 
 TASKS: Dict[str, Task] = {
-    "CartPole-v1": Task("CartPole-v1", 4, 2, False, 475.0, 2048, 10, 256, 1e-3, 0.99, 0.95, 0.0),
-    "Pendulum-v1": Task("Pendulum-v1", 3, 1, True, -200.0, 2048, 10, 64, 1e-3, 0.9, 0.95, 0.0, -2.0, 2.0),
+    "CartPole-v1": Task("CartPole-v1", 4, 2, False, 475.0, 2048, 10, 256, 1e-3, 0.99, 0.95, 0.0, "smooth_l1"),
+    "Pendulum-v1": Task("Pendulum-v1", 3, 1, True, -200.0, 4096, 10, 256, 1e-3, 0.9, 0.95, 0.0, "l2", -2.0, 2.0),
 }
 
 
@@ -215,7 +216,7 @@ def train(
     advantage = GAE(gamma=task.gamma, lmbda=task.lmbda, value_network=critic, average_gae=False)
     loss_module = ClipPPOLoss(
         actor, critic, clip_epsilon=0.2, entropy_bonus=task.entropy_coeff > 0, entropy_coeff=task.entropy_coeff,
-        critic_coeff=0.5, loss_critic_type="smooth_l1", normalize_advantage=True,
+        critic_coeff=0.5, loss_critic_type=task.critic_loss, normalize_advantage=True,
     )
     optim = torch.optim.Adam(loss_module.parameters(), lr=task.lr)
     buffer = ReplayBuffer(
