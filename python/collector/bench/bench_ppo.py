@@ -77,6 +77,9 @@ def one(run: str, args) -> dict:
     out["solved_s"] = h.solved_wall
     out["waiting"] = (h.solved_waited / h.solved_wall) if h.solved_wall else (h.waited[-1] / h.wall[-1] if h.wall else None)
     out["frames"] = h.frames[-1] if h.frames else 0
+    # The learner's own seconds per batch: what the machine's load does to every run alike.
+    n = len(h.frames)
+    out["learner_s_per_batch"] = (h.wall[-1] - h.waited[-1]) / n if n else None
     out["best_return"] = h.best
     return out
 
@@ -90,6 +93,7 @@ def main() -> None:
     p.add_argument("--frames", type=int, default=None, help="frame budget of the PPO run (default: 300k CartPole, 1M Pendulum)")
     p.add_argument("--collect-batches", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rounds", type=int, default=1, help="rounds of all the runs, one after the other")
     p.add_argument("--one", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.frames is None:
@@ -100,7 +104,7 @@ def main() -> None:
 
     print(f"load before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
     results = []
-    for run in args.runs.split(","):
+    for run in [r for _ in range(args.rounds) for r in args.runs.split(",")]:
         cmd = [sys.executable, os.path.abspath(__file__), "--one", run, "--env", args.env, "--nodes", str(args.nodes),
                "--envs-per-node", str(args.envs_per_node), "--frames", str(args.frames),
                "--collect-batches", str(args.collect_batches), "--seed", str(args.seed)]
@@ -114,18 +118,22 @@ def main() -> None:
         results.append(r)
         print(json.dumps(r), flush=True)
     print(f"load after: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
-    base = next((r for r in results if r["run"] == "torchrl" and r.get("solved_s")), None)
-    print("| collector | collection frames/s | frames to threshold | wall to threshold (s) | waiting | x torchrl Collector | start-up (s) |")
-    print("|---|---|---|---|---|---|---|")
+    print("| collector | collection frames/s | frames to threshold | wall to threshold (s) | waiting | x torchrl Collector (same round) | learner s per batch | start-up (s) |")
+    print("|---|---|---|---|---|---|---|---|")
+    base = None
     for r in results:
+        if r["run"] == "torchrl":
+            base = r if r.get("solved_s") else None
         solved = r.get("solved_s")
         ratio = f"{solved / base['solved_s']:.2f}" if solved and base else "-"
+        per_batch = r.get("learner_s_per_batch")
+        per_batch = f"{per_batch:.2f}" if per_batch is not None else "-"
         waiting = f"{100 * r['waiting']:.1f} %" if r.get("waiting") is not None else "-"
         print(
             f"| {r['run']} | {r['collect_fps']:,.0f} | {r['solved_frames'] or 'not reached in ' + str(r['frames'])} | "
-            f"{solved:.1f} | {waiting} | {ratio} | {r['startup_s']:.1f} |"
+            f"{solved:.1f} | {waiting} | {ratio} | {per_batch} | {r['startup_s']:.1f} |"
             if solved else
-            f"| {r['run']} | {r['collect_fps']:,.0f} | not reached in {r['frames']} (best {r['best_return']:.1f}) | - | {waiting} | - | {r['startup_s']:.1f} |"
+            f"| {r['run']} | {r['collect_fps']:,.0f} | not reached in {r['frames']} (best {r['best_return']:.1f}) | - | {waiting} | - | {per_batch} | {r['startup_s']:.1f} |"
         )
 
 
