@@ -64,6 +64,9 @@ def one(run: str, args) -> dict:
     finally:
         c.shutdown()
 
+    # torchrl's SerialEnv, when it closes, raises torch's thread count (to 2 here):
+    # the learner runs on one thread in every run, as the example's does.
+    torch.set_num_threads(1)
     torch.manual_seed(args.seed)
     actor, critic = ppo_torchrl.make_actor_critic(task)
     t0 = time.perf_counter()
