@@ -99,7 +99,9 @@ def make_actor_critic(task: Task):
 def make_collector(
     kind: str, task: Task, actor, total_frames: int, nodes: int, envs_per_node: int, seed: int, launcher: str = "local", sync: bool = False
 ):
-    """The one place the three runs differ."""
+    """The one place the three runs differ. ``sync=True`` (the distributed ones) makes
+    every batch collected with the weights pushed after the previous one; the default
+    overlaps collection with learning, and PPO's ratio uses the recorded log-probs."""
     if kind == "rollout":
         import rollout
 
