@@ -37,7 +37,8 @@ def run(batches: int, *, seed: int = 0, update_weights: bool = True, batch_hook=
     import ppo_torchrl
 
     warnings.filterwarnings("ignore", category=UserWarning)
-    torch.set_num_threads(1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the learner's small tensors: one thread is fastest on a shared machine
     torch.manual_seed(seed)
     task = ppo_torchrl.TASKS["CartPole-v1"]
     frames = batches * task.frames_per_batch
@@ -47,6 +48,7 @@ def run(batches: int, *, seed: int = 0, update_weights: bool = True, batch_hook=
         return ppo_torchrl.train(task, collector, actor, critic, frames, update_weights=update_weights, batch_hook=batch_hook)
     finally:
         collector.shutdown()
+        torch.set_num_threads(threads)
 
 
 def faults(history) -> list:
