@@ -20,6 +20,7 @@ ones get ``--nodes`` nodes of ``--envs-per-node`` envs, ``torchrl`` one node's e
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -49,7 +50,9 @@ def one(run: str, args) -> dict:
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     task = ppo_torchrl.TASKS[args.env]
-    out: dict = {"run": run}
+    if args.epochs is not None:
+        task = dataclasses.replace(task, epochs=args.epochs)
+    out: dict = {"run": run, "epochs": task.epochs}
 
     torch.manual_seed(args.seed)
     actor, _ = ppo_torchrl.make_actor_critic(task)
@@ -97,6 +100,7 @@ def main() -> None:
     p.add_argument("--collect-batches", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rounds", type=int, default=1, help="rounds of all the runs, one after the other")
+    p.add_argument("--epochs", type=int, default=None, help="optimisation epochs per batch (default: the task's, 10)")
     p.add_argument("--one", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.frames is None:
@@ -111,6 +115,8 @@ def main() -> None:
         cmd = [sys.executable, os.path.abspath(__file__), "--one", run, "--env", args.env, "--nodes", str(args.nodes),
                "--envs-per-node", str(args.envs_per_node), "--frames", str(args.frames),
                "--collect-batches", str(args.collect_batches), "--seed", str(args.seed)]
+        if args.epochs is not None:
+            cmd += ["--epochs", str(args.epochs)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
         if proc.returncode != 0 or not lines:

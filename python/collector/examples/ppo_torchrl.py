@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import time
 import warnings
 from typing import Callable, Dict, List, Optional
@@ -97,7 +98,8 @@ def make_actor_critic(task: Task):
 
 
 def make_collector(
-    kind: str, task: Task, actor, total_frames: int, nodes: int, envs_per_node: int, seed: int, launcher: str = "local", sync: bool = False
+    kind: str, task: Task, actor, total_frames: int, nodes: int, envs_per_node: int, seed: int, launcher: str = "local", sync: bool = False,
+    node_command: Optional[List[str]] = None,
 ):
     """The one place the three runs differ. ``sync=True`` (the distributed ones) makes
     every batch collected with the weights pushed after the previous one; the default
@@ -108,6 +110,7 @@ def make_collector(
         return rollout.DistributedCollector(
             task.env, actor, frames_per_batch=task.frames_per_batch, total_frames=total_frames,
             nodes=nodes, envs_per_node=envs_per_node, sync=sync, seed=seed, launcher=launcher,
+            node_command=node_command,
         )
     env_fn = _GymEnvFn(task.env, envs_per_node)
     if kind == "torchrl":
@@ -275,19 +278,29 @@ def main() -> None:
     p.add_argument("--env", default="CartPole-v1", choices=sorted(TASKS))
     p.add_argument("--collector", default="rollout", choices=COLLECTORS)
     p.add_argument("--launcher", default="local", choices=("local", "process"), help="rollout's launcher")
+    p.add_argument("--python-nodes", action="store_true",
+                   help="rollout's process launcher starts Python nodes (python/node, onnxruntime) instead of Rust ones")
     p.add_argument("--frames", type=int, default=None, help="frame budget (default: 300k CartPole, 1M Pendulum)")
     p.add_argument("--nodes", type=int, default=2)
     p.add_argument("--envs-per-node", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--stop-at-threshold", action="store_true")
+    p.add_argument("--epochs", type=int, default=None, help="optimisation epochs per batch (default: the task's, 10)")
     args = p.parse_args()
     warnings.filterwarnings("ignore", category=UserWarning)
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
     task = TASKS[args.env]
+    if args.epochs is not None:
+        task = dataclasses.replace(task, epochs=args.epochs)
     frames = args.frames or (300_000 if not task.continuous else 1_000_000)
     actor, critic = make_actor_critic(task)
-    collector = make_collector(args.collector, task, actor, frames, args.nodes, args.envs_per_node, args.seed, args.launcher)
+    launcher, node_command = args.launcher, None
+    if args.python_nodes:
+        launcher, node_command = "process", [sys.executable, "-m", "rollout_node"]
+    collector = make_collector(
+        args.collector, task, actor, frames, args.nodes, args.envs_per_node, args.seed, launcher, node_command=node_command
+    )
     try:
         h = train(task, collector, actor, critic, frames, stop_at_threshold=args.stop_at_threshold, log=print)
     finally:
