@@ -1,6 +1,7 @@
 //! Benchmarks live in benches/; this is what several of them share.
 
 pub mod independent;
+pub mod one_node;
 
 use actix::Addr;
 use rollout_actors::messages::{NextBatch, Recycle};
@@ -21,4 +22,10 @@ pub async fn pull_embedded(trainer: &Addr<Trainer>) -> usize {
         data: batch.data,
     });
     frames
+}
+
+/// The median of `v` (the upper one of an even count).
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }

@@ -928,6 +928,15 @@ impl Rollout {
             *batch_max_traj_id = (result.is_ok() && steps > 0).then_some(max_tid);
             return result;
         }
+        // Two logits recorded by a policy whose log-probability is theirs: the main
+        // policy's log-probabilities are computed after the steps, in one vectorised
+        // pass over the batch. Per step, 16 rows are two vectors whose long chain of
+        // dependent operations the next env steps could not hide (BENCHMARKS.md).
+        let lp_after =
+            recorded == (Recorded::Categorical { n: 2 }) && lp_w == 1 && pa_w == 2 && policy.log_prob_of_two_logits();
+        // The first step the main policy acted at: the random policy's frames
+        // (`init_random_frames`) come first and keep their own log-probabilities.
+        let mut main_from = None;
         for t in 0..steps {
             // Beside a policy call per step, one relaxed load per chunk costs nothing.
             if t % STOP_CHECK_STEPS == 0 && stop.load(Ordering::Relaxed) {
@@ -979,12 +988,14 @@ impl Rollout {
                         Recorded::None | Recorded::LogProb => ParamsMut::None,
                     };
                     let record = RecordMut {
-                        log_prob: rec_lp,
+                        log_prob: if lp_after { &mut [] } else { &mut rec_lp[..] },
                         params,
                     };
+                    main_from.get_or_insert(t);
                     policy.act_fixed::<D>(cur_obs, k_envs, actions, record)?
                 }
             }
+            let copy_lp = lp_w == 1 && !(lp_after && main_from.is_some());
             for k in 0..k_envs {
                 let i = k * steps + t;
                 let cur = &mut cur_obs[k * d..(k + 1) * d];
@@ -1007,14 +1018,16 @@ impl Rollout {
                     Err(source) => return Err(RolloutError::Env { env: k, source }),
                 };
                 copy_row(&mut next_obs[i * d..(i + 1) * d], cur);
-                if lp_w == 1 {
+                if copy_lp {
                     log_prob[i] = rec_lp[k];
                 }
+                // Through `copy_row`: a `copy_from_slice` of a length known only at run
+                // time is a call to `memmove`, 3 % of a 64-64 MLP's collection.
                 if pa_w > 0 {
-                    param_a[i * pa_w..(i + 1) * pa_w].copy_from_slice(&rec_a[k * pa_w..(k + 1) * pa_w]);
+                    copy_row(&mut param_a[i * pa_w..(i + 1) * pa_w], &rec_a[k * pa_w..(k + 1) * pa_w]);
                 }
                 if pb_w > 0 {
-                    param_b[i * pb_w..(i + 1) * pb_w].copy_from_slice(&rec_b[k * pb_w..(k + 1) * pb_w]);
+                    copy_row(&mut param_b[i * pb_w..(i + 1) * pb_w], &rec_b[k * pb_w..(k + 1) * pb_w]);
                 }
                 let sc = step_count[k];
                 let cut = (sc + 1) as u64 >= max_traj && !tr.terminated;
@@ -1033,6 +1046,17 @@ impl Rollout {
                 }
             }
             *frames += k_envs as u64;
+        }
+        if let (true, Some(t0)) = (lp_after, main_from) {
+            if t0 == 0 {
+                Argmax2::<D>::log_probs(param_a, action_i, log_prob);
+            } else {
+                // Each env's frames are one row of the batch: its steps from `t0` on.
+                for k in 0..k_envs {
+                    let (lo, hi) = (k * steps + t0, (k + 1) * steps);
+                    Argmax2::<D>::log_probs(&param_a[2 * lo..2 * hi], &action_i[lo..hi], &mut log_prob[lo..hi]);
+                }
+            }
         }
         Ok(())
     }

@@ -30,6 +30,8 @@ use rollout::rollout::{Rollout, RolloutConfig, TrajIds};
 use rollout::{Action, Env, ExplorationType, PolicyConfig};
 use rollout_actors::messages::StopNodes;
 use rollout_actors::{CollectorBuilder, DistributedCollector};
+use rollout_benches::median;
+use rollout_benches::one_node::{best_of_windows, OneNode};
 
 /// Frames per batch: 10,000, or `ROLLOUT_BENCH_FRAMES` in the profiling runs (how the
 /// per-batch costs of collection scale against the per-frame ones).
@@ -231,11 +233,6 @@ fn rate(secs: f64, frames_per_call: usize, mut f: impl FnMut()) -> f64 {
         calls += 1;
     }
     (calls * frames_per_call as u64) as f64 / start.elapsed().as_secs_f64()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// The bare loop on every core at once, on plain threads: what the machine can
@@ -734,30 +731,6 @@ fn main() {
     }
 }
 
-/// The three the independent benches time, acting alike: the independent loop (i),
-/// `Rollout` alone (b) and the one-node collector as `rollout collect --nodes 1` builds
-/// it (c1). All three act with the collector's weights: the episodes' lengths (so the
-/// resets' share of the frames) depend on them.
-fn independent_three(
-    mode: ExplorationType,
-) -> (rollout_benches::independent::Independent, Rollout, DistributedCollector) {
-    let mut ro = rollout(mode, 1);
-    let c1 = settings(false, mode)
-        .nodes(1)
-        .worker_nice(rollout::node_spec::DEFAULT_WORKER_NICE)
-        .build()
-        .expect("collector");
-    let w = c1.policy_weights(0).expect("weights").expect("node 0's weights");
-    ro.set_shared_weights(&w).expect("the collector's weights");
-    let (wt, bt) = (
-        w.f32_slice("weight").expect("weight"),
-        w.f32_slice("bias").expect("bias"),
-    );
-    let row = |j: usize| [wt[j * 4], wt[j * 4 + 1], wt[j * 4 + 2], wt[j * 4 + 3]];
-    let ind = rollout_benches::independent::Independent::new(batch_frames(), [row(0), row(1)], [bt[0], bt[1]]);
-    (ind, ro, c1)
-}
-
 /// `ROLLOUT_BENCH_ONLY=independent`: `Rollout` (b) and the collector as `rollout collect
 /// --nodes 1` builds it (c1: one node, one env, async, the CLI's worker nice, pulled and
 /// recycled as the CLI does) against a bare CartPole loop that shares no code with the
@@ -771,23 +744,16 @@ fn independent_three(
 /// `ROLLOUT_BENCH_MODE`: the independent loop does not sample.
 fn independent() {
     let mode = ExplorationType::Deterministic;
-    let (mut ind, mut ro, mut c1) = independent_three(mode);
+    let mut three = OneNode::new(batch_frames());
     let secs = std::env::var("ROLLOUT_BENCH_SECS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1.0);
     let (mut rb, mut rc) = (Vec::new(), Vec::new());
     for round in 0..knob("ROLLOUT_BENCH_ROUNDS", 7) {
-        let i = rate(secs, batch_frames(), || ind.run());
-        let b = rate(secs, batch_frames(), || {
-            let batch = ro.collect().expect("collect");
-            ro.recycle(batch);
-        });
-        let c = rate(secs, batch_frames(), || {
-            let batch = c1.next_batch().expect("batch").expect("endless");
-            black_box(batch.data.numel());
-            c1.recycle(batch);
-        });
+        let i = rate(secs, batch_frames(), || three.run_i());
+        let b = rate(secs, batch_frames(), || three.run_b());
+        let c = rate(secs, batch_frames(), || three.pull_c1());
         println!(
             "round {round} ({mode:?}, {} frames per batch): independent bare loop (i) {i:.0}, Rollout (b) {b:.0}, \
              collector 1 node (c1) {c:.0} frames/s, b/i {:.3}, c1/i {:.3}",
@@ -798,56 +764,28 @@ fn independent() {
         rb.push(b / i);
         rc.push(c / i);
     }
-    c1.shutdown().expect("shutdown");
+    three.shutdown();
     println!("b/i median {:.3}, c1/i median {:.3}", median(rb), median(rc));
 }
 
 /// `ROLLOUT_BENCH_ONLY=independent_best`: the same three as `independent` (i, b, c1),
-/// for a busy machine: short windows of `ROLLOUT_BENCH_WINDOW` (20) batches each,
-/// alternating, `ROLLOUT_BENCH_ROUNDS` (40) rounds; the fastest window of each is what
-/// it does when nothing else runs on its core, so b/i and c1/i are taken between the
-/// fastest windows (and, as a check, the median of the per-round ratios). c1's window
-/// starts after one untimed batch: the one its node collected ahead while the others ran.
+/// for a busy machine: the fastest of `ROLLOUT_BENCH_ROUNDS` (40) alternating windows of
+/// `ROLLOUT_BENCH_WINDOW` (20) batches each ([`best_of_windows`]).
 fn independent_best() {
-    let mode = ExplorationType::Deterministic;
-    let (mut ind, mut ro, mut c1) = independent_three(mode);
+    let mut three = OneNode::new(batch_frames());
     let window = knob("ROLLOUT_BENCH_WINDOW", 20);
-    let fps = |f: &mut dyn FnMut()| {
-        let start = Instant::now();
-        for _ in 0..window {
-            f();
-        }
-        (window * batch_frames()) as f64 / start.elapsed().as_secs_f64()
-    };
-    let mut pull = || {
-        let batch = c1.next_batch().expect("batch").expect("endless");
-        black_box(batch.data.numel());
-        c1.recycle(batch);
-    };
-    let (mut best, mut rb, mut rc) = ([0.0f64; 3], Vec::new(), Vec::new());
-    for _ in 0..knob("ROLLOUT_BENCH_ROUNDS", 40) {
-        let i = fps(&mut || ind.run());
-        let b = fps(&mut || {
-            let batch = ro.collect().expect("collect");
-            ro.recycle(batch);
-        });
-        pull();
-        let c = fps(&mut pull);
-        for (m, v) in best.iter_mut().zip([i, b, c]) {
-            *m = m.max(v);
-        }
-        rb.push(b / i);
-        rc.push(c / i);
-    }
-    c1.shutdown().expect("shutdown");
-    let [i, b, c] = best;
+    let best = best_of_windows(&mut three, window, knob("ROLLOUT_BENCH_ROUNDS", 40));
+    three.shutdown();
     println!(
-        "fastest windows of {window} x {} frames: i {i:.0}, b {b:.0}, c1 {c:.0} frames/s; b/i {:.3}, c1/i {:.3}; \
+        "fastest windows of {window} x {} frames: i {:.0}, b {:.0}, c1 {:.0} frames/s; b/i {:.3}, c1/i {:.3}; \
          medians of the rounds' ratios: b/i {:.3}, c1/i {:.3}",
         batch_frames(),
-        b / i,
-        c / i,
-        median(rb),
-        median(rc)
+        best.i,
+        best.b,
+        best.c1,
+        best.b / best.i,
+        best.c1 / best.i,
+        best.median_b,
+        best.median_c1
     );
 }

@@ -440,7 +440,11 @@ impl Net {
                         *v = z_all[j * k + r];
                     }
                     if let Some(dst) = logits_out.as_deref_mut() {
-                        dst[r * n..(r + 1) * n].copy_from_slice(z);
+                        // Element by element: a `copy_from_slice` of `n` values (known
+                        // only at run time) is a call to `memmove` per row.
+                        for (d, &v) in dst[r * n..(r + 1) * n].iter_mut().zip(z.iter()) {
+                            *d = v;
+                        }
                     }
                     let i = match (random, n) {
                         (false, _) => argmax(z),

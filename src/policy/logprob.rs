@@ -46,10 +46,62 @@ pub(crate) fn log_softmax2_batch(logits: &[f32], actions: &[i64], out: &mut [f32
     }
 }
 
+/// `2^n` for a whole `n` in `-1022..=1023`, the exponent field written directly:
+/// `n + 1023 + 2^52` is exact in f64 and its mantissa field is `n + 1023`, which the
+/// shift moves into the exponent field. Kept in floating point: a saturating `as i64`
+/// does not vectorise.
+#[inline(always)]
+fn pow2(n: f64) -> f64 {
+    f64::from_bits((n + (1023.0 + 4_503_599_627_370_496.0)).to_bits() << 52)
+}
+
+/// `1/k!` for `k` from 0: the Taylor series of `e^r` through `r^10`, whose next term
+/// is below `2.3e-13` of the sum on `|r| <= ln 2 / 2`.
+const EXP_TAYLOR: [f64; 11] = [
+    1.0,
+    1.0,
+    1.0 / 2.0,
+    1.0 / 6.0,
+    1.0 / 24.0,
+    1.0 / 120.0,
+    1.0 / 720.0,
+    1.0 / 5_040.0,
+    1.0 / 40_320.0,
+    1.0 / 362_880.0,
+    1.0 / 3_628_800.0,
+];
+/// `1/(2k + 1)` for `k` from 0: `atanh(s) / s = sum u^k / (2k + 1)`, `u = s^2 <= 1/9`,
+/// through `u^11`, whose next term is below `1.5e-13` of the sum. Both bounds are far
+/// below half an f32 ulp (`6e-8`): all the precision a recorded f32 holds.
+const ATANH_SERIES: [f64; 12] = [
+    1.0,
+    1.0 / 3.0,
+    1.0 / 5.0,
+    1.0 / 7.0,
+    1.0 / 9.0,
+    1.0 / 11.0,
+    1.0 / 13.0,
+    1.0 / 15.0,
+    1.0 / 17.0,
+    1.0 / 19.0,
+    1.0 / 21.0,
+    1.0 / 23.0,
+];
+
+/// `c[0] + z (c[1] + z (c[2] + ...))`, innermost first.
+#[inline(always)]
+fn horner<const N: usize>(c: &[f64; N], z: f64) -> f64 {
+    let mut p = c[N - 1];
+    for &v in c[..N - 1].iter().rev() {
+        p = p * z + v;
+    }
+    p
+}
+
 /// `ln(1 + exp(-d))` for `d >= 0` (NaN for NaN), in f64 with no branch and no libm
-/// call: `exp` by range reduction to `|r| <= ln 2 / 2` and a degree-13 Taylor
-/// polynomial, `ln(1 + e)` as `2 atanh(e / (2 + e))` by its series (`e <= 1`, so the
-/// argument is at most 1/3 and 17 terms reach f64 precision).
+/// call: `exp` by range reduction to `|r| <= ln 2 / 2` and its Taylor polynomial,
+/// `ln(1 + e)` as `2 atanh(e / (2 + e))` by its series (`e <= 1`, so the argument is
+/// at most 1/3).
 #[inline(always)]
 fn ln_1p_exp_neg(d: f64) -> f64 {
     const LN2_HI: f64 = 6.931_471_803_691_238e-1;
@@ -58,32 +110,10 @@ fn ln_1p_exp_neg(d: f64) -> f64 {
     let t = -d.min(700.0);
     let n = (t * std::f64::consts::LOG2_E - 0.5).ceil();
     let r = (t - n * LN2_HI) - n * LN2_LO;
-    let mut p = 1.0 / 6_227_020_800.0; // 1/13!
-    for c in [
-        1.0 / 479_001_600.0,
-        1.0 / 39_916_800.0,
-        1.0 / 3_628_800.0,
-        1.0 / 362_880.0,
-        1.0 / 40_320.0,
-        1.0 / 5_040.0,
-        1.0 / 720.0,
-        1.0 / 120.0,
-        1.0 / 24.0,
-        1.0 / 6.0,
-        0.5,
-        1.0,
-        1.0,
-    ] {
-        p = p * r + c;
-    }
-    // 2^n, n in -1010..=0: the exponent field written directly.
-    let e = p * f64::from_bits(((n as i64 + 1023) as u64) << 52);
+    // n is a whole number in -1010..=0.
+    let e = horner(&EXP_TAYLOR, r) * pow2(n);
     let s = e / (2.0 + e);
-    let u = s * s;
-    let mut q = 1.0 / 35.0;
-    for k in (0..17).rev() {
-        q = q * u + 1.0 / f64::from(2 * k + 1);
-    }
+    let q = horner(&ATANH_SERIES, s * s);
     let v = 2.0 * s * q;
     if d.is_nan() {
         f64::NAN
@@ -205,6 +235,17 @@ mod tests {
             assert_eq!(
                 out[r],
                 log_softmax2(logits[2 * r], logits[2 * r + 1], actions[r] as usize)
+            );
+        }
+    }
+
+    #[test]
+    fn pow2_is_the_integer_exponent() {
+        for n in -1022..=1023i64 {
+            assert_eq!(
+                pow2(n as f64).to_bits(),
+                f64::from_bits(((n + 1023) as u64) << 52).to_bits(),
+                "{n}"
             );
         }
     }

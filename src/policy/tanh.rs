@@ -48,6 +48,14 @@ fn horner<const N: usize>(c: &[f32; N], z: f32) -> f32 {
     p
 }
 
+/// `2^n` for a whole `n` in `-126..=127`, the exponent field written directly:
+/// `n + 127 + 2^23` is exact in f32 and its mantissa field is `n + 127`, which the
+/// shift moves into the exponent field.
+#[inline(always)]
+fn pow2(n: f32) -> f32 {
+    f32::from_bits((n + (127.0 + 8_388_608.0)).to_bits() << 23)
+}
+
 /// rollout's tanh of one value.
 #[inline(always)]
 pub(crate) fn tanh(x: f32) -> f32 {
@@ -56,14 +64,13 @@ pub(crate) fn tanh(x: f32) -> f32 {
     let u = a * a;
     let small = a + (a * u) * horner(&ODD, u);
     let y = a + a;
-    // y >= 0, so truncation is the floor: n = round(y / ln 2). NaN gives 0 here and
-    // stays NaN through `r`.
-    let n = (y * LOG2E + 0.5) as i32;
-    let nf = n as f32;
+    // y >= 0, so truncation is the floor: n = round(y / ln 2), a whole f32 in 0..=29.
+    // Kept in f32 with no conversion to an integer: Rust's `as i32` saturates, which
+    // the compiler cannot vectorise (it became 16 scalar conversions per AVX-512
+    // vector, most of this function's time). NaN stays NaN through `r`.
+    let nf = (y * LOG2E + 0.5).trunc();
     let r = (y - nf * LN2_HI) - nf * LN2_LO;
-    // 2^n, n in 0..=29: the exponent field written directly.
-    let two_n = f32::from_bits(((n + 127) as u32) << 23);
-    let e = horner(&EXP, r) * two_n;
+    let e = horner(&EXP, r) * pow2(nf);
     let large = 1.0 - 2.0 / (e + 1.0);
     let t = if a < SMALL { small } else { large };
     t.copysign(x)
@@ -133,6 +140,42 @@ mod tests {
         let mut v: Vec<f32> = (0..4099).map(|i| (i as f32 - 2049.0) * 0.00731).collect();
         v.extend([f32::INFINITY, -0.0, 0.625, -0.625, 9.99, 10.01]);
         let want: Vec<u32> = v.iter().map(|&x| tanh(x).to_bits()).collect();
+        tanh_in_place(&mut v);
+        assert_eq!(v.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), want);
+    }
+
+    /// The definition's literal form (docs/policies.md): `n` a 32-bit integer and
+    /// `2^n` from it, as this module computed it before `n` stayed in f32.
+    fn tanh_integer_n(x: f32) -> f32 {
+        let a = x.abs().min(CLAMP);
+        let u = a * a;
+        let small = a + (a * u) * horner(&ODD, u);
+        let y = a + a;
+        let n = (y * LOG2E + 0.5) as i32;
+        let nf = n as f32;
+        let r = (y - nf * LN2_HI) - nf * LN2_LO;
+        let e = horner(&EXP, r) * f32::from_bits(((n + 127) as u32) << 23);
+        let t = if a < SMALL { small } else { 1.0 - 2.0 / (e + 1.0) };
+        t.copysign(x)
+    }
+
+    #[test]
+    fn pow2_is_the_integer_exponent() {
+        for n in -126..=127i32 {
+            assert_eq!(pow2(n as f32), 2f32.powi(n), "{n}");
+        }
+    }
+
+    #[test]
+    fn equals_the_definition_with_an_integer_n_bit_for_bit() {
+        let end = 11.0f32.to_bits();
+        for bits in (0..end).step_by(101) {
+            for x in [f32::from_bits(bits), -f32::from_bits(bits)] {
+                assert_eq!(tanh(x).to_bits(), tanh_integer_n(x).to_bits(), "{x}");
+            }
+        }
+        let mut v: Vec<f32> = (0..20_000).map(|i| (i as f32 - 10_000.0) * 0.0011).collect();
+        let want: Vec<u32> = v.iter().map(|&x| tanh_integer_n(x).to_bits()).collect();
         tanh_in_place(&mut v);
         assert_eq!(v.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), want);
     }

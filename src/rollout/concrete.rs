@@ -201,6 +201,16 @@ pub(super) trait PolicyKind: Policy {
     fn argmax2<const D: usize>(&self) -> Option<Argmax2<D>> {
         None
     }
+
+    /// Whether this policy's `action_log_prob` over two logits is exactly
+    /// [`Argmax2::log_probs`] of the logits it records and the action it took (the
+    /// built-in `linear` and `mlp`): the loop may then leave it out of each step and
+    /// compute a batch's in one vectorised pass after its steps, the same function,
+    /// so the same bits.
+    #[inline(always)]
+    fn log_prob_of_two_logits(&self) -> bool {
+        self.builtin().is_some()
+    }
 }
 
 impl PolicyKind for Linear {

@@ -203,6 +203,32 @@ fn one_env_argmax_loop_collects_what_the_trait_path_collects_after_random_frames
     assert_eq!(fast.snapshot(), slow.snapshot());
 }
 
+/// K envs and a built-in policy over two logits: the main policy's log-probabilities
+/// are computed after the steps, in one pass per env from the step the random frames
+/// end at; the trait path (a policy the rollout cannot see through) computes them in
+/// each step. The same bits, whether the random frames end inside a batch or before it.
+#[test]
+fn log_probs_computed_after_the_steps_are_those_of_each_step() {
+    for policy in [PolicyConfig::Linear, PolicyConfig::Mlp { hidden: vec![5] }] {
+        for mode in [ExplorationType::Random, ExplorationType::Deterministic] {
+            for random_frames in [0, 700] {
+                let (mut fast, mut slow) = pair_random_first("CartPole-v1", policy.clone(), mode, 3, random_frames);
+                assert!(
+                    fast.policy.get_mut().builtin().is_some(),
+                    "the compiled path defers them"
+                );
+                assert!(slow.policy.get_mut().builtin().is_none(), "the trait path does not");
+                for batch in 0..3 {
+                    let (a, b) = (fast.collect().expect("fast"), slow.collect().expect("slow"));
+                    assert_eq!(a, b, "{policy:?} {mode:?} {random_frames}: batch {batch} differs");
+                    fast.recycle(a);
+                    slow.recycle(b);
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn compiled_path_resumes_from_the_trait_paths_snapshot() {
     let (mut fast, mut slow) = pair("CartPole-v1", PolicyConfig::Linear, ExplorationType::Random, 2);
