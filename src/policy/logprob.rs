@@ -25,25 +25,33 @@ pub(super) fn log_softmax_at(z: &[f32], a: usize) -> f32 {
 }
 
 /// [`log_softmax_at`] for two logits: `(z_a - m) - ln(1 + exp(-|z0 - z1|))`, in f64
-/// by [`ln_1p_exp_neg`] (branch-free, so that a batch of them vectorises: see
-/// [`log_softmax2_batch`]); within one f32 ulp of libm's `exp` and `ln_1p`.
-#[inline(always)]
+/// by [`ln_1p_exp_neg`]; within one f32 ulp of libm's `exp` and `ln_1p`. One row of
+/// [`log_softmax2_batch`], so that it runs on the machine's fused multiply-add as the
+/// batch does (outside a function compiled for it, `mul_add` is a call into libm).
+#[inline]
 pub(crate) fn log_softmax2(z0: f32, z1: f32, a: usize) -> f32 {
+    let mut out = [0.0f32];
+    log_softmax2_batch(&[z0, z1], &[a as i64], &mut out);
+    out[0]
+}
+
+/// [`log_softmax2`] of every row of `logits` (two per row) for `actions`, into `out`:
+/// several rows per instruction (AVX-512, AVX2 or AVX, picked at run time).
+#[multiversion::multiversion(targets("x86_64+avx512f", "x86_64+avx2+fma", "x86_64+avx"))]
+pub(crate) fn log_softmax2_batch(logits: &[f32], actions: &[i64], out: &mut [f32]) {
+    for (lp, (z, &a)) in out.iter_mut().zip(logits.chunks_exact(2).zip(actions)) {
+        *lp = log_softmax2_row(z[0], z[1], a);
+    }
+}
+
+/// One row of [`log_softmax2_batch`], inlined into each of its compiled versions.
+#[inline(always)]
+fn log_softmax2_row(z0: f32, z1: f32, a: i64) -> f32 {
     let (z0, z1) = (f64::from(z0), f64::from(z1));
     let d = (z0 - z1).abs();
     // The taken action's logit less the larger one: 0 for the larger one.
     let za = if a == 0 { z0 } else { z1 };
     ((za - z0.max(z1)) - ln_1p_exp_neg(d)) as f32
-}
-
-/// [`log_softmax2`] of every row of `logits` (two per row) for `actions`, into `out`:
-/// the compiled one-env loop's pass after its steps, several rows per instruction
-/// (AVX-512, AVX2 or AVX, picked at run time).
-#[multiversion::multiversion(targets("x86_64+avx512f", "x86_64+avx2", "x86_64+avx"))]
-pub(crate) fn log_softmax2_batch(logits: &[f32], actions: &[i64], out: &mut [f32]) {
-    for (lp, (z, &a)) in out.iter_mut().zip(logits.chunks_exact(2).zip(actions)) {
-        *lp = log_softmax2(z[0], z[1], a as usize);
-    }
 }
 
 /// `2^n` for a whole `n` in `-1022..=1023`, the exponent field written directly:
@@ -88,12 +96,14 @@ const ATANH_SERIES: [f64; 12] = [
     1.0 / 23.0,
 ];
 
-/// `c[0] + z (c[1] + z (c[2] + ...))`, innermost first.
+/// `c[0] + z (c[1] + z (c[2] + ...))`, innermost first, each step one fused
+/// multiply-add (one rounding: the same bits on every machine, with or without the
+/// instruction).
 #[inline(always)]
 fn horner<const N: usize>(c: &[f64; N], z: f64) -> f64 {
     let mut p = c[N - 1];
     for &v in c[..N - 1].iter().rev() {
-        p = p * z + v;
+        p = p.mul_add(z, v);
     }
     p
 }
