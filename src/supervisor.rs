@@ -183,6 +183,25 @@ impl Restarts {
     }
 }
 
+impl Restarts {
+    /// The child failed at `now` with `cause` and is restarted whatever the intensity
+    /// (a slot whose nodes join on their own: the failure was the peer's): recorded in
+    /// the history and the total like any restart; its number returned.
+    pub fn record_unlimited(&mut self, now: Duration, cause: impl Into<String>) -> u32 {
+        let window = self.intensity.window;
+        while self.recent.front().is_some_and(|r| now.saturating_sub(r.at) >= window) {
+            self.recent.pop_front();
+        }
+        self.total = self.total.saturating_add(1);
+        self.recent.push_back(RestartRecord {
+            count: self.total,
+            at: now,
+            cause: cause.into(),
+        });
+        self.total
+    }
+}
+
 /// The seed of restart `restart` of a child whose own seed is `seed`: a fixed mix
 /// (splitmix64), so a rerun restarts with the same seeds, and restarts of different
 /// children or of the same child never share one by construction of the inputs.
@@ -200,6 +219,18 @@ mod tests {
 
     fn s(secs: f64) -> Duration {
         Duration::from_secs_f64(secs)
+    }
+
+    #[test]
+    fn an_unlimited_record_never_escalates_but_counts_and_shows_in_the_history() {
+        let mut r = Restarts::new(RestartIntensity::new(1, s(10.0)).unwrap());
+        for i in 0..5u32 {
+            assert_eq!(r.record_unlimited(s(f64::from(i)), format!("c{i}")), i + 1);
+        }
+        assert_eq!(r.total(), 5);
+        assert_eq!(r.history().last().map(|h| h.cause.as_str()), Some("c4"));
+        // The intensity still holds for an ordinary record.
+        assert!(r.record(s(5.0), "d").is_err());
     }
 
     #[test]

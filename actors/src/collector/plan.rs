@@ -512,9 +512,15 @@ impl Settings {
             }
             machine = machine.with_elastic(membership)?;
         }
-        if let Some(sup) = self.node_supervision.clone() {
+        if let Some(mut sup) = self.node_supervision.clone() {
             if sup.intensity.window.as_millis() == 0 {
                 return Err(config_error("node_restart_window", "must be at least 1 ms"));
+            }
+            // Nodes that join on their own are peers, not children of this trainer: a
+            // failure frees the slot for the next joiner instead of counting against the
+            // intensity, and a sync run waits for one at most the join timeout.
+            if self.launcher == Launcher::External {
+                sup.open_slot_wait = Some(self.join_timeout);
             }
             machine = machine.with_supervision(sup);
         }

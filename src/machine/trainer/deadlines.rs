@@ -161,10 +161,11 @@ impl TrainerMachine {
         let d = &self.deadlines;
         let continue_limit = self.continue_limit();
         let limits = [d.seed, d.update_weights, d.checkpoint, d.shutdown, continue_limit];
+        let open_slots = self.open_slots_deadline().unwrap_or(Duration::MAX);
         let Some(shortest) = limits.into_iter().flatten().min() else {
-            return Duration::MAX;
+            return open_slots;
         };
-        let mut earliest = self.now.saturating_add(shortest);
+        let mut earliest = self.now.saturating_add(shortest).min(open_slots);
         for node in self.nodes.iter().filter(|n| !n.state.is_down()) {
             for a in &node.awaiting {
                 if let Some(limit) = self.deadline_of(a.request) {

@@ -29,6 +29,7 @@ mod error;
 mod layout;
 mod membership;
 mod node_state;
+mod open_slots;
 mod output;
 mod rounds;
 mod seeding;
@@ -113,6 +114,9 @@ pub struct TrainerMachine {
     supervision: Option<NodeSupervision>,
     /// Restart bookkeeping per node (used when supervision is on).
     restarts: Vec<Restarts>,
+    /// Per node, when nodes join on their own: its slot, open since its node failed
+    /// and until a node in it delivers (`open_slots.rs`).
+    open_slots: Vec<Option<open_slots::OpenSlot>>,
     /// The machine's clock: the latest [`TrainerMachine::tick`].
     now: Duration,
     /// Checkpoints being taken or restored, and what waits for them.
@@ -161,6 +165,7 @@ impl TrainerMachine {
             layouts: Layouts::new(cfg_nodes),
             supervision: None,
             restarts: Vec::new(),
+            open_slots: Vec::new(),
             now: Duration::ZERO,
             dropped_late: 0,
             frames_collected: 0,

@@ -283,6 +283,7 @@ impl TrainerMachine {
         st.state.answered(self.now);
         st.book.since_update += 1;
         self.frames_collected += frames as u64;
+        self.slot_delivered(node);
         if self.cfg.sync {
             if !self.finished {
                 if let Some(round) = self.round.as_mut() {

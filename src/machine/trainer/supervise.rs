@@ -20,6 +20,14 @@ pub struct NodeSupervision {
     /// When a node cannot be restarted (the launcher gave up): in async mode go on
     /// with the other nodes (`true`) or fail the run (`false`, the default).
     pub continue_without_lost_nodes: bool,
+    /// `Some(wait)`: nodes join on their own (the external launcher), so a node's
+    /// failure is the failure of the peer that held its slot, whatever it sent: the
+    /// slot is freed for the next node to join without counting against `intensity`,
+    /// an async run goes on with its other nodes whether or not one joins, and a sync
+    /// run fails once the slot has had no node deliver for `wait` since its first
+    /// failure, naming the slot and the refusals (`open_slots.rs`). `None`: the
+    /// trainer's launcher starts the nodes, and the intensity bounds their restarts.
+    pub open_slot_wait: Option<Duration>,
 }
 
 /// A node being restarted: why it was cut off from the run, and when.
@@ -86,6 +94,7 @@ impl TrainerMachine {
     /// up to the intensity, then its failure is an error.
     pub fn with_supervision(mut self, sup: NodeSupervision) -> TrainerMachine {
         self.restarts = vec![Restarts::new(sup.intensity); self.cfg.nodes];
+        self.open_slots = vec![None; self.cfg.nodes];
         self.supervision = Some(sup);
         self.quiet_until = Duration::ZERO;
         self
@@ -171,6 +180,7 @@ impl TrainerMachine {
     fn check_overdue(&mut self, out: &mut Vec<Output>) -> Result<(), TrainerError> {
         self.check_deadlines(out)?;
         self.check_membership()?;
+        self.check_open_slots()?;
         if self.shutting_down {
             return Ok(());
         }
@@ -303,7 +313,12 @@ impl TrainerMachine {
             }
             return Ok(());
         }
-        let go_on = self.supervision.as_ref().is_some_and(|s| s.continue_without_lost_nodes);
+        // A slot nodes join on their own is no node of the run's: the run goes on
+        // without whoever held it.
+        let go_on = self
+            .supervision
+            .as_ref()
+            .is_some_and(|s| s.continue_without_lost_nodes || s.open_slot_wait.is_some());
         if !self.cfg.sync && go_on && self.nodes.iter().any(|n| !n.state.is_down()) {
             self.finish_restore_if_done(out)?;
             return Err(TrainerError::NodeLost { node, reason });
@@ -391,6 +406,9 @@ impl TrainerMachine {
         lost: Option<usize>,
         out: &mut Vec<Output>,
     ) -> Result<(), TrainerError> {
+        if self.open_slot_wait().is_some() {
+            return self.open_slot(node, cause, lost, out);
+        }
         let now = self.now;
         match self.restarts[node].record(now, cause.clone()) {
             Ok(restart) => {

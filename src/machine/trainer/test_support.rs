@@ -41,6 +41,7 @@ pub(super) fn supervision(max_restarts: u32, continue_timeout: Option<Duration>)
         },
         continue_timeout,
         continue_without_lost_nodes: false,
+        open_slot_wait: None,
     }
 }
 

@@ -1,0 +1,185 @@
+//! One token holder cannot end a run it does not own: over real loopback sockets, a
+//! run of two honest nodes and a scripted peer that takes slot 2 again and again,
+//! each time announcing a `ready` the trainer refuses, faster than the restart
+//! intensity allows restarts. The nodes join on their own (the external launcher),
+//! so each refusal is that peer's failure, not a crash loop of the slot: an async run
+//! ends exact with the honest nodes' frames; a sync run, which needs the slot, fails
+//! within its join timeout naming the slot and the refusals.
+
+use std::net::SocketAddr;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use rollout::message::FromNode;
+use rollout::rollout::BatchLayout;
+use rollout::wire::{self, NodeFrame, TrainerFrame, PROTOCOL_VERSION};
+use rollout::PolicyConfig;
+use rollout_actors::{CollectError, DistributedCollector, Launcher};
+use rollout_tests::{connect, free_addr, good_node, logs, recv, send, unique_name};
+
+const TOKEN: &[u8] = b"hostile-slot-token-0123456789abcd";
+const DEADLINE: Duration = Duration::from_secs(30);
+const ENVS: usize = 2;
+const FPB: usize = 1000;
+/// The slot the peer takes; the honest nodes hold 0 and 1.
+const SLOT: usize = 2;
+/// Times the peer is refused: more than the intensity's 3 restarts in 60 s.
+const TIMES: usize = 6;
+
+/// A trainer expecting three external nodes of [`ENVS`] Counting envs, supervised as
+/// the CLI supervises remote nodes (3 restarts within 60 s), built on a thread (the
+/// build waits for the joins).
+fn trainer(addr: SocketAddr, sync: bool, total: i64, join_timeout: Duration) -> JoinHandle<DistributedCollector> {
+    logs();
+    thread::spawn(move || {
+        DistributedCollector::builder()
+            .env("Counting")
+            .policy(PolicyConfig::Constant { value: 1.0 })
+            .nodes(3)
+            .envs_per_node(ENVS)
+            .frames_per_batch(FPB)
+            .total_frames(total)
+            .sync(sync)
+            .seed(0)
+            .launcher(Launcher::External)
+            .listen(addr.to_string())
+            .token(TOKEN)
+            .heartbeat(Duration::from_millis(200), Duration::from_secs(10))
+            .node_max_restarts(3)
+            .node_restart_window(Duration::from_secs(60))
+            .join_timeout(join_timeout)
+            .batch_timeout(DEADLINE)
+            .build()
+            .expect("collector")
+    })
+}
+
+/// Joins slot [`SLOT`] and announces an empty layout, which the trainer refuses;
+/// returns once the trainer closed the connection. `false` when the slot was not
+/// free (the trainer rejected the join) or the run is over.
+fn refused_once(addr: SocketAddr) -> bool {
+    let name = unique_name("hostile-slot");
+    let mut s = connect(addr, DEADLINE);
+    send(
+        &mut s,
+        &NodeFrame::Hello {
+            protocol_version: PROTOCOL_VERSION,
+            node_name: name.clone(),
+            node_index: Some(SLOT),
+        },
+    );
+    let Some(TrainerFrame::Challenge { nonce }) = recv(&mut s) else {
+        return false;
+    };
+    send(
+        &mut s,
+        &NodeFrame::Auth {
+            proof: wire::auth_proof(TOKEN, &nonce, &name),
+        },
+    );
+    let Some(TrainerFrame::Welcome(_)) = recv(&mut s) else {
+        return false;
+    };
+    send(
+        &mut s,
+        &NodeFrame::Message(FromNode::Ready {
+            node: SLOT,
+            layout: BatchLayout::new(),
+            specs: None,
+        }),
+    );
+    // Heartbeats until the trainer closes the connection for the refused `ready`.
+    while recv(&mut s).is_some() {}
+    true
+}
+
+/// The peer: refused `TIMES` times (retrying while its slot is held), within the
+/// deadline. Returns how many times it was refused.
+fn hostile_peer(addr: SocketAddr) -> JoinHandle<usize> {
+    thread::spawn(move || {
+        let end = Instant::now() + DEADLINE;
+        let mut refused = 0;
+        while refused < TIMES && Instant::now() < end {
+            if refused_once(addr) {
+                refused += 1;
+            } else {
+                thread::sleep(Duration::from_millis(20));
+            }
+        }
+        refused
+    })
+}
+
+#[test]
+fn async_a_peer_refused_again_and_again_in_a_slot_does_not_end_the_run() {
+    let addr = free_addr();
+    // Large enough that the run outlasts the peer's refusals.
+    let total = 400_000;
+    let t = trainer(addr, false, total, DEADLINE);
+    let peer = hostile_peer(addr);
+    let good = [good_node(addr, TOKEN, Some(0)), good_node(addr, TOKEN, Some(1))];
+    let mut c = t.join().expect("trainer thread");
+    let mut frames = 0;
+    let mut from = Vec::new();
+    let refused = loop {
+        match c.next_batch().expect("the run goes on") {
+            Some(b) => {
+                frames += b.data.numel();
+                from.push(b.node);
+            }
+            None => break peer.join().expect("peer thread"),
+        }
+        if peer.is_finished() && frames >= total as usize / 2 {
+            // Half the run is left to show that it carries on after the refusals.
+            let refused = peer.join().expect("peer thread");
+            while let Some(b) = c.next_batch().expect("the run goes on") {
+                frames += b.data.numel();
+                from.push(b.node);
+            }
+            break refused;
+        }
+    };
+    c.shutdown().expect("shutdown");
+    assert_eq!(refused, TIMES, "the peer was admitted and refused each time");
+    assert_eq!(frames, total as usize, "the run ends exact");
+    assert!(
+        from.iter().all(|n| matches!(n, Some(0 | 1))),
+        "every batch from the honest nodes: {from:?}"
+    );
+    for g in good {
+        assert_eq!(g.join().expect("node thread"), Ok(()));
+    }
+}
+
+#[test]
+fn sync_a_slot_held_only_by_a_refused_peer_fails_the_run_naming_the_slot_within_its_wait() {
+    let addr = free_addr();
+    let wait = Duration::from_secs(3);
+    let t = trainer(addr, true, 1_000_000, wait);
+    let peer = hostile_peer(addr);
+    let good = [good_node(addr, TOKEN, Some(0)), good_node(addr, TOKEN, Some(1))];
+    let mut c = t.join().expect("trainer thread");
+    let started = Instant::now();
+    let err = loop {
+        match c.next_batch() {
+            Ok(Some(b)) => assert!(matches!(b.node, None | Some(0 | 1)), "a batch from {:?}", b.node),
+            Ok(None) => panic!("the run cannot finish without slot {SLOT}"),
+            Err(e) => break e,
+        }
+    };
+    let waited = started.elapsed();
+    let _ = c.shutdown();
+    match &err {
+        CollectError::NodeFailed { node, reason } => {
+            assert_eq!(*node, SLOT, "{reason}");
+            assert!(reason.contains(&format!("slot {SLOT}")), "{reason}");
+            assert!(reason.contains("layout"), "the refusal is named: {reason}");
+        }
+        other => panic!("expected the slot's failure, got {other}"),
+    }
+    assert!(waited < DEADLINE, "failed within its wait, not at the batch deadline: {waited:?}");
+    let _ = peer.join();
+    for g in good {
+        let _ = g.join();
+    }
+}
