@@ -20,7 +20,7 @@ use rollout_tests::{connect, free_addr, good_node, logs, recv, send, unique_name
 const TOKEN: &[u8] = b"hostile-slot-token-0123456789abcd";
 const DEADLINE: Duration = Duration::from_secs(30);
 const ENVS: usize = 2;
-const FPB: usize = 1000;
+const FPB: usize = 1200;
 /// The slot the peer takes; the honest nodes hold 0 and 1.
 const SLOT: usize = 2;
 /// Times the peer is refused: more than the intensity's 3 restarts in 60 s.
@@ -114,7 +114,7 @@ fn hostile_peer(addr: SocketAddr) -> JoinHandle<usize> {
 fn async_a_peer_refused_again_and_again_in_a_slot_does_not_end_the_run() {
     let addr = free_addr();
     // Large enough that the run outlasts the peer's refusals.
-    let total = 400_000;
+    let total = 480_000;
     let t = trainer(addr, false, total, DEADLINE);
     let peer = hostile_peer(addr);
     let good = [good_node(addr, TOKEN, Some(0)), good_node(addr, TOKEN, Some(1))];
@@ -155,7 +155,7 @@ fn async_a_peer_refused_again_and_again_in_a_slot_does_not_end_the_run() {
 fn sync_a_slot_held_only_by_a_refused_peer_fails_the_run_naming_the_slot_within_its_wait() {
     let addr = free_addr();
     let wait = Duration::from_secs(3);
-    let t = trainer(addr, true, 1_000_000, wait);
+    let t = trainer(addr, true, 1_200_000, wait);
     let peer = hostile_peer(addr);
     let good = [good_node(addr, TOKEN, Some(0)), good_node(addr, TOKEN, Some(1))];
     let mut c = t.join().expect("trainer thread");
