@@ -675,7 +675,7 @@ fn a_node_cut_off_for_an_offence_whose_restart_fails_fails_the_run_naming_node_o
     let bad = offender(addr);
     let good = good_node(addr, 1);
     let (reason, w) = cut_off_for_the_offence(failure(t.join().expect("trainer thread")));
-    assert!(reason.contains("no node rejoined as index 0 within 3.0 s"), "{reason}");
+    assert!(reason.contains("no node delivered in slot 0 within 3.0 s"), "{reason}");
     assert!((3.0..=60.0).contains(&w), "waited {w} s: {reason}");
     bad.join().expect("offender thread");
     assert!(good.join().is_ok());

@@ -610,7 +610,7 @@ fn an_external_node_that_never_rejoins_fails_the_run_within_the_join_timeout() {
     assert!(start.elapsed() < Duration::from_secs(10), "{:?}", start.elapsed());
     assert!(
         matches!(&err, CollectError::NodeFailed { node: 1, reason }
-            if reason.contains("no node rejoined as index 1 within 2.0 s")),
+            if reason.contains("no node delivered in slot 1 within 2.0 s")),
         "{err:?}"
     );
     let _ = c.shutdown();

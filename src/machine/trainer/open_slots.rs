@@ -45,19 +45,27 @@ impl OpenSlot {
         self.causes.push_back(cause);
     }
 
-    /// Why a sync run gives up on slot `node` after waiting `wait`.
-    fn given_up(&self, node: usize, wait: Duration) -> String {
+    /// Why a sync run gives up on slot `node`, `waited` after its first failure, having
+    /// waited up to `wait`: in the words of [`CutOff::not_back`](super::CutOff::not_back)
+    /// (the latest cause, the wait), then the slot's failures.
+    fn given_up(&self, node: usize, wait: Duration, waited: Duration) -> String {
         let shown = self.causes.len();
-        let earlier = self.failures as usize - shown.min(self.failures as usize);
+        let earlier = (self.failures as usize).saturating_sub(shown);
         let earlier = if earlier > 0 {
             format!("{earlier} earlier not shown; ")
         } else {
             String::new()
         };
         let causes: Vec<&str> = self.causes.iter().map(String::as_str).collect();
+        let cut = super::CutOff {
+            node,
+            cause: self.causes.back().cloned().unwrap_or_default(),
+            at: self.since,
+        };
         format!(
-            "no node delivered in slot {node} within {:.1} s of its first failure \
+            "{}: no node delivered in slot {node} within {:.1} s of its first failure \
              ({} failures or refusals of the peers that joined it: {earlier}{})",
+            cut.not_back(waited),
             wait.as_secs_f64(),
             self.failures,
             causes.join("; ")
@@ -105,7 +113,8 @@ impl TrainerMachine {
     fn open_slot_overdue(&self, node: usize) -> Option<String> {
         let wait = self.open_slot_wait()?;
         let slot = self.open_slots.get(node)?.as_ref()?;
-        (self.cfg.sync && self.now.saturating_sub(slot.since) >= wait).then(|| slot.given_up(node, wait))
+        let waited = self.now.saturating_sub(slot.since);
+        (self.cfg.sync && waited >= wait).then(|| slot.given_up(node, wait, waited))
     }
 
     /// Sync: fails the run once a slot has been open for longer than it waits.
@@ -261,7 +270,8 @@ mod tests {
         for i in 0..6 {
             s.note(format!("cause {i}"));
         }
-        let text = s.given_up(2, Duration::from_secs(60));
+        let text = s.given_up(2, Duration::from_secs(60), Duration::from_secs(61));
+        assert!(text.starts_with("cut off for: cause 5; not back 61.0 s later: "), "{text}");
         assert!(text.contains("slot 2 within 60.0 s"), "{text}");
         assert!(text.contains("6 failures"), "{text}");
         assert!(text.contains("2 earlier not shown; cause 2; cause 3; cause 4; cause 5"), "{text}");
