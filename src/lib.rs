@@ -18,6 +18,7 @@ pub mod message;
 pub mod node_spec;
 pub mod node_state;
 pub mod policy;
+pub mod peer_text;
 pub mod pool;
 pub mod postproc;
 pub mod replay;
