@@ -101,7 +101,11 @@ pub fn named_difference(name_a: &str, a: &BatchLayout, name_b: &str, b: &BatchLa
         .map(|k| {
             // A node's key, shown bounded and escaped (`peer_text`).
             let k = Bounded(k);
-            format!("{name_a}'s {k} is {}, {name_b}'s is {}", show(a.get(k.0)), show(b.get(k.0)))
+            format!(
+                "{name_a}'s {k} is {}, {name_b}'s is {}",
+                show(a.get(k.0)),
+                show(b.get(k.0))
+            )
         })
 }
 

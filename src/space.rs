@@ -170,7 +170,10 @@ impl Space {
                 if n == 0 {
                     return Err(err(
                         key,
-                        format!("a box of shape {} has no element", BoundedDisplay(format_args!("{shape:?}"))),
+                        format!(
+                            "a box of shape {} has no element",
+                            BoundedDisplay(format_args!("{shape:?}"))
+                        ),
                     ));
                 }
                 for (name, b) in [("low", low), ("high", high)] {
@@ -531,9 +534,16 @@ mod tests {
         };
         let e = named.validate().unwrap_err().to_string();
         assert!(e.len() < 2 * crate::peer_text::MAX_PRINTED, "{} bytes", e.len());
-        assert!(e.contains(&format!(" … ({} bytes)", 8 << 20)) && !e.contains('\u{1}'), "{e}");
+        assert!(
+            e.contains(&format!(" … ({} bytes)", 8 << 20)) && !e.contains('\u{1}'),
+            "{e}"
+        );
         let shown = named.observation.to_string();
-        assert!(shown.len() <= crate::peer_text::MAX_PRINTED + 7, "{} bytes", shown.len());
+        assert!(
+            shown.len() <= crate::peer_text::MAX_PRINTED + 7,
+            "{} bytes",
+            shown.len()
+        );
         let wide = Space::Box {
             dtype: DType::F32,
             shape: vec![0; 1 << 20],

@@ -1215,7 +1215,10 @@ mod tests {
         // A kind of megabytes, echoed by serde's error: shown bounded.
         let e = ready(Some(rmpv::Value::Map(vec![(
             rmpv::Value::from("observation"),
-            rmpv::Value::Map(vec![(rmpv::Value::from("kind"), rmpv::Value::from("\n".repeat(1 << 20)))]),
+            rmpv::Value::Map(vec![(
+                rmpv::Value::from("kind"),
+                rmpv::Value::from("\n".repeat(1 << 20)),
+            )]),
         )])))
         .unwrap_err()
         .to_string();
@@ -1231,7 +1234,10 @@ mod tests {
         rmpv::encode::write_value(&mut b, &frame).unwrap();
         let e = decode::<NodeFrame>(&b).unwrap_err().to_string();
         assert!(e.ends_with(&format!(" … ({} bytes)`", long.len())), "{e}");
-        assert!(e.len() < 2 * crate::peer_text::MAX_PRINTED && !e.contains('\u{1b}'), "{e}");
+        assert!(
+            e.len() < 2 * crate::peer_text::MAX_PRINTED && !e.contains('\u{1b}'),
+            "{e}"
+        );
     }
 
     #[test]

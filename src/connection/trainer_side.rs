@@ -525,7 +525,10 @@ mod tests {
             panic!("checkpoint_failed not delivered");
         };
         assert!(reason.len() <= crate::peer_text::MAX_PRINTED, "{reason}");
-        assert!(reason.ends_with(" … (10000 bytes)") && !reason.contains('\u{7}'), "{reason}");
+        assert!(
+            reason.ends_with(" … (10000 bytes)") && !reason.contains('\u{7}'),
+            "{reason}"
+        );
         // A hostile name is shown escaped in the failure a close reports.
         let mut s = TrainerSession::new(1, "n\n1".into(), Duration::from_millis(100), Duration::from_secs(1), t0);
         let c = s.close("gone".into()).expect("first close");
@@ -540,12 +543,22 @@ mod tests {
             node: 1,
             reason: "x".into(),
         };
-        assert_eq!(s.on_frame(NodeFrame::Message(f.clone()), t0), Inbound::Deliver(f.clone()));
+        assert_eq!(
+            s.on_frame(NodeFrame::Message(f.clone()), t0),
+            Inbound::Deliver(f.clone())
+        );
         assert_eq!(s.on_frame(NodeFrame::Heartbeat, t0), Inbound::Nothing);
         closes(s.on_frame(NodeFrame::Message(f), t0), "failed after its failed");
         let w = FromNode::WeightsUpdated { node: 1, version: 2 };
-        closes(s.on_frame(NodeFrame::Message(w), t0), "weights_updated after its failed");
-        assert_eq!(s.close("eof".into()).map(|c| c.failed), Some(None), "its failure was heard once");
+        closes(
+            s.on_frame(NodeFrame::Message(w), t0),
+            "weights_updated after its failed",
+        );
+        assert_eq!(
+            s.close("eof".into()).map(|c| c.failed),
+            Some(None),
+            "its failure was heard once"
+        );
     }
 
     #[test]
