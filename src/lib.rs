@@ -17,6 +17,7 @@ pub mod machine;
 pub mod message;
 pub mod node_spec;
 pub mod node_state;
+pub mod peer_text;
 pub mod policy;
 pub mod pool;
 pub mod postproc;

@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::peer_text::{bounded, Bounded, BoundedDisplay};
 use crate::spec::Spec;
 use crate::tensor::{DType, TensorDict};
 
@@ -97,13 +98,22 @@ pub fn named_difference(name_a: &str, a: &BatchLayout, name_b: &str, b: &BatchLa
         .chain(a.keys())
         .chain(b.keys().filter(|k| !a.contains_key(*k)))
         .find(|k| a.get(*k) != b.get(*k))
-        .map(|k| format!("{name_a}'s {k} is {}, {name_b}'s is {}", show(a.get(k)), show(b.get(k))))
+        .map(|k| {
+            // A node's key, shown bounded and escaped (`peer_text`).
+            let k = Bounded(k);
+            format!(
+                "{name_a}'s {k} is {}, {name_b}'s is {}",
+                show(a.get(k.0)),
+                show(b.get(k.0))
+            )
+        })
 }
 
-/// An entry of a layout as the errors show it: `f32 [4]`, or `absent`.
+/// An entry of a layout as the errors show it: `f32 [4]`, or `absent` (a node's
+/// shape of many dimensions bounded, as its strings are).
 fn show(e: Option<&(DType, Vec<usize>)>) -> String {
     match e {
-        Some((dtype, shape)) => format!("{dtype} {shape:?}"),
+        Some((dtype, shape)) => format!("{dtype} {}", BoundedDisplay(format_args!("{shape:?}"))),
         None => "absent".to_string(),
     }
 }
@@ -158,8 +168,10 @@ pub fn check_layout(data: &TensorDict, layout: &BatchLayout) -> Result<(), Strin
     {
         return Ok(());
     }
+    // Keys and shapes may be a node's: shown bounded (`peer_text`).
     for (key, (dtype, feature)) in layout {
-        let t = data.get(key).map_err(|e| e.to_string())?;
+        let t = data.get(key).map_err(|e| bounded(&e.to_string()))?;
+        let key = Bounded(key);
         if t.dtype() != *dtype {
             return Err(format!("`{key}` must be {dtype}, got {}", t.dtype()));
         }
@@ -172,17 +184,44 @@ pub fn check_layout(data: &TensorDict, layout: &BatchLayout) -> Result<(), Strin
             ));
         };
         if got != &feature[..] {
-            return Err(format!("`{key}` must have feature shape {feature:?}, got {got:?}"));
+            return Err(format!(
+                "`{key}` must have feature shape {}, got {}",
+                BoundedDisplay(format_args!("{feature:?}")),
+                BoundedDisplay(format_args!("{got:?}"))
+            ));
         }
     }
     if let Some(extra) = data.keys().find(|k| !layout.contains_key(*k)) {
-        return Err(format!("unexpected entry `{extra}`"));
+        return Err(format!("unexpected entry `{}`", Bounded(extra)));
     }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_nodes_keys_and_shapes_are_shown_bounded_in_differences() {
+        let key = format!("{}\n", "k".repeat(1 << 20));
+        let mut a = BatchLayout::new();
+        a.insert(keys::OBSERVATION.to_string(), (DType::F32, vec![4]));
+        let mut b = a.clone();
+        b.insert(key.clone(), (DType::F32, vec![1; 100_000]));
+        let d = layout_difference(2, &b, 0, &a).expect("a difference");
+        assert!(d.len() < 3 * crate::peer_text::MAX_PRINTED, "{} bytes", d.len());
+        assert!(d.contains(&format!(" … ({} bytes) is f32 [1, 1,", key.len())), "{d}");
+        assert!(!d.contains('\n'), "{d}");
+        let unexpected = TensorDict::from_entries(
+            &[1],
+            [
+                (keys::OBSERVATION.to_string(), crate::Tensor::zeros(DType::F32, &[1, 4])),
+                ("x".repeat(1000), crate::Tensor::zeros(DType::F32, &[1])),
+            ],
+        )
+        .expect("dict");
+        let e = check_layout(&unexpected, &a).unwrap_err();
+        assert_eq!(e, format!("unexpected entry `{} … (1000 bytes)`", "x".repeat(256)));
+    }
+
     use super::*;
     use crate::tensor::Tensor;
 

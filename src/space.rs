@@ -16,6 +16,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::peer_text::{Bounded, BoundedDisplay};
 use crate::policy::{PolicyConfig, Recorded};
 use crate::schema::{batch_layout, keys, BatchLayout};
 use crate::spec::Spec;
@@ -107,9 +108,10 @@ pub struct EnvSpecs {
 }
 
 /// Why a space cannot be collected. `key` names the batch key at fault
-/// (`observation.pixels`, `action`).
+/// (`observation.pixels`, `action`); it may hold a node's names, so it is shown
+/// bounded and escaped ([`crate::peer_text`]), as are the names in `reason`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{key}: {reason}")]
+#[error("{}: {reason}", Bounded(key))]
 pub struct SpaceError {
     /// The batch key of the space at fault.
     pub key: String,
@@ -159,11 +161,20 @@ impl Space {
                 let n = numel(shape).filter(|&n| n <= MAX_ELEMENTS).ok_or_else(|| {
                     err(
                         key,
-                        format!("a box of shape {shape:?} has more than {MAX_ELEMENTS} elements"),
+                        format!(
+                            "a box of shape {} has more than {MAX_ELEMENTS} elements",
+                            BoundedDisplay(format_args!("{shape:?}"))
+                        ),
                     )
                 })?;
                 if n == 0 {
-                    return Err(err(key, format!("a box of shape {shape:?} has no element")));
+                    return Err(err(
+                        key,
+                        format!(
+                            "a box of shape {} has no element",
+                            BoundedDisplay(format_args!("{shape:?}"))
+                        ),
+                    ));
                 }
                 for (name, b) in [("low", low), ("high", high)] {
                     match b {
@@ -229,7 +240,8 @@ impl Space {
                         return Err(err(
                             key,
                             format!(
-                                "entry name {name:?}: names are 1 to {MAX_NAME_LEN} bytes without a dot (they become batch keys)"
+                                "entry name \"{}\": names are 1 to {MAX_NAME_LEN} bytes without a dot (they become batch keys)",
+                                Bounded(name)
                             ),
                         ));
                     }
@@ -338,14 +350,14 @@ impl fmt::Display for Space {
     /// `dict {a, b}`: how errors show a space.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Space::Box { dtype, shape, .. } => write!(f, "{dtype} box {shape:?}"),
+            Space::Box { dtype, shape, .. } => write!(f, "{dtype} box {}", BoundedDisplay(format_args!("{shape:?}"))),
             Space::Discrete { n, start: 0 } => write!(f, "discrete {n}"),
             Space::Discrete { n, start } => write!(f, "discrete {n} from {start}"),
-            Space::MultiDiscrete { nvec } => write!(f, "multi-discrete {nvec:?}"),
+            Space::MultiDiscrete { nvec } => write!(f, "multi-discrete {}", BoundedDisplay(format_args!("{nvec:?}"))),
             Space::MultiBinary { n } => write!(f, "multi-binary {n}"),
             Space::Dict { spaces } => {
                 let names: Vec<&str> = spaces.keys().map(String::as_str).collect();
-                write!(f, "dict {{{}}}", names.join(", "))
+                write!(f, "dict {{{}}}", Bounded(&names.join(", ")))
             }
         }
     }
@@ -469,7 +481,7 @@ impl EnvSpecs {
         .into_iter()
         .find(|(_, x, y)| x.canonical() != y.canonical())
         .map(|(k, x, y)| match first_bound_difference(k, x, y) {
-            Some((what, u, v)) => format!("{name_a}'s {what} is {u}, {name_b}'s is {v}"),
+            Some((what, u, v)) => format!("{name_a}'s {} is {u}, {name_b}'s is {v}", Bounded(&what)),
             None => format!("{name_a}'s {k} is {x}, {name_b}'s is {y} (the same layout, other bounds or choices)"),
         })
     }
@@ -509,6 +521,49 @@ fn first_bound_difference(key: &str, a: &Space, b: &Space) -> Option<(String, f6
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_nodes_dict_names_and_shapes_are_shown_bounded_in_errors() {
+        // The 8 MiB dict name of control characters: a line of at most a few hundred bytes.
+        let name = "\u{1}".repeat(8 << 20);
+        let named = EnvSpecs {
+            observation: Space::Dict {
+                spaces: BTreeMap::from([(name, f32_box(&[1]))]),
+            },
+            action: Space::Discrete { n: 2, start: 0 },
+        };
+        let e = named.validate().unwrap_err().to_string();
+        assert!(e.len() < 2 * crate::peer_text::MAX_PRINTED, "{} bytes", e.len());
+        assert!(
+            e.contains(&format!(" … ({} bytes)", 8 << 20)) && !e.contains('\u{1}'),
+            "{e}"
+        );
+        let shown = named.observation.to_string();
+        assert!(
+            shown.len() <= crate::peer_text::MAX_PRINTED + 7,
+            "{} bytes",
+            shown.len()
+        );
+        let wide = Space::Box {
+            dtype: DType::F32,
+            shape: vec![0; 1 << 20],
+            low: None,
+            high: None,
+        };
+        let e = EnvSpecs {
+            observation: wide,
+            action: Space::Discrete { n: 2, start: 0 },
+        }
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(e.len() < 2 * crate::peer_text::MAX_PRINTED, "{} bytes: {e}", e.len());
+        let key = SpaceError {
+            key: format!("observation.{}", "\n".repeat(1000)),
+            reason: "bad".into(),
+        };
+        assert!(key.to_string().ends_with(" … (1012 bytes): bad"), "{key}");
+    }
 
     fn f32_box(shape: &[usize]) -> Space {
         Space::Box {

@@ -1212,6 +1212,32 @@ mod tests {
         )])))
         .unwrap_err();
         assert!(matches!(&e, WireError::Decode(m) if m.contains("`specs`")), "{e}");
+        // A kind of megabytes, echoed by serde's error: shown bounded.
+        let e = ready(Some(rmpv::Value::Map(vec![(
+            rmpv::Value::from("observation"),
+            rmpv::Value::Map(vec![(
+                rmpv::Value::from("kind"),
+                rmpv::Value::from("\n".repeat(1 << 20)),
+            )]),
+        )])))
+        .unwrap_err()
+        .to_string();
+        assert!(e.len() < 2 * crate::peer_text::MAX_PRINTED, "{} bytes", e.len());
+        assert!(e.contains("`specs`") && !e.contains('\n'), "{e}");
+    }
+
+    #[test]
+    fn a_peers_names_in_a_frame_are_shown_bounded_in_decode_errors() {
+        let long = "\u{1b}".repeat(1 << 16);
+        let mut b = Vec::new();
+        let frame = rmpv::Value::Map(vec![(rmpv::Value::from("type"), rmpv::Value::from(long.as_str()))]);
+        rmpv::encode::write_value(&mut b, &frame).unwrap();
+        let e = decode::<NodeFrame>(&b).unwrap_err().to_string();
+        assert!(e.ends_with(&format!(" … ({} bytes)`", long.len())), "{e}");
+        assert!(
+            e.len() < 2 * crate::peer_text::MAX_PRINTED && !e.contains('\u{1b}'),
+            "{e}"
+        );
     }
 
     #[test]

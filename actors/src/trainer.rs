@@ -93,6 +93,23 @@ impl NodeLink {
     }
 }
 
+/// Whether the machine's error `e` about a node's message only dropped it (the node
+/// is kept, nothing is closed, the run goes on): what [`Trainer::on_result`] logs and
+/// does nothing more for.
+fn is_only_dropped(e: &TrainerError) -> bool {
+    !matches!(
+        e,
+        TrainerError::NodeFailed { .. }
+            | TrainerError::NoNodes(_)
+            | TrainerError::Policy(_)
+            | TrainerError::JoinRefused { .. }
+            | TrainerError::NodeLost { .. }
+            | TrainerError::UnexpectedBatch { .. }
+            | TrainerError::BadBatch { .. }
+            | TrainerError::BadLayout { .. }
+    )
+}
+
 /// Node `node` could not be brought back.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -542,9 +559,32 @@ impl Trainer {
         }
         // The machine's clock follows the actor's, so failures are recorded when they happen.
         self.tick();
-        let r = self.machine.on_node(msg, &mut self.out);
+        let node = msg.node();
+        let r = match self.machine.on_node(msg, &mut self.out) {
+            // Refused and dropped, the node kept: a line a remote node can repeat at
+            // will, so it is logged within its connection's budget.
+            Err(e) if is_only_dropped(&e) => {
+                self.log_dropped(node, &e);
+                Ok(())
+            }
+            r => r,
+        };
         self.on_result(r);
         self.dispatch();
+    }
+
+    /// Logs that node `node`'s message was dropped for `e`; for a remote node, within
+    /// its connection's log budget (past it, the lines are counted, told at the close).
+    fn log_dropped(&self, node: usize, e: &TrainerError) {
+        let error = e.to_string();
+        match self.nodes.get(node) {
+            Some(Some(NodeLink::Remote(c))) => {
+                if c.may_log(error.len()) {
+                    tracing::warn!(node, name = %c.name(), %error, "trainer dropped a node message");
+                }
+            }
+            _ => tracing::warn!(node, %error, "trainer dropped a node message"),
+        }
     }
 
     /// Node `node` is back, reached through `link` now.

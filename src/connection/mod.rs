@@ -17,7 +17,7 @@ pub mod trainer_side;
 
 pub use admission::Admission;
 pub use liveness::{Liveness, Tick};
-pub use log_limit::LogLimit;
+pub use log_limit::{LogBudget, LogLimit};
 pub use node_side::{NodeHandshake, NodeSession, NodeStep};
 pub use pending::PendingLogins;
 pub use trainer_side::{Closing, HandshakeStep, TrainerHandshake, TrainerSession};

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use super::liveness::{Liveness, Tick};
 use super::Inbound;
 use crate::message::{FromNode, ToNode};
+use crate::peer_text::bounded;
 use crate::schema::BatchLayout;
 use crate::space::EnvSpecs;
 use crate::wire::{auth_proof, NodeFrame, TrainerFrame, Welcome, PROTOCOL_VERSION};
@@ -71,7 +72,8 @@ impl NodeHandshake {
     pub fn on_frame(&mut self, frame: TrainerFrame) -> NodeStep {
         let stage = std::mem::replace(&mut self.stage, Stage::Done);
         match (stage, frame) {
-            (Stage::Hello | Stage::Proved, TrainerFrame::Reject { reason }) => NodeStep::Rejected(reason),
+            // The trainer's words, bounded and escaped for the node's log and error.
+            (Stage::Hello | Stage::Proved, TrainerFrame::Reject { reason }) => NodeStep::Rejected(bounded(&reason)),
             (Stage::Hello, TrainerFrame::Challenge { nonce }) => {
                 self.stage = Stage::Proved;
                 NodeStep::Send(NodeFrame::Auth {
@@ -249,6 +251,19 @@ mod tests {
             node.on_frame(TrainerFrame::Heartbeat),
             NodeStep::Violation("handshake already finished".into())
         );
+    }
+
+    #[test]
+    fn a_trainers_long_rejection_is_heard_bounded_and_escaped() {
+        let mut hs = NodeHandshake::new(b"t", "n".into(), None);
+        hs.hello();
+        let reason = "no\u{1b}]0;pwned\u{7}".repeat(10_000);
+        let NodeStep::Rejected(heard) = hs.on_frame(TrainerFrame::Reject { reason: reason.clone() }) else {
+            panic!("not rejected");
+        };
+        assert!(heard.starts_with("no\\u{1b}]0;pwned\\u{7}"), "{heard}");
+        assert!(heard.ends_with(&format!(" … ({} bytes)", reason.len())), "{heard}");
+        assert!(heard.len() <= crate::peer_text::MAX_PRINTED, "{heard}");
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use super::liveness::{Liveness, Tick};
 use super::Inbound;
 use crate::message::FromNode;
+use crate::peer_text::{bounded, Bounded};
 use crate::wire::{
     decode_login, verify_proof, LoginFrame, NodeFrame, TrainerFrame, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
@@ -127,6 +128,8 @@ pub struct TrainerSession {
     ready: bool,
     /// The node said `Down`: it left on purpose, its connection closing is no failure.
     down: bool,
+    /// The node said `Failed`: it closes next (PROTOCOL.md §5), and says nothing more.
+    said_failed: bool,
     closed: bool,
 }
 
@@ -150,6 +153,7 @@ impl TrainerSession {
             live: Liveness::new(heartbeat, timeout, now),
             ready: false,
             down: false,
+            said_failed: false,
             closed: false,
         }
     }
@@ -182,7 +186,7 @@ impl TrainerSession {
     /// A frame the node sent, decoded, at `now`.
     pub fn on_frame(&mut self, frame: NodeFrame, now: Instant) -> Inbound<FromNode> {
         self.heard(now);
-        let msg = match frame {
+        let mut msg = match frame {
             NodeFrame::Heartbeat => return Inbound::Nothing,
             NodeFrame::Message(m) => m,
             NodeFrame::Hello { .. } | NodeFrame::Auth { .. } => {
@@ -192,7 +196,20 @@ impl TrainerSession {
         if msg.node() != self.index {
             return Inbound::Close(format!("node {} sent a message as node {}", self.index, msg.node()));
         }
-        match &msg {
+        if self.said_failed {
+            // A node closes after `failed`: more from it is a protocol violation, not
+            // a second failure (each would be logged: a peer's words are bounded per
+            // connection).
+            return Inbound::Close(format!("{} after its failed", msg.name()));
+        }
+        match &mut msg {
+            // The node's words, bounded and escaped here as they enter: nothing
+            // downstream (logs, errors, the summary) can print them whole.
+            FromNode::Failed { reason, .. } => {
+                *reason = bounded(reason);
+                self.said_failed = true;
+            }
+            FromNode::CheckpointFailed { reason, .. } => *reason = bounded(reason),
             // It left on purpose: its connection closing next is no failure.
             FromNode::Down { .. } | FromNode::Leave { .. } => self.down = true,
             FromNode::Ready { .. } if self.ready => return Inbound::Close("a second Ready".into()),
@@ -219,9 +236,10 @@ impl TrainerSession {
         if std::mem::replace(&mut self.closed, true) {
             return None;
         }
-        let failed = (!self.down).then(|| FromNode::Failed {
+        // A node that said `Failed` was heard: its closing is no second failure.
+        let failed = (!self.down && !self.said_failed).then(|| FromNode::Failed {
             node: self.index,
-            reason: format!("connection to {}: {reason}", self.name),
+            reason: format!("connection to {}: {reason}", Bounded(&self.name)),
         });
         Some(Closing { reason, failed })
     }
@@ -478,6 +496,68 @@ mod tests {
         closes(
             session(t0).on_frame(NodeFrame::Message(FromNode::Down { node: 0 }), t0),
             "as node 0",
+        );
+    }
+
+    #[test]
+    fn a_nodes_reasons_are_delivered_bounded_and_escaped() {
+        let t0 = Instant::now();
+        let long = "\u{1b}[2J\nERROR forged".repeat(1 << 16);
+        let failed = FromNode::Failed {
+            node: 1,
+            reason: long.clone(),
+        };
+        let Inbound::Deliver(FromNode::Failed { reason, .. }) = session(t0).on_frame(NodeFrame::Message(failed), t0)
+        else {
+            panic!("failed not delivered");
+        };
+        assert_eq!(reason, crate::peer_text::bounded(&long));
+        assert!(reason.starts_with("\\u{1b}[2J\\nERROR forged"), "{reason}");
+        assert!(reason.ends_with(&format!(" … ({} bytes)", long.len())), "{reason}");
+        let refused = FromNode::CheckpointFailed {
+            node: 1,
+            id: 3,
+            reason: "\u{7}".repeat(10_000),
+        };
+        let Inbound::Deliver(FromNode::CheckpointFailed { reason, .. }) =
+            session(t0).on_frame(NodeFrame::Message(refused), t0)
+        else {
+            panic!("checkpoint_failed not delivered");
+        };
+        assert!(reason.len() <= crate::peer_text::MAX_PRINTED, "{reason}");
+        assert!(
+            reason.ends_with(" … (10000 bytes)") && !reason.contains('\u{7}'),
+            "{reason}"
+        );
+        // A hostile name is shown escaped in the failure a close reports.
+        let mut s = TrainerSession::new(1, "n\n1".into(), Duration::from_millis(100), Duration::from_secs(1), t0);
+        let c = s.close("gone".into()).expect("first close");
+        assert!(matches!(c.failed, Some(FromNode::Failed { reason, .. }) if reason == "connection to n\\n1: gone"));
+    }
+
+    #[test]
+    fn a_frame_after_failed_closes_the_session_without_a_second_failure() {
+        let t0 = Instant::now();
+        let mut s = session(t0);
+        let f = FromNode::Failed {
+            node: 1,
+            reason: "x".into(),
+        };
+        assert_eq!(
+            s.on_frame(NodeFrame::Message(f.clone()), t0),
+            Inbound::Deliver(f.clone())
+        );
+        assert_eq!(s.on_frame(NodeFrame::Heartbeat, t0), Inbound::Nothing);
+        closes(s.on_frame(NodeFrame::Message(f), t0), "failed after its failed");
+        let w = FromNode::WeightsUpdated { node: 1, version: 2 };
+        closes(
+            s.on_frame(NodeFrame::Message(w), t0),
+            "weights_updated after its failed",
+        );
+        assert_eq!(
+            s.close("eof".into()).map(|c| c.failed),
+            Some(None),
+            "its failure was heard once"
         );
     }
 

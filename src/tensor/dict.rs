@@ -163,7 +163,10 @@ impl TensorDict {
     /// Inserts (or replaces) `key`; its shape must start with the batch shape.
     pub fn set(&mut self, key: &str, value: Tensor) -> Result<(), TensorError> {
         if !valid_key(key) {
-            return Err(TensorError::Invalid(format!("`{key}` is not a valid dotted key")));
+            return Err(TensorError::Invalid(format!(
+                "`{}` is not a valid dotted key",
+                crate::peer_text::Bounded(key)
+            )));
         }
         let shape = value.shape();
         if shape.len() < self.batch_size.len() || shape[..self.batch_size.len()] != self.batch_size[..] {

@@ -1,12 +1,19 @@
 //! What a tensor or tensordict operation can refuse.
 
 use super::DType;
+use crate::peer_text::{Bounded, BoundedDisplay};
 
-/// What went wrong with a tensor operation.
+/// What went wrong with a tensor operation. Keys and shapes may be a node's (a
+/// batch off the wire): they are shown bounded and escaped ([`crate::peer_text`]).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum TensorError {
     /// Two tensors (or a tensor and a batch) disagree on shape.
-    #[error("shape mismatch for `{key}`: expected {expected:?}, got {got:?}")]
+    #[error(
+        "shape mismatch for `{}`: expected {}, got {}",
+        Bounded(key),
+        BoundedDisplay(format_args!("{expected:?}")),
+        BoundedDisplay(format_args!("{got:?}"))
+    )]
     Shape {
         /// Key (or context) of the offending tensor.
         key: String,
@@ -16,7 +23,7 @@ pub enum TensorError {
         got: Vec<usize>,
     },
     /// A tensor has a different element type than required.
-    #[error("dtype mismatch for `{key}`: expected {expected}, got {got}")]
+    #[error("dtype mismatch for `{}`: expected {expected}, got {got}", Bounded(key))]
     DType {
         /// Key (or context) of the offending tensor.
         key: String,
@@ -26,10 +33,10 @@ pub enum TensorError {
         got: DType,
     },
     /// A key is absent.
-    #[error("no tensor under key `{0}`")]
+    #[error("no tensor under key `{}`", Bounded(.0))]
     MissingKey(String),
     /// The dicts to stack or concatenate have different key sets.
-    #[error("key sets differ: `{0}` is not in every tensordict")]
+    #[error("key sets differ: `{}` is not in every tensordict", Bounded(.0))]
     KeysDiffer(String),
     /// An index or range falls outside a dimension.
     #[error("index {index} out of range for dimension {dim} of size {size}")]

@@ -330,7 +330,7 @@ impl Tensor {
         storage: impl FnOnce(DType, usize) -> Option<Elements>,
     ) -> Result<Tensor, TensorError> {
         let dtype = tensors[0].dtype();
-        let err = |e: ndarray::ShapeError| TensorError::Invalid(format!("`{key}`: {e}"));
+        let err = |e: ndarray::ShapeError| TensorError::Invalid(format!("`{}`: {e}", crate::peer_text::Bounded(key)));
         let total = tensors.iter().try_fold(0usize, |acc, t| acc.checked_add(t.len()));
         let mut storage = total.map(|n| (storage, n));
         macro_rules! go {

@@ -13,6 +13,7 @@
 use super::cursor::Cursor;
 use super::WireError;
 use crate::message::names;
+use crate::peer_text::Bounded;
 
 /// The `type` of the wire's own frames a node may send; with [`names::FROM_NODE`],
 /// every frame a node may send, so a frame of the wrong kind is named in the refusal
@@ -134,10 +135,10 @@ impl Fields {
                     .chain(names::FROM_NODE)
                     .find(|t| **t == other)
                     .map(|t| LoginFrame::Other(t))
-                    .ok_or_else(|| format!("unknown frame type `{other}`"))
+                    .ok_or_else(|| format!("unknown frame type `{}`", Bounded(other)))
             }
         };
-        let stray = |field: &str| format!("unknown field `{field}` in {name}");
+        let stray = |field: &str| format!("unknown field `{}` in {name}", Bounded(field));
         if let Some(k) = self.unknown {
             return Err(stray(&k));
         }

@@ -22,6 +22,7 @@ use super::cursor::Cursor;
 use super::{NodeFrame, TrainerFrame, Welcome, WireError};
 use crate::message::names;
 use crate::message::{Batch, Continue, FromNode, Seed, ToNode, UpdateWeights};
+use crate::peer_text::{Bounded, BoundedBytes, BoundedDisplay};
 use crate::policy::Weights;
 use crate::pool::TensorPool;
 use crate::tensor::{DType, Elements, Tensor, TensorDict};
@@ -197,9 +198,10 @@ fn bytes(c: &mut Cursor<'_>) -> Result<Vec<u8>, String> {
     c.bin().map(<[u8]>::to_vec)
 }
 
-/// A value read by its derived `Deserialize`, from its own bytes.
+/// A value read by its derived `Deserialize`, from its own bytes. Serde's errors echo
+/// what they refuse (an unknown variant's name, say): shown bounded.
 fn derived<T: DeserializeOwned>(c: &mut Cursor<'_>) -> Result<T, String> {
-    rmp_serde::from_slice(c.value_bytes()?).map_err(|e| e.to_string())
+    rmp_serde::from_slice(c.value_bytes()?).map_err(|e| BoundedDisplay(&e).to_string())
 }
 
 /// Reads a frame's fields, `{name: read, ...}`: each once, in any order, unknown keys
@@ -376,7 +378,7 @@ impl sealed::Sealed for TrainerFrame {
 }
 
 fn unknown(tag: &str) -> String {
-    format!("unknown frame type `{tag}`")
+    format!("unknown frame type `{}`", Bounded(tag))
 }
 
 fn node_only(f: Fields<'_>) -> Result<usize, String> {
@@ -446,7 +448,7 @@ fn dtype(c: &mut Cursor<'_>) -> Result<DType, String> {
         let known: Vec<String> = DTYPES.iter().map(|d| format!("`{d}`")).collect();
         format!(
             "unknown dtype `{}`, expected one of {}",
-            String::from_utf8_lossy(name),
+            BoundedBytes(name),
             known.join(", ")
         )
     })
@@ -489,7 +491,7 @@ fn tensor_entries<'a>(c: &mut Cursor<'a>) -> Result<Vec<(&'a str, Parts<'a>)>, S
     let mut out = Vec::with_capacity((n as usize).min(MAX_RESERVE));
     for _ in 0..n {
         let key = c.text().map_err(key_error)?;
-        let t = tensor_parts(c).map_err(|e| format!("`{key}`: {e}"))?;
+        let t = tensor_parts(c).map_err(|e| format!("`{}`: {e}", Bounded(key)))?;
         out.push((key, t));
     }
     Ok(out)

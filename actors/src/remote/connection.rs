@@ -21,7 +21,7 @@ use std::time::Instant;
 use actix::prelude::*;
 use actix::WeakRecipient;
 use bytes::Bytes;
-use rollout::connection::{Inbound, TrainerSession};
+use rollout::connection::{Inbound, LogBudget, TrainerSession};
 use rollout::message::{FromNode, ToNode};
 use rollout::pool::TensorPool;
 use rollout::wire::{self, NodeFrame};
@@ -104,6 +104,8 @@ pub(crate) struct Connection {
     bytes_in: Rc<Cell<u64>>,
     /// Bytes handed to the writer not yet taken.
     bytes_out: Cell<u64>,
+    /// What this node may still make the trainer log (see [`Connection::may_log`]).
+    log: RefCell<LogBudget>,
 }
 
 impl Connection {
@@ -137,7 +139,20 @@ impl Connection {
             actor,
             bytes_in: Rc::new(Cell::new(0)),
             bytes_out: Cell::new(0),
+            log: RefCell::new(LogBudget::default()),
         }
+    }
+
+    /// The node's name, as shown (bounded and escaped at the door).
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A line of `text_len` bytes about a message of this node's is to be logged:
+    /// whether it may be, within the connection's budget
+    /// ([`LogBudget::PER_CONNECTION`]); the lines held back are counted at the close.
+    pub(crate) fn may_log(&self, text_len: usize) -> bool {
+        self.log.borrow_mut().spend(text_len)
     }
 
     /// The node's index.
@@ -247,10 +262,18 @@ impl Connection {
             return;
         };
         let (node, reason) = (self.index(), &closing.reason);
+        let held_back = self.log.borrow().held();
         match closing.failed {
-            None => tracing::debug!(node, name = %self.name, %reason, "connection closed after Down or Leave"),
+            None if held_back > 0 => tracing::warn!(
+                node,
+                name = %self.name,
+                %reason,
+                held_back,
+                "connection closed after Down, Leave or Failed; log lines about it were held back"
+            ),
+            None => tracing::debug!(node, name = %self.name, %reason, "connection closed after Down, Leave or Failed"),
             Some(failed) => {
-                tracing::warn!(node, name = %self.name, %reason, "closing connection to node");
+                tracing::warn!(node, name = %self.name, %reason, held_back, "closing connection to node");
                 (self.report)(failed);
             }
         }

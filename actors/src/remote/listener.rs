@@ -214,7 +214,9 @@ async fn door(
         ))),
     };
     let (node_name, node_index) = match outcome {
-        Ok(who) => who,
+        // The name is only ever shown from now on (the proof covered it as sent):
+        // bounded and escaped once, here, for every log line and error that names it.
+        Ok((name, index)) => (rollout::peer_text::bounded(&name), index),
         Err((why, reason)) => {
             // Best effort and bounded: a peer that does not read gets nothing.
             let reject = TrainerFrame::Reject { reason: reason.clone() };

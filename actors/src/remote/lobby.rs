@@ -118,7 +118,8 @@ fn failed_reason(buf: &[u8]) -> Option<String> {
         let len = usize::try_from(u32::from_be_bytes(*prefix)).ok()?;
         let body = rest.get(4..4usize.checked_add(len)?)?;
         if let NodeFrame::Message(FromNode::Failed { reason, .. }) = rollout::wire::decode::<NodeFrame>(body).ok()? {
-            return Some(reason);
+            // The node's words, bounded and escaped for the join error that shows them.
+            return Some(rollout::peer_text::bounded(&reason));
         }
         rest = &rest[4 + len..];
     }
@@ -158,5 +159,18 @@ mod tests {
         assert_eq!(failed_reason(&buf[..buf.len() - 1]), None);
         assert_eq!(failed_reason(&[0xff, 0xff, 0xff, 0xff, 1]), None);
         assert_eq!(failed_reason(&[]), None);
+    }
+
+    #[test]
+    fn a_waiting_nodes_long_reason_is_cut_and_escaped() {
+        let long = framed(&NodeFrame::Message(FromNode::Failed {
+            node: 0,
+            reason: "\u{1b}[2J".repeat(100_000),
+        }));
+        let shown = failed_reason(&long).unwrap_or_default();
+        assert!(shown.starts_with("\\u{1b}[2J"), "{shown}");
+        assert!(shown.ends_with(" … (400000 bytes)"), "{shown}");
+        assert!(shown.len() <= rollout::peer_text::MAX_PRINTED, "{} bytes", shown.len());
+        assert!(!shown.contains('\u{1b}'), "{shown}");
     }
 }

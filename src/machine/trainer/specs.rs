@@ -74,7 +74,7 @@ pub fn initial_weights_for(policy: &PolicySpec, specs: &EnvSpecs) -> Result<Opti
     }
     let (obs, act) = specs
         .policy_specs()
-        .map_err(|e| format!("policy {name} cannot take {}: {}", e.key, e.reason))?;
+        .map_err(|e| format!("policy {name} cannot take {e}"))?;
     let built = policy
         .build(&obs, &act, 0)
         .map_err(|e| format!("policy {name} cannot take these specs: {e}"))?;
