@@ -24,6 +24,7 @@ use crate::tensor::Tensor;
 /// Refuse networks with more parameters than this (4 GiB of f32), so that an
 /// absurd spec (say `Discrete { n: 1 << 40 }`) is an error, not an abort.
 const MAX_PARAMS: usize = 1 << 30;
+
 /// The parameters of dense layers `obs_dim -> hidden... -> outputs`, each a weight
 /// and a bias, as [`Net::new`] lays them out; `None` if the count overflows.
 pub(super) fn net_params(obs_dim: usize, hidden: &[usize], outputs: usize) -> Option<usize> {

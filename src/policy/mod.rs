@@ -515,7 +515,7 @@ mod tests {
             }
         }
         let mlp = PolicyConfig::Mlp { hidden: vec![64, 64] };
-        // A discrete action of 2^21 choices: 4,096 + 4,160 + 136,314,880 parameters.
+        // A discrete action of 2^21 choices: 320 + 4,160 + 136,314,880 parameters.
         assert_eq!(
             mlp.spec_params(4, 1 << 21),
             Some(4 * 64 + 64 + 64 * 64 + 64 + 64 * (1 << 21) + (1 << 21))

@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 use std::process::Command;
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rollout::env::{CartPole, CartPoleConfig, Counting, CountingConfig};
 use rollout::message::{FromNode, ToNode};
@@ -20,7 +20,7 @@ use rollout_actors::remote::{run_node, NodeOptions};
 use rollout_actors::{CollectError, DistributedCollector, Launcher};
 use rollout_tests::{
     actors_example_bin, connect, free_addr, logged_in, logs, read_output, recv, rollout_bin, run_bounded, send,
-    unique_name, OwnLog, TempDir,
+    unique_name, wait_for, OwnLog, TempDir,
 };
 
 const TOKEN: &[u8] = b"s3cret-token-for-any-env";
@@ -348,6 +348,46 @@ fn a_policy_that_cannot_take_the_nodes_specs_fails_the_run_naming_the_key() {
     c.shutdown().ok();
     drop(c);
     raw.join().expect("raw node");
+}
+
+#[test]
+fn a_node_whose_specs_make_the_mlp_too_big_for_a_frame_is_refused_by_name_and_an_honest_node_serves() {
+    let addr = free_addr();
+    let mlp = PolicyConfig::Mlp { hidden: vec![64, 64] };
+    let t = trainer(addr, 2, mlp.clone());
+    // The issue's case: the counting env's observation, 2^21 discrete actions: a 64-64
+    // MLP of 136 M parameters (545 MB), over the default 256 MiB frame.
+    let mut hostile = counting_specs();
+    hostile.action = Space::Discrete { n: 1 << 21, start: 0 };
+    let layout = hostile.batch_layout_recording(hostile.recorded(&mlp));
+    let hostile_name = unique_name("wide");
+    let hostile_log = OwnLog::node(&hostile_name);
+    let raw = scripted_ready(addr, &hostile_name, hostile, layout);
+    // Ready first, and refused before the honest node joins.
+    let refusal = wait_for(Instant::now() + DEADLINE, "the hostile node's refusal", || {
+        hostile_log
+            .lines()
+            .into_iter()
+            .find(|l| l.contains("closing connection to node"))
+    });
+    assert!(
+        refusal.contains(
+            "policy mlp would have 136319360 parameters for its specs: a weight update over max_frame (268435456); \
+             nothing was built"
+        ),
+        "{refusal}"
+    );
+    let good = node(addr, unique_name("good"), counting_env);
+    let mut c = t.join().expect("trainer thread").expect("collector");
+    let mut frames = 0;
+    while let Some(b) = c.next_batch().expect("the run goes on with the honest node") {
+        assert_eq!(b.weights_version, 0);
+        frames += b.data.numel();
+    }
+    c.shutdown().expect("shutdown");
+    assert_eq!(frames, 100, "every frame, from the honest node, whose specs set the env's");
+    assert_eq!(good.join().expect("good node"), Ok(()));
+    raw.join().expect("hostile thread");
 }
 
 /// `rollout collect` with `args`, which must fail at once with exit code `code` and one

@@ -269,7 +269,7 @@ impl TrainerMachine {
         if let Some(max) = self.specs.max_frame {
             let params = spec_params_for(policy, specs);
             if params.and_then(|p| p.checked_mul(4)).is_none_or(|bytes| bytes > max) {
-                let params = params.map_or("more than a usize counts of".to_string(), |p| p.to_string());
+                let params = params.map_or_else(|| format!("more than {}", usize::MAX), |p| p.to_string());
                 return Err(Refusal::Node(format!(
                     "policy {name} would have {params} parameters for its specs: a weight update over max_frame \
                      ({max}); nothing was built"
