@@ -355,28 +355,20 @@ fn a_node_whose_specs_make_the_mlp_too_big_for_a_frame_is_refused_by_name_and_an
     let addr = free_addr();
     let mlp = PolicyConfig::Mlp { hidden: vec![64, 64] };
     let t = trainer(addr, 2, mlp.clone());
-    // The issue's case: the counting env's observation, 2^21 discrete actions: a 64-64
-    // MLP of 136 M parameters (545 MB), over the default 256 MiB frame.
+    // The issue's case: the counting env's observation (one value), 2^21 discrete
+    // actions: a 64-64 MLP of 136 M parameters (545 MB), over the default 256 MiB frame.
     let mut hostile = counting_specs();
     hostile.action = Space::Discrete { n: 1 << 21, start: 0 };
     let layout = hostile.batch_layout_recording(hostile.recorded(&mlp));
     let hostile_name = unique_name("wide");
     let hostile_log = OwnLog::node(&hostile_name);
     let raw = scripted_ready(addr, &hostile_name, hostile, layout);
-    // Ready first, and refused before the honest node joins.
-    let refusal = wait_for(Instant::now() + DEADLINE, "the hostile node's refusal", || {
-        hostile_log
-            .lines()
-            .into_iter()
-            .find(|l| l.contains("closing connection to node"))
+    // Ready first: the honest node connects once the hostile one joined (its `ready`
+    // follows its `welcome` at once; the honest node's comes after a login and the
+    // building of its workers).
+    wait_for(Instant::now() + DEADLINE, "the hostile node to join", || {
+        hostile_log.lines().into_iter().find(|l| l.contains("node joined"))
     });
-    assert!(
-        refusal.contains(
-            "policy mlp would have 136319360 parameters for its specs: a weight update over max_frame (268435456); \
-             nothing was built"
-        ),
-        "{refusal}"
-    );
     let good = node(addr, unique_name("good"), counting_env);
     let mut c = t.join().expect("trainer thread").expect("collector");
     let mut frames = 0;
@@ -386,6 +378,16 @@ fn a_node_whose_specs_make_the_mlp_too_big_for_a_frame_is_refused_by_name_and_an
     }
     c.shutdown().expect("shutdown");
     assert_eq!(frames, 100, "every frame, from the honest node, whose specs set the env's");
+    let refusal = hostile_log.lines().join("\n");
+    let params = mlp.spec_params(1, 1 << 21).expect("counted");
+    assert_eq!(params, 136_319_168, "64 + 64 + 64 * 64 + 64 + 64 * 2^21 + 2^21");
+    assert!(
+        refusal.contains(&format!(
+            "node 0 advertised a layout the trainer cannot use: policy mlp would have {params} parameters for its \
+             specs: a weight update over max_frame (268435456); nothing was built"
+        )),
+        "{refusal}"
+    );
     assert_eq!(good.join().expect("good node"), Ok(()));
     raw.join().expect("hostile thread");
 }
