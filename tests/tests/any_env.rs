@@ -377,7 +377,10 @@ fn a_node_whose_specs_make_the_mlp_too_big_for_a_frame_is_refused_by_name_and_an
         frames += b.data.numel();
     }
     c.shutdown().expect("shutdown");
-    assert_eq!(frames, 100, "every frame, from the honest node, whose specs set the env's");
+    assert_eq!(
+        frames, 100,
+        "every frame, from the honest node, whose specs set the env's"
+    );
     let refusal = hostile_log.lines().join("\n");
     let params = mlp.spec_params(1, 1 << 21).expect("counted");
     assert_eq!(params, 136_319_168, "64 + 64 + 64 * 64 + 64 + 64 * 2^21 + 2^21");
