@@ -48,6 +48,14 @@ pub mod keys {
 /// Per-frame layout of a batch: key → (dtype, feature shape after the batch dims).
 pub type BatchLayout = BTreeMap<String, (DType, Vec<usize>)>;
 
+/// The most entries a layout a node announces may have: the fixed keys, an observation
+/// dict's leaves twice (`observation.*`, `next.observation.*`), the action and what
+/// the policy records fit with room to spare.
+pub const MAX_LAYOUT_ENTRIES: usize = 256;
+/// The longest key of a layout a node announces, in bytes (`next.observation.` and
+/// four levels of dict names fit).
+pub const MAX_LAYOUT_KEY_LEN: usize = 512;
+
 /// The highest trajectory id in a batch, if it has any (ids of frames in no
 /// trajectory are negative and never the highest of a batch that has one).
 pub fn max_traj_id(data: &TensorDict) -> Option<u64> {

@@ -30,6 +30,13 @@ pub const MAX_DICT_ENTRIES: usize = 64;
 pub const MAX_DICT_DEPTH: usize = 4;
 /// The longest name of a dict entry, in bytes.
 pub const MAX_NAME_LEN: usize = 64;
+/// The most dimensions a box's shape may have.
+pub const MAX_RANK: usize = 8;
+/// The most per-element numbers one [`EnvSpecs`] may hold over all its spaces: every
+/// value of a per-element `low` or `high` and every entry of an `nvec` (8 MiB as f64).
+/// A box with more elements sends uniform bounds (one number each), as the Python
+/// node does whenever every element's bound is the same.
+pub const MAX_SPEC_VALUES: usize = 1 << 20;
 
 /// The bounds of a box: one value for every element, or one per element (C order).
 /// Absent (`None` where a `Bounds` is expected) means unbounded.

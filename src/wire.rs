@@ -15,6 +15,7 @@ mod continue_frame;
 pub(crate) mod cursor;
 mod login;
 mod read;
+mod read_specs;
 mod tagged;
 
 pub use continue_frame::encode_continue;

@@ -24,6 +24,19 @@ use crate::tensor::Tensor;
 /// Refuse networks with more parameters than this (4 GiB of f32), so that an
 /// absurd spec (say `Discrete { n: 1 << 40 }`) is an error, not an abort.
 const MAX_PARAMS: usize = 1 << 30;
+
+/// The parameters of dense layers `obs_dim -> hidden... -> outputs`, each a weight
+/// and a bias, as [`Net::new`] lays them out; `None` if the count overflows.
+pub(super) fn net_params(obs_dim: usize, hidden: &[usize], outputs: usize) -> Option<usize> {
+    let dims: Vec<usize> = std::iter::once(obs_dim)
+        .chain(hidden.iter().copied())
+        .chain(std::iter::once(outputs))
+        .collect();
+    dims.windows(2).try_fold(0usize, |total, io| {
+        io[0].checked_mul(io[1])?.checked_add(io[1])?.checked_add(total)
+    })
+}
+
 /// From this many parameters on, a network reads its layers from the named tensors
 /// (one lookup per layer per row, nothing next to a forward pass this size) instead
 /// of keeping a flat copy: a weight update then copies nothing.

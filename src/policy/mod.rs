@@ -359,6 +359,21 @@ impl PolicyConfig {
         })
     }
 
+    /// The number of f32 parameters a policy of this kind builds for observations of
+    /// `obs_dim` values and an action head of `outputs` raw outputs (`n` logits, or one
+    /// per action element), in checked arithmetic and without building anything; `None`
+    /// when it overflows a `usize`. A policy whose parameters do not follow from the
+    /// specs counts what they add: `random` none, `constant` its one value, `onnx` none
+    /// (its weights are the model's, checked when the run is planned).
+    pub fn spec_params(&self, obs_dim: usize, outputs: usize) -> Option<usize> {
+        match self {
+            PolicyConfig::Random | PolicyConfig::Onnx { .. } => Some(0),
+            PolicyConfig::Constant { .. } => Some(1),
+            PolicyConfig::Linear => common::net_params(obs_dim, &[], outputs),
+            PolicyConfig::Mlp { hidden } => common::net_params(obs_dim, hidden, outputs),
+        }
+    }
+
     /// What a policy of this kind records beside its actions for this action spec:
     /// the batch layout's extra keys, known to the trainer before any node runs.
     pub fn recorded(&self, action: &Spec) -> Recorded {
@@ -470,6 +485,42 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn spec_params_counts_what_build_makes_without_building() {
+        let configs = [
+            PolicyConfig::Random,
+            PolicyConfig::Linear,
+            PolicyConfig::Mlp { hidden: vec![8, 3] },
+            PolicyConfig::Constant { value: 1.0 },
+        ];
+        for config in configs {
+            for (obs, action) in [
+                cartpole(),
+                pendulum(),
+                (Spec::uniform_box(7, -1.0, 1.0), Spec::Discrete { n: 5 }),
+            ] {
+                let p = PolicySpec::from(config.clone()).build(&obs, &action, 0).unwrap();
+                let outputs = if let Spec::Discrete { n } = action {
+                    n as usize
+                } else {
+                    action.dim()
+                };
+                assert_eq!(
+                    config.spec_params(obs.dim(), outputs),
+                    Some(p.weights().numel()),
+                    "{config:?}"
+                );
+            }
+        }
+        let mlp = PolicyConfig::Mlp { hidden: vec![64, 64] };
+        // A discrete action of 2^21 choices: 320 + 4,160 + 136,314,880 parameters.
+        assert_eq!(
+            mlp.spec_params(4, 1 << 21),
+            Some(4 * 64 + 64 + 64 * 64 + 64 + 64 * (1 << 21) + (1 << 21))
+        );
+        assert_eq!(mlp.spec_params(4, usize::MAX), None, "overflow");
     }
 
     #[test]

@@ -9,9 +9,10 @@
 //! as their parts, borrowed from the body, then their tensors built into the
 //! memory given to the decode ([`Storage`]): tensors a
 //! [`FrameReader`](crate::frame_reader::FrameReader) read aside, a recycled batch
-//! of the same layout, or a [`TensorPool`]'s storage. Deep values of settings
-//! (`welcome`'s spec, `ready`'s layout and specs, a checkpoint's state) are read by their
-//! derived `Deserialize` from their own bytes.
+//! of the same layout, or a [`TensorPool`]'s storage. `ready`'s layout and specs are
+//! read by `read_specs.rs`, every limit checked as they are read; other deep values of
+//! settings (`welcome`'s spec, a checkpoint's state) by their derived `Deserialize`
+//! from their own bytes.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 
 use super::cursor::Cursor;
+use super::read_specs;
 use super::{NodeFrame, TrainerFrame, Welcome, WireError};
 use crate::message::names;
 use crate::message::{Batch, Continue, FromNode, Seed, ToNode, UpdateWeights};
@@ -268,8 +270,8 @@ impl sealed::Sealed for NodeFrame {
             names::READY => {
                 let (node, layout, specs) = fields!(f, {
                     node: size,
-                    layout: derived,
-                    specs: |c| if c.nil()? { Ok(None) } else { derived(c).map(Some) },
+                    layout: read_specs::layout,
+                    specs: |c| if c.nil()? { Ok(None) } else { read_specs::env_specs(c).map(Some) },
                 });
                 FromNode::Ready {
                     node: node.get()?,

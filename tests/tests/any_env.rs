@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 use std::process::Command;
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rollout::env::{CartPole, CartPoleConfig, Counting, CountingConfig};
 use rollout::message::{FromNode, ToNode};
@@ -20,7 +20,7 @@ use rollout_actors::remote::{run_node, NodeOptions};
 use rollout_actors::{CollectError, DistributedCollector, Launcher};
 use rollout_tests::{
     actors_example_bin, connect, free_addr, logged_in, logs, read_output, recv, rollout_bin, run_bounded, send,
-    unique_name, OwnLog, TempDir,
+    unique_name, wait_for, OwnLog, TempDir,
 };
 
 const TOKEN: &[u8] = b"s3cret-token-for-any-env";
@@ -312,14 +312,12 @@ fn hostile_specs_are_refused_at_ready_before_anything_is_sized_by_them() {
     }
     let huge = huge_log.lines().join("\n");
     assert!(
-        huge.contains(
-            "its specs cannot be collected: observation: a box of shape [1099511627776, 1099511627776] has more than"
-        ),
+        huge.contains("`specs`: observation: a box of shape [1099511627776, 1099511627776] has more than"),
         "{huge}"
     );
     let deep = deep_log.lines().join("\n");
     assert!(
-        deep.contains("its specs cannot be collected: observation.a.a.a.a: dicts nested deeper than 4"),
+        deep.contains("`specs`: observation.a.a.a.a: dicts nested deeper than 4"),
         "{deep}"
     );
 }
@@ -350,6 +348,51 @@ fn a_policy_that_cannot_take_the_nodes_specs_fails_the_run_naming_the_key() {
     c.shutdown().ok();
     drop(c);
     raw.join().expect("raw node");
+}
+
+#[test]
+fn a_node_whose_specs_make_the_mlp_too_big_for_a_frame_is_refused_by_name_and_an_honest_node_serves() {
+    let addr = free_addr();
+    let mlp = PolicyConfig::Mlp { hidden: vec![64, 64] };
+    let t = trainer(addr, 2, mlp.clone());
+    // The issue's case: the counting env's observation (one value), 2^21 discrete
+    // actions: a 64-64 MLP of 136 M parameters (545 MB), over the default 256 MiB frame.
+    let mut hostile = counting_specs();
+    hostile.action = Space::Discrete { n: 1 << 21, start: 0 };
+    let layout = hostile.batch_layout_recording(hostile.recorded(&mlp));
+    let hostile_name = unique_name("wide");
+    let hostile_log = OwnLog::node(&hostile_name);
+    let raw = scripted_ready(addr, &hostile_name, hostile, layout);
+    // Ready first: the honest node connects once the hostile one joined (its `ready`
+    // follows its `welcome` at once; the honest node's comes after a login and the
+    // building of its workers).
+    wait_for(Instant::now() + DEADLINE, "the hostile node to join", || {
+        hostile_log.lines().into_iter().find(|l| l.contains("node joined"))
+    });
+    let good = node(addr, unique_name("good"), counting_env);
+    let mut c = t.join().expect("trainer thread").expect("collector");
+    let mut frames = 0;
+    while let Some(b) = c.next_batch().expect("the run goes on with the honest node") {
+        assert_eq!(b.weights_version, 0);
+        frames += b.data.numel();
+    }
+    c.shutdown().expect("shutdown");
+    assert_eq!(
+        frames, 100,
+        "every frame, from the honest node, whose specs set the env's"
+    );
+    let refusal = hostile_log.lines().join("\n");
+    let params = mlp.spec_params(1, 1 << 21).expect("counted");
+    assert_eq!(params, 136_319_168, "64 + 64 + 64 * 64 + 64 + 64 * 2^21 + 2^21");
+    assert!(
+        refusal.contains(&format!(
+            "node 0 advertised a layout the trainer cannot use: policy mlp would have {params} parameters for its \
+             specs: a weight update over max_frame (268435456); nothing was built"
+        )),
+        "{refusal}"
+    );
+    assert_eq!(good.join().expect("good node"), Ok(()));
+    raw.join().expect("hostile thread");
 }
 
 /// `rollout collect` with `args`, which must fail at once with exit code `code` and one

@@ -19,6 +19,11 @@ WEIGHTED = ("linear", "mlp", "constant")
 
 _SUPPORTED = "spaces are Box, Discrete, 1-D MultiDiscrete, 1-D MultiBinary and (observations) Dict"
 
+#: The most per-element numbers ``ready.specs`` may hold over all its spaces (per-element
+#: bounds and ``nvec`` entries; ``MAX_SPEC_VALUES`` on the Rust side): a box with more
+#: elements must have the same bound for every element, sent as one number.
+MAX_SPEC_VALUES = 1 << 20
+
 
 class SpaceError(Exception):
     """A space the node cannot collect (or its policy cannot take); ``key`` is the batch key."""
@@ -134,7 +139,27 @@ def specs(observation_space, action_space, double_to_float=False):
         raise SpaceError("action", f"{action_space}: a dict action space cannot be collected")
     if action["kind"] == "box" and action["dtype"] not in ("f32", "f64"):
         raise SpaceError("action", f"{action_space}: box actions are of floats")
-    return {"observation": to_wire(observation_space, "observation", double_to_float), "action": action}
+    out = {"observation": to_wire(observation_space, "observation", double_to_float), "action": action}
+    used = 0
+    for key in ("observation", "action"):
+        used = _count_values(out[key], key, used)
+    return out
+
+
+def _count_values(wire_space, key, used):
+    """``used`` plus the per-element numbers of ``wire_space``; SpaceError naming the key
+    of the space that takes them past MAX_SPEC_VALUES (the trainer would refuse them)."""
+    if wire_space["kind"] == "dict":
+        for name in sorted(wire_space["spaces"]):
+            used = _count_values(wire_space["spaces"][name], f"{key}.{name}", used)
+        return used
+    lists = [wire_space.get(k) for k in ("low", "high", "nvec")]
+    used += sum(len(v) for v in lists if isinstance(v, list))
+    if used > MAX_SPEC_VALUES:
+        raise SpaceError(key, f"{describe(wire_space)} has bounds that differ per element, more than "
+                              f"{MAX_SPEC_VALUES} numbers in all: the trainer takes as many per-element bounds "
+                              "at most (a bound the same for every element is one number)")
+    return used
 
 
 def layout(env_specs):

@@ -88,3 +88,21 @@ def test_pong_frames_travel_as_uint8_and_replay_exactly(trainer):
     trainer.send({"type": "shutdown"})
     assert trainer.recv()["type"] == "down"
     assert trainer.finish()[0] == 0
+
+
+def test_a_box_of_one_bound_everywhere_sends_one_number_and_too_many_different_ones_are_refused():
+    import gymnasium as gym
+
+    from rollout_node import spaces
+
+    atari = gym.spaces.Box(0, 255, (210, 160, 3), np.uint8)
+    s = spaces.specs(atari, gym.spaces.Discrete(6))
+    assert s["observation"] == {"kind": "box", "dtype": "u8", "shape": [210, 160, 3], "low": 0.0, "high": 255.0}
+    # 2^19 elements with per-element bounds, low and high: exactly the limit.
+    n = spaces.MAX_SPEC_VALUES // 2
+    ramp = np.arange(n, dtype=np.float32)
+    s = spaces.specs(gym.spaces.Box(ramp, ramp + 1), gym.spaces.Discrete(2))
+    assert len(s["observation"]["low"]) == n and len(s["observation"]["high"]) == n
+    with pytest.raises(spaces.SpaceError) as e:
+        spaces.specs(gym.spaces.Box(ramp, ramp + 1), gym.spaces.MultiDiscrete([2, 3]))
+    assert e.value.key == "action" and "more than 1048576 numbers in all" in str(e.value), e.value

@@ -49,7 +49,7 @@ pub use membership::Membership;
 use node_state::{Node, NodeState};
 pub use output::{Collected, Output};
 use seeding::SeedChain;
-pub use specs::initial_weights_for;
+pub use specs::{initial_weights_for, spec_params_for};
 pub use supervise::{CutOff, NodeSupervision, SupervisionStats};
 
 /// The request a node's message answers, if it answers one (a `batch` answers its

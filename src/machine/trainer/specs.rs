@@ -11,7 +11,7 @@ use super::{Output, TrainerError, TrainerMachine};
 use crate::message::{Continue, ToNode, UpdateWeights};
 use crate::policy::{PolicyConfig, PolicySpec, Weights};
 use crate::schema::{keys, BatchLayout};
-use crate::space::EnvSpecs;
+use crate::space::{EnvSpecs, Space};
 
 /// Per env the trainer cannot build: the specs in force and the policy built from them.
 #[derive(Debug, Default)]
@@ -79,6 +79,39 @@ pub fn initial_weights_for(policy: &PolicySpec, specs: &EnvSpecs) -> Result<Opti
         .build(&obs, &act, 0)
         .map_err(|e| format!("policy {name} cannot take these specs: {e}"))?;
     Ok(Some(built.weights().clone().with_version(0)))
+}
+
+/// The parameters `policy` builds for an env of `specs` (see
+/// [`PolicyConfig::spec_params`]), counted without building anything: what a trainer
+/// checks against its frame limit before it builds version 0 from a node's specs.
+/// `Some(0)` when the built-in networks cannot take the specs (their build says why,
+/// and builds nothing); `None` when the count overflows.
+pub fn spec_params_for(policy: &PolicySpec, specs: &EnvSpecs) -> Option<usize> {
+    let width = |s: &Space| match s {
+        Space::Box { shape, .. } if shape.len() == 1 => Some(shape[0]),
+        _ => None,
+    };
+    let outputs = match &specs.action {
+        Space::Discrete { n, .. } => Some(usize::try_from(*n).unwrap_or(usize::MAX)),
+        other => width(other),
+    };
+    match (width(&specs.observation), outputs) {
+        (Some(obs), Some(outputs)) => policy.config.spec_params(obs, outputs),
+        _ => Some(0),
+    }
+}
+
+/// What a refusal for specs other than the first node's tells the operator: the
+/// first node's specs are the env's unless they are pinned.
+const PIN_HINT: &str = "pin the env's specs with --env-spec (or env_spec=...) to refuse the odd node instead";
+
+/// Why version 0 was not built: the node's specs (it is refused) or the run's policy
+/// (the run fails).
+enum Refusal {
+    /// The node's specs make more than the run can carry: the reason.
+    Node(String),
+    /// The run cannot go on.
+    Run(TrainerError),
 }
 
 impl TrainerMachine {
@@ -166,7 +199,9 @@ impl TrainerMachine {
     /// cannot build, the first accepted node's specs become the env's, its version 0
     /// is built from them (a policy that cannot take them fails the run:
     /// [`TrainerError::Policy`]), and the node gets it. A refused `ready` is
-    /// [`TrainerError::BadLayout`], naming why.
+    /// [`TrainerError::BadLayout`], naming why: among the reasons, specs whose version
+    /// 0 would not fit a frame, found from the parameter count before anything is
+    /// built (then the node is refused, not the run failed: a later node may serve).
     pub(super) fn on_ready(
         &mut self,
         node: usize,
@@ -181,23 +216,40 @@ impl TrainerMachine {
             self.layouts.refused[node] = true;
             return Err(TrainerError::BadLayout { node, reason });
         }
+        let env = self.first_ready_env(node).map(str::to_owned);
+        // The first specs of an env only the nodes know: version 0 is built from them
+        // before the node is accepted, so a node whose specs the run cannot afford is
+        // refused with nothing of it kept.
+        let first = match (&env, &specs) {
+            (Some(env), Some(specs)) if !self.specs.first.contains_key(env) => {
+                let v0 = match self.specs.deferred.get(env).cloned() {
+                    Some(policy) => match self.build_initial(env, &policy, specs) {
+                        Ok(v0) => Some(v0),
+                        Err(Refusal::Node(reason)) => {
+                            self.layouts.refused[node] = true;
+                            return Err(TrainerError::BadLayout { node, reason });
+                        }
+                        Err(Refusal::Run(e)) => return Err(e),
+                    },
+                    None => None,
+                };
+                Some((env.clone(), specs.clone(), v0))
+            }
+            _ => None,
+        };
         self.accept_layout(node, layout, specs.is_some())?;
-        let Some(env) = self.first_ready_env(node).map(str::to_owned) else {
+        let Some(env) = env else {
             return Ok(());
         };
-        if !self.specs.first.contains_key(&env) {
-            let Some(specs) = specs else {
-                return Ok(());
-            };
-            self.specs.first.insert(env.clone(), (node, specs.clone()));
-            if let Some(policy) = self.specs.deferred.get(&env).cloned() {
-                let v0 = self.build_initial(&env, &policy, &specs)?;
+        if let Some((env, specs, v0)) = first {
+            self.specs.first.insert(env.clone(), (node, specs));
+            if let Some(v0) = v0 {
                 for i in 0..self.nodes.len() {
                     if self.first_ready_env(i) == Some(env.as_str()) {
                         self.initial[i] = v0.clone();
                     }
                 }
-                self.specs.built.insert(env.clone(), v0);
+                self.specs.built.insert(env, v0);
             }
         }
         if self.awaits_weights(node) {
@@ -208,24 +260,32 @@ impl TrainerMachine {
         Ok(())
     }
 
-    /// Version 0 for env `env` from `specs`, checked to fit in a frame.
-    fn build_initial(
-        &self,
-        env: &str,
-        policy: &PolicySpec,
-        specs: &EnvSpecs,
-    ) -> Result<Option<Arc<Weights>>, TrainerError> {
-        let fail = |reason: String| TrainerError::Policy(format!("env {env}: {reason}"));
+    /// Version 0 for env `env` from `specs`: its parameters counted from the specs and
+    /// checked to fit in a frame before it is built (4 bytes each, a lower bound of the
+    /// update's length), then the update's exact length once built. Over `max_frame`
+    /// it is the node's refusal; a policy that cannot take the specs fails the run.
+    fn build_initial(&self, env: &str, policy: &PolicySpec, specs: &EnvSpecs) -> Result<Option<Arc<Weights>>, Refusal> {
+        let name = policy_name(policy);
+        if let Some(max) = self.specs.max_frame {
+            let params = spec_params_for(policy, specs);
+            if params.and_then(|p| p.checked_mul(4)).is_none_or(|bytes| bytes > max) {
+                let params = params.map_or_else(|| format!("more than {}", usize::MAX), |p| p.to_string());
+                return Err(Refusal::Node(format!(
+                    "policy {name} would have {params} parameters for its specs: a weight update over max_frame \
+                     ({max}); nothing was built"
+                )));
+            }
+        }
+        let fail = |reason: String| Refusal::Run(TrainerError::Policy(format!("env {env}: {reason}")));
         let Some(w) = initial_weights_for(policy, specs).map_err(fail)? else {
             return Ok(None);
         };
         if let Some(max) = self.specs.max_frame {
             let len = crate::wire::update_weights_len(&w);
             if len > max {
-                return Err(fail(format!(
-                    "policy {} has {} parameters for these specs: a weight update is a frame of {len} bytes, \
+                return Err(Refusal::Node(format!(
+                    "policy {name} has {} parameters for its specs: a weight update is a frame of {len} bytes, \
                      over max_frame ({max})",
-                    policy_name(policy),
                     w.numel()
                 )));
             }
@@ -255,6 +315,25 @@ impl TrainerMachine {
         }
     }
 
+    /// Why a node's batches of `per_frame` bytes of tensors a frame (`None`: more than
+    /// a `usize` counts) cannot be carried, if `max_frame` is set and they cannot.
+    fn batch_refusal(&self, per_frame: Option<usize>) -> Option<String> {
+        let max = self.specs.max_frame?;
+        let frames = if self.cfg.sync {
+            self.cfg.frames_per_batch / self.cfg.nodes.max(1)
+        } else {
+            self.cfg.frames_per_batch
+        };
+        let per_frame = per_frame.unwrap_or(usize::MAX);
+        let batch = per_frame.saturating_mul(frames);
+        (batch > max).then(|| {
+            format!(
+                "its batches of {frames} frames would hold {batch} bytes of tensors ({per_frame} a frame), over \
+                 max_frame ({max})"
+            )
+        })
+    }
+
     /// Why node `node`'s `specs` (and the `layout` it announced with them) are
     /// refused, if they are.
     fn specs_refusal(&self, node: usize, layout: &BatchLayout, specs: Option<&EnvSpecs>) -> Option<String> {
@@ -269,34 +348,37 @@ impl TrainerMachine {
                 if let Err(e) = s.validate() {
                     return Some(format!("its specs cannot be collected: {e}"));
                 }
+                // Sized before anything is built from the specs (the policy's specs
+                // hold a bound per element), then with what the policy records.
+                if let Some(why) = self.batch_refusal(s.bytes_per_frame()) {
+                    return Some(why);
+                }
                 let own = self.specs_layout(source, s, layout);
+                if let Some(why) = self.batch_refusal(layout_bytes(&own)) {
+                    return Some(why);
+                }
                 if let Some(d) = crate::schema::named_difference("the layout", layout, "the specs' layout", &own) {
                     return Some(format!("its layout is not that of its specs: {d}"));
-                }
-                if let Some(max) = self.specs.max_frame {
-                    let frames = if self.cfg.sync {
-                        self.cfg.frames_per_batch / self.cfg.nodes.max(1)
-                    } else {
-                        self.cfg.frames_per_batch
-                    };
-                    let per_frame = s.bytes_per_frame().unwrap_or(usize::MAX);
-                    let batch = per_frame.saturating_mul(frames);
-                    if batch > max {
-                        return Some(format!(
-                            "its batches of {frames} frames would hold {batch} bytes of tensors ({per_frame} a \
-                             frame), over max_frame ({max})"
-                        ));
-                    }
                 }
                 let LayoutSource::FirstReady { env } = source else {
                     return None;
                 };
                 let (first, theirs) = self.specs.first.get(env)?;
                 EnvSpecs::difference(&me, s, &format!("node {first}"), theirs)
-                    .map(|d| format!("{d} (the first of env {env} to be ready)"))
+                    .map(|d| format!("{d} (the first of env {env} to be ready); {PIN_HINT}"))
             }
         }
     }
+}
+
+/// Bytes of tensors one frame of `layout` takes, if it does not overflow.
+fn layout_bytes(layout: &BatchLayout) -> Option<usize> {
+    layout.values().try_fold(0usize, |acc, (dtype, shape)| {
+        shape
+            .iter()
+            .try_fold(dtype.size(), |n, &d| n.checked_mul(d))
+            .and_then(|b| acc.checked_add(b))
+    })
 }
 
 #[cfg(test)]
@@ -367,8 +449,9 @@ mod tests {
         let reason = refusal(&mut m, ready(2, Some(&specs(3))));
         assert_eq!(
             reason,
-            "node 2's observation is f32 [3], node 1's is f32 [4] (the first of env Custom to be ready)"
+            format!("node 2's observation is f32 [3], node 1's is f32 [4] (the first of env Custom to be ready); {PIN_HINT}")
         );
+        assert!(PIN_HINT.starts_with("pin the env's specs with --env-spec (or env_spec=...)"));
         let mut other_bounds = specs(4);
         other_bounds.action = Space::Discrete { n: 2, start: 1 };
         let reason = refusal(&mut m, ready(2, Some(&other_bounds)));
@@ -563,17 +646,95 @@ mod tests {
     }
 
     #[test]
-    fn a_weight_update_over_max_frame_fails_the_run() {
-        // 1,010 parameters (4 KB), a frame of 831 bytes.
+    fn a_weight_update_over_max_frame_refuses_the_node_and_a_later_node_serves() {
+        // 1,010 parameters (4,040 bytes at least) against a frame of 2,000.
         let wide = EnvSpecs::from_specs(&Spec::uniform_box(100, -1.0, 1.0), &Spec::Discrete { n: 10 });
-        let mut m = machine(config(1, 1, 1, None, false))
-            .with_layout_sources(first_ready(1, "Wide"))
+        let mut m = machine(config(2, 1, 1, None, false))
+            .with_layout_sources(first_ready(2, "Wide"))
             .with_deferred_policy("Wide", linear())
             .with_max_frame(2000);
-        let r = m.on_node(ready(0, Some(&wide)), &mut Vec::new());
+        let reason = refusal(&mut m, ready(0, Some(&wide)));
+        assert_eq!(
+            reason,
+            "policy linear would have 1010 parameters for its specs: a weight update over max_frame (2000); nothing \
+             was built"
+        );
+        assert_eq!(m.env_specs("Wide"), None, "the refused node's specs are not the env's");
+        assert!(m.initial_weights(1).is_none());
+        let out = feed(&mut m, ready(1, Some(&specs(4))));
+        assert_eq!(sends(&out), vec![(1, "update_weights")]);
+        assert_eq!(m.env_specs("Wide"), Some(&specs(4)));
+        // And its batches are refused: its ready was.
+        assert!(m.layout(0).is_none());
+    }
+
+    #[test]
+    fn a_weight_update_over_max_frame_by_its_headers_refuses_the_node() {
+        let w = initial_weights_for(&linear(), &specs(4)).unwrap().unwrap();
+        let len = crate::wire::update_weights_len(&w);
+        let layout = specs(4).batch_layout_recording(crate::policy::Recorded::Categorical { n: 2 });
+        let per_frame = layout_bytes(&layout).unwrap();
         assert!(
-            matches!(&r, Err(TrainerError::Policy(m)) if m.contains("over max_frame (2000)")),
-            "{r:?}"
+            4 * w.numel() < len - 1 && per_frame < len - 1,
+            "only the exact length is over"
+        );
+        let mut m = machine(config(1, 1, 1, None, false))
+            .with_layout_sources(first_ready(1, "Custom"))
+            .with_deferred_policy("Custom", linear())
+            .with_max_frame(len - 1);
+        let reason = refusal(&mut m, ready(0, Some(&specs(4))));
+        assert_eq!(
+            reason,
+            format!(
+                "policy linear has 10 parameters for its specs: a weight update is a frame of {len} bytes, over \
+                 max_frame ({})",
+                len - 1
+            )
+        );
+        assert_eq!(m.env_specs("Custom"), None);
+    }
+
+    #[test]
+    fn a_node_whose_specs_make_an_mlp_too_big_for_a_frame_is_refused_by_name_before_anything_is_built() {
+        // The issue's case: a discrete action of 2^21 choices makes a 64-64 MLP of 136 M
+        // parameters (545 MB of f32) against the default 256 MiB frame.
+        let mlp = PolicySpec::from(PolicyConfig::Mlp { hidden: vec![64, 64] });
+        let n = 1u64 << 21;
+        let hostile = EnvSpecs::from_specs(&Spec::uniform_box(4, -1.0, 1.0), &Spec::Discrete { n });
+        let max = crate::wire::DEFAULT_MAX_FRAME;
+        let mut m = machine(config(2, 1, 4, None, false))
+            .with_layout_sources(first_ready(2, "Custom"))
+            .with_deferred_policy("Custom", mlp.clone())
+            .with_max_frame(max);
+        let started = std::time::Instant::now();
+        let r = m.on_node(ready_of(0, Some(&hostile), &mlp.config), &mut Vec::new());
+        let params = mlp.config.spec_params(4, 1 << 21).unwrap();
+        assert_eq!(params, 136_319_360);
+        assert_eq!(
+            r,
+            Err(TrainerError::BadLayout {
+                node: 0,
+                reason: format!(
+                    "policy mlp would have {params} parameters for its specs: a weight update over max_frame \
+                     ({max}); nothing was built"
+                ),
+            })
+        );
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(1),
+            "refused from the count, not after building 545 MB: {:?}",
+            started.elapsed()
+        );
+        assert!(m.initial_weights(0).is_none() && m.initial_weights(1).is_none());
+        assert_eq!(m.env_specs("Custom"), None);
+        // The honest node that comes next sets the env's specs and gets version 0.
+        let out = feed(&mut m, ready_of(1, Some(&specs(4)), &mlp.config));
+        assert_eq!(sends(&out), vec![(1, "update_weights")]);
+        assert_eq!(m.env_specs("Custom"), Some(&specs(4)));
+        assert_eq!(
+            m.initial_weights(1).map(|w| w.numel()),
+            mlp.config.spec_params(4, 2),
+            "built, and counted as spec_params said"
         );
     }
 
