@@ -324,3 +324,55 @@ fn names_from_the_model_are_bounded_and_escaped_in_errors() {
     assert!(text.len() < 2 * MAX_NAME_BYTES + 200, "{} bytes", text.len());
     assert!(text.contains("(100005 bytes)"), "{text}");
 }
+
+#[test]
+fn a_panic_in_tract_while_running_is_an_error_of_the_step_and_the_next_step_runs_again() {
+    use crate::policy::{ActionsMut, Policy, PolicyError};
+    // A second output of K x 2^24 x 2^24 f32 (2^50 bytes per row, past any address
+    // space), its shape made from the observation's at run time: the checks cannot size
+    // it (no constant says it), tract types it symbolically, and at run time asserts its
+    // allocation succeeded: a panic inside the step.
+    let mut axis = pb::AttributeProto {
+        name: "axis".into(),
+        r#type: pb::attribute_proto::AttributeType::Int as i32,
+        ..Default::default()
+    };
+    axis.i = 0;
+    let mut concat = node("dims", "Concat", &["k", "rest"], &["dims"]);
+    concat.attribute.push(axis.clone());
+    let mut gather = node("k", "Gather", &["obs_shape", "first"], &["k"]);
+    gather.attribute.push(axis);
+    let mut proto = model_with(
+        vec![
+            node("obs_shape", "Shape", &["observation"], &["obs_shape"]),
+            gather,
+            concat,
+            node("huge", "ConstantOfShape", &["dims"], &["huge"]),
+        ],
+        vec![
+            tensor("first", DataType::Int64, &[1], i64s(&[0])),
+            tensor("rest", DataType::Int64, &[2], i64s(&[1 << 24, 1 << 24])),
+        ],
+    );
+    if let Some(g) = proto.graph.as_mut() {
+        g.output.push(pb::ValueInfoProto {
+            name: "huge".into(),
+            ..Default::default()
+        });
+    }
+    let (obs, action) = cartpole();
+    let model = OnnxModel::parse(proto.encode_to_vec()).unwrap();
+    let mut policy = OnnxPolicy::new(&model, OnnxHead::Categorical, &obs, &action, 1).unwrap();
+    assert_eq!(policy.engine(), OnnxEngine::Tract(WeightMode::Rebuild));
+    for step in 0..2 {
+        let mut actions = vec![-1i64; 2];
+        let e = policy
+            .act(&[0.0; 8], 2, ActionsMut::Discrete(&mut actions))
+            .expect_err("a step of 2^51 bytes ran");
+        assert!(
+            matches!(&e, PolicyError::Onnx(OnnxError::Panicked { doing, message, .. })
+                if doing == "running the model" && message.contains("failed to allocate")),
+            "step {step}: {e}"
+        );
+    }
+}
