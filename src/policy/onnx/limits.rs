@@ -174,9 +174,9 @@ fn check_tensor(t: &pb::TensorProto, name: &str, totals: &mut Totals) -> Result<
     }
     let dt = DataType::try_from(t.data_type).map_err(|_| bad(format!("unknown data type {}", t.data_type)))?;
     let (typed, size) = layout(dt).ok_or_else(|| bad(format!("data type {} is not supported", dt.as_str_name())))?;
-    let n = elements(&t.dims, &bad)?;
-    check_data(t, dt, typed, size, n, &bad)?;
-    no_absurd_dim(&t.dims, &bad)?;
+    let n = elements(&t.dims, bad)?;
+    check_data(t, dt, typed, size, n, bad)?;
+    no_absurd_dim(&t.dims, bad)?;
     totals.constant_elements = totals.constant_elements.saturating_add(n);
     if totals.constant_elements > MAX_MODEL_BYTES {
         return Err(bad(format!(
