@@ -28,7 +28,10 @@ pub(crate) use common::Argmax2;
 pub use constant::Constant;
 pub use linear::Linear;
 pub use mlp::Mlp;
-pub use onnx::{OnnxBytes, OnnxEngine, OnnxError, OnnxHead, OnnxModel, OnnxPolicy, WeightMode, MAX_MODEL_BYTES};
+pub use onnx::{
+    OnnxBytes, OnnxEngine, OnnxError, OnnxHead, OnnxModel, OnnxPolicy, WeightMode, DECODE_OVERHEAD_BYTES,
+    MAX_MODEL_BYTES, MAX_MODEL_CONSTANT_ELEMENTS, MAX_MODEL_NODES,
+};
 pub use random::RandomPolicy;
 pub use record::{ParamsMut, RecordMut, Recorded};
 /// The built-in networks' `tanh` (docs/policies.md), vectorised, in place: for

@@ -573,3 +573,145 @@ fn a_checkpoint_holds_the_model_and_its_weights_and_resumes_without_the_file() {
     assert_eq!(run.status.and_then(|s| s.code()), Some(2), "{err}");
     assert!(err.contains("`policy_file`") && err.contains("checkpoint"), "{err}");
 }
+
+/// ONNX's protobuf, written by hand: hostile models are made at test time, not checked in.
+mod pb_bytes {
+    /// A varint.
+    pub fn varint(out: &mut Vec<u8>, mut v: u64) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+
+    /// A length-delimited field.
+    pub fn ld(tag: u64, body: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        varint(&mut out, tag << 3 | 2);
+        varint(&mut out, body.len() as u64);
+        out.extend_from_slice(body);
+        out
+    }
+
+    /// A varint field.
+    pub fn int(tag: u64, v: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        varint(&mut out, tag << 3);
+        varint(&mut out, v);
+        out
+    }
+
+    /// A `TensorProto` with raw data (`data_type` as in onnx.proto: 1 float, 7 int64, 8 string).
+    pub fn tensor(name: &str, data_type: u64, dims: &[u64], raw: &[u8]) -> Vec<u8> {
+        let mut packed = Vec::new();
+        for &d in dims {
+            varint(&mut packed, d);
+        }
+        [ld(1, &packed), int(2, data_type), ld(8, name.as_bytes()), ld(9, raw)].concat()
+    }
+
+    /// A `NodeProto`.
+    pub fn node(name: &str, op: &str, inputs: &[&str], outputs: &[&str]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for i in inputs {
+            out.extend(ld(1, i.as_bytes()));
+        }
+        for o in outputs {
+            out.extend(ld(2, o.as_bytes()));
+        }
+        out.extend(ld(3, name.as_bytes()));
+        out.extend(ld(4, op.as_bytes()));
+        out
+    }
+
+    /// A `ValueInfoProto` of f32 `[batch, width]`.
+    fn value(name: &str, width: u64) -> Vec<u8> {
+        let shape = [ld(1, &ld(2, b"batch")), ld(1, &int(1, width))].concat();
+        let tensor_type = [int(1, 1), ld(2, &shape)].concat();
+        [ld(1, name.as_bytes()), ld(2, &ld(1, &tensor_type))].concat()
+    }
+
+    /// CartPole's categorical policy (`logits = observation · W`) with `nodes` and
+    /// `initializers` beside it, as a `ModelProto`.
+    pub fn model(nodes: &[Vec<u8>], initializers: &[Vec<u8>]) -> Vec<u8> {
+        let w: Vec<u8> = [0.5f32, -0.5, 0.25, -0.25, 1.0, -1.0, 0.0, 0.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let mut graph = ld(1, &node("policy", "MatMul", &["observation", "W"], &["logits"]));
+        for n in nodes {
+            graph.extend(ld(1, n));
+        }
+        graph.extend(ld(5, &tensor("W", 1, &[4, 2], &w)));
+        for t in initializers {
+            graph.extend(ld(5, t));
+        }
+        graph.extend(ld(11, &value("observation", 4)));
+        graph.extend(ld(12, &value("logits", 2)));
+        [int(1, 8), ld(8, &int(2, 13)), ld(7, &graph)].concat()
+    }
+}
+
+#[test]
+fn hostile_models_exit_2_with_one_line_naming_the_tensor_or_node() {
+    use pb_bytes::{ld, model, node, tensor};
+    let dir = TempDir::new("onnx-hostile");
+    let shape = |n: u64| tensor("shape", 7, &[1], &n.to_le_bytes());
+    let constant_of_shape = |n: u64| model(&[node("big", "ConstantOfShape", &["shape"], &["zeros"])], &[shape(n)]);
+    // 16 MB of empty nodes, merged into the graph by a second `graph` field.
+    let mut empty_nodes = model(&[], &[]);
+    empty_nodes.extend(ld(7, &[0x0a, 0x00].repeat(8 << 20)));
+    let cases: [(&str, Vec<u8>, &[&str]); 6] = [
+        ("honest", model(&[], &[]), &[]),
+        (
+            "string",
+            model(&[], &[tensor("names", 8, &[2], b"ab")]),
+            &["`names`", "raw data"],
+        ),
+        ("cos40", constant_of_shape(1 << 40), &["`big`", "ConstantOfShape"]),
+        ("cos28", constant_of_shape(1 << 28), &["`big`", "ConstantOfShape"]),
+        ("empty_nodes", empty_nodes, &["100000 nodes"]),
+        (
+            "int64_2_40",
+            model(&[], &[tensor("huge", 7, &[1 << 40], &7i64.to_le_bytes())]),
+            &["`huge`", "8 bytes"],
+        ),
+    ];
+    for (name, bytes, needles) in cases {
+        let file = dir.join(&format!("{name}.onnx"));
+        std::fs::write(&file, &bytes).expect("write the model");
+        let path = file.to_str().expect("path");
+        let args = [
+            "collect",
+            "--total-frames",
+            "10",
+            "--frames-per-batch",
+            "10",
+            "--policy",
+            "onnx",
+            "--policy-file",
+            path,
+            "--onnx-head",
+            "categorical",
+        ];
+        let run = run_bounded(
+            Command::new(rollout_bin()).args(args).env_remove("RUST_LOG"),
+            RUN_TIMEOUT,
+        )
+        .expect("spawn rollout");
+        let err = run.stderr_text();
+        let code = run.status.and_then(|s| s.code());
+        if needles.is_empty() {
+            // The base of every hostile model is an honest one: it collects.
+            assert_eq!(code, Some(0), "{name}: {err}");
+            continue;
+        }
+        assert_eq!(code, Some(2), "{name} ({} bytes): {err}", bytes.len());
+        assert_eq!(err.lines().count(), 1, "{name}: {err}");
+        assert!(!err.contains("panicked at"), "{name}: {err}");
+        for needle in needles {
+            assert!(err.contains(needle), "{name}: `{needle}` not in {err}");
+        }
+    }
+}

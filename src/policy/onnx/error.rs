@@ -50,18 +50,86 @@ pub enum OnnxError {
     /// tract could not type, optimise or run the model.
     #[error("tract cannot run the model: {0}")]
     Tract(String),
+    /// A node the checks made before tract sees the model refuse (a bound on the graph,
+    /// or a constant shape over the budget).
+    #[error("node `{node}` ({op}): {reason}")]
+    Node {
+        /// The node's name (or its first output's), bounded and escaped.
+        node: String,
+        /// Its op type, bounded and escaped.
+        op: String,
+        /// Why.
+        reason: String,
+    },
+    /// The model as a whole is over a bound checked before it is decoded.
+    #[error("{0}")]
+    Bound(String),
+    /// tract panicked on the model: caught, and the model refused.
+    #[error("tract panicked while {doing}: {message}{}", if at.is_empty() { String::new() } else { format!(" (at {at})") })]
+    Panicked {
+        /// What was being done (parsing, typing, optimising, running).
+        doing: String,
+        /// The panic's message, bounded and escaped.
+        message: String,
+        /// Where in tract (file:line), when known.
+        at: String,
+    },
+}
+
+/// The most bytes of a name from the model an error shows.
+pub(crate) const MAX_NAME_BYTES: usize = 256;
+
+/// The most bytes of tract's error chain an error shows.
+const MAX_TRACT_MESSAGE: usize = 1024;
+
+/// `s` as an error shows it: control and other non-printable characters escaped, at most
+/// `max` bytes of that (cut on a character, escapes counted), then ` … (N bytes)` giving
+/// the original size when cut. Strings inside a model are hostile input too.
+pub(crate) fn bounded(s: &str, max: usize) -> String {
+    let mut out = String::new();
+    for c in s.chars() {
+        let start = out.len();
+        if c == '"' || c == '\'' {
+            out.push(c);
+        } else {
+            out.extend(c.escape_debug());
+        }
+        if out.len() > max {
+            out.truncate(start);
+            out.push_str(&format!(" … ({} bytes)", s.len()));
+            return out;
+        }
+    }
+    out
 }
 
 impl OnnxError {
     /// A tract error with its whole context chain.
     pub(super) fn tract(e: impl std::fmt::Display) -> OnnxError {
-        OnnxError::Tract(format!("{e:#}"))
+        OnnxError::Tract(bounded(&format!("{e:#}"), MAX_TRACT_MESSAGE))
+    }
+
+    /// An initializer's (or a constant tensor's) error, its name bounded.
+    pub(super) fn initializer(name: &str, reason: impl Into<String>) -> OnnxError {
+        OnnxError::Initializer {
+            name: bounded(name, MAX_NAME_BYTES),
+            reason: reason.into(),
+        }
+    }
+
+    /// A node's error, its name and op bounded.
+    pub(super) fn node(node: &str, op: &str, reason: impl Into<String>) -> OnnxError {
+        OnnxError::Node {
+            node: bounded(node, MAX_NAME_BYTES),
+            op: bounded(op, MAX_NAME_BYTES),
+            reason: reason.into(),
+        }
     }
 
     /// An output error.
     pub(super) fn output(name: &str, reason: impl Into<String>) -> OnnxError {
         OnnxError::Output {
-            name: name.to_string(),
+            name: bounded(name, MAX_NAME_BYTES),
             reason: reason.into(),
         }
     }
@@ -69,8 +137,28 @@ impl OnnxError {
     /// An input error.
     pub(super) fn input(name: &str, reason: impl Into<String>) -> OnnxError {
         OnnxError::Input {
-            name: name.to_string(),
+            name: bounded(name, MAX_NAME_BYTES),
             reason: reason.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_escapes_cuts_on_a_character_and_gives_the_size() {
+        assert_eq!(bounded("fc1.weight", 256), "fc1.weight");
+        assert_eq!(bounded("a\nb\u{1b}[31m", 256), "a\\nb\\u{1b}[31m");
+        let long = "é".repeat(1000);
+        let b = bounded(&long, 9);
+        assert_eq!(b, "éééé … (2000 bytes)");
+        // Escapes count toward the bound: a name of control characters stays short.
+        let ctl = "\u{7}".repeat(100_000);
+        let b = bounded(&ctl, MAX_NAME_BYTES);
+        assert!(b.len() <= MAX_NAME_BYTES + 24, "{} bytes", b.len());
+        assert!(!b.contains('\u{7}'));
+        assert!(b.ends_with("(100000 bytes)"), "{b}");
     }
 }

@@ -9,6 +9,10 @@
 //! costs what `mlp` costs and an update rebuilds nothing; any other graph runs on tract.
 //!
 //! - [`bytes`]: the model file as it travels (cheap to clone, msgpack `bin`).
+//! - [`prescan`]: the protobuf walked before it is decoded (nodes, decoded size).
+//! - [`limits`]: the decoded model checked before tract evaluates anything (constants'
+//!   data against their dims, sizes ops would make from constants).
+//! - [`guard`]: every call into tract, a panic in it turned into an error.
 //! - [`model`]: parsing once, checking against the env's specs, the initializers.
 //! - [`dense_chain`]: recognising a chain of dense layers, and its forward pass.
 //! - [`runner`]: the tract plan and how weight versions reach it.
@@ -18,10 +22,13 @@
 mod bytes;
 mod dense_chain;
 mod error;
+mod guard;
 mod heads;
+mod limits;
 mod model;
 mod policy;
 pub(crate) use policy::recorded;
+mod prescan;
 mod runner;
 
 use serde::{Deserialize, Serialize};
@@ -35,6 +42,22 @@ pub use runner::WeightMode;
 /// The largest ONNX model accepted, in bytes: the trainer refuses a bigger file before
 /// any node starts, and a node counts it against the size of the `welcome` it reads.
 pub const MAX_MODEL_BYTES: usize = 128 << 20;
+
+/// The most nodes a model may hold, counted in the file before it is decoded (the
+/// graph, subgraphs and functions together): an empty node is 2 bytes in the file and
+/// over 200 decoded.
+pub const MAX_MODEL_NODES: usize = 100_000;
+
+/// Decoding a model may allocate at most twice its size plus this many bytes (a bound
+/// computed from the file's tags and lengths before it is decoded).
+pub const DECODE_OVERHEAD_BYTES: usize = 64 << 20;
+
+/// The most elements the ops that make a tensor of a size given by a constant
+/// (`ConstantOfShape`, `Expand`, `Tile`, `Range`, `Resize`, `Upsample`, `Pad`, `OneHot`,
+/// `RandomNormal`, `RandomUniform`) may make, summed over the model, checked before
+/// tract folds any of them. The constant tensors themselves hold at most
+/// [`MAX_MODEL_BYTES`] elements together, each exactly the data its dims declare.
+pub const MAX_MODEL_CONSTANT_ELEMENTS: usize = 1 << 24;
 
 /// How the model's outputs parameterise the action distribution (the design's heads;
 /// written as snake_case strings in configs and on the wire).
@@ -83,5 +106,7 @@ impl std::fmt::Display for OnnxHead {
     }
 }
 
+#[cfg(test)]
+mod hostile_tests;
 #[cfg(test)]
 mod tests;

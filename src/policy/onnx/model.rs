@@ -9,6 +9,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use tract_onnx::pb::{self, tensor_proto::DataType};
 use tract_onnx::prelude::{DatumType, Framework, InferenceFact, InferenceModelExt, TDim, TypedFact, TypedModel};
 
+use super::error::{bounded, MAX_NAME_BYTES};
+use super::guard::guarded;
+use super::limits::{check_model, node_name};
+use super::prescan::prescan;
 use super::{OnnxBytes, OnnxError, OnnxHead, MAX_MODEL_BYTES};
 use crate::policy::Weights;
 use crate::schema::{keys, BatchLayout};
@@ -124,6 +128,19 @@ impl OnnxModel {
     /// specs give (`EnvSpecs::batch_layout`), `action` their action as a [`Spec`].
     pub fn check_node_specs(&self, layout: &BatchLayout, action: &Spec, head: OnnxHead) -> Result<(), OnnxError> {
         let parsed = self.parsed()?;
+        guarded("checking the model against the node's specs", || {
+            self.check_parsed_node_specs(parsed, layout, action, head)
+        })
+    }
+
+    /// [`OnnxModel::check_node_specs`] on the parsed model, unguarded.
+    fn check_parsed_node_specs(
+        &self,
+        parsed: &Parsed,
+        layout: &BatchLayout,
+        action: &Spec,
+        head: OnnxHead,
+    ) -> Result<(), OnnxError> {
         let leaves: Vec<(&String, &(crate::tensor::DType, Vec<usize>))> = layout
             .iter()
             .filter(|(k, _)| *k == keys::OBSERVATION || k.starts_with("observation."))
@@ -204,6 +221,20 @@ impl OnnxModel {
         weighting: Weighting<'_>,
     ) -> Result<Checked, OnnxError> {
         let parsed = self.parsed()?;
+        guarded("typing the model", || {
+            self.typed_parsed(parsed, obs, action, head, weighting)
+        })
+    }
+
+    /// [`OnnxModel::typed`] on the parsed model, unguarded.
+    fn typed_parsed(
+        &self,
+        parsed: &Parsed,
+        obs: &Spec,
+        action: &Spec,
+        head: OnnxHead,
+        weighting: Weighting<'_>,
+    ) -> Result<Checked, OnnxError> {
         let mut proto = parsed.proto.clone();
         let graph = proto
             .graph
@@ -267,6 +298,8 @@ pub(super) enum Weighting<'a> {
 }
 
 /// Reads the protobuf, refuses unknown ops, and finds the initializers and the input.
+/// The file is walked before it is decoded ([`prescan`]) and the decoded model checked
+/// before tract evaluates anything ([`limits`]); the decoding itself runs guarded.
 fn parse(bytes: &[u8]) -> Result<Parsed, OnnxError> {
     if bytes.len() > MAX_MODEL_BYTES {
         return Err(OnnxError::TooLarge {
@@ -274,10 +307,12 @@ fn parse(bytes: &[u8]) -> Result<Parsed, OnnxError> {
             limit: MAX_MODEL_BYTES,
         });
     }
+    prescan(bytes)?;
     let onnx = tract_onnx::onnx();
-    let mut proto = onnx
-        .proto_model_for_read(&mut &*bytes)
-        .map_err(|e| OnnxError::NotOnnx(format!("{e:#}")))?;
+    let mut proto = guarded("decoding the model", || {
+        onnx.proto_model_for_read(&mut &*bytes)
+            .map_err(|e| OnnxError::NotOnnx(bounded(&format!("{e:#}"), MAX_NAME_BYTES)))
+    })?;
     let graph = proto
         .graph
         .as_ref()
@@ -287,19 +322,18 @@ fn parse(bytes: &[u8]) -> Result<Parsed, OnnxError> {
     }
     for node in &graph.node {
         if !onnx.op_register.0.contains_key(&node.op_type) {
-            let name = if node.name.is_empty() {
-                node.output.first().cloned().unwrap_or_default()
-            } else {
-                node.name.clone()
-            };
             let op = if node.domain.is_empty() {
                 node.op_type.clone()
             } else {
                 format!("{}.{}", node.domain, node.op_type)
             };
-            return Err(OnnxError::UnsupportedOp { node: name, op });
+            return Err(OnnxError::UnsupportedOp {
+                node: bounded(node_name(node), MAX_NAME_BYTES),
+                op: bounded(&op, MAX_NAME_BYTES),
+            });
         }
     }
+    check_model(&proto)?;
     let mut float_names = Vec::new();
     let mut tensors = BTreeMap::new();
     for init in &graph.initializer {
@@ -442,10 +476,7 @@ fn check_input_shape(graph: &pb::GraphProto, name: &str, obs_shape: &[usize]) ->
 
 /// An f32 initializer as a rollout tensor.
 fn float_initializer(init: &pb::TensorProto) -> Result<Tensor, OnnxError> {
-    let bad = |reason: String| OnnxError::Initializer {
-        name: init.name.clone(),
-        reason,
-    };
+    let bad = |reason: String| OnnxError::initializer(&init.name, reason);
     if init.data_location == Some(pb::tensor_proto::DataLocation::External as i32) {
         return Err(bad("stored in an external file; export it inside the model".into()));
     }
@@ -454,9 +485,12 @@ fn float_initializer(init: &pb::TensorProto) -> Result<Tensor, OnnxError> {
         .iter()
         .map(|&d| usize::try_from(d).map_err(|_| bad(format!("negative dimension {d}"))))
         .collect::<Result<Vec<usize>, _>>()?;
-    let numel: usize = shape.iter().product();
+    let numel = shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| bad(format!("dims {shape:?} overflow the element count")))?;
     let data: Vec<f32> = if !init.raw_data.is_empty() {
-        if init.raw_data.len() != numel * 4 {
+        if Some(init.raw_data.len()) != numel.checked_mul(4) {
             return Err(bad(format!(
                 "{} bytes of data for shape {shape:?}",
                 init.raw_data.len()
@@ -487,10 +521,10 @@ fn replace_initializers(graph: &mut pb::GraphProto, weights: &Weights) -> Result
             continue;
         };
         let Tensor::F32(a) = values else {
-            return Err(OnnxError::Initializer {
-                name: init.name.clone(),
-                reason: format!("must be f32, got {}", values.dtype()),
-            });
+            return Err(OnnxError::initializer(
+                &init.name,
+                format!("must be f32, got {}", values.dtype()),
+            ));
         };
         init.float_data.clear();
         init.raw_data = match a.as_slice() {

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::dense_chain::DenseChain;
+use super::guard::guarded;
 use super::heads::{self, Pick};
 use super::model::{OnnxModel, Roles, Weighting};
 use super::runner::{f32_output, int_output, Runner, WeightMode};
@@ -84,7 +85,17 @@ impl OnnxPolicy {
         let checked = model.typed(obs, action, head, Weighting::Constants(None))?;
         let width = width(action);
         let roles = checked.roles;
-        let chain = DenseChain::recognise(model.parsed()?, head, roles, &obs.feature_shape(), width, &weights);
+        let parsed = model.parsed()?;
+        let chain = guarded("recognising a chain of dense layers", || {
+            Ok(DenseChain::recognise(
+                parsed,
+                head,
+                roles,
+                &obs.feature_shape(),
+                width,
+                &weights,
+            ))
+        })?;
         let engine = match chain {
             Some(chain) => Engine::DenseChain(chain),
             None => Engine::Tract(Runner::from_checked(

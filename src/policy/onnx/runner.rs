@@ -13,6 +13,7 @@ use tract_onnx::prelude::{
     TypedSimplePlan, TypedSimpleState,
 };
 
+use super::guard::guarded;
 use super::model::{Checked, OnnxModel, Roles, Weighting, BATCH};
 use super::{OnnxError, OnnxHead};
 use crate::policy::Weights;
@@ -143,10 +144,7 @@ impl Runner {
         self.weight_inputs
             .iter()
             .map(|name| {
-                let bad = |reason: String| OnnxError::Initializer {
-                    name: name.clone(),
-                    reason,
-                };
+                let bad = |reason: String| OnnxError::initializer(name, reason);
                 match weights.tensors.get(name) {
                     Some(Tensor::F32(a)) => {
                         let t = match a.as_slice() {
@@ -162,8 +160,18 @@ impl Runner {
             .collect()
     }
 
-    /// Runs the model on `k` observations (row-major).
+    /// Runs the model on `k` observations (row-major). A panic in tract is an error, and
+    /// the plans are dropped (the next run rebuilds the one it needs).
     pub(super) fn run(&mut self, obs: &[f32], k: usize) -> Result<TVec<TValue>, OnnxError> {
+        let result = guarded("running the model", || self.run_unguarded(obs, k));
+        if let Err(OnnxError::Panicked { .. }) = &result {
+            self.plans.clear();
+        }
+        result
+    }
+
+    /// [`Runner::run`], unguarded.
+    fn run_unguarded(&mut self, obs: &[f32], k: usize) -> Result<TVec<TValue>, OnnxError> {
         let mut shape = Vec::with_capacity(1 + self.obs_shape.len());
         shape.push(k);
         shape.extend_from_slice(&self.obs_shape);
@@ -192,9 +200,11 @@ const MAX_PLANS: usize = 4;
 
 /// Optimises a checked model into a plan and its state.
 fn plan(model: TypedModel) -> Result<TypedSimpleState, OnnxError> {
-    let optimized = model.into_optimized().map_err(OnnxError::tract)?;
-    let plan: Arc<TypedRunnableModel> = TypedSimplePlan::new(optimized).map_err(OnnxError::tract)?;
-    TypedSimpleState::new(&plan).map_err(OnnxError::tract)
+    guarded("optimising the model into a plan", || {
+        let optimized = model.into_optimized().map_err(OnnxError::tract)?;
+        let plan: Arc<TypedRunnableModel> = TypedSimplePlan::new(optimized).map_err(OnnxError::tract)?;
+        TypedSimpleState::new(&plan).map_err(OnnxError::tract)
+    })
 }
 
 /// The f32 values of output `i`, row-major.
