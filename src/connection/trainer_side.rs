@@ -444,14 +444,20 @@ mod tests {
         );
         for v in [4, 5] {
             assert!(
-                matches!(hello_to_a_run_needing(specs(), v).1, HandshakeStep::Send(TrainerFrame::Challenge { .. })),
+                matches!(
+                    hello_to_a_run_needing(specs(), v).1,
+                    HandshakeStep::Send(TrainerFrame::Challenge { .. })
+                ),
                 "version {v}"
             );
         }
         // A run that needs nothing of the newer versions admits all three.
         for v in 3..=5 {
             assert!(
-                matches!(hello_to_a_run_needing(None, v).1, HandshakeStep::Send(TrainerFrame::Challenge { .. })),
+                matches!(
+                    hello_to_a_run_needing(None, v).1,
+                    HandshakeStep::Send(TrainerFrame::Challenge { .. })
+                ),
                 "version {v}"
             );
         }

@@ -169,12 +169,16 @@ mod tests {
         assert_eq!(v.check(5), Ok(()));
         assert_eq!(
             v.check(4),
-            Err("protocol version 4 cannot serve this run: its policy (mlp) records action_log_prob and its \
+            Err(
+                "protocol version 4 cannot serve this run: its policy (mlp) records action_log_prob and its \
                  distribution's parameters in every batch (version 5); this run admits 5 (this trainer speaks 3 \
                  to 5, the older ones for runs that need less)"
-                .into())
+                    .into()
+            )
         );
-        assert!(v.check(3).is_err_and(|r| r.starts_with("protocol version 3 cannot serve this run")));
+        assert!(v
+            .check(3)
+            .is_err_and(|r| r.starts_with("protocol version 3 cannot serve this run")));
         assert_eq!(
             v.check(7),
             Err("protocol version 7 is not supported (this trainer speaks 3 to 5; this run admits 5)".into())
@@ -186,10 +190,12 @@ mod tests {
         assert_eq!(v.check(5), Ok(()));
         assert_eq!(
             v.check(3),
-            Err("protocol version 3 cannot serve this run: its env Custom is known only to its nodes, which \
+            Err(
+                "protocol version 3 cannot serve this run: its env Custom is known only to its nodes, which \
                  report its spaces in ready's specs (version 4); this run admits 4 to 5 (this trainer speaks 3 \
                  to 5, the older ones for runs that need less)"
-                .into())
+                    .into()
+            )
         );
         let v = AdmitVersions::serving([Need::Onnx]);
         assert!(v.check(4).is_err_and(|r| r.contains("its policy is onnx")));

@@ -137,7 +137,10 @@ impl TextNode {
         };
         let specs = (self.version >= 4).then(|| w.env_specs());
         let node = self.welcome.node_index;
-        send(&mut self.s, &NodeFrame::Message(FromNode::Ready { node, layout, specs }));
+        send(
+            &mut self.s,
+            &NodeFrame::Message(FromNode::Ready { node, layout, specs }),
+        );
     }
 
     /// `frames` frames of its envs, as this version's batch holds them: before
@@ -219,7 +222,10 @@ fn assert_exact(mut c: DistributedCollector, nodes: Vec<JoinHandle<Vec<TensorDic
         assert_eq!(round.numel(), SHARE * sent.len(), "round {r}'s frames");
         let shares: Vec<TensorDict> = sent.iter().map(|s| s[r].clone()).collect();
         let expected = TensorDict::stack(&shares).expect("stack");
-        assert!(*round == expected, "round {r} is not the nodes' shares stacked in node order");
+        assert!(
+            *round == expected,
+            "round {r} is not the nodes' shares stacked in node order"
+        );
     }
 }
 
