@@ -17,21 +17,26 @@ mod login;
 mod read;
 mod read_specs;
 mod tagged;
+mod versions;
 
 pub use continue_frame::encode_continue;
 pub use login::{decode_login, LoginFrame};
 pub use read::Frame;
 pub(crate) use read::{decode_into, Storage};
+pub use versions::{AdmitVersions, Need};
 
 use crate::message::{names, FromNode, ToNode};
 use crate::node_spec::NodeSpec;
 use crate::policy::Weights;
 
-/// Version of this protocol, the one nodes of this crate speak (4: `ready` carries the
-/// env's specs). A trainer admits [`OLDEST_PROTOCOL_VERSION`] up to this one.
-pub const PROTOCOL_VERSION: u32 = 4;
-/// The oldest version a trainer admits: a version-3 node sends no specs in `ready`, so
-/// it can only serve envs the trainer builds itself.
+/// Version of this protocol, the one nodes of this crate speak (5: a node records what
+/// its policy records in every batch; 4: `ready` carries the env's specs). A trainer
+/// admits [`OLDEST_PROTOCOL_VERSION`] up to this one, less those a run cannot be served
+/// by ([`AdmitVersions`]).
+pub const PROTOCOL_VERSION: u32 = 5;
+/// The oldest version a trainer admits: a version-3 node sends no specs in `ready` and
+/// no recorded keys in its batches, so it can only serve envs the trainer builds itself
+/// under a policy that records nothing; a version-4 node, any env under such a policy.
 pub const OLDEST_PROTOCOL_VERSION: u32 = 3;
 /// Default largest frame body accepted, in bytes (256 MiB).
 pub const DEFAULT_MAX_FRAME: usize = 256 << 20;

@@ -1,6 +1,7 @@
-//! The trainer's side of a connection: the handshake that admits a node, then the
-//! session with it — heartbeat deadlines, and the rules of what a node may send
-//! when: `Ready` once and before any `Batch`, every message in its own name.
+//! The trainer's side of a connection: the handshake that admits a node (refusing at
+//! `hello` a protocol version the run cannot be served by), then the session with it —
+//! heartbeat deadlines, and the rules of what a node may send when: `Ready` once and
+//! before any `Batch`, every message in its own name.
 
 use std::time::{Duration, Instant};
 
@@ -8,9 +9,7 @@ use super::liveness::{Liveness, Tick};
 use super::Inbound;
 use crate::message::FromNode;
 use crate::peer_text::{bounded, Bounded};
-use crate::wire::{
-    decode_login, verify_proof, LoginFrame, NodeFrame, TrainerFrame, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
-};
+use crate::wire::{decode_login, verify_proof, AdmitVersions, LoginFrame, NodeFrame, TrainerFrame};
 
 /// What the trainer does next in a handshake.
 #[derive(Clone, Debug, PartialEq)]
@@ -33,19 +32,29 @@ pub enum HandshakeStep {
 pub struct TrainerHandshake {
     token: Vec<u8>,
     nonce: Vec<u8>,
+    versions: AdmitVersions,
     hello: Option<(String, Option<usize>)>,
     done: bool,
 }
 
 impl TrainerHandshake {
-    /// A handshake that will challenge with `nonce` (random, [`NONCE_LEN`](crate::wire::NONCE_LEN) bytes).
+    /// A handshake that will challenge with `nonce` (random, [`NONCE_LEN`](crate::wire::NONCE_LEN) bytes),
+    /// admitting every protocol version this trainer speaks ([`AdmitVersions::all`]).
     pub fn new(token: &[u8], nonce: Vec<u8>) -> TrainerHandshake {
         TrainerHandshake {
             token: token.to_vec(),
             nonce,
+            versions: AdmitVersions::all(),
             hello: None,
             done: false,
         }
+    }
+
+    /// The same handshake admitting only `versions`, those that can serve the run: a
+    /// `hello` of any other is refused with the reason [`AdmitVersions::check`] gives.
+    pub fn admitting(mut self, versions: AdmitVersions) -> TrainerHandshake {
+        self.versions = versions;
+        self
     }
 
     /// Feeds the next frame body the node sent.
@@ -70,12 +79,9 @@ impl TrainerHandshake {
                     node_index,
                 },
             ) => {
-                if !(OLDEST_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&protocol_version) {
+                if let Err(reason) = self.versions.check(protocol_version) {
                     self.done = true;
-                    return HandshakeStep::Reject(format!(
-                        "protocol version {protocol_version} is not supported (this trainer speaks \
-                         {OLDEST_PROTOCOL_VERSION} to {PROTOCOL_VERSION})"
-                    ));
+                    return HandshakeStep::Reject(reason);
                 }
                 if node_name.len() > 256 {
                     self.done = true;
@@ -252,7 +258,7 @@ mod tests {
     use super::*;
     use crate::message::Batch;
     use crate::tensor::{Tensor, TensorDict};
-    use crate::wire::{auth_proof, encode, NONCE_LEN, PREFIX_LEN};
+    use crate::wire::{auth_proof, encode, Need, NONCE_LEN, OLDEST_PROTOCOL_VERSION, PREFIX_LEN, PROTOCOL_VERSION};
 
     const TOKEN: &[u8] = b"secret";
 
@@ -354,10 +360,11 @@ mod tests {
         rejected(hs.on_frame(&auth(TOKEN, &nonce(), "node-0")), "already finished");
         rejected(
             TrainerHandshake::new(TOKEN, nonce()).on_frame(&hello("node-0", OLDEST_PROTOCOL_VERSION - 1, None)),
-            "protocol version 2 is not supported (this trainer speaks 3 to 4)",
+            "protocol version 2 is not supported (this trainer speaks 3 to 5)",
         );
-        // Version 3 (no specs in `ready`) and 4 are admitted.
-        for v in [OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION] {
+        // Version 3 (no specs in `ready`), 4 (no recorded keys) and 5 are admitted by a
+        // handshake told nothing of the run.
+        for v in OLDEST_PROTOCOL_VERSION..=PROTOCOL_VERSION {
             assert!(
                 matches!(
                     TrainerHandshake::new(TOKEN, nonce()).on_frame(&hello("node-0", v, None)),
@@ -409,6 +416,73 @@ mod tests {
         rejected(
             TrainerHandshake::new(TOKEN, nonce()).on_frame(&hello(&"x".repeat(257), PROTOCOL_VERSION, None)),
             "longer than 256",
+        );
+    }
+
+    /// A handshake for a run that needs `need`, fed a `hello` of `version`.
+    fn hello_to_a_run_needing(need: Option<Need>, version: u32) -> (TrainerHandshake, HandshakeStep) {
+        let versions = AdmitVersions::serving(need);
+        let mut hs = TrainerHandshake::new(TOKEN, nonce()).admitting(versions);
+        let step = hs.on_frame(&hello("node-0", version, Some(0)));
+        (hs, step)
+    }
+
+    #[test]
+    fn a_version_that_cannot_serve_the_run_is_refused_at_hello_naming_the_versions() {
+        let recorded = || Some(Need::Recorded { policy: "mlp".into() });
+        let specs = || Some(Need::Specs { env: "Custom".into() });
+        // A policy that records log-probabilities: only version 5 serves it.
+        for v in [3, 4] {
+            let (mut hs, step) = hello_to_a_run_needing(recorded(), v);
+            rejected(
+                step,
+                &format!(
+                    "protocol version {v} cannot serve this run: its policy (mlp) records action_log_prob and its \
+                     distribution's parameters in every batch (version 5); this run admits 5 (this trainer speaks \
+                     3 to 5"
+                ),
+            );
+            // Refused before the challenge: no proof is even asked for.
+            rejected(hs.on_frame(&auth(TOKEN, &nonce(), "node-0")), "already finished");
+        }
+        let (mut hs, step) = hello_to_a_run_needing(recorded(), 5);
+        assert_eq!(step, HandshakeStep::Send(TrainerFrame::Challenge { nonce: nonce() }));
+        assert_eq!(
+            hs.on_frame(&auth(TOKEN, &nonce(), "node-0")),
+            HandshakeStep::Authenticated {
+                node_name: "node-0".into(),
+                node_index: Some(0),
+            }
+        );
+        // An env only the nodes know: version 3 sends no specs; 4 and 5 do.
+        rejected(
+            hello_to_a_run_needing(specs(), 3).1,
+            "protocol version 3 cannot serve this run: its env Custom is known only to its nodes, which report \
+             its spaces in ready's specs (version 4); this run admits 4 to 5",
+        );
+        for v in [4, 5] {
+            assert!(
+                matches!(
+                    hello_to_a_run_needing(specs(), v).1,
+                    HandshakeStep::Send(TrainerFrame::Challenge { .. })
+                ),
+                "version {v}"
+            );
+        }
+        // A run that needs nothing of the newer versions admits all three.
+        for v in 3..=5 {
+            assert!(
+                matches!(
+                    hello_to_a_run_needing(None, v).1,
+                    HandshakeStep::Send(TrainerFrame::Challenge { .. })
+                ),
+                "version {v}"
+            );
+        }
+        // Outside what the trainer speaks, the run's versions are named too.
+        rejected(
+            hello_to_a_run_needing(recorded(), 6).1,
+            "protocol version 6 is not supported (this trainer speaks 3 to 5; this run admits 5)",
         );
     }
 

@@ -377,6 +377,30 @@ impl PolicyConfig {
         }
     }
 
+    /// The kind's name, as in configs and on the command line (`mlp`, `onnx`, ...).
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            PolicyConfig::Random => "random",
+            PolicyConfig::Linear => "linear",
+            PolicyConfig::Mlp { .. } => "mlp",
+            PolicyConfig::Constant { .. } => "constant",
+            PolicyConfig::Onnx { .. } => "onnx",
+        }
+    }
+
+    /// Whether a policy of this kind records anything beside its actions on every
+    /// action it can take ([`Self::recorded`] is never [`Recorded::None`] for them):
+    /// every policy with a distribution, `random`, `linear`, `mlp` and an `onnx` model
+    /// with a categorical, normal or tanh-normal head; not `constant` nor a
+    /// deterministic `onnx` head. Known before the env's specs are.
+    pub fn records(&self) -> bool {
+        match self {
+            PolicyConfig::Random | PolicyConfig::Linear | PolicyConfig::Mlp { .. } => true,
+            PolicyConfig::Constant { .. } => false,
+            PolicyConfig::Onnx { head, .. } => *head != OnnxHead::Deterministic,
+        }
+    }
+
     /// What a policy of this kind records beside its actions for this action spec:
     /// the batch layout's extra keys, known to the trainer before any node runs.
     pub fn recorded(&self, action: &Spec) -> Recorded {
@@ -455,6 +479,27 @@ mod tests {
 
     fn names(p: &dyn Policy) -> Vec<&str> {
         p.weights().tensors.keys().map(String::as_str).collect()
+    }
+
+    #[test]
+    fn records_says_whether_a_kind_records_on_every_action_it_takes() {
+        let kinds = [
+            PolicyConfig::Random,
+            PolicyConfig::Linear,
+            PolicyConfig::Mlp { hidden: vec![3] },
+            PolicyConfig::Constant { value: 1.0 },
+        ];
+        for kind in &kinds {
+            for (_, action) in [cartpole(), pendulum()] {
+                assert_eq!(
+                    kind.recorded(&action) != Recorded::None,
+                    kind.records(),
+                    "{} on {action:?}",
+                    kind.kind_name()
+                );
+            }
+        }
+        assert!(!PolicyConfig::Constant { value: 1.0 }.records());
     }
 
     #[test]

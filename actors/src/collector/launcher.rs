@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 
-use rollout::wire::MIN_TOKEN_LEN;
+use rollout::wire::{AdmitVersions, MIN_TOKEN_LEN};
 
 use crate::error::CollectError;
 
@@ -20,8 +20,9 @@ use super::settings::Settings;
 impl Settings {
     /// The launcher that starts this run's nodes, its settings checked: a token for
     /// nodes that join from outside (drawn at random for the ones this trainer starts),
-    /// heartbeat and frame limits, the `Slurm` options and `advertise`, the node command.
-    pub(super) fn launch(&self) -> Result<Box<dyn Launch>, CollectError> {
+    /// heartbeat and frame limits, the `Slurm` options and `advertise`, the node command;
+    /// the door admits nodes of `versions` (those that can serve the run) only.
+    pub(super) fn launch(&self, versions: AdmitVersions) -> Result<Box<dyn Launch>, CollectError> {
         if self.launcher == Launcher::Local {
             return Ok(Box::new(LocalLaunch));
         }
@@ -60,6 +61,7 @@ impl Settings {
                     max_frame: self.max_frame,
                 },
                 handshake_timeout: self.handshake_timeout,
+                versions,
                 metrics: self.run_metrics.clone(),
             },
             join_timeout: self.join_timeout,

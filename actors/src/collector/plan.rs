@@ -496,7 +496,9 @@ impl Settings {
         if let Some(c) = self.resume.clone() {
             machine = machine.with_resume(c)?;
         }
-        let launch = self.launch()?;
+        // The protocol versions that can serve this run, from its plan: a node of any
+        // other is refused at `hello`.
+        let launch = self.launch(machine.admit_versions(&self.policy.config))?;
         // Each node's layout is the trainer's own (above): a remote node's `Ready` must
         // announce it; local::start reads it off the workers it builds.
         if self.max_nodes.is_some() {

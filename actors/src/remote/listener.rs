@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use rollout::connection::{Admission, HandshakeStep, LogLimit, PendingLogins, TrainerHandshake};
 use rollout::node_spec::NodeSpec;
-use rollout::wire::{self, TrainerFrame, Welcome, LOGIN_MAX_FRAME, NONCE_LEN};
+use rollout::wire::{self, AdmitVersions, TrainerFrame, Welcome, LOGIN_MAX_FRAME, NONCE_LEN};
 use rollout::Weights;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -32,6 +32,8 @@ pub(crate) struct DoorConfig {
     pub(crate) timing: PeerTiming,
     /// Deadline of one handshake.
     pub(crate) handshake_timeout: Duration,
+    /// The protocol versions that can serve the run; any other is refused at `hello`.
+    pub(crate) versions: AdmitVersions,
     /// Where refusals are counted, when metrics are on.
     pub(crate) metrics: Option<RunMetrics>,
 }
@@ -256,10 +258,11 @@ async fn door(
 }
 
 /// The frames before admission, each at most [`LOGIN_MAX_FRAME`] bytes (refused from
-/// its prefix), decoded strictly by the core: who the node is, once it proved the token.
+/// its prefix), decoded strictly by the core: who the node is, once it proved the token
+/// (speaking a protocol version that can serve the run).
 async fn login(s: &mut TcpStream, cfg: &DoorConfig) -> Result<(String, Option<usize>), String> {
     let nonce: Vec<u8> = (0..NONCE_LEN).map(|_| rand::random::<u8>()).collect();
-    let mut hs = TrainerHandshake::new(&cfg.token, nonce);
+    let mut hs = TrainerHandshake::new(&cfg.token, nonce).admitting(cfg.versions.clone());
     loop {
         let body = read_frame(s, LOGIN_MAX_FRAME)
             .await

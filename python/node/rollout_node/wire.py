@@ -13,7 +13,7 @@ import struct
 import msgpack
 import numpy as np
 
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 DEFAULT_MAX_FRAME = 256 << 20
 PROOF_CONTEXT = b"rollout-join-v1"
 

@@ -1,5 +1,5 @@
 """``python -m rollout_node`` against a scripted trainer, for envs beyond f32 boxes: ``hello``
-speaks version 4, ``ready`` carries the specs and the layout they give, batches travel in the
+speaks version 5, ``ready`` carries the specs and the layout they give, batches travel in the
 env's own dtypes, ``--double-to-float``, and a space the node or its policy cannot take is a
 ``failed`` naming the key, then exit 1."""
 

@@ -10,7 +10,8 @@
 //! seed chain), `supervise` (timeouts, failures, restarts), `checkpoint` (taking
 //! and restoring one), `deadlines` (how long a node may take to answer each
 //! request), `layout` (what batches must hold), `specs` (the env specs nodes report, and
-//! version 0 built from them), `membership` (elastic runs: nodes
+//! version 0 built from them), `versions` (the protocol versions that can serve the
+//! run), `membership` (elastic runs: nodes
 //! that join and leave), and `node_state` (where each node is, as one enum).
 
 use std::collections::VecDeque;
@@ -37,6 +38,7 @@ mod specs;
 mod supervise;
 #[cfg(test)]
 mod test_support;
+mod versions;
 mod weights;
 
 use checkpoint::Checkpoints;

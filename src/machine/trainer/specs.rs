@@ -41,21 +41,10 @@ impl NodeSpecs {
     }
 }
 
-/// The name of a policy, for errors.
-fn policy_name(p: &PolicySpec) -> &'static str {
-    match p.config {
-        PolicyConfig::Random => "random",
-        PolicyConfig::Linear => "linear",
-        PolicyConfig::Mlp { .. } => "mlp",
-        PolicyConfig::Constant { .. } => "constant",
-        PolicyConfig::Onnx { .. } => "onnx",
-    }
-}
-
 /// Version 0 of `policy` for an env of `specs` (`None`: a policy without weights), or
 /// why it cannot take them, naming the key.
 pub fn initial_weights_for(policy: &PolicySpec, specs: &EnvSpecs) -> Result<Option<Weights>, String> {
-    let name = policy_name(policy);
+    let name = policy.config.kind_name();
     if matches!(policy.config, PolicyConfig::Random) {
         return Ok(None);
     }
@@ -265,7 +254,7 @@ impl TrainerMachine {
     /// update's length), then the update's exact length once built. Over `max_frame`
     /// it is the node's refusal; a policy that cannot take the specs fails the run.
     fn build_initial(&self, env: &str, policy: &PolicySpec, specs: &EnvSpecs) -> Result<Option<Arc<Weights>>, Refusal> {
-        let name = policy_name(policy);
+        let name = policy.config.kind_name();
         if let Some(max) = self.specs.max_frame {
             let params = spec_params_for(policy, specs);
             if params.and_then(|p| p.checked_mul(4)).is_none_or(|bytes| bytes > max) {

@@ -1,0 +1,115 @@
+//! Which protocol versions can serve the run: what its nodes must send, known from
+//! where each node's layout comes from and the policy they act with, before any node
+//! joins, so that a node of a version that cannot is refused at `hello` instead of
+//! being admitted and cut at its `ready` or first batch.
+
+use super::layout::LayoutSource;
+use super::TrainerMachine;
+use crate::policy::{PolicyConfig, Recorded};
+use crate::schema::keys;
+use crate::wire::{AdmitVersions, Need};
+
+impl TrainerMachine {
+    /// The protocol versions that can serve this run, whose nodes act with `policy`
+    /// ([`AdmitVersions`]): version 4 and up where a node's env is one only the nodes
+    /// know (its specs come in `ready`); version 5 where its batches must carry
+    /// recorded keys (the layout the trainer checks them against has
+    /// `action_log_prob`: a policy with a distribution, [`PolicyConfig::records`]),
+    /// and for an `onnx` policy. A node with nothing known of it
+    /// ([`LayoutSource::Announced`], a machine driven without a plan) needs nothing.
+    pub fn admit_versions(&self, policy: &PolicyConfig) -> AdmitVersions {
+        let recorded = || Need::Recorded {
+            policy: policy.kind_name().to_string(),
+        };
+        let mut needs = Vec::new();
+        for source in &self.layouts.sources {
+            match source {
+                LayoutSource::Known { layout, .. } => {
+                    if layout.contains_key(keys::ACTION_LOG_PROB) {
+                        needs.push(recorded());
+                    }
+                }
+                LayoutSource::Specs { recorded: r, .. } => {
+                    if *r != Recorded::None {
+                        needs.push(recorded());
+                    }
+                }
+                LayoutSource::FirstReady { env } => {
+                    needs.push(Need::Specs { env: env.clone() });
+                    if policy.records() {
+                        needs.push(recorded());
+                    }
+                }
+                LayoutSource::Announced => {}
+            }
+        }
+        if matches!(policy, PolicyConfig::Onnx { .. }) {
+            needs.push(Need::Onnx);
+        }
+        AdmitVersions::serving(needs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::*;
+    use super::*;
+    use crate::space::EnvSpecs;
+    use crate::spec::Spec;
+
+    fn specs() -> EnvSpecs {
+        EnvSpecs::from_specs(&Spec::uniform_box(4, -1.0, 1.0), &Spec::Discrete { n: 2 })
+    }
+
+    fn built(recorded: Recorded) -> LayoutSource {
+        LayoutSource::Specs {
+            of: "env Custom".into(),
+            specs: specs(),
+            recorded,
+        }
+    }
+
+    fn first_ready() -> LayoutSource {
+        LayoutSource::FirstReady { env: "Custom".into() }
+    }
+
+    fn versions(sources: Vec<LayoutSource>, policy: &PolicyConfig) -> AdmitVersions {
+        let n = sources.len();
+        machine(config(n, 1, 4, None, false))
+            .with_layout_sources(sources)
+            .admit_versions(policy)
+    }
+
+    #[test]
+    fn a_policy_that_records_needs_version_5_and_an_env_only_the_nodes_know_version_4() {
+        let constant = PolicyConfig::Constant { value: 1.0 };
+        let mlp = PolicyConfig::Mlp { hidden: vec![8] };
+        // An env the trainer builds, acted on by a policy that records nothing: every version.
+        assert_eq!(versions(vec![built(Recorded::None); 2], &constant).oldest(), 3);
+        // ... by one that records: 5, the policy named.
+        let v = versions(vec![built(Recorded::Categorical { n: 2 }); 2], &mlp);
+        assert_eq!(v.oldest(), 5);
+        assert_eq!(v.need(), Some(&Need::Recorded { policy: "mlp".into() }));
+        // An env only the nodes know: 4 for its specs, 5 if the policy records.
+        let v = versions(vec![first_ready(); 2], &constant);
+        assert_eq!(v.need(), Some(&Need::Specs { env: "Custom".into() }));
+        assert_eq!(v.oldest(), 4);
+        assert_eq!(versions(vec![first_ready(); 2], &PolicyConfig::Random).oldest(), 5);
+        // One node of either kind sets the run's.
+        assert_eq!(
+            versions(vec![built(Recorded::None), first_ready()], &constant).oldest(),
+            4
+        );
+        // A layout the trainer was given: by whether it holds action_log_prob.
+        let mut layout = specs().batch_layout();
+        let known = |layout| LayoutSource::Known {
+            of: "the trainer".into(),
+            layout,
+        };
+        assert_eq!(versions(vec![known(layout.clone())], &constant).oldest(), 3);
+        Recorded::LogProb.extend_layout(&mut layout);
+        assert_eq!(versions(vec![known(layout)], &PolicyConfig::Random).oldest(), 5);
+        // Nothing known of a node: nothing needed.
+        assert_eq!(versions(vec![LayoutSource::Announced], &mlp).oldest(), 3);
+    }
+}

@@ -1,0 +1,203 @@
+//! Which protocol versions can serve one run. Each version after the oldest a trainer
+//! speaks added something a node must do (PROTOCOL.md, Changelog): a run that needs
+//! it admits no version older than the one that brought it, and refuses such a node
+//! at `hello`, before it is admitted, with a reason naming the versions.
+
+use std::fmt;
+
+use super::{OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION};
+
+/// Something a run needs of its nodes that only a newer protocol version has.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// `specs` in `ready` (version 4): the env is known only to the nodes, so the
+    /// trainer learns its spaces from them.
+    Specs {
+        /// The env's name.
+        env: String,
+    },
+    /// The recorded keys in every `batch` (version 5): the policy has a distribution,
+    /// so its batches carry `action_log_prob` and the distribution's parameters.
+    Recorded {
+        /// The policy's kind (`mlp`, `random`, ...).
+        policy: String,
+    },
+    /// The `onnx` policy in `welcome.spec` (version 5).
+    Onnx,
+}
+
+impl Need {
+    /// The version that brought it: the oldest that can serve a run needing it.
+    pub fn version(&self) -> u32 {
+        match self {
+            Need::Specs { .. } => 4,
+            Need::Recorded { .. } | Need::Onnx => 5,
+        }
+    }
+}
+
+impl fmt::Display for Need {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Need::Specs { env } => write!(
+                f,
+                "its env {env} is known only to its nodes, which report its spaces in ready's specs (version 4)"
+            ),
+            Need::Recorded { policy } => write!(
+                f,
+                "its policy ({policy}) records action_log_prob and its distribution's parameters in every batch \
+                 (version 5)"
+            ),
+            Need::Onnx => write!(f, "its policy is onnx, a model sent in welcome.spec (version 5)"),
+        }
+    }
+}
+
+/// The protocol versions a trainer admits for one run: [`OLDEST_PROTOCOL_VERSION`] to
+/// [`PROTOCOL_VERSION`], less those older than what the run needs. Computed once from
+/// the run's plan, before any node joins.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdmitVersions {
+    /// The need that sets the oldest version admitted (the first of the highest).
+    need: Option<Need>,
+}
+
+impl Default for AdmitVersions {
+    fn default() -> AdmitVersions {
+        AdmitVersions::all()
+    }
+}
+
+impl AdmitVersions {
+    /// Every version this trainer speaks: a run that needs nothing of the newer ones.
+    pub fn all() -> AdmitVersions {
+        AdmitVersions { need: None }
+    }
+
+    /// The versions that serve a run with these needs: from the highest version any
+    /// of them needs (the first such need is the one a refusal names).
+    pub fn serving(needs: impl IntoIterator<Item = Need>) -> AdmitVersions {
+        let need = needs.into_iter().fold(None::<Need>, |best, n| match best {
+            Some(b) if b.version() >= n.version() => Some(b),
+            _ => Some(n),
+        });
+        AdmitVersions { need }
+    }
+
+    /// The oldest version admitted.
+    pub fn oldest(&self) -> u32 {
+        self.need
+            .as_ref()
+            .map_or(OLDEST_PROTOCOL_VERSION, |n| n.version().max(OLDEST_PROTOCOL_VERSION))
+    }
+
+    /// What sets [`Self::oldest`], if anything above [`OLDEST_PROTOCOL_VERSION`] does.
+    pub fn need(&self) -> Option<&Need> {
+        self.need.as_ref()
+    }
+
+    /// Whether a node speaking `version` can serve the run; if not, the `reject`
+    /// reason, naming the versions this trainer speaks and this run admits.
+    pub fn check(&self, version: u32) -> Result<(), String> {
+        let speaks = span(OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION);
+        let oldest = self.oldest();
+        if !(OLDEST_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version) {
+            let run = if oldest > OLDEST_PROTOCOL_VERSION {
+                format!("; this run admits {}", span(oldest, PROTOCOL_VERSION))
+            } else {
+                String::new()
+            };
+            return Err(format!(
+                "protocol version {version} is not supported (this trainer speaks {speaks}{run})"
+            ));
+        }
+        match &self.need {
+            Some(need) if version < oldest => Err(format!(
+                "protocol version {version} cannot serve this run: {need}; this run admits {} (this trainer \
+                 speaks {speaks}, the older ones for runs that need less)",
+                span(oldest, PROTOCOL_VERSION)
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// `3 to 5`, or `5` alone.
+fn span(from: u32, to: u32) -> String {
+    if from == to {
+        format!("{from}")
+    } else {
+        format!("{from} to {to}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn recorded() -> Need {
+        Need::Recorded { policy: "mlp".into() }
+    }
+
+    fn specs() -> Need {
+        Need::Specs { env: "Custom".into() }
+    }
+
+    #[test]
+    fn a_run_needing_nothing_admits_every_version_the_trainer_speaks() {
+        let all = AdmitVersions::all();
+        assert_eq!(all.oldest(), OLDEST_PROTOCOL_VERSION);
+        assert_eq!(AdmitVersions::serving([]), all);
+        for v in OLDEST_PROTOCOL_VERSION..=PROTOCOL_VERSION {
+            assert_eq!(all.check(v), Ok(()), "version {v}");
+        }
+        assert_eq!(
+            all.check(2),
+            Err("protocol version 2 is not supported (this trainer speaks 3 to 5)".into())
+        );
+        assert_eq!(
+            all.check(6),
+            Err("protocol version 6 is not supported (this trainer speaks 3 to 5)".into())
+        );
+    }
+
+    #[test]
+    fn the_highest_need_sets_the_oldest_version_and_names_itself_in_the_refusal() {
+        let v = AdmitVersions::serving([specs(), recorded(), Need::Onnx]);
+        assert_eq!(v.oldest(), 5);
+        assert_eq!(v.need(), Some(&recorded()), "the first of the highest");
+        assert_eq!(v.check(5), Ok(()));
+        assert_eq!(
+            v.check(4),
+            Err(
+                "protocol version 4 cannot serve this run: its policy (mlp) records action_log_prob and its \
+                 distribution's parameters in every batch (version 5); this run admits 5 (this trainer speaks 3 \
+                 to 5, the older ones for runs that need less)"
+                    .into()
+            )
+        );
+        assert!(v
+            .check(3)
+            .is_err_and(|r| r.starts_with("protocol version 3 cannot serve this run")));
+        assert_eq!(
+            v.check(7),
+            Err("protocol version 7 is not supported (this trainer speaks 3 to 5; this run admits 5)".into())
+        );
+
+        let v = AdmitVersions::serving([specs()]);
+        assert_eq!(v.oldest(), 4);
+        assert_eq!(v.check(4), Ok(()));
+        assert_eq!(v.check(5), Ok(()));
+        assert_eq!(
+            v.check(3),
+            Err(
+                "protocol version 3 cannot serve this run: its env Custom is known only to its nodes, which \
+                 report its spaces in ready's specs (version 4); this run admits 4 to 5 (this trainer speaks 3 \
+                 to 5, the older ones for runs that need less)"
+                    .into()
+            )
+        );
+        let v = AdmitVersions::serving([Need::Onnx]);
+        assert!(v.check(4).is_err_and(|r| r.contains("its policy is onnx")));
+    }
+}
