@@ -177,7 +177,10 @@ fn sync_a_slot_held_only_by_a_refused_peer_fails_the_run_naming_the_slot_within_
         }
         other => panic!("expected the slot's failure, got {other}"),
     }
-    assert!(waited < DEADLINE, "failed within its wait, not at the batch deadline: {waited:?}");
+    assert!(
+        waited < DEADLINE,
+        "failed within its wait, not at the batch deadline: {waited:?}"
+    );
     let _ = peer.join();
     for g in good {
         let _ = g.join();

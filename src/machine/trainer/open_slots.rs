@@ -187,7 +187,8 @@ mod tests {
         for i in 0..10 {
             m.tick(ms(20 * i as u64), &mut Vec::new()).unwrap();
             let mut out = Vec::new();
-            m.on_node(refused(2, i), &mut out).expect("the slot's failure is the peer's");
+            m.on_node(refused(2, i), &mut out)
+                .expect("the slot's failure is the peer's");
             assert!(matches!(&out[..], [Output::RestartNode { node: 2, .. }]), "{out:?}");
             rejoin(&mut m, 2);
         }
@@ -271,10 +272,16 @@ mod tests {
             s.note(format!("cause {i}"));
         }
         let text = s.given_up(2, Duration::from_secs(60), Duration::from_secs(61));
-        assert!(text.starts_with("cut off for: cause 5; not back 61.0 s later: "), "{text}");
+        assert!(
+            text.starts_with("cut off for: cause 5; not back 61.0 s later: "),
+            "{text}"
+        );
         assert!(text.contains("slot 2 within 60.0 s"), "{text}");
         assert!(text.contains("6 failures"), "{text}");
-        assert!(text.contains("2 earlier not shown; cause 2; cause 3; cause 4; cause 5"), "{text}");
+        assert!(
+            text.contains("2 earlier not shown; cause 2; cause 3; cause 4; cause 5"),
+            "{text}"
+        );
         assert!(!text.contains("cause 1;"), "{text}");
     }
 }
