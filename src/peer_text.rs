@@ -102,6 +102,18 @@ pub fn bounded(s: &str) -> String {
     Bounded(s).to_string()
 }
 
+/// `s` as [`Bounded`] prints it but with a limit of `max` bytes instead of
+/// [`MAX_PEER_TEXT`] (a model's strings, a dependency's error text).
+pub fn bounded_to(s: &str, max: usize) -> String {
+    struct To<'a>(&'a str, usize);
+    impl fmt::Display for To<'_> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write_bounded_to(f, self.0.chars().map(Unit::Char), self.0.len(), self.1)
+        }
+    }
+    To(s, max).to_string()
+}
+
 /// One character of the input, or one byte that is not UTF-8.
 #[derive(Clone, Copy)]
 enum Unit {
@@ -150,11 +162,21 @@ fn shown(u: Unit, buf: &mut [u8; 16]) -> &str {
 /// Writes `units` (of a text of `total` bytes) shown and escaped, at most
 /// [`MAX_PEER_TEXT`] bytes of them, then the suffix if any is left out.
 fn write_bounded(f: &mut fmt::Formatter<'_>, units: impl Iterator<Item = Unit>, total: usize) -> fmt::Result {
+    write_bounded_to(f, units, total, MAX_PEER_TEXT)
+}
+
+/// [`write_bounded`] with a limit of `max` bytes.
+fn write_bounded_to(
+    f: &mut fmt::Formatter<'_>,
+    units: impl Iterator<Item = Unit>,
+    total: usize,
+    max: usize,
+) -> fmt::Result {
     let mut used = 0usize;
     let mut buf = [0u8; 16];
     for u in units {
         let piece = shown(u, &mut buf);
-        if used + piece.len() > MAX_PEER_TEXT {
+        if used + piece.len() > max {
             return write!(f, " … ({total} bytes)");
         }
         used += piece.len();

@@ -1,5 +1,7 @@
 //! Why an ONNX model cannot serve as a policy; every error names the tensor or node.
 
+use crate::peer_text::bounded_to as bounded;
+
 /// What is wrong with an ONNX model or what it produced.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum OnnxError {
@@ -81,27 +83,6 @@ pub(crate) const MAX_NAME_BYTES: usize = 256;
 
 /// The most bytes of tract's error chain an error shows.
 const MAX_TRACT_MESSAGE: usize = 1024;
-
-/// `s` as an error shows it: control and other non-printable characters escaped, at most
-/// `max` bytes of that (cut on a character, escapes counted), then ` … (N bytes)` giving
-/// the original size when cut. Strings inside a model are hostile input too.
-pub(crate) fn bounded(s: &str, max: usize) -> String {
-    let mut out = String::new();
-    for c in s.chars() {
-        let start = out.len();
-        if c == '"' || c == '\'' {
-            out.push(c);
-        } else {
-            out.extend(c.escape_debug());
-        }
-        if out.len() > max {
-            out.truncate(start);
-            out.push_str(&format!(" … ({} bytes)", s.len()));
-            return out;
-        }
-    }
-    out
-}
 
 impl OnnxError {
     /// A tract error with its whole context chain.

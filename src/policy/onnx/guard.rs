@@ -24,7 +24,7 @@ use std::cell::{Cell, RefCell};
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::Once;
 
-use super::error::bounded;
+use crate::peer_text::bounded_to as bounded;
 use super::OnnxError;
 
 /// The most bytes of a panic's message an error keeps.

@@ -9,7 +9,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use tract_onnx::pb::{self, tensor_proto::DataType};
 use tract_onnx::prelude::{DatumType, Framework, InferenceFact, InferenceModelExt, TDim, TypedFact, TypedModel};
 
-use super::error::{bounded, MAX_NAME_BYTES};
+use super::error::MAX_NAME_BYTES;
+use crate::peer_text::bounded_to as bounded;
 use super::guard::guarded;
 use super::limits::{check_model, node_name};
 use super::prescan::prescan;
