@@ -114,9 +114,15 @@ mod tests {
             (r#"{"kind": "discrete", "n": 18446744073709551616}"#, "invalid type"),
             (r#"{"kind": "discrete", "n": 0}"#, "no choice"),
             (r#"{"kind": "discrete", "n": -1}"#, "invalid value"),
-            (r#"{"kind": "discrete", "n": 2, "start": 9223372036854775807}"#, "overflow i64"),
+            (
+                r#"{"kind": "discrete", "n": 2, "start": 9223372036854775807}"#,
+                "overflow i64",
+            ),
             (r#"{"kind": "discrete", "n": 2.5}"#, "invalid type"),
-            (r#"{"kind": "multi_discrete", "nvec": [2, 9223372036854775808]}"#, "element 1"),
+            (
+                r#"{"kind": "multi_discrete", "nvec": [2, 9223372036854775808]}"#,
+                "element 1",
+            ),
             (r#"{"kind": "multi_binary", "n": 67108865}"#, "multi-binary"),
         ] {
             let e = EnvSpecs::from_json(&format!(r#"{{{obs}, "action": {action}}}"#)).unwrap_err();
@@ -127,7 +133,9 @@ mod tests {
             assert!(s.reason.contains(want), "{action}: `{want}` not in {e}");
         }
         let shape = r#""observation": {"kind": "box", "dtype": "f32", "shape": [4294967296, 4294967296]}"#;
-        let e = EnvSpecs::from_json(&format!("{{{shape}, {ACTION}}}")).unwrap_err().to_string();
+        let e = EnvSpecs::from_json(&format!("{{{shape}, {ACTION}}}"))
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("observation: a box of shape"), "{e}");
     }
 

@@ -156,7 +156,9 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("key `observation.spaces.x` given twice"), "{e}");
-        let e = value_from_str(r#"[{"k": 1}, {"k": 1, "k": 1}]"#).unwrap_err().to_string();
+        let e = value_from_str(r#"[{"k": 1}, {"k": 1, "k": 1}]"#)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("key `[1].k` given twice"), "{e}");
     }
 
@@ -170,7 +172,10 @@ mod tests {
         let pairs: std::collections::BTreeMap<String, u8> = from_str(r#"{"x": 1, "y": 2}"#).unwrap();
         assert_eq!(pairs.len(), 2);
         let e = from_str::<std::collections::BTreeMap<String, u8>>(r#"{"x": 1, "x": 2}"#).unwrap_err();
-        assert!(matches!(e, StrictJsonError::Syntax(ref m) if m.contains("key `x` given twice")), "{e}");
+        assert!(
+            matches!(e, StrictJsonError::Syntax(ref m) if m.contains("key `x` given twice")),
+            "{e}"
+        );
     }
 
     #[test]

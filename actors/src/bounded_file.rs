@@ -243,7 +243,11 @@ mod tests {
         f.set_len((2 << 30) + 1).expect("set_len");
         let started = Instant::now();
         let e = read_bounded(&sparse, TOKEN_FILE).unwrap_err().to_string();
-        assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "took {:?}",
+            started.elapsed()
+        );
         assert!(
             e.ends_with("holds 2147483649 bytes (over 2 GiB), over the limit of 65536 bytes (64 KiB) for `token_file`"),
             "{e}"
@@ -258,7 +262,11 @@ mod tests {
         assert!(made.success(), "mkfifo {}", fifo.display());
         let started = Instant::now();
         let e = read_bounded(&fifo, SMALL).unwrap_err().to_string();
-        assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "took {:?}",
+            started.elapsed()
+        );
         assert_eq!(
             e,
             format!(
@@ -268,7 +276,9 @@ mod tests {
         );
         let e = read_bounded(&dir(), SMALL).unwrap_err().to_string();
         assert!(e.contains("is a directory, not a regular file"), "{e}");
-        let e = read_bounded(Path::new("/dev/zero"), POLICY_FILE).unwrap_err().to_string();
+        let e = read_bounded(Path::new("/dev/zero"), POLICY_FILE)
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             e,
             "/dev/zero is a character device, not a regular file: `policy_file` reads regular files only"

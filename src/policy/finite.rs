@@ -92,7 +92,12 @@ mod tests {
     use super::*;
 
     fn weights(tensors: Vec<(&str, Tensor)>) -> Weights {
-        Weights::new(tensors.into_iter().map(|(n, t)| (n.to_string(), t)).collect::<BTreeMap<_, _>>())
+        Weights::new(
+            tensors
+                .into_iter()
+                .map(|(n, t)| (n.to_string(), t))
+                .collect::<BTreeMap<_, _>>(),
+        )
     }
 
     #[test]
@@ -113,17 +118,32 @@ mod tests {
         a[IxDyn(&[2, 600])] = f32::INFINITY;
         let mut b = ArrayD::from_elem(vec![4], 0.0f64);
         b[IxDyn(&[1])] = f64::NEG_INFINITY;
-        let w = weights(vec![("layers.0.weight", Tensor::F32(a.clone())), ("z", Tensor::F64(b.clone()))]);
+        let w = weights(vec![
+            ("layers.0.weight", Tensor::F32(a.clone())),
+            ("z", Tensor::F64(b.clone())),
+        ]);
         let bad = w.first_non_finite().expect("a NaN");
-        assert_eq!((bad.tensor.as_str(), bad.index.as_slice()), ("layers.0.weight", &[2, 5][..]));
+        assert_eq!(
+            (bad.tensor.as_str(), bad.index.as_slice()),
+            ("layers.0.weight", &[2, 5][..])
+        );
         assert!(bad.value.is_nan());
         assert_eq!(bad.to_string(), "tensor `layers.0.weight` holds NaN at [2, 5]");
         a[IxDyn(&[2, 5])] = 0.0;
-        let w = weights(vec![("layers.0.weight", Tensor::F32(a.clone())), ("z", Tensor::F64(b.clone()))]);
-        assert_eq!(w.first_non_finite().expect("inf").to_string(), "tensor `layers.0.weight` holds inf at [2, 600]");
+        let w = weights(vec![
+            ("layers.0.weight", Tensor::F32(a.clone())),
+            ("z", Tensor::F64(b.clone())),
+        ]);
+        assert_eq!(
+            w.first_non_finite().expect("inf").to_string(),
+            "tensor `layers.0.weight` holds inf at [2, 600]"
+        );
         a[IxDyn(&[2, 600])] = 0.0;
         let w = weights(vec![("layers.0.weight", Tensor::F32(a.clone())), ("z", Tensor::F64(b))]);
-        assert_eq!(w.first_non_finite().expect("-inf").to_string(), "tensor `z` holds -inf at [1]");
+        assert_eq!(
+            w.first_non_finite().expect("-inf").to_string(),
+            "tensor `z` holds -inf at [1]"
+        );
         // A view in other than C order (transposed) is searched in C order too.
         let mut t = ArrayD::from_elem(vec![3, 2], 0.0f32);
         t[IxDyn(&[0, 1])] = f32::NAN;

@@ -35,8 +35,14 @@ fn bad_files(dir: &TempDir, limit: u64) -> Vec<(PathBuf, String)> {
         .expect("a sparse file");
     std::fs::set_permissions(&sparse, std::fs::Permissions::from_mode(0o600)).expect("chmod");
     vec![
-        (fifo.clone(), format!("{} is a FIFO, not a regular file", fifo.display())),
-        (folder.clone(), format!("{} is a directory, not a regular file", folder.display())),
+        (
+            fifo.clone(),
+            format!("{} is a FIFO, not a regular file", fifo.display()),
+        ),
+        (
+            folder.clone(),
+            format!("{} is a directory, not a regular file", folder.display()),
+        ),
         (
             PathBuf::from("/dev/zero"),
             "/dev/zero is a character device, not a regular file".to_string(),
@@ -70,7 +76,11 @@ fn refused(args: &[&str], path: &Path, prefix: &str, says: &str) {
     assert_eq!(run.code(), Some(2), "`rollout {cmd}`: {err}");
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 1, "`rollout {cmd}`: one line expected:\n{err}");
-    assert!(lines[0].starts_with(&format!("error: {prefix}")), "`rollout {cmd}`: {}", lines[0]);
+    assert!(
+        lines[0].starts_with(&format!("error: {prefix}")),
+        "`rollout {cmd}`: {}",
+        lines[0]
+    );
     assert!(lines[0].contains(says), "`rollout {cmd}`: `{says}` not in {}", lines[0]);
     assert!(
         started.elapsed() < Duration::from_secs(30),
@@ -84,7 +94,15 @@ fn a_bad_policy_file_is_one_line_and_exit_2() {
     let dir = TempDir::new("hostile-policy-file");
     for (file, says) in bad_files(&dir, 128 << 20) {
         refused(
-            &["collect", "--policy", "onnx", "--onnx-head", "categorical", "--policy-file", "{}"],
+            &[
+                "collect",
+                "--policy",
+                "onnx",
+                "--onnx-head",
+                "categorical",
+                "--policy-file",
+                "{}",
+            ],
             &file,
             "invalid `policy_file`: ",
             &says,
@@ -92,7 +110,15 @@ fn a_bad_policy_file_is_one_line_and_exit_2() {
     }
     // The limit and the setting are named.
     refused(
-        &["collect", "--policy", "onnx", "--onnx-head", "categorical", "--policy-file", "{}"],
+        &[
+            "collect",
+            "--policy",
+            "onnx",
+            "--onnx-head",
+            "categorical",
+            "--policy-file",
+            "{}",
+        ],
         &dir.join("sparse"),
         "invalid `policy_file`: ",
         "over the limit of 134217728 bytes (128 MiB) for `policy_file`",
@@ -105,7 +131,15 @@ fn a_bad_env_spec_file_is_one_line_and_exit_2() {
     for (file, says) in bad_files(&dir, 1 << 20) {
         let arg = format!("@{}", file.display());
         refused(
-            &["collect", "--env", "Foo-v0", "--launcher", "external", "--env-spec", &arg],
+            &[
+                "collect",
+                "--env",
+                "Foo-v0",
+                "--launcher",
+                "external",
+                "--env-spec",
+                &arg,
+            ],
             Path::new(""),
             "invalid `env_spec`: ",
             &says,
@@ -131,7 +165,15 @@ fn env_spec_json_with_a_key_twice_or_a_number_out_of_range_is_one_line_and_exit_
         ),
     ] {
         refused(
-            &["collect", "--env", "Foo-v0", "--launcher", "external", "--env-spec", &spec],
+            &[
+                "collect",
+                "--env",
+                "Foo-v0",
+                "--launcher",
+                "external",
+                "--env-spec",
+                &spec,
+            ],
             Path::new(""),
             "invalid `env_spec`: ",
             says,

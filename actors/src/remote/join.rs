@@ -24,10 +24,10 @@ use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 
 use super::frames::{FrameError, FrameStream, SharedPool};
-use crate::bounded_file::{read_bounded, shown, FileError, TOKEN_FILE};
 use super::link::{spawn_writer, FrameSender};
 use super::parts;
 use super::timing::read_frame;
+use crate::bounded_file::{read_bounded, shown, FileError, TOKEN_FILE};
 use crate::messages::{Deliver, Recycle};
 use crate::node::Node;
 use crate::node_start::{build_workers_awaiting, start_node};

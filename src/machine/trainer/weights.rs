@@ -283,7 +283,10 @@ mod tests {
         assert_eq!(stored.check_weights(&value(f32::NAN)), Ok(()));
         assert_eq!(stored.set_weights(value(f32::NAN)), 1);
         let bare = machine(config(1, 1, 4, None, false));
-        assert!(bare.check_weights(&value(f32::NAN)).is_err(), "no version 0: still numbers only");
+        assert!(
+            bare.check_weights(&value(f32::NAN)).is_err(),
+            "no version 0: still numbers only"
+        );
     }
 
     #[test]
