@@ -210,7 +210,8 @@ impl Space {
                 if *n == 0 {
                     return Err(err(key, "a discrete space of no choice"));
                 }
-                let last = i64::try_from(*n - 1).ok().and_then(|m| start.checked_add(m));
+                // `n` itself an i64 (as gymnasium's and torchrl's), and so the last choice.
+                let last = i64::try_from(*n).ok().and_then(|n| start.checked_add(n - 1));
                 if last.is_none() {
                     return Err(err(key, format!("choices {start} + {n} overflow i64")));
                 }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use rollout::checkpoint::Checkpoint;
 
+use crate::bounded_file::{read_bounded, CHECKPOINT_FILE};
 use crate::error::CollectError;
 
 /// Writes `checkpoint` to `path` atomically (temporary file, fsync, rename).
@@ -15,10 +16,10 @@ pub fn save(checkpoint: &Checkpoint, path: &Path) -> Result<(), CollectError> {
     write_atomic(path, &checkpoint.to_bytes()?)
 }
 
-/// Reads a checkpoint written by [`save`]; names the path in every error.
+/// Reads a checkpoint written by [`save`] (a regular file of at most
+/// [`CHECKPOINT_FILE`]'s limit); names the path in every error.
 pub fn load(path: &Path) -> Result<Checkpoint, CollectError> {
-    let bytes =
-        std::fs::read(path).map_err(|e| CollectError::Checkpoint(format!("cannot read {}: {e}", path.display())))?;
+    let bytes = read_bounded(path, CHECKPOINT_FILE).map_err(|e| CollectError::Checkpoint(e.to_string()))?;
     Checkpoint::from_bytes(&bytes).map_err(|e| CollectError::Checkpoint(format!("{}: {e}", path.display())))
 }
 

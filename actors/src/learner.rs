@@ -151,10 +151,13 @@ impl TrainCheckpoint {
         write_atomic(path, &bytes).map_err(|e| TrainError::CheckpointSave(e.to_string()))
     }
 
-    /// Reads a checkpoint [`Self::save`] wrote; every error names the path.
+    /// Reads a checkpoint [`Self::save`] wrote (a regular file of at most
+    /// [`CHECKPOINT_FILE`](crate::bounded_file::CHECKPOINT_FILE)'s limit); every error
+    /// names the path.
     pub fn load(path: &Path) -> Result<TrainCheckpoint, TrainError> {
         let err = |why: String| TrainError::Checkpoint(format!("{}: {why}", path.display()));
-        let bytes = std::fs::read(path).map_err(|e| err(format!("cannot read: {e}")))?;
+        let bytes = crate::bounded_file::read_bounded(path, crate::bounded_file::CHECKPOINT_FILE)
+            .map_err(|e| TrainError::Checkpoint(e.to_string()))?;
         decode_file(TRAIN_MAGIC, TRAIN_FORMAT, &bytes).map_err(|e| err(e.to_string()))
     }
 }

@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 mod block;
+pub mod bounded_file;
 pub mod checkpoint_file;
 pub mod collector;
 mod delivery;
@@ -19,6 +20,7 @@ pub mod messages;
 pub mod metrics;
 pub mod node;
 mod node_start;
+pub mod policy_file;
 pub mod remote;
 pub mod replay;
 pub mod testkit;

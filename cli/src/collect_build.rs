@@ -1,10 +1,13 @@
 //! `rollout collect`'s flags turned into a running [`DistributedCollector`].
 
+use std::path::Path;
 use std::time::Duration;
 
 use rollout::policy::OnnxHead;
-use rollout::space::{EnvSpecs, Space};
+use rollout::space::EnvSpecs;
 use rollout::{EnvSpec, ExplorationType, PolicyConfig};
+use rollout_actors::bounded_file::{read_bounded, ENV_SPEC_FILE};
+use rollout_actors::policy_file::onnx_policy;
 use rollout_actors::remote::{read_token, JoinError};
 use rollout_actors::{DistributedCollector, Launcher};
 
@@ -98,7 +101,7 @@ fn onnx_config(args: &CollectArgs) -> Result<PolicyConfig, Failure> {
             format!("`{name}` is not one of categorical, normal, tanh_normal, deterministic"),
         )
     })?;
-    PolicyConfig::onnx_file(path, head).map_err(|e| usage("policy_file", format!("{}: {e}", path.display())))
+    onnx_policy(path, head).map_err(|e| usage("policy_file", e))
 }
 
 /// `SECS` of flag `field` as a duration, longer than zero.
@@ -181,39 +184,17 @@ fn node_command(command: &str, launcher: &Launcher) -> Result<Vec<String>, Failu
     }
 }
 
-/// `--env-spec`: JSON, or `@FILE` holding JSON, of the env's specs; a bad one names the
-/// key at fault (its checks against the sizes come at build, naming the key too).
+/// `--env-spec`: JSON, or `@FILE` holding JSON, of the env's specs (a regular file of at
+/// most 1 MiB); a bad one names the key at fault, a key given twice included.
 fn env_spec(arg: &str) -> Result<EnvSpecs, Failure> {
     let text = match arg.strip_prefix('@') {
         Some(path) => {
-            std::fs::read_to_string(path).map_err(|e| usage("env_spec", format!("cannot read {path}: {e}")))?
+            let bytes = read_bounded(Path::new(path), ENV_SPEC_FILE).map_err(|e| usage("env_spec", e))?;
+            String::from_utf8(bytes).map_err(|e| usage("env_spec", format!("{path} is not UTF-8 text: {e}")))?
         }
         None => arg.to_string(),
     };
-    let mut v: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| usage("env_spec", format!("not valid JSON: {e}")))?;
-    let Some(map) = v.as_object_mut() else {
-        return Err(usage(
-            "env_spec",
-            "must be an object {\"observation\": ..., \"action\": ...}",
-        ));
-    };
-    if let Some(other) = map.keys().find(|k| !matches!(k.as_str(), "observation" | "action")) {
-        return Err(usage(
-            "env_spec",
-            format!("unknown key `{other}` (keys: observation, action)"),
-        ));
-    }
-    let mut space = |key: &str| -> Result<Space, Failure> {
-        let v = map
-            .remove(key)
-            .ok_or_else(|| usage("env_spec", format!("missing `{key}`")))?;
-        serde_json::from_value(v).map_err(|e| usage("env_spec", format!("{key}: {e}")))
-    };
-    Ok(EnvSpecs {
-        observation: space("observation")?,
-        action: space("action")?,
-    })
+    EnvSpecs::from_json(&text).map_err(|e| usage("env_spec", e))
 }
 
 pub(crate) fn build(

@@ -9,6 +9,7 @@ use std::path::Path;
 use anyhow::{bail, Context as _};
 use rollout::checkpoint::{decode_file, encode_file, Checkpoint};
 use rollout::PolicyConfig;
+use rollout_actors::bounded_file::{read_bounded, CHECKPOINT_FILE};
 use rollout_actors::checkpoint_file::write_atomic;
 use serde::{Deserialize, Serialize};
 
@@ -37,9 +38,10 @@ impl CollectCheckpoint {
         write_atomic(path, &bytes).map_err(|e| anyhow::anyhow!("{e}"))
     }
 
-    /// Reads what [`Self::save`] wrote; the error names the path.
+    /// Reads what [`Self::save`] wrote (a regular file of at most
+    /// [`CHECKPOINT_FILE`]'s limit); the error names the path.
     pub fn load(path: &Path) -> anyhow::Result<CollectCheckpoint> {
-        let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let bytes = read_bounded(path, CHECKPOINT_FILE)?;
         decode_file(MAGIC, FORMAT, &bytes).with_context(|| path.display().to_string())
     }
 }

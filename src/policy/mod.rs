@@ -16,6 +16,7 @@ use crate::tensor::{Tensor, TensorError};
 mod common;
 mod constant;
 mod dense;
+mod finite;
 mod linear;
 mod logprob;
 mod mlp;
@@ -26,6 +27,7 @@ mod tanh;
 
 pub(crate) use common::Argmax2;
 pub use constant::Constant;
+pub use finite::NonFinite;
 pub use linear::Linear;
 pub use mlp::Mlp;
 pub use onnx::{
@@ -340,28 +342,6 @@ pub enum PolicyConfig {
 }
 
 impl PolicyConfig {
-    /// The `onnx` policy of the model in file `path`, read and parsed now (a file that
-    /// is not ONNX, over [`MAX_MODEL_BYTES`], or with an op tract cannot run is an error
-    /// here, before any node starts; the fit to the env's specs is checked when the
-    /// policy is built for them).
-    pub fn onnx_file(path: impl AsRef<std::path::Path>, head: OnnxHead) -> Result<PolicyConfig, OnnxError> {
-        let path = path.as_ref();
-        let size = std::fs::metadata(path)
-            .map_err(|e| OnnxError::NotOnnx(format!("cannot read it: {e}")))?
-            .len();
-        if size > MAX_MODEL_BYTES as u64 {
-            return Err(OnnxError::TooLarge {
-                size: usize::try_from(size).unwrap_or(usize::MAX),
-                limit: MAX_MODEL_BYTES,
-            });
-        }
-        let bytes = std::fs::read(path).map_err(|e| OnnxError::NotOnnx(format!("cannot read it: {e}")))?;
-        Ok(PolicyConfig::Onnx {
-            model: OnnxModel::parse(bytes)?,
-            head,
-        })
-    }
-
     /// The number of f32 parameters a policy of this kind builds for observations of
     /// `obs_dim` values and an action head of `outputs` raw outputs (`n` logits, or one
     /// per action element), in checked arithmetic and without building anything; `None`

@@ -216,6 +216,14 @@ impl CollectorBuilder {
         self.settings.nan_is_failure = on;
         self
     }
+    /// Store (and push) weights holding NaN or infinity. Off by default: such weights
+    /// are refused before they are stored, a [`CollectError::Config`](crate::CollectError::Config)
+    /// on `weights` naming the tensor and its first bad element, and the run goes on
+    /// with the weights it has.
+    pub fn allow_nonfinite_weights(mut self, on: bool) -> Self {
+        self.settings.allow_nonfinite_weights = on;
+        self
+    }
     /// Yield batches split into trajectories (`[n_traj, max_len]` with `collector.mask`),
     /// on every start path (`build`, `start`, `start_embedded`; pulled or pushed).
     pub fn split_trajs(mut self, on: bool) -> Self {

@@ -486,7 +486,8 @@ impl Settings {
         }
         let mut machine = TrainerMachine::new(cfg)?
             .with_initial_weights_where_known(initial)?
-            .with_layout_sources(layouts);
+            .with_layout_sources(layouts)
+            .with_nonfinite_weights_allowed(self.allow_nonfinite_weights);
         for (env, policy) in deferred {
             machine = machine.with_deferred_policy(env, policy);
         }

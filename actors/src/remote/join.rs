@@ -27,6 +27,7 @@ use super::frames::{FrameError, FrameStream, SharedPool};
 use super::link::{spawn_writer, FrameSender};
 use super::parts;
 use super::timing::read_frame;
+use crate::bounded_file::{read_bounded, shown, FileError, TOKEN_FILE};
 use crate::messages::{Deliver, Recycle};
 use crate::node::Node;
 use crate::node_start::{build_workers_awaiting, start_node};
@@ -37,14 +38,10 @@ pub enum JoinError {
     /// No token in `--token-file` or `ROLLOUT_TOKEN`.
     #[error("no token: pass --token-file PATH or set ROLLOUT_TOKEN")]
     NoToken,
-    /// The token file could not be read.
-    #[error("cannot read the token file {path}: {source}")]
-    TokenFile {
-        /// The file.
-        path: String,
-        /// Why.
-        source: io::Error,
-    },
+    /// The token file could not be read: missing, not a regular file, or over
+    /// [`TOKEN_FILE`]'s limit (64 KiB).
+    #[error("the token file: {0}")]
+    TokenFile(#[from] FileError),
     /// The token is too short to be a secret.
     #[error("the token is {len} bytes; at least {min} are required (e.g. `openssl rand -hex 16`)", min = wire::MIN_TOKEN_LEN)]
     ShortToken {
@@ -173,18 +170,14 @@ fn default_name() -> String {
 pub fn read_token(token_file: Option<&Path>, insecure_file_ok: bool) -> Result<Vec<u8>, JoinError> {
     let token = match token_file {
         Some(p) => {
-            let file_error = |source| JoinError::TokenFile {
-                path: p.display().to_string(),
-                source,
-            };
-            let mode = file_mode(p).map_err(file_error)?;
+            let mode = file_mode(p).map_err(|source| FileError::Io { path: shown(p), source })?;
             if mode & 0o077 != 0 && !insecure_file_ok {
                 return Err(JoinError::InsecureTokenFile {
                     path: p.display().to_string(),
                     mode,
                 });
             }
-            let raw = std::fs::read(p).map_err(file_error)?;
+            let raw = read_bounded(p, TOKEN_FILE)?;
             let end = raw.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(0, |i| i + 1);
             raw[..end].to_vec()
         }

@@ -195,7 +195,9 @@ class DistributedCollector:
     that join while it runs up to ``max_nodes`` and lets nodes leave; instead of
     ``nodes``), ``envs_per_node``, ``envs_per_worker`` (envs one worker thread
     steps with one batched policy call per step; must divide ``envs_per_node``),
-    ``seed``, ``nan_is_failure``, supervision
+    ``seed``, ``nan_is_failure``, ``allow_nonfinite_weights`` (store and push
+    weights holding NaN or infinity; off: ``update_policy_weights_`` raises
+    ``ConfigError`` on ``weights`` naming the tensor), supervision
     (``max_restarts``, ``restart_window``, ``node_max_restarts``,
     ``node_restart_window``, ``continue_timeout``,
     ``continue_without_lost_nodes``, ``worker_nice``), timeouts in seconds
@@ -248,6 +250,7 @@ class DistributedCollector:
         min_nodes: Optional[int] = None,
         max_nodes: Optional[int] = None,
         nan_is_failure: Optional[bool] = None,
+        allow_nonfinite_weights: Optional[bool] = None,
         max_restarts: Optional[int] = None,
         restart_window: Optional[float] = None,
         node_max_restarts: Optional[int] = None,
@@ -344,6 +347,7 @@ class DistributedCollector:
             min_nodes=min_nodes,
             max_nodes=max_nodes,
             nan_is_failure=nan_is_failure,
+            allow_nonfinite_weights=allow_nonfinite_weights,
             max_restarts=max_restarts,
             restart_window=restart_window,
             node_max_restarts=node_max_restarts,

@@ -87,7 +87,7 @@ fn policy_config(json: &str, policy_file: Option<PathBuf>, onnx_head: Option<Str
             format!("{name:?} is not one of categorical, normal, tanh_normal, deterministic"),
         )
     })?;
-    PolicyConfig::onnx_file(&path, head).map_err(|e| config_error("policy_file", format!("{}: {e}", path.display())))
+    rollout_actors::policy_file::onnx_policy(&path, head).map_err(|e| config_error("policy_file", e))
 }
 
 /// An exploration type by torchrl's names (`random`, `deterministic`, `mode`, `mean`).
@@ -191,7 +191,7 @@ pub(crate) fn builder(dict: Bound<'_, PyDict>) -> PyResult<CollectorBuilder> {
         None => return Err(config_error("env", "required: the name of a registered env")),
     }
     if let Some(json) = s.take::<String>("env_spec", "a JSON string")? {
-        let specs = serde_json::from_str::<rollout::space::EnvSpecs>(&json)
+        let specs = rollout::space::EnvSpecs::from_json(&json)
             .map_err(|e| config_error("env_spec", format!("not the specs of an env: {e}")))?;
         b = b.env_spec(specs);
     }
@@ -255,6 +255,9 @@ pub(crate) fn builder(dict: Bound<'_, PyDict>) -> PyResult<CollectorBuilder> {
     }
     if let Some(v) = s.take("nan_is_failure", "a bool")? {
         b = b.nan_is_failure(v);
+    }
+    if let Some(v) = s.take("allow_nonfinite_weights", "a bool")? {
+        b = b.allow_nonfinite_weights(v);
     }
     if let Some(v) = s.take("split_trajs", "a bool")? {
         b = b.split_trajs(v);

@@ -8,6 +8,7 @@ file-like object; everything else is bytes in, values out, so the tests use it a
 import hashlib
 import hmac
 import os
+import stat
 import struct
 
 import msgpack
@@ -198,11 +199,46 @@ class TokenError(Exception):
 MIN_TOKEN_LEN = 16
 """Shortest token accepted, as the Rust trainer and node require (`wire::MIN_TOKEN_LEN`)."""
 
+MAX_TOKEN_FILE = 64 << 10
+"""Most bytes of a token file, as the Rust node's `bounded_file::TOKEN_FILE` (64 KiB)."""
+
+
+def _not_regular(st_mode):
+    """What a file that is not a regular one is, or None for a regular file."""
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(st_mode):
+            return kind
+    return None if stat.S_ISREG(st_mode) else "not a file"
+
+
+def _read_token_file(token_file):
+    """The bytes of a regular token file of at most MAX_TOKEN_FILE bytes: a FIFO, a directory or a
+    device is refused from its metadata, unread (and a FIFO put in its place is not waited on:
+    the file is opened non-blocking and checked again)."""
+
+    def check(st):
+        kind = _not_regular(st.st_mode)
+        if kind is not None:
+            raise TokenError(f"the token file {token_file} is {kind}, not a regular file")
+        if st.st_size > MAX_TOKEN_FILE:
+            raise TokenError(f"the token file {token_file} holds {st.st_size} bytes, over the limit of {MAX_TOKEN_FILE}")
+
+    check(os.stat(token_file))
+    fd = os.open(token_file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as f:
+        check(os.fstat(f.fileno()))
+        raw = f.read(MAX_TOKEN_FILE + 1)
+    if len(raw) > MAX_TOKEN_FILE:
+        raise TokenError(f"the token file {token_file} holds more than {MAX_TOKEN_FILE} bytes, the limit")
+    return raw
+
 
 def read_token(token_file, insecure_file_ok=False):
     """The token as ``rollout node`` reads it: the file without trailing ASCII whitespace,
     else ``ROLLOUT_TOKEN`` as it is; empty, shorter than 16 bytes, or a file readable by
-    group or others (unless ``insecure_file_ok``) is refused, as ssh refuses such a key."""
+    group or others (unless ``insecure_file_ok``) is refused, as ssh refuses such a key; so is
+    a file that is not a regular one (a FIFO, a directory, a device) or over 64 KiB, unread."""
     if token_file is not None:
         try:
             mode = os.stat(token_file).st_mode & 0o777
@@ -211,8 +247,7 @@ def read_token(token_file, insecure_file_ok=False):
                     f"the token file {token_file} is readable by others (mode {mode:03o}): "
                     f"chmod 600 it, or pass --allow-insecure-token-file"
                 )
-            with open(token_file, "rb") as f:
-                raw = f.read()
+            raw = _read_token_file(token_file)
         except OSError as e:
             raise TokenError(f"cannot read the token file {token_file}: {e.strerror or e}") from None
         token = raw.rstrip(b" \t\n\r\x0c")  # Rust is_ascii_whitespace

@@ -139,6 +139,8 @@ pub struct TrainerMachine {
     specs: specs::NodeSpecs,
     /// No deadline can pass before this (machine clock): ticks before it check nothing.
     quiet_until: Duration,
+    /// Weights holding NaN or infinity may be stored (off: refused naming the tensor).
+    allow_nonfinite_weights: bool,
 }
 
 impl TrainerMachine {
@@ -178,6 +180,7 @@ impl TrainerMachine {
             elastic: None,
             specs: specs::NodeSpecs::new(cfg_nodes),
             quiet_until: Duration::ZERO,
+            allow_nonfinite_weights: false,
         })
     }
 

@@ -65,8 +65,17 @@ impl TrainerMachine {
         self.weights.as_ref().or_else(|| self.initial_weights(node))
     }
 
+    /// Lets weights holding NaN or infinity be stored ([`Self::check_weights`] refuses
+    /// them by default, naming the tensor and the element).
+    pub fn with_nonfinite_weights_allowed(mut self, allowed: bool) -> TrainerMachine {
+        self.allow_nonfinite_weights = allowed;
+        self
+    }
+
     /// Whether `weights` fit every node's policy: the names, dtypes and shapes of its
-    /// version 0 (`field` `weights`, the message naming the tensor). Checked before
+    /// version 0 (`field` `weights`, the message naming the tensor), and every float
+    /// in them a number (no NaN or infinity, naming the tensor and its first bad
+    /// element; unless [`Self::with_nonfinite_weights_allowed`]). Checked before
     /// they are stored, so that weights that do not fit never reach a node and the run
     /// goes on with the ones it has. Weights for an env only the nodes know are refused
     /// until its version 0 is built (the first node of it reported its specs: the
@@ -96,6 +105,13 @@ impl TrainerMachine {
                 other => refuse(other.to_string()),
             })?;
             checked.push(v0);
+        }
+        if !self.allow_nonfinite_weights {
+            if let Some(bad) = weights.first_non_finite() {
+                return Err(refuse(format!(
+                    "{bad}; set allow_nonfinite_weights to store weights that are not all numbers"
+                )));
+            }
         }
         Ok(())
     }
@@ -246,6 +262,31 @@ mod tests {
         assert_eq!(m.check_weights(&extra).unwrap_err().reason, "unexpected tensor `bias`");
         let bare = machine(config(1, 1, 4, None, false));
         assert_eq!(bare.check_weights(&weights()), Ok(()), "no version 0: anything goes");
+    }
+
+    #[test]
+    fn weights_holding_nan_or_infinity_are_refused_naming_the_tensor_unless_allowed() {
+        let m = machine(config(2, 1, 4, None, false))
+            .with_initial_weights(vec![value(1.0), value(1.0)])
+            .unwrap();
+        for (v, shown) in [(f32::NAN, "NaN"), (f32::INFINITY, "inf"), (f32::NEG_INFINITY, "-inf")] {
+            let e = m.check_weights(&value(v)).unwrap_err();
+            assert_eq!(e.field, "weights");
+            assert_eq!(
+                e.reason,
+                format!(
+                    "tensor `value` holds {shown} at [0]; set allow_nonfinite_weights to store weights that are not all numbers"
+                )
+            );
+        }
+        let mut stored = m.with_nonfinite_weights_allowed(true);
+        assert_eq!(stored.check_weights(&value(f32::NAN)), Ok(()));
+        assert_eq!(stored.set_weights(value(f32::NAN)), 1);
+        let bare = machine(config(1, 1, 4, None, false));
+        assert!(
+            bare.check_weights(&value(f32::NAN)).is_err(),
+            "no version 0: still numbers only"
+        );
     }
 
     #[test]

@@ -24,8 +24,8 @@ use std::cell::{Cell, RefCell};
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::Once;
 
-use crate::peer_text::bounded_to as bounded;
 use super::OnnxError;
+use crate::peer_text::bounded_to as bounded;
 
 /// The most bytes of a panic's message an error keeps.
 pub(super) const MAX_PANIC_MESSAGE: usize = 256;

@@ -10,11 +10,11 @@ use tract_onnx::pb::{self, tensor_proto::DataType};
 use tract_onnx::prelude::{DatumType, Framework, InferenceFact, InferenceModelExt, TDim, TypedFact, TypedModel};
 
 use super::error::MAX_NAME_BYTES;
-use crate::peer_text::bounded_to as bounded;
 use super::guard::guarded;
 use super::limits::{check_model, node_name};
 use super::prescan::prescan;
 use super::{OnnxBytes, OnnxError, OnnxHead, MAX_MODEL_BYTES};
+use crate::peer_text::bounded_to as bounded;
 use crate::policy::Weights;
 use crate::schema::{keys, BatchLayout};
 use crate::spec::Spec;
