@@ -147,7 +147,7 @@ mod tests {
         };
         assert_eq!(specs(i64::MAX as u64, 0).validate(), Ok(()), "the largest n");
         assert_eq!(specs(2, i64::MAX - 1).validate(), Ok(()), "the last start");
-        for (n, start) in [(1 << 63, 0), (u64::MAX, i64::MIN), (i64::MAX as u64, 1), (2, i64::MAX)] {
+        for (n, start) in [(1 << 63, 0), (u64::MAX, i64::MIN), (i64::MAX as u64, 2), (2, i64::MAX)] {
             let e = specs(n, start).validate().unwrap_err();
             assert_eq!(e.key, "action", "{n} from {start}");
             assert_eq!(e.reason, format!("choices {start} + {n} overflow i64"));
