@@ -42,5 +42,8 @@ pub use raw_node::{
 pub use records::{read_output, OutputRecord};
 pub use scratch::{free_addr, temp_path, unique_name, TempDir};
 pub use scripted::{scripted_join, scripted_node_result, Scripted, SCRIPTED_DEADLINE};
-pub use setups::{cartpole_sync_builder, counting_process_builder, panicky_builder, trainer_config, value_weights};
+pub use setups::{
+    built_on_a_thread, cartpole_sync_builder, counting_process_builder, external_counting_builder, panicky_builder,
+    trainer_config, value_weights,
+};
 pub use wait::{holds_for, poll_until, wait_for, wait_until};

@@ -1,6 +1,8 @@
 //! Configurations several scenario files run: collectors, trainer configs, weights.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use ndarray::ArrayD;
@@ -45,6 +47,32 @@ pub fn counting_process_builder(sync: bool, fpb: usize, total: i64) -> Collector
         .node_program(crate::rollout_bin())
         .join_timeout(Duration::from_secs(20))
         .batch_timeout(Duration::from_secs(20))
+}
+
+/// The trainer of the scenarios where raw peers join over loopback: `nodes` external
+/// nodes of `envs` `Counting` envs each with a constant action 1.0, seed 0, listening
+/// on `addr` for nodes that hold `token`; heartbeats every 200 ms (10 s timeout),
+/// joins and batches bounded by 30 s.
+pub fn external_counting_builder(addr: SocketAddr, token: &[u8], nodes: usize, envs: usize) -> CollectorBuilder {
+    DistributedCollector::builder()
+        .env("Counting")
+        .policy(PolicyConfig::Constant { value: 1.0 })
+        .nodes(nodes)
+        .envs_per_node(envs)
+        .seed(0)
+        .launcher(Launcher::External)
+        .listen(addr.to_string())
+        .token(token)
+        .heartbeat(Duration::from_millis(200), Duration::from_secs(10))
+        .join_timeout(Duration::from_secs(30))
+        .batch_timeout(Duration::from_secs(30))
+}
+
+/// `b` built on a thread of its own (a run of external nodes waits for their joins
+/// in `build`), with the captured log on.
+pub fn built_on_a_thread(b: CollectorBuilder) -> JoinHandle<DistributedCollector> {
+    crate::logs();
+    thread::spawn(move || b.build().expect("collector"))
 }
 
 /// Sync CartPole with a linear policy: 2 nodes of 2 envs, 5 batches of 400 frames.

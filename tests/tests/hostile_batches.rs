@@ -12,9 +12,12 @@ use std::time::Duration;
 use rollout::message::{Batch, Continue, FromNode, ToNode};
 use rollout::rollout::{keys, BatchLayout};
 use rollout::wire::{self, NodeFrame, TrainerFrame, Welcome, PROTOCOL_VERSION};
-use rollout::{DType, PolicyConfig, Registry, Tensor, TensorDict};
-use rollout_actors::{DistributedCollector, Launcher};
-use rollout_tests::{connect, free_addr, good_node, logs, real_data, recv, send, unique_name, OwnLog};
+use rollout::{DType, Registry, Tensor, TensorDict};
+use rollout_actors::DistributedCollector;
+use rollout_tests::{
+    built_on_a_thread, connect, external_counting_builder, free_addr, good_node, real_data, recv, send, unique_name,
+    OwnLog,
+};
 
 const TOKEN: &[u8] = b"hostile-batches-token-0123456789";
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -28,26 +31,12 @@ const HOSTILE: usize = 2;
 /// An async trainer expecting three external nodes of [`ENVS`] Counting envs each,
 /// built on a thread (build waits for the joins).
 fn trainer(addr: SocketAddr) -> JoinHandle<DistributedCollector> {
-    logs();
-    thread::spawn(move || {
-        DistributedCollector::builder()
-            .env("Counting")
-            .policy(PolicyConfig::Constant { value: 1.0 })
-            .nodes(3)
-            .envs_per_node(ENVS)
+    built_on_a_thread(
+        external_counting_builder(addr, TOKEN, 3, ENVS)
             .frames_per_batch(FPB)
             .total_frames(TOTAL as i64)
-            .sync(false)
-            .seed(0)
-            .launcher(Launcher::External)
-            .listen(addr.to_string())
-            .token(TOKEN)
-            .heartbeat(Duration::from_millis(200), Duration::from_secs(10))
-            .join_timeout(DEADLINE)
-            .batch_timeout(DEADLINE)
-            .build()
-            .expect("collector")
-    })
+            .sync(false),
+    )
 }
 
 /// The scripted node's side of its connection.

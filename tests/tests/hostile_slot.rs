@@ -12,10 +12,11 @@ use std::time::{Duration, Instant};
 
 use rollout::message::FromNode;
 use rollout::rollout::BatchLayout;
-use rollout::wire::{self, NodeFrame, TrainerFrame, PROTOCOL_VERSION};
-use rollout::PolicyConfig;
-use rollout_actors::{CollectError, DistributedCollector, Launcher};
-use rollout_tests::{connect, free_addr, good_node, logs, recv, send, unique_name};
+use rollout::wire::{NodeFrame, TrainerFrame};
+use rollout_actors::{CollectError, DistributedCollector};
+use rollout_tests::{
+    built_on_a_thread, connect, external_counting_builder, free_addr, good_node, handshake, recv, send, unique_name,
+};
 
 const TOKEN: &[u8] = b"hostile-slot-token-0123456789abcd";
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -30,54 +31,23 @@ const TIMES: usize = 6;
 /// the CLI supervises remote nodes (3 restarts within 60 s), built on a thread (the
 /// build waits for the joins).
 fn trainer(addr: SocketAddr, sync: bool, total: i64, join_timeout: Duration) -> JoinHandle<DistributedCollector> {
-    logs();
-    thread::spawn(move || {
-        DistributedCollector::builder()
-            .env("Counting")
-            .policy(PolicyConfig::Constant { value: 1.0 })
-            .nodes(3)
-            .envs_per_node(ENVS)
+    built_on_a_thread(
+        external_counting_builder(addr, TOKEN, 3, ENVS)
             .frames_per_batch(FPB)
             .total_frames(total)
             .sync(sync)
-            .seed(0)
-            .launcher(Launcher::External)
-            .listen(addr.to_string())
-            .token(TOKEN)
-            .heartbeat(Duration::from_millis(200), Duration::from_secs(10))
             .node_max_restarts(3)
             .node_restart_window(Duration::from_secs(60))
-            .join_timeout(join_timeout)
-            .batch_timeout(DEADLINE)
-            .build()
-            .expect("collector")
-    })
+            .join_timeout(join_timeout),
+    )
 }
 
 /// Joins slot [`SLOT`] and announces an empty layout, which the trainer refuses;
 /// returns once the trainer closed the connection. `false` when the slot was not
 /// free (the trainer rejected the join) or the run is over.
 fn refused_once(addr: SocketAddr) -> bool {
-    let name = unique_name("hostile-slot");
     let mut s = connect(addr, DEADLINE);
-    send(
-        &mut s,
-        &NodeFrame::Hello {
-            protocol_version: PROTOCOL_VERSION,
-            node_name: name.clone(),
-            node_index: Some(SLOT),
-        },
-    );
-    let Some(TrainerFrame::Challenge { nonce }) = recv(&mut s) else {
-        return false;
-    };
-    send(
-        &mut s,
-        &NodeFrame::Auth {
-            proof: wire::auth_proof(TOKEN, &nonce, &name),
-        },
-    );
-    let Some(TrainerFrame::Welcome(_)) = recv(&mut s) else {
+    let TrainerFrame::Welcome(_) = handshake(&mut s, TOKEN, &unique_name("hostile-slot"), Some(SLOT)) else {
         return false;
     };
     send(

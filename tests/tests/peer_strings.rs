@@ -7,16 +7,19 @@
 //! counted.
 
 use std::net::SocketAddr;
-use std::thread::{self, JoinHandle};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rollout::connection::LogBudget;
 use rollout::message::{FromNode, ToNode};
 use rollout::peer_text::MAX_PRINTED;
 use rollout::wire::{NodeFrame, TrainerFrame};
-use rollout::{PolicyConfig, Registry};
-use rollout_actors::{DistributedCollector, Launcher};
-use rollout_tests::{connect, free_addr, good_node, logged_in, logs, poll_until, recv, send, unique_name};
+use rollout::Registry;
+use rollout_actors::DistributedCollector;
+use rollout_tests::{
+    built_on_a_thread, connect, external_counting_builder, free_addr, good_node, logged_in, logs, poll_until, recv,
+    send, unique_name,
+};
 
 const TOKEN: &[u8] = b"peer-strings-token-0123456789abc";
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -31,26 +34,12 @@ const REFUSALS: usize = 3000;
 /// An async trainer expecting three external nodes of [`ENVS`] Counting envs each,
 /// built on a thread (build waits for the joins).
 fn trainer(addr: SocketAddr) -> JoinHandle<DistributedCollector> {
-    logs();
-    thread::spawn(move || {
-        DistributedCollector::builder()
-            .env("Counting")
-            .policy(PolicyConfig::Constant { value: 1.0 })
-            .nodes(3)
-            .envs_per_node(ENVS)
+    built_on_a_thread(
+        external_counting_builder(addr, TOKEN, 3, ENVS)
             .frames_per_batch(FPB)
             .total_frames(TOTAL as i64)
-            .sync(false)
-            .seed(0)
-            .launcher(Launcher::External)
-            .listen(addr.to_string())
-            .token(TOKEN)
-            .heartbeat(Duration::from_millis(200), Duration::from_secs(10))
-            .join_timeout(DEADLINE)
-            .batch_timeout(DEADLINE)
-            .build()
-            .expect("collector")
-    })
+            .sync(false),
+    )
 }
 
 /// The captured log from byte `from` on.

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rollout::machine::trainer::{initial_weights_for, LayoutSource, Membership};
+use rollout::machine::trainer::{initial_weights_for, spec_params_for, LayoutSource, Membership};
 use rollout::machine::{RequestDeadlines, TrainerConfig, TrainerMachine};
 use rollout::node_spec::NodeSpec;
 use rollout::rollout::{batch_layout, layout_difference, BatchLayout, RolloutConfig};
@@ -185,6 +185,21 @@ impl Settings {
                 }
                 Err(_) => match declared {
                     Some(d) => {
+                        // Counted before anything is built: declared specs may make a
+                        // policy far larger than a frame can carry.
+                        let params = spec_params_for(&policy, d);
+                        if params.and_then(|p| p.checked_mul(4)).is_none_or(|b| b > self.max_frame) {
+                            return Err(config_error(
+                                "env_spec",
+                                format!(
+                                    "node {i}: policy {} would have {} parameters for these specs, more than a \
+                                     weight update of max_frame ({}) can carry",
+                                    policy.config.kind_name(),
+                                    params.map_or_else(|| "more than usize::MAX".to_string(), |p| p.to_string()),
+                                    self.max_frame
+                                ),
+                            ));
+                        }
                         let v0 = initial_weights_for(&policy, d)
                             .map_err(|e| config_error("policy", format!("node {i}: {e}")))?
                             .unwrap_or_else(|| Weights::new(Default::default()));
@@ -743,6 +758,29 @@ mod tests {
         assert!(
             e.reason
                 .starts_with("the declared specs's observation is f32 [3], env CartPole-v1's is f32 [4]"),
+            "{}",
+            e.reason
+        );
+    }
+
+    #[test]
+    fn declared_specs_that_make_a_policy_too_large_for_a_frame_are_refused_before_it_is_built() {
+        // 2^40 choices: an MLP of 64 x 2^40 parameters, counted, never allocated.
+        let huge = EnvSpecs::from_specs(
+            &rollout::Spec::uniform_box(3, -1.0, 1.0),
+            &rollout::Spec::Discrete { n: 1 << 40 },
+        );
+        let e = config_error_of(
+            builder("Custom-v0", Launcher::External)
+                .policy(rollout::PolicyConfig::Mlp { hidden: vec![64] })
+                .env_spec(huge),
+        );
+        assert_eq!(e.field, "env_spec");
+        assert!(
+            e.reason.contains(&format!(
+                "policy mlp would have {} parameters",
+                3 * 64 + 64 + 64 * (1u64 << 40) + (1u64 << 40)
+            )),
             "{}",
             e.reason
         );

@@ -98,15 +98,8 @@ impl TrainerMachine {
         // The slot's wait is a deadline the next tick must look at.
         self.quiet_until = Duration::ZERO;
         let restart = self.restarts[node].record_unlimited(now, cause.clone());
-        self.nodes[node].state.restart(lost);
         tracing::warn!(node, restart, %cause, "node failed; its slot is open for the next node to join");
-        if let Some((n, seed)) = self.chain.at {
-            if n == node {
-                self.seed_from(node + 1, seed.wrapping_add(self.cfg.envs_per_node[node] as u64), out)?;
-            }
-        }
-        out.push(Output::RestartNode { node, restart, cause });
-        Ok(())
+        self.restart_node(node, restart, cause, lost, out)
     }
 
     /// Sync: why the run gives up on slot `node`, open for longer than it waits.

@@ -412,15 +412,8 @@ impl TrainerMachine {
         let now = self.now;
         match self.restarts[node].record(now, cause.clone()) {
             Ok(restart) => {
-                self.nodes[node].state.restart(lost);
                 tracing::warn!(node, restart, %cause, "node failed; restarting it");
-                if let Some((n, seed)) = self.chain.at {
-                    if n == node {
-                        self.seed_from(node + 1, seed.wrapping_add(self.cfg.envs_per_node[node] as u64), out)?;
-                    }
-                }
-                out.push(Output::RestartNode { node, restart, cause });
-                Ok(())
+                self.restart_node(node, restart, cause, lost, out)
             }
             Err(esc) => {
                 tracing::error!(node, restarts = esc.total_restarts, cause = %esc.cause, "node failed past its restart intensity");
@@ -430,6 +423,27 @@ impl TrainerMachine {
                 })
             }
         }
+    }
+
+    /// Restart number `restart` of node `node` for `cause`: it holds the frames `lost`
+    /// for its next incarnation, the seeding chain goes on past it, and the launcher is
+    /// asked to bring it back.
+    pub(super) fn restart_node(
+        &mut self,
+        node: usize,
+        restart: u32,
+        cause: String,
+        lost: Option<usize>,
+        out: &mut Vec<Output>,
+    ) -> Result<(), TrainerError> {
+        self.nodes[node].state.restart(lost);
+        if let Some((n, seed)) = self.chain.at {
+            if n == node {
+                self.seed_from(node + 1, seed.wrapping_add(self.cfg.envs_per_node[node] as u64), out)?;
+            }
+        }
+        out.push(Output::RestartNode { node, restart, cause });
+        Ok(())
     }
 
     /// Nodes still serving (not down, failed or lost).
