@@ -207,7 +207,9 @@ fn connections_past_the_login_cap_close_the_oldest_and_the_log_stays_small() {
 /// Logs in with the token as node `index`, reads `welcome`, and returns the connection.
 fn log_in(t: &AttackedTrainer, index: u8) -> TcpStream {
     let mut s = attacker(t.addr());
-    let mut hello = hello_body(3);
+    // The version this trainer speaks: an older one may be refused at `hello` for the run.
+    let version = u8::try_from(rollout::wire::PROTOCOL_VERSION).expect("a positive fixint");
+    let mut hello = hello_body(version);
     hello[0] = 0x84;
     hello.extend(fixstr("node_index"));
     hello.push(index);
