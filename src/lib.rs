@@ -8,6 +8,7 @@
 #![warn(unreachable_pub)]
 
 pub mod checkpoint;
+pub mod config_error;
 pub mod connection;
 pub mod env;
 pub mod frame_decode;
@@ -24,7 +25,9 @@ pub mod postproc;
 pub mod replay;
 pub mod rng;
 pub mod rollout;
+pub mod run_plan;
 pub mod schema;
+pub mod shares;
 pub mod space;
 pub mod space_json;
 pub mod spec;

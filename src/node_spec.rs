@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::env::{EnvSpec, Registry};
 use crate::policy::{PolicySpec, Weights};
 use crate::rollout::{Rollout, RolloutConfig, RolloutError, TrajIds};
+use crate::shares::worker_frames;
 use crate::supervisor::{RestartIntensity, DEFAULT_MAX_RESTARTS, DEFAULT_RESTART_WINDOW};
 
 fn default_max_restarts() -> u32 {
@@ -37,7 +38,9 @@ pub struct NodeSpec {
     pub first_lane: u64,
     /// Lanes in the whole run (total env workers over all nodes).
     pub lanes: u64,
-    /// Collection-loop settings; `frames_per_batch` is the largest share an env is asked for.
+    /// Collection-loop settings; its `frames_per_batch` (the wire's name) is an env's
+    /// share, [`Shares::env_share`](crate::shares::Shares::env_share), the most one env
+    /// is asked for at once ([`NodeSpec::env_share`]).
     pub rollout: RolloutConfig,
     /// Restarts of one env worker allowed within `restart_window_ms` before the node
     /// fails (absent on the wire: 5).
@@ -74,6 +77,12 @@ fn default_worker_nice() -> i32 {
 pub const DEFAULT_RESTART_WINDOW_MS: u64 = DEFAULT_RESTART_WINDOW.as_millis() as u64;
 
 impl NodeSpec {
+    /// An env's share of a batch: the most frames one env of this node is asked for
+    /// at once (`rollout.frames_per_batch` on the wire).
+    pub fn env_share(&self) -> usize {
+        self.rollout.frames_per_batch
+    }
+
     /// How often each of the node's env workers may be restarted.
     pub fn restart_intensity(&self) -> RestartIntensity {
         RestartIntensity {
@@ -129,13 +138,10 @@ impl NodeSpec {
         let mut cfg = self.rollout.clone();
         cfg.seed = seed;
         // The spec's share is an env's; the worker steps K envs.
-        cfg.frames_per_batch = cfg
-            .frames_per_batch
-            .checked_mul(k)
-            .ok_or_else(|| RolloutError::Config {
-                field: "frames_per_batch",
-                reason: format!("{} frames for each of {k} envs overflow", self.rollout.frames_per_batch),
-            })?;
+        cfg.frames_per_batch = worker_frames(self.env_share(), k).ok_or_else(|| RolloutError::Config {
+            field: "frames_per_batch",
+            reason: format!("{} frames for each of {k} envs overflow", self.rollout.frames_per_batch),
+        })?;
         Rollout::new(envs, policy, ids, cfg)
     }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use ndarray::ArrayD;
 use rollout::machine::TrainerConfig;
+use rollout::shares::Shares;
 use rollout::{PolicyConfig, Tensor, Weights};
 use rollout_actors::{CollectorBuilder, DistributedCollector, Launcher};
 
@@ -20,16 +21,7 @@ pub fn value_weights(v: f32) -> Weights {
 
 /// A trainer config of `nodes` nodes of `envs` envs each, no automatic weight pushes.
 pub fn trainer_config(nodes: usize, envs: usize, fpb: usize, total: Option<u64>, sync: bool) -> TrainerConfig {
-    TrainerConfig {
-        nodes,
-        envs_per_node: vec![envs; nodes],
-        frames_per_batch: fpb,
-        total_frames: total,
-        sync,
-        update_after_each_batch: false,
-        max_weight_update_interval: None,
-        update_interval: None,
-    }
+    TrainerConfig::new(Shares::new(fpb, vec![envs; nodes], 1, sync, total).expect("valid shares"))
 }
 
 /// Two process nodes (the `rollout` binary of [`crate::rollout_bin`]) of `Counting`

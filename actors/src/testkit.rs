@@ -194,19 +194,11 @@ impl NodeHarness {
 ///
 /// ```
 /// use rollout::machine::TrainerConfig;
+/// use rollout::shares::Shares;
 /// use rollout::message::{Continue, FromNode};
 /// use rollout_actors::testkit::{scripted_batch, TrainerHarness};
 ///
-/// let mut trainer = TrainerHarness::new(TrainerConfig {
-///     nodes: 2,
-///     envs_per_node: vec![2, 2],
-///     frames_per_batch: 8,
-///     total_frames: None,
-///     sync: true,
-///     update_after_each_batch: false,
-///     max_weight_update_interval: None,
-///     update_interval: None,
-/// })?;
+/// let mut trainer = TrainerHarness::new(TrainerConfig::new(Shares::new(8, vec![2, 2], 1, true, None)?))?;
 /// trainer.request()?;
 /// let asked = trainer.take_continues();
 /// assert_eq!(
@@ -500,6 +492,7 @@ pub fn scripted_batch(node: usize, c: Continue, envs: usize, version: u64, first
 ///
 /// ```
 /// use rollout::machine::TrainerConfig;
+/// use rollout::shares::Shares;
 /// use rollout::node_spec::NodeSpec;
 /// use rollout::rollout::RolloutConfig;
 /// use rollout::{EnvSpec, PolicyConfig, PolicySpec, Registry};
@@ -518,16 +511,7 @@ pub fn scripted_batch(node: usize, c: Continue, envs: usize, version: u64, first
 ///     restart_window_ms: rollout::node_spec::DEFAULT_RESTART_WINDOW_MS,
 ///     worker_nice: rollout::node_spec::DEFAULT_WORKER_NICE,
 /// };
-/// let cfg = TrainerConfig {
-///     nodes: 2,
-///     envs_per_node: vec![2, 2],
-///     frames_per_batch: 8,
-///     total_frames: Some(16),
-///     sync: false,
-///     update_after_each_batch: false,
-///     max_weight_update_interval: None,
-///     update_interval: None,
-/// };
+/// let cfg = TrainerConfig::new(Shares::new(8, vec![2, 2], 1, false, Some(16))?);
 /// let mut cluster = Cluster::new(cfg, &[spec(0), spec(1)], &Registry::with_builtins())?;
 /// let mut frames = 0;
 /// while let Some(batch) = cluster.next_batch()? {

@@ -233,7 +233,7 @@ impl Trainer {
     /// Every yielded batch goes through `delivery` (split, postproc, replay buffer) and
     /// each wait of the consumer for one is bounded by its `batch_timeout`.
     pub(crate) fn with_delivery(mut self, mut delivery: Delivery) -> Trainer {
-        let total = self.machine.config().total_frames.map_or(-1, |t| t as i64);
+        let total = self.machine.config().total_frames().map_or(-1, |t| t as i64);
         let nodes = self.nodes.len();
         self.metrics = delivery.metrics.take().map(|m| TrainerMetrics::new(m, total, nodes));
         self.delivery = delivery;

@@ -334,21 +334,13 @@ mod machine {
     use rollout::checkpoint::{Checkpoint, NodeState};
     use rollout::machine::{NodeSupervision, TrainerConfig};
     use rollout::message::{Continue, FromNode, ToNode};
+    use rollout::shares::Shares;
     use rollout::{Registry, Weights};
     use rollout_actors::testkit::{scripted_batch, NodeHarness, TrainerHarness};
     use rollout_tests::describe_sent;
 
     fn cfg(sync: bool) -> TrainerConfig {
-        TrainerConfig {
-            nodes: 2,
-            envs_per_node: vec![1, 1],
-            frames_per_batch: 4,
-            total_frames: None,
-            sync,
-            update_after_each_batch: false,
-            max_weight_update_interval: None,
-            update_interval: None,
-        }
+        TrainerConfig::new(Shares::new(4, vec![1, 1], 1, sync, None).expect("valid shares"))
     }
 
     /// A real state for node `node` (one Counting env).

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use rollout::machine::{TrainerConfig, TrainerError, TrainerMachine};
 use rollout::rollout::{batch_layout, keys};
+use rollout::shares::Shares;
 use rollout::{DType, EnvSpec, ExplorationType, PolicyConfig, Registry};
 use rollout_actors::{CollectError, Collected, DistributedCollector, Launcher, NodeOverrides};
 use rollout_tests::{drain, free_addr};
@@ -173,7 +174,7 @@ fn plan_specs_gives_cumulative_lanes_and_seeds() {
         .plan_specs()
         .expect("valid");
     assert_eq!(seed, 100);
-    assert_eq!(cfg.envs_per_node, vec![2, 3, 2]);
+    assert_eq!(cfg.shares.envs_per_node(), [2, 3, 2]);
     let lanes: Vec<(u64, usize, u64, u64, usize)> = specs
         .iter()
         .map(|s| {
@@ -244,16 +245,7 @@ fn async_different_env_counts_keep_traj_ids_unique() {
 }
 
 fn two_node_cfg(sync: bool) -> TrainerConfig {
-    TrainerConfig {
-        nodes: 2,
-        envs_per_node: vec![1, 1],
-        frames_per_batch: 10,
-        total_frames: None,
-        sync,
-        update_after_each_batch: false,
-        max_weight_update_interval: None,
-        update_interval: None,
-    }
+    TrainerConfig::new(Shares::new(10, vec![1, 1], 1, sync, None).expect("valid shares"))
 }
 
 #[test]

@@ -302,6 +302,7 @@ mod property {
     use rollout::machine::{Output, TrainerConfig, TrainerError, TrainerMachine};
     use rollout::message::{Batch, FromNode};
     use rollout::rollout::{batch_layout, BatchLayout};
+    use rollout::shares::Shares;
     use rollout::wire::{self, NodeFrame};
     use rollout::{DType, Spec, Tensor, TensorDict};
 
@@ -432,16 +433,8 @@ mod property {
 
         /// An async machine whose node 0 is asked for a batch, its layout `source`.
         fn machine(&self, source: LayoutSource) -> TrainerMachine {
-            let cfg = TrainerConfig {
-                nodes: 1,
-                envs_per_node: vec![self.envs],
-                frames_per_batch: self.frames(),
-                total_frames: None,
-                sync: false,
-                update_after_each_batch: false,
-                max_weight_update_interval: None,
-                update_interval: None,
-            };
+            let cfg =
+                TrainerConfig::new(Shares::new(self.frames(), vec![self.envs], 1, false, None).expect("valid shares"));
             let mut m = TrainerMachine::new(cfg)
                 .expect("valid config")
                 .with_layout_sources(vec![source]);

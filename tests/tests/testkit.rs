@@ -721,9 +721,9 @@ fn shutdown_reaches_every_node_and_ends_with_all_down() {
 fn plan_specs_lays_out_lanes_frames_and_seeds() {
     let (cfg, specs, seed) = cartpole_sync_builder(7).plan_specs().expect("valid");
     assert_eq!(seed, 7);
-    assert_eq!(cfg.envs_per_node, vec![2, 2]);
+    assert_eq!(cfg.shares.envs_per_node(), [2, 2]);
     assert_eq!(
-        (cfg.frames_per_batch, cfg.total_frames, cfg.sync),
+        (cfg.frames_per_batch(), cfg.total_frames(), cfg.sync()),
         (400, Some(2000), true)
     );
     let got: Vec<_> = specs

@@ -73,7 +73,7 @@ impl CollectorBuilder {
     /// specs, every other node must report the same, and the policy's version 0 is
     /// built from them then (or from [`Self::env_spec`], when declared).
     pub fn env(mut self, env: impl Into<EnvSpec>) -> Self {
-        self.settings.env = Some(env.into());
+        self.settings.run.env = Some(env.into());
         self
     }
     /// Declares the env's observation and action spaces: the layout of every batch and
@@ -82,7 +82,7 @@ impl CollectorBuilder {
     /// Refused by [`Self::build`] naming `env_spec` and the key when they cannot be
     /// collected.
     pub fn env_spec(mut self, specs: rollout::space::EnvSpecs) -> Self {
-        self.settings.env_specs = Some(specs);
+        self.settings.run.env_specs = Some(specs);
         self
     }
     /// Node `node` runs with these overrides (heterogeneous nodes, torchrl's per-node
@@ -91,13 +91,13 @@ impl CollectorBuilder {
     /// its node's); sync collection stacks shares, so every node's layout and env
     /// count must then agree, which [`Self::build`] checks, naming `node_config`.
     pub fn node_config(mut self, node: usize, overrides: NodeOverrides) -> Self {
-        self.settings.node_configs.insert(node, overrides);
+        self.settings.run.node_configs.insert(node, overrides);
         self
     }
     /// [`Self::node_config`] for nodes `0..overrides.len()`.
     pub fn node_configs(mut self, overrides: Vec<NodeOverrides>) -> Self {
         for (i, o) in overrides.into_iter().enumerate() {
-            self.settings.node_configs.insert(i, o);
+            self.settings.run.node_configs.insert(i, o);
         }
         self
     }
@@ -108,7 +108,7 @@ impl CollectorBuilder {
     }
     /// The policy (a [`PolicyConfig`](rollout::PolicyConfig) or a full [`PolicySpec`]).
     pub fn policy(mut self, policy: impl Into<PolicySpec>) -> Self {
-        self.settings.policy = policy.into();
+        self.settings.run.policy = policy.into();
         self
     }
     /// Number of nodes (a fixed set; see [`Self::max_nodes`] for nodes that come and go).
@@ -139,7 +139,7 @@ impl CollectorBuilder {
     /// Envs per node (torchrl's `num_workers_per_collector`): the rows of each node's
     /// batches.
     pub fn envs_per_node(mut self, k: usize) -> Self {
-        self.settings.envs_per_node = k;
+        self.settings.run.envs_per_node = k;
         self
     }
     /// Envs each env worker (a thread) steps together, with one policy call per step on
@@ -148,17 +148,17 @@ impl CollectorBuilder {
     /// equivalent is a batched env per worker. Frames are the same for any value with a
     /// deterministic policy; a sampling policy draws from one stream per worker.
     pub fn envs_per_worker(mut self, k: usize) -> Self {
-        self.settings.envs_per_worker = k;
+        self.settings.run.envs_per_worker = k;
         self
     }
     /// Frames per yielded batch (required).
     pub fn frames_per_batch(mut self, f: usize) -> Self {
-        self.settings.frames_per_batch = Some(f);
+        self.settings.run.frames_per_batch = Some(f);
         self
     }
     /// Frames to yield in all; `-1` (torchrl's convention) collects until shutdown.
     pub fn total_frames(mut self, t: i64) -> Self {
-        self.settings.total_frames = t;
+        self.settings.run.total_frames = t;
         self
     }
     /// Collect until shutdown (same as `total_frames(-1)`).
@@ -167,7 +167,7 @@ impl CollectorBuilder {
     }
     /// Sync (every batch stacks a share of every node) or async (first ready, first served).
     pub fn sync(mut self, sync: bool) -> Self {
-        self.settings.sync = sync;
+        self.settings.run.sync = sync;
         self
     }
     /// Seed of the run; without one a seed is drawn from the clock.
@@ -182,38 +182,38 @@ impl CollectorBuilder {
     }
     /// Push stored weights before each collection (sync: all; async: the node that delivered).
     pub fn update_after_each_batch(mut self, on: bool) -> Self {
-        self.settings.update_after_each_batch = on;
+        self.settings.run.update_after_each_batch = on;
         self
     }
     /// Update a node that produced more than `n` batches since its last update.
     pub fn max_weight_update_interval(mut self, n: u64) -> Self {
-        self.settings.max_weight_update_interval = Some(n);
+        self.settings.run.max_weight_update_interval = Some(n);
         self
     }
     /// Push stored weights to all nodes every `n` yielded batches.
     pub fn update_interval(mut self, n: u64) -> Self {
-        self.settings.update_interval = Some(n);
+        self.settings.run.update_interval = Some(n);
         self
     }
     /// Truncate trajectories longer than this.
     pub fn max_frames_per_traj(mut self, n: u64) -> Self {
-        self.settings.max_frames_per_traj = Some(n);
+        self.settings.run.max_frames_per_traj = Some(n);
         self
     }
     /// Frames stepped with a random policy first (split evenly over all env workers).
     pub fn init_random_frames(mut self, n: u64) -> Self {
-        self.settings.init_random_frames = n;
+        self.settings.run.init_random_frames = n;
         self
     }
     /// Start each batch with fresh episodes.
     pub fn reset_at_each_iter(mut self, on: bool) -> Self {
-        self.settings.reset_at_each_iter = on;
+        self.settings.run.reset_at_each_iter = on;
         self
     }
     /// Treat a NaN in an observation as a failure of the env worker (restarted as any
     /// other failure) instead of collecting it.
     pub fn nan_is_failure(mut self, on: bool) -> Self {
-        self.settings.nan_is_failure = on;
+        self.settings.run.nan_is_failure = on;
         self
     }
     /// Store (and push) weights holding NaN or infinity. Off by default: such weights
@@ -232,7 +232,7 @@ impl CollectorBuilder {
     }
     /// Deterministic (mode) or random (sampled) actions.
     pub fn exploration_type(mut self, e: ExplorationType) -> Self {
-        self.settings.exploration_type = Some(e);
+        self.settings.run.exploration_type = Some(e);
         self
     }
     /// A transformation applied to every yielded batch (after `split_trajs`), on every
@@ -315,12 +315,12 @@ impl CollectorBuilder {
     /// Restarts of one env worker a node allows within [`Self::restart_window`] before
     /// it fails (default 5; 0: the first failure fails the node).
     pub fn max_restarts(mut self, n: u32) -> Self {
-        self.settings.restart.max_restarts = n;
+        self.settings.run.restart.max_restarts = n;
         self
     }
     /// The window [`Self::max_restarts`] counts in (default 5 s; must be longer than zero).
     pub fn restart_window(mut self, d: Duration) -> Self {
-        self.settings.restart.window = d;
+        self.settings.run.restart.window = d;
         self
     }
     /// How much lower than every other thread of its process each env worker's thread
@@ -330,7 +330,7 @@ impl CollectorBuilder {
     /// BENCHMARKS.md for what it is worth with process nodes), and heartbeats stay on
     /// time under load. Applies to every node, remote ones too.
     pub fn worker_nice(mut self, n: i32) -> Self {
-        self.settings.worker_nice = n;
+        self.settings.run.worker_nice = n;
         self
     }
 
@@ -448,7 +448,7 @@ impl CollectorBuilder {
     /// nodes, `build()` refuses a policy whose weight updates, or batches whose
     /// tensors, would not fit.
     pub fn max_frame(mut self, bytes: usize) -> Self {
-        self.settings.max_frame = bytes;
+        self.settings.run.max_frame = bytes;
         self
     }
 

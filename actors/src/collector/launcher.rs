@@ -43,7 +43,7 @@ impl Settings {
                 "the timeout must be longer than the interval",
             ));
         }
-        if self.max_frame < 1024 {
+        if self.run.max_frame < 1024 {
             return Err(config_error("max_frame", "must be at least 1024 bytes"));
         }
         let slurm = match &self.launcher {
@@ -58,7 +58,7 @@ impl Settings {
                 timing: PeerTiming {
                     heartbeat: self.heartbeat,
                     timeout: self.heartbeat_timeout,
-                    max_frame: self.max_frame,
+                    max_frame: self.run.max_frame,
                 },
                 handshake_timeout: self.handshake_timeout,
                 versions,

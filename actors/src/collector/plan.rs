@@ -3,27 +3,16 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rollout::machine::trainer::{initial_weights_for, spec_params_for, LayoutSource, Membership};
+use rollout::machine::trainer::{LayoutSource, Membership};
 use rollout::machine::{RequestDeadlines, TrainerConfig, TrainerMachine};
 use rollout::node_spec::NodeSpec;
-use rollout::rollout::{batch_layout, layout_difference, BatchLayout, RolloutConfig};
-use rollout::space::EnvSpecs;
-use rollout::{EnvSpec, PolicyConfig, PolicySpec, Weights};
+use rollout::run_plan::{Placement, RunPlan};
+use rollout::PolicySpec;
 
 use super::settings::{Settings, DEFAULT_BATCH_TIMEOUT, DEFAULT_REQUEST_TIMEOUT};
 use crate::delivery::Delivery;
 use crate::error::CollectError;
 use crate::launch::{config_error, Launch, Launcher, NodePlan};
-
-/// A run's trainer config, node specs, seed, where each node's layout comes from,
-/// and each node's version 0 where it is known before any node is ready.
-type PlannedRun = (
-    TrainerConfig,
-    Vec<NodeSpec>,
-    u64,
-    Vec<LayoutSource>,
-    Vec<Option<Weights>>,
-);
 
 /// A validated collector: what to start and how, before anything is started. Every
 /// entry point (`build`, `start`, `start_embedded`) starts one.
@@ -46,248 +35,24 @@ impl Settings {
     /// The trainer's config, the node specs and the seed (see
     /// [`CollectorBuilder::plan_specs`](crate::CollectorBuilder::plan_specs)).
     pub(super) fn plan_specs(&self) -> Result<(TrainerConfig, Vec<NodeSpec>, u64), CollectError> {
-        self.plan_run().map(|(cfg, specs, seed, _, _)| (cfg, specs, seed))
+        self.plan_run().map(|p| (p.trainer, p.nodes, p.seed))
     }
 
-    /// [`Self::plan_specs`], where each node's layout comes from, and its version 0.
-    /// An env the registry builds: its specs give the layout (a node's `ready` must
-    /// announce it), and version 0 is built from them. Specs the user declared
-    /// (`env_spec`): the same, from those. An env neither builds (one only the nodes
-    /// know; never with the Local launcher, which builds its nodes from the registry):
-    /// the first node of it to be ready sets its specs, and version 0 is built from
-    /// them then (the machine's deferred policy).
-    fn plan_run(&self) -> Result<PlannedRun, CollectError> {
-        let env = self
-            .env
-            .clone()
-            .ok_or_else(|| config_error("env", "required: name a registered env"))?;
-        let f = self
-            .frames_per_batch
-            .ok_or_else(|| config_error("frames_per_batch", "required"))?;
-        let total_frames = match self.total_frames {
-            -1 => None,
-            t if t < 0 => return Err(config_error("total_frames", format!("{t}: use -1 for endless"))),
-            t => Some(t as u64),
-        };
-        if !(0..=19).contains(&self.worker_nice) {
-            return Err(config_error(
-                "worker_nice",
-                format!(
-                    "{}: must be within 0..=19 (a thread's priority can only be lowered)",
-                    self.worker_nice
-                ),
-            ));
-        }
-        let n = self.node_slots()?;
-        if let Some((&i, _)) = self.node_configs.iter().find(|(&i, _)| i >= n.max(1)) {
-            return Err(config_error(
-                "node_config",
-                format!("node {i} does not exist: there are {n} nodes"),
-            ));
-        }
-        let over = |i: usize| self.node_configs.get(&i).cloned().unwrap_or_default();
-        let envs: Vec<EnvSpec> = (0..n).map(|i| over(i).env.unwrap_or_else(|| env.clone())).collect();
-        let ks: Vec<usize> = (0..n)
-            .map(|i| over(i).envs_per_node.unwrap_or(self.envs_per_node))
-            .collect();
-        let per = self.envs_per_worker;
-        if per == 0 {
-            return Err(config_error("envs_per_worker", "must be at least 1"));
-        }
-        if let Some(i) = ks.iter().position(|&k| !k.is_multiple_of(per)) {
-            return Err(config_error(
-                "envs_per_worker",
-                format!("{per} does not divide node {i}'s {} envs", ks[i]),
-            ));
-        }
-        let cfg = TrainerConfig {
-            nodes: n,
-            envs_per_node: ks.clone(),
-            frames_per_batch: f,
-            total_frames,
-            sync: self.sync,
-            update_after_each_batch: self.update_after_each_batch,
-            max_weight_update_interval: self.max_weight_update_interval,
-            update_interval: self.update_interval,
-        };
-        if self.sync && self.node_configs.values().any(|o| o.envs_per_node.is_some()) {
-            if let Some(i) = ks.iter().position(|&k| k != ks[0]) {
-                return Err(config_error(
-                    "node_config",
-                    format!(
-                        "sync collection stacks node shares, but node {i} has {} envs and node 0 has {}",
-                        ks[i], ks[0]
-                    ),
-                ));
-            }
-        }
-        cfg.validate()?;
-        self.check_onnx_model()?;
-        let mut policies = Vec::with_capacity(n);
-        let mut layouts: Vec<Option<BatchLayout>> = Vec::with_capacity(n);
-        let mut sources = Vec::with_capacity(n);
-        let mut initial = Vec::with_capacity(n);
-        let declared = match &self.env_specs {
-            Some(d) => {
-                d.validate().map_err(|e| config_error("env_spec", e.to_string()))?;
-                Some(d)
-            }
-            None => None,
-        };
-        for (i, env_i) in envs.iter().enumerate() {
-            let overridden = self.node_configs.get(&i).is_some_and(|o| o.env.is_some());
-            let mut policy = self.policy.clone();
-            if let Some(e) = over(i).exploration_type.or(self.exploration_type) {
-                policy.exploration = e;
-            }
-            let frames = if self.sync { f / n.max(1) } else { f };
-            // The declared specs are those of the run's env, not of a node's own.
-            let declared = declared.filter(|_| *env_i == env);
-            let (source, v0) = match self.registry.make(env_i) {
-                Ok(probe) => {
-                    let (obs, act) = (probe.observation_spec(), probe.action_spec());
-                    let own = EnvSpecs::from_specs(obs, act);
-                    if let Some(d) = declared {
-                        if let Some(diff) =
-                            EnvSpecs::difference("the declared specs", d, &format!("env {}", env_i.name), &own)
-                        {
-                            return Err(config_error("env_spec", diff));
-                        }
-                    }
-                    // Fail at build time, naming the policy, rather than on every node.
-                    let built = policy
-                        .build(obs, act, 0)
-                        .map_err(|e| config_error("policy", format!("node {i}: {e}")))?;
-                    let recorded = built.recorded();
-                    let mut layout = batch_layout(obs, act);
-                    recorded.extend_layout(&mut layout);
-                    if self.launcher != Launcher::Local {
-                        self.check_frames_fit(i, built.weights(), &layout, frames)?;
-                    }
-                    // Built by the node spec, by the same function for every node (into_plan).
-                    let source = LayoutSource::Specs {
-                        of: format!("env {}", env_i.name),
-                        specs: own,
-                        recorded,
-                    };
-                    (source, None)
-                }
-                Err(e) if self.launcher == Launcher::Local => {
-                    let why = format!(
-                        "{e}; the Local launcher builds its nodes' envs from the registry (an env only the nodes \
-                         know needs the External, Process or Slurm launcher)"
-                    );
-                    return Err(if overridden {
-                        config_error("node_config", format!("node {i}'s env: {why}"))
-                    } else {
-                        config_error("env", why)
-                    });
-                }
-                Err(_) => match declared {
-                    Some(d) => {
-                        // Counted before anything is built: declared specs may make a
-                        // policy far larger than a frame can carry.
-                        let params = spec_params_for(&policy, d);
-                        if params.and_then(|p| p.checked_mul(4)).is_none_or(|b| b > self.max_frame) {
-                            return Err(config_error(
-                                "env_spec",
-                                format!(
-                                    "node {i}: policy {} would have {} parameters for these specs, more than a \
-                                     weight update of max_frame ({}) can carry",
-                                    policy.config.kind_name(),
-                                    params.map_or_else(|| "more than usize::MAX".to_string(), |p| p.to_string()),
-                                    self.max_frame
-                                ),
-                            ));
-                        }
-                        let v0 = initial_weights_for(&policy, d)
-                            .map_err(|e| config_error("policy", format!("node {i}: {e}")))?
-                            .unwrap_or_else(|| Weights::new(Default::default()));
-                        let recorded = d.recorded(&policy.config);
-                        self.check_frames_fit(i, &v0, &d.batch_layout_recording(recorded), frames)?;
-                        let source = LayoutSource::Specs {
-                            of: "the declared specs (env_spec)".into(),
-                            specs: d.clone(),
-                            recorded,
-                        };
-                        (source, Some(v0))
-                    }
-                    None => (
-                        LayoutSource::FirstReady {
-                            env: env_i.name.clone(),
-                        },
-                        None,
-                    ),
-                },
-            };
-            let layout = match &source {
-                LayoutSource::Specs { specs, recorded, .. } => Some(specs.batch_layout_recording(*recorded)),
-                _ => None,
-            };
-            policies.push(policy);
-            layouts.push(layout);
-            sources.push(source);
-            initial.push(v0);
-        }
-        if self.sync {
-            let known: Vec<(usize, &BatchLayout)> = layouts
-                .iter()
-                .enumerate()
-                .filter_map(|(i, l)| Some((i, l.as_ref()?)))
-                .collect();
-            if let Some(diff) = known
-                .iter()
-                .skip(1)
-                .find_map(|&(i, l)| layout_difference(i, l, known[0].0, known[0].1))
-            {
-                return Err(config_error(
-                    "node_config",
-                    format!("sync collection stacks node shares, but {diff}"),
-                ));
-            }
-        }
-        if self.max_frames_per_traj == Some(0) {
-            return Err(config_error("max_frames_per_traj", "must be at least 1"));
-        }
-        if self.restart.window.as_millis() == 0 {
-            return Err(config_error("restart_window", "must be at least 1 ms"));
-        }
-        let lanes: u64 = ks.iter().map(|&k| k as u64).sum();
+    /// The run planned by the core ([`RunSettings::plan`]) for this launcher's
+    /// placement of its nodes, with its slots and seed.
+    fn plan_run(&self) -> Result<RunPlan, CollectError> {
+        let nodes = self.node_slots()?;
         let seed = self.seed.unwrap_or_else(|| {
             SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map(|d| d.as_nanos() as u64)
                 .unwrap_or(0)
         });
-        let mut specs = Vec::with_capacity(n);
-        let mut first_lane = 0u64;
-        for (i, ((env_i, policy), &k)) in envs.into_iter().zip(policies).zip(&ks).enumerate() {
-            let worker_frames = if self.sync { f / n / k } else { f / k };
-            specs.push(NodeSpec {
-                index: i,
-                env: env_i,
-                policy,
-                envs_per_node: k,
-                envs_per_worker: per,
-                first_lane,
-                lanes,
-                rollout: RolloutConfig {
-                    frames_per_batch: worker_frames,
-                    max_frames_per_traj: self.max_frames_per_traj,
-                    reset_at_each_iter: self.reset_at_each_iter,
-                    // Counted per env worker, whose frames are its envs' together.
-                    init_random_frames: self.init_random_frames.div_ceil(lanes).saturating_mul(per as u64),
-                    // Node i's workers take the seeds after those of nodes 0..i.
-                    seed: seed.wrapping_add(first_lane),
-                    nan_is_failure: self.nan_is_failure,
-                },
-                max_restarts: self.restart.max_restarts,
-                restart_window_ms: self.restart.window.as_millis() as u64,
-                worker_nice: self.worker_nice,
-            });
-            first_lane += k as u64;
-        }
-        Ok((cfg, specs, seed, sources, initial))
+        let placement = match self.launcher {
+            Launcher::Local => Placement::InProcess,
+            _ => Placement::Remote,
+        };
+        Ok(self.run.plan(nodes, seed, &self.registry, placement)?)
     }
 
     /// The run's node slots: `nodes`, or for an elastic run `max_nodes`, the elastic
@@ -311,7 +76,7 @@ impl Settings {
         if max == 0 {
             return Err(config_error("max_nodes", "must be at least 1"));
         }
-        if self.sync {
+        if self.run.sync {
             return Err(config_error(
                 "sync",
                 "elastic membership (min_nodes, max_nodes) is for async runs: a sync batch needs a share of every node",
@@ -325,81 +90,6 @@ impl Settings {
             ));
         }
         Ok(max)
-    }
-
-    /// An ONNX policy's model is read and checked here, once, before any node starts:
-    /// it parses, tract runs its ops, and a remote node's `welcome` (the model, plus
-    /// version 0 of the weights) fits both `max_frame` and the node's read limit.
-    fn check_onnx_model(&self) -> Result<(), CollectError> {
-        let PolicyConfig::Onnx { model, .. } = &self.policy.config else {
-            return Ok(());
-        };
-        let weights = model
-            .initial_weights()
-            .map_err(|e| config_error("policy", e.to_string()))?;
-        if self.launcher == Launcher::Local {
-            return Ok(());
-        }
-        let welcome = model
-            .bytes()
-            .len()
-            .saturating_add(rollout::wire::update_weights_len(&weights))
-            .saturating_add(rollout::wire::WELCOME_SLACK);
-        let max = self.max_frame.min(rollout::wire::DEFAULT_MAX_FRAME);
-        if welcome > max {
-            return Err(config_error(
-                "max_frame",
-                format!(
-                    "the ONNX model ({} bytes) and its weights make a welcome of about {welcome} bytes, over the \
-                     limit of {max} (max_frame, and the {} a node reads)",
-                    model.bytes().len(),
-                    rollout::wire::DEFAULT_MAX_FRAME
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Remote node `i`'s frames fit in `max_frame`: its weight updates, and its batches
-    /// of `frames` frames (their tensors alone; headers add a few hundred bytes, which
-    /// the node reports at run time if they are what tips it over).
-    fn check_frames_fit(
-        &self,
-        i: usize,
-        weights: &Weights,
-        layout: &BatchLayout,
-        frames: usize,
-    ) -> Result<(), CollectError> {
-        let max = self.max_frame;
-        let update = rollout::wire::update_weights_len(weights);
-        if update > max {
-            return Err(config_error(
-                "max_frame",
-                format!(
-                    "node {i}'s policy has {} parameters: a weight update is a frame of {update} bytes, over \
-                     max_frame ({max}); raise max_frame",
-                    weights.numel()
-                ),
-            ));
-        }
-        let per_frame: usize = layout
-            .values()
-            .map(|(dtype, dims)| {
-                let elems = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
-                elems.map_or(usize::MAX, |e| e.saturating_mul(dtype.size()))
-            })
-            .fold(0, usize::saturating_add);
-        let batch = per_frame.saturating_mul(frames);
-        if batch > max {
-            return Err(config_error(
-                "max_frame",
-                format!(
-                    "node {i}'s batches of {frames} frames hold {batch} bytes of tensors, over max_frame ({max}); \
-                     raise max_frame or lower frames_per_batch"
-                ),
-            ));
-        }
-        Ok(())
     }
 
     /// The wait for a batch and the deadlines on the nodes' answers: each longer than
@@ -473,8 +163,14 @@ impl Settings {
                 "a replay buffer stores frames and split_trajs pads trajectories: use one or the other",
             ));
         }
-        let (cfg, specs, seed, layouts, declared) = self.plan_run()?;
-        let n = cfg.nodes;
+        let RunPlan {
+            trainer: cfg,
+            nodes: specs,
+            seed,
+            sources: layouts,
+            declared_initial: declared,
+        } = self.plan_run()?;
+        let n = cfg.nodes();
         // Version 0: built here, once, by the same function for every node (from the
         // env's specs, or the declared ones); the launchers hand it to the nodes, which
         // never build weights of their own. For an env only the nodes know it is built
@@ -507,14 +203,14 @@ impl Settings {
             machine = machine.with_deferred_policy(env, policy);
         }
         if self.launcher != Launcher::Local {
-            machine = machine.with_max_frame(self.max_frame);
+            machine = machine.with_max_frame(self.run.max_frame);
         }
         if let Some(c) = self.resume.clone() {
             machine = machine.with_resume(c)?;
         }
         // The protocol versions that can serve this run, from its plan: a node of any
         // other is refused at `hello`.
-        let launch = self.launch(machine.admit_versions(&self.policy.config))?;
+        let launch = self.launch(machine.admit_versions(&self.run.policy.config))?;
         // Each node's layout is the trainer's own (above): a remote node's `Ready` must
         // announce it; local::start reads it off the workers it builds.
         if self.max_nodes.is_some() {
@@ -570,6 +266,9 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
+
+    use rollout::machine::trainer::initial_weights_for;
+    use rollout::space::EnvSpecs;
 
     use super::*;
     use crate::CollectorBuilder;
@@ -698,13 +397,17 @@ mod tests {
             "{}",
             e.reason
         );
-        let (_, _, _, sources, initial) = builder("Atari-v0", Launcher::External)
+        let RunPlan {
+            sources,
+            declared_initial: initial,
+            ..
+        } = builder("Atari-v0", Launcher::External)
             .settings()
             .plan_run()
             .expect("a plan");
         assert_eq!(sources, vec![LayoutSource::FirstReady { env: "Atari-v0".into() }; 2]);
         assert_eq!(initial, vec![None, None], "built once the specs are known");
-        let (_, _, _, sources, _) = builder("CartPole-v1", Launcher::External)
+        let RunPlan { sources, .. } = builder("CartPole-v1", Launcher::External)
             .settings()
             .plan_run()
             .expect("a plan");
@@ -720,7 +423,11 @@ mod tests {
             &rollout::Spec::uniform_box(3, -1.0, 1.0),
             &rollout::Spec::Discrete { n: 2 },
         );
-        let (_, _, _, sources, initial) = builder("Custom-v0", Launcher::External)
+        let RunPlan {
+            sources,
+            declared_initial: initial,
+            ..
+        } = builder("Custom-v0", Launcher::External)
             .env_spec(d.clone())
             .settings()
             .plan_run()

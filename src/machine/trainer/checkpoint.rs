@@ -94,7 +94,7 @@ impl TrainerMachine {
 
     /// Asks every idle node not asked yet for its state.
     pub(super) fn advance_checkpoint(&mut self, out: &mut Vec<Output>) {
-        if self.chain.at.is_some() || (self.cfg.sync && self.round.is_some()) {
+        if self.chain.at.is_some() || (self.cfg.sync() && self.round.is_some()) {
             return;
         }
         let Some(run) = self.checkpoints.taking.as_mut() else {
@@ -132,7 +132,7 @@ impl TrainerMachine {
                 "node {node} sent a snapshot for checkpoint {id}, which is not waiting for it"
             )));
         };
-        if state.node != node || state.workers.is_empty() || state.num_envs() != self.cfg.envs_per_node[node] {
+        if state.node != node || state.workers.is_empty() || state.num_envs() != self.cfg.envs(node) {
             let reason = format!(
                 "node {node} sent the state of node {} with {} env workers of {} envs in all",
                 state.node,
@@ -187,7 +187,7 @@ impl TrainerMachine {
         if std::mem::take(&mut self.deferred) {
             return self.request(out);
         }
-        if !self.cfg.sync {
+        if !self.cfg.sync() {
             return self.try_yield_async(out);
         }
         Ok(())
@@ -196,9 +196,9 @@ impl TrainerMachine {
     /// The trainer's part of a checkpoint (call between batches).
     pub fn trainer_state(&self) -> TrainerState {
         TrainerState {
-            sync: self.cfg.sync,
-            frames_per_batch: self.cfg.frames_per_batch,
-            envs_per_node: self.cfg.envs_per_node.clone(),
+            sync: self.cfg.sync(),
+            frames_per_batch: self.cfg.frames_per_batch(),
+            envs_per_node: self.cfg.shares.envs_per_node().to_vec(),
             frames_yielded: self.frames_yielded,
             batches_yielded: self.batches_yielded,
             next_seq: self.next_seq,
@@ -215,10 +215,10 @@ impl TrainerMachine {
     /// Whether `checkpoint` fits this run's config.
     fn check_fits(&self, checkpoint: &Checkpoint) -> Result<(), CheckpointError> {
         checkpoint.check_fits(
-            self.cfg.sync,
-            self.cfg.frames_per_batch,
-            &self.cfg.envs_per_node,
-            self.cfg.total_frames,
+            self.cfg.sync(),
+            self.cfg.frames_per_batch(),
+            self.cfg.shares.envs_per_node(),
+            self.cfg.total_frames(),
         )
     }
 

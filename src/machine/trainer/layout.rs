@@ -144,7 +144,7 @@ impl TrainerMachine {
     /// feature shapes), the trainer's own. Same as [`Self::with_layouts`] with `layout`
     /// for each node.
     pub fn with_layout(self, layout: BatchLayout) -> TrainerMachine {
-        let n = self.cfg.nodes;
+        let n = self.cfg.nodes();
         self.with_layouts(vec![Some(layout); n])
     }
 
@@ -167,7 +167,7 @@ impl TrainerMachine {
 
     /// Where each node's layout comes from (missing entries: [`LayoutSource::Announced`]).
     pub fn with_layout_sources(mut self, sources: Vec<LayoutSource>) -> TrainerMachine {
-        let n = self.cfg.nodes;
+        let n = self.cfg.nodes();
         let sources = sources
             .into_iter()
             .chain(std::iter::repeat(LayoutSource::Announced))
@@ -199,7 +199,7 @@ impl TrainerMachine {
             return Err(TrainerError::UnknownNode(node));
         }
         let refusal = self.layouts.refusal(node, &layout, of_specs).or_else(|| {
-            if !self.cfg.sync {
+            if !self.cfg.sync() {
                 return None;
             }
             // Every layout in force in sync mode equals every other (each was checked

@@ -56,13 +56,13 @@ impl TrainerMachine {
         if m.min_nodes == 0 {
             return Err(err("min_nodes", "must be at least 1".into()));
         }
-        if m.min_nodes > self.cfg.nodes {
+        if m.min_nodes > self.cfg.nodes() {
             return Err(err(
                 "min_nodes",
-                format!("{} is more than max_nodes ({})", m.min_nodes, self.cfg.nodes),
+                format!("{} is more than max_nodes ({})", m.min_nodes, self.cfg.nodes()),
             ));
         }
-        if self.cfg.sync {
+        if self.cfg.sync() {
             return Err(err(
                 "sync",
                 "elastic membership is for async runs: a sync batch needs a share of every node".into(),
@@ -139,7 +139,7 @@ impl TrainerMachine {
         }
         self.nodes[node].state = NodeState::Idle;
         self.new_incarnation(node);
-        let envs = self.cfg.envs_per_node[node] as u64;
+        let envs = self.cfg.envs(node) as u64;
         let chain_at = self.chain.at.map(|(at, _)| at);
         let Some(e) = self.elastic.as_mut() else {
             return refuse("this run has a fixed set of nodes");
@@ -170,7 +170,7 @@ impl TrainerMachine {
         tracing::info!(node, ?seed, version = self.version, "node joined");
         let quiet = self.chain.at.is_none() && !self.checkpointing();
         if self.started && !self.finished && quiet && self.remaining() != Some(0) {
-            self.continue_node(node, self.cfg.frames_per_batch, out);
+            self.continue_node(node, self.cfg.shares.node_share(), out);
         }
         Ok(())
     }
@@ -247,7 +247,7 @@ impl TrainerMachine {
                 return;
             };
             let seed = e.next_seed;
-            e.next_seed = seed.wrapping_add(self.cfg.envs_per_node[node] as u64);
+            e.next_seed = seed.wrapping_add(self.cfg.envs(node) as u64);
             self.send(node, ToNode::Seed(Seed { seed }), out);
         }
     }

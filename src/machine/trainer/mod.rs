@@ -147,9 +147,9 @@ impl TrainerMachine {
     /// A machine for a validated config.
     pub fn new(cfg: TrainerConfig) -> Result<TrainerMachine, ConfigError> {
         cfg.validate()?;
-        let cfg_nodes = cfg.nodes;
+        let cfg_nodes = cfg.nodes();
         Ok(TrainerMachine {
-            nodes: vec![Node::default(); cfg.nodes],
+            nodes: vec![Node::default(); cfg.nodes()],
             cfg,
             next_seq: 0,
             weights: None,

@@ -107,12 +107,12 @@ impl TrainerMachine {
         let wait = self.open_slot_wait()?;
         let slot = self.open_slots.get(node)?.as_ref()?;
         let waited = self.now.saturating_sub(slot.since);
-        (self.cfg.sync && waited >= wait).then(|| slot.given_up(node, wait, waited))
+        (self.cfg.sync() && waited >= wait).then(|| slot.given_up(node, wait, waited))
     }
 
     /// Sync: fails the run once a slot has been open for longer than it waits.
     pub(super) fn check_open_slots(&mut self) -> Result<(), TrainerError> {
-        if self.shutting_down || !self.cfg.sync {
+        if self.shutting_down || !self.cfg.sync() {
             return Ok(());
         }
         for node in 0..self.open_slots.len() {
@@ -129,7 +129,7 @@ impl TrainerMachine {
 
     /// The earliest time an open slot's wait ends (sync), for the tick's quiet period.
     pub(super) fn open_slots_deadline(&self) -> Option<Duration> {
-        let wait = self.open_slot_wait().filter(|_| self.cfg.sync)?;
+        let wait = self.open_slot_wait().filter(|_| self.cfg.sync())?;
         self.open_slots
             .iter()
             .flatten()

@@ -25,7 +25,7 @@ impl TrainerMachine {
     /// Only the latest is kept; one whose tensors fit no later round is dropped by
     /// the next.
     pub fn recycle_round(&mut self, data: TensorDict) {
-        if self.cfg.sync {
+        if self.cfg.sync() {
             self.stacked = crate::pool::TensorPool::new(usize::MAX);
             self.stacked.put_dict(data);
         }
@@ -62,7 +62,7 @@ impl TrainerMachine {
 
     /// Frames still to yield, when the run has a `total_frames`.
     pub(super) fn remaining(&self) -> Option<u64> {
-        self.cfg.total_frames.map(|t| t.saturating_sub(self.frames_yielded))
+        self.cfg.total_frames().map(|t| t.saturating_sub(self.frames_yielded))
     }
 
     /// The consumer wants the next batch. Yields at once if one is ready, else
@@ -77,22 +77,22 @@ impl TrainerMachine {
             self.deferred = true;
             return Ok(());
         }
-        if self.cfg.sync {
+        if self.cfg.sync() {
             if self.round.is_none() {
                 if self.cfg.update_after_each_batch {
                     self.push_weights(None, out)?;
                 }
                 self.push_stale(out);
-                let f = self.remaining().map_or(self.cfg.frames_per_batch as u64, |r| {
-                    r.min(self.cfg.frames_per_batch as u64)
-                }) as usize;
-                let share = f / self.cfg.nodes;
-                for i in 0..self.cfg.nodes {
+                let share = self
+                    .cfg
+                    .shares
+                    .node_share_of(self.cfg.shares.batch_frames(self.remaining()));
+                for i in 0..self.cfg.nodes() {
                     self.continue_node(i, share, out);
                 }
                 self.round = Some(Round {
-                    shares: vec![None; self.cfg.nodes],
-                    missing: self.cfg.nodes,
+                    shares: vec![None; self.cfg.nodes()],
+                    missing: self.cfg.nodes(),
                 });
             }
         } else {
@@ -104,13 +104,13 @@ impl TrainerMachine {
             // Which nodes have a batch waiting, marked once per request (not a scan of
             // the queue per idle node: a thousand of each made every request O(N²)).
             let mut waiting: Option<Vec<bool>> = None;
-            for i in 0..self.cfg.nodes {
+            for i in 0..self.cfg.nodes() {
                 if !self.nodes[i].state.is_idle() {
                     continue;
                 }
                 let waiting = waiting.get_or_insert_with(|| self.nodes_with_ready_batch());
                 if !waiting[i] {
-                    self.continue_node(i, self.cfg.frames_per_batch, out);
+                    self.continue_node(i, self.cfg.shares.node_share(), out);
                 }
             }
             self.try_yield_async(out)?;
@@ -120,7 +120,7 @@ impl TrainerMachine {
 
     /// Async: by node, whether a batch of it waits to be yielded.
     fn nodes_with_ready_batch(&self) -> Vec<bool> {
-        let mut waiting = vec![false; self.cfg.nodes];
+        let mut waiting = vec![false; self.cfg.nodes()];
         for b in &self.ready {
             if let Some(w) = waiting.get_mut(b.node) {
                 *w = true;
@@ -168,7 +168,7 @@ impl TrainerMachine {
         if self.cfg.update_after_each_batch {
             self.push_weights(Some(&[node]), out)?;
         }
-        self.continue_node(node, self.cfg.frames_per_batch, out);
+        self.continue_node(node, self.cfg.shares.node_share(), out);
         Ok(())
     }
 
@@ -195,7 +195,7 @@ impl TrainerMachine {
             return Ok(());
         };
         let quiet = self.chain.at.is_none() && !self.checkpointing() && !self.shutting_down;
-        if self.cfg.sync || !self.wanted || self.finished || !quiet || others || !self.ready.is_empty() {
+        if self.cfg.sync() || !self.wanted || self.finished || !quiet || others || !self.ready.is_empty() {
             return Ok(());
         }
         if self.remaining().is_some_and(|r| r <= frames as u64) {
@@ -246,7 +246,7 @@ impl TrainerMachine {
                 },
             });
         };
-        let envs = self.cfg.envs_per_node[node];
+        let envs = self.cfg.envs(node);
         let bs = b.data.batch_size();
         // Sizes from outside: their product is checked, never wrapped.
         let count = match bs {
@@ -284,7 +284,7 @@ impl TrainerMachine {
         st.book.since_update += 1;
         self.frames_collected += frames as u64;
         self.slot_delivered(node);
-        if self.cfg.sync {
+        if self.cfg.sync() {
             if !self.finished {
                 if let Some(round) = self.round.as_mut() {
                     if round.shares[node].replace(b).is_none() {

@@ -18,7 +18,7 @@ pub(super) struct SeedChain {
 impl TrainerMachine {
     /// The seed node `node` gets from the last seeding chain (all nodes up).
     pub(super) fn chain_seed_of(&self, node: usize) -> u64 {
-        let before: u64 = self.cfg.envs_per_node[..node].iter().map(|&k| k as u64).sum();
+        let before = self.cfg.shares.first_lane(node);
         self.chain.seed.wrapping_add(before)
     }
 
@@ -56,7 +56,7 @@ impl TrainerMachine {
         out: &mut Vec<Output>,
     ) -> Result<(), TrainerError> {
         while node < self.nodes.len() && !self.nodes[node].state.is_up() {
-            seed = seed.wrapping_add(self.cfg.envs_per_node[node] as u64);
+            seed = seed.wrapping_add(self.cfg.envs(node) as u64);
             node += 1;
         }
         if node < self.nodes.len() {

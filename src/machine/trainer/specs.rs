@@ -308,11 +308,7 @@ impl TrainerMachine {
     /// a `usize` counts) cannot be carried, if `max_frame` is set and they cannot.
     fn batch_refusal(&self, per_frame: Option<usize>) -> Option<String> {
         let max = self.specs.max_frame?;
-        let frames = if self.cfg.sync {
-            self.cfg.frames_per_batch / self.cfg.nodes.max(1)
-        } else {
-            self.cfg.frames_per_batch
-        };
+        let frames = self.cfg.shares.node_share();
         let per_frame = per_frame.unwrap_or(usize::MAX);
         let batch = per_frame.saturating_mul(frames);
         (batch > max).then(|| {

@@ -77,7 +77,7 @@ impl TrainerMachine {
     /// lane), unique across every node that held it; it owes nothing its predecessor was
     /// asked and holds no pushed weights yet.
     pub(super) fn new_incarnation(&mut self, node: usize) {
-        let lanes: u64 = self.cfg.envs_per_node.iter().map(|&k| k as u64).sum::<u64>().max(1);
+        let lanes: u64 = self.cfg.shares.lanes().max(1);
         let next_seq = self.next_seq;
         let st = &mut self.nodes[node];
         if let Some(max) = st.book.max_traj {
@@ -93,8 +93,8 @@ impl TrainerMachine {
     /// Supervises the nodes: a failed node is restarted (see [`Output::RestartNode`])
     /// up to the intensity, then its failure is an error.
     pub fn with_supervision(mut self, sup: NodeSupervision) -> TrainerMachine {
-        self.restarts = vec![Restarts::new(sup.intensity); self.cfg.nodes];
-        self.open_slots = vec![None; self.cfg.nodes];
+        self.restarts = vec![Restarts::new(sup.intensity); self.cfg.nodes()];
+        self.open_slots = vec![None; self.cfg.nodes()];
         self.supervision = Some(sup);
         self.quiet_until = Duration::ZERO;
         self
@@ -108,7 +108,7 @@ impl TrainerMachine {
     /// Restarts, late batches and frames collected so far.
     pub fn stats(&self) -> SupervisionStats {
         SupervisionStats {
-            restarts: (0..self.cfg.nodes)
+            restarts: (0..self.cfg.nodes())
                 .map(|i| self.restarts.get(i).map_or(0, Restarts::total))
                 .collect(),
             dropped_late: self.dropped_late,
@@ -319,7 +319,7 @@ impl TrainerMachine {
             .supervision
             .as_ref()
             .is_some_and(|s| s.continue_without_lost_nodes || s.open_slot_wait.is_some());
-        if !self.cfg.sync && go_on && self.nodes.iter().any(|n| !n.state.is_down()) {
+        if !self.cfg.sync() && go_on && self.nodes.iter().any(|n| !n.state.is_down()) {
             self.finish_restore_if_done(out)?;
             return Err(TrainerError::NodeLost { node, reason });
         }
@@ -387,11 +387,11 @@ impl TrainerMachine {
         if let Some((n, seed)) = self.chain.at {
             if n == node {
                 // The chain goes on without it.
-                self.seed_from(node + 1, seed.wrapping_add(self.cfg.envs_per_node[node] as u64), out)?;
+                self.seed_from(node + 1, seed.wrapping_add(self.cfg.envs(node) as u64), out)?;
             }
         }
         // An elastic run goes on with no node too: it waits for one to join (`membership.rs`).
-        if !self.cfg.sync && (self.elastic.is_some() || self.nodes.iter().any(|n| !n.state.is_down())) {
+        if !self.cfg.sync() && (self.elastic.is_some() || self.nodes.iter().any(|n| !n.state.is_down())) {
             return Err(TrainerError::NodeLost { node, reason });
         }
         Err(TrainerError::NodeFailed { node, reason })
@@ -439,7 +439,7 @@ impl TrainerMachine {
         self.nodes[node].state.restart(lost);
         if let Some((n, seed)) = self.chain.at {
             if n == node {
-                self.seed_from(node + 1, seed.wrapping_add(self.cfg.envs_per_node[node] as u64), out)?;
+                self.seed_from(node + 1, seed.wrapping_add(self.cfg.envs(node) as u64), out)?;
             }
         }
         out.push(Output::RestartNode { node, restart, cause });

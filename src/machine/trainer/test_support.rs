@@ -12,12 +12,12 @@ use crate::tensor::{Tensor, TensorDict};
 
 /// A config of `nodes` nodes with `envs` envs each, yielding `fpb` frames per batch.
 pub(super) fn config(nodes: usize, envs: usize, fpb: usize, total: Option<u64>, sync: bool) -> TrainerConfig {
+    let shares = match crate::shares::Shares::new(fpb, vec![envs; nodes], 1, sync, total) {
+        Ok(s) => s,
+        Err(e) => panic!("test shares refused: {e}"),
+    };
     TrainerConfig {
-        nodes,
-        envs_per_node: vec![envs; nodes],
-        frames_per_batch: fpb,
-        total_frames: total,
-        sync,
+        shares,
         update_after_each_batch: false,
         max_weight_update_interval: None,
         update_interval: None,

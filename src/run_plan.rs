@@ -1,0 +1,451 @@
+//! A run planned from its settings, before anything starts: the trainer's config, one
+//! [`NodeSpec`] per node, where each node's batch layout comes from and its version 0
+//! of the weights where it is known. Every rule about the settings of a run is checked
+//! here (the frames' shares in [`Shares`], the policy against the env's specs, what a
+//! frame can carry), each error naming the setting at fault; the collector's builder
+//! only adds what is about launching (how many slots, which launcher, the clock's
+//! seed). Pure: no thread, socket or clock.
+
+use std::collections::BTreeMap;
+
+use crate::config_error::ConfigError;
+use crate::env::{EnvSpec, Registry};
+use crate::machine::trainer::{initial_weights_for, spec_params_for, LayoutSource, TrainerConfig};
+use crate::node_spec::{NodeSpec, DEFAULT_WORKER_NICE};
+use crate::policy::{ExplorationType, PolicyConfig, PolicySpec, Weights};
+use crate::rollout::{batch_layout, layout_difference, BatchLayout, RolloutConfig};
+use crate::shares::Shares;
+use crate::space::EnvSpecs;
+use crate::supervisor::RestartIntensity;
+use crate::wire::{update_weights_len, DEFAULT_MAX_FRAME, WELCOME_SLACK};
+
+/// What one node does differently from the others (torchrl's per-collector
+/// `collector_kwargs`); `None` keeps the run's setting.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeOverrides {
+    /// The env this node's workers step instead of the run's.
+    pub env: Option<EnvSpec>,
+    /// This node's envs instead of the run's `envs_per_node`.
+    pub envs_per_node: Option<usize>,
+    /// This node's exploration instead of the run's.
+    pub exploration_type: Option<ExplorationType>,
+}
+
+/// Where the run's nodes are, which decides what the plan can know and must check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Nodes in this process, built from the registry: every env must be one it
+    /// builds, and no frame crosses a socket.
+    InProcess,
+    /// Nodes behind a socket: an env only they know is fine (its specs come from the
+    /// first node ready, or are declared), and every frame must fit `max_frame`.
+    Remote,
+}
+
+/// Every setting of a run that the plan reads, torchrl's names and defaults.
+#[derive(Clone, Debug)]
+pub struct RunSettings {
+    /// The env every node steps (unless overridden); required.
+    pub env: Option<EnvSpec>,
+    /// The env's specs, declared (for an env the trainer cannot build).
+    pub env_specs: Option<EnvSpecs>,
+    /// Per-node overrides, by node index.
+    pub node_configs: BTreeMap<usize, NodeOverrides>,
+    /// The policy every node runs.
+    pub policy: PolicySpec,
+    /// The exploration of every node (unless overridden); `None` keeps the policy's.
+    pub exploration_type: Option<ExplorationType>,
+    /// Envs of each node (unless overridden).
+    pub envs_per_node: usize,
+    /// Envs each env worker steps.
+    pub envs_per_worker: usize,
+    /// Frames of the run's batch; required.
+    pub frames_per_batch: Option<usize>,
+    /// Frames in all, `-1` for endless (torchrl's convention).
+    pub total_frames: i64,
+    /// Sync or async collection.
+    pub sync: bool,
+    /// Push the weights before each collection.
+    pub update_after_each_batch: bool,
+    /// Push to a node after this many batches without an update.
+    pub max_weight_update_interval: Option<u64>,
+    /// Push to all nodes every this many yielded batches.
+    pub update_interval: Option<u64>,
+    /// Longest trajectory before it is truncated.
+    pub max_frames_per_traj: Option<u64>,
+    /// Frames collected with the random policy first, over the whole run.
+    pub init_random_frames: u64,
+    /// Reset every env at the start of each batch.
+    pub reset_at_each_iter: bool,
+    /// A NaN in an observation fails the env worker.
+    pub nan_is_failure: bool,
+    /// How often an env worker may be restarted.
+    pub restart: RestartIntensity,
+    /// The env workers' nice increment, `0..=19`.
+    pub worker_nice: i32,
+    /// The largest frame a connection carries (remote nodes).
+    pub max_frame: usize,
+}
+
+impl Default for RunSettings {
+    fn default() -> Self {
+        RunSettings {
+            env: None,
+            env_specs: None,
+            node_configs: BTreeMap::new(),
+            policy: PolicySpec::default(),
+            exploration_type: None,
+            envs_per_node: 1,
+            envs_per_worker: 1,
+            frames_per_batch: None,
+            total_frames: -1,
+            sync: false,
+            update_after_each_batch: false,
+            max_weight_update_interval: None,
+            update_interval: None,
+            max_frames_per_traj: None,
+            init_random_frames: 0,
+            reset_at_each_iter: false,
+            nan_is_failure: false,
+            restart: RestartIntensity::default(),
+            worker_nice: DEFAULT_WORKER_NICE,
+            max_frame: DEFAULT_MAX_FRAME,
+        }
+    }
+}
+
+/// A planned run.
+#[derive(Clone, Debug)]
+pub struct RunPlan {
+    /// The trainer's config (its shares included).
+    pub trainer: TrainerConfig,
+    /// One spec per node, in node order.
+    pub nodes: Vec<NodeSpec>,
+    /// The run's seed.
+    pub seed: u64,
+    /// Where each node's batch layout comes from.
+    pub sources: Vec<LayoutSource>,
+    /// Each node's version 0 where it is known before any node is ready from specs the
+    /// user declared (the others: built from the registry's env by the node spec, or
+    /// from the first node's specs by the trainer).
+    pub declared_initial: Vec<Option<Weights>>,
+}
+
+impl RunSettings {
+    /// Plans a run of `nodes` nodes (an elastic run: its slots) seeded with `seed`, or
+    /// the error naming the first setting it cannot be run with. An env the registry
+    /// builds: its specs give the layout (a node's `ready` must announce it). Specs the
+    /// user declared: the same, from those, and version 0 is built from them. An env
+    /// neither builds (never [`Placement::InProcess`]): the first node of it to be
+    /// ready sets its specs.
+    pub fn plan(
+        &self,
+        nodes: usize,
+        seed: u64,
+        registry: &Registry,
+        placement: Placement,
+    ) -> Result<RunPlan, ConfigError> {
+        fn err(field: &'static str, reason: impl Into<String>) -> ConfigError {
+            ConfigError::new(field, reason)
+        }
+        let env = self
+            .env
+            .clone()
+            .ok_or_else(|| err("env", "required: name a registered env"))?;
+        let f = self
+            .frames_per_batch
+            .ok_or_else(|| err("frames_per_batch", "required"))?;
+        let total_frames = match self.total_frames {
+            -1 => None,
+            t if t < 0 => return Err(err("total_frames", format!("{t}: use -1 for endless"))),
+            t => Some(t as u64),
+        };
+        if !(0..=19).contains(&self.worker_nice) {
+            return Err(err(
+                "worker_nice",
+                format!(
+                    "{}: must be within 0..=19 (a thread's priority can only be lowered)",
+                    self.worker_nice
+                ),
+            ));
+        }
+        if self.max_frames_per_traj == Some(0) {
+            return Err(err("max_frames_per_traj", "must be at least 1"));
+        }
+        if self.restart.window.as_millis() == 0 {
+            return Err(err("restart_window", "must be at least 1 ms"));
+        }
+        if let Some((&i, _)) = self.node_configs.iter().find(|(&i, _)| i >= nodes.max(1)) {
+            return Err(err(
+                "node_config",
+                format!("node {i} does not exist: there are {nodes} nodes"),
+            ));
+        }
+        let over = |i: usize| self.node_configs.get(&i).cloned().unwrap_or_default();
+        let envs: Vec<EnvSpec> = (0..nodes).map(|i| over(i).env.unwrap_or_else(|| env.clone())).collect();
+        let ks: Vec<usize> = (0..nodes)
+            .map(|i| over(i).envs_per_node.unwrap_or(self.envs_per_node))
+            .collect();
+        let shares = Shares::new(f, ks, self.envs_per_worker, self.sync, total_frames).map_err(|e| {
+            // Nodes' env counts differ only by their overrides.
+            if e.field == "envs_per_node" && self.node_configs.values().any(|o| o.envs_per_node.is_some()) {
+                ConfigError::new("node_config", e.reason)
+            } else {
+                e
+            }
+        })?;
+        let trainer = TrainerConfig {
+            shares,
+            update_after_each_batch: self.update_after_each_batch,
+            max_weight_update_interval: self.max_weight_update_interval,
+            update_interval: self.update_interval,
+        };
+        trainer.validate()?;
+        let max_frame = (placement == Placement::Remote).then_some(self.max_frame);
+        self.check_onnx_model(max_frame)?;
+        let declared = match &self.env_specs {
+            Some(d) => {
+                d.validate().map_err(|e| err("env_spec", e.to_string()))?;
+                Some(d)
+            }
+            None => None,
+        };
+        let share = trainer.shares.node_share();
+        let mut policies = Vec::with_capacity(nodes);
+        let mut layouts: Vec<Option<BatchLayout>> = Vec::with_capacity(nodes);
+        let mut sources = Vec::with_capacity(nodes);
+        let mut declared_initial = Vec::with_capacity(nodes);
+        for (i, env_i) in envs.iter().enumerate() {
+            let mut policy = self.policy.clone();
+            if let Some(e) = over(i).exploration_type.or(self.exploration_type) {
+                policy.exploration = e;
+            }
+            // The declared specs are those of the run's env, not of a node's own.
+            let declared = declared.filter(|_| *env_i == env);
+            let (source, v0) = match registry.make(env_i) {
+                Ok(probe) => {
+                    let (obs, act) = (probe.observation_spec(), probe.action_spec());
+                    let own = EnvSpecs::from_specs(obs, act);
+                    if let Some(d) = declared {
+                        if let Some(diff) =
+                            EnvSpecs::difference("the declared specs", d, &format!("env {}", env_i.name), &own)
+                        {
+                            return Err(err("env_spec", diff));
+                        }
+                    }
+                    // Fail at plan time, naming the policy, rather than on every node.
+                    let built = policy
+                        .build(obs, act, 0)
+                        .map_err(|e| err("policy", format!("node {i}: {e}")))?;
+                    let recorded = built.recorded();
+                    let mut layout = batch_layout(obs, act);
+                    recorded.extend_layout(&mut layout);
+                    if let Some(max) = max_frame {
+                        check_frames_fit(i, built.weights(), &layout, share, max)?;
+                    }
+                    // Version 0 is built by the node spec, by the same function for every node.
+                    let source = LayoutSource::Specs {
+                        of: format!("env {}", env_i.name),
+                        specs: own,
+                        recorded,
+                    };
+                    (source, None)
+                }
+                Err(e) if placement == Placement::InProcess => {
+                    let why = format!(
+                        "{e}; the Local launcher builds its nodes' envs from the registry (an env only the nodes \
+                         know needs the External, Process or Slurm launcher)"
+                    );
+                    let overridden = self.node_configs.get(&i).is_some_and(|o| o.env.is_some());
+                    return Err(if overridden {
+                        err("node_config", format!("node {i}'s env: {why}"))
+                    } else {
+                        err("env", why)
+                    });
+                }
+                Err(_) => match declared {
+                    Some(d) => {
+                        // Counted before anything is built: declared specs may make a
+                        // policy far larger than a frame can carry.
+                        let params = spec_params_for(&policy, d);
+                        if params.and_then(|p| p.checked_mul(4)).is_none_or(|b| b > self.max_frame) {
+                            return Err(err(
+                                "env_spec",
+                                format!(
+                                    "node {i}: policy {} would have {} parameters for these specs, more than a \
+                                     weight update of max_frame ({}) can carry",
+                                    policy.config.kind_name(),
+                                    params.map_or_else(|| "more than usize::MAX".to_string(), |p| p.to_string()),
+                                    self.max_frame
+                                ),
+                            ));
+                        }
+                        let v0 = initial_weights_for(&policy, d)
+                            .map_err(|e| err("policy", format!("node {i}: {e}")))?
+                            .unwrap_or_else(|| Weights::new(Default::default()));
+                        let recorded = d.recorded(&policy.config);
+                        check_frames_fit(i, &v0, &d.batch_layout_recording(recorded), share, self.max_frame)?;
+                        let source = LayoutSource::Specs {
+                            of: "the declared specs (env_spec)".into(),
+                            specs: d.clone(),
+                            recorded,
+                        };
+                        (source, Some(v0))
+                    }
+                    None => (
+                        LayoutSource::FirstReady {
+                            env: env_i.name.clone(),
+                        },
+                        None,
+                    ),
+                },
+            };
+            layouts.push(match &source {
+                LayoutSource::Specs { specs, recorded, .. } => Some(specs.batch_layout_recording(*recorded)),
+                _ => None,
+            });
+            policies.push(policy);
+            sources.push(source);
+            declared_initial.push(v0);
+        }
+        if self.sync {
+            check_sync_layouts(&layouts)?;
+        }
+        let shares = &trainer.shares;
+        let lanes = shares.lanes();
+        let specs = envs
+            .into_iter()
+            .zip(policies)
+            .enumerate()
+            .map(|(i, (env_i, policy))| {
+                let first_lane = shares.first_lane(i);
+                NodeSpec {
+                    index: i,
+                    env: env_i,
+                    policy,
+                    envs_per_node: shares.envs(i),
+                    envs_per_worker: shares.envs_per_worker(),
+                    first_lane,
+                    lanes,
+                    rollout: RolloutConfig {
+                        frames_per_batch: shares.env_share(i),
+                        max_frames_per_traj: self.max_frames_per_traj,
+                        reset_at_each_iter: self.reset_at_each_iter,
+                        // Counted per env worker, whose frames are its envs' together.
+                        init_random_frames: self
+                            .init_random_frames
+                            .div_ceil(lanes)
+                            .saturating_mul(shares.envs_per_worker() as u64),
+                        // Node i's workers take the seeds after those of nodes 0..i.
+                        seed: seed.wrapping_add(first_lane),
+                        nan_is_failure: self.nan_is_failure,
+                    },
+                    max_restarts: self.restart.max_restarts,
+                    restart_window_ms: self.restart.window.as_millis() as u64,
+                    worker_nice: self.worker_nice,
+                }
+            })
+            .collect();
+        Ok(RunPlan {
+            trainer,
+            nodes: specs,
+            seed,
+            sources,
+            declared_initial,
+        })
+    }
+
+    /// An ONNX policy's model is checked here, once, before any node starts: its
+    /// weights are read, and a remote node's `welcome` (the model, plus version 0 of
+    /// the weights) fits both `max_frame` and the node's read limit.
+    fn check_onnx_model(&self, max_frame: Option<usize>) -> Result<(), ConfigError> {
+        let PolicyConfig::Onnx { model, .. } = &self.policy.config else {
+            return Ok(());
+        };
+        let weights = model
+            .initial_weights()
+            .map_err(|e| ConfigError::new("policy", e.to_string()))?;
+        let Some(max_frame) = max_frame else {
+            return Ok(());
+        };
+        let welcome = model
+            .bytes()
+            .len()
+            .saturating_add(update_weights_len(&weights))
+            .saturating_add(WELCOME_SLACK);
+        let max = max_frame.min(DEFAULT_MAX_FRAME);
+        if welcome > max {
+            return Err(ConfigError::new(
+                "max_frame",
+                format!(
+                    "the ONNX model ({} bytes) and its weights make a welcome of about {welcome} bytes, over the \
+                     limit of {max} (max_frame, and the {DEFAULT_MAX_FRAME} a node reads)",
+                    model.bytes().len(),
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Sync collection stacks the nodes' shares, so every layout known before the run
+/// must be the same (the others are checked as their nodes are ready).
+fn check_sync_layouts(layouts: &[Option<BatchLayout>]) -> Result<(), ConfigError> {
+    let known: Vec<(usize, &BatchLayout)> = layouts
+        .iter()
+        .enumerate()
+        .filter_map(|(i, l)| Some((i, l.as_ref()?)))
+        .collect();
+    match known
+        .iter()
+        .skip(1)
+        .find_map(|&(i, l)| layout_difference(i, l, known[0].0, known[0].1))
+    {
+        Some(diff) => Err(ConfigError::new(
+            "node_config",
+            format!("sync collection stacks node shares, but {diff}"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Remote node `i`'s frames fit in `max`: its weight updates, and its batches of
+/// `frames` frames (their tensors alone; headers add a few hundred bytes, which the
+/// node reports at run time if they are what tips it over).
+fn check_frames_fit(
+    i: usize,
+    weights: &Weights,
+    layout: &BatchLayout,
+    frames: usize,
+    max: usize,
+) -> Result<(), ConfigError> {
+    let update = update_weights_len(weights);
+    if update > max {
+        return Err(ConfigError::new(
+            "max_frame",
+            format!(
+                "node {i}'s policy has {} parameters: a weight update is a frame of {update} bytes, over max_frame \
+                 ({max}); raise max_frame",
+                weights.numel()
+            ),
+        ));
+    }
+    let per_frame: usize = layout
+        .values()
+        .map(|(dtype, dims)| {
+            let elems = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+            elems.map_or(usize::MAX, |e| e.saturating_mul(dtype.size()))
+        })
+        .fold(0, usize::saturating_add);
+    let batch = per_frame.saturating_mul(frames);
+    if batch > max {
+        return Err(ConfigError::new(
+            "max_frame",
+            format!(
+                "node {i}'s batches of {frames} frames hold {batch} bytes of tensors, over max_frame ({max}); raise \
+                 max_frame or lower frames_per_batch"
+            ),
+        ));
+    }
+    Ok(())
+}
