@@ -80,7 +80,11 @@ import re
 import shutil
 import sys
 import tempfile
-import tomllib
+
+try:
+    import tomllib
+except ImportError:  # Python before 3.11: the names of [dependencies] read line by line
+    tomllib = None
 
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 
@@ -376,7 +380,8 @@ class Crate:
                        if len(m) > n and m[:n] == level and m[: n + 1] not in self.test_files})
 
     def is_dir(self, mod):
-        return any(len(m) > len(mod) and m[: len(mod)] == mod for m in self.modules)
+        """Whether `mod` holds modules of its own (test-only ones not counted)."""
+        return any(len(m) > len(mod) and m[: len(mod)] == mod and m not in self.test_files for m in self.modules)
 
     def layers(self, level):
         """{module: layer} for the modules of directory `level`."""
@@ -804,6 +809,25 @@ def check_uses(lines, span, crate, level, d, at, problems, todo, write):
         lines[end:end] = new_rows
 
 
+def read_manifest(path):
+    """A Cargo.toml's package name and the names of its [dependencies]."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if tomllib is not None:
+        return tomllib.loads(data.decode("utf-8"))  # TOMLDecodeError is a ValueError
+    manifest, section = {"package": {}, "dependencies": {}}, None
+    for line in data.decode("utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        m = re.match(r"^\[([^\]]+)\]$", line)
+        if m:
+            section = m.group(1).strip()
+        elif "=" in line and section == "dependencies":
+            manifest["dependencies"][line.split("=", 1)[0].strip().split(".")[0]] = True
+        elif section == "package" and re.match(r"^name\s*=", line):
+            manifest["package"]["name"] = line.split("=", 1)[1].strip().strip('"')
+    return manifest
+
+
 def check_dependencies(lines, span, repo, at, problems, write):
     start, end = span
     header = [c.lower() for c in table_cells(lines[start])]
@@ -823,9 +847,8 @@ def check_dependencies(lines, span, repo, at, problems, write):
         toml = os.path.join(d, "Cargo.toml")
         path = os.path.relpath(d, repo)
         try:
-            with open(toml, "rb") as f:
-                manifest = tomllib.load(f)
-        except (OSError, tomllib.TOMLDecodeError) as e:
+            manifest = read_manifest(toml)
+        except (OSError, ValueError) as e:
             problems.append(f"{at(n)}: cannot read {os.path.relpath(toml, repo)}: {e}")
             continue
         code = set(manifest.get("dependencies", {}))
