@@ -32,7 +32,7 @@ removed:
   * in the actors crate, every `rollout::a::b` path (a use or inline) counts as a
     use of the core's top-level module it names (`rollout::Weights`, re-exported by
     the core's lib.rs, as `policy`).
-Test-only code is not counted: a `#[cfg(test)]` module, inline or in a file of its
+Test-only code is not counted: a `#[cfg(test)]` (or `#[cfg(all(test, ..))]`) module, inline or in a file of its
 own, may use whatever it needs to build its fixtures. Binaries (src/bin/) are not
 part of the library crate and are not read.
 
@@ -150,7 +150,7 @@ def matching_brace(code, open_at):
     return len(code)
 
 
-CFG_TEST = re.compile(r"#\[cfg\(test\)\]\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?mod\s+(" + IDENT + r")\s*([;{])")
+CFG_TEST = re.compile(r"#\[cfg\((?:test|all\(\s*test\s*,[^\]]*?\))\)\]\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?mod\s+(" + IDENT + r")\s*([;{])")
 
 
 def drop_test_modules(code):
@@ -746,8 +746,11 @@ def check_uses(lines, span, crate, level, d, at, problems, todo, write):
                 todo.append(f"{at(n)}: delete the row of `{name}` or name the module it describes")
             continue
         if name.endswith("/") != crate.is_dir(mod):
-            problems.append(f"{at(n)}: the table of {d}/: `{name}` is "
-                            f"{'a directory: `' + name.rstrip('/') + '/`' if crate.is_dir(mod) else 'a file: `' + name.rstrip('/') + '`'}")
+            right = name.rstrip("/") + ("/" if crate.is_dir(mod) else "")
+            problems.append(f"{at(n)}: the table of {d}/: `{name}` is a {'directory' if crate.is_dir(mod) else 'file'}: `{right}`")
+            if write:
+                cells[0] = f"`{right}`"
+                lines[n] = table_line(cells)
         if cells[1] == PLACEHOLDER:
             problems.append(f"{at(n)}: the table of {d}/: what `{name}` holds is still to be written")
         try:
@@ -791,7 +794,7 @@ def check_uses(lines, span, crate, level, d, at, problems, todo, write):
             missing.append(mod)
     for k in crate.children(level):
         cover(k)
-    new_rows = []
+    new_rows = []  # (line index to insert before, row)
     ncols = len(header)
     for mod in missing:
         name = "/".join(mod[len(level):]) + ("/" if crate.is_dir(mod) else "")
@@ -803,10 +806,12 @@ def check_uses(lines, span, crate, level, d, at, problems, todo, write):
                 cell = (cell + "; " if cell else "") + "core: " + ", ".join(sorted(ext))
             cells = [f"`{name}`", PLACEHOLDER] + [""] * (ncols - 2)
             cells[col] = cell or "—"
-            new_rows.append(table_line(cells))
+            # After the last row of its folder, if it has one; else at the table's end.
+            after = [n for r, n in rows.items() if r[:-1] == mod[:-1] and len(mod) > len(level) + 1]
+            new_rows.append((max(after) + 1 if after else end, table_line(cells)))
             todo.append(f"{at(start)}: describe `{name}` in the row added for it (what it holds)")
-    if write and new_rows:
-        lines[end:end] = new_rows
+    for at_line, row in sorted(new_rows, key=lambda r: -r[0]):
+        lines[at_line:at_line] = [row]
 
 
 def read_manifest(path):
@@ -936,9 +941,12 @@ def run(root, specs, doc, verbose=False, show=False, write=False, out=sys.stdout
             with open(path, "w", encoding="utf-8") as f:
                 f.write(new_text)
             print(f"check-imports: rewrote the layer diagrams, uses and dependencies of {doc} from the code", file=out)
-        for t in todo:
-            print(f"check-imports: left to do by hand: {t}", file=out)
         problems, _, _ = compare_doc(new_text, crates, root, doc)
+        if problems:
+            print(f"check-imports: left for a person to do in {doc} (`--write` writes no prose):", file=out)
+            for p in problems:
+                print("  " + p, file=out)
+            return 1
     if problems:
         print(f"check-imports: {doc} differs from the code in {len(problems)} place(s) "
               f"(`scripts/check-imports.py --write` rewrites what it can):", file=out)
@@ -1061,6 +1069,7 @@ def self_test():
             ("a module drawn in the wrong layer", (" 1   a\n 0   b", " 1   a   b\n"), ["`b` is drawn in layer 1"]),
             ("a module not drawn", (" 1   x\n 0   y", " 1   x"), ["`y` is not drawn"]),
             ("a directory drawn as a file", (" 2   c/", " 2   c"), ["`c` is a directory"]),
+            ("a file named as a directory in a table", ("| `a` | f |", "| `a/` | f |"), ["`a/` is a file: `a`"]),
             ("a module with no row", ("| `c/y` | Z | — |\n", ""), ["no row for `c/y`"]),
             ("a row for no module", ("| `b` | Thing | — |", "| `b` | Thing | — |\n| `gone` | x | — |"),
              ["`gone` is no module"]),
@@ -1086,6 +1095,7 @@ def self_test():
         expect("--write keeps the notes of names that remain",
                "b (`Thing`)" in written and "serde (derive)" in written)
         expect("--write redraws the layers", " 2   c/\n 1   a\n 0   b\n" in written)
+        expect("--write names a file as a file", "| `a` | f |" in written)
 
         # A cycle fails with 1, an unresolved path with 2, and the document is not compared.
         with open(os.path.join(tmp, "src/b.rs"), "a", encoding="utf-8") as f:
