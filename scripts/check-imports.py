@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Checks the layering of the core crate (src/) and the actors crate (actors/src/), and
-that docs/ARCHITECTURE.md draws it as the code has it.
+"""Checks the layering of the core crate (src/), the actors crate (actors/src/) and the
+command line (cli/src/), and that docs/ARCHITECTURE.md draws it as the code has it.
 
 Each crate is meant to be layered: a module may use the modules below it, never one
 that (directly or through others) uses it back. This script reads every path into
@@ -29,18 +29,21 @@ removed:
   * every `crate::a::b` and `super::a::b` path written inline in code;
   * a name a module imports or re-exports (`use crate::Tensor`, `super::Joined`)
     counts as the module it is imported from;
-  * in the actors crate, every `rollout::a::b` path (a use or inline) counts as a
-    use of the core's top-level module it names (`rollout::Weights`, re-exported by
-    the core's lib.rs, as `policy`).
-Test-only code is not counted: a `#[cfg(test)]` (or `#[cfg(all(test, ..))]`) module, inline or in a file of its
-own, may use whatever it needs to build its fixtures. Binaries (src/bin/) are not
-part of the library crate and are not read.
+  * in the actors crate and the command line, every path into another crate of the
+    workspace (`rollout::a::b`, `rollout_actors::a`; a use or inline) counts as a use
+    of that crate's top-level module it names (`rollout::Weights`, re-exported by the
+    core's lib.rs, as `policy`; `rollout_actors::Collected`, which the actors crate
+    re-exports from the core, as the core's `machine`).
+Test-only code is not counted: a `#[cfg(test)]` (or `#[cfg(all(test, ..))]`)
+module, inline or in a file of its own, may use whatever it needs to build its
+fixtures. Binaries under src/bin/ are not part of the crate and are not read; a
+binary crate's main.rs (no lib.rs beside it) is its root, as lib.rs is a library's.
 
 A module's layer, among the modules of its directory: 0 if it uses none of them,
 else one more than the highest layer of those it uses. Its "uses": the modules it
 (any file under it) uses, named at the level where their paths part (a sibling of
-`remote/listener` as `timing`, a top-level module as `metrics`), and for the
-actors crate the core's top-level modules after `core:`.
+`remote/listener` as `timing`, a top-level module as `metrics`), then another
+crate's top-level modules after its label (`core:`, `rollout-actors:`).
 
 What docs/ARCHITECTURE.md must say, found by markers (HTML comments, not shown
 when the page is rendered):
@@ -52,7 +55,8 @@ when the page is rendered):
     of one of its folders (`remote/listener`: then every module of that folder has
     a row); its uses cell names the modules, each name optionally followed by a
     note in parentheses (`policy (Weights)`, compared by the name only), `—` for
-    none, the core's after `core:` (`messages; core: machine, rollout`);
+    none, another crate's after its label (`messages; core: machine, rollout`); a row
+    named by the directory itself (`cli/src/`) stands for the whole crate;
   * `<!-- check-imports: dependencies -->` before the Crates table: its `path`
     column (`src/`, `actors/`) names the crate's directory and its `depends on`
     column the crate's direct dependencies (`[dependencies]` of its Cargo.toml),
@@ -69,8 +73,9 @@ Usage: scripts/check-imports.py [--src DIR ...] [--verbose] [--print] [--write] 
   --write       rewrites the layer diagrams, the uses cells (keeping the notes of
                 names that remain) and the dependencies cells of the document
                 from the code; adds a row for a module that has none (its
-                description left for a person to write) and names rows that
-                name no module (left for a person to delete)
+                description left for a person to write, which the check asks
+                for) and names rows that name no module (left for a person to
+                delete); exits 1 while such work is left
   --self-test   checks this script on a small crate and document of its own
 """
 
@@ -209,7 +214,7 @@ def module_of_file(src, path):
     rel = os.path.relpath(path, src)[:-3].split(os.sep)
     if rel[-1] == "mod":
         rel = rel[:-1]
-    if rel == ["lib"]:
+    if rel == ["lib"] or (rel == ["main"] and not os.path.exists(os.path.join(src, "lib.rs"))):
         rel = []
     return tuple(rel)
 
@@ -231,10 +236,10 @@ def level_edge(a, b):
 class Crate:
     """One crate's source tree as read: its modules and every dependency of each file."""
 
-    def __init__(self, src, repo, external=None):
-        """Reads the crate at `src` (paths shown relative to `repo`). `external`:
-        (name, Crate) of a crate this one uses, whose paths (`name::a::b`) are
-        resolved to that crate's top-level modules too."""
+    def __init__(self, src, repo, externals=()):
+        """Reads the crate at `src` (paths shown relative to `repo`). `externals`:
+        (name, Crate, label) of each crate this one uses, whose paths (`name::a::b`)
+        are resolved to that crate's top-level modules too, shown after `label:`."""
         self.src, self.repo = src, repo
         self.name = self.rel(src)
         self.files = {}
@@ -258,8 +263,10 @@ class Crate:
         # A test file's own children are test code too.
         self.test_files = {m for m in self.modules if any(m[: len(t)] == t for t in test_files)}
 
-        # Names each module imports or re-exports: `use a::b::{X, Y};` -> X, Y from a::b.
-        self.imports = {}
+        # Names each module imports or re-exports: `use a::b::{X, Y};` -> X, Y from a::b;
+        # and those it imports from another crate (`pub use rollout::machine::Collected`).
+        self.imports, self.ext_imports = {}, {}
+        ext_crates = {name: crate for name, crate, _ in externals}
         for mod, code in self.code_of.items():
             if mod in self.test_files:
                 continue
@@ -268,15 +275,17 @@ class Crate:
                     full = self.absolute(mod, p)
                     if full:
                         self.imports.setdefault(mod, {})[full[-1]] = tuple(full)
+                    elif p and p[0] in ext_crates and len(p) > 1:
+                        self.ext_imports[(mod, p[-1])] = (ext_crates[p[0]], tuple(p[1:]))
 
         self.deps = []  # (file's module, module it uses, "file:line")
-        self.ext_deps = []  # (file's module, the external crate's top-level module, "file:line")
+        self.ext_deps = []  # (file's module, label, the external crate's top-level module, "file:line")
+        self.labels = [label for _, _, label in externals]
         self.unresolved = []
-        ext_name, ext = external or (None, None)
         for mod, code in self.code_of.items():
-            if mod in self.test_files or mod == ():
+            if mod in self.test_files:
                 continue
-            self._read_file(mod, code, ext_name, ext)
+            self._read_file(mod, code, externals)
 
         self.edges = {}  # (from, to) -> ["file:line", ...]
         for mod, target, where in self.deps:
@@ -318,10 +327,31 @@ class Crate:
                         found = self.resolve(target + segs[k + 1:], depth + 1)
                         if found is not None:
                             return found
-                return head if k else None
+                if k:
+                    return head
+                # A name the crate root defines itself (a binary's `main.rs`).
+                if () in self.modules and re.search(
+                        r"\b(?:fn|struct|enum|trait|type|const|static|mod|union)\s+" + re.escape(segs[0]) + r"\b",
+                        self.code_of.get((), "")):
+                    return ()
+                return None
         return None
 
-    def _read_file(self, mod, code, ext_name, ext):
+    def resolve_reexport(self, segs):
+        """(crate, module) for a path into this crate that names what it re-exports from
+        another crate (`rollout_actors::Collected`, the core's `machine::Collected`)."""
+        segs = tuple(segs)
+        for k in range(len(segs) - 1, -1, -1):
+            if segs[:k] in self.modules:
+                found = self.ext_imports.get((segs[:k], segs[k]))
+                if found:
+                    crate, path = found
+                    target = crate.resolve(path + segs[k + 1:])
+                    return (crate, target) if target else None
+                return None
+        return None
+
+    def _read_file(self, mod, code, externals):
         path = self.files[mod]
 
         def add(segs, line):
@@ -331,13 +361,23 @@ class Crate:
             else:
                 self.deps.append((mod, target, f"{self.rel(path)}:{line}"))
 
-        def add_ext(segs, line):
-            target = ext.resolve(segs)
+        def add_ext(ext, segs, line):
+            ext_name, crate, label = ext
+            target = crate.resolve(segs)
+            if not target:
+                # Re-exported from a crate of its own, which this one names too: a use of that.
+                found = crate.resolve_reexport(segs)
+                if found:
+                    for _, c2, label2 in externals:
+                        if c2 is found[0]:
+                            self.ext_deps.append((mod, label2, found[1][:1], f"{self.rel(path)}:{line}"))
+                            return
             if not target:
                 self.unresolved.append(f"{self.rel(path)}:{line}: cannot resolve {ext_name}::{'::'.join(segs)} "
-                                       f"to a module of {ext.name}/")
+                                       f"to a module of {crate.name}/")
             else:
-                self.ext_deps.append((mod, target[:1], f"{self.rel(path)}:{line}"))
+                self.ext_deps.append((mod, label, target[:1], f"{self.rel(path)}:{line}"))
+        ext_of = {e[0]: e for e in externals}
 
         # Inline modules (`mod x { .. }`): inside one, `super` is the file's module.
         inline = []
@@ -353,8 +393,8 @@ class Crate:
             for p in expand_use(m.group(1)):
                 if p and p[0] in ("crate", "super", "self"):
                     add(self.absolute(module_at(m.start()), p), line_at(m.start()))
-                elif ext and p and p[0] == ext_name and len(p) > 1:
-                    add_ext(p[1:], line_at(m.start()))
+                elif p and p[0] in ext_of and len(p) > 1:
+                    add_ext(ext_of[p[0]], p[1:], line_at(m.start()))
         in_use = lambda pos: any(s <= pos < e for s, e in used)
         for m in re.finditer(r"(?<![A-Za-z0-9_$:])crate((?:::" + IDENT + r")+)", code):
             if not in_use(m.start()):
@@ -365,10 +405,10 @@ class Crate:
             if not in_use(m.start()):
                 p = ["super"] * m.group(1).count("super") + m.group(2).split("::")
                 add(self.absolute(module_at(m.start()), p), line_at(m.start()))
-        if ext:
-            for m in re.finditer(r"(?<![A-Za-z0-9_$:.])" + ext_name + r"((?:::" + IDENT + r")+)", code):
+        for ext in externals:
+            for m in re.finditer(r"(?<![A-Za-z0-9_$:.])" + ext[0] + r"((?:::" + IDENT + r")+)", code):
                 if not in_use(m.start()):
-                    add_ext([s for s in m.group(1).split("::") if s], line_at(m.start()))
+                    add_ext(ext, [s for s in m.group(1).split("::") if s], line_at(m.start()))
 
     # --- what the document compares -------------------------------------------------
 
@@ -406,21 +446,22 @@ class Crate:
         """What module `mod` (every file under it) uses: (the crate's modules, each at
         the level where its path and mod's part; the external crate's top-level modules)."""
         inside = lambda m: m[: len(mod)] == mod
-        own, ext = set(), set()
+        own, ext = set(), {}
         for f, t, _ in self.deps:
             if inside(f) and not inside(t):
                 edge = level_edge(f, t)
                 if edge is not None:
                     own.add(edge[1])
-        for f, t, _ in self.ext_deps:
+        for f, label, t, _ in self.ext_deps:
             if inside(f):
-                ext.add(t)
+                ext.setdefault(label, set()).add(t)
         return own, ext
 
     def uses_named(self, mod):
         """`uses(mod)` as the document names them: (the crate's names, the core's)."""
         own, ext = self.uses(mod)
-        return set(names_of(own, mod, self.children(mod[:-1])).values()), {t[0] for t in ext}
+        own_names = set(names_of(own, mod, self.children(mod[:-1])).values()) if mod else set()
+        return own_names, {label: {t[0] for t in ts} for label, ts in ext.items()}
 
 
 def names_of(mods, mod, siblings):
@@ -578,19 +619,35 @@ def parse_items(text):
 
 
 def parse_uses(cell):
-    """A uses cell -> (the crate's names, the core's names), each [(name, note)]."""
-    own, core = [], []
+    """A uses cell -> (the crate's own names, {label: another crate's names}), each
+    [(name, note)]: `a (note), b; core: c` -> ([a, b], {core: [c]})."""
+    own, other = [], {}
     for section in split_top(cell, ";"):
         s = section.strip()
-        if re.match(r"core\s*:", s):
-            core += parse_items(s.split(":", 1)[1])
+        m = re.match(r"^([A-Za-z][A-Za-z0-9_-]*)\s*:", s)
+        if m:
+            other.setdefault(m.group(1), []).extend(parse_items(s[m.end():]))
         else:
             own += parse_items(s)
-    return own, core
+    return own, other
 
 
 def render_items(items):
     return ", ".join(f"{n} {note}" if note else n for n, note in items)
+
+
+def render_uses(own, other, labels):
+    """A uses cell: the crate's own items, then each other crate's after its label
+    (in the order of `labels`); `—` for none."""
+    sections = [render_items(own)] if own else []
+    sections += [f"{label}: {render_items(other[label])}" for label in labels if other.get(label)]
+    return "; ".join(sections) or "—"
+
+
+def uses_text(own, other, labels):
+    """What the code uses, as a sentence's end: names only."""
+    return render_uses([(n, "") for n in sorted(own)], {k: [(n, "") for n in sorted(v)] for k, v in other.items()},
+                       labels).replace("—", "nothing")
 
 
 def merged(items, names):
@@ -676,7 +733,7 @@ def compare_doc(text, crates, repo, doc_name, write=False, cargo=True):
             check_uses(lines, span, crate, level, d, at, problems, todo, write)
     problems = [p for g in groups for p in g]
     for c in crates.values():
-        for kind in ("layers", "uses"):
+        for kind in c.required:
             if (kind, c.name) not in seen:
                 problems.append(f"{doc_name}: no `<!-- check-imports: {kind} {c.name} -->` marker")
     if cargo and ("dependencies", "") not in seen:
@@ -735,17 +792,19 @@ def check_uses(lines, span, crate, level, d, at, problems, todo, write):
             problems.append(f"{at(n)}: the table of {d}/: a row must name one module (`name`) and have a uses cell")
             continue
         name = m.group(1)
-        mod = level + tuple(s for s in name.rstrip("/").split("/") if s)
+        # A row named by the table's directory itself stands for the whole crate (the CLI's).
+        whole = name.rstrip("/") == d and not level
+        mod = () if whole else level + tuple(s for s in name.rstrip("/").split("/") if s)
         if mod in rows:
             problems.append(f"{at(n)}: the table of {d}/: `{name}` has two rows")
         rows[mod] = n
-        if not (mod in crate.children(mod[:-1]) if mod else False):
+        if not whole and not (mod in crate.children(mod[:-1]) if mod else False):
             problems.append(f"{at(n)}: the table of {d}/: `{name}` is no module of {crate.name}/; "
                             f"delete its row or name the module it describes")
             if write:
                 todo.append(f"{at(n)}: delete the row of `{name}` or name the module it describes")
             continue
-        if name.endswith("/") != crate.is_dir(mod):
+        if not whole and name.endswith("/") != crate.is_dir(mod):
             right = name.rstrip("/") + ("/" if crate.is_dir(mod) else "")
             problems.append(f"{at(n)}: the table of {d}/: `{name}` is a {'directory' if crate.is_dir(mod) else 'file'}: `{right}`")
             if write:
@@ -754,31 +813,32 @@ def check_uses(lines, span, crate, level, d, at, problems, todo, write):
         if cells[1] == PLACEHOLDER:
             problems.append(f"{at(n)}: the table of {d}/: what `{name}` holds is still to be written")
         try:
-            own_items, core_items = parse_uses(cells[col])
+            own_items, other_items = parse_uses(cells[col])
         except ValueError as e:
             problems.append(f"{at(n)}: `{name}` uses: {e}")
             continue
-        code_own, code_ext = crate.uses_named(mod)
-        doc_own = {n_ for n_, _ in own_items}
-        doc_ext = {n_ for n_, _ in core_items}
-        if doc_own != code_own or doc_ext != code_ext:
-            code_text = ", ".join(sorted(code_own)) or "nothing of the crate"
-            if code_ext:
-                code_text += "; core: " + ", ".join(sorted(code_ext))
+        unknown = sorted(set(other_items) - set(crate.labels))
+        if unknown:
+            problems.append(f"{at(n)}: `{name}` uses: {', '.join(u + ':' for u in unknown)} names no crate "
+                            f"{crate.name}/ is read with (" + (", ".join(crate.labels) or "none") + ")")
+            continue
+        code_own, code_other = crate.uses_named(mod)
+        wanted = [("", {n_ for n_, _ in own_items}, code_own)]
+        wanted += [(label + " ", {n_ for n_, _ in other_items.get(label, [])}, code_other.get(label, set()))
+                   for label in crate.labels]
+        if any(have != want for _, have, want in wanted):
             diff = []
-            for label, have, want in (("", doc_own, code_own), ("core ", doc_ext, code_ext)):
+            for label, have, want in wanted:
                 if want - have:
                     diff.append(f"{label}not named: {', '.join(sorted(want - have))}")
                 if have - want:
                     diff.append(f"{label}not used: {', '.join(sorted(have - want))}")
-            problems.append(f"{at(n)}: `{name}` uses {cells[col]} but the code uses {code_text} ({'; '.join(diff)})")
+            problems.append(f"{at(n)}: `{name}` uses {cells[col]} but the code uses "
+                            f"{uses_text(code_own, code_other, crate.labels)} ({'; '.join(diff)})")
         if write:
-            own_new = merged(own_items, code_own)
-            ext_new = merged(core_items, code_ext)
-            cell = render_items(own_new)
-            if ext_new:
-                cell = (cell + "; " if cell else "") + "core: " + render_items(ext_new)
-            cells[col] = cell or "—"
+            other_new = {label: merged(other_items.get(label, []), code_other.get(label, set()))
+                         for label in crate.labels}
+            cells[col] = render_uses(merged(own_items, code_own), other_new, crate.labels)
             lines[n] = table_line(cells)
 
     # Every module of the level has a row, or, for a folder, every module in it has.
@@ -792,20 +852,19 @@ def check_uses(lines, span, crate, level, d, at, problems, todo, write):
                 cover(k)
         else:
             missing.append(mod)
-    for k in crate.children(level):
-        cover(k)
+    if () not in rows:
+        for k in crate.children(level):
+            cover(k)
     new_rows = []  # (line index to insert before, row)
     ncols = len(header)
     for mod in missing:
         name = "/".join(mod[len(level):]) + ("/" if crate.is_dir(mod) else "")
         problems.append(f"{at(start)}: the table of {d}/ has no row for `{name}`")
         if write:
-            own, ext = crate.uses_named(mod)
-            cell = ", ".join(sorted(own))
-            if ext:
-                cell = (cell + "; " if cell else "") + "core: " + ", ".join(sorted(ext))
+            own, other = crate.uses_named(mod)
             cells = [f"`{name}`", PLACEHOLDER] + [""] * (ncols - 2)
-            cells[col] = cell or "—"
+            cells[col] = render_uses([(n_, "") for n_ in sorted(own)],
+                                     {k: [(n_, "") for n_ in sorted(v)] for k, v in other.items()}, crate.labels)
             # After the last row of its folder, if it has one; else at the table's end.
             after = [n for r, n in rows.items() if r[:-1] == mod[:-1] and len(mod) > len(level) + 1]
             new_rows.append((max(after) + 1 if after else end, table_line(cells)))
@@ -879,17 +938,25 @@ def check_dependencies(lines, span, repo, at, problems, write):
 
 # --- running it ---------------------------------------------------------------------
 
-# The crates read by default: (source directory, (name, source directory) of the crate
-# whose paths it names by that crate's name, or None).
-CRATES = [("src", None), ("actors/src", ("rollout", "src"))]
+# The crates read by default: (source directory, the crates whose paths it names, each
+# (name in paths, source directory, label in the uses cells), what the document must
+# draw of it: its layers and a uses table, or only the uses).
+CRATES = [
+    ("src", [], ("layers", "uses")),
+    ("actors/src", [("rollout", "src", "core")], ("layers", "uses")),
+    ("cli/src", [("rollout_actors", "actors/src", "rollout-actors"), ("rollout", "src", "core")], ("uses",)),
+]
 DOC = os.path.join("docs", "ARCHITECTURE.md")
 
 
 def read_crates(root, specs):
+    """The crates of `specs` (see CRATES), read."""
     crates = {}
-    for d, ext in specs:
-        external = (ext[0], crates[ext[1]]) if ext else None
-        crates[d] = Crate(os.path.normpath(os.path.join(root, d)), root, external)
+    for d, externals, required in specs:
+        crate = Crate(os.path.normpath(os.path.join(root, d)), root,
+                      [(name, crates[src], label) for name, src, label in externals])
+        crate.required = required
+        crates[d] = crate
     return crates
 
 
@@ -904,10 +971,7 @@ def print_layers(crate):
         d = "/".join((crate.name,) + level)
         out.append(f"{d}/: {max(layers.values()) + 1} layers")
         for mod in sorted(layers, key=lambda m: (-layers[m], m)):
-            own, ext = crate.uses_named(mod)
-            uses = ", ".join(sorted(own))
-            if ext:
-                uses += ("; " if uses else "") + "core: " + ", ".join(sorted(ext))
+            uses = uses_text(*crate.uses_named(mod), crate.labels)
             name = mod[-1] + ("/" if crate.is_dir(mod) else "")
             out.append(f"  {layers[mod]:>2}  {name:<18} uses {uses}")
     return out
@@ -973,7 +1037,7 @@ def main():
     if args.self_test:
         return self_test()
     if args.src:
-        specs = [(os.path.relpath(os.path.abspath(s), root), None) for s in args.src]
+        specs = [(os.path.relpath(os.path.abspath(s), root), [], ()) for s in args.src]
         return run(root, specs, None, args.verbose, args.show)
     return run(root, CRATES, DOC, args.verbose, args.show, args.write)
 
@@ -990,9 +1054,12 @@ SELF_TEST_FILES = {
     "src/c/y.rs": "pub struct Z;\n",
     "src/c/tests.rs": "use crate::b::Thing;\n",
     "ext/Cargo.toml": '[package]\nname = "ext"\n[dependencies]\nrollout = { path = ".." }\n',
-    "ext/src/lib.rs": "pub mod p;\npub mod q;\n",
     "ext/src/p.rs": "use rollout::Thing;\nuse crate::q::Q;\n",
     "ext/src/q.rs": "pub struct Q(rollout::c::Y);\n",
+    "ext/src/lib.rs": "pub mod p;\npub mod q;\npub use rollout::b::Thing;\n",
+    "bin/Cargo.toml": '[package]\nname = "bin"\n[dependencies]\next = { path = "../ext" }\nrollout = { path = ".." }\n',
+    "bin/src/main.rs": "mod run;\nstruct Args;\nfn main() { run::go(crate::Args); }\n",
+    "bin/src/run.rs": "use ext::Thing;\nuse ext::q::Q;\npub fn go(_: crate::Args) { rollout::a::f(); }\n",
 }
 
 SELF_TEST_DOC = """# Map
@@ -1002,6 +1069,7 @@ SELF_TEST_DOC = """# Map
 |---|---|---|
 | `rollout` | `src/` | serde (derive), rand |
 | `ext` | `ext/` | rollout |
+| `bin` | `bin/` | ext, rollout |
 
 <!-- check-imports: layers src -->
 ```
@@ -1035,6 +1103,11 @@ SELF_TEST_DOC = """# Map
 |---|---|---|
 | `p` | P | q; core: b (`Thing`) |
 | `q` | Q | core: c |
+
+<!-- check-imports: uses bin/src -->
+| module | holds | uses |
+|---|---|---|
+| `bin/src/` | the binary | ext: q; core: a, b (`Thing`, through ext) |
 """
 
 
@@ -1048,7 +1121,8 @@ def self_test():
         if not cond:
             failures.append(what)
 
-    specs = [("src", None), ("ext/src", ("rollout", "src"))]
+    specs = [("src", [], ("layers", "uses")), ("ext/src", [("rollout", "src", "core")], ("layers", "uses")),
+             ("bin/src", [("ext", "ext/src", "ext"), ("rollout", "src", "core")], ("uses",))]
     tmp = tempfile.mkdtemp(prefix="check-imports-")
     try:
         for rel, text in SELF_TEST_FILES.items():
@@ -1075,6 +1149,10 @@ def self_test():
              ["`gone` is no module"]),
             ("a dependency not named", ("| serde (derive), rand |", "| serde (derive) |"), ["not named: rand"]),
             ("a dependency not in Cargo.toml", ("| rollout |", "| rollout, tokio |"), ["not in its Cargo.toml: tokio"]),
+            ("a whole crate's use of another crate missing",
+             ("| ext: q; core: a, b", "| ext: q; core: a"), ["`bin/src/` uses", "core not named: b"]),
+            ("a label naming no crate", ("| ext: q; core: a, b", "| ext: q; other: x; core: a, b"),
+             ["other: names no crate"]),
             ("a missing marker", ("<!-- check-imports: layers ext/src -->", ""), ["no `<!-- check-imports: layers ext/src -->`"]),
         ]
         for what, (old, new), wanted in cases:
