@@ -999,7 +999,7 @@ def run(root, specs, doc, verbose=False, show=False, write=False, out=sys.stdout
     path = os.path.join(root, doc)
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    problems, new_text, todo = compare_doc(text, crates, root, doc, write=write)
+    problems, new_text, _ = compare_doc(text, crates, root, doc, write=write)
     if write:
         if new_text != text:
             with open(path, "w", encoding="utf-8") as f:
