@@ -56,6 +56,8 @@ VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --release --quiet --extras to
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+# No import cycle, and docs/ARCHITECTURE.md's layers, uses and crate dependencies as the code has them.
+python3 scripts/check-imports.py --self-test
 python3 scripts/check-imports.py
 cargo nextest run --workspace --profile ci
 cargo test --workspace --doc
