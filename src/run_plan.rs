@@ -449,3 +449,110 @@ fn check_frames_fit(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{NodeOverrides, Placement, RunSettings};
+    use crate::env::{EnvSpec, Registry};
+    use crate::machine::trainer::LayoutSource;
+
+    fn settings(env: &str, f: usize) -> RunSettings {
+        RunSettings {
+            env: Some(EnvSpec::new(env)),
+            frames_per_batch: Some(f),
+            ..RunSettings::default()
+        }
+    }
+
+    fn field(s: &RunSettings, nodes: usize, placement: Placement) -> Option<&'static str> {
+        s.plan(nodes, 0, &Registry::with_builtins(), placement)
+            .err()
+            .map(|e| e.field)
+    }
+
+    #[test]
+    fn node_specs_carry_each_envs_share_and_their_lanes_and_seeds() -> Result<(), super::ConfigError> {
+        let mut s = settings("CartPole-v1", 48);
+        s.sync = true;
+        s.envs_per_node = 4;
+        s.envs_per_worker = 2;
+        let plan = s.plan(3, 100, &Registry::with_builtins(), Placement::InProcess)?;
+        assert_eq!(plan.trainer.shares.node_share(), 16);
+        for (i, spec) in plan.nodes.iter().enumerate() {
+            assert_eq!(spec.env_share(), 4, "16 frames of node {i} over 4 envs");
+            assert_eq!((spec.first_lane, spec.lanes), (4 * i as u64, 12));
+            assert_eq!(spec.rollout.seed, 100 + 4 * i as u64);
+            assert_eq!(spec.workers().ok(), Some(2));
+        }
+        let mut s = settings("CartPole-v1", 12);
+        s.node_configs.insert(
+            1,
+            NodeOverrides {
+                envs_per_node: Some(3),
+                ..NodeOverrides::default()
+            },
+        );
+        let plan = s.plan(2, 0, &Registry::with_builtins(), Placement::InProcess)?;
+        let shares: Vec<usize> = plan.nodes.iter().map(|n| n.env_share()).collect();
+        assert_eq!(shares, [12, 4], "async: a whole batch over each node's own envs");
+        Ok(())
+    }
+
+    #[test]
+    fn unequal_sync_nodes_are_named_by_their_override() {
+        let mut s = settings("CartPole-v1", 12);
+        s.sync = true;
+        s.node_configs.insert(
+            1,
+            NodeOverrides {
+                envs_per_node: Some(3),
+                ..NodeOverrides::default()
+            },
+        );
+        assert_eq!(field(&s, 2, Placement::InProcess), Some("node_config"));
+        s.node_configs.insert(5, NodeOverrides::default());
+        assert_eq!(field(&s, 2, Placement::InProcess), Some("node_config"), "node 5 of 2");
+    }
+
+    #[test]
+    fn an_env_only_the_nodes_know_needs_remote_nodes() {
+        let s = settings("OnlyTheNodesKnow-v0", 8);
+        assert_eq!(field(&s, 2, Placement::InProcess), Some("env"));
+        let plan = s.plan(2, 0, &Registry::with_builtins(), Placement::Remote);
+        let sources = plan.map(|p| p.sources).ok();
+        assert_eq!(
+            sources,
+            Some(vec![
+                LayoutSource::FirstReady {
+                    env: "OnlyTheNodesKnow-v0".into()
+                };
+                2
+            ])
+        );
+    }
+
+    #[test]
+    fn each_missing_or_invalid_setting_is_named() {
+        assert_eq!(field(&RunSettings::default(), 1, Placement::InProcess), Some("env"));
+        let mut s = settings("CartPole-v1", 8);
+        s.frames_per_batch = None;
+        assert_eq!(field(&s, 1, Placement::InProcess), Some("frames_per_batch"));
+        let mut s = settings("CartPole-v1", 8);
+        s.total_frames = -2;
+        assert_eq!(field(&s, 1, Placement::InProcess), Some("total_frames"));
+        let mut s = settings("CartPole-v1", 8);
+        s.worker_nice = 20;
+        assert_eq!(field(&s, 1, Placement::InProcess), Some("worker_nice"));
+        let mut s = settings("CartPole-v1", 8);
+        s.max_frames_per_traj = Some(0);
+        assert_eq!(field(&s, 1, Placement::InProcess), Some("max_frames_per_traj"));
+        let mut s = settings("CartPole-v1", 8);
+        s.max_frame = 64;
+        assert_eq!(
+            field(&s, 1, Placement::InProcess),
+            None,
+            "in-process frames cross no socket"
+        );
+        assert_eq!(field(&s, 1, Placement::Remote), Some("max_frame"));
+    }
+}
