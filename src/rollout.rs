@@ -7,7 +7,7 @@
 //! [`Rollout::recycle`] are reused, so steady-state collection allocates nothing.
 //!
 //! This file holds the rollout itself (its parts, building it, its accessors); each
-//! file under `rollout/` one concept of it: [`config`](self::config) its settings,
+//! file under `rollout/` one concept of it: `config` its settings,
 //! `error` what goes wrong, `traj_ids` the id lanes, `snapshot` checkpoints,
 //! `buffers` the batch's storage, `collect` the choice of compiled loop, `fill` and
 //! `fill_argmax2` the loops themselves, `concrete` the built-ins by their type.

@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+#[cfg(doc)]
+use super::Rollout;
 use super::RolloutError;
 
 /// Settings of one [`Rollout`].

@@ -35,12 +35,14 @@ pub enum RolloutError {
     /// A tensor operation failed.
     #[error(transparent)]
     Tensor(#[from] TensorError),
-    /// A [`RolloutState`] does not fit this rollout (another config, or corrupt).
+    /// A [`RolloutState`](crate::rollout::RolloutState) does not fit this rollout
+    /// (another config, or corrupt).
     #[error("cannot restore the rollout: {0}")]
     Checkpoint(String),
-    /// The stop flag given to [`Rollout::collect_frames_until`] was set: collection
-    /// ended between two steps and the frames of the batch so far were dropped (not
-    /// a failure: the node is shutting down).
+    /// The stop flag given to
+    /// [`Rollout::collect_frames_until`](crate::rollout::Rollout::collect_frames_until)
+    /// was set: collection ended between two steps and the frames of the batch so far
+    /// were dropped (not a failure: the node is shutting down).
     #[error("collection stopped between steps: the batch so far was dropped")]
     Stopped,
 }
