@@ -260,6 +260,7 @@ impl Rollout {
         seed.wrapping_add(k)
     }
 
+    /// The largest trajectory id in the batch [`Rollout::collect_frames`] returned last,
     /// when the loop kept it while writing them (the one-env argmax loop does); `None`:
     /// not kept, read it from the batch ([`crate::schema::max_traj_id`]).
     pub fn batch_max_traj_id(&self) -> Option<i64> {

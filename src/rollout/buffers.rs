@@ -89,6 +89,7 @@ impl Rollout {
         self.spare = Some(b);
     }
 
+    /// Storage for the next batch: the recycled buffers, sized for it, or new ones.
     pub(super) fn buffers(&mut self) -> Buffers {
         let n = self.envs.len() * self.steps;
         let (lp, pa, pb) = record_sizes(self.recorded);
@@ -118,8 +119,8 @@ impl Rollout {
         }
     }
 
-    /// The largest trajectory id in the batch [`Rollout::collect_frames`] returned last,
-
+    /// The batch, as the [`TensorDict`] of torchrl's keys and shapes, over the
+    /// buffers' storage (no copy).
     pub(super) fn to_tensordict(&self, b: Buffers) -> Result<TensorDict, RolloutError> {
         let (k, t, d, a) = (self.envs.len(), self.steps, self.obs_dim, self.act_dim);
         let bs = [k, t];
