@@ -87,24 +87,34 @@ pub enum WireError {
 #[derive(Clone, Debug, PartialEq)]
 pub enum NodeFrame {
     /// First frame of a connection.
-    Hello {
-        /// [`OLDEST_PROTOCOL_VERSION`] to [`PROTOCOL_VERSION`].
-        protocol_version: u32,
-        /// A name for logs (host, job id, ...).
-        node_name: String,
-        /// Ask for this node index (a node rejoining its slot); `None` for any free one.
-        node_index: Option<usize>,
-    },
-    /// Answer to the challenge: HMAC-SHA256 proof of the token, see [`auth_proof`].
-    Auth {
-        /// 32 bytes.
-        proof: Vec<u8>,
-    },
+    Hello(Hello),
+    /// Answer to the challenge.
+    Auth(Auth),
     /// Liveness, both ways, every heartbeat interval.
     Heartbeat,
     /// A session message. The first after the handshake is [`FromNode::Ready`]
     /// (protocol version 2).
     Message(FromNode),
+}
+
+/// `hello`: the first frame of a connection. One type for the session's decoder
+/// ([`NodeFrame::Hello`]) and the strict login decoder ([`LoginFrame::Hello`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hello {
+    /// [`OLDEST_PROTOCOL_VERSION`] to [`PROTOCOL_VERSION`].
+    pub protocol_version: u32,
+    /// A name for logs (host, job id, ...).
+    pub node_name: String,
+    /// Ask for this node index (a node rejoining its slot); `None` for any free one.
+    pub node_index: Option<usize>,
+}
+
+/// `auth`: the answer to the challenge, an HMAC-SHA256 proof of the token (see
+/// [`auth_proof`]). One type for [`NodeFrame::Auth`] and [`LoginFrame::Auth`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Auth {
+    /// 32 bytes.
+    pub proof: Vec<u8>,
 }
 
 /// What the trainer tells a node it admitted.
@@ -152,8 +162,8 @@ impl NodeFrame {
     /// The frame's name on the wire (its `type`), for logs and errors.
     pub fn name(&self) -> &'static str {
         match self {
-            NodeFrame::Hello { .. } => names::HELLO,
-            NodeFrame::Auth { .. } => names::AUTH,
+            NodeFrame::Hello(_) => names::HELLO,
+            NodeFrame::Auth(_) => names::AUTH,
             NodeFrame::Heartbeat => names::HEARTBEAT,
             NodeFrame::Message(m) => m.name(),
         }
@@ -583,19 +593,19 @@ mod tests {
 
     fn node_frames() -> Vec<NodeFrame> {
         vec![
-            NodeFrame::Hello {
+            NodeFrame::Hello(Hello {
                 protocol_version: PROTOCOL_VERSION,
                 node_name: "node-0".into(),
                 node_index: Some(1),
-            },
-            NodeFrame::Hello {
+            }),
+            NodeFrame::Hello(Hello {
                 protocol_version: PROTOCOL_VERSION,
                 node_name: String::new(),
                 node_index: None,
-            },
-            NodeFrame::Auth {
+            }),
+            NodeFrame::Auth(Auth {
                 proof: auth_proof(TOKEN, &nonce(), "node-0"),
-            },
+            }),
             NodeFrame::Heartbeat,
             NodeFrame::Message(FromNode::Batch(batch())),
             NodeFrame::Message(FromNode::WeightsUpdated { node: 1, version: 3 }),
@@ -670,8 +680,8 @@ mod tests {
     fn the_login_decoder_knows_every_node_frame_by_its_type() {
         for f in node_frames() {
             let name = match decode_login(&body(&f)).unwrap() {
-                LoginFrame::Hello { .. } => "hello",
-                LoginFrame::Auth { .. } => "auth",
+                LoginFrame::Hello(_) => "hello",
+                LoginFrame::Auth(_) => "auth",
                 LoginFrame::Other(t) => t,
             };
             assert_eq!(name, f.name());
@@ -867,11 +877,11 @@ mod tests {
             )
         );
         // Node names and unset optional fields: nil.
-        let hello = NodeFrame::Hello {
+        let hello = NodeFrame::Hello(Hello {
             protocol_version: 3,
             node_name: "n".into(),
             node_index: None,
-        };
+        });
         assert_eq!(
             hex(&body(&hello)),
             concat!(

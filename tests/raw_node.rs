@@ -8,7 +8,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use rollout::message::{Batch, Continue};
-use rollout::wire::{self, NodeFrame, TrainerFrame, Welcome, PROTOCOL_VERSION};
+use rollout::wire::{self, Auth, Hello, NodeFrame, TrainerFrame, Welcome, PROTOCOL_VERSION};
 use rollout::{Registry, TensorDict};
 use rollout_actors::remote::{run_node, NodeOptions};
 
@@ -50,11 +50,11 @@ pub fn recv(s: &mut TcpStream) -> Option<TrainerFrame> {
 pub fn hello(s: &mut TcpStream, version: u32, name: &str, index: Option<usize>) {
     send(
         s,
-        &NodeFrame::Hello {
+        &NodeFrame::Hello(Hello {
             protocol_version: version,
             node_name: name.into(),
             node_index: index,
-        },
+        }),
     );
 }
 
@@ -67,9 +67,9 @@ pub fn handshake(s: &mut TcpStream, token: &[u8], name: &str, index: Option<usiz
     };
     send(
         s,
-        &NodeFrame::Auth {
+        &NodeFrame::Auth(Auth {
             proof: wire::auth_proof(token, &nonce, name),
-        },
+        }),
     );
     recv(s).expect("an answer to auth")
 }

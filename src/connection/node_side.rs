@@ -10,7 +10,7 @@ use crate::message::{FromNode, ToNode};
 use crate::peer_text::bounded;
 use crate::schema::BatchLayout;
 use crate::space::EnvSpecs;
-use crate::wire::{auth_proof, NodeFrame, TrainerFrame, Welcome, PROTOCOL_VERSION};
+use crate::wire::{auth_proof, Auth, Hello, NodeFrame, TrainerFrame, Welcome, PROTOCOL_VERSION};
 
 /// What the node does next in its handshake.
 #[derive(Clone, Debug, PartialEq)]
@@ -61,11 +61,11 @@ impl NodeHandshake {
     /// The first frame of the connection.
     pub fn hello(&mut self) -> NodeFrame {
         self.stage = Stage::Hello;
-        NodeFrame::Hello {
+        NodeFrame::Hello(Hello {
             protocol_version: PROTOCOL_VERSION,
             node_name: self.name.clone(),
             node_index: self.index,
-        }
+        })
     }
 
     /// The trainer's next frame.
@@ -76,9 +76,9 @@ impl NodeHandshake {
             (Stage::Hello | Stage::Proved, TrainerFrame::Reject { reason }) => NodeStep::Rejected(bounded(&reason)),
             (Stage::Hello, TrainerFrame::Challenge { nonce }) => {
                 self.stage = Stage::Proved;
-                NodeStep::Send(NodeFrame::Auth {
+                NodeStep::Send(NodeFrame::Auth(Auth {
                     proof: auth_proof(&self.token, &nonce, &self.name),
-                })
+                }))
             }
             (Stage::Hello, _) => NodeStep::Violation("expected a challenge".into()),
             (Stage::Proved, TrainerFrame::Welcome(w)) => NodeStep::Welcomed(w),

@@ -9,7 +9,7 @@ use super::liveness::{Liveness, Tick};
 use super::Inbound;
 use crate::message::FromNode;
 use crate::peer_text::{bounded, Bounded};
-use crate::wire::{decode_login, verify_proof, AdmitVersions, LoginFrame, NodeFrame, TrainerFrame};
+use crate::wire::{decode_login, verify_proof, AdmitVersions, Auth, Hello, LoginFrame, NodeFrame, TrainerFrame};
 
 /// What the trainer does next in a handshake.
 #[derive(Clone, Debug, PartialEq)]
@@ -73,11 +73,11 @@ impl TrainerHandshake {
         match (&self.hello, frame) {
             (
                 None,
-                LoginFrame::Hello {
+                LoginFrame::Hello(Hello {
                     protocol_version,
                     node_name,
                     node_index,
-                },
+                }),
             ) => {
                 if let Err(reason) = self.versions.check(protocol_version) {
                     self.done = true;
@@ -92,7 +92,7 @@ impl TrainerHandshake {
                     nonce: self.nonce.clone(),
                 })
             }
-            (Some((name, index)), LoginFrame::Auth { proof }) => {
+            (Some((name, index)), LoginFrame::Auth(Auth { proof })) => {
                 self.done = true;
                 if verify_proof(&self.token, &self.nonce, name, &proof) {
                     HandshakeStep::Authenticated {
@@ -118,8 +118,8 @@ impl TrainerHandshake {
 /// A login frame's `type`, for refusals.
 fn login_name(f: &LoginFrame) -> &'static str {
     match f {
-        LoginFrame::Hello { .. } => "hello",
-        LoginFrame::Auth { .. } => "auth",
+        LoginFrame::Hello(_) => "hello",
+        LoginFrame::Auth(_) => "auth",
         LoginFrame::Other(t) => t,
     }
 }
@@ -195,7 +195,7 @@ impl TrainerSession {
         let mut msg = match frame {
             NodeFrame::Heartbeat => return Inbound::Nothing,
             NodeFrame::Message(m) => m,
-            NodeFrame::Hello { .. } | NodeFrame::Auth { .. } => {
+            NodeFrame::Hello(_) | NodeFrame::Auth(_) => {
                 return Inbound::Close("handshake frame after the handshake".into())
             }
         };
@@ -285,17 +285,17 @@ mod tests {
     }
 
     fn hello(name: &str, version: u32, index: Option<usize>) -> Vec<u8> {
-        body(&NodeFrame::Hello {
+        body(&NodeFrame::Hello(Hello {
             protocol_version: version,
             node_name: name.into(),
             node_index: index,
-        })
+        }))
     }
 
     fn auth(token: &[u8], nonce: &[u8], name: &str) -> Vec<u8> {
-        body(&NodeFrame::Auth {
+        body(&NodeFrame::Auth(Auth {
             proof: auth_proof(token, nonce, name),
-        })
+        }))
     }
 
     fn rejected(step: HandshakeStep, needle: &str) {
@@ -351,7 +351,7 @@ mod tests {
         rejected(start().on_frame(&auth(TOKEN, &nonce(), "node-1")), "wrong token");
         rejected(start().on_frame(&auth(TOKEN, &[9; NONCE_LEN], "node-0")), "wrong token");
         rejected(
-            start().on_frame(&body(&NodeFrame::Auth { proof: vec![] })),
+            start().on_frame(&body(&NodeFrame::Auth(Auth { proof: vec![] }))),
             "wrong token",
         );
         // Wrong version.
@@ -536,14 +536,14 @@ mod tests {
         let mut s = session(t0);
         assert!(matches!(s.on_frame(ready(1), t0), Inbound::Deliver(_)));
         closes(s.on_frame(ready(1), t0), "a second Ready");
-        let hello = NodeFrame::Hello {
+        let hello = NodeFrame::Hello(Hello {
             protocol_version: PROTOCOL_VERSION,
             node_name: "n1".into(),
             node_index: None,
-        };
+        });
         closes(session(t0).on_frame(hello, t0), "handshake frame after the handshake");
         closes(
-            session(t0).on_frame(NodeFrame::Auth { proof: vec![] }, t0),
+            session(t0).on_frame(NodeFrame::Auth(Auth { proof: vec![] }), t0),
             "handshake frame after the handshake",
         );
         // Messages other than a batch may come before Ready (a node failing to build).

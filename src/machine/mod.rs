@@ -9,5 +9,5 @@ pub mod trainer;
 pub use node::{NodeError, NodeMachine, NodeOutput, WorkerCmd};
 pub use trainer::{
     Collected, ConfigError, NodeSupervision, Output, RequestDeadlines, SupervisionStats, TrainerConfig, TrainerError,
-    TrainerMachine,
+    TrainerMachine, Verdict,
 };

@@ -11,7 +11,7 @@
 //! after the value refuse the frame.
 
 use super::cursor::Cursor;
-use super::WireError;
+use super::{Auth, Hello, WireError};
 use crate::message::names;
 use crate::peer_text::Bounded;
 
@@ -23,23 +23,14 @@ const NODE_OWN_TYPES: &[&str] = &[names::HELLO, names::AUTH, names::HEARTBEAT];
 /// Longest key or `type` read: every key of these frames is a short name.
 const MAX_KEY: usize = 64;
 
-/// A frame a node sent before login, decoded strictly.
+/// A frame a node sent before login, decoded strictly: `hello` and `auth` as the
+/// session's [`NodeFrame`](super::NodeFrame) holds them.
 #[derive(Clone, Debug, PartialEq)]
 pub enum LoginFrame {
     /// `hello`.
-    Hello {
-        /// Its `protocol_version`.
-        protocol_version: u32,
-        /// Its `node_name`.
-        node_name: String,
-        /// Its `node_index` (`nil` or absent: any free slot).
-        node_index: Option<usize>,
-    },
+    Hello(Hello),
     /// `auth`.
-    Auth {
-        /// Its `proof`.
-        proof: Vec<u8>,
-    },
+    Auth(Auth),
     /// Another node frame (its `type`), well formed as a map of a known type; its
     /// fields were skipped, not read.
     Other(&'static str),
@@ -151,12 +142,12 @@ impl Fields {
                 None => None,
                 Some(i) => Some(usize::try_from(i).map_err(|_| format!("`node_index` {i} out of range"))?),
             };
-            Ok(LoginFrame::Hello {
+            Ok(LoginFrame::Hello(Hello {
                 // A version past u32 is not this protocol's either: refused as such.
                 protocol_version: u32::try_from(v).unwrap_or(u32::MAX),
                 node_name: self.node_name.ok_or("missing field `node_name`")?,
                 node_index,
-            })
+            }))
         } else {
             for (present, field) in [
                 (self.protocol_version.is_some(), "protocol_version"),
@@ -167,9 +158,9 @@ impl Fields {
                     return Err(stray(field));
                 }
             }
-            Ok(LoginFrame::Auth {
+            Ok(LoginFrame::Auth(Auth {
                 proof: self.proof.ok_or("missing field `proof`")?,
-            })
+            }))
         }
     }
 }
@@ -201,11 +192,11 @@ mod tests {
     }
 
     fn hello() -> NodeFrame {
-        NodeFrame::Hello {
+        NodeFrame::Hello(Hello {
             protocol_version: PROTOCOL_VERSION,
             node_name: "n0".into(),
             node_index: Some(1),
-        }
+        })
     }
 
     fn value(v: rmpv::Value) -> Vec<u8> {
@@ -231,15 +222,15 @@ mod tests {
     fn the_reference_hello_and_auth_decode_in_any_key_order() {
         assert_eq!(
             decode_login(&body(&hello())),
-            Ok(LoginFrame::Hello {
+            Ok(LoginFrame::Hello(Hello {
                 protocol_version: PROTOCOL_VERSION,
                 node_name: "n0".into(),
                 node_index: Some(1),
-            })
+            }))
         );
         assert_eq!(
-            decode_login(&body(&NodeFrame::Auth { proof: vec![7; 32] })),
-            Ok(LoginFrame::Auth { proof: vec![7; 32] })
+            decode_login(&body(&NodeFrame::Auth(Auth { proof: vec![7; 32] }))),
+            Ok(LoginFrame::Auth(Auth { proof: vec![7; 32] }))
         );
         let reordered = map(&[
             ("node_name", "n".into()),
@@ -248,11 +239,11 @@ mod tests {
         ]);
         assert_eq!(
             decode_login(&reordered),
-            Ok(LoginFrame::Hello {
+            Ok(LoginFrame::Hello(Hello {
                 protocol_version: PROTOCOL_VERSION,
                 node_name: "n".into(),
                 node_index: None,
-            })
+            }))
         );
         assert_eq!(
             decode_login(&body(&NodeFrame::Heartbeat)),

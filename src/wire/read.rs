@@ -21,7 +21,7 @@ use serde::de::DeserializeOwned;
 
 use super::cursor::Cursor;
 use super::read_specs;
-use super::{NodeFrame, TrainerFrame, Welcome, WireError};
+use super::{Auth, Hello, NodeFrame, TrainerFrame, Welcome, WireError};
 use crate::message::names;
 use crate::message::{Batch, Continue, FromNode, Seed, ToNode, UpdateWeights};
 use crate::peer_text::{Bounded, BoundedBytes, BoundedDisplay};
@@ -229,15 +229,15 @@ impl sealed::Sealed for NodeFrame {
                     node_name: string,
                     node_index: |c| if c.nil()? { Ok(None) } else { size(c).map(Some) },
                 });
-                return Ok(NodeFrame::Hello {
+                return Ok(NodeFrame::Hello(Hello {
                     protocol_version: protocol_version.get()?,
                     node_name: node_name.get()?,
                     node_index: node_index.opt(),
-                });
+                }));
             }
             names::AUTH => {
                 let (proof,) = fields!(f, { proof: bytes });
-                return Ok(NodeFrame::Auth { proof: proof.get()? });
+                return Ok(NodeFrame::Auth(Auth { proof: proof.get()? }));
             }
             names::HEARTBEAT => {
                 f.none()?;

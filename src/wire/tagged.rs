@@ -8,18 +8,18 @@
 use serde::ser::SerializeStruct;
 use serde::{Serialize, Serializer};
 
-use super::{NodeFrame, TrainerFrame};
+use super::{Auth, Hello, NodeFrame, TrainerFrame};
 use crate::message::names::{AUTH, CHALLENGE, HEARTBEAT, HELLO, REJECT, TYPE as TAG, WELCOME};
 
 impl Serialize for NodeFrame {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
             NodeFrame::Message(m) => m.serialize(s),
-            NodeFrame::Hello {
+            NodeFrame::Hello(Hello {
                 protocol_version,
                 node_name,
                 node_index,
-            } => {
+            }) => {
                 let mut st = s.serialize_struct("NodeFrame", 4)?;
                 st.serialize_field(TAG, HELLO)?;
                 st.serialize_field("protocol_version", protocol_version)?;
@@ -27,7 +27,7 @@ impl Serialize for NodeFrame {
                 st.serialize_field("node_index", node_index)?;
                 st.end()
             }
-            NodeFrame::Auth { proof } => {
+            NodeFrame::Auth(Auth { proof }) => {
                 let mut st = s.serialize_struct("NodeFrame", 2)?;
                 st.serialize_field(TAG, AUTH)?;
                 st.serialize_field("proof", serde_bytes::Bytes::new(proof))?;

@@ -13,7 +13,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use rollout::message::{Continue, FromNode, ToNode};
-use rollout::wire::{self, NodeFrame, TrainerFrame, Welcome, PROTOCOL_VERSION};
+use rollout::wire::{self, Auth, Hello, NodeFrame, TrainerFrame, Welcome, PROTOCOL_VERSION};
 use rollout::{PolicyConfig, Registry};
 use rollout_actors::{Collected, DistributedCollector, Launcher};
 use rollout_tests::{
@@ -87,18 +87,18 @@ impl Scripted {
     fn join(addr: SocketAddr, index: usize) -> Scripted {
         let mut s = connect(addr, DEADLINE);
         let name = format!("scripted-{index}");
-        let hello = NodeFrame::Hello {
+        let hello = NodeFrame::Hello(Hello {
             protocol_version: PROTOCOL_VERSION,
             node_name: name.clone(),
             node_index: Some(index),
-        };
+        });
         send(&mut s, &hello).expect("hello");
         let Some(TrainerFrame::Challenge { nonce }) = recv(&mut s) else {
             panic!("expected a challenge");
         };
-        let auth = NodeFrame::Auth {
+        let auth = NodeFrame::Auth(Auth {
             proof: wire::auth_proof(TOKEN, &nonce, &name),
-        };
+        });
         send(&mut s, &auth).expect("auth");
         let Some(TrainerFrame::Welcome(welcome)) = recv(&mut s) else {
             panic!("not admitted");

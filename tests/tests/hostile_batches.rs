@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use rollout::message::{Batch, Continue, FromNode, ToNode};
 use rollout::rollout::{keys, BatchLayout};
-use rollout::wire::{self, NodeFrame, TrainerFrame, Welcome, PROTOCOL_VERSION};
+use rollout::wire::{self, Auth, Hello, NodeFrame, TrainerFrame, Welcome, PROTOCOL_VERSION};
 use rollout::{DType, Registry, Tensor, TensorDict};
 use rollout_actors::DistributedCollector;
 use rollout_tests::{
@@ -51,17 +51,17 @@ impl Scripted {
         let mut s = connect(addr, DEADLINE);
         send(
             &mut s,
-            &NodeFrame::Hello {
+            &NodeFrame::Hello(Hello {
                 protocol_version: PROTOCOL_VERSION,
                 node_name: name.into(),
                 node_index: Some(HOSTILE),
-            },
+            }),
         );
         let Some(TrainerFrame::Challenge { nonce }) = recv(&mut s) else {
             panic!("expected a challenge");
         };
         let proof = wire::auth_proof(TOKEN, &nonce, name);
-        send(&mut s, &NodeFrame::Auth { proof });
+        send(&mut s, &NodeFrame::Auth(Auth { proof }));
         let Some(TrainerFrame::Welcome(welcome)) = recv(&mut s) else {
             panic!("the scripted node was not admitted");
         };

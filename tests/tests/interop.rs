@@ -15,7 +15,9 @@ use std::time::Duration;
 use rollout::message::{Batch, Continue, FromNode, Seed, ToNode, UpdateWeights};
 use rollout::node_spec::NodeSpec;
 use rollout::rollout::RolloutConfig;
-use rollout::wire::{auth_proof, encode_into, NodeFrame, TrainerFrame, Welcome, DEFAULT_MAX_FRAME, PROTOCOL_VERSION};
+use rollout::wire::{
+    auth_proof, encode_into, Auth, Hello, NodeFrame, TrainerFrame, Welcome, DEFAULT_MAX_FRAME, PROTOCOL_VERSION,
+};
 use rollout::{EnvSpec, PolicyConfig, PolicySpec, Registry, Tensor, TensorDict, Weights};
 use rollout_tests::{rollout_bin, run_bounded, temp_path, OutputRecord};
 use serde_json::{json, Value};
@@ -234,12 +236,12 @@ fn frames_decode_with_python_msgpack() {
     put_t(&TrainerFrame::Message(ToNode::Shutdown));
     let mut put_n = |f: &NodeFrame| encode_into(f, DEFAULT_MAX_FRAME, &mut bytes).expect("encode");
     put_n(&NodeFrame::Message(FromNode::Batch(batch.clone())));
-    put_n(&NodeFrame::Hello {
+    put_n(&NodeFrame::Hello(Hello {
         protocol_version: PROTOCOL_VERSION,
         node_name: "node-1".into(),
         node_index: None,
-    });
-    put_n(&NodeFrame::Auth { proof: proof.clone() });
+    }));
+    put_n(&NodeFrame::Auth(Auth { proof: proof.clone() }));
     put_n(&NodeFrame::Message(FromNode::WeightsUpdated { node: 1, version: 4 }));
     put_n(&NodeFrame::Message(FromNode::Seeded {
         node: 1,
@@ -419,11 +421,11 @@ fn protocol_md_worked_examples_are_the_encoders_bytes() {
 
     let lead = format!("`hello {{protocol_version: {PROTOCOL_VERSION}, node_name: \"n\", node_index: nil}}` body:");
     let mut bytes = Vec::new();
-    let hello = NodeFrame::Hello {
+    let hello = NodeFrame::Hello(Hello {
         protocol_version: PROTOCOL_VERSION,
         node_name: "n".into(),
         node_index: None,
-    };
+    });
     encode_into(&hello, DEFAULT_MAX_FRAME, &mut bytes).expect("encode hello");
     assert_eq!(
         inline_hex_after(&section, &lead),

@@ -14,7 +14,7 @@ use std::time::Duration;
 use rollout::env::{Counting, CountingConfig};
 use rollout::message::{Batch, FromNode, ToNode};
 use rollout::rollout::{keys, Rollout};
-use rollout::wire::{self, NodeFrame, TrainerFrame, Welcome};
+use rollout::wire::{self, Auth, NodeFrame, TrainerFrame, Welcome};
 use rollout::{Env, ExplorationType, PolicyConfig, Registry, TensorDict};
 use rollout_actors::{DistributedCollector, Launcher};
 use rollout_tests::{connect, free_addr, hello, logs, recv, send, unique_name};
@@ -81,7 +81,7 @@ fn login(addr: SocketAddr, version: u32, name: &str, index: usize) -> Login {
     match recv(&mut s) {
         Some(TrainerFrame::Challenge { nonce }) => {
             let proof = wire::auth_proof(TOKEN, &nonce, name);
-            send(&mut s, &NodeFrame::Auth { proof });
+            send(&mut s, &NodeFrame::Auth(Auth { proof }));
             match recv(&mut s) {
                 Some(TrainerFrame::Welcome(w)) => Login::Welcome(s, w),
                 other => panic!("version {version} passed hello and was then refused: {other:?}"),

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use ndarray::ArrayD;
 use rollout::message::{Continue, FromNode, ToNode};
 use rollout::rollout::keys;
-use rollout::wire::{self, NodeFrame, TrainerFrame, Welcome, PROTOCOL_VERSION};
+use rollout::wire::{self, Hello, NodeFrame, TrainerFrame, Welcome, PROTOCOL_VERSION};
 use rollout::{Counting, CountingConfig, Env, EnvError, PolicyConfig, Registry, Tensor, TensorDict, Weights};
 use rollout_actors::remote::{run_node, NodeOptions};
 use rollout_actors::{CollectError, Collected, DistributedCollector, Launcher};
@@ -201,11 +201,11 @@ fn a_hello_a_byte_at_a_time_is_closed_at_the_handshake_deadline() {
             // past the deadline.
             let mut w = s.try_clone().expect("clone");
             let hello = wire::encode(
-                &NodeFrame::Hello {
+                &NodeFrame::Hello(Hello {
                     protocol_version: PROTOCOL_VERSION,
                     node_name: "slow".into(),
                     node_index: None,
-                },
+                }),
                 wire::DEFAULT_MAX_FRAME,
             )
             .expect("encode");

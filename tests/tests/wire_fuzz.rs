@@ -22,7 +22,7 @@ use rollout::policy::PolicySpec;
 use rollout::pool::TensorPool;
 use rollout::rollout::RolloutConfig;
 use rollout::wire::{
-    auth_proof, body_len, decode, decode_login, encode, verify_proof, FrameDecoder, LoginFrame, NodeFrame,
+    auth_proof, body_len, decode, decode_login, encode, verify_proof, Auth, FrameDecoder, Hello, LoginFrame, NodeFrame,
     TrainerFrame, Welcome, WireError, LOGIN_MAX_FRAME, NONCE_LEN, PREFIX_LEN, PROTOCOL_VERSION,
 };
 use rollout::{EnvSpec, PolicyConfig, Registry, Tensor, TensorDict, Weights};
@@ -134,14 +134,14 @@ fn check_restore(state: &NodeState) {
 
 fn node_samples() -> Vec<NodeFrame> {
     vec![
-        NodeFrame::Hello {
+        NodeFrame::Hello(Hello {
             protocol_version: PROTOCOL_VERSION,
             node_name: "node-0".into(),
             node_index: Some(0),
-        },
-        NodeFrame::Auth {
+        }),
+        NodeFrame::Auth(Auth {
             proof: auth_proof(TOKEN, &nonce(), "node-0"),
-        },
+        }),
         NodeFrame::Heartbeat,
         NodeFrame::Message(FromNode::Batch(batch())),
         NodeFrame::Message(FromNode::WeightsUpdated { node: 0, version: 2 }),
@@ -337,16 +337,16 @@ fn check_stream(bytes: &[u8], chunk: usize) -> Vec<Vec<u8>> {
 /// session's decoder reads the same (it is only stricter, never different).
 fn check_login(body: &[u8]) {
     match decode_login(body) {
-        Ok(LoginFrame::Hello {
+        Ok(LoginFrame::Hello(Hello {
             protocol_version,
             node_name,
             node_index,
-        }) => match decode::<NodeFrame>(body) {
-            Ok(NodeFrame::Hello {
+        })) => match decode::<NodeFrame>(body) {
+            Ok(NodeFrame::Hello(Hello {
                 protocol_version: v,
                 node_name: n,
                 node_index: i,
-            }) => {
+            })) => {
                 assert_eq!((v, &n, i), (protocol_version, &node_name, node_index));
             }
             // A version past u32 is read as u32::MAX by the login decoder, refused by the other.
@@ -355,8 +355,8 @@ fn check_login(body: &[u8]) {
                 "login read a hello, the decoder {other:?}"
             ),
         },
-        Ok(LoginFrame::Auth { proof }) => match decode::<NodeFrame>(body) {
-            Ok(NodeFrame::Auth { proof: p }) => assert_eq!(p, proof),
+        Ok(LoginFrame::Auth(Auth { proof })) => match decode::<NodeFrame>(body) {
+            Ok(NodeFrame::Auth(Auth { proof: p })) => assert_eq!(p, proof),
             other => panic!("login read an auth, the decoder {other:?}"),
         },
         Ok(LoginFrame::Other(_)) | Err(_) => {}
@@ -375,7 +375,7 @@ fn check_handshake(bodies: &[Vec<u8>]) {
             HandshakeStep::Send(TrainerFrame::Challenge { nonce: n }) => {
                 assert_eq!(n, &nonce());
                 match decode::<NodeFrame>(b) {
-                    Ok(NodeFrame::Hello { node_name, .. }) => hello_name = Some(node_name),
+                    Ok(NodeFrame::Hello(Hello { node_name, .. })) => hello_name = Some(node_name),
                     other => panic!("challenged after {other:?}"),
                 }
             }
@@ -387,7 +387,7 @@ fn check_handshake(bodies: &[Vec<u8>]) {
                     "admitted under the name of its hello"
                 );
                 match decode::<NodeFrame>(b) {
-                    Ok(NodeFrame::Auth { proof }) => {
+                    Ok(NodeFrame::Auth(Auth { proof })) => {
                         assert!(
                             verify_proof(TOKEN, &nonce(), node_name, &proof),
                             "admitted without a proof"
@@ -675,7 +675,7 @@ proptest! {
         check_login(&body);
         if !extra.is_empty() || !trailing.is_empty() {
             prop_assert!(
-                !matches!(decode_login(&body), Ok(LoginFrame::Hello { .. } | LoginFrame::Auth { .. })),
+                !matches!(decode_login(&body), Ok(LoginFrame::Hello(_) | LoginFrame::Auth(_))),
                 "accepted with extra entries or trailing bytes"
             );
         }
@@ -714,9 +714,9 @@ proptest! {
         auth_mut in proptest::option::of(mutation()),
         proof_name in prop_oneof![Just(None), "[a-z0-9-]{0,12}".prop_map(Some)],
     ) {
-        let mut hello = encode(&NodeFrame::Hello { protocol_version: PROTOCOL_VERSION, node_name: name.clone(), node_index: None }, MAX).unwrap();
+        let mut hello = encode(&NodeFrame::Hello(Hello { protocol_version: PROTOCOL_VERSION, node_name: name.clone(), node_index: None }), MAX).unwrap();
         let signed = proof_name.clone().unwrap_or_else(|| name.clone());
-        let mut auth = encode(&NodeFrame::Auth { proof: auth_proof(TOKEN, &nonce(), &signed) }, MAX).unwrap();
+        let mut auth = encode(&NodeFrame::Auth(Auth { proof: auth_proof(TOKEN, &nonce(), &signed) }), MAX).unwrap();
         if let Some(m) = &hello_mut {
             apply(&mut hello, m);
         }

@@ -2,8 +2,9 @@
 //! into a batch, when weights go out, when the run is over.
 //!
 //! Feed it the consumer's requests and the nodes' messages; it appends what to
-//! send and what to yield to an output list. The Trainer actor is a thin shell
-//! around it, and the testkit pumps it in memory.
+//! send and what to yield to an output list, and judges its own errors
+//! ([`Verdict`]). The Trainer actor is a thin shell around it, and the testkit
+//! pumps it in memory.
 //!
 //! One concept per file: `config` (what a run collects), `rounds` (sync rounds,
 //! async yields, early release), `weights` (when weights go out), `seeding` (the
@@ -11,7 +12,8 @@
 //! and restoring one), `deadlines` (how long a node may take to answer each
 //! request), `layout` (what batches must hold), `specs` (the env specs nodes report, and
 //! version 0 built from them), `versions` (the protocol versions that can serve the
-//! run), `membership` (elastic runs: nodes
+//! run), `verdict` (what an error means for the run: which end it, lose a node,
+//! close a connection or only drop a message), `membership` (elastic runs: nodes
 //! that join and leave), and `node_state` (where each node is, as one enum).
 
 use std::collections::VecDeque;
@@ -38,6 +40,7 @@ mod specs;
 mod supervise;
 #[cfg(test)]
 mod test_support;
+mod verdict;
 mod versions;
 mod weights;
 
@@ -53,6 +56,7 @@ pub use output::{Collected, Output};
 use seeding::SeedChain;
 pub use specs::{initial_weights_for, spec_params_for};
 pub use supervise::{CutOff, NodeSupervision, SupervisionStats};
+pub use verdict::Verdict;
 
 /// The request a node's message answers, if it answers one (a `batch` answers its
 /// `continue`, timed by the node's state instead).
