@@ -83,6 +83,91 @@ impl NodeSpec {
         self.rollout.frames_per_batch
     }
 
+    /// Node 0 of a run of this node alone: `envs_per_node` envs of `env`, each its own
+    /// env worker and trajectory-id lane (lanes `0..envs_per_node`), acting with
+    /// `policy`, with [`RolloutConfig::default`] and the default supervision and
+    /// worker priority. The trainer plans the specs of a run; this is for a spec
+    /// written by hand (tests, a node driven directly): the `with_*` methods set the
+    /// rest, e.g. a node of a larger run is `with_index` and `with_lanes`.
+    ///
+    /// ```
+    /// use rollout::node_spec::NodeSpec;
+    /// use rollout::{PolicyConfig, Registry};
+    ///
+    /// // Node 1 of a run of two nodes of two envs each.
+    /// let spec = NodeSpec::new("CartPole-v1", PolicyConfig::Random, 2)
+    ///     .with_index(1)
+    ///     .with_lanes(2, 4)
+    ///     .with_env_share(10);
+    /// assert_eq!(spec.build_workers(&Registry::with_builtins())?.len(), 2);
+    /// # Ok::<(), rollout::rollout::RolloutError>(())
+    /// ```
+    pub fn new(env: impl Into<EnvSpec>, policy: impl Into<PolicySpec>, envs_per_node: usize) -> NodeSpec {
+        NodeSpec {
+            index: 0,
+            env: env.into(),
+            policy: policy.into(),
+            envs_per_node,
+            envs_per_worker: 1,
+            first_lane: 0,
+            lanes: envs_per_node as u64,
+            rollout: RolloutConfig::default(),
+            max_restarts: DEFAULT_MAX_RESTARTS,
+            restart_window_ms: DEFAULT_RESTART_WINDOW_MS,
+            worker_nice: DEFAULT_WORKER_NICE,
+        }
+    }
+
+    /// This spec as node `index` of its run.
+    pub fn with_index(mut self, index: usize) -> NodeSpec {
+        self.index = index;
+        self
+    }
+
+    /// The node's first trajectory-id lane, and the lanes of the whole run.
+    pub fn with_lanes(mut self, first_lane: u64, lanes: u64) -> NodeSpec {
+        self.first_lane = first_lane;
+        self.lanes = lanes;
+        self
+    }
+
+    /// `k` envs to each env worker (see [`NodeSpec::envs_per_worker`]).
+    pub fn with_envs_per_worker(mut self, k: usize) -> NodeSpec {
+        self.envs_per_worker = k;
+        self
+    }
+
+    /// The frames each env is asked for at most per batch, its share (see [`NodeSpec::env_share`]).
+    pub fn with_env_share(mut self, frames: usize) -> NodeSpec {
+        self.rollout.frames_per_batch = frames;
+        self
+    }
+
+    /// The node's base seed (see [`RolloutConfig::seed`]).
+    pub fn with_seed(mut self, seed: u64) -> NodeSpec {
+        self.rollout.seed = seed;
+        self
+    }
+
+    /// Trajectories cut after `frames` frames (see [`RolloutConfig::max_frames_per_traj`]).
+    pub fn with_max_frames_per_traj(mut self, frames: u64) -> NodeSpec {
+        self.rollout.max_frames_per_traj = Some(frames);
+        self
+    }
+
+    /// `max_restarts` restarts of one env worker within `window_ms` milliseconds.
+    pub fn with_restarts(mut self, max_restarts: u32, window_ms: u64) -> NodeSpec {
+        self.max_restarts = max_restarts;
+        self.restart_window_ms = window_ms;
+        self
+    }
+
+    /// The env workers' nice increment (see [`NodeSpec::worker_nice`]).
+    pub fn with_worker_nice(mut self, nice: i32) -> NodeSpec {
+        self.worker_nice = nice;
+        self
+    }
+
     /// How often each of the node's env workers may be restarted.
     pub fn restart_intensity(&self) -> RestartIntensity {
         RestartIntensity {

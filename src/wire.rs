@@ -449,22 +449,10 @@ mod tests {
     }
 
     fn spec() -> NodeSpec {
-        NodeSpec {
-            index: 1,
-            env: EnvSpec::new("CartPole-v1"),
-            policy: PolicySpec::from(PolicyConfig::Mlp { hidden: vec![8] }),
-            envs_per_node: 2,
-            envs_per_worker: 1,
-            first_lane: 2,
-            lanes: 4,
-            rollout: RolloutConfig {
-                max_frames_per_traj: Some(200),
-                ..RolloutConfig::default()
-            },
-            max_restarts: crate::supervisor::DEFAULT_MAX_RESTARTS,
-            restart_window_ms: crate::node_spec::DEFAULT_RESTART_WINDOW_MS,
-            worker_nice: crate::node_spec::DEFAULT_WORKER_NICE,
-        }
+        NodeSpec::new("CartPole-v1", PolicyConfig::Mlp { hidden: vec![8] }, 2)
+            .with_index(1)
+            .with_lanes(2, 4)
+            .with_max_frames_per_traj(200)
     }
 
     fn weights() -> Weights {

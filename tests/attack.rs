@@ -13,7 +13,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crate::process::{rollout_bin, wait_with_deadline};
-use crate::scratch::TempDir;
+use crate::scratch::temp_dir;
 use crate::wait::poll_until;
 
 /// The shared token of the legitimate nodes (long enough for the trainer).
@@ -50,7 +50,7 @@ pub struct AttackedTrainer {
     peak_kib: Arc<AtomicU64>,
     sampling: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
-    dir: TempDir,
+    dir: tempfile::TempDir,
 }
 
 /// How a run under attack ended.
@@ -81,8 +81,8 @@ impl AttackedTrainer {
     /// Starts the trainer (2 nodes, CartPole, MLP policy) and waits for its
     /// `{"listening": ADDR}` line, which must be the first on stdout.
     pub fn start(name: &str, setup: TrainerSetup) -> AttackedTrainer {
-        let dir = TempDir::new(&format!("attack-{name}"));
-        let token = dir.join("token");
+        let dir = temp_dir(&format!("attack-{name}"));
+        let token = dir.path().join("token");
         write_private(&token, ATTACK_TOKEN);
         let mut cmd = match setup.nofile {
             Some(n) => {
@@ -188,7 +188,7 @@ impl AttackedTrainer {
     pub fn start_node(&self) -> Child {
         Command::new(rollout_bin())
             .args(["node", "--join", &self.addr.to_string(), "--token-file"])
-            .arg(self.dir.join("token"))
+            .arg(self.dir.path().join("token"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -1,6 +1,6 @@
 //! Helpers shared by the integration scenarios in `tests/tests/`, each kept once here
 //! (a scenario file holds only what it alone needs). Everything is re-exported at the
-//! crate root: `use rollout_tests::{drain, free_addr, ...}`.
+//! crate root: `use rollout_tests::{drain, temp_dir, ...}`.
 
 #![warn(missing_docs)]
 
@@ -33,6 +33,7 @@ pub use logs::{log_text, logs, OwnLog};
 pub use messages::{describe_sent, only_batch};
 pub use process::{
     actors_example_bin, alive, rollout_bin, rollout_release_bin, run_bounded, signal, wait_with_deadline, Finished,
+    Running,
 };
 pub use prometheus::{require_prometheus, Prometheus, Sample};
 pub use python_nodes::{venv_python, Mark, MarkedPythonNodes};
@@ -40,10 +41,10 @@ pub use raw_node::{
     connect, good_node, good_node_named, handshake, hello, logged_in, real_batch, real_data, recv, send, try_send,
 };
 pub use records::{read_output, OutputRecord};
-pub use scratch::{free_addr, temp_path, unique_name, TempDir};
+pub use scratch::{temp_dir, temp_file, unique_name};
 pub use scripted::{scripted_join, scripted_node_result, Scripted, SCRIPTED_DEADLINE};
 pub use setups::{
-    built_on_a_thread, cartpole_sync_builder, counting_process_builder, external_counting_builder, panicky_builder,
-    trainer_config, value_weights,
+    built_on_a_thread, cartpole_sync_builder, counting_process_builder, external_counting_builder,
+    listening_on_a_thread, panicky_builder, trainer_config, value_weights,
 };
 pub use wait::{holds_for, poll_until, wait_for, wait_until};

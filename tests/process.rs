@@ -1,9 +1,10 @@
 //! Child processes, always bounded by a deadline, and the `rollout` binary they run.
 
 use std::io::Read;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -65,29 +66,138 @@ impl Finished {
 /// own while it runs, so a child that writes more than a pipe holds cannot stall.
 /// Errs when it cannot be started.
 pub fn run_bounded(cmd: &mut Command, timeout: Duration) -> std::io::Result<Finished> {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let out = read_on_a_thread(child.stdout.take());
-    let err = read_on_a_thread(child.stderr.take());
-    let status = wait_with_deadline(&mut child, timeout);
-    Ok(Finished {
-        status,
-        stdout: out.join().unwrap_or_default(),
-        stderr: err.join().unwrap_or_default(),
-    })
+    Ok(Running::spawn(cmd)?.finish(timeout))
 }
 
-fn read_on_a_thread(r: Option<impl Read + Send + 'static>) -> thread::JoinHandle<Vec<u8>> {
-    thread::spawn(move || {
-        let mut buf = Vec::new();
-        if let Some(mut r) = r {
-            let _ = r.read_to_end(&mut buf);
+/// A child whose stdout and stderr are read on threads of their own while it runs (it
+/// cannot stall on a full pipe), so a test can wait for a line it writes, such as the
+/// address it bound, and still have everything it wrote once it ends. Killed and reaped
+/// when dropped unfinished.
+pub struct Running {
+    child: Child,
+    stdout: Captured,
+    stderr: Captured,
+}
+
+/// One pipe of a [`Running`] child: what came so far, and its reader.
+struct Captured {
+    bytes: Arc<Mutex<Vec<u8>>>,
+    reader: Option<thread::JoinHandle<()>>,
+}
+
+impl Captured {
+    fn read(r: Option<impl Read + Send + 'static>) -> Captured {
+        let bytes = Arc::new(Mutex::new(Vec::new()));
+        let into = bytes.clone();
+        let reader = thread::spawn(move || {
+            let Some(mut r) = r else { return };
+            let mut chunk = [0u8; 8192];
+            while let Ok(n) = r.read(&mut chunk) {
+                if n == 0 {
+                    break;
+                }
+                into.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .extend_from_slice(&chunk[..n]);
+            }
+        });
+        Captured {
+            bytes,
+            reader: Some(reader),
         }
-        buf
-    })
+    }
+
+    /// What came so far.
+    fn so_far(&self) -> Vec<u8> {
+        self.bytes.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Everything, once the pipe is closed (the child and whatever inherited it exited).
+    fn all(&mut self) -> Vec<u8> {
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        self.so_far()
+    }
+}
+
+impl Running {
+    /// Starts `cmd` with stdin closed and stdout and stderr captured. Errs when it cannot
+    /// be started.
+    pub fn spawn(cmd: &mut Command) -> std::io::Result<Running> {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let stdout = Captured::read(child.stdout.take());
+        let stderr = Captured::read(child.stderr.take());
+        Ok(Running { child, stdout, stderr })
+    }
+
+    /// How it exited, if it did.
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().expect("try_wait")
+    }
+
+    /// Its stderr so far, as text (invalid UTF-8 replaced).
+    pub fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.so_far()).into_owned()
+    }
+
+    /// The first whole line of its stderr of which `found` makes something, waited for
+    /// at most `timeout`; panics naming `what`, with its stderr, past the deadline or
+    /// when it exits without writing one.
+    pub fn wait_stderr<T>(&mut self, what: &str, timeout: Duration, mut found: impl FnMut(&str) -> Option<T>) -> T {
+        let mut look = |bytes: &[u8]| {
+            let text = String::from_utf8_lossy(bytes);
+            // Only whole lines: the end of a line being written is not read as all of it.
+            let whole = text.rfind('\n').map_or("", |end| &text[..end]);
+            whole.lines().find_map(&mut found)
+        };
+        let seen = poll_until(Instant::now() + timeout, || {
+            if let Some(v) = look(&self.stderr.so_far()) {
+                return Some(Ok(v));
+            }
+            // Exited: its last words are in once the pipe is closed.
+            let status = self.try_wait()?;
+            Some(look(&self.stderr.all()).ok_or(status))
+        });
+        match seen {
+            Some(Ok(v)) => v,
+            Some(Err(status)) => panic!("exited ({status}) before {what}; stderr:\n{}", self.stderr_text()),
+            None => panic!("no {what} within {timeout:?}; stderr:\n{}", self.stderr_text()),
+        }
+    }
+
+    /// The address of its `listening on ADDR` line on stderr, which `rollout collect
+    /// --launcher external` writes once its join socket is bound (see docs/cli.md):
+    /// with `--listen HOST:0`, the port the kernel picked. Waited for at most `timeout`.
+    pub fn listening_addr(&mut self, timeout: Duration) -> SocketAddr {
+        self.wait_stderr("a `listening on ADDR` line", timeout, |l| {
+            l.strip_prefix("listening on ")?.trim().parse().ok()
+        })
+    }
+
+    /// Waits for it at most `timeout` (then kills it: see [`Finished::status`]) and
+    /// returns all it wrote.
+    pub fn finish(mut self, timeout: Duration) -> Finished {
+        let status = wait_with_deadline(&mut self.child, timeout);
+        Finished {
+            status,
+            stdout: self.stdout.all(),
+            stderr: self.stderr.all(),
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
 
 /// Sends signal `sig` (as `kill` names it: `TERM`, `KILL`, ...) to process `pid`; panics

@@ -4,19 +4,21 @@
 //! `apt-get install -y prometheus` (`scripts/test.sh` does); the Debian service is not used.
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use tempfile::TempDir;
+
 use crate::http::{http_get, url_encode};
-use crate::process::run_bounded;
-use crate::scratch::{free_addr, TempDir};
+use crate::process::{run_bounded, Running};
+use crate::scratch::temp_dir;
 use crate::wait::wait_for;
 
 const HINT: &str = "install Debian's prometheus package (apt-get install -y prometheus; scripts/test.sh does)";
 
 /// A Prometheus scraping one target; killed (it was started here) when dropped.
 pub struct Prometheus {
-    child: Child,
+    child: Running,
     addr: SocketAddr,
     _dir: TempDir,
 }
@@ -31,31 +33,41 @@ pub struct Sample {
 }
 
 impl Prometheus {
-    /// Starts Prometheus scraping `http://target/metrics` every `every`, and waits
-    /// (bounded) until it is ready.
+    /// Starts Prometheus scraping `http://target/metrics` every `every`, on a loopback
+    /// port of the kernel's choosing (read from its `msg="Listening on"` log line), and
+    /// waits (bounded) until it is ready.
     pub fn scraping(target: SocketAddr, every: Duration) -> Prometheus {
-        let dir = TempDir::new(&format!("prometheus-{target}").replace([':', '.'], "-"));
+        let dir = temp_dir(&format!("prometheus-{target}").replace([':', '.'], "-"));
         let ms = every.as_millis();
         let config = format!(
             "global:\n  scrape_interval: {ms}ms\n  scrape_timeout: {ms}ms\n\
              scrape_configs:\n  - job_name: rollout\n    static_configs:\n      - targets: ['{target}']\n"
         );
-        let config_path = dir.join("prometheus.yml");
+        let config_path = dir.path().join("prometheus.yml");
         std::fs::write(&config_path, config).expect("write the Prometheus config");
-        let addr = free_addr();
-        let child = Command::new("prometheus")
-            .arg(format!("--config.file={}", config_path.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
-            .arg(format!("--web.listen-address={addr}"))
-            .arg("--log.level=warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start prometheus ({e}); {HINT}"));
+        let end = Instant::now() + Duration::from_secs(60);
+        let mut child = Running::spawn(
+            Command::new("prometheus")
+                .arg(format!("--config.file={}", config_path.display()))
+                .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+                .arg("--web.listen-address=127.0.0.1:0")
+                // Info: the level of the line naming the bound address.
+                .arg("--log.level=info"),
+        )
+        .unwrap_or_else(|e| panic!("cannot start prometheus ({e}); {HINT}"));
+        // `msg="Listening on" address=127.0.0.1:PORT`, the other fields in any order.
+        let addr = child.wait_stderr("Prometheus' address", Duration::from_secs(60), |l| {
+            if !l.contains(r#"msg="Listening on""#) {
+                return None;
+            }
+            l.split_whitespace()
+                .find_map(|f| f.strip_prefix("address="))?
+                .parse()
+                .ok()
+        });
         let mut p = Prometheus { child, addr, _dir: dir };
-        wait_for(Instant::now() + Duration::from_secs(60), "Prometheus ready", || {
-            if let Ok(Some(st)) = p.child.try_wait() {
+        wait_for(end, "Prometheus ready", || {
+            if let Some(st) = p.child.try_wait() {
                 panic!("prometheus exited before it was ready ({st})");
             }
             http_get(addr, "/-/ready").ok().filter(|a| a.status == Some(200))
@@ -92,13 +104,6 @@ impl Prometheus {
             Ok(s) if s.len() == 1 => Some(s[0].value),
             _ => None,
         }
-    }
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -34,23 +34,11 @@ use crate::env_worker::execute;
 /// ```
 /// use rollout::message::{Continue, FromNode, ToNode};
 /// use rollout::node_spec::NodeSpec;
-/// use rollout::rollout::{keys, RolloutConfig};
-/// use rollout::{EnvSpec, PolicyConfig, PolicySpec, Registry};
+/// use rollout::rollout::keys;
+/// use rollout::{PolicyConfig, Registry};
 /// use rollout_actors::testkit::NodeHarness;
 ///
-/// let spec = NodeSpec {
-///     index: 0,
-///     env: EnvSpec::new("Counting"),
-///     policy: PolicySpec::from(PolicyConfig::Constant { value: 1.0 }),
-///     envs_per_node: 2,
-///     envs_per_worker: 1,
-///     first_lane: 0,
-///     lanes: 2,
-///     rollout: RolloutConfig { frames_per_batch: 4, ..RolloutConfig::default() },
-///     max_restarts: rollout::supervisor::DEFAULT_MAX_RESTARTS,
-///     restart_window_ms: rollout::node_spec::DEFAULT_RESTART_WINDOW_MS,
-///     worker_nice: rollout::node_spec::DEFAULT_WORKER_NICE,
-/// };
+/// let spec = NodeSpec::new("Counting", PolicyConfig::Constant { value: 1.0 }, 2).with_env_share(4);
 /// let mut node = NodeHarness::new(&spec, &Registry::with_builtins())?;
 /// let replies = node.send(ToNode::Continue(Continue { seq: 0, frames: 8 }));
 /// let [FromNode::Batch(batch)] = &replies[..] else {
@@ -494,22 +482,14 @@ pub fn scripted_batch(node: usize, c: Continue, envs: usize, version: u64, first
 /// use rollout::machine::TrainerConfig;
 /// use rollout::shares::Shares;
 /// use rollout::node_spec::NodeSpec;
-/// use rollout::rollout::RolloutConfig;
-/// use rollout::{EnvSpec, PolicyConfig, PolicySpec, Registry};
+/// use rollout::{PolicyConfig, Registry};
 /// use rollout_actors::testkit::Cluster;
 ///
-/// let spec = |index: usize| NodeSpec {
-///     index,
-///     env: EnvSpec::new("Counting"),
-///     policy: PolicySpec::from(PolicyConfig::Constant { value: 1.0 }),
-///     envs_per_node: 2,
-///     envs_per_worker: 1,
-///     first_lane: 2 * index as u64,
-///     lanes: 4,
-///     rollout: RolloutConfig { frames_per_batch: 8, ..RolloutConfig::default() },
-///     max_restarts: rollout::supervisor::DEFAULT_MAX_RESTARTS,
-///     restart_window_ms: rollout::node_spec::DEFAULT_RESTART_WINDOW_MS,
-///     worker_nice: rollout::node_spec::DEFAULT_WORKER_NICE,
+/// let spec = |index: usize| {
+///     NodeSpec::new("Counting", PolicyConfig::Constant { value: 1.0 }, 2)
+///         .with_index(index)
+///         .with_lanes(2 * index as u64, 4)
+///         .with_env_share(8)
 /// };
 /// let cfg = TrainerConfig::new(Shares::new(8, vec![2, 2], 1, false, Some(16))?);
 /// let mut cluster = Cluster::new(cfg, &[spec(0), spec(1)], &Registry::with_builtins())?;

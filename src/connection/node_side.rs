@@ -192,11 +192,9 @@ impl NodeSession {
 mod tests {
     use super::*;
     use crate::connection::trainer_side::{HandshakeStep, TrainerHandshake};
-    use crate::env::EnvSpec;
     use crate::message::{Continue, Seed};
     use crate::node_spec::NodeSpec;
-    use crate::policy::{PolicyConfig, PolicySpec};
-    use crate::rollout::RolloutConfig;
+    use crate::policy::PolicyConfig;
     use crate::wire::{encode, NONCE_LEN, PREFIX_LEN};
 
     fn body(f: &NodeFrame) -> Vec<u8> {
@@ -206,19 +204,7 @@ mod tests {
     fn welcome(index: usize) -> Welcome {
         Welcome {
             node_index: index,
-            spec: NodeSpec {
-                index,
-                env: EnvSpec::new("CartPole-v1"),
-                policy: PolicySpec::from(PolicyConfig::Mlp { hidden: vec![8] }),
-                envs_per_node: 1,
-                envs_per_worker: 1,
-                first_lane: 0,
-                lanes: 1,
-                rollout: RolloutConfig::default(),
-                max_restarts: crate::supervisor::DEFAULT_MAX_RESTARTS,
-                restart_window_ms: crate::node_spec::DEFAULT_RESTART_WINDOW_MS,
-                worker_nice: crate::node_spec::DEFAULT_WORKER_NICE,
-            },
+            spec: NodeSpec::new("CartPole-v1", PolicyConfig::Mlp { hidden: vec![8] }, 1).with_index(index),
             weights: None,
             heartbeat_ms: 100,
             heartbeat_timeout_ms: 500,

@@ -17,10 +17,10 @@ use rollout::tensor::DType;
 use rollout::wire::{NodeFrame, TrainerFrame, Welcome};
 use rollout::{Env, EnvError, PolicyConfig, Registry};
 use rollout_actors::remote::{run_node, NodeOptions};
-use rollout_actors::{CollectError, DistributedCollector, Launcher};
+use rollout_actors::{CollectError, CollectorBuilder, DistributedCollector, Launcher};
 use rollout_tests::{
-    actors_example_bin, connect, free_addr, logged_in, logs, read_output, recv, rollout_bin, run_bounded, send,
-    unique_name, wait_for, OwnLog, TempDir,
+    actors_example_bin, connect, listening_on_a_thread, logged_in, logs, read_output, recv, rollout_bin, run_bounded,
+    send, temp_dir, unique_name, wait_for, OwnLog, Running,
 };
 
 const TOKEN: &[u8] = b"s3cret-token-for-any-env";
@@ -45,16 +45,15 @@ fn layout_of(data: &std::collections::BTreeMap<String, rollout::Tensor>, batch_d
 
 #[test]
 fn rollout_collect_learns_a_users_env_from_the_nodes_of_its_own_binary() {
-    let dir = TempDir::new("any-env-cli");
-    let token = dir.join("token");
+    let dir = temp_dir("any-env-cli");
+    let token = dir.path().join("token");
     std::fs::write(&token, "any-env-cli-test-token-0123\n").expect("token");
     std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod");
-    let out = dir.join("out.msgpack");
-    let addr = free_addr().to_string();
+    let out = dir.path().join("out.msgpack");
     let node_bin = actors_example_bin("custom_node");
     let mut collect = Command::new(rollout_bin());
     collect
-        .args(["collect", "--launcher", "external", "--listen", &addr])
+        .args(["collect", "--launcher", "external", "--listen", "127.0.0.1:0"])
         .args(["--env", "ShortCount-v0", "--nodes", "2", "--envs-per-node", "2"])
         .args(["--frames-per-batch", "40", "--total-frames", "200"])
         .args([
@@ -70,7 +69,8 @@ fn rollout_collect_learns_a_users_env_from_the_nodes_of_its_own_binary() {
         .arg(&token)
         .arg("--output")
         .arg(&out);
-    let trainer = thread::spawn(move || run_bounded(&mut collect, DEADLINE).expect("start rollout collect"));
+    let mut trainer = Running::spawn(&mut collect).expect("start rollout collect");
+    let addr = trainer.listening_addr(DEADLINE).to_string();
     let nodes: Vec<_> = (0..2)
         .map(|i| {
             let mut cmd = Command::new(&node_bin);
@@ -79,7 +79,7 @@ fn rollout_collect_learns_a_users_env_from_the_nodes_of_its_own_binary() {
             thread::spawn(move || run_bounded(&mut cmd, DEADLINE).expect("start a custom node"))
         })
         .collect();
-    let t = trainer.join().expect("trainer thread");
+    let t = trainer.finish(DEADLINE);
     assert_eq!(t.code(), Some(0), "rollout collect failed:\n{}", t.stderr_text());
     for n in nodes {
         let n = n.join().expect("node thread");
@@ -144,14 +144,11 @@ fn cartpole_env() -> Result<Box<dyn Env>, EnvError> {
     Ok(Box::new(CartPole::new(CartPoleConfig::default())?))
 }
 
-/// A trainer of `nodes` external nodes of `Custom-v0`, which its registry cannot build.
-fn trainer(
-    addr: SocketAddr,
-    nodes: usize,
-    policy: PolicyConfig,
-) -> JoinHandle<Result<DistributedCollector, CollectError>> {
+/// A trainer of `nodes` external nodes of `Custom-v0`, which its registry cannot build,
+/// and the address it listens on.
+fn trainer(nodes: usize, policy: PolicyConfig) -> (JoinHandle<Result<DistributedCollector, CollectError>>, SocketAddr) {
     logs();
-    thread::spawn(move || {
+    listening_on_a_thread(
         DistributedCollector::builder()
             .env("Custom-v0")
             .policy(policy)
@@ -160,13 +157,12 @@ fn trainer(
             .total_frames(100)
             .seed(0)
             .launcher(Launcher::External)
-            .listen(addr.to_string())
             .token(TOKEN)
             .heartbeat(Duration::from_millis(200), Duration::from_secs(10))
             .join_timeout(DEADLINE)
-            .batch_timeout(DEADLINE)
-            .build()
-    })
+            .batch_timeout(DEADLINE),
+        CollectorBuilder::build,
+    )
 }
 
 /// A library node named `name` whose registry builds `Custom-v0` as `env`, on a thread.
@@ -184,8 +180,7 @@ fn node(addr: SocketAddr, name: String, env: fn() -> Result<Box<dyn Env>, EnvErr
 
 #[test]
 fn a_node_reporting_other_specs_than_the_first_is_refused_by_name_and_the_run_goes_on() {
-    let addr = free_addr();
-    let t = trainer(addr, 2, PolicyConfig::Linear);
+    let (t, addr) = trainer(2, PolicyConfig::Linear);
     let (a, b) = (unique_name("counting"), unique_name("cartpole"));
     let (log_a, log_b) = (OwnLog::node(&a), OwnLog::node(&b));
     let nodes = [node(addr, a, counting_env), node(addr, b, cartpole_env)];
@@ -275,8 +270,7 @@ fn nested(depth: usize) -> Space {
 
 #[test]
 fn hostile_specs_are_refused_at_ready_before_anything_is_sized_by_them() {
-    let addr = free_addr();
-    let t = trainer(addr, 3, PolicyConfig::Linear);
+    let (t, addr) = trainer(3, PolicyConfig::Linear);
     let (huge_name, deep_name, good_name) = (unique_name("huge"), unique_name("deep"), unique_name("good"));
     let (huge_log, deep_log) = (OwnLog::node(&huge_name), OwnLog::node(&deep_name));
     // 2^80 elements: sized by anything, it would not fit any memory.
@@ -324,8 +318,7 @@ fn hostile_specs_are_refused_at_ready_before_anything_is_sized_by_them() {
 
 #[test]
 fn a_policy_that_cannot_take_the_nodes_specs_fails_the_run_naming_the_key() {
-    let addr = free_addr();
-    let t = trainer(addr, 1, PolicyConfig::Linear);
+    let (t, addr) = trainer(1, PolicyConfig::Linear);
     let image = EnvSpecs {
         observation: Space::Box {
             dtype: DType::U8,
@@ -352,9 +345,8 @@ fn a_policy_that_cannot_take_the_nodes_specs_fails_the_run_naming_the_key() {
 
 #[test]
 fn a_node_whose_specs_make_the_mlp_too_big_for_a_frame_is_refused_by_name_and_an_honest_node_serves() {
-    let addr = free_addr();
     let mlp = PolicyConfig::Mlp { hidden: vec![64, 64] };
-    let t = trainer(addr, 2, mlp.clone());
+    let (t, addr) = trainer(2, mlp.clone());
     // The case: the counting env's observation (one value), 2^21 discrete
     // actions: a 64-64 MLP of 136 M parameters (545 MB), over the default 256 MiB frame.
     let mut hostile = counting_specs();
@@ -435,8 +427,8 @@ fn a_bad_env_spec_is_a_usage_error_naming_env_spec_and_the_key() {
         line,
         "error: invalid `env_spec`: observation: a box of shape [4, 0] has no element"
     );
-    let dir = TempDir::new("any-env-spec");
-    let file = dir.join("spec.json");
+    let dir = temp_dir("any-env-spec");
+    let file = dir.path().join("spec.json");
     std::fs::write(
         &file,
         format!(
@@ -462,23 +454,22 @@ fn a_bad_env_spec_is_a_usage_error_naming_env_spec_and_the_key() {
 
 #[test]
 fn declared_specs_build_version_0_up_front_and_hold_the_nodes_to_them() {
-    let dir = TempDir::new("any-env-declared");
-    let token = dir.join("token");
+    let dir = temp_dir("any-env-declared");
+    let token = dir.path().join("token");
     std::fs::write(&token, "any-env-declared-token-0123\n").expect("token");
     std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod");
-    let out = dir.join("out.msgpack");
-    let spec = dir.join("spec.json");
+    let out = dir.path().join("out.msgpack");
+    let spec = dir.path().join("spec.json");
     // Canonical: JSON has no infinite bounds, which absent bounds stand for.
     std::fs::write(
         &spec,
         serde_json::to_string(&counting_specs().canonical()).expect("json"),
     )
     .expect("spec file");
-    let addr = free_addr().to_string();
     let node_bin = actors_example_bin("custom_node");
     let mut collect = Command::new(rollout_bin());
     collect
-        .args(["collect", "--launcher", "external", "--listen", &addr])
+        .args(["collect", "--launcher", "external", "--listen", "127.0.0.1:0"])
         .args(["--env", "ShortCount-v0", "--nodes", "1", "--policy", "linear"])
         .args([
             "--frames-per-batch",
@@ -495,12 +486,13 @@ fn declared_specs_build_version_0_up_front_and_hold_the_nodes_to_them() {
         .arg(&token)
         .arg("--output")
         .arg(&out);
-    let trainer = thread::spawn(move || run_bounded(&mut collect, DEADLINE).expect("start rollout collect"));
+    let mut trainer = Running::spawn(&mut collect).expect("start rollout collect");
+    let addr = trainer.listening_addr(DEADLINE).to_string();
     let mut cmd = Command::new(&node_bin);
     cmd.args(["node", "--join", &addr, "--index", "0", "--token-file"])
         .arg(&token);
     let n = run_bounded(&mut cmd, DEADLINE).expect("start a custom node");
-    let t = trainer.join().expect("trainer thread");
+    let t = trainer.finish(DEADLINE);
     assert_eq!(t.code(), Some(0), "rollout collect failed:\n{}", t.stderr_text());
     assert_eq!(n.code(), Some(0), "the node failed:\n{}", n.stderr_text());
     let records = read_output(&out);
@@ -516,19 +508,19 @@ fn declared_specs_build_version_0_up_front_and_hold_the_nodes_to_them() {
 
 #[test]
 fn rollout_collect_fails_in_one_line_when_its_policy_cannot_take_the_nodes_specs() {
-    let dir = TempDir::new("any-env-policy");
-    let token = dir.join("token");
+    let dir = temp_dir("any-env-policy");
+    let token = dir.path().join("token");
     std::fs::write(&token, std::str::from_utf8(TOKEN).expect("utf-8")).expect("token");
     std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod");
-    let addr = free_addr();
     let mut collect = Command::new(rollout_bin());
     collect
-        .args(["collect", "--launcher", "external", "--listen", &addr.to_string()])
+        .args(["collect", "--launcher", "external", "--listen", "127.0.0.1:0"])
         .args(["--env", "ALE/Pong-v5", "--nodes", "1", "--policy", "mlp", "--quiet"])
         .args(["--frames-per-batch", "20", "--total-frames", "60"])
         .arg("--token-file")
         .arg(&token);
-    let trainer = thread::spawn(move || run_bounded(&mut collect, DEADLINE).expect("start rollout collect"));
+    let mut trainer = Running::spawn(&mut collect).expect("start rollout collect");
+    let addr = trainer.listening_addr(DEADLINE);
     let pong = EnvSpecs {
         observation: Space::Box {
             dtype: DType::U8,
@@ -540,7 +532,7 @@ fn rollout_collect_fails_in_one_line_when_its_policy_cannot_take_the_nodes_specs
     };
     let layout = pong.batch_layout();
     let raw = scripted_ready(addr, "pong", pong, layout);
-    let t = trainer.join().expect("trainer thread");
+    let t = trainer.finish(DEADLINE);
     raw.join().expect("raw node");
     let err = t.stderr_text();
     assert_eq!(t.code(), Some(1), "exit 1, as any run that fails: {err}");

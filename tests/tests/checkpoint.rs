@@ -2,6 +2,8 @@
 //! checkpoint goes on as if it had never stopped (sync mode: bit for bit), with
 //! nothing lost and nothing doubled in async mode; bad checkpoints are clear errors.
 
+use std::sync::{Arc, Barrier};
+use std::thread;
 use std::time::Duration;
 
 use rollout::checkpoint::Checkpoint;
@@ -10,7 +12,7 @@ use rollout::{PolicyConfig, Tensor};
 use rollout_actors::checkpoint_file;
 use rollout_actors::testkit::Cluster;
 use rollout_actors::{Collected, CollectorBuilder, DistributedCollector, Launcher};
-use rollout_tests::{assert_unique_traj_ids, panicky_builder, panicky_registry, rollout_bin, TempDir};
+use rollout_tests::{assert_unique_traj_ids, panicky_builder, panicky_registry, rollout_bin, temp_dir};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
@@ -100,8 +102,8 @@ fn sync_resume_is_bit_identical(launcher: Launcher) {
     assert_eq!(whole.len(), 10);
     let (head, ck) = run(b(1200).build().expect("collector"), Some(4));
     assert_same_batches(&head, &whole[..4]);
-    let dir = TempDir::new(&format!("ckpt-sync-{launcher:?}"));
-    let path = dir.join("run.ckpt");
+    let dir = temp_dir(&format!("ckpt-sync-{launcher:?}"));
+    let path = dir.path().join("run.ckpt");
     checkpoint_file::save(&ck.expect("checkpoint"), &path).expect("save");
     let loaded = checkpoint_file::load(&path).expect("load");
     assert_eq!(loaded.trainer.batches_yielded, 4);
@@ -275,8 +277,8 @@ fn bad_checkpoint_files_are_clear_errors() {
     let ck = c.checkpoint().expect("checkpoint");
     c.shutdown().expect("shutdown");
     let good = ck.to_bytes().expect("encode");
-    let dir = TempDir::new("ckpt-bad");
-    let path = dir.join("run.ckpt");
+    let dir = temp_dir("ckpt-bad");
+    let path = dir.path().join("run.ckpt");
     let mut wrong_version = good.clone();
     wrong_version[11] = 9;
     let cases: Vec<(&str, Vec<u8>)> = vec![
@@ -305,6 +307,44 @@ fn bad_checkpoint_files_are_clear_errors() {
         })
         .count();
     assert_eq!(leftovers, 0);
+}
+
+#[test]
+fn two_saves_at_once_to_one_path_both_succeed_and_leave_one_whole_checkpoint() {
+    let mut c = builder(true, 1200).build().expect("collector");
+    c.next_batch().expect("batch");
+    let first = c.checkpoint().expect("checkpoint");
+    c.next_batch().expect("batch");
+    let second = c.checkpoint().expect("checkpoint");
+    c.shutdown().expect("shutdown");
+    assert_ne!(first, second, "two states, so the file tells which save it holds");
+    let dir = temp_dir("ckpt-concurrent");
+    let path = dir.path().join("run.ckpt");
+    for round in 0..10 {
+        // Both threads save at the same instant, to the same path.
+        let start = Arc::new(Barrier::new(2));
+        let savers: Vec<_> = [&first, &second]
+            .into_iter()
+            .map(|ck| {
+                let (ck, path, start) = (ck.clone(), path.clone(), start.clone());
+                thread::spawn(move || {
+                    start.wait();
+                    checkpoint_file::save(&ck, &path)
+                })
+            })
+            .collect();
+        for s in savers {
+            let saved = s.join().expect("saver thread");
+            assert!(saved.is_ok(), "round {round}: {saved:?}");
+        }
+        let loaded = checkpoint_file::load(&path).expect("a whole checkpoint");
+        assert!(loaded == first || loaded == second, "round {round}: neither save");
+    }
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("list")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert_eq!(names, ["run.ckpt"], "no temporary file left behind");
 }
 
 #[test]

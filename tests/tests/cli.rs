@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use rollout::DType;
-use rollout_tests::{rollout_bin, run_bounded, temp_path, OutputRecord};
+use rollout_tests::{rollout_bin, run_bounded, temp_file, OutputRecord};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 
@@ -204,7 +204,8 @@ fn check_cartpole(rec: &OutputRecord, lead: &[usize]) {
 
 #[test]
 fn output_file_decodes_into_the_documented_records_async() {
-    let path = temp_path("async.msgpack");
+    let file = temp_file("async.msgpack");
+    let path = file.path().to_path_buf();
     let p = path.to_str().expect("utf-8 temp path");
     let args = [
         "collect",
@@ -227,7 +228,6 @@ fn output_file_decodes_into_the_documented_records_async() {
     assert_ok(&run, &args.join(" "));
     let lines = check_json(&run, 3, 100);
     let records = read_records(&path);
-    let _ = std::fs::remove_file(&path);
     assert_eq!(records.len(), 3);
     for (i, (rec, line)) in records.iter().zip(&lines).enumerate() {
         assert_eq!(rec.batch, i as u64);
@@ -244,7 +244,8 @@ fn output_file_decodes_into_the_documented_records_async() {
 
 #[test]
 fn output_file_decodes_into_the_documented_records_sync() {
-    let path = temp_path("sync.msgpack");
+    let file = temp_file("sync.msgpack");
+    let path = file.path().to_path_buf();
     let p = path.to_str().expect("utf-8 temp path");
     let args = [
         "collect",
@@ -264,7 +265,6 @@ fn output_file_decodes_into_the_documented_records_sync() {
     let run = rollout(&args);
     assert_ok(&run, &args.join(" "));
     let records = read_records(&path);
-    let _ = std::fs::remove_file(&path);
     assert_eq!(records.len(), 2);
     for (i, rec) in records.iter().enumerate() {
         assert_eq!(rec.batch, i as u64);
@@ -331,11 +331,11 @@ fn bad_flags_exit_2_with_one_line() {
 /// appended, so it is byte for byte the file of the run that never stopped (sync, seed).
 #[test]
 fn collect_checkpoint_and_resume_write_the_uninterrupted_output_file() {
-    let dir = rollout_tests::TempDir::new("cli-collect-ckpt");
+    let dir = rollout_tests::temp_dir("cli-collect-ckpt");
     let (whole, part, ck) = (
-        dir.join("whole.msgpack"),
-        dir.join("part.msgpack"),
-        dir.join("run.ckpt"),
+        dir.path().join("whole.msgpack"),
+        dir.path().join("part.msgpack"),
+        dir.path().join("run.ckpt"),
     );
     let s = |p: &std::path::Path| p.to_str().expect("utf-8").to_string();
     let base = "collect --sync --nodes 2 --envs-per-node 2 --frames-per-batch 100 --seed 3 --quiet";
@@ -363,14 +363,14 @@ fn collect_checkpoint_and_resume_write_the_uninterrupted_output_file() {
         "the resumed output is the uninterrupted one"
     );
     // Bad resumes: one line, exit 2.
-    std::fs::write(dir.join("junk"), b"junk").expect("write");
-    assert_usage_error(&["collect", "--resume", &s(&dir.join("junk"))], "resume");
-    assert_usage_error(&["collect", "--resume", &s(&dir.join("missing"))], "resume");
+    std::fs::write(dir.path().join("junk"), b"junk").expect("write");
+    assert_usage_error(&["collect", "--resume", &s(&dir.path().join("junk"))], "resume");
+    assert_usage_error(&["collect", "--resume", &s(&dir.path().join("missing"))], "resume");
     assert_usage_error(&["collect", "--checkpoint-every", "0"], "checkpoint_every");
-    std::fs::write(dir.join("short"), b"").expect("write");
+    std::fs::write(dir.path().join("short"), b"").expect("write");
     let args = with(format!(
         "--total-frames 1000 --output {} --resume {}",
-        s(&dir.join("short")),
+        s(&dir.path().join("short")),
         s(&ck)
     ));
     assert_usage_error(

@@ -17,8 +17,8 @@ use rollout::wire::{self, Auth, Hello, NodeFrame, TrainerFrame, Welcome, PROTOCO
 use rollout::{PolicyConfig, Registry};
 use rollout_actors::{Collected, DistributedCollector, Launcher};
 use rollout_tests::{
-    connect, free_addr, good_node_named, log_text, logs, real_batch, recv, rollout_bin, run_bounded, signal, try_send,
-    unique_name, value_weights, wait_for, wait_until, wait_with_deadline, OwnLog,
+    built_on_a_thread, connect, good_node_named, log_text, real_batch, recv, rollout_bin, signal, try_send,
+    unique_name, value_weights, wait_for, wait_until, wait_with_deadline, OwnLog, Running,
 };
 
 /// 32 bytes: long enough for any token rule.
@@ -38,28 +38,23 @@ fn assert_logged(event: &str, reason: &str) {
 }
 
 /// A trainer of two external nodes, async, 600 frames, built on a thread (build waits
-/// for the joins); `tune` sets the deadline under test.
+/// for the joins), and the address it listens on; `tune` sets the deadline under test.
 fn trainer(
-    addr: SocketAddr,
     tune: fn(rollout_actors::CollectorBuilder) -> rollout_actors::CollectorBuilder,
-) -> JoinHandle<DistributedCollector> {
-    logs();
-    thread::spawn(move || {
-        let b = DistributedCollector::builder()
-            .env("Counting")
-            .policy(PolicyConfig::Constant { value: 1.0 })
-            .nodes(2)
-            .frames_per_batch(100)
-            .total_frames(600)
-            .seed(0)
-            .launcher(Launcher::External)
-            .listen(addr.to_string())
-            .token(TOKEN)
-            .heartbeat(Duration::from_millis(100), Duration::from_secs(5))
-            .join_timeout(DEADLINE)
-            .batch_timeout(DEADLINE);
-        tune(b).build().expect("collector")
-    })
+) -> (JoinHandle<DistributedCollector>, SocketAddr) {
+    let b = DistributedCollector::builder()
+        .env("Counting")
+        .policy(PolicyConfig::Constant { value: 1.0 })
+        .nodes(2)
+        .frames_per_batch(100)
+        .total_frames(600)
+        .seed(0)
+        .launcher(Launcher::External)
+        .token(TOKEN)
+        .heartbeat(Duration::from_millis(100), Duration::from_secs(5))
+        .join_timeout(DEADLINE)
+        .batch_timeout(DEADLINE);
+    built_on_a_thread(tune(b))
 }
 
 /// A well-behaved node as node `index`, served by the library function.
@@ -200,8 +195,7 @@ fn finish_on_node_1(mut c: DistributedCollector) -> Vec<Collected> {
 
 #[test]
 fn a_node_that_heartbeats_but_never_answers_seed_is_dropped_and_the_run_finishes_exactly() {
-    let addr = free_addr();
-    let t = trainer(addr, |b| b.seed_timeout(Duration::from_secs(1)));
+    let (t, addr) = trainer(|b| b.seed_timeout(Duration::from_secs(1)));
     let mut silent = Scripted::join(addr, 0);
     let good = good_node(addr, 1);
     let start = Instant::now();
@@ -216,8 +210,7 @@ fn a_node_that_heartbeats_but_never_answers_seed_is_dropped_and_the_run_finishes
 
 #[test]
 fn a_node_that_never_answers_update_weights_is_dropped_and_the_run_finishes_exactly() {
-    let addr = free_addr();
-    let t = trainer(addr, |b| b.update_weights_timeout(Duration::from_secs(1)));
+    let (t, addr) = trainer(|b| b.update_weights_timeout(Duration::from_secs(1)));
     let mut silent = Scripted::join(addr, 0);
     let good = good_node(addr, 1);
     let mut c = t.join().expect("trainer thread");
@@ -264,31 +257,28 @@ fn summary_frames(stdout: &str) -> Option<u64> {
 
 #[test]
 fn a_node_that_ignores_shutdown_is_closed_with_a_warning_and_the_cli_exits_0_with_its_summary() {
-    let addr = free_addr();
-    let a = addr.to_string();
-    let cli = thread::spawn(move || {
-        let mut cmd = collect_cmd(&[
-            "--launcher",
-            "external",
-            "--listen",
-            &a,
-            "--nodes",
-            "2",
-            "--env",
-            "Counting",
-            "--policy",
-            "constant",
-            "--frames-per-batch",
-            "100",
-            "--total-frames",
-            "600",
-            "--shutdown-ack-timeout",
-            "1",
-            "--json",
-            "--quiet",
-        ]);
-        run_bounded(&mut cmd, DEADLINE).expect("run rollout collect")
-    });
+    let mut cli = Running::spawn(&mut collect_cmd(&[
+        "--launcher",
+        "external",
+        "--listen",
+        "127.0.0.1:0",
+        "--nodes",
+        "2",
+        "--env",
+        "Counting",
+        "--policy",
+        "constant",
+        "--frames-per-batch",
+        "100",
+        "--total-frames",
+        "600",
+        "--shutdown-ack-timeout",
+        "1",
+        "--json",
+        "--quiet",
+    ]))
+    .expect("run rollout collect");
+    let addr = cli.listening_addr(DEADLINE);
     let mut rude = Scripted::join(addr, 0);
     let mut good = Command::new(rollout_bin())
         .args(["node", "--join", &addr.to_string(), "--index", "1"])
@@ -307,7 +297,7 @@ fn a_node_that_ignores_shutdown_is_closed_with_a_warning_and_the_cli_exits_0_wit
         rude.answer(&m);
     }
     assert!(got_shutdown, "the trainer closed before its shutdown");
-    let done = cli.join().expect("cli thread");
+    let done = cli.finish(DEADLINE);
     let (stdout, stderr) = (done.stdout_text(), done.stderr_text());
     assert_eq!(done.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert_eq!(summary_frames(&stdout), Some(600), "stdout:\n{stdout}");
@@ -438,8 +428,7 @@ fn with_node_max_restarts_0_a_killed_process_node_fails_the_sync_run_naming_it()
 
 #[test]
 fn under_supervision_a_node_silent_on_seed_is_replaced_and_the_run_finishes_exactly() {
-    let addr = free_addr();
-    let t = trainer(addr, |b| {
+    let (t, addr) = trainer(|b| {
         b.seed_timeout(Duration::from_secs(1))
             .node_max_restarts(1)
             .node_restart_window(Duration::from_secs(60))
@@ -514,8 +503,7 @@ fn sync_supervised(b: rollout_actors::CollectorBuilder) -> rollout_actors::Colle
 
 #[test]
 fn with_a_short_batch_timeout_a_node_silent_on_seed_is_cut_in_time_replaced_and_the_sync_run_ends_exactly() {
-    let addr = free_addr();
-    let t = trainer(addr, sync_supervised);
+    let (t, addr) = trainer(sync_supervised);
     let mut silent = Scripted::join(addr, 0);
     let good = good_node(addr, 1);
     let mut c = t.join().expect("trainer thread");
@@ -542,33 +530,30 @@ fn with_a_short_batch_timeout_a_node_silent_on_seed_is_cut_in_time_replaced_and_
 
 #[test]
 fn rollout_collect_with_a_short_batch_timeout_replaces_a_node_silent_on_seed_and_exits_0() {
-    let addr = free_addr();
-    let a = addr.to_string();
     let batch = SHORT_BATCH.as_secs().to_string();
-    let cli = thread::spawn(move || {
-        let mut cmd = collect_cmd(&[
-            "--launcher",
-            "external",
-            "--listen",
-            &a,
-            "--nodes",
-            "2",
-            "--sync",
-            "--env",
-            "Counting",
-            "--policy",
-            "constant",
-            "--frames-per-batch",
-            "100",
-            "--total-frames",
-            "600",
-            "--batch-timeout",
-            &batch,
-            "--json",
-            "--quiet",
-        ]);
-        run_bounded(&mut cmd, DEADLINE).expect("run rollout collect")
-    });
+    let mut cli = Running::spawn(&mut collect_cmd(&[
+        "--launcher",
+        "external",
+        "--listen",
+        "127.0.0.1:0",
+        "--nodes",
+        "2",
+        "--sync",
+        "--env",
+        "Counting",
+        "--policy",
+        "constant",
+        "--frames-per-batch",
+        "100",
+        "--total-frames",
+        "600",
+        "--batch-timeout",
+        &batch,
+        "--json",
+        "--quiet",
+    ]))
+    .expect("run rollout collect");
+    let addr = cli.listening_addr(DEADLINE);
     let node = |index: &str| {
         Command::new(rollout_bin())
             .args(["node", "--join", &addr.to_string(), "--index", index])
@@ -581,7 +566,7 @@ fn rollout_collect_with_a_short_batch_timeout_replaces_a_node_silent_on_seed_and
     let mut good = node("1");
     assert_eq!(silent.ignore_until_closed(), vec!["seed"]);
     let mut replacement = node("0");
-    let done = cli.join().expect("cli thread");
+    let done = cli.finish(DEADLINE);
     let (stdout, stderr) = (done.stdout_text(), done.stderr_text());
     assert_eq!(done.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert_eq!(summary_frames(&stdout), Some(600), "stdout:\n{stdout}");
@@ -647,8 +632,7 @@ fn cut_off_for_the_offence(err: rollout_actors::CollectError) -> (String, f64) {
 
 #[test]
 fn a_node_cut_off_for_an_offence_and_not_back_when_the_batch_is_due_fails_the_run_naming_node_offence_and_wait() {
-    let addr = free_addr();
-    let t = trainer(addr, sync_supervised);
+    let (t, addr) = trainer(sync_supervised);
     let bad = offender(addr);
     let good = good_node(addr, 1);
     let (reason, w) = cut_off_for_the_offence(failure(t.join().expect("trainer thread")));
@@ -664,9 +648,8 @@ fn a_node_cut_off_for_an_offence_and_not_back_when_the_batch_is_due_fails_the_ru
 
 #[test]
 fn a_node_cut_off_for_an_offence_whose_restart_fails_fails_the_run_naming_node_offence_and_wait() {
-    let addr = free_addr();
     // The restart waits 3 s for a node to rejoin; the batch, 60 s.
-    let t = trainer(addr, |b| {
+    let (t, addr) = trainer(|b| {
         b.sync(true)
             .join_timeout(Duration::from_secs(3))
             .node_max_restarts(1)

@@ -15,7 +15,7 @@ use rollout::PolicyConfig;
 use rollout_actors::remote::{run_node, JoinError, LeaveHandle, NodeOptions};
 use rollout_actors::{CollectError, Collected, CollectorBuilder, DistributedCollector, Launcher};
 use rollout_tests::{
-    assert_unique_traj_ids, free_addr, log_text, logs, poll_until, rollout_bin, signal, value_weights,
+    assert_unique_traj_ids, listening_on_a_thread, log_text, logs, poll_until, rollout_bin, signal, value_weights,
     wait_with_deadline,
 };
 
@@ -23,8 +23,8 @@ const TOKEN: &[u8] = b"elastic-membership-token";
 const DEADLINE: Duration = Duration::from_secs(20);
 const FPB: usize = 20;
 
-/// An elastic run of Counting envs (1 env a node) listening on `addr`.
-fn elastic_builder(addr: SocketAddr, min: usize, max: usize, total: i64) -> CollectorBuilder {
+/// An elastic run of Counting envs (1 env a node) listening on a free loopback port.
+fn elastic_builder(min: usize, max: usize, total: i64) -> CollectorBuilder {
     logs();
     DistributedCollector::builder()
         .env("Counting")
@@ -35,16 +35,17 @@ fn elastic_builder(addr: SocketAddr, min: usize, max: usize, total: i64) -> Coll
         .total_frames(total)
         .seed(3)
         .launcher(Launcher::External)
-        .listen(addr.to_string())
+        .listen("127.0.0.1:0")
         .token(TOKEN)
         .heartbeat(Duration::from_millis(100), Duration::from_secs(2))
         .join_timeout(DEADLINE)
         .batch_timeout(DEADLINE)
 }
 
-/// `build` returns once `min_nodes` joined: on a thread, while the test starts them.
-fn build_on_a_thread(b: CollectorBuilder) -> JoinHandle<DistributedCollector> {
-    thread::spawn(move || b.build().expect("collector"))
+/// `build` returns once `min_nodes` joined: on a thread, while the test starts them;
+/// with the address they join.
+fn build_on_a_thread(b: CollectorBuilder) -> (JoinHandle<DistributedCollector>, SocketAddr) {
+    listening_on_a_thread(b, |b| b.build().expect("collector"))
 }
 
 /// `rollout node --join ADDR --index I`, as anyone holding the token would start it.
@@ -118,9 +119,8 @@ fn pull_until_node(c: &mut DistributedCollector, node: usize, batches: &mut Vec<
 
 #[test]
 fn a_run_starts_with_two_processes_a_third_joins_one_leaves_on_sigterm_and_frames_are_exact() {
-    let addr = free_addr();
     let total = 3000;
-    let t = build_on_a_thread(elastic_builder(addr, 2, 3, total as i64));
+    let (t, addr) = build_on_a_thread(elastic_builder(2, 3, total as i64));
     let mut nodes = vec![node_process(addr, 0), node_process(addr, 1)];
     let mut c = t.join().expect("collector thread");
     let mut batches = Vec::new();
@@ -168,9 +168,8 @@ fn a_run_starts_with_two_processes_a_third_joins_one_leaves_on_sigterm_and_frame
 
 #[test]
 fn a_node_killed_in_an_elastic_run_is_not_restarted_nor_waited_for_and_frames_are_exact() {
-    let addr = free_addr();
     let total = 2000;
-    let t = build_on_a_thread(elastic_builder(addr, 3, 3, total as i64));
+    let (t, addr) = build_on_a_thread(elastic_builder(3, 3, total as i64));
     let mut nodes: Vec<Child> = (0..3).map(|i| node_process(addr, i)).collect();
     let mut c = t.join().expect("collector thread");
     let mut batches = Vec::new();
@@ -282,15 +281,14 @@ fn sixty_four_nodes_joining_and_leaving_at_random_for_twenty_seconds_keep_frames
         .and_then(|s| s.parse().ok())
         .unwrap_or(16u64);
     eprintln!("churn seed {seed} (ELASTIC_CHURN_SEED replays it)");
-    let addr = free_addr();
     // The consumer pulls a batch every 5 ms at most: about 4,000 batches in the 20 s
     // of churn (the rest, if the machine is slower, is collected after it).
     let total = 4000 * 10;
     // 64 nodes on a busy machine: a heartbeat missed is no node lost.
-    let b = elastic_builder(addr, 8, 64, total as i64)
+    let b = elastic_builder(8, 64, total as i64)
         .frames_per_batch(10)
         .heartbeat(Duration::from_millis(250), Duration::from_secs(10));
-    let t = build_on_a_thread(b);
+    let (t, addr) = build_on_a_thread(b);
     let first: Vec<Member> = (0..8).map(|i| member(addr, i)).collect();
     let mut c = t.join().expect("collector thread");
     let churn_for = Duration::from_secs(20);
@@ -364,27 +362,23 @@ fn sixty_four_nodes_joining_and_leaving_at_random_for_twenty_seconds_keep_frames
 
 #[test]
 fn elastic_settings_that_cannot_work_are_refused_at_build_time_by_name() {
-    let addr = free_addr();
     let field = |b: CollectorBuilder| match b.build() {
         Err(CollectError::Config(e)) => e.field,
         Err(e) => panic!("not a config error: {e}"),
         Ok(_) => panic!("built"),
     };
-    assert_eq!(field(elastic_builder(addr, 3, 2, 100)), "min_nodes");
-    assert_eq!(field(elastic_builder(addr, 0, 2, 100)), "min_nodes");
-    assert_eq!(field(elastic_builder(addr, 1, 0, 100)), "max_nodes");
-    assert_eq!(field(elastic_builder(addr, 1, 2, 100).sync(true)), "sync");
-    assert_eq!(field(elastic_builder(addr, 1, 2, 100).nodes(2)), "nodes");
+    assert_eq!(field(elastic_builder(3, 2, 100)), "min_nodes");
+    assert_eq!(field(elastic_builder(0, 2, 100)), "min_nodes");
+    assert_eq!(field(elastic_builder(1, 0, 100)), "max_nodes");
+    assert_eq!(field(elastic_builder(1, 2, 100).sync(true)), "sync");
+    assert_eq!(field(elastic_builder(1, 2, 100).nodes(2)), "nodes");
+    assert_eq!(field(elastic_builder(1, 2, 100).launcher(Launcher::Local)), "launcher");
     assert_eq!(
-        field(elastic_builder(addr, 1, 2, 100).launcher(Launcher::Local)),
+        field(elastic_builder(1, 2, 100).launcher(Launcher::Process)),
         "launcher"
     );
     assert_eq!(
-        field(elastic_builder(addr, 1, 2, 100).launcher(Launcher::Process)),
-        "launcher"
-    );
-    assert_eq!(
-        field(elastic_builder(addr, 1, 2, 100).node_max_restarts(3)),
+        field(elastic_builder(1, 2, 100).node_max_restarts(3)),
         "node_max_restarts"
     );
     let min_only = DistributedCollector::builder()
@@ -396,9 +390,8 @@ fn elastic_settings_that_cannot_work_are_refused_at_build_time_by_name() {
 
 #[test]
 fn with_no_node_left_an_elastic_run_fails_clearly_once_none_joined_within_the_join_timeout() {
-    let addr = free_addr();
-    let b = elastic_builder(addr, 1, 2, -1).join_timeout(Duration::from_secs(1));
-    let t = build_on_a_thread(b);
+    let b = elastic_builder(1, 2, -1).join_timeout(Duration::from_secs(1));
+    let (t, addr) = build_on_a_thread(b);
     let only = member(addr, 0);
     let mut c = t.join().expect("collector thread");
     c.next_batch().expect("ok").expect("a batch");

@@ -12,7 +12,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use rollout::DType;
-use rollout_tests::{read_output, rollout_bin, run_bounded, venv_python, OutputRecord, TempDir};
+use rollout_tests::{read_output, rollout_bin, run_bounded, temp_dir, venv_python, OutputRecord};
+use tempfile::TempDir;
 
 const DEADLINE: Duration = Duration::from_secs(300);
 const SEED: &str = "5";
@@ -25,7 +26,7 @@ fn test_envs_dir() -> PathBuf {
 /// Runs `rollout collect` over `nodes` Python nodes the process launcher starts for `env`
 /// (`imports`: modules each node imports first), with `flags`; returns the records.
 fn collect(py: &Path, dir: &TempDir, env: &str, imports: &[&str], flags: &[&str]) -> Vec<OutputRecord> {
-    let out = dir.join("out.msgpack");
+    let out = dir.path().join("out.msgpack");
     let mut node = format!("{} -m rollout_node", py.display());
     for m in imports {
         node.push_str(&format!(" --import {m}"));
@@ -86,7 +87,7 @@ fn assert_entry(records: &[OutputRecord], key: &str, dtype: DType, feature: &[us
 #[test]
 fn acrobot_collects_exact_frames_with_an_mlp_built_from_the_nodes_specs() {
     let Some(py) = venv_python() else { return };
-    let dir = TempDir::new("gym-acrobot");
+    let dir = temp_dir("gym-acrobot");
     let records = collect(
         &py,
         &dir,
@@ -124,7 +125,7 @@ fn acrobot_collects_exact_frames_with_an_mlp_built_from_the_nodes_specs() {
 #[test]
 fn halfcheetah_keeps_its_f64_observations_end_to_end() {
     let Some(py) = venv_python() else { return };
-    let dir = TempDir::new("gym-halfcheetah");
+    let dir = temp_dir("gym-halfcheetah");
     let records = collect(
         &py,
         &dir,
@@ -154,7 +155,7 @@ fn halfcheetah_keeps_its_f64_observations_end_to_end() {
 #[test]
 fn pong_frames_travel_and_arrive_as_u8() {
     let Some(py) = venv_python() else { return };
-    let dir = TempDir::new("gym-pong");
+    let dir = temp_dir("gym-pong");
     let records = collect(
         &py,
         &dir,
@@ -181,7 +182,7 @@ fn pong_frames_travel_and_arrive_as_u8() {
 #[test]
 fn dict_observations_arrive_as_nested_keys_in_their_own_dtypes() {
     let Some(py) = venv_python() else { return };
-    let dir = TempDir::new("gym-dict");
+    let dir = temp_dir("gym-dict");
     let records = collect(
         &py,
         &dir,

@@ -7,8 +7,8 @@ use rollout::machine::{TrainerConfig, TrainerError, TrainerMachine};
 use rollout::rollout::{batch_layout, keys};
 use rollout::shares::Shares;
 use rollout::{DType, EnvSpec, ExplorationType, PolicyConfig, Registry};
-use rollout_actors::{CollectError, Collected, DistributedCollector, Launcher, NodeOverrides};
-use rollout_tests::{drain, free_addr};
+use rollout_actors::{CollectError, Collected, CollectorBuilder, DistributedCollector, Launcher, NodeOverrides};
+use rollout_tests::{drain, listening_on_a_thread};
 
 fn env_override(name: &str) -> NodeOverrides {
     NodeOverrides {
@@ -285,27 +285,22 @@ fn machine_layouts_are_per_node_and_sync_refuses_a_differing_one() {
 #[test]
 fn remote_node_with_another_env_in_async() {
     use rollout_actors::remote::{run_node, NodeOptions};
-    let addr = free_addr();
     let token = b"hetero-token-for-tests".to_vec();
-    let trainer = {
-        let token = token.clone();
-        std::thread::spawn(move || {
-            DistributedCollector::builder()
-                .env("CartPole-v1")
-                .node_config(1, env_override("Counting"))
-                .policy(PolicyConfig::Random)
-                .nodes(2)
-                .frames_per_batch(50)
-                .total_frames(500)
-                .seed(2)
-                .launcher(Launcher::External)
-                .listen(addr.to_string())
-                .token(token)
-                .join_timeout(std::time::Duration::from_secs(20))
-                .batch_timeout(std::time::Duration::from_secs(20))
-                .build()
-        })
-    };
+    let (trainer, addr) = listening_on_a_thread(
+        DistributedCollector::builder()
+            .env("CartPole-v1")
+            .node_config(1, env_override("Counting"))
+            .policy(PolicyConfig::Random)
+            .nodes(2)
+            .frames_per_batch(50)
+            .total_frames(500)
+            .seed(2)
+            .launcher(Launcher::External)
+            .token(token.clone())
+            .join_timeout(std::time::Duration::from_secs(20))
+            .batch_timeout(std::time::Duration::from_secs(20)),
+        CollectorBuilder::build,
+    );
     let nodes: Vec<_> = (0..2)
         .map(|i| {
             let token = token.clone();
@@ -350,27 +345,22 @@ fn remote_node_with_another_env_in_async() {
 #[test]
 fn sync_remote_ready_with_another_layout_is_refused() {
     use rollout_actors::remote::{run_node, NodeOptions};
-    let addr = free_addr();
     let token = b"hetero-token-for-tests".to_vec();
-    let trainer = {
-        let token = token.clone();
-        std::thread::spawn(move || {
-            DistributedCollector::builder()
-                .env("Counting")
-                .policy(PolicyConfig::Random)
-                .nodes(2)
-                .frames_per_batch(20)
-                .total_frames(200)
-                .sync(true)
-                .seed(2)
-                .launcher(Launcher::External)
-                .listen(addr.to_string())
-                .token(token)
-                .join_timeout(std::time::Duration::from_secs(20))
-                .batch_timeout(std::time::Duration::from_secs(20))
-                .build()
-        })
-    };
+    let (trainer, addr) = listening_on_a_thread(
+        DistributedCollector::builder()
+            .env("Counting")
+            .policy(PolicyConfig::Random)
+            .nodes(2)
+            .frames_per_batch(20)
+            .total_frames(200)
+            .sync(true)
+            .seed(2)
+            .launcher(Launcher::External)
+            .token(token.clone())
+            .join_timeout(std::time::Duration::from_secs(20))
+            .batch_timeout(std::time::Duration::from_secs(20)),
+        CollectorBuilder::build,
+    );
     let nodes: Vec<_> = (0..2)
         .map(|i| {
             let token = token.clone();

@@ -15,8 +15,7 @@ use rollout::wire::{self, Auth, Hello, NodeFrame, TrainerFrame, Welcome, PROTOCO
 use rollout::{DType, Registry, Tensor, TensorDict};
 use rollout_actors::DistributedCollector;
 use rollout_tests::{
-    built_on_a_thread, connect, external_counting_builder, free_addr, good_node, real_data, recv, send, unique_name,
-    OwnLog,
+    built_on_a_thread, connect, external_counting_builder, good_node, real_data, recv, send, unique_name, OwnLog,
 };
 
 const TOKEN: &[u8] = b"hostile-batches-token-0123456789";
@@ -30,9 +29,9 @@ const HOSTILE: usize = 2;
 
 /// An async trainer expecting three external nodes of [`ENVS`] Counting envs each,
 /// built on a thread (build waits for the joins).
-fn trainer(addr: SocketAddr) -> JoinHandle<DistributedCollector> {
+fn trainer() -> (JoinHandle<DistributedCollector>, SocketAddr) {
     built_on_a_thread(
-        external_counting_builder(addr, TOKEN, 3, ENVS)
+        external_counting_builder(TOKEN, 3, ENVS)
             .frames_per_batch(FPB)
             .total_frames(TOTAL as i64)
             .sync(false),
@@ -132,8 +131,7 @@ fn zeros(batch_size: &[usize], layout: &BatchLayout) -> TensorDict {
 /// with `answer`: it ends exact, every frame from nodes 0 and 1, and the hostile
 /// connection is closed with `reason` logged.
 fn hostile_run(layout: BatchLayout, answer: impl Fn(&Welcome, Continue) -> TensorDict + Send + 'static, reason: &str) {
-    let addr = free_addr();
-    let t = trainer(addr);
+    let (t, addr) = trainer();
     let name = unique_name("hostile");
     let log = OwnLog::node(&name);
     let mut h = Scripted::join(addr, &name);

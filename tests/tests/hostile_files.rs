@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use rollout_tests::{rollout_bin, run_bounded, TempDir};
+use rollout_tests::{rollout_bin, run_bounded, temp_dir};
+use tempfile::TempDir;
 
 /// Far above what a refusal takes (milliseconds), far below "forever".
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -19,17 +20,17 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// The bad files of one case, in `dir`: a FIFO, a directory, `/dev/zero` and a sparse
 /// file of `limit + 1` bytes, each with what the error must say of it.
 fn bad_files(dir: &TempDir, limit: u64) -> Vec<(PathBuf, String)> {
-    let fifo = dir.join("fifo");
+    let fifo = dir.path().join("fifo");
     let made = Command::new("mkfifo")
         .args(["-m", "600"])
         .arg(&fifo)
         .status()
         .expect("mkfifo runs");
     assert!(made.success(), "mkfifo {}", fifo.display());
-    let folder = dir.join("folder");
+    let folder = dir.path().join("folder");
     std::fs::create_dir(&folder).expect("mkdir");
     std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o700)).expect("chmod");
-    let sparse = dir.join("sparse");
+    let sparse = dir.path().join("sparse");
     File::create(&sparse)
         .and_then(|f| f.set_len(limit + 1))
         .expect("a sparse file");
@@ -91,7 +92,7 @@ fn refused(args: &[&str], path: &Path, prefix: &str, says: &str) {
 
 #[test]
 fn a_bad_policy_file_is_one_line_and_exit_2() {
-    let dir = TempDir::new("hostile-policy-file");
+    let dir = temp_dir("hostile-policy-file");
     for (file, says) in bad_files(&dir, 128 << 20) {
         refused(
             &[
@@ -119,7 +120,7 @@ fn a_bad_policy_file_is_one_line_and_exit_2() {
             "--policy-file",
             "{}",
         ],
-        &dir.join("sparse"),
+        &dir.path().join("sparse"),
         "invalid `policy_file`: ",
         "over the limit of 134217728 bytes (128 MiB) for `policy_file`",
     );
@@ -127,7 +128,7 @@ fn a_bad_policy_file_is_one_line_and_exit_2() {
 
 #[test]
 fn a_bad_env_spec_file_is_one_line_and_exit_2() {
-    let dir = TempDir::new("hostile-env-spec");
+    let dir = temp_dir("hostile-env-spec");
     for (file, says) in bad_files(&dir, 1 << 20) {
         let arg = format!("@{}", file.display());
         refused(
@@ -183,7 +184,7 @@ fn env_spec_json_with_a_key_twice_or_a_number_out_of_range_is_one_line_and_exit_
 
 #[test]
 fn a_bad_token_file_is_one_line_and_exit_2_for_the_trainer_and_the_node() {
-    let dir = TempDir::new("hostile-token-file");
+    let dir = temp_dir("hostile-token-file");
     for (file, says) in bad_files(&dir, 64 << 10) {
         // /dev/zero is readable by all: that is allowed here, so its type is what refuses it.
         refused(
@@ -217,7 +218,7 @@ fn a_bad_token_file_is_one_line_and_exit_2_for_the_trainer_and_the_node() {
 
 #[test]
 fn a_bad_checkpoint_to_resume_from_is_one_line_and_exit_2() {
-    let dir = TempDir::new("hostile-resume");
+    let dir = temp_dir("hostile-resume");
     for (file, says) in bad_files(&dir, 16 << 30) {
         refused(&["collect", "--resume", "{}"], &file, "invalid `resume`: ", &says);
         refused(

@@ -315,9 +315,9 @@ fn out_of_file_descriptors_the_accept_loop_backs_off_and_the_run_completes() {
 
 // Tokens: too short or in a file others can read, refused before anything listens.
 
-fn token_file(dir: &rollout_tests::TempDir, text: &str, mode: u32) -> std::path::PathBuf {
+fn token_file(dir: &tempfile::TempDir, text: &str, mode: u32) -> std::path::PathBuf {
     use std::os::unix::fs::PermissionsExt;
-    let p = dir.join(&format!("token-{mode:o}-{}", text.len()));
+    let p = dir.path().join(&format!("token-{mode:o}-{}", text.len()));
     std::fs::write(&p, text).expect("write");
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).expect("chmod");
     p
@@ -331,7 +331,7 @@ fn rollout(args: &[&std::ffi::OsStr]) -> rollout_tests::Finished {
 
 #[test]
 fn short_tokens_and_token_files_readable_by_others_are_refused_with_exit_2() {
-    let dir = rollout_tests::TempDir::new("tokens");
+    let dir = rollout_tests::temp_dir("tokens");
     let short = token_file(&dir, "x\n", 0o600);
     let open = token_file(&dir, ATTACK_TOKEN, 0o644);
     let good = token_file(&dir, ATTACK_TOKEN, 0o600);

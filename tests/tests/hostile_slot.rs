@@ -15,7 +15,7 @@ use rollout::rollout::BatchLayout;
 use rollout::wire::{NodeFrame, TrainerFrame};
 use rollout_actors::{CollectError, DistributedCollector};
 use rollout_tests::{
-    built_on_a_thread, connect, external_counting_builder, free_addr, good_node, handshake, recv, send, unique_name,
+    built_on_a_thread, connect, external_counting_builder, good_node, handshake, recv, send, unique_name,
 };
 
 const TOKEN: &[u8] = b"hostile-slot-token-0123456789abcd";
@@ -30,9 +30,9 @@ const TIMES: usize = 6;
 /// A trainer expecting three external nodes of [`ENVS`] Counting envs, supervised as
 /// the CLI supervises remote nodes (3 restarts within 60 s), built on a thread (the
 /// build waits for the joins).
-fn trainer(addr: SocketAddr, sync: bool, total: i64, join_timeout: Duration) -> JoinHandle<DistributedCollector> {
+fn trainer(sync: bool, total: i64, join_timeout: Duration) -> (JoinHandle<DistributedCollector>, SocketAddr) {
     built_on_a_thread(
-        external_counting_builder(addr, TOKEN, 3, ENVS)
+        external_counting_builder(TOKEN, 3, ENVS)
             .frames_per_batch(FPB)
             .total_frames(total)
             .sync(sync)
@@ -82,10 +82,9 @@ fn hostile_peer(addr: SocketAddr) -> JoinHandle<usize> {
 
 #[test]
 fn async_a_peer_refused_again_and_again_in_a_slot_does_not_end_the_run() {
-    let addr = free_addr();
     // Large enough that the run outlasts the peer's refusals.
     let total = 480_000;
-    let t = trainer(addr, false, total, DEADLINE);
+    let (t, addr) = trainer(false, total, DEADLINE);
     let peer = hostile_peer(addr);
     let good = [good_node(addr, TOKEN, Some(0)), good_node(addr, TOKEN, Some(1))];
     let mut c = t.join().expect("trainer thread");
@@ -123,9 +122,8 @@ fn async_a_peer_refused_again_and_again_in_a_slot_does_not_end_the_run() {
 
 #[test]
 fn sync_a_slot_held_only_by_a_refused_peer_fails_the_run_naming_the_slot_within_its_wait() {
-    let addr = free_addr();
     let wait = Duration::from_secs(3);
-    let t = trainer(addr, true, 1_200_000, wait);
+    let (t, addr) = trainer(true, 1_200_000, wait);
     let peer = hostile_peer(addr);
     let good = [good_node(addr, TOKEN, Some(0)), good_node(addr, TOKEN, Some(1))];
     let mut c = t.join().expect("trainer thread");

@@ -19,9 +19,10 @@ use std::time::{Duration, Instant};
 
 use rollout::rollout::keys;
 use rollout_tests::{
-    assert_unique_traj_ids_in_records, hosts_sh, read_output, rollout_bin, run_bounded, wait_until, HostProcess, Hosts,
-    HostsTurn, TempDir, HOSTS_SLURM_CONF,
+    assert_unique_traj_ids_in_records, hosts_sh, read_output, rollout_bin, run_bounded, temp_dir, wait_until,
+    HostProcess, Hosts, HostsTurn, HOSTS_SLURM_CONF,
 };
+use tempfile::TempDir;
 
 /// Bound on joins, on a whole run, on a process's exit.
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -39,7 +40,7 @@ const SHORT_CUT_MAX: Duration = Duration::from_secs(4);
 fn token_file(dir: &TempDir) -> PathBuf {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let path = dir.join("token");
+    let path = dir.path().join("token");
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -64,7 +65,7 @@ struct RunSpec {
 /// `--json` lines on stdout, every batch in `dir/out.msgpack`, info logs on stderr;
 /// `launcher` flags appended.
 fn trainer(hosts: &Hosts, dir: &TempDir, spec: &RunSpec, launcher: &[String]) -> HostProcess {
-    let out = dir.join("out.msgpack");
+    let out = dir.path().join("out.msgpack");
     let total = spec.total_frames.to_string();
     let fpb = FRAMES_PER_BATCH.to_string();
     let mut c = hosts.command(0, rollout_bin());
@@ -147,7 +148,7 @@ fn assert_exact_run(t: &mut HostProcess, dir: &TempDir, total: u64) {
     let lines = t.stdout_lines();
     let summary = &lines.last().expect("a summary line").1;
     assert!(summary.contains(&format!("\"frames\":{total},")), "summary {summary}");
-    let records = read_output(&dir.join("out.msgpack"));
+    let records = read_output(&dir.path().join("out.msgpack"));
     let frames: usize = records.iter().map(|r| r.data[keys::TRAJ_IDS].len()).sum();
     assert_eq!(
         frames as u64, total,
@@ -165,7 +166,7 @@ fn count_lines(text: &str, parts: &[&str]) -> usize {
 #[test]
 fn a_host_cut_off_past_the_heartbeat_timeout_rejoins_and_the_run_completes_exactly() {
     let hosts = Hosts::up(3);
-    let dir = TempDir::new("hosts-long-cut");
+    let dir = temp_dir("hosts-long-cut");
     let token = token_file(&dir);
     let spec = RunSpec {
         sync: true,
@@ -227,7 +228,7 @@ fn a_host_cut_off_past_the_heartbeat_timeout_rejoins_and_the_run_completes_exact
 #[test]
 fn a_host_cut_off_for_less_than_the_heartbeat_timeout_loses_nothing_and_restarts_nothing() {
     let hosts = Hosts::up(3);
-    let dir = TempDir::new("hosts-short-cut");
+    let dir = temp_dir("hosts-short-cut");
     let token = token_file(&dir);
     let spec = RunSpec {
         sync: true,
@@ -296,7 +297,7 @@ fn paced(hosts: &Hosts) {
 fn async_a_host_cut_off_for_less_than_the_heartbeat_timeout_the_other_node_carries_on_and_nothing_is_lost() {
     let hosts = Hosts::up(3);
     paced(&hosts);
-    let dir = TempDir::new("hosts-async-short-cut");
+    let dir = temp_dir("hosts-async-short-cut");
     let token = token_file(&dir);
     let spec = RunSpec {
         sync: false,
@@ -361,7 +362,7 @@ fn async_a_host_cut_off_for_less_than_the_heartbeat_timeout_the_other_node_carri
 fn async_a_host_cut_off_past_the_heartbeat_timeout_the_other_node_carries_on_and_the_lost_node_rejoins() {
     let hosts = Hosts::up(3);
     paced(&hosts);
-    let dir = TempDir::new("hosts-async-long-cut");
+    let dir = temp_dir("hosts-async-long-cut");
     let token = token_file(&dir);
     let spec = RunSpec {
         sync: false,
@@ -432,7 +433,7 @@ fn async_a_host_cut_off_past_the_heartbeat_timeout_the_other_node_carries_on_and
 fn run_through(name: &str, batches: u64, fault: impl Fn(&Hosts)) -> Hosts {
     let hosts = Hosts::up(3);
     fault(&hosts);
-    let dir = TempDir::new(name);
+    let dir = temp_dir(name);
     let token = token_file(&dir);
     let spec = RunSpec {
         sync: true,
@@ -481,14 +482,14 @@ fn joined_from(log: &str) -> Vec<String> {
 fn slurm_run_losing_host_1(name: &str, lose_host_1: impl Fn(&Hosts)) -> Hosts {
     let hosts = Hosts::up(3);
     hosts.slurm_up();
-    let dir = TempDir::new(name);
+    let dir = temp_dir(name);
     let spec = RunSpec {
         sync: true,
         total_frames: 300 * FRAMES_PER_BATCH,
         heartbeat: "0.25",
         heartbeat_timeout: "3",
     };
-    let out_dir = dir.join("slurm").display().to_string();
+    let out_dir = dir.path().join("slurm").display().to_string();
     let listen = format!("10.77.0.1:{PORT}");
     let launcher = [
         "--launcher",

@@ -7,19 +7,18 @@
 //! for with a deadline, then killed.
 
 use std::io::Cursor;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, ExitStatus};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use rollout::message::{Batch, Continue, FromNode, Seed, ToNode, UpdateWeights};
 use rollout::node_spec::NodeSpec;
-use rollout::rollout::RolloutConfig;
 use rollout::wire::{
     auth_proof, encode_into, Auth, Hello, NodeFrame, TrainerFrame, Welcome, DEFAULT_MAX_FRAME, PROTOCOL_VERSION,
 };
-use rollout::{EnvSpec, PolicyConfig, PolicySpec, Registry, Tensor, TensorDict, Weights};
-use rollout_tests::{rollout_bin, run_bounded, temp_path, OutputRecord};
+use rollout::{PolicyConfig, Registry, Tensor, TensorDict, Weights};
+use rollout_tests::{rollout_bin, run_bounded, temp_file, OutputRecord};
 use serde_json::{json, Value};
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
@@ -76,15 +75,6 @@ fn msgpack_check(mode: &str, file: &Path) -> Vec<Value> {
     );
     let v: Value = serde_json::from_slice(&r.stdout).expect("msgpack_check.py prints JSON");
     v.as_array().expect("a JSON array").clone()
-}
-
-/// Removes a file when dropped (also when the test panics).
-struct TempFile(PathBuf);
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }
 
 /// Checks Python's view of a tensor against the Rust one: dtype, shape and every value exactly.
@@ -167,24 +157,12 @@ fn keys(v: &Value) -> Vec<&str> {
 
 /// A node's share, collected the way a node does it: one `Rollout` per env worker, concatenated.
 fn cartpole_batch() -> (NodeSpec, Batch, Weights) {
-    let spec = NodeSpec {
-        index: 1,
-        env: EnvSpec::new("CartPole-v1"),
-        policy: PolicySpec::from(PolicyConfig::Linear),
-        envs_per_node: 2,
-        envs_per_worker: 1,
-        first_lane: 2,
-        lanes: 4,
-        rollout: RolloutConfig {
-            frames_per_batch: 8,
-            max_frames_per_traj: Some(5),
-            seed: 11,
-            ..RolloutConfig::default()
-        },
-        max_restarts: rollout::supervisor::DEFAULT_MAX_RESTARTS,
-        restart_window_ms: rollout::node_spec::DEFAULT_RESTART_WINDOW_MS,
-        worker_nice: rollout::node_spec::DEFAULT_WORKER_NICE,
-    };
+    let spec = NodeSpec::new("CartPole-v1", PolicyConfig::Linear, 2)
+        .with_index(1)
+        .with_lanes(2, 4)
+        .with_env_share(8)
+        .with_max_frames_per_traj(5)
+        .with_seed(11);
     let mut workers = spec
         .build_workers(&Registry::with_builtins())
         .expect("CartPole workers");
@@ -253,9 +231,9 @@ fn frames_decode_with_python_msgpack() {
         reason: "env 0 failed".into(),
     }));
 
-    let file = TempFile(temp_path("frames.bin"));
-    std::fs::write(&file.0, &bytes).expect("write frames");
-    let frames = msgpack_check("frames", &file.0);
+    let file = temp_file("frames.bin");
+    std::fs::write(file.path(), &bytes).expect("write frames");
+    let frames = msgpack_check("frames", file.path());
     let types: Vec<&str> = frames.iter().map(|f| f["type"].as_str().expect("type")).collect();
     assert_eq!(
         types,
@@ -444,11 +422,11 @@ fn python_rejects_a_broken_frame_file() {
         &mut bytes,
     )
     .unwrap();
-    let file = TempFile(temp_path("broken.bin"));
-    std::fs::write(&file.0, &bytes[..bytes.len() - 1]).unwrap();
+    let file = temp_file("broken.bin");
+    std::fs::write(file.path(), &bytes[..bytes.len() - 1]).unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/msgpack_check.py");
     let mut cmd = Command::new(python());
-    cmd.arg(&script).arg("frames").arg(&file.0);
+    cmd.arg(&script).arg("frames").arg(file.path());
     let r = run(cmd, "msgpack_check.py");
     assert_eq!(r.status.code(), Some(1), "{}", r.stderr);
     assert!(r.stderr.contains("announces"), "{}", r.stderr);
@@ -460,8 +438,8 @@ fn python_rejects_a_broken_frame_file() {
 fn output_file_decodes_with_python_msgpack() {
     // Python is checked first: without msgpack this fails fast, before the build.
     python();
-    let file = TempFile(temp_path("output.msgpack"));
-    let path = file.0.to_str().expect("utf-8 temp path");
+    let file = temp_file("output.msgpack");
+    let path = file.path().to_str().expect("utf-8 temp path");
     let args = [
         "collect",
         "--env",
@@ -481,7 +459,7 @@ fn output_file_decodes_with_python_msgpack() {
     let r = run(cmd, "rollout collect");
     assert!(r.status.success(), "`rollout {}` failed:\n{}", args.join(" "), r.stderr);
 
-    let bytes = std::fs::read(&file.0).expect("read the output file");
+    let bytes = std::fs::read(file.path()).expect("read the output file");
     let mut cur = Cursor::new(&bytes[..]);
     let mut records = Vec::new();
     while (cur.position() as usize) < bytes.len() {
@@ -490,7 +468,7 @@ fn output_file_decodes_with_python_msgpack() {
     }
     assert_eq!(records.len(), 2);
 
-    let py = msgpack_check("output", &file.0);
+    let py = msgpack_check("output", file.path());
     assert_eq!(py.len(), records.len());
     let mut frames = 0;
     for (i, (p, rec)) in py.iter().zip(&records).enumerate() {

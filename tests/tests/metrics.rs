@@ -17,7 +17,8 @@ use rollout::PolicyConfig;
 use rollout_actors::metrics::server::{CONNECTION_DEADLINE, MAX_CONNECTIONS, MAX_HEAD};
 use rollout_actors::DistributedCollector;
 use rollout_tests::{
-    http_get, http_raw, read_output, require_prometheus, rollout_bin, wait_for, wait_with_deadline, Prometheus, TempDir,
+    http_get, http_raw, read_output, require_prometheus, rollout_bin, temp_dir, wait_for, wait_with_deadline,
+    Prometheus,
 };
 
 const TOKEN: &[u8] = b"metrics-test-token-0123456789abcdef";
@@ -82,8 +83,8 @@ fn last(metric: &str) -> String {
 #[test]
 fn prometheus_scrapes_a_supervised_external_run_with_exact_values() {
     require_prometheus();
-    let dir = TempDir::new("metrics-prometheus");
-    let output = dir.join("batches.msgpack");
+    let dir = temp_dir("metrics-prometheus");
+    let output = dir.path().join("batches.msgpack");
     let mut cli = Command::new(rollout_bin())
         .args([
             "collect",

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use rollout::PolicyConfig;
 use rollout_actors::{DistributedCollector, Launcher};
 use rollout_tests::{
-    alive, read_output, rollout_bin, run_bounded, signal, venv_python, wait_until, MarkedPythonNodes, TempDir,
+    alive, read_output, rollout_bin, run_bounded, signal, temp_dir, venv_python, wait_until, MarkedPythonNodes,
 };
 
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -37,9 +37,9 @@ fn assert_reaped(pids: impl IntoIterator<Item = u32>) {
 #[test]
 fn cli_collects_exact_frames_from_python_nodes_it_started() {
     let Some(py) = venv_python() else { return };
-    let dir = TempDir::new("node-command-cli");
-    let nodes = MarkedPythonNodes::new(&dir.join("root"));
-    let out = dir.join("out.msgpack");
+    let dir = temp_dir("node-command-cli");
+    let nodes = MarkedPythonNodes::new(&dir.path().join("root"));
+    let out = dir.path().join("out.msgpack");
     let run = collect(
         &nodes.shell_command(&py),
         &[
@@ -168,8 +168,8 @@ fn python_builder(py: &Path, nodes: &MarkedPythonNodes, sync: bool, total: i64) 
 #[test]
 fn a_python_node_killed_mid_run_is_replaced_and_the_run_completes_exactly() {
     let Some(py) = venv_python() else { return };
-    let dir = TempDir::new("node-command-kill");
-    let nodes = MarkedPythonNodes::new(&dir.join("root"));
+    let dir = temp_dir("node-command-kill");
+    let nodes = MarkedPythonNodes::new(&dir.path().join("root"));
     let mut c = python_builder(&py, &nodes, true, 2000).build().expect("collector");
     let pids = c.node_pids();
     assert_eq!(pids.len(), 2);
@@ -208,8 +208,8 @@ fn a_python_node_killed_mid_run_is_replaced_and_the_run_completes_exactly() {
 #[test]
 fn dropping_a_collector_of_python_nodes_reaps_them() {
     let Some(py) = venv_python() else { return };
-    let dir = TempDir::new("node-command-drop");
-    let nodes = MarkedPythonNodes::new(&dir.join("root"));
+    let dir = temp_dir("node-command-drop");
+    let nodes = MarkedPythonNodes::new(&dir.path().join("root"));
     let mut c = python_builder(&py, &nodes, false, -1).build().expect("collector");
     c.next_batch().expect("batch").expect("endless");
     let pids = c.node_pids();

@@ -15,7 +15,8 @@ use rollout::policy::{ActionsMut, OnnxHead, OnnxModel, OnnxPolicy};
 use rollout::rollout::keys;
 use rollout::{ExplorationType, Policy, PolicyConfig, PolicySpec, Spec, Tensor, Weights};
 use rollout_actors::{DistributedCollector, Launcher};
-use rollout_tests::{read_output, rollout_bin, run_bounded, venv_python, OutputRecord, TempDir};
+use rollout_tests::{read_output, rollout_bin, run_bounded, temp_dir, venv_python, OutputRecord};
+use tempfile::TempDir;
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -33,7 +34,7 @@ fn onnxruntime(model: &Path, obs: &[Vec<f32>], dir: &TempDir) -> Option<Vec<Vec<
         eprintln!("SKIPPED: onnxruntime is not installed in {}", python.display());
         return None;
     }
-    let input = dir.join("obs.json");
+    let input = dir.path().join("obs.json");
     std::fs::write(&input, serde_json::to_vec(obs).expect("json")).expect("write obs");
     let script = "import json, sys\nimport numpy as np, onnxruntime as ort\n\
         s = ort.InferenceSession(sys.argv[1])\n\
@@ -55,7 +56,7 @@ fn onnxruntime(model: &Path, obs: &[Vec<f32>], dir: &TempDir) -> Option<Vec<Vec<
 
 /// `rollout collect` with the ONNX policy; the records of its `--output`.
 fn collect(env: &str, model: &str, head: &str, launcher: &str, dir: &TempDir) -> Vec<OutputRecord> {
-    let out = dir.join(&format!("{launcher}.msgpack"));
+    let out = dir.path().join(&format!("{launcher}.msgpack"));
     let file = fixture(model);
     let args = [
         "collect",
@@ -161,7 +162,7 @@ fn first_argmax(row: &[f64]) -> usize {
 }
 
 fn cartpole_actions_are_the_models(launcher: &str) {
-    let dir = TempDir::new(&format!("onnx-cartpole-{launcher}"));
+    let dir = temp_dir(&format!("onnx-cartpole-{launcher}"));
     let records = collect(
         "CartPole-v1",
         "cartpole_categorical.onnx",
@@ -204,7 +205,7 @@ fn cartpole_actions_are_the_models(launcher: &str) {
 }
 
 fn pendulum_actions_are_the_models(launcher: &str) {
-    let dir = TempDir::new(&format!("onnx-pendulum-{launcher}"));
+    let dir = temp_dir(&format!("onnx-pendulum-{launcher}"));
     let records = collect("Pendulum-v1", "pendulum_normal.onnx", "normal", launcher, &dir);
     let (obs, acts) = frames(&records);
     assert_eq!(obs.len(), 600);
@@ -442,7 +443,7 @@ fn bad_flags_exit_2_with_one_line() {
 /// `rollout collect --policy onnx` on CartPole, 2 in-process nodes, sync, deterministic,
 /// with extra flags; its `--output` bytes.
 fn cartpole_run(dir: &TempDir, name: &str, extra: &[&str]) -> Vec<u8> {
-    let out = dir.join(name);
+    let out = dir.path().join(name);
     let mut args: Vec<String> = [
         "collect",
         "--env",
@@ -492,10 +493,10 @@ fn entry<'a>(v: &'a rmpv::Value, key: &str) -> &'a rmpv::Value {
 
 #[test]
 fn a_checkpoint_holds_the_model_and_its_weights_and_resumes_without_the_file() {
-    let dir = TempDir::new("onnx-checkpoint");
+    let dir = temp_dir("onnx-checkpoint");
     let file = fixture("cartpole_categorical.onnx");
     let path = file.to_str().expect("path");
-    let ck = dir.join("ck");
+    let ck = dir.path().join("ck");
     let ck_s = ck.display().to_string();
     let whole = cartpole_run(&dir, "whole", &["--policy-file", path, "--total-frames", "600"]);
     let _ = cartpole_run(
@@ -656,7 +657,7 @@ mod pb_bytes {
 #[test]
 fn hostile_models_exit_2_with_one_line_naming_the_tensor_or_node() {
     use pb_bytes::{ld, model, node, tensor};
-    let dir = TempDir::new("onnx-hostile");
+    let dir = temp_dir("onnx-hostile");
     let shape = |n: u64| tensor("shape", 7, &[1], &n.to_le_bytes());
     let constant_of_shape = |n: u64| model(&[node("big", "ConstantOfShape", &["shape"], &["zeros"])], &[shape(n)]);
     // 16 MB of empty nodes, merged into the graph by a second `graph` field.
@@ -679,7 +680,7 @@ fn hostile_models_exit_2_with_one_line_naming_the_tensor_or_node() {
         ),
     ];
     for (name, bytes, needles) in cases {
-        let file = dir.join(&format!("{name}.onnx"));
+        let file = dir.path().join(&format!("{name}.onnx"));
         std::fs::write(&file, &bytes).expect("write the model");
         let path = file.to_str().expect("path");
         let args = [

@@ -20,7 +20,6 @@ use ndarray::{ArrayD, IxDyn};
 use rollout::message::{Continue, FromNode, ToNode, UpdateWeights};
 use rollout::node_spec::NodeSpec;
 use rollout::policy::{ActionsMut, Policy};
-use rollout::rollout::RolloutConfig;
 use rollout::schema::keys;
 use rollout::space::EnvSpecs;
 use rollout::wire::TrainerFrame;
@@ -35,27 +34,16 @@ const DEADLINE: Duration = Duration::from_secs(60);
 
 /// The spec of a one-worker node of `env` with `policy`, deterministic.
 fn node_spec(env: &str, policy: PolicyConfig, frames: usize) -> NodeSpec {
-    NodeSpec {
-        index: 0,
-        env: EnvSpec::new(env),
-        policy: PolicySpec {
-            config: policy,
-            exploration: ExplorationType::Deterministic,
-            init_seed: 0,
-        },
-        envs_per_node: 1,
-        envs_per_worker: 1,
-        first_lane: 0,
-        lanes: 1,
-        rollout: RolloutConfig {
-            frames_per_batch: frames,
-            seed: 3,
-            ..Default::default()
-        },
-        max_restarts: 0,
-        restart_window_ms: 5000,
-        worker_nice: 0,
-    }
+    let policy = PolicySpec {
+        config: policy,
+        exploration: ExplorationType::Deterministic,
+        init_seed: 0,
+    };
+    NodeSpec::new(env, policy, 1)
+        .with_env_share(frames)
+        .with_seed(3)
+        .with_restarts(0, 5000)
+        .with_worker_nice(0)
 }
 
 /// An f32 tensor of `shape`.

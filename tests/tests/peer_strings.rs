@@ -17,8 +17,8 @@ use rollout::wire::{NodeFrame, TrainerFrame};
 use rollout::Registry;
 use rollout_actors::DistributedCollector;
 use rollout_tests::{
-    built_on_a_thread, connect, external_counting_builder, free_addr, good_node, logged_in, logs, poll_until, recv,
-    send, unique_name,
+    built_on_a_thread, connect, external_counting_builder, good_node, logged_in, logs, poll_until, recv, send,
+    unique_name,
 };
 
 const TOKEN: &[u8] = b"peer-strings-token-0123456789abc";
@@ -33,9 +33,9 @@ const REFUSALS: usize = 3000;
 
 /// An async trainer expecting three external nodes of [`ENVS`] Counting envs each,
 /// built on a thread (build waits for the joins).
-fn trainer(addr: SocketAddr) -> JoinHandle<DistributedCollector> {
+fn trainer() -> (JoinHandle<DistributedCollector>, SocketAddr) {
     built_on_a_thread(
-        external_counting_builder(addr, TOKEN, 3, ENVS)
+        external_counting_builder(TOKEN, 3, ENVS)
             .frames_per_batch(FPB)
             .total_frames(TOTAL as i64)
             .sync(false),
@@ -58,9 +58,8 @@ fn hostile_lines<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
 
 #[test]
 fn a_peers_failed_reason_and_repeated_refusals_cost_the_log_at_most_64_kib() {
-    let addr = free_addr();
     let from = logs().lock().unwrap_or_else(|p| p.into_inner()).len();
-    let t = trainer(addr);
+    let (t, addr) = trainer();
     let name = unique_name("wordy");
     let mut s = connect(addr, DEADLINE);
     let welcome = logged_in(&mut s, TOKEN, &name, Some(HOSTILE));

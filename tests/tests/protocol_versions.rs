@@ -17,7 +17,7 @@ use rollout::rollout::{keys, Rollout};
 use rollout::wire::{self, Auth, NodeFrame, TrainerFrame, Welcome};
 use rollout::{Env, ExplorationType, PolicyConfig, Registry, TensorDict};
 use rollout_actors::{DistributedCollector, Launcher};
-use rollout_tests::{connect, free_addr, hello, logs, recv, send, unique_name};
+use rollout_tests::{built_on_a_thread, connect, hello, recv, send, unique_name};
 
 const TOKEN: &[u8] = b"protocol-versions-token-0123456789";
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -31,13 +31,12 @@ const ROUNDS: usize = 3;
 const CUSTOM: &str = "Custom-v0";
 
 /// A sync trainer of `nodes` external nodes of `env` acting with `policy`
-/// (deterministic), built on a thread (build waits for the joins).
-fn trainer(addr: SocketAddr, nodes: usize, env: &str, policy: PolicyConfig) -> JoinHandle<DistributedCollector> {
-    logs();
-    let env = env.to_string();
-    thread::spawn(move || {
+/// (deterministic), built on a thread (build waits for the joins), and the address it
+/// listens on.
+fn trainer(nodes: usize, env: &str, policy: PolicyConfig) -> (JoinHandle<DistributedCollector>, SocketAddr) {
+    built_on_a_thread(
         DistributedCollector::builder()
-            .env(env.as_str())
+            .env(env)
             .policy(policy)
             .exploration_type(ExplorationType::Deterministic)
             .nodes(nodes)
@@ -47,14 +46,11 @@ fn trainer(addr: SocketAddr, nodes: usize, env: &str, policy: PolicyConfig) -> J
             .sync(true)
             .seed(5)
             .launcher(Launcher::External)
-            .listen(addr.to_string())
             .token(TOKEN)
             .heartbeat(Duration::from_millis(200), Duration::from_secs(10))
             .join_timeout(DEADLINE)
-            .batch_timeout(DEADLINE)
-            .build()
-            .expect("collector")
-    })
+            .batch_timeout(DEADLINE),
+    )
 }
 
 /// The nodes' registry: the built-ins, and [`CUSTOM`] as a Counting env.
@@ -231,8 +227,7 @@ fn assert_exact(mut c: DistributedCollector, nodes: Vec<JoinHandle<Vec<TensorDic
 
 #[test]
 fn a_run_whose_policy_records_nothing_is_served_by_every_admitted_version() {
-    let addr = free_addr();
-    let t = trainer(addr, 3, "Counting", PolicyConfig::Constant { value: 1.0 });
+    let (t, addr) = trainer(3, "Counting", PolicyConfig::Constant { value: 1.0 });
     // Node i speaks version 3 + i, each from its own text.
     let nodes: Vec<JoinHandle<Vec<TensorDict>>> = (0..3)
         .map(|i| TextNode::join(addr, 3 + i as u32, i).serve_on_thread())
@@ -243,8 +238,7 @@ fn a_run_whose_policy_records_nothing_is_served_by_every_admitted_version() {
 
 #[test]
 fn a_policy_that_records_refuses_versions_3_and_4_at_hello_and_version_5_serves_it() {
-    let addr = free_addr();
-    let t = trainer(addr, 1, "Counting", PolicyConfig::Mlp { hidden: vec![4] });
+    let (t, addr) = trainer(1, "Counting", PolicyConfig::Mlp { hidden: vec![4] });
     for v in [3, 4] {
         let reason = rejected_at_hello(addr, v, 0);
         assert_eq!(
@@ -268,8 +262,7 @@ fn a_policy_that_records_refuses_versions_3_and_4_at_hello_and_version_5_serves_
 
 #[test]
 fn an_env_only_the_nodes_know_refuses_version_3_at_hello_and_versions_4_and_5_serve_it() {
-    let addr = free_addr();
-    let t = trainer(addr, 2, CUSTOM, PolicyConfig::Constant { value: 1.0 });
+    let (t, addr) = trainer(2, CUSTOM, PolicyConfig::Constant { value: 1.0 });
     let reason = rejected_at_hello(addr, 3, 0);
     assert_eq!(
         reason,

@@ -12,7 +12,10 @@ use std::time::Duration;
 
 use rollout::policy::ActionsMut;
 use rollout::{EnvSpec, ExplorationType, PolicyConfig, PolicySpec, Registry, Tensor};
-use rollout_tests::{free_addr, read_output, rollout_bin, run_bounded, signal, venv_python, OutputRecord, TempDir};
+use rollout_tests::{
+    listening_on_a_thread, read_output, rollout_bin, run_bounded, signal, temp_dir, venv_python, OutputRecord, Running,
+};
+use tempfile::TempDir;
 
 const DEADLINE: Duration = Duration::from_secs(240);
 
@@ -26,12 +29,11 @@ enum Node {
 /// Runs `rollout collect` with `flags` and one node of each kind in `nodes`, all joining
 /// over loopback; returns the `--output` file once every process exited 0.
 fn mixed_run(py: &Path, dir: &TempDir, env: &str, sync: bool, flags: &[&str], nodes: &[Node]) -> PathBuf {
-    let addr = free_addr().to_string();
-    let token = dir.join("token");
+    let token = dir.path().join("token");
     std::fs::write(&token, "python-node-test-token\n").expect("write the token");
     // Readable by its owner only: the trainer and both kinds of node refuse it otherwise.
     std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod the token");
-    let out = dir.join("out.msgpack");
+    let out = dir.path().join("out.msgpack");
     let mut collect = Command::new(rollout_bin());
     collect
         .args([
@@ -39,7 +41,7 @@ fn mixed_run(py: &Path, dir: &TempDir, env: &str, sync: bool, flags: &[&str], no
             "--launcher",
             "external",
             "--listen",
-            &addr,
+            "127.0.0.1:0",
             "--env",
             env,
             "--quiet",
@@ -60,7 +62,8 @@ fn mixed_run(py: &Path, dir: &TempDir, env: &str, sync: bool, flags: &[&str], no
     if sync {
         collect.arg("--sync");
     }
-    let trainer = thread::spawn(move || run_bounded(&mut collect, DEADLINE).expect("start rollout collect"));
+    let mut trainer = Running::spawn(&mut collect).expect("start rollout collect");
+    let addr = trainer.listening_addr(DEADLINE).to_string();
     let joined: Vec<_> = nodes
         .iter()
         .enumerate()
@@ -93,7 +96,7 @@ fn mixed_run(py: &Path, dir: &TempDir, env: &str, sync: bool, flags: &[&str], no
             )
         })
         .collect();
-    let trainer = trainer.join().expect("the trainer's thread");
+    let trainer = trainer.finish(DEADLINE);
     for (kind, node) in joined {
         node.join()
             .expect("a node's thread")
@@ -133,7 +136,7 @@ const NODES: [Node; 3] = [Node::Python, Node::Rust, Node::Python];
 
 fn random_run(env: &str, sync: bool) {
     let Some(py) = venv_python() else { return };
-    let dir = TempDir::new(&format!("pynode-{env}-{sync}"));
+    let dir = temp_dir(&format!("pynode-{env}-{sync}"));
     let flags = [
         "--policy",
         "random",
@@ -202,7 +205,7 @@ fn mixed_sync_pendulum_replays_through_gymnasium() {
 fn deterministic_run(env: &str, sync: bool, nodes: &[Node]) {
     let Some(py) = venv_python() else { return };
     let kinds: Vec<String> = nodes.iter().map(|n| format!("{n:?}")).collect();
-    let dir = TempDir::new(&format!("pynode-det-{env}-{sync}-{}", kinds.join("-")));
+    let dir = temp_dir(&format!("pynode-det-{env}-{sync}-{}", kinds.join("-")));
     let flags = [
         "--policy",
         "linear",
@@ -257,7 +260,7 @@ fn deterministic_run(env: &str, sync: bool, nodes: &[Node]) {
         assert_records_are_the_policys(r, &mut *policy, &obs, k);
     }
     assert_eq!(frames, 600);
-    let weights = dir.join("weights.msgpack");
+    let weights = dir.path().join("weights.msgpack");
     std::fs::write(
         &weights,
         rmp_serde::to_vec_named(policy.weights()).expect("encode the weights"),
@@ -367,8 +370,8 @@ fn deterministic_sync_pendulum_actions_agree_both_ways() {
 fn a_resumed_run_of_python_nodes_is_the_uninterrupted_run_byte_for_byte() {
     let Some(py) = venv_python() else { return };
     let run = |name: &str, total: &str, resume: bool| -> Vec<u8> {
-        let dir = TempDir::new(&format!("pynode-resume-{name}"));
-        let ck = dir.join("ck");
+        let dir = temp_dir(&format!("pynode-resume-{name}"));
+        let ck = dir.path().join("ck");
         let common = |total: &str| {
             vec![
                 "--policy".to_string(),
@@ -422,7 +425,6 @@ fn a_python_node_leaves_an_elastic_run_on_sigterm_and_the_run_goes_on_exactly() 
     const FPB: usize = 40;
     // Thousands of the Python node's batches: seconds of work for it alone.
     const TOTAL: usize = 4000 * FPB;
-    let addr = free_addr();
     let builder = DistributedCollector::builder()
         .env("CartPole-v1")
         .policy(PolicyConfig::Linear)
@@ -432,12 +434,11 @@ fn a_python_node_leaves_an_elastic_run_on_sigterm_and_the_run_goes_on_exactly() 
         .total_frames(TOTAL as i64)
         .seed(5)
         .launcher(Launcher::External)
-        .listen(addr.to_string())
         .token(TOKEN.as_bytes())
         .heartbeat(Duration::from_millis(100), Duration::from_secs(5))
         .join_timeout(Duration::from_secs(60))
         .batch_timeout(Duration::from_secs(60));
-    let trainer = thread::spawn(move || builder.build().expect("collector"));
+    let (trainer, addr) = listening_on_a_thread(builder, |b| b.build().expect("collector"));
     let node = |mut c: Command, index: usize| {
         c.args(["--join", &addr.to_string(), "--index", &index.to_string()])
             .env("ROLLOUT_TOKEN", TOKEN)

@@ -18,17 +18,17 @@ use rollout::{Counting, CountingConfig, Env, EnvError, PolicyConfig, Registry, T
 use rollout_actors::remote::{run_node, NodeOptions};
 use rollout_actors::{CollectError, Collected, DistributedCollector, Launcher};
 use rollout_tests::{
-    alive, connect, counting_process_builder, free_addr, good_node, good_node_named, handshake, hello, holds_for, logs,
-    real_batch, recv, rollout_bin, send, unique_name, value_weights, OwnLog,
+    alive, built_on_a_thread, connect, counting_process_builder, good_node, good_node_named, handshake, hello,
+    holds_for, listening_on_a_thread, logs, real_batch, recv, rollout_bin, send, unique_name, value_weights, OwnLog,
 };
 
 const TOKEN: &[u8] = b"s3cret-token-for-tests";
 const DEADLINE: Duration = Duration::from_secs(20);
 
-/// A trainer expecting `nodes` external nodes, built on a thread (build waits for the joins).
-fn trainer(addr: SocketAddr, nodes: usize, sync: bool, total: i64) -> JoinHandle<DistributedCollector> {
-    logs();
-    thread::spawn(move || {
+/// A trainer expecting `nodes` external nodes, built on a thread (build waits for the
+/// joins), and the address it listens on.
+fn trainer(nodes: usize, sync: bool, total: i64) -> (JoinHandle<DistributedCollector>, SocketAddr) {
+    built_on_a_thread(
         DistributedCollector::builder()
             .env("Counting")
             .policy(PolicyConfig::Constant { value: 1.0 })
@@ -38,15 +38,12 @@ fn trainer(addr: SocketAddr, nodes: usize, sync: bool, total: i64) -> JoinHandle
             .sync(sync)
             .seed(0)
             .launcher(Launcher::External)
-            .listen(addr.to_string())
             .token(TOKEN)
             .handshake_timeout(Duration::from_millis(500))
             .heartbeat(Duration::from_millis(100), Duration::from_millis(1500))
             .join_timeout(DEADLINE)
-            .batch_timeout(DEADLINE)
-            .build()
-            .expect("collector")
-    })
+            .batch_timeout(DEADLINE),
+    )
 }
 
 /// Reads until the trainer closes; returns the reason of a `Reject`, if one came.
@@ -90,8 +87,7 @@ fn finish(t: JoinHandle<DistributedCollector>, total: usize, from: From) -> Vec<
 }
 
 fn pre_handshake_case(rogue: impl FnOnce(&mut TcpStream) -> Option<String>, expect_reason: &str) {
-    let addr = free_addr();
-    let t = trainer(addr, 2, false, 600);
+    let (t, addr) = trainer(2, false, 600);
     let mut s = connect(addr, DEADLINE);
     let log = OwnLog::peer(&s);
     let reason = rogue(&mut s);
@@ -236,8 +232,7 @@ fn a_hello_a_byte_at_a_time_is_closed_at_the_handshake_deadline() {
 
 #[test]
 fn index_taken_and_late_nodes_are_rejected() {
-    let addr = free_addr();
-    let t = trainer(addr, 2, false, 600);
+    let (t, addr) = trainer(2, false, 600);
     let name = unique_name("first");
     let log = OwnLog::node(&name);
     let first = good_node_named(addr, TOKEN, Some(0), name);
@@ -273,8 +268,7 @@ fn post_join_case(bad: impl FnOnce(&mut TcpStream, &Welcome, Continue), expect_r
 
 /// [`post_join_case`], sending `Ready` after the handshake or not.
 fn post_join_case_ready(ready: bool, bad: impl FnOnce(&mut TcpStream, &Welcome, Continue), expect_reason: &str) {
-    let addr = free_addr();
-    let t = trainer(addr, 2, false, 600);
+    let (t, addr) = trainer(2, false, 600);
     let mut s = connect(addr, DEADLINE);
     let name = unique_name("rogue");
     let log = OwnLog::node(&name);
@@ -426,8 +420,7 @@ fn garbage_after_the_handshake() {
 #[test]
 fn silent_node_is_dropped_after_the_heartbeat_timeout() {
     // Joins and then says nothing at all: no heartbeat, no answer to the seeding chain.
-    let addr = free_addr();
-    let t = trainer(addr, 2, false, 600);
+    let (t, addr) = trainer(2, false, 600);
     let mut s = connect(addr, DEADLINE);
     let name = unique_name("mute");
     let log = OwnLog::node(&name);
@@ -452,8 +445,7 @@ fn silent_node_is_dropped_after_the_heartbeat_timeout() {
 
 #[test]
 fn sync_run_with_a_lost_node_fails_clearly_instead_of_hanging() {
-    let addr = free_addr();
-    let t = trainer(addr, 2, true, 600);
+    let (t, addr) = trainer(2, true, 600);
     let mut s = connect(addr, DEADLINE);
     let name = unique_name("rogue");
     assert!(matches!(
@@ -492,8 +484,7 @@ fn custom_registry() -> Registry {
 #[test]
 fn library_nodes_run_user_envs() {
     logs();
-    let addr = free_addr();
-    let t = thread::spawn(move || {
+    let (t, addr) = listening_on_a_thread(
         DistributedCollector::builder()
             .env("Custom-v0")
             .registry(custom_registry())
@@ -503,12 +494,10 @@ fn library_nodes_run_user_envs() {
             .total_frames(300)
             .sync(true)
             .launcher(Launcher::External)
-            .listen(addr.to_string())
             .token(TOKEN)
-            .join_timeout(DEADLINE)
-            .build()
-            .expect("collector")
-    });
+            .join_timeout(DEADLINE),
+        |b| b.build().expect("collector"),
+    );
     let nodes: Vec<_> = (0..2)
         .map(|i| {
             thread::spawn(move || {
@@ -820,8 +809,7 @@ fn endless_process_run_shuts_down_cleanly() {
 #[test]
 fn socket_cut_mid_frame_is_detected_and_the_rejoined_node_completes_the_run() {
     logs();
-    let addr = free_addr();
-    let t = thread::spawn(move || {
+    let (t, addr) = listening_on_a_thread(
         DistributedCollector::builder()
             .env("Counting")
             .policy(PolicyConfig::Constant { value: 1.0 })
@@ -831,15 +819,13 @@ fn socket_cut_mid_frame_is_detected_and_the_rejoined_node_completes_the_run() {
             .sync(true)
             .seed(0)
             .launcher(Launcher::External)
-            .listen(addr.to_string())
             .token(TOKEN)
             .heartbeat(Duration::from_millis(100), Duration::from_millis(1500))
             .node_max_restarts(2)
             .join_timeout(DEADLINE)
-            .batch_timeout(DEADLINE)
-            .build()
-            .expect("collector")
-    });
+            .batch_timeout(DEADLINE),
+        |b| b.build().expect("collector"),
+    );
     let mut s = connect(addr, DEADLINE);
     let name = unique_name("cut");
     let log = OwnLog::node(&name);
@@ -918,10 +904,9 @@ fn socket_cut_mid_frame_is_detected_and_the_rejoined_node_completes_the_run() {
 fn a_node_waiting_in_the_lobby_longer_than_the_heartbeat_timeout_stays_and_the_run_is_exact() {
     // Node 0 joins, then node 1 only after more than the heartbeat timeout: meanwhile
     // node 0 hears only the lobby's heartbeats, and must not leave for silence.
-    let addr = free_addr();
     let timeout = Duration::from_millis(600);
     logs();
-    let t = thread::spawn(move || {
+    let (t, addr) = listening_on_a_thread(
         DistributedCollector::builder()
             .env("Counting")
             .policy(PolicyConfig::Constant { value: 1.0 })
@@ -931,14 +916,12 @@ fn a_node_waiting_in_the_lobby_longer_than_the_heartbeat_timeout_stays_and_the_r
             .sync(true)
             .seed(0)
             .launcher(Launcher::External)
-            .listen(addr.to_string())
             .token(TOKEN)
             .heartbeat(Duration::from_millis(100), timeout)
             .join_timeout(DEADLINE)
-            .batch_timeout(DEADLINE)
-            .build()
-            .expect("collector")
-    });
+            .batch_timeout(DEADLINE),
+        |b| b.build().expect("collector"),
+    );
     let first = unique_name("early");
     let log = OwnLog::node(&first);
     let early = good_node_named(addr, TOKEN, Some(0), first);
@@ -1069,20 +1052,8 @@ fn after_its_down_a_node_reads_until_the_trainer_closes() {
 /// A one-worker CartPole node with a random policy (needs no weights), for the
 /// scripted trainer.
 fn one_env_spec() -> rollout::node_spec::NodeSpec {
-    rollout::node_spec::NodeSpec {
-        index: 0,
-        env: rollout::EnvSpec::new("CartPole-v1"),
-        policy: rollout::PolicySpec::from(PolicyConfig::Random),
-        envs_per_node: 1,
-        envs_per_worker: 1,
-        first_lane: 0,
-        lanes: 1,
-        rollout: rollout::rollout::RolloutConfig {
-            frames_per_batch: 10,
-            ..Default::default()
-        },
-        max_restarts: 0,
-        restart_window_ms: 5000,
-        worker_nice: 0,
-    }
+    rollout::node_spec::NodeSpec::new("CartPole-v1", PolicyConfig::Random, 1)
+        .with_env_share(10)
+        .with_restarts(0, 5000)
+        .with_worker_nice(0)
 }

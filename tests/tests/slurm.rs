@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use rollout::PolicyConfig;
 use rollout_actors::{CollectError, CollectorBuilder, DistributedCollector, Launcher, SlurmOptions};
-use rollout_tests::{free_addr, poll_until, rollout_bin, run_bounded, venv_python, MarkedPythonNodes};
+use rollout_tests::{listening_on_a_thread, poll_until, rollout_bin, run_bounded, venv_python, MarkedPythonNodes};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 /// The join timeout of runs expected to fail.
@@ -390,8 +390,24 @@ fn external_nodes_from_a_hand_written_sbatch_script() {
             .expect("token file");
         f.write_all(token.as_bytes()).expect("write token");
     }
-    let port = free_addr().port();
-    let addr = format!("127.0.0.1:{port}");
+    // The trainer listens first: the script is written with the port it bound.
+    let (trainer, addr) = listening_on_a_thread(
+        DistributedCollector::builder()
+            .env("Counting")
+            .policy(PolicyConfig::Constant { value: 1.0 })
+            .nodes(2)
+            .frames_per_batch(100)
+            .total_frames(1000)
+            // Sync: every batch needs both nodes (async would let one fast node take every
+            // batch while the other is still starting on a loaded machine).
+            .sync(true)
+            .launcher(Launcher::External)
+            .listen("127.0.0.1:0")
+            .token(token)
+            .join_timeout(DEADLINE)
+            .batch_timeout(DEADLINE),
+        |b| b.build().expect("collector"),
+    );
     let script = dir.join("nodes.sbatch");
     std::fs::write(
         &script,
@@ -418,22 +434,7 @@ fn external_nodes_from_a_hand_written_sbatch_script() {
         }
     }
     let _guard = Cancel(id.clone());
-    let mut c = DistributedCollector::builder()
-        .env("Counting")
-        .policy(PolicyConfig::Constant { value: 1.0 })
-        .nodes(2)
-        .frames_per_batch(100)
-        .total_frames(1000)
-        // Sync: every batch needs both nodes (async would let one fast node take every
-        // batch while the other is still starting on a loaded machine).
-        .sync(true)
-        .launcher(Launcher::External)
-        .listen(addr)
-        .token(token)
-        .join_timeout(DEADLINE)
-        .batch_timeout(DEADLINE)
-        .build()
-        .expect("collector");
+    let mut c = trainer.join().expect("the trainer's thread");
     let mut frames = 0;
     while let Some(b) = c.next_batch().expect("batch") {
         frames += b.data.numel();

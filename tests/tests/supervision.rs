@@ -13,36 +13,23 @@ use std::time::{Duration, Instant};
 use rollout::machine::NodeMachine;
 use rollout::message::{Continue, FromNode, ToNode, UpdateWeights};
 use rollout::node_spec::NodeSpec;
-use rollout::rollout::{keys, RolloutConfig};
+use rollout::rollout::keys;
 use rollout::supervisor::RestartIntensity;
-use rollout::{EnvSpec, PolicyConfig, PolicySpec, TensorDict};
+use rollout::{PolicyConfig, TensorDict};
 use rollout_actors::testkit::NodeHarness;
 use rollout_actors::{CollectError, DistributedCollector, Launcher};
 use rollout_tests::{
-    assert_unique_traj_ids, drain, free_addr, only_batch, panicky_builder, panicky_registry, value_weights,
+    assert_unique_traj_ids, drain, listening_on_a_thread, only_batch, panicky_builder, panicky_registry, value_weights,
 };
 
 // ---------------------------------------------------------------- helpers
 
 /// Node 0 of `Panicky` envs (constant action 1.0), `workers` env workers.
 fn panicky_spec(workers: usize, max_restarts: u32, window_ms: u64) -> NodeSpec {
-    NodeSpec {
-        index: 0,
-        env: EnvSpec::new("Panicky"),
-        policy: PolicySpec::from(PolicyConfig::Constant { value: 1.0 }),
-        envs_per_node: workers,
-        envs_per_worker: 1,
-        first_lane: 0,
-        lanes: workers as u64,
-        rollout: RolloutConfig {
-            frames_per_batch: 4,
-            seed: 10,
-            ..RolloutConfig::default()
-        },
-        max_restarts,
-        restart_window_ms: window_ms,
-        worker_nice: rollout::node_spec::DEFAULT_WORKER_NICE,
-    }
+    NodeSpec::new("Panicky", PolicyConfig::Constant { value: 1.0 }, workers)
+        .with_env_share(4)
+        .with_seed(10)
+        .with_restarts(max_restarts, window_ms)
 }
 
 fn node(panic_at: u64, workers: usize, max_restarts: u32, window_ms: u64) -> NodeHarness {
@@ -313,8 +300,7 @@ fn remote_nodes_restart_their_workers_too() {
     // actor, built from the Welcome, supervises its workers.
     const TOKEN: &[u8] = b"supervision-token";
     let deadline = Duration::from_secs(20);
-    let addr = free_addr();
-    let t = std::thread::spawn(move || {
+    let (t, addr) = listening_on_a_thread(
         panicky_builder(panicky_registry(37).0)
             .frames_per_batch(20)
             .total_frames(600)
@@ -322,13 +308,11 @@ fn remote_nodes_restart_their_workers_too() {
             .max_restarts(1000)
             .restart_window(Duration::from_secs(60))
             .launcher(Launcher::External)
-            .listen(addr.to_string())
             .token(TOKEN)
             .join_timeout(deadline)
-            .batch_timeout(deadline)
-            .build()
-            .expect("collector")
-    });
+            .batch_timeout(deadline),
+        |b| b.build().expect("collector"),
+    );
     let builds: Vec<_> = (0..2).map(|_| panicky_registry(37)).collect();
     let counters: Vec<_> = builds.iter().map(|(_, b)| b.clone()).collect();
     let nodes: Vec<_> = builds

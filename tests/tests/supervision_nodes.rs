@@ -14,8 +14,8 @@ use rollout::{EnvSpec, PolicyConfig, Weights};
 use rollout_actors::testkit::{scripted_batch, TrainerHarness};
 use rollout_actors::{CollectError, DistributedCollector, Launcher};
 use rollout_tests::{
-    alive, assert_unique_traj_ids, counting_process_builder, drain, free_addr, panicky_builder, panicky_registry,
-    poll_until, rollout_bin, signal, trainer_config as cfg, value_weights, wait_until,
+    alive, assert_unique_traj_ids, counting_process_builder, drain, listening_on_a_thread, panicky_builder,
+    panicky_registry, poll_until, rollout_bin, signal, trainer_config as cfg, value_weights, wait_until,
 };
 
 // ---------------------------------------------------------------- helpers
@@ -530,13 +530,14 @@ fn external_node(addr: std::net::SocketAddr, i: usize) -> std::process::Child {
         .expect("spawn node")
 }
 
+/// A supervised run of two external nodes, built on a thread (build waits for the
+/// joins), and the address it listens on.
 fn external_collector(
-    addr: std::net::SocketAddr,
     sync: bool,
     total: i64,
     join_timeout: Duration,
-) -> std::thread::JoinHandle<DistributedCollector> {
-    std::thread::spawn(move || {
+) -> (std::thread::JoinHandle<DistributedCollector>, std::net::SocketAddr) {
+    listening_on_a_thread(
         DistributedCollector::builder()
             .env("Counting")
             .policy(PolicyConfig::Constant { value: 1.0 })
@@ -546,21 +547,18 @@ fn external_collector(
             .sync(sync)
             .seed(0)
             .launcher(Launcher::External)
-            .listen(addr.to_string())
             .token(TOKEN)
             .heartbeat(Duration::from_millis(100), Duration::from_secs(1))
             .node_max_restarts(3)
             .join_timeout(join_timeout)
-            .batch_timeout(Duration::from_secs(20))
-            .build()
-            .expect("collector")
-    })
+            .batch_timeout(Duration::from_secs(20)),
+        |b| b.build().expect("collector"),
+    )
 }
 
 #[test]
 fn an_external_node_that_rejoins_under_its_index_replaces_the_lost_one() {
-    let addr = free_addr();
-    let t = external_collector(addr, true, 1200, Duration::from_secs(20));
+    let (t, addr) = external_collector(true, 1200, Duration::from_secs(20));
     let mut nodes: Vec<std::process::Child> = (0..2).map(|i| external_node(addr, i)).collect();
     let mut c = t.join().expect("collector thread");
     let mut batches = Vec::new();
@@ -593,8 +591,7 @@ fn an_external_node_that_rejoins_under_its_index_replaces_the_lost_one() {
 
 #[test]
 fn an_external_node_that_never_rejoins_fails_the_run_within_the_join_timeout() {
-    let addr = free_addr();
-    let t = external_collector(addr, true, -1, Duration::from_secs(2));
+    let (t, addr) = external_collector(true, -1, Duration::from_secs(2));
     let mut nodes: Vec<std::process::Child> = (0..2).map(|i| external_node(addr, i)).collect();
     let mut c = t.join().expect("collector thread");
     c.next_batch().expect("ok").expect("batch");

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use rollout::machine::{Collected, TrainerConfig, TrainerError};
 use rollout::message::{Continue, FromNode, Seed, ToNode, UpdateWeights};
 use rollout::node_spec::NodeSpec;
-use rollout::rollout::{keys, RolloutConfig};
+use rollout::rollout::keys;
 use rollout::{EnvSpec, PolicyConfig, PolicySpec, Registry, Weights};
 use rollout_actors::testkit::{scripted_batch, Cluster, NodeHarness, TrainerHarness};
 use rollout_tests::{cartpole_sync_builder, only_batch, trainer_config as cfg};
@@ -16,22 +16,10 @@ use rollout_tests::{cartpole_sync_builder, only_batch, trainer_config as cfg};
 
 /// Node `index` of a Counting run with a constant policy (action 1.0), `envs` env workers.
 fn counting_spec(index: usize, envs: usize) -> NodeSpec {
-    NodeSpec {
-        index,
-        env: EnvSpec::new("Counting"),
-        policy: PolicySpec::from(PolicyConfig::Constant { value: 1.0 }),
-        envs_per_node: envs,
-        envs_per_worker: 1,
-        first_lane: (index * envs) as u64,
-        lanes: (4 * envs) as u64,
-        rollout: RolloutConfig {
-            frames_per_batch: 4,
-            ..RolloutConfig::default()
-        },
-        max_restarts: rollout::supervisor::DEFAULT_MAX_RESTARTS,
-        restart_window_ms: rollout::node_spec::DEFAULT_RESTART_WINDOW_MS,
-        worker_nice: rollout::node_spec::DEFAULT_WORKER_NICE,
-    }
+    NodeSpec::new("Counting", PolicyConfig::Constant { value: 1.0 }, envs)
+        .with_index(index)
+        .with_lanes((index * envs) as u64, (4 * envs) as u64)
+        .with_env_share(4)
 }
 
 fn counting_node(index: usize, envs: usize) -> NodeHarness {
@@ -800,26 +788,14 @@ fn cluster_replays_a_threaded_sync_run_bit_for_bit() {
 
 /// Node 0 of a CartPole run with a 16-16 MLP, 4 envs, `per` of them in each worker.
 fn cartpole_mlp_spec(per: usize, exploration: rollout::ExplorationType) -> NodeSpec {
-    NodeSpec {
-        index: 0,
-        env: EnvSpec::new("CartPole-v1"),
-        policy: PolicySpec {
-            exploration,
-            ..PolicySpec::from(PolicyConfig::Mlp { hidden: vec![16, 16] })
-        },
-        envs_per_node: 4,
-        envs_per_worker: per,
-        first_lane: 0,
-        lanes: 4,
-        rollout: RolloutConfig {
-            frames_per_batch: 40,
-            seed: 11,
-            ..RolloutConfig::default()
-        },
-        max_restarts: rollout::supervisor::DEFAULT_MAX_RESTARTS,
-        restart_window_ms: rollout::node_spec::DEFAULT_RESTART_WINDOW_MS,
-        worker_nice: rollout::node_spec::DEFAULT_WORKER_NICE,
-    }
+    let policy = PolicySpec {
+        exploration,
+        ..PolicySpec::from(PolicyConfig::Mlp { hidden: vec![16, 16] })
+    };
+    NodeSpec::new("CartPole-v1", policy, 4)
+        .with_envs_per_worker(per)
+        .with_env_share(40)
+        .with_seed(11)
 }
 
 /// Two batches of 80 frames from a node of `spec`, with its version-0 weights.

@@ -166,8 +166,8 @@ fn small(seed: u64, max_batches: u64) -> TrainConfig {
 /// checkpoint ends as the run that never stopped: same returns, same weights bit for bit.
 #[test]
 fn library_training_resumed_from_a_checkpoint_matches_the_uninterrupted_run() {
-    let dir = rollout_tests::TempDir::new("train-ckpt");
-    let path = dir.join("train.ckpt");
+    let dir = rollout_tests::temp_dir("train-ckpt");
+    let path = dir.path().join("train.ckpt");
     let whole = short_run(small(5, 6));
     assert_eq!(whole.batches, 6);
     let stopped = short_run(TrainConfig {
@@ -209,8 +209,8 @@ fn library_training_resumed_from_a_checkpoint_matches_the_uninterrupted_run() {
 #[test]
 fn cli_train_checkpoint_and_resume_end_as_the_uninterrupted_run() {
     let bin = rollout_release_bin();
-    let dir = rollout_tests::TempDir::new("cli-ckpt");
-    let path = dir.join("cartpole.ckpt");
+    let dir = rollout_tests::temp_dir("cli-ckpt");
+    let path = dir.path().join("cartpole.ckpt");
     let p = path.to_str().expect("utf-8 path");
     let base = ["train", "--seed", "3", "--json", "--quiet"];
     let whole = run(bin, &[&base[..], &["--max-frames", "200000"]].concat());
@@ -238,8 +238,8 @@ fn cli_train_checkpoint_and_resume_end_as_the_uninterrupted_run() {
         (&whole.returns, whole.frames, whole.batches, whole.weights_version)
     );
     // Bad input: one line, exit 2.
-    std::fs::write(dir.join("junk.ckpt"), b"junk").expect("write");
-    let junk = dir.join("junk.ckpt");
+    std::fs::write(dir.path().join("junk.ckpt"), b"junk").expect("write");
+    let junk = dir.path().join("junk.ckpt");
     for bad in [
         vec!["train", "--resume", junk.to_str().expect("utf-8")],
         vec!["train", "--resume", "/nonexistent/x.ckpt"],

@@ -18,9 +18,7 @@ use rollout::frame_decode::{decode_pooled, Frame};
 use rollout::frame_reader::FrameReader;
 use rollout::message::{Batch, Continue, FromNode, Seed, ToNode, UpdateWeights};
 use rollout::node_spec::NodeSpec;
-use rollout::policy::PolicySpec;
 use rollout::pool::TensorPool;
-use rollout::rollout::RolloutConfig;
 use rollout::wire::{
     auth_proof, body_len, decode, decode_login, encode, verify_proof, Auth, FrameDecoder, Hello, LoginFrame, NodeFrame,
     TrainerFrame, Welcome, WireError, LOGIN_MAX_FRAME, NONCE_LEN, PREFIX_LEN, PROTOCOL_VERSION,
@@ -84,22 +82,7 @@ fn weights() -> Weights {
 
 /// The node a decoded `restore` is applied to: one CartPole env, sampling linear policy.
 fn restore_spec() -> NodeSpec {
-    NodeSpec {
-        index: 0,
-        env: EnvSpec::new("CartPole-v1"),
-        policy: PolicySpec::from(PolicyConfig::Linear),
-        envs_per_node: 1,
-        envs_per_worker: 1,
-        first_lane: 0,
-        lanes: 1,
-        rollout: RolloutConfig {
-            frames_per_batch: 4,
-            ..RolloutConfig::default()
-        },
-        max_restarts: rollout::supervisor::DEFAULT_MAX_RESTARTS,
-        restart_window_ms: rollout::node_spec::DEFAULT_RESTART_WINDOW_MS,
-        worker_nice: rollout::node_spec::DEFAULT_WORKER_NICE,
-    }
+    NodeSpec::new("CartPole-v1", PolicyConfig::Linear, 1).with_env_share(4)
 }
 
 /// A real state of that node, after two batches.
@@ -164,19 +147,11 @@ fn trainer_samples() -> Vec<TrainerFrame> {
         TrainerFrame::Challenge { nonce: nonce() },
         TrainerFrame::Welcome(Box::new(Welcome {
             node_index: 0,
-            spec: NodeSpec {
-                index: 0,
-                env: EnvSpec::new("Counting").with_config(serde_json::json!({"max_steps": 5})),
-                policy: PolicySpec::from(PolicyConfig::Mlp { hidden: vec![4] }),
-                envs_per_node: 2,
-                envs_per_worker: 1,
-                first_lane: 0,
-                lanes: 2,
-                rollout: RolloutConfig::default(),
-                max_restarts: rollout::supervisor::DEFAULT_MAX_RESTARTS,
-                restart_window_ms: rollout::node_spec::DEFAULT_RESTART_WINDOW_MS,
-                worker_nice: rollout::node_spec::DEFAULT_WORKER_NICE,
-            },
+            spec: NodeSpec::new(
+                EnvSpec::new("Counting").with_config(serde_json::json!({"max_steps": 5})),
+                PolicyConfig::Mlp { hidden: vec![4] },
+                2,
+            ),
             weights: Some(weights()),
             heartbeat_ms: 100,
             heartbeat_timeout_ms: 1000,

@@ -19,17 +19,22 @@ TOKEN = b"test-token-of-16+bytes"
 DEADLINE = 60.0  # generous: a loaded 2-core machine
 
 
-def cartpole_spec(policy=None, envs=2, env="CartPole-v1", config=None, **rollout):
-    """A NodeSpec as the Rust trainer sends it."""
+def node_spec(env="CartPole-v1", envs=2, config=None, policy=None, first_lane=0, lanes=None, **rollout):
+    """A NodeSpec as the Rust trainer sends it (PROTOCOL.md §3): node 0 of ``envs`` envs of
+    ``env`` (built with ``config``), acting with ``policy`` (default: linear, deterministic),
+    its lanes ``first_lane..first_lane + envs`` of ``lanes`` (default: just its own); the
+    keyword arguments left set the collection loop's settings (default: 20 frames per batch,
+    seed 7). The one place the tests spell a spec out, so a new field is added here."""
     r = {"frames_per_batch": 20, "max_frames_per_traj": None, "reset_at_each_iter": False,
          "init_random_frames": 0, "seed": 7, "nan_is_failure": False}
     r.update(rollout)
     return {
         "index": 0,
         "env": {"name": env, "config": config},
+        # A fresh dict each time: tests edit the spec they are given.
         "policy": policy or {"config": {"kind": "linear"}, "exploration": "deterministic", "init_seed": 0},
-        "envs_per_node": envs, "first_lane": 0, "lanes": envs, "rollout": r,
-        "max_restarts": 5, "restart_window_ms": 5000, "worker_nice": 10,
+        "envs_per_node": envs, "first_lane": first_lane, "lanes": first_lane + envs if lanes is None else lanes,
+        "rollout": r, "max_restarts": 5, "restart_window_ms": 5000, "worker_nice": 10,
     }
 
 

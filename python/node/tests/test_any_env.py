@@ -10,23 +10,19 @@ import numpy as np
 import pytest
 
 import spaces_env  # noqa: F401  (registers DictSpaces-v0)
+from conftest import node_spec
 from rollout_node.collect import Workers, restart_seed
 from rollout_node.spaces import SpaceError
 
 SEED = 11
 INF = math.inf
+LINEAR = {"config": {"kind": "linear"}, "exploration": "random", "init_seed": 0}
 
 
 def spec(env, envs, config=None, policy=None, **rollout):
-    r = {"frames_per_batch": 0, "max_frames_per_traj": None, "reset_at_each_iter": False,
-         "init_random_frames": 0, "seed": SEED, "nan_is_failure": False}
-    r.update(rollout)
-    return {"index": 0, "env": {"name": env, "config": config},
-            "policy": policy or {"config": {"kind": "random"}, "exploration": "random", "init_seed": 0},
-            "envs_per_node": envs, "first_lane": 0, "lanes": envs, "rollout": r}
-
-
-LINEAR = {"config": {"kind": "linear"}, "exploration": "random", "init_seed": 0}
+    """A node acting with ``policy`` (default: random), seeded with ``SEED``."""
+    policy = policy or {"config": {"kind": "random"}, "exploration": "random", "init_seed": 0}
+    return node_spec(env, envs, config, policy, **{"seed": SEED, **rollout})
 
 
 def f32s(*values):

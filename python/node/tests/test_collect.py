@@ -7,18 +7,15 @@ import numpy as np
 import pytest
 
 import flaky_env
+from conftest import node_spec
 from rollout_node.collect import Workers, restart_seed
 
 SEED, FIRST_LANE, LANES = 7, 1, 5
 
 
 def spec(env, envs, config=None, **rollout):
-    r = {"frames_per_batch": 0, "max_frames_per_traj": None, "reset_at_each_iter": False,
-         "init_random_frames": 0, "seed": SEED, "nan_is_failure": False}
-    r.update(rollout)
-    return {"index": 0, "env": {"name": env, "config": config},
-            "policy": {"config": {"kind": "linear"}, "exploration": "deterministic", "init_seed": 0},
-            "envs_per_node": envs, "first_lane": FIRST_LANE, "lanes": LANES, "rollout": r}
+    """A node of lanes ``FIRST_LANE..`` of ``LANES``, seeded with ``SEED``."""
+    return node_spec(env, envs, config, first_lane=FIRST_LANE, lanes=LANES, **{"seed": SEED, **rollout})
 
 
 def weights(policy):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import flaky_env
+from conftest import node_spec
 from rollout_node.collect import Workers
 from rollout_node.policy import ActionSpace, Policy
 
@@ -16,13 +17,11 @@ SEED = 5
 
 
 def spec(env, envs, kind="linear", exploration="random", config=None, **rollout):
-    r = {"frames_per_batch": 0, "max_frames_per_traj": None, "reset_at_each_iter": False,
-         "init_random_frames": 0, "seed": SEED, "nan_is_failure": False}
-    r.update(rollout)
-    return {"index": 0, "env": {"name": env, "config": config},
-            "policy": {"config": {"kind": kind, **({"hidden": [5]} if kind == "mlp" else {})},
-                       "exploration": exploration, "init_seed": 0},
-            "envs_per_node": envs, "first_lane": 0, "lanes": envs, "rollout": r}
+    """A node acting with a built-in policy of ``kind`` (an MLP of one hidden layer of 5),
+    seeded with ``SEED``."""
+    policy = {"config": {"kind": kind, **({"hidden": [5]} if kind == "mlp" else {})},
+              "exploration": exploration, "init_seed": 0}
+    return node_spec(env, envs, config, policy, **{"seed": SEED, **rollout})
 
 
 def set_weights(policy, scale=0.5):

@@ -3,23 +3,23 @@ naming the field, one line on stderr and exit 1: never a Python traceback."""
 
 import pytest
 
-from conftest import cartpole_spec, linear_weights
+from conftest import linear_weights, node_spec
 
 
 def _without(key):
-    spec = cartpole_spec()
+    spec = node_spec()
     del spec[key]
     return spec
 
 
 def _with_rollout(**fields):
-    spec = cartpole_spec()
+    spec = node_spec()
     spec["rollout"].update(fields)
     return spec
 
 
 def _with(**fields):
-    spec = cartpole_spec()
+    spec = node_spec()
     spec.update(fields)
     return spec
 

@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from conftest import DEADLINE, Trainer, cartpole_spec, linear_weights, packb, prefix, tensors
+from conftest import DEADLINE, Trainer, linear_weights, node_spec, packb, prefix, tensors
 from rollout_node import wire
 from rollout_node.collect import restart_seed
 
@@ -19,7 +19,7 @@ from rollout_node.collect import restart_seed
 def test_a_session_collects_exact_batches_and_ends_on_shutdown(trainer):
     trainer.start_node()
     w = linear_weights(2, 4, version=3)
-    ready = trainer.join(cartpole_spec(max_frames_per_traj=9), weights=w)
+    ready = trainer.join(node_spec(max_frames_per_traj=9), weights=w)
     assert ready["type"] == "ready" and ready["node"] == 0
     assert ready["layout"]["observation"] == ["f32", [4]]
     assert ready["layout"]["action"] == ["i64", []]
@@ -48,7 +48,7 @@ def test_a_session_collects_exact_batches_and_ends_on_shutdown(trainer):
 
 def test_unknown_fields_are_ignored(trainer):
     trainer.start_node()
-    trainer.join(cartpole_spec(), weights=linear_weights(2, 4), extra={"future_field": [1, 2]})
+    trainer.join(node_spec(), weights=linear_weights(2, 4), extra={"future_field": [1, 2]})
     trainer.send({"type": "continue", "seq": 4, "frames": 2, "priority": "high"})
     assert trainer.recv()["seq"] == 4
     trainer.send({"type": "shutdown", "why": "done"})
@@ -58,7 +58,7 @@ def test_unknown_fields_are_ignored(trainer):
 
 def test_a_malformed_frame_closes_the_node_with_a_protocol_error(trainer):
     trainer.start_node()
-    trainer.join(cartpole_spec(), weights=linear_weights(2, 4))
+    trainer.join(node_spec(), weights=linear_weights(2, 4))
     body = b"\xc1\xc1\xc1"  # 0xc1 is never valid MessagePack
     trainer.send_raw(prefix(len(body)) + body)
     code, err = trainer.finish()
@@ -67,7 +67,7 @@ def test_a_malformed_frame_closes_the_node_with_a_protocol_error(trainer):
 
 def test_a_frame_of_a_mistyped_field_is_a_protocol_error(trainer):
     trainer.start_node()
-    trainer.join(cartpole_spec(), weights=linear_weights(2, 4))
+    trainer.join(node_spec(), weights=linear_weights(2, 4))
     trainer.send({"type": "continue", "seq": "seven", "frames": 2})
     code, err = trainer.finish()
     assert code == 1 and "field `seq` is missing or mistyped" in err, err
@@ -75,7 +75,7 @@ def test_a_frame_of_a_mistyped_field_is_a_protocol_error(trainer):
 
 def test_an_oversized_prefix_is_refused_before_its_body(trainer):
     trainer.start_node()
-    trainer.join(cartpole_spec(), weights=linear_weights(2, 4), max_frame=1000)
+    trainer.join(node_spec(), weights=linear_weights(2, 4), max_frame=1000)
     trainer.send_raw(prefix(1001))  # no body follows: the node must not wait for it
     code, err = trainer.finish()
     assert code == 1 and "a frame of 1001 bytes (the limit is 1000" in err, err
@@ -92,7 +92,7 @@ def test_an_oversized_frame_before_welcome_is_refused(trainer):
 
 def test_weights_of_the_wrong_shape_fail_the_node_with_the_reason(trainer):
     trainer.start_node()
-    trainer.join(cartpole_spec(), weights=linear_weights(2, 4))
+    trainer.join(node_spec(), weights=linear_weights(2, 4))
     trainer.send({"type": "update_weights", "weights": linear_weights(3, 4, version=1)})
     f = trainer.recv()
     assert f["type"] == "failed" and "`weight` must be f32 [2, 4], got f32 [3, 4]" in f["reason"], f
@@ -102,7 +102,7 @@ def test_weights_of_the_wrong_shape_fail_the_node_with_the_reason(trainer):
 
 def test_a_welcome_without_weights_is_ready_and_a_continue_before_any_weights_fails_it(trainer):
     trainer.start_node()
-    ready = trainer.join(cartpole_spec(), weights=None)  # the trainer learns the specs from `ready`
+    ready = trainer.join(node_spec(), weights=None)  # the trainer learns the specs from `ready`
     assert ready["type"] == "ready" and ready["specs"]["action"] == {"kind": "discrete", "n": 2}, ready
     trainer.send({"type": "continue", "seq": 1, "frames": 2})
     f = trainer.recv()
@@ -113,7 +113,7 @@ def test_a_welcome_without_weights_is_ready_and_a_continue_before_any_weights_fa
 
 def test_a_welcome_without_weights_waits_for_version_0_in_an_update(trainer):
     trainer.start_node()
-    assert trainer.join(cartpole_spec(), weights=None)["type"] == "ready"
+    assert trainer.join(node_spec(), weights=None)["type"] == "ready"
     trainer.send({"type": "update_weights", "weights": linear_weights(2, 4, version=0)})
     assert trainer.recv() == {"type": "weights_updated", "node": 0, "version": 0}
     trainer.send({"type": "continue", "seq": 1, "frames": 4})
@@ -126,14 +126,14 @@ def test_a_welcome_without_weights_waits_for_version_0_in_an_update(trainer):
 
 def test_welcome_weights_of_the_wrong_shape_fail_the_node_at_once(trainer):
     trainer.start_node()
-    f = trainer.join(cartpole_spec(), weights=linear_weights(2, 5))
+    f = trainer.join(node_spec(), weights=linear_weights(2, 5))
     assert f["type"] == "failed" and "`weight` must be f32 [2, 4], got f32 [2, 5]" in f["reason"], f
     assert trainer.finish()[0] == 1
 
 
 def test_a_trainer_that_vanishes_ends_the_node_with_exit_1(trainer):
     trainer.start_node()
-    trainer.join(cartpole_spec(), weights=linear_weights(2, 4))
+    trainer.join(node_spec(), weights=linear_weights(2, 4))
     # The file made of the socket holds it open: close both, or the node only hears the
     # silence (after the heartbeat timeout), not the close.
     trainer.rfile.close()
@@ -144,7 +144,7 @@ def test_a_trainer_that_vanishes_ends_the_node_with_exit_1(trainer):
 
 def test_a_trainer_that_goes_silent_is_given_up_after_the_timeout(trainer):
     trainer.start_node()
-    trainer.join(cartpole_spec(), weights=linear_weights(2, 4), heartbeat_ms=50, timeout_ms=500)
+    trainer.join(node_spec(), weights=linear_weights(2, 4), heartbeat_ms=50, timeout_ms=500)
     # The trainer sends nothing more (no heartbeats) but keeps the connection open.
     code, err = trainer.finish()
     assert code == 1 and "silent for more than 500 ms" in err, err
@@ -152,7 +152,7 @@ def test_a_trainer_that_goes_silent_is_given_up_after_the_timeout(trainer):
 
 def test_heartbeats_keep_coming_while_a_large_batch_is_collected(trainer):
     trainer.start_node()
-    trainer.join(cartpole_spec(policy={"config": {"kind": "random"}}), heartbeat_ms=20)
+    trainer.join(node_spec(policy={"config": {"kind": "random"}}), heartbeat_ms=20)
     trainer.send({"type": "continue", "seq": 1, "frames": 100_000})  # seconds of stepping
     beats = 0
     while True:
@@ -197,7 +197,7 @@ def _next_frame(frames, deadline):
 def test_the_node_answers_the_trainers_heartbeats_and_beats_alone_when_they_stop(trainer):
     h = 0.4  # heartbeat_ms 400
     trainer.start_node()
-    trainer.join(cartpole_spec(), weights=linear_weights(2, 4), heartbeat_ms=int(h * 1000))
+    trainer.join(node_spec(), weights=linear_weights(2, 4), heartbeat_ms=int(h * 1000))
     frames = _collect_frames(trainer)
     # The node's first own beat sets its phase; the trainer beats 0.3 intervals after it, so
     # a node on a timer of its own phase beats 0.7 intervals after each trainer beat.
@@ -252,7 +252,7 @@ def test_a_signal_mid_batch_sends_leave_as_the_last_frame_and_exits_0(trainer, s
     marker = tmp_path / "collecting"
     trainer.start_node("--import", "marker_env")
     # Each env's 1,000th step creates the marker: well into the second batch.
-    spec = cartpole_spec(policy={"config": {"kind": "random"}}, env="MarkerCartPole-v0",
+    spec = node_spec(policy={"config": {"kind": "random"}}, env="MarkerCartPole-v0",
                          config={"marker": str(marker), "at": 1000})
     trainer.join(spec, heartbeat_ms=20)
     trainer.send({"type": "continue", "seq": 1, "frames": 2})
@@ -281,7 +281,7 @@ def _cpu_seconds(pid):
 
 def test_a_shutdown_mid_batch_ends_the_batch_between_steps_and_the_node_exits_promptly(trainer):
     trainer.start_node()
-    trainer.join(cartpole_spec(policy={"config": {"kind": "random"}}), heartbeat_ms=50)
+    trainer.join(node_spec(policy={"config": {"kind": "random"}}), heartbeat_ms=50)
     trainer.send({"type": "continue", "seq": 1, "frames": 2})
     assert trainer.recv()["type"] == "batch"
     # Over a minute of stepping here (a node that finishes its batch first fails the test).
@@ -308,7 +308,7 @@ def test_a_shutdown_mid_batch_ends_the_batch_between_steps_and_the_node_exits_pr
 
 def test_a_signal_while_waiting_for_work_sends_leave_and_exits_0(trainer):
     trainer.start_node()
-    trainer.join(cartpole_spec(), weights=linear_weights(2, 4))
+    trainer.join(node_spec(), weights=linear_weights(2, 4))
     trainer.send({"type": "seed", "seed": 7})
     assert trainer.recv()["type"] == "seeded"  # served: the node waits for the next frame
     trainer.proc.send_signal(signal.SIGTERM)
@@ -319,7 +319,7 @@ def test_a_signal_while_waiting_for_work_sends_leave_and_exits_0(trainer):
 
 def test_an_env_that_raises_is_rebuilt_and_its_share_collected_again(trainer):
     trainer.start_node("--import", "flaky_env")
-    spec = cartpole_spec(env="FlakyCartPole-v0", config={"fail_at": 5})
+    spec = node_spec(env="FlakyCartPole-v0", config={"fail_at": 5})
     trainer.join(spec, weights=linear_weights(2, 4))
     trainer.send({"type": "continue", "seq": 1, "frames": 40})
     b = trainer.recv()
@@ -337,7 +337,7 @@ def test_an_env_that_raises_is_rebuilt_and_its_share_collected_again(trainer):
 
 
 def test_a_snapshot_restored_on_a_new_node_collects_the_same_next_batch(trainer, tmp_path):
-    spec = cartpole_spec(
+    spec = node_spec(
         policy={"config": {"kind": "linear"}, "exploration": "random", "init_seed": 0},
         max_frames_per_traj=13,
     )
@@ -379,7 +379,7 @@ def test_a_snapshot_restored_on_a_new_node_collects_the_same_next_batch(trainer,
 def test_an_env_without_a_state_refuses_snapshots_with_a_reason_and_serves_on(trainer):
     trainer.start_node()
     # FrozenLake: a discrete observation, which only the random policy takes.
-    spec = cartpole_spec(env="FrozenLake-v1", policy={"config": {"kind": "random"}})
+    spec = node_spec(env="FrozenLake-v1", policy={"config": {"kind": "random"}})
     trainer.join(spec)
     trainer.send({"type": "snapshot", "id": 5})
     f = trainer.recv()

@@ -10,7 +10,7 @@ import torch
 
 import image_env  # noqa: F401  (registers TinyImage-v0)
 import onnx_models as om
-from conftest import Trainer, cartpole_spec, tensors
+from conftest import Trainer, node_spec, tensors
 from rollout_node import wire
 from rollout_node.onnx_policy import OnnxPolicy
 from rollout_node.policy import ActionSpace, PolicyError
@@ -240,7 +240,7 @@ def test_a_dict_observation_feeds_one_input_per_leaf_by_its_key():
 
 
 def onnx_spec(model, head, exploration="deterministic", env="CartPole-v1", **rollout):
-    return cartpole_spec(policy={"config": {"kind": "onnx", "model": model, "head": head},
+    return node_spec(policy={"config": {"kind": "onnx", "model": model, "head": head},
                                  "exploration": exploration, "init_seed": 0}, env=env, **rollout)
 
 

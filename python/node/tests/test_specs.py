@@ -6,7 +6,7 @@ env's own dtypes, ``--double-to-float``, and a space the node or its policy cann
 import numpy as np
 import pytest
 
-from conftest import cartpole_spec, tensors
+from conftest import node_spec, tensors
 
 from test_any_env import DICT_OBS, PONG_SPECS, replay
 
@@ -15,7 +15,7 @@ RANDOM = {"config": {"kind": "random"}, "exploration": "random", "init_seed": 0}
 
 def test_a_dict_env_is_ready_with_its_specs_and_its_batches_keep_their_dtypes(trainer):
     trainer.start_node("--import", "spaces_env")
-    spec = cartpole_spec(RANDOM, envs=2, env="DictSpaces-v0", config={"action": "multi_binary"})
+    spec = node_spec(policy=RANDOM, envs=2, env="DictSpaces-v0", config={"action": "multi_binary"})
     ready = trainer.join(spec)
     assert ready["type"] == "ready", ready
     assert ready["specs"] == {"observation": DICT_OBS, "action": {"kind": "multi_binary", "n": 4}}
@@ -37,7 +37,7 @@ def test_a_dict_env_is_ready_with_its_specs_and_its_batches_keep_their_dtypes(tr
 
 def test_double_to_float_reports_and_sends_f64_boxes_as_f32(trainer):
     trainer.start_node("--import", "spaces_env", "--double-to-float")
-    spec = cartpole_spec(RANDOM, envs=1, env="DictSpaces-v0", config={"action": "discrete"})
+    spec = node_spec(policy=RANDOM, envs=1, env="DictSpaces-v0", config={"action": "discrete"})
     ready = trainer.join(spec)
     assert ready["specs"]["observation"]["spaces"]["pos"] == {"kind": "box", "dtype": "f32", "shape": [2], "low": -1.0, "high": 1.0}
     assert ready["specs"]["action"] == {"kind": "discrete", "n": 3, "start": -1}
@@ -52,7 +52,7 @@ def test_double_to_float_reports_and_sends_f64_boxes_as_f32(trainer):
 
 def test_a_space_the_node_cannot_collect_fails_it_naming_the_key_and_the_space(trainer):
     trainer.start_node("--import", "spaces_env")
-    f = trainer.join(cartpole_spec(RANDOM, envs=1, env="TupleInDict-v0"))
+    f = trainer.join(node_spec(policy=RANDOM, envs=1, env="TupleInDict-v0"))
     assert f["type"] == "failed", f
     assert "observation.foo: Tuple(Discrete(2), Discrete(3)) cannot be collected" in f["reason"], f
     code, err = trainer.finish()
@@ -61,7 +61,7 @@ def test_a_space_the_node_cannot_collect_fails_it_naming_the_key_and_the_space(t
 
 def test_a_network_on_a_discrete_observation_fails_the_node_naming_the_key_and_why(trainer):
     trainer.start_node()
-    f = trainer.join(cartpole_spec(env="FrozenLake-v1"))  # linear; its observation is Discrete(16)
+    f = trainer.join(node_spec(env="FrozenLake-v1"))  # linear; its observation is Discrete(16)
     assert f["type"] == "failed", f
     assert "policy linear cannot take observation: discrete 16 (it takes a 1-D f32 or f64 box)" in f["reason"], f
     assert trainer.finish()[0] == 1
@@ -71,7 +71,7 @@ def test_pong_frames_travel_as_uint8_and_replay_exactly(trainer):
     pytest.importorskip("ale_py")
     config = {"max_episode_steps": 30}
     trainer.start_node()  # ALE ids: the node imports ale-py itself
-    ready = trainer.join(cartpole_spec(RANDOM, envs=2, env="ALE/Pong-v5", config=config))
+    ready = trainer.join(node_spec(policy=RANDOM, envs=2, env="ALE/Pong-v5", config=config))
     assert ready["specs"] == PONG_SPECS, ready
     assert ready["layout"]["observation"] == ["u8", [210, 160, 3]]
     got = []
@@ -83,7 +83,7 @@ def test_pong_frames_travel_as_uint8_and_replay_exactly(trainer):
         assert len(b["data"]["tensors"]["observation"]["data"]) == 2 * 20 * 210 * 160 * 3
         got.append(tensors(b))
     batch = {k: np.concatenate([g[k] for g in got], axis=1) for k in got[0]}
-    # cartpole_spec's rollout.seed is 7: row k is first reset with 7 + k.
+    # node_spec's rollout.seed is 7: row k is first reset with 7 + k.
     assert replay(batch, "ALE/Pong-v5", config, 2, seeds={0: 7, 1: 8}) == [0, 2]
     trainer.send({"type": "shutdown"})
     assert trainer.recv()["type"] == "down"

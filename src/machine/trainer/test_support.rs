@@ -126,22 +126,9 @@ pub(super) fn request(m: &mut TrainerMachine) -> Vec<Output> {
 /// A real state of node `node` with one env worker (a Counting env), as a node
 /// would send in a `Snapshot`.
 pub(super) fn node_checkpoint(node: usize) -> crate::checkpoint::NodeState {
-    let spec = crate::node_spec::NodeSpec {
-        index: node,
-        env: crate::EnvSpec::new("Counting"),
-        policy: crate::PolicySpec::from(crate::PolicyConfig::Constant { value: 1.0 }),
-        envs_per_node: 1,
-        envs_per_worker: 1,
-        first_lane: 0,
-        lanes: 1,
-        rollout: crate::rollout::RolloutConfig {
-            frames_per_batch: 2,
-            ..Default::default()
-        },
-        max_restarts: 5,
-        restart_window_ms: 5000,
-        worker_nice: crate::node_spec::DEFAULT_WORKER_NICE,
-    };
+    let spec = crate::node_spec::NodeSpec::new("Counting", crate::PolicyConfig::Constant { value: 1.0 }, 1)
+        .with_index(node)
+        .with_env_share(2);
     let rollout = match spec.build_workers(&crate::Registry::with_builtins()) {
         Ok(w) => match w[0].snapshot() {
             Ok(r) => r,

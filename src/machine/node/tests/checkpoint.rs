@@ -184,15 +184,7 @@ fn a_worker_that_cannot_restore_or_fails_while_restoring_fails_the_restore() {
 
 #[test]
 fn from_spec_takes_seed_and_intensity() {
-    let spec = NodeSpec {
-        index: 4,
-        envs_per_node: 3,
-        envs_per_worker: 1,
-        lanes: 3,
-        max_restarts: 9,
-        restart_window_ms: 250,
-        ..spec(4, 3, 77)
-    };
+    let spec = spec(4, 3, 77).with_restarts(9, 250);
     let m = NodeMachine::from_spec(&spec);
     assert_eq!((m.index(), m.workers(), m.base_seed()), (4, 3, 77));
     assert_eq!(

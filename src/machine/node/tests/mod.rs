@@ -15,11 +15,10 @@ use ndarray::ArrayD;
 use super::*;
 use crate::message::{Continue, Seed, UpdateWeights};
 use crate::node_state::{NodeState, WorkerState};
-use crate::rollout::RolloutConfig;
 use crate::schema::keys;
 use crate::supervisor::restart_seed;
 use crate::tensor::{Tensor, TensorDict};
-use crate::{EnvSpec, PolicyConfig, PolicySpec};
+use crate::PolicyConfig;
 
 fn s(secs: u64) -> Duration {
     Duration::from_secs(secs)
@@ -27,23 +26,10 @@ fn s(secs: u64) -> Duration {
 
 /// Node `index` of a Counting run, `workers` env workers, base seed `seed`.
 fn spec(index: usize, workers: usize, seed: u64) -> NodeSpec {
-    NodeSpec {
-        index,
-        env: EnvSpec::new("Counting"),
-        policy: PolicySpec::from(PolicyConfig::Constant { value: 1.0 }),
-        envs_per_node: workers,
-        envs_per_worker: 1,
-        first_lane: 0,
-        lanes: workers as u64,
-        rollout: RolloutConfig {
-            frames_per_batch: 2,
-            seed,
-            ..Default::default()
-        },
-        max_restarts: 5,
-        restart_window_ms: 5000,
-        worker_nice: crate::node_spec::DEFAULT_WORKER_NICE,
-    }
+    NodeSpec::new("Counting", PolicyConfig::Constant { value: 1.0 }, workers)
+        .with_index(index)
+        .with_env_share(2)
+        .with_seed(seed)
 }
 
 /// The machine of `spec`, rebuilding failed workers from it.
