@@ -4,6 +4,9 @@
 //! collection loop, post-processing, the message vocabulary and the state
 //! machines of the trainer and the node. No threads, no sockets, no actix:
 //! the `rollout-actors` crate wraps these in actors.
+//!
+//! Two cargo features, off by default, add what not every user needs: `onnx`
+//! (ONNX policies, run with tract) and `learn` (the PPO learner, the `learn` module).
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
 
@@ -13,6 +16,7 @@ pub mod connection;
 pub mod env;
 pub mod frame_decode;
 pub mod frame_reader;
+#[cfg(feature = "learn")]
 pub mod learn;
 pub mod machine;
 pub mod message;

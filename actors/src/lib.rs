@@ -3,6 +3,10 @@
 //! A [`Trainer`](trainer::Trainer) actor asks [`Node`](node::Node) actors for
 //! frames; each node drives its [`EnvWorker`](env_worker::EnvWorker)s, one
 //! arbiter thread each. Most users touch only [`DistributedCollector`].
+//!
+//! Two cargo features, off by default and forwarded to the core crate: `learn` (the
+//! PPO learner actor, `learner`) and `onnx` (running ONNX policies; without it a
+//! policy file, or any `onnx` policy, is refused with an error naming the feature).
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
 #![forbid(unsafe_code)]
@@ -15,6 +19,7 @@ mod delivery;
 pub mod env_worker;
 pub mod error;
 pub mod launch;
+#[cfg(feature = "learn")]
 pub mod learner;
 pub mod messages;
 pub mod metrics;

@@ -62,6 +62,7 @@ mod interrupt;
 mod node;
 mod output;
 mod resume;
+#[cfg(feature = "learn")]
 mod train;
 
 use std::io::{self, IsTerminal};
@@ -74,6 +75,7 @@ use tracing_subscriber::EnvFilter;
 use crate::collect_args::CollectArgs;
 use crate::failure::Failure;
 use crate::node::NodeArgs;
+#[cfg(feature = "learn")]
 use crate::train::TrainArgs;
 
 /// Distributed reinforcement-learning data collection.
@@ -91,6 +93,7 @@ enum Command {
     /// Join a trainer as a node and serve it until it shuts down.
     Node(NodeArgs),
     /// Train a policy with PPO until the mean return of the last 20 episodes reaches a target.
+    #[cfg(feature = "learn")]
     Train(Box<TrainArgs>),
 }
 
@@ -122,6 +125,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Collect(args) => collect::collect(&args),
         Command::Node(args) => node::node(&args),
+        #[cfg(feature = "learn")]
         Command::Train(args) => train::train(&args),
     };
     match result {

@@ -1,37 +1,18 @@
 //! A dense network with hand-written backpropagation, in f64: the learner's copy
 //! of the `Linear` / `Mlp` policies (and of the value function).
 //!
-//! Parameters live in one flat vector, layer by layer, weight (`[out, in]`,
-//! row-major) then bias, exactly as the policies lay them out; hidden layers are
-//! tanh, the output layer is linear.
-
-use std::collections::BTreeMap;
-
-use ndarray::{ArrayD, IxDyn};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+//! Parameters live in one flat vector laid out by the policies' own
+//! [`DenseLayout`] (layer by layer, weight `[out, in]` row-major, then bias);
+//! hidden layers are tanh, the output layer is linear.
 
 use super::LearnError;
-use crate::policy::{PolicyConfig, Weights};
-use crate::tensor::Tensor;
-
-/// One dense layer inside the flat parameter vector.
-#[derive(Clone, Debug, PartialEq)]
-struct Layer {
-    n_in: usize,
-    n_out: usize,
-    /// Offset of the weight in the parameters.
-    w: usize,
-    /// Offset of the bias in the parameters.
-    b: usize,
-    w_name: String,
-    b_name: String,
-}
+use crate::policy::dense_layout::DenseLayout;
+use crate::policy::{DenseKind, LinearKind, MlpKind, PolicyConfig, Weights};
 
 /// Dense layers with tanh between them; parameters in f64.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DenseNet {
-    layers: Vec<Layer>,
+    layout: DenseLayout,
     /// Every parameter, layer by layer, weight then bias.
     pub params: Vec<f64>,
 }
@@ -55,8 +36,8 @@ impl Cache {
 /// `layers.{i}.weight`/`layers.{i}.bias` for `Mlp`).
 pub fn layer_names(config: &PolicyConfig, i: usize) -> (String, String) {
     match config {
-        PolicyConfig::Linear => ("weight".into(), "bias".into()),
-        _ => (format!("layers.{i}.weight"), format!("layers.{i}.bias")),
+        PolicyConfig::Linear => LinearKind::layer_names(i),
+        _ => MlpKind::layer_names(i),
     }
 }
 
@@ -69,40 +50,21 @@ impl DenseNet {
                 "network widths {dims:?}: need at least two, none zero"
             )));
         }
-        let mut layers = Vec::with_capacity(dims.len() - 1);
-        let mut total = 0;
-        for (i, io) in dims.windows(2).enumerate() {
-            let (w_name, b_name) = names(i);
-            let (n_in, n_out) = (io[0], io[1]);
-            layers.push(Layer {
-                n_in,
-                n_out,
-                w: total,
-                b: total + n_in * n_out,
-                w_name,
-                b_name,
-            });
-            total += n_in * n_out + n_out;
-        }
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let mut params = Vec::with_capacity(total);
-        for l in &layers {
-            let bound = 1.0 / (l.n_in as f64).sqrt();
-            for _ in 0..(l.n_in * l.n_out + l.n_out) {
-                params.push(bound * (2.0 * rng.random::<f64>() - 1.0));
-            }
-        }
-        Ok(DenseNet { layers, params })
+        let layout = DenseLayout::new(dims, names)
+            .ok_or_else(|| LearnError::Config(format!("network widths {dims:?}: too many parameters")))?;
+        let params = layout.init_f64(seed);
+        Ok(DenseNet { layout, params })
     }
 
     /// Input width.
     pub fn n_in(&self) -> usize {
-        self.layers[0].n_in
+        self.layout.layers()[0].n_in
     }
 
     /// Output width.
     pub fn n_out(&self) -> usize {
-        self.layers[self.layers.len() - 1].n_out
+        let layers = self.layout.layers();
+        layers[layers.len() - 1].n_out
     }
 
     /// Number of parameters.
@@ -117,17 +79,17 @@ impl DenseNet {
 
     /// Copies `weights` (f32 tensors under this network's names and shapes) into the parameters.
     pub fn set_weights(&mut self, weights: &Weights) -> Result<(), LearnError> {
-        for l in &self.layers {
-            for (name, off, shape) in [(&l.w_name, l.w, vec![l.n_out, l.n_in]), (&l.b_name, l.b, vec![l.n_out])] {
+        for l in self.layout.layers() {
+            for (name, range, shape) in l.tensors() {
                 let t = weights
                     .tensors
-                    .get(name.as_str())
+                    .get(name)
                     .ok_or_else(|| LearnError::Weights(format!("missing tensor `{name}`")))?;
                 let a = t
                     .as_f32()
-                    .filter(|a| a.shape() == shape.as_slice())
+                    .filter(|a| a.shape() == shape)
                     .ok_or_else(|| LearnError::Weights(format!("`{name}` must be f32 {shape:?}")))?;
-                for (d, s) in self.params[off..].iter_mut().zip(a.iter()) {
+                for (d, s) in self.params[range.start..].iter_mut().zip(a.iter()) {
                     *d = f64::from(*s);
                 }
             }
@@ -137,26 +99,18 @@ impl DenseNet {
 
     /// The parameters as f32 [`Weights`] (version 0) under this network's names.
     pub fn to_weights(&self) -> Weights {
-        let mut tensors = BTreeMap::new();
-        for l in &self.layers {
-            let w: Vec<f32> = self.params[l.w..l.b].iter().map(|&x| x as f32).collect();
-            let b: Vec<f32> = self.params[l.b..l.b + l.n_out].iter().map(|&x| x as f32).collect();
-            let w = ArrayD::from_shape_vec(IxDyn(&[l.n_out, l.n_in]), w).expect("weight length matches its shape");
-            let b = ArrayD::from_shape_vec(IxDyn(&[l.n_out]), b).expect("bias length matches its shape");
-            tensors.insert(l.w_name.clone(), Tensor::F32(w));
-            tensors.insert(l.b_name.clone(), Tensor::F32(b));
-        }
-        Weights::new(tensors)
+        self.layout.to_weights(&self.params, |x| x as f32)
     }
 
     /// Runs `n` rows of `x` (`[n, n_in]` row-major) through the network with `params`
     /// (this network's layout; pass `&self.params` for the current ones).
     pub fn forward_with(&self, params: &[f64], x: &[f64], n: usize) -> Cache {
         debug_assert_eq!(x.len(), n * self.n_in());
-        let mut acts = Vec::with_capacity(self.layers.len() + 1);
+        let layers = self.layout.layers();
+        let mut acts = Vec::with_capacity(layers.len() + 1);
         acts.push(x.to_vec());
-        let last = self.layers.len() - 1;
-        for (i, l) in self.layers.iter().enumerate() {
+        let last = layers.len() - 1;
+        for (i, l) in layers.iter().enumerate() {
             let input = &acts[i];
             let w = &params[l.w..l.b];
             let b = &params[l.b..l.b + l.n_out];
@@ -184,7 +138,7 @@ impl DenseNet {
     pub fn backward_with(&self, params: &[f64], cache: &Cache, d_out: &[f64], grad: &mut [f64]) {
         let n = cache.n;
         let mut delta = d_out.to_vec();
-        for (i, l) in self.layers.iter().enumerate().rev() {
+        for (i, l) in self.layout.layers().iter().enumerate().rev() {
             // `delta` is dL/d(pre-activation) of layer i, `[n, n_out]`.
             let input = &cache.acts[i];
             let w = &params[l.w..l.b];

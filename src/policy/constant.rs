@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use ndarray::{ArrayD, IxDyn};
 
-use super::common::check_actions;
+use super::buffer_checks::check_actions;
 use super::{ActionsMut, ExplorationType, Policy, PolicyError, SamplerState, Weights};
 use crate::spec::Spec;
 use crate::tensor::Tensor;
@@ -84,7 +84,7 @@ impl Policy for Constant {
 
 #[cfg(test)]
 mod tests {
-    use super::super::common::testutil::{t, vals, w};
+    use super::super::test_util::{t, vals, w};
     use super::*;
 
     #[test]

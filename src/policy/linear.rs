@@ -1,12 +1,13 @@
-//! One linear layer from observations to logits (discrete) or tanh-squashed means (continuous).
+//! [`Linear`]: one linear layer from observations to logits (discrete) or tanh-squashed
+//! means (continuous); the dense policy with no hidden layer.
 
-use std::sync::Arc;
-
-use super::common::{Argmax2, Net};
-use super::{ActionsMut, ExplorationType, Policy, PolicyError, RecordMut, Recorded, SamplerState, Weights};
+use super::dense_policy::{DensePolicy, LinearKind};
+use super::fixed_width::Argmax2;
+use super::{ActionsMut, PolicyError, RecordMut};
 use crate::spec::Spec;
 
-/// A single linear layer `z = W x + b` and an action head.
+/// A single linear layer `z = W x + b` and an action head: the [`DensePolicy`] with
+/// no hidden layer.
 ///
 /// Weights: `weight` f32 `[out, obs_dim]` and `bias` f32 `[out]`, where `out`
 /// is `n` for a `Discrete { n }` action spec and the box's length otherwise.
@@ -25,26 +26,23 @@ use crate::spec::Spec;
 /// `±1/sqrt(obs_dim)` (torch's `nn.Linear` default), `weight` then `bias`.
 /// Sampling uses a separate ChaCha8 seeded by `seed` (see [`Policy::reseed`]).
 /// The exploration type starts as [`ExplorationType::Random`].
-#[derive(Clone)]
-pub struct Linear {
-    net: Net,
-}
+///
+/// [`ExplorationType::Deterministic`]: super::ExplorationType::Deterministic
+/// [`ExplorationType::Random`]: super::ExplorationType::Random
+/// [`Policy::reseed`]: super::Policy::reseed
+pub type Linear = DensePolicy<LinearKind>;
 
 impl Linear {
     /// A linear policy for these specs, with initial weights from `init_seed`
     /// and its sampling generator seeded with `seed`.
     pub fn new(obs: &Spec, action: &Spec, init_seed: u64, seed: u64) -> Result<Linear, PolicyError> {
-        let names = |_| ("weight".to_string(), "bias".to_string());
-        Ok(Linear {
-            net: Net::new(obs, action, &[], names, init_seed, seed)?,
-        })
+        Linear::build(obs, action, &[], init_seed, seed)
     }
-}
 
-impl Linear {
-    /// [`Policy::act`] for observations of `D` values, a constant of the collection
-    /// loop's compiled path: the same actions, from fixed-length rows. Public so a
-    /// hand-written loop (the collect benchmark's bare baseline) can use the same code.
+    /// [`Policy::act`](super::Policy::act) for observations of `D` values, a constant
+    /// of the collection loop's compiled path: the same actions, from fixed-length
+    /// rows. Public so a hand-written loop (the collect benchmark's bare baseline) can
+    /// use the same code.
     #[inline(always)]
     pub fn act_fixed<const D: usize>(
         &mut self,
@@ -55,7 +53,8 @@ impl Linear {
         self.net.act_fixed::<D>(obs, k, actions, RecordMut::nothing())
     }
 
-    /// [`Linear::act_fixed`], recording as [`Policy::act_recording`] does.
+    /// [`Linear::act_fixed`], recording as
+    /// [`Policy::act_recording`](super::Policy::act_recording) does.
     #[inline(always)]
     pub fn act_fixed_recording<const D: usize>(
         &mut self,
@@ -66,9 +65,7 @@ impl Linear {
     ) -> Result<(), PolicyError> {
         self.net.act_fixed::<D>(obs, k, actions, record)
     }
-}
 
-impl Linear {
     /// Its deterministic two-action argmax for observations of `D` values, when that is
     /// what [`Linear::act_fixed`] computes (see `Net::argmax2`).
     pub(crate) fn argmax2<const D: usize>(&self) -> Option<Argmax2<D>> {
@@ -76,64 +73,12 @@ impl Linear {
     }
 }
 
-impl Policy for Linear {
-    #[inline]
-    fn act(&mut self, obs: &[f32], k: usize, actions: ActionsMut<'_>) -> Result<(), PolicyError> {
-        self.net.act(obs, k, actions, RecordMut::nothing())
-    }
-
-    /// [`Recorded::Categorical`] (the logits) for discrete actions, [`Recorded::Normal`]
-    /// for a box: `loc` the scaled-tanh mean, `scale` the noise std it samples with.
-    fn recorded(&self) -> Recorded {
-        self.net.recorded()
-    }
-
-    fn act_recording(
-        &mut self,
-        obs: &[f32],
-        k: usize,
-        actions: ActionsMut<'_>,
-        record: RecordMut<'_>,
-    ) -> Result<(), PolicyError> {
-        self.net.act(obs, k, actions, record)
-    }
-
-    fn weights(&self) -> &Weights {
-        self.net.weights()
-    }
-
-    fn set_weights(&mut self, weights: &Weights) -> Result<(), PolicyError> {
-        self.net.set_weights(weights)
-    }
-
-    fn set_shared_weights(&mut self, weights: &Arc<Weights>) -> Result<(), PolicyError> {
-        self.net.set_shared_weights(weights)
-    }
-
-    fn set_exploration(&mut self, exploration: ExplorationType) {
-        self.net.set_exploration(exploration);
-    }
-
-    fn reseed(&mut self, seed: u64) {
-        self.net.reseed(seed);
-    }
-
-    fn sampler_state(&self) -> Result<Option<SamplerState>, PolicyError> {
-        Ok(Some(self.net.sampler_state()))
-    }
-
-    fn set_sampler_state(&mut self, state: Option<&SamplerState>) -> Result<(), PolicyError> {
-        self.net.set_sampler_state(state)
-    }
-
-    fn builtin(&self) -> Option<super::BuiltinPolicy<'_>> {
-        Some(super::BuiltinPolicy::Linear(self))
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::super::common::testutil::{t, vals, w};
+    use std::sync::Arc;
+
+    use super::super::test_util::{t, vals, w};
+    use super::super::{ExplorationType, Policy};
     use super::*;
     use crate::tensor::Tensor;
 

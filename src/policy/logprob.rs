@@ -1,8 +1,10 @@
 //! The log-probability formulas every policy records with (docs/policies.md): the
-//! same functions on every path, the compiled one-env loop included, so a frame's
-//! `action_log_prob` does not depend on which loop collected it.
+//! same functions on every path, the compiled one-env loop and the ONNX heads
+//! included, so a frame's `action_log_prob` does not depend on which loop collected it.
 //!
-//! Computed in f64 and stored as f32, as the Python node computes them.
+//! Computed in f64 and stored as f32, as the Python node computes them. The built-in
+//! networks take two logits by [`log_softmax2`]; an ONNX categorical head takes any
+//! number by the general [`log_softmax_f64`], as the Python node's ONNX policy does.
 
 use super::record::{ParamsMut, RecordMut};
 use super::PolicyError;
@@ -10,18 +12,26 @@ use super::PolicyError;
 /// `ln sqrt(2 pi)`.
 const LN_SQRT_2PI: f64 = 0.918_938_533_204_672_8;
 
-/// `ln softmax(z)[a]`: `z_a - m - ln sum_j exp(z_j - m)` with `m = max z`, in f64.
+/// `ln softmax(z)[a]` as the built-in networks record it: [`log_softmax2`] for two
+/// logits, else [`log_softmax_f64`].
 #[inline]
 pub(super) fn log_softmax_at(z: &[f32], a: usize) -> f32 {
     if let [z0, z1] = *z {
         return log_softmax2(z0, z1, a);
     }
+    log_softmax_f64(z, a) as f32
+}
+
+/// `ln softmax(z)[a]`: `z_a - m - ln sum_j exp(z_j - m)` with `m = max z`, in f64,
+/// the sum in order: the categorical log-probability of any number of logits.
+#[inline]
+pub(super) fn log_softmax_f64(z: &[f32], a: usize) -> f64 {
     let m = z.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
     let mut s = 0.0f64;
     for &v in z {
         s += (f64::from(v) - m).exp();
     }
-    ((f64::from(z[a]) - m) - s.ln()) as f32
+    (f64::from(z[a]) - m) - s.ln()
 }
 
 /// [`log_softmax_at`] for two logits: `(z_a - m) - ln(1 + exp(-|z0 - z1|))`, in f64
@@ -136,8 +146,28 @@ fn ln_1p_exp_neg(d: f64) -> f64 {
 /// `-((x - loc) / scale)^2 / 2 - ln scale - ln sqrt(2 pi)`.
 #[inline]
 pub(super) fn normal_log_prob(x: f32, loc: f32, scale: f32) -> f64 {
-    let z = (f64::from(x) - f64::from(loc)) / f64::from(scale);
-    -0.5 * z * z - f64::from(scale).ln() - LN_SQRT_2PI
+    normal_log_density(f64::from(x), f64::from(loc), f64::from(scale))
+}
+
+/// [`normal_log_prob`] of values already in f64 (an ONNX head's).
+#[inline]
+pub(super) fn normal_log_density(x: f64, loc: f64, scale: f64) -> f64 {
+    let z = (x - loc) / scale;
+    -0.5 * z * z - scale.ln() - LN_SQRT_2PI
+}
+
+/// The tanh-normal log-density of the action made from the pre-tanh `u`, with
+/// half-range `h`: `normal(u) - ln h - 2 (ln 2 - u - softplus(-2u))` (torch's
+/// TanhTransform then AffineTransform).
+#[cfg(feature = "onnx")]
+pub(super) fn tanh_normal_log_density(u: f64, loc: f64, s: f64, h: f64) -> f64 {
+    normal_log_density(u, loc, s) - h.ln() - 2.0 * (std::f64::consts::LN_2 - u - softplus(-2.0 * u))
+}
+
+/// softplus(x) = ln(1 + e^x), without overflow.
+#[cfg(feature = "onnx")]
+fn softplus(x: f64) -> f64 {
+    x.max(0.0) + (-x.abs()).exp().ln_1p()
 }
 
 /// What a [`RecordMut`] asks of a policy writing `k` rows of `params` parameters each:
@@ -265,6 +295,20 @@ mod tests {
         let (x, loc, s) = (0.7f32, 0.2f32, 0.3f32);
         let want = -(0.5f64 / 0.3).powi(2) / 2.0 - 0.3f64.ln() - (2.0 * std::f64::consts::PI).sqrt().ln();
         assert!((normal_log_prob(x, loc, s) - want).abs() < 1e-6);
+    }
+
+    #[test]
+    fn softplus_is_stable() {
+        assert!((softplus(0.0) - std::f64::consts::LN_2).abs() < 1e-15);
+        assert!((softplus(800.0) - 800.0).abs() < 1e-12);
+        assert!(softplus(-800.0) >= 0.0);
+    }
+
+    #[test]
+    fn categorical_log_probs_sum_to_one() {
+        let z = [0.3f32, -1.2, 2.5];
+        let total: f64 = (0..3).map(|a| log_softmax_f64(&z, a).exp()).sum();
+        assert!((total - 1.0).abs() < 1e-12);
     }
 
     #[test]

@@ -1,13 +1,13 @@
-//! A multi-layer perceptron: tanh hidden layers, then a head as for [`Linear`](super::Linear).
+//! [`Mlp`]: a multi-layer perceptron, tanh hidden layers, then a head as for
+//! [`Linear`](super::Linear).
 
-use std::sync::Arc;
-
-use super::common::Net;
-use super::{ActionsMut, ExplorationType, Policy, PolicyError, RecordMut, Recorded, SamplerState, Weights};
+use super::dense_policy::{DensePolicy, MlpKind};
+use super::PolicyError;
 use crate::spec::Spec;
 
 /// Dense layers of the given hidden widths with tanh activations, then a
-/// linear output layer and the same action head as [`Linear`](super::Linear).
+/// linear output layer and the same action head as [`Linear`](super::Linear): the
+/// [`DensePolicy`] with hidden layers.
 ///
 /// Weights: `layers.{i}.weight` f32 `[out, in]` and `layers.{i}.bias` f32
 /// `[out]` for `i` in `0..=hidden.len()`; the last layer is the output one
@@ -17,81 +17,22 @@ use crate::spec::Spec;
 /// Initial weights: one ChaCha8 seeded by `init_seed`, layer by layer, weight
 /// then bias, uniform in `±1/sqrt(fan_in)` (torch's `nn.Linear` default).
 /// Sampling and exploration noise are as for [`Linear`](super::Linear).
-#[derive(Clone)]
-pub struct Mlp {
-    net: Net,
-}
+pub type Mlp = DensePolicy<MlpKind>;
 
 impl Mlp {
     /// An MLP policy with these `hidden` widths (each at least 1), initial
     /// weights from `init_seed` and its sampling generator seeded with `seed`.
     pub fn new(obs: &Spec, action: &Spec, hidden: &[usize], init_seed: u64, seed: u64) -> Result<Mlp, PolicyError> {
-        let names = |i| (format!("layers.{i}.weight"), format!("layers.{i}.bias"));
-        Ok(Mlp {
-            net: Net::new(obs, action, hidden, names, init_seed, seed)?,
-        })
-    }
-}
-
-impl Policy for Mlp {
-    #[inline]
-    fn act(&mut self, obs: &[f32], k: usize, actions: ActionsMut<'_>) -> Result<(), PolicyError> {
-        self.net.act(obs, k, actions, RecordMut::nothing())
-    }
-
-    /// [`Recorded::Categorical`] (the logits) for discrete actions, [`Recorded::Normal`]
-    /// for a box: `loc` the scaled-tanh mean, `scale` the noise std it samples with.
-    fn recorded(&self) -> Recorded {
-        self.net.recorded()
-    }
-
-    fn act_recording(
-        &mut self,
-        obs: &[f32],
-        k: usize,
-        actions: ActionsMut<'_>,
-        record: RecordMut<'_>,
-    ) -> Result<(), PolicyError> {
-        self.net.act(obs, k, actions, record)
-    }
-
-    fn weights(&self) -> &Weights {
-        self.net.weights()
-    }
-
-    fn set_weights(&mut self, weights: &Weights) -> Result<(), PolicyError> {
-        self.net.set_weights(weights)
-    }
-
-    fn set_shared_weights(&mut self, weights: &Arc<Weights>) -> Result<(), PolicyError> {
-        self.net.set_shared_weights(weights)
-    }
-
-    fn set_exploration(&mut self, exploration: ExplorationType) {
-        self.net.set_exploration(exploration);
-    }
-
-    fn reseed(&mut self, seed: u64) {
-        self.net.reseed(seed);
-    }
-
-    fn sampler_state(&self) -> Result<Option<SamplerState>, PolicyError> {
-        Ok(Some(self.net.sampler_state()))
-    }
-
-    fn set_sampler_state(&mut self, state: Option<&SamplerState>) -> Result<(), PolicyError> {
-        self.net.set_sampler_state(state)
-    }
-
-    fn builtin(&self) -> Option<super::BuiltinPolicy<'_>> {
-        Some(super::BuiltinPolicy::Mlp(self))
+        Mlp::build(obs, action, hidden, init_seed, seed)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::common::testutil::{t, vals, w};
-    use super::super::Linear;
+    use std::sync::Arc;
+
+    use super::super::test_util::{t, vals, w};
+    use super::super::{ActionsMut, ExplorationType, Linear, Policy};
     use super::*;
     use crate::tensor::Tensor;
 
@@ -228,9 +169,7 @@ mod tests {
         for action in [Spec::Discrete { n: 4 }, Spec::uniform_box(3, -2.0, 2.0)] {
             let mut named = large(&action);
             assert!(named.net.is_named());
-            let mut flat = Mlp {
-                net: large(&action).net.into_flat(),
-            };
+            let mut flat = Mlp::from_net(large(&action).net.into_flat());
             assert!(!flat.net.is_named());
             assert!(!Mlp::new(&Spec::uniform_box(6, -1.0, 1.0), &action, &[64, 64], 3, 9)
                 .unwrap()

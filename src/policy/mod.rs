@@ -13,27 +13,39 @@ use crate::rng::RngState;
 use crate::spec::{Spec, SpecError};
 use crate::tensor::{Tensor, TensorError};
 
-mod common;
+mod action_head;
+mod buffer_checks;
 mod constant;
+mod contiguous;
 mod dense;
+pub(crate) mod dense_layout;
+mod dense_policy;
 mod finite;
+mod fixed_width;
 mod linear;
 mod logprob;
 mod mlp;
+mod net;
 mod onnx;
 mod random;
 mod record;
+mod sampler;
 mod tanh;
+#[cfg(test)]
+mod test_util;
 
-pub(crate) use common::Argmax2;
 pub use constant::Constant;
+pub use dense_policy::{DenseKind, DensePolicy, LinearKind, MlpKind};
 pub use finite::NonFinite;
+pub(crate) use fixed_width::Argmax2;
 pub use linear::Linear;
 pub use mlp::Mlp;
 pub use onnx::{
-    OnnxBytes, OnnxEngine, OnnxError, OnnxHead, OnnxModel, OnnxPolicy, WeightMode, DECODE_OVERHEAD_BYTES,
-    MAX_MODEL_BYTES, MAX_MODEL_CONSTANT_ELEMENTS, MAX_MODEL_NODES,
+    OnnxBytes, OnnxError, OnnxHead, OnnxModel, DECODE_OVERHEAD_BYTES, MAX_MODEL_BYTES, MAX_MODEL_CONSTANT_ELEMENTS,
+    MAX_MODEL_NODES,
 };
+#[cfg(feature = "onnx")]
+pub use onnx::{OnnxEngine, OnnxPolicy, WeightMode};
 pub use random::RandomPolicy;
 pub use record::{ParamsMut, RecordMut, Recorded};
 /// The built-in networks' `tanh` (docs/policies.md), vectorised, in place: for
@@ -332,7 +344,9 @@ pub enum PolicyConfig {
         value: f32,
     },
     /// A network exported as ONNX (e.g. from PyTorch), run with tract; its weights are
-    /// the model's f32 initializers by name. See docs/policies.md.
+    /// the model's f32 initializers by name. See docs/policies.md. Running one needs
+    /// the cargo feature `onnx`; without it the config still travels (and decodes),
+    /// and building the policy is an error naming the feature.
     Onnx {
         /// The `.onnx` file (a msgpack `bin` on the wire).
         model: OnnxModel,
@@ -352,8 +366,10 @@ impl PolicyConfig {
         match self {
             PolicyConfig::Random | PolicyConfig::Onnx { .. } => Some(0),
             PolicyConfig::Constant { .. } => Some(1),
-            PolicyConfig::Linear => common::net_params(obs_dim, &[], outputs),
-            PolicyConfig::Mlp { hidden } => common::net_params(obs_dim, hidden, outputs),
+            PolicyConfig::Linear => dense_layout::dense_params([obs_dim, outputs]),
+            PolicyConfig::Mlp { hidden } => {
+                dense_layout::dense_params(std::iter::once(obs_dim).chain(hidden.iter().copied()).chain([outputs]))
+            }
         }
     }
 
@@ -435,7 +451,10 @@ impl PolicySpec {
             PolicyConfig::Linear => Box::new(Linear::new(obs, action, self.init_seed, seed)?),
             PolicyConfig::Mlp { hidden } => Box::new(Mlp::new(obs, action, hidden, self.init_seed, seed)?),
             PolicyConfig::Constant { value } => Box::new(Constant::new(action, *value)?),
+            #[cfg(feature = "onnx")]
             PolicyConfig::Onnx { model, head } => Box::new(OnnxPolicy::new(model, *head, obs, action, seed)?),
+            #[cfg(not(feature = "onnx"))]
+            PolicyConfig::Onnx { .. } => return Err(OnnxError::NoRuntime.into()),
         };
         p.set_exploration(self.exploration);
         Ok(p)

@@ -2,7 +2,8 @@
 
 use rand::Rng;
 
-use super::common::{check_actions, Sampler};
+use super::buffer_checks::check_actions;
+use super::sampler::Sampler;
 use super::{ActionsMut, ExplorationType, Policy, PolicyError, RecordMut, Recorded, SamplerState, Weights};
 use crate::spec::Spec;
 
@@ -168,7 +169,7 @@ impl Policy for RandomPolicy {
 
 #[cfg(test)]
 mod tests {
-    use super::super::common::testutil::{t, w};
+    use super::super::test_util::{t, w};
     use super::*;
 
     #[test]

@@ -493,6 +493,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "onnx")]
     fn onnx(bytes: Vec<u8>) -> rollout::PolicyConfig {
         rollout::PolicyConfig::Onnx {
             model: rollout::policy::OnnxModel::new(bytes),
@@ -500,11 +501,13 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "onnx")]
     fn fixture(name: &str) -> Vec<u8> {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/onnx");
         std::fs::read(dir.join(name)).expect("fixture")
     }
 
+    #[cfg(feature = "onnx")]
     #[test]
     fn an_onnx_model_is_checked_before_any_node_starts() {
         // Not ONNX: refused naming the policy, for an env only the nodes know too.

@@ -25,8 +25,9 @@ use tract_onnx::pb::{self, tensor_proto::DataType};
 
 use super::model::{Parsed, Roles};
 use super::OnnxHead;
-use crate::policy::common::{contiguous_copy, is_contiguous, NAMED_MIN_PARAMS};
+use crate::policy::contiguous::{contiguous_copy, is_contiguous};
 use crate::policy::dense::{dense_cols, to_cols};
+use crate::policy::net::NAMED_MIN_PARAMS;
 use crate::policy::tanh::tanh_in_place;
 use crate::policy::{PolicyError, Weights};
 

@@ -1,10 +1,18 @@
 //! Why an ONNX model cannot serve as a policy; every error names the tensor or node.
 
+#[cfg(feature = "onnx")]
 use crate::peer_text::bounded_to as bounded;
 
 /// What is wrong with an ONNX model or what it produced.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum OnnxError {
+    /// This build has no ONNX runtime: rollout was compiled without its cargo feature
+    /// `onnx` (`rollout-actors`, the CLI and the Python module forward it).
+    #[error(
+        "this build cannot run ONNX policies: it was compiled without the cargo feature `onnx` \
+         (enable `onnx` on rollout or rollout-actors)"
+    )]
+    NoRuntime,
     /// The bytes are not an ONNX model.
     #[error("not an ONNX model: {0}")]
     NotOnnx(String),
@@ -79,11 +87,15 @@ pub enum OnnxError {
 }
 
 /// The most bytes of a name from the model an error shows.
+#[cfg(feature = "onnx")]
 pub(crate) const MAX_NAME_BYTES: usize = 256;
 
 /// The most bytes of tract's error chain an error shows.
+#[cfg(feature = "onnx")]
 const MAX_TRACT_MESSAGE: usize = 1024;
 
+/// Errors naming what the model holds, each name bounded and escaped.
+#[cfg(feature = "onnx")]
 impl OnnxError {
     /// A tract error with its whole context chain.
     pub(super) fn tract(e: impl std::fmt::Display) -> OnnxError {
@@ -124,7 +136,7 @@ impl OnnxError {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "onnx"))]
 mod tests {
     use super::*;
 

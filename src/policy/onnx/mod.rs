@@ -18,26 +18,47 @@
 //! - [`runner`]: the tract plan and how weight versions reach it.
 //! - [`heads`]: from the model's outputs to actions and log-probabilities.
 //! - [`policy`]: [`OnnxPolicy`], the [`Policy`](super::Policy) over all of it.
+//!
+//! All but the first two need tract, behind the cargo feature `onnx`. Without it
+//! [`OnnxModel`] is [`model_without_runtime`]'s: an `onnx` config still decodes and
+//! travels, and every use of the model is [`OnnxError::NoRuntime`], naming the feature.
 
 mod bytes;
+#[cfg(feature = "onnx")]
 mod dense_chain;
 mod error;
+#[cfg(feature = "onnx")]
 mod guard;
+#[cfg(feature = "onnx")]
 mod heads;
+#[cfg(feature = "onnx")]
 mod limits;
+#[cfg(feature = "onnx")]
 mod model;
+#[cfg(not(feature = "onnx"))]
+mod model_without_runtime;
+#[cfg(feature = "onnx")]
 mod policy;
-pub(crate) use policy::recorded;
+#[cfg(feature = "onnx")]
 mod prescan;
+#[cfg(feature = "onnx")]
 mod runner;
 
 use serde::{Deserialize, Serialize};
 
 pub use bytes::OnnxBytes;
 pub use error::OnnxError;
+#[cfg(feature = "onnx")]
 pub use model::OnnxModel;
+#[cfg(not(feature = "onnx"))]
+pub use model_without_runtime::OnnxModel;
+#[cfg(feature = "onnx")]
 pub use policy::{OnnxEngine, OnnxPolicy};
+#[cfg(feature = "onnx")]
 pub use runner::WeightMode;
+
+use super::Recorded;
+use crate::spec::Spec;
 
 /// The largest ONNX model accepted, in bytes: the trainer refuses a bigger file before
 /// any node starts, and a node counts it against the size of the `welcome` it reads.
@@ -100,13 +121,24 @@ impl OnnxHead {
     }
 }
 
+/// What a policy of `head` records for this action spec.
+pub(crate) fn recorded(head: OnnxHead, action: &Spec) -> Recorded {
+    match (head, action) {
+        (OnnxHead::Categorical, Spec::Discrete { n }) => Recorded::Categorical {
+            n: usize::try_from(*n).unwrap_or(usize::MAX),
+        },
+        (OnnxHead::Normal | OnnxHead::TanhNormal, Spec::Box { low, .. }) => Recorded::Normal { d: low.len() },
+        _ => Recorded::None,
+    }
+}
+
 impl std::fmt::Display for OnnxHead {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "onnx"))]
 mod hostile_tests;
-#[cfg(test)]
+#[cfg(all(test, feature = "onnx"))]
 mod tests;

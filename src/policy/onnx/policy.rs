@@ -8,9 +8,10 @@ use super::guard::guarded;
 use super::heads::{self, Pick};
 use super::model::{OnnxModel, Roles, Weighting};
 use super::runner::{f32_output, int_output, Runner, WeightMode};
-use super::{OnnxError, OnnxHead};
-use crate::policy::common::{check_actions, check_obs, Sampler};
-use crate::policy::logprob::wanted;
+use super::{recorded, OnnxError, OnnxHead};
+use crate::policy::buffer_checks::{action_kind_error, check_actions, check_obs};
+use crate::policy::logprob::{log_softmax_f64, wanted};
+use crate::policy::sampler::Sampler;
 use crate::policy::{
     ActionsMut, ExplorationType, ParamsMut, Policy, PolicyError, RecordMut, Recorded, SamplerState, Weights,
 };
@@ -318,7 +319,7 @@ impl Act<'_> {
                     let c = heads::categorical(row, pick, sampler);
                     a[i] = c as i64;
                     if recording {
-                        record.log_prob[i] = heads::categorical_log_prob(row, c) as f32;
+                        record.log_prob[i] = log_softmax_f64(row, c) as f32;
                     }
                 }
                 if let ParamsMut::Logits(out) = record.params {
@@ -403,7 +404,7 @@ impl Act<'_> {
                     *out = x;
                 }
             }
-            (_, actions) => return Err(crate::policy::common::action_kind_error(self.action, &actions)),
+            (_, actions) => return Err(action_kind_error(self.action, &actions)),
         }
         Ok(())
     }
@@ -460,16 +461,5 @@ impl Policy for OnnxPolicy {
         record: RecordMut<'_>,
     ) -> Result<(), PolicyError> {
         self.run(obs, k, actions, record)
-    }
-}
-
-/// What a policy of `head` records for this action spec.
-pub(crate) fn recorded(head: OnnxHead, action: &Spec) -> Recorded {
-    match (head, action) {
-        (OnnxHead::Categorical, Spec::Discrete { n }) => Recorded::Categorical {
-            n: usize::try_from(*n).unwrap_or(usize::MAX),
-        },
-        (OnnxHead::Normal | OnnxHead::TanhNormal, Spec::Box { low, .. }) => Recorded::Normal { d: low.len() },
-        _ => Recorded::None,
     }
 }

@@ -6,8 +6,10 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-use super::heads::{normal_log_prob, tanh_normal_log_prob};
 use super::*;
+use crate::policy::logprob::{
+    log_softmax_f64, normal_log_density as normal_log_prob, tanh_normal_log_density as tanh_normal_log_prob,
+};
 use crate::policy::{ActionsMut, ExplorationType, ParamsMut, Policy, PolicyError, RecordMut, Weights};
 use crate::spec::Spec;
 use crate::tensor::Tensor;
@@ -106,11 +108,7 @@ fn categorical_matches_torch() {
         for i in 0..k {
             for c in 0..2 {
                 close(f64::from(z[i * 2 + c]), logits[i][c], "logit");
-                close(
-                    super::heads::categorical_log_prob(&z[i * 2..i * 2 + 2], c),
-                    lps[i][c],
-                    "log_prob",
-                );
+                close(log_softmax_f64(&z[i * 2..i * 2 + 2], c), lps[i][c], "log_prob");
             }
             assert_eq!(a[i], j["mode"][i].as_i64().unwrap(), "{mode:?}");
             close(f64::from(lp[i]), lps[i][a[i] as usize], "recorded log_prob");
@@ -508,8 +506,8 @@ fn chains_of_dense_layers_run_on_the_built_in_kernel_as_torch_and_tract_compute(
                     for c in 0..2 {
                         close(f64::from(params[i * 2 + c]), logits[i][c], &format!("{name}: logit"));
                     }
-                    assert_eq!(a[i] as usize, crate::policy::common::argmax(&z), "{name}: mode");
-                    let want = super::heads::categorical_log_prob(&z, a[i] as usize);
+                    assert_eq!(a[i] as usize, crate::policy::sampler::argmax(&z), "{name}: mode");
+                    let want = log_softmax_f64(&z, a[i] as usize);
                     close(f64::from(lp[i]), want, &format!("{name}: log_prob"));
                 }
             }
