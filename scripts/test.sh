@@ -56,6 +56,11 @@ VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --release --quiet --extras to
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+# The build an embedder gets: the core and the actors without their `onnx` and `learn`
+# features (the workspace run above turns both on), linted, and an `onnx` policy refused
+# naming the feature.
+cargo clippy -p rollout -p rollout-actors --lib -- -D warnings
+cargo nextest run -p rollout-actors --lib --profile ci policy_file
 # No import cycle, and docs/ARCHITECTURE.md's layers, uses and crate dependencies as the code has them.
 python3 scripts/check-imports.py --self-test
 python3 scripts/check-imports.py
