@@ -317,7 +317,7 @@ fn out_of_file_descriptors_the_accept_loop_backs_off_and_the_run_completes() {
 
 fn token_file(dir: &tempfile::TempDir, text: &str, mode: u32) -> std::path::PathBuf {
     use std::os::unix::fs::PermissionsExt;
-    let p = dir.path().join(&format!("token-{mode:o}-{}", text.len()));
+    let p = dir.path().join(format!("token-{mode:o}-{}", text.len()));
     std::fs::write(&p, text).expect("write");
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).expect("chmod");
     p

@@ -56,7 +56,7 @@ fn onnxruntime(model: &Path, obs: &[Vec<f32>], dir: &TempDir) -> Option<Vec<Vec<
 
 /// `rollout collect` with the ONNX policy; the records of its `--output`.
 fn collect(env: &str, model: &str, head: &str, launcher: &str, dir: &TempDir) -> Vec<OutputRecord> {
-    let out = dir.path().join(&format!("{launcher}.msgpack"));
+    let out = dir.path().join(format!("{launcher}.msgpack"));
     let file = fixture(model);
     let args = [
         "collect",
@@ -680,7 +680,7 @@ fn hostile_models_exit_2_with_one_line_naming_the_tensor_or_node() {
         ),
     ];
     for (name, bytes, needles) in cases {
-        let file = dir.path().join(&format!("{name}.onnx"));
+        let file = dir.path().join(format!("{name}.onnx"));
         std::fs::write(&file, &bytes).expect("write the model");
         let path = file.to_str().expect("path");
         let args = [
