@@ -28,7 +28,11 @@ def test_a_failing_node_logs_warnings_and_errors_on_the_rollout_logger(caplog):
     assert worker[0].levelno == logging.WARNING and worker[0].name == "rollout.actors.env_worker"
     assert "injected panic" in worker[0].getMessage()
     failed = [r for r in ours if r.levelno == logging.ERROR and r.getMessage().startswith("collection failed")]
-    assert failed and failed[0].name == "rollout.actors.trainer", [(r.name, r.levelname) for r in ours]
+    # The logger is the Rust module path: the trainer's, or one of its files' below it, so a
+    # level or handler set on `rollout.actors.trainer` governs it.
+    assert failed and (failed[0].name + ".").startswith("rollout.actors.trainer."), [
+        (r.name, r.levelname) for r in ours
+    ]
 
 
 def test_events_below_the_rollout_loggers_level_are_not_forwarded(caplog):
