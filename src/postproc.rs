@@ -18,16 +18,19 @@
 
 use ndarray::{ArrayD, IxDyn};
 
+use crate::schema::keys;
 use crate::tensor::{DType, Tensor, TensorDict, TensorError};
 
-/// Key of the per-frame trajectory ids (`i64`, shape `[.., T]` or `[.., T, 1]`).
-pub const TRAJ_IDS_KEY: &str = "collector.traj_ids";
-/// Key of the validity mask added by [`split_trajectories`] (`bool`, `[n_traj, max_len]`).
-pub const MASK_KEY: &str = "collector.mask";
-/// Key of the reward (`f32`, `[.., T, ..]`, usually `[.., T, 1]`).
-pub const REWARD_KEY: &str = "next.reward";
-/// Key of the done flag (`bool`, `[.., T, 1]`).
-pub const DONE_KEY: &str = "next.done";
+/// Key of the per-frame trajectory ids (`i64`, shape `[.., T]` or `[.., T, 1]`): the
+/// batch schema's [`keys::TRAJ_IDS`], named once there.
+pub const TRAJ_IDS_KEY: &str = keys::TRAJ_IDS;
+/// Key of the validity mask added by [`split_trajectories`] (`bool`, `[n_traj, max_len]`):
+/// [`keys::MASK`].
+pub const MASK_KEY: &str = keys::MASK;
+/// Key of the reward (`f32`, `[.., T, ..]`, usually `[.., T, 1]`): [`keys::NEXT_REWARD`].
+pub const REWARD_KEY: &str = keys::NEXT_REWARD;
+/// Key of the done flag (`bool`, `[.., T, 1]`): [`keys::NEXT_DONE`].
+pub const DONE_KEY: &str = keys::NEXT_DONE;
 /// Key added by [`MultiStep`]: frames looked ahead (`i64`, `[.., T, 1]`).
 pub const STEPS_TO_NEXT_OBS_KEY: &str = "steps_to_next_obs";
 /// Key added by [`MultiStep`]: discount of the bootstrap value (`f32`, `[.., T, 1]`).
