@@ -35,6 +35,7 @@ mod heads;
 mod limits;
 #[cfg(feature = "onnx")]
 mod model;
+mod model_wire;
 #[cfg(not(feature = "onnx"))]
 mod model_without_runtime;
 #[cfg(feature = "onnx")]

@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use tract_onnx::pb::{self, tensor_proto::DataType};
 use tract_onnx::prelude::{DatumType, Framework, InferenceFact, InferenceModelExt, TDim, TypedFact, TypedModel};
 
@@ -699,23 +698,5 @@ fn check_dtype(name: &str, fact: &TypedFact, dtypes: &[DatumType]) -> Result<(),
 impl PartialEq for OnnxModel {
     fn eq(&self, other: &OnnxModel) -> bool {
         self.bytes == other.bytes
-    }
-}
-
-impl std::fmt::Debug for OnnxModel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "OnnxModel({} bytes)", self.bytes.len())
-    }
-}
-
-impl Serialize for OnnxModel {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.bytes.serialize(s)
-    }
-}
-
-impl<'de> Deserialize<'de> for OnnxModel {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<OnnxModel, D::Error> {
-        OnnxBytes::deserialize(d).map(OnnxModel::new)
     }
 }

@@ -4,8 +4,6 @@
 
 use std::sync::Arc;
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
 use super::{OnnxBytes, OnnxError, OnnxHead};
 use crate::policy::Weights;
 use crate::schema::BatchLayout;
@@ -50,23 +48,5 @@ impl OnnxModel {
     pub fn check_node_specs(&self, layout: &BatchLayout, action: &Spec, head: OnnxHead) -> Result<(), OnnxError> {
         let _ = (layout, action, head);
         Err(OnnxError::NoRuntime)
-    }
-}
-
-impl std::fmt::Debug for OnnxModel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "OnnxModel({} bytes)", self.bytes.len())
-    }
-}
-
-impl Serialize for OnnxModel {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.bytes.serialize(s)
-    }
-}
-
-impl<'de> Deserialize<'de> for OnnxModel {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<OnnxModel, D::Error> {
-        OnnxBytes::deserialize(d).map(OnnxModel::new)
     }
 }
