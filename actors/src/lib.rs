@@ -31,7 +31,10 @@ pub mod replay;
 pub mod testkit;
 pub mod trainer;
 
-pub use collector::{CollectorBuilder, CollectorHandle, DistributedCollector, Embedded, NodeOverrides, Postproc};
+pub use collector::{
+    CollectorArgs, CollectorBuilder, CollectorHandle, DistributedCollector, Embedded, ExplorationName, NodeOverrides,
+    Postproc, Secs,
+};
 pub use error::CollectError;
 pub use launch::{Launcher, SlurmOptions};
 pub use replay::SharedReplayBuffer;

@@ -21,9 +21,9 @@ fn progress_bar(args: &CollectArgs) -> ProgressBar {
     if args.quiet || !io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }
-    let (pb, template) = if args.total_frames >= 0 {
+    let (pb, template) = if let Ok(total) = u64::try_from(args.total_frames()) {
         (
-            ProgressBar::with_draw_target(Some(args.total_frames as u64), ProgressDrawTarget::stderr()),
+            ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr()),
             "{elapsed_precise} [{wide_bar}] {human_pos}/{human_len} frames, {msg}",
         )
     } else {
@@ -195,7 +195,9 @@ fn run(
 /// Whether the run stands in for a learner that updates the policy after every batch:
 /// any of the update options asks for pushes, and there must be something new to push.
 fn renews_weights(args: &CollectArgs) -> bool {
-    args.update_after_each_batch || args.update_interval.is_some() || args.max_weight_update_interval.is_some()
+    args.run.update_after_each_batch
+        || args.run.update_interval.is_some()
+        || args.run.max_weight_update_interval.is_some()
 }
 
 /// Stores the trainer's current weights again, as the next version: `rollout collect`

@@ -64,6 +64,19 @@ pub enum ExplorationType {
     Random,
 }
 
+impl ExplorationType {
+    /// The type of one of torchrl's names, in any case: `random`, or `deterministic`
+    /// and its synonyms `mode` and `mean` (a node's deterministic action is the
+    /// distribution's mode, which is its mean for the normal heads).
+    pub fn from_name(name: &str) -> Option<ExplorationType> {
+        match name.to_ascii_lowercase().as_str() {
+            "random" => Some(ExplorationType::Random),
+            "deterministic" | "mode" | "mean" => Some(ExplorationType::Deterministic),
+            _ => None,
+        }
+    }
+}
+
 /// Named tensors with a version: what a learner sends to the nodes.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Weights {

@@ -20,7 +20,7 @@ use super::settings::Settings;
 impl Settings {
     /// The launcher that starts this run's nodes, its settings checked: a token for
     /// nodes that join from outside (drawn at random for the ones this trainer starts),
-    /// heartbeat and frame limits, the `Slurm` options and `advertise`, the node command;
+    /// the frame limit, the `Slurm` options and `advertise`, the node command;
     /// the door admits nodes of `versions` (those that can serve the run) only.
     pub(super) fn launch(&self, versions: AdmitVersions) -> Result<Box<dyn Launch>, CollectError> {
         if self.launcher == Launcher::Local {
@@ -37,12 +37,6 @@ impl Settings {
             (_, Launcher::Process | Launcher::Slurm(_)) => random_token(),
             _ => return Err(config_error("token", "required for nodes that join from outside")),
         };
-        if self.heartbeat.is_zero() || self.heartbeat_timeout <= self.heartbeat {
-            return Err(config_error(
-                "heartbeat",
-                "the timeout must be longer than the interval",
-            ));
-        }
         if self.run.max_frame < 1024 {
             return Err(config_error("max_frame", "must be at least 1024 bytes"));
         }

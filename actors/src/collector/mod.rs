@@ -8,10 +8,13 @@
 //! blocking calls, or in the caller's system), `plan` (settings checked and turned
 //! into the trainer's machine, node specs and launch), `launcher` (launcher settings
 //! turned into the `Launch` that starts the nodes), `settings` (what the builder
-//! recorded, plain data). What a batch goes through before its consumer
-//! sees it (split, postproc, replay buffer, `batch_timeout`) is the crate's
-//! `delivery`, applied by the trainer on every start path.
+//! recorded, plain data). `args` holds the plain settings as the CLI's flags and the
+//! Python module's keyword arguments give them, and hands them to the builder. What
+//! a batch goes through before its consumer sees it (split, postproc, replay buffer,
+//! `batch_timeout`) is the crate's `delivery`, applied by the trainer on every start
+//! path.
 
+mod args;
 mod builder;
 mod embedded;
 mod facade;
@@ -22,6 +25,7 @@ mod settings;
 
 pub use crate::delivery::Postproc;
 pub use crate::launch::ListeningHook;
+pub use args::{CollectorArgs, ExplorationName, Secs};
 pub use builder::CollectorBuilder;
 pub use embedded::Embedded;
 pub use facade::DistributedCollector;

@@ -93,7 +93,7 @@ impl Settings {
     }
 
     /// The wait for a batch and the deadlines on the nodes' answers: each longer than
-    /// zero, and coherent. A node cut off at a deadline must leave time to replace it
+    /// zero (the heartbeat's and the node restart window too), and coherent. A node cut off at a deadline must leave time to replace it
     /// before the batch is due, or the run fails where cutting the node would have
     /// saved it: every deadline on an answer a batch waits for is at most half of
     /// `batch_timeout`. What is unset is derived from what is set (a request deadline:
@@ -113,8 +113,18 @@ impl Settings {
             ("shutdown_ack_timeout", Some(shutdown)),
             ("batch_timeout", self.batch_timeout),
         ]);
+        let window = self.node_supervision.as_ref().map(|s| s.intensity.window);
+        let named = named.chain([("node_restart_window", window)]);
         if let Some((field, _)) = named.into_iter().find(|(_, t)| t.is_some_and(|t| t.is_zero())) {
             return Err(config_error(field, "must be longer than zero"));
+        }
+        // Checked whatever the launcher, so a bad value is refused before a run that
+        // does not use it is taken as a test of it.
+        if self.heartbeat.is_zero() || self.heartbeat_timeout <= self.heartbeat {
+            return Err(config_error(
+                "heartbeat",
+                "the interval must be longer than zero, and the timeout longer than the interval",
+            ));
         }
         let batch = match self.batch_timeout {
             Some(batch) => {

@@ -62,6 +62,10 @@ pub(super) struct Settings {
 /// `seed`, `update_weights`, `snapshot` or `restore`.
 pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Default of [`CollectorBuilder::heartbeat`](crate::CollectorBuilder::heartbeat): the
+/// interval, and the silence after which a remote peer is gone.
+pub(crate) const DEFAULT_HEARTBEAT: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(5));
+
 /// Default of [`CollectorBuilder::batch_timeout`](crate::CollectorBuilder::batch_timeout)
 /// when no deadline set asks for more.
 pub(crate) const DEFAULT_BATCH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -87,8 +91,8 @@ impl Default for Settings {
             on_listening: None,
             token: None,
             join_timeout: Duration::from_secs(60),
-            heartbeat: Duration::from_secs(1),
-            heartbeat_timeout: Duration::from_secs(5),
+            heartbeat: DEFAULT_HEARTBEAT.0,
+            heartbeat_timeout: DEFAULT_HEARTBEAT.1,
             handshake_timeout: Duration::from_secs(5),
             node_command: None,
             advertise: None,

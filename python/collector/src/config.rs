@@ -5,14 +5,13 @@
 //! a misspelt argument never goes unnoticed.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use rollout::checkpoint::Checkpoint;
 use rollout::policy::OnnxHead;
 use rollout::{EnvSpec, ExplorationType, PolicyConfig, PolicySpec};
-use rollout_actors::{CollectorBuilder, Launcher, NodeOverrides, SlurmOptions};
+use rollout_actors::{CollectorArgs, CollectorBuilder, Launcher, NodeOverrides, SlurmOptions};
 
 use crate::errors::config_error;
 
@@ -34,16 +33,6 @@ impl<'py> Settings<'py> {
         v.extract()
             .map(Some)
             .map_err(|_| config_error(key, format!("expected {expected}, got {}", type_name(&v))))
-    }
-
-    /// A duration in seconds.
-    fn seconds(&self, key: &str) -> PyResult<Option<Duration>> {
-        match self.take::<f64>(key, "a number of seconds")? {
-            None => Ok(None),
-            Some(s) => Duration::try_from_secs_f64(s)
-                .map(Some)
-                .map_err(|_| config_error(key, format!("{s} is not a duration in seconds"))),
-        }
     }
 
     /// The first key left, which no setting took.
@@ -92,14 +81,8 @@ fn policy_config(json: &str, policy_file: Option<PathBuf>, onnx_head: Option<Str
 
 /// An exploration type by torchrl's names (`random`, `deterministic`, `mode`, `mean`).
 fn exploration(field: &str, s: &str) -> PyResult<ExplorationType> {
-    match s.to_ascii_lowercase().as_str() {
-        "random" => Ok(ExplorationType::Random),
-        "deterministic" | "mode" | "mean" => Ok(ExplorationType::Deterministic),
-        other => Err(config_error(
-            field,
-            format!("{other:?} is not one of random, deterministic, mode, mean"),
-        )),
-    }
+    ExplorationType::from_name(s)
+        .ok_or_else(|| config_error(field, format!("{s:?} is not one of random, deterministic, mode, mean")))
 }
 
 /// An env spec from a name and an optional JSON config.
@@ -180,21 +163,13 @@ pub(crate) fn check_checkpoint(py: Python<'_>, checkpoint: Vec<u8>) -> PyResult<
         .map_err(|e| config_error("resume", e))
 }
 
-/// The builder for these settings (the dict is consumed).
+/// The builder for these settings (the dict is consumed): what Python spells its own
+/// way (the policy, the launcher and its options, per-node overrides, the token, the
+/// node command, a checkpoint) taken out here, the rest read as [`CollectorArgs`].
 pub(crate) fn builder(dict: Bound<'_, PyDict>) -> PyResult<CollectorBuilder> {
     let s = Settings { dict };
     let mut b = CollectorBuilder::default();
 
-    let env_config = s.take::<String>("env_config", "a JSON string")?;
-    match s.take::<String>("env", "an env name (e.g. \"CartPole-v1\")")? {
-        Some(name) => b = b.env(env_spec("env_config", name, env_config)?),
-        None => return Err(config_error("env", "required: the name of a registered env")),
-    }
-    if let Some(json) = s.take::<String>("env_spec", "a JSON string")? {
-        let specs = rollout::space::EnvSpecs::from_json(&json)
-            .map_err(|e| config_error("env_spec", format!("not the specs of an env: {e}")))?;
-        b = b.env_spec(specs);
-    }
     let mut policy = PolicySpec::default();
     let policy_file = s.take::<PathBuf>("policy_file", "a path")?;
     let onnx_head = s.take::<String>("onnx_head", "a string")?;
@@ -207,64 +182,6 @@ pub(crate) fn builder(dict: Bound<'_, PyDict>) -> PyResult<CollectorBuilder> {
         policy.init_seed = seed;
     }
     b = b.policy(policy);
-    match s.take::<usize>("frames_per_batch", "a positive integer")? {
-        Some(f) => b = b.frames_per_batch(f),
-        None => return Err(config_error("frames_per_batch", "required")),
-    }
-    if let Some(t) = s.take("total_frames", "an integer (-1: endless)")? {
-        b = b.total_frames(t);
-    }
-    if let Some(n) = s.take("nodes", "a positive integer")? {
-        b = b.nodes(n);
-    }
-    if let Some(n) = s.take("min_nodes", "a positive integer")? {
-        b = b.min_nodes(n);
-    }
-    if let Some(n) = s.take("max_nodes", "a positive integer")? {
-        b = b.max_nodes(n);
-    }
-    if let Some(k) = s.take("envs_per_node", "a positive integer")? {
-        b = b.envs_per_node(k);
-    }
-    if let Some(k) = s.take("envs_per_worker", "a positive integer")? {
-        b = b.envs_per_worker(k);
-    }
-    if let Some(v) = s.take("sync", "a bool")? {
-        b = b.sync(v);
-    }
-    if let Some(v) = s.take("seed", "a non-negative integer")? {
-        b = b.seed(v);
-    }
-    if let Some(v) = s.take("update_after_each_batch", "a bool")? {
-        b = b.update_after_each_batch(v);
-    }
-    if let Some(v) = s.take("max_weight_update_interval", "a positive integer")? {
-        b = b.max_weight_update_interval(v);
-    }
-    if let Some(v) = s.take("update_interval", "a positive integer")? {
-        b = b.update_interval(v);
-    }
-    if let Some(v) = s.take("max_frames_per_traj", "a positive integer")? {
-        b = b.max_frames_per_traj(v);
-    }
-    if let Some(v) = s.take("init_random_frames", "a non-negative integer")? {
-        b = b.init_random_frames(v);
-    }
-    if let Some(v) = s.take("reset_at_each_iter", "a bool")? {
-        b = b.reset_at_each_iter(v);
-    }
-    if let Some(v) = s.take("nan_is_failure", "a bool")? {
-        b = b.nan_is_failure(v);
-    }
-    if let Some(v) = s.take("allow_nonfinite_weights", "a bool")? {
-        b = b.allow_nonfinite_weights(v);
-    }
-    if let Some(v) = s.take("split_trajs", "a bool")? {
-        b = b.split_trajs(v);
-    }
-    if let Some(e) = s.take::<String>("exploration_type", "a string")? {
-        b = b.exploration_type(exploration("exploration_type", &e)?);
-    }
     if let Some(list) = s.take::<Bound<'_, PyList>>("collector_kwargs", "a list of dicts, one per node")? {
         b = b.node_configs(node_overrides(&list)?);
     }
@@ -288,78 +205,97 @@ pub(crate) fn builder(dict: Bound<'_, PyDict>) -> PyResult<CollectorBuilder> {
         }
     };
     b = b.launcher(launcher);
-
-    if let Some(d) = s.seconds("batch_timeout")? {
-        b = b.batch_timeout(d);
-    }
-    if let Some(d) = s.seconds("shutdown_timeout")? {
-        b = b.shutdown_timeout(d);
-    }
-    if let Some(v) = s.take("max_restarts", "a non-negative integer")? {
-        b = b.max_restarts(v);
-    }
-    if let Some(d) = s.seconds("restart_window")? {
-        b = b.restart_window(d);
-    }
-    if let Some(v) = s.take("worker_nice", "an integer in 0..=19")? {
-        b = b.worker_nice(v);
-    }
-    if let Some(v) = s.take("node_max_restarts", "a non-negative integer")? {
-        b = b.node_max_restarts(v);
-    }
-    if let Some(d) = s.seconds("node_restart_window")? {
-        b = b.node_restart_window(d);
-    }
-    if let Some(d) = s.seconds("continue_timeout")? {
-        b = b.continue_timeout(d);
-    }
-    if let Some(v) = s.take("continue_without_lost_nodes", "a bool")? {
-        b = b.continue_without_lost_nodes(v);
-    }
-    if let Some(v) = s.take::<String>("listen", "an address HOST:PORT")? {
-        b = b.listen(v);
-    }
-    if let Some(v) = s.take::<String>("metrics", "an address HOST:PORT")? {
-        b = b.metrics(v);
-    }
-    if let Some(d) = s.seconds("metrics_linger")? {
-        b = b.metrics_linger(d);
-    }
     if let Some(v) = s.take::<Vec<u8>>("token", "bytes")? {
         b = b.token(v);
     }
-    if let Some(d) = s.seconds("join_timeout")? {
-        b = b.join_timeout(d);
-    }
-    let heartbeat = s.seconds("heartbeat")?;
-    let heartbeat_timeout = s.seconds("heartbeat_timeout")?;
-    if heartbeat.is_some() || heartbeat_timeout.is_some() {
-        b = b.heartbeat(
-            heartbeat.unwrap_or(Duration::from_secs(1)),
-            heartbeat_timeout.unwrap_or(Duration::from_secs(5)),
-        );
-    }
-    if let Some(d) = s.seconds("handshake_timeout")? {
-        b = b.handshake_timeout(d);
-    }
-    if let Some(p) = s.take::<PathBuf>("node_program", "a path to the rollout binary")? {
-        b = b.node_program(p);
-    }
     if let Some(argv) = s.take::<Vec<String>>("node_command", "a list of strings: the program, then its arguments")? {
         b = b.node_command(argv);
-    }
-    if let Some(v) = s.take("max_frame", "a number of bytes")? {
-        b = b.max_frame(v);
-    }
-    if let Some(v) = s.take::<String>("advertise", "HOST[:PORT]")? {
-        b = b.advertise(v);
     }
     if let Some(bytes) = s.take::<Vec<u8>>("resume", "checkpoint bytes (state_dict()[\"checkpoint\"])")? {
         let c = Checkpoint::from_bytes(&bytes).map_err(|e| config_error("resume", e))?;
         b = b.resume(c);
     }
-    if let Some(k) = s.unknown() {
-        return Err(config_error(&k, "unknown argument"));
+    if s.dict.get_item("env")?.is_none_or(|v| v.is_none()) {
+        return Err(config_error("env", "required: the name of a registered env"));
     }
-    Ok(b)
+    collector_args(&s.dict)?
+        .apply(b)
+        .map_err(|e| config_error(e.field, e.reason))
+}
+
+/// The plain settings of `dict` (every key the front end did not take), each value
+/// read as JSON would give it: a bool is a bool (not anything truthy), a number a
+/// number; a value of the wrong type, or a key no setting has, names its key.
+fn collector_args(dict: &Bound<'_, PyDict>) -> PyResult<CollectorArgs> {
+    let mut map = serde_json::Map::new();
+    for (k, v) in dict.iter() {
+        let key: String = k
+            .extract()
+            .map_err(|_| config_error("settings", "keys must be strings"))?;
+        let value = json_value(&v).map_err(|why| config_error(&key, why))?;
+        map.insert(key, value);
+    }
+    serde_path_to_error::deserialize::<_, CollectorArgs>(serde_json::Value::Object(map)).map_err(|e| {
+        let field = e.path().to_string();
+        let reason = e.into_inner().to_string();
+        if reason.starts_with("unknown field") {
+            config_error(&field, "unknown argument")
+        } else {
+            config_error(&field, in_python_words(&reason))
+        }
+    })
+}
+
+/// serde's "invalid type: string \"x\", expected usize" as "expected a non-negative
+/// integer, got string \"x\""; any other message as it is.
+fn in_python_words(reason: &str) -> String {
+    let Some(rest) = reason
+        .strip_prefix("invalid type: ")
+        .or_else(|| reason.strip_prefix("invalid value: "))
+    else {
+        return reason.to_string();
+    };
+    let Some((got, want)) = rest.split_once(", expected ") else {
+        return reason.to_string();
+    };
+    let want = match want {
+        "usize" | "u64" | "u32" => "a non-negative integer",
+        "i64" | "i32" => "an integer",
+        other => other,
+    };
+    format!("expected {want}, got {got}")
+}
+
+/// A Python value as JSON: None, bool, int, float (finite), str, and lists and dicts of
+/// them; anything else is refused with its type's name.
+fn json_value(v: &Bound<'_, PyAny>) -> Result<serde_json::Value, String> {
+    use pyo3::types::{PyBool, PyFloat, PyInt, PyString, PyTuple};
+    use serde_json::Value;
+    if v.is_none() {
+        Ok(Value::Null)
+    } else if let Ok(b) = v.downcast::<PyBool>() {
+        Ok(Value::Bool(b.is_true()))
+    } else if v.is_instance_of::<PyInt>() {
+        if let Ok(n) = v.extract::<u64>() {
+            Ok(n.into())
+        } else if let Ok(n) = v.extract::<i64>() {
+            Ok(n.into())
+        } else {
+            Err("an integer too large for a setting".into())
+        }
+    } else if let Ok(f) = v.downcast::<PyFloat>() {
+        serde_json::Number::from_f64(f.value())
+            .map(Value::Number)
+            .ok_or_else(|| format!("{} is not a finite number", f.value()))
+    } else if let Ok(s) = v.downcast::<PyString>() {
+        Ok(Value::String(s.to_cow().map_err(|e| e.to_string())?.into_owned()))
+    } else if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() {
+        v.try_iter()
+            .map_err(|e| e.to_string())?
+            .map(|item| item.map_err(|e| e.to_string()).and_then(|i| json_value(&i)))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Value::Array)
+    } else {
+        Err(format!("unexpected {}", type_name(v)))
+    }
 }

@@ -5,6 +5,7 @@ import ast
 import importlib.metadata
 import inspect
 import os
+import pathlib
 import re
 import tomllib
 
@@ -97,7 +98,12 @@ PASSED_THROUGH = [
     "continue_without_lost_nodes",
     "worker_nice",
     "batch_timeout",
+    "request_timeout",
+    "seed_timeout",
+    "update_weights_timeout",
+    "snapshot_timeout",
     "shutdown_timeout",
+    "shutdown_ack_timeout",
     "join_timeout",
     "heartbeat",
     "heartbeat_timeout",
@@ -116,3 +122,14 @@ def test_each_argument_reaches_the_builder_under_its_name(name):
     with pytest.raises(rollout.ConfigError) as e:
         rollout.DistributedCollector("CartPole-v1", frames_per_batch=10, **{name: [object()]})
     assert e.value.field == name, str(e.value)
+
+
+def test_every_plain_setting_of_the_cli_is_an_argument():
+    # The plain settings are one Rust struct (CollectorArgs) the CLI parses as flags and
+    # this module reads from its keyword arguments: each of its fields must be one here.
+    args_rs = pathlib.Path(__file__).resolve().parents[3] / "actors" / "src" / "collector" / "args.rs"
+    body = args_rs.read_text().split("pub struct CollectorArgs {", 1)[1].split("\n}\n", 1)[0]
+    fields = re.findall(r"^    pub ([a-z_]+): ", body, flags=re.M)
+    assert len(fields) > 40, fields
+    names = {p.name for p in params()}
+    assert [f for f in fields if f not in names] == []
