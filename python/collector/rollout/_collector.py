@@ -12,7 +12,7 @@ import os
 import shutil
 import sys
 import tempfile
-from typing import Any, Dict, Iterable, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -37,6 +37,44 @@ def _exploration(value: Any) -> Optional[str]:
     if not isinstance(name, str):
         raise _config_error("exploration_type", f"expected a string or an ExplorationType, got {type(value).__name__}")
     return name.lower()
+
+
+def _cpu_only(field: str, device: Any) -> None:
+    """torchrl's device arguments: the CPU (or ``None``) is what nodes run on."""
+    if device is None:
+        return
+    name = getattr(device, "type", device)
+    if not isinstance(name, str):
+        raise _config_error(field, f"a device such as \"cpu\", got {type(device).__name__}")
+    if name.split(":")[0] != "cpu":
+        raise _config_error(
+            field, f"{device!s}: rollout's nodes run policies and store batches on the CPU; pass \"cpu\" or leave it out"
+        )
+
+
+def _needs_python_nodes(env: Any, env_config: Any, launcher: str, node_command: Any, node_program: Any, min_nodes: Any, max_nodes: Any) -> bool:
+    """An env id no built-in env has, with nothing said about how to start nodes: it is
+    served by Python nodes this collector starts (gymnasium's envs, and any the
+    rollout_node package can import)."""
+    if not isinstance(env, str) or launcher != "local" or node_command is not None or node_program is not None:
+        return False
+    if min_nodes is not None or max_nodes is not None:
+        return False  # elastic runs take nodes that join: the builder says so
+    return _native.builtin_env_specs(env, _env_config("env_config", env_config)) is None
+
+
+def _python_node_command(env: str) -> list:
+    """This interpreter running ``rollout_node``, or a ``ConfigError`` saying what to install."""
+    import importlib.util
+
+    if importlib.util.find_spec("rollout_node") is None:
+        raise _config_error(
+            "env",
+            f"{env!r} is not a built-in env (CartPole-v1, Pendulum-v1, MountainCarContinuous-v0, Counting); "
+            "other envs run on Python nodes: install the rollout-node package (pip install ./python/node) "
+            "in this interpreter, or pass node_command",
+        )
+    return [sys.executable, "-m", "rollout_node"]
 
 
 def _is_torch(policy: Any) -> bool:
@@ -169,13 +207,22 @@ class DistributedCollector:
     ``num_workers_per_collector`` (same as ``envs_per_node``),
     ``update_after_each_batch``, ``max_weight_update_interval``,
     ``update_interval``, ``max_frames_per_traj``, ``init_random_frames``,
-    ``reset_at_each_iter``, ``split_trajs``, ``exploration_type``.
+    ``reset_at_each_iter``, ``split_trajs``, ``exploration_type``, ``postproc``
+    (called on each batch before it is yielded, as torchrl calls it), and the devices
+    ``device``, ``policy_device``, ``storing_device``, ``env_device`` (the CPU, or
+    left out: nodes run policies and store batches on the CPU; another device is a
+    ``ConfigError``). An ``env`` id that no built-in env has, with the default
+    launcher, starts Python nodes (``rollout_node``, with this interpreter) that
+    build it.
 
     A torch policy (``policy=actor``: an ``nn.Module``, a tensordict
     ``TensorDictModule`` or torchrl's ``ProbabilisticActor``) is exported as the
     ``onnx`` policy (see docs/python.md, "From torchrl"); batches are then
     TensorDicts laid out as torchrl's, and ``update_policy_weights_()`` pushes the
-    actor's current parameters. ``tensordict`` (``True``/``False``) asks for
+    actor's current parameters; the log-probability is written under the actor's
+    ``log_prob_key`` when it returns one (``return_log_prob``), and each frame's
+    weights version and node under ``("collector", "weights_version")`` and
+    ``("collector", "node")``. ``tensordict`` (``True``/``False``) asks for
     TensorDict batches (or NumPy ones) whatever the policy; needs the ``torch``
     extra.
 
@@ -278,7 +325,17 @@ class DistributedCollector:
         metrics: Optional[str] = None,
         metrics_linger: Optional[float] = None,
         tensordict: Optional[bool] = None,
+        device: Any = None,
+        policy_device: Any = None,
+        storing_device: Any = None,
+        env_device: Any = None,
+        postproc: Optional[Callable[[Any], Any]] = None,
     ) -> None:
+        for name, value in (("device", device), ("policy_device", policy_device), ("storing_device", storing_device), ("env_device", env_device)):
+            _cpu_only(name, value)
+        if postproc is not None and not callable(postproc):
+            raise _config_error("postproc", f"a callable taking a batch and returning one, got {type(postproc).__name__}")
+        self._postproc = postproc
         if env is not None and create_env_fn is not None:
             raise _config_error("env", "give env or create_env_fn, not both")
         env = env if env is not None else create_env_fn
@@ -303,6 +360,8 @@ class DistributedCollector:
                     "node_program",
                     f"the {launcher} launcher starts the `rollout` binary: put it on PATH, set ROLLOUT_BIN or pass node_program",
                 )
+        if _needs_python_nodes(env, env_config, launcher, node_command, node_program, min_nodes, max_nodes):
+            launcher, node_command = "process", _python_node_command(env)
         if isinstance(token, str):
             token = token.encode()
         self._torch_policy = None
@@ -426,11 +485,16 @@ class DistributedCollector:
             return None
         batch = Batch(raw)
         if not self._tensordict:
-            return batch
+            return batch if self._postproc is None else self._postproc(batch)
         from ._tensordict import to_tensordict
 
-        encoding = self._torch_policy.action_encoding if self._torch_policy is not None else None
-        return to_tensordict(batch, one_hot=self._torch_policy.n_actions if encoding == "one_hot" else None)
+        if self._torch_policy is None:
+            td = to_tensordict(batch)
+        else:
+            p = self._torch_policy
+            one_hot = p.n_actions if p.action_encoding == "one_hot" else None
+            td = to_tensordict(batch, one_hot=one_hot, log_prob_key=p.log_prob_key)
+        return td if self._postproc is None else self._postproc(td)
 
     def __iter__(self) -> Iterator[Any]:
         while True:

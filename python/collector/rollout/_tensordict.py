@@ -12,7 +12,12 @@ Rust side collected into (no copy). What torchrl's layout adds is made here:
   records the done state of each step's first observation, always ``False`` here
   since a finished episode is reset before its next step (new, zeroed tensors);
 - a one-hot action (``int64 [..., n]``, a new tensor) when the actor's action is
-  one-hot (torchrl's ``OneHotCategorical``); rollout records the index.
+  one-hot (torchrl's ``OneHotCategorical``); rollout records the index;
+- the log-probability under the actor's ``log_prob_key`` (rollout records it as
+  ``action_log_prob``), or none when the actor does not return one;
+- ``("collector", "weights_version")`` and ``("collector", "node")`` (``int64``, the
+  batch's shape, new tensors): which weights and which node made each frame, so
+  batches still in flight when weights change can be told apart.
 """
 
 from __future__ import annotations
@@ -32,10 +37,17 @@ except ImportError as _e:  # pragma: no cover - the message is the point
 _ROOT_DONE = ("done", "terminated", "truncated")
 
 
-def to_tensordict(batch: Batch, one_hot: Optional[int] = None, squeeze_env: bool = True) -> "TensorDict":
+_LOG_PROB = "action_log_prob"
+_KEEP = object()
+
+
+def to_tensordict(
+    batch: Batch, one_hot: Optional[int] = None, squeeze_env: bool = True, log_prob_key: Any = _KEEP
+) -> "TensorDict":
     """``batch`` as a TensorDict (see the module's doc); ``one_hot``: the number of
     actions, to write the discrete action as torchrl's one-hot (``None``: as it is);
-    ``squeeze_env``: drop a node's env axis when it has one env."""
+    ``squeeze_env``: drop a node's env axis when it has one env; ``log_prob_key``:
+    where the log-probability goes (``None``: dropped; by default kept as it is)."""
     size = list(batch.batch_size)
     env_axis = len(size) - 2  # [envs, T] or [nodes, envs, T]
     drop = squeeze_env and env_axis >= 0 and size[env_axis] == 1
@@ -59,9 +71,39 @@ def to_tensordict(batch: Batch, one_hot: Optional[int] = None, squeeze_env: bool
         if a.dtype == torch.int64 and a.dim() == len(size):
             fields["action"] = torch.nn.functional.one_hot(a, one_hot)
 
+    if log_prob_key is not _KEEP and _LOG_PROB in fields:
+        log_prob = fields.pop(_LOG_PROB)
+        if log_prob_key is not None:
+            parts = log_prob_key if isinstance(log_prob_key, tuple) else (log_prob_key,)
+            d = fields
+            for p in parts[:-1]:
+                d = d.setdefault(p, {})
+            d[parts[-1]] = log_prob
+
+    _write_origin(fields.setdefault("collector", {}), batch, size)
+
     next_done = fields.get("next", {}).get("done")
     if next_done is not None:
         for k in _ROOT_DONE:
             if k not in fields:
                 fields[k] = torch.zeros(next_done.shape, dtype=torch.bool)
     return TensorDict(fields, batch_size=size)
+
+
+def _write_origin(collector: dict, batch: Batch, size: list) -> None:
+    """``weights_version`` and ``node`` of every frame: one value per share, a sync
+    batch's first axis being its nodes. A sync batch split into trajectories has
+    trajectories on that axis: its version is written when every node's is the same,
+    its node not at all."""
+    versions = batch.weights_versions
+    split = "mask" in collector
+    if batch.node is not None:
+        collector["weights_version"] = torch.full(size, versions[0], dtype=torch.int64)
+        collector["node"] = torch.full(size, batch.node, dtype=torch.int64)
+    elif not split and size and size[0] == len(versions):
+        lead = [len(versions)] + [1] * (len(size) - 1)
+        # Contiguous (not expanded views), so `view` works on them as on every other entry.
+        collector["weights_version"] = torch.tensor(versions, dtype=torch.int64).reshape(lead).expand(size).contiguous()
+        collector["node"] = torch.arange(len(versions), dtype=torch.int64).reshape(lead).expand(size).contiguous()
+    elif len(set(versions)) == 1:
+        collector["weights_version"] = torch.full(size, versions[0], dtype=torch.int64)

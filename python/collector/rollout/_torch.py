@@ -151,6 +151,9 @@ class ExportedPolicy:
         self.module = module
         self.model = model
         self.head = head
+        # Where the actor writes its log-probability, and whether it does (torchrl's
+        # `log_prob_key` and `return_log_prob`; a module without a distribution has none).
+        self.log_prob_key: Any = None
         self.action_encoding = encoding
         self.input_names = input_names
         # Actions of a categorical head (the logits' size), for one-hot batches.
@@ -406,9 +409,21 @@ def export_policy(policy: nn.Module, specs: Optional[Mapping[str, Any]]) -> Expo
     _check_outputs(head, out_names, sample, action)
     model = _onnx_bytes(export, examples, input_names, out_names)
     exported = ExportedPolicy(policy, model, head, encoding, input_names)
+    if parts is not None and parts[1] is not None:
+        exported.log_prob_key = _log_prob_key(parts[1])
     if head == "categorical":
         exported.n_actions = int(sample[0].shape[-1])
     return exported
+
+
+def _log_prob_key(prob: nn.Module) -> Any:
+    """The key the probabilistic module writes its sample's log-probability under, or
+    ``None`` when it writes none (``return_log_prob=False``)."""
+    if not getattr(prob, "return_log_prob", False):
+        return None
+    keys = getattr(prob, "log_prob_keys", None)
+    key = keys[0] if keys else getattr(prob, "log_prob_key", None)
+    return key if key is not None else "action_log_prob"
 
 
 def _outputs(head: str, out: List[Tuple[Key, Any]]) -> List[Tuple[str, Any]]:

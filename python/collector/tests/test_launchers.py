@@ -394,3 +394,29 @@ def test_slurm_launcher_collects_an_env_only_the_python_nodes_know():
         assert all(b["observation"].shape[-1] == 6 for b in batches)
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def test_an_env_id_no_builtin_env_has_starts_python_nodes_by_itself():
+    # Acrobot-v1 is gymnasium's, not one of the built-in envs: with no launcher said,
+    # the collector starts Python nodes with this interpreter and learns the spaces from them.
+    require_python_node()
+    with rollout.DistributedCollector("Acrobot-v1", nodes=2, frames_per_batch=40, total_frames=80, seed=3) as c:
+        pids = c.node_pids()
+        assert len(pids) == 2
+        for pid in pids:
+            assert cmdline(pid)[:3] == [sys.executable.encode(), b"-m", b"rollout_node"], cmdline(pid)
+        batches = list(c)
+    assert sum(b.numel() for b in batches) == 80
+    assert batches[0]["observation"].shape[-1] == 6  # Acrobot's observation
+    for pid in pids:
+        assert not alive(pid), f"node process {pid} outlived the run"
+
+
+def test_an_env_id_without_the_python_node_installed_says_what_to_install(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "rollout_node" else real(name, *a))
+    with pytest.raises(rollout.ConfigError) as e:
+        rollout.DistributedCollector("Acrobot-v1", frames_per_batch=40, total_frames=80)
+    assert e.value.field == "env" and "pip install" in str(e.value) and "\n" not in str(e.value), e.value

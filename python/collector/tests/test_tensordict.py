@@ -69,11 +69,14 @@ def test_the_layout_is_torchrls_keys_dtypes_and_feature_shapes():
     td = rollout_batch(frames_per_batch=32, total_frames=32)
     assert isinstance(td, TensorDict)
     ours = layout(td)
-    # rollout also records the step count at the root (torchrl's StepCounter key).
+    # rollout also records the step count at the root (torchrl's StepCounter key), and
+    # which weights and node made each frame (issue 44).
     assert ours.pop("step_count") == (torch.int64, (1,))
+    assert ours.pop(("collector", "weights_version")) == (torch.int64, ())
+    assert ours.pop(("collector", "node")) == (torch.int64, ())
     missing = set(theirs) - set(ours)
     assert missing <= LOG_PROB_KEYS, f"keys torchrl has and rollout lacks: {missing}"
-    assert set(ours) - set(theirs) == set(), "no key of rollout's own beyond step_count"
+    assert set(ours) - set(theirs) == set(), "no key of rollout's own beyond those"
     for k in ours:
         assert ours[k] == theirs[k], f"{k}: rollout {ours[k]} vs torchrl {theirs[k]}"
     for k in ("done", "terminated", "truncated", ("next", "done"), ("collector", "traj_ids")):

@@ -130,3 +130,84 @@ def test_actor_refused_before_anything_starts():
     with pytest.raises(rollout.ConfigError) as e:
         rollout.DistributedCollector("CartPole-v1", actor, frames_per_batch=8, total_frames=8)
     assert e.value.field == "policy" and "pixels" in str(e.value)
+
+
+def actor_with(**kw):
+    torch.manual_seed(0)
+    return ProbabilisticActor(
+        TensorDictModule(nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 2)), in_keys=["observation"], out_keys=["logits"]),
+        in_keys=["logits"],
+        distribution_class=OneHotCategorical,
+        **kw,
+    )
+
+
+@needs_onnx
+def test_the_log_prob_goes_under_the_actors_log_prob_key_and_only_when_it_returns_one():
+    # torchrl's losses read the key the actor names (e.g. `set_keys(sample_log_prob=...)`).
+    named = actor_with(return_log_prob=True, log_prob_key="sample_log_prob")
+    with rollout.DistributedCollector("CartPole-v1", named, frames_per_batch=32, total_frames=32, seed=5) as c:
+        td = c.next()
+    keys = set(td.keys(include_nested=True, leaves_only=True))
+    assert "sample_log_prob" in keys and "action_log_prob" not in keys, keys
+    with torch.no_grad():
+        logits = named.module[0](TensorDict(observation=td["observation"], batch_size=[32]))["logits"]
+    want = torch.distributions.OneHotCategorical(logits=logits).log_prob(td["action"].float())
+    np.testing.assert_allclose(td["sample_log_prob"].numpy(), want.numpy(), atol=1e-5)
+
+    silent = actor_with(return_log_prob=False)
+    with rollout.DistributedCollector("CartPole-v1", silent, frames_per_batch=32, total_frames=32, seed=5) as c:
+        keys = set(c.next().keys(include_nested=True, leaves_only=True))
+    assert not any("log_prob" in (k if isinstance(k, str) else k[-1]) for k in keys), keys
+
+
+@needs_onnx
+def test_each_frame_says_which_weights_and_which_node_made_it():
+    actor = cartpole_actor()
+    # Async, 2 nodes: after an update, batches already in flight still carry version 0.
+    with rollout.DistributedCollector("CartPole-v1", actor, frames_per_batch=16, total_frames=-1, nodes=2, seed=5) as c:
+        first = c.next()
+        assert first["collector", "weights_version"].dtype == torch.int64
+        assert first["collector", "weights_version"].shape == first.batch_size
+        assert (first["collector", "weights_version"] == 0).all()
+        assert (first["collector", "node"] == first["collector", "node"][0]).all()
+        assert int(first["collector", "node"][0]) in (0, 1)
+        assert c.update_policy_weights_() == 1
+        seen = set()
+        for _ in range(12):
+            td = c.next()
+            seen.add(int(td["collector", "weights_version"][0]))
+            assert (td["collector", "weights_version"] == td["collector", "weights_version"][0]).all()
+        assert 1 in seen, seen
+    # Sync: the first axis is the nodes, each with its own index.
+    with rollout.DistributedCollector("CartPole-v1", actor, frames_per_batch=32, total_frames=32, nodes=2, sync=True, seed=5) as c:
+        td = c.next()
+    assert td.batch_size == (2, 16)
+    assert td["collector", "node"][:, 0].tolist() == [0, 1]
+    assert (td["collector", "node"] == td["collector", "node"][:, :1]).all()
+    assert td.view(-1)["collector", "weights_version"].shape == (32,)
+
+
+@pytest.mark.parametrize("name", ["device", "policy_device", "storing_device", "env_device"])
+def test_torchrls_device_arguments_take_the_cpu_and_refuse_another_device_in_one_sentence(name):
+    for cpu in ("cpu", torch.device("cpu"), "cpu:0"):
+        with rollout.DistributedCollector("CartPole-v1", frames_per_batch=8, total_frames=8, **{name: cpu}) as c:
+            assert c.next() is not None
+    with pytest.raises(rollout.ConfigError) as e:
+        rollout.DistributedCollector("CartPole-v1", frames_per_batch=8, total_frames=8, **{name: "cuda:0"})
+    assert e.value.field == name and "CPU" in str(e.value) and "\n" not in str(e.value), e.value
+
+
+def test_postproc_is_called_on_each_batch_as_torchrl_calls_it():
+    calls = []
+
+    def postproc(batch):
+        calls.append(batch.index)
+        return ("processed", batch)
+
+    with rollout.DistributedCollector("CartPole-v1", frames_per_batch=8, total_frames=24, seed=1, postproc=postproc) as c:
+        got = list(c)
+    assert [g[0] for g in got] == ["processed"] * 3 and calls == [0, 1, 2], (got, calls)
+    with pytest.raises(rollout.ConfigError) as e:
+        rollout.DistributedCollector("CartPole-v1", frames_per_batch=8, total_frames=8, postproc="no")
+    assert e.value.field == "postproc", e.value
