@@ -39,6 +39,30 @@ def _exploration(value: Any) -> Optional[str]:
     return name.lower()
 
 
+def _placed(forms: Any, field: str, env_config: Any, collector_kwargs: Any, nodes: Optional[int]):
+    """(env, env_config, collector_kwargs, nodes) for torchrl's env forms resolved by
+    ``_env_forms.resolve``: one env for every node, or one per node."""
+    if isinstance(forms, str):
+        return forms, env_config, collector_kwargs, nodes
+    many = isinstance(forms, list)
+    first = forms[0] if many else forms
+    if first[1] is not None and env_config is not None:
+        raise _config_error("env_config", f"the {field} given already has gym.make's keyword arguments: give them once")
+    config = first[1] if first[1] is not None else env_config
+    if not many:
+        return first[0], config, collector_kwargs, nodes
+    if nodes is None:
+        nodes = len(forms)
+    elif nodes != len(forms):
+        raise _config_error(field, f"{len(forms)} envs for {nodes} nodes: give one per node (torchrl: one per collector)")
+    if all(f == first for f in forms):
+        return first[0], config, collector_kwargs, nodes
+    if collector_kwargs is not None:
+        raise _config_error("collector_kwargs", f"the nodes' envs differ in {field}: give per-node envs there or in collector_kwargs, not both")
+    per_node = [{"env": name, **({"env_config": cfg} if cfg is not None else {})} for name, cfg in forms]
+    return first[0], config, per_node, nodes
+
+
 def _cpu_only(field: str, device: Any) -> None:
     """torchrl's device arguments: the CPU (or ``None``) is what nodes run on."""
     if device is None:
@@ -265,12 +289,12 @@ class DistributedCollector:
 
     def __init__(
         self,
-        env: Optional[str] = None,
+        env: Any = None,
         policy: Any = None,
         *,
         frames_per_batch: Optional[int] = None,
         total_frames: int = -1,
-        create_env_fn: Optional[str] = None,
+        create_env_fn: Any = None,
         env_config: Optional[Mapping[str, Any]] = None,
         env_spec: Optional[Mapping[str, Any]] = None,
         nodes: Optional[int] = None,
@@ -338,7 +362,12 @@ class DistributedCollector:
         self._postproc = postproc
         if env is not None and create_env_fn is not None:
             raise _config_error("env", "give env or create_env_fn, not both")
+        env_field = "env" if env is not None else "create_env_fn"
         env = env if env is not None else create_env_fn
+        if env is not None and not isinstance(env, str):
+            from ._env_forms import resolve
+
+            env, env_config, collector_kwargs, nodes = _placed(resolve(env, env_field), env_field, env_config, collector_kwargs, nodes)
         if envs_per_node is not None and num_workers_per_collector is not None:
             raise _config_error("envs_per_node", "give envs_per_node or num_workers_per_collector, not both")
         if envs_per_node is None:

@@ -1,0 +1,117 @@
+"""torchrl's forms of ``create_env_fn`` turned into what rollout's nodes build: an env
+id and the keyword arguments of ``gym.make`` (its ``env_config``).
+
+torchrl takes an id, a callable (a function, an ``EnvCreator``), an env (``GymEnv``,
+a ``TransformedEnv``), or a list of them, one per collector. Nodes build their envs
+themselves from an id and a config, so a form is served when it says one: a
+``GymEnv`` (its id and ``gym.make`` keyword arguments), a ``TransformedEnv`` over one
+whose transforms rollout already applies (``StepCounter`` without a limit: rollout
+records ``step_count``), and a callable that builds such an env (called once, here, as
+torchrl's ``EnvCreator`` does to read the specs). Anything else is refused before any
+node starts, with the sentence that says what to pass.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, List, Optional, Tuple
+
+from ._collector import _config_error as config_error
+
+# What a node is asked to build: an env id, and gym.make's keyword arguments (or None).
+EnvForm = Tuple[str, Optional[dict]]
+
+_WHAT_TO_PASS = (
+    "pass the env id (e.g. \"Pendulum-v1\") with env_config for gym.make's keyword arguments, "
+    "and apply transforms to the batches in the learner"
+)
+
+
+def resolve(create_env_fn: Any, field: str = "create_env_fn") -> Any:
+    """``create_env_fn`` as an env id (a string, unchanged), one :data:`EnvForm`, or a
+    list of them (one per node)."""
+    if isinstance(create_env_fn, str):
+        return create_env_fn
+    if isinstance(create_env_fn, (list, tuple)):
+        if not create_env_fn:
+            raise config_error(field, "an empty list: give one env (or env function) per node")
+        return [_one(f, field) for f in create_env_fn]
+    return _one(create_env_fn, field)
+
+
+def _one(form: Any, field: str) -> EnvForm:
+    if isinstance(form, str):
+        return form, None
+    if _is_env(form):
+        return _of_env(form, field)
+    if callable(form):
+        try:
+            env = form()
+        except Exception as e:
+            raise config_error(field, f"calling {_name(form)} to read the env it makes failed: {type(e).__name__}: {e}") from e
+        try:
+            if isinstance(env, str) or not _is_env(env):
+                raise config_error(field, f"{_name(form)} returned {type(env).__name__}, not a torchrl env; {_WHAT_TO_PASS}")
+            return _of_env(env, field)
+        finally:
+            _close(env)
+    raise config_error(field, f"expected an env id, a torchrl env, a function making one, or a list of them; got {type(form).__name__}")
+
+
+def _is_env(obj: Any) -> bool:
+    try:
+        from torchrl.envs import EnvBase
+    except ImportError:
+        return False
+    return isinstance(obj, EnvBase)
+
+
+def _of_env(env: Any, field: str) -> EnvForm:
+    from torchrl.envs import TransformedEnv
+
+    if isinstance(env, TransformedEnv):
+        for t in _transforms(env.transform):
+            if not _served(t):
+                raise config_error(field, f"the transform {type(t).__name__} does not run on rollout's nodes; {_WHAT_TO_PASS}")
+        return _of_env(env.base_env, field)
+    kwargs = getattr(env, "_constructor_kwargs", None)
+    if type(env).__name__ != "GymEnv" or not isinstance(kwargs, dict) or "env_name" not in kwargs:
+        raise config_error(field, f"a {type(env).__name__} is not built by rollout's nodes; {_WHAT_TO_PASS}")
+    for option, default in (("frame_skip", 1), ("from_pixels", False)):
+        value = getattr(env, option, default)
+        if value not in (default, None):
+            raise config_error(field, f"GymEnv's {option}={value!r} is torchrl's own and not done by rollout's nodes; {_WHAT_TO_PASS}")
+    config = {k: v for k, v in kwargs.items() if k not in ("env_name", "disable_env_checker")}
+    try:
+        json.dumps(config)
+    except (TypeError, ValueError) as e:
+        raise config_error(field, f"gym.make's keyword arguments of {kwargs['env_name']} must be JSON for the nodes: {e}") from None
+    return str(kwargs["env_name"]), (config or None)
+
+
+def _transforms(transform: Any) -> List[Any]:
+    from torchrl.envs import Compose
+
+    if isinstance(transform, Compose):
+        return [t for inner in transform.transforms for t in _transforms(inner)]
+    return [transform]
+
+
+def _served(t: Any) -> bool:
+    """Transforms whose effect rollout's batches already have."""
+    from torchrl.envs import StepCounter
+
+    return isinstance(t, StepCounter) and getattr(t, "max_steps", None) is None
+
+
+def _name(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
+
+
+def _close(env: Any) -> None:
+    close = getattr(env, "close", None)
+    if callable(close):
+        try:
+            close()
+        except Exception:  # noqa: BLE001 - the env was only read; closing it is a courtesy
+            pass

@@ -1,0 +1,92 @@
+"""torchrl's forms of ``create_env_fn``: an id, a callable, an ``EnvCreator``, a
+``GymEnv``, a ``TransformedEnv``, a list of them. Each form that names an env the
+nodes build collects exactly what the id collects; every other form is refused
+before anything starts, in one sentence saying what to pass."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("torchrl")
+
+from torchrl.envs import Compose, EnvCreator, GymEnv, RewardSum, StepCounter, TransformedEnv  # noqa: E402
+
+import rollout  # noqa: E402
+
+warnings.filterwarnings("ignore")
+
+
+def first_batch(create_env_fn, **kw):
+    kw = {"frames_per_batch": 64, "total_frames": 64, "seed": 11, "tensordict": False, **kw}
+    with rollout.DistributedCollector(create_env_fn=create_env_fn, **kw) as c:
+        b = c.next()
+        return {k: np.array(v) for k, v in b.items(include_nested=True, leaves_only=True)}
+
+
+def same(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=str(k))
+
+
+def make_cartpole():
+    return GymEnv("CartPole-v1")
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        GymEnv("CartPole-v1"),
+        make_cartpole,
+        lambda: GymEnv("CartPole-v1"),
+        EnvCreator(make_cartpole),
+        TransformedEnv(GymEnv("CartPole-v1"), StepCounter()),
+        TransformedEnv(GymEnv("CartPole-v1"), Compose(StepCounter())),
+        [make_cartpole],
+    ],
+    ids=["GymEnv", "function", "lambda", "EnvCreator", "TransformedEnv-StepCounter", "Compose", "list"],
+)
+def test_a_form_naming_an_env_collects_what_its_id_collects(form):
+    same(first_batch(form), first_batch("CartPole-v1"))
+
+
+def test_gym_make_keyword_arguments_go_to_the_nodes():
+    # CartPole's episodes end by max_episode_steps: 20 at most here, against longer ones
+    # of the same run without it.
+    kw = {"total_frames": 400, "frames_per_batch": 400}
+    assert first_batch(GymEnv("CartPole-v1"), **kw)["step_count"].max() > 20
+    assert first_batch(GymEnv("CartPole-v1", max_episode_steps=20), **kw)["step_count"].max() <= 20
+
+
+def test_a_list_gives_one_env_per_node_and_must_match_nodes():
+    b = first_batch([make_cartpole, make_cartpole], sync=True, frames_per_batch=64)
+    assert b["observation"].shape[:2] == (2, 1)
+    with pytest.raises(rollout.ConfigError) as e:
+        first_batch([make_cartpole, make_cartpole], nodes=3)
+    assert e.value.field == "create_env_fn" and "one per node" in str(e.value)
+
+
+class NotAnEnv:
+    pass
+
+
+@pytest.mark.parametrize(
+    "form, says",
+    [
+        (TransformedEnv(GymEnv("CartPole-v1"), RewardSum()), "RewardSum"),
+        (TransformedEnv(GymEnv("CartPole-v1"), StepCounter(max_steps=10)), "StepCounter"),
+        (GymEnv("CartPole-v1", frame_skip=2), "frame_skip"),
+        (lambda: NotAnEnv(), "NotAnEnv"),
+        (lambda: 1 / 0, "ZeroDivisionError"),
+        (42, "int"),
+        ([], "empty"),
+    ],
+    ids=["transform", "StepCounter-max_steps", "frame_skip", "not-an-env", "raises", "int", "empty-list"],
+)
+def test_a_form_the_nodes_cannot_build_is_refused_in_one_sentence_before_anything_starts(form, says):
+    with pytest.raises(rollout.ConfigError) as e:
+        first_batch(form)
+    msg = str(e.value)
+    assert e.value.field == "create_env_fn" and says in msg and "\n" not in msg, msg
