@@ -222,69 +222,95 @@ def _node_command(command: Any) -> list:
 
 
 class DistributedCollector:
-    """Collects batches on rollout nodes; iterate it to get :class:`Batch` es.
+    """Collects batches of env frames on rollout's nodes, as torchrl's collectors do.
 
-    torchrl's arguments: ``frames_per_batch`` (required), ``total_frames`` (-1:
-    endless), ``sync``, ``launcher`` (``"local"``, ``"process"``, ``"external"``,
-    ``"slurm"``), ``slurm_kwargs``, ``collector_kwargs`` (one dict per node:
-    ``env``, ``env_config``, ``envs_per_node``, ``exploration_type``),
-    ``num_workers_per_collector`` (same as ``envs_per_node``),
-    ``update_after_each_batch``, ``max_weight_update_interval``,
-    ``update_interval``, ``max_frames_per_traj``, ``init_random_frames``,
-    ``reset_at_each_iter``, ``split_trajs``, ``exploration_type``, ``postproc``
-    (called on each batch before it is yielded, as torchrl calls it), and the devices
-    ``device``, ``policy_device``, ``storing_device``, ``env_device`` (the CPU, or
-    left out: nodes run policies and store batches on the CPU; another device is a
-    ``ConfigError``). An ``env`` id that no built-in env has, with the default
-    launcher, starts Python nodes (``rollout_node``, with this interpreter) that
-    build it.
+    Iterate it (or call :meth:`next`) for batches: ``tensordict.TensorDict`` s laid out
+    as torchrl's when the policy is a torch module (or ``tensordict=True``), else
+    :class:`Batch` es of NumPy arrays; both view the buffers the nodes collected into.
+    Push weights back with :meth:`update_policy_weights_`. Use it in a ``with`` block
+    (or call :meth:`shutdown`). A bad argument raises :class:`ConfigError` naming it,
+    before anything starts.
 
-    A torch policy (``policy=actor``: an ``nn.Module``, a tensordict
-    ``TensorDictModule`` or torchrl's ``ProbabilisticActor``) is exported as the
-    ``onnx`` policy (see docs/python.md, "From torchrl"); batches are then
-    TensorDicts laid out as torchrl's, and ``update_policy_weights_()`` pushes the
-    actor's current parameters; the log-probability is written under the actor's
-    ``log_prob_key`` when it returns one (``return_log_prob``), and each frame's
-    weights version and node under ``("collector", "weights_version")`` and
-    ``("collector", "node")``. ``tensordict`` (``True``/``False``) asks for
-    TensorDict batches (or NumPy ones) whatever the policy; needs the ``torch``
-    extra.
+    Example (torchrl's PPO actor on CartPole, two local nodes)::
 
-    rollout's own: ``env`` (a registered name, e.g. ``"CartPole-v1"``, or with the
-    ``"process"``, ``"external"`` and ``"slurm"`` launchers any env the nodes build,
-    e.g. a gymnasium id served by Python nodes: the trainer learns its spaces from the
-    first node to be ready; torchrl's ``create_env_fn`` position), ``env_config`` (a
-    JSON-able dict), ``env_spec`` (the env's spaces declared, a dict as PROTOCOL.md §3
-    writes them, ``{"observation": {...}, "action": {...}}``: nodes are checked against
-    them), ``policy`` (a
-    kind or a config dict; default ``"linear"``; ``"onnx"`` runs the model in
-    ``policy_file``, e.g. exported from PyTorch, with ``onnx_head`` one of
-    ``"categorical"``, ``"normal"``, ``"tanh_normal"``, ``"deterministic"``: see
-    docs/policies.md), ``policy_init_seed``, ``nodes``
-    (default 1), elastic membership (``min_nodes``, ``max_nodes``: an async run of
-    the ``"external"`` launcher that starts once ``min_nodes`` joined, takes nodes
-    that join while it runs up to ``max_nodes`` and lets nodes leave; instead of
-    ``nodes``), ``envs_per_node``, ``envs_per_worker`` (envs one worker thread
-    steps with one batched policy call per step; must divide ``envs_per_node``),
-    ``seed``, ``nan_is_failure``, ``allow_nonfinite_weights`` (store and push
-    weights holding NaN or infinity; off: ``update_policy_weights_`` raises
-    ``ConfigError`` on ``weights`` naming the tensor), supervision
-    (``max_restarts``, ``restart_window``, ``node_max_restarts``,
-    ``node_restart_window``, ``continue_timeout``,
-    ``continue_without_lost_nodes``, ``worker_nice``), timeouts in seconds
-    (``batch_timeout``; the deadlines on a node's answers ``request_timeout``,
-    ``seed_timeout``, ``update_weights_timeout``, ``snapshot_timeout``; ``shutdown_timeout``,
-    ``shutdown_ack_timeout``, ``join_timeout``, ``heartbeat``, ``heartbeat_timeout``,
-    ``handshake_timeout``), remote nodes (``listen``,
-    ``advertise``, ``token``, ``node_program``: the ``rollout`` binary whose
-    ``node`` subcommand the ``"process"`` and ``"slurm"`` launchers run, found on
-    ``PATH`` or in ``$ROLLOUT_BIN`` by default; ``node_command``: instead, the
-    command that starts a node, a list of words (program first, run without a
-    shell), e.g. ``[sys.executable, "-m", "rollout_node"]``, to which the launcher
-    appends ``--join``, ``--index``, ``--name`` and the token; ``max_frame``), ``metrics``
-    (``"HOST:PORT"``: Prometheus metrics at ``/metrics``, off by default; see
-    :meth:`metrics_addr`; ``metrics_linger``: seconds shutdown waits for a last
-    scrape) and ``resume`` (a :meth:`state_dict`).
+        import torch
+        from tensordict.nn import TensorDictModule
+        from torchrl.modules import OneHotCategorical, ProbabilisticActor
+        import rollout
+
+        actor = ProbabilisticActor(
+            TensorDictModule(torch.nn.Linear(4, 2), in_keys=["observation"], out_keys=["logits"]),
+            in_keys=["logits"], distribution_class=OneHotCategorical, return_log_prob=True,
+        )
+        with rollout.DistributedCollector("CartPole-v1", actor, frames_per_batch=200,
+                                          total_frames=1000, nodes=2, seed=0) as collector:
+            for data in collector:  # a TensorDict of 200 frames from one node
+                assert data["action_log_prob"].shape == data.batch_size
+                collector.update_policy_weights_()  # the actor's current parameters
+
+    Built-in envs (stepped in Rust): ``CartPole-v1``, ``Pendulum-v1``,
+    ``MountainCarContinuous-v0``, ``Counting``; any other id runs on Python nodes
+    (``rollout_node``, gymnasium's envs and any it can import).
+
+    Args (torchrl's names; ``None`` leaves the default said here):
+        ``env`` / ``create_env_fn``: the env: an id, or torchrl's forms (a ``GymEnv``, a
+            ``TransformedEnv`` over one with ``StepCounter``, a function or ``EnvCreator``
+            making one, a list of them, one per node). Required.
+        ``policy``: a torch actor (``nn.Module``, ``TensorDictModule``,
+            ``ProbabilisticActor``), a kind (``"random"``, ``"linear"``, ``"mlp"``,
+            ``"constant"``, ``"onnx"``) or a config dict. Default ``"linear"``.
+        ``frames_per_batch``: frames per batch. Required.
+        ``total_frames``: frames in all; -1 (default) collects until shut down.
+        ``env_config``: ``gym.make`` keyword arguments (a JSON-able dict).
+        ``env_spec``: the env's spaces declared (PROTOCOL.md section 3); nodes must match.
+        ``nodes``: number of nodes (1). ``min_nodes``, ``max_nodes``: an elastic run
+            instead (async, ``launcher="external"``; ``min_nodes`` 1).
+        ``envs_per_node`` / ``num_workers_per_collector``: envs per node (1).
+        ``envs_per_worker``: envs one worker thread steps together (1).
+        ``sync``: every batch stacks a share of every node (False: async).
+        ``seed``: the run's seed (drawn from the clock). ``policy_init_seed``: the seed
+            of a built-in policy's initial weights (0).
+        ``launcher``: ``"local"`` (default: threads of this process), ``"process"``,
+            ``"external"``, ``"slurm"``; ``slurm_kwargs``: ``partition``, ``time``,
+            ``cpus_per_task``, ``mem``, ``extra_lines``, ``job_name``, ``output_dir``.
+        ``collector_kwargs``: one dict per node (``env``, ``env_config``,
+            ``envs_per_node``, ``exploration_type``).
+        ``node_program``: the ``rollout`` binary the process and SLURM launchers start
+            (``$ROLLOUT_BIN`` or ``rollout`` on ``PATH``); ``node_command``: instead, the
+            words of any command starting a node, e.g.
+            ``[sys.executable, "-m", "rollout_node"]``.
+        ``update_after_each_batch`` (False), ``max_weight_update_interval`` (never),
+            ``update_interval`` (never): when stored weights go to the nodes.
+        ``max_frames_per_traj``: truncate longer trajectories (no limit).
+        ``init_random_frames``: frames of a random policy first (0).
+        ``reset_at_each_iter``: fresh episodes for each batch (False).
+        ``split_trajs``: batches as ``[trajectories, max_len]`` with a mask (False).
+        ``exploration_type``: ``"random"`` (default) or ``"deterministic"``
+            (``"mode"``, ``"mean"``), or torchrl's ``ExplorationType``.
+        ``postproc``: called on each batch before it is yielded.
+        ``device``, ``policy_device``, ``storing_device``, ``env_device``: the CPU (or
+            ``None``); another device is refused.
+        ``policy_file``, ``onnx_head``: the ``.onnx`` model and head of
+            ``policy="onnx"``.
+        ``tensordict``: TensorDict batches (default: when the policy is a torch module).
+        ``resume``: a :meth:`state_dict` to go on from.
+        ``nan_is_failure`` (False), ``allow_nonfinite_weights`` (False).
+        Supervision: ``max_restarts`` (5) within ``restart_window`` (5 s) per env
+            worker; ``node_max_restarts`` within ``node_restart_window`` (5 s) per node
+            (off unless set); ``continue_without_lost_nodes`` (False); ``worker_nice``
+            (10).
+        Deadlines in seconds: ``batch_timeout`` (60, or twice the longest answer
+            deadline set), ``request_timeout`` (30, or half of ``batch_timeout``),
+            ``seed_timeout``, ``update_weights_timeout``, ``snapshot_timeout`` (each
+            ``request_timeout``), ``continue_timeout`` (none), ``shutdown_timeout`` (10),
+            ``shutdown_ack_timeout`` (half of it), ``join_timeout`` (60),
+            ``heartbeat`` (1), ``heartbeat_timeout`` (5), ``handshake_timeout`` (5).
+        Remote nodes: ``listen`` (``"127.0.0.1:0"``), ``advertise`` (SLURM), ``token``
+            (at least 16 bytes; drawn at random for nodes this collector starts),
+            ``max_frame`` (256 MiB).
+        Metrics: ``metrics`` (``"HOST:PORT"``, off), ``metrics_linger`` (0 s).
+
+    See docs/python.md for each in full.
     """
 
     def __init__(

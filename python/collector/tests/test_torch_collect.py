@@ -211,3 +211,14 @@ def test_postproc_is_called_on_each_batch_as_torchrl_calls_it():
     with pytest.raises(rollout.ConfigError) as e:
         rollout.DistributedCollector("CartPole-v1", frames_per_batch=8, total_frames=8, postproc="no")
     assert e.value.field == "postproc", e.value
+
+
+@needs_onnx
+def test_the_example_help_shows_runs():
+    # help(rollout.DistributedCollector) shows one torchrl example: it must run as written.
+    import textwrap
+
+    doc = rollout.DistributedCollector.__doc__
+    block = doc.split("Example (torchrl's PPO actor on CartPole, two local nodes)::", 1)[1].split("\n\n", 2)[1]
+    assert "DistributedCollector(" in block and "update_policy_weights_()" in block
+    exec(textwrap.dedent(block), {})
