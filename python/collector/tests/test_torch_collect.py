@@ -219,6 +219,12 @@ def test_the_example_help_shows_runs():
     import textwrap
 
     doc = rollout.DistributedCollector.__doc__
-    block = doc.split("Example (torchrl's PPO actor on CartPole, two local nodes)::", 1)[1].split("\n\n", 2)[1]
+    after = doc.split("Example (torchrl's PPO actor on CartPole, two local nodes)::", 1)[1].splitlines()[1:]
+    lines = []
+    for line in after:
+        if line.strip() and not line.startswith(" " * 8):
+            break  # the indented block ends at the next paragraph
+        lines.append(line)
+    block = "\n".join(lines)
     assert "DistributedCollector(" in block and "update_policy_weights_()" in block
     exec(textwrap.dedent(block), {})
