@@ -548,7 +548,7 @@ class DistributedCollector:
         else:
             p = self._torch_policy
             one_hot = p.n_actions if p.action_encoding == "one_hot" else None
-            td = to_tensordict(batch, one_hot=one_hot, log_prob_key=p.log_prob_key)
+            td = to_tensordict(batch, one_hot=one_hot, log_prob_key=p.log_prob_key, leave_out=p.drop_keys)
         return td if self._postproc is None else self._postproc(td)
 
     def __iter__(self) -> Iterator[Any]:

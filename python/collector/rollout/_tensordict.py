@@ -42,12 +42,13 @@ _KEEP = object()
 
 
 def to_tensordict(
-    batch: Batch, one_hot: Optional[int] = None, squeeze_env: bool = True, log_prob_key: Any = _KEEP
+    batch: Batch, one_hot: Optional[int] = None, squeeze_env: bool = True, log_prob_key: Any = _KEEP, leave_out: Any = ()
 ) -> "TensorDict":
     """``batch`` as a TensorDict (see the module's doc); ``one_hot``: the number of
     actions, to write the discrete action as torchrl's one-hot (``None``: as it is);
     ``squeeze_env``: drop a node's env axis when it has one env; ``log_prob_key``:
-    where the log-probability goes (``None``: dropped; by default kept as it is)."""
+    where the log-probability goes (``None``: dropped; by default kept as it is);
+    ``leave_out``: root entries to leave out."""
     size = list(batch.batch_size)
     env_axis = len(size) - 2  # [envs, T] or [nodes, envs, T]
     drop = squeeze_env and env_axis >= 0 and size[env_axis] == 1
@@ -65,6 +66,9 @@ def to_tensordict(
         for p in parts[:-1]:
             d = d.setdefault(p, {})
         d[parts[-1]] = tensor(value)
+
+    for key in leave_out:
+        fields.pop(key, None)
 
     if one_hot is not None and "action" in fields:
         a = fields["action"]

@@ -154,6 +154,8 @@ class ExportedPolicy:
         # Where the actor writes its log-probability, and whether it does (torchrl's
         # `log_prob_key` and `return_log_prob`; a module without a distribution has none).
         self.log_prob_key: Any = None
+        # Recorded entries torchrl's batch of this actor does not have.
+        self.drop_keys: Tuple[str, ...] = ()
         self.action_encoding = encoding
         self.input_names = input_names
         # Actions of a categorical head (the logits' size), for one-hot batches.
@@ -372,9 +374,14 @@ def export_policy(policy: nn.Module, specs: Optional[Mapping[str, Any]]) -> Expo
         if torch.is_floating_point(p) and p.dtype != torch.float32:
             raise config_error("policy", f"`{n}` is {p.dtype}: rollout's ONNX policy runs float32 parameters")
 
-    parts = _actor_parts(policy)
+    off = _off_policy(policy)
+    parts = None if off is not None else _actor_parts(policy)
     encoding: Optional[str] = None
-    if parts is None:
+    if off is not None:
+        body, head, out, encoding, in_keys = off
+        out_names = [n for n, _ in _outputs(head, out)]
+        run = _tensordict_run(body, in_keys, out)
+    elif parts is None:
         # A plain module: observation -> action.
         in_keys = ["observation"]
         head = "deterministic"
@@ -411,9 +418,97 @@ def export_policy(policy: nn.Module, specs: Optional[Mapping[str, Any]]) -> Expo
     exported = ExportedPolicy(policy, model, head, encoding, input_names)
     if parts is not None and parts[1] is not None:
         exported.log_prob_key = _log_prob_key(parts[1])
+    if off is not None:
+        # torchrl's batch has the action only: what the head records to draw it is
+        # rollout's own (the Q-values are recomputed by DQN's loss, as torchrl does).
+        exported.drop_keys = {"categorical": ("logits",), "normal": ("loc", "scale")}[head]
     if head == "categorical":
         exported.n_actions = int(sample[0].shape[-1])
     return exported
+
+
+def _flat(module: nn.Module) -> List[nn.Module]:
+    """The leaf modules of nested ``TensorDictSequential`` s, in order."""
+    from tensordict.nn import TensorDictSequential
+
+    if isinstance(module, TensorDictSequential):
+        return [leaf for m in module.module for leaf in _flat(m)]
+    return [module]
+
+
+def _off_policy(policy: nn.Module):
+    """``(body, head, out, encoding, in_keys)`` of an off-policy actor, the way the
+    nodes run it, or ``None`` for any other policy:
+
+    - a ``QValueModule`` (DQN's ``QValueActor``): the ``categorical`` head over logits
+      that put all the mass on the argmax of the action values, so sampling or taking
+      the mode gives torchrl's greedy action; followed by an ``EGreedyModule``, the
+      logits of its mixture, ``eps / n`` on every action plus ``1 - eps`` on the
+      argmax, so a sample is torchrl's epsilon-greedy action and the mode the greedy
+      one (``ExplorationType.DETERMINISTIC`` turns exploration off, as in torchrl);
+    - an ``AdditiveGaussianModule`` after a deterministic actor (TD3): the ``normal``
+      head with ``loc`` the action plus ``mean * sigma`` and ``scale`` ``std * sigma``,
+      clipped to the action's bounds.
+
+    ``eps`` and ``sigma`` are the module's buffers, so they are initializers of the model
+    pushed by ``update_policy_weights_()``: the annealing done by the module's ``step()``
+    in the learner reaches the nodes with the weights, as it does in torchrl."""
+    try:
+        from torchrl.modules import AdditiveGaussianModule, EGreedyModule, OrnsteinUhlenbeckProcessModule, QValueModule
+    except ImportError:  # pragma: no cover - without torchrl no actor has these
+        return None
+    from tensordict.nn import TensorDictSequential
+
+    if not isinstance(policy, TensorDictSequential):
+        return None
+    mods = _flat(policy)
+    explorers = (EGreedyModule, AdditiveGaussianModule, OrnsteinUhlenbeckProcessModule)
+    for i, m in enumerate(mods):
+        if isinstance(m, OrnsteinUhlenbeckProcessModule):
+            raise config_error(
+                "policy",
+                "OrnsteinUhlenbeckProcessModule keeps a noise state per env that rollout's nodes do not run yet: "
+                "use AdditiveGaussianModule (TD3's exploration) instead",
+            )
+        if isinstance(m, explorers) and i != len(mods) - 1:
+            raise config_error("policy", f"{type(m).__name__} must be the actor's last module (it acts on the action)")
+    explore = mods[-1] if isinstance(mods[-1], explorers) else None
+    rest = mods[:-1] if explore is not None else mods
+    q = rest[-1] if rest and isinstance(rest[-1], QValueModule) else None
+    if q is None and explore is None:
+        return None
+    in_keys = list(policy.in_keys)
+    if q is not None:
+        if getattr(q, "action_mask_key", None) is not None or getattr(explore, "action_mask_key", None) is not None:
+            raise config_error("policy", "an action mask: rollout's nodes draw from every action")
+        if isinstance(explore, AdditiveGaussianModule):
+            raise config_error("policy", "AdditiveGaussianModule on a Q-value actor: use EGreedyModule for discrete actions")
+        greedy = explore
+
+        def logits(values: "torch.Tensor") -> "torch.Tensor":
+            n = values.shape[-1]
+            best = torch.nn.functional.one_hot(values.argmax(-1), n).to(values.dtype)
+            if greedy is None:
+                return (best - 1.0) * 1e9  # every other action: exp(-1e9) = 0
+            p = greedy.eps / n + (1.0 - greedy.eps) * best
+            # The argmax a hair above the rest, so the mode is the greedy action even
+            # at eps = 1 (all equal); a sample's odds move by exp(1e-6).
+            return torch.log(p.clamp_min(1e-30)) + 1e-6 * best
+
+        space = str(getattr(q, "action_space", "one_hot")).replace("-", "_")
+        encoding = "one_hot" if space == "one_hot" else "index"
+        return rest[:-1], "categorical", [(q.action_value_key, logits)], encoding, in_keys
+    if isinstance(explore, EGreedyModule):
+        raise config_error("policy", "EGreedyModule after an actor without a QValueModule: rollout's nodes run it on Q-value actors")
+    noise = explore
+    key = noise.action_key
+    return (
+        rest,
+        "normal",
+        [(key, lambda a: a + noise.mean * noise.sigma), (key, lambda a: torch.ones_like(a) * (noise.std * noise.sigma).clamp_min(1e-12))],
+        None,
+        in_keys,
+    )
 
 
 def _log_prob_key(prob: nn.Module) -> Any:

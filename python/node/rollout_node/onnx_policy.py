@@ -95,7 +95,9 @@ def _check_float_weights(model):
         if t.data_location == 1:  # EXTERNAL
             raise PolicyError(f"onnx: initializer `{t.name}` is stored outside the model (save it with its data inside)")
         try:
-            out[t.name] = np.ascontiguousarray(numpy_helper.to_array(t), np.float32)
+            # np.array, not np.ascontiguousarray: the latter makes a scalar (an
+            # exploration module's `eps` or `sigma`) one-dimensional.
+            out[t.name] = np.array(numpy_helper.to_array(t), dtype=np.float32, order="C")
         except Exception as e:
             raise PolicyError(f"onnx: initializer `{t.name}` cannot be read: {e}") from None
     return out

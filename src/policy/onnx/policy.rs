@@ -72,7 +72,8 @@ impl OnnxPolicy {
     /// The policy for these specs, with the file's weights (version 0) and its
     /// sampler seeded with `seed`; the model must fit the specs and the head. A graph
     /// that is a chain of dense layers runs on the built-in kernel
-    /// ([`OnnxEngine::DenseChain`]), any other on tract.
+    /// ([`OnnxEngine::DenseChain`]), any other on tract, once on one observation before
+    /// this returns, so a model tract cannot run is refused here.
     pub fn new(
         model: &OnnxModel,
         head: OnnxHead,
@@ -99,15 +100,15 @@ impl OnnxPolicy {
         })?;
         let engine = match chain {
             Some(chain) => Engine::DenseChain(chain),
-            None => Engine::Tract(Runner::from_checked(
-                model,
-                obs,
-                action,
-                head,
-                WeightMode::Rebuild,
-                None,
-                checked,
-            )?),
+            None => {
+                let mut runner = Runner::from_checked(model, obs, action, head, WeightMode::Rebuild, None, checked)?;
+                // One forward pass on one observation of zeros: an op tract types but cannot
+                // evaluate (a random op's symbolic shape) fails here, where the policy is
+                // built (the plan, a node's build), not at the first step of every restart.
+                // Only the pass: what the head makes of zeros is not checked.
+                runner.run(&vec![0.0; obs.dim()], 1)?;
+                Engine::Tract(runner)
+            }
         };
         OnnxPolicy::with_engine(engine, roles, head, obs, action, seed, weights)
     }
