@@ -1,0 +1,139 @@
+"""torchrl's off-policy learners, DQN on CartPole-v1 and TD3 on Pendulum-v1, as torchrl's
+examples write them, with rollout's collector in the one line that makes the collector.
+
+Everything else is torchrl's: the env function (``TransformedEnv(GymEnv(...),
+StepCounter())``), the actor and its exploration module (``QValueActor`` with
+``EGreedyModule``; a deterministic actor with ``AdditiveGaussianModule``), the replay
+buffer, the loss (``DQNLoss``, ``TD3Loss``), the target network updates, the annealing
+(``module.step(frames)``) and ``update_policy_weights_()`` after each batch.
+
+    python python/collector/examples/offpolicy_torchrl.py dqn --frames 20000
+    python python/collector/examples/offpolicy_torchrl.py td3 --frames 20000
+
+:func:`dqn` and :func:`td3` return the length (DQN) or return (TD3) of each finished
+episode, in order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+from typing import List
+
+import torch
+from tensordict.nn import TensorDictModule, TensorDictSequential
+from torch import nn
+from torchrl.data import Bounded, LazyTensorStorage, OneHot, ReplayBuffer
+from torchrl.envs import GymEnv, StepCounter, TransformedEnv
+from torchrl.modules import MLP, AdditiveGaussianModule, EGreedyModule, QValueActor, TanhModule, ValueOperator
+from torchrl.objectives import DQNLoss, SoftUpdate, TD3Loss
+
+import rollout
+
+
+def make_env(env_name: str):
+    return lambda: TransformedEnv(GymEnv(env_name), StepCounter())
+
+
+def make_collector(env_name: str, policy, frames_per_batch: int, total_frames: int, init_random_frames: int, seed: int):
+    # The one line a torchrl script changes: torchrl's collector takes the same arguments.
+    return rollout.DistributedCollector(
+        create_env_fn=[make_env(env_name)],
+        policy=policy,
+        frames_per_batch=frames_per_batch,
+        total_frames=total_frames,
+        init_random_frames=init_random_frames,
+        seed=seed,
+    )
+
+
+def finished(data, key) -> List[float]:
+    """``key`` at the last frame of each episode that ends in ``data``."""
+    done = data["next", "done"].squeeze(-1)
+    return data[key][done].flatten().tolist()
+
+
+def dqn(frames: int = 20_000, seed: int = 0, frames_per_batch: int = 200) -> List[float]:
+    torch.manual_seed(seed)
+    actor = QValueActor(MLP(in_features=4, out_features=2, num_cells=[64, 64]), in_keys=["observation"], spec=OneHot(2))
+    greedy = EGreedyModule(spec=OneHot(2), eps_init=1.0, eps_end=0.05, annealing_num_steps=frames // 2)
+    policy = TensorDictSequential(actor, greedy)
+    loss = DQNLoss(value_network=actor, loss_function="l2", delay_value=True, action_space=OneHot(2))
+    loss.make_value_estimator(gamma=0.99)
+    target = SoftUpdate(loss, eps=0.99)
+    optim = torch.optim.Adam(loss.parameters(), lr=1e-3)
+    buffer = ReplayBuffer(storage=LazyTensorStorage(10_000), batch_size=128)
+    collector = make_collector("CartPole-v1", policy, frames_per_batch, frames, 1_000, seed)
+    lengths: List[float] = []
+    try:
+        for data in collector:
+            greedy.step(data.numel())
+            buffer.extend(data.reshape(-1))
+            lengths += [n + 1 for n in finished(data, "step_count")]
+            if len(buffer) >= 1_000:
+                for _ in range(frames_per_batch // 10):
+                    step = loss(buffer.sample())["loss"]
+                    optim.zero_grad()
+                    step.backward()
+                    optim.step()
+                    target.step()
+            collector.update_policy_weights_()
+    finally:
+        collector.shutdown()
+    return lengths
+
+
+def td3(frames: int = 4_000, seed: int = 0, frames_per_batch: int = 200, updates_per_batch: int = 20) -> List[float]:
+    torch.manual_seed(seed)
+    spec = Bounded(-2.0, 2.0, (1,))
+    actor = TensorDictSequential(
+        TensorDictModule(MLP(in_features=3, out_features=1, num_cells=[64, 64]), in_keys=["observation"], out_keys=["param"]),
+        TanhModule(in_keys=["param"], out_keys=["action"], spec=spec),
+    )
+    qvalue = ValueOperator(MLP(in_features=4, out_features=1, num_cells=[64, 64]), in_keys=["observation", "action"])
+    noise = AdditiveGaussianModule(spec=spec, sigma_init=1.0, sigma_end=0.1, annealing_num_steps=frames)
+    policy = TensorDictSequential(actor, noise)
+    loss = TD3Loss(actor_network=actor, qvalue_network=qvalue, action_spec=spec, num_qvalue_nets=2)
+    loss.make_value_estimator(gamma=0.99)
+    target = SoftUpdate(loss, eps=0.995)
+    optim = torch.optim.Adam(loss.parameters(), lr=3e-4)
+    buffer = ReplayBuffer(storage=LazyTensorStorage(100_000), batch_size=128)
+    collector = make_collector("Pendulum-v1", policy, frames_per_batch, frames, 1_000, seed)
+    returns: List[float] = []
+    episode = 0.0
+    try:
+        for data in collector:
+            noise.step(data.numel())
+            buffer.extend(data.reshape(-1))
+            for r, d in zip(data["next", "reward"].flatten().tolist(), data["next", "done"].flatten().tolist()):
+                episode += r
+                if d:
+                    returns.append(episode)
+                    episode = 0.0
+            if len(buffer) >= 1_000:
+                for _ in range(updates_per_batch):
+                    out = loss(buffer.sample())
+                    optim.zero_grad()
+                    (out["loss_actor"] + out["loss_qvalue"]).backward()
+                    optim.step()
+                    target.step()
+            collector.update_policy_weights_()
+    finally:
+        collector.shutdown()
+    return returns
+
+
+def main() -> None:
+    warnings.filterwarnings("ignore")
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("algo", choices=["dqn", "td3"])
+    p.add_argument("--frames", type=int, default=20_000)
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args()
+    out = (dqn if a.algo == "dqn" else td3)(frames=a.frames, seed=a.seed)
+    last = out[-20:]
+    print(f"{len(out)} episodes; mean of the last {len(last)}: {sum(last) / max(1, len(last)):.1f}")
+
+
+if __name__ == "__main__":
+    main()
