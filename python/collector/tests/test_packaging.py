@@ -133,3 +133,29 @@ def test_every_plain_setting_of_the_cli_is_an_argument():
     assert len(fields) > 40, fields
     names = {p.name for p in params()}
     assert [f for f in fields if f not in names] == []
+
+
+def test_the_build_backend_never_downloads_a_toolchain(monkeypatch, tmp_path):
+    # pip runs _build/rollout_build.py (pyproject's backend-path): with no cargo on PATH
+    # it asks for no toolchain installer and fails saying what to install.
+    import importlib
+    import shutil
+    import sys
+
+    pytest.importorskip("maturin")
+    build = pathlib.Path(__file__).resolve().parents[1] / "_build"
+    monkeypatch.syspath_prepend(str(build))
+    monkeypatch.chdir(build.parent)  # pip runs the backend in the project's folder
+    monkeypatch.delenv("MATURIN_NO_INSTALL_RUST", raising=False)
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)
+    sys.modules.pop("rollout_build", None)
+    backend = importlib.import_module("rollout_build")
+    assert os.environ.get("MATURIN_NO_INSTALL_RUST") == "1"
+    assert "puccinialin" not in backend.get_requires_for_build_wheel()
+    with pytest.raises(RuntimeError) as e:
+        backend.build_wheel(str(tmp_path))
+    assert "cargo" in str(e.value) and "download" in str(e.value)
+    assert list(tmp_path.iterdir()) == []
+    with open(pathlib.Path(__file__).resolve().parents[1] / "pyproject.toml", "rb") as f:
+        system = tomllib.load(f)["build-system"]
+    assert (system["build-backend"], system["backend-path"]) == ("rollout_build", ["_build"])
