@@ -2,7 +2,7 @@
 examples write them, with rollout's collector in the one line that makes the collector.
 
 Everything else is torchrl's: the env function (``TransformedEnv(GymEnv(...),
-StepCounter())``), the actor and its exploration module (``QValueActor`` with
+Compose(StepCounter(), RewardSum()))``), the actor and its exploration module (``QValueActor`` with
 ``EGreedyModule``; a deterministic actor with ``AdditiveGaussianModule``), the replay
 buffer, the loss (``DQNLoss``, ``TD3Loss``), the target network updates, the annealing
 (``module.step(frames)``) and ``update_policy_weights_()`` after each batch.
@@ -24,7 +24,7 @@ import torch
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 from torchrl.data import Bounded, LazyTensorStorage, OneHot, ReplayBuffer
-from torchrl.envs import GymEnv, StepCounter, TransformedEnv
+from torchrl.envs import Compose, GymEnv, RewardSum, StepCounter, TransformedEnv
 from torchrl.modules import MLP, AdditiveGaussianModule, EGreedyModule, QValueActor, TanhModule, ValueOperator
 from torchrl.objectives import DQNLoss, SoftUpdate, TD3Loss
 
@@ -32,7 +32,7 @@ import rollout
 
 
 def make_env(env_name: str):
-    return lambda: TransformedEnv(GymEnv(env_name), StepCounter())
+    return lambda: TransformedEnv(GymEnv(env_name), Compose(StepCounter(), RewardSum()))
 
 
 def make_collector(env_name: str, policy, frames_per_batch: int, total_frames: int, init_random_frames: int, seed: int):
@@ -100,16 +100,11 @@ def td3(frames: int = 4_000, seed: int = 0, frames_per_batch: int = 200, updates
     buffer = ReplayBuffer(storage=LazyTensorStorage(100_000), batch_size=128)
     collector = make_collector("Pendulum-v1", policy, frames_per_batch, frames, 1_000, seed)
     returns: List[float] = []
-    episode = 0.0
     try:
         for data in collector:
             noise.step(data.numel())
             buffer.extend(data.reshape(-1))
-            for r, d in zip(data["next", "reward"].flatten().tolist(), data["next", "done"].flatten().tolist()):
-                episode += r
-                if d:
-                    returns.append(episode)
-                    episode = 0.0
+            returns += finished(data, ("next", "episode_reward"))
             if len(buffer) >= 1_000:
                 for _ in range(updates_per_batch):
                     out = loss(buffer.sample())

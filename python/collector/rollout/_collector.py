@@ -45,6 +45,7 @@ def _placed(forms: Any, field: str, env_config: Any, collector_kwargs: Any, node
     if isinstance(forms, str):
         return forms, env_config, collector_kwargs, nodes
     many = isinstance(forms, list)
+    forms = [f[:2] for f in forms] if many else forms[:2]
     first = forms[0] if many else forms
     if first[1] is not None and env_config is not None:
         raise _config_error("env_config", f"the {field} given already has gym.make's keyword arguments: give them once")
@@ -61,6 +62,16 @@ def _placed(forms: Any, field: str, env_config: Any, collector_kwargs: Any, node
         raise _config_error("collector_kwargs", f"the nodes' envs differ in {field}: give per-node envs there or in collector_kwargs, not both")
     per_node = [{"env": name, **({"env_config": cfg} if cfg is not None else {})} for name, cfg in forms]
     return first[0], config, per_node, nodes
+
+
+def _added_entries(forms: Any, field: str) -> tuple:
+    """The entries the env forms' transforms add (the same for every node)."""
+    if isinstance(forms, str):
+        return ()
+    each = {f[2] for f in forms} if isinstance(forms, list) else {forms[2]}
+    if len(each) > 1:
+        raise _config_error(field, "the nodes' envs have different transforms: give every node the same ones")
+    return each.pop()
 
 
 def _cpu_only(field: str, device: Any) -> None:
@@ -389,11 +400,14 @@ class DistributedCollector:
         if env is not None and create_env_fn is not None:
             raise _config_error("env", "give env or create_env_fn, not both")
         env_field = "env" if env is not None else "create_env_fn"
+        added: tuple = ()
         env = env if env is not None else create_env_fn
         if env is not None and not isinstance(env, str):
             from ._env_forms import resolve
 
-            env, env_config, collector_kwargs, nodes = _placed(resolve(env, env_field), env_field, env_config, collector_kwargs, nodes)
+            forms = resolve(env, env_field)
+            added = _added_entries(forms, env_field)
+            env, env_config, collector_kwargs, nodes = _placed(forms, env_field, env_config, collector_kwargs, nodes)
         if envs_per_node is not None and num_workers_per_collector is not None:
             raise _config_error("envs_per_node", "give envs_per_node or num_workers_per_collector, not both")
         if envs_per_node is None:
@@ -428,10 +442,17 @@ class DistributedCollector:
             self._onnx_model = self._torch_policy.model
             policy = {"kind": "onnx"}
         if tensordict is None:
-            tensordict = self._torch_policy is not None
+            tensordict = self._torch_policy is not None or bool(added)
+        if added and not tensordict:
+            raise _config_error("tensordict", f"{', '.join(added)} of the env's transforms is written into TensorDict batches: leave tensordict on")
         if tensordict:
             from . import _tensordict  # noqa: F401 - a missing torch/tensordict is said now
         self._tensordict = bool(tensordict)
+        self._episode_reward = None
+        if "episode_reward" in added:
+            from ._tensordict import EpisodeReward
+
+            self._episode_reward = EpisodeReward()
         checkpoint = None
         if resume is not None:
             checkpoint = _checkpoint(resume)
@@ -549,6 +570,8 @@ class DistributedCollector:
             p = self._torch_policy
             one_hot = p.n_actions if p.action_encoding == "one_hot" else None
             td = to_tensordict(batch, one_hot=one_hot, log_prob_key=p.log_prob_key, leave_out=p.drop_keys)
+        if self._episode_reward is not None:
+            self._episode_reward.write(td)
         return td if self._postproc is None else self._postproc(td)
 
     def __iter__(self) -> Iterator[Any]:

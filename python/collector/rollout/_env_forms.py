@@ -6,7 +6,8 @@ a ``TransformedEnv``), or a list of them, one per collector. Nodes build their e
 themselves from an id and a config, so a form is served when it says one: a
 ``GymEnv`` (its id and ``gym.make`` keyword arguments), a ``TransformedEnv`` over one
 whose transforms rollout already applies (``StepCounter`` without a limit: rollout
-records ``step_count``), and a callable that builds such an env (called once, here, as
+records ``step_count``; ``RewardSum`` on the reward: the collector writes
+``episode_reward``), and a callable that builds such an env (called once, here, as
 torchrl's ``EnvCreator`` does to read the specs). Anything else is refused before any
 node starts, with the sentence that says what to pass.
 """
@@ -18,8 +19,10 @@ from typing import Any, List, Optional, Tuple
 
 from ._collector import _config_error as config_error
 
-# What a node is asked to build: an env id, and gym.make's keyword arguments (or None).
-EnvForm = Tuple[str, Optional[dict]]
+# What a node is asked to build: an env id, gym.make's keyword arguments (or None), and
+# the entries the env's transforms add that the collector writes into each TensorDict
+# (``"episode_reward"``: RewardSum's).
+EnvForm = Tuple[str, Optional[dict], Tuple[str, ...]]
 
 _WHAT_TO_PASS = (
     "pass the env id (e.g. \"Pendulum-v1\") with env_config for gym.make's keyword arguments, "
@@ -41,7 +44,7 @@ def resolve(create_env_fn: Any, field: str = "create_env_fn") -> Any:
 
 def _one(form: Any, field: str) -> EnvForm:
     if isinstance(form, str):
-        return form, None
+        return form, None, ()
     if _is_env(form):
         return _of_env(form, field)
     if callable(form):
@@ -70,10 +73,14 @@ def _of_env(env: Any, field: str) -> EnvForm:
     from torchrl.envs import TransformedEnv
 
     if isinstance(env, TransformedEnv):
+        added: List[str] = []
         for t in _transforms(env.transform):
-            if not _served(t):
+            served = _served(t)
+            if served is None:
                 raise config_error(field, f"the transform {type(t).__name__} does not run on rollout's nodes; {_WHAT_TO_PASS}")
-        return _of_env(env.base_env, field)
+            added += served
+        name, config, inner = _of_env(env.base_env, field)
+        return name, config, tuple(sorted(set(added) | set(inner)))
     kwargs = getattr(env, "_constructor_kwargs", None)
     if type(env).__name__ != "GymEnv" or not isinstance(kwargs, dict) or "env_name" not in kwargs:
         raise config_error(field, f"a {type(env).__name__} is not built by rollout's nodes; {_WHAT_TO_PASS}")
@@ -86,7 +93,7 @@ def _of_env(env: Any, field: str) -> EnvForm:
         json.dumps(config)
     except (TypeError, ValueError) as e:
         raise config_error(field, f"gym.make's keyword arguments of {kwargs['env_name']} must be JSON for the nodes: {e}") from None
-    return str(kwargs["env_name"]), (config or None)
+    return str(kwargs["env_name"]), (config or None), ()
 
 
 def _transforms(transform: Any) -> List[Any]:
@@ -97,11 +104,17 @@ def _transforms(transform: Any) -> List[Any]:
     return [transform]
 
 
-def _served(t: Any) -> bool:
-    """Transforms whose effect rollout's batches already have."""
-    from torchrl.envs import StepCounter
+def _served(t: Any) -> Optional[List[str]]:
+    """The entries the collector writes for transform ``t``, or ``None`` when it is not
+    served: ``StepCounter`` without a limit (rollout records ``step_count`` itself),
+    ``RewardSum`` of ``reward`` into ``episode_reward`` (written by the collector)."""
+    from torchrl.envs import RewardSum, StepCounter
 
-    return isinstance(t, StepCounter) and getattr(t, "max_steps", None) is None
+    if isinstance(t, StepCounter) and getattr(t, "max_steps", None) is None:
+        return []
+    if isinstance(t, RewardSum) and list(t.in_keys) == ["reward"] and list(t.out_keys) == ["episode_reward"]:
+        return ["episode_reward"]
+    return None
 
 
 def _name(fn: Any) -> str:

@@ -111,3 +111,45 @@ def _write_origin(collector: dict, batch: Batch, size: list) -> None:
         collector["node"] = torch.arange(len(versions), dtype=torch.int64).reshape(lead).expand(size).contiguous()
     elif len(set(versions)) == 1:
         collector["weights_version"] = torch.full(size, versions[0], dtype=torch.int64)
+
+
+class EpisodeReward:
+    """torchrl's ``RewardSum``, written into each TensorDict: ``episode_reward`` (the
+    reward summed over the episode before the step) and ``("next", "episode_reward")``
+    (including it), ``float32 [..., 1]``. An episode that goes on past the end of a
+    batch carries its sum to the next batch of its trajectory id (async batches of
+    different nodes may come in any order); only episodes in progress are held."""
+
+    def __init__(self) -> None:
+        self._open: dict = {}
+
+    def write(self, td: "TensorDict") -> None:
+        reward = td.get(("next", "reward"))
+        traj = td.get(("collector", "traj_ids"))
+        done = td.get(("next", "done"))
+        mask = td.get(("collector", "mask"), None)
+        steps = traj.shape[-1]
+        r = reward.reshape(-1, steps).double()
+        t = traj.reshape(-1, steps)
+        d = done.reshape(-1, steps)
+        m = mask.reshape(-1, steps) if mask is not None else torch.ones_like(d)
+        nxt = torch.empty_like(r)
+        for row in range(r.shape[0]):
+            valid = int(m[row].sum())
+            if valid == 0:
+                nxt[row] = 0.0
+                continue
+            rr = r[row] * m[row]
+            c = torch.cumsum(rr, 0)
+            start = torch.ones(steps, dtype=torch.bool)
+            start[1:] = t[row, 1:] != t[row, :-1]
+            first = torch.nonzero(start).squeeze(1)
+            offset = torch.where(first > 0, -c[(first - 1).clamp_min(0)], torch.zeros((), dtype=c.dtype))
+            offset[0] += self._open.pop(int(t[row, 0]), 0.0)
+            nxt[row] = c + offset[torch.cumsum(start.long(), 0) - 1]
+            last = valid - 1
+            if not bool(d[row, last]):
+                self._open[int(t[row, last])] = float(nxt[row, last])
+        shape = reward.shape
+        td.set(("next", "episode_reward"), nxt.reshape(shape).to(torch.float32))
+        td.set("episode_reward", (nxt - r).reshape(shape).to(torch.float32))

@@ -75,7 +75,7 @@ class NotAnEnv:
 @pytest.mark.parametrize(
     "form, says",
     [
-        (TransformedEnv(GymEnv("CartPole-v1"), RewardSum()), "RewardSum"),
+        (TransformedEnv(GymEnv("CartPole-v1"), RewardSum(in_keys=["reward"], out_keys=["ret"])), "RewardSum"),
         (TransformedEnv(GymEnv("CartPole-v1"), StepCounter(max_steps=10)), "StepCounter"),
         (GymEnv("CartPole-v1", frame_skip=2), "frame_skip"),
         (lambda: NotAnEnv(), "NotAnEnv"),
@@ -90,3 +90,35 @@ def test_a_form_the_nodes_cannot_build_is_refused_in_one_sentence_before_anythin
         first_batch(form)
     msg = str(e.value)
     assert e.value.field == "create_env_fn" and says in msg and "\n" not in msg, msg
+
+
+@pytest.mark.parametrize("sync", [False, True])
+def test_reward_sum_is_the_episodes_running_return_across_batches(sync):
+    # Pendulum's episodes (200 steps) span several 64-frame batches: each frame's
+    # ("next", "episode_reward") is the sum of its trajectory's rewards so far, wherever
+    # the batches cut it, and the root entry the same before the step (0 at a start).
+    import torch
+
+    env = TransformedEnv(GymEnv("Pendulum-v1"), Compose(StepCounter(), RewardSum()))
+    sums = {}
+    with rollout.DistributedCollector(create_env_fn=env, frames_per_batch=128, total_frames=128 * 8, nodes=2, sync=sync, seed=3) as c:
+        for td in c:
+            flat = td.reshape(-1)
+            for i in range(flat.numel()):
+                traj = int(flat["collector", "traj_ids"][i])
+                before = sums.get(traj, 0.0)
+                reward = float(flat["next", "reward"][i])
+                assert abs(float(flat["episode_reward"][i]) - before) < 1e-3, (traj, i)
+                sums[traj] = before + reward
+                assert abs(float(flat["next", "episode_reward"][i]) - sums[traj]) < 1e-3, (traj, i)
+            starts = flat["step_count"].squeeze(-1) == 0
+            assert (flat["episode_reward"][starts] == 0).all()
+            assert flat["episode_reward"].dtype == torch.float32 and flat["episode_reward"].shape == flat["next", "reward"].shape
+    assert len(sums) >= 4, "episodes across batches"
+
+
+def test_reward_sum_needs_tensordict_batches():
+    env = TransformedEnv(GymEnv("CartPole-v1"), RewardSum())
+    with pytest.raises(rollout.ConfigError) as e:
+        rollout.DistributedCollector(create_env_fn=env, frames_per_batch=8, total_frames=8, tensordict=False)
+    assert e.value.field == "tensordict", e.value
