@@ -7,11 +7,14 @@ whose ``field`` names the argument.
 
 from __future__ import annotations
 
+import atexit
 import json
+import logging
 import os
 import shutil
 import sys
 import tempfile
+import weakref
 from typing import Any, Dict, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
@@ -21,6 +24,21 @@ from ._batch import Batch
 
 # Rust builder setting names that differ from this class's argument names.
 _FIELD_NAMES = {"node_config": "collector_kwargs"}
+
+# Every collector whose run was started and may still be running: shut down when the
+# interpreter exits (a script that ends, or stops at a KeyboardInterrupt, without
+# `shutdown()` or `with`), so that its nodes are told to stop and its threads joined,
+# rather than torn down half-way as the process ends.
+_LIVE: "weakref.WeakSet[DistributedCollector]" = weakref.WeakSet()
+
+
+@atexit.register
+def _shutdown_live() -> None:
+    for collector in list(_LIVE):
+        try:
+            collector.shutdown()
+        except BaseException as e:  # noqa: BLE001 - the interpreter is exiting: say it, go on
+            logging.getLogger("rollout").warning("shutting down %r at exit: %s: %s", collector, type(e).__name__, e)
 
 
 def _config_error(field: str, reason: str) -> _native.ConfigError:
@@ -272,6 +290,7 @@ class DistributedCollector:
         metrics_linger: Optional[float] = None,
         tensordict: Optional[bool] = None,
     ) -> None:
+        self._policy_given = policy  # the `policy` property: what the user passed
         if env is not None and create_env_fn is not None:
             raise _config_error("env", "give env or create_env_fn, not both")
         env = env if env is not None else create_env_fn
@@ -386,7 +405,9 @@ class DistributedCollector:
                 settings = dict(settings, policy_file=os.path.join(tmp, "policy.onnx"))
                 with open(settings["policy_file"], "wb") as f:
                     f.write(self._onnx_model)
-            return self._start_native(settings)
+            native = self._start_native(settings)
+        _LIVE.add(self)
+        return native
 
     @staticmethod
     def _start_native(settings: Dict[str, Any]) -> "_native.NativeCollector":
@@ -408,7 +429,9 @@ class DistributedCollector:
         ``tensordict=True``).
 
         Waits with the GIL released; Ctrl-C raises ``KeyboardInterrupt`` and the
-        batch being waited for is the one the next call returns."""
+        batch being waited for is the one the next call returns. After
+        :meth:`shutdown` it raises :class:`CollectorError` (the run is over); a
+        ``shutdown`` from another thread while it waits ends the wait with ``None``."""
         raw = self._native.next_batch()
         if raw is None:
             return None
@@ -421,11 +444,63 @@ class DistributedCollector:
         return to_tensordict(batch, one_hot=self._torch_policy.n_actions if encoding == "one_hot" else None)
 
     def __iter__(self) -> Iterator[Any]:
+        """The batches until ``total_frames`` (torchrl's iteration); iterating a
+        collector that was shut down raises :class:`CollectorError`."""
         while True:
             batch = self.next()
             if batch is None:
                 return
             yield batch
+
+    def __len__(self) -> int:
+        """Number of batches the run yields, as torchrl's collectors count them:
+        ``ceil(total_frames / frames_per_batch)`` (the last batch may be shorter). An
+        endless run (``total_frames=-1``) has no length: ``RuntimeError``, as torchrl."""
+        total = self.total_frames
+        if total > 0:
+            return -(total // -self.frames_per_batch)
+        raise RuntimeError("Non-terminating collectors do not have a length (total_frames=-1)")
+
+    def __bool__(self) -> bool:
+        # A collector is true whatever its length (an endless one has none).
+        return True
+
+    @property
+    def frames_per_batch(self) -> int:
+        """Frames of each batch (the last batch of ``total_frames`` may be shorter)."""
+        return self._native.frames_per_batch
+
+    @property
+    def total_frames(self) -> int:
+        """Frames the run yields in all; -1: endless."""
+        return self._native.total_frames
+
+    @property
+    def policy(self) -> Any:
+        """The policy as it was passed: the torch module (exported to the nodes as
+        the ``onnx`` policy), a kind (``"linear"``), a config dict, or ``None`` (the
+        default, ``linear``)."""
+        if self._torch_policy is not None:
+            return self._torch_policy.module
+        return self._policy_given
+
+    def reset(self, reset_idx: Optional[Sequence[bool]] = None) -> None:
+        """torchrl's ``reset()``: every env of every node starts a new episode (new
+        trajectory ids, ``step_count`` 0); the episodes in progress are cut without
+        ``done``. The envs are reseeded from the run's next unused seeds (the seed
+        chain of :meth:`set_seed` continued), so the run stays reproducible from
+        ``seed``. A sync run's next batch starts every episode anew; in an async run
+        each node first delivers the batch it is collecting (nodes collect ahead of
+        the loop) and starts anew in the one after. ``reset_idx`` (torchrl's
+        per-worker mask) may only select every node: nodes are reset together."""
+        if reset_idx is not None:
+            mask = list(reset_idx)
+            if len(mask) != self.nodes or not all(bool(m) for m in mask):
+                raise _config_error(
+                    "reset_idx",
+                    f"rollout resets every node's envs together: give None or {self.nodes} x True, got {mask!r}",
+                )
+        self._native.reset_envs()
 
     # ---- weights, seeds
     def update_policy_weights_(
@@ -485,7 +560,9 @@ class DistributedCollector:
         """``restarts`` (per node), ``dropped_late``, ``frames_collected``,
         ``batches_recycled`` (batches Python freed, whose storage went back to the
         run), and for an elastic run ``joined`` (nodes that joined, the first ones
-        included) and ``left`` (nodes that left with ``leave``); both 0 otherwise."""
+        included) and ``left`` (nodes that left with ``leave``); both 0 otherwise.
+        After :meth:`shutdown` (or the ``with`` block), the last ones, read once
+        every node was down."""
         return self._native.stats()
 
     @property
@@ -510,7 +587,10 @@ class DistributedCollector:
         return self._native.slurm_job_ids()
 
     def shutdown(self) -> None:
-        """Stops every node and joins every thread; idempotent."""
+        """Stops every node and joins every thread; idempotent. Iterating afterwards
+        raises :class:`CollectorError`; :meth:`stats` keeps the last stats. A run still
+        going when the interpreter exits is shut down then."""
+        _LIVE.discard(self)
         self._native.shutdown()
 
     def __enter__(self) -> "DistributedCollector":
