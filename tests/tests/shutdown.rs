@@ -256,11 +256,11 @@ fn sigint_to_the_terminals_group_stops_rollout_collect_and_its_python_node_proce
     sigint_to_the_group_stops_the_run_and_its_node_processes(Some(&command));
 }
 
-#[test]
-fn a_killed_rollout_collect_leaves_no_node_process_behind() {
-    // SIGKILL: nothing of the trainer's runs after it, no shutdown is sent. Its node
-    // processes see the connection close (their heartbeat deadline is the backstop).
-    let mut cli = collect_in_own_group(None);
+/// SIGKILL to `rollout collect`: nothing of the trainer's runs after it, no shutdown is
+/// sent. Its node processes see the connection close (their heartbeat deadline is the
+/// backstop) and exit.
+fn a_killed_trainer_leaves_no_node_process_behind(node_command: Option<&str>) {
+    let mut cli = collect_in_own_group(node_command);
     let pid = cli.id();
     cli.wait_stdout("a first batch line", SETUP, |l| {
         l.starts_with("{\"batch\":").then_some(())
@@ -279,6 +279,18 @@ fn a_killed_rollout_collect_leaves_no_node_process_behind() {
         "node processes gone {:?} after their trainer was killed",
         kill.elapsed()
     );
+}
+
+#[test]
+fn a_killed_rollout_collect_leaves_no_rollout_node_process_behind() {
+    a_killed_trainer_leaves_no_node_process_behind(None);
+}
+
+#[test]
+fn a_killed_rollout_collect_leaves_no_python_node_process_behind() {
+    let Some(python) = venv_python() else { return };
+    let command = format!("{} -m rollout_node", python.display());
+    a_killed_trainer_leaves_no_node_process_behind(Some(&command));
 }
 
 #[test]

@@ -30,6 +30,9 @@ _FIELD_NAMES = {"node_config": "collector_kwargs"}
 # `shutdown()` or `with`), so that its nodes are told to stop and its threads joined,
 # rather than torn down half-way as the process ends.
 _LIVE: "weakref.WeakSet[DistributedCollector]" = weakref.WeakSet()
+# A forked child inherits the objects but not the threads that run them: its exit leaves
+# the parent's runs alone (shutting one down there would wait on a thread that is not there).
+os.register_at_fork(after_in_child=_LIVE.clear)
 
 
 @atexit.register

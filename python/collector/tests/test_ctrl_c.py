@@ -266,3 +266,35 @@ def test_ctrl_c_while_the_node_processes_start_stops_them_once_they_joined(tmp_p
         for p in pids:
             if alive(p):
                 os.kill(p, signal.SIGKILL)
+
+
+def test_a_forked_child_exits_without_touching_its_parents_run():
+    # The child inherits the collector object but none of its threads: shutting it down
+    # at the child's exit would wait for a thread that is not there.
+    import atexit
+
+    import rollout
+
+    c = rollout.DistributedCollector("CartPole-v1", frames_per_batch=50, seed=1)
+    try:
+        c.next()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                atexit._run_exitfuncs()  # what the child's exit runs: rollout's among them
+            finally:
+                os._exit(0)
+        deadline = time.monotonic() + STOP_S
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                pytest.fail("the forked child hung at its exit")
+            time.sleep(0.01)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert c.next() is not None, "the parent's run goes on"
+    finally:
+        c.shutdown()
