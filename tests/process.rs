@@ -148,7 +148,24 @@ impl Running {
     /// The first whole line of its stderr of which `found` makes something, waited for
     /// at most `timeout`; panics naming `what`, with its stderr, past the deadline or
     /// when it exits without writing one.
-    pub fn wait_stderr<T>(&mut self, what: &str, timeout: Duration, mut found: impl FnMut(&str) -> Option<T>) -> T {
+    pub fn wait_stderr<T>(&mut self, what: &str, timeout: Duration, found: impl FnMut(&str) -> Option<T>) -> T {
+        self.wait_line(false, what, timeout, found)
+    }
+
+    /// [`Self::wait_stderr`] for a line of its stdout (`rollout collect --json`'s batch
+    /// lines, say); panics with its stderr.
+    pub fn wait_stdout<T>(&mut self, what: &str, timeout: Duration, found: impl FnMut(&str) -> Option<T>) -> T {
+        self.wait_line(true, what, timeout, found)
+    }
+
+    /// The first whole line of stdout (`stdout`) or stderr that `found` makes something of.
+    fn wait_line<T>(
+        &mut self,
+        stdout: bool,
+        what: &str,
+        timeout: Duration,
+        mut found: impl FnMut(&str) -> Option<T>,
+    ) -> T {
         let mut look = |bytes: &[u8]| {
             let text = String::from_utf8_lossy(bytes);
             // Only whole lines: the end of a line being written is not read as all of it.
@@ -156,18 +173,25 @@ impl Running {
             whole.lines().find_map(&mut found)
         };
         let seen = poll_until(Instant::now() + timeout, || {
-            if let Some(v) = look(&self.stderr.so_far()) {
+            let pipe = if stdout { &self.stdout } else { &self.stderr };
+            if let Some(v) = look(&pipe.so_far()) {
                 return Some(Ok(v));
             }
             // Exited: its last words are in once the pipe is closed.
             let status = self.try_wait()?;
-            Some(look(&self.stderr.all()).ok_or(status))
+            let pipe = if stdout { &mut self.stdout } else { &mut self.stderr };
+            Some(look(&pipe.all()).ok_or(status))
         });
         match seen {
             Some(Ok(v)) => v,
             Some(Err(status)) => panic!("exited ({status}) before {what}; stderr:\n{}", self.stderr_text()),
             None => panic!("no {what} within {timeout:?}; stderr:\n{}", self.stderr_text()),
         }
+    }
+
+    /// Its process id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
     }
 
     /// The address of its `listening on ADDR` line on stderr, which `rollout collect
@@ -209,6 +233,26 @@ pub fn signal(pid: u32, sig: &str) {
         .status()
         .expect("run kill");
     assert!(st.success(), "kill -{sig} {pid}");
+}
+
+/// Sends signal `sig` (as `kill` names it) to every process of process group `pgid`, as
+/// a terminal sends Ctrl-C's SIGINT to its foreground group; panics when `kill` fails.
+pub fn signal_group(pgid: u32, sig: &str) {
+    let st = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg("--")
+        .arg(format!("-{pgid}"))
+        .status()
+        .expect("run kill");
+    assert!(st.success(), "kill -{sig} -- -{pgid}");
+}
+
+/// The process group of process `pid` (field 5 of its `/proc` stat), `None` once it is gone.
+pub fn process_group(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name, which may hold spaces: state, ppid, pgrp.
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    rest.split(' ').nth(2)?.parse().ok()
 }
 
 /// Whether process `pid` still runs: it exists and is not a zombie.

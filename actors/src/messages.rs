@@ -71,6 +71,13 @@ pub struct PushWeights(pub Option<Vec<usize>>);
 #[rtype(result = "Result<u64, CollectError>")]
 pub struct SetSeed(pub u64);
 
+/// torchrl's `reset()`: every env of every node starts a new episode, reseeded from the
+/// run's next unused seeds (`TrainerMachine::reset_envs`); answers the next unused seed
+/// once the chain is done.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<u64, CollectError>")]
+pub struct ResetEnvs;
+
 /// Take a checkpoint of the whole run (between batches); answers once every node
 /// reported its state, or fails once the deadline passed without (collection goes on
 /// either way). Collection waits meanwhile.

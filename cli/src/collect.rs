@@ -61,13 +61,26 @@ pub(crate) fn collect(args: &CollectArgs) -> Result<(), Failure> {
     };
     let before = resumed.as_ref().map_or(0, |r| r.collector.trainer.frames_yielded);
     let policy = policy_config(args, resumed.as_ref().and_then(|r| r.policy.as_ref()))?;
-    let mut collector = build(args, resumed.map(|r| r.collector), policy.clone())?;
+    // Ctrl-C or SIGTERM ends the run as its end does: the collector shut down, the nodes
+    // stopped between steps, instead of the process dying with a batch in flight. Caught
+    // from before the build: node processes do not get the terminal's SIGINT (process
+    // groups of their own), so this process stops them, also when the signal comes while
+    // they start.
+    let interrupt =
+        Interrupt::catch().map_err(|e| Failure::Runtime(format!("cannot handle SIGINT and SIGTERM: {e}")))?;
+    let mut collector = match build(args, resumed.map(|r| r.collector), policy.clone()) {
+        Ok(c) => c,
+        // A build that failed after a signal: the signal is what the user did.
+        Err(failure) => {
+            return Err(match interrupt.caught() {
+                Some((signal, signo)) => Failure::Interrupted { signal, signo },
+                None => failure,
+            })
+        }
+    };
+    interrupt.attach(collector.handle());
     let pb = progress_bar(args);
     pb.set_position(before);
-    // Ctrl-C or SIGTERM ends the run as its end does: the collector shut down, the nodes
-    // stopped between steps, instead of the process dying with a batch in flight.
-    let interrupt = Interrupt::catch(collector.handle())
-        .map_err(|e| Failure::Runtime(format!("cannot handle SIGINT and SIGTERM: {e}")))?;
     let run = run(args, &policy, &mut collector, output.as_mut(), &pb, &interrupt);
     interrupt.finish();
     pb.finish_and_clear();

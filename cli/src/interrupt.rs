@@ -3,9 +3,15 @@
 //! shut down: every node stops between steps and is waited for, bounded), instead of
 //! the process dying with a batch in flight and node processes behind it. A second
 //! signal exits at once.
+//!
+//! Node processes (`--launcher process`) lead process groups of their own, so Ctrl-C
+//! in a terminal (SIGINT to its foreground group) reaches this process alone: the
+//! shutdown here is what stops them. The signals are caught from before the collector
+//! is built, so one that comes while the nodes start ends the run once they have
+//! started, rather than leaving them to find their trainer gone.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use rollout_actors::CollectorHandle;
@@ -21,13 +27,16 @@ pub(crate) struct Interrupt {
     caught: Arc<AtomicI32>,
     /// Set once the run left its loop: cancelling stops.
     finished: Arc<AtomicBool>,
+    /// The run's handle, once it is built: what a signal cancels.
+    handle: Arc<OnceLock<CollectorHandle>>,
 }
 
 impl Interrupt {
     /// Catches SIGINT and SIGTERM from now on, on a thread of its own: the first one
-    /// cancels `handle`'s wait for a batch (again every 50 ms until [`Self::finish`]),
-    /// a second one exits with status 128 + its number.
-    pub(crate) fn catch(handle: CollectorHandle) -> std::io::Result<Interrupt> {
+    /// is recorded ([`Self::caught`]) and, once [`Self::attach`] gave the run's handle,
+    /// cancels its wait for a batch (again every 50 ms until [`Self::finish`]); a
+    /// second one exits with status 128 + its number.
+    pub(crate) fn catch() -> std::io::Result<Interrupt> {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         // Registered here, before the collection starts, so no signal is missed.
         let (int, term) = {
@@ -36,11 +45,23 @@ impl Interrupt {
         };
         let caught = Arc::new(AtomicI32::new(0));
         let finished = Arc::new(AtomicBool::new(false));
-        let (c, f) = (Arc::clone(&caught), Arc::clone(&finished));
+        let handle = Arc::new(OnceLock::new());
+        let (c, f, h) = (Arc::clone(&caught), Arc::clone(&finished), Arc::clone(&handle));
         std::thread::Builder::new()
             .name("rollout-signals".into())
-            .spawn(move || rt.block_on(watch(int, term, handle, c, f)))?;
-        Ok(Interrupt { caught, finished })
+            .spawn(move || rt.block_on(watch(int, term, h, c, f)))?;
+        Ok(Interrupt {
+            caught,
+            finished,
+            handle,
+        })
+    }
+
+    /// The run is built: a signal (already caught, or to come) cancels `handle`'s wait
+    /// for a batch.
+    pub(crate) fn attach(&self, handle: CollectorHandle) {
+        // Only one run per `Interrupt`: a second handle would be the same run's.
+        let _ = self.handle.set(handle);
     }
 
     /// The signal caught (`SIGINT` or `SIGTERM`) and its number, if one came.
@@ -72,7 +93,7 @@ const SIGTERM: i32 = 15;
 async fn watch(
     mut int: Signal,
     mut term: Signal,
-    handle: CollectorHandle,
+    handle: Arc<OnceLock<CollectorHandle>>,
     caught: Arc<AtomicI32>,
     finished: Arc<AtomicBool>,
 ) {
@@ -84,9 +105,12 @@ async fn watch(
     eprintln!("{}: stopping (again to exit at once)", name(first));
     let cancel = async {
         while !finished.load(Ordering::SeqCst) {
-            let h = handle.clone();
-            // The trainer answers at once; a run already gone has nothing to cancel.
-            let _ = tokio::task::spawn_blocking(move || h.cancel_next_batch()).await;
+            // Before the run is built there is no wait to cancel: the run sees the
+            // signal before its first batch.
+            if let Some(h) = handle.get().cloned() {
+                // The trainer answers at once; a run already gone has nothing to cancel.
+                let _ = tokio::task::spawn_blocking(move || h.cancel_next_batch()).await;
+            }
             tokio::time::sleep(CANCEL_AGAIN).await;
         }
         std::future::pending::<()>().await;

@@ -651,3 +651,56 @@ fn envs_per_worker_that_does_not_divide_is_refused_by_name() {
         }
     }
 }
+
+/// The first and last `step_count` of each env of a sync batch `[nodes, envs, T, 1]`.
+fn step_count_ends(c: &Collected) -> Vec<(i64, i64)> {
+    let steps = c.data.i64(keys::STEP_COUNT).expect("step_count");
+    let shape = steps.shape();
+    assert_eq!(
+        (shape.len(), shape.last()),
+        (4, Some(&1)),
+        "[nodes, envs, T, 1]: {shape:?}"
+    );
+    let t = shape[2];
+    let flat: Vec<i64> = steps.iter().copied().collect();
+    flat.chunks(t).map(|env| (env[0], env[t - 1])).collect()
+}
+
+#[test]
+fn reset_envs_starts_every_episode_anew_at_the_next_sync_batch() {
+    for launcher in &LAUNCHERS {
+        // Counting episodes far longer than the run: only a reset starts one.
+        let env = rollout::EnvSpec {
+            name: "Counting".into(),
+            config: serde_json::json!({"max_steps": 100_000}),
+        };
+        let b = DistributedCollector::builder()
+            .env(env)
+            .policy(PolicyConfig::Constant { value: 1.0 })
+            .nodes(2)
+            .envs_per_node(2)
+            .frames_per_batch(40)
+            .total_frames(-1)
+            .sync(true)
+            .seed(0);
+        let mut c = launched(b, launcher).build().expect("valid config");
+        let first = c.next_batch().expect("a batch").expect("endless");
+        let second = c.next_batch().expect("a batch").expect("endless");
+        let (before, goes_on) = (step_count_ends(&first), step_count_ends(&second));
+        assert!(
+            before.iter().zip(&goes_on).all(|(a, b)| b.0 == a.1 + 1),
+            "{launcher:?}: episodes go on across batches: {before:?} then {goes_on:?}"
+        );
+        let next_seed = c.reset_envs().expect("reset");
+        assert_eq!(next_seed, 8, "{launcher:?}: seeds 4..8 after the start's 0..4");
+        let anew = step_count_ends(&c.next_batch().expect("a batch").expect("endless"));
+        assert!(
+            anew.iter().all(|&(s, _)| s == 0),
+            "{launcher:?}: every env anew: {anew:?}"
+        );
+        c.shutdown().expect("shutdown");
+        let stats = c.stats().expect("the last stats, after shutdown");
+        assert!(stats.frames_collected >= 120, "{launcher:?}: {stats:?}");
+        assert_eq!((c.frames_per_batch(), c.total_frames()), (40, None));
+    }
+}

@@ -1,17 +1,24 @@
 //! Shutdown is prompt whatever the batch size: a node stops its env workers between
 //! steps, so a batch in flight (here one that would take minutes) holds nothing back.
-//! In-process nodes, node processes, and `rollout collect` interrupted by a signal.
+//! In-process nodes, node processes, and `rollout collect` interrupted by a signal:
+//! also Ctrl-C as a terminal sends it, SIGINT to the whole foreground process group,
+//! which the node processes (groups of their own) must not take; and a trainer killed,
+//! whose node processes must not outlive it.
 //!
 //! Each test waits for its nodes to be collecting (their threads or processes burning
 //! CPU, which waiting for work does not), then stops the run and times the stop.
 
+use std::os::unix::process::CommandExt as _;
 use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use rollout::PolicyConfig;
 use rollout_actors::{CollectorBuilder, DistributedCollector, Launcher};
-use rollout_tests::{alive, rollout_bin, signal, wait_until, wait_with_deadline};
+use rollout_tests::{
+    alive, process_group, rollout_bin, signal, signal_group, temp_dir, venv_python, wait_for, wait_until,
+    wait_with_deadline, Running,
+};
 
 /// How long anything before the stop may take (building, starting node processes).
 const SETUP: Duration = Duration::from_secs(120);
@@ -162,4 +169,167 @@ fn rollout_collect_stops_promptly_on_sigint_and_sigterm_with_a_huge_batch_in_fli
         );
         eprintln!("rollout collect ({launcher}), SIG{sig} to exit: {took:?}");
     }
+}
+
+/// Kills the processes it holds (SIGKILL) when dropped, so that a failing test leaves no
+/// node process behind; those already gone are skipped.
+struct KillOnDrop(Vec<u32>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        for &pid in &self.0 {
+            if alive(pid) {
+                let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            }
+        }
+    }
+}
+
+/// `rollout collect --launcher process` leading a process group of its own (as a shell
+/// makes a foreground job), collecting Pendulum with an endless run of 4,000-frame
+/// batches on two nodes started by `node_command` (`None`: `rollout node`), with
+/// `--json` batch lines on stdout.
+fn collect_in_own_group(node_command: Option<&str>) -> Running {
+    let mut cmd = Command::new(rollout_bin());
+    cmd.args([
+        "collect",
+        "--env",
+        "Pendulum-v1",
+        "--policy",
+        "mlp",
+        "--hidden",
+        "64,64",
+    ])
+    .args(["--nodes", "2", "--frames-per-batch", "4000", "--total-frames", "-1"])
+    .args(["--batch-timeout", "600", "--launcher", "process", "--json"])
+    .env_remove("RUST_LOG")
+    .process_group(0);
+    if let Some(c) = node_command {
+        cmd.args(["--node-command", c]);
+    }
+    Running::spawn(&mut cmd).expect("spawn rollout collect")
+}
+
+/// Ctrl-C in a terminal is SIGINT to its whole foreground group: `rollout collect` and,
+/// unless they are in a group of their own, its node processes. The nodes must not take
+/// it (each would leave the run first); `rollout collect` stops them itself, exits 130,
+/// and leaves none behind.
+fn sigint_to_the_group_stops_the_run_and_its_node_processes(node_command: Option<&str>) {
+    let mut cli = collect_in_own_group(node_command);
+    let pid = cli.id();
+    cli.wait_stdout("a first batch line", SETUP, |l| {
+        l.starts_with("{\"batch\":").then_some(())
+    });
+    let nodes = children(pid);
+    let _guard = KillOnDrop(nodes.clone());
+    assert_eq!(nodes.len(), 2, "two node processes: {nodes:?}");
+    for &n in &nodes {
+        assert_ne!(
+            process_group(n),
+            Some(pid),
+            "node process {n} is in the terminal's group"
+        );
+    }
+    let stop = Instant::now();
+    signal_group(pid, "INT");
+    let run = cli.finish(SETUP);
+    let took = stop.elapsed();
+    let err = run.stderr_text();
+    assert_eq!(run.code(), Some(130), "stderr:\n{err}");
+    assert!(err.contains("interrupted by SIGINT"), "{err}");
+    assert!(!err.contains("the node left"), "no node left the run on its own: {err}");
+    wait_until(Instant::now() + PROMPT, "the node processes to exit", || {
+        nodes.iter().all(|&n| !alive(n))
+    });
+    eprintln!("rollout collect, SIGINT to its group to exit: {took:?}");
+}
+
+#[test]
+fn sigint_to_the_terminals_group_stops_rollout_collect_and_its_rollout_node_processes() {
+    sigint_to_the_group_stops_the_run_and_its_node_processes(None);
+}
+
+#[test]
+fn sigint_to_the_terminals_group_stops_rollout_collect_and_its_python_node_processes() {
+    let Some(python) = venv_python() else { return };
+    let command = format!("{} -m rollout_node", python.display());
+    sigint_to_the_group_stops_the_run_and_its_node_processes(Some(&command));
+}
+
+/// SIGKILL to `rollout collect`: nothing of the trainer's runs after it, no shutdown is
+/// sent. Its node processes see the connection close (their heartbeat deadline is the
+/// backstop) and exit.
+fn a_killed_trainer_leaves_no_node_process_behind(node_command: Option<&str>) {
+    let mut cli = collect_in_own_group(node_command);
+    let pid = cli.id();
+    cli.wait_stdout("a first batch line", SETUP, |l| {
+        l.starts_with("{\"batch\":").then_some(())
+    });
+    let nodes = children(pid);
+    let _guard = KillOnDrop(nodes.clone());
+    assert_eq!(nodes.len(), 2, "two node processes: {nodes:?}");
+    let kill = Instant::now();
+    signal(pid, "KILL");
+    let run = cli.finish(SETUP);
+    assert_eq!(run.status.and_then(|s| s.code()), None, "killed");
+    wait_until(Instant::now() + PROMPT, "the node processes to exit", || {
+        nodes.iter().all(|&n| !alive(n))
+    });
+    eprintln!(
+        "node processes gone {:?} after their trainer was killed",
+        kill.elapsed()
+    );
+}
+
+#[test]
+fn a_killed_rollout_collect_leaves_no_rollout_node_process_behind() {
+    a_killed_trainer_leaves_no_node_process_behind(None);
+}
+
+#[test]
+fn a_killed_rollout_collect_leaves_no_python_node_process_behind() {
+    let Some(python) = venv_python() else { return };
+    let command = format!("{} -m rollout_node", python.display());
+    a_killed_trainer_leaves_no_node_process_behind(Some(&command));
+}
+
+#[test]
+fn sigint_while_the_node_processes_start_ends_the_run_once_they_joined() {
+    // Each node is a shell that notes its pid, waits for the file `go`, then becomes
+    // `rollout node`: the test signals while `rollout collect` waits for them to join,
+    // then lets them join. Dying there (SIGINT's default) would leave them retrying to
+    // reach a trainer that is gone.
+    let dir = temp_dir("sigint-at-start");
+    let (marks, go) = (dir.path().join("marks"), dir.path().join("go"));
+    std::fs::create_dir_all(&marks).expect("make the marks folder");
+    let script = format!(
+        "echo $$ > {marks}/$$; while [ ! -e {go} ]; do sleep 0.02; done; exec {bin} node \"$@\"",
+        marks = marks.display(),
+        go = go.display(),
+        bin = rollout_bin().display(),
+    );
+    let command = format!("sh -c '{script}' node");
+    let mut cli = collect_in_own_group(Some(&command));
+    let pid = cli.id();
+    let nodes: Vec<u32> = wait_for(Instant::now() + SETUP, "both nodes to start", || {
+        let pids: Vec<u32> = std::fs::read_dir(&marks)
+            .ok()?
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        (pids.len() == 2).then_some(pids)
+    });
+    let _guard = KillOnDrop(nodes.clone());
+    signal_group(pid, "INT");
+    cli.wait_stderr("the signal caught", SETUP, |l| {
+        l.starts_with("SIGINT: stopping").then_some(())
+    });
+    std::fs::write(&go, b"").expect("write go");
+    let run = cli.finish(SETUP);
+    let err = run.stderr_text();
+    assert_eq!(run.code(), Some(130), "stderr:\n{err}");
+    assert!(err.contains("interrupted by SIGINT"), "{err}");
+    assert!(!run.stdout_text().contains("\"batch\""), "no batch after the signal");
+    wait_until(Instant::now() + PROMPT, "the node processes to exit", || {
+        nodes.iter().all(|&n| !alive(n))
+    });
 }

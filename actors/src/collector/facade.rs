@@ -18,7 +18,9 @@ use super::plan::Plan;
 use crate::error::CollectError;
 use crate::launch::slurm::SlurmJob;
 use crate::launch::{Launched, NodeHandles};
-use crate::messages::{GetWeights, NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights, TakeCheckpoint};
+use crate::messages::{
+    GetWeights, NextBatch, PushWeights, Recycle, ResetEnvs, SetSeed, StopNodes, StoreWeights, TakeCheckpoint,
+};
 use crate::metrics::MetricsServer;
 use crate::trainer::{GetStats, Trainer};
 
@@ -34,6 +36,10 @@ impl DistributedCollector {
             node_count,
             ..
         } = plan;
+        let (frames_per_batch, total_frames) = {
+            let cfg = node_plan.machine.config();
+            (cfg.frames_per_batch(), cfg.total_frames())
+        };
         let Launched { trainer: start, nodes } = launch.start(node_plan)?;
         let ready_wait = start.ready_wait();
         let (watch, respawn) = (nodes.watch(), nodes.respawn());
@@ -88,6 +94,9 @@ impl DistributedCollector {
             shutdown_timeout,
             down: false,
             nodes: node_count,
+            frames_per_batch,
+            total_frames,
+            last_stats: None,
             launched: nodes,
             metrics: None,
         })
@@ -143,6 +152,12 @@ pub struct DistributedCollector {
     shutdown_timeout: Duration,
     down: bool,
     nodes: usize,
+    /// Frames of each batch the run yields (the last one of `total_frames` may be shorter).
+    frames_per_batch: usize,
+    /// Frames the run yields in all; `None`: endless.
+    total_frames: Option<u64>,
+    /// The stats read as the run shut down, for [`Self::stats`] after it.
+    last_stats: Option<SupervisionStats>,
     /// The listening address, node processes and SLURM job the launcher started.
     launched: NodeHandles,
     /// The metrics endpoint and how long shutdown waits for its final scrape.
@@ -244,6 +259,17 @@ impl DistributedCollector {
         self.ask(SetSeed(seed), "seeding the nodes", self.batch_timeout)?
     }
 
+    /// torchrl's `reset()`: every env of every node starts a new episode, the ones in
+    /// progress cut without `done`, reseeded from the run's next unused seeds (so the
+    /// run stays reproducible from its seed); returns the next unused seed after them.
+    /// A sync run's next batch starts every episode anew; in an async run each node
+    /// first finishes the batch it is collecting (nodes collect ahead of the consumer),
+    /// and starts anew in the one after. See
+    /// [`rollout::machine::TrainerMachine::reset_envs`].
+    pub fn reset_envs(&mut self) -> Result<u64, CollectError> {
+        self.ask(ResetEnvs, "resetting the envs", self.batch_timeout)?
+    }
+
     /// Hands a batch back once you are done with it, so its storage is reused instead
     /// of fresh memory: an in-process node with one env worker collects into it again,
     /// a remote node's connection decodes that node's next batch into it; a sync
@@ -264,6 +290,17 @@ impl DistributedCollector {
         self.nodes
     }
 
+    /// Frames of each batch the run yields (the last one of
+    /// [`Self::total_frames`] may be shorter).
+    pub fn frames_per_batch(&self) -> usize {
+        self.frames_per_batch
+    }
+
+    /// Frames the run yields in all; `None` for an endless run.
+    pub fn total_frames(&self) -> Option<u64> {
+        self.total_frames
+    }
+
     /// A handle for the calls other threads make while one waits in
     /// [`Self::next_batch`]: weights, stats, and cancelling that wait.
     pub fn handle(&self) -> super::handle::CollectorHandle {
@@ -271,8 +308,14 @@ impl DistributedCollector {
     }
 
     /// Node restarts, late batches dropped, frames collected and (elastic runs) nodes
-    /// joined and left so far.
+    /// joined and left so far. After [`Self::shutdown`], the last ones: read once every
+    /// node was down (an error only when the trainer could not be asked then).
     pub fn stats(&self) -> Result<SupervisionStats, CollectError> {
+        if self.down {
+            return self.last_stats.clone().ok_or_else(|| {
+                CollectError::Stopped("the collector was shut down before its stats could be read".into())
+            });
+        }
         self.ask(GetStats, "reading the stats", self.batch_timeout)
     }
 
@@ -326,6 +369,10 @@ impl DistributedCollector {
             }
         }
         let r = self.ask(StopNodes, "shutting the nodes down", self.shutdown_timeout);
+        if r.is_ok() {
+            // The trainer answered: every node is down, nothing changes the stats any more.
+            self.last_stats = self.ask(GetStats, "reading the stats", self.shutdown_timeout).ok();
+        }
         self.down = true;
         self.system.stop();
         let slurm = self.launched.shutdown(self.shutdown_timeout);

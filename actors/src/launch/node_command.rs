@@ -7,6 +7,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
@@ -67,6 +68,12 @@ impl NodeCommand {
     /// Node `index`'s child process: the command, then `--join addr --index index
     /// --name process-<index>`, the token in `ROLLOUT_TOKEN` (never on the command
     /// line, where `ps` shows it), stdin closed; stdout and stderr are this process's.
+    ///
+    /// The child leads a process group of its own, out of the terminal's foreground
+    /// group: Ctrl-C (SIGINT to that group) reaches the trainer alone, which stops its
+    /// nodes itself (`shutdown`), instead of every node leaving the run before the
+    /// trainer's program sees the signal. A trainer that dies leaves none behind
+    /// either: its nodes see the connection close (or its heartbeats stop) and exit.
     pub(crate) fn child(&self, addr: SocketAddr, token: &str, index: usize) -> Command {
         let (program, args) = self
             .argv
@@ -81,7 +88,8 @@ impl NodeCommand {
             .arg("--name")
             .arg(format!("process-{index}"))
             .env("ROLLOUT_TOKEN", token)
-            .stdin(Stdio::null());
+            .stdin(Stdio::null())
+            .process_group(0);
         c
     }
 }

@@ -93,3 +93,42 @@ impl Drop for Children {
         self.reap(Duration::from_secs(2));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The process group of process `pid` (`"self"`: this one), field 5 of its stat.
+    fn process_group(pid: &str) -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // The fields after the command name, which may hold spaces: state, ppid, pgrp.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        rest.split(' ').nth(2)?.parse().ok()
+    }
+
+    fn alive(pid: u32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+    }
+
+    #[test]
+    fn each_node_process_leads_a_process_group_of_its_own() {
+        // `sh -c 'exec sleep 30' --join ...`: the appended flags are the script's $0 and
+        // arguments, so the child is a sleep that waits to be reaped.
+        let command = NodeCommand::new(vec!["sh".into(), "-c".into(), "exec sleep 30".into()]);
+        let addr = "127.0.0.1:9".parse().expect("an address");
+        let mut children = Children::spawn(&command, addr, b"token", 2).expect("spawn sh");
+        let pids = children.pids();
+        let ours = process_group("self").expect("this process's group");
+        for &pid in &pids {
+            // Set between fork and exec: in place once `spawn` returned.
+            assert_eq!(
+                process_group(&pid.to_string()),
+                Some(pid),
+                "node process {pid} leads its own group"
+            );
+            assert_ne!(pid, ours, "not this process's group, which a terminal signals");
+        }
+        children.reap(Duration::ZERO);
+        assert!(pids.iter().all(|&p| !alive(p)), "reaped: {pids:?}");
+    }
+}

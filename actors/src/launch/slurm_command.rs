@@ -3,6 +3,7 @@
 //! host to avoid (`slurm_avoid`) both run their commands through.
 
 use std::io::{self, Read};
+use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -64,7 +65,10 @@ pub(crate) enum SlurmError {
     },
 }
 
-/// Runs `program args` with a deadline; its stdout on success.
+/// Runs `program args` with a deadline; its stdout on success. The command runs in a
+/// process group of its own, as node processes do (`NodeCommand::child`): Ctrl-C in the
+/// trainer's terminal does not kill an `sbatch` or `squeue` under way, so the trainer's
+/// own shutdown (its `scancel`) is what ends the job.
 pub(super) fn run(program: &str, args: &[&str], timeout: Duration) -> Result<String, SlurmError> {
     use wait_timeout::ChildExt as _;
     let deadline = Instant::now() + timeout;
@@ -77,6 +81,7 @@ pub(super) fn run(program: &str, args: &[&str], timeout: Duration) -> Result<Str
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .process_group(0)
         .spawn()
         .map_err(|source| SlurmError::Spawn {
             command: command.clone(),
@@ -199,6 +204,17 @@ mod tests {
         let script = "head -c 1048576 /dev/zero | tr '\\0' a; head -c 1048576 /dev/zero >&2; exit 0";
         let out = run("sh", &["-c", script], COMMAND_TIMEOUT);
         assert_eq!(out.map(|s| s.len()).ok(), Some(1 << 20));
+    }
+
+    #[test]
+    fn a_command_leads_a_process_group_of_its_own() {
+        // The shell's own stat: its pid (field 1) and process group (field 5).
+        let out = run("sh", &["-c", "cat /proc/$$/stat"], COMMAND_TIMEOUT).expect("sh runs");
+        let rest = out.rfind(')').map(|i| &out[i + 2..]).expect("a stat line");
+        let pid = out.split(' ').next().and_then(|p| p.parse::<u32>().ok());
+        let group = rest.split(' ').nth(2).and_then(|g| g.parse::<u32>().ok());
+        assert!(pid.is_some(), "{out}");
+        assert_eq!(group, pid, "the command leads its group: {out}");
     }
 
     #[test]

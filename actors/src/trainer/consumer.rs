@@ -9,7 +9,7 @@ use tokio::sync::oneshot;
 use super::{GetStats, Overdue, Trainer};
 use crate::error::CollectError;
 use crate::messages::{
-    CancelNext, GetWeights, NextBatch, PushWeights, Recycle, SetSeed, StopNodes, StoreWeights, Subscribe,
+    CancelNext, GetWeights, NextBatch, PushWeights, Recycle, ResetEnvs, SetSeed, StopNodes, StoreWeights, Subscribe,
     TakeCheckpoint, TrainerEvent,
 };
 
@@ -93,6 +93,23 @@ impl Handler<SetSeed> for Trainer {
         self.seed = Some(tx);
         self.tick();
         self.machine.set_seed(msg.0, &mut self.out);
+        self.dispatch();
+        Box::pin(async move {
+            rx.await
+                .unwrap_or_else(|_| Err(CollectError::Stopped("the trainer dropped the request".into())))
+        })
+    }
+}
+
+impl Handler<ResetEnvs> for Trainer {
+    type Result = ResponseFuture<Result<u64, CollectError>>;
+
+    fn handle(&mut self, _msg: ResetEnvs, _ctx: &mut Self::Context) -> Self::Result {
+        // The chain answers as `SetSeed`'s does (`Output::Seeded`).
+        let (tx, rx) = oneshot::channel();
+        self.seed = Some(tx);
+        self.tick();
+        self.machine.reset_envs(&mut self.out);
         self.dispatch();
         Box::pin(async move {
             rx.await

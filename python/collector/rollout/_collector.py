@@ -7,11 +7,14 @@ whose ``field`` names the argument.
 
 from __future__ import annotations
 
+import atexit
 import json
+import logging
 import os
 import shutil
 import sys
 import tempfile
+import weakref
 from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
@@ -21,6 +24,24 @@ from ._batch import Batch
 
 # Rust builder setting names that differ from this class's argument names.
 _FIELD_NAMES = {"node_config": "collector_kwargs"}
+
+# Every collector whose run was started and may still be running: shut down when the
+# interpreter exits (a script that ends, or stops at a KeyboardInterrupt, without
+# `shutdown()` or `with`), so that its nodes are told to stop and its threads joined,
+# rather than torn down half-way as the process ends.
+_LIVE: "weakref.WeakSet[DistributedCollector]" = weakref.WeakSet()
+# A forked child inherits the objects but not the threads that run them: its exit leaves
+# the parent's runs alone (shutting one down there would wait on a thread that is not there).
+os.register_at_fork(after_in_child=_LIVE.clear)
+
+
+@atexit.register
+def _shutdown_live() -> None:
+    for collector in list(_LIVE):
+        try:
+            collector.shutdown()
+        except BaseException as e:  # noqa: BLE001 - the interpreter is exiting: say it, go on
+            logging.getLogger("rollout").warning("shutting down %r at exit: %s: %s", collector, type(e).__name__, e)
 
 
 def _config_error(field: str, reason: str) -> _native.ConfigError:
@@ -392,6 +413,7 @@ class DistributedCollector:
         env_device: Any = None,
         postproc: Optional[Callable[[Any], Any]] = None,
     ) -> None:
+        self._policy_given = policy  # the `policy` property: what the user passed
         for name, value in (("device", device), ("policy_device", policy_device), ("storing_device", storing_device), ("env_device", env_device)):
             _cpu_only(name, value)
         if postproc is not None and not callable(postproc):
@@ -533,7 +555,9 @@ class DistributedCollector:
                 settings = dict(settings, policy_file=os.path.join(tmp, "policy.onnx"))
                 with open(settings["policy_file"], "wb") as f:
                     f.write(self._onnx_model)
-            return self._start_native(settings)
+            native = self._start_native(settings)
+        _LIVE.add(self)
+        return native
 
     @staticmethod
     def _start_native(settings: Dict[str, Any]) -> "_native.NativeCollector":
@@ -555,7 +579,9 @@ class DistributedCollector:
         ``tensordict=True``).
 
         Waits with the GIL released; Ctrl-C raises ``KeyboardInterrupt`` and the
-        batch being waited for is the one the next call returns."""
+        batch being waited for is the one the next call returns. After
+        :meth:`shutdown` it raises :class:`CollectorError` (the run is over); a
+        ``shutdown`` from another thread while it waits ends the wait with ``None``."""
         raw = self._native.next_batch()
         if raw is None:
             return None
@@ -575,11 +601,63 @@ class DistributedCollector:
         return td if self._postproc is None else self._postproc(td)
 
     def __iter__(self) -> Iterator[Any]:
+        """The batches until ``total_frames`` (torchrl's iteration); iterating a
+        collector that was shut down raises :class:`CollectorError`."""
         while True:
             batch = self.next()
             if batch is None:
                 return
             yield batch
+
+    def __len__(self) -> int:
+        """Number of batches the run yields, as torchrl's collectors count them:
+        ``ceil(total_frames / frames_per_batch)`` (the last batch may be shorter). An
+        endless run (``total_frames=-1``) has no length: ``RuntimeError``, as torchrl."""
+        total = self.total_frames
+        if total > 0:
+            return -(total // -self.frames_per_batch)
+        raise RuntimeError("Non-terminating collectors do not have a length (total_frames=-1)")
+
+    def __bool__(self) -> bool:
+        # A collector is true whatever its length (an endless one has none).
+        return True
+
+    @property
+    def frames_per_batch(self) -> int:
+        """Frames of each batch (the last batch of ``total_frames`` may be shorter)."""
+        return self._native.frames_per_batch
+
+    @property
+    def total_frames(self) -> int:
+        """Frames the run yields in all; -1: endless."""
+        return self._native.total_frames
+
+    @property
+    def policy(self) -> Any:
+        """The policy as it was passed: the torch module (exported to the nodes as
+        the ``onnx`` policy), a kind (``"linear"``), a config dict, or ``None`` (the
+        default, ``linear``)."""
+        if self._torch_policy is not None:
+            return self._torch_policy.module
+        return self._policy_given
+
+    def reset(self, reset_idx: Optional[Sequence[bool]] = None) -> None:
+        """torchrl's ``reset()``: every env of every node starts a new episode (new
+        trajectory ids, ``step_count`` 0); the episodes in progress are cut without
+        ``done``. The envs are reseeded from the run's next unused seeds (the seed
+        chain of :meth:`set_seed` continued), so the run stays reproducible from
+        ``seed``. A sync run's next batch starts every episode anew; in an async run
+        each node first delivers the batch it is collecting (nodes collect ahead of
+        the loop) and starts anew in the one after. ``reset_idx`` (torchrl's
+        per-worker mask) may only select every node: nodes are reset together."""
+        if reset_idx is not None:
+            mask = list(reset_idx)
+            if len(mask) != self.nodes or not all(bool(m) for m in mask):
+                raise _config_error(
+                    "reset_idx",
+                    f"rollout resets every node's envs together: give None or {self.nodes} x True, got {mask!r}",
+                )
+        self._native.reset_envs()
 
     # ---- weights, seeds
     def update_policy_weights_(
@@ -639,7 +717,9 @@ class DistributedCollector:
         """``restarts`` (per node), ``dropped_late``, ``frames_collected``,
         ``batches_recycled`` (batches Python freed, whose storage went back to the
         run), and for an elastic run ``joined`` (nodes that joined, the first ones
-        included) and ``left`` (nodes that left with ``leave``); both 0 otherwise."""
+        included) and ``left`` (nodes that left with ``leave``); both 0 otherwise.
+        After :meth:`shutdown` (or the ``with`` block), the last ones, read once
+        every node was down."""
         return self._native.stats()
 
     @property
@@ -664,7 +744,10 @@ class DistributedCollector:
         return self._native.slurm_job_ids()
 
     def shutdown(self) -> None:
-        """Stops every node and joins every thread; idempotent."""
+        """Stops every node and joins every thread; idempotent. Iterating afterwards
+        raises :class:`CollectorError`; :meth:`stats` keeps the last stats. A run still
+        going when the interpreter exits is shut down then."""
+        _LIVE.discard(self)
         self._native.shutdown()
 
     def __enter__(self) -> "DistributedCollector":

@@ -13,11 +13,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
+use rollout::machine::SupervisionStats;
 use rollout_actors::{CollectError, Collected, CollectorHandle};
 
 use crate::config;
 use crate::convert::weights_from_py;
-use crate::errors::{collect_error, stopped};
+use crate::errors::{collect_error, shut_down, stopped};
 use crate::runner::{wait, Runner, WaitError};
 use crate::storage::batch_to_py;
 
@@ -33,8 +34,12 @@ pub(crate) struct NativeCollector {
     /// Locked only to take or put the receiver, never across a wait.
     pending: Mutex<Option<Receiver<NextAnswer>>>,
     nodes: usize,
+    /// Frames of each batch; frames of the whole run (`None`: endless).
+    frames: (usize, Option<u64>),
     /// Set by the first `shutdown`; read by `next_batch` jobs before they start.
     down: Arc<AtomicBool>,
+    /// The stats as the run shut down (`stats` after `shutdown`).
+    last_stats: Mutex<Option<SupervisionStats>>,
 }
 
 impl NativeCollector {
@@ -73,23 +78,29 @@ impl NativeCollector {
     fn new(py: Python<'_>, settings: Bound<'_, PyDict>) -> PyResult<NativeCollector> {
         let builder = config::builder(settings.copy()?)?;
         let runner = Runner::start(py, builder)?;
-        let (nodes, handle) = wait(py, runner.call(|c| (c.nodes(), c.handle()))?)?;
+        let (nodes, handle, frames) = wait(
+            py,
+            runner.call(|c| (c.nodes(), c.handle(), (c.frames_per_batch(), c.total_frames())))?,
+        )?;
         Ok(NativeCollector {
             runner,
             handle,
             pending: Mutex::new(None),
             nodes,
+            frames,
             down: Arc::new(AtomicBool::new(false)),
+            last_stats: Mutex::new(None),
         })
     }
 
     /// The next batch as a dict (see `storage::batch_to_py`; its storage goes back to
     /// the run when Python frees its arrays), or `None` once
     /// `total_frames` have been yielded.
-    /// A `shutdown` on another thread meanwhile ends the wait with `None`.
+    /// A `shutdown` on another thread meanwhile ends the wait with `None`; asked after
+    /// `shutdown`, a `CollectorError`: the run is over, not empty.
     fn next_batch(&self, py: Python<'_>) -> PyResult<Option<PyObject>> {
         if self.down.load(Ordering::SeqCst) {
-            return Ok(None);
+            return Err(shut_down());
         }
         let pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner).take();
         let rx = match pending {
@@ -145,6 +156,12 @@ impl NativeCollector {
         self.ask(py, move |c| c.set_seed(seed))
     }
 
+    /// Every env of every node starts a new episode, reseeded from the run's next
+    /// unused seeds; returns the next unused seed after them.
+    fn reset_envs(&self, py: Python<'_>) -> PyResult<u64> {
+        self.ask(py, |c| c.reset_envs())
+    }
+
     /// A checkpoint of the whole run, as bytes (resume with `resume=`).
     fn checkpoint<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         let bytes = self.ask(py, |c| {
@@ -155,9 +172,13 @@ impl NativeCollector {
         Ok(PyBytes::new(py, &bytes))
     }
 
-    /// Node restarts, late batches dropped, frames collected.
+    /// Node restarts, late batches dropped, frames collected; after `shutdown`, the
+    /// last ones, read as the run shut down.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.on_handle(py, |h| h.stats())?;
+        let s = match self.last_stats.lock().unwrap_or_else(PoisonError::into_inner).clone() {
+            Some(last) => last,
+            None => self.on_handle(py, |h| h.stats())?,
+        };
         let d = PyDict::new(py);
         d.set_item("restarts", s.restarts)?;
         d.set_item("dropped_late", s.dropped_late)?;
@@ -172,6 +193,18 @@ impl NativeCollector {
     #[getter]
     fn nodes(&self) -> usize {
         self.nodes
+    }
+
+    /// Frames of each batch.
+    #[getter]
+    fn frames_per_batch(&self) -> usize {
+        self.frames.0
+    }
+
+    /// Frames of the whole run; -1: endless.
+    #[getter]
+    fn total_frames(&self) -> i64 {
+        self.frames.1.map_or(-1, |t| i64::try_from(t).unwrap_or(i64::MAX))
     }
 
     /// The address remote nodes join (`HOST:PORT`), when they do.
@@ -205,10 +238,15 @@ impl NativeCollector {
         let handle = self.handle.clone();
         // A run whose trainer is gone has no wait to cancel; shutdown says what happened.
         let _ = py.allow_threads(move || handle.cancel_next_batch());
+        // The stats read as the run went down stay readable (`stats` after `with`).
         let r = self
             .runner
-            .call(|c| c.shutdown())
-            .and_then(|rx| wait(py, rx)?.map_err(collect_error));
+            .call(|c| (c.shutdown(), c.stats().ok()))
+            .and_then(|rx| wait(py, rx).map_err(PyErr::from))
+            .and_then(|(down, last)| {
+                *self.last_stats.lock().unwrap_or_else(PoisonError::into_inner) = last;
+                down.map_err(collect_error)
+            });
         self.runner.join(py);
         r
     }

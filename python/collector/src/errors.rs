@@ -68,3 +68,9 @@ pub(crate) fn collect_error(e: CollectError) -> PyErr {
 pub(crate) fn stopped() -> PyErr {
     CollectorError::new_err("the collector's thread is gone (shut down, or it failed)")
 }
+
+/// The error of asking a collector that was shut down for a batch: the run is over,
+/// which an empty iteration would hide.
+pub(crate) fn shut_down() -> PyErr {
+    CollectorError::new_err("the collector was shut down: its run is over (start a new DistributedCollector)")
+}

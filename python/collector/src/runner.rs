@@ -46,7 +46,9 @@ impl<R> From<WaitError<R>> for PyErr {
 
 impl Runner {
     /// Builds the collector on a new thread (starting nodes can take a while:
-    /// processes, SLURM jobs) and waits until it runs.
+    /// processes, SLURM jobs) and waits until it runs. Interrupted (Ctrl-C), it waits on
+    /// for the start to end and shuts the run down before raising, so that no node it
+    /// started is left looking for its trainer; a second Ctrl-C raises at once.
     pub(crate) fn start(py: Python<'_>, builder: CollectorBuilder) -> PyResult<Runner> {
         let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(), CollectError>>();
@@ -72,7 +74,21 @@ impl Runner {
             jobs: Mutex::new(Some(jobs_tx)),
             thread: Mutex::new(Some(thread)),
         };
-        wait(py, ready_rx)?.map_err(collect_error)?;
+        match wait(py, ready_rx) {
+            Ok(built) => built.map_err(collect_error)?,
+            Err(WaitError::Interrupted(e, ready_rx)) => {
+                // Ctrl-C while the nodes start: Python never gets this run, so it ends
+                // here. Node processes do not take the terminal's SIGINT (groups of
+                // their own): once they joined, the closed queue makes the thread shut
+                // the collector down, which stops them; joined before the
+                // KeyboardInterrupt goes on. A second Ctrl-C stops waiting for that.
+                if wait(py, ready_rx).is_ok() {
+                    runner.join(py);
+                }
+                return Err(e);
+            }
+            Err(WaitError::Gone) => return Err(stopped()),
+        }
         Ok(runner)
     }
 

@@ -73,12 +73,18 @@ def test_calls_after_shutdown_say_the_run_is_over():
     c.next()
     c.shutdown()
     c.shutdown()  # idempotent
-    assert c.next() is None
-    assert list(c) == []
-    for call in (c.stats, lambda: c.update_policy_weights_(linear(0.1)), lambda: c.set_seed(1), c.state_dict):
+    # Iterating raises (an empty iteration would hide that the run is over).
+    with pytest.raises(rollout.CollectorError) as e:
+        c.next()
+    assert "shut down" in str(e.value), e.value
+    with pytest.raises(rollout.CollectorError) as e:
+        for _ in c:
+            pytest.fail("a batch after shutdown")
+    assert "shut down" in str(e.value), e.value
+    for call in (lambda: c.update_policy_weights_(linear(0.1)), lambda: c.set_seed(1), c.state_dict, c.reset):
         with pytest.raises(rollout.CollectorError) as e:
             call()
-        assert "shut down" in str(e.value) or "stopped" in str(e.value), e.value
+        assert "shut down" in str(e.value) or "gone" in str(e.value), e.value
 
 
 @pytest.mark.skipif(not ROLLOUT_BIN, reason="needs the release `rollout` binary (ROLLOUT_BIN)")

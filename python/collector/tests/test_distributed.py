@@ -153,8 +153,8 @@ def test_endless_mode_and_shutdown():
     assert got == 25, "an endless run keeps yielding"
     c.shutdown()
     c.shutdown()  # idempotent
-    assert c.next() is None
-    assert list(c) == []
+    with pytest.raises(rollout.CollectorError, match="shut down"):
+        c.next()  # the run is over, not empty
 
 
 def test_stats_count_frames():

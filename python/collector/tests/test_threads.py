@@ -5,6 +5,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 
 import rollout
 
@@ -47,7 +48,8 @@ def test_stats_weights_and_shutdown_from_another_thread_while_one_waits_in_next(
     t.join(DEADLINE)
     assert not t.is_alive(), "next() did not return after shutdown()"
     assert got == {"batch": None}, got
-    assert c.next() is None
+    with pytest.raises(rollout.CollectorError, match="shut down"):
+        c.next()  # asked after the shutdown: the run is over
 
 
 def test_shutdown_from_another_thread_is_prompt_with_a_huge_batch_in_flight():

@@ -37,6 +37,31 @@ impl TrainerMachine {
         }
     }
 
+    /// The first seed of the run no env was given: where the last seeding chain ends
+    /// (node 0's seed plus one seed per env of the run; a chain waiting to start counts
+    /// as the last), or in an elastic run past the nodes that joined since.
+    pub fn next_unused_seed(&self) -> u64 {
+        let lanes = self.cfg.shares.lanes();
+        if let Some(queued) = self.chain.queued {
+            return queued.wrapping_add(lanes);
+        }
+        match &self.elastic {
+            Some(e) if self.chain.at.is_none() => e.next_seed,
+            _ => self.chain.seed.wrapping_add(lanes),
+        }
+    }
+
+    /// torchrl's `reset()`: every env of every node starts a new episode, seeded from
+    /// the run's next unused seeds: the seeding chain from [`Self::next_unused_seed`],
+    /// so the episodes in progress are cut without `done` (PROTOCOL.md, "Seeding") and
+    /// the run stays reproducible from its seed. A node collecting when its `seed`
+    /// arrives applies it after that batch; a sync round asked after this call starts
+    /// every episode anew. Ends with [`Output::Seeded`], as [`Self::set_seed`] does.
+    pub fn reset_envs(&mut self, out: &mut Vec<Output>) {
+        let seed = self.next_unused_seed();
+        self.set_seed(seed, out);
+    }
+
     /// Node `node` used its seeds (`Seeded`): the chain goes on with the next one.
     /// A report from a node the chain is not at is ignored.
     pub(super) fn on_seeded(&mut self, node: usize, next_seed: u64, out: &mut Vec<Output>) -> Result<(), TrainerError> {
@@ -114,6 +139,40 @@ mod tests {
         assert_eq!(seeds(&feed(&mut m, seeded(1, 14))), vec![(2, 14)]);
         assert_eq!(feed(&mut m, seeded(2, 16)), vec![Output::Seeded { next_seed: 16 }]);
         assert_eq!(m.chain_seed_of(2), 14, "a restart derives from the seed the chain gave");
+    }
+
+    #[test]
+    fn a_reset_runs_the_chain_from_the_first_seed_no_env_was_given() {
+        let mut m = machine(config(3, 2, 4, None, false));
+        let mut out = Vec::new();
+        m.set_seed(10, &mut out);
+        feed(&mut m, seeded(0, 12));
+        feed(&mut m, seeded(1, 14));
+        feed(&mut m, seeded(2, 16));
+        assert_eq!(m.next_unused_seed(), 16, "3 nodes x 2 envs seeded from 10");
+        let mut out = Vec::new();
+        m.reset_envs(&mut out);
+        assert_eq!(seeds(&out), vec![(0, 16)]);
+        assert_eq!(seeds(&feed(&mut m, seeded(0, 18))), vec![(1, 18)]);
+        assert_eq!(seeds(&feed(&mut m, seeded(1, 20))), vec![(2, 20)]);
+        assert_eq!(feed(&mut m, seeded(2, 22)), vec![Output::Seeded { next_seed: 22 }]);
+        assert_eq!(m.next_unused_seed(), 22, "the next reset takes seeds no env had");
+    }
+
+    #[test]
+    fn a_reset_asked_during_a_chain_follows_the_chain_waiting_to_start() {
+        let mut m = machine(config(2, 1, 4, None, false));
+        m.set_seed(0, &mut Vec::new());
+        m.set_seed(100, &mut Vec::new());
+        assert_eq!(m.next_unused_seed(), 102, "after the queued chain");
+        m.reset_envs(&mut Vec::new());
+        feed(&mut m, seeded(0, 1));
+        let out = feed(&mut m, seeded(1, 2));
+        assert_eq!(
+            seeds(&out),
+            vec![(0, 102)],
+            "the reset replaced the queued chain, past its seeds"
+        );
     }
 
     #[test]
