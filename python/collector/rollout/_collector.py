@@ -130,6 +130,27 @@ def _python_node_command(env: str) -> list:
             "other envs run on Python nodes: install the rollout-node package (pip install ./python/node) "
             "in this interpreter, or pass node_command",
         )
+    try:
+        import gymnasium
+    except ImportError:
+        gymnasium = None
+    if gymnasium is not None:
+        if env.startswith("ALE/") and env not in gymnasium.registry:
+            try:  # Atari ids are ale-py's, registered by importing it (as the node does)
+                import ale_py
+
+                gymnasium.register_envs(ale_py)
+            except ImportError:
+                pass  # gymnasium's error below says what is missing
+        try:
+            gymnasium.spec(env)
+        except Exception as e:  # gymnasium's own error types differ across versions
+            raise _config_error(
+                "env",
+                f"{env!r} is neither a built-in env (CartPole-v1, Pendulum-v1, MountainCarContinuous-v0, Counting) "
+                f"nor one gymnasium knows ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                "for an env of your own, pass node_command with rollout_node's --import",
+            ) from None
     return [sys.executable, "-m", "rollout_node"]
 
 
