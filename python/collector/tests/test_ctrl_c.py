@@ -9,7 +9,6 @@ foreground job), waits for the line it prints after its first batch, sends SIGIN
 group, and checks what the script printed, that it exited, and that no node survives."""
 
 import os
-import pathlib
 import queue
 import signal
 import subprocess
@@ -19,6 +18,7 @@ import threading
 import time
 
 import pytest
+from conftest import rollout_bin
 
 # How long starting the run may take (node processes, the first batch), and stopping it.
 SETUP_S = 120.0
@@ -62,13 +62,6 @@ SCRIPT = textwrap.dedent(
         print("KeyboardInterrupt", flush=True)
     """
 )
-
-
-def rollout_bin():
-    path = os.environ.get("ROLLOUT_BIN") or str(pathlib.Path(__file__).resolve().parents[3] / "target" / "release" / "rollout")
-    if not os.path.exists(path):
-        pytest.skip(f"no rollout binary at {path} (scripts/test.sh builds it)")
-    return path
 
 
 def require_python_node():
@@ -126,20 +119,18 @@ def wait_gone(pids, seconds):
     return []
 
 
-def interrupt_a_script(tmp_path, nodes, form):
-    """Runs the script, SIGINT to its group after its first batch; returns (exit code,
-    stdout, stderr, node pids, their groups, the script's group)."""
-    script = tmp_path / "loop.py"
-    script.write_text(SCRIPT)
-    env = dict(os.environ, ROLLOUT_BIN=rollout_bin() if nodes == "rollout" else "")
+def start_script(args, env):
+    """``python ARGS`` in a session of its own (a group led by the script: a foreground
+    job), its output read by two threads: (proc, stdout lines, stderr lines, the queue of
+    stdout lines, the reader threads)."""
     proc = subprocess.Popen(
-        [sys.executable, str(script), nodes, form],
+        [sys.executable, *args],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=env,
-        start_new_session=True,  # a group of its own, led by the script: a foreground job
+        start_new_session=True,
     )
     out, err, lines = [], [], queue.Queue()
     readers = [
@@ -148,6 +139,16 @@ def interrupt_a_script(tmp_path, nodes, form):
     ]
     for r in readers:
         r.start()
+    return proc, out, err, lines, readers
+
+
+def interrupt_a_script(tmp_path, nodes, form):
+    """Runs the script, SIGINT to its group after its first batch; returns (exit code,
+    stdout, stderr, node pids, their groups, the script's group)."""
+    script = tmp_path / "loop.py"
+    script.write_text(SCRIPT)
+    env = dict(os.environ, ROLLOUT_BIN=rollout_bin() if nodes == "rollout" else "")
+    proc, out, err, lines, readers = start_script([str(script), nodes, form], env)
     pids = []
     try:
         deadline = time.monotonic() + SETUP_S
@@ -216,22 +217,7 @@ def test_ctrl_c_while_the_node_processes_start_stops_them_once_they_joined(tmp_p
     marks.mkdir()
     script = tmp_path / "start.py"
     script.write_text(STARTING_SCRIPT)
-    proc = subprocess.Popen(
-        [sys.executable, str(script), str(marks), str(go)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ, ROLLOUT_BIN=rollout_bin()),
-        start_new_session=True,
-    )
-    out, err, lines = [], [], queue.Queue()
-    readers = [
-        threading.Thread(target=read_lines, args=(proc.stdout, out, lines), daemon=True),
-        threading.Thread(target=read_lines, args=(proc.stderr, err, queue.Queue()), daemon=True),
-    ]
-    for r in readers:
-        r.start()
+    proc, out, err, lines, readers = start_script([str(script), str(marks), str(go)], dict(os.environ, ROLLOUT_BIN=rollout_bin()))
     pids = []
     try:
         deadline = time.monotonic() + SETUP_S

@@ -13,15 +13,9 @@ import time
 
 import numpy as np
 import pytest
+from conftest import rollout_bin
 
 import rollout
-
-
-def rollout_bin():
-    path = os.environ.get("ROLLOUT_BIN") or str(pathlib.Path(__file__).resolve().parents[3] / "target" / "release" / "rollout")
-    if not os.path.exists(path):
-        pytest.skip(f"no rollout binary at {path} (scripts/test.sh builds it)")
-    return path
 
 
 def require_slurm():
