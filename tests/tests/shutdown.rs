@@ -210,19 +210,29 @@ fn collect_in_own_group(node_command: Option<&str>) -> Running {
     Running::spawn(&mut cmd).expect("spawn rollout collect")
 }
 
-/// Ctrl-C in a terminal is SIGINT to its whole foreground group: `rollout collect` and,
-/// unless they are in a group of their own, its node processes. The nodes must not take
-/// it (each would leave the run first); `rollout collect` stops them itself, exits 130,
-/// and leaves none behind.
-fn sigint_to_the_group_stops_the_run_and_its_node_processes(node_command: Option<&str>) {
+/// `rollout collect` in a group of its own, once it printed a batch: it, its pid, and its
+/// two node processes.
+fn collecting_with_two_node_processes(node_command: Option<&str>) -> (Running, u32, Vec<u32>) {
     let mut cli = collect_in_own_group(node_command);
     let pid = cli.id();
     cli.wait_stdout("a first batch line", SETUP, |l| {
         l.starts_with("{\"batch\":").then_some(())
     });
     let nodes = children(pid);
+    if nodes.len() != 2 {
+        drop(KillOnDrop(nodes.clone()));
+        panic!("two node processes expected: {nodes:?}");
+    }
+    (cli, pid, nodes)
+}
+
+/// Ctrl-C in a terminal is SIGINT to its whole foreground group: `rollout collect` and,
+/// unless they are in a group of their own, its node processes. The nodes must not take
+/// it (each would leave the run first); `rollout collect` stops them itself, exits 130,
+/// and leaves none behind.
+fn sigint_to_the_group_stops_the_run_and_its_node_processes(node_command: Option<&str>) {
+    let (cli, pid, nodes) = collecting_with_two_node_processes(node_command);
     let _guard = KillOnDrop(nodes.clone());
-    assert_eq!(nodes.len(), 2, "two node processes: {nodes:?}");
     for &n in &nodes {
         assert_ne!(
             process_group(n),
@@ -260,14 +270,8 @@ fn sigint_to_the_terminals_group_stops_rollout_collect_and_its_python_node_proce
 /// sent. Its node processes see the connection close (their heartbeat deadline is the
 /// backstop) and exit.
 fn a_killed_trainer_leaves_no_node_process_behind(node_command: Option<&str>) {
-    let mut cli = collect_in_own_group(node_command);
-    let pid = cli.id();
-    cli.wait_stdout("a first batch line", SETUP, |l| {
-        l.starts_with("{\"batch\":").then_some(())
-    });
-    let nodes = children(pid);
+    let (cli, pid, nodes) = collecting_with_two_node_processes(node_command);
     let _guard = KillOnDrop(nodes.clone());
-    assert_eq!(nodes.len(), 2, "two node processes: {nodes:?}");
     let kill = Instant::now();
     signal(pid, "KILL");
     let run = cli.finish(SETUP);

@@ -1,5 +1,6 @@
 import os
 import pathlib
+import subprocess
 import sys
 
 import pytest
@@ -15,3 +16,23 @@ def rollout_bin():
     if not os.path.exists(path):
         pytest.skip(f"no rollout binary at {path} (scripts/test.sh builds it)")
     return path
+
+
+# A Python node (python/node) run by this interpreter.
+PYTHON_NODE = [sys.executable, "-m", "rollout_node"]
+
+
+def require_python_node():
+    """Skips the test when this interpreter has no rollout_node."""
+    probe = subprocess.run(PYTHON_NODE + ["--help"], capture_output=True, timeout=60)
+    if probe.returncode != 0:
+        pytest.skip(f"no rollout_node in {sys.executable} (pip install ./python/node)")
+
+
+def alive(pid):
+    """Process `pid` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return ") Z " not in f.read()
+    except FileNotFoundError:
+        return False

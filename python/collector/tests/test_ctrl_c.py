@@ -18,7 +18,7 @@ import threading
 import time
 
 import pytest
-from conftest import rollout_bin
+from conftest import PYTHON_NODE, alive, require_python_node, rollout_bin
 
 # How long starting the run may take (node processes, the first batch), and stopping it.
 SETUP_S = 120.0
@@ -28,7 +28,6 @@ NODES_GONE_S = 10.0
 # How long a script interrupted while its nodes start must keep waiting for them.
 HOLD_S = 1.0
 
-PYTHON_NODE = [sys.executable, "-m", "rollout_node"]
 
 SCRIPT = textwrap.dedent(
     """
@@ -62,20 +61,6 @@ SCRIPT = textwrap.dedent(
         print("KeyboardInterrupt", flush=True)
     """
 )
-
-
-def require_python_node():
-    probe = subprocess.run(PYTHON_NODE + ["--help"], capture_output=True, timeout=60)
-    if probe.returncode != 0:
-        pytest.skip(f"no rollout_node in {sys.executable} (pip install ./python/node)")
-
-
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return ") Z " not in f.read()
-    except FileNotFoundError:
-        return False
 
 
 def process_group(pid):
@@ -142,6 +127,16 @@ def start_script(args, env):
     return proc, out, err, lines, readers
 
 
+def kill_leftovers(proc, pids):
+    """What a failed test leaves running: the script's group, then its node processes."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    for p in pids:
+        if alive(p):
+            os.kill(p, signal.SIGKILL)
+
+
 def interrupt_a_script(tmp_path, nodes, form):
     """Runs the script, SIGINT to its group after its first batch; returns (exit code,
     stdout, stderr, node pids, their groups, the script's group)."""
@@ -161,12 +156,7 @@ def interrupt_a_script(tmp_path, nodes, form):
             r.join(timeout=STOP_S)
         return code, "".join(out), "".join(err), pids, groups, proc.pid
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        for p in pids:
-            if alive(p):
-                os.kill(p, signal.SIGKILL)
+        kill_leftovers(proc, pids)
 
 
 @pytest.mark.parametrize("form", ["with", "no_shutdown"])
@@ -246,12 +236,7 @@ def test_ctrl_c_while_the_node_processes_start_stops_them_once_they_joined(tmp_p
         left = wait_gone(pids, NODES_GONE_S)
         assert not left, f"node processes outlived the script: {left}; stderr:\n{err_text}"
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        for p in pids:
-            if alive(p):
-                os.kill(p, signal.SIGKILL)
+        kill_leftovers(proc, pids)
 
 
 def test_a_forked_child_exits_without_touching_its_parents_run():

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import rollout_bin
+from conftest import PYTHON_NODE, alive, require_python_node, rollout_bin
 
 import rollout
 
@@ -175,26 +175,9 @@ def test_elastic_settings_that_cannot_work_are_refused_by_name(kwargs, field):
 
 # ---- node_command: Python nodes (python/node) started by the launchers
 
-PYTHON_NODE = [sys.executable, "-m", "rollout_node"]
-
-
-def require_python_node():
-    probe = subprocess.run(PYTHON_NODE + ["--help"], capture_output=True, timeout=60)
-    if probe.returncode != 0:
-        pytest.skip(f"no rollout_node in {sys.executable} (pip install ./python/node)")
-
-
 def cmdline(pid):
     with open(f"/proc/{pid}/cmdline", "rb") as f:
         return f.read().split(b"\0")
-
-
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return ") Z " not in f.read()
-    except FileNotFoundError:
-        return False
 
 
 def test_process_launcher_runs_a_python_node_command_and_replaces_a_killed_node():
