@@ -9,7 +9,8 @@ and torch.distributions' log-probabilities of given actions (computed in float64
 the Rust tests compare against. A few deliberately broken models test the errors.
 
 Run with a Python that has torch and onnx: `python scripts/export-test-models.py`;
-`--big DIR` writes instead the 10 M-parameter model of `benches/benches/onnx.rs` into DIR.
+`--big DIR` writes instead the 10 M-parameter model of `benches/benches/onnx.rs` into DIR;
+`--recurrent` only the recurrent actors (LSTM, GRU).
 """
 
 import json
@@ -347,11 +348,89 @@ def big_model(out_dir):
     export(TanhMlp(4, [3162, 3162], 2).eval(), 4, ["logits"], "cartpole_tanh_mlp_3162")
 
 
+class RecurrentStep(nn.Module):
+    """One step of an LSTM or GRU actor as rollout runs it (PROTOCOL.md §8, Recurrent):
+    the state rows zeroed where `is_init`, one `nn.LSTM`/`nn.GRU` step (batch first,
+    torchrl's state layout `[K, layers, hidden]`), a linear head."""
+
+    def __init__(self, kind, obs_dim, hidden, layers, out, outputs=1):
+        super().__init__()
+        cls = nn.LSTM if kind == "lstm" else nn.GRU
+        self.kind = kind
+        self.rnn = cls(obs_dim, hidden, num_layers=layers, batch_first=True)
+        self.heads = nn.ModuleList(nn.Linear(hidden, out) for _ in range(outputs))
+
+    def forward(self, observation, is_init, *state):
+        keep = (~is_init).to(observation.dtype).unsqueeze(-1)
+        st = [(x * keep).transpose(0, 1).contiguous() for x in state]
+        if self.kind == "lstm":
+            y, (h, c) = self.rnn(observation.unsqueeze(1), (st[0], st[1]))
+            nxt = (h.transpose(0, 1), c.transpose(0, 1))
+        else:
+            y, h = self.rnn(observation.unsqueeze(1), st[0])
+            nxt = (h.transpose(0, 1),)
+        y = y.squeeze(1)
+        return tuple(head(y) for head in self.heads) + nxt
+
+
+def recurrent_case(kind, layers, name, obs_dim, heads, head_name):
+    """Exports a recurrent actor and steps it in torch over 8 steps of 3 rows, `is_init`
+    set at steps 0 and now and then, the state carried from one step to the next: the
+    Rust tests step the ONNX policy the same way and compare every output and state."""
+    torch.manual_seed(5 + layers)
+    hidden = 8
+    m = RecurrentStep(kind, obs_dim, hidden, layers, 2 if heads[0] == "logits" else 1, len(heads)).eval()
+    names = ["recurrent_state_h", "recurrent_state_c"] if kind == "lstm" else ["recurrent_state"]
+    inputs = ["observation", "is_init", *names]
+    outputs = [*heads, *(f"next.{n}" for n in names)]
+    k = 3
+    example = (torch.zeros(k, obs_dim), torch.ones(k, 1, dtype=torch.bool), *(torch.zeros(k, layers, hidden) for _ in names))
+    torch.onnx.export(
+        m,
+        example,
+        str(OUT / f"{name}.onnx"),
+        input_names=inputs,
+        output_names=outputs,
+        dynamic_axes={n: {0: "batch"} for n in inputs + outputs},
+        dynamo=False,
+        do_constant_folding=False,
+        opset_version=18,
+    )
+    g = torch.Generator().manual_seed(17)
+    state = [torch.zeros(k, layers, hidden) for _ in names]
+    steps = []
+    for t in range(8):
+        obs = torch.randn(k, obs_dim, generator=g)
+        init = torch.tensor([[t == 0 or (t * 3 + r) % 5 == 0] for r in range(k)])
+        with torch.no_grad():
+            out = m(obs, init, *state)
+        steps.append(
+            {
+                "observation": rows(obs),
+                "is_init": [bool(x) for x in init[:, 0]],
+                "state": [rows(s.reshape(k, -1)) for s in state],
+                "outputs": {h: rows(o) for h, o in zip(heads, out)},
+                "next_state": [rows(o.reshape(k, -1)) for o in out[len(heads):]],
+            }
+        )
+        state = [o.detach() for o in out[len(heads):]]
+    write(name, {"head": head_name, "state": [{"name": n, "shape": [layers, hidden]} for n in names], "steps": steps})
+
+
+def recurrent_cases():
+    recurrent_case("lstm", 1, "cartpole_lstm", 4, ["logits"], "categorical")
+    recurrent_case("lstm", 2, "cartpole_lstm_2", 4, ["logits"], "categorical")
+    recurrent_case("gru", 2, "pendulum_gru_2", 3, ["loc", "log_std"], "normal")
+
+
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--big":
         big_model(sys.argv[2])
         return
     OUT.mkdir(parents=True, exist_ok=True)
+    if sys.argv[1:] == ["--recurrent"]:
+        recurrent_cases()
+        return
     categorical_case()
     tanh_mlp_case()
     normal_case()
@@ -361,6 +440,7 @@ def main():
     matmul_case()
     broken_models()
     image_case()
+    recurrent_cases()
     print(f"wrote {sorted(p.name for p in OUT.iterdir())}")
 
 

@@ -25,11 +25,13 @@ pub use crate::schema::{batch_layout, keys, layout_difference, BatchLayout};
 pub use collect::STOP_CHECK_STEPS;
 pub use config::RolloutConfig;
 pub use error::RolloutError;
+pub use recurrent::RecurrentState;
 pub use snapshot::RolloutState;
 pub use traj_ids::TrajIds;
 
 use buffers::{record_sizes, Buffers};
 use concrete::{Envs, Pol};
+use recurrent::Recurrent;
 
 mod buffers;
 mod collect;
@@ -38,6 +40,7 @@ mod config;
 mod error;
 mod fill;
 mod fill_argmax2;
+mod recurrent;
 mod snapshot;
 mod traj_ids;
 
@@ -85,6 +88,8 @@ pub struct Rollout {
     rec_a: Vec<f32>,
     rec_b: Vec<f32>,
     ids: Vec<TrajIds>,
+    /// A recurrent policy's state, one row per env (`None`: a policy without state).
+    recurrent: Option<Recurrent>,
     frames: u64,
     /// The largest trajectory id of the last batch, when the loop kept it as it wrote them.
     batch_max_traj_id: Option<i64>,
@@ -142,8 +147,11 @@ impl Rollout {
         let pending_seed = (0..k).map(|i| Some(config.seed.wrapping_add(i as u64))).collect();
         let recorded = policy.recorded();
         let (lp, a, b) = record_sizes(recorded);
+        crate::policy::check_state(policy.state())?;
+        let recurrent = Recurrent::new(policy.state(), k);
         Ok(Rollout {
             recorded,
+            recurrent,
             rec_lp: vec![0.0; k * lp],
             rec_a: vec![0.0; k * a],
             rec_b: vec![0.0; k * b],
@@ -169,11 +177,13 @@ impl Rollout {
         })
     }
 
-    /// The layout of every batch this rollout produces: its envs' specs' keys and
-    /// what its policy records ([`Policy::recorded`]).
+    /// The layout of every batch this rollout produces: its envs' specs' keys, what
+    /// its policy records ([`Policy::recorded`]) and a recurrent policy's state keys
+    /// ([`Policy::state`]).
     pub fn batch_layout(&self) -> BatchLayout {
         let mut layout = batch_layout(self.envs.get(0).observation_spec(), self.envs.get(0).action_spec());
         self.recorded.extend_layout(&mut layout);
+        crate::policy::extend_state_layout(self.policy.get().state(), &mut layout);
         layout
     }
 

@@ -238,8 +238,10 @@ impl RunSettings {
                         .build(obs, act, 0)
                         .map_err(|e| err("policy", format!("node {i}: {e}")))?;
                     let recorded = built.recorded();
+                    let state = built.state().to_vec();
                     let mut layout = batch_layout(obs, act);
                     recorded.extend_layout(&mut layout);
+                    crate::policy::extend_state_layout(&state, &mut layout);
                     if let Some(max) = max_frame {
                         check_frames_fit(i, built.weights(), &layout, share, max)?;
                     }
@@ -248,6 +250,7 @@ impl RunSettings {
                         of: format!("env {}", env_i.name),
                         specs: own,
                         recorded,
+                        state,
                     };
                     (source, None)
                 }
@@ -284,11 +287,13 @@ impl RunSettings {
                             .map_err(|e| err("policy", format!("node {i}: {e}")))?
                             .unwrap_or_else(|| Weights::new(Default::default()));
                         let recorded = d.recorded(&policy.config);
-                        check_frames_fit(i, &v0, &d.batch_layout_recording(recorded), share, self.max_frame)?;
+                        let state = policy.config.state().to_vec();
+                        check_frames_fit(i, &v0, &d.batch_layout_with(recorded, &state), share, self.max_frame)?;
                         let source = LayoutSource::Specs {
                             of: "the declared specs (env_spec)".into(),
                             specs: d.clone(),
                             recorded,
+                            state,
                         };
                         (source, Some(v0))
                     }
@@ -301,7 +306,9 @@ impl RunSettings {
                 },
             };
             layouts.push(match &source {
-                LayoutSource::Specs { specs, recorded, .. } => Some(specs.batch_layout_recording(*recorded)),
+                LayoutSource::Specs {
+                    specs, recorded, state, ..
+                } => Some(specs.batch_layout_with(*recorded, state)),
                 _ => None,
             });
             policies.push(policy);

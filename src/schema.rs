@@ -43,6 +43,9 @@ pub mod keys {
     pub const LOC: &str = "loc";
     /// A normal policy's standard deviations, f32 `[.., A]`.
     pub const SCALE: &str = "scale";
+    /// The frame is the first of its episode, bool `[.., 1]` (torchrl's `InitTracker`);
+    /// in the batches of a recurrent policy, whose state is zero there.
+    pub const IS_INIT: &str = "is_init";
 }
 
 /// Per-frame layout of a batch: key → (dtype, feature shape after the batch dims).

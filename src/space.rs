@@ -17,7 +17,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::peer_text::{Bounded, BoundedDisplay};
-use crate::policy::{PolicyConfig, Recorded};
+use crate::policy::{PolicyConfig, Recorded, StateTensor};
 use crate::schema::{batch_layout, keys, BatchLayout};
 use crate::spec::Spec;
 use crate::tensor::DType;
@@ -418,9 +418,22 @@ impl EnvSpecs {
     /// [`EnvSpecs::batch_layout`] with what a policy records beside its actions (see
     /// [`EnvSpecs::recorded`]): the layout every batch of a run must have.
     pub fn batch_layout_recording(&self, recorded: Recorded) -> BatchLayout {
+        self.batch_layout_with(recorded, &[])
+    }
+
+    /// [`EnvSpecs::batch_layout_recording`] with a recurrent policy's keys (`is_init`,
+    /// each state tensor and its `next.` key; none for no state).
+    pub fn batch_layout_with(&self, recorded: Recorded, state: &[StateTensor]) -> BatchLayout {
         let mut layout = self.batch_layout();
         recorded.extend_layout(&mut layout);
+        crate::policy::extend_state_layout(state, &mut layout);
         layout
+    }
+
+    /// The layout every batch of a run of policy `config` on an env of these specs has:
+    /// what it records ([`EnvSpecs::recorded`]) and its state.
+    pub fn batch_layout_for(&self, config: &PolicyConfig) -> BatchLayout {
+        self.batch_layout_with(self.recorded(config), config.state())
     }
 
     /// What a policy of `config` records for an env of these specs: `random` a
@@ -808,6 +821,7 @@ mod tests {
         let onnx = |head| PolicyConfig::Onnx {
             model: OnnxModel::new(Vec::new()),
             head,
+            state: vec![],
         };
         assert_eq!(
             specs.recorded(&onnx(OnnxHead::Categorical)),

@@ -30,14 +30,17 @@ pub enum PolicyFileError {
 /// The `onnx` policy of the model in file `path` with the given head: the file read
 /// (a regular file of at most [`MAX_MODEL_BYTES`](rollout::policy::MAX_MODEL_BYTES))
 /// and parsed now; the fit to the env's specs is checked when the policy is built for
-/// them.
+/// them. A recurrent model (one with an `is_init` input) gets the state its inputs
+/// declare ([`OnnxModel::declared_state`]).
 pub fn onnx_policy(path: &Path, head: OnnxHead) -> Result<PolicyConfig, PolicyFileError> {
     let bytes = read_bounded(path, POLICY_FILE)?;
-    let model = OnnxModel::parse(bytes).map_err(|source| PolicyFileError::Onnx {
+    let onnx = |source| PolicyFileError::Onnx {
         path: shown(path),
         source,
-    })?;
-    Ok(PolicyConfig::Onnx { model, head })
+    };
+    let model = OnnxModel::parse(bytes).map_err(onnx)?;
+    let state = model.declared_state().map_err(onnx)?;
+    Ok(PolicyConfig::Onnx { model, head, state })
 }
 
 /// A build without the feature `onnx`: an `onnx` policy still decodes, and every
@@ -75,6 +78,7 @@ mod without_onnx_tests {
         let config = PolicyConfig::Onnx {
             model: OnnxModel::new(std::fs::read(fixture()).unwrap()),
             head: OnnxHead::Categorical,
+            state: vec![],
         };
         let wire = rmp_serde::to_vec_named(&config).unwrap();
         let decoded: PolicyConfig = rmp_serde::from_slice(&wire).unwrap();
@@ -93,6 +97,7 @@ mod without_onnx_tests {
         let config = PolicyConfig::Onnx {
             model: OnnxModel::new(std::fs::read(fixture()).unwrap()),
             head: OnnxHead::Categorical,
+            state: vec![],
         };
         let built = crate::CollectorBuilder::default()
             .env("CartPole-v1")

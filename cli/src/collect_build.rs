@@ -16,7 +16,7 @@ use crate::LauncherKind;
 /// `--resume`, the model the checkpoint holds (a file given must be that model).
 pub(crate) fn policy_config(args: &CollectArgs, held: Option<&PolicyConfig>) -> Result<PolicyConfig, Failure> {
     if args.policy == PolicyKind::Onnx && args.policy_file.is_none() {
-        if let Some(PolicyConfig::Onnx { model, .. }) = held {
+        if let Some(PolicyConfig::Onnx { model, state, .. }) = held {
             let head = match args.onnx_head.as_deref() {
                 Some(name) => OnnxHead::from_name(name).ok_or_else(|| {
                     usage(
@@ -29,6 +29,7 @@ pub(crate) fn policy_config(args: &CollectArgs, held: Option<&PolicyConfig>) -> 
             return Ok(PolicyConfig::Onnx {
                 model: model.clone(),
                 head,
+                state: state.clone(),
             });
         }
     }

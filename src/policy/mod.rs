@@ -30,6 +30,7 @@ mod onnx;
 mod random;
 mod record;
 mod sampler;
+mod state;
 mod tanh;
 #[cfg(test)]
 mod test_util;
@@ -48,6 +49,10 @@ pub use onnx::{
 pub use onnx::{OnnxEngine, OnnxPolicy, WeightMode};
 pub use random::RandomPolicy;
 pub use record::{ParamsMut, RecordMut, Recorded};
+pub use state::{
+    check_state, extend_layout as extend_state_layout, StateIo, StateTensor, MAX_STATE_ELEMENTS, MAX_STATE_NAME_BYTES,
+    MAX_STATE_RANK, MAX_STATE_TENSORS,
+};
 /// The built-in networks' `tanh` (docs/policies.md), vectorised, in place: for
 /// benchmarks that pair it with another matrix kernel.
 #[doc(hidden)]
@@ -318,6 +323,30 @@ pub trait Policy: Send {
         let _ = record;
         self.act(obs, k, actions)
     }
+    /// A recurrent policy's state tensors (PROTOCOL.md §8, Recurrent), which the
+    /// collection loop keeps per env and hands to [`Policy::act_recurrent`]; empty, the
+    /// default, for a policy without state.
+    fn state(&self) -> &[StateTensor] {
+        &[]
+    }
+    /// As [`Policy::act_recording`] for a policy with [`Policy::state`]: reads each env's
+    /// state from `state.before` (zero where `state.is_init`) and writes the state after
+    /// the step into `state.after`. The default refuses: a policy without state is
+    /// never called this way.
+    fn act_recurrent(
+        &mut self,
+        obs: &[f32],
+        k: usize,
+        state: StateIo<'_>,
+        actions: ActionsMut<'_>,
+        record: RecordMut<'_>,
+    ) -> Result<(), PolicyError> {
+        let _ = (obs, k, state, actions, record);
+        Err(PolicyError::Spec(format!(
+            "policy `{}` keeps no recurrent state",
+            std::any::type_name::<Self>()
+        )))
+    }
     /// Which built-in policy this is, if it is one: the collection loop then calls a
     /// copy of it by its concrete type, with no dynamic call per step. Policies of your
     /// own keep the default, `None`, and are called through the trait.
@@ -365,6 +394,11 @@ pub enum PolicyConfig {
         model: OnnxModel,
         /// How its outputs parameterise the action distribution.
         head: OnnxHead,
+        /// A recurrent model's state tensors (PROTOCOL.md §8, Recurrent): the model
+        /// takes `is_init` and one input per tensor, and returns `next.<name>` for
+        /// each. Empty (and not written on the wire) for a model without state.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        state: Vec<StateTensor>,
     },
 }
 
@@ -407,6 +441,15 @@ impl PolicyConfig {
             PolicyConfig::Random | PolicyConfig::Linear | PolicyConfig::Mlp { .. } => true,
             PolicyConfig::Constant { .. } => false,
             PolicyConfig::Onnx { head, .. } => *head != OnnxHead::Deterministic,
+        }
+    }
+
+    /// The state a policy of this config carries per env: a recurrent `onnx` model's
+    /// tensors, else none.
+    pub fn state(&self) -> &[StateTensor] {
+        match self {
+            PolicyConfig::Onnx { state, .. } => state,
+            _ => &[],
         }
     }
 
@@ -465,7 +508,9 @@ impl PolicySpec {
             PolicyConfig::Mlp { hidden } => Box::new(Mlp::new(obs, action, hidden, self.init_seed, seed)?),
             PolicyConfig::Constant { value } => Box::new(Constant::new(action, *value)?),
             #[cfg(feature = "onnx")]
-            PolicyConfig::Onnx { model, head } => Box::new(OnnxPolicy::new(model, *head, obs, action, seed)?),
+            PolicyConfig::Onnx { model, head, state } => {
+                Box::new(OnnxPolicy::recurrent(model, *head, state, obs, action, seed)?)
+            }
             #[cfg(not(feature = "onnx"))]
             PolicyConfig::Onnx { .. } => return Err(OnnxError::NoRuntime.into()),
         };

@@ -3,7 +3,7 @@
 
 use ndarray::{ArrayD, IxDyn};
 
-use super::{keys, Rollout, RolloutError};
+use super::{keys, Recurrent, Rollout, RolloutError};
 use crate::policy::Recorded;
 use crate::tensor::{Tensor, TensorDict, TensorError};
 
@@ -26,6 +26,11 @@ pub(super) struct Buffers {
     pub(super) param_a: Vec<f32>,
     /// `scale`, when the policy records it.
     pub(super) param_b: Vec<f32>,
+    /// A recurrent policy's `is_init`, and each state tensor before (`<name>`) and
+    /// after (`next.<name>`) the step; empty for a policy without state.
+    pub(super) is_init: Vec<bool>,
+    pub(super) state: Vec<Vec<f32>>,
+    pub(super) next_state: Vec<Vec<f32>>,
 }
 
 /// A buffer of exactly `n` elements. A recycled buffer of the right size is
@@ -85,7 +90,17 @@ impl Rollout {
                 .or_else(|| take(keys::LOC))
                 .map_or_else(Vec::new, |x| take_vec(x, into_f32)),
             param_b: take(keys::SCALE).map_or_else(Vec::new, |x| take_vec(x, into_f32)),
+            is_init: take(keys::IS_INIT).map_or_else(Vec::new, |x| take_vec(x, into_bool)),
+            state: Vec::new(),
+            next_state: Vec::new(),
         };
+        let mut b = b;
+        if let Some(r) = &self.recurrent {
+            for t in &r.tensors {
+                b.state.push(take(&t.name).map_or_else(Vec::new, |x| take_vec(x, into_f32)));
+                b.next_state.push(take(&t.next_key()).map_or_else(Vec::new, |x| take_vec(x, into_f32)));
+            }
+        }
         self.spare = Some(b);
     }
 
@@ -116,6 +131,9 @@ impl Rollout {
             log_prob: sized(b.log_prob, n * lp),
             param_a: sized(b.param_a, n * pa),
             param_b: sized(b.param_b, n * pb),
+            is_init: sized(b.is_init, if self.recurrent.is_some() { n } else { 0 }),
+            state: state_buffers(b.state, self.recurrent.as_ref(), n),
+            next_state: state_buffers(b.next_state, self.recurrent.as_ref(), n),
         }
     }
 
@@ -189,8 +207,28 @@ impl Rollout {
                 ArrayD::from_shape_vec(arr(&[k, t, pb]), b.param_b).map_err(e)?.into(),
             )?;
         }
+        if let Some(r) = &self.recurrent {
+            td.set(keys::IS_INIT, ArrayD::from_shape_vec(arr(&one), b.is_init).map_err(e)?.into())?;
+            for ((s, before), after) in r.tensors.iter().zip(b.state).zip(b.next_state) {
+                let shape: Vec<usize> = [k, t].iter().chain(&s.shape).copied().collect();
+                td.set(&s.name, ArrayD::from_shape_vec(arr(&shape), before).map_err(e)?.into())?;
+                td.set(&s.next_key(), ArrayD::from_shape_vec(arr(&shape), after).map_err(e)?.into())?;
+            }
+        }
         Ok(td)
     }
+}
+
+/// One buffer of `n` frames per state tensor of `recurrent` (recycled ones reused).
+fn state_buffers(recycled: Vec<Vec<f32>>, recurrent: Option<&Recurrent>, n: usize) -> Vec<Vec<f32>> {
+    let Some(r) = recurrent else {
+        return Vec::new();
+    };
+    let mut recycled = recycled.into_iter();
+    r.widths
+        .iter()
+        .map(|w| sized(recycled.next().unwrap_or_default(), n * w))
+        .collect()
 }
 
 /// Values per frame of what a policy records: log-probabilities (0 or 1), logits or

@@ -9,9 +9,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::concrete::{EnvKind, PolicyKind};
-use super::{record_sizes, Buffers, Rollout, RolloutError, TrajIds, STOP_CHECK_STEPS};
+use super::{record_sizes, Buffers, Recurrent, Rollout, RolloutError, TrajIds, STOP_CHECK_STEPS};
 use crate::env::Action;
-use crate::policy::{ActionsMut, Argmax2, ParamsMut, Policy, RandomPolicy, RecordMut, Recorded};
+use crate::policy::{ActionsMut, Argmax2, ParamsMut, Policy, RandomPolicy, RecordMut, Recorded, StateIo};
 
 /// What every step of one batch has in common, fixed before the first.
 #[derive(Clone, Copy)]
@@ -69,6 +69,8 @@ pub(super) struct Fill<'a, E, P: ?Sized> {
     pub(super) random: Option<&'a mut RandomPolicy>,
     pub(super) episodes: Episodes<'a>,
     pub(super) out: StepOut<'a>,
+    /// A recurrent policy's state (`None`: a policy without state).
+    pub(super) rec: Option<&'a mut Recurrent>,
     pub(super) b: &'a mut Buffers,
     /// Frames collected by the rollout so far.
     pub(super) frames: &'a mut u64,
@@ -107,6 +109,7 @@ impl Rollout {
             ids,
             frames,
             batch_max_traj_id,
+            recurrent,
             ..
         } = self;
         let internal = || RolloutError::Config {
@@ -149,6 +152,7 @@ impl Rollout {
                 rec_a,
                 rec_b,
             },
+            rec: recurrent.as_mut(),
             b,
             frames,
             s,
@@ -164,6 +168,7 @@ impl Rollout {
         // `cur_obs` and the policy's action slice, each step waited on two stores being
         // read back, on the one dependency chain a single env's frames form.
         let argmax = if K == 1
+            && fill.rec.is_none()
             && (fill.random.is_none() || *fill.frames >= s.init_random)
             && s.recorded == (Recorded::Categorical { n: 2 })
         {
@@ -210,6 +215,7 @@ impl<E: EnvKind, P: PolicyKind + ?Sized> Fill<'_, E, P> {
             log_prob,
             param_a,
             param_b,
+            ..
         } = &*self.b;
         let Episodes {
             cur_obs,
@@ -274,9 +280,15 @@ impl<E: EnvKind, P: PolicyKind + ?Sized> Fill<'_, E, P> {
                 return Err(RolloutError::Stopped);
             }
             self.reset_finished()?;
+            if let Some(r) = self.rec.as_deref_mut() {
+                r.begin_step(self.episodes.step_count);
+            }
             self.act::<D>(t, lp_after, &mut main_from)?;
             let copy_lp = s.lp_w == 1 && !(lp_after && main_from.is_some());
             self.step_envs(t, copy_lp)?;
+            if let Some(r) = self.rec.as_deref_mut() {
+                r.advance();
+            }
         }
         if let (true, Some(t0)) = (lp_after, main_from) {
             self.log_probs_after::<D>(t0);
@@ -358,6 +370,9 @@ impl<E: EnvKind, P: PolicyKind + ?Sized> Fill<'_, E, P> {
                     params: ParamsMut::None,
                 };
                 r.act_recording(cur_obs, k_envs, actions, record)?;
+                if let Some(rec) = self.rec.as_deref_mut() {
+                    rec.hold();
+                }
                 match recorded {
                     Recorded::Categorical { .. } => rec_a.fill(0.0),
                     Recorded::Normal { .. } => {
@@ -381,7 +396,17 @@ impl<E: EnvKind, P: PolicyKind + ?Sized> Fill<'_, E, P> {
                     params,
                 };
                 main_from.get_or_insert(t);
-                self.policy.act_fixed::<D>(cur_obs, k_envs, actions, record)?
+                match self.rec.as_deref_mut() {
+                    Some(rec) => {
+                        let io = StateIo {
+                            is_init: &rec.is_init,
+                            before: &rec.cur,
+                            after: &mut rec.next,
+                        };
+                        self.policy.act_recurrent(cur_obs, k_envs, io, actions, record)?
+                    }
+                    None => self.policy.act_fixed::<D>(cur_obs, k_envs, actions, record)?,
+                }
             }
         }
         Ok(())
@@ -417,6 +442,9 @@ impl<E: EnvKind, P: PolicyKind + ?Sized> Fill<'_, E, P> {
             log_prob,
             param_a,
             param_b,
+            is_init,
+            state,
+            next_state,
         } = &mut *self.b;
         let Episodes {
             cur_obs,
@@ -425,6 +453,7 @@ impl<E: EnvKind, P: PolicyKind + ?Sized> Fill<'_, E, P> {
             needs_reset,
             ..
         } = &mut self.episodes;
+        let rec = self.rec.as_deref();
         let StepOut {
             act_i,
             act_f,
@@ -465,6 +494,9 @@ impl<E: EnvKind, P: PolicyKind + ?Sized> Fill<'_, E, P> {
             }
             if pb_w > 0 {
                 copy_row(&mut param_b[i * pb_w..(i + 1) * pb_w], &rec_b[k * pb_w..(k + 1) * pb_w]);
+            }
+            if let Some(r) = rec {
+                r.record(k, i, is_init, state, next_state);
             }
             let sc = step_count[k];
             let cut = (sc + 1) as u64 >= max_traj && !tr.terminated;

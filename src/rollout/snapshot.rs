@@ -2,13 +2,14 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Rollout, RolloutError, TrajIds};
+use super::{RecurrentState, Rollout, RolloutError, TrajIds};
 use crate::env::EnvSnapshot;
 use crate::policy::{Policy, SamplerState};
 
 /// Everything a [`Rollout`] needs to go on exactly where another one stopped: each
 /// env's state and random generator, the policy's sampling generator, the episodes in
-/// progress and the trajectory-id allocators. The weights travel separately.
+/// progress, a recurrent policy's state and the trajectory-id allocators. The weights
+/// travel separately.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RolloutState {
     /// Frames collected so far.
@@ -19,6 +20,10 @@ pub struct RolloutState {
     pub(super) policy: Option<SamplerState>,
     /// The sampler of the `init_random_frames` policy, when the config has one.
     pub(super) random: Option<SamplerState>,
+    /// A recurrent policy's state (absent for a policy without state, as in the
+    /// checkpoints written before recurrent policies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) recurrent: Option<RecurrentState>,
 }
 
 impl RolloutState {
@@ -73,6 +78,7 @@ impl Rollout {
             envs,
             policy: self.policy.get().sampler_state()?,
             random,
+            recurrent: self.recurrent.as_ref().map(|r| r.snapshot()),
         })
     }
 
@@ -107,6 +113,16 @@ impl Rollout {
         }
         if state.random.is_some() != self.random.is_some() {
             return bad("the checkpoint and this rollout disagree on init_random_frames".into());
+        }
+        match (&self.recurrent, &state.recurrent) {
+            (None, None) => {}
+            (Some(mine), Some(theirs)) => {
+                if let Some(why) = mine.misfit(theirs) {
+                    return bad(why);
+                }
+            }
+            (Some(_), None) => return bad("the checkpoint holds no recurrent state; this policy keeps one".into()),
+            (None, Some(_)) => return bad("the checkpoint holds a recurrent state; this policy keeps none".into()),
         }
         for (i, s) in state.envs.iter().enumerate() {
             let env = self.envs.get(i);
@@ -164,6 +180,9 @@ impl Rollout {
             self.needs_reset[k] = s.needs_reset;
             self.pending_seed[k] = s.pending_seed;
             self.ids[k] = s.ids;
+        }
+        if let (Some(r), Some(s)) = (&mut self.recurrent, &state.recurrent) {
+            r.restore(s);
         }
         self.frames = state.frames;
         Ok(())

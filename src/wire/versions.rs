@@ -24,6 +24,9 @@ pub enum Need {
     },
     /// The `onnx` policy in `welcome.spec` (version 5).
     Onnx,
+    /// A recurrent `onnx` policy: `state` in its config, `is_init` and the state keys in
+    /// every batch (version 6).
+    Recurrent,
 }
 
 impl Need {
@@ -32,6 +35,7 @@ impl Need {
         match self {
             Need::Specs { .. } => 4,
             Need::Recorded { .. } | Need::Onnx => 5,
+            Need::Recurrent => 6,
         }
     }
 }
@@ -49,6 +53,11 @@ impl fmt::Display for Need {
                  (version 5)"
             ),
             Need::Onnx => write!(f, "its policy is onnx, a model sent in welcome.spec (version 5)"),
+            Need::Recurrent => write!(
+                f,
+                "its policy is a recurrent onnx model, whose state the node keeps per env and records with is_init \
+                 in every batch (version 6)"
+            ),
         }
     }
 }

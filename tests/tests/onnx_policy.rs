@@ -302,6 +302,7 @@ fn update_mid_run(launcher: Launcher) {
         config: PolicyConfig::Onnx {
             model: model.clone(),
             head: OnnxHead::Categorical,
+            state: vec![],
         },
         exploration: ExplorationType::Deterministic,
         init_seed: 0,

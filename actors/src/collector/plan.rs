@@ -508,6 +508,7 @@ mod tests {
         rollout::PolicyConfig::Onnx {
             model: rollout::policy::OnnxModel::new(bytes),
             head: rollout::policy::OnnxHead::Categorical,
+            state: vec![],
         }
     }
 

@@ -23,7 +23,7 @@ pub enum LayoutSource {
         layout: BatchLayout,
     },
     /// Specs the trainer knows (an env it builds, or specs the user declared): the
-    /// layout is `specs.batch_layout_recording(recorded)`, and a node's `ready` must
+    /// layout is `specs.batch_layout_with(recorded, &state)`, and a node's `ready` must
     /// announce it and, when it sends specs, these specs. `of` names where they come
     /// from in errors.
     Specs {
@@ -34,6 +34,8 @@ pub enum LayoutSource {
         /// What the run's policy records beside its actions for these specs
         /// ([`EnvSpecs::recorded`](crate::space::EnvSpecs::recorded)).
         recorded: crate::policy::Recorded,
+        /// A recurrent policy's state tensors (empty: none), whose keys the batches hold.
+        state: Vec<crate::policy::StateTensor>,
     },
     /// An env the trainer cannot build: the first `ready` of a node of `env` that is
     /// accepted (a rollout's layout, or with protocol version 4 the layout of the
@@ -69,7 +71,9 @@ impl Layouts {
             .iter()
             .map(|s| match s {
                 LayoutSource::Known { layout, .. } => Some(layout.clone()),
-                LayoutSource::Specs { specs, recorded, .. } => Some(specs.batch_layout_recording(*recorded)),
+                LayoutSource::Specs {
+                    specs, recorded, state, ..
+                } => Some(specs.batch_layout_with(*recorded, state)),
                 _ => None,
             })
             .collect();
@@ -122,9 +126,12 @@ impl Layouts {
         };
         match &self.sources[node] {
             LayoutSource::Known { of, layout: known } => named_difference(&me, layout, of, known),
-            LayoutSource::Specs { of, specs, recorded } => {
-                named_difference(&me, layout, of, &specs.batch_layout_recording(*recorded))
-            }
+            LayoutSource::Specs {
+                of,
+                specs,
+                recorded,
+                state,
+            } => named_difference(&me, layout, of, &specs.batch_layout_with(*recorded, state)),
             LayoutSource::FirstReady { env } => {
                 if let Some(e) = rollouts(layout) {
                     return Some(e);

@@ -48,7 +48,7 @@ pub fn initial_weights_for(policy: &PolicySpec, specs: &EnvSpecs) -> Result<Opti
     if matches!(policy.config, PolicyConfig::Random) {
         return Ok(None);
     }
-    if let PolicyConfig::Onnx { model, head } = &policy.config {
+    if let PolicyConfig::Onnx { model, head, state } = &policy.config {
         // The model's weights are its own; the specs only have to fit it.
         let fail = |e: crate::policy::PolicyError| format!("policy onnx cannot take these specs: {e}");
         let action = specs
@@ -56,7 +56,7 @@ pub fn initial_weights_for(policy: &PolicySpec, specs: &EnvSpecs) -> Result<Opti
             .as_spec()
             .map_err(|why| format!("policy onnx cannot take action: {why}"))?;
         model
-            .check_node_specs(&specs.batch_layout(), &action, *head)
+            .check_node_specs(&specs.batch_layout(), &action, *head, state)
             .map_err(|e| fail(e.into()))?;
         let w = model.initial_weights().map_err(|e| fail(e.into()))?;
         return Ok(Some(w.as_ref().clone().with_version(0)));
@@ -291,7 +291,7 @@ impl TrainerMachine {
             _ => None,
         };
         match policy {
-            Some(p) => specs.batch_layout_recording(specs.recorded(&p.config)),
+            Some(p) => specs.batch_layout_for(&p.config),
             None => {
                 let mut own = specs.batch_layout();
                 for key in [keys::ACTION_LOG_PROB, keys::LOGITS, keys::LOC, keys::SCALE] {
@@ -492,6 +492,7 @@ mod tests {
             of: "env E".into(),
             specs: specs(4),
             recorded: crate::policy::Recorded::Categorical { n: 2 },
+            state: vec![],
         };
         let sources = vec![known, LayoutSource::FirstReady { env: "Custom".into() }];
         let mut m = machine(config(2, 1, 4, None, false))
@@ -729,6 +730,7 @@ mod tests {
             of: "env E".into(),
             specs: specs(4),
             recorded: crate::policy::Recorded::Categorical { n: 2 },
+            state: vec![],
         };
         let mut m = machine(config(2, 1, 4, None, false)).with_layout_sources(vec![known.clone(), known]);
         let layout = specs(4).batch_layout_recording(crate::policy::Recorded::Categorical { n: 2 });

@@ -46,6 +46,9 @@ impl TrainerMachine {
         if matches!(policy, PolicyConfig::Onnx { .. }) {
             needs.push(Need::Onnx);
         }
+        if !policy.state().is_empty() {
+            needs.push(Need::Recurrent);
+        }
         AdmitVersions::serving(needs)
     }
 }
@@ -66,6 +69,7 @@ mod tests {
             of: "env Custom".into(),
             specs: specs(),
             recorded,
+            state: vec![],
         }
     }
 

@@ -110,7 +110,7 @@ fn cartpole() -> (Spec, Spec) {
 fn refused(bytes: Vec<u8>) -> (OnnxError, Duration) {
     let start = Instant::now();
     let (obs, action) = cartpole();
-    let result = OnnxModel::parse(bytes).and_then(|m| m.check(&obs, &action, OnnxHead::Categorical));
+    let result = OnnxModel::parse(bytes).and_then(|m| m.check(&obs, &action, OnnxHead::Categorical, &[]));
     (result.expect_err("a hostile model was accepted"), start.elapsed())
 }
 
@@ -134,7 +134,7 @@ fn the_honest_base_model_and_small_constants_pass() {
         vec![tensor("shape", DataType::Int64, &[2], i64s(&[16, 16]))],
     );
     let m = OnnxModel::parse(small.encode_to_vec()).unwrap();
-    m.check(&obs, &action, OnnxHead::Categorical).unwrap();
+    m.check(&obs, &action, OnnxHead::Categorical, &[]).unwrap();
 }
 
 #[test]

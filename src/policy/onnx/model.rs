@@ -14,7 +14,7 @@ use super::limits::{check_model, node_name};
 use super::prescan::prescan;
 use super::{OnnxBytes, OnnxError, OnnxHead, MAX_MODEL_BYTES};
 use crate::peer_text::bounded_to as bounded;
-use crate::policy::Weights;
+use crate::policy::{StateTensor, Weights};
 use crate::schema::{keys, BatchLayout};
 use crate::spec::Spec;
 use crate::tensor::Tensor;
@@ -76,13 +76,17 @@ pub(super) enum Roles {
 
 /// A typed model checked against specs, ready to be optimised.
 pub(super) struct Checked {
-    /// The decluttered model; its first input is the observation.
+    /// The decluttered model; its first input is the observation, then (a recurrent
+    /// model) `is_init` and the state tensors in the policy's order.
     pub(super) model: TypedModel,
-    /// The inputs after the observation: these initializers, in this order (only when
-    /// the initializers were turned into inputs).
+    /// The inputs after those: these initializers, in this order (only when the
+    /// initializers were turned into inputs).
     pub(super) weight_inputs: Vec<String>,
     /// The outputs' parts.
     pub(super) roles: Roles,
+    /// Each state tensor's `next.<name>` output (indices into the outputs), in the
+    /// policy's order; empty for a model without state.
+    pub(super) state_outputs: Vec<usize>,
 }
 
 impl OnnxModel {
@@ -114,9 +118,46 @@ impl OnnxModel {
     }
 
     /// Checks that the model fits these specs for `head`: its observation input takes
-    /// `[K, *obs_shape]` f32 and its outputs are what the head needs for `action`.
-    pub fn check(&self, obs: &Spec, action: &Spec, head: OnnxHead) -> Result<(), OnnxError> {
-        self.typed(obs, action, head, Weighting::Constants(None)).map(|_| ())
+    /// `[K, *obs_shape]` f32 and its outputs are what the head needs for `action`; a
+    /// recurrent model (`state` not empty) also takes `is_init` and each state tensor,
+    /// and gives `next.<name>` for each (PROTOCOL.md §8, Recurrent).
+    pub fn check(&self, obs: &Spec, action: &Spec, head: OnnxHead, state: &[StateTensor]) -> Result<(), OnnxError> {
+        self.typed(obs, action, head, state, Weighting::Constants(None)).map(|_| ())
+    }
+
+    /// The state a recurrent model declares: when it has an input named `is_init`, each
+    /// input other than the observation and `is_init`, in the graph's order, with its
+    /// declared shape after the batch dimension (which must be concrete); else none.
+    /// A model exported with `torch.onnx.export` declares them so (docs/policies.md).
+    pub fn declared_state(&self) -> Result<Vec<StateTensor>, OnnxError> {
+        let parsed = self.parsed()?;
+        if !parsed.inputs.iter().any(|n| n == keys::IS_INIT) {
+            return Ok(Vec::new());
+        }
+        let graph = parsed
+            .proto
+            .graph
+            .as_ref()
+            .ok_or_else(|| OnnxError::NotOnnx("the model has no graph".into()))?;
+        let obs = parsed.input.clone()?;
+        let mut state = Vec::new();
+        for name in parsed.inputs.iter().filter(|n| **n != obs && *n != keys::IS_INIT) {
+            let dims = declared_dims(graph, name).ok_or_else(|| {
+                OnnxError::input(name, "a state input must declare its shape: [batch, *state shape]")
+            })?;
+            let shape = dims
+                .get(1..)
+                .unwrap_or_default()
+                .iter()
+                .map(|d| d.ok_or_else(|| OnnxError::input(name, "a state input's dims after the batch must be concrete")))
+                .collect::<Result<Vec<usize>, _>>()?;
+            if dims.is_empty() {
+                return Err(OnnxError::input(name, "a state input needs a batch dimension"));
+            }
+            state.push(StateTensor::new(name.clone(), shape));
+        }
+        crate::policy::check_state(&state).map_err(|e| OnnxError::input(keys::IS_INIT, e.to_string()))?;
+        Ok(state)
     }
 
     /// Checks that the model fits an env only the nodes know (specs as `ready` reports
@@ -126,10 +167,16 @@ impl OnnxModel {
     /// input the node casts the leaf to (a u8 image stays u8 for a u8 input); the head's
     /// outputs fit the action (discrete or a box). `layout` is the batch layout the
     /// specs give (`EnvSpecs::batch_layout`), `action` their action as a [`Spec`].
-    pub fn check_node_specs(&self, layout: &BatchLayout, action: &Spec, head: OnnxHead) -> Result<(), OnnxError> {
+    pub fn check_node_specs(
+        &self,
+        layout: &BatchLayout,
+        action: &Spec,
+        head: OnnxHead,
+        state: &[StateTensor],
+    ) -> Result<(), OnnxError> {
         let parsed = self.parsed()?;
         guarded("checking the model against the node's specs", || {
-            self.check_parsed_node_specs(parsed, layout, action, head)
+            self.check_parsed_node_specs(parsed, layout, action, head, state)
         })
     }
 
@@ -140,6 +187,7 @@ impl OnnxModel {
         layout: &BatchLayout,
         action: &Spec,
         head: OnnxHead,
+        state: &[StateTensor],
     ) -> Result<(), OnnxError> {
         let leaves: Vec<(&String, &(crate::tensor::DType, Vec<usize>))> = layout
             .iter()
@@ -158,8 +206,14 @@ impl OnnxModel {
         let mut model = onnx.model_for_proto_model(&proto).map_err(OnnxError::tract)?;
         let k = model.symbols.sym(BATCH);
         let outlets = model.input_outlets().map_err(OnnxError::tract)?.to_vec();
+        check_state_inputs(parsed, state)?;
         for outlet in outlets {
             let name = model.node(outlet.node).name.clone();
+            if let Some(fact) = state_fact(&name, state, &k) {
+                let at = input_index(&model, outlet, &name)?;
+                model.set_input_fact(at, fact).map_err(|e| OnnxError::input(&name, format!("{e:#}")))?;
+                continue;
+            }
             let leaf = match leaves.as_slice() {
                 [(_, only)] if parsed.inputs.len() == 1 => *only,
                 _ => leaves
@@ -188,12 +242,7 @@ impl OnnxModel {
             let dims: Vec<TDim> = std::iter::once(TDim::Sym(k.clone()))
                 .chain(shape.iter().map(|&d| TDim::from(d)))
                 .collect();
-            let at = model
-                .input_outlets()
-                .map_err(OnnxError::tract)?
-                .iter()
-                .position(|o| *o == outlet)
-                .ok_or_else(|| OnnxError::input(&name, "not an input of the parsed model"))?;
+            let at = input_index(&model, outlet, &name)?;
             model
                 .set_input_fact(at, InferenceFact::dt_shape(dt, dims))
                 .map_err(|e| OnnxError::input(&name, format!("cannot take [K, {shape:?}] {dt:?}: {e:#}")))?;
@@ -201,7 +250,9 @@ impl OnnxModel {
         let model = model.into_typed().map_err(OnnxError::tract)?;
         let model = model.into_decluttered().map_err(OnnxError::tract)?;
         let names = output_names(&proto);
-        roles(&model, &names, head, action, &TDim::Sym(k)).map(|_| ())
+        let k = TDim::Sym(k);
+        roles(&model, &names, head, action, &k)?;
+        state_outputs(&model, &names, state, &k).map(|_| ())
     }
 
     /// The parse, done once.
@@ -218,11 +269,12 @@ impl OnnxModel {
         obs: &Spec,
         action: &Spec,
         head: OnnxHead,
+        state: &[StateTensor],
         weighting: Weighting<'_>,
     ) -> Result<Checked, OnnxError> {
         let parsed = self.parsed()?;
         guarded("typing the model", || {
-            self.typed_parsed(parsed, obs, action, head, weighting)
+            self.typed_parsed(parsed, obs, action, head, state, weighting)
         })
     }
 
@@ -233,8 +285,10 @@ impl OnnxModel {
         obs: &Spec,
         action: &Spec,
         head: OnnxHead,
+        state: &[StateTensor],
         weighting: Weighting<'_>,
     ) -> Result<Checked, OnnxError> {
+        check_state_inputs(parsed, state)?;
         let mut proto = parsed.proto.clone();
         let graph = proto
             .graph
@@ -255,9 +309,17 @@ impl OnnxModel {
         let onnx = tract_onnx::onnx();
         let mut model = onnx.model_for_proto_model(&proto).map_err(OnnxError::tract)?;
 
-        // The observation first, then the weights in `weight_inputs`' order.
-        let mut order = Vec::with_capacity(1 + weight_inputs.len());
-        for name in std::iter::once(&input).chain(&weight_inputs) {
+        // The observation first, then `is_init` and the state (a recurrent model), then
+        // the weights in `weight_inputs`' order.
+        let recurrent: Vec<String> = if state.is_empty() {
+            Vec::new()
+        } else {
+            std::iter::once(keys::IS_INIT.to_string())
+                .chain(state.iter().map(|s| s.name.clone()))
+                .collect()
+        };
+        let mut order = Vec::with_capacity(1 + recurrent.len() + weight_inputs.len());
+        for name in std::iter::once(&input).chain(&recurrent).chain(&weight_inputs) {
             let outlet = model
                 .input_outlets()
                 .map_err(OnnxError::tract)?
@@ -276,14 +338,24 @@ impl OnnxModel {
         model
             .set_input_fact(0, InferenceFact::dt_shape(DatumType::F32, dims))
             .map_err(|e| OnnxError::input(&input, format!("cannot take [K, {obs_shape:?}] f32: {e:#}")))?;
+        for (i, name) in recurrent.iter().enumerate() {
+            if let Some(fact) = state_fact(name, state, &k) {
+                model
+                    .set_input_fact(1 + i, fact)
+                    .map_err(|e| OnnxError::input(name, format!("{e:#}")))?;
+            }
+        }
         let model = model.into_typed().map_err(OnnxError::tract)?;
         let model = model.into_decluttered().map_err(OnnxError::tract)?;
         let names = output_names(&proto);
-        let roles = roles(&model, &names, head, action, &TDim::Sym(k))?;
+        let k = TDim::Sym(k);
+        let roles = roles(&model, &names, head, action, &k)?;
+        let state_outputs = state_outputs(&model, &names, state, &k)?;
         Ok(Checked {
             model,
             weight_inputs,
             roles,
+            state_outputs,
         })
     }
 }
@@ -378,6 +450,124 @@ fn parse(bytes: &[u8]) -> Result<Parsed, OnnxError> {
         input,
         inputs,
     })
+}
+
+/// The position of input `outlet` (named `name`) among the model's inputs.
+fn input_index(
+    model: &tract_onnx::prelude::InferenceModel,
+    outlet: tract_onnx::prelude::OutletId,
+    name: &str,
+) -> Result<usize, OnnxError> {
+    model
+        .input_outlets()
+        .map_err(OnnxError::tract)?
+        .iter()
+        .position(|o| *o == outlet)
+        .ok_or_else(|| OnnxError::input(name, "not an input of the parsed model"))
+}
+
+/// Checks that a model's inputs are what its state says: with state, the observation,
+/// `is_init` and one input per state tensor, exactly; without, no `is_init` (a
+/// recurrent model whose state was not declared would run without it).
+fn check_state_inputs(parsed: &Parsed, state: &[StateTensor]) -> Result<(), OnnxError> {
+    let has = |name: &str| parsed.inputs.iter().any(|n| n == name);
+    if state.is_empty() {
+        if has(keys::IS_INIT) {
+            return Err(OnnxError::input(
+                keys::IS_INIT,
+                "the model is recurrent (it takes is_init), but the policy declares no state",
+            ));
+        }
+        return Ok(());
+    }
+    let obs = parsed.input.clone()?;
+    if !has(keys::IS_INIT) {
+        return Err(OnnxError::input(
+            keys::IS_INIT,
+            format!("a recurrent model takes it (bool [batch, 1]); the model's inputs are {:?}", parsed.inputs),
+        ));
+    }
+    for s in state {
+        if !has(&s.name) {
+            return Err(OnnxError::input(
+                &s.name,
+                format!("the policy's state names it; the model's inputs are {:?}", parsed.inputs),
+            ));
+        }
+    }
+    if let Some(extra) = parsed
+        .inputs
+        .iter()
+        .find(|n| **n != obs && *n != keys::IS_INIT && !state.iter().any(|s| s.name == **n))
+    {
+        return Err(OnnxError::input(
+            extra,
+            "is neither the observation, is_init nor a state tensor of the policy",
+        ));
+    }
+    Ok(())
+}
+
+/// The fact of a recurrent model's input `name`: `is_init` bool `[K, 1]`, a state
+/// tensor f32 `[K, *shape]`; `None` for any other input.
+fn state_fact(name: &str, state: &[StateTensor], k: &tract_onnx::prelude::Symbol) -> Option<InferenceFact> {
+    if state.is_empty() {
+        return None;
+    }
+    let batch = TDim::Sym(k.clone());
+    if name == keys::IS_INIT {
+        return Some(InferenceFact::dt_shape(DatumType::Bool, vec![batch, TDim::from(1usize)]));
+    }
+    let s = state.iter().find(|s| s.name == name)?;
+    let dims: Vec<TDim> = std::iter::once(batch).chain(s.shape.iter().map(|&d| TDim::from(d))).collect();
+    Some(InferenceFact::dt_shape(DatumType::F32, dims))
+}
+
+/// Each state tensor's `next.<name>` output, checked f32 `[K, *shape]`.
+fn state_outputs(model: &TypedModel, names: &[String], state: &[StateTensor], k: &TDim) -> Result<Vec<usize>, OnnxError> {
+    let mut found = Vec::with_capacity(state.len());
+    for s in state {
+        let want = s.next_key();
+        let i = names.iter().position(|n| *n == want).ok_or_else(|| {
+            OnnxError::output(&want, format!("a recurrent model gives the state after the step; the model's outputs are {names:?}"))
+        })?;
+        let outlet = model.output_outlets().map_err(OnnxError::tract)?[i];
+        let fact = model.outlet_fact(outlet).map_err(OnnxError::tract)?;
+        check_dtype(&want, fact, &[DatumType::F32])?;
+        let expect: Vec<TDim> = std::iter::once(k.clone()).chain(s.shape.iter().map(|&d| TDim::from(d))).collect();
+        if fact.shape.dims() != expect.as_slice() {
+            return Err(OnnxError::output(
+                &want,
+                format!(
+                    "has shape [{}], the state needs [{}]",
+                    fact.shape.dims().iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
+                    expect.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        }
+        found.push(i);
+    }
+    Ok(found)
+}
+
+/// The dims input `name` is declared with (`None` for a symbolic one), if declared.
+fn declared_dims(graph: &pb::GraphProto, name: &str) -> Option<Vec<Option<usize>>> {
+    use pb::tensor_shape_proto::dimension::Value;
+    let info = graph.input.iter().find(|i| i.name == name)?;
+    let Some(pb::type_proto::Value::TensorType(t)) = info.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
+        return None;
+    };
+    let shape = t.shape.as_ref()?;
+    Some(
+        shape
+            .dim
+            .iter()
+            .map(|d| match &d.value {
+                Some(Value::DimValue(v)) => usize::try_from(*v).ok(),
+                _ => None,
+            })
+            .collect(),
+    )
 }
 
 /// The element type `name` is declared with, if the graph declares one tract knows.

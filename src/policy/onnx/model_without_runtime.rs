@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::{OnnxBytes, OnnxError, OnnxHead};
-use crate::policy::Weights;
+use crate::policy::{StateTensor, Weights};
 use crate::schema::BatchLayout;
 use crate::spec::Spec;
 
@@ -39,14 +39,25 @@ impl OnnxModel {
     }
 
     /// Always [`OnnxError::NoRuntime`].
-    pub fn check(&self, obs: &Spec, action: &Spec, head: OnnxHead) -> Result<(), OnnxError> {
-        let _ = (obs, action, head);
+    pub fn check(&self, obs: &Spec, action: &Spec, head: OnnxHead, state: &[StateTensor]) -> Result<(), OnnxError> {
+        let _ = (obs, action, head, state);
+        Err(OnnxError::NoRuntime)
+    }
+
+    /// Always [`OnnxError::NoRuntime`]: the inputs are read by parsing the model.
+    pub fn declared_state(&self) -> Result<Vec<StateTensor>, OnnxError> {
         Err(OnnxError::NoRuntime)
     }
 
     /// Always [`OnnxError::NoRuntime`].
-    pub fn check_node_specs(&self, layout: &BatchLayout, action: &Spec, head: OnnxHead) -> Result<(), OnnxError> {
-        let _ = (layout, action, head);
+    pub fn check_node_specs(
+        &self,
+        layout: &BatchLayout,
+        action: &Spec,
+        head: OnnxHead,
+        state: &[StateTensor],
+    ) -> Result<(), OnnxError> {
+        let _ = (layout, action, head, state);
         Err(OnnxError::NoRuntime)
     }
 }

@@ -13,7 +13,8 @@ use crate::policy::buffer_checks::{action_kind_error, check_actions, check_obs};
 use crate::policy::logprob::{log_softmax_f64, wanted};
 use crate::policy::sampler::Sampler;
 use crate::policy::{
-    ActionsMut, ExplorationType, ParamsMut, Policy, PolicyError, RecordMut, Recorded, SamplerState, Weights,
+    check_state, ActionsMut, ExplorationType, ParamsMut, Policy, PolicyError, RecordMut, Recorded, SamplerState,
+    StateIo, StateTensor, Weights,
 };
 use crate::spec::Spec;
 
@@ -49,6 +50,8 @@ pub struct OnnxPolicy {
     sampler: Sampler,
     /// The action dimension (`d`), or the number of choices (`n`).
     width: usize,
+    /// A recurrent model's state tensors; empty for a model without state.
+    state: Vec<StateTensor>,
 }
 
 /// What runs an [`OnnxPolicy`]'s forward pass.
@@ -81,36 +84,61 @@ impl OnnxPolicy {
         action: &Spec,
         seed: u64,
     ) -> Result<OnnxPolicy, PolicyError> {
+        OnnxPolicy::recurrent(model, head, &[], obs, action, seed)
+    }
+
+    /// As [`OnnxPolicy::new`], for a model with `state` (PROTOCOL.md §8, Recurrent;
+    /// empty: a model without state, as `new`): the model takes `is_init` and each
+    /// state tensor beside the observation, and gives `next.<name>` for each; it runs
+    /// on tract, through [`Policy::act_recurrent`].
+    pub fn recurrent(
+        model: &OnnxModel,
+        head: OnnxHead,
+        state: &[StateTensor],
+        obs: &Spec,
+        action: &Spec,
+        seed: u64,
+    ) -> Result<OnnxPolicy, PolicyError> {
         obs.validate()?;
         action.validate()?;
+        check_state(state)?;
         let weights = model.initial_weights()?;
-        let checked = model.typed(obs, action, head, Weighting::Constants(None))?;
+        let checked = model.typed(obs, action, head, state, Weighting::Constants(None))?;
         let width = width(action);
         let roles = checked.roles;
         let parsed = model.parsed()?;
-        let chain = guarded("recognising a chain of dense layers", || {
-            Ok(DenseChain::recognise(
-                parsed,
-                head,
-                roles,
-                &obs.feature_shape(),
-                width,
-                &weights,
-            ))
-        })?;
+        let chain = if state.is_empty() {
+            guarded("recognising a chain of dense layers", || {
+                Ok(DenseChain::recognise(
+                    parsed,
+                    head,
+                    roles,
+                    &obs.feature_shape(),
+                    width,
+                    &weights,
+                ))
+            })?
+        } else {
+            None
+        };
         let engine = match chain {
             Some(chain) => Engine::DenseChain(chain),
             None => {
-                let mut runner = Runner::from_checked(model, obs, action, head, WeightMode::Rebuild, None, checked)?;
+                let mut runner =
+                    Runner::from_checked(model, obs, action, head, state, WeightMode::Rebuild, None, checked)?;
                 // One forward pass on one observation of zeros: an op tract types but cannot
                 // evaluate (a random op's symbolic shape) fails here, where the policy is
                 // built (the plan, a node's build), not at the first step of every restart.
                 // Only the pass: what the head makes of zeros is not checked.
-                runner.run(&vec![0.0; obs.dim()], 1)?;
+                let zeros: Vec<Vec<f32>> = state.iter().map(|s| vec![0.0; s.numel()]).collect();
+                let recurrent = (!state.is_empty()).then_some((&[true][..], zeros.as_slice()));
+                runner.run(&vec![0.0; obs.dim()], 1, recurrent)?;
                 Engine::Tract(runner)
             }
         };
-        OnnxPolicy::with_engine(engine, roles, head, obs, action, seed, weights)
+        let mut p = OnnxPolicy::with_engine(engine, roles, head, obs, action, seed, weights)?;
+        p.state = state.to_vec();
+        Ok(p)
     }
 
     /// As [`OnnxPolicy::new`], always on tract, with weight versions reaching its plan
@@ -126,7 +154,7 @@ impl OnnxPolicy {
         obs.validate()?;
         action.validate()?;
         let weights = model.initial_weights()?;
-        let runner = Runner::new(model, obs, action, head, mode, None)?;
+        let runner = Runner::new(model, obs, action, head, &[], mode, None)?;
         let roles = runner.roles();
         OnnxPolicy::with_engine(Engine::Tract(runner), roles, head, obs, action, seed, weights)
     }
@@ -156,6 +184,7 @@ impl OnnxPolicy {
             exploration: ExplorationType::default(),
             sampler: Sampler::new(seed),
             width: width(action),
+            state: Vec::new(),
         })
     }
 
@@ -189,15 +218,26 @@ impl OnnxPolicy {
         }
     }
 
-    /// One run for `k` rows: actions, and the record if its buffers are there.
+    /// One run for `k` rows: actions, the record if its buffers are there, and a
+    /// recurrent model's state after the step.
     fn run(
         &mut self,
         obs: &[f32],
         k: usize,
         actions: ActionsMut<'_>,
         record: RecordMut<'_>,
+        state: Option<StateIo<'_>>,
     ) -> Result<(), PolicyError> {
         check_obs(obs, k, self.obs_dim)?;
+        match &state {
+            None if !self.state.is_empty() => {
+                return Err(PolicyError::Buffer(
+                    "a recurrent policy acts through act_recurrent, with its state".into(),
+                ))
+            }
+            Some(io) => self.check_state_io(io, k)?,
+            None => {}
+        }
         check_actions(&self.action, k, &actions)?;
         // Buffers of another size than this policy records are an error; empty ones
         // ask for nothing.
@@ -232,7 +272,12 @@ impl OnnxPolicy {
                 act.apply(outs, sampler, actions, record)
             }
             Engine::Tract(runner) => {
-                let outputs = runner.run(obs, k)?;
+                let outputs = runner.run(obs, k, state.as_ref().map(|io| (io.is_init, io.before)))?;
+                if let Some(io) = state {
+                    for ((s, &i), after) in self.state.iter().zip(runner.state_outputs()).zip(io.after.iter_mut()) {
+                        after.copy_from_slice(f32_output(&outputs, i, &s.next_key())?);
+                    }
+                }
                 let outs = match (self.roles, &actions) {
                     (Roles::Categorical { logits }, _) => Outs::Logits(f32_output(&outputs, logits, "logits")?),
                     (
@@ -259,6 +304,30 @@ impl OnnxPolicy {
                 act.apply(outs, sampler, actions, record)
             }
         }
+    }
+}
+
+impl OnnxPolicy {
+    /// Checks a recurrent call's buffers: `k` flags, and `k` rows of each tensor.
+    fn check_state_io(&self, io: &StateIo<'_>, k: usize) -> Result<(), PolicyError> {
+        if io.is_init.len() != k || io.before.len() != self.state.len() || io.after.len() != self.state.len() {
+            return Err(PolicyError::Buffer(format!(
+                "a recurrent call for {k} envs needs {k} is_init flags and {} state tensors",
+                self.state.len()
+            )));
+        }
+        for ((s, b), a) in self.state.iter().zip(io.before).zip(io.after.iter()) {
+            let n = s.numel() * k;
+            if b.len() != n || a.len() != n {
+                return Err(PolicyError::Buffer(format!(
+                    "state `{}` needs {n} values for {k} envs, got {} and {}",
+                    s.name,
+                    b.len(),
+                    a.len()
+                )));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -413,7 +482,7 @@ impl Act<'_> {
 
 impl Policy for OnnxPolicy {
     fn act(&mut self, obs: &[f32], k: usize, actions: ActionsMut<'_>) -> Result<(), PolicyError> {
-        self.run(obs, k, actions, RecordMut::nothing())
+        self.run(obs, k, actions, RecordMut::nothing(), None)
     }
 
     fn weights(&self) -> &Weights {
@@ -461,6 +530,21 @@ impl Policy for OnnxPolicy {
         actions: ActionsMut<'_>,
         record: RecordMut<'_>,
     ) -> Result<(), PolicyError> {
-        self.run(obs, k, actions, record)
+        self.run(obs, k, actions, record, None)
+    }
+
+    fn state(&self) -> &[StateTensor] {
+        &self.state
+    }
+
+    fn act_recurrent(
+        &mut self,
+        obs: &[f32],
+        k: usize,
+        state: StateIo<'_>,
+        actions: ActionsMut<'_>,
+        record: RecordMut<'_>,
+    ) -> Result<(), PolicyError> {
+        self.run(obs, k, actions, record, Some(state))
     }
 }

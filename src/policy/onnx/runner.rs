@@ -16,7 +16,7 @@ use tract_onnx::prelude::{
 use super::guard::guarded;
 use super::model::{Checked, OnnxModel, Roles, Weighting, BATCH};
 use super::{OnnxError, OnnxHead};
-use crate::policy::Weights;
+use crate::policy::{StateTensor, Weights};
 use crate::spec::Spec;
 use crate::tensor::Tensor;
 
@@ -39,6 +39,11 @@ pub(super) struct Runner {
     action: Spec,
     head: OnnxHead,
     mode: WeightMode,
+    /// A recurrent model's state tensors (empty: none), fed after the observation and
+    /// `is_init`.
+    state: Vec<StateTensor>,
+    /// Each state tensor's `next.<name>` output.
+    state_outputs: Vec<usize>,
     /// The observation's shape after the batch dimension.
     obs_shape: Vec<usize>,
     /// The checked model with the current weights, its batch dimension symbolic.
@@ -60,6 +65,7 @@ impl Runner {
         obs: &Spec,
         action: &Spec,
         head: OnnxHead,
+        state: &[StateTensor],
         mode: WeightMode,
         weights: Option<&Weights>,
     ) -> Result<Runner, OnnxError> {
@@ -67,22 +73,25 @@ impl Runner {
             WeightMode::Inputs => Weighting::Inputs,
             WeightMode::Rebuild => Weighting::Constants(weights),
         };
-        let checked = model.typed(obs, action, head, weighting)?;
-        Runner::from_checked(model, obs, action, head, mode, weights, checked)
+        let checked = model.typed(obs, action, head, state, weighting)?;
+        Runner::from_checked(model, obs, action, head, state, mode, weights, checked)
     }
 
     /// As [`Runner::new`], with the model already checked for `mode` and `weights`.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn from_checked(
         model: &OnnxModel,
         obs: &Spec,
         action: &Spec,
         head: OnnxHead,
+        state: &[StateTensor],
         mode: WeightMode,
         weights: Option<&Weights>,
         checked: Checked,
     ) -> Result<Runner, OnnxError> {
         let roles = checked.roles;
         let weight_inputs = checked.weight_inputs.clone();
+        let state_outputs = checked.state_outputs.clone();
         // Optimised once here so that a model tract cannot plan fails at build time.
         plan(checked.model.clone())?;
         let mut runner = Runner {
@@ -91,6 +100,8 @@ impl Runner {
             action: action.clone(),
             head,
             mode,
+            state: state.to_vec(),
+            state_outputs,
             obs_shape: obs.feature_shape(),
             typed: checked.model,
             plans: Vec::new(),
@@ -129,9 +140,13 @@ impl Runner {
                 self.weight_values = self.values(weights)?;
             }
             WeightMode::Rebuild => {
-                let checked =
-                    self.model
-                        .typed(&self.obs, &self.action, self.head, Weighting::Constants(Some(weights)))?;
+                let checked = self.model.typed(
+                    &self.obs,
+                    &self.action,
+                    self.head,
+                    &self.state,
+                    Weighting::Constants(Some(weights)),
+                )?;
                 self.typed = checked.model;
                 self.plans.clear();
             }
@@ -160,10 +175,21 @@ impl Runner {
             .collect()
     }
 
-    /// Runs the model on `k` observations (row-major). A panic in tract is an error, and
-    /// the plans are dropped (the next run rebuilds the one it needs).
-    pub(super) fn run(&mut self, obs: &[f32], k: usize) -> Result<TVec<TValue>, OnnxError> {
-        let result = guarded("running the model", || self.run_unguarded(obs, k));
+    /// Each state tensor's `next.<name>` output, in the state's order.
+    pub(super) fn state_outputs(&self) -> &[usize] {
+        &self.state_outputs
+    }
+
+    /// Runs the model on `k` observations (row-major), and for a recurrent model on
+    /// `recurrent`'s `is_init` and state rows. A panic in tract is an error, and the
+    /// plans are dropped (the next run rebuilds the one it needs).
+    pub(super) fn run(
+        &mut self,
+        obs: &[f32],
+        k: usize,
+        recurrent: Option<(&[bool], &[Vec<f32>])>,
+    ) -> Result<TVec<TValue>, OnnxError> {
+        let result = guarded("running the model", || self.run_unguarded(obs, k, recurrent));
         if let Err(OnnxError::Panicked { .. }) = &result {
             self.plans.clear();
         }
@@ -171,12 +197,37 @@ impl Runner {
     }
 
     /// [`Runner::run`], unguarded.
-    fn run_unguarded(&mut self, obs: &[f32], k: usize) -> Result<TVec<TValue>, OnnxError> {
+    fn run_unguarded(
+        &mut self,
+        obs: &[f32],
+        k: usize,
+        recurrent: Option<(&[bool], &[Vec<f32>])>,
+    ) -> Result<TVec<TValue>, OnnxError> {
         let mut shape = Vec::with_capacity(1 + self.obs_shape.len());
         shape.push(k);
         shape.extend_from_slice(&self.obs_shape);
         let x = TractTensor::from_shape(&shape, obs).map_err(OnnxError::tract)?;
         let mut inputs: TVec<TValue> = tvec![x.into_tvalue()];
+        match recurrent {
+            Some((is_init, rows)) if !self.state.is_empty() => {
+                let init = TractTensor::from_shape(&[k, 1], is_init).map_err(OnnxError::tract)?;
+                inputs.push(init.into_tvalue());
+                for (s, values) in self.state.iter().zip(rows) {
+                    let mut dims = Vec::with_capacity(1 + s.shape.len());
+                    dims.push(k);
+                    dims.extend_from_slice(&s.shape);
+                    let t = TractTensor::from_shape(&dims, values).map_err(|e| OnnxError::input(&s.name, format!("{e:#}")))?;
+                    inputs.push(t.into_tvalue());
+                }
+            }
+            None if self.state.is_empty() => {}
+            _ => {
+                return Err(OnnxError::input(
+                    crate::schema::keys::IS_INIT,
+                    "internal: a recurrent model run without its state, or state given to one without",
+                ))
+            }
+        }
         inputs.extend(self.weight_values.iter().cloned());
         let i = match self.plans.iter().position(|(pk, _)| *pk == k) {
             Some(i) => i,

@@ -331,6 +331,7 @@ fn config_round_trips_as_msgpack_with_the_bytes_as_bin() {
     let config = PolicyConfig::Onnx {
         model: OnnxModel::new(bytes.clone()),
         head: OnnxHead::TanhNormal,
+        state: vec![],
     };
     let wire = rmp_serde::to_vec_named(&config).unwrap();
     let v: rmpv::Value = rmp_serde::from_slice(&wire).unwrap();
@@ -353,6 +354,7 @@ fn config_round_trips_as_msgpack_with_the_bytes_as_bin() {
     let spec = PolicySpec::from(PolicyConfig::Onnx {
         model: OnnxModel::new(bytes),
         head: OnnxHead::Categorical,
+        state: vec![],
     });
     let (obs, action) = cartpole();
     let p = spec.build(&obs, &action, 0).unwrap();
@@ -364,7 +366,8 @@ fn config_round_trips_as_msgpack_with_the_bytes_as_bin() {
     assert!(matches!(
         PolicySpec::from(PolicyConfig::Onnx {
             model: OnnxModel::new(vec![1, 2]),
-            head: OnnxHead::Categorical
+            head: OnnxHead::Categorical,
+            state: vec![],
         })
         .build(&obs, &action, 0),
         Err(PolicyError::Onnx(OnnxError::NotOnnx(_)))
@@ -396,7 +399,7 @@ fn a_u8_image_model_fits_u8_image_specs_from_the_nodes() {
     use crate::tensor::DType;
     let m = model("image_u8_cnn");
     let three = Spec::Discrete { n: 3 };
-    m.check_node_specs(&node_layout(DType::U8, vec![12, 12, 3]), &three, OnnxHead::Categorical)
+    m.check_node_specs(&node_layout(DType::U8, vec![12, 12, 3]), &three, OnnxHead::Categorical, &[])
         .unwrap();
     // Its weights are the model's own: the conv's and the linear head's.
     let w = m.initial_weights().unwrap();
@@ -412,26 +415,26 @@ fn specs_from_the_nodes_that_do_not_fit_the_model_are_refused_by_name() {
     let cat = OnnxHead::Categorical;
     // An f32 image: the model's u8 input is no float a node could cast to.
     let e = m
-        .check_node_specs(&node_layout(DType::F32, vec![12, 12, 3]), &three, cat)
+        .check_node_specs(&node_layout(DType::F32, vec![12, 12, 3]), &three, cat, &[])
         .unwrap_err()
         .to_string();
     assert!(e.contains("observation") && e.contains("f32"), "{e}");
     // Another image size.
     let e = m
-        .check_node_specs(&node_layout(DType::U8, vec![10, 12, 3]), &three, cat)
+        .check_node_specs(&node_layout(DType::U8, vec![10, 12, 3]), &three, cat, &[])
         .unwrap_err()
         .to_string();
     assert!(e.contains("observation"), "{e}");
     // Four actions where the model has three logits.
     let e = m
-        .check_node_specs(&node_layout(DType::U8, vec![12, 12, 3]), &Spec::Discrete { n: 4 }, cat)
+        .check_node_specs(&node_layout(DType::U8, vec![12, 12, 3]), &Spec::Discrete { n: 4 }, cat, &[])
         .unwrap_err()
         .to_string();
     assert!(e.contains("logits"), "{e}");
     // A float model over a u8 observation is fine: the node casts.
     let cartpole = model("cartpole_categorical");
     cartpole
-        .check_node_specs(&node_layout(DType::U8, vec![4]), &Spec::Discrete { n: 2 }, cat)
+        .check_node_specs(&node_layout(DType::U8, vec![4]), &Spec::Discrete { n: 2 }, cat, &[])
         .unwrap();
 }
 
