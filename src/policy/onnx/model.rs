@@ -487,12 +487,26 @@ fn check_state_inputs(parsed: &Parsed, state: &[StateTensor]) -> Result<(), Onnx
             format!("a recurrent model takes it (bool [batch, 1]); the model's inputs are {:?}", parsed.inputs),
         ));
     }
+    let graph = parsed.proto.graph.as_ref();
     for s in state {
         if !has(&s.name) {
             return Err(OnnxError::input(
                 &s.name,
                 format!("the policy's state names it; the model's inputs are {:?}", parsed.inputs),
             ));
+        }
+        // A declared shape must be the state's (a symbolic dim takes any size).
+        let declared = graph.and_then(|g| declared_dims(g, &s.name));
+        if let Some(dims) = declared {
+            let fits = dims.len() == s.shape.len() + 1
+                && dims[1..].iter().zip(&s.shape).all(|(d, &want)| d.is_none_or(|d| d == want));
+            if !fits {
+                let shown: Vec<String> = dims.iter().map(|d| d.map_or("?".into(), |d| d.to_string())).collect();
+                return Err(OnnxError::input(
+                    &s.name,
+                    format!("is declared [{}], the policy's state is [batch, {:?}]", shown.join(", "), s.shape),
+                ));
+            }
         }
     }
     if let Some(extra) = parsed
