@@ -93,19 +93,31 @@ def check(spec):
 #: Spaces): its bytes, its feature dimensions.
 MAX_STATE_TENSORS = 8
 MAX_STATE_ELEMENTS = 1 << 20
-MAX_KEY_BYTES = 512
+MAX_STATE_NAME_BYTES = 128
 MAX_RANK = 8
 #: Names a state tensor may not take, nor any under them: keys every batch holds or its
-#: recurrent part adds, and the prefixes of the ``next.`` and ``collector.`` keys.
-_RESERVED = ("observation", "action", "is_init")
-_RESERVED_PREFIXES = ("next.", "collector.") + tuple(r + "." for r in _RESERVED)
+#: recurrent part or a head adds, and the groups of the ``next.`` and ``collector.`` keys.
+_RESERVED = (
+    "observation",
+    "action",
+    "is_init",
+    "step_count",
+    "action_log_prob",
+    "logits",
+    "loc",
+    "scale",
+    "next",
+    "collector",
+)
+_RESERVED_PREFIXES = tuple(r + "." for r in _RESERVED)
 _STATE = "spec.policy.config.state"
 
 
 def state_tensors(state):
     """The ``[(name, shape)]`` of an ``onnx`` config's ``state`` (absent, nil or empty: ``[]``,
     a policy without state), checked: each entry ``{name: str, shape: [uint]}``, the name a
-    batch key of its own, at most 8 tensors of at most 2^20 elements each, names unique.
+    batch key of its own, at most 8 tensors of at most 2^20 elements each and no zero
+    dimension, names unique and none nested under another.
     Raises :class:`SpecError` naming the entry's field. (Clashes with the keys of this env's
     observation and of the head are checked once they are known: :func:`check_state_keys`.)"""
     if state is None:
@@ -123,20 +135,24 @@ def state_tensors(state):
         name = _state_name(entry["name"], where)
         if name in (n for n, _ in out):
             raise SpecError(f"{where}.name `{name}` is the name of another state tensor")
+        nested = next((n for n, _ in out if name.startswith(n + ".") or n.startswith(name + ".")), None)
+        if nested is not None:
+            raise SpecError(f"{where}.name `{name}` and `{nested}` nest one under the other")
         out.append((name, _state_shape(entry["shape"], where)))
     return out
 
 
 def _state_name(name, where):
     """``name`` if it may be a state tensor's batch key (SpecError naming ``where.name``)."""
-    if len(name.encode("utf-8")) > MAX_KEY_BYTES:
-        raise SpecError(f"{where}.name is {len(name.encode('utf-8'))} bytes, a batch key is at most {MAX_KEY_BYTES}")
+    if len(name.encode("utf-8")) > MAX_STATE_NAME_BYTES:
+        raise SpecError(
+            f"{where}.name is {len(name.encode('utf-8'))} bytes, a state tensor's name at most {MAX_STATE_NAME_BYTES}"
+        )
     if not name or any(not s for s in name.split(".")):
         raise SpecError(f"{where}.name {name!r:.60} is not a batch key (dotted, non-empty segments)")
     if name in _RESERVED or name.startswith(_RESERVED_PREFIXES):
         raise SpecError(
-            f"{where}.name `{name}` is a key the batch has already (observation, action, is_init and the keys "
-            "under them, under next. or collector.)"
+            f"{where}.name `{name}` is a key the batch has already, or nested under one ({', '.join(_RESERVED)})"
         )
     return name
 
@@ -148,6 +164,8 @@ def _state_shape(shape, where):
         raise SpecError(f"{where}.shape must be an array of uint, got {type(shape).__name__} {shape!r:.40}")
     if len(shape) > MAX_RANK:
         raise SpecError(f"{where}.shape has {len(shape)} dimensions, a batch key's feature shape at most {MAX_RANK}")
+    if 0 in shape:
+        raise SpecError(f"{where}.shape {shape} has a zero dimension")
     n = 1
     for d in shape:
         n *= d

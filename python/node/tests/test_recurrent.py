@@ -102,14 +102,16 @@ STATE = "spec.policy.config.state"
     ([{"name": "next.h", "shape": [1]}], f"{STATE}[0].name `next.h` is a key the batch has already"),
     ([{"name": "collector.h", "shape": [1]}], f"{STATE}[0].name `collector.h` is a key the batch has already"),
     ([{"name": "observation.h", "shape": [1]}], f"{STATE}[0].name `observation.h` is a key the batch has already"),
-    ([H, {"name": "logits", "shape": [1]}], f"{STATE}[1].name `logits` is the batch key `logits`"),
-    ([{"name": "step_count", "shape": [1]}], f"{STATE}[0].name `step_count` is the batch key `step_count`"),
-    ([{"name": "step_count.h", "shape": [1]}], f"{STATE}[0].name `step_count.h` nests with the batch key `step_count`"),
+    ([H, {"name": "logits", "shape": [1]}], f"{STATE}[1].name `logits` is a key the batch has already"),
+    ([{"name": "step_count", "shape": [1]}], f"{STATE}[0].name `step_count` is a key the batch has already"),
+    ([{"name": "step_count.h", "shape": [1]}], f"{STATE}[0].name `step_count.h` is a key the batch has already"),
+    ([H, {"name": "recurrent_state_h.x", "shape": [1]}], f"{STATE}[1].name `recurrent_state_h.x` and `recurrent_state_h` nest"),
+    ([{"name": "c", "shape": [1, 0]}], f"{STATE}[0].shape [1, 0] has a zero dimension"),
     ([H, C, dict(H)], f"{STATE}[2].name `recurrent_state_h` is the name of another state tensor"),
     ([{"name": f"s{i}", "shape": [1]} for i in range(9)], f"{STATE} has 9 tensors, at most 8"),
     ([H, {"name": "c", "shape": [1024, 1025]}], f"{STATE}[1].shape [1024, 1025] has over 1048576 elements"),
     ([{"name": "c", "shape": [1] * 9}], f"{STATE}[0].shape has 9 dimensions"),
-    ([{"name": "x" * 513, "shape": [1]}], f"{STATE}[0].name is 513 bytes, a batch key is at most 512"),
+    ([{"name": "x" * 129, "shape": [1]}], f"{STATE}[0].name is 129 bytes, a state tensor's name at most 128"),
 ])
 def test_a_malformed_state_fails_the_node_naming_the_field(trainer, state, reason):
     actor, model = actor_and_model("lstm-1")
