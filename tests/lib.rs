@@ -16,6 +16,7 @@ mod prometheus;
 mod python_nodes;
 mod raw_node;
 mod records;
+mod recurrent_replay;
 mod scratch;
 mod scripted;
 mod setups;
@@ -41,6 +42,7 @@ pub use raw_node::{
     connect, good_node, good_node_named, handshake, hello, logged_in, real_batch, real_data, recv, send, try_send,
 };
 pub use records::{read_output, OutputRecord};
+pub use recurrent_replay::assert_recurrent_replay;
 pub use scratch::{temp_dir, temp_file, unique_name};
 pub use scripted::{scripted_join, scripted_node_result, Scripted, SCRIPTED_DEADLINE};
 pub use setups::{

@@ -12,17 +12,13 @@ use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rollout::policy::{ActionsMut, OnnxHead, OnnxModel, OnnxPolicy, ParamsMut, RecordMut, StateIo};
-use rollout::rollout::keys;
-use rollout::{ExplorationType, Policy, Spec, Tensor};
 use rollout_tests::{
-    children, node_with_index, read_output, rollout_bin, run_bounded, signal, temp_dir, wait_for, wait_with_deadline,
-    OutputRecord,
+    assert_recurrent_replay, children, node_with_index, read_output, rollout_bin, run_bounded, signal, temp_dir,
+    wait_for, wait_with_deadline,
 };
 use tempfile::TempDir;
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(180);
-const TOL: f32 = 1e-5;
 
 fn model_file() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/onnx/cartpole_lstm.onnx")
@@ -88,102 +84,18 @@ fn run(dir: &TempDir, name: &str, launcher: &str, extra: &[&str]) -> PathBuf {
     out
 }
 
-fn f32s<'a>(r: &'a OutputRecord, key: &str) -> Vec<f32> {
-    match r.data.get(key) {
-        Some(Tensor::F32(a)) => a.iter().copied().collect(),
-        other => panic!("`{key}` is {other:?}; keys {:?}", r.data.keys().collect::<Vec<_>>()),
-    }
-}
-
-fn close(got: &[f32], want: &[f32], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}");
-    for (g, w) in got.iter().zip(want) {
-        assert!((g - w).abs() <= TOL, "{what}: {got:?} vs the replay's {want:?}");
-    }
-}
-
-/// Replays every env's frames one row at a time with the model, carrying the state
-/// from frame to frame and batch to batch, and compares each recorded frame.
-fn replays_env_by_env(records: &[OutputRecord]) {
-    let model = OnnxModel::parse(std::fs::read(model_file()).expect("model")).expect("parse");
-    let state = model.declared_state().expect("state");
-    assert_eq!(state.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["recurrent_state_h", "recurrent_state_c"]);
-    let obs_spec = Spec::uniform_box(4, f32::NEG_INFINITY, f32::INFINITY);
-    let mut p = OnnxPolicy::recurrent(&model, OnnxHead::Categorical, &state, &obs_spec, &Spec::Discrete { n: 2 }, 0)
-        .expect("policy");
-    p.set_exploration(ExplorationType::Deterministic);
-    let w = state[0].numel();
-    assert!(records.len() >= 12, "11 batch boundaries at least, got {} batches", records.len());
-    let rows = records[0].data[keys::ACTION].shape()[0];
-    let mut carried: Vec<Option<[Vec<f32>; 2]>> = vec![None; rows];
-    let mut inits_inside = 0;
-    for (b, r) in records.iter().enumerate() {
-        let t_len = r.data[keys::ACTION].shape()[1];
-        let obs = f32s(r, keys::OBSERVATION);
-        let logits = f32s(r, keys::LOGITS);
-        let (h, c) = (f32s(r, "recurrent_state_h"), f32s(r, "recurrent_state_c"));
-        let (nh, nc) = (f32s(r, "next.recurrent_state_h"), f32s(r, "next.recurrent_state_c"));
-        let Tensor::Bool(is_init) = &r.data[keys::IS_INIT] else { panic!("is_init is not bool") };
-        let Tensor::I64(actions) = &r.data[keys::ACTION] else { panic!("discrete actions") };
-        let Tensor::I64(steps) = &r.data[keys::STEP_COUNT] else { panic!("step_count") };
-        assert_eq!(r.data[keys::IS_INIT].shape(), &[rows, t_len, 1]);
-        assert_eq!(r.data["recurrent_state_h"].shape(), &[rows, t_len, 1, 8]);
-        let (is_init, actions, steps): (Vec<bool>, Vec<i64>, Vec<i64>) = (
-            is_init.iter().copied().collect(),
-            actions.iter().copied().collect(),
-            steps.iter().copied().collect(),
-        );
-        for e in 0..rows {
-            for t in 0..t_len {
-                let i = e * t_len + t;
-                let what = format!("batch {b} env {e} step {t}");
-                assert_eq!(is_init[i], steps[i] == 0, "{what}: is_init is the episode's first frame");
-                inits_inside += usize::from(is_init[i] && t > 0);
-                let before = if is_init[i] {
-                    [vec![0.0; w], vec![0.0; w]]
-                } else {
-                    carried[e].clone().unwrap_or_else(|| panic!("{what}: no state carried into a running episode"))
-                };
-                close(&h[i * w..(i + 1) * w], &before[0], &format!("{what}: recurrent_state_h"));
-                close(&c[i * w..(i + 1) * w], &before[1], &format!("{what}: recurrent_state_c"));
-                let mut after = [vec![0.0; w], vec![0.0; w]];
-                let mut z = [0.0f32; 2];
-                let mut a = [0i64];
-                let mut lp = [0.0f32];
-                let io = StateIo {
-                    is_init: &[is_init[i]],
-                    before: &before,
-                    after: &mut after,
-                };
-                let record = RecordMut {
-                    log_prob: &mut lp,
-                    params: ParamsMut::Logits(&mut z),
-                };
-                p.act_recurrent(&obs[i * 4..(i + 1) * 4], 1, io, ActionsMut::Discrete(&mut a), record)
-                    .expect("replay");
-                close(&logits[i * 2..(i + 1) * 2], &z, &format!("{what}: logits"));
-                assert_eq!(actions[i], a[0], "{what}: action");
-                close(&nh[i * w..(i + 1) * w], &after[0], &format!("{what}: next.recurrent_state_h"));
-                close(&nc[i * w..(i + 1) * w], &after[1], &format!("{what}: next.recurrent_state_c"));
-                carried[e] = Some([nh[i * w..(i + 1) * w].to_vec(), nc[i * w..(i + 1) * w].to_vec()]);
-            }
-        }
-    }
-    assert!(inits_inside > 0, "episodes of 15 frames start inside batches of 10 steps");
-}
-
 #[test]
 fn in_process_nodes_carry_each_envs_lstm_state_as_a_single_env_loop() {
     let dir = temp_dir("recurrent-local");
     let out = run(&dir, "local", "local", &["--total-frames", "960"]);
-    replays_env_by_env(&read_output(&out));
+    assert_recurrent_replay(&read_output(&out), &model_file());
 }
 
 #[test]
 fn process_nodes_carry_each_envs_lstm_state_as_a_single_env_loop() {
     let dir = temp_dir("recurrent-process");
     let out = run(&dir, "process", "process", &["--total-frames", "960"]);
-    replays_env_by_env(&read_output(&out));
+    assert_recurrent_replay(&read_output(&out), &model_file());
 }
 
 #[test]
@@ -247,5 +159,5 @@ fn a_process_node_killed_mid_run_is_replaced_and_every_envs_state_stays_exact() 
     assert!(stderr.contains("restarting"), "the replacement was not reported; stderr:\n{stderr}");
     // Node 1's envs start over in the replacement (new episodes, zero state); node 0's
     // go on: the replay holds for every row.
-    replays_env_by_env(&read_output(&out));
+    assert_recurrent_replay(&read_output(&out), &model_file());
 }
