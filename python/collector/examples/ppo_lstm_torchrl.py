@@ -280,6 +280,8 @@ def train(
         waited += time.perf_counter() - t0
         if data is None:
             break
+        # rollout's sync batches are [nodes, envs per node, steps]: [envs, steps] here.
+        data = data.reshape(-1, data.shape[-1])
         envs, steps = data.shape
         if steps % recipe.chunk:
             raise ValueError(f"chunk {recipe.chunk} does not divide the batch's {steps} steps")
