@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import sys
 import time
@@ -158,6 +159,7 @@ def make_collector(
     batch of ``recipe.steps`` frames of each, collected with the latest weights."""
     envs = nodes * envs_per_node
     frames_per_batch = envs * recipe.steps
+    total_frames = -(-total_frames // frames_per_batch) * frames_per_batch  # whole batches, as torchrl's do
     if kind == "rollout":
         import rollout
 
@@ -283,8 +285,7 @@ def train(
         # rollout's sync batches are [nodes, envs per node, steps]: [envs, steps] here.
         data = data.reshape(-1, data.shape[-1])
         envs, steps = data.shape
-        if steps % recipe.chunk:
-            raise ValueError(f"chunk {recipe.chunk} does not divide the batch's {steps} steps")
+        chunk = math.gcd(recipe.chunk, steps)  # a shorter last batch: shorter sequences
         frames += data.numel()
         returns.add(data)
         history.logp_err.append(log_prob_error(actor, data))
@@ -296,7 +297,7 @@ def train(
         step_values(critic, data)
         advantage(data)
         # [envs, steps] -> [envs * steps / chunk, chunk]: the loss's sequences.
-        seqs = data.reshape(envs, steps // recipe.chunk, recipe.chunk).reshape(-1, recipe.chunk)
+        seqs = data.reshape(envs, steps // chunk, chunk).reshape(-1, chunk)
         with set_recurrent_mode(True):
             for _ in range(recipe.epochs):
                 # Sequences sampled without replacement, ``minibatch`` at a time.
