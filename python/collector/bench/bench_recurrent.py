@@ -4,8 +4,9 @@ The actor is torchrl's recurrent one (examples/ppo_lstm_torchrl.py's, on CartPol
 full observation): a 64-unit ``LSTMModule`` on the observation, an MLP head,
 ``ProbabilisticActor(OneHotCategorical)``. Each collector runs ``--nodes`` x
 ``--envs-per-node`` envs (2 x 16), ``--steps`` frames of each env per batch, with its
-recurrent state kept per env; frames/s are counted over ``--batches`` batches, the
-first (start-up) left out, nothing learnt in between. In a fresh process each, one
+recurrent state kept per env; frames/s are counted over at least ``--batches``
+batches and ``--seconds`` seconds, the first batch (start-up) left out, nothing learnt
+in between. In a fresh process each, one
 after the other:
 
 - ``rollout-rust``: ``rollout.DistributedCollector("CartPole-v1", actor,
@@ -114,17 +115,21 @@ def one(run: str, args) -> dict:
     actor, _ = make_actor()
     frames_per_batch = args.nodes * args.envs_per_node * args.steps
     t0 = time.perf_counter()
-    c = make_collector(run, actor, frames_per_batch, (args.batches + 1) * frames_per_batch, args)
+    c = make_collector(run, actor, frames_per_batch, -1, args)
     out: dict = {"run": run}
     try:
         it = iter(c)
         first = next(it)
         out["startup_s"] = time.perf_counter() - t0
         out["batch_shape"] = list(first.shape)
-        t0, frames = time.perf_counter(), 0
+        t0, frames, batches = time.perf_counter(), 0, 0
         for td in it:
             frames += td.numel()
+            batches += 1
+            if batches >= args.batches and time.perf_counter() - t0 >= args.seconds:
+                break
         out["seconds"] = time.perf_counter() - t0
+        out["batches"] = batches
         out["frames"] = frames
         out["fps"] = frames / out["seconds"]
     finally:
@@ -138,7 +143,8 @@ def main() -> None:
     p.add_argument("--nodes", type=int, default=2)
     p.add_argument("--envs-per-node", type=int, default=16)
     p.add_argument("--steps", type=int, default=64, help="frames of each env per batch")
-    p.add_argument("--batches", type=int, default=10, help="batches counted (after the first)")
+    p.add_argument("--batches", type=int, default=10, help="at least this many batches counted (after the first)")
+    p.add_argument("--seconds", type=float, default=10.0, help="and at least this many seconds")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rounds", type=int, default=1, help="rounds of all the runs, one after the other")
     p.add_argument("--async", dest="async_", action="store_true", help="rollout's runs async (default: sync)")
@@ -155,7 +161,7 @@ def main() -> None:
     for run in [r for _ in range(args.rounds) for r in args.runs.split(",")]:
         cmd = [sys.executable, os.path.abspath(__file__), "--one", run, "--nodes", str(args.nodes),
                "--envs-per-node", str(args.envs_per_node), "--steps", str(args.steps),
-               "--batches", str(args.batches), "--seed", str(args.seed), "--torchrl-env", args.torchrl_env]
+               "--batches", str(args.batches), "--seconds", str(args.seconds), "--seed", str(args.seed), "--torchrl-env", args.torchrl_env]
         if args.async_:
             cmd.append("--async")
         proc = subprocess.run(cmd, capture_output=True, text=True)
