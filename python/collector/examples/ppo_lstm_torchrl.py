@@ -116,7 +116,6 @@ class Recipe:
     entropy_coeff: float = 0.0
     critic_coeff: float = 0.5
     max_grad_norm: float = 0.5
-    critic_trains_lstm: bool = True  # False: the critic's loss trains its head only (torchrl's functional loss)
     threshold: float = 475.0
 
 
@@ -274,10 +273,7 @@ def train(
     loss_module = ClipPPOLoss(
         actor, critic, clip_epsilon=recipe.clip, entropy_bonus=recipe.entropy_coeff > 0,
         entropy_coeff=recipe.entropy_coeff, critic_coeff=recipe.critic_coeff, loss_critic_type="l2",
-        normalize_advantage=True,
-        # functional=False: the shared LSTM learns from the critic's loss too (a
-        # functional loss detaches the parameters the critic shares with the actor).
-        functional=not recipe.critic_trains_lstm,
+        normalize_advantage=True,  # the LSTM the two share learns from both losses
     )
     params = list(loss_module.parameters())
     optim = torch.optim.Adam(params, lr=recipe.lr)
