@@ -34,8 +34,9 @@ fn close(got: &[f32], want: &[f32], what: &str) {
 /// batch to batch (zero where `is_init`), and compares each recorded frame: `is_init` is
 /// the episode's first frame, the state before and after, the logits and the action are
 /// the replay's. Records must be in order, at least 12 of them (11 batch boundaries),
-/// each holding every env's rows (a sync run's).
-pub fn assert_recurrent_replay(records: &[OutputRecord], model_file: &Path) {
+/// each holding every env's rows (a sync run's). Returns how many episodes started inside
+/// a batch (not on its first step).
+pub fn assert_recurrent_replay(records: &[OutputRecord], model_file: &Path) -> usize {
     let model = OnnxModel::parse(std::fs::read(model_file).expect("model")).expect("parse");
     let state = model.declared_state().expect("state");
     assert_eq!(state.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["recurrent_state_h", "recurrent_state_c"]);
@@ -45,11 +46,18 @@ pub fn assert_recurrent_replay(records: &[OutputRecord], model_file: &Path) {
     p.set_exploration(ExplorationType::Deterministic);
     let w = state[0].numel();
     assert!(records.len() >= 12, "11 batch boundaries at least, got {} batches", records.len());
-    let rows = records[0].data[keys::ACTION].shape()[0];
+    // A discrete action's shape is the batch's: [nodes (sync),] envs, time.
+    let rows_of = |r: &OutputRecord| {
+        let dims = r.data[keys::ACTION].shape();
+        dims[..dims.len() - 1].iter().product::<usize>()
+    };
+    let rows = rows_of(&records[0]);
     let mut carried: Vec<Option<[Vec<f32>; 2]>> = vec![None; rows];
     let mut inits_inside = 0;
     for (b, r) in records.iter().enumerate() {
-        let t_len = r.data[keys::ACTION].shape()[1];
+        let batch = r.data[keys::ACTION].shape().to_vec();
+        let t_len = batch[batch.len() - 1];
+        assert_eq!(rows_of(r), rows, "batch {b}: the same envs in every batch");
         let obs = f32s(r, keys::OBSERVATION);
         let logits = f32s(r, keys::LOGITS);
         let (h, c) = (f32s(r, "recurrent_state_h"), f32s(r, "recurrent_state_c"));
@@ -57,8 +65,8 @@ pub fn assert_recurrent_replay(records: &[OutputRecord], model_file: &Path) {
         let Tensor::Bool(is_init) = &r.data[keys::IS_INIT] else { panic!("is_init is not bool") };
         let Tensor::I64(actions) = &r.data[keys::ACTION] else { panic!("discrete actions") };
         let Tensor::I64(steps) = &r.data[keys::STEP_COUNT] else { panic!("step_count") };
-        assert_eq!(r.data[keys::IS_INIT].shape(), &[rows, t_len, 1]);
-        assert_eq!(r.data["recurrent_state_h"].shape(), &[rows, t_len, 1, 8]);
+        assert_eq!(r.data[keys::IS_INIT].shape(), [&batch[..], &[1]].concat());
+        assert_eq!(r.data["recurrent_state_h"].shape(), [&batch[..], &[1, 8]].concat());
         let (is_init, actions, steps): (Vec<bool>, Vec<i64>, Vec<i64>) = (
             is_init.iter().copied().collect(),
             actions.iter().copied().collect(),
@@ -100,6 +108,6 @@ pub fn assert_recurrent_replay(records: &[OutputRecord], model_file: &Path) {
             }
         }
     }
-    assert!(inits_inside > 0, "episodes of 15 frames start inside batches of 10 steps");
+    inits_inside
 }
 
