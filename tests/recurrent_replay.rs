@@ -39,13 +39,27 @@ fn close(got: &[f32], want: &[f32], what: &str) {
 pub fn assert_recurrent_replay(records: &[OutputRecord], model_file: &Path) -> usize {
     let model = OnnxModel::parse(std::fs::read(model_file).expect("model")).expect("parse");
     let state = model.declared_state().expect("state");
-    assert_eq!(state.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["recurrent_state_h", "recurrent_state_c"]);
+    assert_eq!(
+        state.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
+        ["recurrent_state_h", "recurrent_state_c"]
+    );
     let obs_spec = Spec::uniform_box(4, f32::NEG_INFINITY, f32::INFINITY);
-    let mut p = OnnxPolicy::recurrent(&model, OnnxHead::Categorical, &state, &obs_spec, &Spec::Discrete { n: 2 }, 0)
-        .expect("policy");
+    let mut p = OnnxPolicy::recurrent(
+        &model,
+        OnnxHead::Categorical,
+        &state,
+        &obs_spec,
+        &Spec::Discrete { n: 2 },
+        0,
+    )
+    .expect("policy");
     p.set_exploration(ExplorationType::Deterministic);
     let w = state[0].numel();
-    assert!(records.len() >= 12, "11 batch boundaries at least, got {} batches", records.len());
+    assert!(
+        records.len() >= 12,
+        "11 batch boundaries at least, got {} batches",
+        records.len()
+    );
     // A discrete action's shape is the batch's: [nodes (sync),] envs, time.
     let rows_of = |r: &OutputRecord| {
         let dims = r.data[keys::ACTION].shape();
@@ -62,9 +76,15 @@ pub fn assert_recurrent_replay(records: &[OutputRecord], model_file: &Path) -> u
         let logits = f32s(r, keys::LOGITS);
         let (h, c) = (f32s(r, "recurrent_state_h"), f32s(r, "recurrent_state_c"));
         let (nh, nc) = (f32s(r, "next.recurrent_state_h"), f32s(r, "next.recurrent_state_c"));
-        let Tensor::Bool(is_init) = &r.data[keys::IS_INIT] else { panic!("is_init is not bool") };
-        let Tensor::I64(actions) = &r.data[keys::ACTION] else { panic!("discrete actions") };
-        let Tensor::I64(steps) = &r.data[keys::STEP_COUNT] else { panic!("step_count") };
+        let Tensor::Bool(is_init) = &r.data[keys::IS_INIT] else {
+            panic!("is_init is not bool")
+        };
+        let Tensor::I64(actions) = &r.data[keys::ACTION] else {
+            panic!("discrete actions")
+        };
+        let Tensor::I64(steps) = &r.data[keys::STEP_COUNT] else {
+            panic!("step_count")
+        };
         assert_eq!(r.data[keys::IS_INIT].shape(), [&batch[..], &[1]].concat());
         assert_eq!(r.data["recurrent_state_h"].shape(), [&batch[..], &[1, 8]].concat());
         let (is_init, actions, steps): (Vec<bool>, Vec<i64>, Vec<i64>) = (
@@ -72,19 +92,33 @@ pub fn assert_recurrent_replay(records: &[OutputRecord], model_file: &Path) -> u
             actions.iter().copied().collect(),
             steps.iter().copied().collect(),
         );
-        for e in 0..rows {
+        for (e, carried) in carried.iter_mut().enumerate() {
             for t in 0..t_len {
                 let i = e * t_len + t;
                 let what = format!("batch {b} env {e} step {t}");
-                assert_eq!(is_init[i], steps[i] == 0, "{what}: is_init is the episode's first frame");
+                assert_eq!(
+                    is_init[i],
+                    steps[i] == 0,
+                    "{what}: is_init is the episode's first frame"
+                );
                 inits_inside += usize::from(is_init[i] && t > 0);
                 let before = if is_init[i] {
                     [vec![0.0; w], vec![0.0; w]]
                 } else {
-                    carried[e].clone().unwrap_or_else(|| panic!("{what}: no state carried into a running episode"))
+                    carried
+                        .clone()
+                        .unwrap_or_else(|| panic!("{what}: no state carried into a running episode"))
                 };
-                close(&h[i * w..(i + 1) * w], &before[0], &format!("{what}: recurrent_state_h"));
-                close(&c[i * w..(i + 1) * w], &before[1], &format!("{what}: recurrent_state_c"));
+                close(
+                    &h[i * w..(i + 1) * w],
+                    &before[0],
+                    &format!("{what}: recurrent_state_h"),
+                );
+                close(
+                    &c[i * w..(i + 1) * w],
+                    &before[1],
+                    &format!("{what}: recurrent_state_c"),
+                );
                 let mut after = [vec![0.0; w], vec![0.0; w]];
                 let mut z = [0.0f32; 2];
                 let mut a = [0i64];
@@ -102,12 +136,19 @@ pub fn assert_recurrent_replay(records: &[OutputRecord], model_file: &Path) -> u
                     .expect("replay");
                 close(&logits[i * 2..(i + 1) * 2], &z, &format!("{what}: logits"));
                 assert_eq!(actions[i], a[0], "{what}: action");
-                close(&nh[i * w..(i + 1) * w], &after[0], &format!("{what}: next.recurrent_state_h"));
-                close(&nc[i * w..(i + 1) * w], &after[1], &format!("{what}: next.recurrent_state_c"));
-                carried[e] = Some([nh[i * w..(i + 1) * w].to_vec(), nc[i * w..(i + 1) * w].to_vec()]);
+                close(
+                    &nh[i * w..(i + 1) * w],
+                    &after[0],
+                    &format!("{what}: next.recurrent_state_h"),
+                );
+                close(
+                    &nc[i * w..(i + 1) * w],
+                    &after[1],
+                    &format!("{what}: next.recurrent_state_c"),
+                );
+                *carried = Some([nh[i * w..(i + 1) * w].to_vec(), nc[i * w..(i + 1) * w].to_vec()]);
             }
         }
     }
     inits_inside
 }
-
