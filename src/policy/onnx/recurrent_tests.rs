@@ -3,30 +3,13 @@
 //! zeroing it where `is_init`; the policy, stepped the same way on tract, must give the
 //! same outputs and the same state after every step.
 
-use std::path::PathBuf;
-
 use serde_json::Value;
 
+use super::tests::{fixture, json, model, TOL};
 use super::*;
 use crate::policy::{ActionsMut, ExplorationType, ParamsMut, Policy, RecordMut, StateIo, StateTensor};
 use crate::schema::keys;
 use crate::spec::Spec;
-
-const TOL: f64 = 1e-5;
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/onnx")
-        .join(name)
-}
-
-fn model(name: &str) -> OnnxModel {
-    OnnxModel::parse(std::fs::read(fixture(&format!("{name}.onnx"))).unwrap()).unwrap()
-}
-
-fn json(name: &str) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(fixture(&format!("{name}.json"))).unwrap()).unwrap()
-}
 
 /// A matrix of the fixture as one row-major f32 vector.
 fn flat(v: &Value) -> Vec<f32> {

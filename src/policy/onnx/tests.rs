@@ -14,19 +14,19 @@ use crate::policy::{ActionsMut, ExplorationType, ParamsMut, Policy, PolicyError,
 use crate::spec::Spec;
 use crate::tensor::Tensor;
 
-const TOL: f64 = 1e-5;
+pub(super) const TOL: f64 = 1e-5;
 
-fn fixture(name: &str) -> PathBuf {
+pub(super) fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/onnx")
         .join(name)
 }
 
-fn model(name: &str) -> OnnxModel {
+pub(super) fn model(name: &str) -> OnnxModel {
     OnnxModel::parse(std::fs::read(fixture(&format!("{name}.onnx"))).unwrap()).unwrap()
 }
 
-fn json(name: &str) -> Value {
+pub(super) fn json(name: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(fixture(&format!("{name}.json"))).unwrap()).unwrap()
 }
 
