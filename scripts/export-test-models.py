@@ -373,12 +373,11 @@ class RecurrentStep(nn.Module):
         return tuple(head(y) for head in self.heads) + nxt
 
 
-def recurrent_case(kind, layers, name, obs_dim, heads, head_name):
+def recurrent_case(kind, layers, name, obs_dim, heads, head_name, hidden=8):
     """Exports a recurrent actor and steps it in torch over 8 steps of 3 rows, `is_init`
     set at steps 0 and now and then, the state carried from one step to the next: the
     Rust tests step the ONNX policy the same way and compare every output and state."""
     torch.manual_seed(5 + layers)
-    hidden = 8
     m = RecurrentStep(kind, obs_dim, hidden, layers, 2 if heads[0] == "logits" else 1, len(heads)).eval()
     names = ["recurrent_state_h", "recurrent_state_c"] if kind == "lstm" else ["recurrent_state"]
     inputs = ["observation", "is_init", *names]
@@ -421,6 +420,8 @@ def recurrent_cases():
     recurrent_case("lstm", 1, "cartpole_lstm", 4, ["logits"], "categorical")
     recurrent_case("lstm", 2, "cartpole_lstm_2", 4, ["logits"], "categorical")
     recurrent_case("gru", 2, "pendulum_gru_2", 3, ["loc", "log_std"], "normal")
+    # The benchmark's actor (benches/benches/onnx.rs): a 64-unit LSTM on CartPole.
+    recurrent_case("lstm", 1, "cartpole_lstm_64", 4, ["logits"], "categorical", hidden=64)
 
 
 def main():

@@ -59,6 +59,8 @@ mod collect_tests;
 #[cfg(test)]
 mod concrete_tests;
 #[cfg(test)]
+mod recurrent_tests;
+#[cfg(test)]
 mod stop_tests;
 
 /// Steps K envs with one policy and fills batches of exactly `frames_per_batch` frames.

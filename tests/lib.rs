@@ -16,6 +16,7 @@ mod prometheus;
 mod python_nodes;
 mod raw_node;
 mod records;
+mod recurrent_replay;
 mod scratch;
 mod scripted;
 mod setups;
@@ -32,8 +33,8 @@ pub use http::{http_get, http_raw, url_encode, HttpAnswer};
 pub use logs::{log_text, logs, OwnLog};
 pub use messages::{describe_sent, only_batch};
 pub use process::{
-    actors_example_bin, alive, process_group, rollout_bin, rollout_release_bin, run_bounded, signal, signal_group,
-    wait_with_deadline, Finished, Running,
+    actors_example_bin, alive, children, node_with_index, process_group, rollout_bin, rollout_release_bin, run_bounded,
+    signal, signal_group, wait_with_deadline, Finished, Running,
 };
 pub use prometheus::{require_prometheus, Prometheus, Sample};
 pub use python_nodes::{venv_python, Mark, MarkedPythonNodes};
@@ -41,6 +42,7 @@ pub use raw_node::{
     connect, good_node, good_node_named, handshake, hello, logged_in, real_batch, real_data, recv, send, try_send,
 };
 pub use records::{read_output, OutputRecord};
+pub use recurrent_replay::assert_recurrent_replay;
 pub use scratch::{temp_dir, temp_file, unique_name};
 pub use scripted::{scripted_join, scripted_node_result, Scripted, SCRIPTED_DEADLINE};
 pub use setups::{

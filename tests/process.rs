@@ -358,3 +358,27 @@ pub fn rollout_release_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| build_rollout("release"))
 }
+
+/// The processes `pid` started (every thread's children), as /proc lists them now.
+pub fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        if let Ok(s) = std::fs::read_to_string(t.path().join("children")) {
+            out.extend(s.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+        }
+    }
+    out
+}
+
+/// Which of `pids` is the node process started with `--index index`.
+pub fn node_with_index(pids: &[u32], index: usize) -> Option<u32> {
+    let want = index.to_string();
+    pids.iter().copied().find(|pid| {
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
+        args.windows(2).any(|w| w[0] == b"--index" && w[1] == want.as_bytes())
+    })
+}

@@ -15,6 +15,11 @@
 //!     `python scripts/export-test-models.py --big /tmp/rollout-onnx` and
 //!     `ROLLOUT_ONNX_BIG=/tmp/rollout-onnx/cartpole_tanh_mlp_3162.onnx`.
 //!
+//! (4) A recurrent actor: `Rollout` on CartPole-v1 with torch's 64-unit LSTM and a linear
+//!     head (tests/fixtures/onnx/cartpole_lstm_64.onnx, on tract), K = 1 and 16 envs per
+//!     call, against its own baseline in the same run: the bare recurrent forward
+//!     (`act_recurrent` on K fixed rows, the state fed back), ns per frame each.
+//!
 //! Run: `cargo bench -p rollout-benches --bench onnx`.
 
 use std::hint::black_box;
@@ -23,7 +28,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rollout::env::{CartPole, CartPoleConfig};
-use rollout::policy::{ActionsMut, Mlp, OnnxEngine, OnnxHead, OnnxModel, OnnxPolicy, Policy, WeightMode};
+use rollout::policy::{
+    ActionsMut, Mlp, OnnxEngine, OnnxHead, OnnxModel, OnnxPolicy, Policy, RecordMut, StateIo, StateTensor, WeightMode,
+};
 use rollout::rollout::{Rollout, RolloutConfig, TrajIds};
 use rollout::{Env, ExplorationType, Spec, Weights};
 
@@ -143,6 +150,38 @@ fn collection(policy: Box<dyn Policy>, k: usize) -> impl FnMut() -> f64 {
     }
 }
 
+/// The LSTM policy, deterministic.
+fn recurrent(model: &OnnxModel, state: &[StateTensor]) -> OnnxPolicy {
+    let (obs, act) = specs();
+    let mut p = OnnxPolicy::recurrent(model, OnnxHead::Categorical, state, &obs, &act, 1).expect("policy");
+    p.set_exploration(ExplorationType::Deterministic);
+    p
+}
+
+/// ns per frame of the bare recurrent forward on `k` rows, its state fed back.
+fn bare_recurrent(p: &mut OnnxPolicy, k: usize) -> f64 {
+    let obs: Vec<f32> = (0..4 * k).map(|i| (i as f32 * 0.37).sin() * 0.1).collect();
+    let mut before: Vec<Vec<f32>> = p.state().iter().map(|s| vec![0.0; k * s.numel()]).collect();
+    let mut after = before.clone();
+    let is_init = vec![false; k];
+    let mut a = vec![0i64; k];
+    let start = Instant::now();
+    let mut n = 0usize;
+    while start.elapsed() < WINDOW {
+        let io = StateIo {
+            is_init: &is_init,
+            before: &before,
+            after: &mut after,
+        };
+        p.act_recurrent(&obs, k, io, ActionsMut::Discrete(&mut a), RecordMut::nothing())
+            .expect("act");
+        std::mem::swap(&mut before, &mut after);
+        n += k;
+    }
+    black_box(&a);
+    start.elapsed().as_nanos() as f64 / n as f64
+}
+
 /// Seconds to decode an `update_weights`' tensors, apply them and act once.
 fn update_cost(p: &mut dyn Policy, encoded: &[u8]) -> f64 {
     let mut a = [0i64];
@@ -179,6 +218,24 @@ fn main() {
         println!(
             "collection    CartPole-v1 64-64 K={k:<3} built-in {bn:>8.1} ns/frame, onnx {on:>8.1} ns/frame, built-in/onnx {:.3}",
             bn / on
+        );
+    }
+
+    let lstm = model(&fixtures.join("cartpole_lstm_64.onnx"));
+    let state = lstm.declared_state().expect("the LSTM's state");
+    for k in [1usize, 16] {
+        let mut bare_policy = recurrent(&lstm, &state);
+        let mut c = collection(Box::new(recurrent(&lstm, &state)), k);
+        let (mut bs, mut cs) = (Vec::new(), Vec::new());
+        for _ in 0..5 {
+            bs.push(bare_recurrent(&mut bare_policy, k));
+            cs.push(c());
+        }
+        let (bn, cn) = (median(&mut bs), median(&mut cs));
+        println!(
+            "recurrent     CartPole-v1 LSTM-64 K={k:<3} collection {cn:>8.1} ns/frame ({:.0} frames/s on one core), bare forward {bn:>8.1} ns/frame, bare/collection {:.3}",
+            1e9 / cn,
+            bn / cn
         );
     }
 

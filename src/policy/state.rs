@@ -54,7 +54,8 @@ impl StateTensor {
     }
 }
 
-/// Keys a state tensor may not take: the batch's own, and prefixes the batch owns.
+/// Keys a state tensor may neither take nor nest under: the batch's own, and the
+/// groups the batch owns (`next.`, `collector.`).
 const RESERVED: &[&str] = &[
     keys::OBSERVATION,
     keys::ACTION,
@@ -64,13 +65,22 @@ const RESERVED: &[&str] = &[
     keys::LOGITS,
     keys::LOC,
     keys::SCALE,
+    "next",
+    "collector",
 ];
+
+/// Whether `name` is `key` or nests under it (`key.…`).
+fn under(name: &str, key: &str) -> bool {
+    name.strip_prefix(key)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+}
 
 /// Checks a recurrent policy's state against PROTOCOL.md §8's rules: at most
 /// [`MAX_STATE_TENSORS`] tensors, names that are batch keys of their own (dotted,
-/// non-empty segments, unique, none of the batch's keys, not under `next.`,
-/// `collector.`, `observation.` or `action.`), shapes of at most [`MAX_STATE_RANK`]
-/// dims and [`MAX_STATE_ELEMENTS`] elements, none zero. The error names the tensor.
+/// non-empty segments, at most [`MAX_STATE_NAME_BYTES`]; neither one of the batch's
+/// keys nor nested under one, nor under `next.` or `collector.`; none equal to or nested
+/// under another), shapes of at most [`MAX_STATE_RANK`] dims and [`MAX_STATE_ELEMENTS`]
+/// elements, none zero. The error names the tensor.
 pub fn check_state(state: &[StateTensor]) -> Result<(), PolicyError> {
     if state.len() > MAX_STATE_TENSORS {
         return Err(PolicyError::Spec(format!(
@@ -91,14 +101,19 @@ pub fn check_state(state: &[StateTensor]) -> Result<(), PolicyError> {
         if name.split('.').any(str::is_empty) {
             return Err(bad(format!("`{shown}` has an empty segment")));
         }
-        let owned_prefix = ["next.", "collector.", "observation.", "action."]
-            .iter()
-            .any(|p| name.starts_with(p));
-        if RESERVED.contains(&name.as_str()) || owned_prefix {
-            return Err(bad(format!("`{shown}` is a key of the batch itself")));
+        if RESERVED.iter().any(|key| under(name, key)) {
+            return Err(bad(format!(
+                "`{shown}` is a key of the batch itself, or nested under one"
+            )));
         }
         if state[..i].iter().any(|o| o.name == *name) {
             return Err(bad(format!("`{shown}` is named twice")));
+        }
+        if let Some(o) = state[..i].iter().find(|o| under(name, &o.name) || under(&o.name, name)) {
+            return Err(bad(format!(
+                "`{shown}` and `{}` nest one under the other",
+                crate::peer_text::bounded(&o.name)
+            )));
         }
         if s.shape.len() > MAX_STATE_RANK {
             return Err(bad(format!(
@@ -190,6 +205,13 @@ mod tests {
             (vec![StateTensor::new("next.h", [1])], "key of the batch"),
             (vec![StateTensor::new("observation", [1])], "key of the batch"),
             (vec![StateTensor::new("collector.h", [1])], "key of the batch"),
+            (vec![StateTensor::new("logits.h", [1])], "nested under one"),
+            (vec![StateTensor::new("is_init.h", [1])], "nested under one"),
+            (vec![StateTensor::new("next", [1])], "key of the batch"),
+            (
+                vec![StateTensor::new("h", [1]), StateTensor::new("h.c", [1])],
+                "`h.c` and `h` nest one under the other",
+            ),
             (
                 vec![StateTensor::new("h", [1]), StateTensor::new("h", [2])],
                 "state[1]: `h` is named twice",
@@ -209,5 +231,11 @@ mod tests {
         }
         check_state(&[StateTensor::new("h", [1 << 10, 1 << 10])]).unwrap();
         check_state(&[StateTensor::new("a.b", [])]).unwrap();
+        check_state(&[
+            StateTensor::new("nextstate", [1]),
+            StateTensor::new("hc", [1]),
+            StateTensor::new("h", [1]),
+        ])
+        .unwrap();
     }
 }

@@ -17,8 +17,8 @@ use rollout::wire::{self, Auth, Hello, NodeFrame, TrainerFrame, Welcome, PROTOCO
 use rollout::{PolicyConfig, Registry};
 use rollout_actors::{Collected, DistributedCollector, Launcher};
 use rollout_tests::{
-    built_on_a_thread, connect, good_node_named, log_text, real_batch, recv, rollout_bin, signal, try_send,
-    unique_name, value_weights, wait_for, wait_until, wait_with_deadline, OwnLog, Running,
+    built_on_a_thread, children, connect, good_node_named, log_text, node_with_index, real_batch, recv, rollout_bin,
+    signal, try_send, unique_name, value_weights, wait_for, wait_until, wait_with_deadline, OwnLog, Running,
 };
 
 /// 32 bytes: long enough for any token rule.
@@ -321,20 +321,6 @@ fn a_node_that_ignores_shutdown_is_closed_with_a_warning_and_the_cli_exits_0_wit
     );
 }
 
-/// The node processes `rollout collect` (pid `pid`) started: every thread's children.
-fn children(pid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return out;
-    };
-    for t in tasks.flatten() {
-        if let Ok(s) = std::fs::read_to_string(t.path().join("children")) {
-            out.extend(s.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
-        }
-    }
-    out
-}
-
 /// A sync process run of 2000 batches with `extra` flags, where one node is killed
 /// with SIGKILL mid-run; returns (exit code, stdout, stderr). The test stops reading
 /// stdout after the first batch line, so the CLI (whose `--json` lines outgrow the
@@ -374,17 +360,7 @@ fn kill_one_process_node(extra: &[&str]) -> (Option<i32>, String, String) {
     let nodes = wait_for(Instant::now() + DEADLINE, "two node processes", || {
         Some(children(pid)).filter(|c| c.len() == 2)
     });
-    // Node 1: the child started with `--index 1`.
-    let index_of = |pid: u32| {
-        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
-        args.windows(2).find(|w| w[0] == b"--index").map(|w| w[1].to_vec())
-    };
-    let victim = nodes
-        .iter()
-        .copied()
-        .find(|&p| index_of(p).as_deref() == Some(b"1".as_slice()))
-        .expect("a node process with --index 1");
+    let victim = node_with_index(&nodes, 1).expect("a node process with --index 1");
     signal(victim, "KILL");
     let mut stdout = first + "\n";
     for l in lines.map_while(Result::ok) {

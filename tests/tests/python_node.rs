@@ -13,7 +13,8 @@ use std::time::Duration;
 use rollout::policy::ActionsMut;
 use rollout::{EnvSpec, ExplorationType, PolicyConfig, PolicySpec, Registry, Tensor};
 use rollout_tests::{
-    listening_on_a_thread, read_output, rollout_bin, run_bounded, signal, temp_dir, venv_python, OutputRecord, Running,
+    assert_recurrent_replay, listening_on_a_thread, read_output, rollout_bin, run_bounded, signal, temp_dir,
+    venv_python, OutputRecord, Running,
 };
 use tempfile::TempDir;
 
@@ -366,6 +367,36 @@ fn deterministic_sync_pendulum_actions_agree_both_ways() {
 /// A run of Python nodes that is checkpointed, stopped and resumed writes the very bytes of
 /// the same run left alone: the Python node's snapshot (classic-control env state, numpy
 /// generators, episodes, ids) goes through the Rust trainer's checkpoint file and back.
+/// A deterministic run of the recurrent LSTM actor (tests/fixtures/onnx/cartpole_lstm.onnx)
+/// on a Python and a Rust node, sync, episodes cut inside batches: every frame of either
+/// node is the single-env replay's (`assert_recurrent_replay`): the same `is_init`, states,
+/// logits and actions on onnxruntime and on tract.
+#[test]
+fn a_recurrent_actor_collects_the_same_on_python_and_rust_nodes() {
+    let Some(py) = venv_python() else { return };
+    let dir = temp_dir("pynode-recurrent");
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/onnx/cartpole_lstm.onnx");
+    let flags = [
+        "--policy",
+        "onnx",
+        "--policy-file",
+        model.to_str().expect("utf-8 path"),
+        "--onnx-head",
+        "categorical",
+        "--exploration-type",
+        "deterministic",
+        "--max-frames-per-traj",
+        "9",
+        "--frames-per-batch",
+        "24",
+        "--total-frames",
+        "312",
+    ];
+    let out = mixed_run(&py, &dir, "CartPole-v1", true, &flags, &[Node::Python, Node::Rust]);
+    let inside = assert_recurrent_replay(&read_output(&out), &model);
+    assert!(inside > 0, "episodes of 9 frames start inside batches of 6 steps");
+}
+
 #[test]
 fn a_resumed_run_of_python_nodes_is_the_uninterrupted_run_byte_for_byte() {
     let Some(py) = venv_python() else { return };

@@ -7,6 +7,11 @@ grouped into workers of ``envs_per_worker`` (a snapshot's worker entries, and th
 A batch is stepped column by column with one policy call on every row's observation. An env
 that raises is rebuilt alone (reseeded with the documented restart seed, its ids moved past
 the ones it delivered) and its row of the batch collected again; the other rows keep theirs.
+
+A recurrent ``onnx`` policy's state is kept here, one per env (``recurrent.RecurrentState``):
+handed to the model with each frame, advanced once the frame is kept in the batch (a row
+stepped again after another row's env failed reads the state it read the first time). A
+rebuilt env's first frame starts an episode, so its state starts at zero.
 """
 
 import dataclasses
@@ -17,6 +22,7 @@ import numpy as np
 
 from . import node_spec, spaces
 from .policy import ActionSpace, Policy, fill_recorded, random_actions, random_log_density
+from .recurrent import RecurrentState
 
 #: Defaults of ``spec.max_restarts`` and ``spec.restart_window_ms``.
 DEFAULT_MAX_RESTARTS = 5
@@ -28,6 +34,9 @@ _GOLDEN = 0x9E3779B97F4A7C15
 _DIRECT_BYTES = 4096
 #: Entries of feature shape [1] kept as one value per frame in the scratch columns.
 _SCALAR_COLUMNS = ("next.reward", "next.terminated", "next.truncated", "step_count")
+#: The numpy dtypes of what a policy records: its head's parameters and a recurrent state
+#: (f32), ``is_init`` (bool).
+_RECORDED_DTYPES = {"f32": np.float32, "bool": np.bool_}
 
 
 class BuildError(Exception):
@@ -186,12 +195,17 @@ class Workers:
         kind = config.get("kind")
         #: The onnx policy takes every observation leaf (a model input each), as it is.
         self._all_leaves = kind == "onnx"
+        #: A recurrent policy's state, per env (None: a policy without one).
+        self.recurrent = None
         if self._all_leaves:  # onnxruntime is imported only for it
             from .onnx_policy import OnnxPolicy
 
             self._cast = False
-            self.policy = OnnxPolicy(pol, self.leaves, self.action, (self.seed * _GOLDEN) & _MASK64 ^ 1)
+            seed = (self.seed * _GOLDEN) & _MASK64 ^ 1
+            self.policy = OnnxPolicy(pol, self.leaves, self.action, seed, env_keys=spaces.layout(self.specs))
             self.recorded = self.policy.recorded_layout()
+            if self.policy.state:
+                self.recurrent = RecurrentState(self.policy.state, self.E)
             return
         spaces.check_policy(kind, self.specs)
         weighted = kind in spaces.WEIGHTED
@@ -209,7 +223,14 @@ class Workers:
     def layout(self):
         """The ``ready`` layout: each key's dtype and feature shape (``EnvSpecs::batch_layout``),
         with what the policy records (``EnvSpecs::batch_layout_recording``)."""
-        return {**spaces.layout(self.specs), **self.recorded}
+        return {**spaces.layout(self.specs), **self.recording()}
+
+    def recording(self):
+        """The keys the policy records in a batch beside the env's, ``{key: [dtype, shape]}``:
+        its head's (``recorded``) and a recurrent policy's ``is_init`` and state keys."""
+        if self.recurrent is None:
+            return self.recorded
+        return {**self.recorded, **self.recurrent.layout()}
 
     def set_seed(self, seed):
         """``seed {seed}``: env ``w`` starts a new episode seeded ``seed + w`` at its next step
@@ -286,19 +307,46 @@ class Workers:
             obs = obs.astype(np.float32)
         if self._all_leaves:
             obs = self.cur if rows is None else [c[rows] for c in self.cur]
+        if self.recurrent is not None:
+            return self._recurrent_actions(rows, obs, k, stepped)
         if not self.init_random:
             return self.policy.act_recording(obs)
-        frames = self._worker_frames(self.frames + stepped)
-        random = (frames if rows is None else frames[rows]) < self.init_random
+        random = self._random_rows(rows, stepped)
         if random.all():
             return random_actions(self.action, self.policy.rng, k), self._random_record(k)
         acts, rec = self.policy.act_recording(obs)
         if random.any():
-            n = int(random.sum())
-            acts[random] = random_actions(self.action, self.policy.rng, n)
-            for key, v in self._random_record(n).items():
-                rec[key][random] = v
+            self._act_randomly(acts, rec, random)
         return acts, rec
+
+    def _recurrent_actions(self, rows, obs, k, stepped):
+        """``_actions`` of a recurrent policy: the rows' state (zeroed where a frame starts an
+        episode) goes into the model with their observations, and into the record with
+        ``is_init`` and the model's ``next.<name>``. Rows acted by ``init_random_frames``' policy
+        do not call the model: their ``next.<name>`` is the state they read."""
+        step = self.recurrent.begin(rows, self.step_count if rows is None else self.step_count[rows])
+        random = self._random_rows(rows, stepped) if self.init_random else None
+        if random is not None and random.all():
+            rec = self.recurrent.record(step, self._random_record(k), held=True)
+            return random_actions(self.action, self.policy.rng, k), rec
+        acts, rec = self.policy.act_recording(obs, step)
+        if random is not None and random.any():
+            self._act_randomly(acts, rec, random)
+            return acts, self.recurrent.record(step, rec, held=random)
+        return acts, self.recurrent.record(step, rec)
+
+    def _random_rows(self, rows, stepped):
+        """Which of ``rows`` (None: all) are still within their worker's ``init_random_frames``."""
+        frames = self._worker_frames(self.frames + stepped)
+        return (frames if rows is None else frames[rows]) < self.init_random
+
+    def _act_randomly(self, acts, rec, random):
+        """Replaces the policy's actions and records of the rows of ``random`` by the
+        ``init_random_frames`` policy's."""
+        n = int(random.sum())
+        acts[random] = random_actions(self.action, self.policy.rng, n)
+        for key, v in self._random_record(n).items():
+            rec[key][random] = v
 
     def _random_record(self, k):
         """What ``k`` frames acted by the ``init_random_frames`` policy record under the main
@@ -351,8 +399,8 @@ class Workers:
             "collector.traj_ids": new((E, T), np.int64),
             "step_count": new((E, T, 1), np.int64),
         })
-        for key, (_, shape) in self.recorded.items():
-            b[key] = new((E, T, *shape), np.float32)
+        for key, (dtype, shape) in self.recording().items():
+            b[key] = new((E, T, *shape), _RECORDED_DTYPES[dtype])
         pos = np.zeros(E, np.int64)
         self._salvaged = []
         t = self._collect_columns(b, T, stop)  # the fast path: every row at the same column
@@ -436,7 +484,8 @@ class Workers:
         c_obs0, c_next0 = c_obs[0], c_next[0]
         c_rew, c_term, c_trunc = cols["next.reward"], cols["next.terminated"], cols["next.truncated"]
         c_ids, c_sc = cols["collector.traj_ids"], cols["step_count"]
-        c_rec = [(key, cols[key]) for key in self.recorded]
+        c_rec = [(key, cols[key]) for key in self.recording()]
+        recurrent = self.recurrent
         t = 0
         t0 = 0
         need_reset = bool(self.needs_reset.any())
@@ -499,6 +548,8 @@ class Workers:
                 c_act[t] = acts
                 for key, c in c_rec:
                     c[t] = rec[key]
+                if recurrent is not None:
+                    recurrent.advance(None, rec)
                 # The next observation is the step's, or the new episode's first for an env that
                 # ended (reset inside the step); `nx` keeps the step's (the final observation).
                 if single:
@@ -583,6 +634,8 @@ class Workers:
             b["observation" + leaf.suffix][k, t] = c[k]
             b["next.observation" + leaf.suffix][k, t] = n
         b["action"][k, t] = action
+        if self.recurrent is not None:
+            self.recurrent.advance(k, rec)
         sc = int(self.step_count[k])
         te = bool(te)
         cut = self.max_traj is not None and sc + 1 >= self.max_traj and not te
@@ -730,7 +783,8 @@ def _env_restore(env, snap):
 
 def snapshot(workers):
     """The ``workers`` entries of a ``NodeState`` (PROTOCOL.md §§3, 9): every worker's env,
-    episode and ids, and the policy's generator; CheckpointError when an env cannot."""
+    episode and ids, the policy's generator and a recurrent policy's state of its envs
+    (``RolloutState.recurrent``, §8); CheckpointError when an env cannot."""
     w = workers
     if w.fresh.any():
         w._start_fresh(w.fresh)  # the id the next step would hand out, handed out now
@@ -746,9 +800,12 @@ def snapshot(workers):
             "step_count": int(w.step_count[k]), "needs_reset": bool(w.needs_reset[k]),
             "pending_seed": w.pending_seed[k], "ids": {"next": int(w.next_id[k]), "stride": int(w.lanes)},
         } for k in rows]
+        rollout = {"frames": int(sum(w.frames[k] for k in rows)), "envs": envs, "policy": sampler,
+                   "random": sampler if w.init_random else None}
+        if w.recurrent is not None:
+            rollout["recurrent"] = w.recurrent.to_wire(slice(rows.start, rows.stop))
         out.append({
-            "rollout": {"frames": int(sum(w.frames[k] for k in rows)), "envs": envs, "policy": sampler,
-                        "random": sampler if w.init_random else None},
+            "rollout": rollout,
             "next_traj_id": int(max(w.delivered_max_id[k] for k in rows) + 1),
             "frames": int(sum(w.delivered_frames[k] for k in rows)),
         })
@@ -782,6 +839,7 @@ def restore(workers, state):
     sampler = envs[0][0].get("policy")
     if not isinstance(sampler, dict):
         raise CheckpointError("the state has no policy generator (not a Python node's)")
+    recurrent = _recurrent_from(w, ws)
     for k, (_, e, _) in enumerate(envs):
         _env_restore(w.vec.envs[k], e["env"])
     _set_rng_state(w.policy.rng, sampler["rng"])
@@ -798,6 +856,22 @@ def restore(workers, state):
     w.frames = np.array([int(r["frames"]) // w.K for r, _, _ in envs], np.int64)
     w.delivered_max_id = np.array([int(x["next_traj_id"]) - 1 for _, _, x in envs], np.int64)
     w.delivered_frames = np.array([int(x["frames"]) // w.K for _, _, x in envs], np.int64)
+    for g, arrays in enumerate(recurrent):
+        w.recurrent.put(slice(g * w.K, (g + 1) * w.K), arrays)
     base = state.get("base_seed")
     if isinstance(base, int):
         w.base_seed = base
+
+
+def _recurrent_from(w, ws):
+    """Each worker's recurrent state in ``ws`` (a ``NodeState``'s ``workers``), checked against
+    ``w``'s policy: ``[]`` for a policy without state (CheckpointError when the state holds
+    one, or when a recurrent policy's is missing or does not fit)."""
+    if w.recurrent is None:
+        if any(entry["rollout"].get("recurrent") is not None for entry in ws):
+            raise CheckpointError("the state holds a recurrent policy's state, this node's policy keeps none")
+        return []
+    try:
+        return [w.recurrent.from_wire(entry["rollout"].get("recurrent"), w.K, g) for g, entry in enumerate(ws)]
+    except ValueError as e:
+        raise CheckpointError(str(e)) from None

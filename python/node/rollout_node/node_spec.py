@@ -83,3 +83,103 @@ def check(spec):
     _fields(spec["env"], "spec.env", _ENV)
     _fields(spec["policy"], "spec.policy", _POLICY)
     _fields(spec["rollout"], "spec.rollout", _ROLLOUT, nil_allowed=("max_frames_per_traj",))
+    config = spec["policy"]["config"]
+    if config.get("kind") == "onnx":
+        state_tensors(config.get("state"))
+
+
+#: Limits of a recurrent policy's ``state`` (PROTOCOL.md §8, Recurrent): tensors, elements
+#: of one per env; and what the trainer's ``ready.layout`` reader takes of a key (§3,
+#: Spaces): its bytes, its feature dimensions.
+MAX_STATE_TENSORS = 8
+MAX_STATE_ELEMENTS = 1 << 20
+MAX_STATE_NAME_BYTES = 128
+MAX_RANK = 8
+#: Names a state tensor may not take, nor any under them: keys every batch holds or its
+#: recurrent part or a head adds, and the groups of the ``next.`` and ``collector.`` keys.
+_RESERVED = (
+    "observation",
+    "action",
+    "is_init",
+    "step_count",
+    "action_log_prob",
+    "logits",
+    "loc",
+    "scale",
+    "next",
+    "collector",
+)
+_RESERVED_PREFIXES = tuple(r + "." for r in _RESERVED)
+_STATE = "spec.policy.config.state"
+
+
+def state_tensors(state):
+    """The ``[(name, shape)]`` of an ``onnx`` config's ``state`` (absent, nil or empty: ``[]``,
+    a policy without state), checked: each entry ``{name: str, shape: [uint]}``, the name a
+    batch key of its own, at most 8 tensors of at most 2^20 elements each and no zero
+    dimension, names unique and none nested under another.
+    Raises :class:`SpecError` naming the entry's field. (Clashes with the keys of this env's
+    observation and of the head are checked once they are known: :func:`check_state_keys`.)"""
+    if state is None:
+        return []
+    if not isinstance(state, list):
+        raise SpecError(f"{_STATE} must be an array, got {type(state).__name__} {state!r:.40}")
+    if len(state) > MAX_STATE_TENSORS:
+        raise SpecError(f"{_STATE} has {len(state)} tensors, at most {MAX_STATE_TENSORS} are allowed")
+    out = []
+    for i, entry in enumerate(state):
+        where = f"{_STATE}[{i}]"
+        if not _map(entry):
+            raise SpecError(f"{where} must be a map, got {type(entry).__name__} {entry!r:.40}")
+        _fields(entry, where, [("name", _str, True), ("shape", _any, True)])
+        name = _state_name(entry["name"], where)
+        if name in (n for n, _ in out):
+            raise SpecError(f"{where}.name `{name}` is the name of another state tensor")
+        nested = next((n for n, _ in out if name.startswith(n + ".") or n.startswith(name + ".")), None)
+        if nested is not None:
+            raise SpecError(f"{where}.name `{name}` and `{nested}` nest one under the other")
+        out.append((name, _state_shape(entry["shape"], where)))
+    return out
+
+
+def _state_name(name, where):
+    """``name`` if it may be a state tensor's batch key (SpecError naming ``where.name``)."""
+    if len(name.encode("utf-8")) > MAX_STATE_NAME_BYTES:
+        raise SpecError(
+            f"{where}.name is {len(name.encode('utf-8'))} bytes, a state tensor's name at most {MAX_STATE_NAME_BYTES}"
+        )
+    if not name or any(not s for s in name.split(".")):
+        raise SpecError(f"{where}.name {name!r:.60} is not a batch key (dotted, non-empty segments)")
+    if name in _RESERVED or name.startswith(_RESERVED_PREFIXES):
+        raise SpecError(
+            f"{where}.name `{name}` is a key the batch has already, or nested under one ({', '.join(_RESERVED)})"
+        )
+    return name
+
+
+def _state_shape(shape, where):
+    """``shape`` as a tuple if it is an array of uint of at most 2^20 elements (checked as it
+    is multiplied: SpecError naming ``where.shape``)."""
+    if not isinstance(shape, list) or not all(_uint(d) for d in shape):
+        raise SpecError(f"{where}.shape must be an array of uint, got {type(shape).__name__} {shape!r:.40}")
+    if len(shape) > MAX_RANK:
+        raise SpecError(f"{where}.shape has {len(shape)} dimensions, a batch key's feature shape at most {MAX_RANK}")
+    if 0 in shape:
+        raise SpecError(f"{where}.shape {shape} has a zero dimension")
+    n = 1
+    for d in shape:
+        n *= d
+        if n > MAX_STATE_ELEMENTS:
+            raise SpecError(f"{where}.shape {shape} has over {MAX_STATE_ELEMENTS} elements (2^20 per env at most)")
+    return tuple(shape)
+
+
+def check_state_keys(state, keys):
+    """Refuses a state tensor named as a key of the batch (``keys``: the env's and the head's),
+    or above or under one (a TensorDict key cannot be a tensor and hold others): SpecError
+    naming the entry."""
+    for i, (name, _) in enumerate(state):
+        for key in keys:
+            if name == key or name.startswith(key + ".") or key.startswith(name + "."):
+                how = "is" if name == key else "nests with"
+                raise SpecError(f"{_STATE}[{i}].name `{name}` {how} the batch key `{key}`")

@@ -4,6 +4,10 @@ action distribution (the *head*): ``categorical``, ``normal``, ``tanh_normal`` o
 ``deterministic``. One session run per step for every row of the node; the distribution's
 arithmetic is float64, what is recorded float32.
 
+A recurrent model (``policy.config.state``, PROTOCOL.md §8, Recurrent) also takes ``is_init``
+(bool ``[K, 1]``) and one input per state tensor, and gives ``next.<name>`` for each: the
+caller keeps the state per env and hands it in (``act_recording``'s ``state``).
+
 Weights are the model's f32 initializers by name (version 0: the file's values). An update
 replaces them: the session is rebuilt from the model's bytes with the new values given as
 ``SessionOptions.add_initializer`` overrides (measured faster than re-serialising the model
@@ -15,12 +19,21 @@ import math
 
 import numpy as np
 
+from . import node_spec
 from .policy import PolicyError
+from .recurrent import IS_INIT, NEXT
 
 #: The heads, by the name ``policy.config.head`` gives.
 HEADS = ("categorical", "normal", "tanh_normal", "deterministic")
 #: Recorded keys (PROTOCOL.md §3, the batch): the log-probability and the head's parameters.
 LOG_PROB, LOGITS, LOC, SCALE = "action_log_prob", "logits", "loc", "scale"
+#: The keys each head records (``recorded_layout``'s).
+_HEAD_KEYS = {
+    "categorical": (LOG_PROB, LOGITS),
+    "normal": (LOG_PROB, LOC, SCALE),
+    "tanh_normal": (LOG_PROB, LOC, SCALE),
+    "deterministic": (),
+}
 
 _LN_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 _LN2 = math.log(2.0)
@@ -107,13 +120,25 @@ def _shape_str(shape):
     return "[" + ", ".join(str(d) if isinstance(d, int) else (d or "?") for d in shape) + "]"
 
 
+def _fits(dims, shape):
+    """Whether a model tensor of ``dims`` (ints or symbols) can be ``[K, *shape]``: its rank,
+    and every fixed dimension after the first."""
+    return len(dims) == 1 + len(shape) and all(not isinstance(d, int) or d == s for d, s in zip(dims[1:], shape))
+
+
+def _type_str(onnx_type):
+    """``tensor(float)`` as ``float``."""
+    return onnx_type[len("tensor("):-1] if onnx_type.startswith("tensor(") else onnx_type
+
+
 class OnnxPolicy:
     """The ``onnx`` policy of ``spec.policy`` for an env of these observation ``leaves``
-    (``spaces.Leaf``) and this ``action`` space (``policy.ActionSpace``)."""
+    (``spaces.Leaf``) and this ``action`` space (``policy.ActionSpace``), whose batches hold
+    ``env_keys`` (``spaces.layout``'s: no state tensor may be named as one)."""
 
     kind = "onnx"
 
-    def __init__(self, spec, leaves, action, seed):
+    def __init__(self, spec, leaves, action, seed, env_keys=()):
         config = spec.get("config") or {}
         self.exploration = spec.get("exploration") or "random"
         if self.exploration not in ("random", "deterministic"):
@@ -126,6 +151,12 @@ class OnnxPolicy:
             raise PolicyError(f"onnx: policy.config.model must be the model file's bytes, got {type(model).__name__}")
         self.model = bytes(model)
         self.action = action
+        try:
+            #: ``[(name, shape)]`` of a recurrent model's state tensors (``[]``: none).
+            self.state = node_spec.state_tensors(config.get("state"))
+            node_spec.check_state_keys(self.state, [*env_keys, *_HEAD_KEYS[self.head]])
+        except node_spec.SpecError as e:
+            raise PolicyError(str(e)) from None
         self.rng = np.random.default_rng(seed)
         onnx, self._ort = _imports()
         try:
@@ -147,9 +178,12 @@ class OnnxPolicy:
 
     # -- the model's signature -----------------------------------------------------------
     def _bind_inputs(self, leaves):
-        """Which observation leaf feeds which input, and its dtype (PolicyError naming it)."""
+        """Which observation leaf feeds which input, and its dtype (PolicyError naming it);
+        a recurrent model's ``is_init`` and state inputs are checked by ``_bind_state_inputs``."""
         inputs = self._session.session.get_inputs()
         by_key = {"observation" + leaf.suffix: (i, leaf) for i, leaf in enumerate(leaves)}
+        if self.state:
+            inputs = self._bind_state_inputs(inputs)
         ins = inputs
         if len(leaves) == 1 and not leaves[0].path and len(inputs) == 1:
             keys = ["observation"]  # the only input, whatever its name
@@ -173,11 +207,28 @@ class OnnxPolicy:
                     f"onnx: model input `{x.name}` is {_shape_str(want)}, the observation `{key}` is [K, {', '.join(map(str, leaf.shape))}]"
                 )
             self._feeds.append((x.name, i, None if dtype == leaf.np else dtype))
-        self._run_names = None
+
+    def _bind_state_inputs(self, inputs):
+        """Checks a recurrent model's ``is_init`` (bool ``[K, 1]``) and state inputs (f32
+        ``[K, *shape]``), PolicyError naming the first missing or misshapen one; returns the
+        other inputs (the observation's)."""
+        by_name = {x.name: x for x in inputs}
+        for name, shape, kind in [(IS_INIT, (1,), "tensor(bool)")] + [(n, s, "tensor(float)") for n, s in self.state]:
+            x = by_name.get(name)
+            want = f"{'bool' if kind == 'tensor(bool)' else 'float'} {_shape_str(['K', *shape])}"
+            if x is None:
+                raise PolicyError(f"onnx: the recurrent model needs an input `{name}` ({want}); its inputs are {list(by_name)}")
+            if x.type != kind or not _fits(x.shape, shape):
+                raise PolicyError(f"onnx: model input `{name}` is {_type_str(x.type)} {_shape_str(x.shape)}, the state needs {want}")
+        taken = {IS_INIT, *(n for n, _ in self.state)}
+        return [x for x in inputs if x.name not in taken]
 
     def _bind_outputs(self):
-        """The outputs the head reads, by name (PolicyError naming what is missing)."""
+        """The outputs the head reads, by name, and a recurrent model's ``next.<name>``
+        (PolicyError naming what is missing or misshapen)."""
         outs = [o.name for o in self._session.session.get_outputs()]
+        if self.state:
+            outs = self._bind_state_outputs()
         a = self.action
         h = self.head
         if a.kind not in ("discrete", "box"):
@@ -205,11 +256,28 @@ class OnnxPolicy:
             if len(spread) != 1:
                 raise PolicyError(f"onnx: the {h} head needs one output `scale` or `log_std`; the model's are {outs}")
             self._out = ["loc", spread[0]]
+        #: What each run fetches: the head's outputs, then the state's.
+        self._fetch = self._out + [NEXT + n for n, _ in self.state]
         if not a.discrete:
             low, high = a.low.astype(np.float64), a.high.astype(np.float64)
             finite = np.isfinite(low) & np.isfinite(high)
             self._c = np.where(finite, (high + low) / 2, 0.0)
             self._h = np.where(finite, (high - low) / 2, 1.0)
+
+    def _bind_state_outputs(self):
+        """Checks a recurrent model's ``next.<name>`` outputs (f32 ``[K, *shape]``, PolicyError
+        naming the first missing or misshapen one); returns the names of the others."""
+        outputs = self._session.session.get_outputs()
+        by_name = {o.name: o for o in outputs}
+        for name, shape in self.state:
+            o = by_name.get(NEXT + name)
+            want = f"float {_shape_str(['K', *shape])}"
+            if o is None:
+                raise PolicyError(f"onnx: the recurrent model needs an output `{NEXT}{name}` ({want}); its outputs are {list(by_name)}")
+            if o.type != "tensor(float)" or not _fits(o.shape, shape):
+                raise PolicyError(f"onnx: model output `{NEXT}{name}` is {_type_str(o.type)} {_shape_str(o.shape)}, the state needs {want}")
+        taken = {NEXT + n for n, _ in self.state}
+        return [o.name for o in outputs if o.name not in taken]
 
     # -- weights -------------------------------------------------------------------------
     def check_weights(self, tensors):
@@ -253,14 +321,21 @@ class OnnxPolicy:
             return {LOG_PROB: ["f32", []], LOC: ["f32", [d]], SCALE: ["f32", [d]]}
         return {}
 
-    def _run(self, obs):
-        """The model's outputs the head reads, for the observation leaves ``obs`` (one run)."""
+    def _run(self, obs, state=None):
+        """The model's outputs the head reads, then a recurrent model's ``next.<name>``, for
+        the observation leaves ``obs`` and ``state`` (``act_recording``'s) (one run)."""
         feeds = {}
         for name, i, cast in self._feeds:
             x = obs[i]
             feeds[name] = x if cast is None else x.astype(cast)
+        if self.state:
+            if state is None:
+                raise PolicyError("onnx: a recurrent model acts with the envs' state, and none was given")
+            is_init, values = state
+            feeds[IS_INIT] = is_init.reshape(-1, 1)
+            feeds.update(zip((n for n, _ in self.state), values))
         try:
-            return self._session.session.run(self._out, feeds)
+            return self._session.session.run(self._fetch, feeds)
         except Exception as e:
             raise PolicyError(f"onnx: the model failed on the observations: {_first_line(e)}") from None
 
@@ -268,14 +343,17 @@ class OnnxPolicy:
         """The actions for observation leaves ``obs`` (see ``act_recording``)."""
         return self.act_recording(obs)[0]
 
-    def act_recording(self, obs):
+    def act_recording(self, obs, state=None):
         """The actions for observation leaves ``obs`` (a list of ``[k, ...]`` arrays, one per
         leaf, or one array), as the env takes them, and what is recorded for each row
-        (``recorded_layout``'s keys, ``[k, *shape]`` float32)."""
+        (``recorded_layout``'s keys, ``[k, *shape]`` float32). A recurrent model takes
+        ``state = (is_init, values)``: bool ``[k]`` and one f32 ``[k, *shape]`` array per state
+        tensor, in ``self.state``'s order (the caller zeroes the rows of ``is_init``); its
+        ``next.<name>`` outputs are recorded too."""
         if isinstance(obs, np.ndarray):
             obs = [obs]
         k = obs[0].shape[0]
-        outs = self._run(obs)
+        outs = self._run(obs, state)
         a = self.action
         if self.head == "categorical":
             action, rec = self._categorical(outs[0], k)
@@ -283,7 +361,23 @@ class OnnxPolicy:
             action, rec = self._deterministic(outs[0], k), {}
         else:
             action, rec = self._normal(outs[0], outs[1], k)
+        if self.state:
+            rec.update(self._next_state(outs[len(self._out):], k))
         return (action if a.discrete else action.reshape((k,) + a.shape)), rec
+
+    def _next_state(self, outs, k):
+        """``{next.<name>: [k, *shape] f32}`` of a run's state outputs (PolicyError naming one
+        of another dtype or shape)."""
+        rec = {}
+        for (name, shape), x in zip(self.state, outs):
+            x = np.asarray(x)
+            if x.dtype != np.float32 or x.shape != (k, *shape):
+                raise PolicyError(
+                    f"onnx: output `{NEXT}{name}` is {_WIRE.get(x.dtype.name, x.dtype.name)} {list(x.shape)}, "
+                    f"the state needs f32 {[k, *shape]}"
+                )
+            rec[NEXT + name] = x
+        return rec
 
     def _shaped(self, name, x, k, d):
         x = np.asarray(x)

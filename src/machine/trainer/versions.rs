@@ -116,4 +116,30 @@ mod tests {
         // Nothing known of a node: nothing needed.
         assert_eq!(versions(vec![LayoutSource::Announced], &mlp).oldest(), 3);
     }
+
+    #[test]
+    fn a_recurrent_policy_needs_version_6_and_the_refusal_says_so() {
+        let onnx = |state| PolicyConfig::Onnx {
+            model: crate::policy::OnnxModel::new(Vec::new()),
+            head: crate::policy::OnnxHead::Categorical,
+            state,
+        };
+        let plain = versions(vec![built(Recorded::Categorical { n: 2 })], &onnx(vec![]));
+        assert_eq!(plain.oldest(), 5);
+        let lstm = vec![
+            crate::policy::StateTensor::new("recurrent_state_h", [1, 64]),
+            crate::policy::StateTensor::new("recurrent_state_c", [1, 64]),
+        ];
+        let v = versions(vec![built(Recorded::Categorical { n: 2 })], &onnx(lstm));
+        assert_eq!(v.need(), Some(&Need::Recurrent));
+        assert_eq!(v.oldest(), 6);
+        v.check(6).expect("version 6 serves it");
+        let refusal = v.check(5).expect_err("version 5 knows no state");
+        assert!(
+            refusal.contains("protocol version 5 cannot serve this run")
+                && refusal.contains("recurrent onnx model")
+                && refusal.contains("this run admits 6"),
+            "{refusal}"
+        );
+    }
 }

@@ -142,4 +142,6 @@ impl std::fmt::Display for OnnxHead {
 #[cfg(all(test, feature = "onnx"))]
 mod hostile_tests;
 #[cfg(all(test, feature = "onnx"))]
+mod recurrent_tests;
+#[cfg(all(test, feature = "onnx"))]
 mod tests;

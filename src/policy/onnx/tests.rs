@@ -399,8 +399,13 @@ fn a_u8_image_model_fits_u8_image_specs_from_the_nodes() {
     use crate::tensor::DType;
     let m = model("image_u8_cnn");
     let three = Spec::Discrete { n: 3 };
-    m.check_node_specs(&node_layout(DType::U8, vec![12, 12, 3]), &three, OnnxHead::Categorical, &[])
-        .unwrap();
+    m.check_node_specs(
+        &node_layout(DType::U8, vec![12, 12, 3]),
+        &three,
+        OnnxHead::Categorical,
+        &[],
+    )
+    .unwrap();
     // Its weights are the model's own: the conv's and the linear head's.
     let w = m.initial_weights().unwrap();
     assert_eq!(w.tensors["conv.weight"].shape(), &[4, 3, 3, 3]);
@@ -427,7 +432,12 @@ fn specs_from_the_nodes_that_do_not_fit_the_model_are_refused_by_name() {
     assert!(e.contains("observation"), "{e}");
     // Four actions where the model has three logits.
     let e = m
-        .check_node_specs(&node_layout(DType::U8, vec![12, 12, 3]), &Spec::Discrete { n: 4 }, cat, &[])
+        .check_node_specs(
+            &node_layout(DType::U8, vec![12, 12, 3]),
+            &Spec::Discrete { n: 4 },
+            cat,
+            &[],
+        )
         .unwrap_err()
         .to_string();
     assert!(e.contains("logits"), "{e}");
