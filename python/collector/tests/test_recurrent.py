@@ -1,8 +1,9 @@
 """torchrl's recurrent actors (LSTMModule, GRUModule) as rollout's recurrent onnx
 policy: the exported step against the module's own forward, whole runs replayed
 frame by frame by the torchrl actor itself (the state carried from frame to frame,
-zeroed at is_init, across batches and a weight push), the batch's keys recomputed
-by torchrl's recurrent mode, and what is refused."""
+zeroed at is_init, across batches and a weight push; Rust and Python nodes), the
+batch's keys recomputed by torchrl's recurrent mode, torchrl's InitTracker and
+primer on the env, and what is refused."""
 
 import copy
 import json
@@ -10,6 +11,7 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import PYTHON_NODE, require_python_node
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("tensordict")
@@ -19,9 +21,9 @@ pytest.importorskip("onnx")
 from tensordict import TensorDict  # noqa: E402
 from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictSequential  # noqa: E402
 from torch import nn  # noqa: E402
-from torchrl.envs.utils import ExplorationType, set_exploration_type  # noqa: E402
 from torchrl.data import OneHot  # noqa: E402
 from torchrl.envs import Compose, GymEnv, InitTracker, StepCounter, TransformedEnv  # noqa: E402
+from torchrl.envs.utils import ExplorationType, set_exploration_type  # noqa: E402
 from torchrl.modules import (  # noqa: E402
     EGreedyModule,
     GRUModule,
@@ -312,6 +314,16 @@ def test_a_cartpole_run_is_the_torchrl_actors_own_frame_by_frame_across_resets_b
     assert (batches[first][names[0]][carried, 0].abs().sum(-1).sum(-1) > 0).all(), "with the state it had"
     actor.load_state_dict(versions[1])
     recompute_in_recurrent_mode(actor.module[0], batches[first:], ["logits"])
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_a_run_of_python_nodes_is_the_torchrl_actors_own_frame_by_frame(kind):
+    require_python_node()
+    actor = categorical_actor(kind, 2, encoder=True)
+    torch.manual_seed(1)
+    batches, versions = collect("CartPole-v1", actor, 10, 3, perturb, launcher="process", node_command=PYTHON_NODE)
+    seen = replay(actor, batches, versions, state_names(kind), ["action", "logits", "action_log_prob"])
+    assert seen[-1] == 1
 
 
 def test_a_gaussian_gru_on_pendulum_is_the_torchrl_actors_own_frame_by_frame():
