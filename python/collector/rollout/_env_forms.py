@@ -11,9 +11,10 @@ records ``step_count``; ``RewardSum`` on the reward: the collector writes
 recurrent actor, written by the collector otherwise; a ``TensorDictPrimer`` of zero
 initial states, as a recurrent module's ``make_tensordict_primer()`` makes: the nodes
 keep the actor's state themselves, so the primer's keys need only be the actor's,
-which the collector checks once the actor is exported), and a callable that builds such an env (called once, here, as
-torchrl's ``EnvCreator`` does to read the specs). Anything else is refused before any
-node starts, with the sentence that says what to pass.
+which the collector checks once the actor is exported), and a callable that builds
+such an env (called once, here, as torchrl's ``EnvCreator`` does to read the specs).
+Anything else is refused before any node starts, with the sentence that says what to
+pass.
 """
 
 from __future__ import annotations
