@@ -120,6 +120,8 @@ class _Recurrent:
             self.state.append((key, nxt, shape))
 
     def step(self, td: Any) -> Any:
+        """One frame for each of ``td``'s rows (``[B, features]``, the state ``[B,
+        layers, hidden]``, ``is_init`` ``[B, 1]``): writes the output and the next state."""
         x = td.get(self.value_key)
         keep = (~td.get(_IS_INIT)).to(x.dtype).unsqueeze(-1)  # [B, 1, 1]
         # [B, layers, hidden] -> the [layers, B, hidden] nn.LSTM/GRU take.
