@@ -314,3 +314,50 @@ fn a_state_breaking_the_rules_is_refused_when_the_rollout_is_built() {
         .expect("a reserved key");
     assert!(err.to_string().contains("next.acc"), "{err}");
 }
+
+#[test]
+fn split_trajectories_keeps_each_segments_first_state_and_is_init_marks_episode_starts() {
+    let mut r = cartpoles(2, cfg(20));
+    r.collect()
+        .expect("a first batch: trajectories then run across the boundary");
+    let b = r.collect().expect("collect");
+    let split = crate::postproc::split_trajectories(&b).expect("split");
+    let [n, len] = [split.batch_size()[0], split.batch_size()[1]];
+    let mask: Vec<bool> = split.bool(keys::MASK).expect("mask").iter().copied().collect();
+    let is_init: Vec<bool> = split.bool(keys::IS_INIT).expect("is_init").iter().copied().collect();
+    let step: Vec<i64> = split.i64(keys::STEP_COUNT).expect("step").iter().copied().collect();
+    let acc: Vec<f32> = split.f32("acc").expect("acc").iter().copied().collect();
+    let next: Vec<f32> = split.f32("next.acc").expect("next.acc").iter().copied().collect();
+    let (mut continued, mut started) = (0, 0);
+    for t in 0..n {
+        let first = t * len;
+        assert!(mask[first]);
+        // A segment starts an episode exactly when its first frame is_init, with a zero
+        // state; else it goes on from the state the previous batch ended with.
+        if is_init[first] {
+            started += 1;
+            assert_eq!((acc[2 * first], acc[2 * first + 1], step[first]), (0.0, 0.0, 0));
+        } else {
+            continued += 1;
+            assert_eq!(
+                acc[2 * first + 1],
+                step[first] as f32,
+                "the carried state counts the episode's steps"
+            );
+        }
+        for i in first + 1..first + len {
+            if mask[i] {
+                assert!(!is_init[i], "one episode per segment");
+                assert_eq!(
+                    acc[2 * i..2 * i + 2],
+                    next[2 * (i - 1)..2 * i],
+                    "the state runs on inside a segment"
+                );
+            }
+        }
+    }
+    assert!(
+        started > 0 && continued > 0,
+        "segments of both kinds: {started} started, {continued} continued"
+    );
+}
