@@ -33,8 +33,8 @@ pub use http::{http_get, http_raw, url_encode, HttpAnswer};
 pub use logs::{log_text, logs, OwnLog};
 pub use messages::{describe_sent, only_batch};
 pub use process::{
-    actors_example_bin, alive, children, node_with_index, process_group, rollout_bin, rollout_release_bin,
-    run_bounded, signal, signal_group, wait_with_deadline, Finished, Running,
+    actors_example_bin, alive, children, node_with_index, process_group, rollout_bin, rollout_release_bin, run_bounded,
+    signal, signal_group, wait_with_deadline, Finished, Running,
 };
 pub use prometheus::{require_prometheus, Prometheus, Sample};
 pub use python_nodes::{venv_python, Mark, MarkedPythonNodes};

@@ -71,7 +71,8 @@ const RESERVED: &[&str] = &[
 
 /// Whether `name` is `key` or nests under it (`key.…`).
 fn under(name: &str, key: &str) -> bool {
-    name.strip_prefix(key).is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+    name.strip_prefix(key)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
 }
 
 /// Checks a recurrent policy's state against PROTOCOL.md §8's rules: at most
@@ -101,7 +102,9 @@ pub fn check_state(state: &[StateTensor]) -> Result<(), PolicyError> {
             return Err(bad(format!("`{shown}` has an empty segment")));
         }
         if RESERVED.iter().any(|key| under(name, key)) {
-            return Err(bad(format!("`{shown}` is a key of the batch itself, or nested under one")));
+            return Err(bad(format!(
+                "`{shown}` is a key of the batch itself, or nested under one"
+            )));
         }
         if state[..i].iter().any(|o| o.name == *name) {
             return Err(bad(format!("`{shown}` is named twice")));
@@ -228,7 +231,11 @@ mod tests {
         }
         check_state(&[StateTensor::new("h", [1 << 10, 1 << 10])]).unwrap();
         check_state(&[StateTensor::new("a.b", [])]).unwrap();
-        check_state(&[StateTensor::new("nextstate", [1]), StateTensor::new("hc", [1]), StateTensor::new("h", [1])])
-            .unwrap();
+        check_state(&[
+            StateTensor::new("nextstate", [1]),
+            StateTensor::new("hc", [1]),
+            StateTensor::new("h", [1]),
+        ])
+        .unwrap();
     }
 }

@@ -97,8 +97,10 @@ impl Rollout {
         let mut b = b;
         if let Some(r) = &self.recurrent {
             for t in &r.tensors {
-                b.state.push(take(&t.name).map_or_else(Vec::new, |x| take_vec(x, into_f32)));
-                b.next_state.push(take(&t.next_key()).map_or_else(Vec::new, |x| take_vec(x, into_f32)));
+                b.state
+                    .push(take(&t.name).map_or_else(Vec::new, |x| take_vec(x, into_f32)));
+                b.next_state
+                    .push(take(&t.next_key()).map_or_else(Vec::new, |x| take_vec(x, into_f32)));
             }
         }
         self.spare = Some(b);
@@ -208,11 +210,17 @@ impl Rollout {
             )?;
         }
         if let Some(r) = &self.recurrent {
-            td.set(keys::IS_INIT, ArrayD::from_shape_vec(arr(&one), b.is_init).map_err(e)?.into())?;
+            td.set(
+                keys::IS_INIT,
+                ArrayD::from_shape_vec(arr(&one), b.is_init).map_err(e)?.into(),
+            )?;
             for ((s, before), after) in r.tensors.iter().zip(b.state).zip(b.next_state) {
                 let shape: Vec<usize> = [k, t].iter().chain(&s.shape).copied().collect();
                 td.set(&s.name, ArrayD::from_shape_vec(arr(&shape), before).map_err(e)?.into())?;
-                td.set(&s.next_key(), ArrayD::from_shape_vec(arr(&shape), after).map_err(e)?.into())?;
+                td.set(
+                    &s.next_key(),
+                    ArrayD::from_shape_vec(arr(&shape), after).map_err(e)?.into(),
+                )?;
             }
         }
         Ok(td)

@@ -76,7 +76,14 @@ impl Recurrent {
     /// Writes env `k`'s frame of this step as frame `i` of the batch: `is_init`, the
     /// state before and after.
     #[inline]
-    pub(super) fn record(&self, k: usize, i: usize, is_init: &mut [bool], before: &mut [Vec<f32>], after: &mut [Vec<f32>]) {
+    pub(super) fn record(
+        &self,
+        k: usize,
+        i: usize,
+        is_init: &mut [bool],
+        before: &mut [Vec<f32>],
+        after: &mut [Vec<f32>],
+    ) {
         is_init[i] = self.is_init[k];
         for (j, &w) in self.widths.iter().enumerate() {
             before[j][i * w..(i + 1) * w].copy_from_slice(&self.cur[j][k * w..(k + 1) * w]);
@@ -104,7 +111,11 @@ impl Recurrent {
         if state.names != names {
             return Some(format!(
                 "the checkpoint's recurrent state is {:?}, this policy's {names:?}",
-                state.names.iter().map(|n| crate::peer_text::bounded(n)).collect::<Vec<_>>()
+                state
+                    .names
+                    .iter()
+                    .map(|n| crate::peer_text::bounded(n))
+                    .collect::<Vec<_>>()
             ));
         }
         if state.state.len() != self.cur.len() {

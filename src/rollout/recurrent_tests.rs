@@ -84,7 +84,9 @@ impl Policy for Accumulate {
 use crate::policy::ExplorationType;
 
 fn cartpoles(k: usize, cfg: RolloutConfig) -> Rollout {
-    let envs: Vec<Box<dyn Env>> = (0..k).map(|_| Box::new(CartPole::new(CartPoleConfig::default()).expect("env")) as Box<dyn Env>).collect();
+    let envs: Vec<Box<dyn Env>> = (0..k)
+        .map(|_| Box::new(CartPole::new(CartPoleConfig::default()).expect("env")) as Box<dyn Env>)
+        .collect();
     let ids = (0..k as u64).map(|i| TrajIds::new(i, k as u64).expect("ids")).collect();
     Rollout::new(envs, Box::new(Accumulate::new()), ids, cfg).expect("rollout")
 }
@@ -100,7 +102,6 @@ fn cfg(frames: usize) -> RolloutConfig {
 
 /// One batch's columns, env-major (`[K, T]` flattened).
 struct Cols {
-    k: usize,
     t: usize,
     is_init: Vec<bool>,
     step: Vec<i64>,
@@ -111,10 +112,9 @@ struct Cols {
 }
 
 fn cols(b: &TensorDict) -> Cols {
-    let [k, t] = [b.batch_size()[0], b.batch_size()[1]];
+    let t = b.batch_size()[1];
     let obs = b.f32(keys::OBSERVATION).expect("obs");
     Cols {
-        k,
         t,
         is_init: b.bool(keys::IS_INIT).expect("is_init").iter().copied().collect(),
         step: b.i64(keys::STEP_COUNT).expect("step").iter().copied().collect(),
@@ -140,22 +140,33 @@ fn batches_carry_is_init_and_the_state_before_and_after_each_step() {
         assert_eq!(b.get("acc").expect("acc").shape(), &[2, 10, 2]);
         crate::schema::check_layout(&b, &layout).expect("the batch has the rollout's layout");
         let c = cols(&b);
-        for e in 0..c.k {
+        for (e, last) in last.iter_mut().enumerate() {
             for s in 0..c.t {
                 let i = e * c.t + s;
-                let (acc, next) = ([c.acc[2 * i], c.acc[2 * i + 1]], [c.next_acc[2 * i], c.next_acc[2 * i + 1]]);
-                assert_eq!(c.is_init[i], c.step[i] == 0, "is_init is the episode's first frame (env {e}, {s})");
+                let (acc, next) = (
+                    [c.acc[2 * i], c.acc[2 * i + 1]],
+                    [c.next_acc[2 * i], c.next_acc[2 * i + 1]],
+                );
+                assert_eq!(
+                    c.is_init[i],
+                    c.step[i] == 0,
+                    "is_init is the episode's first frame (env {e}, {s})"
+                );
                 if c.is_init[i] {
                     assert_eq!(acc, [0.0, 0.0], "zero where is_init");
                     inits_inside += usize::from(s > 0);
                 } else {
                     // The state carries on from the previous frame, across batches too.
-                    assert_eq!(Some(acc), last[e], "env {e} step {s}");
+                    assert_eq!(Some(acc), *last, "env {e} step {s}");
                 }
                 assert_eq!(acc[1], c.step[i] as f32, "acc counts the steps since is_init");
-                assert_eq!(next, [acc[0] + c.obs0[i], acc[1] + 1.0], "next.acc is the policy's output");
+                assert_eq!(
+                    next,
+                    [acc[0] + c.obs0[i], acc[1] + 1.0],
+                    "next.acc is the policy's output"
+                );
                 assert_eq!(c.action[i], c.step[i] % 2, "the action read the state");
-                last[e] = Some(next);
+                *last = Some(next);
             }
         }
     }
@@ -164,18 +175,32 @@ fn batches_carry_is_init_and_the_state_before_and_after_each_step() {
 
 #[test]
 fn a_weight_update_keeps_the_state_and_a_seed_starts_it_over() {
-    let mut r = cartpoles(1, RolloutConfig {
-        max_frames_per_traj: None,
-        ..cfg(5)
-    });
+    let mut r = cartpoles(
+        1,
+        RolloutConfig {
+            max_frames_per_traj: None,
+            ..cfg(5)
+        },
+    );
     let before = cols(&r.collect().expect("b1"));
     let mut w = r.weights().clone().with_version(1);
-    w.tensors.insert("bias".into(), Tensor::F32(ndarray::ArrayD::from_elem(ndarray::IxDyn(&[1]), 100.0)));
+    w.tensors.insert(
+        "bias".into(),
+        Tensor::F32(ndarray::ArrayD::from_elem(ndarray::IxDyn(&[1]), 100.0)),
+    );
     r.set_weights(&w).expect("update");
     let after = cols(&r.collect().expect("b2"));
     assert!(!after.is_init[0], "an update starts no episode");
-    assert_eq!(after.acc[..2], before.next_acc[8..10], "the state goes on across the update");
-    assert_eq!(after.next_acc[0], after.acc[0] + after.obs0[0] + 100.0, "the new weights act on it");
+    assert_eq!(
+        after.acc[..2],
+        before.next_acc[8..10],
+        "the state goes on across the update"
+    );
+    assert_eq!(
+        after.next_acc[0],
+        after.acc[0] + after.obs0[0] + 100.0,
+        "the new weights act on it"
+    );
     r.set_seed(11);
     let seeded = cols(&r.collect().expect("b3"));
     assert!(seeded.is_init[0], "a seed resets the env: a new episode, a zero state");
@@ -184,11 +209,14 @@ fn a_weight_update_keeps_the_state_and_a_seed_starts_it_over() {
 
 #[test]
 fn reset_at_each_iter_zeroes_the_state_every_batch() {
-    let mut r = cartpoles(2, RolloutConfig {
-        reset_at_each_iter: true,
-        max_frames_per_traj: None,
-        ..cfg(6)
-    });
+    let mut r = cartpoles(
+        2,
+        RolloutConfig {
+            reset_at_each_iter: true,
+            max_frames_per_traj: None,
+            ..cfg(6)
+        },
+    );
     for _ in 0..3 {
         let c = cols(&r.collect().expect("collect"));
         assert!(c.is_init[0] && c.is_init[c.t]);
@@ -198,11 +226,14 @@ fn reset_at_each_iter_zeroes_the_state_every_batch() {
 
 #[test]
 fn the_random_policys_frames_hold_the_state() {
-    let mut r = cartpoles(1, RolloutConfig {
-        init_random_frames: 4,
-        max_frames_per_traj: None,
-        ..cfg(8)
-    });
+    let mut r = cartpoles(
+        1,
+        RolloutConfig {
+            init_random_frames: 4,
+            max_frames_per_traj: None,
+            ..cfg(8)
+        },
+    );
     let c = cols(&r.collect().expect("collect"));
     assert!(c.is_init[0]);
     for i in 0..4 {
@@ -222,7 +253,10 @@ fn a_checkpoint_holds_the_state_and_a_restored_rollout_writes_the_same_bytes() {
         a.collect().expect("collect");
     }
     let snap = a.snapshot().expect("snapshot");
-    let st = snap.recurrent.as_ref().expect("the recurrent state is in the checkpoint");
+    let st = snap
+        .recurrent
+        .as_ref()
+        .expect("the recurrent state is in the checkpoint");
     assert_eq!(st.names, ["acc"]);
     assert!(st.state[0].iter().any(|&v| v != 0.0));
     let bytes = rmp_serde::to_vec_named(&snap).expect("encode");
@@ -248,7 +282,9 @@ fn a_checkpoint_of_another_policy_is_refused_and_changes_nothing() {
     let plain_state = plain.snapshot().expect("snapshot");
     assert!(plain_state.recurrent.is_none());
     let before = recurrent.snapshot().expect("snapshot");
-    let err = recurrent.restore(&plain_state).expect_err("no state for a recurrent policy");
+    let err = recurrent
+        .restore(&plain_state)
+        .expect_err("no state for a recurrent policy");
     assert!(err.to_string().contains("no recurrent state"), "{err}");
     let err = plain.restore(&before).expect_err("a state for a policy without one");
     assert!(err.to_string().contains("holds a recurrent state"), "{err}");
@@ -277,4 +313,51 @@ fn a_state_breaking_the_rules_is_refused_when_the_rollout_is_built() {
         .err()
         .expect("a reserved key");
     assert!(err.to_string().contains("next.acc"), "{err}");
+}
+
+#[test]
+fn split_trajectories_keeps_each_segments_first_state_and_is_init_marks_episode_starts() {
+    let mut r = cartpoles(2, cfg(20));
+    r.collect()
+        .expect("a first batch: trajectories then run across the boundary");
+    let b = r.collect().expect("collect");
+    let split = crate::postproc::split_trajectories(&b).expect("split");
+    let [n, len] = [split.batch_size()[0], split.batch_size()[1]];
+    let mask: Vec<bool> = split.bool(keys::MASK).expect("mask").iter().copied().collect();
+    let is_init: Vec<bool> = split.bool(keys::IS_INIT).expect("is_init").iter().copied().collect();
+    let step: Vec<i64> = split.i64(keys::STEP_COUNT).expect("step").iter().copied().collect();
+    let acc: Vec<f32> = split.f32("acc").expect("acc").iter().copied().collect();
+    let next: Vec<f32> = split.f32("next.acc").expect("next.acc").iter().copied().collect();
+    let (mut continued, mut started) = (0, 0);
+    for t in 0..n {
+        let first = t * len;
+        assert!(mask[first]);
+        // A segment starts an episode exactly when its first frame is_init, with a zero
+        // state; else it goes on from the state the previous batch ended with.
+        if is_init[first] {
+            started += 1;
+            assert_eq!((acc[2 * first], acc[2 * first + 1], step[first]), (0.0, 0.0, 0));
+        } else {
+            continued += 1;
+            assert_eq!(
+                acc[2 * first + 1],
+                step[first] as f32,
+                "the carried state counts the episode's steps"
+            );
+        }
+        for i in first + 1..first + len {
+            if mask[i] {
+                assert!(!is_init[i], "one episode per segment");
+                assert_eq!(
+                    acc[2 * i..2 * i + 2],
+                    next[2 * (i - 1)..2 * i],
+                    "the state runs on inside a segment"
+                );
+            }
+        }
+    }
+    assert!(
+        started > 0 && continued > 0,
+        "segments of both kinds: {started} started, {continued} continued"
+    );
 }

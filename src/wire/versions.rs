@@ -131,7 +131,7 @@ impl AdmitVersions {
     }
 }
 
-/// `3 to 5`, or `5` alone.
+/// `3 to 6`, or `6` alone.
 fn span(from: u32, to: u32) -> String {
     if from == to {
         format!("{from}")
@@ -162,11 +162,11 @@ mod tests {
         }
         assert_eq!(
             all.check(2),
-            Err("protocol version 2 is not supported (this trainer speaks 3 to 5)".into())
+            Err("protocol version 2 is not supported (this trainer speaks 3 to 6)".into())
         );
         assert_eq!(
-            all.check(6),
-            Err("protocol version 6 is not supported (this trainer speaks 3 to 5)".into())
+            all.check(7),
+            Err("protocol version 7 is not supported (this trainer speaks 3 to 6)".into())
         );
     }
 
@@ -180,8 +180,8 @@ mod tests {
             v.check(4),
             Err(
                 "protocol version 4 cannot serve this run: its policy (mlp) records action_log_prob and its \
-                 distribution's parameters in every batch (version 5); this run admits 5 (this trainer speaks 3 \
-                 to 5, the older ones for runs that need less)"
+                 distribution's parameters in every batch (version 5); this run admits 5 to 6 (this trainer \
+                 speaks 3 to 6, the older ones for runs that need less)"
                     .into()
             )
         );
@@ -190,23 +190,31 @@ mod tests {
             .is_err_and(|r| r.starts_with("protocol version 3 cannot serve this run")));
         assert_eq!(
             v.check(7),
-            Err("protocol version 7 is not supported (this trainer speaks 3 to 5; this run admits 5)".into())
+            Err("protocol version 7 is not supported (this trainer speaks 3 to 6; this run admits 5 to 6)".into())
         );
 
         let v = AdmitVersions::serving([specs()]);
         assert_eq!(v.oldest(), 4);
         assert_eq!(v.check(4), Ok(()));
         assert_eq!(v.check(5), Ok(()));
+        assert_eq!(v.check(6), Ok(()));
         assert_eq!(
             v.check(3),
             Err(
                 "protocol version 3 cannot serve this run: its env Custom is known only to its nodes, which \
-                 report its spaces in ready's specs (version 4); this run admits 4 to 5 (this trainer speaks 3 \
-                 to 5, the older ones for runs that need less)"
+                 report its spaces in ready's specs (version 4); this run admits 4 to 6 (this trainer speaks 3 \
+                 to 6, the older ones for runs that need less)"
                     .into()
             )
         );
         let v = AdmitVersions::serving([Need::Onnx]);
         assert!(v.check(4).is_err_and(|r| r.contains("its policy is onnx")));
+        // A recurrent policy: version 6 alone, whatever else the run needs.
+        let v = AdmitVersions::serving([specs(), recorded(), Need::Onnx, Need::Recurrent]);
+        assert_eq!((v.oldest(), v.need()), (6, Some(&Need::Recurrent)));
+        assert_eq!(
+            v.check(7),
+            Err("protocol version 7 is not supported (this trainer speaks 3 to 6; this run admits 6)".into())
+        );
     }
 }

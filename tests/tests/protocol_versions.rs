@@ -1,7 +1,7 @@
-//! A node per protocol version the trainer admits (3, 4, 5), each written from its own
-//! text (PROTOCOL.md, Changelog) on a raw loopback socket: version 3 sends no `specs`
-//! in `ready` and no recorded keys, version 4 sends `specs` and no recorded keys,
-//! version 5 both. A run whose nodes need nothing newer admits all three and collects
+//! A node per protocol version the trainer admits (3, 4, 5, 6), each written from its
+//! own text (PROTOCOL.md, Changelog) on a raw loopback socket: version 3 sends no
+//! `specs` in `ready` and no recorded keys, version 4 sends `specs` and no recorded keys,
+//! version 5 both, version 6 also runs a recurrent policy (its `is_init` and state keys). A run whose nodes need nothing newer admits all three and collects
 //! their exact frames; a run that needs what an older version lacks (a policy that
 //! records log-probabilities: 5; an env only the nodes know: 4) refuses that version
 //! at `hello`, before the challenge, with a `reject` naming the versions, and is served
@@ -245,8 +245,8 @@ fn a_policy_that_records_refuses_versions_3_and_4_at_hello_and_version_5_serves_
             reason,
             format!(
                 "protocol version {v} cannot serve this run: its policy (mlp) records action_log_prob and its \
-                 distribution's parameters in every batch (version 5); this run admits 5 (this trainer speaks 3 \
-                 to 5, the older ones for runs that need less)"
+                 distribution's parameters in every batch (version 5); this run admits 5 to 6 (this trainer \
+                 speaks 3 to 6, the older ones for runs that need less)"
             )
         );
     }
@@ -268,7 +268,7 @@ fn an_env_only_the_nodes_know_refuses_version_3_at_hello_and_versions_4_and_5_se
         reason,
         format!(
             "protocol version 3 cannot serve this run: its env {CUSTOM} is known only to its nodes, which report \
-             its spaces in ready's specs (version 4); this run admits 4 to 5 (this trainer speaks 3 to 5, the \
+             its spaces in ready's specs (version 4); this run admits 4 to 6 (this trainer speaks 3 to 6, the \
              older ones for runs that need less)"
         )
     );
@@ -278,4 +278,35 @@ fn an_env_only_the_nodes_know_refuses_version_3_at_hello_and_versions_4_and_5_se
     ];
     let c = t.join().expect("trainer thread");
     assert_exact(c, nodes);
+}
+
+#[test]
+fn a_recurrent_policy_refuses_versions_3_to_5_at_hello_and_version_6_serves_it() {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/onnx/cartpole_lstm.onnx");
+    let model = rollout::policy::OnnxModel::parse(std::fs::read(file).expect("model")).expect("parse");
+    let state = model.declared_state().expect("its state");
+    let policy = PolicyConfig::Onnx {
+        model,
+        head: rollout::policy::OnnxHead::Categorical,
+        state,
+    };
+    let (t, addr) = trainer(1, "CartPole-v1", policy);
+    for v in [3, 4, 5] {
+        let reason = rejected_at_hello(addr, v, 0);
+        assert_eq!(
+            reason,
+            format!(
+                "protocol version {v} cannot serve this run: its policy is a recurrent onnx model, whose state the \
+                 node keeps per env and records with is_init in every batch (version 6); this run admits 6 (this \
+                 trainer speaks 3 to 6, the older ones for runs that need less)"
+            )
+        );
+    }
+    let node = TextNode::join(addr, 6, 0);
+    let layout = node.workers[0].batch_layout();
+    for key in [keys::IS_INIT, "recurrent_state_h", "next.recurrent_state_c"] {
+        assert!(layout.contains_key(key), "the run's batches carry `{key}`");
+    }
+    let c = t.join().expect("trainer thread");
+    assert_exact(c, vec![node.serve_on_thread()]);
 }

@@ -7,8 +7,8 @@
 //! the replay's, across 11 batch boundaries. A checkpointed and resumed run writes the
 //! same bytes as the run left alone.
 
-use std::path::{Path, PathBuf};
 use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -88,14 +88,16 @@ fn run(dir: &TempDir, name: &str, launcher: &str, extra: &[&str]) -> PathBuf {
 fn in_process_nodes_carry_each_envs_lstm_state_as_a_single_env_loop() {
     let dir = temp_dir("recurrent-local");
     let out = run(&dir, "local", "local", &["--total-frames", "960"]);
-    assert_recurrent_replay(&read_output(&out), &model_file());
+    let inside = assert_recurrent_replay(&read_output(&out), &model_file());
+    assert!(inside > 0, "episodes of 15 frames start inside batches of 10 steps");
 }
 
 #[test]
 fn process_nodes_carry_each_envs_lstm_state_as_a_single_env_loop() {
     let dir = temp_dir("recurrent-process");
     let out = run(&dir, "process", "process", &["--total-frames", "960"]);
-    assert_recurrent_replay(&read_output(&out), &model_file());
+    let inside = assert_recurrent_replay(&read_output(&out), &model_file());
+    assert!(inside > 0, "episodes of 15 frames start inside batches of 10 steps");
 }
 
 #[test]
@@ -109,10 +111,22 @@ fn a_resumed_recurrent_run_writes_the_bytes_of_the_run_left_alone() {
         &dir,
         "resumed",
         "local",
-        &["--total-frames", "480", "--checkpoint", &ck_s, "--checkpoint-every", "1"],
+        &[
+            "--total-frames",
+            "480",
+            "--checkpoint",
+            &ck_s,
+            "--checkpoint-every",
+            "1",
+        ],
     );
-    let resumed = std::fs::read(run(&dir, "resumed", "local", &["--total-frames", "960", "--resume", &ck_s]))
-        .expect("resumed");
+    let resumed = std::fs::read(run(
+        &dir,
+        "resumed",
+        "local",
+        &["--total-frames", "960", "--resume", &ck_s],
+    ))
+    .expect("resumed");
     assert_eq!(resumed, whole, "the resumed run's output is the whole run's");
 }
 
@@ -156,7 +170,10 @@ fn a_process_node_killed_mid_run_is_replaced_and_every_envs_state_stays_exact() 
     let stderr = err.join().unwrap_or_default();
     assert!(status.is_some_and(|s| s.success()), "{status:?}; stderr:\n{stderr}");
     assert_eq!(batches, 2000, "every batch once; stderr:\n{stderr}");
-    assert!(stderr.contains("restarting"), "the replacement was not reported; stderr:\n{stderr}");
+    assert!(
+        stderr.contains("restarting"),
+        "the replacement was not reported; stderr:\n{stderr}"
+    );
     // Node 1's envs start over in the replacement (new episodes, zero state); node 0's
     // go on: the replay holds for every row.
     assert_recurrent_replay(&read_output(&out), &model_file());

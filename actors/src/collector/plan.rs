@@ -448,6 +448,7 @@ mod tests {
                 of: "the declared specs (env_spec)".into(),
                 specs: d.clone(),
                 recorded: rollout::policy::Recorded::Categorical { n: 2 },
+                state: vec![],
             }
         );
         let want = initial_weights_for(&PolicySpec::default(), &d).unwrap();

@@ -95,6 +95,22 @@ def _added_entries(forms: Any, field: str) -> tuple:
     return each.pop()
 
 
+def _check_primed(primed: tuple, policy: Any, field: str) -> None:
+    """A ``TensorDictPrimer`` on the env primes the recurrent actor's state, which the
+    nodes keep: each of its keys must be a state tensor of the exported actor."""
+    if not primed:
+        return
+    state = {name for name, _ in policy.state} if policy is not None else set()
+    for key in primed:
+        if key not in state:
+            has = f"the actor's state is {sorted(state)}" if state else "the policy keeps no state"
+            raise _config_error(
+                field,
+                f"the env's TensorDictPrimer primes `{key}`, which is not a state of the actor's recurrent module "
+                f"({has}): rollout's nodes keep the state themselves, leave the primer out or prime the actor's keys",
+            )
+
+
 def _cpu_only(field: str, device: Any) -> None:
     """torchrl's device arguments: the CPU (or ``None``) is what nodes run on."""
     if device is None:
@@ -444,12 +460,15 @@ class DistributedCollector:
             raise _config_error("env", "give env or create_env_fn, not both")
         env_field = "env" if env is not None else "create_env_fn"
         added: tuple = ()
+        primed: tuple = ()
         env = env if env is not None else create_env_fn
         if env is not None and not isinstance(env, str):
-            from ._env_forms import resolve
+            from ._env_forms import PRIMED, resolve
 
             forms = resolve(env, env_field)
             added = _added_entries(forms, env_field)
+            primed = tuple(a[len(PRIMED) :] for a in added if a.startswith(PRIMED))
+            added = tuple(a for a in added if not a.startswith(PRIMED))
             env, env_config, collector_kwargs, nodes = _placed(forms, env_field, env_config, collector_kwargs, nodes)
         if envs_per_node is not None and num_workers_per_collector is not None:
             raise _config_error("envs_per_node", "give envs_per_node or num_workers_per_collector, not both")
@@ -484,6 +503,7 @@ class DistributedCollector:
             self._torch_policy = export_policy(policy, _env_specs(env, env_config, env_spec))
             self._onnx_model = self._torch_policy.model
             policy = {"kind": "onnx"}
+        _check_primed(primed, self._torch_policy, env_field)
         if tensordict is None:
             tensordict = self._torch_policy is not None or bool(added)
         if added and not tensordict:
@@ -491,6 +511,7 @@ class DistributedCollector:
         if tensordict:
             from . import _tensordict  # noqa: F401 - a missing torch/tensordict is said now
         self._tensordict = bool(tensordict)
+        self._init_tracker = "is_init" in added
         self._episode_reward = None
         if "episode_reward" in added:
             from ._tensordict import EpisodeReward
@@ -612,11 +633,11 @@ class DistributedCollector:
         from ._tensordict import to_tensordict
 
         if self._torch_policy is None:
-            td = to_tensordict(batch)
+            td = to_tensordict(batch, is_init=self._init_tracker)
         else:
             p = self._torch_policy
             one_hot = p.n_actions if p.action_encoding == "one_hot" else None
-            td = to_tensordict(batch, one_hot=one_hot, log_prob_key=p.log_prob_key, leave_out=p.drop_keys)
+            td = to_tensordict(batch, one_hot=one_hot, log_prob_key=p.log_prob_key, leave_out=p.drop_keys, is_init=self._init_tracker)
         if self._episode_reward is not None:
             self._episode_reward.write(td)
         return td if self._postproc is None else self._postproc(td)

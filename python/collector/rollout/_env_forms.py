@@ -7,9 +7,14 @@ themselves from an id and a config, so a form is served when it says one: a
 ``GymEnv`` (its id and ``gym.make`` keyword arguments), a ``TransformedEnv`` over one
 whose transforms rollout already applies (``StepCounter`` without a limit: rollout
 records ``step_count``; ``RewardSum`` on the reward: the collector writes
-``episode_reward``), and a callable that builds such an env (called once, here, as
-torchrl's ``EnvCreator`` does to read the specs). Anything else is refused before any
-node starts, with the sentence that says what to pass.
+``episode_reward``; ``InitTracker``: ``is_init``, recorded by the nodes for a
+recurrent actor, written by the collector otherwise; a ``TensorDictPrimer`` of zero
+initial states, as a recurrent module's ``make_tensordict_primer()`` makes: the nodes
+keep the actor's state themselves, so the primer's keys need only be the actor's,
+which the collector checks once the actor is exported), and a callable that builds
+such an env (called once, here, as torchrl's ``EnvCreator`` does to read the specs).
+Anything else is refused before any node starts, with the sentence that says what to
+pass.
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ from ._collector import _config_error as config_error
 
 # What a node is asked to build: an env id, gym.make's keyword arguments (or None), and
 # the entries the env's transforms add that the collector writes into each TensorDict
-# (``"episode_reward"``: RewardSum's).
+# (``"episode_reward"``: RewardSum's; ``"is_init"``: InitTracker's) or, prefixed with
+# ``PRIMED``, that a primer primes (the recurrent actor's state, kept by the nodes).
 EnvForm = Tuple[str, Optional[dict], Tuple[str, ...]]
+PRIMED = "primed:"
 
 _WHAT_TO_PASS = (
     "pass the env id (e.g. \"Pendulum-v1\") with env_config for gym.make's keyword arguments, "
@@ -75,7 +82,7 @@ def _of_env(env: Any, field: str) -> EnvForm:
     if isinstance(env, TransformedEnv):
         added: List[str] = []
         for t in _transforms(env.transform):
-            served = _served(t)
+            served = _primed(t, field) or _served(t)
             if served is None:
                 raise config_error(field, f"the transform {type(t).__name__} does not run on rollout's nodes; {_WHAT_TO_PASS}")
             added += served
@@ -107,14 +114,44 @@ def _transforms(transform: Any) -> List[Any]:
 def _served(t: Any) -> Optional[List[str]]:
     """The entries the collector writes for transform ``t``, or ``None`` when it is not
     served: ``StepCounter`` without a limit (rollout records ``step_count`` itself),
-    ``RewardSum`` of ``reward`` into ``episode_reward`` (written by the collector)."""
-    from torchrl.envs import RewardSum, StepCounter
+    ``RewardSum`` of ``reward`` into ``episode_reward`` (written by the collector),
+    ``InitTracker`` into ``is_init``."""
+    from torchrl.envs import InitTracker, RewardSum, StepCounter
 
     if isinstance(t, StepCounter) and getattr(t, "max_steps", None) is None:
         return []
     if isinstance(t, RewardSum) and list(t.in_keys) == ["reward"] and list(t.out_keys) == ["episode_reward"]:
         return ["episode_reward"]
+    if isinstance(t, InitTracker) and t.init_key == "is_init":
+        return ["is_init"]
     return None
+
+
+def _primed(t: Any, field: str) -> Optional[List[str]]:
+    """A ``TensorDictPrimer``'s keys (dotted, prefixed with ``PRIMED``), or ``None``
+    for another transform; a primer of other initial states than zero is refused:
+    the nodes start every state at zero."""
+    from torchrl.envs import TensorDictPrimer
+
+    if not isinstance(t, TensorDictPrimer):
+        return None
+    keys = [k if isinstance(k, str) else ".".join(k) for k in t.primers.keys(True, True)]
+    default = t.default_value  # a dict by key, a TensorDict (given as a dict) or one value
+    values = default.values(True, True) if hasattr(default, "batch_size") else default.values() if isinstance(default, dict) else [default]
+    if t.random or not all(_zero(v) for v in values):
+        raise config_error(
+            field,
+            "the TensorDictPrimer draws random or non-zero initial states: rollout's nodes start a recurrent actor's "
+            "state at zero on every reset (make_tensordict_primer()'s default); leave the primer out",
+        )
+    return [PRIMED + k for k in keys]
+
+
+def _zero(value: Any) -> bool:
+    try:
+        return not callable(value) and float(value) == 0.0
+    except (TypeError, ValueError):
+        return False
 
 
 def _name(fn: Any) -> str:

@@ -15,6 +15,11 @@ Rust side collected into (no copy). What torchrl's layout adds is made here:
   one-hot (torchrl's ``OneHotCategorical``); rollout records the index;
 - the log-probability under the actor's ``log_prob_key`` (rollout records it as
   ``action_log_prob``), or none when the actor does not return one;
+- with a recurrent policy (or an env with torchrl's ``InitTracker``), ``("next",
+  "is_init")`` (``[..., 1]`` bool, new zeroed tensors), as ``InitTracker`` writes it:
+  a step's result never starts an episode; ``is_init``, the state entries and their
+  ``("next", name)`` come from the nodes as they are (``is_init`` is written from
+  ``step_count == 0`` for an ``InitTracker`` when the policy records none);
 - ``("collector", "weights_version")`` and ``("collector", "node")`` (``int64``, the
   batch's shape, new tensors): which weights and which node made each frame, so
   batches still in flight when weights change can be told apart.
@@ -35,6 +40,7 @@ except ImportError as _e:  # pragma: no cover - the message is the point
     ) from _e
 
 _ROOT_DONE = ("done", "terminated", "truncated")
+_IS_INIT = "is_init"
 
 
 _LOG_PROB = "action_log_prob"
@@ -42,13 +48,19 @@ _KEEP = object()
 
 
 def to_tensordict(
-    batch: Batch, one_hot: Optional[int] = None, squeeze_env: bool = True, log_prob_key: Any = _KEEP, leave_out: Any = ()
+    batch: Batch,
+    one_hot: Optional[int] = None,
+    squeeze_env: bool = True,
+    log_prob_key: Any = _KEEP,
+    leave_out: Any = (),
+    is_init: bool = False,
 ) -> "TensorDict":
     """``batch`` as a TensorDict (see the module's doc); ``one_hot``: the number of
     actions, to write the discrete action as torchrl's one-hot (``None``: as it is);
     ``squeeze_env``: drop a node's env axis when it has one env; ``log_prob_key``:
     where the log-probability goes (``None``: dropped; by default kept as it is);
-    ``leave_out``: root entries to leave out."""
+    ``leave_out``: root entries to leave out; ``is_init``: write ``is_init`` (the env
+    has torchrl's ``InitTracker``) from ``step_count`` when the nodes did not record it."""
     size = list(batch.batch_size)
     env_axis = len(size) - 2  # [envs, T] or [nodes, envs, T]
     drop = squeeze_env and env_axis >= 0 and size[env_axis] == 1
@@ -91,6 +103,11 @@ def to_tensordict(
         for k in _ROOT_DONE:
             if k not in fields:
                 fields[k] = torch.zeros(next_done.shape, dtype=torch.bool)
+    if is_init and _IS_INIT not in fields and "step_count" in fields:
+        fields[_IS_INIT] = fields["step_count"] == 0
+    init = fields.get(_IS_INIT)
+    if init is not None and _IS_INIT not in fields.setdefault("next", {}):
+        fields["next"][_IS_INIT] = torch.zeros(init.shape, dtype=torch.bool)
     return TensorDict(fields, batch_size=size)
 
 

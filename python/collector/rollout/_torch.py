@@ -10,6 +10,12 @@ picks the head: ``Categorical``/``OneHotCategorical`` -> ``categorical``,
 ``Normal``/``IndependentNormal`` -> ``normal``, ``TanhNormal`` -> ``tanh_normal``,
 ``Delta``/``TanhDelta`` or no distribution -> ``deterministic``.
 
+A torchrl ``LSTMModule`` or ``GRUModule`` in the actor is exported one step at a
+time, as torchrl's collectors run it (its non-recurrent mode): the model takes
+``is_init`` and the state tensors as inputs and gives the next state as
+``next.<name>`` outputs (PROTOCOL.md §8, Recurrent), computed by the module's own
+``nn.LSTM``/``nn.GRU``; the nodes keep the state per env.
+
 The exported module keeps the actor's own parameter names, so the model's
 initializers are named as the actor's ``state_dict`` is (``module.0.module.0.weight``
 for a ``ProbabilisticActor``); :class:`ExportedPolicy` keeps the map from
@@ -43,8 +49,8 @@ _CATEGORICAL = {"Categorical": "index", "OneHotCategorical": "one_hot"}
 _NORMAL = {"Normal", "IndependentNormal"}
 _TANH_NORMAL = {"TanhNormal"}
 _DELTA = {"Delta", "TanhDelta"}
-# Recurrent modules: the ONNX policy is a function of one observation.
-_RECURRENT_TORCHRL = {"LSTMModule", "GRUModule"}
+# The input torchrl's recurrent modules read the episode's start from (InitTracker's).
+_IS_INIT = "is_init"
 
 # The newest opset tract is tested against (torch's own default is newer).
 _OPSET = 18
@@ -73,16 +79,120 @@ def _input_name(key: Key) -> str:
     return ".".join(parts)
 
 
-def _refuse_recurrent(module: nn.Module) -> None:
-    for path, sub in module.named_modules():
-        name = type(sub).__name__
-        if name in _RECURRENT_TORCHRL or isinstance(sub, (nn.RNNBase, nn.RNNCellBase)):
+def _parts(key: Key) -> Tuple[str, ...]:
+    return key if isinstance(key, tuple) else tuple(str(key).split("."))
+
+
+class _Recurrent:
+    """A torchrl ``LSTMModule`` or ``GRUModule`` as rollout's nodes run it: one step
+    per call on a batch of envs (torchrl's non-recurrent mode, whatever the module's
+    ``recurrent_mode``: the nodes act one frame at a time; the mode is the learner's).
+
+    The step calls the module's own ``nn.LSTM``/``nn.GRU``, so the exported model's
+    initializers keep the actor's parameter names; it zeroes the state rows where
+    ``is_init`` is set, as the module does. ``state`` lists ``(in_key, next key,
+    shape)`` per state tensor, ``shape`` being ``[num_layers, hidden]``."""
+
+    def __init__(self, path: str, module: nn.Module, lstm: bool) -> None:
+        kind = type(module).__name__
+        where = f"`{path}` ({kind})" if path else kind
+        self.lstm = lstm
+        self.rnn = module.lstm if lstm else module.gru
+        if self.rnn.bidirectional:
+            raise config_error(
+                "policy",
+                f"{where} is bidirectional: it reads the sequence backwards from its end, and a policy acting "
+                "one frame at a time has no future frames to read",
+            )
+        if getattr(self.rnn, "proj_size", 0):
+            raise config_error("policy", f"{where} has proj_size={self.rnn.proj_size}: torch.onnx.export cannot export an LSTM with projections")
+        in_keys = [k for k in module.in_keys if k != _IS_INIT]
+        self.value_key, self.out_key = in_keys[0], module.out_keys[0]
+        shape = (int(self.rnn.num_layers), int(self.rnn.hidden_size))
+        self.state: List[Tuple[Key, Key, Tuple[int, int]]] = []
+        for key, nxt in zip(in_keys[1:], module.out_keys[1:]):
+            if _parts(nxt) != ("next",) + _parts(key):
+                raise config_error(
+                    "policy",
+                    f"{where} reads its state from {key!r} and writes it to {nxt!r}: the next state must be "
+                    f"(\"next\", {key!r}), as torchrl's make_tensordict_primer requires, for the state to carry on",
+                )
+            self.state.append((key, nxt, shape))
+
+    def step(self, td: Any) -> Any:
+        """One frame for each of ``td``'s rows (``[B, features]``, the state ``[B,
+        layers, hidden]``, ``is_init`` ``[B, 1]``): writes the output and the next state."""
+        x = td.get(self.value_key)
+        keep = (~td.get(_IS_INIT)).to(x.dtype).unsqueeze(-1)  # [B, 1, 1]
+        # [B, layers, hidden] -> the [layers, B, hidden] nn.LSTM/GRU take.
+        state = [(td.get(key) * keep).transpose(0, 1).contiguous() for key, _, _ in self.state]
+        if self.lstm:
+            y, (h, c) = self.rnn(x.unsqueeze(1), (state[0], state[1]))
+            nxt = (h, c)
+        else:
+            y, h = self.rnn(x.unsqueeze(1), state[0])
+            nxt = (h,)
+        td.set(self.out_key, y.squeeze(1))
+        for (_, key, _), v in zip(self.state, nxt):
+            td.set(key, v.transpose(0, 1))
+        return td
+
+
+def _recurrent_classes() -> Tuple[type, ...]:
+    """torchrl's ``(LSTMModule, GRUModule)``, or ``()`` without torchrl."""
+    try:
+        from torchrl.modules import GRUModule, LSTMModule
+    except ImportError:  # pragma: no cover - without torchrl no actor has them
+        return ()
+    return (LSTMModule, GRUModule)
+
+
+def _recurrent(policy: nn.Module, parts: Sequence[nn.Module]) -> Dict[int, _Recurrent]:
+    """The torchrl recurrent modules of ``policy`` by ``id``, each reachable from
+    ``parts`` through ``TensorDictSequential`` s (where the export runs them one step
+    at a time); any other recurrent layer is refused by its path."""
+    from tensordict.nn import TensorDictSequential
+
+    classes = _recurrent_classes()
+    found: Dict[int, _Recurrent] = {}
+    inner = set()
+    for path, sub in policy.named_modules():
+        if classes and isinstance(sub, classes):
+            found[id(sub)] = _Recurrent(path, sub, isinstance(sub, classes[0]))
+            inner.update(id(m) for m in sub.modules())
+    for path, sub in policy.named_modules():
+        if id(sub) not in inner and isinstance(sub, (nn.RNNBase, nn.RNNCellBase)):
             where = f"`{path}`" if path else "the policy"
             raise config_error(
                 "policy",
-                f"{where} is a recurrent module ({name}): rollout's ONNX policy maps one "
-                "observation to an action and keeps no hidden state",
+                f"{where} is a recurrent layer ({type(sub).__name__}) whose state rollout cannot tell: wrap it in "
+                "torchrl's LSTMModule or GRUModule (the nodes keep their state per env)",
             )
+    reached = set()
+
+    def walk(m: nn.Module) -> None:
+        if id(m) in found:
+            reached.add(id(m))
+        elif isinstance(m, TensorDictSequential):
+            for sub in m.module:
+                walk(sub)
+
+    for m in parts:
+        walk(m)
+    for path, sub in policy.named_modules():
+        if id(sub) in found and id(sub) not in reached:
+            raise config_error(
+                "policy",
+                f"`{path}` ({type(sub).__name__}) is inside a module rollout cannot open: put it in the actor's "
+                "TensorDictSequential (or ProbabilisticActor) itself",
+            )
+    keys = set()
+    for r in found.values():
+        for key, _, _ in r.state:
+            if _parts(key) in keys:
+                raise config_error("policy", f"two recurrent modules keep their state under {key!r}: give each its own in_keys")
+            keys.add(_parts(key))
+    return found
 
 
 class _Export(nn.Module):
@@ -104,15 +214,30 @@ class _Export(nn.Module):
         return self._run(*xs)
 
 
-def _tensordict_run(parts: Sequence[nn.Module], in_keys: List[Key], out: List[Tuple[Key, Any]]):
+def _tensordict_run(
+    parts: Sequence[nn.Module], in_keys: List[Key], out: List[Tuple[Key, Any]], recurrent: Mapping[int, _Recurrent]
+):
     """Runs tensordict modules over a TensorDict of the inputs; ``out`` lists
-    ``(key, transform)`` pairs, the transform applied to the entry (or ``None``)."""
+    ``(key, transform)`` pairs, the transform applied to the entry (or ``None``).
+    The ``recurrent`` modules take one step (``_Recurrent.step``), and the
+    ``TensorDictSequential`` s holding them are run module by module."""
     from tensordict import TensorDict
+    from tensordict.nn import TensorDictSequential
+
+    def call(m: nn.Module, td: Any) -> Any:
+        r = recurrent.get(id(m))
+        if r is not None:
+            return r.step(td)
+        if isinstance(m, TensorDictSequential) and any(id(sub) in recurrent for sub in m.modules()):
+            for sub in m.module:
+                td = call(sub, td)
+            return td
+        return m(td)
 
     def run(*xs):
         td = TensorDict({k: x for k, x in zip(in_keys, xs)}, batch_size=[])
         for p in parts:
-            td = p(td)
+            td = call(p, td)
         res = []
         for key, f in out:
             v = td.get(key)
@@ -160,6 +285,8 @@ class ExportedPolicy:
         self.input_names = input_names
         # Actions of a categorical head (the logits' size), for one-hot batches.
         self.n_actions: Optional[int] = None
+        # The state tensors of a recurrent actor: (name, [layers, hidden]) each.
+        self.state: List[Tuple[str, Tuple[int, ...]]] = []
         names = dict(module.state_dict(keep_vars=True))
         self._module_names = set(names)
         proto = onnx.load_from_string(model)
@@ -268,15 +395,46 @@ def _example(space: Optional[Mapping[str, Any]], key: Key, module: nn.Module) ->
         if dtype == torch.uint8:
             return torch.randint(0, 255, (2, *shape), dtype=torch.uint8)
         return torch.randn(2, *shape)
-    # No spec: the first Linear's input size, for a flat observation.
+    # No spec: the first Linear's (or recurrent layer's) input size, for a flat observation.
     for m in module.modules():
-        if isinstance(m, nn.Linear):
-            return torch.randn(2, m.in_features)
+        if isinstance(m, (nn.Linear, nn.RNNBase)):
+            return torch.randn(2, m.in_features if isinstance(m, nn.Linear) else m.input_size)
     raise config_error(
         "policy",
         "cannot tell the observation's shape to export the policy: give env_spec "
         "(the env is not a built-in one and gymnasium could not make it)",
     )
+
+
+def _inputs(
+    in_keys: List[Key], state: List[Tuple[Key, Key, Tuple[int, int]]], obs: Optional[Mapping[str, Any]], policy: nn.Module
+) -> Tuple[List[str], List["torch.Tensor"]]:
+    """The ONNX input names of the actor's in_keys and an example of each, batch of
+    2: the observations, and with a recurrent module ``is_init`` (bool ``[2, 1]``) and
+    the state tensors (``[2, layers, hidden]``, named as their keys, dotted)."""
+    shapes = {_parts(key): shape for key, _, shape in state}
+    if state:
+        have = {_parts(k) for k in in_keys}
+        for key in [_IS_INIT] + [key for key, _, _ in state]:
+            if _parts(key) not in have:
+                raise config_error(
+                    "policy",
+                    f"the actor's in_keys {in_keys} lack {key!r}, which its recurrent module reads: another module of "
+                    "the actor writes it, and rollout's nodes give it as an input",
+                )
+    names: List[str] = []
+    examples: List["torch.Tensor"] = []
+    for key in in_keys:
+        if state and _parts(key) == (_IS_INIT,):
+            names.append(_IS_INIT)
+            examples.append(torch.tensor([[True], [False]]))
+        elif _parts(key) in shapes:
+            names.append(_key_name(key))
+            examples.append(torch.randn(2, *shapes[_parts(key)]))
+        else:
+            names.append(_input_name(key))
+            examples.append(_example(obs, key, policy))
+    return names, examples
 
 
 def _onnx_bytes(export: nn.Module, examples: List["torch.Tensor"], input_names: List[str], output_names: List[str]) -> bytes:
@@ -367,7 +525,6 @@ def _check_action_spec(spec: Any, encoding: Optional[str], action: Optional[Mapp
 def export_policy(policy: nn.Module, specs: Optional[Mapping[str, Any]]) -> ExportedPolicy:
     """Exports ``policy`` for the env whose ``specs`` (PROTOCOL.md §3's
     ``{"observation", "action"}``, or ``None`` when unknown) are given."""
-    _refuse_recurrent(policy)
     obs = specs.get("observation") if specs else None
     action = specs.get("action") if specs else None
     for n, p in policy.state_dict().items():
@@ -376,11 +533,16 @@ def export_policy(policy: nn.Module, specs: Optional[Mapping[str, Any]]) -> Expo
 
     off = _off_policy(policy)
     parts = None if off is not None else _actor_parts(policy)
+    recurrent = _recurrent(policy, off[0] if off is not None else parts[0] if parts is not None else [])
+    # The next state, after the head's outputs: `next.<name>` per state tensor.
+    state = [(key, nxt, shape) for r in recurrent.values() for key, nxt, shape in r.state]
+    state_out = [(nxt, None) for _, nxt, _ in state]
+    state_names = ["next." + _key_name(key) for key, _, _ in state]
     encoding: Optional[str] = None
     if off is not None:
         body, head, out, encoding, in_keys = off
         out_names = [n for n, _ in _outputs(head, out)]
-        run = _tensordict_run(body, in_keys, out)
+        run = _tensordict_run(body, in_keys, out + state_out, recurrent)
     elif parts is None:
         # A plain module: observation -> action.
         in_keys = ["observation"]
@@ -401,12 +563,12 @@ def export_policy(policy: nn.Module, specs: Optional[Mapping[str, Any]]) -> Expo
             head, out, encoding = _head(prob, action)
             encoding = _check_action_spec(_action_spec_of(policy), encoding, action)
         out_names = [n for n, _ in _outputs(head, out)]
-        run = _tensordict_run(body, in_keys, out)
+        run = _tensordict_run(body, in_keys, out + state_out, recurrent)
 
     _check_head_kind(head, action)
-    input_names = [_input_name(k) for k in in_keys]
     device = next((p.device for p in policy.parameters()), torch.device("cpu"))
-    examples = [_example(obs, k, policy).to(device) for k in in_keys]
+    input_names, examples = _inputs(in_keys, state, obs, policy)
+    examples = [x.to(device) for x in examples]
     export = _Export(policy, run)
     with torch.no_grad():
         try:
@@ -414,8 +576,9 @@ def export_policy(policy: nn.Module, specs: Optional[Mapping[str, Any]]) -> Expo
         except Exception as e:
             raise config_error("policy", f"the policy fails on an observation of the env's shape: {type(e).__name__}: {e}") from e
     _check_outputs(head, out_names, sample, action)
-    model = _onnx_bytes(export, examples, input_names, out_names)
+    model = _onnx_bytes(export, examples, input_names, out_names + state_names)
     exported = ExportedPolicy(policy, model, head, encoding, input_names)
+    exported.state = [(_key_name(key), shape) for key, _, shape in state]
     if parts is not None and parts[1] is not None:
         exported.log_prob_key = _log_prob_key(parts[1])
     if off is not None:

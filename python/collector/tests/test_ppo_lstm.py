@@ -6,8 +6,8 @@ on CartPole with its velocities masked (``MaskedCartPole-v1``, Python nodes).
   axis of the batch, from the recurrent state the batch recorded (within ``1e-5``);
   so are they after a weight update.
 - The recipe learns through rollout: the mean return of the last 20 episodes reaches
-  475 within the example's frame budget (seed 0: at 205k frames, 29 minutes on a
-  loaded 2-core machine; select it with ``-k ppo``, leave it out with
+  475 within the example's frame budget (seed 0: at 205k frames, 15 minutes on a
+  2-core machine shared with other jobs; select it with ``-k ppo``, leave it out with
   ``-k "not learns"``).
 """
 

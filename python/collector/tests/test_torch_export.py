@@ -22,7 +22,6 @@ from torchrl.data import OneHot  # noqa: E402
 from torchrl.modules import (  # noqa: E402
     Delta,
     IndependentNormal,
-    LSTMModule,
     OneHotCategorical,
     ProbabilisticActor,
     TanhNormal,
@@ -195,12 +194,7 @@ def refused(actor, specs, *words):
 
 
 def test_a_recurrent_module_inside_a_sequential_is_refused_by_its_path():
-    refused(nn.Sequential(nn.Linear(4, 8), nn.GRU(8, 8)), CARTPOLE, "`1`", "GRU", "recurrent")
-
-
-def test_torchrls_lstm_module_is_refused():
-    lstm = LSTMModule(input_size=4, hidden_size=8, in_key="observation", out_key="features")
-    refused(lstm, CARTPOLE, "LSTMModule", "recurrent")
+    refused(nn.Sequential(nn.Linear(4, 8), nn.GRU(8, 8)), CARTPOLE, "`1`", "GRU", "recurrent", "LSTMModule or GRUModule")
 
 
 def test_an_unsupported_distribution_is_refused_by_name():

@@ -122,7 +122,8 @@ impl OnnxModel {
     /// recurrent model (`state` not empty) also takes `is_init` and each state tensor,
     /// and gives `next.<name>` for each (PROTOCOL.md §8, Recurrent).
     pub fn check(&self, obs: &Spec, action: &Spec, head: OnnxHead, state: &[StateTensor]) -> Result<(), OnnxError> {
-        self.typed(obs, action, head, state, Weighting::Constants(None)).map(|_| ())
+        self.typed(obs, action, head, state, Weighting::Constants(None))
+            .map(|_| ())
     }
 
     /// The state a recurrent model declares: when it has an input named `is_init`, each
@@ -142,14 +143,15 @@ impl OnnxModel {
         let obs = parsed.input.clone()?;
         let mut state = Vec::new();
         for name in parsed.inputs.iter().filter(|n| **n != obs && *n != keys::IS_INIT) {
-            let dims = declared_dims(graph, name).ok_or_else(|| {
-                OnnxError::input(name, "a state input must declare its shape: [batch, *state shape]")
-            })?;
+            let dims = declared_dims(graph, name)
+                .ok_or_else(|| OnnxError::input(name, "a state input must declare its shape: [batch, *state shape]"))?;
             let shape = dims
                 .get(1..)
                 .unwrap_or_default()
                 .iter()
-                .map(|d| d.ok_or_else(|| OnnxError::input(name, "a state input's dims after the batch must be concrete")))
+                .map(|d| {
+                    d.ok_or_else(|| OnnxError::input(name, "a state input's dims after the batch must be concrete"))
+                })
                 .collect::<Result<Vec<usize>, _>>()?;
             if dims.is_empty() {
                 return Err(OnnxError::input(name, "a state input needs a batch dimension"));
@@ -211,7 +213,9 @@ impl OnnxModel {
             let name = model.node(outlet.node).name.clone();
             if let Some(fact) = state_fact(&name, state, &k) {
                 let at = input_index(&model, outlet, &name)?;
-                model.set_input_fact(at, fact).map_err(|e| OnnxError::input(&name, format!("{e:#}")))?;
+                model
+                    .set_input_fact(at, fact)
+                    .map_err(|e| OnnxError::input(&name, format!("{e:#}")))?;
                 continue;
             }
             let leaf = match leaves.as_slice() {
@@ -484,7 +488,10 @@ fn check_state_inputs(parsed: &Parsed, state: &[StateTensor]) -> Result<(), Onnx
     if !has(keys::IS_INIT) {
         return Err(OnnxError::input(
             keys::IS_INIT,
-            format!("a recurrent model takes it (bool [batch, 1]); the model's inputs are {:?}", parsed.inputs),
+            format!(
+                "a recurrent model takes it (bool [batch, 1]); the model's inputs are {:?}",
+                parsed.inputs
+            ),
         ));
     }
     let graph = parsed.proto.graph.as_ref();
@@ -492,19 +499,29 @@ fn check_state_inputs(parsed: &Parsed, state: &[StateTensor]) -> Result<(), Onnx
         if !has(&s.name) {
             return Err(OnnxError::input(
                 &s.name,
-                format!("the policy's state names it; the model's inputs are {:?}", parsed.inputs),
+                format!(
+                    "the policy's state names it; the model's inputs are {:?}",
+                    parsed.inputs
+                ),
             ));
         }
         // A declared shape must be the state's (a symbolic dim takes any size).
         let declared = graph.and_then(|g| declared_dims(g, &s.name));
         if let Some(dims) = declared {
             let fits = dims.len() == s.shape.len() + 1
-                && dims[1..].iter().zip(&s.shape).all(|(d, &want)| d.is_none_or(|d| d == want));
+                && dims[1..]
+                    .iter()
+                    .zip(&s.shape)
+                    .all(|(d, &want)| d.is_none_or(|d| d == want));
             if !fits {
                 let shown: Vec<String> = dims.iter().map(|d| d.map_or("?".into(), |d| d.to_string())).collect();
                 return Err(OnnxError::input(
                     &s.name,
-                    format!("is declared [{}], the policy's state is [batch, {:?}]", shown.join(", "), s.shape),
+                    format!(
+                        "is declared [{}], the policy's state is [batch, {:?}]",
+                        shown.join(", "),
+                        s.shape
+                    ),
                 ));
             }
         }
@@ -530,31 +547,51 @@ fn state_fact(name: &str, state: &[StateTensor], k: &tract_onnx::prelude::Symbol
     }
     let batch = TDim::Sym(k.clone());
     if name == keys::IS_INIT {
-        return Some(InferenceFact::dt_shape(DatumType::Bool, vec![batch, TDim::from(1usize)]));
+        return Some(InferenceFact::dt_shape(
+            DatumType::Bool,
+            vec![batch, TDim::from(1usize)],
+        ));
     }
     let s = state.iter().find(|s| s.name == name)?;
-    let dims: Vec<TDim> = std::iter::once(batch).chain(s.shape.iter().map(|&d| TDim::from(d))).collect();
+    let dims: Vec<TDim> = std::iter::once(batch)
+        .chain(s.shape.iter().map(|&d| TDim::from(d)))
+        .collect();
     Some(InferenceFact::dt_shape(DatumType::F32, dims))
 }
 
 /// Each state tensor's `next.<name>` output, checked f32 `[K, *shape]`.
-fn state_outputs(model: &TypedModel, names: &[String], state: &[StateTensor], k: &TDim) -> Result<Vec<usize>, OnnxError> {
+fn state_outputs(
+    model: &TypedModel,
+    names: &[String],
+    state: &[StateTensor],
+    k: &TDim,
+) -> Result<Vec<usize>, OnnxError> {
     let mut found = Vec::with_capacity(state.len());
     for s in state {
         let want = s.next_key();
         let i = names.iter().position(|n| *n == want).ok_or_else(|| {
-            OnnxError::output(&want, format!("a recurrent model gives the state after the step; the model's outputs are {names:?}"))
+            OnnxError::output(
+                &want,
+                format!("a recurrent model gives the state after the step; the model's outputs are {names:?}"),
+            )
         })?;
         let outlet = model.output_outlets().map_err(OnnxError::tract)?[i];
         let fact = model.outlet_fact(outlet).map_err(OnnxError::tract)?;
         check_dtype(&want, fact, &[DatumType::F32])?;
-        let expect: Vec<TDim> = std::iter::once(k.clone()).chain(s.shape.iter().map(|&d| TDim::from(d))).collect();
+        let expect: Vec<TDim> = std::iter::once(k.clone())
+            .chain(s.shape.iter().map(|&d| TDim::from(d)))
+            .collect();
         if fact.shape.dims() != expect.as_slice() {
             return Err(OnnxError::output(
                 &want,
                 format!(
                     "has shape [{}], the state needs [{}]",
-                    fact.shape.dims().iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
+                    fact.shape
+                        .dims()
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", "),
                     expect.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
                 ),
             ));

@@ -67,8 +67,8 @@ pub enum OnnxEngine {
 
 /// The forward pass of either engine.
 enum Engine {
-    DenseChain(DenseChain),
-    Tract(Runner),
+    DenseChain(Box<DenseChain>),
+    Tract(Box<Runner>),
 }
 
 impl OnnxPolicy {
@@ -122,7 +122,7 @@ impl OnnxPolicy {
             None
         };
         let engine = match chain {
-            Some(chain) => Engine::DenseChain(chain),
+            Some(chain) => Engine::DenseChain(Box::new(chain)),
             None => {
                 let mut runner =
                     Runner::from_checked(model, obs, action, head, state, WeightMode::Rebuild, None, checked)?;
@@ -133,7 +133,7 @@ impl OnnxPolicy {
                 let zeros: Vec<Vec<f32>> = state.iter().map(|s| vec![0.0; s.numel()]).collect();
                 let recurrent = (!state.is_empty()).then_some((&[true][..], zeros.as_slice()));
                 runner.run(&vec![0.0; obs.dim()], 1, recurrent)?;
-                Engine::Tract(runner)
+                Engine::Tract(Box::new(runner))
             }
         };
         let mut p = OnnxPolicy::with_engine(engine, roles, head, obs, action, seed, weights)?;
@@ -156,7 +156,7 @@ impl OnnxPolicy {
         let weights = model.initial_weights()?;
         let runner = Runner::new(model, obs, action, head, &[], mode, None)?;
         let roles = runner.roles();
-        OnnxPolicy::with_engine(Engine::Tract(runner), roles, head, obs, action, seed, weights)
+        OnnxPolicy::with_engine(Engine::Tract(Box::new(runner)), roles, head, obs, action, seed, weights)
     }
 
     fn with_engine(

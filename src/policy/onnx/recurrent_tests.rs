@@ -3,30 +3,13 @@
 //! zeroing it where `is_init`; the policy, stepped the same way on tract, must give the
 //! same outputs and the same state after every step.
 
-use std::path::PathBuf;
-
 use serde_json::Value;
 
+use super::tests::{fixture, json, model, TOL};
 use super::*;
 use crate::policy::{ActionsMut, ExplorationType, ParamsMut, Policy, RecordMut, StateIo, StateTensor};
 use crate::schema::keys;
 use crate::spec::Spec;
-
-const TOL: f64 = 1e-5;
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/onnx")
-        .join(name)
-}
-
-fn model(name: &str) -> OnnxModel {
-    OnnxModel::parse(std::fs::read(fixture(&format!("{name}.onnx"))).unwrap()).unwrap()
-}
-
-fn json(name: &str) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(fixture(&format!("{name}.json"))).unwrap()).unwrap()
-}
 
 /// A matrix of the fixture as one row-major f32 vector.
 fn flat(v: &Value) -> Vec<f32> {
@@ -43,7 +26,11 @@ fn state_of(fixture: &Value) -> Vec<StateTensor> {
         .unwrap()
         .iter()
         .map(|s| {
-            let shape = s["shape"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize);
+            let shape = s["shape"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d.as_u64().unwrap() as usize);
             StateTensor::new(s["name"].as_str().unwrap(), shape.collect::<Vec<_>>())
         })
         .collect()
@@ -52,7 +39,10 @@ fn state_of(fixture: &Value) -> Vec<StateTensor> {
 fn assert_close(got: &[f32], want: &[f32], what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: lengths");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!((f64::from(*g) - f64::from(*w)).abs() <= TOL, "{what}[{i}]: {g} vs torch {w}");
+        assert!(
+            (f64::from(*g) - f64::from(*w)).abs() <= TOL,
+            "{what}[{i}]: {g} vs torch {w}"
+        );
     }
 }
 
@@ -61,7 +51,11 @@ fn assert_close(got: &[f32], want: &[f32], what: &str) {
 fn steps_like_torch(name: &str, obs: Spec, action: Spec) {
     let f = json(name);
     let state = state_of(&f);
-    assert_eq!(model(name).declared_state().unwrap(), state, "the model's inputs declare its state");
+    assert_eq!(
+        model(name).declared_state().unwrap(),
+        state,
+        "the model's inputs declare its state"
+    );
     let head = OnnxHead::from_name(f["head"].as_str().unwrap()).unwrap();
     let mut p = OnnxPolicy::recurrent(&model(name), head, &state, &obs, &action, 0).unwrap();
     p.set_exploration(ExplorationType::Deterministic);
@@ -71,7 +65,12 @@ fn steps_like_torch(name: &str, obs: Spec, action: Spec) {
     let mut cur: Vec<Vec<f32>> = state.iter().map(|s| vec![0.0; k * s.numel()]).collect();
     let mut next = cur.clone();
     for (t, step) in f["steps"].as_array().unwrap().iter().enumerate() {
-        let is_init: Vec<bool> = step["is_init"].as_array().unwrap().iter().map(|b| b.as_bool().unwrap()).collect();
+        let is_init: Vec<bool> = step["is_init"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_bool().unwrap())
+            .collect();
         for (rows, s) in cur.iter_mut().zip(&state) {
             for (r, &init) in is_init.iter().enumerate() {
                 if init {
@@ -84,7 +83,11 @@ fn steps_like_torch(name: &str, obs: Spec, action: Spec) {
             for (r, &init) in is_init.iter().enumerate() {
                 let w = state[j].numel();
                 if !init {
-                    assert_close(&mine[r * w..(r + 1) * w], &flat(torch)[r * w..(r + 1) * w], &format!("step {t} state {j}"));
+                    assert_close(
+                        &mine[r * w..(r + 1) * w],
+                        &flat(torch)[r * w..(r + 1) * w],
+                        &format!("step {t} state {j}"),
+                    );
                 }
             }
         }
@@ -103,7 +106,8 @@ fn steps_like_torch(name: &str, obs: Spec, action: Spec) {
                     log_prob: &mut lp,
                     params: ParamsMut::Logits(&mut logits),
                 };
-                p.act_recurrent(&o, k, io, ActionsMut::Discrete(&mut a), record).unwrap();
+                p.act_recurrent(&o, k, io, ActionsMut::Discrete(&mut a), record)
+                    .unwrap();
                 assert_close(&logits, &flat(&step["outputs"]["logits"]), &format!("step {t} logits"));
             }
             _ => {
@@ -122,7 +126,8 @@ fn steps_like_torch(name: &str, obs: Spec, action: Spec) {
                         scale: &mut scale,
                     },
                 };
-                p.act_recurrent(&o, k, io, ActionsMut::Continuous(&mut a), record).unwrap();
+                p.act_recurrent(&o, k, io, ActionsMut::Continuous(&mut a), record)
+                    .unwrap();
                 assert_close(&loc, &flat(&step["outputs"]["loc"]), &format!("step {t} loc"));
                 let log_std = flat(&step["outputs"]["log_std"]);
                 let torch_scale: Vec<f32> = log_std.iter().map(|v| v.exp()).collect();
@@ -137,7 +142,10 @@ fn steps_like_torch(name: &str, obs: Spec, action: Spec) {
 }
 
 fn cartpole() -> (Spec, Spec) {
-    (Spec::uniform_box(4, f32::NEG_INFINITY, f32::INFINITY), Spec::Discrete { n: 2 })
+    (
+        Spec::uniform_box(4, f32::NEG_INFINITY, f32::INFINITY),
+        Spec::Discrete { n: 2 },
+    )
 }
 
 #[test]
@@ -165,25 +173,39 @@ fn a_two_layer_gru_with_a_normal_head_steps_as_torch_does() {
 fn a_recurrent_model_is_refused_without_its_state_and_with_a_wrong_one() {
     let (obs, action) = cartpole();
     let m = model("cartpole_lstm");
-    let err = OnnxPolicy::new(&m, OnnxHead::Categorical, &obs, &action, 0).err().unwrap();
-    assert!(err.to_string().contains("is_init") && err.to_string().contains("declares no state"), "{err}");
+    let err = OnnxPolicy::new(&m, OnnxHead::Categorical, &obs, &action, 0)
+        .err()
+        .unwrap();
+    assert!(
+        err.to_string().contains("is_init") && err.to_string().contains("declares no state"),
+        "{err}"
+    );
 
-    let wrong_name = [StateTensor::new("recurrent_state_h", [1, 8]), StateTensor::new("hidden", [1, 8])];
-    let err = OnnxPolicy::recurrent(&m, OnnxHead::Categorical, &wrong_name, &obs, &action, 0).err().unwrap();
+    let wrong_name = [
+        StateTensor::new("recurrent_state_h", [1, 8]),
+        StateTensor::new("hidden", [1, 8]),
+    ];
+    let err = OnnxPolicy::recurrent(&m, OnnxHead::Categorical, &wrong_name, &obs, &action, 0)
+        .err()
+        .unwrap();
     assert!(err.to_string().contains("`hidden`"), "{err}");
 
     let wrong_shape = [
         StateTensor::new("recurrent_state_h", [1, 9]),
         StateTensor::new("recurrent_state_c", [1, 9]),
     ];
-    let err = OnnxPolicy::recurrent(&m, OnnxHead::Categorical, &wrong_shape, &obs, &action, 0).err().unwrap();
+    let err = OnnxPolicy::recurrent(&m, OnnxHead::Categorical, &wrong_shape, &obs, &action, 0)
+        .err()
+        .unwrap();
     assert!(err.to_string().contains("recurrent_state"), "{err}");
 
     // A model without state given one: no is_init input.
     let plain = OnnxModel::parse(std::fs::read(fixture("cartpole_categorical.onnx")).unwrap()).unwrap();
     assert!(plain.declared_state().unwrap().is_empty());
     let state = [StateTensor::new("recurrent_state", [1, 8])];
-    let err = OnnxPolicy::recurrent(&plain, OnnxHead::Categorical, &state, &obs, &action, 0).err().unwrap();
+    let err = OnnxPolicy::recurrent(&plain, OnnxHead::Categorical, &state, &obs, &action, 0)
+        .err()
+        .unwrap();
     assert!(err.to_string().contains(keys::IS_INIT), "{err}");
 }
 
@@ -191,7 +213,15 @@ fn a_recurrent_model_is_refused_without_its_state_and_with_a_wrong_one() {
 fn a_recurrent_policy_acts_only_with_its_state() {
     let (obs, action) = cartpole();
     let f = json("cartpole_lstm");
-    let mut p = OnnxPolicy::recurrent(&model("cartpole_lstm"), OnnxHead::Categorical, &state_of(&f), &obs, &action, 0).unwrap();
+    let mut p = OnnxPolicy::recurrent(
+        &model("cartpole_lstm"),
+        OnnxHead::Categorical,
+        &state_of(&f),
+        &obs,
+        &action,
+        0,
+    )
+    .unwrap();
     let mut a = [0i64; 2];
     let err = p.act(&[0.0; 8], 2, ActionsMut::Discrete(&mut a)).unwrap_err();
     assert!(err.to_string().contains("act_recurrent"), "{err}");
@@ -203,7 +233,9 @@ fn a_recurrent_policy_acts_only_with_its_state() {
         before: &before,
         after: &mut after,
     };
-    let err = p.act_recurrent(&[0.0; 8], 2, io, ActionsMut::Discrete(&mut a), RecordMut::nothing()).unwrap_err();
+    let err = p
+        .act_recurrent(&[0.0; 8], 2, io, ActionsMut::Discrete(&mut a), RecordMut::nothing())
+        .unwrap_err();
     assert!(err.to_string().contains("needs 16 values"), "{err}");
 }
 
@@ -213,7 +245,8 @@ fn an_update_keeps_working_on_the_carried_state() {
     let (obs, action) = cartpole();
     let f = json("cartpole_lstm");
     let state = state_of(&f);
-    let mut p = OnnxPolicy::recurrent(&model("cartpole_lstm"), OnnxHead::Categorical, &state, &obs, &action, 0).unwrap();
+    let mut p =
+        OnnxPolicy::recurrent(&model("cartpole_lstm"), OnnxHead::Categorical, &state, &obs, &action, 0).unwrap();
     p.set_exploration(ExplorationType::Deterministic);
     let run = |p: &mut OnnxPolicy, before: &[Vec<f32>], init: bool| {
         let mut after: Vec<Vec<f32>> = before.to_vec();
@@ -223,8 +256,14 @@ fn an_update_keeps_working_on_the_carried_state() {
             before,
             after: &mut after,
         };
-        p.act_recurrent(&[0.1, -0.2, 0.03, 0.4], 1, io, ActionsMut::Discrete(&mut a), RecordMut::nothing())
-            .unwrap();
+        p.act_recurrent(
+            &[0.1, -0.2, 0.03, 0.4],
+            1,
+            io,
+            ActionsMut::Discrete(&mut a),
+            RecordMut::nothing(),
+        )
+        .unwrap();
         after
     };
     let zero: Vec<Vec<f32>> = state.iter().map(|s| vec![0.0; s.numel()]).collect();
@@ -240,7 +279,11 @@ fn an_update_keeps_working_on_the_carried_state() {
     p.set_weights(&w).unwrap();
     let s2_new = run(&mut p, &s1, false);
     assert_ne!(s2_new, s2, "the new weights are used");
-    assert_eq!(run(&mut p, &s1, false), s2_new, "one state, one weight version, one result");
+    assert_eq!(
+        run(&mut p, &s1, false),
+        s2_new,
+        "one state, one weight version, one result"
+    );
 }
 
 #[test]

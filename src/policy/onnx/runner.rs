@@ -216,7 +216,8 @@ impl Runner {
                     let mut dims = Vec::with_capacity(1 + s.shape.len());
                     dims.push(k);
                     dims.extend_from_slice(&s.shape);
-                    let t = TractTensor::from_shape(&dims, values).map_err(|e| OnnxError::input(&s.name, format!("{e:#}")))?;
+                    let t = TractTensor::from_shape(&dims, values)
+                        .map_err(|e| OnnxError::input(&s.name, format!("{e:#}")))?;
                     inputs.push(t.into_tvalue());
                 }
             }

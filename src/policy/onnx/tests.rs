@@ -14,19 +14,19 @@ use crate::policy::{ActionsMut, ExplorationType, ParamsMut, Policy, PolicyError,
 use crate::spec::Spec;
 use crate::tensor::Tensor;
 
-const TOL: f64 = 1e-5;
+pub(super) const TOL: f64 = 1e-5;
 
-fn fixture(name: &str) -> PathBuf {
+pub(super) fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/onnx")
         .join(name)
 }
 
-fn model(name: &str) -> OnnxModel {
+pub(super) fn model(name: &str) -> OnnxModel {
     OnnxModel::parse(std::fs::read(fixture(&format!("{name}.onnx"))).unwrap()).unwrap()
 }
 
-fn json(name: &str) -> Value {
+pub(super) fn json(name: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(fixture(&format!("{name}.json"))).unwrap()).unwrap()
 }
 
@@ -399,8 +399,13 @@ fn a_u8_image_model_fits_u8_image_specs_from_the_nodes() {
     use crate::tensor::DType;
     let m = model("image_u8_cnn");
     let three = Spec::Discrete { n: 3 };
-    m.check_node_specs(&node_layout(DType::U8, vec![12, 12, 3]), &three, OnnxHead::Categorical, &[])
-        .unwrap();
+    m.check_node_specs(
+        &node_layout(DType::U8, vec![12, 12, 3]),
+        &three,
+        OnnxHead::Categorical,
+        &[],
+    )
+    .unwrap();
     // Its weights are the model's own: the conv's and the linear head's.
     let w = m.initial_weights().unwrap();
     assert_eq!(w.tensors["conv.weight"].shape(), &[4, 3, 3, 3]);
@@ -427,7 +432,12 @@ fn specs_from_the_nodes_that_do_not_fit_the_model_are_refused_by_name() {
     assert!(e.contains("observation"), "{e}");
     // Four actions where the model has three logits.
     let e = m
-        .check_node_specs(&node_layout(DType::U8, vec![12, 12, 3]), &Spec::Discrete { n: 4 }, cat, &[])
+        .check_node_specs(
+            &node_layout(DType::U8, vec![12, 12, 3]),
+            &Spec::Discrete { n: 4 },
+            cat,
+            &[],
+        )
         .unwrap_err()
         .to_string();
     assert!(e.contains("logits"), "{e}");
