@@ -25,9 +25,7 @@ The rollout runs are ``sync=True`` (every batch holds a share of every node, as
 
     python python/collector/bench/bench_recurrent.py
 
-Measured (2026-12-06, a 2-core machine, quiet; 2 x 16 envs, 64 steps, >= 10 s each):
-rollout on Rust nodes 124,050 frames/s (36.3x torchrl's), on Python nodes 64,866
-(19.0x), torchrl's ``MultiSyncCollector`` (``SerialEnv`` workers) 3,419.
+Figures: BENCHMARKS.md, "Recurrent policies".
 """
 
 from __future__ import annotations

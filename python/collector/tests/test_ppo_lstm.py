@@ -7,13 +7,14 @@ on CartPole with its velocities masked (``MaskedCartPole-v1``, Python nodes).
   so are they after a weight update.
 - The recipe learns through rollout: the mean return of the last 20 episodes reaches
   475 within the example's frame budget (seed 0: at 205k frames, 15 minutes on a
-  2-core machine shared with other jobs; select it with ``-k ppo``, leave it out with
-  ``-k "not learns"``).
+  2-core machine shared with other jobs). Too long for CI's run, it is opt-in, as the
+  Rust soaks are: ``ROLLOUT_LONG_TESTS=1 pytest python/collector/tests/test_ppo_lstm.py``.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import warnings
 
 import pytest
@@ -86,6 +87,9 @@ def test_ppo_lstm_batch_log_probs_are_the_actors_in_recurrent_mode():
         torch.set_num_threads(threads)
 
 
+@pytest.mark.skipif(
+    not os.environ.get("ROLLOUT_LONG_TESTS"), reason="15 minutes to 475: opt-in with ROLLOUT_LONG_TESTS=1"
+)
 def test_ppo_lstm_learns_masked_cartpole_through_rollout():
     import torch
 
