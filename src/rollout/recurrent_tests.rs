@@ -9,7 +9,7 @@
 
 use super::*;
 use crate::env::{CartPole, CartPoleConfig, Counting, CountingConfig};
-use crate::policy::{StateIo, StateTensor};
+use crate::policy::{ExplorationType, StateIo, StateTensor};
 
 /// A recurrent policy with one state tensor `acc` of shape `[2]`: after a step,
 /// `acc = [acc[0] + obs[0], acc[1] + 1]`; its action is `acc[1] mod 2` of the state it
@@ -80,8 +80,6 @@ impl Policy for Accumulate {
         Ok(())
     }
 }
-
-use crate::policy::ExplorationType;
 
 fn cartpoles(k: usize, cfg: RolloutConfig) -> Rollout {
     let envs: Vec<Box<dyn Env>> = (0..k)
