@@ -822,6 +822,7 @@ mod tests {
             model: OnnxModel::new(Vec::new()),
             head,
             state: vec![],
+            exploration: None,
         };
         assert_eq!(
             specs.recorded(&onnx(OnnxHead::Categorical)),

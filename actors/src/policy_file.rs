@@ -40,7 +40,12 @@ pub fn onnx_policy(path: &Path, head: OnnxHead) -> Result<PolicyConfig, PolicyFi
     };
     let model = OnnxModel::parse(bytes).map_err(onnx)?;
     let state = model.declared_state().map_err(onnx)?;
-    Ok(PolicyConfig::Onnx { model, head, state })
+    Ok(PolicyConfig::Onnx {
+        model,
+        head,
+        state,
+        exploration: None,
+    })
 }
 
 /// A build without the feature `onnx`: an `onnx` policy still decodes, and every
@@ -79,6 +84,7 @@ mod without_onnx_tests {
             model: OnnxModel::new(std::fs::read(fixture()).unwrap()),
             head: OnnxHead::Categorical,
             state: vec![],
+            exploration: None,
         };
         let wire = rmp_serde::to_vec_named(&config).unwrap();
         let decoded: PolicyConfig = rmp_serde::from_slice(&wire).unwrap();
@@ -98,6 +104,7 @@ mod without_onnx_tests {
             model: OnnxModel::new(std::fs::read(fixture()).unwrap()),
             head: OnnxHead::Categorical,
             state: vec![],
+            exploration: None,
         };
         let built = crate::CollectorBuilder::default()
             .env("CartPole-v1")

@@ -16,7 +16,13 @@ use crate::LauncherKind;
 /// `--resume`, the model the checkpoint holds (a file given must be that model).
 pub(crate) fn policy_config(args: &CollectArgs, held: Option<&PolicyConfig>) -> Result<PolicyConfig, Failure> {
     if args.policy == PolicyKind::Onnx && args.policy_file.is_none() {
-        if let Some(PolicyConfig::Onnx { model, state, .. }) = held {
+        if let Some(PolicyConfig::Onnx {
+            model,
+            state,
+            exploration,
+            ..
+        }) = held
+        {
             let head = match args.onnx_head.as_deref() {
                 Some(name) => OnnxHead::from_name(name).ok_or_else(|| {
                     usage(
@@ -30,16 +36,36 @@ pub(crate) fn policy_config(args: &CollectArgs, held: Option<&PolicyConfig>) -> 
                 model: model.clone(),
                 head,
                 state: state.clone(),
+                exploration: exploration.clone(),
             });
         }
     }
-    let config = flags_policy(args)?;
-    if let (PolicyConfig::Onnx { model, .. }, Some(PolicyConfig::Onnx { model: old, .. })) = (&config, held) {
+    let mut config = flags_policy(args)?;
+    if let (
+        PolicyConfig::Onnx {
+            model,
+            state,
+            exploration,
+            ..
+        },
+        Some(PolicyConfig::Onnx {
+            model: old,
+            state: old_state,
+            exploration: old_exploration,
+            ..
+        }),
+    ) = (&mut config, held)
+    {
         if model != old {
             return Err(usage(
                 "policy_file",
                 "not the model the checkpoint was taken with (leave --policy-file out to use the checkpoint's)",
             ));
+        }
+        // The checkpoint's exploration module (a run the Python module started) goes on.
+        if old_exploration.is_some() {
+            state.clone_from(old_state);
+            exploration.clone_from(old_exploration);
         }
     }
     Ok(config)

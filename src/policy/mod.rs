@@ -27,6 +27,7 @@ mod logprob;
 mod mlp;
 mod net;
 mod onnx;
+mod ou;
 mod random;
 mod record;
 mod sampler;
@@ -47,6 +48,7 @@ pub use onnx::{
 };
 #[cfg(feature = "onnx")]
 pub use onnx::{OnnxEngine, OnnxPolicy, WeightMode};
+pub use ou::{ExplorationModule, ExploringPolicy, OrnsteinUhlenbeck, OU_NOISE, OU_STEPS};
 pub use random::RandomPolicy;
 pub use record::{ParamsMut, RecordMut, Recorded};
 pub use state::{
@@ -399,6 +401,11 @@ pub enum PolicyConfig {
         /// each. Empty (and not written on the wire) for a model without state.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         state: Vec<StateTensor>,
+        /// An exploration module the node runs after the model (PROTOCOL.md §8,
+        /// Exploration modules), its state the last tensors of `state`. Absent (and not
+        /// written on the wire) for none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exploration: Option<ExplorationModule>,
     },
 }
 
@@ -445,11 +452,47 @@ impl PolicyConfig {
     }
 
     /// The state a policy of this config carries per env: a recurrent `onnx` model's
-    /// tensors, else none.
+    /// tensors and its exploration module's, else none.
     pub fn state(&self) -> &[StateTensor] {
         match self {
             PolicyConfig::Onnx { state, .. } => state,
             _ => &[],
+        }
+    }
+
+    /// The state the model itself takes and gives: [`Self::state`] less an exploration
+    /// module's tensors (the last two), which the model never sees.
+    pub fn model_state(&self) -> &[StateTensor] {
+        match self {
+            PolicyConfig::Onnx {
+                state,
+                exploration: Some(_),
+                ..
+            } => &state[..state.len().saturating_sub(2)],
+            PolicyConfig::Onnx { state, .. } => state,
+            _ => &[],
+        }
+    }
+
+    /// The exploration module an `onnx` policy runs after its model, if any.
+    pub fn exploration(&self) -> Option<&ExplorationModule> {
+        match self {
+            PolicyConfig::Onnx { exploration, .. } => exploration.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The model's own state after checking an exploration module against the head,
+    /// the action and the state list (see [`ExplorationModule::model_state`]).
+    pub fn checked_model_state(&self, action: &Spec) -> Result<&[StateTensor], PolicyError> {
+        match self {
+            PolicyConfig::Onnx {
+                state,
+                head,
+                exploration: Some(e),
+                ..
+            } => e.model_state(*head == OnnxHead::Deterministic, action, state),
+            _ => Ok(self.state()),
         }
     }
 
@@ -508,8 +551,18 @@ impl PolicySpec {
             PolicyConfig::Mlp { hidden } => Box::new(Mlp::new(obs, action, hidden, self.init_seed, seed)?),
             PolicyConfig::Constant { value } => Box::new(Constant::new(action, *value)?),
             #[cfg(feature = "onnx")]
-            PolicyConfig::Onnx { model, head, state } => {
-                Box::new(OnnxPolicy::recurrent(model, *head, state, obs, action, seed)?)
+            PolicyConfig::Onnx {
+                model,
+                head,
+                exploration,
+                ..
+            } => {
+                let model_state = self.config.checked_model_state(action)?;
+                let inner = Box::new(OnnxPolicy::recurrent(model, *head, model_state, obs, action, seed)?);
+                match exploration {
+                    None => inner,
+                    Some(module) => Box::new(ExploringPolicy::new(inner, module.clone(), action, seed)?),
+                }
             }
             #[cfg(not(feature = "onnx"))]
             PolicyConfig::Onnx { .. } => return Err(OnnxError::NoRuntime.into()),

@@ -27,6 +27,9 @@ pub enum Need {
     /// A recurrent `onnx` policy: `state` in its config, `is_init` and the state keys in
     /// every batch (version 6).
     Recurrent,
+    /// An exploration module the node runs after the model (`exploration` in the
+    /// `onnx` config: Ornstein–Uhlenbeck noise), with its state per env (version 7).
+    Exploration,
 }
 
 impl Need {
@@ -36,6 +39,7 @@ impl Need {
             Need::Specs { .. } => 4,
             Need::Recorded { .. } | Need::Onnx => 5,
             Need::Recurrent => 6,
+            Need::Exploration => 7,
         }
     }
 }
@@ -57,6 +61,11 @@ impl fmt::Display for Need {
                 f,
                 "its policy is a recurrent onnx model, whose state the node keeps per env and records with is_init \
                  in every batch (version 6)"
+            ),
+            Need::Exploration => write!(
+                f,
+                "its onnx policy has an exploration module (Ornstein-Uhlenbeck noise) the node runs with its noise \
+                 state per env (version 7)"
             ),
         }
     }
@@ -162,11 +171,11 @@ mod tests {
         }
         assert_eq!(
             all.check(2),
-            Err("protocol version 2 is not supported (this trainer speaks 3 to 6)".into())
+            Err("protocol version 2 is not supported (this trainer speaks 3 to 7)".into())
         );
         assert_eq!(
-            all.check(7),
-            Err("protocol version 7 is not supported (this trainer speaks 3 to 6)".into())
+            all.check(8),
+            Err("protocol version 8 is not supported (this trainer speaks 3 to 7)".into())
         );
     }
 
@@ -180,8 +189,8 @@ mod tests {
             v.check(4),
             Err(
                 "protocol version 4 cannot serve this run: its policy (mlp) records action_log_prob and its \
-                 distribution's parameters in every batch (version 5); this run admits 5 to 6 (this trainer \
-                 speaks 3 to 6, the older ones for runs that need less)"
+                 distribution's parameters in every batch (version 5); this run admits 5 to 7 (this trainer \
+                 speaks 3 to 7, the older ones for runs that need less)"
                     .into()
             )
         );
@@ -189,8 +198,8 @@ mod tests {
             .check(3)
             .is_err_and(|r| r.starts_with("protocol version 3 cannot serve this run")));
         assert_eq!(
-            v.check(7),
-            Err("protocol version 7 is not supported (this trainer speaks 3 to 6; this run admits 5 to 6)".into())
+            v.check(8),
+            Err("protocol version 8 is not supported (this trainer speaks 3 to 7; this run admits 5 to 7)".into())
         );
 
         let v = AdmitVersions::serving([specs()]);
@@ -198,23 +207,31 @@ mod tests {
         assert_eq!(v.check(4), Ok(()));
         assert_eq!(v.check(5), Ok(()));
         assert_eq!(v.check(6), Ok(()));
+        assert_eq!(v.check(7), Ok(()));
         assert_eq!(
             v.check(3),
             Err(
                 "protocol version 3 cannot serve this run: its env Custom is known only to its nodes, which \
-                 report its spaces in ready's specs (version 4); this run admits 4 to 6 (this trainer speaks 3 \
-                 to 6, the older ones for runs that need less)"
+                 report its spaces in ready's specs (version 4); this run admits 4 to 7 (this trainer speaks 3 \
+                 to 7, the older ones for runs that need less)"
                     .into()
             )
         );
         let v = AdmitVersions::serving([Need::Onnx]);
         assert!(v.check(4).is_err_and(|r| r.contains("its policy is onnx")));
-        // A recurrent policy: version 6 alone, whatever else the run needs.
+        // A recurrent policy: version 6 and up, whatever else the run needs.
         let v = AdmitVersions::serving([specs(), recorded(), Need::Onnx, Need::Recurrent]);
         assert_eq!((v.oldest(), v.need()), (6, Some(&Need::Recurrent)));
         assert_eq!(
-            v.check(7),
-            Err("protocol version 7 is not supported (this trainer speaks 3 to 6; this run admits 6)".into())
+            v.check(8),
+            Err("protocol version 8 is not supported (this trainer speaks 3 to 7; this run admits 6 to 7)".into())
+        );
+        // An exploration module: version 7 alone.
+        let v = AdmitVersions::serving([recorded(), Need::Onnx, Need::Recurrent, Need::Exploration]);
+        assert_eq!((v.oldest(), v.need()), (7, Some(&Need::Exploration)));
+        assert_eq!(
+            v.check(8),
+            Err("protocol version 8 is not supported (this trainer speaks 3 to 7; this run admits 7)".into())
         );
     }
 }

@@ -303,6 +303,7 @@ fn update_mid_run(launcher: Launcher) {
             model: model.clone(),
             head: OnnxHead::Categorical,
             state: vec![],
+            exploration: None,
         },
         exploration: ExplorationType::Deterministic,
         init_seed: 0,

@@ -510,6 +510,7 @@ mod tests {
             model: rollout::policy::OnnxModel::new(bytes),
             head: rollout::policy::OnnxHead::Categorical,
             state: vec![],
+            exploration: None,
         }
     }
 

@@ -48,17 +48,23 @@ pub fn initial_weights_for(policy: &PolicySpec, specs: &EnvSpecs) -> Result<Opti
     if matches!(policy.config, PolicyConfig::Random) {
         return Ok(None);
     }
-    if let PolicyConfig::Onnx { model, head, state } = &policy.config {
+    if let PolicyConfig::Onnx { model, head, .. } = &policy.config {
         // The model's weights are its own; the specs only have to fit it.
         let fail = |e: crate::policy::PolicyError| format!("policy onnx cannot take these specs: {e}");
         let action = specs
             .action
             .as_spec()
             .map_err(|why| format!("policy onnx cannot take action: {why}"))?;
+        // An exploration module's state is not the model's; its numbers, head and
+        // action are checked here too, before any node acts.
+        let state = policy.config.checked_model_state(&action).map_err(fail)?;
         model
             .check_node_specs(&specs.batch_layout(), &action, *head, state)
             .map_err(|e| fail(e.into()))?;
         let w = model.initial_weights().map_err(|e| fail(e.into()))?;
+        if let Some(module) = policy.config.exploration() {
+            module.check_weights(&w).map_err(fail)?;
+        }
         return Ok(Some(w.as_ref().clone().with_version(0)));
     }
     let (obs, act) = specs

@@ -46,8 +46,11 @@ impl TrainerMachine {
         if matches!(policy, PolicyConfig::Onnx { .. }) {
             needs.push(Need::Onnx);
         }
-        if !policy.state().is_empty() {
+        if !policy.model_state().is_empty() {
             needs.push(Need::Recurrent);
+        }
+        if policy.exploration().is_some() {
+            needs.push(Need::Exploration);
         }
         AdmitVersions::serving(needs)
     }
@@ -123,6 +126,7 @@ mod tests {
             model: crate::policy::OnnxModel::new(Vec::new()),
             head: crate::policy::OnnxHead::Categorical,
             state,
+            exploration: None,
         };
         let plain = versions(vec![built(Recorded::Categorical { n: 2 })], &onnx(vec![]));
         assert_eq!(plain.oldest(), 5);
@@ -139,6 +143,35 @@ mod tests {
             refusal.contains("protocol version 5 cannot serve this run")
                 && refusal.contains("recurrent onnx model")
                 && refusal.contains("this run admits 6"),
+            "{refusal}"
+        );
+    }
+
+    #[test]
+    fn an_exploration_module_needs_version_7_and_the_refusal_says_so() {
+        let module = crate::policy::ExplorationModule::OrnsteinUhlenbeck(crate::policy::OrnsteinUhlenbeck {
+            eps: "eps".into(),
+            theta: 0.15,
+            mu: 0.0,
+            sigma: 0.2,
+            sigma_min: None,
+            n_steps_annealing: 1000,
+            dt: 0.01,
+            x0: vec![],
+        });
+        let ou = PolicyConfig::Onnx {
+            model: crate::policy::OnnxModel::new(Vec::new()),
+            head: crate::policy::OnnxHead::Deterministic,
+            state: module.state(1).to_vec(),
+            exploration: Some(module),
+        };
+        // Its state is the module's, not a recurrent model's: the need is the module's.
+        let v = versions(vec![built(Recorded::None)], &ou);
+        assert_eq!((v.oldest(), v.need()), (7, Some(&Need::Exploration)));
+        v.check(7).expect("version 7 serves it");
+        let refusal = v.check(6).expect_err("version 6 knows no exploration module");
+        assert!(
+            refusal.contains("protocol version 6 cannot serve this run") && refusal.contains("Ornstein-Uhlenbeck"),
             "{refusal}"
         );
     }

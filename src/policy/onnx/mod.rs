@@ -140,6 +140,8 @@ impl std::fmt::Display for OnnxHead {
 }
 
 #[cfg(all(test, feature = "onnx"))]
+mod exploration_tests;
+#[cfg(all(test, feature = "onnx"))]
 mod hostile_tests;
 #[cfg(all(test, feature = "onnx"))]
 mod recurrent_tests;

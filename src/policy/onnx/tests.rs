@@ -332,6 +332,7 @@ fn config_round_trips_as_msgpack_with_the_bytes_as_bin() {
         model: OnnxModel::new(bytes.clone()),
         head: OnnxHead::TanhNormal,
         state: vec![],
+        exploration: None,
     };
     let wire = rmp_serde::to_vec_named(&config).unwrap();
     let v: rmpv::Value = rmp_serde::from_slice(&wire).unwrap();
@@ -355,6 +356,7 @@ fn config_round_trips_as_msgpack_with_the_bytes_as_bin() {
         model: OnnxModel::new(bytes),
         head: OnnxHead::Categorical,
         state: vec![],
+        exploration: None,
     });
     let (obs, action) = cartpole();
     let p = spec.build(&obs, &action, 0).unwrap();
@@ -368,6 +370,7 @@ fn config_round_trips_as_msgpack_with_the_bytes_as_bin() {
             model: OnnxModel::new(vec![1, 2]),
             head: OnnxHead::Categorical,
             state: vec![],
+            exploration: None,
         })
         .build(&obs, &action, 0),
         Err(PolicyError::Onnx(OnnxError::NotOnnx(_)))
