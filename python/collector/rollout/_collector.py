@@ -22,6 +22,10 @@ import numpy as np
 from . import _native
 from ._batch import Batch
 
+# The env name of a pickled torchrl env (``_env_forms.PICKLED_ENV``, not imported: that
+# module imports this one).
+_PICKLED_ENV = "pickled-torchrl-env"
+
 # Rust builder setting names that differ from this class's argument names.
 _FIELD_NAMES = {"node_config": "collector_kwargs"}
 
@@ -69,6 +73,8 @@ def _placed(forms: Any, field: str, env_config: Any, collector_kwargs: Any, node
     forms = [f[:2] for f in forms] if many else forms[:2]
     first = forms[0] if many else forms
     if first[1] is not None and env_config is not None:
+        if "cloudpickle" in first[1]:
+            raise _config_error("env_config", f"the {field} given is a torchrl env the nodes get pickled: gym.make's keyword arguments do not apply, leave env_config out")
         raise _config_error("env_config", f"the {field} given already has gym.make's keyword arguments: give them once")
     config = first[1] if first[1] is not None else env_config
     if not many:
@@ -93,6 +99,60 @@ def _added_entries(forms: Any, field: str) -> tuple:
     if len(each) > 1:
         raise _config_error(field, "the nodes' envs have different transforms: give every node the same ones")
     return each.pop()
+
+
+def _pickled_specs(forms: Any) -> Optional[Dict[str, Any]]:
+    """The spaces of the first pickled torchrl env among ``forms`` (None: none is pickled,
+    or its spaces could not be read here)."""
+    for f in forms if isinstance(forms, list) else [forms]:
+        if not isinstance(f, str) and f[0] == _PICKLED_ENV:
+            return f[3]
+    return None
+
+
+def _has_pickled(forms: Any) -> bool:
+    """Whether any node's env is a pickled torchrl env."""
+    return not isinstance(forms, str) and any(f[0] == _PICKLED_ENV for f in (forms if isinstance(forms, list) else [forms]))
+
+
+def _check_pickle_fits(forms: Any, max_frame: Optional[int]) -> None:
+    """A node's ``welcome`` frame carries its pickled env (as base64) and must fit
+    ``max_frame``: refused here, with 1 MiB left for the rest of the spec and the weights
+    that ``max_frame`` bounds too."""
+    if max_frame is None or not isinstance(max_frame, int):
+        return  # the default (256 MiB) holds the largest pickle; a bad value is the builder's to refuse
+    largest = max((len(f[1]["cloudpickle"]) for f in (forms if isinstance(forms, list) else [forms]) if f[0] == _PICKLED_ENV), default=0)
+    if largest + (1 << 20) > max_frame:
+        raise _config_error(
+            "max_frame",
+            f"{max_frame} bytes cannot carry the pickled env ({largest} bytes as base64) in a node's welcome frame "
+            f"with 1 MiB to spare: raise max_frame to at least {largest + (1 << 20)}",
+        )
+
+
+def _pickled_nodes(field: str, launcher: str, node_command: Any, node_program: Any, min_nodes: Any, max_nodes: Any) -> Optional[list]:
+    """The node command that serves a pickled torchrl env: this interpreter's ``rollout_node``
+    with ``--allow-pickled-env`` for the default launcher, ``None`` (as given) for external
+    nodes or a ``node_command``; a ``ConfigError`` for the ``rollout`` binary (a Rust node
+    steps no torchrl env) or a ``rollout_node`` command without the flag."""
+    flag = "--allow-pickled-env"
+    if node_command is not None:
+        words = [str(w) for w in node_command]
+        if any("rollout_node" in w or "rollout-node" in w for w in words) and flag not in words:
+            raise _config_error(
+                "node_command",
+                f"the {field} is a torchrl env the nodes get pickled, which rollout_node runs only with {flag}: add it to node_command",
+            )
+        return None
+    if launcher == "external":
+        return None
+    if launcher == "local" and node_program is None and min_nodes is None and max_nodes is None:
+        return _python_node_command(_PICKLED_ENV) + [flag]
+    raise _config_error(
+        field,
+        f"a torchrl env the nodes get pickled runs on Python nodes only, not on the `rollout` binary the {launcher} launcher starts: "
+        f"pass node_command=[sys.executable, \"-m\", \"rollout_node\", \"{flag}\"] (or leave the launcher as \"local\")",
+    )
 
 
 def _check_primed(primed: tuple, policy: Any, field: str) -> None:
@@ -140,12 +200,15 @@ def _python_node_command(env: str) -> list:
     import importlib.util
 
     if importlib.util.find_spec("rollout_node") is None:
+        what = "a torchrl env the nodes get pickled" if env == _PICKLED_ENV else f"{env!r}"
         raise _config_error(
             "env",
-            f"{env!r} is not a built-in env (CartPole-v1, Pendulum-v1, MountainCarContinuous-v0, Counting); "
+            f"{what} is not a built-in env (CartPole-v1, Pendulum-v1, MountainCarContinuous-v0, Counting); "
             "other envs run on Python nodes: install the rollout-node package (pip install ./python/node) "
             "in this interpreter, or pass node_command",
         )
+    if env == _PICKLED_ENV:
+        return [sys.executable, "-m", "rollout_node"]
     try:
         import gymnasium
     except ImportError:
@@ -461,11 +524,15 @@ class DistributedCollector:
         env_field = "env" if env is not None else "create_env_fn"
         added: tuple = ()
         primed: tuple = ()
+        pickled, pickled_specs = False, None
         env = env if env is not None else create_env_fn
         if env is not None and not isinstance(env, str):
             from ._env_forms import PRIMED, resolve
 
             forms = resolve(env, env_field)
+            pickled, pickled_specs = _has_pickled(forms), _pickled_specs(forms)
+            if pickled:
+                _check_pickle_fits(forms, max_frame)
             added = _added_entries(forms, env_field)
             primed = tuple(a[len(PRIMED) :] for a in added if a.startswith(PRIMED))
             added = tuple(a for a in added if not a.startswith(PRIMED))
@@ -484,14 +551,18 @@ class DistributedCollector:
             if node_program is not None:
                 raise _config_error("node_command", "give node_program or node_command, not both")
             node_command = _node_command(node_command)
-        elif launcher in ("process", "slurm") and node_program is None:
+        elif launcher in ("process", "slurm") and node_program is None and not pickled:
             node_program = os.environ.get("ROLLOUT_BIN") or shutil.which("rollout")
             if node_program is None:
                 raise _config_error(
                     "node_program",
                     f"the {launcher} launcher starts the `rollout` binary: put it on PATH, set ROLLOUT_BIN or pass node_program",
                 )
-        if _needs_python_nodes(env, env_config, launcher, node_command, node_program, min_nodes, max_nodes):
+        if pickled:
+            command = _pickled_nodes(env_field, launcher, node_command, node_program, min_nodes, max_nodes)
+            if command is not None:
+                launcher, node_command = "process", command
+        elif _needs_python_nodes(env, env_config, launcher, node_command, node_program, min_nodes, max_nodes):
             launcher, node_command = "process", _python_node_command(env)
         if isinstance(token, str):
             token = token.encode()
@@ -500,7 +571,8 @@ class DistributedCollector:
         if _is_torch(policy):
             from ._torch import export_policy
 
-            self._torch_policy = export_policy(policy, _env_specs(env, env_config, env_spec))
+            specs = pickled_specs if env_spec is None and pickled_specs is not None else _env_specs(env, env_config, env_spec)
+            self._torch_policy = export_policy(policy, specs)
             self._onnx_model = self._torch_policy.model
             policy = {"kind": "onnx"}
         _check_primed(primed, self._torch_policy, env_field)
