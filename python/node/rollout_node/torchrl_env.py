@@ -82,6 +82,11 @@ def _loader(cloudpickle, blob, exclude):
 
         try:
             obj = cloudpickle.loads(blob)
+        except ModuleNotFoundError as e:
+            raise PickledEnvError(
+                f"cannot unpickle the env: {e}: make that module importable on the node, or have the trainer "
+                "pickle it by value (cloudpickle.register_pickle_by_value(module))"
+            ) from None
         except Exception as e:
             raise PickledEnvError(f"cannot unpickle the env: {type(e).__name__}: {e}") from None
         if not isinstance(obj, EnvBase):
