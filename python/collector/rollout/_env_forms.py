@@ -189,8 +189,10 @@ def _of_env(env: Any, field: str) -> EnvForm:
             added += served
         name, config, inner = _of_env(env.base_env, field)
         return name, config, tuple(sorted(set(added) | set(inner)))
+    if type(env).__name__ != "GymEnv":
+        raise _NotByName(f"a {type(env).__name__}")
     kwargs = getattr(env, "_constructor_kwargs", None)
-    if type(env).__name__ != "GymEnv" or not isinstance(kwargs, dict) or "env_name" not in kwargs:
+    if not isinstance(kwargs, dict) or "env_name" not in kwargs:
         raise _NotByName(f"a {type(env).__name__}")
     for option, default in (("frame_skip", 1), ("from_pixels", False)):
         value = getattr(env, option, default)
