@@ -165,6 +165,15 @@ def test_a_custom_env_base_collects_torchrls_frames():
     assert got["next", "terminated"].any(), "walks end within the batch"
 
 
+def test_a_checkpoint_is_refused_naming_the_pickled_env_and_the_run_goes_on():
+    with rollout.DistributedCollector(create_env_fn=pendulum, policy="random", frames_per_batch=16, total_frames=48, seed=1) as c:
+        c.next()
+        with pytest.raises(rollout.CollectorError) as e:
+            c.state_dict()
+        assert "pickled torchrl env cannot be checkpointed" in str(e.value), e.value
+        assert c.next() is not None and c.next() is not None and c.next() is None
+
+
 def test_the_names_and_bounds_are_the_nodes():
     from rollout import _collector, _env_forms
     from rollout_node import torchrl_env
