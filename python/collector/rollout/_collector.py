@@ -387,7 +387,8 @@ class DistributedCollector:
     Args (torchrl's names; ``None`` leaves the default said here):
         ``env`` / ``create_env_fn``: the env: an id, or torchrl's forms (a ``GymEnv``, a
             ``TransformedEnv`` over one with ``StepCounter``, a function or ``EnvCreator``
-            making one, a list of them, one per node). Required.
+            making one, a list of them, one per node; any other torchrl env goes to Python
+            nodes cloudpickled, run with ``--allow-pickled-env``). Required.
         ``policy``: a torch actor (``nn.Module``, ``TensorDictModule``,
             ``ProbabilisticActor``), a kind (``"random"``, ``"linear"``, ``"mlp"``,
             ``"constant"``, ``"onnx"``) or a config dict. Default ``"linear"``.
