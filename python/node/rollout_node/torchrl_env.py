@@ -32,6 +32,16 @@ MAX_PICKLE_BYTES = 16 << 20
 FLAG = "--allow-pickled-env"
 
 
+#: The keys of ``exclude`` when none are given (a replay's ``--pickled-env``): the ones rollout
+#: writes itself for torchrl's ``StepCounter``, ``RewardSum`` and ``InitTracker``.
+DEFAULT_EXCLUDE = ("step_count", "episode_reward", "is_init")
+
+
+def config_of(blob, exclude=DEFAULT_EXCLUDE):
+    """The spec's ``config`` of the pickle ``blob`` (bytes of ``cloudpickle.dumps``)."""
+    return {"cloudpickle": base64.b64encode(blob).decode("ascii"), "python": python_version(), "exclude": list(exclude)}
+
+
 class PickledEnvError(Exception):
     """The pickled env cannot be loaded or stepped here; the message says why in one sentence."""
 

@@ -234,3 +234,21 @@ def test_checkpoints_are_refused_saying_why():
     with pytest.raises(CheckpointError):
         collect.restore(w, {"workers": []})
     w.close()
+
+
+def test_a_run_of_a_pickled_env_replays_by_seed(tmp_path, capsys):
+    from rollout_node.replay import main
+    from test_replay_by_seed import write
+
+    w = workers(pendulum)
+    batches = [w.collect(2 * 30) for _ in range(2)]
+    w.close()
+    write(tmp_path / "out", batches)
+    (tmp_path / "env.pkl").write_bytes(cloudpickle.dumps(pendulum))
+    args = [str(tmp_path / "out"), "--pickled-env", str(tmp_path / "env.pkl"), "--seed", str(SEED)]
+    assert main(args) == 0
+    assert "120 frames replay through the pickled torchrl env by seed" in capsys.readouterr().out
+    batches[1]["next.observation"][1, 3, 0] += 0.01
+    write(tmp_path / "out", batches)
+    assert main(args) == 1
+    assert "row 1 frame 33: `next.observation`" in capsys.readouterr().err
