@@ -22,10 +22,6 @@ import numpy as np
 from . import _native
 from ._batch import Batch
 
-# The env name of a pickled torchrl env (``_env_forms.PICKLED_ENV``, not imported: that
-# module imports this one).
-_PICKLED_ENV = "pickled-torchrl-env"
-
 # Rust builder setting names that differ from this class's argument names.
 _FIELD_NAMES = {"node_config": "collector_kwargs"}
 
@@ -73,7 +69,7 @@ def _placed(forms: Any, field: str, env_config: Any, collector_kwargs: Any, node
     forms = [f[:2] for f in forms] if many else forms[:2]
     first = forms[0] if many else forms
     if first[1] is not None and env_config is not None:
-        if "cloudpickle" in first[1]:
+        if "cloudpickle" in first[1]:  # a pickled torchrl env's config (_pickled_env)
             raise _config_error("env_config", f"the {field} given is a torchrl env the nodes get pickled: gym.make's keyword arguments do not apply, leave env_config out")
         raise _config_error("env_config", f"the {field} given already has gym.make's keyword arguments: give them once")
     config = first[1] if first[1] is not None else env_config
@@ -99,60 +95,6 @@ def _added_entries(forms: Any, field: str) -> tuple:
     if len(each) > 1:
         raise _config_error(field, "the nodes' envs have different transforms: give every node the same ones")
     return each.pop()
-
-
-def _pickled_specs(forms: Any) -> Optional[Dict[str, Any]]:
-    """The spaces of the first pickled torchrl env among ``forms`` (None: none is pickled,
-    or its spaces could not be read here)."""
-    for f in forms if isinstance(forms, list) else [forms]:
-        if not isinstance(f, str) and f[0] == _PICKLED_ENV:
-            return f[3]
-    return None
-
-
-def _has_pickled(forms: Any) -> bool:
-    """Whether any node's env is a pickled torchrl env."""
-    return not isinstance(forms, str) and any(f[0] == _PICKLED_ENV for f in (forms if isinstance(forms, list) else [forms]))
-
-
-def _check_pickle_fits(forms: Any, max_frame: Optional[int]) -> None:
-    """A node's ``welcome`` frame carries its pickled env (as base64) and must fit
-    ``max_frame``: refused here, with 1 MiB left for the rest of the spec and the weights
-    that ``max_frame`` bounds too."""
-    if max_frame is None or not isinstance(max_frame, int):
-        return  # the default (256 MiB) holds the largest pickle; a bad value is the builder's to refuse
-    largest = max((len(f[1]["cloudpickle"]) for f in (forms if isinstance(forms, list) else [forms]) if f[0] == _PICKLED_ENV), default=0)
-    if largest + (1 << 20) > max_frame:
-        raise _config_error(
-            "max_frame",
-            f"{max_frame} bytes cannot carry the pickled env ({largest} bytes as base64) in a node's welcome frame "
-            f"with 1 MiB to spare: raise max_frame to at least {largest + (1 << 20)}",
-        )
-
-
-def _pickled_nodes(field: str, launcher: str, node_command: Any, node_program: Any, min_nodes: Any, max_nodes: Any) -> Optional[list]:
-    """The node command that serves a pickled torchrl env: this interpreter's ``rollout_node``
-    with ``--allow-pickled-env`` for the default launcher, ``None`` (as given) for external
-    nodes or a ``node_command``; a ``ConfigError`` for the ``rollout`` binary (a Rust node
-    steps no torchrl env) or a ``rollout_node`` command without the flag."""
-    flag = "--allow-pickled-env"
-    if node_command is not None:
-        words = [str(w) for w in node_command]
-        if any("rollout_node" in w or "rollout-node" in w for w in words) and flag not in words:
-            raise _config_error(
-                "node_command",
-                f"the {field} is a torchrl env the nodes get pickled, which rollout_node runs only with {flag}: add it to node_command",
-            )
-        return None
-    if launcher == "external":
-        return None
-    if launcher == "local" and node_program is None and min_nodes is None and max_nodes is None:
-        return _python_node_command(_PICKLED_ENV) + [flag]
-    raise _config_error(
-        field,
-        f"a torchrl env the nodes get pickled runs on Python nodes only, not on the `rollout` binary the {launcher} launcher starts: "
-        f"pass node_command=[sys.executable, \"-m\", \"rollout_node\", \"{flag}\"] (or leave the launcher as \"local\")",
-    )
 
 
 def _check_primed(primed: tuple, policy: Any, field: str) -> None:
@@ -195,20 +137,23 @@ def _needs_python_nodes(env: Any, env_config: Any, launcher: str, node_command: 
     return _native.builtin_env_specs(env, _env_config("env_config", env_config)) is None
 
 
-def _python_node_command(env: str) -> list:
-    """This interpreter running ``rollout_node``, or a ``ConfigError`` saying what to install."""
+def _require_rollout_node(what: str) -> None:
+    """A ``ConfigError`` saying what to install when this interpreter has no ``rollout_node``
+    to run ``what`` (an env no built-in env is)."""
     import importlib.util
 
     if importlib.util.find_spec("rollout_node") is None:
-        what = "a torchrl env the nodes get pickled" if env == _PICKLED_ENV else f"{env!r}"
         raise _config_error(
             "env",
             f"{what} is not a built-in env (CartPole-v1, Pendulum-v1, MountainCarContinuous-v0, Counting); "
             "other envs run on Python nodes: install the rollout-node package (pip install ./python/node) "
             "in this interpreter, or pass node_command",
         )
-    if env == _PICKLED_ENV:
-        return [sys.executable, "-m", "rollout_node"]
+
+
+def _python_node_command(env: str) -> list:
+    """This interpreter running ``rollout_node``, or a ``ConfigError`` saying what to install."""
+    _require_rollout_node(repr(env))
     try:
         import gymnasium
     except ImportError:
@@ -528,12 +473,13 @@ class DistributedCollector:
         pickled, pickled_specs = False, None
         env = env if env is not None else create_env_fn
         if env is not None and not isinstance(env, str):
+            from . import _pickled_env
             from ._env_forms import PRIMED, resolve
 
             forms = resolve(env, env_field)
-            pickled, pickled_specs = _has_pickled(forms), _pickled_specs(forms)
+            pickled, pickled_specs = _pickled_env.is_pickled(forms), _pickled_env.specs_of(forms)
             if pickled:
-                _check_pickle_fits(forms, max_frame)
+                _pickled_env.check_fits(forms, max_frame)
             added = _added_entries(forms, env_field)
             primed = tuple(a[len(PRIMED) :] for a in added if a.startswith(PRIMED))
             added = tuple(a for a in added if not a.startswith(PRIMED))
@@ -560,7 +506,9 @@ class DistributedCollector:
                     f"the {launcher} launcher starts the `rollout` binary: put it on PATH, set ROLLOUT_BIN or pass node_program",
                 )
         if pickled:
-            command = _pickled_nodes(env_field, launcher, node_command, node_program, min_nodes, max_nodes)
+            from ._pickled_env import node_command as pickled_node_command
+
+            command = pickled_node_command(env_field, launcher, node_command, node_program, min_nodes, max_nodes)
             if command is not None:
                 launcher, node_command = "process", command
         elif _needs_python_nodes(env, env_config, launcher, node_command, node_program, min_nodes, max_nodes):

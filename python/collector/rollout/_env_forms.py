@@ -16,16 +16,14 @@ such an env (called once, here, as torchrl's ``EnvCreator`` does to read the spe
 Any other torchrl env (other transforms, ``frame_skip``, ``from_pixels``, an env that
 is not a ``GymEnv``) is shipped to Python nodes as a cloudpickle (:func:`_pickled`):
 the function or ``EnvCreator`` given, or the env itself, under the env name
-``PICKLED_ENV``; nodes load it only when started with ``--allow-pickled-env`` (it runs
+``_pickled_env.PICKLED_ENV``; nodes load it only when started with ``--allow-pickled-env`` (it runs
 this process's code) and step it as torchrl does. What can be neither is refused before
 any node starts, with the sentence that says what to pass.
 """
 
 from __future__ import annotations
 
-import base64
 import json
-import sys
 from typing import Any, List, Optional, Tuple
 
 from ._collector import _config_error as config_error
@@ -38,12 +36,6 @@ from ._collector import _config_error as config_error
 # exporting a torch policy (None otherwise, and for an env named by its id).
 EnvForm = Tuple[str, Optional[dict], Tuple[str, ...], Optional[dict]]
 PRIMED = "primed:"
-#: The env name of a pickled torchrl env; ``rollout_node.torchrl_env.PICKLED_ENV`` (a test
-#: keeps them equal).
-PICKLED_ENV = "pickled-torchrl-env"
-#: The largest pickle shipped (the nodes' ``MAX_PICKLE_BYTES``): 16 MiB, 22 MiB as base64 in
-#: each node's ``welcome`` frame.
-MAX_PICKLE_BYTES = 16 << 20
 
 _WHAT_TO_PASS = "pass an env id (e.g. \"Pendulum-v1\"), a torchrl env, or a function making one"
 
@@ -94,21 +86,16 @@ def _by_name_or_pickled(form: Any, env: Any, field: str) -> EnvForm:
 
 
 def _pickled(form: Any, env: Any, field: str) -> EnvForm:
-    """``form`` cloudpickled for Python nodes: ``(PICKLED_ENV, {cloudpickle, python,
-    exclude}, added, specs)``, ``exclude`` being the observation keys the collector writes
-    itself (``StepCounter``'s, a served ``RewardSum``'s and ``InitTracker``'s, a primer's).
-    Refused when it cannot be pickled, is too large, is batched, or (when ``rollout_node``
-    is here to read them) its specs have no spaces the nodes collect."""
-    if tuple(env.batch_size) != ():
-        raise config_error(
-            field,
-            f"the env has batch_size {list(env.batch_size)}: give one env (a function making it), "
-            "rollout's nodes run envs_per_node copies of it",
-        )
-    added: List[str] = []
-    exclude: List[str] = []
+    """``form`` cloudpickled for Python nodes (``_pickled_env.pickle_form``), with the
+    entries the collector writes for its served transforms (``added``) and the observation
+    keys they are on the node (``exclude``: ``StepCounter``'s, a served ``RewardSum``'s and
+    ``InitTracker``'s, a primer's), which are not observations of the batch."""
     from torchrl.envs import StepCounter, TransformedEnv
 
+    from ._pickled_env import pickle_form
+
+    added: List[str] = []
+    exclude: List[str] = []
     inner = env
     while isinstance(inner, TransformedEnv):
         for t in _transforms(inner.transform):
@@ -118,51 +105,10 @@ def _pickled(form: Any, env: Any, field: str) -> EnvForm:
             served = _primed(t, field) or _served(t)
             if served:
                 added += served
-                exclude += [k[len(PRIMED):] if k.startswith(PRIMED) else k for k in served]
+                exclude += [k[len(PRIMED) :] if k.startswith(PRIMED) else k for k in served]
         inner = inner.base_env
-    try:
-        import cloudpickle
-    except ImportError:
-        raise config_error(field, f"a {type(env).__name__} goes to the nodes pickled: install cloudpickle (pip install cloudpickle)") from None
-    try:
-        blob = cloudpickle.dumps(form)
-    except Exception as e:
-        raise config_error(
-            field,
-            f"{_name(form)} cannot be pickled for the nodes ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
-            "pass a function that builds the env, with nothing unpicklable in its closure",
-        ) from None
-    if len(blob) > MAX_PICKLE_BYTES:
-        raise config_error(
-            field,
-            f"{_name(form)} is {len(blob)} bytes pickled, over {MAX_PICKLE_BYTES} (16 MiB): pass a function that builds "
-            "the env and loads its data on the node, rather than one holding the data",
-        )
-    config = {
-        "cloudpickle": base64.b64encode(blob).decode("ascii"),
-        "python": f"{sys.version_info[0]}.{sys.version_info[1]}",
-        "exclude": sorted(set(exclude)),
-    }
-    return PICKLED_ENV, config, tuple(sorted(set(added))), _specs(env, config["exclude"], field)
-
-
-def _specs(env: Any, exclude: List[str], field: str) -> Optional[dict]:
-    """The env's spaces as the Python node will report them (read with ``rollout_node``'s
-    own mapping), or None without ``rollout_node`` here; a ``ConfigError`` for specs the
-    nodes cannot collect."""
-    try:
-        from rollout_node import spaces, torchrl_env
-    except ImportError:
-        return None
-    from ._spaces import _space
-
-    try:
-        adapter = torchrl_env.TorchrlEnv(env, exclude)
-        spaces.specs(adapter.observation_space, adapter.action_space)
-    except (torchrl_env.PickledEnvError, spaces.SpaceError) as e:
-        raise config_error(field, f"the {type(env).__name__} cannot be collected by rollout's nodes: {e}") from None
-    obs, act = _space(adapter.observation_space), _space(adapter.action_space)
-    return None if obs is None or act is None else {"observation": obs, "action": act}
+    name, config, specs = pickle_form(form, env, field, exclude, _name(form))
+    return name, config, tuple(sorted(set(added))), specs
 
 
 def _dotted(key: Any) -> str:

@@ -93,7 +93,8 @@ def test_a_form_the_nodes_cannot_build_is_refused_in_one_sentence_before_anythin
 def test_a_form_not_named_by_an_id_goes_to_python_nodes_pickled():
     # torchrl's frame_skip, a StepCounter limit, a RewardSum of its own keys: done by the
     # env itself on Python nodes (tests/test_pickled_env.py checks the frames in full).
-    from rollout._env_forms import PICKLED_ENV, resolve
+    from rollout._env_forms import resolve
+    from rollout._pickled_env import PICKLED_ENV
 
     skip = GymEnv("CartPole-v1", frame_skip=2)
     assert resolve(skip)[0] == PICKLED_ENV

@@ -175,11 +175,12 @@ def test_a_checkpoint_is_refused_naming_the_pickled_env_and_the_run_goes_on():
 
 
 def test_the_names_and_bounds_are_the_nodes():
-    from rollout import _collector, _env_forms
+    from rollout import _pickled_env
     from rollout_node import torchrl_env
 
-    assert _env_forms.PICKLED_ENV == _collector._PICKLED_ENV == torchrl_env.PICKLED_ENV
-    assert _env_forms.MAX_PICKLE_BYTES == torchrl_env.MAX_PICKLE_BYTES
+    assert _pickled_env.PICKLED_ENV == torchrl_env.PICKLED_ENV
+    assert _pickled_env.MAX_PICKLE_BYTES == torchrl_env.MAX_PICKLE_BYTES
+    assert _pickled_env.FLAG == torchrl_env.FLAG
 
 
 class HoldsALock:
