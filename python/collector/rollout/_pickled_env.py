@@ -129,9 +129,9 @@ def node_command(field: str, launcher: str, command: Any, program: Any, min_node
                 f"the {field} is a torchrl env the nodes get pickled, which rollout_node runs only with {FLAG}: add it to node_command",
             )
         return None
-    if launcher == "external":
-        return None
-    if launcher == "local" and program is None and min_nodes is None and max_nodes is None:
+    if launcher == "external" or min_nodes is not None or max_nodes is not None:
+        return None  # nodes that join (an elastic run is external: the builder says so otherwise)
+    if launcher == "local" and program is None:
         _require_rollout_node("a torchrl env the nodes get pickled")
         return [sys.executable, "-m", "rollout_node", FLAG]
     raise config_error(
