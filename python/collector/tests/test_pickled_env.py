@@ -49,14 +49,14 @@ SEED = 5
 T = 120
 
 
-def pendulum():
+def pendulum(max_steps=50):
     return TransformedEnv(
         GymEnv("Pendulum-v1"),
         Compose(
             DoubleToFloat(),
             ObservationNorm(loc=torch.tensor([0.0, 0.0, 1.0]), scale=0.5, in_keys=["observation"]),
             CatFrames(N=2, dim=-1, in_keys=["observation"]),
-            StepCounter(max_steps=50),
+            StepCounter(max_steps=max_steps),
             RewardSum(),
         ),
     )
@@ -151,6 +151,33 @@ def test_a_transformed_env_of_torchrls_transforms_collects_torchrls_frames():
     same_frames(got, rows, ["observation", "action", ("next", "observation"), ("next", "reward"), ("next", "episode_reward")], 1e-4)
     same_frames(got, rows, ["step_count", ("next", "truncated"), ("next", "terminated"), ("next", "done")], 0)
     assert got["next", "truncated"].sum() >= 4, "StepCounter(max_steps=50) truncated episodes on the nodes"
+
+
+def pendulum_short():
+    # Another env than pendulum()'s with the same specs (a run's nodes report the same ones).
+    return pendulum(max_steps=30)
+
+
+def test_a_list_gives_each_node_its_own_pickled_env():
+    actor = TensorDictModule(
+        linear(6, 1, [[0.1, -0.2, 0.05, 0.1, 0.02, -0.05]], [0.1]), in_keys=["observation"], out_keys=["action"]
+    )
+    with rollout.DistributedCollector(
+        create_env_fn=[pendulum, pendulum_short], policy=actor, frames_per_batch=2 * T, total_frames=2 * T,
+        sync=True, seed=SEED, exploration_type="deterministic",
+    ) as c:
+        got = c.next()
+    assert got.batch_size == (2, T)
+    # Node k's one env is seeded SEED + k (node k starts where node k-1's seeds end).
+    rows = []
+    for k, make in enumerate([pendulum, pendulum_short]):
+        env = make()
+        env.set_seed(SEED + k)
+        with torch.no_grad():
+            rows.append(env.rollout(T, actor, break_when_any_done=False))
+    same_frames(got, rows, ["observation", ("next", "reward"), ("next", "episode_reward")], 1e-4)
+    same_frames(got, rows, ["step_count", ("next", "truncated")], 0)
+    assert got[0]["step_count"].max() == 49 and got[1]["step_count"].max() == 29
 
 
 def test_a_custom_env_base_collects_torchrls_frames():

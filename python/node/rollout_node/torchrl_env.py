@@ -22,8 +22,7 @@ import sys
 import gymnasium as gym
 import numpy as np
 
-#: The env name of a pickled torchrl env (no gymnasium id: a node without this module
-#: fails to make it, naming it).
+#: The env name of a pickled torchrl env (no gymnasium id: an older node fails to make it).
 PICKLED_ENV = "pickled-torchrl-env"
 #: The largest pickle a node loads (and a collector ships): 16 MiB, 22 MiB as base64 in
 #: the ``welcome`` frame, under the default ``max_frame`` of 256 MiB.
