@@ -69,6 +69,8 @@ def _placed(forms: Any, field: str, env_config: Any, collector_kwargs: Any, node
     forms = [f[:2] for f in forms] if many else forms[:2]
     first = forms[0] if many else forms
     if first[1] is not None and env_config is not None:
+        if "cloudpickle" in first[1]:  # a pickled torchrl env's config (_pickled_env)
+            raise _config_error("env_config", f"the {field} given is a torchrl env the nodes get pickled: gym.make's keyword arguments do not apply, leave env_config out")
         raise _config_error("env_config", f"the {field} given already has gym.make's keyword arguments: give them once")
     config = first[1] if first[1] is not None else env_config
     if not many:
@@ -135,17 +137,23 @@ def _needs_python_nodes(env: Any, env_config: Any, launcher: str, node_command: 
     return _native.builtin_env_specs(env, _env_config("env_config", env_config)) is None
 
 
-def _python_node_command(env: str) -> list:
-    """This interpreter running ``rollout_node``, or a ``ConfigError`` saying what to install."""
+def _require_rollout_node(what: str) -> None:
+    """A ``ConfigError`` saying what to install when this interpreter has no ``rollout_node``
+    to run ``what`` (an env no built-in env is)."""
     import importlib.util
 
     if importlib.util.find_spec("rollout_node") is None:
         raise _config_error(
             "env",
-            f"{env!r} is not a built-in env (CartPole-v1, Pendulum-v1, MountainCarContinuous-v0, Counting); "
+            f"{what} is not a built-in env (CartPole-v1, Pendulum-v1, MountainCarContinuous-v0, Counting); "
             "other envs run on Python nodes: install the rollout-node package (pip install ./python/node) "
             "in this interpreter, or pass node_command",
         )
+
+
+def _python_node_command(env: str) -> list:
+    """This interpreter running ``rollout_node``, or a ``ConfigError`` saying what to install."""
+    _require_rollout_node(repr(env))
     try:
         import gymnasium
     except ImportError:
@@ -324,7 +332,8 @@ class DistributedCollector:
     Args (torchrl's names; ``None`` leaves the default said here):
         ``env`` / ``create_env_fn``: the env: an id, or torchrl's forms (a ``GymEnv``, a
             ``TransformedEnv`` over one with ``StepCounter``, a function or ``EnvCreator``
-            making one, a list of them, one per node). Required.
+            making one, a list of them, one per node; any other torchrl env goes to Python
+            nodes cloudpickled, run with ``--allow-pickled-env``). Required.
         ``policy``: a torch actor (``nn.Module``, ``TensorDictModule``,
             ``ProbabilisticActor``), a kind (``"random"``, ``"linear"``, ``"mlp"``,
             ``"constant"``, ``"onnx"``) or a config dict. Default ``"linear"``.
@@ -461,11 +470,16 @@ class DistributedCollector:
         env_field = "env" if env is not None else "create_env_fn"
         added: tuple = ()
         primed: tuple = ()
+        pickled, pickled_specs = False, None
         env = env if env is not None else create_env_fn
         if env is not None and not isinstance(env, str):
+            from . import _pickled_env
             from ._env_forms import PRIMED, resolve
 
             forms = resolve(env, env_field)
+            pickled, pickled_specs = _pickled_env.is_pickled(forms), _pickled_env.specs_of(forms)
+            if pickled:
+                _pickled_env.check_fits(forms, max_frame)
             added = _added_entries(forms, env_field)
             primed = tuple(a[len(PRIMED) :] for a in added if a.startswith(PRIMED))
             added = tuple(a for a in added if not a.startswith(PRIMED))
@@ -484,14 +498,20 @@ class DistributedCollector:
             if node_program is not None:
                 raise _config_error("node_command", "give node_program or node_command, not both")
             node_command = _node_command(node_command)
-        elif launcher in ("process", "slurm") and node_program is None:
+        elif launcher in ("process", "slurm") and node_program is None and not pickled:
             node_program = os.environ.get("ROLLOUT_BIN") or shutil.which("rollout")
             if node_program is None:
                 raise _config_error(
                     "node_program",
                     f"the {launcher} launcher starts the `rollout` binary: put it on PATH, set ROLLOUT_BIN or pass node_program",
                 )
-        if _needs_python_nodes(env, env_config, launcher, node_command, node_program, min_nodes, max_nodes):
+        if pickled:
+            from ._pickled_env import node_command as pickled_node_command
+
+            command = pickled_node_command(env_field, launcher, node_command, node_program, min_nodes, max_nodes)
+            if command is not None:
+                launcher, node_command = "process", command
+        elif _needs_python_nodes(env, env_config, launcher, node_command, node_program, min_nodes, max_nodes):
             launcher, node_command = "process", _python_node_command(env)
         if isinstance(token, str):
             token = token.encode()
@@ -500,7 +520,8 @@ class DistributedCollector:
         if _is_torch(policy):
             from ._torch import export_policy
 
-            self._torch_policy = export_policy(policy, _env_specs(env, env_config, env_spec))
+            specs = pickled_specs if env_spec is None and pickled_specs is not None else _env_specs(env, env_config, env_spec)
+            self._torch_policy = export_policy(policy, specs)
             self._onnx_model = self._torch_policy.model
             policy = {"kind": "onnx"}
         _check_primed(primed, self._torch_policy, env_field)

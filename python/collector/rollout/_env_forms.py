@@ -13,8 +13,12 @@ initial states, as a recurrent module's ``make_tensordict_primer()`` makes: the 
 keep the actor's state themselves, so the primer's keys need only be the actor's,
 which the collector checks once the actor is exported), and a callable that builds
 such an env (called once, here, as torchrl's ``EnvCreator`` does to read the specs).
-Anything else is refused before any node starts, with the sentence that says what to
-pass.
+Any other torchrl env (other transforms, ``frame_skip``, ``from_pixels``, an env that
+is not a ``GymEnv``) is shipped to Python nodes as a cloudpickle (:func:`_pickled`):
+the function or ``EnvCreator`` given, or the env itself, under the env name
+``_pickled_env.PICKLED_ENV``; nodes load it only when started with ``--allow-pickled-env`` (it runs
+this process's code) and step it as torchrl does. What can be neither is refused before
+any node starts, with the sentence that says what to pass.
 """
 
 from __future__ import annotations
@@ -28,13 +32,12 @@ from ._collector import _config_error as config_error
 # the entries the env's transforms add that the collector writes into each TensorDict
 # (``"episode_reward"``: RewardSum's; ``"is_init"``: InitTracker's) or, prefixed with
 # ``PRIMED``, that a primer primes (the recurrent actor's state, kept by the nodes).
-EnvForm = Tuple[str, Optional[dict], Tuple[str, ...]]
+# A fourth entry: the env's spaces (PROTOCOL.md §3) when this process could read them, for
+# exporting a torch policy (None otherwise, and for an env named by its id).
+EnvForm = Tuple[str, Optional[dict], Tuple[str, ...], Optional[dict]]
 PRIMED = "primed:"
 
-_WHAT_TO_PASS = (
-    "pass the env id (e.g. \"Pendulum-v1\") with env_config for gym.make's keyword arguments, "
-    "and apply transforms to the batches in the learner"
-)
+_WHAT_TO_PASS = "pass an env id (e.g. \"Pendulum-v1\"), a torchrl env, or a function making one"
 
 
 def resolve(create_env_fn: Any, field: str = "create_env_fn") -> Any:
@@ -49,11 +52,15 @@ def resolve(create_env_fn: Any, field: str = "create_env_fn") -> Any:
     return _one(create_env_fn, field)
 
 
+class _NotByName(Exception):
+    """The env is not one the nodes build from an id and a config: it is pickled."""
+
+
 def _one(form: Any, field: str) -> EnvForm:
     if isinstance(form, str):
-        return form, None, ()
+        return form, None, (), None
     if _is_env(form):
-        return _of_env(form, field)
+        return _by_name_or_pickled(form, form, field)
     if callable(form):
         try:
             env = form()
@@ -62,10 +69,50 @@ def _one(form: Any, field: str) -> EnvForm:
         try:
             if isinstance(env, str) or not _is_env(env):
                 raise config_error(field, f"{_name(form)} returned {type(env).__name__}, not a torchrl env; {_WHAT_TO_PASS}")
-            return _of_env(env, field)
+            return _by_name_or_pickled(form, env, field)
         finally:
             _close(env)
     raise config_error(field, f"expected an env id, a torchrl env, a function making one, or a list of them; got {type(form).__name__}")
+
+
+def _by_name_or_pickled(form: Any, env: Any, field: str) -> EnvForm:
+    """``env`` (made by ``form``, or ``form`` itself) by its id when the nodes build it from
+    one, else ``form`` pickled."""
+    try:
+        name, config, added = _of_env(env, field)
+    except _NotByName:
+        return _pickled(form, env, field)
+    return name, config, added, None
+
+
+def _pickled(form: Any, env: Any, field: str) -> EnvForm:
+    """``form`` cloudpickled for Python nodes (``_pickled_env.pickle_form``), with the
+    entries the collector writes for its served transforms (``added``) and the observation
+    keys they are on the node (``exclude``: ``StepCounter``'s, a served ``RewardSum``'s and
+    ``InitTracker``'s, a primer's), which are not observations of the batch."""
+    from torchrl.envs import StepCounter, TransformedEnv
+
+    from ._pickled_env import pickle_form
+
+    added: List[str] = []
+    exclude: List[str] = []
+    inner = env
+    while isinstance(inner, TransformedEnv):
+        for t in _transforms(inner.transform):
+            if isinstance(t, StepCounter):
+                exclude.append(_dotted(t.step_count_key))
+                continue
+            served = _primed(t, field) or _served(t)
+            if served:
+                added += served
+                exclude += [k[len(PRIMED) :] if k.startswith(PRIMED) else k for k in served]
+        inner = inner.base_env
+    name, config, specs = pickle_form(form, env, field, exclude, _name(form))
+    return name, config, tuple(sorted(set(added))), specs
+
+
+def _dotted(key: Any) -> str:
+    return key if isinstance(key, str) else ".".join(key)
 
 
 def _is_env(obj: Any) -> bool:
@@ -84,22 +131,24 @@ def _of_env(env: Any, field: str) -> EnvForm:
         for t in _transforms(env.transform):
             served = _primed(t, field) or _served(t)
             if served is None:
-                raise config_error(field, f"the transform {type(t).__name__} does not run on rollout's nodes; {_WHAT_TO_PASS}")
+                raise _NotByName(f"the transform {type(t).__name__}")
             added += served
         name, config, inner = _of_env(env.base_env, field)
         return name, config, tuple(sorted(set(added) | set(inner)))
+    if type(env).__name__ != "GymEnv":
+        raise _NotByName(f"a {type(env).__name__}")
     kwargs = getattr(env, "_constructor_kwargs", None)
-    if type(env).__name__ != "GymEnv" or not isinstance(kwargs, dict) or "env_name" not in kwargs:
-        raise config_error(field, f"a {type(env).__name__} is not built by rollout's nodes; {_WHAT_TO_PASS}")
+    if not isinstance(kwargs, dict) or "env_name" not in kwargs:
+        raise _NotByName(f"a {type(env).__name__}")
     for option, default in (("frame_skip", 1), ("from_pixels", False)):
         value = getattr(env, option, default)
         if value not in (default, None):
-            raise config_error(field, f"GymEnv's {option}={value!r} is torchrl's own and not done by rollout's nodes; {_WHAT_TO_PASS}")
+            raise _NotByName(f"GymEnv's {option}={value!r}")
     config = {k: v for k, v in kwargs.items() if k not in ("env_name", "disable_env_checker")}
     try:
         json.dumps(config)
-    except (TypeError, ValueError) as e:
-        raise config_error(field, f"gym.make's keyword arguments of {kwargs['env_name']} must be JSON for the nodes: {e}") from None
+    except (TypeError, ValueError):
+        raise _NotByName(f"gym.make's keyword arguments of {kwargs['env_name']}") from None
     return str(kwargs["env_name"]), (config or None), ()
 
 

@@ -39,6 +39,11 @@ def parse(argv):
         "--double-to-float", action="store_true",
         help="Report and collect f64 boxes as f32 (torchrl's DoubleToFloat)",
     )
+    p.add_argument(
+        "--allow-pickled-env", action="store_true",
+        help="Run a torchrl env the trainer sends as a pickle (it runs the trainer's code on this host; "
+             "needs torchrl and cloudpickle)",
+    )
     return p.parse_args(argv)
 
 
@@ -67,7 +72,7 @@ def main(argv=None):
         # Nodes come and go: SIGTERM or SIGINT leaves the run cleanly, as `rollout node` does.
         Session(
             args.join, token, name, args.index, args.connect_timeout, leave_on_signals=True,
-            double_to_float=args.double_to_float,
+            double_to_float=args.double_to_float, allow_pickled_env=args.allow_pickled_env,
         ).run()
     except JoinError as e:
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)

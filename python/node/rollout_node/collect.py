@@ -20,9 +20,10 @@ import time
 import gymnasium as gym
 import numpy as np
 
-from . import node_spec, spaces
+from . import node_spec, spaces, torchrl_env
 from .policy import ActionSpace, Policy, fill_recorded, random_actions, random_log_density
 from .recurrent import RecurrentState
+from .torchrl_env import PICKLED_ENV
 
 #: Defaults of ``spec.max_restarts`` and ``spec.restart_window_ms``.
 DEFAULT_MAX_RESTARTS = 5
@@ -114,7 +115,7 @@ def _import_for(name):
 class Workers:
     """The ``E`` env workers of one node and the state of their episodes."""
 
-    def __init__(self, spec, double_to_float=False):
+    def __init__(self, spec, double_to_float=False, allow_pickled_env=False):
         try:
             node_spec.check(spec)
         except node_spec.SpecError as e:
@@ -145,16 +146,28 @@ class Workers:
         self.max_restarts = int(spec.get("max_restarts", DEFAULT_MAX_RESTARTS))
         self.window = max(int(spec.get("restart_window_ms", DEFAULT_RESTART_WINDOW_MS)), 1) / 1000.0
         self.base_seed = self.seed
-        _import_for(self.env_name)
+        #: A torchrl env the trainer pickled (``torchrl_env``): it truncates its episodes itself.
+        self.pickled = self.env_name == PICKLED_ENV
+        if self.pickled:
+            try:
+                self._make_env = torchrl_env.factory(config, allow_pickled_env)
+            except torchrl_env.PickledEnvError as e:
+                raise BuildError(str(e)) from None
+        else:
+            _import_for(self.env_name)
+            name = self.env_name
+            self._make_env = lambda: _make(name, config)
         try:
             #: Episodes are truncated after this many steps (None: never), as gymnasium's
             #: ``TimeLimit`` would; the node applies it (see :func:`_make`).
-            self.time_limit = time_limit(self.env_name, config)
+            self.time_limit = None if self.pickled else time_limit(self.env_name, config)
             self.vec = gym.vector.SyncVectorEnv(
                 [self._factory(k) for k in range(self.E)],
                 autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
             )
         except Exception as e:
+            if self.pickled:  # its config is the pickle: not shown
+                raise BuildError(f"cannot make the pickled torchrl env: {e}") from None
             raise BuildError(f"cannot make env `{self.env_name}` with config {config}: {e}") from None
         try:
             self._build_policy(spec, double_to_float)
@@ -217,8 +230,8 @@ class Workers:
         self.recorded = self.policy.recorded_layout()
 
     def _factory(self, k):
-        name, config = self.env_name, self.config
-        return lambda: _Blame(_make(name, config), k)
+        make = self._make_env
+        return lambda: _Blame(make(), k)
 
     def layout(self):
         """The ``ready`` layout: each key's dtype and feature shape (``EnvSpecs::batch_layout``),
@@ -788,6 +801,11 @@ def snapshot(workers):
     w = workers
     if w.fresh.any():
         w._start_fresh(w.fresh)  # the id the next step would hand out, handed out now
+    if w.pickled:
+        raise CheckpointError(
+            "a pickled torchrl env cannot be checkpointed by the Python node (its state is the env's and "
+            "its transforms', which the node cannot save); checkpoint runs of env ids"
+        )
     if not w.single:
         raise CheckpointError("an env of dict observations cannot be checkpointed by the Python node")
     sampler = {"rng": _rng_state(w.policy.rng), "spare": None}
@@ -816,6 +834,8 @@ def restore(workers, state):
     """Goes on from a ``NodeState`` a Python node of the same spec wrote (checked first:
     nothing changes when it does not fit)."""
     w = workers
+    if w.pickled:
+        raise CheckpointError("a pickled torchrl env cannot be restored by the Python node (nor checkpointed)")
     ws = state.get("workers")
     if not isinstance(ws, list) or len(ws) != w.E // w.K:
         raise CheckpointError(f"the state has {len(ws) if isinstance(ws, list) else 'no'} workers, this node {w.E // w.K}")

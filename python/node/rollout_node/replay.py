@@ -7,7 +7,8 @@ trajectory ids, observations carried from one frame to the next).
 Only the classic-control envs whose whole state is their observation can be replayed so:
 CartPole-v1, Pendulum-v1, MountainCarContinuous-v0. With ``--seed S`` any env is, by seed
 (``replay_by_seed``): row ``r`` of the run reset with ``S + r``, stepped with the recorded
-actions (``--env-config JSON`` as the run's, ``--max-frames-per-traj N`` as the run's).
+actions (``--env-config JSON`` as the run's, ``--max-frames-per-traj N`` as the run's); a
+pickled torchrl env by seed too, ``--pickled-env PKL`` instead of ``--env``.
 """
 
 import argparse
@@ -115,7 +116,9 @@ def main(argv=None):
     """Exit 0 when every frame replays, 1 otherwise (problems on stderr)."""
     p = argparse.ArgumentParser(prog="python -m rollout_node.replay")
     p.add_argument("file")
-    p.add_argument("--env", required=True)
+    p.add_argument("--env", help="the run's env id (or --pickled-env)")
+    p.add_argument("--pickled-env", metavar="PKL",
+                   help="with --seed: a torchrl env function (or env) saved with cloudpickle.dump, as the run pickled it")
     p.add_argument("--weights", help="with --policy: check every action against this node's policy with these weights")
     p.add_argument("--policy", help="the run's PolicySpec as JSON, e.g. '{\"config\": {\"kind\": \"linear\"}, \"exploration\": \"deterministic\"}'")
     p.add_argument("--seed", type=int, help="replay any env by seed: row r was first reset with SEED + r")
@@ -124,6 +127,13 @@ def main(argv=None):
     p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
                    help="import MODULE first (it registers envs with gymnasium); repeatable")
     args = p.parse_args(argv)
+    if (args.env is None) == (args.pickled_env is None) or (args.pickled_env is not None and args.seed is None):
+        p.error("give --env, or --pickled-env with --seed")
+    if args.pickled_env is not None:
+        from .torchrl_env import PICKLED_ENV, config_of
+
+        with open(args.pickled_env, "rb") as f:
+            args.env, args.env_config = PICKLED_ENV, config_of(f.read())
     import importlib
 
     for m in args.imports:
@@ -137,14 +147,15 @@ def main(argv=None):
 
         from .replay_by_seed import check_by_seed
 
-        config = json.loads(args.env_config) if args.env_config else None
+        config = json.loads(args.env_config) if isinstance(args.env_config, str) else args.env_config
         problems, frames = check_by_seed(args.file, args.env, args.seed, config, args.max_frames_per_traj)
         for line in problems[:20]:
             print(line, file=sys.stderr)
         if problems:
             print(f"{len(problems)} rows do not replay ({frames} frames)", file=sys.stderr)
             return 1
-        print(f"{frames} frames replay through gymnasium {args.env} by seed")
+        what = "the pickled torchrl env" if args.pickled_env is not None else f"gymnasium {args.env}"
+        print(f"{frames} frames replay through {what} by seed")
         return 0
     if args.weights:
         import json

@@ -6,6 +6,11 @@ an f64 observation kept f64 exactly). This is how MuJoCo or Atari frames are che
 state cannot be set from an observation (``python -m rollout_node.replay FILE --env ID
 --seed S``).
 
+A pickled torchrl env (``name`` ``torchrl_env.PICKLED_ENV``, ``config`` its spec's config;
+``python -m rollout_node.replay FILE --pickled-env PKL --seed S`` with PKL a file of
+``cloudpickle.dump(make_env, f)``) is replayed as the node stepped it: ``set_seed(seed + r)``,
+``reset()``, ``step`` with the recorded actions.
+
 It holds for a run whose envs were seeded once, at the start, with the seed chain starting at
 ``seed`` (the trainer's ``seed``, ``rollout.seed`` for a node alone), and that no worker
 restarted: a restart reseeds its env, a ``seed`` frame cuts every episode.
@@ -14,6 +19,7 @@ restarted: a restart reseeds its env, a ``seed`` frame cuts every episode.
 import gymnasium as gym
 import numpy as np
 
+from . import torchrl_env
 from .replay import records
 
 
@@ -59,9 +65,14 @@ def check_by_seed(path, name, seed, config=None, max_frames_per_traj=None):
     every frame replays)."""
     problems, frames = [], 0
     rows = _rows(path)
+    if name == torchrl_env.PICKLED_ENV:
+        make = torchrl_env.factory(config, allowed=True)  # the caller's own pickle
+    else:
+        def make():
+            return gym.make(name, **(config or {}))
     for r in sorted(rows):
         data = rows[r]
-        env = gym.make(name, **(config or {}))
+        env = make()
         obs, _ = env.reset(seed=seed + r)
         sc = 0
         for t in range(len(data["collector.traj_ids"])):

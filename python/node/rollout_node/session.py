@@ -85,8 +85,13 @@ def _connect(addr, timeout):
 class Session:
     """A joined node: serves the trainer until `shutdown` (returns) or fails (JoinError)."""
 
-    def __init__(self, addr, token, name, index=None, connect_timeout=30.0, leave_on_signals=False, double_to_float=False):
+    def __init__(
+        self, addr, token, name, index=None, connect_timeout=30.0, leave_on_signals=False, double_to_float=False,
+        allow_pickled_env=False,
+    ):
         self.addr, self.token, self.name, self.index = addr, token, name, index
+        #: A torchrl env the trainer sends as a pickle is loaded (it runs the trainer's code).
+        self.allow_pickled_env = allow_pickled_env
         #: f64 boxes are reported and collected as f32 (torchrl's DoubleToFloat).
         self.double_to_float = double_to_float
         self.connect_timeout = connect_timeout
@@ -249,7 +254,7 @@ class Session:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     previous[sig] = signal.signal(sig, _leave_on_signal)
             try:
-                self.workers = Workers(welcome["spec"], self.double_to_float)
+                self.workers = Workers(welcome["spec"], self.double_to_float, self.allow_pickled_env)
                 if welcome.get("weights") is not None:
                     version, tensors = wire.weights_from_wire(welcome["weights"])
                     self.workers.policy.set_weights(version, tensors)
