@@ -9,12 +9,24 @@ state cannot be set from an observation (``python -m rollout_node.replay FILE --
 It holds for a run whose envs were seeded once, at the start, with the seed chain starting at
 ``seed`` (the trainer's ``seed``, ``rollout.seed`` for a node alone), and that no worker
 restarted: a restart reseeds its env, a ``seed`` frame cuts every episode.
+
+An EnvPool id (``envpool:Pong-v5``, ``envpool_backend``) replays the same way through a pool
+of one env seeded ``(seed + r) mod 2^31``: EnvPool gives each env a generator of its own, so
+env ``r`` of a node's pool is that env.
 """
 
 import gymnasium as gym
 import numpy as np
 
+from .envpool_backend import EnvPoolEnv, is_envpool
 from .replay import records
+
+
+def make_env(name, config=None):
+    """A fresh env ``name`` with ``config``: gymnasium's, or EnvPool's for an ``envpool:`` id."""
+    if is_envpool(name):
+        return EnvPoolEnv(name, config)
+    return gym.make(name, **(config or {}))
 
 
 def _rows(path):
@@ -61,7 +73,7 @@ def check_by_seed(path, name, seed, config=None, max_frames_per_traj=None):
     rows = _rows(path)
     for r in sorted(rows):
         data = rows[r]
-        env = gym.make(name, **(config or {}))
+        env = make_env(name, config)
         obs, _ = env.reset(seed=seed + r)
         sc = 0
         for t in range(len(data["collector.traj_ids"])):
