@@ -101,6 +101,21 @@ def test_frames_are_envpools_own_loop_key_for_key(task, config, E, K, ends):
     w.close()
 
 
+def test_a_linear_policy_after_init_random_frames_is_exact_too():
+    s = spec("HalfCheetah-v5", 2, 2, {"max_episode_steps": 25}, init_random_frames=20)
+    s["policy"] = {"config": {"kind": "linear"}, "exploration": "deterministic", "init_seed": 0}
+    w = make_workers(s)
+    rng = np.random.default_rng(3)
+    w.policy.set_weights(0, {k: rng.uniform(-0.5, 0.5, v).astype(np.float32) for k, v in w.policy.layout.items()})
+    b = collect(w, 2 * 20, 2)
+    assert_own_loop(b, "HalfCheetah-v5", {"max_episode_steps": 25}, 2)
+    # The worker's first 20 frames (10 columns of its 2 envs) are random, the rest the policy's.
+    mine = w.policy.act(b["observation"][:, 10:].reshape(-1, 17).astype(np.float32)).reshape(2, 30, 6)
+    assert np.array_equal(b["action"][:, 10:], mine)
+    assert not np.array_equal(b["action"][:, 9], w.policy.act(b["observation"][:, 9].astype(np.float32)))
+    w.close()
+
+
 def test_specs_and_layout_are_envpools_spaces():
     w = make_workers(spec("Pong-v5", 2, 2, {"stack_num": 2, "img_height": 64, "img_width": 48}))
     assert w.specs == {
@@ -133,7 +148,7 @@ def test_runs_replay_by_seed_and_a_wrong_seed_is_named(tmp_path, capsys):
     assert len(problems) == 4 and problems[0].startswith("row 0 frame "), problems
     args = [str(tmp_path / "out"), "--env", "envpool:Pong-v5", "--seed", str(SEED), "--env-config", '{"max_episode_steps": 12}']
     assert replay_main(args) == 0
-    assert "80 frames replay" in capsys.readouterr().out
+    assert "80 frames replay through EnvPool envpool:Pong-v5 by seed" in capsys.readouterr().out
     w.close()
 
 
