@@ -7,7 +7,8 @@ trajectory ids, observations carried from one frame to the next).
 Only the classic-control envs whose whole state is their observation can be replayed so:
 CartPole-v1, Pendulum-v1, MountainCarContinuous-v0. With ``--seed S`` any env is, by seed
 (``replay_by_seed``): row ``r`` of the run reset with ``S + r``, stepped with the recorded
-actions (``--env-config JSON`` as the run's, ``--max-frames-per-traj N`` as the run's).
+actions (``--env-config JSON`` as the run's, ``--max-frames-per-traj N`` as the run's);
+``envpool:<task>`` ids too, through EnvPool.
 """
 
 import argparse
@@ -144,7 +145,8 @@ def main(argv=None):
         if problems:
             print(f"{len(problems)} rows do not replay ({frames} frames)", file=sys.stderr)
             return 1
-        print(f"{frames} frames replay through gymnasium {args.env} by seed")
+        through = "EnvPool" if args.env.startswith("envpool:") else "gymnasium"
+        print(f"{frames} frames replay through {through} {args.env} by seed")
         return 0
     if args.weights:
         import json
