@@ -4,13 +4,15 @@ every frame the node collects is EnvPool's own loop's (one pool of all the envs,
 action EnvPool ignores, are not transitions and are dropped), key for key, for Atari and MuJoCo
 tasks; runs replay by seed; what EnvPool cannot do (checkpoints) is refused by name."""
 
+import threading
+
 import msgpack
 import numpy as np
 import pytest
 
 from conftest import node_spec
 from rollout_node import wire
-from rollout_node.collect import BuildError, CheckpointError, restart_seed, restore, snapshot
+from rollout_node.collect import BuildError, CheckpointError, Stopped, restart_seed, restore, snapshot
 from rollout_node.envpool_backend import EnvPoolEnv, EnvPoolWorkers, make_workers
 from rollout_node.replay import main as replay_main
 from rollout_node.replay_by_seed import check_by_seed
@@ -205,6 +207,19 @@ def test_a_failing_pool_restarts_its_worker_with_restart_seeds(monkeypatch):
             assert np.array_equal(b["observation"][k, t], obs), f"row {k} frame {t}"
             obs, r, _, _, _ = e.step(b["action"][k, t])
             assert np.array_equal(b["next.observation"][k, t], obs) and b["next.reward"][k, t, 0] == np.float32(r)
+    w.close()
+
+
+def test_a_stop_ends_the_batch_between_steps_and_the_next_batch_goes_on():
+    w = make_workers(spec("HalfCheetah-v5", 2, 2))
+    first = w.collect(2 * 4)
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(Stopped):
+        w.collect(2 * 4, stop=stop)
+    after = w.collect(2 * 4)  # no step was taken: the episodes go on where the first batch left them
+    assert np.array_equal(after["observation"][:, 0], first["next.observation"][:, -1])
+    assert list(after["step_count"][0, :, 0]) == [4, 5, 6, 7]
     w.close()
 
 
