@@ -15,11 +15,13 @@ python3 -c "import msgpack" 2>/dev/null || python3 -m pip install --quiet --disa
 # below, and tests/tests/python_node.rs starts nodes with this venv's python. MuJoCo and
 # ale-py (Atari, ROMs included) from PyPI: the node's tests collect and replay their envs.
 # The node's `onnx` extra (onnxruntime, onnx) runs the `onnx` policy; torch (from PyPI, used
-# on the CPU only; pip's cache keeps its wheels) exports the models its tests run.
+# on the CPU only; pip's cache keeps its wheels) exports the models its tests run. Its
+# `envpool` extra (EnvPool, from PyPI: adds packages, downgrades none) serves `envpool:<task>`
+# ids, which the tests check against EnvPool's own loop.
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check "./python/node[onnx]" pytest "gymnasium[mujoco]" ale-py torch
+.venv/bin/python -m pip install --quiet --disable-pip-version-check "./python/node[onnx,envpool]" pytest "gymnasium[mujoco]" ale-py torch
 
 # A real one-node SLURM cluster for tests/tests/slurm.rs (idempotent, fast when up).
 ./scripts/slurm-local.sh

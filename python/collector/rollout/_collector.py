@@ -153,7 +153,13 @@ def _require_rollout_node(what: str) -> None:
 
 def _python_node_command(env: str) -> list:
     """This interpreter running ``rollout_node``, or a ``ConfigError`` saying what to install."""
+    import importlib.util
+
     _require_rollout_node(repr(env))
+    if env.startswith("envpool:"):  # the Python node's EnvPool backend (docs/python-node.md)
+        if importlib.util.find_spec("envpool") is None:
+            raise _config_error("env", f"{env!r} is an EnvPool env: install envpool (pip install envpool) in this interpreter")
+        return [sys.executable, "-m", "rollout_node"]
     try:
         import gymnasium
     except ImportError:
@@ -327,7 +333,8 @@ class DistributedCollector:
 
     Built-in envs (stepped in Rust): ``CartPole-v1``, ``Pendulum-v1``,
     ``MountainCarContinuous-v0``, ``Counting``; any other id runs on Python nodes
-    (``rollout_node``, gymnasium's envs and any it can import).
+    (``rollout_node``, gymnasium's envs and any it can import; ``envpool:<task>``, e.g.
+    ``envpool:Pong-v5``, EnvPool's, with ``env_config`` its ``envpool.make`` arguments).
 
     Args (torchrl's names; ``None`` leaves the default said here):
         ``env`` / ``create_env_fn``: the env: an id, or torchrl's forms (a ``GymEnv``, a

@@ -146,25 +146,13 @@ class Workers:
         self.max_restarts = int(spec.get("max_restarts", DEFAULT_MAX_RESTARTS))
         self.window = max(int(spec.get("restart_window_ms", DEFAULT_RESTART_WINDOW_MS)), 1) / 1000.0
         self.base_seed = self.seed
+        self.allow_pickled_env = allow_pickled_env
         #: A torchrl env the trainer pickled (``torchrl_env``): it truncates its episodes itself.
         self.pickled = self.env_name == PICKLED_ENV
-        if self.pickled:
-            try:
-                self._make_env = torchrl_env.factory(config, allow_pickled_env)
-            except torchrl_env.PickledEnvError as e:
-                raise BuildError(str(e)) from None
-        else:
-            _import_for(self.env_name)
-            name = self.env_name
-            self._make_env = lambda: _make(name, config)
         try:
-            #: Episodes are truncated after this many steps (None: never), as gymnasium's
-            #: ``TimeLimit`` would; the node applies it (see :func:`_make`).
-            self.time_limit = None if self.pickled else time_limit(self.env_name, config)
-            self.vec = gym.vector.SyncVectorEnv(
-                [self._factory(k) for k in range(self.E)],
-                autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-            )
+            self._build_envs(config)
+        except BuildError:
+            raise
         except Exception as e:
             if self.pickled:  # its config is the pickle: not shown
                 raise BuildError(f"cannot make the pickled torchrl env: {e}") from None
@@ -193,16 +181,51 @@ class Workers:
         #: into them touches no fresh page (an Atari batch is 200 kB a frame).
         self._pool = {}
 
+    def _build_envs(self, config):
+        """Builds the node's envs (a backend of other envs overrides it, with
+        :meth:`_spaces`): here one gymnasium ``SyncVectorEnv`` of all ``E``, each made by
+        ``gym.make`` or, for a pickled torchrl env, by the trainer's pickle."""
+        if self.pickled:
+            try:
+                self._make_env = torchrl_env.factory(config, self.allow_pickled_env)
+            except torchrl_env.PickledEnvError as e:
+                raise BuildError(str(e)) from None
+        else:
+            _import_for(self.env_name)
+            name = self.env_name
+            self._make_env = lambda: _make(name, config)
+        #: Episodes are truncated after this many steps (None: never), as gymnasium's
+        #: ``TimeLimit`` would; the node applies it (see :func:`_make`).
+        self.time_limit = None if self.pickled else time_limit(self.env_name, config)
+        self.vec = gym.vector.SyncVectorEnv(
+            [self._factory(k) for k in range(self.E)],
+            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+        )
+
+    def _spaces(self):
+        """One env's ``(observation_space, action_space)``."""
+        return self.vec.single_observation_space, self.vec.single_action_space
+
+    def refuse_checkpoint(self):
+        """Raises CheckpointError when these envs cannot be snapshotted or restored at all
+        (a pickled torchrl env; a backend whose env state is out of reach overrides it);
+        gymnasium's envs are checked one by one in :func:`snapshot`."""
+        if self.pickled:
+            raise CheckpointError(
+                "a pickled torchrl env cannot be checkpointed by the Python node (its state is the env's and "
+                "its transforms', which the node cannot save); checkpoint runs of env ids"
+            )
+
     def _build_policy(self, spec, double_to_float):
         """The specs, the observation's batch entries, the action space and the policy
         (SpaceError for a space the node or its policy cannot take)."""
         #: ``ready.specs`` (PROTOCOL.md §3, Spaces).
-        self.specs = spaces.specs(self.vec.single_observation_space, self.vec.single_action_space, double_to_float)
+        self.specs = spaces.specs(*self._spaces(), double_to_float)
         self.leaves = spaces.leaves(self.specs["observation"])
         #: One observation entry (no dict): the fast loop writes the env's value as it is.
         self.single = len(self.leaves) == 1 and not self.leaves[0].path
         self._floats = [i for i, leaf in enumerate(self.leaves) if leaf.dtype in ("f32", "f64")]
-        self.action = ActionSpace.of(self.vec.single_action_space)
+        self.action = ActionSpace.of(self._spaces()[1])
         pol = spec.get("policy") or {}
         config = pol.get("config") if isinstance(pol.get("config"), dict) else {}
         kind = config.get("kind")
@@ -388,17 +411,10 @@ class Workers:
             if len(free) < 2:
                 free.append(a)
 
-    def collect(self, frames, stop=None):
-        """One batch of ``frames`` frames as a dict of numpy arrays ``[E, T, ...]``. ``stop``
-        (a ``threading.Event``, set by another thread) is looked at before the first step and
-        every ``STOP_CHECK_STEPS`` steps: once set, :class:`Stopped` is raised there."""
+    def _new_batch(self, T):
+        """A batch of ``T`` frames per row to be written, ``{key: [E, T, ...]}``: the layout's
+        keys, in arrays recycled where there are some."""
         E = self.E
-        if frames == 0 or frames % E:
-            raise NodeFailed(f"{frames} frames do not split evenly over {E} env workers")
-        T = frames // E
-        if self.reset_each:
-            self.needs_reset[:] = True
-            self.fresh[:] = False
         new = self._array
         b = {"observation" + leaf.suffix: new((E, T) + leaf.shape, leaf.np) for leaf in self.leaves}
         b["action"] = new((E, T) + self.action.shape, self.action.dtype)
@@ -414,6 +430,20 @@ class Workers:
         })
         for key, (dtype, shape) in self.recording().items():
             b[key] = new((E, T, *shape), _RECORDED_DTYPES[dtype])
+        return b
+
+    def collect(self, frames, stop=None):
+        """One batch of ``frames`` frames as a dict of numpy arrays ``[E, T, ...]``. ``stop``
+        (a ``threading.Event``, set by another thread) is looked at before the first step and
+        every ``STOP_CHECK_STEPS`` steps: once set, :class:`Stopped` is raised there."""
+        E = self.E
+        if frames == 0 or frames % E:
+            raise NodeFailed(f"{frames} frames do not split evenly over {E} env workers")
+        T = frames // E
+        if self.reset_each:
+            self.needs_reset[:] = True
+            self.fresh[:] = False
+        b = self._new_batch(T)
         pos = np.zeros(E, np.int64)
         self._salvaged = []
         t = self._collect_columns(b, T, stop)  # the fast path: every row at the same column
@@ -799,13 +829,9 @@ def snapshot(workers):
     episode and ids, the policy's generator and a recurrent policy's state of its envs
     (``RolloutState.recurrent``, §8); CheckpointError when an env cannot."""
     w = workers
+    w.refuse_checkpoint()
     if w.fresh.any():
         w._start_fresh(w.fresh)  # the id the next step would hand out, handed out now
-    if w.pickled:
-        raise CheckpointError(
-            "a pickled torchrl env cannot be checkpointed by the Python node (its state is the env's and "
-            "its transforms', which the node cannot save); checkpoint runs of env ids"
-        )
     if not w.single:
         raise CheckpointError("an env of dict observations cannot be checkpointed by the Python node")
     sampler = {"rng": _rng_state(w.policy.rng), "spare": None}
@@ -834,8 +860,7 @@ def restore(workers, state):
     """Goes on from a ``NodeState`` a Python node of the same spec wrote (checked first:
     nothing changes when it does not fit)."""
     w = workers
-    if w.pickled:
-        raise CheckpointError("a pickled torchrl env cannot be restored by the Python node (nor checkpointed)")
+    w.refuse_checkpoint()
     ws = state.get("workers")
     if not isinstance(ws, list) or len(ws) != w.E // w.K:
         raise CheckpointError(f"the state has {len(ws) if isinstance(ws, list) else 'no'} workers, this node {w.E // w.K}")

@@ -277,7 +277,15 @@ def random_log_density(a):
     """The random policy's log-density, the same for every action (docs/policies.md):
     discrete ``-ln n``; box ``-sum ln(high - low)``, ``-ln 2`` for an element with an
     infinite bound (the ``[-1, 1]`` it is drawn from); multi-discrete ``-sum ln nvec``;
-    multi-binary ``-n ln 2``. float64 sums, float32 out."""
+    multi-binary ``-n ln 2``. float64 sums, float32 out; computed once per action space
+    (the random policy records it at every step)."""
+    d = a.__dict__.get("_log_density")
+    if d is None:
+        d = a._log_density = _log_density(a)
+    return d
+
+
+def _log_density(a):
     if a.discrete:
         return np.float32(-np.log(np.float64(a.n)))
     if a.kind == "multi_discrete":
@@ -321,8 +329,12 @@ def random_actions(a, rng, k):
         return rng.integers(0, a.nvec, size=(k, a.nvec.size), dtype=np.int64)
     if a.kind == "multi_binary":
         return rng.integers(0, 2, size=(k, a.n), dtype=np.uint8)
-    finite = np.isfinite(a.low) & np.isfinite(a.high)
-    lo = np.where(finite, a.low.astype(np.float64), -1.0)
-    span = np.where(finite, a.high.astype(np.float64) - a.low.astype(np.float64), 2.0)
+    box = a.__dict__.get("_uniform")  # the bounds drawn within, once per action space
+    if box is None:
+        finite = np.isfinite(a.low) & np.isfinite(a.high)
+        lo = np.where(finite, a.low.astype(np.float64), -1.0)
+        span = np.where(finite, a.high.astype(np.float64) - a.low.astype(np.float64), 2.0)
+        box = a._uniform = (lo, span)
+    lo, span = box
     v = (lo + span * rng.random((k, a.low.size))).astype(np.float32)
     return np.minimum(np.maximum(v, a.low), a.high).reshape((k,) + a.shape)

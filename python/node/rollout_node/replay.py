@@ -7,8 +7,9 @@ trajectory ids, observations carried from one frame to the next).
 Only the classic-control envs whose whole state is their observation can be replayed so:
 CartPole-v1, Pendulum-v1, MountainCarContinuous-v0. With ``--seed S`` any env is, by seed
 (``replay_by_seed``): row ``r`` of the run reset with ``S + r``, stepped with the recorded
-actions (``--env-config JSON`` as the run's, ``--max-frames-per-traj N`` as the run's); a
-pickled torchrl env by seed too, ``--pickled-env PKL`` instead of ``--env``.
+actions (``--env-config JSON`` as the run's, ``--max-frames-per-traj N`` as the run's);
+``envpool:<task>`` ids too, through EnvPool; a pickled torchrl env by seed too,
+``--pickled-env PKL`` instead of ``--env``.
 """
 
 import argparse
@@ -154,7 +155,10 @@ def main(argv=None):
         if problems:
             print(f"{len(problems)} rows do not replay ({frames} frames)", file=sys.stderr)
             return 1
-        what = "the pickled torchrl env" if args.pickled_env is not None else f"gymnasium {args.env}"
+        if args.pickled_env is not None:
+            what = "the pickled torchrl env"
+        else:
+            what = f"{'EnvPool' if args.env.startswith('envpool:') else 'gymnasium'} {args.env}"
         print(f"{frames} frames replay through {what} by seed")
         return 0
     if args.weights:

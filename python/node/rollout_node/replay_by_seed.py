@@ -14,13 +14,25 @@ A pickled torchrl env (``name`` ``torchrl_env.PICKLED_ENV``, ``config`` its spec
 It holds for a run whose envs were seeded once, at the start, with the seed chain starting at
 ``seed`` (the trainer's ``seed``, ``rollout.seed`` for a node alone), and that no worker
 restarted: a restart reseeds its env, a ``seed`` frame cuts every episode.
+
+An EnvPool id (``envpool:Pong-v5``, ``envpool_backend``) replays the same way through a pool
+of one env seeded ``(seed + r) mod 2^31``: EnvPool gives each env a generator of its own, so
+env ``r`` of a node's pool is that env.
 """
 
 import gymnasium as gym
 import numpy as np
 
 from . import torchrl_env
+from .envpool_backend import EnvPoolEnv, is_envpool
 from .replay import records
+
+
+def make_env(name, config=None):
+    """A fresh env ``name`` with ``config``: gymnasium's, or EnvPool's for an ``envpool:`` id."""
+    if is_envpool(name):
+        return EnvPoolEnv(name, config)
+    return gym.make(name, **(config or {}))
 
 
 def _rows(path):
@@ -69,7 +81,7 @@ def check_by_seed(path, name, seed, config=None, max_frames_per_traj=None):
         make = torchrl_env.factory(config, allowed=True)  # the caller's own pickle
     else:
         def make():
-            return gym.make(name, **(config or {}))
+            return make_env(name, config)
     for r in sorted(rows):
         data = rows[r]
         env = make()

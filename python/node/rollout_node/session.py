@@ -15,7 +15,8 @@ import time
 
 from . import wire
 from . import collect as checkpoint
-from .collect import BuildError, CheckpointError, NodeFailed, Stopped, Workers
+from .collect import BuildError, CheckpointError, NodeFailed, Stopped
+from .envpool_backend import make_workers
 from .policy import PolicyError
 from .spaces import SpaceError
 
@@ -254,7 +255,7 @@ class Session:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     previous[sig] = signal.signal(sig, _leave_on_signal)
             try:
-                self.workers = Workers(welcome["spec"], self.double_to_float, self.allow_pickled_env)
+                self.workers = make_workers(welcome["spec"], self.double_to_float, self.allow_pickled_env)
                 if welcome.get("weights") is not None:
                     version, tensors = wire.weights_from_wire(welcome["weights"])
                     self.workers.policy.set_weights(version, tensors)
