@@ -569,7 +569,8 @@ mod tests {
 
     #[test]
     fn each_bad_number_is_refused_naming_its_field() {
-        let cases: Vec<(&str, Box<dyn Fn(&mut OrnsteinUhlenbeck)>)> = vec![
+        type Break = Box<dyn Fn(&mut OrnsteinUhlenbeck)>;
+        let cases: Vec<(&str, Break)> = vec![
             ("exploration.theta", Box::new(|m| m.theta = f32::NAN)),
             ("exploration.dt", Box::new(|m| m.dt = 0.0)),
             ("exploration.sigma", Box::new(|m| m.sigma = -1.0)),
@@ -600,7 +601,10 @@ mod tests {
         let lstm = StateTensor::new("recurrent_state", [1, 8]);
         let mut state = vec![lstm.clone()];
         state.extend(module.state(2));
-        assert_eq!(module.model_state(true, &action(), &state).unwrap(), &[lstm.clone()]);
+        assert_eq!(
+            module.model_state(true, &action(), &state).unwrap(),
+            std::slice::from_ref(&lstm)
+        );
         // Out of order, the wrong size, or missing: refused naming the state.
         let swapped = vec![state[0].clone(), state[2].clone(), state[1].clone()];
         for bad in [swapped, vec![lstm], module.state(3).to_vec()] {
