@@ -356,7 +356,9 @@ class Session:
                     else:
                         self.send({"type": "restored", "node": self.node})
                 elif t == "shutdown":
-                    self.send({"type": "down", "node": self.node})
+                    # The connection's last frame: a heartbeat the reader or the timer queues
+                    # after it is not sent (PROTOCOL.md §5, Shutdown).
+                    self.outbox.put(("last", wire.encode({"type": "down", "node": self.node})))
                     return
                 elif t in ("hello", "challenge", "auth", "welcome", "reject"):
                     raise JoinError(f"protocol error: a `{t}` frame after the handshake")
