@@ -55,8 +55,10 @@ pub fn initial_weights_for(policy: &PolicySpec, specs: &EnvSpecs) -> Result<Opti
             .action
             .as_spec()
             .map_err(|why| format!("policy onnx cannot take action: {why}"))?;
-        // An exploration module's state is not the model's; its numbers, head and
-        // action are checked here too, before any node acts.
+        // The state's naming rules (PROTOCOL.md §8, Recurrent) hold for a config made by
+        // hand too. An exploration module's state is not the model's; its numbers, head
+        // and action are checked here too, before any node acts.
+        crate::policy::check_state(policy.config.state()).map_err(fail)?;
         let state = policy.config.checked_model_state(&action).map_err(fail)?;
         model
             .check_node_specs(&specs.batch_layout(), &action, *head, state)

@@ -170,3 +170,16 @@ fn the_trainer_refuses_a_model_without_the_eps_it_names_before_any_node_acts() {
     let err = initial_weights_for(&normal, &specs).unwrap_err();
     assert!(err.contains("deterministic"), "{err}");
 }
+
+#[test]
+fn the_trainer_holds_a_hand_made_state_to_the_naming_rules() {
+    let (o, a) = pendulum();
+    let specs = EnvSpecs::from_specs(&o, &a);
+    let mut spec = PolicySpec::from(config(with_eps(EPS, 0.5), walk(0.3)));
+    if let PolicyConfig::Onnx { state, .. } = &mut spec.config {
+        state.insert(0, crate::policy::StateTensor::new("next.h", [4]));
+    }
+    // The rule's own words (state[0]: ...), not the model's missing input.
+    let err = initial_weights_for(&spec, &specs).unwrap_err();
+    assert!(err.contains("state[0]") && err.contains("next.h"), "{err}");
+}
