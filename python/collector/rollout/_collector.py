@@ -361,7 +361,8 @@ class DistributedCollector:
         ``collector_kwargs``: one dict per node (``env``, ``env_config``,
             ``envs_per_node``, ``exploration_type``).
         ``node_program``: the ``rollout`` binary the process and SLURM launchers start
-            (``$ROLLOUT_BIN`` or ``rollout`` on ``PATH``); ``node_command``: instead, the
+            (``$ROLLOUT_BIN`` or ``rollout`` on ``PATH``; without one, the same Rust node
+            from this package, ``python -m rollout node``); ``node_command``: instead, the
             words of any command starting a node, e.g.
             ``[sys.executable, "-m", "rollout_node"]``.
         ``update_after_each_batch`` (False), ``max_weight_update_interval`` (never),
@@ -508,10 +509,8 @@ class DistributedCollector:
         elif launcher in ("process", "slurm") and node_program is None and not pickled:
             node_program = os.environ.get("ROLLOUT_BIN") or shutil.which("rollout")
             if node_program is None:
-                raise _config_error(
-                    "node_program",
-                    f"the {launcher} launcher starts the `rollout` binary: put it on PATH, set ROLLOUT_BIN or pass node_program",
-                )
+                # No binary: the same Rust node from this package's extension.
+                node_command = [sys.executable, "-m", "rollout", "node"]
         if pickled:
             from ._pickled_env import node_command as pickled_node_command
 

@@ -61,3 +61,14 @@ def builtin_env_specs(name: str, config: Optional[str] = None) -> Optional[str]:
 
 def bench_rust_loop(settings: Dict[str, Any], batches: int, recycle: bool) -> Tuple[float, int]: ...
 def bench_rust_weights(settings: Dict[str, Any], weights: Mapping[str, np.ndarray], rounds: int) -> float: ...
+
+def run_node(
+    join: str,
+    token_file: Optional[str] = None,
+    allow_insecure_token_file: bool = False,
+    name: Optional[str] = None,
+    index: Optional[int] = None,
+    connect_timeout: float = 30.0,
+) -> None:
+    """A Rust node (``rollout node``'s code): joins the trainer at ``join`` and serves it
+    until it shuts the node down, or leaves on SIGTERM/SIGINT; blocking."""

@@ -5,8 +5,8 @@
 //! its own (`runner`), settings read from a dict (`config`), batches as NumPy
 //! arrays viewing the run's buffers, given back when freed (`storage`), weights
 //! read from NumPy (`convert`), Rust errors as Python exceptions (`errors`),
-//! Rust's log events as Python `logging` records (`log_bridge`) and the
-//! built-in envs' spaces (`specs`).
+//! Rust's log events as Python `logging` records (`log_bridge`), the
+//! built-in envs' spaces (`specs`) and a Rust node (`node`: `python -m rollout node`).
 
 mod bench;
 mod collector;
@@ -14,6 +14,7 @@ mod config;
 mod convert;
 mod errors;
 mod log_bridge;
+mod node;
 mod runner;
 mod specs;
 mod storage;
@@ -30,6 +31,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(log_bridge::refresh_log_levels, m)?)?;
     m.add_function(wrap_pyfunction!(config::check_checkpoint, m)?)?;
     m.add_function(wrap_pyfunction!(specs::builtin_env_specs, m)?)?;
+    m.add_function(wrap_pyfunction!(node::run_node, m)?)?;
     log_bridge::install(m.py())?;
     errors::register(m)
 }

@@ -71,12 +71,45 @@ def test_unknown_slurm_option_is_named():
     assert e.value.field == "slurm_kwargs" and "queue" in str(e.value)
 
 
-def test_process_launcher_needs_the_binary(monkeypatch):
+def _frames(**kw):
+    """Every batch of a sync CartPole run as ``{key: array}``, in order."""
+    with rollout.DistributedCollector("CartPole-v1", nodes=2, frames_per_batch=60, total_frames=360, seed=18, sync=True, **kw) as c:
+        pids = c.node_pids() if kw.get("launcher") == "process" else []
+        cmdlines = [pathlib.Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0") for p in pids]
+        out = [{k: np.array(b[k]) for k in ("observation", "action", ("next", "reward"))} for b in c]
+    return out, cmdlines
+
+
+def test_without_the_binary_the_process_launcher_runs_the_packages_rust_node(monkeypatch):
+    local, _ = _frames()
     monkeypatch.delenv("ROLLOUT_BIN", raising=False)
     monkeypatch.setenv("PATH", "/nonexistent")
-    with pytest.raises(rollout.ConfigError) as e:
-        rollout.DistributedCollector("Counting", frames_per_batch=10, launcher="process")
-    assert e.value.field == "node_program"
+    remote, cmdlines = _frames(launcher="process")
+    # The nodes are this interpreter running the package's node: no `rollout` binary.
+    assert len(cmdlines) == 2
+    for words in cmdlines:
+        assert words[:4] == [sys.executable.encode(), b"-m", b"rollout", b"node"], words
+    # The same Rust node's frames: every batch as the in-process nodes make it.
+    assert len(remote) == len(local) == 6
+    for a, b in zip(local, remote):
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=str(key))
+
+
+def test_the_packages_node_says_what_is_wrong_in_one_line_and_exits_2(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "ROLLOUT_TOKEN"}
+    for argv, field in (
+        ([], "--join"),
+        (["--join", "127.0.0.1:1", "--index", "-1"], "index"),
+        (["--join", "127.0.0.1:1"], "token"),
+        (["--join", "127.0.0.1:1", "--connect-timeout", "nan"], "connect_timeout"),
+    ):
+        env_run = env if field == "token" else dict(env, ROLLOUT_TOKEN="a-token-of-twenty-bytes")
+        out = subprocess.run(
+            [sys.executable, "-m", "rollout", "node", *argv], env=env_run, capture_output=True, text=True, timeout=60
+        )
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and field in lines[0], (argv, out.stderr)
 
 
 def test_process_launcher_nodes():
