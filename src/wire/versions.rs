@@ -140,7 +140,7 @@ impl AdmitVersions {
     }
 }
 
-/// `3 to 6`, or `6` alone.
+/// `3 to 7`, or `7` alone.
 fn span(from: u32, to: u32) -> String {
     if from == to {
         format!("{from}")
