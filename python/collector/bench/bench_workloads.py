@@ -18,8 +18,8 @@ batch; frames/s are counted over at least ``--seconds`` seconds of batches after
 first one (start-up). Each run is a fresh process, one after the other (``--runs``):
 
 - ``limit``: what the machine can do if nothing but the env and the actor ran. (E) the
-  env's own stepping alone (``gymnasium.make``, random actions, reset on done) in one
-  process per core, all at once: env steps/s summed over the cores; (F) the actor's
+  env's own stepping alone (``gymnasium.make``, random actions drawn beforehand, reset on
+  done) in one process per core, all at once: env steps/s summed over the cores; (F) the actor's
   forward alone at the batch size rollout's nodes use (K rows a call), one process per
   core, all at once, summed: torch (the ``ProbabilisticActor`` on a TensorDict, sampling,
   ``no_grad``), and the ONNX model rollout exports in onnxruntime as the Python node runs
@@ -33,7 +33,9 @@ first one (start-up). Each run is a fresh process, one after the other (``--runs
   onnxruntime), async unless ``--sync``. Rust nodes cannot serve these envs (their
   built-in envs are CartPole-v1, Pendulum-v1, MountainCarContinuous-v0, Counting).
 - ``torchrl-collector``: torchrl's ``Collector`` (the actor in this process) over a
-  ``ParallelEnv`` of the 2K ``GymEnv`` (``--torchrl-env nested``: a ``ParallelEnv`` of
+  ``ParallelEnv`` of the 2K ``GymEnv`` (ALE/Pong-v5 as ``GymEnv(id, frame_skip=4)``, since
+  torchrl makes an ALE env with ``frameskip=1`` otherwise, its ``pixels`` renamed
+  ``observation``) (``--torchrl-env nested``: a ``ParallelEnv`` of
   ``--nodes`` workers, each a ``SerialEnv`` of K);
 - ``torchrl-multisync``: torchrl's ``MultiSyncCollector``, one worker process per node
   (``--nodes``, one per core), each a ``SerialEnv`` of K ``GymEnv`` running the actor;
@@ -137,15 +139,17 @@ def _env_worker(env_id: str, seed: int, seconds: float, barrier, out) -> None:
     env = gym.make(env_id)
     env.action_space.seed(seed)
     env.reset(seed=seed)
-    for _ in range(50):  # warm up
-        _, _, te, tr, _ = env.step(env.action_space.sample())
+    # Random actions drawn beforehand: Box.sample() alone costs about half a HalfCheetah step.
+    actions = [env.action_space.sample() for _ in range(1000)]
+    for i in range(50):  # warm up
+        _, _, te, tr, _ = env.step(actions[i])
         if te or tr:
             env.reset()
     barrier.wait()
     n, t0 = 0, time.perf_counter()
     while True:
         for _ in range(20):
-            _, _, te, tr, _ = env.step(env.action_space.sample())
+            _, _, te, tr, _ = env.step(actions[n % 1000])
             n += 1
             if te or tr:
                 env.reset()
@@ -266,13 +270,16 @@ class _TorchrlEnv:
         self.workload = workload
 
     def __call__(self):
-        from torchrl.envs import DoubleToFloat, GymEnv, TransformedEnv
+        from torchrl.envs import DoubleToFloat, GymEnv, RenameTransform, TransformedEnv
 
         _register()
         w = WORKLOADS[self.workload]
         # torchrl's GymEnv makes an ALE env with frameskip=frame_skip (default 1): ALE/Pong-v5's
         # own 4 is asked for here; the preprocessed id skips its 4 in AtariPreprocessing.
-        env = GymEnv(w.env, frame_skip=4) if w.env.startswith("ALE/") else GymEnv(w.env)
+        if w.env.startswith("ALE/"):
+            # torchrl names an RGB frame "pixels": renamed to the actor's in_key.
+            return TransformedEnv(GymEnv(w.env, frame_skip=4), RenameTransform(["pixels"], ["observation"]))
+        env = GymEnv(w.env)
         return TransformedEnv(env, DoubleToFloat()) if w.continuous else env
 
 
@@ -341,13 +348,16 @@ def collector_run(run: str, args) -> dict:
         out["startup_s"] = time.perf_counter() - t0
         out["batch_shape"] = list(first.shape)
         del first
-        t0, frames, batches = time.perf_counter(), 0, 0
+        t0, cpu0, frames, batches = time.perf_counter(), time.process_time(), 0, 0
         for td in it:
             frames += td.numel()
             batches += 1
             if time.perf_counter() - t0 >= args.seconds:
                 break
         out["seconds"] = time.perf_counter() - t0
+        # This process's CPU over the window (every thread): the trainer's share (receiving
+        # and decoding batches, the TensorDicts) for rollout, the policy's for torchrl's Collector.
+        out["this_process_cpu_s"] = time.process_time() - cpu0
         out["batches"], out["frames"] = batches, frames
         out["fps"] = frames / out["seconds"]
         if run == "rollout":
@@ -546,7 +556,7 @@ def main() -> None:
         cmd = [sys.executable, os.path.abspath(__file__), "--one", run] + sys.argv[1:]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:  # a collector whose workers died can wait for ever: give each run a deadline
-            stdout, stderr = proc.communicate(timeout=4 * args.seconds + 300)
+            stdout, stderr = proc.communicate(timeout=2 * args.seconds + 150)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             stdout, stderr = proc.communicate()
