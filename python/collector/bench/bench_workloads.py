@@ -51,6 +51,12 @@ first one (start-up). Each run is a fresh process, one after the other (``--runs
   0.29.1 and numpy 1.26.4 over 1.4.0 and 2.4.6), so it is reported as skipped unless
   ``import sample_factory`` works (and even then not run by this script).
 
+``--nodes`` defaults to the cores (2 here); K and T default to the workload's (pong-raw 4
+and 32, pong84 8 and 64, halfcheetah 8 and 128). ``--profile-nodes PREFIX`` runs rollout's
+nodes under cProfile (workloads/profiled_node.py: ``PREFIX.<pid>.prof`` and the node's wall
+and CPU times in ``PREFIX.<pid>.json``). pong84 needs OpenCV (gymnasium's
+``AtariPreprocessing`` resizes with it: ``pip install opencv-python-headless``).
+
 torchrl's envs for HalfCheetah carry ``DoubleToFloat`` (the float32 actor on float64
 observations), as torchrl's MuJoCo examples do; rollout's nodes cast the observation for
 the ONNX input themselves (the batch keeps float64), gymnasium's and EnvPool's loops
