@@ -26,7 +26,9 @@ first one (start-up). Each run is a fresh process, one after the other (``--runs
   it (``ORT_DISABLE_ALL``, 1 thread) and fully optimised (``ORT_ENABLE_ALL``, 1 thread);
   the fastest of the three is F. Every frame costs one env step and one K-th of a forward,
   on the same cores, so the limit is ``L = 1 / (1/E + 1/F)`` frames/s (per core the same:
-  ``1 / (1/e + 1/f)`` with e = E / cores, f = F / cores, times the cores).
+  ``1 / (1/e + 1/f)`` with e = E / cores, f = F / cores, times the cores). It is measured
+  before the other runs and again after them (``--limit-once``: before only); the ratios
+  are to the mean.
 - ``rollout``: ``rollout.DistributedCollector(env_id, actor, nodes=2, envs_per_node=K,
   launcher="process", node_command=[python, -m, rollout_node, --import,
   workloads.atari_envs])``: Python nodes (gymnasium's envs, the ONNX actor in
@@ -540,6 +542,7 @@ def main() -> None:
                    help="rollout's nodes run under cProfile, written to PREFIX.<pid>.prof")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--limit-once", action="store_true", help="measure the limit once, not before and after the runs")
     p.add_argument("--one", help=argparse.SUPPRESS)
     args = p.parse_args()
     w = WORKLOADS[args.workload]
@@ -554,7 +557,10 @@ def main() -> None:
     print(f"workload {args.workload}: {w.env}, {args.nodes} x {args.envs_per_node} envs, {args.steps} steps per env "
           f"per batch, {_cores()} cores; load before {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
     results = []
-    for run in [r for _ in range(args.rounds) for r in args.runs.split(",")]:
+    runs = [r for _ in range(args.rounds) for r in args.runs.split(",")]
+    if "limit" in runs and runs[-1] != "limit" and not args.limit_once:
+        runs.append("limit")  # the limit before and after the runs: L is their mean
+    for run in runs:
         why = skipped(run)
         if why:
             print(f"{run}: skipped: {why}", flush=True)
@@ -581,6 +587,8 @@ def main() -> None:
     print(f"load after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     lim = [r["fps"] for r in results if r["run"] == "limit"]
     lim_fps = sum(lim) / len(lim) if lim else None
+    if len(lim) > 1:
+        print(f"limit: {len(lim)} measurements, {min(lim):,.0f} to {max(lim):,.0f} frames/s; ratios are to their mean {lim_fps:,.0f}")
     for r in results:
         if r["run"] == "limit":
             print(f"limit: env alone {r['env_all']:,.0f} steps/s on {r['cores']} cores ({r['env_per_core']:,.0f} per core); "
