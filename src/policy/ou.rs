@@ -259,27 +259,6 @@ impl ExploringPolicy {
             steps_out[row] = n + 1.0;
         }
     }
-
-    fn check_io(&self, io: &StateIo<'_>, k: usize) -> Result<(), PolicyError> {
-        let n = self.state.len();
-        if io.is_init.len() != k || io.before.len() != n || io.after.len() != n {
-            return Err(PolicyError::Buffer(format!(
-                "an exploring call for {k} envs needs {k} is_init flags and {n} state tensors"
-            )));
-        }
-        for ((t, b), a) in self.state.iter().zip(io.before).zip(io.after.iter()) {
-            let want = t.numel() * k;
-            if b.len() != want || a.len() != want {
-                return Err(PolicyError::Buffer(format!(
-                    "state `{}` needs {want} values for {k} envs, got {} and {}",
-                    t.name,
-                    b.len(),
-                    a.len()
-                )));
-            }
-        }
-        Ok(())
-    }
 }
 
 /// `x` clipped to the finite ones of `low` and `high`.
@@ -366,7 +345,7 @@ impl Policy for ExploringPolicy {
         mut actions: ActionsMut<'_>,
         record: RecordMut<'_>,
     ) -> Result<(), PolicyError> {
-        self.check_io(&state, k)?;
+        state.check(&self.state, k)?;
         let n = self.inner_tensors;
         let (inner_after, own_after) = state.after.split_at_mut(n);
         let reborrowed = match &mut actions {

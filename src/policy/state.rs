@@ -162,6 +162,31 @@ pub struct StateIo<'a> {
     pub after: &'a mut [Vec<f32>],
 }
 
+impl StateIo<'_> {
+    /// Checks the buffers of a call for `k` envs of a policy with these `tensors`: `k`
+    /// flags, and `k` rows of each tensor before and after.
+    pub fn check(&self, tensors: &[StateTensor], k: usize) -> Result<(), PolicyError> {
+        let n = tensors.len();
+        if self.is_init.len() != k || self.before.len() != n || self.after.len() != n {
+            return Err(PolicyError::Buffer(format!(
+                "a recurrent call for {k} envs needs {k} is_init flags and {n} state tensors"
+            )));
+        }
+        for ((t, b), a) in tensors.iter().zip(self.before).zip(self.after.iter()) {
+            let want = t.numel() * k;
+            if b.len() != want || a.len() != want {
+                return Err(PolicyError::Buffer(format!(
+                    "state `{}` needs {want} values for {k} envs, got {} and {}",
+                    t.name,
+                    b.len(),
+                    a.len()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -235,7 +235,7 @@ impl OnnxPolicy {
                     "a recurrent policy acts through act_recurrent, with its state".into(),
                 ))
             }
-            Some(io) => self.check_state_io(io, k)?,
+            Some(io) => io.check(&self.state, k)?,
             None => {}
         }
         check_actions(&self.action, k, &actions)?;
@@ -304,30 +304,6 @@ impl OnnxPolicy {
                 act.apply(outs, sampler, actions, record)
             }
         }
-    }
-}
-
-impl OnnxPolicy {
-    /// Checks a recurrent call's buffers: `k` flags, and `k` rows of each tensor.
-    fn check_state_io(&self, io: &StateIo<'_>, k: usize) -> Result<(), PolicyError> {
-        if io.is_init.len() != k || io.before.len() != self.state.len() || io.after.len() != self.state.len() {
-            return Err(PolicyError::Buffer(format!(
-                "a recurrent call for {k} envs needs {k} is_init flags and {} state tensors",
-                self.state.len()
-            )));
-        }
-        for ((s, b), a) in self.state.iter().zip(io.before).zip(io.after.iter()) {
-            let n = s.numel() * k;
-            if b.len() != n || a.len() != n {
-                return Err(PolicyError::Buffer(format!(
-                    "state `{}` needs {n} values for {k} envs, got {} and {}",
-                    s.name,
-                    b.len(),
-                    a.len()
-                )));
-            }
-        }
-        Ok(())
     }
 }
 
