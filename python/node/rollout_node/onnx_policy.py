@@ -9,9 +9,8 @@ A recurrent model (``policy.config.state``, PROTOCOL.md §8, Recurrent) also tak
 caller keeps the state per env and hands it in (``act_recording``'s ``state``).
 
 Weights are the model's f32 initializers by name (version 0: the file's values). An update
-replaces them: the session is rebuilt from the model's bytes with the new values given as
-``SessionOptions.add_initializer`` overrides (measured faster than re-serialising the model
-with the ``onnx`` package; see ``_Session``). onnxruntime and onnx are the node's optional
+replaces them: the session is rebuilt, fully optimised, from the model with the new values
+written into its initializers (see ``_Session``). onnxruntime and onnx are the node's optional
 extra ``rollout-node[onnx]``, imported only when an ``onnx`` policy is built.
 """
 
@@ -63,35 +62,34 @@ def _imports():
 
 
 class _Session:
-    """An onnxruntime session of the model with some initializers overridden.
+    """An onnxruntime session of the model with some initializers replaced, fully optimised
+    (``ORT_ENABLE_ALL``).
 
-    The graph is not optimised (``ORT_DISABLE_ALL``): onnxruntime 1.32's optimisers build
-    parts of the graph from the file's initializers and then ignore the overrides (measured:
-    at ``ORT_ENABLE_ALL`` a CNN's convolutions, the NCHWc layout transformer's; from
-    ``ORT_ENABLE_BASIC`` on an output that is an initializer, a state-independent log-std).
-
-    Measured (2026-12-05, 2-core VM shared with compilers, onnxruntime 1.32, best of 5), one
-    weight update then a 1,000-frame batch as 100 runs of 10 rows: for a 4-64-64-2 tanh MLP
-    (4,610 weights), ``add_initializer`` on a session rebuilt from the unchanged bytes 0.9 ms
-    (update 0.22 ms), rewriting the initializers in the model proto with ``onnx`` and building
-    from the new bytes (fully optimised) 1.1 ms (0.49), the initializers turned into inputs fed
-    at every run 1.0 ms (0); for a 10 M-weight MLP, ``add_initializer`` 317 ms (82 + 235 of
-    runs), the rewritten proto 370 ms (136 + 233), initializers as inputs 339 ms (0 + 339:
-    runs are slower when the weights are not constants).
+    The new values are written into the model's initializers and the session is built from
+    those bytes: onnxruntime's optimisers build parts of the graph from the initializers they
+    see (a CNN's convolutions in the NCHWc layout, constants folded), so values given as
+    ``add_initializer`` overrides would be ignored by an optimised graph, and without the
+    optimisers a CNN runs 1.2-1.9x slower (Nature-CNN on Pong, 2026-12-06, BENCHMARKS.md
+    "Workloads"). Measured (2026-12-05) for one weight update then a 1,000-frame batch of
+    100 runs of 10 rows: a 4-64-64-2 MLP 1.1 ms (the update 0.49), a 10 M-weight MLP 370 ms
+    (136 + 233).
     """
 
-    def __init__(self, ort, model_bytes, weights):
+    def __init__(self, ort, onnx, model_bytes, weights):
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = 1
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.log_severity_level = 3
-        # The session reads the overrides from these values' memory for as long as it lives:
-        # they live as long as this object (the policy holds it, not only the session).
-        self.values = [ort.OrtValue.ortvalue_from_numpy(a) for a in weights.values()]
-        for name, v in zip(weights, self.values):
-            opts.add_initializer(name, v)
+        if weights:
+            from onnx import numpy_helper
+
+            proto = onnx.load_from_string(model_bytes)
+            for init in proto.graph.initializer:
+                if init.name in weights:
+                    init.CopyFrom(numpy_helper.from_array(weights[init.name], init.name))
+            model_bytes = proto.SerializeToString()
         self.session = ort.InferenceSession(model_bytes, sess_options=opts, providers=["CPUExecutionProvider"])
 
 
@@ -159,6 +157,7 @@ class OnnxPolicy:
             raise PolicyError(str(e)) from None
         self.rng = np.random.default_rng(seed)
         onnx, self._ort = _imports()
+        self._onnx = onnx
         try:
             proto = onnx.load_from_string(self.model)
         except Exception as e:
@@ -170,7 +169,7 @@ class OnnxPolicy:
         self.weights = initial
         self.version = 0
         try:
-            self._session = _Session(self._ort, self.model, {})
+            self._session = _Session(self._ort, self._onnx, self.model, {})
         except Exception as e:
             raise PolicyError(f"onnx: onnxruntime cannot load the model: {_first_line(e)}") from None
         self._bind_inputs(leaves)
@@ -299,7 +298,7 @@ class OnnxPolicy:
         self.check_weights(tensors)
         weights = {k: np.ascontiguousarray(tensors[k], np.float32) for k in self.layout}
         try:
-            session = _Session(self._ort, self.model, weights)
+            session = _Session(self._ort, self._onnx, self.model, weights)
         except Exception as e:
             raise PolicyError(f"onnx: the model does not load with these weights: {_first_line(e)}") from None
         self._session, self.weights, self.version = session, weights, version
