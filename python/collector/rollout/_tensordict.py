@@ -59,7 +59,7 @@ def to_tensordict(
     actions, to write the discrete action as torchrl's one-hot (``None``: as it is);
     ``squeeze_env``: drop a node's env axis when it has one env; ``log_prob_key``:
     where the log-probability goes (``None``: dropped; by default kept as it is);
-    ``leave_out``: root entries to leave out; ``is_init``: write ``is_init`` (the env
+    ``leave_out``: entries to leave out (a key, or a tuple for a nested one); ``is_init``: write ``is_init`` (the env
     has torchrl's ``InitTracker``) from ``step_count`` when the nodes did not record it."""
     size = list(batch.batch_size)
     env_axis = len(size) - 2  # [envs, T] or [nodes, envs, T]
@@ -80,7 +80,11 @@ def to_tensordict(
         d[parts[-1]] = tensor(value)
 
     for key in leave_out:
-        fields.pop(key, None)
+        parts = key if isinstance(key, tuple) else (key,)
+        d = fields
+        for p in parts[:-1]:
+            d = d.get(p, {})
+        d.pop(parts[-1], None)
 
     if one_hot is not None and "action" in fields:
         a = fields["action"]
