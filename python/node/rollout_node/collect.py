@@ -769,7 +769,14 @@ def _env_snapshot(env, elapsed):
 
 def _env_restore(env, snap):
     u = env.unwrapped
-    if getattr(u, "state", None) is None and not hasattr(u, "state"):
+    if not hasattr(u, "state"):
+        # Some envs (Pendulum) make `state` at their first reset, which a node restored
+        # before its first batch has not done: reset it (everything is overwritten below).
+        try:
+            env.reset()
+        except Exception as e:
+            raise CheckpointError(f"the env cannot be reset to restore it: {e!r}") from None
+    if not hasattr(u, "state"):
         raise CheckpointError("this env keeps no `state` array")
     try:
         values = np.asarray(snap["state"], np.float64)

@@ -309,7 +309,8 @@ class OnnxPolicy:
     def set_weights(self, version, tensors):
         """Uses these weights from now on (checked first: nothing changes on error)."""
         self.check_weights(tensors)
-        weights = {k: np.ascontiguousarray(tensors[k], np.float32) for k in self.layout}
+        # np.asarray, not np.ascontiguousarray: a scalar weight keeps its shape [].
+        weights = {k: np.asarray(tensors[k], np.float32, order="C") for k in self.layout}
         eps = self._eps_of(weights)
         try:
             session = _Session(self._ort, self.model, weights)
