@@ -20,6 +20,9 @@ Rust side collected into (no copy). What torchrl's layout adds is made here:
   a step's result never starts an episode; ``is_init``, the state entries and their
   ``("next", name)`` come from the nodes as they are (``is_init`` is written from
   ``step_count == 0`` for an ``InitTracker`` when the policy records none);
+- an exploration module's state (``_ou_prev_noise``, ``_ou_steps`` and their ``next``
+  keys, PROTOCOL.md §8) is left out (``leave_out``), as torchrl's collectors leave out
+  private keys; the :class:`~rollout.Batch` keeps it;
 - ``("collector", "weights_version")`` and ``("collector", "node")`` (``int64``, the
   batch's shape, new tensors): which weights and which node made each frame, so
   batches still in flight when weights change can be told apart.
