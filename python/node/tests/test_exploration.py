@@ -249,6 +249,54 @@ def test_init_random_frames_hold_the_state():
     assert (b["next._ou_prev_noise"][:, 12] != 0).all()
 
 
+class RecurrentDeterministic(nn.Module):
+    """A GRU step on Pendulum's observation (hidden 4, zeroed at ``is_init``) to ``2 tanh``
+    of a linear head: a recurrent deterministic model, its state ``h`` ``[1, 4]``."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(6)
+        self.gru = nn.GRUCell(3, 4)
+        self.head = nn.Linear(4, 1)
+
+    def forward(self, observation, is_init, h):
+        nh = self.gru(observation, (h * (~is_init).float().unsqueeze(-1))[:, 0])
+        return 2.0 * torch.tanh(self.head(nh)), nh.unsqueeze(1)
+
+    def export(self):
+        ins = {"observation": torch.zeros(2, 3), "is_init": torch.zeros(2, 1, dtype=torch.bool), "h": torch.zeros(2, 1, 4)}
+        return om.with_eps(om.export_step(self, ins, ["action", "next.h"]))
+
+
+@pytest.mark.parametrize("ou_first", [False, True])
+def test_a_recurrent_models_state_and_the_modules_are_kept_side_by_side(ou_first):
+    # The model takes `h` alone (the module's tensors are not its inputs), wherever the
+    # module's tensors are in the list; every frame: the model's action and next `h` from the
+    # recorded `h`, the noise's recursion from the node's draws.
+    net = RecurrentDeterministic()
+    h = {"name": "h", "shape": [1, 4]}
+    state = om.ou_state() + [h] if ou_first else [h] + om.ou_state()
+    s = spec(Actor(), state=state, config={"sigma": 0.4})
+    s["policy"]["config"]["model"] = net.export()
+    w = Workers(s)
+    try:
+        assert [n for n, _ in w.policy.model_state] == ["h"]
+        z = draws(w, 20)
+        b = w.collect(80)
+    finally:
+        w.close()
+    init = b["is_init"][..., 0]
+    assert (b["h"][init] == 0).all() and init[:, 1:].any()
+    c = {k: v for k, v in om.ou_config(sigma=0.4).items() if k not in ("kind", "eps")}
+    for t in range(20):
+        with torch.no_grad():
+            a, nh = net(torch.from_numpy(b["observation"][:, t]), torch.from_numpy(b["is_init"][:, t]), torch.from_numpy(b["h"][:, t]))
+        np.testing.assert_allclose(b["next.h"][:, t], nh.numpy(), atol=1e-5, rtol=0)
+        nxt, act, _ = torchrl_step(b["_ou_prev_noise"][:, t], b["_ou_steps"][:, t], init[:, t], a.numpy(), 1.0, z[t], **c)
+        np.testing.assert_allclose(b["next._ou_prev_noise"][:, t], nxt, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(b["action"][:, t], np.clip(act, LOW, HIGH), atol=1e-5, rtol=0)
+
+
 # -- the spec -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("change, reason", [
