@@ -62,8 +62,9 @@ def to_tensordict(
     actions, to write the discrete action as torchrl's one-hot (``None``: as it is);
     ``squeeze_env``: drop a node's env axis when it has one env; ``log_prob_key``:
     where the log-probability goes (``None``: dropped; by default kept as it is);
-    ``leave_out``: entries to leave out (a key, or a tuple for a nested one); ``is_init``: write ``is_init`` (the env
-    has torchrl's ``InitTracker``) from ``step_count`` when the nodes did not record it."""
+    ``leave_out``: entries to leave out (a key, or a tuple for a nested one);
+    ``is_init``: write ``is_init`` (the env has torchrl's ``InitTracker``) from
+    ``step_count`` when the nodes did not record it."""
     size = list(batch.batch_size)
     env_axis = len(size) - 2  # [envs, T] or [nodes, envs, T]
     drop = squeeze_env and env_axis >= 0 and size[env_axis] == 1
