@@ -1,7 +1,7 @@
 """Exploration modules the node runs after an ``onnx`` model (PROTOCOL.md §8, Exploration
 modules; version 7): torchrl's ``OrnsteinUhlenbeckProcessModule``, DDPG's exploration.
 
-The module's noise is a state per env, two tensors of the config's ``state`` list
+The module's noise is a state per env, the last two tensors of the config's ``state`` list
 (``_ou_prev_noise`` f32 ``[d]``, ``_ou_steps`` f32 ``[1]``) that the model never sees: the node
 keeps, zeroes, records and checkpoints them with a recurrent model's own state
 (``recurrent.RecurrentState``), so this module only checks the config and computes one step.
@@ -11,6 +11,8 @@ Its ``eps`` is a weight of the model (torchrl's ``eps`` buffer, annealed by the 
 The step is torchrl's ``_OrnsteinUhlenbeckProcess.add_sample`` in f32, in its order of
 operations (the sigma slope computed in f64, as torchrl's Python float is), with the normal
 draws handed in (:meth:`OrnsteinUhlenbeck.step`), so a test can replay it with the same draws.
+The noise is added to the ``deterministic`` head's action as the protocol gives it, clipped
+to the box (torchrl adds it before clipping: the same for an actor bounded to the box).
 """
 
 import math
@@ -99,11 +101,11 @@ class OrnsteinUhlenbeck:
         return np.maximum(self._m * steps + self._c, self._floor)
 
     def step(self, action, noise, steps, eps, z):
-        """One step for ``k`` envs: the model's ``action`` (f32 ``[k, d]``, unclipped), each
+        """One step for ``k`` envs: the head's ``action`` (f32 ``[k, d]``, clipped to the box), each
         env's state ``noise`` (``[k, d]``) and ``steps`` (``[k, 1]``) as the frame reads them
         (zero where it starts an episode), ``eps`` (f32) and standard normal draws ``z``
         (``[k, d]``). Returns ``(action + eps * noise', noise' - x0, steps + 1)``, all f32,
-        the action not clipped yet."""
+        the noisy action not clipped yet."""
         f32 = np.float32
         p = noise.astype(f32) + self.x0
         sigma = self.current_sigma(steps.astype(f32))
@@ -114,9 +116,10 @@ class OrnsteinUhlenbeck:
 def from_config(config, state, action, head):
     """``(module, model_state)`` of an ``onnx`` config: the module of its ``exploration``
     (None when absent or nil) and the ``state`` tensors the model itself takes (``state``:
-    ``[(name, shape)]``, checked already), for ``action`` (``policy.ActionSpace``) and the
-    config's ``head``. ExplorationError naming the field when the module cannot serve them:
-    a discrete action, another head, its two state tensors missing or misshapen."""
+    ``[(name, shape)]``, checked already; the module's are the last two, in this order), for
+    ``action`` (``policy.ActionSpace``) and the config's ``head``. ExplorationError naming the
+    field when the module cannot serve them: a discrete action, another head, its two state
+    tensors not the list's last two."""
     value = config.get("exploration")
     if value is None:
         return None, list(state)
@@ -125,17 +128,13 @@ def from_config(config, state, action, head):
     if head != "deterministic":
         raise ExplorationError(f"{_FIELD}: Ornstein-Uhlenbeck noise follows the `deterministic` head, not {head!r}")
     module = OrnsteinUhlenbeck(value, int(action.low.size))
-    shapes = dict(state)
-    for name, shape in module.state():
-        if name not in shapes:
-            raise ExplorationError(
-                f"{_STATE} must list `{name}` {list(shape)}: the Ornstein-Uhlenbeck module keeps it per env"
-            )
-        if tuple(shapes[name]) != shape:
-            raise ExplorationError(
-                f"{_STATE}: `{name}` is {list(shapes[name])}, the Ornstein-Uhlenbeck module's is {list(shape)}"
-            )
-    return module, [(n, s) for n, s in state if n not in (NOISE, STEPS)]
+    want = module.state()
+    own = [(n, tuple(s)) for n, s in state[-len(want):]]
+    if own != want:
+        show = ", ".join(f"`{n}` {list(s)}" for n, s in want)
+        got = ", ".join(f"`{n:.40}` {list(s)}" for n, s in state) or "nothing"
+        raise ExplorationError(f"{_STATE} must end with the Ornstein-Uhlenbeck module's {show}, it lists {got}")
+    return module, list(state[: -len(want)])
 
 
 def eps_of(module, weights):

@@ -10,7 +10,7 @@ caller keeps the state per env and hands it in (``act_recording``'s ``state``).
 
 An exploration module (``policy.config.exploration``, PROTOCOL.md §8, Exploration modules:
 torchrl's Ornstein-Uhlenbeck noise, ``exploration.py``) acts after a ``deterministic`` model:
-its two state tensors are in the same ``state`` list and kept by the caller the same way, but
+its two state tensors end the same ``state`` list and are kept by the caller the same way, but
 they are not the model's inputs; its ``eps`` is read from each version of the weights.
 
 Weights are the model's f32 initializers by name (version 0: the file's values). An update
@@ -391,8 +391,8 @@ class OnnxPolicy:
         return (action if a.discrete else action.reshape((k,) + a.shape)), rec
 
     def _exploring(self, obs, k, state):
-        """``act_recording`` with an exploration module: the model's action (and its own
-        state, if any), then the module's noise per row from its state in ``state``, whose
+        """``act_recording`` with an exploration module: the model's action clipped to the box
+        (and its own state, if any), then the module's noise per row from its state in ``state``, whose
         ``next.<name>`` are recorded. Deterministic exploration adds no noise and holds the
         module's state, as torchrl's module does outside ``ExplorationType.RANDOM``."""
         if state is None:
@@ -406,11 +406,12 @@ class OnnxPolicy:
         if raw.dtype != np.float32:
             raise PolicyError(f"onnx: output `{self._out[0]}` is {raw.dtype}, the deterministic head needs float32 for a box action")
         noise, steps = by_name[explore.NOISE], by_name[explore.STEPS]
+        head = np.minimum(np.maximum(raw, a.low), a.high)  # the deterministic head's action
         if self.exploration == "deterministic":
-            act, next_noise, next_steps = raw, noise.copy(), steps.copy()
+            act, next_noise, next_steps = head, noise.copy(), steps.copy()
         else:
             z = self.rng.standard_normal((k, a.low.size))
-            act, next_noise, next_steps = self.explorer.step(raw, noise, steps, self.eps, z)
+            act, next_noise, next_steps = self.explorer.step(head, noise, steps, self.eps, z)
         act = np.minimum(np.maximum(act, a.low), a.high).astype(np.float32)
         rec = self._next_state(outs[len(self._out):], k) if self.model_state else {}
         rec[NEXT + explore.NOISE] = next_noise.astype(np.float32)

@@ -222,6 +222,35 @@ def test_eps_is_read_from_the_weights_of_each_version():
         w.close()
 
 
+class Beyond(nn.Module):
+    """An actor whose action leaves Pendulum's box: 3 everywhere."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Linear(3, 1)
+        nn.init.zeros_(self.net.weight)
+        nn.init.constant_(self.net.bias, 3.0)
+
+    def forward(self, observation):
+        return self.net(observation)
+
+
+def test_the_noise_is_added_to_the_heads_action_clipped_to_the_box():
+    # PROTOCOL.md §8: `a` is the deterministic head's action, 3 clipped to 2; the noisy
+    # action is clipped again. (torchrl would add the noise to 3: only for an actor whose
+    # action leaves the box, which a TanhModule's does not.)
+    s = spec(Actor(), config={"sigma": 2.0, "theta": 0.0})
+    s["policy"]["config"]["model"] = model(Beyond())
+    w = Workers(s)
+    try:
+        b = w.collect(80)
+    finally:
+        w.close()
+    noise = b["next._ou_prev_noise"]
+    np.testing.assert_allclose(b["action"], np.clip(2.0 + noise, LOW, HIGH), atol=1e-6, rtol=0)
+    assert (b["action"] < HIGH).mean() > 0.3, "the noise takes the action back into the box"
+
+
 def test_deterministic_exploration_adds_no_noise_and_holds_the_state():
     actor = Actor(seed=3)
     w = Workers(spec(actor, exploration_type="deterministic"))
@@ -268,15 +297,12 @@ class RecurrentDeterministic(nn.Module):
         return om.with_eps(om.export_step(self, ins, ["action", "next.h"]))
 
 
-@pytest.mark.parametrize("ou_first", [False, True])
-def test_a_recurrent_models_state_and_the_modules_are_kept_side_by_side(ou_first):
-    # The model takes `h` alone (the module's tensors are not its inputs), wherever the
-    # module's tensors are in the list; every frame: the model's action and next `h` from the
-    # recorded `h`, the noise's recursion from the node's draws.
+def test_a_recurrent_models_state_and_the_modules_are_kept_side_by_side():
+    # The model takes `h` alone (the module's tensors, the list's last two, are not its
+    # inputs); every frame: the model's action and next `h` from the recorded `h`, the
+    # noise's recursion from the node's draws.
     net = RecurrentDeterministic()
-    h = {"name": "h", "shape": [1, 4]}
-    state = om.ou_state() + [h] if ou_first else [h] + om.ou_state()
-    s = spec(Actor(), state=state, config={"sigma": 0.4})
+    s = spec(Actor(), state=[{"name": "h", "shape": [1, 4]}] + om.ou_state(), config={"sigma": 0.4})
     s["policy"]["config"]["model"] = net.export()
     w = Workers(s)
     try:
@@ -331,9 +357,19 @@ def test_a_bad_exploration_config_is_refused_naming_the_field(change, reason):
 
 @pytest.mark.parametrize("edit, reason", [
     (lambda s: s["policy"]["config"].update(state=om.ou_state()[:1]),
-     "spec.policy.config.state must list `_ou_steps` [1]"),
+     "spec.policy.config.state must end with the Ornstein-Uhlenbeck module's `_ou_prev_noise` [1], `_ou_steps` [1], "
+     "it lists `_ou_prev_noise` [1]"),
+    (lambda s: s["policy"]["config"].update(state=None),
+     "spec.policy.config.state must end with the Ornstein-Uhlenbeck module's `_ou_prev_noise` [1], `_ou_steps` [1], "
+     "it lists nothing"),
+    (lambda s: s["policy"]["config"].update(state=om.ou_state()[::-1]),
+     "spec.policy.config.state must end with the Ornstein-Uhlenbeck module's `_ou_prev_noise` [1], `_ou_steps` [1], "
+     "it lists `_ou_steps` [1], `_ou_prev_noise` [1]"),
+    (lambda s: s["policy"]["config"].update(state=om.ou_state() + [{"name": "h", "shape": [4]}]),
+     "spec.policy.config.state must end with the Ornstein-Uhlenbeck module's"),
     (lambda s: s["policy"]["config"].update(state=[{"name": "_ou_prev_noise", "shape": [2]}, om.ou_state()[1]]),
-     "spec.policy.config.state: `_ou_prev_noise` is [2], the Ornstein-Uhlenbeck module's is [1]"),
+     "spec.policy.config.state must end with the Ornstein-Uhlenbeck module's `_ou_prev_noise` [1], `_ou_steps` [1], "
+     "it lists `_ou_prev_noise` [2], `_ou_steps` [1]"),
     (lambda s: s["policy"]["config"].update(head="normal"),
      f"{EXPLORATION}: Ornstein-Uhlenbeck noise follows the `deterministic` head, not 'normal'"),
     (lambda s: s["policy"]["config"].update(exploration=[1]), f"{EXPLORATION} must be a map, got list"),
