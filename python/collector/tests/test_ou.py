@@ -255,12 +255,14 @@ def python_nodes(**kw):
 
 
 def test_a_run_of_python_nodes_is_laid_out_as_torchrls_collector_with_init_tracker():
-    _, _, policy = ddpg_actor()
+    actor, _, policy = ddpg_actor()
     env = lambda: TransformedEnv(GymEnv("Pendulum-v1"), InitTracker())  # noqa: E731
     with rollout.DistributedCollector(create_env_fn=env, policy=policy, frames_per_batch=16, total_frames=16, **python_nodes()) as c:
         td = c.next()
     assert td.batch_size == (16,)
     assert_torchrl_layout(td, torchrl_batch(policy))
+    noise = td["action"].numpy() - deterministic(actor, td["observation"].numpy())
+    assert (np.abs(noise) > 1e-4).mean() > 0.9, "the nodes add the module's noise"
 
 
 def frames(batch, key):
