@@ -1,17 +1,20 @@
-"""torchrl's off-policy learners, DQN on CartPole-v1 and TD3 on Pendulum-v1, as torchrl's
-examples write them, with rollout's collector in the one line that makes the collector.
+"""torchrl's off-policy learners, DQN on CartPole-v1, TD3 and DDPG on Pendulum-v1, as
+torchrl's examples write them, with rollout's collector in the one line that makes the collector.
 
 Everything else is torchrl's: the env function (``TransformedEnv(GymEnv(...),
-Compose(StepCounter(), RewardSum()))``), the actor and its exploration module (``QValueActor`` with
-``EGreedyModule``; a deterministic actor with ``AdditiveGaussianModule``), the replay
-buffer, the loss (``DQNLoss``, ``TD3Loss``), the target network updates, the annealing
-(``module.step(frames)``) and ``update_policy_weights_()`` after each batch.
+Compose(StepCounter(), RewardSum()))``, with ``InitTracker()`` for DDPG), the actor and its
+exploration module (``QValueActor`` with ``EGreedyModule``; a deterministic actor with
+``AdditiveGaussianModule``, or with ``OrnsteinUhlenbeckProcessModule`` for DDPG, whose noise
+per env the nodes keep), the replay buffer, the loss (``DQNLoss``, ``TD3Loss``, ``DDPGLoss``),
+the target network updates, the annealing (``module.step(frames)``) and
+``update_policy_weights_()`` after each batch.
 
     python python/collector/examples/offpolicy_torchrl.py dqn --frames 20000
     python python/collector/examples/offpolicy_torchrl.py td3 --frames 20000
+    python python/collector/examples/offpolicy_torchrl.py ddpg --frames 20000
 
-:func:`dqn` and :func:`td3` return the length (DQN) or return (TD3) of each finished
-episode, in order.
+:func:`dqn` returns the length of each finished episode, :func:`td3` and :func:`ddpg` its
+return, in order.
 """
 
 from __future__ import annotations
@@ -24,26 +27,36 @@ import torch
 from tensordict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 from torchrl.data import Bounded, LazyTensorStorage, OneHot, ReplayBuffer
-from torchrl.envs import Compose, GymEnv, RewardSum, StepCounter, TransformedEnv
-from torchrl.modules import MLP, AdditiveGaussianModule, EGreedyModule, QValueActor, TanhModule, ValueOperator
-from torchrl.objectives import DQNLoss, SoftUpdate, TD3Loss
+from torchrl.envs import Compose, GymEnv, InitTracker, RewardSum, StepCounter, TransformedEnv
+from torchrl.modules import (
+    MLP,
+    AdditiveGaussianModule,
+    EGreedyModule,
+    OrnsteinUhlenbeckProcessModule,
+    QValueActor,
+    TanhModule,
+    ValueOperator,
+)
+from torchrl.objectives import DDPGLoss, DQNLoss, SoftUpdate, TD3Loss
 
 import rollout
 
 
-def make_env(env_name: str):
-    return lambda: TransformedEnv(GymEnv(env_name), Compose(StepCounter(), RewardSum()))
+def make_env(env_name: str, *transforms):
+    return lambda: TransformedEnv(GymEnv(env_name), Compose(StepCounter(), *transforms, RewardSum()))
 
 
-def make_collector(env_name: str, policy, frames_per_batch: int, total_frames: int, init_random_frames: int, seed: int):
-    # The one line a torchrl script changes: torchrl's collector takes the same arguments.
+def make_collector(env_name: str, policy, frames_per_batch: int, total_frames: int, init_random_frames: int, seed: int, *transforms, **kw):
+    # The one line a torchrl script changes: torchrl's collector takes the same arguments
+    # (`kw`: rollout's own, such as the nodes to run on).
     return rollout.DistributedCollector(
-        create_env_fn=[make_env(env_name)],
+        create_env_fn=[make_env(env_name, *transforms)],
         policy=policy,
         frames_per_batch=frames_per_batch,
         total_frames=total_frames,
         init_random_frames=init_random_frames,
         seed=seed,
+        **kw,
     )
 
 
@@ -118,14 +131,58 @@ def td3(frames: int = 4_000, seed: int = 0, frames_per_batch: int = 200, updates
     return returns
 
 
+def ddpg(frames: int = 4_000, seed: int = 0, frames_per_batch: int = 200, updates_per_batch: int = 20, **collector_kw) -> List[float]:
+    """torchrl's DDPG example (``make_ddpg_agent``): a tanh-bounded MLP actor, an MLP critic
+    on (observation, action), Ornstein-Uhlenbeck noise whose ``eps`` anneals over the run,
+    ``DDPGLoss`` with target networks for both."""
+    torch.manual_seed(seed)
+    spec = Bounded(-2.0, 2.0, (1,))
+    actor = TensorDictSequential(
+        TensorDictModule(MLP(in_features=3, out_features=1, num_cells=[64, 64]), in_keys=["observation"], out_keys=["param"]),
+        TanhModule(in_keys=["param"], out_keys=["action"], spec=spec),
+    )
+    qvalue = ValueOperator(MLP(in_features=4, out_features=1, num_cells=[64, 64]), in_keys=["observation", "action"])
+    noise = OrnsteinUhlenbeckProcessModule(spec=spec, annealing_num_steps=frames)
+    policy = TensorDictSequential(actor, noise)
+    loss = DDPGLoss(actor_network=actor, value_network=qvalue, loss_function="l2", delay_actor=True, delay_value=True)
+    loss.make_value_estimator(gamma=0.99)
+    target = SoftUpdate(loss, eps=0.995)
+    optim_actor = torch.optim.Adam(loss.actor_network_params.flatten_keys().values(), lr=1e-4)
+    optim_critic = torch.optim.Adam(loss.value_network_params.flatten_keys().values(), lr=1e-3)
+    buffer = ReplayBuffer(storage=LazyTensorStorage(100_000), batch_size=128)
+    # InitTracker: the module restarts its noise at each episode's first frame (`is_init`).
+    collector = make_collector("Pendulum-v1", policy, frames_per_batch, frames, 1_000, seed, InitTracker(), **collector_kw)
+    returns: List[float] = []
+    try:
+        for data in collector:
+            noise.step(data.numel())
+            buffer.extend(data.reshape(-1))
+            returns += finished(data, ("next", "episode_reward"))
+            if len(buffer) >= 1_000:
+                for _ in range(updates_per_batch):
+                    out = loss(buffer.sample())
+                    # The actor's loss reads the critic's parameters detached: one backward
+                    # gives each optimizer its own gradients.
+                    optim_critic.zero_grad()
+                    optim_actor.zero_grad()
+                    (out["loss_value"] + out["loss_actor"]).backward()
+                    optim_critic.step()
+                    optim_actor.step()
+                    target.step()
+            collector.update_policy_weights_()
+    finally:
+        collector.shutdown()
+    return returns
+
+
 def main() -> None:
     warnings.filterwarnings("ignore")
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("algo", choices=["dqn", "td3"])
+    p.add_argument("algo", choices=["dqn", "td3", "ddpg"])
     p.add_argument("--frames", type=int, default=20_000)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
-    out = (dqn if a.algo == "dqn" else td3)(frames=a.frames, seed=a.seed)
+    out = {"dqn": dqn, "td3": td3, "ddpg": ddpg}[a.algo](frames=a.frames, seed=a.seed)
     last = out[-20:]
     print(f"{len(out)} episodes; mean of the last {len(last)}: {sum(last) / max(1, len(last)):.1f}")
 

@@ -530,6 +530,10 @@ class DistributedCollector:
             self._torch_policy = export_policy(policy, specs)
             self._onnx_model = self._torch_policy.model
             policy = {"kind": "onnx"}
+            if self._torch_policy.exploration is not None:
+                # The module the nodes run after the model (PROTOCOL.md §8); the trainer
+                # adds its state tensors to the model's.
+                policy["exploration"] = self._torch_policy.exploration
         _check_primed(primed, self._torch_policy, env_field)
         if tensordict is None:
             tensordict = self._torch_policy is not None or bool(added)

@@ -20,6 +20,9 @@ Rust side collected into (no copy). What torchrl's layout adds is made here:
   a step's result never starts an episode; ``is_init``, the state entries and their
   ``("next", name)`` come from the nodes as they are (``is_init`` is written from
   ``step_count == 0`` for an ``InitTracker`` when the policy records none);
+- an exploration module's state (``_ou_prev_noise``, ``_ou_steps`` and their ``next``
+  keys, PROTOCOL.md §8) is left out (``leave_out``), as torchrl's collectors leave out
+  private keys; the :class:`~rollout.Batch` keeps it;
 - ``("collector", "weights_version")`` and ``("collector", "node")`` (``int64``, the
   batch's shape, new tensors): which weights and which node made each frame, so
   batches still in flight when weights change can be told apart.
@@ -59,8 +62,9 @@ def to_tensordict(
     actions, to write the discrete action as torchrl's one-hot (``None``: as it is);
     ``squeeze_env``: drop a node's env axis when it has one env; ``log_prob_key``:
     where the log-probability goes (``None``: dropped; by default kept as it is);
-    ``leave_out``: root entries to leave out; ``is_init``: write ``is_init`` (the env
-    has torchrl's ``InitTracker``) from ``step_count`` when the nodes did not record it."""
+    ``leave_out``: entries to leave out (a key, or a tuple for a nested one);
+    ``is_init``: write ``is_init`` (the env has torchrl's ``InitTracker``) from
+    ``step_count`` when the nodes did not record it."""
     size = list(batch.batch_size)
     env_axis = len(size) - 2  # [envs, T] or [nodes, envs, T]
     drop = squeeze_env and env_axis >= 0 and size[env_axis] == 1
@@ -80,7 +84,11 @@ def to_tensordict(
         d[parts[-1]] = tensor(value)
 
     for key in leave_out:
-        fields.pop(key, None)
+        parts = key if isinstance(key, tuple) else (key,)
+        d = fields
+        for p in parts[:-1]:
+            d = d.get(p, {})
+        d.pop(parts[-1], None)
 
     if one_hot is not None and "action" in fields:
         a = fields["action"]

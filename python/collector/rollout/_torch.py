@@ -32,6 +32,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from . import _exploration
 from ._collector import _config_error as config_error
 
 try:
@@ -285,8 +286,11 @@ class ExportedPolicy:
         self.input_names = input_names
         # Actions of a categorical head (the logits' size), for one-hot batches.
         self.n_actions: Optional[int] = None
-        # The state tensors of a recurrent actor: (name, [layers, hidden]) each.
+        # The state tensors the nodes keep per env: a recurrent actor's (name, [layers,
+        # hidden]) each, then an exploration module's.
         self.state: List[Tuple[str, Tuple[int, ...]]] = []
+        # The config's `exploration` (an OrnsteinUhlenbeckProcessModule's), or None.
+        self.exploration: Optional[Dict[str, Any]] = None
         names = dict(module.state_dict(keep_vars=True))
         self._module_names = set(names)
         proto = onnx.load_from_string(model)
@@ -306,7 +310,12 @@ class ExportedPolicy:
 
     def config(self) -> Dict[str, Any]:
         """The ``onnx`` policy config (PolicySpec.config)."""
-        return {"kind": "onnx", "model": self.model, "head": self.head}
+        config = {"kind": "onnx", "model": self.model, "head": self.head}
+        if self.state:
+            config["state"] = [{"name": n, "shape": list(s)} for n, s in self.state]
+        if self.exploration is not None:
+            config["exploration"] = dict(self.exploration)
+        return config
 
     # ---- weights
     def weights(self, source: Any = None) -> Dict[str, np.ndarray]:
@@ -531,7 +540,7 @@ def export_policy(policy: nn.Module, specs: Optional[Mapping[str, Any]]) -> Expo
         if torch.is_floating_point(p) and p.dtype != torch.float32:
             raise config_error("policy", f"`{n}` is {p.dtype}: rollout's ONNX policy runs float32 parameters")
 
-    off = _off_policy(policy)
+    off = _off_policy(policy, action)
     parts = None if off is not None else _actor_parts(policy)
     recurrent = _recurrent(policy, off[0] if off is not None else parts[0] if parts is not None else [])
     # The next state, after the head's outputs: `next.<name>` per state tensor.
@@ -577,6 +586,10 @@ def export_policy(policy: nn.Module, specs: Optional[Mapping[str, Any]]) -> Expo
             raise config_error("policy", f"the policy fails on an observation of the env's shape: {type(e).__name__}: {e}") from e
     _check_outputs(head, out_names, sample, action)
     model = _onnx_bytes(export, examples, input_names, out_names + state_names)
+    ou = _exploration.ou_module(_flat(policy)) if off is not None else None
+    if ou is not None:
+        eps_name = _exploration.eps_buffer_name(policy, ou)
+        model = _exploration.with_eps_output(model, eps_name, float(ou.eps))
     exported = ExportedPolicy(policy, model, head, encoding, input_names)
     exported.state = [(_key_name(key), shape) for key, _, shape in state]
     if parts is not None and parts[1] is not None:
@@ -584,7 +597,14 @@ def export_policy(policy: nn.Module, specs: Optional[Mapping[str, Any]]) -> Expo
     if off is not None:
         # torchrl's batch has the action only: what the head records to draw it is
         # rollout's own (the Q-values are recomputed by DQN's loss, as torchrl does).
-        exported.drop_keys = {"categorical": ("logits",), "normal": ("loc", "scale")}[head]
+        exported.drop_keys = {"categorical": ("logits",), "normal": ("loc", "scale"), "deterministic": ()}[head]
+    if ou is not None:
+        d = int(sample[0].shape[-1])
+        exported.exploration = _exploration.ou_config(ou, eps_name, d)
+        exported.state += _exploration.ou_state(d)
+        # torchrl's collectors leave private keys (`_ou_prev_noise`, `_ou_steps`) out of
+        # their batches; rollout's Batch keeps them.
+        exported.drop_keys = _exploration.PRIVATE_KEYS
     if head == "categorical":
         exported.n_actions = int(sample[0].shape[-1])
     return exported
@@ -599,7 +619,7 @@ def _flat(module: nn.Module) -> List[nn.Module]:
     return [module]
 
 
-def _off_policy(policy: nn.Module):
+def _off_policy(policy: nn.Module, action: Optional[Mapping[str, Any]] = None):
     """``(body, head, out, encoding, in_keys)`` of an off-policy actor, the way the
     nodes run it, or ``None`` for any other policy:
 
@@ -611,7 +631,10 @@ def _off_policy(policy: nn.Module):
       one (``ExplorationType.DETERMINISTIC`` turns exploration off, as in torchrl);
     - an ``AdditiveGaussianModule`` after a deterministic actor (TD3): the ``normal``
       head with ``loc`` the action plus ``mean * sigma`` and ``scale`` ``std * sigma``,
-      clipped to the action's bounds.
+      clipped to the action's bounds;
+    - an ``OrnsteinUhlenbeckProcessModule`` after a deterministic actor (DDPG): the
+      ``deterministic`` head of the actor without it; the nodes run the module itself,
+      with its noise per env (``_exploration``: the config and ``eps`` as a weight).
 
     ``eps`` and ``sigma`` are the module's buffers, so they are initializers of the model
     pushed by ``update_policy_weights_()``: the annealing done by the module's ``step()``
@@ -627,12 +650,6 @@ def _off_policy(policy: nn.Module):
     mods = _flat(policy)
     explorers = (EGreedyModule, AdditiveGaussianModule, OrnsteinUhlenbeckProcessModule)
     for i, m in enumerate(mods):
-        if isinstance(m, OrnsteinUhlenbeckProcessModule):
-            raise config_error(
-                "policy",
-                "OrnsteinUhlenbeckProcessModule keeps a noise state per env that rollout's nodes do not run yet: "
-                "use AdditiveGaussianModule (TD3's exploration) instead",
-            )
         if isinstance(m, explorers) and i != len(mods) - 1:
             raise config_error("policy", f"{type(m).__name__} must be the actor's last module (it acts on the action)")
     explore = mods[-1] if isinstance(mods[-1], explorers) else None
@@ -641,6 +658,9 @@ def _off_policy(policy: nn.Module):
     if q is None and explore is None:
         return None
     in_keys = list(policy.in_keys)
+    if isinstance(explore, OrnsteinUhlenbeckProcessModule):
+        _exploration.check_ou(explore, q is not None, action)
+        return rest, "deterministic", [(explore.ou.key, None)], None, in_keys
     if q is not None:
         if getattr(q, "action_mask_key", None) is not None or getattr(explore, "action_mask_key", None) is not None:
             raise config_error("policy", "an action mask: rollout's nodes draw from every action")

@@ -15,7 +15,7 @@ pytest.importorskip("onnx")
 from tensordict.nn import TensorDictModule, TensorDictSequential  # noqa: E402
 from torch import nn  # noqa: E402
 from torchrl.data import Bounded, OneHot  # noqa: E402
-from torchrl.modules import MLP, AdditiveGaussianModule, EGreedyModule, OrnsteinUhlenbeckProcessModule, QValueActor, TanhModule  # noqa: E402
+from torchrl.modules import MLP, AdditiveGaussianModule, EGreedyModule, QValueActor, TanhModule  # noqa: E402
 
 import rollout  # noqa: E402
 
@@ -108,14 +108,13 @@ def test_a_td3_actor_adds_gaussian_noise_of_the_annealed_sigma():
 @pytest.mark.parametrize(
     "make, says",
     [
-        (lambda: TensorDictSequential(td3_actor(0.1)[0], OrnsteinUhlenbeckProcessModule(spec=Bounded(-2.0, 2.0, (1,)))), "AdditiveGaussianModule"),
         (lambda: TensorDictSequential(td3_actor(0.1)[0], EGreedyModule(spec=Bounded(-2.0, 2.0, (1,)))), "QValueModule"),
         (lambda: TensorDictSequential(dqn_actor()[2], TensorDictModule(nn.Identity(), in_keys=["action"], out_keys=["action"])), "last module"),
     ],
-    ids=["ou", "egreedy-without-q-values", "exploration-not-last"],
+    ids=["egreedy-without-q-values", "exploration-not-last"],
 )
 def test_exploration_the_nodes_do_not_run_is_refused_in_one_sentence_when_built(make, says):
-    env = "Pendulum-v1" if "ou" in says or "QValue" in says else "CartPole-v1"
+    env = "Pendulum-v1" if "QValue" in says else "CartPole-v1"
     with pytest.raises(rollout.ConfigError) as e:
         rollout.DistributedCollector(env, make(), frames_per_batch=10, total_frames=10)
     msg = str(e.value)

@@ -11,7 +11,9 @@ the ones it delivered) and its row of the batch collected again; the other rows 
 A recurrent ``onnx`` policy's state is kept here, one per env (``recurrent.RecurrentState``):
 handed to the model with each frame, advanced once the frame is kept in the batch (a row
 stepped again after another row's env failed reads the state it read the first time). A
-rebuilt env's first frame starts an episode, so its state starts at zero.
+rebuilt env's first frame starts an episode, so its state starts at zero. An exploration
+module's noise (PROTOCOL.md §8, Exploration modules) is part of that state, kept the same way:
+only the policy tells the model's tensors from the module's.
 """
 
 import dataclasses
@@ -231,7 +233,8 @@ class Workers:
         kind = config.get("kind")
         #: The onnx policy takes every observation leaf (a model input each), as it is.
         self._all_leaves = kind == "onnx"
-        #: A recurrent policy's state, per env (None: a policy without one).
+        #: A policy's state, per env: a recurrent model's and an exploration module's
+        #: (None: a policy without one).
         self.recurrent = None
         if self._all_leaves:  # onnxruntime is imported only for it
             from .onnx_policy import OnnxPolicy
@@ -809,7 +812,14 @@ def _env_snapshot(env, elapsed):
 
 def _env_restore(env, snap):
     u = env.unwrapped
-    if getattr(u, "state", None) is None and not hasattr(u, "state"):
+    if not hasattr(u, "state"):
+        # Some envs (Pendulum) make `state` at their first reset, which a node restored
+        # before its first batch has not done: reset it (everything is overwritten below).
+        try:
+            env.reset()
+        except Exception as e:
+            raise CheckpointError(f"the env cannot be reset to restore it: {e!r}") from None
+    if not hasattr(u, "state"):
         raise CheckpointError("this env keeps no `state` array")
     try:
         values = np.asarray(snap["state"], np.float64)

@@ -8,6 +8,11 @@ A recurrent model (``policy.config.state``, PROTOCOL.md §8, Recurrent) also tak
 (bool ``[K, 1]``) and one input per state tensor, and gives ``next.<name>`` for each: the
 caller keeps the state per env and hands it in (``act_recording``'s ``state``).
 
+An exploration module (``policy.config.exploration``, PROTOCOL.md §8, Exploration modules:
+torchrl's Ornstein-Uhlenbeck noise, ``exploration.py``) acts after a ``deterministic`` model:
+its two state tensors end the same ``state`` list and are kept by the caller the same way, but
+they are not the model's inputs; its ``eps`` is read from each version of the weights.
+
 Weights are the model's f32 initializers by name (version 0: the file's values). An update
 replaces them: the session is rebuilt, fully optimised, from the model with the new values
 written into its initializers (see ``_Session``). onnxruntime and onnx are the node's optional
@@ -18,6 +23,7 @@ import math
 
 import numpy as np
 
+from . import exploration as explore
 from . import node_spec
 from .policy import PolicyError
 from .recurrent import IS_INIT, NEXT
@@ -150,10 +156,14 @@ class OnnxPolicy:
         self.model = bytes(model)
         self.action = action
         try:
-            #: ``[(name, shape)]`` of a recurrent model's state tensors (``[]``: none).
+            #: ``[(name, shape)]`` of the state tensors the caller keeps per env (``[]``:
+            #: none): a recurrent model's and an exploration module's.
             self.state = node_spec.state_tensors(config.get("state"))
             node_spec.check_state_keys(self.state, [*env_keys, *_HEAD_KEYS[self.head]])
-        except node_spec.SpecError as e:
+            #: The exploration module run after the model (None: none), and the state
+            #: tensors the model itself takes and gives (``self.state`` less the module's).
+            self.explorer, self.model_state = explore.from_config(config, self.state, action, self.head)
+        except (node_spec.SpecError, explore.ExplorationError) as e:
             raise PolicyError(str(e)) from None
         self.rng = np.random.default_rng(seed)
         onnx, self._ort = _imports()
@@ -168,6 +178,8 @@ class OnnxPolicy:
         self.layout = {name: tuple(a.shape) for name, a in initial.items()}
         self.weights = initial
         self.version = 0
+        #: The exploration module's ``eps``, from the current weights.
+        self.eps = self._eps_of(initial)
         try:
             self._session = _Session(self._ort, self._onnx, self.model, {})
         except Exception as e:
@@ -181,7 +193,7 @@ class OnnxPolicy:
         a recurrent model's ``is_init`` and state inputs are checked by ``_bind_state_inputs``."""
         inputs = self._session.session.get_inputs()
         by_key = {"observation" + leaf.suffix: (i, leaf) for i, leaf in enumerate(leaves)}
-        if self.state:
+        if self.model_state:
             inputs = self._bind_state_inputs(inputs)
         ins = inputs
         if len(leaves) == 1 and not leaves[0].path and len(inputs) == 1:
@@ -212,21 +224,21 @@ class OnnxPolicy:
         ``[K, *shape]``), PolicyError naming the first missing or misshapen one; returns the
         other inputs (the observation's)."""
         by_name = {x.name: x for x in inputs}
-        for name, shape, kind in [(IS_INIT, (1,), "tensor(bool)")] + [(n, s, "tensor(float)") for n, s in self.state]:
+        for name, shape, kind in [(IS_INIT, (1,), "tensor(bool)")] + [(n, s, "tensor(float)") for n, s in self.model_state]:
             x = by_name.get(name)
             want = f"{'bool' if kind == 'tensor(bool)' else 'float'} {_shape_str(['K', *shape])}"
             if x is None:
                 raise PolicyError(f"onnx: the recurrent model needs an input `{name}` ({want}); its inputs are {list(by_name)}")
             if x.type != kind or not _fits(x.shape, shape):
                 raise PolicyError(f"onnx: model input `{name}` is {_type_str(x.type)} {_shape_str(x.shape)}, the state needs {want}")
-        taken = {IS_INIT, *(n for n, _ in self.state)}
+        taken = {IS_INIT, *(n for n, _ in self.model_state)}
         return [x for x in inputs if x.name not in taken]
 
     def _bind_outputs(self):
         """The outputs the head reads, by name, and a recurrent model's ``next.<name>``
         (PolicyError naming what is missing or misshapen)."""
         outs = [o.name for o in self._session.session.get_outputs()]
-        if self.state:
+        if self.model_state:
             outs = self._bind_state_outputs()
         a = self.action
         h = self.head
@@ -256,7 +268,7 @@ class OnnxPolicy:
                 raise PolicyError(f"onnx: the {h} head needs one output `scale` or `log_std`; the model's are {outs}")
             self._out = ["loc", spread[0]]
         #: What each run fetches: the head's outputs, then the state's.
-        self._fetch = self._out + [NEXT + n for n, _ in self.state]
+        self._fetch = self._out + [NEXT + n for n, _ in self.model_state]
         if not a.discrete:
             low, high = a.low.astype(np.float64), a.high.astype(np.float64)
             finite = np.isfinite(low) & np.isfinite(high)
@@ -268,14 +280,14 @@ class OnnxPolicy:
         naming the first missing or misshapen one); returns the names of the others."""
         outputs = self._session.session.get_outputs()
         by_name = {o.name: o for o in outputs}
-        for name, shape in self.state:
+        for name, shape in self.model_state:
             o = by_name.get(NEXT + name)
             want = f"float {_shape_str(['K', *shape])}"
             if o is None:
                 raise PolicyError(f"onnx: the recurrent model needs an output `{NEXT}{name}` ({want}); its outputs are {list(by_name)}")
             if o.type != "tensor(float)" or not _fits(o.shape, shape):
                 raise PolicyError(f"onnx: model output `{NEXT}{name}` is {_type_str(o.type)} {_shape_str(o.shape)}, the state needs {want}")
-        taken = {NEXT + n for n, _ in self.state}
+        taken = {NEXT + n for n, _ in self.model_state}
         return [o.name for o in outputs if o.name not in taken]
 
     # -- weights -------------------------------------------------------------------------
@@ -296,12 +308,23 @@ class OnnxPolicy:
     def set_weights(self, version, tensors):
         """Uses these weights from now on (checked first: nothing changes on error)."""
         self.check_weights(tensors)
-        weights = {k: np.ascontiguousarray(tensors[k], np.float32) for k in self.layout}
+        # np.asarray, not np.ascontiguousarray: a scalar weight keeps its shape [].
+        weights = {k: np.asarray(tensors[k], np.float32, order="C") for k in self.layout}
+        eps = self._eps_of(weights)
         try:
             session = _Session(self._ort, self._onnx, self.model, weights)
         except Exception as e:
             raise PolicyError(f"onnx: the model does not load with these weights: {_first_line(e)}") from None
-        self._session, self.weights, self.version = session, weights, version
+        self._session, self.weights, self.version, self.eps = session, weights, version, eps
+
+    def _eps_of(self, weights):
+        """The exploration module's ``eps`` in ``weights`` (None without a module)."""
+        if self.explorer is None:
+            return None
+        try:
+            return explore.eps_of(self.explorer, weights)
+        except explore.ExplorationError as e:
+            raise PolicyError(str(e)) from None
 
     def reseed(self, seed):
         """Restarts the sampling stream."""
@@ -327,12 +350,12 @@ class OnnxPolicy:
         for name, i, cast in self._feeds:
             x = obs[i]
             feeds[name] = x if cast is None else x.astype(cast)
-        if self.state:
+        if self.model_state:
             if state is None:
                 raise PolicyError("onnx: a recurrent model acts with the envs' state, and none was given")
             is_init, values = state
             feeds[IS_INIT] = is_init.reshape(-1, 1)
-            feeds.update(zip((n for n, _ in self.state), values))
+            feeds.update(zip((n for n, _ in self.model_state), values))
         try:
             return self._session.session.run(self._fetch, feeds)
         except Exception as e:
@@ -348,10 +371,12 @@ class OnnxPolicy:
         (``recorded_layout``'s keys, ``[k, *shape]`` float32). A recurrent model takes
         ``state = (is_init, values)``: bool ``[k]`` and one f32 ``[k, *shape]`` array per state
         tensor, in ``self.state``'s order (the caller zeroes the rows of ``is_init``); its
-        ``next.<name>`` outputs are recorded too."""
+        ``next.<name>`` outputs are recorded too, and an exploration module's (``_exploring``)."""
         if isinstance(obs, np.ndarray):
             obs = [obs]
         k = obs[0].shape[0]
+        if self.explorer is not None:
+            return self._exploring(obs, k, state)
         outs = self._run(obs, state)
         a = self.action
         if self.head == "categorical":
@@ -360,15 +385,43 @@ class OnnxPolicy:
             action, rec = self._deterministic(outs[0], k), {}
         else:
             action, rec = self._normal(outs[0], outs[1], k)
-        if self.state:
+        if self.model_state:
             rec.update(self._next_state(outs[len(self._out):], k))
         return (action if a.discrete else action.reshape((k,) + a.shape)), rec
+
+    def _exploring(self, obs, k, state):
+        """``act_recording`` with an exploration module: the model's action clipped to the box
+        (and its own state, if any), then the module's noise per row from its state in ``state``, whose
+        ``next.<name>`` are recorded. Deterministic exploration adds no noise and holds the
+        module's state, as torchrl's module does outside ``ExplorationType.RANDOM``."""
+        if state is None:
+            raise PolicyError("onnx: an exploration module acts with the envs' state, and none was given")
+        is_init, values = state
+        by_name = dict(zip((n for n, _ in self.state), values))
+        model_values = [by_name[n] for n, _ in self.model_state]
+        outs = self._run(obs, (is_init, model_values))
+        a = self.action
+        raw = self._shaped(self._out[0], np.asarray(outs[0]), k, a.low.size)
+        if raw.dtype != np.float32:
+            raise PolicyError(f"onnx: output `{self._out[0]}` is {raw.dtype}, the deterministic head needs float32 for a box action")
+        noise, steps = by_name[explore.NOISE], by_name[explore.STEPS]
+        head = np.minimum(np.maximum(raw, a.low), a.high)  # the deterministic head's action
+        if self.exploration == "deterministic":
+            act, next_noise, next_steps = head, noise.copy(), steps.copy()
+        else:
+            z = self.rng.standard_normal((k, a.low.size))
+            act, next_noise, next_steps = self.explorer.step(head, noise, steps, self.eps, z)
+        act = np.minimum(np.maximum(act, a.low), a.high).astype(np.float32)
+        rec = self._next_state(outs[len(self._out):], k) if self.model_state else {}
+        rec[NEXT + explore.NOISE] = next_noise.astype(np.float32)
+        rec[NEXT + explore.STEPS] = next_steps.astype(np.float32)
+        return act.reshape((k,) + a.shape), rec
 
     def _next_state(self, outs, k):
         """``{next.<name>: [k, *shape] f32}`` of a run's state outputs (PolicyError naming one
         of another dtype or shape)."""
         rec = {}
-        for (name, shape), x in zip(self.state, outs):
+        for (name, shape), x in zip(self.model_state, outs):
             x = np.asarray(x)
             if x.dtype != np.float32 or x.shape != (k, *shape):
                 raise PolicyError(

@@ -1,4 +1,5 @@
-"""A recurrent policy's state, one per env (PROTOCOL.md §8, Recurrent): every tensor zero when
+"""A recurrent policy's state, one per env (PROTOCOL.md §8, Recurrent; an exploration module's
+noise is kept here the same way, §8, Exploration modules): every tensor zero when
 the env is built and again on the first frame of each episode (``is_init``), handed to the
 model with the frame and replaced by the model's ``next.<name>`` once the frame is kept.
 

@@ -14,7 +14,7 @@ import struct
 import msgpack
 import numpy as np
 
-PROTOCOL_VERSION = 6
+PROTOCOL_VERSION = 7
 DEFAULT_MAX_FRAME = 256 << 20
 PROOF_CONTEXT = b"rollout-join-v1"
 
@@ -129,15 +129,16 @@ def field(frame, name, kind, optional=False):
 
 
 def to_tensor(array, dtype):
-    """The wire form of ``array`` as ``dtype`` (C order, little-endian)."""
-    a = np.ascontiguousarray(array, dtype=DTYPES[dtype])
+    """The wire form of ``array`` as ``dtype`` (C order, little-endian; a scalar keeps its
+    shape ``[]``, which ``np.ascontiguousarray`` would make ``[1]``)."""
+    a = np.asarray(array, dtype=DTYPES[dtype], order="C")
     return {"dtype": dtype, "shape": list(a.shape), "data": a.tobytes()}
 
 
 def tensor_view(array, dtype):
     """The wire form of ``array`` as ``dtype`` whose ``data`` is a view of the array's bytes
     (no copy when it is C-ordered in that dtype), for :func:`encode_parts`."""
-    a = np.ascontiguousarray(array, dtype=DTYPES[dtype])
+    a = np.asarray(array, dtype=DTYPES[dtype], order="C")
     return {"dtype": dtype, "shape": list(a.shape), "data": memoryview(a.reshape(-1).view(np.uint8))}
 
 

@@ -259,3 +259,31 @@ class RecurrentReplay:
                 self.needs_reset[e] = te or tr
             self.state = nxt
         return {key: np.stack(v, axis=1) for key, v in out.items()}
+
+
+# -- Ornstein-Uhlenbeck exploration (PROTOCOL.md §8, Exploration modules) ------------------------
+
+def with_eps(model, name="eps", eps=1.0):
+    """``model`` (bytes) with an f32 initializer ``name`` holding ``eps`` (shape ``[]``, as
+    torchrl's buffer) read by an ``Identity`` into an extra output ``ou_eps``: what rollout's
+    exporter adds for an ``OrnsteinUhlenbeckProcessModule``."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    proto = onnx.load_from_string(model)
+    proto.graph.initializer.append(numpy_helper.from_array(np.array(eps, np.float32), name))
+    proto.graph.node.append(helper.make_node("Identity", [name], ["ou_eps"]))
+    proto.graph.output.append(helper.make_tensor_value_info("ou_eps", TensorProto.FLOAT, []))
+    onnx.checker.check_model(proto)
+    return proto.SerializeToString()
+
+
+def ou_config(eps="eps", theta=0.15, mu=0.0, sigma=0.2, sigma_min=None, n_steps_annealing=1000, dt=0.01, x0=()):
+    """An ``exploration`` config (torchrl's defaults unless given)."""
+    return {"kind": "ornstein_uhlenbeck", "eps": eps, "theta": theta, "mu": mu, "sigma": sigma,
+            "sigma_min": sigma_min, "n_steps_annealing": n_steps_annealing, "dt": dt, "x0": list(x0)}
+
+
+def ou_state(d=1):
+    """The config's ``state`` of an OU module on an action of ``d`` values."""
+    return [{"name": "_ou_prev_noise", "shape": [d]}, {"name": "_ou_steps", "shape": [1]}]
