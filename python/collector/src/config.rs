@@ -76,7 +76,22 @@ fn policy_config(json: &str, policy_file: Option<PathBuf>, onnx_head: Option<Str
             format!("{name:?} is not one of categorical, normal, tanh_normal, deterministic"),
         )
     })?;
-    rollout_actors::policy_file::onnx_policy(&path, head).map_err(|e| config_error("policy_file", e))
+    let mut config =
+        rollout_actors::policy_file::onnx_policy(&path, head).map_err(|e| config_error("policy_file", e))?;
+    // An exploration module the nodes run after the model (PROTOCOL.md §8): its config and
+    // the whole state list (the model's, then the module's), as the exporter wrote them.
+    if let (Some(module), PolicyConfig::Onnx { state, exploration, .. }) = (value.get("exploration"), &mut config) {
+        *exploration = Some(
+            serde_json::from_value(module.clone())
+                .map_err(|e| config_error("policy", format!("not an exploration module: {e}")))?,
+        );
+        let listed = value
+            .get("state")
+            .ok_or_else(|| config_error("policy", "an exploration module needs the state list"))?;
+        *state = serde_json::from_value(listed.clone())
+            .map_err(|e| config_error("policy", format!("not a state list: {e}")))?;
+    }
+    Ok(config)
 }
 
 /// An exploration type by torchrl's names (`random`, `deterministic`, `mode`, `mean`).

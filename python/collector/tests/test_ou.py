@@ -272,7 +272,14 @@ def frames(batch, key):
     return a.reshape(-1, T, *a.shape[len(batch.batch_size):])
 
 
-def test_a_run_of_python_nodes_keeps_the_ou_recursion_and_reaches_the_annealed_eps():
+def nodes_of(kind):
+    """The collector's arguments for nodes of ``kind``: the Rust nodes of the default
+    launcher (Pendulum-v1 is a built-in env; tract runs the actor) or Python nodes."""
+    return {"seed": 5} if kind == "rust" else python_nodes()
+
+
+@pytest.mark.parametrize("kind", ["python", "rust"])
+def test_a_run_keeps_the_ou_recursion_and_reaches_the_annealed_eps(kind):
     # 2 envs, batches of 400 frames, episodes cut at 50: the recorded noise goes on from frame
     # to frame and restarts at each episode, each action is the actor's plus eps times the
     # noise where it is not clipped, and the recursion's residuals are sigma sqrt(dt) times
@@ -282,7 +289,7 @@ def test_a_run_of_python_nodes_keeps_the_ou_recursion_and_reaches_the_annealed_e
     actor, module, policy = ddpg_actor(seed=2, sigma=sigma, dt=dt, eps_end=0.1)
     with rollout.DistributedCollector(
         "Pendulum-v1", policy, frames_per_batch=400, total_frames=-1, envs_per_node=2, max_frames_per_traj=50,
-        tensordict=False, **python_nodes(),
+        tensordict=False, **nodes_of(kind),
     ) as c:
         first = c.next()
         module.step(1000)
@@ -308,10 +315,11 @@ def test_a_run_of_python_nodes_keeps_the_ou_recursion_and_reaches_the_annealed_e
     assert scales[1] < 0.2 * scales[0], scales
 
 
-def test_deterministic_exploration_takes_the_actors_own_action_and_holds_the_noise():
+@pytest.mark.parametrize("kind", ["python", "rust"])
+def test_deterministic_exploration_takes_the_actors_own_action_and_holds_the_noise(kind):
     actor, _, policy = ddpg_actor(seed=3)
     with rollout.DistributedCollector(
-        "Pendulum-v1", policy, frames_per_batch=100, total_frames=100, tensordict=False, exploration_type="deterministic", **python_nodes(),
+        "Pendulum-v1", policy, frames_per_batch=100, total_frames=100, tensordict=False, exploration_type="deterministic", **nodes_of(kind),
     ) as c:
         b = c.next()
     np.testing.assert_allclose(frames(b, "action"), deterministic(actor, frames(b, "observation")), atol=1e-6, rtol=0)
