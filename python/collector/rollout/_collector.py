@@ -504,9 +504,10 @@ class DistributedCollector:
             self._onnx_model = self._torch_policy.model
             policy = {"kind": "onnx"}
             if self._torch_policy.exploration is not None:
-                # The module the nodes run after the model (PROTOCOL.md §8); the trainer
-                # adds its state tensors to the model's.
+                # The module the nodes run after the model (PROTOCOL.md §8), and the whole
+                # state list: the model's tensors, then the module's.
                 policy["exploration"] = self._torch_policy.exploration
+                policy["state"] = [{"name": n, "shape": list(s)} for n, s in self._torch_policy.state]
         _check_primed(primed, self._torch_policy, env_field)
         if tensordict is None:
             tensordict = self._torch_policy is not None or bool(added)
