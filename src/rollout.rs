@@ -59,6 +59,8 @@ mod collect_tests;
 #[cfg(test)]
 mod concrete_tests;
 #[cfg(test)]
+mod qvalue_tests;
+#[cfg(test)]
 mod recurrent_tests;
 #[cfg(test)]
 mod stop_tests;

@@ -43,6 +43,12 @@ pub mod keys {
     pub const LOC: &str = "loc";
     /// A normal policy's standard deviations, f32 `[.., A]`.
     pub const SCALE: &str = "scale";
+    /// A Q-value actor's action values, f32 `[.., N]` (torchrl's `QValueModule`).
+    pub const ACTION_VALUE: &str = "action_value";
+    /// The greedy action's value, f32 `[.., 1]`, whatever action exploration took.
+    pub const CHOSEN_ACTION_VALUE: &str = "chosen_action_value";
+    /// Every key a policy may record beside its action (see `policy::Recorded`).
+    pub const RECORDED: [&str; 6] = [ACTION_LOG_PROB, LOGITS, LOC, SCALE, ACTION_VALUE, CHOSEN_ACTION_VALUE];
     /// The frame is the first of its episode, bool `[.., 1]` (torchrl's `InitTracker`);
     /// in the batches of a recurrent policy, whose state is zero there.
     pub const IS_INIT: &str = "is_init";

@@ -29,12 +29,13 @@ use crate::message::{names, FromNode, ToNode};
 use crate::node_spec::NodeSpec;
 use crate::policy::Weights;
 
-/// Version of this protocol, the one nodes of this crate speak (6: a node runs recurrent
+/// Version of this protocol, the one nodes of this crate speak (8: the `onnx` `qvalue`
+/// head and epsilon-greedy; 7: Ornstein–Uhlenbeck exploration; 6: a node runs recurrent
 /// `onnx` policies; 5: a node records what its policy records in every batch; 4:
 /// `ready` carries the env's specs). A trainer
 /// admits [`OLDEST_PROTOCOL_VERSION`] up to this one, less those a run cannot be served
 /// by ([`AdmitVersions`]).
-pub const PROTOCOL_VERSION: u32 = 7;
+pub const PROTOCOL_VERSION: u32 = 8;
 /// The oldest version a trainer admits: a version-3 node sends no specs in `ready` and
 /// no recorded keys in its batches, so it can only serve envs the trainer builds itself
 /// under a policy that records nothing; a version-4 node, any env under such a policy.

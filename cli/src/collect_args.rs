@@ -40,7 +40,8 @@ pub(crate) struct CollectArgs {
     #[arg(long, value_name = "PATH")]
     pub(crate) policy_file: Option<PathBuf>,
     /// How `--policy onnx`'s outputs give the action: categorical (`logits`), normal
-    /// (`loc` and `scale` or `log_std`), tanh_normal, or deterministic (`action`).
+    /// (`loc` and `scale` or `log_std`), tanh_normal, deterministic (`action`), or
+    /// qvalue (`action_value`: the greedy action of a Q-value actor).
     #[arg(long, value_name = "HEAD")]
     pub(crate) onnx_head: Option<String>,
     /// Action value of `--policy constant` [default: 1].

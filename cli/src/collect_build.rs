@@ -27,7 +27,7 @@ pub(crate) fn policy_config(args: &CollectArgs, held: Option<&PolicyConfig>) -> 
                 Some(name) => OnnxHead::from_name(name).ok_or_else(|| {
                     usage(
                         "onnx_head",
-                        format!("`{name}` is not one of categorical, normal, tanh_normal, deterministic"),
+                        format!("`{name}` is not one of categorical, normal, tanh_normal, deterministic, qvalue"),
                     )
                 })?,
                 None => return Err(usage("onnx_head", "required by `--policy onnx`")),
@@ -116,13 +116,13 @@ fn onnx_config(args: &CollectArgs) -> Result<PolicyConfig, Failure> {
     let name = args.onnx_head.as_deref().ok_or_else(|| {
         usage(
             "onnx_head",
-            "required by `--policy onnx`: categorical, normal, tanh_normal or deterministic",
+            "required by `--policy onnx`: categorical, normal, tanh_normal, deterministic or qvalue",
         )
     })?;
     let head = OnnxHead::from_name(name).ok_or_else(|| {
         usage(
             "onnx_head",
-            format!("`{name}` is not one of categorical, normal, tanh_normal, deterministic"),
+            format!("`{name}` is not one of categorical, normal, tanh_normal, deterministic, qvalue"),
         )
     })?;
     onnx_policy(path, head).map_err(|e| usage("policy_file", e))

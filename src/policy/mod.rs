@@ -27,7 +27,8 @@ mod logprob;
 mod mlp;
 mod net;
 mod onnx;
-mod ou;
+mod egreedy;
+mod exploration;
 mod random;
 mod record;
 mod sampler;
@@ -48,7 +49,8 @@ pub use onnx::{
 };
 #[cfg(feature = "onnx")]
 pub use onnx::{OnnxEngine, OnnxPolicy, WeightMode};
-pub use ou::{ExplorationModule, ExploringPolicy, OrnsteinUhlenbeck, OU_NOISE, OU_STEPS};
+pub use egreedy::EpsilonGreedy;
+pub use exploration::{ExplorationModule, ExploringPolicy, OrnsteinUhlenbeck, OU_NOISE, OU_STEPS};
 pub use random::RandomPolicy;
 pub use record::{ParamsMut, RecordMut, Recorded};
 pub use state::{
@@ -441,7 +443,7 @@ impl PolicyConfig {
     /// Whether a policy of this kind records anything beside its actions on every
     /// action it can take ([`Self::recorded`] is never [`Recorded::None`] for them):
     /// every policy with a distribution, `random`, `linear`, `mlp` and an `onnx` model
-    /// with a categorical, normal or tanh-normal head; not `constant` nor a
+    /// with a categorical, normal, tanh-normal or qvalue head; not `constant` nor a
     /// deterministic `onnx` head. Known before the env's specs are.
     pub fn records(&self) -> bool {
         match self {
@@ -461,14 +463,14 @@ impl PolicyConfig {
     }
 
     /// The state the model itself takes and gives: [`Self::state`] less an exploration
-    /// module's tensors (the last two), which the model never sees.
+    /// module's tensors (the last ones: OU's two), which the model never sees.
     pub fn model_state(&self) -> &[StateTensor] {
         match self {
             PolicyConfig::Onnx {
                 state,
-                exploration: Some(_),
+                exploration: Some(e),
                 ..
-            } => &state[..state.len().saturating_sub(2)],
+            } => &state[..state.len().saturating_sub(e.state_len())],
             PolicyConfig::Onnx { state, .. } => state,
             _ => &[],
         }
@@ -491,7 +493,7 @@ impl PolicyConfig {
                 head,
                 exploration: Some(e),
                 ..
-            } => e.model_state(*head == OnnxHead::Deterministic, action, state),
+            } => e.model_state(*head, action, state),
             _ => Ok(self.state()),
         }
     }

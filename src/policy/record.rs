@@ -30,6 +30,14 @@ pub enum Recorded {
         /// Action dimension.
         d: usize,
     },
+    /// `action_value` f32 `[n]` and `chosen_action_value` f32 `[1]`: a Q-value actor
+    /// (torchrl's `QValueModule`; the `onnx` `qvalue` head). No log-probability: the
+    /// greedy action has none worth recording. Carried in the log-probability and
+    /// first parameter columns.
+    QValue {
+        /// Number of actions.
+        n: usize,
+    },
 }
 
 impl Recorded {
@@ -50,6 +58,10 @@ impl Recorded {
                 put(keys::LOC, vec![d]);
                 put(keys::SCALE, vec![d]);
             }
+            Recorded::QValue { n } => {
+                put(keys::ACTION_VALUE, vec![n]);
+                put(keys::CHOSEN_ACTION_VALUE, vec![1]);
+            }
         }
     }
 
@@ -57,7 +69,7 @@ impl Recorded {
     pub fn params_per_frame(&self) -> usize {
         match *self {
             Recorded::None | Recorded::LogProb => 0,
-            Recorded::Categorical { n } => n,
+            Recorded::Categorical { n } | Recorded::QValue { n } => n,
             Recorded::Normal { d } => d.saturating_mul(2),
         }
     }
@@ -68,7 +80,8 @@ impl Recorded {
 #[derive(Debug)]
 pub struct RecordMut<'a> {
     /// `k` log-probabilities, one per action written (summed over an action's
-    /// dimensions); empty for [`Recorded::None`].
+    /// dimensions); for [`Recorded::QValue`], the greedy action's value; empty for
+    /// [`Recorded::None`].
     pub log_prob: &'a mut [f32],
     /// The distribution's parameters.
     pub params: ParamsMut<'a>,
@@ -89,7 +102,7 @@ impl RecordMut<'_> {
 pub enum ParamsMut<'a> {
     /// No parameters ([`Recorded::None`], [`Recorded::LogProb`]).
     None,
-    /// `k * n` logits, row-major.
+    /// `k * n` logits (for [`Recorded::QValue`], action values), row-major.
     Logits(&'a mut [f32]),
     /// `k * d` locations and `k * d` scales, row-major.
     Normal {

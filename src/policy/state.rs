@@ -65,6 +65,8 @@ const RESERVED: &[&str] = &[
     keys::LOGITS,
     keys::LOC,
     keys::SCALE,
+    keys::ACTION_VALUE,
+    keys::CHOSEN_ACTION_VALUE,
     "next",
     "collector",
 ];

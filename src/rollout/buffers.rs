@@ -85,9 +85,12 @@ impl Rollout {
             truncated: take(keys::NEXT_TRUNCATED).map_or_else(Vec::new, |x| take_vec(x, into_bool)),
             traj_ids: take(keys::TRAJ_IDS).map_or_else(Vec::new, |x| take_vec(x, into_i64)),
             step_count: take(keys::STEP_COUNT).map_or_else(Vec::new, |x| take_vec(x, into_i64)),
-            log_prob: take(keys::ACTION_LOG_PROB).map_or_else(Vec::new, |x| take_vec(x, into_f32)),
+            log_prob: take(keys::ACTION_LOG_PROB)
+                .or_else(|| take(keys::CHOSEN_ACTION_VALUE))
+                .map_or_else(Vec::new, |x| take_vec(x, into_f32)),
             param_a: take(keys::LOGITS)
                 .or_else(|| take(keys::LOC))
+                .or_else(|| take(keys::ACTION_VALUE))
                 .map_or_else(Vec::new, |x| take_vec(x, into_f32)),
             param_b: take(keys::SCALE).map_or_else(Vec::new, |x| take_vec(x, into_f32)),
             is_init: take(keys::IS_INIT).map_or_else(Vec::new, |x| take_vec(x, into_bool)),
@@ -187,16 +190,19 @@ impl Rollout {
             ArrayD::from_shape_vec(arr(&one), b.step_count).map_err(e)?.into(),
         )?;
         let (lp, pa, pb) = record_sizes(self.recorded);
+        let (key_lp, key_a, key_b) = match self.recorded {
+            Recorded::Categorical { .. } => (keys::ACTION_LOG_PROB, keys::LOGITS, ""),
+            Recorded::QValue { .. } => (keys::CHOSEN_ACTION_VALUE, keys::ACTION_VALUE, ""),
+            _ => (keys::ACTION_LOG_PROB, keys::LOC, keys::SCALE),
+        };
         if lp == 1 {
+            // A log-probability per frame, or the greedy action's value as `[1]`.
+            let shape: &[usize] = if key_lp == keys::CHOSEN_ACTION_VALUE { &one } else { &bs };
             td.set(
-                keys::ACTION_LOG_PROB,
-                ArrayD::from_shape_vec(arr(&[k, t]), b.log_prob).map_err(e)?.into(),
+                key_lp,
+                ArrayD::from_shape_vec(arr(shape), b.log_prob).map_err(e)?.into(),
             )?;
         }
-        let (key_a, key_b) = match self.recorded {
-            Recorded::Categorical { .. } => (keys::LOGITS, ""),
-            _ => (keys::LOC, keys::SCALE),
-        };
         if pa > 0 {
             td.set(
                 key_a,
@@ -239,14 +245,14 @@ fn state_buffers(recycled: Vec<Vec<f32>>, recurrent: Option<&Recurrent>, n: usiz
         .collect()
 }
 
-/// Values per frame of what a policy records: log-probabilities (0 or 1), logits or
-/// loc, scale.
+/// Values per frame of what a policy records: log-probabilities (0 or 1; a Q-value
+/// actor's greedy value), logits, action values or loc, scale.
 #[inline]
 pub(super) fn record_sizes(recorded: Recorded) -> (usize, usize, usize) {
     match recorded {
         Recorded::None => (0, 0, 0),
         Recorded::LogProb => (1, 0, 0),
-        Recorded::Categorical { n } => (1, n, 0),
+        Recorded::Categorical { n } | Recorded::QValue { n } => (1, n, 0),
         Recorded::Normal { d } => (1, d, d),
     }
 }

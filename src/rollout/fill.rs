@@ -379,12 +379,18 @@ impl<E: EnvKind, P: PolicyKind + ?Sized> Fill<'_, E, P> {
                         rec_a.fill(f32::NAN);
                         rec_b.fill(f32::NAN);
                     }
+                    // No model ran: no action values (the log-probability column
+                    // holds the greedy value).
+                    Recorded::QValue { .. } => {
+                        rec_a.fill(f32::NAN);
+                        rec_lp.fill(f32::NAN);
+                    }
                     Recorded::None | Recorded::LogProb => {}
                 }
             }
             _ => {
                 let params = match recorded {
-                    Recorded::Categorical { .. } => ParamsMut::Logits(rec_a),
+                    Recorded::Categorical { .. } | Recorded::QValue { .. } => ParamsMut::Logits(rec_a),
                     Recorded::Normal { .. } => ParamsMut::Normal {
                         loc: rec_a,
                         scale: rec_b,

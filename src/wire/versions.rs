@@ -30,6 +30,9 @@ pub enum Need {
     /// An exploration module the node runs after the model (`exploration` in the
     /// `onnx` config: Ornstein–Uhlenbeck noise), with its state per env (version 7).
     Exploration,
+    /// An `onnx` policy with the `qvalue` head (and its epsilon-greedy module): the
+    /// batches carry `action_value` and `chosen_action_value` (version 8).
+    QValue,
 }
 
 impl Need {
@@ -40,6 +43,7 @@ impl Need {
             Need::Recorded { .. } | Need::Onnx => 5,
             Need::Recurrent => 6,
             Need::Exploration => 7,
+            Need::QValue => 8,
         }
     }
 }
@@ -66,6 +70,11 @@ impl fmt::Display for Need {
                 f,
                 "its onnx policy has an exploration module (Ornstein-Uhlenbeck noise) the node runs with its noise \
                  state per env (version 7)"
+            ),
+            Need::QValue => write!(
+                f,
+                "its onnx policy has the qvalue head, which records action_value and chosen_action_value in every \
+                 batch, and runs epsilon-greedy exploration (version 8)"
             ),
         }
     }
@@ -140,7 +149,7 @@ impl AdmitVersions {
     }
 }
 
-/// `3 to 7`, or `7` alone.
+/// `3 to 8`, or `8` alone.
 fn span(from: u32, to: u32) -> String {
     if from == to {
         format!("{from}")
@@ -171,11 +180,11 @@ mod tests {
         }
         assert_eq!(
             all.check(2),
-            Err("protocol version 2 is not supported (this trainer speaks 3 to 7)".into())
+            Err("protocol version 2 is not supported (this trainer speaks 3 to 8)".into())
         );
         assert_eq!(
-            all.check(8),
-            Err("protocol version 8 is not supported (this trainer speaks 3 to 7)".into())
+            all.check(9),
+            Err("protocol version 9 is not supported (this trainer speaks 3 to 8)".into())
         );
     }
 
@@ -189,8 +198,8 @@ mod tests {
             v.check(4),
             Err(
                 "protocol version 4 cannot serve this run: its policy (mlp) records action_log_prob and its \
-                 distribution's parameters in every batch (version 5); this run admits 5 to 7 (this trainer \
-                 speaks 3 to 7, the older ones for runs that need less)"
+                 distribution's parameters in every batch (version 5); this run admits 5 to 8 (this trainer \
+                 speaks 3 to 8, the older ones for runs that need less)"
                     .into()
             )
         );
@@ -198,8 +207,8 @@ mod tests {
             .check(3)
             .is_err_and(|r| r.starts_with("protocol version 3 cannot serve this run")));
         assert_eq!(
-            v.check(8),
-            Err("protocol version 8 is not supported (this trainer speaks 3 to 7; this run admits 5 to 7)".into())
+            v.check(9),
+            Err("protocol version 9 is not supported (this trainer speaks 3 to 8; this run admits 5 to 8)".into())
         );
 
         let v = AdmitVersions::serving([specs()]);
@@ -212,8 +221,8 @@ mod tests {
             v.check(3),
             Err(
                 "protocol version 3 cannot serve this run: its env Custom is known only to its nodes, which \
-                 report its spaces in ready's specs (version 4); this run admits 4 to 7 (this trainer speaks 3 \
-                 to 7, the older ones for runs that need less)"
+                 report its spaces in ready's specs (version 4); this run admits 4 to 8 (this trainer speaks 3 \
+                 to 8, the older ones for runs that need less)"
                     .into()
             )
         );
@@ -223,15 +232,22 @@ mod tests {
         let v = AdmitVersions::serving([specs(), recorded(), Need::Onnx, Need::Recurrent]);
         assert_eq!((v.oldest(), v.need()), (6, Some(&Need::Recurrent)));
         assert_eq!(
-            v.check(8),
-            Err("protocol version 8 is not supported (this trainer speaks 3 to 7; this run admits 6 to 7)".into())
+            v.check(9),
+            Err("protocol version 9 is not supported (this trainer speaks 3 to 8; this run admits 6 to 8)".into())
         );
-        // An exploration module: version 7 alone.
+        // An exploration module: version 7 and up.
         let v = AdmitVersions::serving([recorded(), Need::Onnx, Need::Recurrent, Need::Exploration]);
         assert_eq!((v.oldest(), v.need()), (7, Some(&Need::Exploration)));
         assert_eq!(
-            v.check(8),
-            Err("protocol version 8 is not supported (this trainer speaks 3 to 7; this run admits 7)".into())
+            v.check(9),
+            Err("protocol version 9 is not supported (this trainer speaks 3 to 8; this run admits 7 to 8)".into())
         );
+        // The qvalue head: version 8 alone; version 7 is refused naming the head.
+        let v = AdmitVersions::serving([recorded(), Need::Onnx, Need::Exploration, Need::QValue]);
+        assert_eq!((v.oldest(), v.need()), (8, Some(&Need::QValue)));
+        assert_eq!(v.check(8), Ok(()));
+        assert!(v
+            .check(7)
+            .is_err_and(|r| r.contains("the qvalue head") && r.contains("this run admits 8 (")));
     }
 }

@@ -1,12 +1,14 @@
-"""torchrl's ``OrnsteinUhlenbeckProcessModule`` (DDPG's exploration) as the nodes run it
-(PROTOCOL.md §8, Exploration modules): the actor before it is exported as the
-``deterministic`` head, and the module becomes the config's ``exploration`` with two state
-tensors the nodes keep per env (``_ou_prev_noise`` ``[d]``, ``_ou_steps`` ``[1]``).
+"""torchrl's exploration modules as the nodes run them (PROTOCOL.md §8):
+``OrnsteinUhlenbeckProcessModule`` (DDPG's; Exploration modules): the actor before it is
+exported as the ``deterministic`` head, and the module becomes the config's
+``exploration`` with two state tensors the nodes keep per env (``_ou_prev_noise`` ``[d]``,
+``_ou_steps`` ``[1]``); ``EGreedyModule`` (DQN's; Q-value actors): after the ``qvalue``
+head, ``{"kind": "epsilon_greedy"}``, no state.
 
-The module's ``eps`` (annealed by its ``step()`` in the learner) must reach the nodes with
+A module's ``eps`` (annealed by its ``step()`` in the learner) must reach the nodes with
 ``update_policy_weights_()``, so it is made an initializer of the model, named as the
-buffer's ``state_dict`` name, read by an ``Identity`` node into an extra output ``ou_eps``
-(an initializer no node reads would be dropped from the graph, or not be one).
+buffer's ``state_dict`` name, read by an ``Identity`` node into an extra output (``ou_eps``,
+``egreedy_eps``; an initializer no node reads would be dropped from the graph, or not be one).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ NOISE, STEPS = "_ou_prev_noise", "_ou_steps"
 PRIVATE_KEYS = (NOISE, STEPS, ("next", NOISE), ("next", STEPS))
 #: The graph output holding ``eps`` (read by no node: it keeps the initializer in the model).
 EPS_OUTPUT = "ou_eps"
+#: The same for an ``EGreedyModule``'s ``eps``.
+EGREEDY_EPS_OUTPUT = "egreedy_eps"
 #: ``n_steps_annealing`` written when the module anneals nothing: torchrl keeps no count
 #: then (``m = 0``), and the nodes read none without ``sigma_min``.
 _NO_ANNEALING = 1000
@@ -36,6 +40,15 @@ def ou_module(mods: List[Any]) -> Optional[Any]:
     except ImportError:  # pragma: no cover - without torchrl no actor has one
         return None
     return mods[-1] if mods and isinstance(mods[-1], OrnsteinUhlenbeckProcessModule) else None
+
+
+def egreedy_module(mods: List[Any]) -> Optional[Any]:
+    """The ``EGreedyModule`` ending the actor's flat modules, or ``None``."""
+    try:
+        from torchrl.modules import EGreedyModule
+    except ImportError:  # pragma: no cover - without torchrl no actor has one
+        return None
+    return mods[-1] if mods and isinstance(mods[-1], EGreedyModule) else None
 
 
 def _scalar(name: str, v: Any) -> float:
@@ -166,12 +179,12 @@ def eps_buffer_name(policy: Any, module: Any) -> str:
     for name, b in policy.named_buffers():
         if b is module.eps:
             return name
-    raise config_error("policy", "OrnsteinUhlenbeckProcessModule's eps is not a buffer of the actor")  # pragma: no cover
+    raise config_error("policy", f"{type(module).__name__}'s eps is not a buffer of the actor")  # pragma: no cover
 
 
-def with_eps_output(model: bytes, name: str, eps: float) -> bytes:
+def with_eps_output(model: bytes, name: str, eps: float, output: str = EPS_OUTPUT) -> bytes:
     """``model`` with an f32 initializer ``name`` holding ``eps`` (shape ``[]``, as the
-    buffer) and an ``Identity`` from it to a new output ``ou_eps``; checked with
+    buffer) and an ``Identity`` from it to a new output ``output``; checked with
     ``onnx.checker`` (a ConfigError on ``policy`` if it fails)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -179,14 +192,14 @@ def with_eps_output(model: bytes, name: str, eps: float) -> bytes:
     proto = onnx.load_from_string(model)
     g = proto.graph
     taken = {t.name for t in g.initializer} | {o.name for o in g.output} | {i.name for i in g.input}
-    for n in (name, EPS_OUTPUT):
+    for n in (name, output):
         if n in taken:
-            raise config_error("policy", f"the exported model already has a tensor named `{n}`, which the OU module's eps needs")
+            raise config_error("policy", f"the exported model already has a tensor named `{n}`, which the exploration module's eps needs")
     g.initializer.append(numpy_helper.from_array(np.array(eps, dtype=np.float32), name))
-    g.node.append(helper.make_node("Identity", [name], [EPS_OUTPUT], name="ou_eps_identity"))
-    g.output.append(helper.make_tensor_value_info(EPS_OUTPUT, TensorProto.FLOAT, []))
+    g.node.append(helper.make_node("Identity", [name], [output], name=f"{output}_identity"))
+    g.output.append(helper.make_tensor_value_info(output, TensorProto.FLOAT, []))
     try:
         onnx.checker.check_model(proto)
     except Exception as e:  # onnx's ValidationError and friends
-        raise config_error("policy", f"the model with the OU module's eps does not check: {e}") from e
+        raise config_error("policy", f"the model with the exploration module's eps does not check: {e}") from e
     return proto.SerializeToString()

@@ -587,17 +587,23 @@ def export_policy(policy: nn.Module, specs: Optional[Mapping[str, Any]]) -> Expo
     _check_outputs(head, out_names, sample, action)
     model = _onnx_bytes(export, examples, input_names, out_names + state_names)
     ou = _exploration.ou_module(_flat(policy)) if off is not None else None
-    if ou is not None:
-        eps_name = _exploration.eps_buffer_name(policy, ou)
-        model = _exploration.with_eps_output(model, eps_name, float(ou.eps))
+    greedy = _exploration.egreedy_module(_flat(policy)) if off is not None and head == "qvalue" else None
+    explorer = ou if ou is not None else greedy
+    if explorer is not None:
+        eps_name = _exploration.eps_buffer_name(policy, explorer)
+        out = _exploration.EPS_OUTPUT if ou is not None else _exploration.EGREEDY_EPS_OUTPUT
+        model = _exploration.with_eps_output(model, eps_name, float(explorer.eps), out)
     exported = ExportedPolicy(policy, model, head, encoding, input_names)
     exported.state = [(_key_name(key), shape) for key, _, shape in state]
     if parts is not None and parts[1] is not None:
         exported.log_prob_key = _log_prob_key(parts[1])
     if off is not None:
-        # torchrl's batch has the action only: what the head records to draw it is
-        # rollout's own (the Q-values are recomputed by DQN's loss, as torchrl does).
-        exported.drop_keys = {"categorical": ("logits",), "normal": ("loc", "scale"), "deterministic": ()}[head]
+        # torchrl's batch has what the actor writes: a Q-value actor's `action_value` and
+        # `chosen_action_value` (the qvalue head records them); a TD3 actor's noise
+        # parameters are rollout's own.
+        exported.drop_keys = {"qvalue": (), "normal": ("loc", "scale"), "deterministic": ()}[head]
+    if greedy is not None:
+        exported.exploration = {"kind": "epsilon_greedy", "eps": eps_name}
     if ou is not None:
         d = int(sample[0].shape[-1])
         exported.exploration = _exploration.ou_config(ou, eps_name, d)
@@ -605,7 +611,7 @@ def export_policy(policy: nn.Module, specs: Optional[Mapping[str, Any]]) -> Expo
         # torchrl's collectors leave private keys (`_ou_prev_noise`, `_ou_steps`) out of
         # their batches; rollout's Batch keeps them.
         exported.drop_keys = _exploration.PRIVATE_KEYS
-    if head == "categorical":
+    if head in ("categorical", "qvalue"):
         exported.n_actions = int(sample[0].shape[-1])
     return exported
 
@@ -623,12 +629,11 @@ def _off_policy(policy: nn.Module, action: Optional[Mapping[str, Any]] = None):
     """``(body, head, out, encoding, in_keys)`` of an off-policy actor, the way the
     nodes run it, or ``None`` for any other policy:
 
-    - a ``QValueModule`` (DQN's ``QValueActor``): the ``categorical`` head over logits
-      that put all the mass on the argmax of the action values, so sampling or taking
-      the mode gives torchrl's greedy action; followed by an ``EGreedyModule``, the
-      logits of its mixture, ``eps / n`` on every action plus ``1 - eps`` on the
-      argmax, so a sample is torchrl's epsilon-greedy action and the mode the greedy
-      one (``ExplorationType.DETERMINISTIC`` turns exploration off, as in torchrl);
+    - a ``QValueModule`` (DQN's ``QValueActor``): the ``qvalue`` head over its action
+      values (the nodes take the argmax and record ``action_value`` and
+      ``chosen_action_value`` as the module writes them); followed by an
+      ``EGreedyModule``, which the nodes run themselves (``epsilon_greedy``, its ``eps``
+      a weight; ``ExplorationType.DETERMINISTIC`` turns it off, as in torchrl);
     - an ``AdditiveGaussianModule`` after a deterministic actor (TD3): the ``normal``
       head with ``loc`` the action plus ``mean * sigma`` and ``scale`` ``std * sigma``,
       clipped to the action's bounds;
@@ -636,7 +641,7 @@ def _off_policy(policy: nn.Module, action: Optional[Mapping[str, Any]] = None):
       ``deterministic`` head of the actor without it; the nodes run the module itself,
       with its noise per env (``_exploration``: the config and ``eps`` as a weight).
 
-    ``eps`` and ``sigma`` are the module's buffers, so they are initializers of the model
+    ``eps`` and ``sigma`` are the modules' buffers, so they are initializers of the model
     pushed by ``update_policy_weights_()``: the annealing done by the module's ``step()``
     in the learner reaches the nodes with the weights, as it does in torchrl."""
     try:
@@ -666,21 +671,9 @@ def _off_policy(policy: nn.Module, action: Optional[Mapping[str, Any]] = None):
             raise config_error("policy", "an action mask: rollout's nodes draw from every action")
         if isinstance(explore, AdditiveGaussianModule):
             raise config_error("policy", "AdditiveGaussianModule on a Q-value actor: use EGreedyModule for discrete actions")
-        greedy = explore
-
-        def logits(values: "torch.Tensor") -> "torch.Tensor":
-            n = values.shape[-1]
-            best = torch.nn.functional.one_hot(values.argmax(-1), n).to(values.dtype)
-            if greedy is None:
-                return (best - 1.0) * 1e9  # every other action: exp(-1e9) = 0
-            p = greedy.eps / n + (1.0 - greedy.eps) * best
-            # The argmax a hair above the rest, so the mode is the greedy action even
-            # at eps = 1 (all equal); a sample's odds move by exp(1e-6).
-            return torch.log(p.clamp_min(1e-30)) + 1e-6 * best
-
         space = str(getattr(q, "action_space", "one_hot")).replace("-", "_")
         encoding = "one_hot" if space == "one_hot" else "index"
-        return rest[:-1], "categorical", [(q.action_value_key, logits)], encoding, in_keys
+        return rest[:-1], "qvalue", [(q.action_value_key, None)], encoding, in_keys
     if isinstance(explore, EGreedyModule):
         raise config_error("policy", "EGreedyModule after an actor without a QValueModule: rollout's nodes run it on Q-value actors")
     noise = explore
@@ -705,7 +698,13 @@ def _log_prob_key(prob: nn.Module) -> Any:
 
 
 def _outputs(head: str, out: List[Tuple[Key, Any]]) -> List[Tuple[str, Any]]:
-    names = {"categorical": ["logits"], "normal": ["loc", "scale"], "tanh_normal": ["loc", "scale"], "deterministic": ["action"]}[head]
+    names = {
+        "categorical": ["logits"],
+        "qvalue": ["action_value"],
+        "normal": ["loc", "scale"],
+        "tanh_normal": ["loc", "scale"],
+        "deterministic": ["action"],
+    }[head]
     return list(zip(names, out))
 
 
@@ -783,8 +782,9 @@ def _check_head_kind(head: str, action: Optional[Mapping[str, Any]]) -> None:
     kind = action.get("kind") if action else None
     if kind is None:
         return
-    if head == "categorical" and kind != "discrete":
-        raise config_error("policy", f"a categorical actor for an env whose action is a {kind}")
+    if head in ("categorical", "qvalue") and kind != "discrete":
+        what = "a categorical actor" if head == "categorical" else "a Q-value actor"
+        raise config_error("policy", f"{what} for an env whose action is a {kind}")
     if head in ("normal", "tanh_normal") and kind != "box":
         raise config_error("policy", f"a {head} actor for an env whose action is {kind}")
 
@@ -799,9 +799,10 @@ def _check_outputs(head: str, names: List[str], sample: Tuple["torch.Tensor", ..
         return
     kind = action.get("kind")
     first = sample[0]
-    if head == "categorical":
+    if head in ("categorical", "qvalue"):
         if first.shape[-1] != int(action["n"]):
-            raise config_error("policy", f"output `logits` has {first.shape[-1]} entries, the env {action['n']} actions")
+            name = "logits" if head == "categorical" else "action_value"
+            raise config_error("policy", f"output `{name}` has {first.shape[-1]} entries, the env {action['n']} actions")
     elif head in ("normal", "tanh_normal"):
         d = int(np.prod(action.get("shape") or [1]))
         if first.shape[-1] != d:

@@ -67,13 +67,13 @@ fn policy_config(json: &str, policy_file: Option<PathBuf>, onnx_head: Option<Str
     let name = onnx_head.ok_or_else(|| {
         config_error(
             "onnx_head",
-            "required by policy=\"onnx\": categorical, normal, tanh_normal or deterministic",
+            "required by policy=\"onnx\": categorical, normal, tanh_normal, deterministic or qvalue",
         )
     })?;
     let head = OnnxHead::from_name(&name).ok_or_else(|| {
         config_error(
             "onnx_head",
-            format!("{name:?} is not one of categorical, normal, tanh_normal, deterministic"),
+            format!("{name:?} is not one of categorical, normal, tanh_normal, deterministic, qvalue"),
         )
     })?;
     let mut config =

@@ -1,7 +1,9 @@
 """Off-policy actors as torchrl's DQN and TD3 examples build them: a ``QValueActor``
 with an ``EGreedyModule``, a deterministic actor with an ``AdditiveGaussianModule``.
 The nodes draw the actions torchrl would (greedy, epsilon-greedy, Gaussian noise on
-the action), and the annealed ``eps`` and ``sigma`` reach them with the weights."""
+the action), record a Q-value actor's ``action_value`` and ``chosen_action_value`` as
+torchrl's ``QValueModule`` writes them, and the annealed ``eps`` and ``sigma`` reach
+them with the weights."""
 
 import warnings
 
@@ -40,6 +42,18 @@ def agreement(q, td):
     return (td["action"].argmax(-1) == greedy_actions(q, td)).float().mean().item()
 
 
+def assert_q_values_are_the_actors(q, td):
+    """``action_value`` is the Q-network's output for each frame's observation, and
+    ``chosen_action_value`` the greedy action's (as torchrl's QValueModule writes it,
+    whatever action exploration then took)."""
+    with torch.no_grad():
+        want = q(td.select("observation").clone())
+    assert td["action_value"].shape == want["action_value"].shape, (td["action_value"].shape, want["action_value"].shape)
+    assert td["chosen_action_value"].shape == want["chosen_action_value"].shape
+    torch.testing.assert_close(td["action_value"], want["action_value"], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(td["chosen_action_value"], want["chosen_action_value"], atol=1e-5, rtol=1e-5)
+
+
 def within(x, want, tol):
     assert abs(x - want) <= tol, f"{x} is not {want} +- {tol}"
 
@@ -51,6 +65,7 @@ def test_a_dqn_actor_is_epsilon_greedy_and_its_annealed_eps_reaches_the_nodes_wi
         keys = set(td.keys(include_nested=True, leaves_only=True))
         assert td["action"].dtype == torch.int64 and td["action"].shape == (FRAMES, 2), "one-hot, as QValueActor's spec"
         assert not keys & {"logits", "action_log_prob"}, keys
+        assert_q_values_are_the_actors(q, td)
         # eps = 1: uniform over the 2 actions, so the greedy one half of the time
         # (binomial, 2000 draws: sd 0.011).
         within(agreement(q, td), 0.5, 0.05)
@@ -60,6 +75,7 @@ def test_a_dqn_actor_is_epsilon_greedy_and_its_annealed_eps_reaches_the_nodes_wi
         version = c.update_policy_weights_()
         td = next(td for td in iter(c.next, None) if (td["collector", "weights_version"] == version).all())
         within(agreement(q, td), 0.8, 0.05)
+        assert_q_values_are_the_actors(q, td)
         greedy.step(10_000)  # eps_end: 0
         version = c.update_policy_weights_()
         td = next(td for td in iter(c.next, None) if (td["collector", "weights_version"] == version).all())
@@ -71,7 +87,9 @@ def test_deterministic_exploration_or_a_bare_q_value_actor_takes_the_greedy_acti
     with rollout.DistributedCollector("CartPole-v1", actor, frames_per_batch=500, total_frames=500, seed=2, exploration_type="deterministic") as c:
         assert agreement(q, c.next()) == 1.0
     with rollout.DistributedCollector("CartPole-v1", q, frames_per_batch=500, total_frames=500, seed=2) as c:
-        assert agreement(q, c.next()) == 1.0
+        td = c.next()
+        assert agreement(q, td) == 1.0
+        assert_q_values_are_the_actors(q, td)
 
 
 def td3_actor(sigma):
@@ -133,7 +151,9 @@ def test_python_nodes_draw_the_same_exploration():
     kw = {"frames_per_batch": FRAMES, "total_frames": FRAMES, "seed": 2, "launcher": "process", "node_command": python_node}
     q, greedy, actor = dqn_actor(eps_init=0.4)
     with rollout.DistributedCollector("CartPole-v1", actor, **kw) as c:
-        within(agreement(q, c.next()), 0.8, 0.05)
+        td = c.next()
+        within(agreement(q, td), 0.8, 0.05)
+        assert_q_values_are_the_actors(q, td)
     _, _, policy = td3_actor(sigma=0.5)
     with rollout.DistributedCollector("Pendulum-v1", policy, **kw) as c:
         within(c.next()["action"].std().item(), 0.5, 0.03)

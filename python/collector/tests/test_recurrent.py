@@ -210,12 +210,15 @@ def test_a_recurrent_q_value_actor_with_egreedy_exports_the_greedy_action_and_it
     )
     actor = TensorDictSequential(q, EGreedyModule(spec=OneHot(2), eps_init=0.1, eps_end=0.1))
     exported = export_policy(actor, CARTPOLE)
-    assert exported.head == "categorical" and exported.state == [(n, (1, HIDDEN)) for n in state_names("lstm")]
+    assert exported.head == "qvalue" and exported.state == [(n, (1, HIDDEN)) for n in state_names("lstm")]
+    assert exported.exploration["kind"] == "epsilon_greedy"
     td = random_inputs(4, state_names("lstm"), 1)
     got = run_onnx(exported.model, {k: td[k].numpy() for k in ["observation", "is_init", *state_names("lstm")]})
     with torch.no_grad():
         want = q(td.clone())
-    np.testing.assert_array_equal(got["logits"].argmax(-1), want["action"].argmax(-1).numpy())
+    np.testing.assert_allclose(got["action_value"], want["action_value"].numpy(), atol=1e-5)
+    np.testing.assert_array_equal(got["action_value"].argmax(-1), want["action"].argmax(-1).numpy())
+    np.testing.assert_allclose(got["egreedy_eps"], 0.1, atol=1e-7)
     np.testing.assert_allclose(got["next.recurrent_state_h"], want["next", "recurrent_state_h"].numpy(), atol=1e-5)
 
 

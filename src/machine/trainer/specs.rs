@@ -302,7 +302,7 @@ impl TrainerMachine {
             Some(p) => specs.batch_layout_for(&p.config),
             None => {
                 let mut own = specs.batch_layout();
-                for key in [keys::ACTION_LOG_PROB, keys::LOGITS, keys::LOC, keys::SCALE] {
+                for key in keys::RECORDED {
                     if let Some(entry) = announced.get(key) {
                         own.insert(key.to_string(), entry.clone());
                     }

@@ -52,6 +52,15 @@ impl TrainerMachine {
         if policy.exploration().is_some() {
             needs.push(Need::Exploration);
         }
+        if matches!(
+            policy,
+            PolicyConfig::Onnx {
+                head: crate::policy::OnnxHead::QValue,
+                ..
+            }
+        ) {
+            needs.push(Need::QValue);
+        }
         AdmitVersions::serving(needs)
     }
 }
@@ -162,7 +171,7 @@ mod tests {
         let ou = PolicyConfig::Onnx {
             model: crate::policy::OnnxModel::new(Vec::new()),
             head: crate::policy::OnnxHead::Deterministic,
-            state: module.state(1).to_vec(),
+            state: module.state(1),
             exploration: Some(module),
         };
         // Its state is the module's, not a recurrent model's: the need is the module's.
@@ -174,5 +183,30 @@ mod tests {
             refusal.contains("protocol version 6 cannot serve this run") && refusal.contains("Ornstein-Uhlenbeck"),
             "{refusal}"
         );
+    }
+
+    #[test]
+    fn the_qvalue_head_needs_version_8_with_or_without_epsilon_greedy() {
+        for exploration in [
+            None,
+            Some(crate::policy::ExplorationModule::EpsilonGreedy(crate::policy::EpsilonGreedy {
+                eps: "eps".into(),
+            })),
+        ] {
+            let q = PolicyConfig::Onnx {
+                model: crate::policy::OnnxModel::new(Vec::new()),
+                head: crate::policy::OnnxHead::QValue,
+                state: vec![],
+                exploration,
+            };
+            let v = versions(vec![built(Recorded::QValue { n: 2 })], &q);
+            assert_eq!((v.oldest(), v.need()), (8, Some(&Need::QValue)));
+            v.check(8).expect("version 8 serves it");
+            let refusal = v.check(7).expect_err("version 7 knows no qvalue head");
+            assert!(
+                refusal.contains("protocol version 7 cannot serve this run") && refusal.contains("qvalue head"),
+                "{refusal}"
+            );
+        }
     }
 }

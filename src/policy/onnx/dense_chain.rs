@@ -117,7 +117,7 @@ impl DenseChain {
         let graph = Graph::new(parsed.proto.graph.as_ref()?, weights);
         let names: Vec<&str> = graph.g.output.iter().map(|o| o.name.as_str()).collect();
         let (main, spread_out) = match (head, roles) {
-            (OnnxHead::Categorical, Roles::Categorical { logits }) => (logits, None),
+            (OnnxHead::Categorical | OnnxHead::QValue, Roles::Categorical { logits }) => (logits, None),
             (OnnxHead::Deterministic, Roles::Action { action }) => (action, None),
             (
                 OnnxHead::Normal | OnnxHead::TanhNormal,

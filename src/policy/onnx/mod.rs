@@ -96,6 +96,10 @@ pub enum OnnxHead {
     /// `action` itself: f32 `[K, d]` for a box, or integers `[K]`/`[K, 1]` for a
     /// discrete action.
     Deterministic,
+    /// `action_value` f32 `[K, n]` of a Q-value actor (torchrl's `QValueModule`): the
+    /// greedy action, recording the values and the greedy one's (version 8).
+    #[serde(rename = "qvalue")]
+    QValue,
 }
 
 impl OnnxHead {
@@ -106,6 +110,7 @@ impl OnnxHead {
             OnnxHead::Normal => "normal",
             OnnxHead::TanhNormal => "tanh_normal",
             OnnxHead::Deterministic => "deterministic",
+            OnnxHead::QValue => "qvalue",
         }
     }
 
@@ -116,6 +121,7 @@ impl OnnxHead {
             OnnxHead::Normal,
             OnnxHead::TanhNormal,
             OnnxHead::Deterministic,
+            OnnxHead::QValue,
         ]
         .into_iter()
         .find(|h| h.name() == name)
@@ -129,6 +135,9 @@ pub(crate) fn recorded(head: OnnxHead, action: &Spec) -> Recorded {
             n: usize::try_from(*n).unwrap_or(usize::MAX),
         },
         (OnnxHead::Normal | OnnxHead::TanhNormal, Spec::Box { low, .. }) => Recorded::Normal { d: low.len() },
+        (OnnxHead::QValue, Spec::Discrete { n }) => Recorded::QValue {
+            n: usize::try_from(*n).unwrap_or(usize::MAX),
+        },
         _ => Recorded::None,
     }
 }

@@ -848,6 +848,12 @@ fn roles(model: &TypedModel, names: &[String], head: OnnxHead, action: &Spec, k:
             check_fact(&names[i], fact(i)?, &[DatumType::F32], k, n, false)?;
             Ok(Roles::Categorical { logits: i })
         }
+        (OnnxHead::QValue, Spec::Discrete { n }) => {
+            let i = find("action_value", true).ok_or_else(|| missing("action_value"))?;
+            let n = usize::try_from(*n).unwrap_or(usize::MAX);
+            check_fact(&names[i], fact(i)?, &[DatumType::F32], k, n, false)?;
+            Ok(Roles::Categorical { logits: i })
+        }
         (OnnxHead::Normal | OnnxHead::TanhNormal, Spec::Box { low, .. }) => {
             let d = low.len();
             let loc = find("loc", false).ok_or_else(|| missing("loc"))?;

@@ -11,7 +11,7 @@ use super::runner::{f32_output, int_output, Runner, WeightMode};
 use super::{recorded, OnnxError, OnnxHead};
 use crate::policy::buffer_checks::{action_kind_error, check_actions, check_obs};
 use crate::policy::logprob::{log_softmax_f64, wanted};
-use crate::policy::sampler::Sampler;
+use crate::policy::sampler::{argmax, Sampler};
 use crate::policy::{
     check_state, ActionsMut, ExplorationType, ParamsMut, Policy, PolicyError, RecordMut, Recorded, SamplerState,
     StateIo, StateTensor, Weights,
@@ -361,7 +361,18 @@ impl Act<'_> {
                         OnnxError::output("logits", format!("gave {} values for {k} rows of {w}", z.len())).into(),
                     );
                 }
+                let qvalue = self.head == OnnxHead::QValue;
                 for (i, row) in z.chunks_exact(w).enumerate() {
+                    if qvalue {
+                        // Greedy in both explorations (epsilon-greedy is a module after
+                        // it); recorded: the greedy action's value.
+                        let c = argmax(row);
+                        a[i] = c as i64;
+                        if recording {
+                            record.log_prob[i] = row[c];
+                        }
+                        continue;
+                    }
                     let c = heads::categorical(row, pick, sampler);
                     a[i] = c as i64;
                     if recording {

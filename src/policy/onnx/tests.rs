@@ -95,6 +95,43 @@ fn normal_run(p: &mut OnnxPolicy, obs: &[f32], k: usize) -> (Vec<f32>, Vec<f32>,
     (a, lp, loc, scale)
 }
 
+/// The `qvalue` head over the outputs torch wrote (a model's one output may have any
+/// name): the first argmax in both explorations, recording the values and the greedy
+/// one's, on tract (both weight modes) and on the dense kernel.
+#[test]
+fn qvalue_takes_the_greedy_action_and_records_the_values_torch_gave() {
+    let j = json("cartpole_categorical");
+    let obs = flat_obs(&j["observation"]);
+    let k = obs.len() / 4;
+    let values = matrix(&j["logits"]);
+    let (obs_spec, action) = cartpole();
+    let mut runs: Vec<OnnxPolicy> = MODES
+        .iter()
+        .map(|&mode| OnnxPolicy::with_mode(&model("cartpole_categorical"), OnnxHead::QValue, &obs_spec, &action, 3, mode).unwrap())
+        .collect();
+    runs.push(OnnxPolicy::new(&model("cartpole_categorical"), OnnxHead::QValue, &obs_spec, &action, 3).unwrap());
+    assert_eq!(runs[0].recorded(), crate::policy::Recorded::QValue { n: 2 });
+    for p in &mut runs {
+        for exploration in [ExplorationType::Random, ExplorationType::Deterministic] {
+            p.set_exploration(exploration);
+            let (a, chosen, v) = categorical_run(p, &obs, k);
+            for (i, row) in values.iter().enumerate() {
+                let best = if row[1] > row[0] { 1 } else { 0 };
+                assert_eq!(a[i], best as i64, "row {i} ({exploration:?}, {:?})", p.engine());
+                close(f64::from(v[2 * i]), row[0], "action_value");
+                close(f64::from(v[2 * i + 1]), row[1], "action_value");
+                assert_eq!(chosen[i], v[2 * i + best], "chosen_action_value is the greedy one's");
+            }
+        }
+    }
+    // A box action has no Q-values to take the argmax of.
+    let (obs_p, act_p) = pendulum();
+    let e = OnnxPolicy::new(&model("pendulum_deterministic"), OnnxHead::QValue, &obs_p, &act_p, 3)
+        .err()
+        .expect("qvalue on a box");
+    assert!(e.to_string().contains("qvalue head does not fit a box action"), "{e}");
+}
+
 #[test]
 fn categorical_matches_torch() {
     let j = json("cartpole_categorical");
@@ -455,6 +492,7 @@ fn specs_from_the_nodes_that_do_not_fit_the_model_are_refused_by_name() {
 fn chains() -> Vec<(&'static str, OnnxHead, (Spec, Spec))> {
     vec![
         ("cartpole_categorical", OnnxHead::Categorical, cartpole()),
+        ("cartpole_categorical", OnnxHead::QValue, cartpole()),
         ("cartpole_tanh_mlp_64", OnnxHead::Categorical, cartpole()),
         ("cartpole_matmul_add", OnnxHead::Categorical, cartpole()),
         ("pendulum_normal", OnnxHead::Normal, pendulum()),
@@ -473,7 +511,7 @@ fn auto(name: &str, head: OnnxHead, (obs, action): (Spec, Spec)) -> OnnxPolicy {
 /// (logits, or loc then scale).
 fn outputs(p: &mut OnnxPolicy, obs: &[f32], k: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     match p.head() {
-        OnnxHead::Categorical => {
+        OnnxHead::Categorical | OnnxHead::QValue => {
             let (a, lp, z) = categorical_run(p, obs, k);
             (a.iter().map(|&v| v as f32).collect(), lp, z)
         }
@@ -543,6 +581,19 @@ fn chains_of_dense_layers_run_on_the_built_in_kernel_as_torch_and_tract_compute(
                 let want = matrix(&j["action"]);
                 for i in 0..k {
                     close(f64::from(a[i]), want[i][0], &format!("{name}: action"));
+                }
+            }
+            OnnxHead::QValue => {
+                // The values torch gave, the greedy action and its value.
+                let values = matrix(&j["logits"]);
+                for i in 0..k {
+                    let z: Vec<f32> = values[i].iter().map(|&v| v as f32).collect();
+                    for c in 0..2 {
+                        close(f64::from(params[i * 2 + c]), values[i][c], &format!("{name}: action_value"));
+                    }
+                    let best = crate::policy::sampler::argmax(&z);
+                    assert_eq!(a[i] as usize, best, "{name}: greedy");
+                    close(f64::from(lp[i]), values[i][best], &format!("{name}: chosen_action_value"));
                 }
             }
             OnnxHead::TanhNormal => unreachable!("no tanh-normal chain among the fixtures"),

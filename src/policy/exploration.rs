@@ -1,16 +1,21 @@
-//! torchrl's Ornstein–Uhlenbeck exploration (`OrnsteinUhlenbeckProcessModule`, DDPG's)
-//! run by the node after a deterministic policy (PROTOCOL.md §8, Exploration modules).
+//! Exploration modules a node runs after the model (PROTOCOL.md §8): torchrl's
+//! Ornstein–Uhlenbeck noise (`OrnsteinUhlenbeckProcessModule`, DDPG's) after a
+//! deterministic policy, and epsilon-greedy (`EGreedyModule`, DQN's, [`super::egreedy`])
+//! after the `qvalue` head.
 //!
-//! The noise is a per-env state (`_ou_prev_noise`, `_ou_steps`) that the rollout keeps
-//! as it keeps a recurrent model's: zeroed on each episode's first frame, recorded
-//! before and after each step, carried across batches and checkpoints. The module's
-//! `eps` is a weight of the model, so the learner's annealing (`step()`) reaches the
-//! nodes with `update_policy_weights_()`, as it does in torchrl.
+//! The OU noise is a per-env state (`_ou_prev_noise`, `_ou_steps`) that the rollout
+//! keeps as it keeps a recurrent model's: zeroed on each episode's first frame,
+//! recorded before and after each step, carried across batches and checkpoints.
+//! Epsilon-greedy keeps none. Each module's `eps` is a weight of the model, so the
+//! learner's annealing (`step()`) reaches the nodes with `update_policy_weights_()`,
+//! as it does in torchrl.
 
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::egreedy::{self, EpsilonGreedy};
+use super::onnx::OnnxHead;
 use super::sampler::Sampler;
 use super::state::{StateIo, StateTensor};
 use super::{ActionsMut, ExplorationType, Policy, PolicyError, RecordMut, Recorded, SamplerState, Weights};
@@ -28,16 +33,27 @@ pub const OU_STEPS: &str = "_ou_steps";
 pub enum ExplorationModule {
     /// Ornstein–Uhlenbeck noise added to a deterministic action.
     OrnsteinUhlenbeck(OrnsteinUhlenbeck),
+    /// A uniform action instead of the greedy one with probability `eps` (version 8).
+    EpsilonGreedy(EpsilonGreedy),
 }
 
 impl ExplorationModule {
     /// The state tensors the module keeps for an action of `d` values: the last ones
-    /// of the config's `state` list, in this order.
-    pub fn state(&self, d: usize) -> [StateTensor; 2] {
+    /// of the config's `state` list, in this order (none for epsilon-greedy).
+    pub fn state(&self, d: usize) -> Vec<StateTensor> {
         match self {
             ExplorationModule::OrnsteinUhlenbeck(_) => {
-                [StateTensor::new(OU_NOISE, [d]), StateTensor::new(OU_STEPS, [1])]
+                vec![StateTensor::new(OU_NOISE, [d]), StateTensor::new(OU_STEPS, [1])]
             }
+            ExplorationModule::EpsilonGreedy(_) => Vec::new(),
+        }
+    }
+
+    /// How many of the config's `state` tensors are the module's (the last ones).
+    pub fn state_len(&self) -> usize {
+        match self {
+            ExplorationModule::OrnsteinUhlenbeck(_) => 2,
+            ExplorationModule::EpsilonGreedy(_) => 0,
         }
     }
 
@@ -45,17 +61,33 @@ impl ExplorationModule {
     /// the module's tensors; returns the model's own state (the rest of the list).
     pub fn model_state<'a>(
         &self,
-        head_is_deterministic: bool,
+        head: OnnxHead,
         action: &Spec,
         state: &'a [StateTensor],
     ) -> Result<&'a [StateTensor], PolicyError> {
-        let ExplorationModule::OrnsteinUhlenbeck(ou) = self;
+        let ou = match self {
+            ExplorationModule::OrnsteinUhlenbeck(ou) => ou,
+            ExplorationModule::EpsilonGreedy(eg) => {
+                if !action.is_discrete() {
+                    return Err(PolicyError::Spec(
+                        "exploration: epsilon-greedy acts on a discrete action, the env's is a box".into(),
+                    ));
+                }
+                if head != OnnxHead::QValue {
+                    return Err(PolicyError::Spec(format!(
+                        "exploration: epsilon-greedy follows the `qvalue` head, not `{head}`"
+                    )));
+                }
+                eg.check()?;
+                return Ok(state);
+            }
+        };
         let Spec::Box { low, .. } = action else {
             return Err(PolicyError::Spec(
                 "exploration: Ornstein-Uhlenbeck noise acts on a box action, the env's is discrete".into(),
             ));
         };
-        if !head_is_deterministic {
+        if head != OnnxHead::Deterministic {
             return Err(PolicyError::Spec(
                 "exploration: Ornstein-Uhlenbeck noise follows the `deterministic` head".into(),
             ));
@@ -63,7 +95,7 @@ impl ExplorationModule {
         let d = low.len();
         ou.check(d)?;
         let want = self.state(d);
-        let split = state.len().checked_sub(want.len()).filter(|&n| state[n..] == want);
+        let split = state.len().checked_sub(want.len()).filter(|&n| state[n..] == want[..]);
         match split {
             Some(n) => Ok(&state[..n]),
             None => Err(PolicyError::Spec(format!(
@@ -83,8 +115,10 @@ impl ExplorationModule {
 
     /// The module's weight name (`eps`).
     fn eps_name(&self) -> &str {
-        let ExplorationModule::OrnsteinUhlenbeck(ou) = self;
-        &ou.eps
+        match self {
+            ExplorationModule::OrnsteinUhlenbeck(ou) => &ou.eps,
+            ExplorationModule::EpsilonGreedy(eg) => &eg.eps,
+        }
     }
 }
 
@@ -170,57 +204,79 @@ impl OrnsteinUhlenbeck {
 }
 
 /// A policy with an exploration module after it: the inner policy's action, then the
-/// module's noise per env, its state the last tensors of [`Policy::state`].
+/// module's, per env; an OU module's state the last tensors of [`Policy::state`].
 pub struct ExploringPolicy {
     inner: Box<dyn Policy>,
     module: ExplorationModule,
+    /// What the module acts on, from the action spec.
+    acts_on: ActsOn,
     /// The inner policy's state, then the module's.
     state: Vec<StateTensor>,
     /// The inner policy's tensors (the first ones of `state`).
     inner_tensors: usize,
-    low: Vec<f32>,
-    high: Vec<f32>,
-    x0: Vec<f32>,
     eps: f32,
     exploration: ExplorationType,
     sampler: Sampler,
 }
 
+/// The action an exploration module changes.
+enum ActsOn {
+    /// OU's: a box, with the noise's origin per dimension.
+    Box { low: Vec<f32>, high: Vec<f32>, x0: Vec<f32> },
+    /// Epsilon-greedy's: `n` discrete actions.
+    Discrete { n: u64 },
+}
+
 impl ExploringPolicy {
-    /// `inner` (a deterministic policy on a box action) followed by `module`, its
-    /// noise drawn from a generator seeded with `seed`; `eps` read from the inner
-    /// policy's weights.
+    /// `inner` (a deterministic policy on a box action for OU, the `qvalue` head for
+    /// epsilon-greedy) followed by `module`, its draws from a generator seeded with
+    /// `seed`; `eps` read from the inner policy's weights.
     pub fn new(
         inner: Box<dyn Policy>,
         module: ExplorationModule,
         action: &Spec,
         seed: u64,
     ) -> Result<ExploringPolicy, PolicyError> {
-        let Spec::Box { low, high } = action else {
-            return Err(PolicyError::Spec(
-                "exploration: Ornstein-Uhlenbeck noise acts on a box action, the env's is discrete".into(),
-            ));
-        };
-        let d = low.len();
-        let ExplorationModule::OrnsteinUhlenbeck(ou) = &module;
-        ou.check(d)?;
-        let x0 = match ou.x0.len() {
-            0 => vec![0.0; d],
-            1 => vec![ou.x0[0]; d],
-            _ => ou.x0.clone(),
+        let acts_on = match (&module, action) {
+            (ExplorationModule::OrnsteinUhlenbeck(ou), Spec::Box { low, high }) => {
+                let d = low.len();
+                ou.check(d)?;
+                let x0 = match ou.x0.len() {
+                    0 => vec![0.0; d],
+                    1 => vec![ou.x0[0]; d],
+                    _ => ou.x0.clone(),
+                };
+                ActsOn::Box {
+                    low: low.clone(),
+                    high: high.clone(),
+                    x0,
+                }
+            }
+            (ExplorationModule::EpsilonGreedy(eg), Spec::Discrete { n }) => {
+                eg.check()?;
+                ActsOn::Discrete { n: *n }
+            }
+            (ExplorationModule::OrnsteinUhlenbeck(_), _) => {
+                return Err(PolicyError::Spec(
+                    "exploration: Ornstein-Uhlenbeck noise acts on a box action, the env's is discrete".into(),
+                ))
+            }
+            (ExplorationModule::EpsilonGreedy(_), _) => {
+                return Err(PolicyError::Spec(
+                    "exploration: epsilon-greedy acts on a discrete action, the env's is a box".into(),
+                ))
+            }
         };
         let inner_tensors = inner.state().len();
         let mut state = inner.state().to_vec();
-        state.extend(module.state(d));
+        state.extend(module.state(action.dim()));
         let eps = eps_of(inner.weights(), module.eps_name())?;
         Ok(ExploringPolicy {
             inner,
             module,
+            acts_on,
             state,
             inner_tensors,
-            low: low.clone(),
-            high: high.clone(),
-            x0,
             eps,
             exploration: ExplorationType::default(),
             sampler: Sampler::new(seed),
@@ -232,10 +288,27 @@ impl ExploringPolicy {
         self.eps
     }
 
-    /// Adds the noise to `k` actions and writes the module's state after the step.
-    fn explore(&mut self, k: usize, actions: &mut [f32], before: &[Vec<f32>], after: &mut [Vec<f32>]) {
-        let ExplorationModule::OrnsteinUhlenbeck(ou) = &self.module;
-        let d = self.low.len();
+    /// Epsilon-greedy on `k` actions (random exploration only).
+    fn explore_discrete(&mut self, k: usize, actions: &mut [i64]) -> Result<(), PolicyError> {
+        let ActsOn::Discrete { n } = self.acts_on else {
+            return Err(PolicyError::Buffer("an epsilon-greedy policy writes discrete actions".into()));
+        };
+        let a = actions
+            .get_mut(..k)
+            .ok_or_else(|| PolicyError::Buffer(format!("{k} actions need {k} slots")))?;
+        if self.exploration == ExplorationType::Random {
+            egreedy::explore(a, n, self.eps, &mut self.sampler);
+        }
+        Ok(())
+    }
+
+    /// Adds OU noise to `k` actions and writes the module's state after the step.
+    fn explore_box(&mut self, k: usize, actions: &mut [f32], before: &[Vec<f32>], after: &mut [Vec<f32>]) {
+        let (ExplorationModule::OrnsteinUhlenbeck(ou), ActsOn::Box { low, high, x0 }) = (&self.module, &self.acts_on)
+        else {
+            return; // built together: OU acts on a box
+        };
+        let d = low.len();
         let (noise_in, steps_in) = (&before[0], &before[1]);
         let [noise_out, steps_out] = after else {
             return; // checked by the caller: two tensors
@@ -251,10 +324,10 @@ impl ExploringPolicy {
             let sigma = ou.sigma_at(n) * root_dt;
             for j in 0..d {
                 let i = row * d + j;
-                let p = noise_in[i] + self.x0[j];
+                let p = noise_in[i] + x0[j];
                 let noise = p + ou.theta * (ou.mu - p) * ou.dt + sigma * self.sampler.normal();
-                noise_out[i] = noise - self.x0[j];
-                actions[i] = clip(actions[i] + self.eps * noise, self.low[j], self.high[j]);
+                noise_out[i] = noise - x0[j];
+                actions[i] = clip(actions[i] + self.eps * noise, low[j], high[j]);
             }
             steps_out[row] = n + 1.0;
         }
@@ -287,10 +360,8 @@ fn eps_of(weights: &Weights, name: &str) -> Result<f32, PolicyError> {
 }
 
 impl Policy for ExploringPolicy {
-    fn act(&mut self, _obs: &[f32], _k: usize, _actions: ActionsMut<'_>) -> Result<(), PolicyError> {
-        Err(PolicyError::Buffer(
-            "a policy with an exploration module acts through act_recurrent, with its state".into(),
-        ))
+    fn act(&mut self, obs: &[f32], k: usize, actions: ActionsMut<'_>) -> Result<(), PolicyError> {
+        self.act_recording(obs, k, actions, RecordMut::nothing())
     }
 
     fn weights(&self) -> &Weights {
@@ -330,11 +401,30 @@ impl Policy for ExploringPolicy {
     }
 
     fn recorded(&self) -> Recorded {
-        Recorded::None
+        self.inner.recorded()
     }
 
     fn state(&self) -> &[StateTensor] {
         &self.state
+    }
+
+    fn act_recording(
+        &mut self,
+        obs: &[f32],
+        k: usize,
+        actions: ActionsMut<'_>,
+        record: RecordMut<'_>,
+    ) -> Result<(), PolicyError> {
+        if !self.state.is_empty() {
+            return Err(PolicyError::Buffer(
+                "a policy with state acts through act_recurrent, with its state".into(),
+            ));
+        }
+        let ActionsMut::Discrete(a) = actions else {
+            return Err(PolicyError::Buffer("an epsilon-greedy policy writes discrete actions".into()));
+        };
+        self.inner.act_recording(obs, k, ActionsMut::Discrete(&mut *a), record)?;
+        self.explore_discrete(k, a)
     }
 
     fn act_recurrent(
@@ -350,9 +440,7 @@ impl Policy for ExploringPolicy {
         let (inner_after, own_after) = state.after.split_at_mut(n);
         let reborrowed = match &mut actions {
             ActionsMut::Continuous(a) => ActionsMut::Continuous(a),
-            ActionsMut::Discrete(_) => {
-                return Err(PolicyError::Buffer("an exploring policy writes box actions".into()));
-            }
+            ActionsMut::Discrete(a) => ActionsMut::Discrete(a),
         };
         if n == 0 {
             self.inner.act_recording(obs, k, reborrowed, record)?;
@@ -364,16 +452,21 @@ impl Policy for ExploringPolicy {
             };
             self.inner.act_recurrent(obs, k, io, reborrowed, record)?;
         }
-        let ActionsMut::Continuous(a) = actions else {
-            return Err(PolicyError::Buffer("an exploring policy writes box actions".into()));
-        };
-        let d = self.low.len();
-        let want = k * d;
-        let a = a
-            .get_mut(..want)
-            .ok_or_else(|| PolicyError::Buffer(format!("{k} actions of {d} values need {want}")))?;
-        self.explore(k, a, &state.before[n..], own_after);
-        Ok(())
+        match (actions, &self.acts_on) {
+            (ActionsMut::Continuous(a), ActsOn::Box { low, .. }) => {
+                let d = low.len();
+                let want = k * d;
+                let a = a
+                    .get_mut(..want)
+                    .ok_or_else(|| PolicyError::Buffer(format!("{k} actions of {d} values need {want}")))?;
+                self.explore_box(k, a, &state.before[n..], own_after);
+                Ok(())
+            }
+            (ActionsMut::Discrete(a), ActsOn::Discrete { .. }) => self.explore_discrete(k, a),
+            _ => Err(PolicyError::Buffer(
+                "the actions are not of the kind the exploration module acts on".into(),
+            )),
+        }
     }
 }
 
@@ -581,19 +674,19 @@ mod tests {
         let mut state = vec![lstm.clone()];
         state.extend(module.state(2));
         assert_eq!(
-            module.model_state(true, &action(), &state).unwrap(),
+            module.model_state(OnnxHead::Deterministic, &action(), &state).unwrap(),
             std::slice::from_ref(&lstm)
         );
         // Out of order, the wrong size, or missing: refused naming the state.
         let swapped = vec![state[0].clone(), state[2].clone(), state[1].clone()];
-        for bad in [swapped, vec![lstm], module.state(3).to_vec()] {
-            let err = module.model_state(true, &action(), &bad).unwrap_err().to_string();
+        for bad in [swapped, vec![lstm], module.state(3)] {
+            let err = module.model_state(OnnxHead::Deterministic, &action(), &bad).unwrap_err().to_string();
             assert!(err.contains("state") && err.contains(OU_NOISE), "{err}");
         }
-        let err = module.model_state(false, &action(), &state).unwrap_err().to_string();
+        let err = module.model_state(OnnxHead::Normal, &action(), &state).unwrap_err().to_string();
         assert!(err.contains("deterministic"), "{err}");
         let err = module
-            .model_state(true, &Spec::Discrete { n: 2 }, &state)
+            .model_state(OnnxHead::Deterministic, &Spec::Discrete { n: 2 }, &state)
             .unwrap_err()
             .to_string();
         assert!(err.contains("box action"), "{err}");
@@ -612,4 +705,35 @@ mod tests {
         assert!(text.contains("\"kind\": \"ornstein_uhlenbeck\""), "{text}");
         assert_eq!(rmp_serde::from_slice::<ExplorationModule>(&bytes).unwrap(), module);
     }
+
+    #[test]
+    fn epsilon_greedy_follows_the_qvalue_head_on_a_discrete_action_and_keeps_no_state() {
+        let module = ExplorationModule::EpsilonGreedy(EpsilonGreedy { eps: "eps".into() });
+        assert!(module.state(2).is_empty());
+        let lstm = vec![StateTensor::new("recurrent_state", [1, 8])];
+        let discrete = Spec::Discrete { n: 2 };
+        assert_eq!(
+            module.model_state(OnnxHead::QValue, &discrete, &lstm).unwrap(),
+            &lstm[..],
+            "the whole state list is the model's"
+        );
+        let err = module
+            .model_state(OnnxHead::Categorical, &discrete, &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("follows the `qvalue` head, not `categorical`"), "{err}");
+        let err = module.model_state(OnnxHead::QValue, &action(), &[]).unwrap_err().to_string();
+        assert!(err.contains("discrete action"), "{err}");
+        let empty = ExplorationModule::EpsilonGreedy(EpsilonGreedy { eps: String::new() });
+        let err = empty
+            .model_state(OnnxHead::QValue, &discrete, &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("exploration.eps"), "{err}");
+        let bytes = rmp_serde::to_vec_named(&module).unwrap();
+        let text = rmpv::decode::read_value(&mut &bytes[..]).unwrap().to_string();
+        assert!(text.contains("\"kind\": \"epsilon_greedy\""), "{text}");
+        assert_eq!(rmp_serde::from_slice::<ExplorationModule>(&bytes).unwrap(), module);
+    }
+
 }
