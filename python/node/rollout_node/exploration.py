@@ -13,6 +13,11 @@ operations (the sigma slope computed in f64, as torchrl's Python float is), with
 draws handed in (:meth:`OrnsteinUhlenbeck.step`), so a test can replay it with the same draws.
 The noise is added to the ``deterministic`` head's action as the protocol gives it, clipped
 to the box (torchrl adds it before clipping: the same for an actor bounded to the box).
+
+Version 8 adds torchrl's ``EGreedyModule`` (DQN's exploration, PROTOCOL.md §8, Q-value actors)
+after the ``qvalue`` head: no state, only ``eps`` read from the weights as the OU module's is,
+and one step (:meth:`EpsilonGreedy.step`) that replaces the greedy action of a row by a
+uniform one with probability ``eps``.
 """
 
 import math
@@ -23,6 +28,10 @@ import numpy as np
 NOISE, STEPS = "_ou_prev_noise", "_ou_steps"
 #: The config's ``exploration.kind`` of the Ornstein-Uhlenbeck module.
 KIND = "ornstein_uhlenbeck"
+#: The config's ``exploration.kind`` of the epsilon-greedy module.
+EGREEDY = "epsilon_greedy"
+#: The kinds an ``exploration`` config may name.
+KINDS = (KIND, EGREEDY)
 _FIELD = "spec.policy.config.exploration"
 _STATE = "spec.policy.config.state"
 
@@ -52,11 +61,8 @@ class OrnsteinUhlenbeck:
             raise ExplorationError(f"{_FIELD} must be a map, got {type(config).__name__}")
         if config.get("kind") != KIND:
             raise ExplorationError(f"{_FIELD}.kind must be {KIND!r}, got {config.get('kind')!r:.40}")
-        eps = config.get("eps")
-        if not isinstance(eps, str) or not eps:
-            raise ExplorationError(f"{_FIELD}.eps must name the model's f32 initializer holding eps, got {eps!r:.40}")
         #: The model's initializer holding ``eps``.
-        self.eps_name = eps
+        self.eps_name = _eps_name(config)
         self.theta, self.mu = _finite(config, "theta"), _finite(config, "mu")
         self.sigma, self.dt = _finite(config, "sigma"), _finite(config, "dt")
         if self.dt <= 0:
@@ -113,22 +119,79 @@ class OrnsteinUhlenbeck:
         return action.astype(f32) + f32(eps) * new, new - self.x0, steps.astype(f32) + f32(1)
 
 
-def from_config(config, state, action, head):
-    """``(module, model_state)`` of an ``onnx`` config: the module of its ``exploration``
-    (None when absent or nil) and the ``state`` tensors the model itself takes (``state``:
-    ``[(name, shape)]``, checked already; the module's are the last two, in this order), for
-    ``action`` (``policy.ActionSpace``) and the config's ``head``. ExplorationError naming the
-    field when the module cannot serve them: a discrete action, another head, its two state
-    tensors not the list's last two."""
-    value = config.get("exploration")
-    if value is None:
-        return None, list(state)
+def _eps_name(config):
+    """The initializer name ``config.eps`` gives (ExplorationError naming the field if none)."""
+    eps = config.get("eps")
+    if not isinstance(eps, str) or not eps:
+        raise ExplorationError(f"{_FIELD}.eps must name the model's f32 initializer holding eps, got {eps!r:.40}")
+    return eps
+
+
+class EpsilonGreedy:
+    """torchrl's ``EGreedyModule`` of an ``exploration`` config (a map) after the ``qvalue``
+    head on a discrete action of ``n`` choices: it keeps no state, and its ``eps`` is a weight
+    of the model (the learner anneals it with the module's ``step()``)."""
+
+    def __init__(self, config, n):
+        if config.get("kind") != EGREEDY:
+            raise ExplorationError(f"{_FIELD}.kind must be {EGREEDY!r}, got {config.get('kind')!r:.40}")
+        #: The model's initializer holding ``eps``.
+        self.eps_name = _eps_name(config)
+        self.n = n
+
+    def state(self):
+        """No state tensors: each step is drawn afresh."""
+        return []
+
+    def step(self, greedy, eps, rng):
+        """The actions of ``k`` rows whose greedy indices are ``greedy`` (int64 ``[k]``): per
+        row a uniform ``u`` in [0, 1) from ``rng``; the rows where ``u < eps`` take a uniform
+        index in ``0..n`` (a second draw, made for those rows alone, in row order), the
+        others their greedy index. torchrl's module draws the same way
+        (``rand < eps``, then the spec's ``rand()``)."""
+        u = rng.random(greedy.shape[0])
+        explore = u < np.float64(eps)
+        out = np.array(greedy, np.int64)
+        m = int(explore.sum())
+        if m:
+            out[explore] = rng.integers(0, self.n, size=m, dtype=np.int64)
+        return out
+
+
+def _module(value, action, head):
+    """The exploration module of the config's ``exploration`` map ``value``, dispatched on
+    its ``kind`` so that each module's refusals name what that module needs."""
+    if not isinstance(value, dict):
+        raise ExplorationError(f"{_FIELD} must be a map, got {type(value).__name__}")
+    kind = value.get("kind")
+    if kind == EGREEDY:
+        if head != "qvalue":
+            raise ExplorationError(f"{_FIELD}: epsilon-greedy exploration follows the `qvalue` head, not {head!r}")
+        return EpsilonGreedy(value, int(action.n))
+    if kind != KIND:
+        raise ExplorationError(f"{_FIELD}.kind must be one of {', '.join(map(repr, KINDS))}, got {kind!r:.40}")
     if action.discrete or action.kind != "box":
         raise ExplorationError(f"{_FIELD}: Ornstein-Uhlenbeck noise acts on a box action, the env's is {action.kind}")
     if head != "deterministic":
         raise ExplorationError(f"{_FIELD}: Ornstein-Uhlenbeck noise follows the `deterministic` head, not {head!r}")
-    module = OrnsteinUhlenbeck(value, int(action.low.size))
+    return OrnsteinUhlenbeck(value, int(action.low.size))
+
+
+def from_config(config, state, action, head):
+    """``(module, model_state)`` of an ``onnx`` config: the module of its ``exploration``
+    (None when absent or nil) and the ``state`` tensors the model itself takes (``state``:
+    ``[(name, shape)]``, checked already; an OU module's are the last two, in this order; an
+    epsilon-greedy module has none), for ``action`` (``policy.ActionSpace``, one the head
+    takes: checked already) and the config's ``head``. ExplorationError naming the field when
+    the module cannot serve them: an unknown kind, the wrong head (or, for OU, a discrete
+    action), OU's two state tensors not the list's last two."""
+    value = config.get("exploration")
+    if value is None:
+        return None, list(state)
+    module = _module(value, action, head)
     want = module.state()
+    if not want:
+        return module, list(state)
     own = [(n, tuple(s)) for n, s in state[-len(want):]]
     if own != want:
         show = ", ".join(f"`{n}` {list(s)}" for n, s in want)

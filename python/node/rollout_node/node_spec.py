@@ -106,6 +106,8 @@ _RESERVED = (
     "logits",
     "loc",
     "scale",
+    "action_value",
+    "chosen_action_value",
     "next",
     "collector",
 )

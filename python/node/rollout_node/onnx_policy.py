@@ -1,8 +1,9 @@
 """The ``onnx`` policy (PROTOCOL.md §8, docs/policies.md): a network exported as ONNX (from
 PyTorch, ``torch.onnx.export``) run with onnxruntime, whose outputs are the parameters of an
 action distribution (the *head*): ``categorical``, ``normal``, ``tanh_normal`` or
-``deterministic``. One session run per step for every row of the node; the distribution's
-arithmetic is float64, what is recorded float32.
+``deterministic``, or a Q-value actor's action values (``qvalue``, version 8: the greedy
+action, optionally epsilon-greedy). One session run per step for every row of the node; the
+distribution's arithmetic is float64, what is recorded float32.
 
 A recurrent model (``policy.config.state``, PROTOCOL.md §8, Recurrent) also takes ``is_init``
 (bool ``[K, 1]``) and one input per state tensor, and gives ``next.<name>`` for each: the
@@ -11,7 +12,9 @@ caller keeps the state per env and hands it in (``act_recording``'s ``state``).
 An exploration module (``policy.config.exploration``, PROTOCOL.md §8, Exploration modules:
 torchrl's Ornstein-Uhlenbeck noise, ``exploration.py``) acts after a ``deterministic`` model:
 its two state tensors end the same ``state`` list and are kept by the caller the same way, but
-they are not the model's inputs; its ``eps`` is read from each version of the weights.
+they are not the model's inputs; its ``eps`` is read from each version of the weights. The
+epsilon-greedy module (torchrl's ``EGreedyModule``, §8, Q-value actors) follows a ``qvalue``
+model the same way, with its ``eps`` and no state.
 
 Weights are the model's f32 initializers by name (version 0: the file's values). An update
 replaces them: the session is rebuilt, fully optimised, from the model with the new values
@@ -29,15 +32,18 @@ from .policy import PolicyError
 from .recurrent import IS_INIT, NEXT
 
 #: The heads, by the name ``policy.config.head`` gives.
-HEADS = ("categorical", "normal", "tanh_normal", "deterministic")
+HEADS = ("categorical", "normal", "tanh_normal", "deterministic", "qvalue")
 #: Recorded keys (PROTOCOL.md §3, the batch): the log-probability and the head's parameters.
 LOG_PROB, LOGITS, LOC, SCALE = "action_log_prob", "logits", "loc", "scale"
+#: What the ``qvalue`` head records: the model's action values and the greedy one's.
+ACTION_VALUE, CHOSEN_ACTION_VALUE = "action_value", "chosen_action_value"
 #: The keys each head records (``recorded_layout``'s).
 _HEAD_KEYS = {
     "categorical": (LOG_PROB, LOGITS),
     "normal": (LOG_PROB, LOC, SCALE),
     "tanh_normal": (LOG_PROB, LOC, SCALE),
     "deterministic": (),
+    "qvalue": (ACTION_VALUE, CHOSEN_ACTION_VALUE),
 }
 
 _LN_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -155,6 +161,7 @@ class OnnxPolicy:
             raise PolicyError(f"onnx: policy.config.model must be the model file's bytes, got {type(model).__name__}")
         self.model = bytes(model)
         self.action = action
+        _check_head_action(self.head, action)
         try:
             #: ``[(name, shape)]`` of the state tensors the caller keeps per env (``[]``:
             #: none): a recurrent model's and an exploration module's.
@@ -242,12 +249,6 @@ class OnnxPolicy:
             outs = self._bind_state_outputs()
         a = self.action
         h = self.head
-        if a.kind not in ("discrete", "box"):
-            raise PolicyError(f"onnx: a {a.kind} action cannot be taken by a model (discrete or box actions)")
-        if h == "categorical" and not a.discrete:
-            raise PolicyError("onnx: the categorical head needs a discrete action space")
-        if h in ("normal", "tanh_normal") and a.discrete:
-            raise PolicyError(f"onnx: the {h} head needs a box action space")
 
         def one(name):
             if name in outs:
@@ -260,6 +261,9 @@ class OnnxPolicy:
             self._out = [one("logits")]
         elif h == "deterministic":
             self._out = [one("action")]
+        elif h == "qvalue":
+            self._out = [one(ACTION_VALUE)]
+            self._check_float_output(self._out[0])
         else:
             if "loc" not in outs:
                 raise PolicyError(f"onnx: the {h} head needs an output `loc`; the model's are {outs}")
@@ -274,6 +278,14 @@ class OnnxPolicy:
             finite = np.isfinite(low) & np.isfinite(high)
             self._c = np.where(finite, (high + low) / 2, 0.0)
             self._h = np.where(finite, (high - low) / 2, 1.0)
+
+    def _check_float_output(self, name):
+        """Refuses an output the model declares of another element type than float (the
+        ``qvalue`` head's action values are f32, PROTOCOL.md §8): when the node is built,
+        not at its first step."""
+        o = next(o for o in self._session.session.get_outputs() if o.name == name)
+        if o.type != "tensor(float)":
+            raise PolicyError(f"onnx: model output `{name}` is {_type_str(o.type)}, the {self.head} head needs float [K, {self.action.n}]")
 
     def _bind_state_outputs(self):
         """Checks a recurrent model's ``next.<name>`` outputs (f32 ``[K, *shape]``, PolicyError
@@ -334,10 +346,13 @@ class OnnxPolicy:
     def recorded_layout(self):
         """What this policy records beside its actions (PROTOCOL.md §3), ``{key: [dtype,
         shape]}``: categorical ``action_log_prob`` and ``logits`` ``[n]``; normal and
-        tanh-normal ``action_log_prob``, ``loc`` and ``scale`` ``[d]``; deterministic nothing."""
+        tanh-normal ``action_log_prob``, ``loc`` and ``scale`` ``[d]``; qvalue ``action_value``
+        ``[n]`` and ``chosen_action_value`` ``[1]``; deterministic nothing."""
         a = self.action
         if self.head == "categorical":
             return {LOG_PROB: ["f32", []], LOGITS: ["f32", [a.n]]}
+        if self.head == "qvalue":
+            return {ACTION_VALUE: ["f32", [a.n]], CHOSEN_ACTION_VALUE: ["f32", [1]]}
         if self.head in ("normal", "tanh_normal"):
             d = a.low.size
             return {LOG_PROB: ["f32", []], LOC: ["f32", [d]], SCALE: ["f32", [d]]}
@@ -371,16 +386,19 @@ class OnnxPolicy:
         (``recorded_layout``'s keys, ``[k, *shape]`` float32). A recurrent model takes
         ``state = (is_init, values)``: bool ``[k]`` and one f32 ``[k, *shape]`` array per state
         tensor, in ``self.state``'s order (the caller zeroes the rows of ``is_init``); its
-        ``next.<name>`` outputs are recorded too, and an exploration module's (``_exploring``)."""
+        ``next.<name>`` outputs are recorded too, and an OU module's (``_exploring``); the
+        epsilon-greedy module, stateless, acts inside the ``qvalue`` head (``_qvalue``)."""
         if isinstance(obs, np.ndarray):
             obs = [obs]
         k = obs[0].shape[0]
-        if self.explorer is not None:
+        if isinstance(self.explorer, explore.OrnsteinUhlenbeck):
             return self._exploring(obs, k, state)
         outs = self._run(obs, state)
         a = self.action
         if self.head == "categorical":
             action, rec = self._categorical(outs[0], k)
+        elif self.head == "qvalue":
+            action, rec = self._qvalue(outs[0], k)
         elif self.head == "deterministic":
             action, rec = self._deterministic(outs[0], k), {}
         else:
@@ -390,9 +408,9 @@ class OnnxPolicy:
         return (action if a.discrete else action.reshape((k,) + a.shape)), rec
 
     def _exploring(self, obs, k, state):
-        """``act_recording`` with an exploration module: the model's action clipped to the box
-        (and its own state, if any), then the module's noise per row from its state in ``state``, whose
-        ``next.<name>`` are recorded. Deterministic exploration adds no noise and holds the
+        """``act_recording`` with an Ornstein-Uhlenbeck module: the model's action clipped to the
+        box (and its own state, if any), then the module's noise per row from its state in
+        ``state``, whose ``next.<name>`` are recorded. Deterministic exploration adds no noise and holds the
         module's state, as torchrl's module does outside ``ExplorationType.RANDOM``."""
         if state is None:
             raise PolicyError("onnx: an exploration module acts with the envs' state, and none was given")
@@ -452,6 +470,23 @@ class OnnxPolicy:
         rec = {LOG_PROB: lp.astype(np.float32), LOGITS: np.array(logits, np.float32)}
         return a.value(idx.astype(np.int64)), rec
 
+    def _qvalue(self, values, k):
+        """The ``qvalue`` head on the ``[k, n]`` action values: the first argmax, kept in
+        deterministic exploration or without a module, else the epsilon-greedy module's choice
+        from the node's generator. Records the values and the greedy action's value (torchrl's
+        ``QValueModule`` writes ``chosen_action_value`` before ``EGreedyModule`` acts)."""
+        a = self.action
+        q = self._shaped(self._out[0], values, k, a.n)
+        if q.dtype != np.float32:
+            raise PolicyError(f"onnx: output `{self._out[0]}` is {q.dtype}, the qvalue head needs float32 [{k}, {a.n}]")
+        greedy = np.argmax(q, axis=1).astype(np.int64)
+        idx = greedy
+        if self.explorer is not None and self.exploration == "random":
+            idx = self.explorer.step(greedy, self.eps, self.rng)
+        chosen = q[np.arange(k), greedy][:, None]
+        rec = {ACTION_VALUE: np.array(q, np.float32), CHOSEN_ACTION_VALUE: np.array(chosen, np.float32)}
+        return a.value(idx), rec
+
     def _spread(self, x, k, d):
         """The scale output ([k, d], [1, d] or [d]) broadcast to [k, d], float64."""
         name = self._out[1]
@@ -497,6 +532,19 @@ class OnnxPolicy:
         if x.dtype != np.float32:
             raise PolicyError(f"onnx: output `{name}` is {x.dtype}, the deterministic head needs float32 for a box action")
         return np.minimum(np.maximum(x, a.low), a.high).astype(np.float32)
+
+
+def _check_head_action(head, action):
+    """Refuses an action space the ``head`` cannot give (PolicyError naming the head), before
+    the model is read or an exploration module checked, so that the head's refusal comes
+    first: a discrete or box action; discrete for ``categorical`` and ``qvalue``, a box for
+    ``normal`` and ``tanh_normal``."""
+    if action.kind not in ("discrete", "box"):
+        raise PolicyError(f"onnx: a {action.kind} action cannot be taken by a model (discrete or box actions)")
+    if head in ("categorical", "qvalue") and not action.discrete:
+        raise PolicyError(f"onnx: the {head} head needs a discrete action space, the env's is {action.kind}")
+    if head in ("normal", "tanh_normal") and action.discrete:
+        raise PolicyError(f"onnx: the {head} head needs a box action space, the env's is {action.kind}")
 
 
 def _first_line(e):

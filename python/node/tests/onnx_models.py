@@ -263,17 +263,19 @@ class RecurrentReplay:
 
 # -- Ornstein-Uhlenbeck exploration (PROTOCOL.md §8, Exploration modules) ------------------------
 
-def with_eps(model, name="eps", eps=1.0):
-    """``model`` (bytes) with an f32 initializer ``name`` holding ``eps`` (shape ``[]``, as
-    torchrl's buffer) read by an ``Identity`` into an extra output ``ou_eps``: what rollout's
-    exporter adds for an ``OrnsteinUhlenbeckProcessModule``."""
+def with_eps(model, name="eps", eps=1.0, output="ou_eps"):
+    """``model`` (bytes) with an f32 initializer ``name`` holding ``eps`` (a number: shape
+    ``[]``, as torchrl's buffer; a list: that shape) read by an ``Identity`` into an extra
+    output ``output``: what rollout's exporter adds for an ``OrnsteinUhlenbeckProcessModule``
+    (``ou_eps``) or an ``EGreedyModule`` (``egreedy_eps``)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     proto = onnx.load_from_string(model)
-    proto.graph.initializer.append(numpy_helper.from_array(np.array(eps, np.float32), name))
-    proto.graph.node.append(helper.make_node("Identity", [name], ["ou_eps"]))
-    proto.graph.output.append(helper.make_tensor_value_info("ou_eps", TensorProto.FLOAT, []))
+    value = np.array(eps, np.float32)
+    proto.graph.initializer.append(numpy_helper.from_array(value, name))
+    proto.graph.node.append(helper.make_node("Identity", [name], [output]))
+    proto.graph.output.append(helper.make_tensor_value_info(output, TensorProto.FLOAT, list(value.shape)))
     onnx.checker.check_model(proto)
     return proto.SerializeToString()
 

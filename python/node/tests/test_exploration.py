@@ -326,7 +326,7 @@ def test_a_recurrent_models_state_and_the_modules_are_kept_side_by_side():
 # -- the spec -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("change, reason", [
-    ({"kind": "gaussian"}, f"{EXPLORATION}.kind must be 'ornstein_uhlenbeck', got 'gaussian'"),
+    ({"kind": "gaussian"}, f"{EXPLORATION}.kind must be one of 'ornstein_uhlenbeck', 'epsilon_greedy', got 'gaussian'"),
     ({"eps": ""}, f"{EXPLORATION}.eps must name the model's f32 initializer holding eps"),
     ({"eps": "nope"}, f"{EXPLORATION}.eps names `nope`, which is not an f32 initializer of the model"),
     ({"eps": "net.bias"}, None),  # one element: a weight of the model may serve as eps
@@ -418,7 +418,7 @@ def stop(trainer):
 
 
 def test_the_layout_holds_the_state_and_a_restored_snapshot_goes_on_with_the_same_bytes(trainer, tmp_path):
-    # Version 7 at hello (conftest checks it); ready.layout and every batch hold is_init and
+    # Version 8 at hello (conftest checks it); ready.layout and every batch hold is_init and
     # the module's state and next state. New weights (eps 0.5) after batch 2, a snapshot after
     # every batch from 3 on; the one after batch 4 is restored on a new node, which writes the
     # same bytes.

@@ -169,8 +169,9 @@ def test_bad_models_are_refused_naming_what_is_wrong():
         build(model, "beta", "CartPole-v1")
     with pytest.raises(PolicyError, match="needs a box action"):
         build(model, "normal", "CartPole-v1")
-    with pytest.raises(PolicyError, match=r"input `observation` is \[batch, 4\], the observation `observation` is \[K, 3\]"):
-        build(model, "categorical", "Pendulum-v1")
+    # A discrete env of another observation size (the head fits: its refusal comes first).
+    with pytest.raises(PolicyError, match=r"input `observation` is \[batch, 4\], the observation `observation` is \[K, 6\]"):
+        build(model, "categorical", "Acrobot-v1")
     _, gauss, _, _ = case("normal")
     with pytest.raises(PolicyError, match="needs a discrete action"):
         build(gauss, "categorical", "Pendulum-v1")
