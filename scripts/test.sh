@@ -68,8 +68,24 @@ python3 scripts/check-imports.py --self-test
 python3 scripts/check-imports.py
 cargo nextest run --workspace --profile ci
 cargo test --workspace --doc
-# The Python module's tests (the process-launcher test starts the release binary),
-# then the Python node's against a scripted trainer (and the onnx policy's against the
-# release binary).
-ROLLOUT_BIN="$PWD/target/release/rollout" .venv/bin/python -m pytest -q python/collector/tests
-ROLLOUT_BIN="$PWD/target/release/rollout" .venv/bin/python -m pytest -q python/node/tests
+# The Python module's tests (the process-launcher test starts the release binary) and
+# the Python node's against a scripted trainer (and the onnx policy's against the
+# release binary), side by side: they share no state (every port is the system's pick,
+# every file a test's own temporary one), and both spend much of their time waiting on
+# the nodes they start. Each writes its own log, printed when both are done.
+logs=$(mktemp -d)
+ROLLOUT_BIN="$PWD/target/release/rollout" .venv/bin/python -m pytest -q python/collector/tests >"$logs/collector" 2>&1 &
+collector=$!
+ROLLOUT_BIN="$PWD/target/release/rollout" .venv/bin/python -m pytest -q python/node/tests >"$logs/node" 2>&1 &
+node=$!
+collector_passed=yes
+node_passed=yes
+wait "$collector" || collector_passed=no
+wait "$node" || node_passed=no
+echo "== python/collector/tests"; cat "$logs/collector"
+echo "== python/node/tests"; cat "$logs/node"
+rm -rf "$logs"
+if [ "$collector_passed$node_passed" != yesyes ]; then
+  echo "python tests failed (collector passed: $collector_passed, node passed: $node_passed)"
+  exit 1
+fi
