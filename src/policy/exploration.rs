@@ -222,7 +222,11 @@ pub struct ExploringPolicy {
 /// The action an exploration module changes.
 enum ActsOn {
     /// OU's: a box, with the noise's origin per dimension.
-    Box { low: Vec<f32>, high: Vec<f32>, x0: Vec<f32> },
+    Box {
+        low: Vec<f32>,
+        high: Vec<f32>,
+        x0: Vec<f32>,
+    },
     /// Epsilon-greedy's: `n` discrete actions.
     Discrete { n: u64 },
 }
@@ -291,7 +295,9 @@ impl ExploringPolicy {
     /// Epsilon-greedy on `k` actions (random exploration only).
     fn explore_discrete(&mut self, k: usize, actions: &mut [i64]) -> Result<(), PolicyError> {
         let ActsOn::Discrete { n } = self.acts_on else {
-            return Err(PolicyError::Buffer("an epsilon-greedy policy writes discrete actions".into()));
+            return Err(PolicyError::Buffer(
+                "an epsilon-greedy policy writes discrete actions".into(),
+            ));
         };
         let a = actions
             .get_mut(..k)
@@ -421,9 +427,12 @@ impl Policy for ExploringPolicy {
             ));
         }
         let ActionsMut::Discrete(a) = actions else {
-            return Err(PolicyError::Buffer("an epsilon-greedy policy writes discrete actions".into()));
+            return Err(PolicyError::Buffer(
+                "an epsilon-greedy policy writes discrete actions".into(),
+            ));
         };
-        self.inner.act_recording(obs, k, ActionsMut::Discrete(&mut *a), record)?;
+        self.inner
+            .act_recording(obs, k, ActionsMut::Discrete(&mut *a), record)?;
         self.explore_discrete(k, a)
     }
 
@@ -680,10 +689,16 @@ mod tests {
         // Out of order, the wrong size, or missing: refused naming the state.
         let swapped = vec![state[0].clone(), state[2].clone(), state[1].clone()];
         for bad in [swapped, vec![lstm], module.state(3)] {
-            let err = module.model_state(OnnxHead::Deterministic, &action(), &bad).unwrap_err().to_string();
+            let err = module
+                .model_state(OnnxHead::Deterministic, &action(), &bad)
+                .unwrap_err()
+                .to_string();
             assert!(err.contains("state") && err.contains(OU_NOISE), "{err}");
         }
-        let err = module.model_state(OnnxHead::Normal, &action(), &state).unwrap_err().to_string();
+        let err = module
+            .model_state(OnnxHead::Normal, &action(), &state)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("deterministic"), "{err}");
         let err = module
             .model_state(OnnxHead::Deterministic, &Spec::Discrete { n: 2 }, &state)
@@ -722,7 +737,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("follows the `qvalue` head, not `categorical`"), "{err}");
-        let err = module.model_state(OnnxHead::QValue, &action(), &[]).unwrap_err().to_string();
+        let err = module
+            .model_state(OnnxHead::QValue, &action(), &[])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("discrete action"), "{err}");
         let empty = ExplorationModule::EpsilonGreedy(EpsilonGreedy { eps: String::new() });
         let err = empty
@@ -735,5 +753,4 @@ mod tests {
         assert!(text.contains("\"kind\": \"epsilon_greedy\""), "{text}");
         assert_eq!(rmp_serde::from_slice::<ExplorationModule>(&bytes).unwrap(), module);
     }
-
 }

@@ -20,6 +20,8 @@ mod contiguous;
 mod dense;
 pub(crate) mod dense_layout;
 mod dense_policy;
+mod egreedy;
+mod exploration;
 mod finite;
 mod fixed_width;
 mod linear;
@@ -27,8 +29,6 @@ mod logprob;
 mod mlp;
 mod net;
 mod onnx;
-mod egreedy;
-mod exploration;
 mod random;
 mod record;
 mod sampler;
@@ -39,6 +39,8 @@ mod test_util;
 
 pub use constant::Constant;
 pub use dense_policy::{DenseKind, DensePolicy, LinearKind, MlpKind};
+pub use egreedy::EpsilonGreedy;
+pub use exploration::{ExplorationModule, ExploringPolicy, OrnsteinUhlenbeck, OU_NOISE, OU_STEPS};
 pub use finite::NonFinite;
 pub(crate) use fixed_width::Argmax2;
 pub use linear::Linear;
@@ -49,8 +51,6 @@ pub use onnx::{
 };
 #[cfg(feature = "onnx")]
 pub use onnx::{OnnxEngine, OnnxPolicy, WeightMode};
-pub use egreedy::EpsilonGreedy;
-pub use exploration::{ExplorationModule, ExploringPolicy, OrnsteinUhlenbeck, OU_NOISE, OU_STEPS};
 pub use random::RandomPolicy;
 pub use record::{ParamsMut, RecordMut, Recorded};
 pub use state::{

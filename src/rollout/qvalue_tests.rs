@@ -123,14 +123,20 @@ fn check(b: &TensorDict, w: f32) -> (f64, usize) {
     let (mut greedy, mut nan) = (0usize, 0usize);
     for i in 0..obs0.len() {
         if v[2 * i].is_nan() {
-            assert!(v[2 * i + 1].is_nan() && c[i].is_nan(), "a random frame records no value");
+            assert!(
+                v[2 * i + 1].is_nan() && c[i].is_nan(),
+                "a random frame records no value"
+            );
             nan += 1;
             continue;
         }
         let q = [obs0[i] + w, -obs0[i]];
         assert_eq!([v[2 * i], v[2 * i + 1]], q, "action_value is the Q-function's");
         let best = usize::from(q[1] > q[0]);
-        assert_eq!(c[i], q[best], "chosen_action_value is the greedy action's, whatever was taken");
+        assert_eq!(
+            c[i], q[best],
+            "chosen_action_value is the greedy action's, whatever was taken"
+        );
         greedy += usize::from(a[i] == best as i64);
     }
     (greedy as f64 / (obs0.len() - nan).max(1) as f64, nan)

@@ -189,9 +189,9 @@ mod tests {
     fn the_qvalue_head_needs_version_8_with_or_without_epsilon_greedy() {
         for exploration in [
             None,
-            Some(crate::policy::ExplorationModule::EpsilonGreedy(crate::policy::EpsilonGreedy {
-                eps: "eps".into(),
-            })),
+            Some(crate::policy::ExplorationModule::EpsilonGreedy(
+                crate::policy::EpsilonGreedy { eps: "eps".into() },
+            )),
         ] {
             let q = PolicyConfig::Onnx {
                 model: crate::policy::OnnxModel::new(Vec::new()),

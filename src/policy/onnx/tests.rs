@@ -107,7 +107,17 @@ fn qvalue_takes_the_greedy_action_and_records_the_values_torch_gave() {
     let (obs_spec, action) = cartpole();
     let mut runs: Vec<OnnxPolicy> = MODES
         .iter()
-        .map(|&mode| OnnxPolicy::with_mode(&model("cartpole_categorical"), OnnxHead::QValue, &obs_spec, &action, 3, mode).unwrap())
+        .map(|&mode| {
+            OnnxPolicy::with_mode(
+                &model("cartpole_categorical"),
+                OnnxHead::QValue,
+                &obs_spec,
+                &action,
+                3,
+                mode,
+            )
+            .unwrap()
+        })
         .collect();
     runs.push(OnnxPolicy::new(&model("cartpole_categorical"), OnnxHead::QValue, &obs_spec, &action, 3).unwrap());
     assert_eq!(runs[0].recorded(), crate::policy::Recorded::QValue { n: 2 });
@@ -589,11 +599,19 @@ fn chains_of_dense_layers_run_on_the_built_in_kernel_as_torch_and_tract_compute(
                 for i in 0..k {
                     let z: Vec<f32> = values[i].iter().map(|&v| v as f32).collect();
                     for c in 0..2 {
-                        close(f64::from(params[i * 2 + c]), values[i][c], &format!("{name}: action_value"));
+                        close(
+                            f64::from(params[i * 2 + c]),
+                            values[i][c],
+                            &format!("{name}: action_value"),
+                        );
                     }
                     let best = crate::policy::sampler::argmax(&z);
                     assert_eq!(a[i] as usize, best, "{name}: greedy");
-                    close(f64::from(lp[i]), values[i][best], &format!("{name}: chosen_action_value"));
+                    close(
+                        f64::from(lp[i]),
+                        values[i][best],
+                        &format!("{name}: chosen_action_value"),
+                    );
                 }
             }
             OnnxHead::TanhNormal => unreachable!("no tanh-normal chain among the fixtures"),
