@@ -1,20 +1,22 @@
-"""torchrl's off-policy learners, DQN on CartPole-v1, TD3 and DDPG on Pendulum-v1, as
+"""torchrl's off-policy learners, DQN on CartPole-v1, TD3, DDPG and SAC on Pendulum-v1, as
 torchrl's examples write them, with rollout's collector in the one line that makes the collector.
 
 Everything else is torchrl's: the env function (``TransformedEnv(GymEnv(...),
-Compose(StepCounter(), RewardSum()))``, with ``InitTracker()`` for DDPG), the actor and its
-exploration module (``QValueActor`` with ``EGreedyModule``; a deterministic actor with
+Compose(StepCounter(), RewardSum()))``, with ``InitTracker()`` for DDPG and SAC), the actor
+and its exploration module (``QValueActor`` with ``EGreedyModule``; a deterministic actor with
 ``AdditiveGaussianModule``, or with ``OrnsteinUhlenbeckProcessModule`` for DDPG, whose noise
-per env the nodes keep), the replay buffer, the loss (``DQNLoss``, ``TD3Loss``, ``DDPGLoss``),
-the target network updates, the annealing (``module.step(frames)``) and
+per env the nodes keep; SAC's ``ProbabilisticActor`` over a ``TanhNormal``, which the nodes
+sample, needs none), the replay buffer, the loss (``DQNLoss``, ``TD3Loss``, ``DDPGLoss``,
+``SACLoss``), the target network updates, the annealing (``module.step(frames)``) and
 ``update_policy_weights_()`` after each batch.
 
     python python/collector/examples/offpolicy_torchrl.py dqn --frames 20000
     python python/collector/examples/offpolicy_torchrl.py td3 --frames 20000
     python python/collector/examples/offpolicy_torchrl.py ddpg --frames 20000
+    python python/collector/examples/offpolicy_torchrl.py sac --frames 20000
 
-:func:`dqn` returns the length of each finished episode, :func:`td3` and :func:`ddpg` its
-return, in order.
+:func:`dqn` returns the length of each finished episode, :func:`td3`, :func:`ddpg` and
+:func:`sac` its return, in order.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import warnings
 from typing import List
 
 import torch
-from tensordict.nn import TensorDictModule, TensorDictSequential
+from tensordict.nn import InteractionType, NormalParamExtractor, TensorDictModule, TensorDictSequential
 from torch import nn
 from torchrl.data import Bounded, LazyTensorStorage, OneHot, ReplayBuffer
 from torchrl.envs import Compose, GymEnv, InitTracker, RewardSum, StepCounter, TransformedEnv
@@ -33,11 +35,13 @@ from torchrl.modules import (
     AdditiveGaussianModule,
     EGreedyModule,
     OrnsteinUhlenbeckProcessModule,
+    ProbabilisticActor,
     QValueActor,
     TanhModule,
+    TanhNormal,
     ValueOperator,
 )
-from torchrl.objectives import DDPGLoss, DQNLoss, SoftUpdate, TD3Loss
+from torchrl.objectives import DDPGLoss, DQNLoss, SACLoss, SoftUpdate, TD3Loss
 
 import rollout
 
@@ -175,14 +179,100 @@ def ddpg(frames: int = 4_000, seed: int = 0, frames_per_batch: int = 200, update
     return returns
 
 
+def make_sac_actor(spec: Bounded, num_cells=(256, 256)) -> ProbabilisticActor:
+    """torchrl's SAC actor (``make_sac_agent``): an MLP whose two halves are the loc and
+    the scale (``NormalParamExtractor``, a biased softplus bounded below by 0.1), a
+    ``TanhNormal`` squashed into the action spec's bounds, sampled when it acts."""
+    body = nn.Sequential(
+        MLP(in_features=3, out_features=2 * spec.shape[-1], num_cells=list(num_cells)),
+        NormalParamExtractor(scale_mapping="biased_softplus_1.0", scale_lb=0.1),
+    )
+    return ProbabilisticActor(
+        TensorDictModule(body, in_keys=["observation"], out_keys=["loc", "scale"]),
+        in_keys=["loc", "scale"],
+        spec=spec,
+        distribution_class=TanhNormal,
+        distribution_kwargs={"low": spec.space.low, "high": spec.space.high, "tanh_loc": False},
+        default_interaction_type=InteractionType.RANDOM,
+        # As torchrl's example: SACLoss samples its own actions (and their log-probs).
+        return_log_prob=False,
+    )
+
+
+def make_sac_loss(actor: ProbabilisticActor, num_cells=(256, 256)):
+    """torchrl's ``make_loss_module``: two Q-value nets on (action, observation), target
+    copies of them only, the entropy coefficient learned from 1."""
+    qvalue = ValueOperator(MLP(in_features=4, out_features=1, num_cells=list(num_cells)), in_keys=["action", "observation"])
+    loss = SACLoss(
+        actor_network=actor,
+        qvalue_network=qvalue,
+        num_qvalue_nets=2,
+        loss_function="l2",
+        delay_actor=False,
+        delay_qvalue=True,
+        alpha_init=1.0,
+    )
+    loss.make_value_estimator(gamma=0.99)
+    return loss, SoftUpdate(loss, eps=0.995)
+
+
+def sac(
+    frames: int = 20_000,
+    seed: int = 0,
+    frames_per_batch: int = 200,
+    updates_per_batch: int = 200,
+    init_random_frames: int = 1_000,
+    num_cells=(256, 256),
+    **collector_kw,
+) -> List[float]:
+    """torchrl's SAC example on Pendulum: :func:`make_sac_actor`, :func:`make_sac_loss`,
+    an optimizer each for the actor, the critics and alpha (lr 3e-4), batches of 256 from
+    the replay buffer, one update per frame collected (``utd_ratio`` 1) once the
+    ``init_random_frames`` of a random policy are in. The nodes sample the actor's
+    ``TanhNormal`` themselves: there is no exploration module."""
+    torch.manual_seed(seed)
+    spec = Bounded(-2.0, 2.0, (1,))
+    actor = make_sac_actor(spec, num_cells)
+    loss, target = make_sac_loss(actor, num_cells)
+    optim_actor = torch.optim.Adam(loss.actor_network_params.flatten_keys().values(), lr=3e-4)
+    optim_critic = torch.optim.Adam(loss.qvalue_network_params.flatten_keys().values(), lr=3e-4)
+    optim_alpha = torch.optim.Adam([loss.log_alpha], lr=3e-4)
+    buffer = ReplayBuffer(storage=LazyTensorStorage(100_000), batch_size=256)
+    # torchrl's SAC env: InitTracker, StepCounter, RewardSum (its DoubleToFloat has nothing
+    # to do on Pendulum, whose observations are float32).
+    collector = make_collector("Pendulum-v1", actor, frames_per_batch, frames, init_random_frames, seed, InitTracker(), **collector_kw)
+    returns: List[float] = []
+    try:
+        for data in collector:
+            buffer.extend(data.reshape(-1))
+            returns += finished(data, ("next", "episode_reward"))
+            if len(buffer) >= init_random_frames:
+                for _ in range(updates_per_batch):
+                    out = loss(buffer.sample())
+                    # Each loss reads the others' parameters detached: one backward gives
+                    # each optimizer its own gradients.
+                    optim_actor.zero_grad()
+                    optim_critic.zero_grad()
+                    optim_alpha.zero_grad()
+                    (out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]).backward()
+                    optim_actor.step()
+                    optim_critic.step()
+                    optim_alpha.step()
+                    target.step()
+            collector.update_policy_weights_()
+    finally:
+        collector.shutdown()
+    return returns
+
+
 def main() -> None:
     warnings.filterwarnings("ignore")
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("algo", choices=["dqn", "td3", "ddpg"])
+    p.add_argument("algo", choices=["dqn", "td3", "ddpg", "sac"])
     p.add_argument("--frames", type=int, default=20_000)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
-    out = {"dqn": dqn, "td3": td3, "ddpg": ddpg}[a.algo](frames=a.frames, seed=a.seed)
+    out = {"dqn": dqn, "td3": td3, "ddpg": ddpg, "sac": sac}[a.algo](frames=a.frames, seed=a.seed)
     last = out[-20:]
     print(f"{len(out)} episodes; mean of the last {len(last)}: {sum(last) / max(1, len(last)):.1f}")
 
