@@ -139,6 +139,17 @@ impl DenseChain {
             }
             None => None,
         };
+        // Outputs no head reads may only copy an initializer (an exploration module's
+        // `eps`, kept in the graph by the exporter; the node reads it from the weights).
+        for (i, name) in names.iter().enumerate() {
+            if i != main && Some(i) != spread_out {
+                let node = graph.node(name, &mut used)?;
+                match (node.op_type.as_str(), node.input.as_slice()) {
+                    ("Identity", [x]) if graph.shapes.contains_key(x.as_str()) => {}
+                    _ => return None,
+                }
+            }
+        }
         if used.len() != graph.g.node.len() {
             return None;
         }

@@ -619,6 +619,90 @@ fn chains_of_dense_layers_run_on_the_built_in_kernel_as_torch_and_tract_compute(
     }
 }
 
+/// The fixture `cartpole_categorical` with its output renamed `action_value` and an f32
+/// initializer `greedy.eps` (0.25, shape `[]`) beside it, with an `Identity` from `from`
+/// to a second output `egreedy_eps`: the exporter's DQN actor with epsilon-greedy.
+fn q_model_with_side_output(from: &str) -> OnnxModel {
+    use prost::Message;
+    use tract_onnx::pb::{self, tensor_proto::DataType};
+    let bytes = std::fs::read(fixture("cartpole_categorical.onnx")).unwrap();
+    let mut m = pb::ModelProto::decode(&bytes[..]).unwrap();
+    let g = m.graph.as_mut().unwrap();
+    let old = g.output[0].name.clone();
+    for n in &mut g.node {
+        for o in &mut n.output {
+            if *o == old {
+                *o = "action_value".into();
+            }
+        }
+    }
+    g.output[0].name = "action_value".into();
+    g.initializer.push(pb::TensorProto {
+        name: "greedy.eps".into(),
+        data_type: DataType::Float as i32,
+        dims: vec![],
+        raw_data: 0.25f32.to_le_bytes().to_vec(),
+        ..Default::default()
+    });
+    g.node.push(pb::NodeProto {
+        name: "eps_copy".into(),
+        op_type: "Identity".into(),
+        input: vec![from.into()],
+        output: vec!["egreedy_eps".into()],
+        ..Default::default()
+    });
+    let mut out = g.output[0].clone();
+    out.name = "egreedy_eps".into();
+    if let Some(pb::type_proto::Value::TensorType(t)) = out.r#type.as_mut().and_then(|t| t.value.as_mut()) {
+        t.shape = Some(pb::TensorShapeProto { dim: vec![] });
+    }
+    g.output.push(out);
+    OnnxModel::parse(m.encode_to_vec()).unwrap()
+}
+
+#[test]
+fn an_initializer_copied_to_a_side_output_keeps_the_dense_kernel() {
+    let (obs, action) = cartpole();
+    let j = json("cartpole_categorical");
+    let o = flat_obs(&j["observation"]);
+    let k = o.len() / 4;
+    let mut plain = auto("cartpole_categorical", OnnxHead::QValue, cartpole());
+    let side = q_model_with_side_output("greedy.eps");
+    let mut p = OnnxPolicy::new(&side, OnnxHead::QValue, &obs, &action, 3).unwrap();
+    assert_eq!(p.engine(), OnnxEngine::DenseChain, "eps's copy is no part of the head");
+    assert!(p.weights().tensors.contains_key("greedy.eps"));
+    p.set_exploration(ExplorationType::Deterministic);
+    assert_eq!(outputs(&mut p, &o, k), outputs(&mut plain, &o, k));
+    // The config the exporter writes builds on it, its eps read from the weights.
+    let spec = crate::policy::PolicySpec {
+        config: crate::policy::PolicyConfig::Onnx {
+            model: side.clone(),
+            head: OnnxHead::QValue,
+            state: vec![],
+            exploration: Some(crate::policy::ExplorationModule::EpsilonGreedy(
+                crate::policy::EpsilonGreedy {
+                    eps: "greedy.eps".into(),
+                },
+            )),
+        },
+        exploration: ExplorationType::Deterministic,
+        init_seed: 0,
+    };
+    let mut built = spec.build(&obs, &action, 3).unwrap();
+    let mut a = vec![-1i64; k];
+    built.act(&o, k, ActionsMut::Discrete(&mut a)).unwrap();
+    assert_eq!(
+        a.iter().map(|&v| v as f32).collect::<Vec<_>>(),
+        outputs(&mut plain, &o, k).0,
+        "deterministic: greedy"
+    );
+    // A side output copying anything but an initializer is a graph the kernel does not
+    // know: tract runs it.
+    let other = q_model_with_side_output("action_value");
+    let p = OnnxPolicy::new(&other, OnnxHead::QValue, &obs, &action, 3).unwrap();
+    assert!(matches!(p.engine(), OnnxEngine::Tract(_)), "{:?}", p.engine());
+}
+
 #[test]
 fn sampling_on_the_built_in_kernel_draws_as_on_tract() {
     // The same sampler seed and the same head: the same draws, the same actions
