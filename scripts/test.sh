@@ -73,11 +73,15 @@ cargo test --workspace --doc
 # release binary), side by side: they share no state (every port is the system's pick,
 # every file a test's own temporary one), and both spend much of their time waiting on
 # the nodes they start. Each writes its own log, printed when both are done.
+# Job control on: a non-interactive shell's background jobs would otherwise start with
+# SIGINT ignored, and the Ctrl-C tests need it at its default, as a terminal leaves it.
 logs=$(mktemp -d)
+set -m
 ROLLOUT_BIN="$PWD/target/release/rollout" .venv/bin/python -m pytest -q python/collector/tests >"$logs/collector" 2>&1 &
 collector=$!
 ROLLOUT_BIN="$PWD/target/release/rollout" .venv/bin/python -m pytest -q python/node/tests >"$logs/node" 2>&1 &
 node=$!
+set +m
 collector_passed=yes
 node_passed=yes
 wait "$collector" || collector_passed=no

@@ -31,8 +31,12 @@ HOLD_S = 1.0
 
 SCRIPT = textwrap.dedent(
     """
-    import os, sys
+    import os, signal, sys
     import rollout
+
+    # SIGINT as a terminal leaves it: where this test runs, it may be ignored (a background
+    # job of a non-interactive shell), and the interpreter then installs no handler.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     nodes, form = sys.argv[1], sys.argv[2]
     if nodes == "rollout":
