@@ -4,6 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Where the time goes: each phase's start, in seconds since the script began.
+phase() { echo "test.sh: $1 from ${SECONDS}s"; }
+
 if ! command -v cargo-nextest >/dev/null 2>&1; then
   cargo install --locked cargo-nextest
 fi
@@ -44,6 +47,7 @@ fi
 
 # The release binary the training test runs (debug training is ~25x slower);
 # built here so that no test spends its deadline compiling.
+phase "the release CLI"
 cargo build --release -p rollout-cli --bin rollout
 
 # Python learners (issue 18): the `rollout` extension module (python/collector,
@@ -54,8 +58,10 @@ cargo build --release -p rollout-cli --bin rollout
 # The module is built for the stable ABI (`_native.abi3.so`); a version-specific build
 # left by an older checkout would be imported first, so it goes.
 rm -f python/collector/rollout/_native.cpython-*.so
+phase "the Python module"
 VIRTUAL_ENV="$PWD/.venv" .venv/bin/maturin develop --release --quiet --extras torch -m python/collector/Cargo.toml
 
+phase "lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 # The build an embedder gets: the core and the actors without their `onnx` and `learn`
@@ -66,7 +72,9 @@ cargo nextest run -p rollout-actors --lib --profile ci policy_file
 # No import cycle, and docs/ARCHITECTURE.md's layers, uses and crate dependencies as the code has them.
 python3 scripts/check-imports.py --self-test
 python3 scripts/check-imports.py
+phase "the Rust tests"
 cargo nextest run --workspace --profile ci
+phase "the doc tests"
 cargo test --workspace --doc
 # The Python module's tests (the process-launcher test starts the release binary) and
 # the Python node's against a scripted trainer (and the onnx policy's against the
@@ -75,6 +83,7 @@ cargo test --workspace --doc
 # the nodes they start. Each writes its own log, printed when both are done.
 # Job control on: a non-interactive shell's background jobs would otherwise start with
 # SIGINT ignored, and the Ctrl-C tests need it at its default, as a terminal leaves it.
+phase "the Python suites"
 logs=$(mktemp -d)
 set -m
 ROLLOUT_BIN="$PWD/target/release/rollout" .venv/bin/python -m pytest -q python/collector/tests >"$logs/collector" 2>&1 &
@@ -93,3 +102,4 @@ if [ "$collector_passed$node_passed" != yesyes ]; then
   echo "python tests failed (collector passed: $collector_passed, node passed: $node_passed)"
   exit 1
 fi
+echo "test.sh: all passed in ${SECONDS}s"
