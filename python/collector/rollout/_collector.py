@@ -374,6 +374,21 @@ class DistributedCollector:
         ``exploration_type``: ``"random"`` (default) or ``"deterministic"``
             (``"mode"``, ``"mean"``), or torchrl's ``ExplorationType``.
         ``postproc``: called on each batch before it is yielded.
+        Every other argument of torchrl's collectors (``track_policy_version``,
+        ``reset_when_done``, ``compile_policy``, ``replay_buffer``, ...) is taken too:
+        ``track_policy_version=True`` writes ``policy_version`` (the weights version of each
+        frame) into TensorDict batches; the others are accepted where their value changes
+        nothing here (torchrl's default, or a knob of torchrl's own loop such as
+        ``use_buffers``) and refused in one sentence otherwise (``ConfigError`` naming the
+        argument); ``torchrl_kwargs`` holds them: ``auto_register_policy_transforms``,
+        ``backend``, ``backend_options``, ``compact_obs``, ``compile_policy``,
+        ``create_env_kwargs``, ``cudagraph_policy``, ``extend_buffer``, ``interruptor``,
+        ``local_init_rb``, ``no_cuda_sync``, ``num_collectors``, ``policy_factory``,
+        ``post_collect_hook``, ``pre_collect_hook``, ``replay_buffer``, ``reset_when_done``,
+        ``return_same_td``, ``set_truncated``, ``track_policy_version``, ``track_traj_ids``,
+        ``traj_format``, ``trajs_per_batch``, ``trajs_per_write``, ``trust_policy``,
+        ``use_buffers``, ``weight_recv_schemes``, ``weight_sync_schemes``,
+        ``weight_updater``, ``worker_idx``.
         ``device``, ``policy_device``, ``storing_device``, ``env_device``: the CPU (or
             ``None``); another device is refused.
         ``policy_file``, ``onnx_head``: the ``.onnx`` model and head of
@@ -466,7 +481,11 @@ class DistributedCollector:
         storing_device: Any = None,
         env_device: Any = None,
         postproc: Optional[Callable[[Any], Any]] = None,
+        **torchrl_kwargs: Any,
     ) -> None:
+        from . import _torchrl_args
+
+        self._policy_version = _torchrl_args.check("DistributedCollector.__init__", torchrl_kwargs)
         self._policy_given = policy  # the `policy` property: what the user passed
         for name, value in (("device", device), ("policy_device", policy_device), ("storing_device", storing_device), ("env_device", env_device)):
             _cpu_only(name, value)
@@ -672,6 +691,10 @@ class DistributedCollector:
             td = to_tensordict(batch, one_hot=one_hot, log_prob_key=p.log_prob_key, leave_out=p.drop_keys, is_init=self._init_tracker)
         if self._episode_reward is not None:
             self._episode_reward.write(td)
+        if self._policy_version:
+            # torchrl's `track_policy_version=True`: the root `policy_version`, here the
+            # weights version each frame was collected with.
+            td["policy_version"] = td["collector", "weights_version"]
         return td if self._postproc is None else self._postproc(td)
 
     def __iter__(self) -> Iterator[Any]:
