@@ -13,6 +13,7 @@ use sha2::Sha256;
 
 mod continue_frame;
 pub(crate) mod cursor;
+mod ends;
 mod login;
 mod read;
 mod read_specs;
@@ -20,6 +21,7 @@ mod tagged;
 mod versions;
 
 pub use continue_frame::encode_continue;
+pub use ends::{BatchFrame, Ends};
 pub use login::{decode_login, LoginFrame};
 pub use read::Frame;
 pub(crate) use read::{decode_into, Storage};
@@ -35,7 +37,7 @@ use crate::policy::Weights;
 /// `ready` carries the env's specs). A trainer
 /// admits [`OLDEST_PROTOCOL_VERSION`] up to this one, less those a run cannot be served
 /// by ([`AdmitVersions`]).
-pub const PROTOCOL_VERSION: u32 = 8;
+pub const PROTOCOL_VERSION: u32 = 9;
 /// The oldest version a trainer admits: a version-3 node sends no specs in `ready` and
 /// no recorded keys in its batches, so it can only serve envs the trainer builds itself
 /// under a policy that records nothing; a version-4 node, any env under such a policy.

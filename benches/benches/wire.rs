@@ -18,6 +18,15 @@
 //! last batch recycled into the pool, as a connection does) against the plain decode of the
 //! same frame (fresh memory), in µs per frame.
 //!
+//! The small frame is measured in both forms a node may send (PROTOCOL.md §3, Ends): with
+//! `next.observation` whole, and as a version-9 node sends it, each observation once.
+//!
+//! Last, a pixel batch (Pong's raw 210x160x3 u8 frames, 4 envs x 64 steps, an episode end in
+//! each env) through the whole receive path (`FrameReader` in 64 KiB pieces, decode into the
+//! pool), in both forms: the trainer's CPU per frame of each and the bytes on the wire per
+//! frame against one observation. The reads here come from memory; a socket adds the kernel's
+//! copy of every byte, which the compact form halves.
+//!
 //! Run: `cargo bench -p rollout-benches --bench wire`
 
 use std::collections::BTreeMap;
@@ -33,7 +42,7 @@ use rollout::message::{Batch, FromNode, ToNode, UpdateWeights};
 use rollout::policy::RandomPolicy;
 use rollout::pool::TensorPool;
 use rollout::rollout::{Rollout, RolloutConfig, TrajIds};
-use rollout::wire::{decode, encode, encode_into, NodeFrame, TrainerFrame, DEFAULT_MAX_FRAME, PREFIX_LEN};
+use rollout::wire::{decode, encode, encode_into, BatchFrame, NodeFrame, TrainerFrame, DEFAULT_MAX_FRAME, PREFIX_LEN};
 use rollout::{Tensor, Weights};
 
 const ELEMS: usize = 10_000_000;
@@ -165,6 +174,7 @@ fn main() {
         memcpy.as_secs_f64() / reader_t.as_secs_f64()
     );
     small_batch();
+    pixel_batch();
 }
 
 /// Decodes of a small batch frame per run of [`best`].
@@ -211,14 +221,143 @@ fn small_batch() {
     });
     let again: NodeFrame = decode_pooled(&body, &mut pool).expect("decode");
     assert!(again == frame, "the pooled decode is the same frame");
+    let NodeFrame::Message(FromNode::Batch(batch)) = &frame else {
+        unreachable!("built as a batch")
+    };
+    let compact = encode(&BatchFrame::new(batch), DEFAULT_MAX_FRAME).expect("encode")[PREFIX_LEN..].to_vec();
+    let mut pool = TensorPool::new(1 << 20);
+    let compact_t = best(|| {
+        for _ in 0..SMALL_DECODES {
+            let f: NodeFrame = decode_pooled(black_box(&compact), &mut pool).expect("decode");
+            if let NodeFrame::Message(FromNode::Batch(b)) = f {
+                pool.put_dict(b.data);
+            }
+        }
+    });
+    let again: NodeFrame = decode_pooled(&compact, &mut pool).expect("decode");
+    assert!(again == frame, "the compact frame decodes to the same batch");
     println!(
-        "wire: batch frame of 10 Counting frames, {keys} keys, {} bytes, best of {REPS} x {SMALL_DECODES}",
-        body.len()
+        "wire: batch frame of 10 Counting frames, {keys} keys, {} bytes ({} with each observation once), \
+         best of {REPS} x {SMALL_DECODES}",
+        body.len(),
+        compact.len()
     );
     println!("  decode frame (fresh)       {:>9.2} µs        baseline", per(plain));
     println!(
         "  decode frame, pooled       {:>9.2} µs        {:.2} x the plain decode's speed",
         per(pooled),
         plain.as_secs_f64() / pooled.as_secs_f64()
+    );
+    println!(
+        "  compact frame, pooled      {:>9.2} µs        {:.2} x the pooled decode's time",
+        per(compact_t),
+        compact_t.as_secs_f64() / pooled.as_secs_f64()
+    );
+}
+
+/// Envs, steps and the observation's shape of [`pixel_batch`].
+const PX_ENVS: usize = 4;
+const PX_STEPS: usize = 64;
+const PX_SHAPE: [usize; 3] = [210, 160, 3];
+
+/// A batch of Pong-sized frames: every observation different, `next.observation` the next
+/// frame's but at each env's episode end (step 40) and last step.
+fn pixels() -> Batch {
+    let row: usize = PX_SHAPE.iter().product();
+    let frames = PX_ENVS * PX_STEPS;
+    let px = |state: usize| (0..row).map(move |i| ((state * 131 + i * 7) % 251) as u8);
+    let (mut obs, mut next, mut done) = (Vec::new(), Vec::new(), Vec::new());
+    for env in 0..PX_ENVS {
+        let mut state = env * 10_000;
+        for step in 0..PX_STEPS {
+            obs.extend(px(state));
+            next.extend(px(state + 1));
+            let end = step == 40;
+            done.push(end);
+            state = if end { state + 5_000 } else { state + 1 };
+        }
+    }
+    let shape: Vec<usize> = [PX_ENVS, PX_STEPS].iter().chain(&PX_SHAPE).copied().collect();
+    let u8s = |v: Vec<u8>| Tensor::U8(ArrayD::from_shape_vec(IxDyn(&shape), v).expect("shape"));
+    let per_frame = |n: usize, v: f32| {
+        Tensor::F32(ArrayD::from_shape_vec(IxDyn(&[PX_ENVS, PX_STEPS, n]), vec![v; frames * n]).expect("shape"))
+    };
+    let data = rollout::TensorDict::from_entries(
+        &[PX_ENVS, PX_STEPS],
+        [
+            ("observation".to_string(), u8s(obs)),
+            ("next.observation".to_string(), u8s(next)),
+            (
+                "action".to_string(),
+                Tensor::I64(ArrayD::from_shape_vec(IxDyn(&[PX_ENVS, PX_STEPS]), vec![1; frames]).expect("shape")),
+            ),
+            ("next.reward".to_string(), per_frame(1, 0.0)),
+            (
+                "next.done".to_string(),
+                Tensor::Bool(ArrayD::from_shape_vec(IxDyn(&[PX_ENVS, PX_STEPS, 1]), done).expect("shape")),
+            ),
+            ("logits".to_string(), per_frame(6, 0.1)),
+        ],
+    )
+    .expect("batch");
+    Batch {
+        node: 0,
+        seq: 1,
+        weights_version: 1,
+        data,
+    }
+}
+
+/// The pixel batch through a connection's receive path, in both forms.
+fn pixel_batch() {
+    let batch = pixels();
+    let frames = PX_ENVS * PX_STEPS;
+    let obs_bytes = PX_SHAPE.iter().product::<usize>();
+    let full = encode(&NodeFrame::Message(FromNode::Batch(batch.clone())), DEFAULT_MAX_FRAME).expect("encode");
+    let compact = encode(&BatchFrame::new(&batch), DEFAULT_MAX_FRAME).expect("encode");
+    let mut reader = FrameReader::new(DEFAULT_MAX_FRAME);
+    let mut pool = TensorPool::new(usize::MAX);
+    let mut read = |whole: &[u8], pool: &mut TensorPool| -> Batch {
+        let mut pos = 0;
+        loop {
+            let buf = reader.buf();
+            let n = buf.len().min(64 << 10).min(whole.len() - pos);
+            buf[..n].copy_from_slice(black_box(&whole[pos..pos + n]));
+            pos += n;
+            if reader.filled(n, pool).expect("frame") {
+                match reader.decode(pool).expect("decode") {
+                    NodeFrame::Message(FromNode::Batch(b)) => return b,
+                    other => panic!("not a batch: {other:?}"),
+                }
+            }
+        }
+    };
+    assert!(
+        read(&full, &mut pool) == batch && read(&compact, &mut pool) == batch,
+        "both forms decode to the batch"
+    );
+    let mut time = |whole: &[u8]| {
+        best(|| {
+            let b = read(whole, &mut pool);
+            pool.put_dict(b.data);
+        })
+    };
+    let (full_t, compact_t) = (time(&full), time(&compact));
+    let us = |d: Duration| d.as_secs_f64() * 1e6 / frames as f64;
+    let ratio = |len: usize| len as f64 / (frames * obs_bytes) as f64;
+    println!(
+        "wire: pixel batch, {PX_ENVS} envs x {PX_STEPS} steps of u8 {PX_SHAPE:?} ({obs_bytes} bytes), an episode end \
+         per env; read in 64 KiB pieces + decode into the pool, best of {REPS}"
+    );
+    println!(
+        "  next.observation whole     {:>9.2} µs/frame   {:.3} x one observation on the wire   baseline",
+        us(full_t),
+        ratio(full.len())
+    );
+    println!(
+        "  each observation once      {:>9.2} µs/frame   {:.3} x one observation on the wire   {:.2} x the CPU",
+        us(compact_t),
+        ratio(compact.len()),
+        compact_t.as_secs_f64() / full_t.as_secs_f64()
     );
 }

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 
 use super::cursor::Cursor;
+use super::ends::{write_next, Ends};
 use super::read_specs;
 use super::{Auth, Hello, NodeFrame, TrainerFrame, Welcome, WireError};
 use crate::message::names;
@@ -543,18 +544,58 @@ fn weights_parts<'a>(c: &mut Cursor<'a>) -> Result<WeightsParts<'a>, String> {
     })
 }
 
+/// A batch's `ends` (protocol version 9): the rows where each `next.K` it holds is not
+/// `K` one step later, and those rows of each.
+struct EndsParts<'a> {
+    rows: Vec<u64>,
+    tensors: Vec<(&'a str, Parts<'a>)>,
+}
+
+fn ends_parts<'a>(c: &mut Cursor<'a>) -> Result<EndsParts<'a>, String> {
+    let n = c.map_len()?;
+    let (mut rows, mut tensors) = (Field::new("rows"), Field::new("tensors"));
+    for _ in 0..n {
+        match c.str_bytes(u64::MAX).map_err(key_error)? {
+            b"rows" => rows.read(c, |c| {
+                // Every element takes at least a byte: `array_len` checked the count
+                // against the bytes left, which bounds what this holds.
+                let n = c.array_len()?;
+                let mut out = Vec::with_capacity((n as usize).min(MAX_RESERVE));
+                for _ in 0..n {
+                    out.push(c.uint()?);
+                }
+                Ok(out)
+            })?,
+            b"tensors" => tensors.read(c, tensor_entries)?,
+            _ => c.skip_value()?,
+        }
+    }
+    Ok(EndsParts {
+        rows: rows.get()?,
+        tensors: tensors.get()?,
+    })
+}
+
 fn batch(f: Fields<'_>, storage: &mut Storage<'_>) -> Result<Batch, String> {
-    let (node, seq, weights_version, data) = fields!(f, {
+    let (node, seq, weights_version, data, ends) = fields!(f, {
         node: size,
         seq: uint,
         weights_version: uint,
         data: dict_parts,
+        ends: |c| if c.nil()? { Ok(None) } else { ends_parts(c).map(Some) },
     });
+    let data = data.get()?;
+    let data = match ends.opt() {
+        None => storage.dict(data)?,
+        Some(ends) => storage
+            .dict_with_ends(data, &ends)
+            .map_err(|e| format!("`ends`: {e}"))?,
+    };
     Ok(Batch {
         node: node.get()?,
         seq: seq.get()?,
         weights_version: weights_version.get()?,
-        data: storage.dict(data.get()?)?,
+        data,
     })
 }
 
@@ -601,7 +642,7 @@ impl Storage<'_> {
     fn dict(&mut self, d: DictParts<'_>) -> Result<TensorDict, String> {
         if self.read.is_empty() {
             if let Some(td) = self.pool.take_dict() {
-                match refill(td, &d) {
+                match refill(td, &d, &[]) {
                     Ok(td) => return Ok(td),
                     Err(td) => self.pool.put_tensors(td),
                 }
@@ -610,19 +651,91 @@ impl Storage<'_> {
         let tensors = self.tensors(&d.tensors)?;
         TensorDict::decoded(d.batch_size.as_slice().to_vec(), tensors).map_err(|e| e.to_string())
     }
+
+    /// A batch's dict sent with `ends`: its `next.K` entries written from `K` one
+    /// step later and the rows `ends` holds (`wire/ends.rs`), into the recycled batch
+    /// when `d` and `ends` together have its layout, else into pooled storage.
+    fn dict_with_ends(&mut self, d: DictParts<'_>, ends: &EndsParts<'_>) -> Result<TensorDict, String> {
+        let &[lanes, steps] = d.batch_size.as_slice() else {
+            return Err(format!(
+                "a batch of shape {:?}, not [envs, steps]",
+                d.batch_size.as_slice()
+            ));
+        };
+        Ends::check_rows(&ends.rows, lanes, steps)?;
+        let mut rebuilt = Vec::with_capacity(ends.tensors.len());
+        for (key, _) in &ends.tensors {
+            if key.strip_prefix("next.").is_none_or(str::is_empty) {
+                return Err(format!("`{}` is not a `next.` key", Bounded(key)));
+            }
+            if rebuilt.contains(key) || d.tensors.iter().any(|(k, _)| k == key) {
+                return Err(format!("`{}` given twice", Bounded(key)));
+            }
+            rebuilt.push(*key);
+        }
+        let recycled = if self.read.is_empty() {
+            match self.pool.take_dict().map(|td| refill(td, &d, &rebuilt)) {
+                Some(Ok(td)) => Some(td),
+                Some(Err(td)) => {
+                    self.pool.put_tensors(td);
+                    None
+                }
+                None => None,
+            }
+        } else {
+            None
+        };
+        let mut td = match recycled {
+            Some(td) => td,
+            None => {
+                let tensors = self.tensors(&d.tensors)?;
+                TensorDict::decoded(d.batch_size.as_slice().to_vec(), tensors).map_err(|e| e.to_string())?
+            }
+        };
+        for (key, parts) in &ends.tensors {
+            let at_ends = Tensor::from_le_bytes(parts.dtype, parts.shape.as_slice(), parts.data)
+                .map_err(|e| format!("`{}`: {e}", Bounded(key)))?;
+            let obs_key = &key["next.".len()..];
+            let recycled = td.remove(key);
+            let obs = td
+                .get(obs_key)
+                .map_err(|_| format!("`{}` without `{}` in `data`", Bounded(key), Bounded(obs_key)))?;
+            let mut next = match recycled {
+                Some(t) => t,
+                None => self
+                    .pool
+                    .take(obs.dtype(), obs.len())
+                    .map(|e| e.into_tensor(obs.shape()))
+                    .transpose()
+                    .map_err(|e| e.to_string())?
+                    .unwrap_or_else(|| Tensor::zeros(obs.dtype(), obs.shape())),
+            };
+            write_next(&mut next, obs, &at_ends, &ends.rows, lanes, steps)
+                .map_err(|e| format!("`{}`: {e}", Bounded(key)))?;
+            td.set(key, next).map_err(|e| e.to_string())?;
+        }
+        Ok(td)
+    }
 }
 
 /// `td`, a recycled batch, holding the batch `d` instead, if `d` has its layout:
 /// its batch shape, and its keys in order (so none twice), dtypes and shapes, each
-/// blob exactly the length its tensor needs (bool bytes 0 or 1). Then only elements
-/// are written, and the dict is the one a decode would build (it was valid with
-/// these keys and shapes). Else `td` back, to be pooled; its elements are scratch.
-fn refill(mut td: TensorDict, d: &DictParts<'_>) -> Result<TensorDict, TensorDict> {
+/// blob exactly the length its tensor needs (bool bytes 0 or 1), but for the keys
+/// `rebuilt` (the `next.K` of `ends`, written afterwards), which `d` must not hold.
+/// Then only elements are written, and the dict is the one a decode would build (it
+/// was valid with these keys and shapes). Else `td` back, to be pooled; its
+/// elements are scratch.
+fn refill(mut td: TensorDict, d: &DictParts<'_>, rebuilt: &[&str]) -> Result<TensorDict, TensorDict> {
     let same = td.batch_size() == d.batch_size.as_slice()
-        && td.len() == d.tensors.len()
-        && td.iter_mut().zip(&d.tensors).all(|((key, t), (k, e))| {
-            key == *k && t.dtype() == e.dtype && t.shape() == e.shape.as_slice() && t.refill_from_le(e.data)
-        })
+        && td.len() == d.tensors.len() + rebuilt.len()
+        && td.iter_mut().filter(|(key, _)| !rebuilt.contains(key)).count() == d.tensors.len()
+        && td
+            .iter_mut()
+            .filter(|(key, _)| !rebuilt.contains(key))
+            .zip(&d.tensors)
+            .all(|((key, t), (k, e))| {
+                key == *k && t.dtype() == e.dtype && t.shape() == e.shape.as_slice() && t.refill_from_le(e.data)
+            })
         // A consumer's dict may have been reshaped in place (`get_mut`): then it is
         // not what a decode would build.
         && td.validate().is_ok();

@@ -149,7 +149,7 @@ impl AdmitVersions {
     }
 }
 
-/// `3 to 8`, or `8` alone.
+/// `3 to 9`, or `8` alone.
 fn span(from: u32, to: u32) -> String {
     if from == to {
         format!("{from}")
@@ -180,11 +180,11 @@ mod tests {
         }
         assert_eq!(
             all.check(2),
-            Err("protocol version 2 is not supported (this trainer speaks 3 to 8)".into())
+            Err("protocol version 2 is not supported (this trainer speaks 3 to 9)".into())
         );
         assert_eq!(
-            all.check(9),
-            Err("protocol version 9 is not supported (this trainer speaks 3 to 8)".into())
+            all.check(10),
+            Err("protocol version 10 is not supported (this trainer speaks 3 to 9)".into())
         );
     }
 
@@ -198,8 +198,8 @@ mod tests {
             v.check(4),
             Err(
                 "protocol version 4 cannot serve this run: its policy (mlp) records action_log_prob and its \
-                 distribution's parameters in every batch (version 5); this run admits 5 to 8 (this trainer \
-                 speaks 3 to 8, the older ones for runs that need less)"
+                 distribution's parameters in every batch (version 5); this run admits 5 to 9 (this trainer \
+                 speaks 3 to 9, the older ones for runs that need less)"
                     .into()
             )
         );
@@ -207,8 +207,8 @@ mod tests {
             .check(3)
             .is_err_and(|r| r.starts_with("protocol version 3 cannot serve this run")));
         assert_eq!(
-            v.check(9),
-            Err("protocol version 9 is not supported (this trainer speaks 3 to 8; this run admits 5 to 8)".into())
+            v.check(10),
+            Err("protocol version 10 is not supported (this trainer speaks 3 to 9; this run admits 5 to 9)".into())
         );
 
         let v = AdmitVersions::serving([specs()]);
@@ -221,8 +221,8 @@ mod tests {
             v.check(3),
             Err(
                 "protocol version 3 cannot serve this run: its env Custom is known only to its nodes, which \
-                 report its spaces in ready's specs (version 4); this run admits 4 to 8 (this trainer speaks 3 \
-                 to 8, the older ones for runs that need less)"
+                 report its spaces in ready's specs (version 4); this run admits 4 to 9 (this trainer speaks 3 \
+                 to 9, the older ones for runs that need less)"
                     .into()
             )
         );
@@ -232,15 +232,15 @@ mod tests {
         let v = AdmitVersions::serving([specs(), recorded(), Need::Onnx, Need::Recurrent]);
         assert_eq!((v.oldest(), v.need()), (6, Some(&Need::Recurrent)));
         assert_eq!(
-            v.check(9),
-            Err("protocol version 9 is not supported (this trainer speaks 3 to 8; this run admits 6 to 8)".into())
+            v.check(10),
+            Err("protocol version 10 is not supported (this trainer speaks 3 to 9; this run admits 6 to 9)".into())
         );
         // An exploration module: version 7 and up.
         let v = AdmitVersions::serving([recorded(), Need::Onnx, Need::Recurrent, Need::Exploration]);
         assert_eq!((v.oldest(), v.need()), (7, Some(&Need::Exploration)));
         assert_eq!(
-            v.check(9),
-            Err("protocol version 9 is not supported (this trainer speaks 3 to 8; this run admits 7 to 8)".into())
+            v.check(10),
+            Err("protocol version 10 is not supported (this trainer speaks 3 to 9; this run admits 7 to 9)".into())
         );
         // The qvalue head: version 8 alone; version 7 is refused naming the head.
         let v = AdmitVersions::serving([recorded(), Need::Onnx, Need::Exploration, Need::QValue]);
@@ -248,6 +248,6 @@ mod tests {
         assert_eq!(v.check(8), Ok(()));
         assert!(v
             .check(7)
-            .is_err_and(|r| r.contains("the qvalue head") && r.contains("this run admits 8 (")));
+            .is_err_and(|r| r.contains("the qvalue head") && r.contains("this run admits 8 to 9 (")));
     }
 }

@@ -20,8 +20,8 @@ use rollout::message::{Batch, Continue, FromNode, Seed, ToNode, UpdateWeights};
 use rollout::node_spec::NodeSpec;
 use rollout::pool::TensorPool;
 use rollout::wire::{
-    auth_proof, body_len, decode, decode_login, encode, verify_proof, Auth, FrameDecoder, Hello, LoginFrame, NodeFrame,
-    TrainerFrame, Welcome, WireError, LOGIN_MAX_FRAME, NONCE_LEN, PREFIX_LEN, PROTOCOL_VERSION,
+    auth_proof, body_len, decode, decode_login, encode, verify_proof, Auth, BatchFrame, FrameDecoder, Hello,
+    LoginFrame, NodeFrame, TrainerFrame, Welcome, WireError, LOGIN_MAX_FRAME, NONCE_LEN, PREFIX_LEN, PROTOCOL_VERSION,
 };
 use rollout::{EnvSpec, PolicyConfig, Registry, Tensor, TensorDict, Weights};
 use rollout_actors::testkit::NodeHarness;
@@ -68,6 +68,32 @@ fn batch() -> Batch {
         weights_version: 2,
         data,
     }
+}
+
+/// [`batch`] with `next.observation`, which a version-9 node sends once: as the
+/// observation one step later, but for the rows in `ends` (here env 0's first frame
+/// and each env's last).
+fn compact_batch() -> Batch {
+    let mut b = batch();
+    let obs = b.data.get("observation").unwrap().as_f32().unwrap().clone();
+    let mut next = obs.clone();
+    for lane in 0..2 {
+        for step in 0..2 {
+            let after = obs.slice(ndarray::s![lane, step + 1, ..]).to_owned();
+            next.slice_mut(ndarray::s![lane, step, ..]).assign(&after);
+        }
+    }
+    next[[0, 0, 1]] = 7.0;
+    b.data.set("next.observation", Tensor::F32(next)).unwrap();
+    b
+}
+
+/// [`compact_batch`] as a version-9 node sends it.
+fn compact_frame() -> Vec<u8> {
+    let b = compact_batch();
+    let frame = BatchFrame::new(&b);
+    assert_eq!(frame.ends.as_ref().map(|e| e.rows.clone()), Some(vec![0, 2, 5]));
+    encode(&frame, MAX).unwrap()
 }
 
 fn weights() -> Weights {
@@ -173,6 +199,7 @@ fn trainer_samples() -> Vec<TrainerFrame> {
 fn samples() -> Vec<Vec<u8>> {
     let mut out: Vec<Vec<u8>> = node_samples().iter().map(|f| encode(f, MAX).unwrap()).collect();
     out.extend(trainer_samples().iter().map(|f| encode(f, MAX).unwrap()));
+    out.push(compact_frame());
     out
 }
 
@@ -586,8 +613,13 @@ proptest! {
     #[test]
     fn tree_mutated_batches_respect_their_batch_shape(
         mutations in proptest::collection::vec(tree_mutation(), 1..3),
+        compact in any::<bool>(),
     ) {
-        let mut frame = encode(&NodeFrame::Message(FromNode::Batch(batch())), MAX).unwrap();
+        let mut frame = if compact {
+            compact_frame()
+        } else {
+            encode(&NodeFrame::Message(FromNode::Batch(batch())), MAX).unwrap()
+        };
         for m in &mutations {
             apply_tree(&mut frame, m);
         }
@@ -712,6 +744,13 @@ proptest! {
 }
 
 /// Every sample is a valid frame to begin with (else the mutations test little).
+#[test]
+fn the_compact_sample_decodes_to_its_batch() {
+    let f = compact_frame();
+    let got = decode::<NodeFrame>(&f[PREFIX_LEN..]).unwrap();
+    assert_eq!(got, NodeFrame::Message(FromNode::Batch(compact_batch())));
+}
+
 #[test]
 fn samples_decode() {
     for (i, f) in samples().iter().enumerate() {

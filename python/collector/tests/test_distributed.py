@@ -67,15 +67,21 @@ def test_num_workers_per_collector_is_envs_per_node():
 
 
 def test_per_node_configs():
-    batches = collect(
+    # Async: batches come in the order they are done, so read until both nodes have
+    # delivered (a loaded machine may well hand several of one node's first).
+    shapes = {}
+    with rollout.DistributedCollector(
         env="CartPole-v1",
         nodes=2,
         frames_per_batch=20,
-        total_frames=200,
+        total_frames=20 * 10_000,
         collector_kwargs=[{}, {"env": "Pendulum-v1", "envs_per_node": 2}],
         seed=8,
-    )
-    shapes = {b.node: b["observation"].shape for b in batches}
+    ) as c:
+        for b in c:
+            shapes[b.node] = b["observation"].shape
+            if len(shapes) == 2:
+                break
     assert shapes[0] == (1, 20, 4)
     assert shapes[1] == (2, 10, 3)
 

@@ -406,16 +406,26 @@ class Session:
             data = w.collect(frames, stop=self.stopping)
         except PolicyError as e:
             raise NodeFailed(f"policy failed: {e}") from None
+        steps = frames // w.E
+        # Each observation once (version 9): `next.K` only where it is not `K` one step on.
+        ends = wire.batch_ends(data, w.E, steps)
+        sent_once = ends[1] if ends else {}
         tensors = {}
         for key, a in data.items():
-            tensors[key] = wire.tensor_view(a, _DTYPES[a.dtype.name])
+            if key not in sent_once:
+                tensors[key] = wire.tensor_view(a, _DTYPES[a.dtype.name])
         frame = {
             "type": "batch",
             "node": self.node,
             "seq": seq,
             "weights_version": w.policy.version,
-            "data": {"batch_size": [w.E, frames // w.E], "tensors": tensors},
+            "data": {"batch_size": [w.E, steps], "tensors": tensors},
         }
+        if ends:
+            frame["ends"] = {
+                "rows": ends[0],
+                "tensors": {k: wire.tensor_view(a, _DTYPES[a.dtype.name]) for k, a in sent_once.items()},
+            }
         if sum(a.nbytes for a in data.values()) < _INLINE_BATCH_BYTES:
             self.send(frame)  # copied into the frame's bytes: the arrays are free at once
             w.recycle(data)

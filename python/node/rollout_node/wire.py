@@ -14,7 +14,7 @@ import struct
 import msgpack
 import numpy as np
 
-PROTOCOL_VERSION = 8
+PROTOCOL_VERSION = 9
 DEFAULT_MAX_FRAME = 256 << 20
 PROOF_CONTEXT = b"rollout-join-v1"
 
@@ -163,6 +163,74 @@ def from_tensor(t, what="tensor"):
             raise ProtocolError(f"{what}: a bool byte other than 0 or 1")
         a = a.astype(bool)
     return a
+
+
+def _is_observation(key):
+    return key == "observation" or key.startswith("observation.")
+
+
+def batch_ends(data, lanes, steps):
+    """What a batch sends of its observations' ``next.`` entries (PROTOCOL.md §3, Ends;
+    version 9): ``(rows, {"next.K": array})``, the flat frame indices where ``next.K`` is
+    not ``K`` one step later (compared as bytes, for every observation entry at once) plus
+    each env's last frame, and those rows of each; ``None`` when ``data`` (arrays of shape
+    ``[lanes, steps, ...]``) has no observation entry with its ``next.`` twin."""
+    pairs = []
+    for k, a in data.items():
+        n = data.get("next." + k)
+        if _is_observation(k) and n is not None and n.dtype == a.dtype and n.shape == a.shape:
+            pairs.append((k, a, n))
+    if not pairs or lanes * steps == 0:
+        return None
+    differs = np.zeros((lanes, steps), dtype=bool)
+    differs[:, -1] = True
+    for _, a, n in pairs:
+        row = int(np.prod(a.shape[2:], dtype=np.int64)) * a.dtype.itemsize
+        av = np.ascontiguousarray(a).view(np.uint8).reshape(lanes, steps, row)
+        nv = np.ascontiguousarray(n).view(np.uint8).reshape(lanes, steps, row)
+        differs[:, :-1] |= (nv[:, :-1] != av[:, 1:]).any(axis=2)
+    rows = np.flatnonzero(differs)
+    tensors = {"next." + k: n.reshape((lanes * steps,) + n.shape[2:])[rows] for k, _, n in pairs}
+    return [int(r) for r in rows], tensors
+
+
+def expand_batch(frame):
+    """A ``batch`` frame with its ``ends`` (if any) written back into ``data.tensors`` as
+    the ``next.K`` entries a trainer rebuilds (PROTOCOL.md §3, Ends): what a trainer written
+    in Python (the tests' scripted one) reads. The same checks as the Rust trainer's; a
+    ProtocolError when they fail. Returns ``frame``, changed in place."""
+    ends = frame.pop("ends", None)
+    if ends is None:
+        return frame
+    data = frame["data"]
+    tensors = data["tensors"]
+    lanes, steps = data["batch_size"]
+    rows = ends.get("rows") if isinstance(ends, dict) else None
+    if not isinstance(rows, list) or not all(isinstance(r, int) and r >= 0 for r in rows):
+        raise ProtocolError("`ends.rows` is not an array of uint")
+    if any(b <= a for a, b in zip(rows, rows[1:])):
+        raise ProtocolError("`ends.rows` not strictly increasing")
+    if rows and rows[-1] >= lanes * steps:
+        raise ProtocolError(f"`ends.rows` holds {rows[-1]}, past the batch's {lanes * steps} frames")
+    if lanes * steps and sum(1 for r in rows if (r + 1) % steps == 0) != lanes:
+        raise ProtocolError("`ends.rows` lacks an env's last frame")
+    listed = np.zeros(lanes * steps, dtype=bool)
+    listed[rows] = True
+    for key, t in ends.get("tensors", {}).items():
+        obs_key = key[len("next."):] if key.startswith("next.") else ""
+        if not obs_key or key in tensors or obs_key not in tensors:
+            raise ProtocolError(f"`ends`: `{key}` is not the `next.` key of an entry of `data`")
+        obs = from_tensor(tensors[obs_key], obs_key)
+        at = from_tensor(t, key)
+        if at.dtype != obs.dtype or at.shape != (len(rows),) + obs.shape[2:]:
+            raise ProtocolError(f"`ends`: `{key}` is {at.dtype} {list(at.shape)}, not as `{obs_key}` at the rows")
+        flat = obs.reshape((lanes * steps,) + obs.shape[2:])
+        nxt = np.empty_like(flat)
+        follows = ~listed
+        nxt[follows] = flat[1:][follows[:-1]] if lanes * steps else flat[follows]
+        nxt[listed] = at
+        tensors[key] = to_tensor(nxt.reshape(obs.shape), tensors[obs_key]["dtype"])
+    return frame
 
 
 def weights_from_wire(w):

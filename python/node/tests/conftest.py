@@ -81,17 +81,19 @@ class Trainer:
     def send_raw(self, data):
         self.sock.sendall(data)
 
-    def recv(self, skip_heartbeats=True):
+    def recv(self, skip_heartbeats=True, expand=True):
+        """The next frame; a batch with its `ends` written back into `data` (as the Rust
+        trainer does) unless `expand` is false."""
         while True:
             f = wire.read_frame(self.rfile, wire.DEFAULT_MAX_FRAME)
             if not (skip_heartbeats and f["type"] == "heartbeat"):
-                return f
+                return wire.expand_batch(f) if expand and f["type"] == "batch" else f
 
     def join(self, spec, weights=None, heartbeat_ms=200, timeout_ms=20000, max_frame=wire.DEFAULT_MAX_FRAME, extra=None):
         """Handshake up to `ready`; returns the ready frame."""
         self.accept()
         hello = self.recv()
-        assert hello["type"] == "hello" and hello["protocol_version"] == wire.PROTOCOL_VERSION == 8, hello
+        assert hello["type"] == "hello" and hello["protocol_version"] == wire.PROTOCOL_VERSION == 9, hello
         nonce = bytes(range(32))
         self.send({"type": "challenge", "nonce": nonce})
         auth = self.recv()

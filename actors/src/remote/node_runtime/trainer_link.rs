@@ -13,7 +13,7 @@ use rollout::connection::{Inbound, NodeSession};
 use rollout::message::{Batch, FromNode, ToNode};
 use rollout::policy::Weights;
 use rollout::pool::TensorPool;
-use rollout::wire::{self, NodeFrame, TrainerFrame};
+use rollout::wire::{self, BatchFrame, NodeFrame, TrainerFrame};
 use rollout::TensorDict;
 use tokio::sync::oneshot;
 
@@ -91,17 +91,12 @@ impl TrainerLink {
     /// its MessagePack headers and the tensors' own memory. Once the writer has put
     /// the last part on the socket, the storage goes back to the worker.
     fn send_batch(&mut self, batch: Batch, ctx: &mut Context<Self>) {
-        // A session message is its own frame (`NodeFrame::Message` encodes as the
-        // message): encoded as it is.
-        let msg = FromNode::Batch(batch);
-        let FromNode::Batch(b) = &msg else {
-            unreachable!("built as a batch")
-        };
-        let (keys, blobs) = parts::blobs(b.data.iter());
-        let encoded = wire::encode_parts(&msg, self.max, &blobs);
-        let FromNode::Batch(b) = msg else {
-            unreachable!("built as a batch")
-        };
+        // The batch frame (PROTOCOL.md §3): its observations once, the `next.` rows
+        // that differ at episode ends in `ends`.
+        let (keys, blobs) = parts::blobs(batch.data.iter());
+        let encoded = wire::encode_parts(&BatchFrame::new(&batch), self.max, &blobs);
+        drop(blobs);
+        let b = batch;
         let outgoing = Arc::new(OutgoingBatch {
             data: b.data,
             node: self.index,
