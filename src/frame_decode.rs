@@ -574,4 +574,57 @@ mod tests {
         }
         assert!(read > 100, "{read} mutated frames read");
     }
+
+    // A batch sent with each observation once (`wire/ends.rs`), through both receive paths.
+    use crate::frame_reader::FrameReader;
+    use crate::wire::ends_tests::{batch as obs_batch, compact_body, decoded};
+    use crate::wire::BatchFrame;
+
+    #[test]
+    fn a_compact_batch_lands_in_the_storage_of_a_recycled_one() {
+        let b = obs_batch(2, 5, &[8], &[(0, 1)]);
+        let body = compact_body(&b);
+        let old = decoded(&body).unwrap();
+        let ptr = |t: &Tensor| t.le_bytes_in_place().unwrap().as_ptr();
+        let slots: Vec<*const u8> = old.data.iter().map(|(_, t)| ptr(t)).collect();
+        let mut pool = TensorPool::new(1 << 20);
+        pool.put_dict(old.data);
+        let NodeFrame::Message(FromNode::Batch(got)) = decode_pooled::<NodeFrame>(&body, &mut pool).unwrap() else {
+            panic!("a batch")
+        };
+        assert_eq!(got, b);
+        let used: Vec<*const u8> = got.data.iter().map(|(_, t)| ptr(t)).collect();
+        assert_eq!(
+            used, slots,
+            "every tensor, the rebuilt `next.` ones too, in the recycled storage"
+        );
+    }
+
+    #[test]
+    fn a_compact_batch_read_off_a_stream_in_pieces_is_the_batch() {
+        // Pixels large enough to be read aside into their own storage.
+        let b = obs_batch(2, 40, &[32, 32, 3], &[(1, 7)]);
+        let mut stream = encode(&BatchFrame::new(&b), usize::MAX).unwrap();
+        stream.extend(encode(&BatchFrame::new(&b), usize::MAX).unwrap());
+        for chunk in [3, 4096, usize::MAX] {
+            let mut r = FrameReader::new(usize::MAX);
+            let mut pool = TensorPool::new(usize::MAX);
+            let mut pos = 0;
+            let mut got = vec![];
+            while pos < stream.len() {
+                let buf = r.buf();
+                let n = buf.len().min(chunk).min(stream.len() - pos);
+                buf[..n].copy_from_slice(&stream[pos..pos + n]);
+                pos += n;
+                if r.filled(n, &mut pool).unwrap() {
+                    let NodeFrame::Message(FromNode::Batch(x)) = r.decode::<NodeFrame>(&mut pool).unwrap() else {
+                        panic!("a batch")
+                    };
+                    got.push(x.clone());
+                    pool.put_dict(x.data);
+                }
+            }
+            assert_eq!(got, vec![b.clone(), b.clone()], "pieces of {chunk}");
+        }
+    }
 }

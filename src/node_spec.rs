@@ -227,7 +227,7 @@ impl NodeSpec {
             field: "frames_per_batch",
             reason: format!("{} frames for each of {k} envs overflow", self.rollout.frames_per_batch),
         })?;
-        Rollout::new(envs, policy, ids, cfg)
+        Ok(Rollout::new(envs, policy, ids, cfg)?.recording(self.policy.record))
     }
 
     /// Builds worker `worker`'s rollout anew after a failure (see

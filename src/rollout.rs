@@ -64,6 +64,8 @@ mod qvalue_tests;
 mod recurrent_tests;
 #[cfg(test)]
 mod stop_tests;
+#[cfg(test)]
+mod unrecorded_tests;
 
 /// Steps K envs with one policy and fills batches of exactly `frames_per_batch` frames.
 ///
@@ -194,6 +196,19 @@ impl Rollout {
     /// What the policy records beside its actions, in every batch.
     pub fn recorded(&self) -> Recorded {
         self.recorded
+    }
+
+    /// This rollout recording what its policy records (`on`, as built), or nothing: its
+    /// batches then leave the recorded keys out and the policy is asked for none
+    /// (PROTOCOL.md §3, `policy.record`).
+    pub fn recording(mut self, on: bool) -> Rollout {
+        if !on {
+            self.recorded = Recorded::None;
+            self.rec_lp = Vec::new();
+            self.rec_a = Vec::new();
+            self.rec_b = Vec::new();
+        }
+        self
     }
 
     /// Its envs' observation and action spaces: what its node reports in `ready`.

@@ -12,7 +12,7 @@ use crate::config_error::ConfigError;
 use crate::env::{EnvSpec, Registry};
 use crate::machine::trainer::{initial_weights_for, spec_params_for, LayoutSource, TrainerConfig};
 use crate::node_spec::{NodeSpec, DEFAULT_WORKER_NICE};
-use crate::policy::{ExplorationType, PolicyConfig, PolicySpec, Weights};
+use crate::policy::{ExplorationType, PolicyConfig, PolicySpec, Recorded, Weights};
 use crate::rollout::{batch_layout, layout_difference, BatchLayout, RolloutConfig};
 use crate::shares::Shares;
 use crate::space::EnvSpecs;
@@ -55,6 +55,9 @@ pub struct RunSettings {
     pub policy: PolicySpec,
     /// The exploration of every node (unless overridden); `None` keeps the policy's.
     pub exploration_type: Option<ExplorationType>,
+    /// Whether batches carry what the policy records beside its actions; `None`: a
+    /// node records when it samples its actions, not when it acts deterministically.
+    pub record: Option<bool>,
     /// Envs of each node (unless overridden).
     pub envs_per_node: usize,
     /// Envs each env worker steps.
@@ -95,6 +98,7 @@ impl Default for RunSettings {
             node_configs: BTreeMap::new(),
             policy: PolicySpec::default(),
             exploration_type: None,
+            record: None,
             envs_per_node: 1,
             envs_per_worker: 1,
             frames_per_batch: None,
@@ -220,6 +224,7 @@ impl RunSettings {
             if let Some(e) = over(i).exploration_type.or(self.exploration_type) {
                 policy.exploration = e;
             }
+            policy.record = self.record.unwrap_or(policy.exploration == ExplorationType::Random);
             // The declared specs are those of the run's env, not of a node's own.
             let declared = declared.filter(|_| *env_i == env);
             let (source, v0) = match registry.make(env_i) {
@@ -237,7 +242,11 @@ impl RunSettings {
                     let built = policy
                         .build(obs, act, 0)
                         .map_err(|e| err("policy", format!("node {i}: {e}")))?;
-                    let recorded = built.recorded();
+                    let recorded = if policy.record {
+                        built.recorded()
+                    } else {
+                        Recorded::None
+                    };
                     let state = built.state().to_vec();
                     let mut layout = batch_layout(obs, act);
                     recorded.extend_layout(&mut layout);
@@ -286,7 +295,7 @@ impl RunSettings {
                         let v0 = initial_weights_for(&policy, d)
                             .map_err(|e| err("policy", format!("node {i}: {e}")))?
                             .unwrap_or_else(|| Weights::new(Default::default()));
-                        let recorded = d.recorded(&policy.config);
+                        let recorded = d.recorded_by(&policy);
                         let state = policy.config.state().to_vec();
                         check_frames_fit(i, &v0, &d.batch_layout_with(recorded, &state), share, self.max_frame)?;
                         let source = LayoutSource::Specs {
@@ -503,6 +512,73 @@ mod tests {
         let shares: Vec<usize> = plan.nodes.iter().map(|n| n.env_share()).collect();
         assert_eq!(shares, [12, 4], "async: a whole batch over each node's own envs");
         Ok(())
+    }
+
+    #[test]
+    fn the_policy_records_when_it_samples_unless_told_and_the_layout_follows() -> Result<(), super::ConfigError> {
+        use crate::policy::{ExplorationType, PolicyConfig, Recorded};
+        use crate::schema::keys;
+        let cases = [
+            // (exploration, record setting) -> records
+            (ExplorationType::Random, None, true),
+            (ExplorationType::Deterministic, None, false),
+            (ExplorationType::Deterministic, Some(true), true),
+            (ExplorationType::Random, Some(false), false),
+        ];
+        for (exploration, record, records) in cases {
+            let mut s = settings("CartPole-v1", 20);
+            s.policy.config = PolicyConfig::Linear;
+            s.exploration_type = Some(exploration);
+            s.record = record;
+            let plan = s.plan(2, 0, &Registry::with_builtins(), Placement::Remote)?;
+            let case = format!("{exploration:?}, record {record:?}");
+            for (spec, source) in plan.nodes.iter().zip(&plan.sources) {
+                assert_eq!(spec.policy.record, records, "{case}");
+                assert_eq!(spec.policy.withholds_records(), !records, "{case}");
+                let LayoutSource::Specs {
+                    specs, recorded, state, ..
+                } = source
+                else {
+                    panic!("{case}: CartPole's layout is known")
+                };
+                let want = if records {
+                    Recorded::Categorical { n: 2 }
+                } else {
+                    Recorded::None
+                };
+                assert_eq!(*recorded, want, "{case}");
+                let layout = specs.batch_layout_with(*recorded, state);
+                assert_eq!(layout.contains_key(keys::ACTION_LOG_PROB), records, "{case}");
+                assert_eq!(layout.contains_key(keys::LOGITS), records, "{case}");
+            }
+        }
+        // A policy that records nothing withholds nothing (every version serves it).
+        let mut s = settings("CartPole-v1", 20);
+        s.policy.config = PolicyConfig::Constant { value: 1.0 };
+        s.exploration_type = Some(ExplorationType::Deterministic);
+        let plan = s.plan(1, 0, &Registry::with_builtins(), Placement::Remote)?;
+        assert!(!plan.nodes[0].policy.withholds_records());
+        Ok(())
+    }
+
+    #[test]
+    fn a_policy_spec_that_records_is_the_bytes_of_older_versions() {
+        use crate::policy::{PolicyConfig, PolicySpec};
+        let on = PolicySpec {
+            config: PolicyConfig::Linear,
+            ..PolicySpec::default()
+        };
+        let bytes = rmp_serde::to_vec_named(&on).expect("encode");
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(!text.contains("record"), "no `record` key when it records");
+        let off = PolicySpec {
+            record: false,
+            ..on.clone()
+        };
+        let back: PolicySpec = rmp_serde::from_slice(&rmp_serde::to_vec_named(&off).expect("encode")).expect("decode");
+        assert!(!back.record);
+        let older: PolicySpec = rmp_serde::from_slice(&bytes).expect("decode");
+        assert!(older.record, "absent: records");
     }
 
     #[test]

@@ -17,7 +17,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::peer_text::{Bounded, BoundedDisplay};
-use crate::policy::{PolicyConfig, Recorded, StateTensor};
+use crate::policy::{PolicyConfig, PolicySpec, Recorded, StateTensor};
 use crate::schema::{batch_layout, keys, BatchLayout};
 use crate::spec::Spec;
 use crate::tensor::DType;
@@ -430,10 +430,21 @@ impl EnvSpecs {
         layout
     }
 
-    /// The layout every batch of a run of policy `config` on an env of these specs has:
-    /// what it records ([`EnvSpecs::recorded`]) and its state.
-    pub fn batch_layout_for(&self, config: &PolicyConfig) -> BatchLayout {
-        self.batch_layout_with(self.recorded(config), config.state())
+    /// The layout every batch of a run of `policy` on an env of these specs has: what
+    /// it records ([`EnvSpecs::recorded_by`]) and its state.
+    pub fn batch_layout_for(&self, policy: &PolicySpec) -> BatchLayout {
+        self.batch_layout_with(self.recorded_by(policy), policy.config.state())
+    }
+
+    /// What the batches of `policy` carry beside its actions for an env of these
+    /// specs: what its kind records ([`EnvSpecs::recorded`]), nothing when the run
+    /// asked for no recording (`record` off).
+    pub fn recorded_by(&self, policy: &PolicySpec) -> Recorded {
+        if policy.record {
+            self.recorded(&policy.config)
+        } else {
+            Recorded::None
+        }
     }
 
     /// What a policy of `config` records for an env of these specs: `random` a

@@ -21,7 +21,10 @@ mod tagged;
 mod versions;
 
 pub use continue_frame::encode_continue;
-pub use ends::{BatchFrame, Ends};
+/// The batches of `ends`' tests, for the decoders' own.
+#[cfg(test)]
+pub(crate) use ends::tests as ends_tests;
+pub use ends::{BatchFrame, Ends, MIN_SAVED};
 pub use login::{decode_login, LoginFrame};
 pub use read::Frame;
 pub(crate) use read::{decode_into, Storage};

@@ -497,6 +497,7 @@ pub fn train(config: TrainConfig, mut progress: impl FnMut(&Progress)) -> Result
         config: config.policy.clone(),
         exploration: ExplorationType::Random,
         init_seed: config.seed,
+        record: true,
     };
     let ppo_cfg = PpoConfig {
         seed: config.seed,

@@ -42,7 +42,9 @@ use rollout::message::{Batch, FromNode, ToNode, UpdateWeights};
 use rollout::policy::RandomPolicy;
 use rollout::pool::TensorPool;
 use rollout::rollout::{Rollout, RolloutConfig, TrajIds};
-use rollout::wire::{decode, encode, encode_into, BatchFrame, NodeFrame, TrainerFrame, DEFAULT_MAX_FRAME, PREFIX_LEN};
+use rollout::wire::{
+    decode, encode, encode_into, BatchFrame, Ends, NodeFrame, TrainerFrame, DEFAULT_MAX_FRAME, PREFIX_LEN,
+};
 use rollout::{Tensor, Weights};
 
 const ELEMS: usize = 10_000_000;
@@ -224,7 +226,12 @@ fn small_batch() {
     let NodeFrame::Message(FromNode::Batch(batch)) = &frame else {
         unreachable!("built as a batch")
     };
-    let compact = encode(&BatchFrame::new(batch), DEFAULT_MAX_FRAME).expect("encode")[PREFIX_LEN..].to_vec();
+    // Sent once whatever it saves (a node sends small batches whole: `ends::MIN_SAVED`).
+    let once = BatchFrame {
+        batch,
+        ends: Ends::saving(&batch.data, 0),
+    };
+    let compact = encode(&once, DEFAULT_MAX_FRAME).expect("encode")[PREFIX_LEN..].to_vec();
     let mut pool = TensorPool::new(1 << 20);
     let compact_t = best(|| {
         for _ in 0..SMALL_DECODES {

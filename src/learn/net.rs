@@ -202,6 +202,7 @@ mod tests {
                 config: config.clone(),
                 exploration: ExplorationType::Deterministic,
                 init_seed: 4,
+                record: true,
             };
             let mut p = spec.build(&obs, &act, 0).unwrap();
             let dims: Vec<usize> = match &config {

@@ -747,6 +747,7 @@ mod tests {
             config: PolicyConfig::Mlp { hidden: vec![8] },
             exploration: ExplorationType::Random,
             init_seed: 3,
+            record: true,
         };
         let envs = (0..2).map(|_| reg.make(&"CartPole-v1".into()).unwrap()).collect();
         let policy = spec.build(&o, &a, 1).unwrap();
@@ -791,6 +792,7 @@ mod tests {
             config: PolicyConfig::Mlp { hidden },
             exploration: ExplorationType::Random,
             init_seed: 11,
+            record: true,
         };
         let envs = (0..2).map(|_| reg.make(&"CartPole-v1".into()).unwrap()).collect();
         let policy = spec.build(&o, &a, 1).unwrap();

@@ -217,6 +217,7 @@ pub struct SamplerState {
 ///     config: PolicyConfig::Linear,
 ///     exploration: ExplorationType::Deterministic, // argmax of the logits
 ///     init_seed: 0,
+///     record: true, // batches carry its log-probabilities and logits
 /// };
 /// let mut policy = spec.build(env.observation_spec(), env.action_spec(), 7)?;
 ///
@@ -520,7 +521,7 @@ fn one() -> f32 {
 }
 
 /// Everything needed to build a policy on a node.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PolicySpec {
     /// Which policy.
     pub config: PolicyConfig,
@@ -530,6 +531,31 @@ pub struct PolicySpec {
     /// Seed of the initial weights (every node must start from the same ones).
     #[serde(default)]
     pub init_seed: u64,
+    /// Whether batches carry what the policy records beside its actions
+    /// ([`Recorded`]: `action_log_prob`, its distribution's parameters); `false`
+    /// leaves them out (protocol version 10). Absent on the wire: `true`, so the bytes
+    /// of a spec that records are those of older versions.
+    #[serde(default = "yes", skip_serializing_if = "is_yes")]
+    pub record: bool,
+}
+
+impl Default for PolicySpec {
+    fn default() -> PolicySpec {
+        PolicySpec {
+            config: PolicyConfig::default(),
+            exploration: ExplorationType::default(),
+            init_seed: 0,
+            record: true,
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_yes(b: &bool) -> bool {
+    *b
 }
 
 impl From<PolicyConfig> for PolicySpec {
@@ -542,6 +568,22 @@ impl From<PolicyConfig> for PolicySpec {
 }
 
 impl PolicySpec {
+    /// What batches of this policy carry beside its actions for this action spec: what
+    /// its kind records ([`PolicyConfig::recorded`]), or nothing when `record` is off.
+    pub fn recorded(&self, action: &Spec) -> Recorded {
+        if self.record {
+            self.config.recorded(action)
+        } else {
+            Recorded::None
+        }
+    }
+
+    /// Whether the nodes leave out what the policy would record
+    /// ([`PolicyConfig::records`] but not `record`): protocol version 10.
+    pub fn withholds_records(&self) -> bool {
+        !self.record && self.config.records()
+    }
+
     /// Builds the policy for these specs, with initial weights from `init_seed`
     /// and its sampling generator seeded with `seed`.
     pub fn build(&self, obs: &Spec, action: &Spec, seed: u64) -> Result<Box<dyn Policy>, PolicyError> {
@@ -690,6 +732,7 @@ mod tests {
             config: PolicyConfig::Mlp { hidden: vec![4] },
             exploration,
             init_seed,
+            record: true,
         };
         let a = spec(1, ExplorationType::Random).build(&obs, &action, 0).unwrap();
         let b = spec(1, ExplorationType::Random).build(&obs, &action, 9).unwrap();

@@ -66,6 +66,7 @@ fn categorical_records_logits_and_their_log_softmax() {
                 config: config.clone(),
                 exploration,
                 init_seed: 3,
+                record: true,
             };
             let mut p = spec.build(&o, &a, 11).unwrap();
             let n = n as usize;
@@ -106,6 +107,7 @@ fn normal_records_the_tanh_mean_the_noise_std_and_the_clipped_density() {
             config: PolicyConfig::Mlp { hidden: vec![6] },
             exploration,
             init_seed: 1,
+            record: true,
         };
         let mut p = spec.build(&o, &a, 5).unwrap();
         // Large outputs, so that the noise pushes some actions past the bounds.

@@ -70,6 +70,7 @@ fn build(c: &Case) -> Rollout {
         config: c.policy.clone(),
         exploration: c.exploration,
         init_seed: 1,
+        record: true,
     }
     .build(envs[0].observation_spec(), envs[0].action_spec(), 5)
     .expect("policy");

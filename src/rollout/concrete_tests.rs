@@ -115,6 +115,7 @@ fn pair_random_first(
             config: policy.clone(),
             exploration,
             init_seed: 3,
+            record: true,
         };
         let p = spec
             .build(envs[0].observation_spec(), envs[0].action_spec(), 11)

@@ -170,14 +170,18 @@ impl Rollout {
         let argmax = if K == 1
             && fill.rec.is_none()
             && (fill.random.is_none() || *fill.frames >= s.init_random)
-            && s.recorded == (Recorded::Categorical { n: 2 })
+            && matches!(s.recorded, Recorded::Categorical { n: 2 } | Recorded::None)
         {
             fill.policy.argmax2::<D>()
         } else {
             None
         };
         if let Some(head) = argmax {
-            let max_tid = fill.one_env_argmax2(head, stop)?;
+            let max_tid = if s.recorded == Recorded::None {
+                fill.one_env_argmax2::<D, false>(head, stop)?
+            } else {
+                fill.one_env_argmax2::<D, true>(head, stop)?
+            };
             *batch_max_traj_id = max_tid;
             return Ok(());
         }

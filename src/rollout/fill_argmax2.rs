@@ -15,9 +15,11 @@ impl<E: EnvKind, P: PolicyKind + ?Sized> Fill<'_, E, P> {
     /// policy's action slice, each step waited on two stores being read back, on the
     /// one dependency chain a single env's frames form. Returns the largest trajectory
     /// id written (`None` for an empty batch), kept as they are written: the node's
-    /// next-id bookkeeping then need not scan the batch for it.
+    /// next-id bookkeeping then need not scan the batch for it. `RECORD`: the logits
+    /// and log-probabilities are written (a run that records; else they are not
+    /// computed into anything, and the batch has no such keys).
     #[inline(always)]
-    pub(super) fn one_env_argmax2<const D: usize>(
+    pub(super) fn one_env_argmax2<const D: usize, const RECORD: bool>(
         &mut self,
         head: Argmax2<D>,
         stop: &AtomicBool,
@@ -88,8 +90,10 @@ impl<E: EnvKind, P: PolicyKind + ?Sized> Fill<'_, E, P> {
                     action_i[i] = action;
                     // The log-probabilities are computed after the loop, from these:
                     // a call to `exp` here would spill the observation off its registers.
-                    param_a[2 * i] = z0;
-                    param_a[2 * i + 1] = z1;
+                    if RECORD {
+                        param_a[2 * i] = z0;
+                        param_a[2 * i + 1] = z1;
+                    }
                     let tr = env.step_fast(Action::Discrete(action), &mut x);
                     // Stored, never read back in the loop: `cur_obs` is what the env wrote,
                     // as on the general path, whether or not the step failed.
@@ -122,7 +126,9 @@ impl<E: EnvKind, P: PolicyKind + ?Sized> Fill<'_, E, P> {
         };
         (needs_reset[0], traj_id[0], step_count[0], *frames) = (reset, tid, sc, done_frames);
         let written = usize::try_from(done_frames - first_frame).unwrap_or(0).min(steps);
-        Argmax2::<D>::log_probs(&param_a[..2 * written], &action_i[..written], &mut log_prob[..written]);
+        if RECORD {
+            Argmax2::<D>::log_probs(&param_a[..2 * written], &action_i[..written], &mut log_prob[..written]);
+        }
         result.map(|()| (steps > 0).then_some(max_tid))
     }
 }

@@ -18,6 +18,7 @@ fn builtin(env: &str, policy: PolicyConfig, exploration: ExplorationType, k: usi
         config: policy,
         exploration,
         init_seed: 3,
+        record: true,
     };
     let p = spec
         .build(envs[0].observation_spec(), envs[0].action_spec(), 11)

@@ -1,10 +1,7 @@
 use ndarray::{ArrayD, IxDyn};
 
 use super::*;
-use crate::frame_decode::decode_pooled;
-use crate::frame_reader::FrameReader;
 use crate::message::FromNode;
-use crate::pool::TensorPool;
 use crate::tensor::DType;
 use crate::wire::{decode, encode, NodeFrame, PREFIX_LEN};
 
@@ -20,7 +17,7 @@ fn pixels_of(n: u64, feature: &[usize]) -> Vec<u8> {
 /// next frame's observation but where the env's episode ends (`ends`, lane and step),
 /// after which the env is reset to a state of its own. Pixels (u8) and a state (f32)
 /// under an observation dict, and the keys every batch has.
-fn batch(lanes: usize, steps: usize, feature: &[usize], ends: &[(usize, usize)]) -> Batch {
+pub(crate) fn batch(lanes: usize, steps: usize, feature: &[usize], ends: &[(usize, usize)]) -> Batch {
     let frames = lanes * steps;
     let (mut px, mut next_px, mut st, mut next_st, mut done) = (vec![], vec![], vec![], vec![], vec![]);
     for lane in 0..lanes {
@@ -85,12 +82,20 @@ fn batch(lanes: usize, steps: usize, feature: &[usize], ends: &[(usize, usize)])
     }
 }
 
-/// The body of `batch` as a version-9 node sends it.
-fn compact_body(batch: &Batch) -> Vec<u8> {
-    encode(&BatchFrame::new(batch), usize::MAX).unwrap()[PREFIX_LEN..].to_vec()
+/// `batch` with each observation sent once, however few bytes that saves.
+pub(crate) fn compact(batch: &Batch) -> BatchFrame<'_> {
+    BatchFrame {
+        batch,
+        ends: Ends::saving(&batch.data, 0),
+    }
 }
 
-fn decoded(body: &[u8]) -> Result<Batch, String> {
+/// The body of `batch` with each observation sent once.
+pub(crate) fn compact_body(batch: &Batch) -> Vec<u8> {
+    encode(&compact(batch), usize::MAX).unwrap()[PREFIX_LEN..].to_vec()
+}
+
+pub(crate) fn decoded(body: &[u8]) -> Result<Batch, String> {
     match decode::<NodeFrame>(body) {
         Ok(NodeFrame::Message(FromNode::Batch(b))) => Ok(b),
         Ok(other) => panic!("not a batch: {other:?}"),
@@ -101,7 +106,7 @@ fn decoded(body: &[u8]) -> Result<Batch, String> {
 #[test]
 fn a_batch_sent_with_its_observations_once_decodes_to_the_batch_itself() {
     let b = batch(3, 9, &[4, 5, 3], &[(0, 2), (1, 8), (2, 0), (2, 3), (2, 4)]);
-    let ends = Ends::of(&b.data).expect("two observation entries");
+    let ends = Ends::saving(&b.data, 0).expect("two observation entries");
     // Rows: the three episode ends inside envs, and each env's last frame.
     assert_eq!(ends.rows, vec![2, 8, 17, 18, 21, 22, 26]);
     assert_eq!(ends.tensors.len(), 2);
@@ -137,10 +142,25 @@ fn rows_are_where_next_differs_whatever_done_says() {
     obs.index_axis_mut(Axis(0), 1)
         .index_axis_mut(Axis(0), 5)
         .assign(&from.index_axis(Axis(0), 4));
-    let rows = Ends::of(&b.data).unwrap().rows;
+    let rows = Ends::saving(&b.data, 0).unwrap().rows;
     assert!(rows.contains(&3), "env 0's frame 3 differs from its next: {rows:?}");
     assert!(!rows.contains(&10), "env 1's frame 4 does not, done or not: {rows:?}");
     assert_eq!(decoded(&compact_body(&b)).unwrap(), b);
+}
+
+#[test]
+fn a_node_sends_each_observation_once_where_that_saves_16_kib_or_more() {
+    // CartPole-sized: 2 envs x 50 frames of 9 bytes of observations save 882 bytes.
+    let small = batch(2, 50, &[1], &[]);
+    assert!(Ends::of(&small.data).is_none() && BatchFrame::new(&small).ends.is_none());
+    let sent = encode(&BatchFrame::new(&small), usize::MAX).unwrap();
+    assert_eq!(
+        sent,
+        encode(&NodeFrame::Message(FromNode::Batch(small.clone())), usize::MAX).unwrap()
+    );
+    // 2 x 400 frames of 20 bytes: 15,960 saved, still whole; 2 x 500: 19,960, sent once.
+    assert!(Ends::of(&batch(2, 400, &[12], &[]).data).is_none());
+    assert!(Ends::of(&batch(2, 500, &[12], &[]).data).is_some());
 }
 
 #[test]
@@ -160,54 +180,6 @@ fn a_pixel_frame_costs_at_most_five_percent_over_its_observation_on_the_wire() {
     assert!(full >= 1.95, "the full form sends each twice: {full:.4}");
 }
 
-#[test]
-fn a_compact_batch_lands_in_the_storage_of_a_recycled_one() {
-    let b = batch(2, 5, &[8], &[(0, 1)]);
-    let body = compact_body(&b);
-    let old = decoded(&body).unwrap();
-    let ptr = |t: &Tensor| t.le_bytes_in_place().unwrap().as_ptr();
-    let slots: Vec<*const u8> = old.data.iter().map(|(_, t)| ptr(t)).collect();
-    let mut pool = TensorPool::new(1 << 20);
-    pool.put_dict(old.data);
-    let NodeFrame::Message(FromNode::Batch(got)) = decode_pooled::<NodeFrame>(&body, &mut pool).unwrap() else {
-        panic!("a batch")
-    };
-    assert_eq!(got, b);
-    let used: Vec<*const u8> = got.data.iter().map(|(_, t)| ptr(t)).collect();
-    assert_eq!(
-        used, slots,
-        "every tensor, the rebuilt `next.` ones too, in the recycled storage"
-    );
-}
-
-#[test]
-fn a_compact_batch_read_off_a_stream_in_pieces_is_the_batch() {
-    // Pixels large enough to be read aside into their own storage.
-    let b = batch(2, 40, &[32, 32, 3], &[(1, 7)]);
-    let mut stream = encode(&BatchFrame::new(&b), usize::MAX).unwrap();
-    stream.extend(encode(&BatchFrame::new(&b), usize::MAX).unwrap());
-    for chunk in [3, 4096, usize::MAX] {
-        let mut r = FrameReader::new(usize::MAX);
-        let mut pool = TensorPool::new(usize::MAX);
-        let mut pos = 0;
-        let mut got = vec![];
-        while pos < stream.len() {
-            let buf = r.buf();
-            let n = buf.len().min(chunk).min(stream.len() - pos);
-            buf[..n].copy_from_slice(&stream[pos..pos + n]);
-            pos += n;
-            if r.filled(n, &mut pool).unwrap() {
-                let NodeFrame::Message(FromNode::Batch(x)) = r.decode::<NodeFrame>(&mut pool).unwrap() else {
-                    panic!("a batch")
-                };
-                got.push(x.clone());
-                pool.put_dict(x.data);
-            }
-        }
-        assert_eq!(got, vec![b.clone(), b.clone()], "pieces of {chunk}");
-    }
-}
-
 /// The body of `b` sent with `ends` as given.
 fn body_with(b: &Batch, ends: Ends) -> Vec<u8> {
     let frame = BatchFrame {
@@ -220,7 +192,7 @@ fn body_with(b: &Batch, ends: Ends) -> Vec<u8> {
 #[test]
 fn ends_that_do_not_fit_the_batch_are_refused_naming_what() {
     let b = batch(2, 4, &[3], &[(0, 1)]);
-    let good = Ends::of(&b.data).unwrap();
+    let good = Ends::saving(&b.data, 0).unwrap();
     assert_eq!(good.rows, vec![1, 3, 7]);
     let with = |f: &dyn Fn(&mut Ends)| {
         let mut e = good.clone();

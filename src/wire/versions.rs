@@ -33,6 +33,13 @@ pub enum Need {
     /// An `onnx` policy with the `qvalue` head (and its epsilon-greedy module): the
     /// batches carry `action_value` and `chosen_action_value` (version 8).
     QValue,
+    /// A policy that records, in a run that asked for no recording (`record: false` in
+    /// the node spec's policy: a deterministic run, by default): the batches leave the
+    /// recorded keys out (version 9).
+    Unrecorded {
+        /// The policy's kind (`mlp`, `random`, ...).
+        policy: String,
+    },
 }
 
 impl Need {
@@ -44,6 +51,7 @@ impl Need {
             Need::Recurrent => 6,
             Need::Exploration => 7,
             Need::QValue => 8,
+            Need::Unrecorded { .. } => 9,
         }
     }
 }
@@ -75,6 +83,11 @@ impl fmt::Display for Need {
                 f,
                 "its onnx policy has the qvalue head, which records action_value and chosen_action_value in every \
                  batch, and runs epsilon-greedy exploration (version 8)"
+            ),
+            Need::Unrecorded { policy } => write!(
+                f,
+                "its policy ({policy}) records nothing in this run (record off, as in a deterministic run): its \
+                 batches leave out action_log_prob and the distribution's parameters (version 9)"
             ),
         }
     }
@@ -249,5 +262,11 @@ mod tests {
         assert!(v
             .check(7)
             .is_err_and(|r| r.contains("the qvalue head") && r.contains("this run admits 8 to 9 (")));
+        // A run that asked for no recording: version 9 alone.
+        let v = AdmitVersions::serving([recorded(), Need::Unrecorded { policy: "mlp".into() }]);
+        assert_eq!(v.oldest(), 9);
+        assert!(v
+            .check(8)
+            .is_err_and(|r| r.contains("records nothing in this run") && r.contains("this run admits 9 (")));
     }
 }

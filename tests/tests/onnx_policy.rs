@@ -70,6 +70,9 @@ fn collect(env: &str, model: &str, head: &str, launcher: &str, dir: &TempDir) ->
         head,
         "--exploration-type",
         "deterministic",
+        // The tests check what the policy records: recorded on request.
+        "--record",
+        "true",
         "--launcher",
         launcher,
         "--nodes",
@@ -307,6 +310,7 @@ fn update_mid_run(launcher: Launcher) {
         },
         exploration: ExplorationType::Deterministic,
         init_seed: 0,
+        record: true,
     };
     let mut b = DistributedCollector::builder()
         .env("CartPole-v1")

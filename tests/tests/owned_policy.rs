@@ -38,6 +38,7 @@ fn node_spec(env: &str, policy: PolicyConfig, frames: usize) -> NodeSpec {
         config: policy,
         exploration: ExplorationType::Deterministic,
         init_seed: 0,
+        record: true,
     };
     NodeSpec::new(env, policy, 1)
         .with_env_share(frames)
@@ -288,6 +289,7 @@ fn follows_the_trainers_weights(env: &str, policy: PolicyConfig, obs_dim: usize,
         config: policy,
         exploration: ExplorationType::Deterministic,
         init_seed: 0,
+        record: true,
     };
     let mut c = DistributedCollector::builder()
         .env(env)

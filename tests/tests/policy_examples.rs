@@ -115,6 +115,7 @@ fn build(title: &str, e: &Value) -> (Box<dyn Policy>, Spec, Vec<Vec<f32>>) {
         config,
         exploration,
         init_seed: 0,
+        record: true,
     };
     let mut p = spec.build(&obs, &action, 1).unwrap_or_else(|e| panic!("{title}: {e}"));
     let tensors: BTreeMap<String, Tensor> = e["weights"]

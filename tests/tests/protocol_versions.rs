@@ -31,14 +31,25 @@ const ROUNDS: usize = 3;
 const CUSTOM: &str = "Custom-v0";
 
 /// A sync trainer of `nodes` external nodes of `env` acting with `policy`
-/// (deterministic), built on a thread (build waits for the joins), and the address it
-/// listens on.
+/// (deterministic, recording what it records), built on a thread (build waits for the
+/// joins), and the address it listens on.
 fn trainer(nodes: usize, env: &str, policy: PolicyConfig) -> (JoinHandle<DistributedCollector>, SocketAddr) {
+    trainer_recording(nodes, env, policy, true)
+}
+
+/// [`trainer`], recording or not.
+fn trainer_recording(
+    nodes: usize,
+    env: &str,
+    policy: PolicyConfig,
+    record: bool,
+) -> (JoinHandle<DistributedCollector>, SocketAddr) {
     built_on_a_thread(
         DistributedCollector::builder()
             .env(env)
             .policy(policy)
             .exploration_type(ExplorationType::Deterministic)
+            .record(record)
             .nodes(nodes)
             .envs_per_node(ENVS)
             .frames_per_batch(SHARE * nodes)
@@ -256,6 +267,30 @@ fn a_policy_that_records_refuses_versions_3_and_4_at_hello_and_version_5_serves_
         node.workers[0].batch_layout().contains_key(keys::ACTION_LOG_PROB),
         "the run's batches carry the recorded keys"
     );
+    let c = t.join().expect("trainer thread");
+    assert_exact(c, vec![node.serve_on_thread()]);
+}
+
+#[test]
+fn a_run_that_records_nothing_refuses_versions_5_to_8_at_hello_and_version_9_serves_it() {
+    let (t, addr) = trainer_recording(1, "Counting", PolicyConfig::Mlp { hidden: vec![4] }, false);
+    for v in [5, 8] {
+        let reason = rejected_at_hello(addr, v, 0);
+        assert_eq!(
+            reason,
+            format!(
+                "protocol version {v} cannot serve this run: its policy (mlp) records nothing in this run (record \
+                 off, as in a deterministic run): its batches leave out action_log_prob and the distribution's \
+                 parameters (version 9); this run admits 9 (this trainer speaks 3 to 9, the older ones for runs \
+                 that need less)"
+            )
+        );
+    }
+    let node = TextNode::join(addr, 9, 0);
+    let layout = node.workers[0].batch_layout();
+    for key in keys::RECORDED {
+        assert!(!layout.contains_key(key), "the run's batches leave out {key}");
+    }
     let c = t.join().expect("trainer thread");
     assert_exact(c, vec![node.serve_on_thread()]);
 }

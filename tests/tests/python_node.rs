@@ -212,6 +212,9 @@ fn deterministic_run(env: &str, sync: bool, nodes: &[Node]) {
         "linear",
         "--exploration-type",
         "deterministic",
+        // The tests check what the policy records: recorded on request.
+        "--record",
+        "true",
         "--frames-per-batch",
         "60",
         "--total-frames",
@@ -226,6 +229,7 @@ fn deterministic_run(env: &str, sync: bool, nodes: &[Node]) {
         config: PolicyConfig::Linear,
         exploration: ExplorationType::Deterministic,
         init_seed: 0,
+        record: true,
     };
     let e = Registry::with_builtins()
         .make(&EnvSpec::from(env))
@@ -385,6 +389,9 @@ fn a_recurrent_actor_collects_the_same_on_python_and_rust_nodes() {
         "categorical",
         "--exploration-type",
         "deterministic",
+        // The tests check what the policy records: recorded on request.
+        "--record",
+        "true",
         "--max-frames-per-traj",
         "9",
         "--frames-per-batch",

@@ -40,6 +40,9 @@ fn args(out: &Path, launcher: &str, extra: &[&str]) -> Vec<String> {
         "categorical",
         "--exploration-type",
         "deterministic",
+        // The tests check what the policy records: recorded on request.
+        "--record",
+        "true",
         "--launcher",
         launcher,
         "--nodes",

@@ -730,19 +730,10 @@ fn frames_that_cannot_fit_the_maximum_are_refused_at_build() {
 /// run fails at once naming the node and why, instead of waiting for `batch_timeout`.
 #[test]
 fn a_batch_over_the_maximum_frame_fails_its_node_with_the_reason() {
-    // 87 frames of 47 bytes per node (Counting under the linear policy, which records
-    // `action_log_prob`, `loc` and `scale`): 4,089 bytes of tensors fit the 4,096 the
-    // build checks, and the frame's headers tip it over. Episodes of one step each, so
-    // every frame is an episode end and sending each observation once saves nothing
-    // (PROTOCOL.md §3, Ends): it adds the rows' list.
-    let env = rollout::EnvSpec {
-        name: "Counting".into(),
-        config: serde_json::json!({"max_steps": 0}),
-    };
-    let mut c = small_frames_builder("Counting", PolicyConfig::Linear, 174)
-        .env(env)
-        .build()
-        .expect("collector");
+    // 54 frames of 75 bytes per node (63 of the env's keys, 12 of the policy's
+    // `action_log_prob` and `logits`): 4,050 bytes of tensors fit the 4,096 the build
+    // checks, and the frame's headers tip it over.
+    let mut c = small_frames("CartPole-v1", PolicyConfig::Linear, 108);
     let t = Instant::now();
     let err = c.next_batch().expect_err("no batch fits").to_string();
     assert!(t.elapsed() < DEADLINE, "failed only after {:?}", t.elapsed());

@@ -20,7 +20,7 @@ use rollout::message::{Batch, Continue, FromNode, Seed, ToNode, UpdateWeights};
 use rollout::node_spec::NodeSpec;
 use rollout::pool::TensorPool;
 use rollout::wire::{
-    auth_proof, body_len, decode, decode_login, encode, verify_proof, Auth, BatchFrame, FrameDecoder, Hello,
+    auth_proof, body_len, decode, decode_login, encode, verify_proof, Auth, BatchFrame, Ends, FrameDecoder, Hello,
     LoginFrame, NodeFrame, TrainerFrame, Welcome, WireError, LOGIN_MAX_FRAME, NONCE_LEN, PREFIX_LEN, PROTOCOL_VERSION,
 };
 use rollout::{EnvSpec, PolicyConfig, Registry, Tensor, TensorDict, Weights};
@@ -91,7 +91,10 @@ fn compact_batch() -> Batch {
 /// [`compact_batch`] as a version-9 node sends it.
 fn compact_frame() -> Vec<u8> {
     let b = compact_batch();
-    let frame = BatchFrame::new(&b);
+    let frame = BatchFrame {
+        batch: &b,
+        ends: Ends::saving(&b.data, 0),
+    };
     assert_eq!(frame.ends.as_ref().map(|e| e.rows.clone()), Some(vec![0, 2, 5]));
     encode(&frame, MAX).unwrap()
 }

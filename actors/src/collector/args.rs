@@ -82,6 +82,11 @@ pub struct CollectorArgs {
     /// actions [default: random].
     #[cfg_attr(feature = "clap", arg(long, value_name = "TYPE"))]
     pub exploration_type: Option<ExplorationName>,
+    /// Whether batches carry what the policy records beside its actions
+    /// (`action_log_prob`, its distribution's parameters) [default: when the actions
+    /// are sampled (`random`), not when deterministic].
+    #[cfg_attr(feature = "clap", arg(long, value_name = "BOOL"))]
+    pub record: Option<bool>,
     /// Push stored weights before each collection.
     #[cfg_attr(feature = "clap", arg(long))]
     pub update_after_each_batch: bool,
@@ -246,6 +251,9 @@ impl CollectorArgs {
         }
         if let Some(e) = self.exploration_type {
             b = b.exploration_type(e.0);
+        }
+        if let Some(r) = self.record {
+            b = b.record(r);
         }
         b = b.update_after_each_batch(self.update_after_each_batch);
         if let Some(n) = self.max_weight_update_interval {

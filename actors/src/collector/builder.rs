@@ -235,6 +235,15 @@ impl CollectorBuilder {
         self.settings.run.exploration_type = Some(e);
         self
     }
+    /// Whether batches carry what the policy records beside its actions
+    /// (`action_log_prob` and its distribution's parameters: `logits`, `loc` and
+    /// `scale`, or a Q-value actor's `action_value` and `chosen_action_value`). Unset:
+    /// recorded when a node samples its actions (`ExplorationType::Random`), left out
+    /// when it acts deterministically, which costs the loop nothing for them.
+    pub fn record(mut self, on: bool) -> Self {
+        self.settings.run.record = Some(on);
+        self
+    }
     /// A transformation applied to every yielded batch (after `split_trajs`), on every
     /// start path; when it fails, the consumer gets [`CollectError::Postproc`] instead.
     pub fn postproc(mut self, p: impl Postproc + 'static) -> Self {

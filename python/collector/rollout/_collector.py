@@ -373,6 +373,9 @@ class DistributedCollector:
         ``split_trajs``: batches as ``[trajectories, max_len]`` with a mask (False).
         ``exploration_type``: ``"random"`` (default) or ``"deterministic"``
             (``"mode"``, ``"mean"``), or torchrl's ``ExplorationType``.
+        ``record``: whether batches carry what the policy records beside its actions
+            (``action_log_prob`` and its distribution's parameters); ``None`` (default):
+            when the nodes sample their actions, not when they act deterministically.
         ``postproc``: called on each batch before it is yielded.
         Every other argument of torchrl's collectors (``track_policy_version``,
         ``reset_when_done``, ``compile_policy``, ``replay_buffer``, ...) is taken too:
@@ -441,6 +444,7 @@ class DistributedCollector:
         reset_at_each_iter: bool = False,
         split_trajs: bool = False,
         exploration_type: Any = None,
+        record: Optional[bool] = None,
         node_program: Optional[str] = None,
         node_command: Optional[Sequence[str]] = None,
         resume: Optional[Mapping[str, Any]] = None,
@@ -594,6 +598,7 @@ class DistributedCollector:
             reset_at_each_iter=reset_at_each_iter,
             split_trajs=split_trajs,
             exploration_type=_exploration(exploration_type),
+            record=record,
             node_program=os.fspath(node_program) if isinstance(node_program, os.PathLike) else node_program,
             node_command=node_command,
             token=token,

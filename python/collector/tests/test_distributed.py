@@ -213,3 +213,23 @@ def test_metrics_served_for_prometheus():
 def test_metrics_off_by_default():
     with rollout.DistributedCollector(env="CartPole-v1", frames_per_batch=50, total_frames=50, seed=6) as c:
         assert c.metrics_addr() is None
+
+
+@pytest.mark.parametrize("exploration, record, records", [
+    ("random", None, True),
+    ("deterministic", None, False),
+    ("deterministic", True, True),
+    ("random", False, False),
+])
+def test_batches_carry_the_records_when_the_nodes_sample_unless_told(exploration, record, records):
+    kw = {} if record is None else {"record": record}
+    batches = collect(env="CartPole-v1", policy="linear", frames_per_batch=20, total_frames=40,
+                      exploration_type=exploration, seed=1, **kw)
+    for b in batches:
+        assert ("action_log_prob" in b) == records and ("logits" in b) == records, b.keys()
+        assert "observation" in b and ("next", "observation") in b
+
+
+def test_record_must_be_a_bool():
+    with pytest.raises(rollout.ConfigError, match="record"):
+        collect(env="CartPole-v1", frames_per_batch=20, total_frames=20, record="yes")

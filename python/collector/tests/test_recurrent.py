@@ -231,7 +231,7 @@ def collect(env, actor, batches, push_at, change, **kw):
     out = []
     with rollout.DistributedCollector(
         env, actor, frames_per_batch=48, total_frames=-1, envs_per_node=3, max_frames_per_traj=25,
-        exploration_type="deterministic", seed=7, **kw,
+        exploration_type="deterministic", record=True, seed=7, **kw,
     ) as c:
         for i in range(batches):
             out.append(c.next())
@@ -346,7 +346,7 @@ def cartpole_env(*transforms):
 
 
 def first_batch(env, actor, **kw):
-    kw = {"frames_per_batch": 48, "total_frames": 48, "envs_per_node": 3, "seed": 7, "exploration_type": "deterministic", **kw}
+    kw = {"frames_per_batch": 48, "total_frames": 48, "envs_per_node": 3, "seed": 7, "exploration_type": "deterministic", "record": True, **kw}
     with rollout.DistributedCollector(create_env_fn=env, policy=actor, **kw) as c:
         return c.next()
 

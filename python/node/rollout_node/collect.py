@@ -242,7 +242,7 @@ class Workers:
             self._cast = False
             seed = (self.seed * _GOLDEN) & _MASK64 ^ 1
             self.policy = OnnxPolicy(pol, self.leaves, self.action, seed, env_keys=spaces.layout(self.specs))
-            self.recorded = self.policy.recorded_layout()
+            self._withhold_records(pol)
             if self.policy.state:
                 self.recurrent = RecurrentState(self.policy.state, self.E)
             return
@@ -252,8 +252,18 @@ class Workers:
         # A network's forward pass is f32: an f64 observation is cast for it (and only then).
         self._cast = weighted and self.leaves[0].dtype != "f32"
         self.policy = Policy(pol, self.obs_dim, self.action, (self.seed * _GOLDEN) & _MASK64 ^ 1)
-        #: What the policy records beside its actions, ``{key: [dtype, shape]}``.
+        self._withhold_records(pol)
+
+    def _withhold_records(self, pol):
+        """``self.recorded``: what the policy records beside its actions, ``{key: [dtype,
+        shape]}``, or nothing when the spec's ``policy.record`` is false (PROTOCOL.md §3,
+        version 9): the policy's records are then dropped from each step's (``_actions``)."""
+        #: The keys the policy records but the batches leave out.
+        self._withheld = ()
         self.recorded = self.policy.recorded_layout()
+        if pol.get("record", True) is False:
+            self._withheld = tuple(self.recorded)
+            self.recorded = {}
 
     def _factory(self, k):
         make = self._make_env
@@ -336,6 +346,13 @@ class Workers:
         self.fresh = self.fresh & ~mask
 
     def _actions(self, rows, stepped=0):
+        """``_acting`` less what the batches leave out (``_withhold_records``)."""
+        acts, rec = self._acting(rows, stepped)
+        for key in self._withheld:
+            rec.pop(key, None)
+        return acts, rec
+
+    def _acting(self, rows, stepped=0):
         """The actions of ``rows`` (None: every row), for their observation (a network's input:
         the first entry, f32): the random policy's for a worker still
         within its ``init_random_frames``, the policy's otherwise. ``stepped``: frames each

@@ -49,7 +49,7 @@ _TOP = [
     ("worker_nice", _int, False),
 ]
 _ENV = [("name", _str, True), ("config", _any, False)]
-_POLICY = [("config", _map, True), ("exploration", _str, False), ("init_seed", _uint, False)]
+_POLICY = [("config", _map, True), ("exploration", _str, False), ("init_seed", _uint, False), ("record", _bool, False)]
 _ROLLOUT = [
     ("frames_per_batch", _uint, True),
     ("max_frames_per_traj", _uint, False),

@@ -169,12 +169,18 @@ def _is_observation(key):
     return key == "observation" or key.startswith("observation.")
 
 
-def batch_ends(data, lanes, steps):
+#: The fewest bytes sending each observation once must save for a batch to be sent so
+#: (the Rust node's ``ends::MIN_SAVED``): below it the trainer's rebuild costs more than the bytes.
+MIN_SAVED = 16 << 10
+
+
+def batch_ends(data, lanes, steps, min_saved=MIN_SAVED):
     """What a batch sends of its observations' ``next.`` entries (PROTOCOL.md §3, Ends;
     version 9): ``(rows, {"next.K": array})``, the flat frame indices where ``next.K`` is
     not ``K`` one step later (compared as bytes, for every observation entry at once) plus
     each env's last frame, and those rows of each; ``None`` when ``data`` (arrays of shape
-    ``[lanes, steps, ...]``) has no observation entry with its ``next.`` twin."""
+    ``[lanes, steps, ...]``) has no observation entry with its ``next.`` twin, or sending
+    them once would save fewer than ``min_saved`` bytes."""
     pairs = []
     for k, a in data.items():
         n = data.get("next." + k)
@@ -190,6 +196,9 @@ def batch_ends(data, lanes, steps):
         nv = np.ascontiguousarray(n).view(np.uint8).reshape(lanes, steps, row)
         differs[:, :-1] |= (nv[:, :-1] != av[:, 1:]).any(axis=2)
     rows = np.flatnonzero(differs)
+    saved = sum(int(np.prod(a.shape[2:], dtype=np.int64)) * a.dtype.itemsize for _, a, _ in pairs) * (lanes * steps - len(rows))
+    if saved < min_saved:
+        return None
     tensors = {"next." + k: n.reshape((lanes * steps,) + n.shape[2:])[rows] for k, _, n in pairs}
     return [int(r) for r in rows], tensors
 

@@ -48,17 +48,22 @@ def test_pong_frames_cost_at_most_five_percent_over_one_observation_and_replay_e
     assert trainer.finish()[0] == 0
 
 
-def test_cartpole_batches_send_the_rows_where_episodes_end(trainer):
+def test_cartpole_batches_send_the_rows_where_episodes_end_once_that_saves_16_kib(trainer):
     trainer.start_node()
-    trainer.join(node_spec(policy=RANDOM, envs=2, frames_per_batch=200))
-    trainer.send({"type": "continue", "seq": 1, "frames": 200})
+    trainer.join(node_spec(policy=RANDOM, envs=2, frames_per_batch=2000))
+    # 2 x 1,000 frames of 16-byte observations: 32 KB to save, sent once.
+    trainer.send({"type": "continue", "seq": 1, "frames": 2000})
     raw, _ = recv_sized(trainer)
     done = wire.from_tensor(raw["data"]["tensors"]["next.done"]).reshape(-1)
-    want = sorted(set(np.flatnonzero(done).tolist()) | {99, 199})
-    assert len(want) > 4, "a random policy ends several CartPole episodes in 100 frames"
+    want = sorted(set(np.flatnonzero(done).tolist()) | {999, 1999})
+    assert len(want) > 40, "a random policy ends many CartPole episodes in 1,000 frames"
     assert raw["ends"]["rows"] == want
     got = tensors(wire.expand_batch(raw))
     assert sum(replay(got, "CartPole-v1", None, 2, seeds={0: 7, 1: 8})) == int(done.sum())
+    # 2 x 50 frames would save 1.6 KB: sent whole.
+    trainer.send({"type": "continue", "seq": 2, "frames": 100})
+    raw, _ = recv_sized(trainer)
+    assert "ends" not in raw and "next.observation" in raw["data"]["tensors"]
     trainer.send({"type": "shutdown"})
     assert trainer.recv()["type"] == "down"
     assert trainer.finish()[0] == 0
@@ -74,7 +79,8 @@ def test_cartpole_batches_send_the_rows_where_episodes_end(trainer):
 def test_the_scripted_trainers_reading_refuses_ends_that_do_not_fit(change, says):
     obs = np.arange(2 * 4 * 3, dtype=np.float32).reshape(2, 4, 3)
     nxt = np.concatenate([obs[:, 1:], obs[:, -1:] + 100], axis=1)
-    rows, ends = wire.batch_ends({"observation": obs, "next.observation": nxt}, 2, 4)
+    assert wire.batch_ends({"observation": obs, "next.observation": nxt}, 2, 4) is None, "96 bytes to save"
+    rows, ends = wire.batch_ends({"observation": obs, "next.observation": nxt}, 2, 4, min_saved=0)
     assert rows == [3, 7]
     f = {"type": "batch", "data": {"batch_size": [2, 4], "tensors": {"observation": wire.to_tensor(obs, "f32")}},
          "ends": {"rows": rows, "tensors": {k: wire.to_tensor(a, "f32") for k, a in ends.items()}}}

@@ -70,7 +70,7 @@ def test_the_trainer_collects_the_modules_actions_and_log_probs_on_python_nodes(
     cmd = [exe, "collect", "--launcher", "process", "--env", env, "--quiet", "--seed", "5",
            "--node-command", node, "--output", str(out), "--sync", "--nodes", "2", "--envs-per-node", "2",
            "--policy", "onnx", "--policy-file", str(f), "--onnx-head", head,
-           "--exploration-type", "deterministic", "--frames-per-batch", "200", "--total-frames", "1000"]
+           "--exploration-type", "deterministic", "--record", "true", "--frames-per-batch", "200", "--total-frames", "1000"]
     env_vars = dict(os.environ, PYTHONPATH=str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     r = subprocess.run(cmd, capture_output=True, timeout=DEADLINE, env=env_vars)
     assert r.returncode == 0, r.stderr.decode()
@@ -116,7 +116,7 @@ def test_a_weight_update_from_the_state_dict_changes_the_actions_from_its_versio
     with rollout.DistributedCollector(
         env, "onnx", policy_file=str(f), onnx_head=head,
         frames_per_batch=100, total_frames=4000, nodes=1, envs_per_node=2, launcher="process",
-        node_command=[sys.executable, "-m", "rollout_node"], exploration_type="deterministic", seed=3,
+        node_command=[sys.executable, "-m", "rollout_node"], exploration_type="deterministic", record=True, seed=3,
     ) as collector:
         for i, batch in enumerate(collector):
             v = batch.weights_version

@@ -299,7 +299,7 @@ impl TrainerMachine {
             _ => None,
         };
         match policy {
-            Some(p) => specs.batch_layout_for(&p.config),
+            Some(p) => specs.batch_layout_for(p),
             None => {
                 let mut own = specs.batch_layout();
                 for key in keys::RECORDED {

@@ -15,9 +15,13 @@ impl TrainerMachine {
     /// know (its specs come in `ready`); version 5 where its batches must carry
     /// recorded keys (the layout the trainer checks them against has
     /// `action_log_prob`: a policy with a distribution, [`PolicyConfig::records`]),
-    /// and for an `onnx` policy. A node with nothing known of it
-    /// ([`LayoutSource::Announced`], a machine driven without a plan) needs nothing.
-    pub fn admit_versions(&self, policy: &PolicyConfig) -> AdmitVersions {
+    /// and for an `onnx` policy; version 9 where a node's policy records but the run
+    /// asked for no recording (`withholds_records`, [`PolicySpec::withholds_records`]
+    /// of any node). A node with nothing known of it ([`LayoutSource::Announced`], a
+    /// machine driven without a plan) needs nothing.
+    ///
+    /// [`PolicySpec::withholds_records`]: crate::policy::PolicySpec::withholds_records
+    pub fn admit_versions(&self, policy: &PolicyConfig, withholds_records: bool) -> AdmitVersions {
         let recorded = || Need::Recorded {
             policy: policy.kind_name().to_string(),
         };
@@ -36,7 +40,7 @@ impl TrainerMachine {
                 }
                 LayoutSource::FirstReady { env } => {
                     needs.push(Need::Specs { env: env.clone() });
-                    if policy.records() {
+                    if policy.records() && !withholds_records {
                         needs.push(recorded());
                     }
                 }
@@ -51,6 +55,11 @@ impl TrainerMachine {
         }
         if policy.exploration().is_some() {
             needs.push(Need::Exploration);
+        }
+        if withholds_records {
+            needs.push(Need::Unrecorded {
+                policy: policy.kind_name().to_string(),
+            });
         }
         if matches!(
             policy,
@@ -93,7 +102,7 @@ mod tests {
         let n = sources.len();
         machine(config(n, 1, 4, None, false))
             .with_layout_sources(sources)
-            .admit_versions(policy)
+            .admit_versions(policy, false)
     }
 
     #[test]

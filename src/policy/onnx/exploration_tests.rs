@@ -101,6 +101,7 @@ fn the_noise_is_added_to_torchs_action_and_walks_from_the_state_the_rollout_hold
         config: config(with_eps(EPS, 0.5), walk(0.3)),
         exploration: ExplorationType::Random,
         init_seed: 0,
+        record: true,
     };
     let mut p = spec.build(&o, &a, 9).unwrap();
     assert_eq!(p.state().len(), 2);

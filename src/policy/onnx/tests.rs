@@ -687,6 +687,7 @@ fn an_initializer_copied_to_a_side_output_keeps_the_dense_kernel() {
         },
         exploration: ExplorationType::Deterministic,
         init_seed: 0,
+        record: true,
     };
     let mut built = spec.build(&obs, &action, 3).unwrap();
     let mut a = vec![-1i64; k];
