@@ -7,7 +7,8 @@
 //! collect --nodes 1 --policy linear --exploration-type deterministic` builds it (one
 //! node, one env, async, the CLI's worker nice), each batch pulled and recycled as the
 //! CLI does. All three act with the collector's weights: the episodes' lengths, so
-//! the resets' share of the frames, depend on them.
+//! the resets' share of the frames, depend on them. None records (b and c1 as a
+//! deterministic run's nodes do by default; the independent loop has nothing to record).
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -63,7 +64,9 @@ impl OneNode {
                 ..RolloutConfig::default()
             },
         )
-        .expect("rollout");
+        .expect("rollout")
+        // As the collector's node: a deterministic run records nothing by default.
+        .recording(false);
         let (wt, bt) = (
             w.f32_slice("weight").expect("weight"),
             w.f32_slice("bias").expect("bias"),
