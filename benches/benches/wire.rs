@@ -212,17 +212,23 @@ fn small_batch() {
             black_box(f);
         }
     });
-    let mut pool = TensorPool::new(1 << 20);
-    let pooled = best(|| {
-        for _ in 0..SMALL_DECODES {
-            let f: NodeFrame = decode_pooled(black_box(&body), &mut pool).expect("decode");
-            if let NodeFrame::Message(FromNode::Batch(b)) = f {
-                pool.put_dict(b.data);
+    // Decoded into a pool holding the previous result, as a connection does; checked
+    // to be `frame`.
+    let pooled_decodes = |body: &[u8]| {
+        let mut pool = TensorPool::new(1 << 20);
+        let t = best(|| {
+            for _ in 0..SMALL_DECODES {
+                let f: NodeFrame = decode_pooled(black_box(body), &mut pool).expect("decode");
+                if let NodeFrame::Message(FromNode::Batch(b)) = f {
+                    pool.put_dict(b.data);
+                }
             }
-        }
-    });
-    let again: NodeFrame = decode_pooled(&body, &mut pool).expect("decode");
-    assert!(again == frame, "the pooled decode is the same frame");
+        });
+        let again: NodeFrame = decode_pooled(body, &mut pool).expect("decode");
+        assert!(again == frame, "the pooled decode is the same frame");
+        t
+    };
+    let pooled = pooled_decodes(&body);
     let NodeFrame::Message(FromNode::Batch(batch)) = &frame else {
         unreachable!("built as a batch")
     };
@@ -232,17 +238,7 @@ fn small_batch() {
         ends: Ends::saving(&batch.data, 0),
     };
     let compact = encode(&once, DEFAULT_MAX_FRAME).expect("encode")[PREFIX_LEN..].to_vec();
-    let mut pool = TensorPool::new(1 << 20);
-    let compact_t = best(|| {
-        for _ in 0..SMALL_DECODES {
-            let f: NodeFrame = decode_pooled(black_box(&compact), &mut pool).expect("decode");
-            if let NodeFrame::Message(FromNode::Batch(b)) = f {
-                pool.put_dict(b.data);
-            }
-        }
-    });
-    let again: NodeFrame = decode_pooled(&compact, &mut pool).expect("decode");
-    assert!(again == frame, "the compact frame decodes to the same batch");
+    let compact_t = pooled_decodes(&compact);
     println!(
         "wire: batch frame of 10 Counting frames, {keys} keys, {} bytes ({} with each observation once), \
          best of {REPS} x {SMALL_DECODES}",
