@@ -6,6 +6,7 @@
 
 mod attack;
 mod batches;
+mod certs;
 mod faults;
 mod hosts;
 mod http;
@@ -27,6 +28,7 @@ pub use attack::{
     TrainerSetup, ATTACK_TOKEN,
 };
 pub use batches::{assert_unique_traj_ids, assert_unique_traj_ids_in_records, cut_trajectories, drain};
+pub use certs::{test_certs, TestCerts};
 pub use faults::{flaky_registry, panicky_registry, Panicky};
 pub use hosts::{hosts_sh, HostProcess, Hosts, HostsTurn, HOSTS_SLURM_CONF};
 pub use http::{http_get, http_raw, url_encode, HttpAnswer};

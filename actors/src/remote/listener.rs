@@ -19,7 +19,9 @@ use rollout::Weights;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, Notify};
+use tokio_rustls::{TlsAcceptor, TlsStream};
 
+use super::stream::{tls_socket, PeerStream};
 use super::timing::{read_frame, PeerTiming};
 use crate::metrics::{RefusalReason, RunMetrics};
 
@@ -36,6 +38,9 @@ pub(crate) struct DoorConfig {
     pub(crate) versions: AdmitVersions,
     /// Where refusals are counted, when metrics are on.
     pub(crate) metrics: Option<RunMetrics>,
+    /// TLS: every connection's first bytes are a TLS handshake, run under the login's
+    /// deadline; `None`: plain TCP.
+    pub(crate) tls: Option<TlsAcceptor>,
 }
 
 /// A node that passed the handshake and was sent `Welcome`.
@@ -45,10 +50,10 @@ pub(crate) struct Joined {
     /// Its name.
     pub(crate) name: String,
     /// The connection.
-    pub(crate) stream: TcpStream,
+    pub(crate) stream: PeerStream,
 }
 
-async fn send(s: &mut TcpStream, f: &TrainerFrame, max: usize) -> Result<(), String> {
+async fn send(s: &mut PeerStream, f: &TrainerFrame, max: usize) -> Result<(), String> {
     let bytes = wire::encode(f, max).map_err(|e| e.to_string())?;
     s.write_all(&bytes).await.map_err(|e| format!("writing a frame: {e}"))
 }
@@ -190,12 +195,13 @@ fn grace_left<T>(pending: &PendingLogins<(Instant, T)>, now: Instant) -> Option<
     (!left.is_zero()).then_some(left)
 }
 
-/// One connection through the door: login under the handshake deadline (ended early
-/// when evicted), then admission and `welcome`. `logged_in` is called once the token
-/// is proved, so an admitted node no longer counts as waiting.
+/// One connection through the door: the TLS handshake when the door has a certificate,
+/// then login, both under the one handshake deadline counted from the accept (ended
+/// early when evicted), then admission and `welcome`. `logged_in` is called once the
+/// token is proved, so an admitted node no longer counts as waiting.
 #[allow(clippy::too_many_arguments)]
 async fn door(
-    mut s: TcpStream,
+    s: TcpStream,
     cfg: &DoorConfig,
     specs: &[NodeSpec],
     admission: &RefCell<Admission>,
@@ -205,15 +211,42 @@ async fn door(
 ) -> Result<Joined, (RefusalReason, String)> {
     let _ = s.set_nodelay(true);
     let deadline = cfg.handshake_timeout;
+    let until = tokio::time::Instant::now() + deadline;
     let max = cfg.timing.max_frame;
-    let outcome = tokio::select! {
-        r = tokio::time::timeout(deadline, login(&mut s, cfg)) => match r {
-            Ok(r) => r.map_err(|e| (RefusalReason::Login, e)),
-            Err(_) => Err((RefusalReason::Timeout, format!("handshake not done within {:.1} s", deadline.as_secs_f64()))),
+    let timed_out = || {
+        (
+            RefusalReason::Timeout,
+            format!("handshake not done within {:.1} s", deadline.as_secs_f64()),
+        )
+    };
+    let evicted = || {
+        (
+            RefusalReason::Evicted,
+            format!(
+                "closed to make room: {MAX_PENDING_LOGINS} connections were waiting to log in and this was the oldest"
+            ),
+        )
+    };
+    let mut cancel = cancel;
+    let mut s = match &cfg.tls {
+        None => PeerStream::Plain(s),
+        // A TLS handshake that fails or stalls is closed unanswered: there is no
+        // encrypted link to say `reject` on.
+        Some(acceptor) => tokio::select! {
+            r = tokio::time::timeout_at(until, acceptor.accept(tls_socket(s))) => match r {
+                Ok(Ok(t)) => PeerStream::Tls(Box::new(TlsStream::Server(t))),
+                Ok(Err(e)) => return Err((RefusalReason::Tls, format!("TLS handshake failed: {e}"))),
+                Err(_) => return Err(timed_out()),
+            },
+            _ = &mut cancel => return Err(evicted()),
         },
-        _ = cancel => Err((RefusalReason::Evicted, format!(
-            "closed to make room: {MAX_PENDING_LOGINS} connections were waiting to log in and this was the oldest"
-        ))),
+    };
+    let outcome = tokio::select! {
+        r = tokio::time::timeout_at(until, login(&mut s, cfg)) => match r {
+            Ok(r) => r.map_err(|e| (RefusalReason::Login, e)),
+            Err(_) => Err(timed_out()),
+        },
+        _ = &mut cancel => Err(evicted()),
     };
     let (node_name, node_index) = match outcome {
         // The name is only ever shown from now on (the proof covered it as sent):
@@ -260,7 +293,7 @@ async fn door(
 /// The frames before admission, each at most [`LOGIN_MAX_FRAME`] bytes (refused from
 /// its prefix), decoded strictly by the core: who the node is, once it proved the token
 /// (speaking a protocol version that can serve the run).
-async fn login(s: &mut TcpStream, cfg: &DoorConfig) -> Result<(String, Option<usize>), String> {
+async fn login(s: &mut PeerStream, cfg: &DoorConfig) -> Result<(String, Option<usize>), String> {
     let nonce: Vec<u8> = (0..NONCE_LEN).map(|_| rand::random::<u8>()).collect();
     let mut hs = TrainerHandshake::new(&cfg.token, nonce).admitting(cfg.versions.clone());
     loop {
