@@ -21,6 +21,7 @@ mod recurrent_replay;
 mod scratch;
 mod scripted;
 mod setups;
+mod tls_front;
 mod wait;
 
 pub use attack::{
@@ -51,4 +52,5 @@ pub use setups::{
     built_on_a_thread, cartpole_sync_builder, counting_process_builder, external_counting_builder,
     listening_on_a_thread, panicky_builder, trainer_config, value_weights,
 };
+pub use tls_front::TlsFront;
 pub use wait::{holds_for, poll_until, wait_for, wait_until};

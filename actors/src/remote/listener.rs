@@ -55,7 +55,9 @@ pub(crate) struct Joined {
 
 async fn send(s: &mut PeerStream, f: &TrainerFrame, max: usize) -> Result<(), String> {
     let bytes = wire::encode(f, max).map_err(|e| e.to_string())?;
-    s.write_all(&bytes).await.map_err(|e| format!("writing a frame: {e}"))
+    s.write_all(&bytes).await.map_err(|e| format!("writing a frame: {e}"))?;
+    // Under TLS, the frame's last records may still be in the session: out they go.
+    s.flush().await.map_err(|e| format!("writing a frame: {e}"))
 }
 
 /// Each node's weights to welcome it with, by index: the trainer's version 0 (a node

@@ -60,17 +60,25 @@ pub(super) async fn handshake(
     let max = DEFAULT_MAX_FRAME;
     let send = |f: NodeFrame| wire::encode(&f, max).map_err(|e| JoinError::Protocol(e.to_string()));
     let mut hs = NodeHandshake::new(token, opts.name.clone(), opts.index);
-    s.write_all(&send(hs.hello())?)
+    write_frame(&mut s, &send(hs.hello())?)
         .await
         .map_err(|e| connect(e.to_string()))?;
     loop {
         match hs.on_frame(read_trainer_frame(&mut s, max).await?) {
-            NodeStep::Send(f) => s.write_all(&send(f)?).await.map_err(|e| connect(e.to_string()))?,
+            NodeStep::Send(f) => write_frame(&mut s, &send(f)?)
+                .await
+                .map_err(|e| connect(e.to_string()))?,
             NodeStep::Welcomed(w) => return Ok((s, *w)),
             NodeStep::Rejected(reason) => return Err(JoinError::Rejected(reason)),
             NodeStep::Violation(reason) => return Err(JoinError::Protocol(reason)),
         }
     }
+}
+
+/// Writes one encoded frame and flushes it (under TLS, out of the session).
+async fn write_frame(s: &mut PeerStream, bytes: &[u8]) -> io::Result<()> {
+    s.write_all(bytes).await?;
+    s.flush().await
 }
 
 /// One frame of the trainer's, read whole and decoded.
