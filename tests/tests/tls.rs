@@ -14,7 +14,7 @@ use rollout_actors::remote::{run_node, NodeOptions, NodeTls};
 use rollout_actors::{CollectError, Collected, CollectorBuilder, DistributedCollector, Launcher};
 use rollout_tests::{
     attacker, built_on_a_thread, cartpole_sync_builder, drain, external_counting_builder, rollout_bin, test_certs,
-    unique_name, wait_closed, OwnLog, TestCerts,
+    unique_name, venv_python, wait_closed, OwnLog, TestCerts,
 };
 
 const TOKEN: &[u8] = b"tls-suite-token-0123456789abcdef";
@@ -65,6 +65,44 @@ fn a_run_over_tls_and_mutual_tls_yields_the_frames_of_the_plain_run() {
         assert_eq!(secure.len(), plain.len(), "{link:?}");
         for (x, y) in secure.iter().zip(&plain) {
             assert_eq!(x.index, y.index, "{link:?}");
+            assert_eq!(
+                x.data, y.data,
+                "{link:?}: batch {} differs from the plain run's",
+                x.index
+            );
+        }
+    }
+}
+
+/// The seeded sync CartPole run with two Python nodes (`python -m rollout_node` of this
+/// tree, with the standard library's `ssl`) over `link`.
+fn python_run(py: &std::path::Path, certs: &TestCerts, link: Link) -> Vec<Collected> {
+    let node = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../python/node");
+    let b = cartpole_sync_builder(11)
+        .launcher(Launcher::Process)
+        .node_command([
+            "env".into(),
+            format!("PYTHONPATH={}", node.display()).into(),
+            py.as_os_str().to_owned(),
+            "-m".into(),
+            "rollout_node".into(),
+        ] as [std::ffi::OsString; 5])
+        .join_timeout(Duration::from_secs(60))
+        .batch_timeout(Duration::from_secs(60));
+    let mut c = secured(b, certs, link).build().expect("collector");
+    drain(&mut c)
+}
+
+#[test]
+fn python_nodes_over_tls_and_mutual_tls_yield_the_frames_of_their_plain_run() {
+    let Some(py) = venv_python() else { return };
+    let certs = test_certs();
+    let plain = python_run(&py, &certs, Link::Plain);
+    assert_eq!(plain.len(), 5);
+    for link in [Link::Tls, Link::MutualTls] {
+        let secure = python_run(&py, &certs, link);
+        assert_eq!(secure.len(), plain.len(), "{link:?}");
+        for (x, y) in secure.iter().zip(&plain) {
             assert_eq!(
                 x.data, y.data,
                 "{link:?}: batch {} differs from the plain run's",

@@ -7,6 +7,11 @@
 //! A plain stream splits into the socket's own halves (the writer's small frames go
 //! straight to the socket, see `link`); a TLS stream into tokio's shared halves (one
 //! TLS session, read and written from the same thread).
+//!
+//! A TLS peer that closes its socket without `close_notify` (Python's `ssl` after the
+//! node's last frame, a killed process) ends the stream as a plain close does: the frame
+//! layer above tells a close between frames from one inside a frame, so a truncation
+//! is still an error there.
 
 use std::io;
 use std::pin::Pin;
@@ -80,11 +85,19 @@ impl PeerStream {
     }
 }
 
+/// A TLS read that found the socket closed without `close_notify`: the end of the stream.
+fn end_without_close_notify(r: Poll<io::Result<()>>) -> Poll<io::Result<()>> {
+    match r {
+        Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => Poll::Ready(Ok(())),
+        r => r,
+    }
+}
+
 impl AsyncRead for PeerStream {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             PeerStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            PeerStream::Tls(t) => Pin::new(t.as_mut()).poll_read(cx, buf),
+            PeerStream::Tls(t) => end_without_close_notify(Pin::new(t.as_mut()).poll_read(cx, buf)),
         }
     }
 }
@@ -134,7 +147,7 @@ impl AsyncRead for ReadSide {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             ReadSide::Plain(r) => Pin::new(r).poll_read(cx, buf),
-            ReadSide::Tls(r) => Pin::new(r).poll_read(cx, buf),
+            ReadSide::Tls(r) => end_without_close_notify(Pin::new(r).poll_read(cx, buf)),
         }
     }
 }
