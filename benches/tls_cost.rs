@@ -78,7 +78,9 @@ impl Env for Wide {
 /// The built-ins and [`Wide`].
 pub fn wide_registry() -> Registry {
     let mut r = Registry::with_builtins();
-    r.register(Wide::NAME, |_| -> Result<Box<dyn Env>, EnvError> { Ok(Box::new(Wide::new())) });
+    r.register(Wide::NAME, |_| -> Result<Box<dyn Env>, EnvError> {
+        Ok(Box::new(Wide::new()))
+    });
     r
 }
 

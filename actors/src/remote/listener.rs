@@ -76,6 +76,23 @@ pub(crate) const MAX_PENDING_LOGINS: usize = 64;
 /// is far longer.)
 pub(crate) const LOGIN_GRACE: Duration = Duration::from_millis(250);
 
+/// [`LOGIN_GRACE`] for a door that speaks TLS: a TLS handshake costs both ends a key
+/// exchange and a signature, about a millisecond of the trainer's thread each on a
+/// loaded two-core machine, so 64 of them (and the nodes' side of them) do not fit in a
+/// quarter second there: a thousand nodes joining at once were closed mid-handshake.
+pub(crate) const TLS_LOGIN_GRACE: Duration = Duration::from_secs(1);
+
+impl DoorConfig {
+    /// How long the oldest waiting login is left at the cap (see [`LOGIN_GRACE`]).
+    fn login_grace(&self) -> Duration {
+        if self.tls.is_some() {
+            TLS_LOGIN_GRACE
+        } else {
+            LOGIN_GRACE
+        }
+    }
+}
+
 /// How long the accept loop waits after an accept error before trying again (out
 /// of file descriptors, say: retrying at once would spin), as hyper's does.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
@@ -120,7 +137,7 @@ pub(crate) fn open_with(
         loop {
             // At the cap, an arrival would close the oldest: first give it its grace.
             loop {
-                let left = grace_left(&pending.borrow(), Instant::now());
+                let left = grace_left(&pending.borrow(), Instant::now(), cfg.login_grace());
                 let Some(wait) = left else { break };
                 tokio::select! {
                     _ = freed.notified() => {}
@@ -188,12 +205,12 @@ pub(crate) fn open_with(
 
 /// How long the accept loop is to wait before the next arrival may close the oldest
 /// waiting login (`None`: accept now, below the cap or the oldest's grace over).
-fn grace_left<T>(pending: &PendingLogins<(Instant, T)>, now: Instant) -> Option<Duration> {
+fn grace_left<T>(pending: &PendingLogins<(Instant, T)>, now: Instant, grace: Duration) -> Option<Duration> {
     if !pending.is_full() {
         return None;
     }
     let (since, _) = pending.oldest()?;
-    let left = (*since + LOGIN_GRACE).saturating_duration_since(now);
+    let left = (*since + grace).saturating_duration_since(now);
     (!left.is_zero()).then_some(left)
 }
 
@@ -318,25 +335,25 @@ mod tests {
     fn at_the_cap_the_door_waits_out_the_oldest_logins_grace_and_below_it_not_at_all() {
         let t0 = Instant::now();
         let mut pending = PendingLogins::new(2);
-        assert_eq!(grace_left(&pending, t0), None, "empty: accept");
+        assert_eq!(grace_left(&pending, t0, LOGIN_GRACE), None, "empty: accept");
         pending.arrive((t0, ()));
-        assert_eq!(grace_left(&pending, t0), None, "below the cap: accept");
+        assert_eq!(grace_left(&pending, t0, LOGIN_GRACE), None, "below the cap: accept");
         pending.arrive((t0 + Duration::from_millis(100), ()));
         let ms = Duration::from_millis;
         assert_eq!(
-            grace_left(&pending, t0 + ms(50)),
+            grace_left(&pending, t0 + ms(50), LOGIN_GRACE),
             Some(LOGIN_GRACE - ms(50)),
             "the oldest's grace"
         );
         assert_eq!(
-            grace_left(&pending, t0 + LOGIN_GRACE),
+            grace_left(&pending, t0 + LOGIN_GRACE, LOGIN_GRACE),
             None,
             "grace over: the next arrival closes it"
         );
         let (_, evicted) = pending.arrive((t0 + LOGIN_GRACE, ()));
         assert!(evicted.is_some());
         assert_eq!(
-            grace_left(&pending, t0 + LOGIN_GRACE),
+            grace_left(&pending, t0 + LOGIN_GRACE, LOGIN_GRACE),
             Some(ms(100)),
             "then the next oldest's grace counts"
         );
