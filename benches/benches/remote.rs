@@ -209,6 +209,30 @@ fn weight_update_over(rounds: usize, certs: Option<&TestCerts>) -> (usize, usize
     (params, bytes, d, raw2, ratio)
 }
 
+/// `rounds` pairs of 0.5 s windows pulling `plain` and `tls` in turn (which goes first
+/// alternating, so neither always has the warmer caches): the rates of each and the
+/// per-round ratios TLS / plain.
+fn alternate(
+    plain: &mut DistributedCollector,
+    tls: &mut DistributedCollector,
+    rounds: usize,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (mut p, mut t, mut r) = (vec![], vec![], vec![]);
+    for i in 0..rounds {
+        let (rp, rt) = if i % 2 == 0 {
+            let rp = rate(plain, 0.5);
+            (rp, rate(tls, 0.5))
+        } else {
+            let rt = rate(tls, 0.5);
+            (rate(plain, 0.5), rt)
+        };
+        p.push(rp);
+        t.push(rt);
+        r.push(rt / rp);
+    }
+    (p, t, r)
+}
+
 /// (f): TLS against plain in the same run. Prints each pair's rates and the median of
 /// the per-round ratios (TLS / plain; for the weight push, plain time / TLS time).
 fn print_tls(rounds: usize) {
@@ -219,20 +243,7 @@ fn print_tls(rounds: usize) {
             .expect("collector")
     };
     let (mut plain, mut tls) = (process(None), process(Some(&certs)));
-    let (mut p, mut t, mut r) = (vec![], vec![], vec![]);
-    for i in 0..rounds {
-        // Alternating which goes first, so neither always has the warmer caches.
-        let (rp, rt) = if i % 2 == 0 {
-            let rp = rate(&mut plain, 0.5);
-            (rp, rate(&mut tls, 0.5))
-        } else {
-            let rt = rate(&mut tls, 0.5);
-            (rate(&mut plain, 0.5), rt)
-        };
-        p.push(rp);
-        t.push(rt);
-        r.push(rt / rp);
-    }
+    let (p, t, r) = alternate(&mut plain, &mut tls, rounds);
     plain.shutdown().expect("shutdown");
     tls.shutdown().expect("shutdown");
     println!(
@@ -245,19 +256,7 @@ fn print_tls(rounds: usize) {
     let mb = (wide_frames * rollout_benches::tls_cost::WIDE_OBS * 4) as f64 / (1 << 20) as f64;
     let (mut plain, plain_nodes) = wide_collector(wide_frames, None);
     let (mut tls, tls_nodes) = wide_collector(wide_frames, Some(&certs));
-    let (mut p, mut t, mut r) = (vec![], vec![], vec![]);
-    for i in 0..rounds {
-        let (rp, rt) = if i % 2 == 0 {
-            let rp = rate(&mut plain, 0.5);
-            (rp, rate(&mut tls, 0.5))
-        } else {
-            let rt = rate(&mut tls, 0.5);
-            (rate(&mut plain, 0.5), rt)
-        };
-        p.push(rp);
-        t.push(rt);
-        r.push(rt / rp);
-    }
+    let (p, t, r) = alternate(&mut plain, &mut tls, rounds);
     plain.shutdown().expect("shutdown");
     tls.shutdown().expect("shutdown");
     for n in plain_nodes.into_iter().chain(tls_nodes) {

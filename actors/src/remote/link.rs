@@ -126,6 +126,17 @@ pub(crate) fn spawn_writer(
     (FrameSender { tx, shared }, task)
 }
 
+/// The parts from `first` on that are still to be written, as slices for one vectored
+/// write; `None` once every byte is written. Parts empty from the start count as
+/// written (and a write of nothing would look like a closed socket): `first` moves past
+/// them.
+fn unwritten<'a>(parts: &'a [Bytes], first: &mut usize) -> Option<Vec<IoSlice<'a>>> {
+    while *first < parts.len() && parts[*first].is_empty() {
+        *first += 1;
+    }
+    (*first < parts.len()).then(|| parts[*first..].iter().map(|p| IoSlice::new(p)).collect())
+}
+
 /// `n` bytes of `parts[first..]` written: the parts advanced past them, the index of
 /// the first part not written whole returned. `n` is at most what remains (a write
 /// takes no more than it was given), so the index stays in bounds.
@@ -150,14 +161,7 @@ async fn write_all_tls(
     parts: &mut Vec<Bytes>,
 ) -> std::io::Result<()> {
     let mut first = 0;
-    loop {
-        while first < parts.len() && parts[first].is_empty() {
-            first += 1;
-        }
-        if first == parts.len() {
-            break;
-        }
-        let slices: Vec<IoSlice<'_>> = parts[first..].iter().map(|p| IoSlice::new(p)).collect();
+    while let Some(slices) = unwritten(parts, &mut first) {
         let n = w.write_vectored(&slices).await?;
         if n == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
@@ -172,16 +176,7 @@ async fn write_all_tls(
 /// `parts` is empty afterwards.
 async fn write_all_vectored(w: &OwnedWriteHalf, parts: &mut Vec<Bytes>) -> std::io::Result<()> {
     let mut first = 0;
-    loop {
-        // Parts empty from the start count as written (and a write of nothing would
-        // look like a closed socket).
-        while first < parts.len() && parts[first].is_empty() {
-            first += 1;
-        }
-        if first == parts.len() {
-            break;
-        }
-        let slices: Vec<IoSlice<'_>> = parts[first..].iter().map(|p| IoSlice::new(p)).collect();
+    while let Some(slices) = unwritten(parts, &mut first) {
         let n = match w.try_write_vectored(&slices) {
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
