@@ -42,7 +42,8 @@ pub use process::{
 pub use prometheus::{require_prometheus, Prometheus, Sample};
 pub use python_nodes::{venv_python, Mark, MarkedPythonNodes};
 pub use raw_node::{
-    connect, good_node, good_node_named, handshake, hello, logged_in, real_batch, real_data, recv, send, try_send,
+    connect, good_node, good_node_named, good_node_over, handshake, hello, logged_in, real_batch, real_data, recv,
+    send, try_send,
 };
 pub use records::{read_output, OutputRecord};
 pub use recurrent_replay::assert_recurrent_replay;
