@@ -2,6 +2,7 @@
 
 pub mod independent;
 pub mod one_node;
+pub mod tls_cost;
 
 use actix::Addr;
 use rollout_actors::messages::{NextBatch, Recycle};

@@ -12,8 +12,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use crate::certs::{test_certs, TestCerts};
 use crate::process::{rollout_bin, wait_with_deadline};
 use crate::scratch::temp_dir;
+use crate::tls_front::TlsFront;
 use crate::wait::poll_until;
 
 /// The shared token of the legitimate nodes (long enough for the trainer).
@@ -28,6 +30,9 @@ pub struct TrainerSetup {
     pub frames_per_batch: u64,
     /// Run the trainer under `prlimit --nofile=N:N` (its file descriptors capped).
     pub nofile: Option<u32>,
+    /// The trainer's links over TLS (`--tls-cert`/`--tls-key`; its nodes `--tls-ca`),
+    /// the attacks through a [`TlsFront`]: raw bytes inside a finished TLS handshake.
+    pub tls: bool,
 }
 
 impl Default for TrainerSetup {
@@ -36,6 +41,7 @@ impl Default for TrainerSetup {
             total_frames: 40_000,
             frames_per_batch: 500,
             nofile: None,
+            tls: false,
         }
     }
 }
@@ -51,6 +57,8 @@ pub struct AttackedTrainer {
     sampling: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
     dir: tempfile::TempDir,
+    /// Under TLS: the certificates, and the front attackers connect through.
+    tls: Option<(TestCerts, TlsFront)>,
 }
 
 /// How a run under attack ended.
@@ -104,6 +112,13 @@ impl AttackedTrainer {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        let certs = setup.tls.then(test_certs);
+        if let Some(c) = &certs {
+            cmd.arg("--tls-cert")
+                .arg(&c.trainer_cert)
+                .arg("--tls-key")
+                .arg(&c.trainer_key);
+        }
         let mut child = cmd.spawn().expect("start the trainer");
         let pid = child.id();
         let stdout = Arc::new(Mutex::new(Vec::new()));
@@ -157,6 +172,7 @@ impl AttackedTrainer {
             sampling,
             threads,
             dir,
+            tls: None,
         };
         let first = t
             .wait_line(|_| true, Duration::from_secs(120))
@@ -166,12 +182,19 @@ impl AttackedTrainer {
             .as_str()
             .and_then(|a| a.parse().ok())
             .unwrap_or_else(|| panic!("the first JSON line is not {{\"listening\": ADDR}}: {first}"));
+        t.tls = certs.map(|c| {
+            let front = TlsFront::start(t.addr, &c.ca);
+            (c, front)
+        });
         t
     }
 
-    /// The address it listens on.
+    /// Where attackers connect: the trainer's port, or under TLS the [`TlsFront`] to it.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        match &self.tls {
+            Some((_, front)) => front.addr(),
+            None => self.addr,
+        }
     }
 
     /// Its process id.
@@ -186,10 +209,13 @@ impl AttackedTrainer {
 
     /// Starts a legitimate `rollout node` joining it.
     pub fn start_node(&self) -> Child {
-        Command::new(rollout_bin())
-            .args(["node", "--join", &self.addr.to_string(), "--token-file"])
-            .arg(self.dir.path().join("token"))
-            .stdin(Stdio::null())
+        let mut cmd = Command::new(rollout_bin());
+        cmd.args(["node", "--join", &self.addr.to_string(), "--token-file"])
+            .arg(self.dir.path().join("token"));
+        if let Some((c, _)) = &self.tls {
+            cmd.arg("--tls-ca").arg(&c.ca);
+        }
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -6,6 +6,7 @@
 
 mod attack;
 mod batches;
+mod certs;
 mod faults;
 mod hosts;
 mod http;
@@ -20,6 +21,7 @@ mod recurrent_replay;
 mod scratch;
 mod scripted;
 mod setups;
+mod tls_front;
 mod wait;
 
 pub use attack::{
@@ -27,6 +29,7 @@ pub use attack::{
     TrainerSetup, ATTACK_TOKEN,
 };
 pub use batches::{assert_unique_traj_ids, assert_unique_traj_ids_in_records, cut_trajectories, drain};
+pub use certs::{test_certs, TestCerts};
 pub use faults::{flaky_registry, panicky_registry, Panicky};
 pub use hosts::{hosts_sh, HostProcess, Hosts, HostsTurn, HOSTS_SLURM_CONF};
 pub use http::{http_get, http_raw, url_encode, HttpAnswer};
@@ -39,7 +42,8 @@ pub use process::{
 pub use prometheus::{require_prometheus, Prometheus, Sample};
 pub use python_nodes::{venv_python, Mark, MarkedPythonNodes};
 pub use raw_node::{
-    connect, good_node, good_node_named, handshake, hello, logged_in, real_batch, real_data, recv, send, try_send,
+    connect, good_node, good_node_named, good_node_over, handshake, hello, logged_in, real_batch, real_data, recv,
+    send, try_send,
 };
 pub use records::{read_output, OutputRecord};
 pub use recurrent_replay::assert_recurrent_replay;
@@ -49,4 +53,5 @@ pub use setups::{
     built_on_a_thread, cartpole_sync_builder, counting_process_builder, external_counting_builder,
     listening_on_a_thread, panicky_builder, trainer_config, value_weights,
 };
+pub use tls_front::TlsFront;
 pub use wait::{holds_for, poll_until, wait_for, wait_until};

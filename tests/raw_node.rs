@@ -115,11 +115,23 @@ pub fn good_node_named(
     index: Option<usize>,
     name: String,
 ) -> JoinHandle<Result<(), String>> {
+    good_node_over(addr, token, index, name, None)
+}
+
+/// [`good_node_named`] joining over TLS with `tls` (plain TCP when `None`).
+pub fn good_node_over(
+    addr: SocketAddr,
+    token: &'static [u8],
+    index: Option<usize>,
+    name: String,
+    tls: Option<rollout_actors::remote::NodeTls>,
+) -> JoinHandle<Result<(), String>> {
     thread::spawn(move || {
         let opts = NodeOptions {
             name,
             index,
             connect_timeout: Duration::from_secs(30),
+            tls,
             ..NodeOptions::default()
         };
         run_node(&addr.to_string(), token, opts).map_err(|e| e.to_string())

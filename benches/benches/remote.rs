@@ -7,11 +7,16 @@
 //!     against writing the same bytes twice over raw loopback.
 //! (e) (c) with the trainer's metrics served, in windows alternately scraped every
 //!     100 ms and not, in one run.
-//! Prints each figure, c/b, d/(2 x raw write) and e (scraped / not).
+//! (f) TLS against plain TCP in the same run (issue 41), two collectors side by side
+//!     pulled in alternating 0.5 s windows: (c) over TLS / (c) plain; 8 MiB batches
+//!     (1,024 frames of 8 KiB) from 2 nodes joining over loopback, TLS / plain; and (d)
+//!     over TLS / (d) plain.
+//! Prints each figure, c/b, d/(2 x raw write), e (scraped / not) and the TLS ratios.
 //!
 //! Run: `cargo bench -p rollout-benches --bench remote`. For profiling one part
 //! (`perf record -a`), `ROLLOUT_BENCH_ONLY=local|process` collects for 3 s and
-//! `ROLLOUT_BENCH_ONLY=weights` runs (d) for 30 rounds, `ROLLOUT_BENCH_ONLY=metrics` (e).
+//! `ROLLOUT_BENCH_ONLY=weights` runs (d) for 30 rounds, `ROLLOUT_BENCH_ONLY=metrics` (e),
+//! `ROLLOUT_BENCH_ONLY=tls` (f) alone.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -25,6 +30,8 @@ use std::time::{Duration, Instant};
 use ndarray::ArrayD;
 use rollout::{PolicyConfig, Tensor, Weights};
 use rollout_actors::{DistributedCollector, Launcher};
+use rollout_benches::tls_cost::{secured, wide_collector};
+use rollout_tests::{test_certs, TestCerts};
 
 const F: usize = 10_000;
 
@@ -154,11 +161,17 @@ fn rate(c: &mut DistributedCollector, secs: f64) -> f64 {
 /// to writing the same bytes twice over raw loopback. (params, bytes, update s,
 /// raw s, ratio) per round.
 fn weight_update(rounds: usize) -> (usize, usize, Vec<f64>, Vec<f64>, Vec<f64>) {
+    weight_update_over(rounds, None)
+}
+
+/// [`weight_update`] with the links over TLS when `certs`.
+fn weight_update_over(rounds: usize, certs: Option<&TestCerts>) -> (usize, usize, Vec<f64>, Vec<f64>, Vec<f64>) {
     // (d) 10 M parameters: CartPole (4 obs, 2 actions), hidden [3160, 3160].
     let hidden = vec![3160, 3160];
     // Sync, one frame per node: the nodes are idle while weights are measured (a
     // forward pass of this policy takes milliseconds).
-    let mut w = collector(Launcher::Process, PolicyConfig::Mlp { hidden: hidden.clone() }, 2, true);
+    let b = builder(Launcher::Process, PolicyConfig::Mlp { hidden: hidden.clone() }, 2, true);
+    let mut w = secured(b, certs).build().expect("collector");
     w.next_batch().expect("batch").expect("endless");
     let shapes = [
         ("layers.0.weight", vec![3160, 4]),
@@ -196,6 +209,78 @@ fn weight_update(rounds: usize) -> (usize, usize, Vec<f64>, Vec<f64>, Vec<f64>) 
     (params, bytes, d, raw2, ratio)
 }
 
+/// `rounds` pairs of 0.5 s windows pulling `plain` and `tls` in turn (which goes first
+/// alternating, so neither always has the warmer caches): the rates of each and the
+/// per-round ratios TLS / plain.
+fn alternate(
+    plain: &mut DistributedCollector,
+    tls: &mut DistributedCollector,
+    rounds: usize,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (mut p, mut t, mut r) = (vec![], vec![], vec![]);
+    for i in 0..rounds {
+        let (rp, rt) = if i % 2 == 0 {
+            let rp = rate(plain, 0.5);
+            (rp, rate(tls, 0.5))
+        } else {
+            let rt = rate(tls, 0.5);
+            (rate(plain, 0.5), rt)
+        };
+        p.push(rp);
+        t.push(rt);
+        r.push(rt / rp);
+    }
+    (p, t, r)
+}
+
+/// (f): TLS against plain in the same run. Prints each pair's rates and the median of
+/// the per-round ratios (TLS / plain; for the weight push, plain time / TLS time).
+fn print_tls(rounds: usize) {
+    let certs = test_certs();
+    let process = |certs: Option<&TestCerts>| {
+        secured(builder(Launcher::Process, PolicyConfig::Linear, F, false), certs)
+            .build()
+            .expect("collector")
+    };
+    let (mut plain, mut tls) = (process(None), process(Some(&certs)));
+    let (p, t, r) = alternate(&mut plain, &mut tls, rounds);
+    plain.shutdown().expect("shutdown");
+    tls.shutdown().expect("shutdown");
+    println!(
+        "(f) CartPole, 10,000-frame batches, 2 process nodes: plain {:>10.0} frames/s   TLS {:>10.0} frames/s   TLS/plain = {:.3}",
+        median(p),
+        median(t),
+        median(r)
+    );
+    let wide_frames = 1024;
+    let mb = (wide_frames * rollout_benches::tls_cost::WIDE_OBS * 4) as f64 / (1 << 20) as f64;
+    let (mut plain, plain_nodes) = wide_collector(wide_frames, None);
+    let (mut tls, tls_nodes) = wide_collector(wide_frames, Some(&certs));
+    let (p, t, r) = alternate(&mut plain, &mut tls, rounds);
+    plain.shutdown().expect("shutdown");
+    tls.shutdown().expect("shutdown");
+    for n in plain_nodes.into_iter().chain(tls_nodes) {
+        let _ = n.join();
+    }
+    let bytes = |fps: f64| fps * (rollout_benches::tls_cost::WIDE_OBS * 4) as f64 / 1e9;
+    println!(
+        "(f) {mb:.0} MiB batches, 2 nodes over loopback:       plain {:>6.2} GB/s   TLS {:>6.2} GB/s   TLS/plain = {:.3}",
+        bytes(median(p)),
+        bytes(median(t)),
+        median(r)
+    );
+    let (params, _, dp, _, _) = weight_update_over(rounds * 2 + 1, None);
+    let (_, _, dt, _, _) = weight_update_over(rounds * 2 + 1, Some(&certs));
+    let ratio: Vec<f64> = dp.iter().zip(&dt).map(|(p, t)| p / t).collect();
+    println!(
+        "(f) weight push, {:.1} M params to 2 nodes:         plain {:>7.1} ms   TLS {:>7.1} ms   plain/TLS = {:.3}",
+        params as f64 / 1e6,
+        median(dp) * 1e3,
+        median(dt) * 1e3,
+        median(ratio)
+    );
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -207,6 +292,10 @@ fn main() {
     if let Ok(which) = std::env::var("ROLLOUT_BENCH_ONLY") {
         if which == "metrics" {
             print_scraped(20);
+            return;
+        }
+        if which == "tls" {
+            print_tls(9);
             return;
         }
         if which == "weights" {
@@ -266,4 +355,5 @@ fn main() {
         median(ratio)
     );
     print_scraped(10);
+    print_tls(9);
 }

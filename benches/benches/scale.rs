@@ -21,6 +21,11 @@
 //! small frame out on each, a 1 KiB reply back on each, blocking sockets, the other
 //! end the same swarm child in `echo` mode): `round/raw` and `cpu/raw` are the ratios.
 //!
+//! Then, per N, the join over TLS against plain in the same run (issue 41): the time
+//! until all N joined and the trainer's CPU meanwhile (its side of N TLS handshakes
+//! and logins), plain then TLS, each the median of 3 joins; the swarm speaks TLS with
+//! tokio-rustls when `ROLLOUT_SCALE_TLS_CA` names the CA.
+//!
 //! Run: `cargo bench -p rollout-benches --bench scale`. N defaults to 1,8,64,256,1024;
 //! `ROLLOUT_SCALE_NODES=8,64` picks others, `ROLLOUT_SCALE_SECS` the seconds each
 //! phase measures (default 3). The swarm's nodes answer the trainer's heartbeats as
@@ -41,6 +46,7 @@ use rollout::{PolicyConfig, Registry};
 use rollout_actors::messages::StopNodes;
 use rollout_actors::testkit::NodeHarness;
 use rollout_actors::{CollectorBuilder, DistributedCollector, Launcher};
+use rustls::pki_types::pem::PemObject;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 
 const TOKEN: &str = "scale-bench-token-0123456789abcdef";
@@ -65,6 +71,10 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3.0);
+    if std::env::var("ROLLOUT_SCALE_ONLY").as_deref() == Ok("tls") {
+        print_tls_joins(&ns);
+        return;
+    }
     // Profiling aid: `ROLLOUT_SCALE_ONLY=sync|async|embedded` runs that phase alone
     // (sync includes the idle part), for `perf record -p`.
     if let Ok(only) = std::env::var("ROLLOUT_SCALE_ONLY") {
@@ -138,6 +148,55 @@ fn main() {
             embedded * 1e6
         );
     }
+    print_tls_joins(&ns);
+}
+
+/// The join of N nodes over TLS against plain, in the same run, for each N.
+fn print_tls_joins(ns: &[usize]) {
+    let certs = rollout_tests::test_certs();
+    println!("join over TLS against plain (median of 3 joins each; the trainer's CPU while N joined):");
+    for &n in ns {
+        let (mut tp, mut cp, mut tt, mut ct) = (vec![], vec![], vec![], vec![]);
+        for _ in 0..3 {
+            let (t, c) = join_once(n, None);
+            tp.push(t);
+            cp.push(c);
+            let (t, c) = join_once(n, Some(&certs));
+            tt.push(t);
+            ct.push(c);
+        }
+        let (tp, cp) = (quantile(&mut tp, 0.5), quantile(&mut cp, 0.5));
+        let (tt, ct) = (quantile(&mut tt, 0.5), quantile(&mut ct, 0.5));
+        println!(
+            "{n:>5}: plain {:>7.0} ms, CPU {:>7.1} ms   TLS {:>7.0} ms, CPU {:>7.1} ms   \
+             TLS CPU - plain CPU = {:.0} µs per node",
+            tp * 1e3,
+            cp * 1e3,
+            tt * 1e3,
+            ct * 1e3,
+            (ct - cp) / n as f64 * 1e6
+        );
+    }
+}
+
+/// One sync collector of `n` swarm nodes built (every node joined), over TLS with
+/// `certs`: the time `build` took and the trainer's CPU meanwhile; then shut down.
+fn join_once(n: usize, certs: Option<&rollout_tests::TestCerts>) -> (f64, f64) {
+    let child = SwarmSlot::default();
+    let hook = Arc::clone(&child);
+    let ca = certs.map(|c| c.ca.clone());
+    let mut b = settings(n, true, &child).on_listening(move |addr| {
+        *hook.lock().expect("swarm slot") = Some(spawn_swarm_tls("nodes", addr, n, ca.as_deref()));
+    });
+    if let Some(c) = certs {
+        b = b.tls_cert(&c.trainer_cert).tls_key(&c.trainer_key);
+    }
+    let (cpu0, start) = (process_cpu(), Instant::now());
+    let mut c = b.build().expect("collector");
+    let (join, cpu) = (start.elapsed().as_secs_f64(), (process_cpu() - cpu0).as_secs_f64());
+    c.shutdown().expect("shutdown");
+    reap(child.lock().expect("swarm slot").take().expect("swarm started"));
+    (join, cpu)
 }
 
 // ---------------------------------------------------------------- measuring
@@ -177,9 +236,17 @@ fn raise_nofile_limit() {
 
 /// The swarm child: this executable in `mode`, serving `n` connections to `addr`.
 fn spawn_swarm(mode: &str, addr: SocketAddr, n: usize) -> Child {
+    spawn_swarm_tls(mode, addr, n, None)
+}
+
+/// [`spawn_swarm`], its nodes joining over TLS (the trainer checked against `ca`) when set.
+fn spawn_swarm_tls(mode: &str, addr: SocketAddr, n: usize, ca: Option<&std::path::Path>) -> Child {
     let exe = std::env::current_exe().expect("own path");
-    Command::new(exe)
-        .env("ROLLOUT_SCALE_SWARM", mode)
+    let mut cmd = Command::new(exe);
+    if let Some(ca) = ca {
+        cmd.env("ROLLOUT_SCALE_TLS_CA", ca);
+    }
+    cmd.env("ROLLOUT_SCALE_SWARM", mode)
         .env("ROLLOUT_SCALE_ADDR", addr.to_string())
         .env("ROLLOUT_SCALE_COUNT", n.to_string())
         .env("ROLLOUT_TOKEN", TOKEN)
@@ -519,8 +586,57 @@ async fn swarm_node(addr: &str, token: &[u8], i: usize) -> Result<(), String> {
         }
     };
     let _ = s.set_nodelay(true);
-    let (r, mut w) = s.into_split();
-    let mut r = BufReader::new(r);
+    match swarm_tls() {
+        None => {
+            let (r, w) = s.into_split();
+            swarm_session(BufReader::new(r), w, token, i, name, own_beats).await
+        }
+        Some(connector) => {
+            let ip = s.peer_addr().map_err(|e| e.to_string())?.ip();
+            let tls = connector
+                .connect(rustls::pki_types::ServerName::IpAddress(ip.into()), s)
+                .await
+                .map_err(|e| format!("TLS handshake: {e}"))?;
+            let (r, w) = tokio::io::split(tls);
+            swarm_session(BufReader::new(r), w, token, i, name, own_beats).await
+        }
+    }
+}
+
+/// The swarm's TLS connector when `ROLLOUT_SCALE_TLS_CA` names the CA (made once).
+fn swarm_tls() -> Option<tokio_rustls::TlsConnector> {
+    thread_local! {
+        static CONNECTOR: Option<tokio_rustls::TlsConnector> = std::env::var_os("ROLLOUT_SCALE_TLS_CA").map(|ca| {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in rustls::pki_types::CertificateDer::pem_file_iter(ca).expect("CA file") {
+                roots.add(c.expect("CA certificate")).expect("CA added");
+            }
+            #[allow(deprecated)]
+            let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+            let config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .expect("versions")
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        });
+    }
+    CONNECTOR.with(Clone::clone)
+}
+
+/// One node's login and session over its stream's halves (see [`swarm_node`]).
+async fn swarm_session<R, W>(
+    mut r: BufReader<R>,
+    mut w: W,
+    token: &[u8],
+    i: usize,
+    name: String,
+    own_beats: bool,
+) -> Result<(), String>
+where
+    R: tokio::io::AsyncRead + Unpin + 'static,
+    W: tokio::io::AsyncWrite + Unpin,
+{
     let encode = |f: &NodeFrame, max| wire::encode(f, max).map_err(|e| e.to_string());
     let mut hs = NodeHandshake::new(token, name, None);
     w.write_all(&encode(&hs.hello(), DEFAULT_MAX_FRAME)?)

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use rollout_actors::remote::{read_token, run_node, JoinError, NodeOptions};
+use rollout_actors::remote::{read_token, run_node, JoinError, NodeOptions, NodeTls};
 
 use crate::failure::{usage, Failure};
 
@@ -29,6 +29,18 @@ pub(crate) struct NodeArgs {
     /// Give up connecting after this many seconds.
     #[arg(long, default_value_t = 30.0, value_name = "SECS")]
     connect_timeout: f64,
+    /// Join over TLS: the CA certificates (PEM) the trainer's certificate must chain to.
+    #[arg(long, value_name = "PEM")]
+    tls_ca: Option<PathBuf>,
+    /// The name the trainer's certificate must hold [default: the host of --join].
+    #[arg(long, value_name = "NAME", requires = "tls_ca")]
+    tls_server_name: Option<String>,
+    /// Mutual TLS: this node's certificate chain (PEM), with --tls-key.
+    #[arg(long, value_name = "PEM", requires = "tls_ca")]
+    tls_cert: Option<PathBuf>,
+    /// Mutual TLS: this node's private key (PEM), with --tls-cert.
+    #[arg(long, value_name = "PEM", requires = "tls_ca")]
+    tls_key: Option<PathBuf>,
 }
 
 /// `rollout node`: join, serve until Shutdown (or leave on SIGTERM/SIGINT), exit 0.
@@ -50,6 +62,17 @@ pub(crate) fn node(args: &NodeArgs) -> Result<(), Failure> {
     };
     if let Some(n) = &args.name {
         opts.name = n.clone();
+    }
+    if let Some(ca) = &args.tls_ca {
+        let tls = NodeTls {
+            ca: ca.clone(),
+            server_name: args.tls_server_name.clone(),
+            cert: args.tls_cert.clone(),
+            key: args.tls_key.clone(),
+        };
+        // Every file read and checked before the node dials: a usage error.
+        tls.check().map_err(|e| usage(e.field, e.reason))?;
+        opts.tls = Some(tls);
     }
     run_node(&args.join, &token, opts).map_err(|e| match e {
         JoinError::Connect { .. } | JoinError::Rejected(_) => Failure::Runtime(e.to_string()),

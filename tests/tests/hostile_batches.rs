@@ -2,10 +2,12 @@
 //! nodes and one scripted node (the wire encoder and the token on a raw `TcpStream`)
 //! that announces a wrong `ready` or answers with a wrong `batch`. Each run must end
 //! exact with every frame from the legitimate nodes and none from the hostile one,
-//! whose connection is closed with the reason logged.
+//! whose connection is closed with the reason logged. Each runs over plain TCP, then
+//! over TLS.
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
@@ -13,9 +15,11 @@ use rollout::message::{Batch, Continue, FromNode, ToNode};
 use rollout::rollout::{keys, BatchLayout};
 use rollout::wire::{self, Auth, Hello, NodeFrame, TrainerFrame, Welcome, PROTOCOL_VERSION};
 use rollout::{DType, Registry, Tensor, TensorDict};
+use rollout_actors::remote::NodeTls;
 use rollout_actors::DistributedCollector;
 use rollout_tests::{
-    built_on_a_thread, connect, external_counting_builder, good_node, real_data, recv, send, unique_name, OwnLog,
+    built_on_a_thread, connect, external_counting_builder, good_node_over, real_data, recv, send, test_certs,
+    unique_name, OwnLog, TestCerts, TlsFront,
 };
 
 const TOKEN: &[u8] = b"hostile-batches-token-0123456789";
@@ -29,13 +33,15 @@ const HOSTILE: usize = 2;
 
 /// An async trainer expecting three external nodes of [`ENVS`] Counting envs each,
 /// built on a thread (build waits for the joins).
-fn trainer() -> (JoinHandle<DistributedCollector>, SocketAddr) {
-    built_on_a_thread(
-        external_counting_builder(TOKEN, 3, ENVS)
-            .frames_per_batch(FPB)
-            .total_frames(TOTAL as i64)
-            .sync(false),
-    )
+fn trainer(certs: Option<&TestCerts>) -> (JoinHandle<DistributedCollector>, SocketAddr) {
+    let b = external_counting_builder(TOKEN, 3, ENVS)
+        .frames_per_batch(FPB)
+        .total_frames(TOTAL as i64)
+        .sync(false);
+    built_on_a_thread(match certs {
+        Some(c) => b.tls_cert(&c.trainer_cert).tls_key(&c.trainer_key),
+        None => b,
+    })
 }
 
 /// The scripted node's side of its connection.
@@ -130,14 +136,43 @@ fn zeros(batch_size: &[usize], layout: &BatchLayout) -> TensorDict {
 /// A run with the hostile node announcing `layout` and answering every `Continue`
 /// with `answer`: it ends exact, every frame from nodes 0 and 1, and the hostile
 /// connection is closed with `reason` logged.
-fn hostile_run(layout: BatchLayout, answer: impl Fn(&Welcome, Continue) -> TensorDict + Send + 'static, reason: &str) {
-    let (t, addr) = trainer();
+///
+/// Over plain TCP, then over TLS (issue 41): the legitimate nodes join over TLS, the
+/// hostile node's frames reach the trainer through a `TlsFront`, inside TLS.
+fn hostile_run(
+    layout: BatchLayout,
+    answer: impl Fn(&Welcome, Continue) -> TensorDict + Send + Sync + 'static,
+    reason: &str,
+) {
+    let answer = Arc::new(answer);
+    for certs in [None, Some(test_certs())] {
+        let answer = Arc::clone(&answer);
+        hostile_run_over(layout.clone(), move |w, c| answer(w, c), reason, certs.as_ref());
+    }
+}
+
+/// [`hostile_run`] over TLS with `certs`, or plain TCP.
+fn hostile_run_over(
+    layout: BatchLayout,
+    answer: impl Fn(&Welcome, Continue) -> TensorDict + Send + 'static,
+    reason: &str,
+    certs: Option<&TestCerts>,
+) {
+    let (t, addr) = trainer(certs);
     let name = unique_name("hostile");
     let log = OwnLog::node(&name);
-    let mut h = Scripted::join(addr, &name);
+    let hostile_addr = certs.map_or(addr, |c| TlsFront::start(addr, &c.ca).addr());
+    let mut h = Scripted::join(hostile_addr, &name);
     h.ready(layout);
     let hostile = thread::spawn(move || h.serve(&answer));
-    let good = [good_node(addr, TOKEN, Some(0)), good_node(addr, TOKEN, Some(1))];
+    let tls = certs.map(|c| NodeTls {
+        ca: c.ca.clone(),
+        ..NodeTls::default()
+    });
+    let good = [
+        good_node_over(addr, TOKEN, Some(0), unique_name("good"), tls.clone()),
+        good_node_over(addr, TOKEN, Some(1), unique_name("good"), tls),
+    ];
     let mut c = t.join().expect("trainer thread");
     let mut frames = 0;
     let mut from = Vec::new();
@@ -175,7 +210,7 @@ fn wrong_ready(change: impl FnOnce(&mut BatchLayout), reason: &str) {
 }
 
 /// A correct `ready`, then every `Continue` answered with `answer`.
-fn wrong_batch(answer: impl Fn(&Welcome, Continue) -> TensorDict + Send + 'static, reason: &str) {
+fn wrong_batch(answer: impl Fn(&Welcome, Continue) -> TensorDict + Send + Sync + 'static, reason: &str) {
     hostile_run(counting(), answer, reason);
 }
 

@@ -4,6 +4,10 @@
 //! summary, every frame, no node timed out), what the attacker's connection got and
 //! within which bound, that the trainer's peak RSS stays within 64 MiB of what it was
 //! before the attack, and that its stderr stays small.
+//!
+//! Every attack runs twice: over plain TCP, then over TLS (issue 41), its bytes sent
+//! inside a finished TLS handshake through a `TlsFront`: the login's bounds hold
+//! behind TLS too. (Attacks on the TLS handshake itself are in `tests/tests/tls.rs`.)
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -26,8 +30,27 @@ const PROMPT: Duration = Duration::from_secs(15);
 /// The trainer's handshake deadline (the CLI's default) plus slack.
 const DEADLINE_BOUND: Duration = Duration::from_secs(5 + 15);
 
+/// `setup` over plain TCP, then over TLS.
+fn both_links(setup: TrainerSetup) -> [TrainerSetup; 2] {
+    [
+        TrainerSetup {
+            tls: false,
+            ..setup.clone()
+        },
+        TrainerSetup { tls: true, ..setup },
+    ]
+}
+
+/// [`during_the_run_over`] over plain TCP, then over TLS: the stderr of each.
+fn during_the_run(name: &str, setup: TrainerSetup, attack: impl Fn(&AttackedTrainer)) -> Vec<String> {
+    both_links(setup)
+        .into_iter()
+        .map(|s| during_the_run_over(name, s, &attack))
+        .collect()
+}
+
 /// Runs `attack` once the run is on, then checks the run, the memory and the log.
-fn during_the_run(name: &str, setup: TrainerSetup, attack: impl FnOnce(&AttackedTrainer)) -> String {
+fn during_the_run_over(name: &str, setup: TrainerSetup, attack: impl FnOnce(&AttackedTrainer)) -> String {
     let t = AttackedTrainer::start(name, setup.clone());
     let nodes = vec![t.start_node(), t.start_node()];
     t.wait_running();
@@ -45,9 +68,16 @@ fn during_the_run(name: &str, setup: TrainerSetup, attack: impl FnOnce(&Attacked
     end.stderr
 }
 
+/// [`before_the_run_over`] over plain TCP, then over TLS: the stderr of each.
+fn before_the_run(name: &str, attack: impl Fn(&AttackedTrainer)) -> Vec<String> {
+    both_links(TrainerSetup::default())
+        .into_iter()
+        .map(|s| before_the_run_over(name, s, &attack))
+        .collect()
+}
+
 /// Runs `attack` before the nodes join (the trainer is waiting for them), then the run.
-fn before_the_run(name: &str, attack: impl FnOnce(&AttackedTrainer)) -> String {
-    let setup = TrainerSetup::default();
+fn before_the_run_over(name: &str, setup: TrainerSetup, attack: impl FnOnce(&AttackedTrainer)) -> String {
     let t = AttackedTrainer::start(name, setup.clone());
     let before = t.peak_kib();
     attack(&t);
@@ -186,7 +216,11 @@ fn connections_past_the_login_cap_close_the_oldest_and_the_log_stays_small() {
                 .recv_timeout(end.saturating_duration_since(Instant::now()))
                 .unwrap_or_else(|_| panic!("only {made_room} closed to make room within {PROMPT:?}"));
             let reason = c.reject_reason().unwrap_or_default();
-            if reason.contains("closed to make room") {
+            // Over TLS, one closed while still in its TLS handshake (the pending logins
+            // count those too) goes without a `reject`: there is no encrypted link to
+            // say it on. The trainer's log names it (rate-limited).
+            let mid_handshake = t.setup().tls && c.reject_reason().is_none();
+            if reason.contains("closed to make room") || mid_handshake {
                 made_room += 1;
             } else {
                 assert!(reason.contains("handshake not done"), "{reason:?}");
@@ -200,8 +234,10 @@ fn connections_past_the_login_cap_close_the_oldest_and_the_log_stays_small() {
             let _ = r.join();
         }
     });
-    let refusals = stderr.lines().filter(|l| l.contains("connection refused")).count();
-    assert!(refusals < 50, "{refusals} refusal lines: the log is not rate-limited");
+    for stderr in stderr {
+        let refusals = stderr.lines().filter(|l| l.contains("connection refused")).count();
+        assert!(refusals < 50, "{refusals} refusal lines: the log is not rate-limited");
+    }
 }
 
 /// Logs in with the token as node `index`, reads `welcome`, and returns the connection.
@@ -309,8 +345,10 @@ fn out_of_file_descriptors_the_accept_loop_backs_off_and_the_run_completes() {
         assert!(held_back <= 20, "{held_back} tries in a second: {again}");
         drop(held);
     });
-    let accept_lines = stderr.lines().filter(|l| l.contains("accept failed")).count();
-    assert!(accept_lines <= 30, "{accept_lines} accept-failure lines");
+    for stderr in stderr {
+        let accept_lines = stderr.lines().filter(|l| l.contains("accept failed")).count();
+        assert!(accept_lines <= 30, "{accept_lines} accept-failure lines");
+    }
 }
 
 // Tokens: too short or in a file others can read, refused before anything listens.

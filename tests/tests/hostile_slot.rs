@@ -5,6 +5,9 @@
 //! so each refusal is that peer's failure, not a crash loop of the slot: an async run
 //! ends exact with the honest nodes' frames; a sync run, which needs the slot, fails
 //! within its join timeout naming the slot and the refusals.
+//!
+//! Each runs over plain TCP, then over TLS (issue 41): the honest nodes join over TLS,
+//! the peer's raw frames reach the trainer through a `TlsFront`, inside TLS.
 
 use std::net::SocketAddr;
 use std::thread::{self, JoinHandle};
@@ -13,9 +16,11 @@ use std::time::{Duration, Instant};
 use rollout::message::FromNode;
 use rollout::rollout::BatchLayout;
 use rollout::wire::{NodeFrame, TrainerFrame};
+use rollout_actors::remote::NodeTls;
 use rollout_actors::{CollectError, DistributedCollector};
 use rollout_tests::{
-    built_on_a_thread, connect, external_counting_builder, good_node, handshake, recv, send, unique_name,
+    built_on_a_thread, connect, external_counting_builder, good_node_over, handshake, recv, send, test_certs,
+    unique_name, TestCerts, TlsFront,
 };
 
 const TOKEN: &[u8] = b"hostile-slot-token-0123456789abcd";
@@ -30,16 +35,57 @@ const TIMES: usize = 6;
 /// A trainer expecting three external nodes of [`ENVS`] Counting envs, supervised as
 /// the CLI supervises remote nodes (3 restarts within 60 s), built on a thread (the
 /// build waits for the joins).
-fn trainer(sync: bool, total: i64, join_timeout: Duration) -> (JoinHandle<DistributedCollector>, SocketAddr) {
-    built_on_a_thread(
-        external_counting_builder(TOKEN, 3, ENVS)
-            .frames_per_batch(FPB)
-            .total_frames(total)
-            .sync(sync)
-            .node_max_restarts(3)
-            .node_restart_window(Duration::from_secs(60))
-            .join_timeout(join_timeout),
-    )
+fn trainer(
+    sync: bool,
+    total: i64,
+    join_timeout: Duration,
+    link: &Link,
+) -> (JoinHandle<DistributedCollector>, SocketAddr) {
+    let b = external_counting_builder(TOKEN, 3, ENVS)
+        .frames_per_batch(FPB)
+        .total_frames(total)
+        .sync(sync)
+        .node_max_restarts(3)
+        .node_restart_window(Duration::from_secs(60))
+        .join_timeout(join_timeout);
+    built_on_a_thread(match &link.certs {
+        Some(c) => b.tls_cert(&c.trainer_cert).tls_key(&c.trainer_key),
+        None => b,
+    })
+}
+
+/// How a scenario's links run: plain TCP, or TLS (the certificates made for it).
+struct Link {
+    certs: Option<TestCerts>,
+}
+
+impl Link {
+    /// Plain, then TLS.
+    fn both() -> [Link; 2] {
+        [
+            Link { certs: None },
+            Link {
+                certs: Some(test_certs()),
+            },
+        ]
+    }
+
+    /// Where the peer connects: the trainer, or a TLS front to it.
+    fn peer_addr(&self, trainer: SocketAddr) -> SocketAddr {
+        match &self.certs {
+            Some(c) => TlsFront::start(trainer, &c.ca).addr(),
+            None => trainer,
+        }
+    }
+
+    /// An honest node joining `trainer` for slot `index`.
+    fn good_node(&self, trainer: SocketAddr, index: usize) -> JoinHandle<Result<(), String>> {
+        let tls = self.certs.as_ref().map(|c| NodeTls {
+            ca: c.ca.clone(),
+            ..NodeTls::default()
+        });
+        good_node_over(trainer, TOKEN, Some(index), unique_name("good"), tls)
+    }
 }
 
 /// Joins slot [`SLOT`] and announces an empty layout, which the trainer refuses;
@@ -82,11 +128,17 @@ fn hostile_peer(addr: SocketAddr) -> JoinHandle<usize> {
 
 #[test]
 fn async_a_peer_refused_again_and_again_in_a_slot_does_not_end_the_run() {
+    for link in Link::both() {
+        async_refused_peer(&link);
+    }
+}
+
+fn async_refused_peer(link: &Link) {
     // Large enough that the run outlasts the peer's refusals.
     let total = 480_000;
-    let (t, addr) = trainer(false, total, DEADLINE);
-    let peer = hostile_peer(addr);
-    let good = [good_node(addr, TOKEN, Some(0)), good_node(addr, TOKEN, Some(1))];
+    let (t, addr) = trainer(false, total, DEADLINE, link);
+    let peer = hostile_peer(link.peer_addr(addr));
+    let good = [link.good_node(addr, 0), link.good_node(addr, 1)];
     let mut c = t.join().expect("trainer thread");
     let mut frames = 0;
     let mut from = Vec::new();
@@ -122,10 +174,16 @@ fn async_a_peer_refused_again_and_again_in_a_slot_does_not_end_the_run() {
 
 #[test]
 fn sync_a_slot_held_only_by_a_refused_peer_fails_the_run_naming_the_slot_within_its_wait() {
+    for link in Link::both() {
+        sync_slot_held_by_a_refused_peer(&link);
+    }
+}
+
+fn sync_slot_held_by_a_refused_peer(link: &Link) {
     let wait = Duration::from_secs(3);
-    let (t, addr) = trainer(true, 1_200_000, wait);
-    let peer = hostile_peer(addr);
-    let good = [good_node(addr, TOKEN, Some(0)), good_node(addr, TOKEN, Some(1))];
+    let (t, addr) = trainer(true, 1_200_000, wait, link);
+    let peer = hostile_peer(link.peer_addr(addr));
+    let good = [link.good_node(addr, 0), link.good_node(addr, 1)];
     let mut c = t.join().expect("trainer thread");
     let started = Instant::now();
     let err = loop {

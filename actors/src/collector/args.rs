@@ -201,6 +201,30 @@ pub struct CollectorArgs {
     /// node`) [default: this program].
     #[cfg_attr(feature = "clap", arg(long, value_name = "PATH"))]
     pub node_program: Option<PathBuf>,
+    /// TLS: the trainer's certificate chain, PEM (with `tls_key`). Nodes then join over
+    /// TLS only, checking it against their `--tls-ca`; the token login runs inside.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "PEM"))]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS: the trainer's private key, PEM.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "PEM"))]
+    pub tls_key: Option<PathBuf>,
+    /// Mutual TLS: nodes must show a certificate signed by a CA of this PEM file.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "PEM"))]
+    pub tls_client_ca: Option<PathBuf>,
+    /// The CA (PEM) the nodes this trainer starts (process, SLURM) check its
+    /// certificate against; passed to them as `--tls-ca`.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "PEM"))]
+    pub tls_ca: Option<PathBuf>,
+    /// The name the trainer's certificate holds, for the nodes it starts [default: the
+    /// host they dial].
+    #[cfg_attr(feature = "clap", arg(long, value_name = "NAME"))]
+    pub tls_server_name: Option<String>,
+    /// Mutual TLS: the certificate (PEM) of the nodes this trainer starts.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "PEM"))]
+    pub node_tls_cert: Option<PathBuf>,
+    /// Mutual TLS: the private key (PEM) of the nodes this trainer starts.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "PEM"))]
+    pub node_tls_key: Option<PathBuf>,
     /// Serve the run's metrics for Prometheus at http://ADDR/metrics (e.g.
     /// 127.0.0.1:9464; port 0 picks one).
     #[cfg_attr(feature = "clap", arg(long, value_name = "ADDR"))]
@@ -327,6 +351,27 @@ impl CollectorArgs {
         }
         if let Some(p) = self.node_program {
             b = b.node_program(p);
+        }
+        if let Some(p) = self.tls_cert {
+            b = b.tls_cert(p);
+        }
+        if let Some(p) = self.tls_key {
+            b = b.tls_key(p);
+        }
+        if let Some(p) = self.tls_client_ca {
+            b = b.tls_client_ca(p);
+        }
+        if let Some(p) = self.tls_ca {
+            b = b.tls_ca(p);
+        }
+        if let Some(n) = self.tls_server_name {
+            b = b.tls_server_name(n);
+        }
+        if let Some(p) = self.node_tls_cert {
+            b = b.node_tls_cert(p);
+        }
+        if let Some(p) = self.node_tls_key {
+            b = b.node_tls_key(p);
         }
         if let Some(a) = self.metrics {
             b = b.metrics(a);

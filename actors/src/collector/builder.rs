@@ -412,6 +412,45 @@ impl CollectorBuilder {
         self.settings.token = Some(token.into());
         self
     }
+    /// TLS on every node's link: the trainer's certificate chain (PEM, leaf first).
+    /// With [`Self::tls_key`]; nodes then verify it (`rollout node --tls-ca`), and the
+    /// token login runs inside the encrypted link. Files are read when the run is built.
+    pub fn tls_cert(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.settings.tls.cert = Some(path.into());
+        self
+    }
+    /// The private key (PEM) of [`Self::tls_cert`].
+    pub fn tls_key(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.settings.tls.key = Some(path.into());
+        self
+    }
+    /// Mutual TLS: nodes must show a certificate signed by one of these CAs (PEM).
+    pub fn tls_client_ca(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.settings.tls.client_ca = Some(path.into());
+        self
+    }
+    /// For the nodes this trainer starts (`Process`, `Slurm`): the CA (PEM) they check
+    /// the trainer's certificate against (`--tls-ca`); required with `tls_cert` there.
+    pub fn tls_ca(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.settings.tls.ca = Some(path.into());
+        self
+    }
+    /// For the nodes this trainer starts: the name the trainer's certificate must
+    /// hold (`--tls-server-name`; default: the host they dial).
+    pub fn tls_server_name(mut self, name: impl Into<String>) -> Self {
+        self.settings.tls.server_name = Some(name.into());
+        self
+    }
+    /// For the nodes this trainer starts, under mutual TLS: their certificate (PEM).
+    pub fn node_tls_cert(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.settings.tls.node_cert = Some(path.into());
+        self
+    }
+    /// For the nodes this trainer starts, under mutual TLS: their private key (PEM).
+    pub fn node_tls_key(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.settings.tls.node_key = Some(path.into());
+        self
+    }
     /// Longest wait for every remote node to join (default 60 s); in an elastic run, for
     /// `min_nodes` to join, and, once no node is left, for one to join.
     pub fn join_timeout(mut self, d: Duration) -> Self {

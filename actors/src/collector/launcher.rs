@@ -14,12 +14,14 @@ use crate::launch::{
 };
 use crate::remote::listener::DoorConfig;
 use crate::remote::timing::PeerTiming;
+use crate::remote::tls::NodeTls;
 
 use super::settings::Settings;
 
 impl Settings {
     /// The launcher that starts this run's nodes, its settings checked: a token for
     /// nodes that join from outside (drawn at random for the ones this trainer starts),
+    /// TLS (files read now),
     /// the frame limit, the `Slurm` options and `advertise`, the node command;
     /// the door admits nodes of `versions` (those that can serve the run) only.
     pub(super) fn launch(&self, versions: AdmitVersions) -> Result<Box<dyn Launch>, CollectError> {
@@ -37,6 +39,7 @@ impl Settings {
             (_, Launcher::Process | Launcher::Slurm(_)) => random_token(),
             _ => return Err(config_error("token", "required for nodes that join from outside")),
         };
+        let tls = self.tls.check(&self.launcher)?;
         if self.run.max_frame < 1024 {
             return Err(config_error("max_frame", "must be at least 1024 bytes"));
         }
@@ -57,27 +60,28 @@ impl Settings {
                 handshake_timeout: self.handshake_timeout,
                 versions,
                 metrics: self.run_metrics.clone(),
+                tls: tls.acceptor,
             },
             join_timeout: self.join_timeout,
         };
         Ok(match slurm {
             Some((options, advertise)) => Box::new(SlurmLaunch {
                 door,
-                command: self.node_command()?,
+                command: self.node_command(tls.nodes.as_ref())?,
                 options,
                 advertise,
             }),
             None if self.launcher == Launcher::Process => Box::new(ProcessLaunch {
                 door,
-                command: self.node_command()?,
+                command: self.node_command(tls.nodes.as_ref())?,
             }),
             None => Box::new(ExternalLaunch { door }),
         })
     }
 
     /// The command that starts a node, checked: the one set, else `rollout node` from
-    /// this executable.
-    fn node_command(&self) -> Result<NodeCommand, CollectError> {
+    /// this executable; its nodes told to join over TLS when `tls`.
+    fn node_command(&self, tls: Option<&NodeTls>) -> Result<NodeCommand, CollectError> {
         let command = match &self.node_command {
             Some(c) => c.clone(),
             None => NodeCommand::rollout(
@@ -88,7 +92,10 @@ impl Settings {
         command
             .check()
             .map_err(|reason| config_error(command.field(), reason))?;
-        Ok(command)
+        Ok(match tls {
+            Some(t) => command.with_tls(t),
+            None => command,
+        })
     }
 
     /// Checks the `Slurm` launcher's settings; returns the `advertise` address.

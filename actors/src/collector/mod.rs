@@ -7,7 +7,8 @@
 //! all go through one `Plan`), `facade` and `embedded` (a plan run behind
 //! blocking calls, or in the caller's system), `plan` (settings checked and turned
 //! into the trainer's machine, node specs and launch), `launcher` (launcher settings
-//! turned into the `Launch` that starts the nodes), `settings` (what the builder
+//! turned into the `Launch` that starts the nodes), `tls` (the TLS settings checked and
+//! their files read), `settings` (what the builder
 //! recorded, plain data). `args` holds the plain settings as the CLI's flags and the
 //! Python module's keyword arguments give them, and hands them to the builder. What
 //! a batch goes through before its consumer sees it (split, postproc, replay buffer,
@@ -22,6 +23,7 @@ mod handle;
 mod launcher;
 mod plan;
 mod settings;
+mod tls;
 
 pub use crate::delivery::Postproc;
 pub use crate::launch::ListeningHook;

@@ -37,6 +37,8 @@ pub(super) struct Settings {
     pub(super) listen: String,
     pub(super) on_listening: Option<ListeningHook>,
     pub(super) token: Option<Vec<u8>>,
+    /// TLS settings, checked when the run is planned (`launcher.rs`).
+    pub(super) tls: TlsSettings,
     pub(super) join_timeout: Duration,
     pub(super) heartbeat: Duration,
     pub(super) heartbeat_timeout: Duration,
@@ -55,6 +57,20 @@ pub(super) struct Settings {
     pub(super) metrics_linger: Duration,
     /// Where the run counts, once its endpoint serves (set by the builder).
     pub(super) run_metrics: Option<crate::metrics::RunMetrics>,
+}
+
+/// The builder's TLS settings as given, each by its setter's name: the trainer's
+/// certificate, key and client CA, and what the nodes it starts are told (their CA for
+/// the trainer's certificate, the name to check, their own certificate and key).
+#[derive(Clone, Debug, Default)]
+pub(super) struct TlsSettings {
+    pub(super) cert: Option<std::path::PathBuf>,
+    pub(super) key: Option<std::path::PathBuf>,
+    pub(super) client_ca: Option<std::path::PathBuf>,
+    pub(super) ca: Option<std::path::PathBuf>,
+    pub(super) server_name: Option<String>,
+    pub(super) node_cert: Option<std::path::PathBuf>,
+    pub(super) node_key: Option<std::path::PathBuf>,
 }
 
 /// Default of [`CollectorBuilder::request_timeout`](crate::CollectorBuilder::request_timeout)
@@ -90,6 +106,7 @@ impl Default for Settings {
             listen: "127.0.0.1:0".into(),
             on_listening: None,
             token: None,
+            tls: TlsSettings::default(),
             join_timeout: Duration::from_secs(60),
             heartbeat: DEFAULT_HEARTBEAT.0,
             heartbeat_timeout: DEFAULT_HEARTBEAT.1,

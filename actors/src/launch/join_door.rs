@@ -30,6 +30,13 @@ impl JoinDoor {
         let addr = listener
             .local_addr()
             .map_err(|e| config_error("listen", format!("cannot read the bound address: {e}")))?;
+        if self.door.tls.is_none() && !addr.ip().is_loopback() {
+            tracing::warn!(
+                %addr,
+                "listening without TLS on an address other hosts reach: batches, weights and the model cross \
+                 the network in the clear (set tls_cert and tls_key, `--tls-cert`/`--tls-key`)"
+            );
+        }
         if let Some(f) = &self.on_listening {
             f(addr);
         }

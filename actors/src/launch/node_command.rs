@@ -11,6 +11,8 @@ use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+use crate::remote::tls::NodeTls;
+
 /// How the `Process` and `Slurm` launchers start a node: a program and its first
 /// arguments, to which the launcher appends `--join ADDR --index I --name NAME` and the
 /// token (`ROLLOUT_TOKEN` for child processes, `--token-file PATH` for SLURM tasks).
@@ -20,6 +22,9 @@ pub(crate) struct NodeCommand {
     argv: Vec<OsString>,
     /// The builder setting it came from, named in errors.
     field: &'static str,
+    /// The node's TLS flags, appended after the others (`--tls-ca PATH`, ...; empty
+    /// for plain TCP).
+    tls: Vec<OsString>,
 }
 
 impl NodeCommand {
@@ -29,6 +34,7 @@ impl NodeCommand {
         NodeCommand {
             argv: vec![program.into().into_os_string(), "node".into()],
             field: "node_program",
+            tls: Vec::new(),
         }
     }
 
@@ -38,7 +44,35 @@ impl NodeCommand {
         NodeCommand {
             argv,
             field: "node_command",
+            tls: Vec::new(),
         }
+    }
+
+    /// The same command, its nodes told to join over TLS with `tls` (`--tls-ca PATH`,
+    /// `--tls-server-name NAME`, `--tls-cert PATH --tls-key PATH`): flags `rollout node`
+    /// and the Python node both take.
+    pub(crate) fn with_tls(mut self, tls: &NodeTls) -> NodeCommand {
+        let mut flags: Vec<OsString> = vec!["--tls-ca".into(), tls.ca.clone().into_os_string()];
+        if let Some(n) = &tls.server_name {
+            flags.extend(["--tls-server-name".into(), n.into()]);
+        }
+        if let Some(c) = &tls.cert {
+            flags.extend(["--tls-cert".into(), c.clone().into_os_string()]);
+        }
+        if let Some(k) = &tls.key {
+            flags.extend(["--tls-key".into(), k.clone().into_os_string()]);
+        }
+        self.tls = flags;
+        self
+    }
+
+    /// The TLS flags, quoted for `sh` (empty for plain TCP): what a SLURM batch script
+    /// appends to a task's command line.
+    pub(crate) fn tls_shown(&self) -> String {
+        self.tls
+            .iter()
+            .map(|w| format!(" {}", sh_quote(&w.to_string_lossy())))
+            .collect()
     }
 
     /// The builder setting this command came from (`node_program` or `node_command`).
@@ -66,7 +100,7 @@ impl NodeCommand {
     }
 
     /// Node `index`'s child process: the command, then `--join addr --index index
-    /// --name process-<index>`, the token in `ROLLOUT_TOKEN` (never on the command
+    /// --name process-<index>` and the TLS flags, if any, the token in `ROLLOUT_TOKEN` (never on the command
     /// line, where `ps` shows it), stdin closed; stdout and stderr are this process's.
     ///
     /// The child leads a process group of its own, out of the terminal's foreground
@@ -87,6 +121,7 @@ impl NodeCommand {
             .arg(index.to_string())
             .arg("--name")
             .arg(format!("process-{index}"))
+            .args(&self.tls)
             .env("ROLLOUT_TOKEN", token)
             .stdin(Stdio::null())
             .process_group(0);
@@ -132,6 +167,37 @@ mod tests {
                 "process-3"
             ]
         );
+    }
+
+    #[test]
+    fn the_tls_flags_come_last() {
+        let tls = NodeTls {
+            ca: "/etc/ca.pem".into(),
+            server_name: Some("trainer".into()),
+            cert: Some("/n.pem".into()),
+            key: Some("/n key.pem".into()),
+        };
+        let c = NodeCommand::rollout("/bin/rollout").with_tls(&tls);
+        let cmd = c.child("127.0.0.1:9".parse().expect("addr"), "t", 0);
+        let args: Vec<_> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert_eq!(
+            args[args.len() - 8..],
+            [
+                "--tls-ca",
+                "/etc/ca.pem",
+                "--tls-server-name",
+                "trainer",
+                "--tls-cert",
+                "/n.pem",
+                "--tls-key",
+                "/n key.pem"
+            ]
+        );
+        assert_eq!(
+            c.tls_shown(),
+            " --tls-ca /etc/ca.pem --tls-server-name trainer --tls-cert /n.pem --tls-key '/n key.pem'"
+        );
+        assert_eq!(NodeCommand::rollout("/bin/rollout").tls_shown(), "");
     }
 
     #[test]

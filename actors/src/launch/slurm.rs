@@ -152,10 +152,11 @@ impl SlurmOptions {
         }
         s.push_str(&format!(
             "exec {} --join {} --index \"$SLURM_ARRAY_TASK_ID\" \
-             --name \"slurm-$SLURM_ARRAY_JOB_ID-$SLURM_ARRAY_TASK_ID\" --token-file {}\n",
+             --name \"slurm-$SLURM_ARRAY_JOB_ID-$SLURM_ARRAY_TASK_ID\" --token-file {}{}\n",
             command.shown(),
             quote(advertise),
             quote(&token_file.display().to_string()),
+            command.tls_shown(),
         ));
         s
     }

@@ -72,6 +72,9 @@ pub struct FailureLabel {
 /// Why a join was refused at the door (the label value is the name in snake case).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum RefusalReason {
+    /// The TLS handshake failed (garbage, a certificate refused, no client certificate
+    /// under mutual TLS).
+    Tls,
     /// The login failed: a wrong token, protocol version or frame, or the connection.
     Login,
     /// The handshake was not done within its deadline.
@@ -88,6 +91,7 @@ impl RefusalReason {
     /// The label value.
     pub fn as_str(self) -> &'static str {
         match self {
+            RefusalReason::Tls => "tls",
             RefusalReason::Login => "login",
             RefusalReason::Timeout => "timeout",
             RefusalReason::Evicted => "evicted",
@@ -98,7 +102,8 @@ impl RefusalReason {
 }
 
 /// Every [`RefusalReason`].
-pub const REFUSAL_REASONS: [RefusalReason; 5] = [
+pub const REFUSAL_REASONS: [RefusalReason; 6] = [
+    RefusalReason::Tls,
     RefusalReason::Login,
     RefusalReason::Timeout,
     RefusalReason::Evicted,

@@ -17,8 +17,8 @@ use rollout::pool::TensorPool;
 use rollout::wire::{WireError, PREFIX_LEN};
 
 use super::arrival::ArrivalNotice;
+use super::stream::ReadSide;
 use tokio::io::{AsyncRead, ReadBuf};
-use tokio::net::tcp::OwnedReadHalf;
 
 /// Buffers shorter than this are read into through a read-ahead stage of this size
 /// (the bytes copied on from it), longer ones straight from the socket: small frames
@@ -59,7 +59,7 @@ pub(crate) type OnFrame = Box<dyn FnMut(&mut TensorPool)>;
 /// Frames of type `T` read from a socket, tensors straight into storage from a
 /// shared pool.
 pub(crate) struct FrameStream<T> {
-    read: OwnedReadHalf,
+    read: ReadSide,
     reader: FrameReader,
     pool: SharedPool,
     on_frame: Option<OnFrame>,
@@ -81,7 +81,7 @@ pub(crate) struct FrameStream<T> {
 
 impl<T> FrameStream<T> {
     /// Frames of at most `max` bytes from `read`, reading into `pool`.
-    pub(crate) fn new(read: OwnedReadHalf, max: usize, pool: SharedPool) -> FrameStream<T> {
+    pub(crate) fn new(read: ReadSide, max: usize, pool: SharedPool) -> FrameStream<T> {
         FrameStream {
             read,
             reader: FrameReader::new(max),
@@ -130,7 +130,7 @@ impl<T> FrameStream<T> {
 }
 
 /// One read into `dst`: the bytes read, 0 at the end of the stream.
-fn read_once(read: &mut OwnedReadHalf, cx: &mut Context<'_>, dst: &mut [u8]) -> Poll<io::Result<usize>> {
+fn read_once(read: &mut ReadSide, cx: &mut Context<'_>, dst: &mut [u8]) -> Poll<io::Result<usize>> {
     let mut buf = ReadBuf::new(dst);
     Pin::new(read).poll_read(cx, &mut buf).map_ok(|()| buf.filled().len())
 }
@@ -256,13 +256,13 @@ mod tests {
     use super::*;
 
     /// A connected loopback pair: the client's stream, and the server's read half.
-    async fn loopback() -> (TcpStream, OwnedReadHalf) {
+    async fn loopback() -> (TcpStream, ReadSide) {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = l.local_addr().expect("addr");
         let client = TcpStream::connect(addr).await.expect("connect");
         let (server, _) = l.accept().await.expect("accept");
         let (read, _write) = server.into_split();
-        (client, read)
+        (client, ReadSide::Plain(read))
     }
 
     /// A batch whose observations (8,000 f32, 32 KB) are read straight into storage.

@@ -218,7 +218,7 @@ mod tests {
         let j = Joined {
             index,
             name: format!("node-{index}"),
-            stream,
+            stream: crate::remote::stream::PeerStream::Plain(stream),
         };
         let conn = peer::open(j, Vec::new(), inbox, &WeightsCache::default(), TIMING, None);
         (node, conn)

@@ -9,20 +9,31 @@
 //! itself, without waiting for the task's turn on the thread: a trainer's
 //! `continue` then leaves while the rest of that node's batch is still being read.
 //! Dropping every sender ends the task, which closes the socket's write side.
+//!
+//! Over TLS every part goes through the task (a TLS session's bytes cannot be written
+//! past it), which writes them vectored into the session and flushes the records to
+//! the socket; at its end it closes the session (`close_notify`) and the write side.
 
 use std::cell::Cell;
 use std::io::IoSlice;
 use std::rc::Rc;
 
 use bytes::{Buf, Bytes};
+use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::mpsc;
+
+use super::stream::WriteSide;
 
 /// Parts taken from the queue for one vectored write, at most.
 const MAX_PARTS: usize = 64;
 
 /// Parts up to this size may be written by the sender itself.
 const DIRECT_MAX: usize = 4096;
+
+/// How long the task's end may take to close a TLS session (its `close_notify` and
+/// the socket's write side) when the peer does not read.
+const TLS_CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The writer task is gone (the connection failed, its error was reported).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,7 +42,8 @@ pub(crate) struct WriterGone;
 /// The socket and what is waiting to be written to it, shared by the senders and
 /// the task (all on one thread).
 struct Shared {
-    w: OwnedWriteHalf,
+    /// A plain socket's write half (a TLS session's is the task's alone: `None`).
+    w: Option<OwnedWriteHalf>,
     /// Parts handed to the task and not written yet: while there are any, every
     /// part goes behind them, so bytes leave in the order they were sent.
     queued: Cell<usize>,
@@ -49,9 +61,12 @@ impl FrameSender {
     /// socket takes all of it, else (what is left of it) through the writer task.
     pub(crate) fn send(&self, mut part: Bytes) -> Result<(), WriterGone> {
         let sh = &self.shared;
-        if sh.queued.get() == 0 && !part.is_empty() && part.len() <= DIRECT_MAX {
+        if let Some(w) =
+            sh.w.as_ref()
+                .filter(|_| sh.queued.get() == 0 && !part.is_empty() && part.len() <= DIRECT_MAX)
+        {
             // A real error here is met again, and reported, by the task.
-            if let Ok(n) = sh.w.try_write(&part) {
+            if let Ok(n) = w.try_write(&part) {
                 if n == part.len() {
                     return Ok(());
                 }
@@ -67,12 +82,16 @@ impl FrameSender {
 /// `on_error` is called once if a write fails. The task ends, after writing what
 /// was queued, when every sender is dropped.
 pub(crate) fn spawn_writer(
-    w: OwnedWriteHalf,
+    w: WriteSide,
     on_error: impl FnOnce(String) + 'static,
 ) -> (FrameSender, actix_rt::task::JoinHandle<()>) {
     let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
+    let (plain, mut tls) = match w {
+        WriteSide::Plain(w) => (Some(w), None),
+        WriteSide::Tls(w) => (None, Some(w)),
+    };
     let shared = Rc::new(Shared {
-        w,
+        w: plain,
         queued: Cell::new(0),
     });
     let sh = Rc::clone(&shared);
@@ -87,33 +106,78 @@ pub(crate) fn spawn_writer(
                 }
             }
             let n = queued.len();
-            if let Err(e) = write_all_vectored(&sh.w, &mut queued).await {
+            let written = match (&sh.w, &mut tls) {
+                (Some(w), _) => write_all_vectored(w, &mut queued).await,
+                (None, Some(w)) => write_all_tls(w, &mut queued).await,
+                (None, None) => Err(std::io::ErrorKind::NotConnected.into()),
+            };
+            if let Err(e) = written {
                 on_error(format!("write failed: {e}"));
                 return;
             }
             sh.queued.set(sh.queued.get().saturating_sub(n));
         }
-        // Every sender is gone: dropping the last handle on the write half shuts
-        // the socket's write side down.
+        // Every sender is gone: dropping the last handle on a plain write half shuts
+        // the socket's write side down; a TLS session is closed here.
+        if let Some(mut w) = tls {
+            let _ = tokio::time::timeout(TLS_CLOSE_WAIT, w.shutdown()).await;
+        }
     });
     (FrameSender { tx, shared }, task)
+}
+
+/// The parts from `first` on that are still to be written, as slices for one vectored
+/// write; `None` once every byte is written. Parts empty from the start count as
+/// written (and a write of nothing would look like a closed socket): `first` moves past
+/// them.
+fn unwritten<'a>(parts: &'a [Bytes], first: &mut usize) -> Option<Vec<IoSlice<'a>>> {
+    while *first < parts.len() && parts[*first].is_empty() {
+        *first += 1;
+    }
+    (*first < parts.len()).then(|| parts[*first..].iter().map(|p| IoSlice::new(p)).collect())
+}
+
+/// `n` bytes of `parts[first..]` written: the parts advanced past them, the index of
+/// the first part not written whole returned. `n` is at most what remains (a write
+/// takes no more than it was given), so the index stays in bounds.
+fn advance(parts: &mut [Bytes], mut first: usize, mut n: usize) -> usize {
+    while n > 0 {
+        let p = &mut parts[first];
+        let take = n.min(p.len());
+        p.advance(take);
+        n -= take;
+        if p.is_empty() {
+            first += 1;
+        }
+    }
+    first
+}
+
+/// Writes every byte of `parts` into a TLS session in order, vectored (the session
+/// takes as much as its buffer holds), then flushes its records to the socket; `parts`
+/// is empty afterwards.
+async fn write_all_tls(
+    w: &mut tokio::io::WriteHalf<super::stream::Tls>,
+    parts: &mut Vec<Bytes>,
+) -> std::io::Result<()> {
+    let mut first = 0;
+    while let Some(slices) = unwritten(parts, &mut first) {
+        let n = w.write_vectored(&slices).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        first = advance(parts, first, n);
+    }
+    parts.clear();
+    w.flush().await
 }
 
 /// Writes every byte of `parts` in order, as few system calls as the socket allows;
 /// `parts` is empty afterwards.
 async fn write_all_vectored(w: &OwnedWriteHalf, parts: &mut Vec<Bytes>) -> std::io::Result<()> {
     let mut first = 0;
-    loop {
-        // Parts empty from the start count as written (and a write of nothing would
-        // look like a closed socket).
-        while first < parts.len() && parts[first].is_empty() {
-            first += 1;
-        }
-        if first == parts.len() {
-            break;
-        }
-        let slices: Vec<IoSlice<'_>> = parts[first..].iter().map(|p| IoSlice::new(p)).collect();
-        let mut n = match w.try_write_vectored(&slices) {
+    while let Some(slices) = unwritten(parts, &mut first) {
+        let n = match w.try_write_vectored(&slices) {
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 w.writable().await?;
@@ -124,16 +188,7 @@ async fn write_all_vectored(w: &OwnedWriteHalf, parts: &mut Vec<Bytes>) -> std::
         if n == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
         }
-        // The socket took `n` bytes: at most what remains, so `first` stays in bounds.
-        while n > 0 {
-            let p = &mut parts[first];
-            let take = n.min(p.len());
-            p.advance(take);
-            n -= take;
-            if p.is_empty() {
-                first += 1;
-            }
-        }
+        first = advance(parts, first, n);
     }
     parts.clear();
     Ok(())
@@ -174,7 +229,7 @@ mod tests {
     fn parts_arrive_in_order_byte_for_byte() {
         actix_rt::System::new().block_on(async {
             let (mut server, _read, write) = loopback().await;
-            let (tx, task) = spawn_writer(write, |e| panic!("{e}"));
+            let (tx, task) = spawn_writer(WriteSide::Plain(write), |e| panic!("{e}"));
             // Small and large parts (larger than a socket buffer), some empty, queued
             // faster than they can be written.
             let mut want = Vec::new();
@@ -197,7 +252,7 @@ mod tests {
     fn a_small_frame_with_nothing_queued_leaves_before_the_writer_task_runs() {
         actix_rt::System::new().block_on(async {
             let (server, _read, write) = loopback().await;
-            let (tx, _task) = spawn_writer(write, |e| panic!("{e}"));
+            let (tx, _task) = spawn_writer(WriteSide::Plain(write), |e| panic!("{e}"));
             // The server reads with a blocking socket and a deadline, without letting
             // this thread's tasks run: only bytes the sender wrote itself can arrive.
             let mut server = server.into_std().expect("std");
@@ -242,7 +297,7 @@ mod tests {
     fn small_parts_written_directly_until_the_socket_is_full_then_queued_keep_their_order() {
         actix_rt::System::new().block_on(async {
             let (mut server, _read, write) = loopback().await;
-            let (tx, task) = spawn_writer(write, |e| panic!("{e}"));
+            let (tx, task) = spawn_writer(WriteSide::Plain(write), |e| panic!("{e}"));
             // 16 MB in parts of DIRECT_MAX, sent without yielding: the first go straight
             // to the socket until its buffer is full, one goes in part, the rest queue.
             let mut want = Vec::new();

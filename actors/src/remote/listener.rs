@@ -19,7 +19,9 @@ use rollout::Weights;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, Notify};
+use tokio_rustls::{TlsAcceptor, TlsStream};
 
+use super::stream::{tls_socket, PeerStream};
 use super::timing::{read_frame, PeerTiming};
 use crate::metrics::{RefusalReason, RunMetrics};
 
@@ -36,6 +38,9 @@ pub(crate) struct DoorConfig {
     pub(crate) versions: AdmitVersions,
     /// Where refusals are counted, when metrics are on.
     pub(crate) metrics: Option<RunMetrics>,
+    /// TLS: every connection's first bytes are a TLS handshake, run under the login's
+    /// deadline; `None`: plain TCP.
+    pub(crate) tls: Option<TlsAcceptor>,
 }
 
 /// A node that passed the handshake and was sent `Welcome`.
@@ -45,12 +50,14 @@ pub(crate) struct Joined {
     /// Its name.
     pub(crate) name: String,
     /// The connection.
-    pub(crate) stream: TcpStream,
+    pub(crate) stream: PeerStream,
 }
 
-async fn send(s: &mut TcpStream, f: &TrainerFrame, max: usize) -> Result<(), String> {
+async fn send(s: &mut PeerStream, f: &TrainerFrame, max: usize) -> Result<(), String> {
     let bytes = wire::encode(f, max).map_err(|e| e.to_string())?;
-    s.write_all(&bytes).await.map_err(|e| format!("writing a frame: {e}"))
+    s.write_all(&bytes).await.map_err(|e| format!("writing a frame: {e}"))?;
+    // Under TLS, the frame's last records may still be in the session: out they go.
+    s.flush().await.map_err(|e| format!("writing a frame: {e}"))
 }
 
 /// Each node's weights to welcome it with, by index: the trainer's version 0 (a node
@@ -68,6 +75,23 @@ pub(crate) const MAX_PENDING_LOGINS: usize = 64;
 /// other; an idle peer still goes, a quarter second later. (The handshake deadline
 /// is far longer.)
 pub(crate) const LOGIN_GRACE: Duration = Duration::from_millis(250);
+
+/// [`LOGIN_GRACE`] for a door that speaks TLS: a TLS handshake costs both ends a key
+/// exchange and a signature, about a millisecond of the trainer's thread each on a
+/// loaded two-core machine, so 64 of them (and the nodes' side of them) do not fit in a
+/// quarter second there: a thousand nodes joining at once were closed mid-handshake.
+pub(crate) const TLS_LOGIN_GRACE: Duration = Duration::from_secs(1);
+
+impl DoorConfig {
+    /// How long the oldest waiting login is left at the cap (see [`LOGIN_GRACE`]).
+    fn login_grace(&self) -> Duration {
+        if self.tls.is_some() {
+            TLS_LOGIN_GRACE
+        } else {
+            LOGIN_GRACE
+        }
+    }
+}
 
 /// How long the accept loop waits after an accept error before trying again (out
 /// of file descriptors, say: retrying at once would spin), as hyper's does.
@@ -113,7 +137,7 @@ pub(crate) fn open_with(
         loop {
             // At the cap, an arrival would close the oldest: first give it its grace.
             loop {
-                let left = grace_left(&pending.borrow(), Instant::now());
+                let left = grace_left(&pending.borrow(), Instant::now(), cfg.login_grace());
                 let Some(wait) = left else { break };
                 tokio::select! {
                     _ = freed.notified() => {}
@@ -181,21 +205,22 @@ pub(crate) fn open_with(
 
 /// How long the accept loop is to wait before the next arrival may close the oldest
 /// waiting login (`None`: accept now, below the cap or the oldest's grace over).
-fn grace_left<T>(pending: &PendingLogins<(Instant, T)>, now: Instant) -> Option<Duration> {
+fn grace_left<T>(pending: &PendingLogins<(Instant, T)>, now: Instant, grace: Duration) -> Option<Duration> {
     if !pending.is_full() {
         return None;
     }
     let (since, _) = pending.oldest()?;
-    let left = (*since + LOGIN_GRACE).saturating_duration_since(now);
+    let left = (*since + grace).saturating_duration_since(now);
     (!left.is_zero()).then_some(left)
 }
 
-/// One connection through the door: login under the handshake deadline (ended early
-/// when evicted), then admission and `welcome`. `logged_in` is called once the token
-/// is proved, so an admitted node no longer counts as waiting.
+/// One connection through the door: the TLS handshake when the door has a certificate,
+/// then login, both under the one handshake deadline counted from the accept (ended
+/// early when evicted), then admission and `welcome`. `logged_in` is called once the
+/// token is proved, so an admitted node no longer counts as waiting.
 #[allow(clippy::too_many_arguments)]
 async fn door(
-    mut s: TcpStream,
+    s: TcpStream,
     cfg: &DoorConfig,
     specs: &[NodeSpec],
     admission: &RefCell<Admission>,
@@ -205,15 +230,42 @@ async fn door(
 ) -> Result<Joined, (RefusalReason, String)> {
     let _ = s.set_nodelay(true);
     let deadline = cfg.handshake_timeout;
+    let until = tokio::time::Instant::now() + deadline;
     let max = cfg.timing.max_frame;
-    let outcome = tokio::select! {
-        r = tokio::time::timeout(deadline, login(&mut s, cfg)) => match r {
-            Ok(r) => r.map_err(|e| (RefusalReason::Login, e)),
-            Err(_) => Err((RefusalReason::Timeout, format!("handshake not done within {:.1} s", deadline.as_secs_f64()))),
+    let timed_out = || {
+        (
+            RefusalReason::Timeout,
+            format!("handshake not done within {:.1} s", deadline.as_secs_f64()),
+        )
+    };
+    let evicted = || {
+        (
+            RefusalReason::Evicted,
+            format!(
+                "closed to make room: {MAX_PENDING_LOGINS} connections were waiting to log in and this was the oldest"
+            ),
+        )
+    };
+    let mut cancel = cancel;
+    let mut s = match &cfg.tls {
+        None => PeerStream::Plain(s),
+        // A TLS handshake that fails or stalls is closed unanswered: there is no
+        // encrypted link to say `reject` on.
+        Some(acceptor) => tokio::select! {
+            r = tokio::time::timeout_at(until, acceptor.accept(tls_socket(s))) => match r {
+                Ok(Ok(t)) => PeerStream::Tls(Box::new(TlsStream::Server(t))),
+                Ok(Err(e)) => return Err((RefusalReason::Tls, format!("TLS handshake failed: {e}"))),
+                Err(_) => return Err(timed_out()),
+            },
+            _ = &mut cancel => return Err(evicted()),
         },
-        _ = cancel => Err((RefusalReason::Evicted, format!(
-            "closed to make room: {MAX_PENDING_LOGINS} connections were waiting to log in and this was the oldest"
-        ))),
+    };
+    let outcome = tokio::select! {
+        r = tokio::time::timeout_at(until, login(&mut s, cfg)) => match r {
+            Ok(r) => r.map_err(|e| (RefusalReason::Login, e)),
+            Err(_) => Err(timed_out()),
+        },
+        _ = &mut cancel => Err(evicted()),
     };
     let (node_name, node_index) = match outcome {
         // The name is only ever shown from now on (the proof covered it as sent):
@@ -260,7 +312,7 @@ async fn door(
 /// The frames before admission, each at most [`LOGIN_MAX_FRAME`] bytes (refused from
 /// its prefix), decoded strictly by the core: who the node is, once it proved the token
 /// (speaking a protocol version that can serve the run).
-async fn login(s: &mut TcpStream, cfg: &DoorConfig) -> Result<(String, Option<usize>), String> {
+async fn login(s: &mut PeerStream, cfg: &DoorConfig) -> Result<(String, Option<usize>), String> {
     let nonce: Vec<u8> = (0..NONCE_LEN).map(|_| rand::random::<u8>()).collect();
     let mut hs = TrainerHandshake::new(&cfg.token, nonce).admitting(cfg.versions.clone());
     loop {
@@ -283,25 +335,25 @@ mod tests {
     fn at_the_cap_the_door_waits_out_the_oldest_logins_grace_and_below_it_not_at_all() {
         let t0 = Instant::now();
         let mut pending = PendingLogins::new(2);
-        assert_eq!(grace_left(&pending, t0), None, "empty: accept");
+        assert_eq!(grace_left(&pending, t0, LOGIN_GRACE), None, "empty: accept");
         pending.arrive((t0, ()));
-        assert_eq!(grace_left(&pending, t0), None, "below the cap: accept");
+        assert_eq!(grace_left(&pending, t0, LOGIN_GRACE), None, "below the cap: accept");
         pending.arrive((t0 + Duration::from_millis(100), ()));
         let ms = Duration::from_millis;
         assert_eq!(
-            grace_left(&pending, t0 + ms(50)),
+            grace_left(&pending, t0 + ms(50), LOGIN_GRACE),
             Some(LOGIN_GRACE - ms(50)),
             "the oldest's grace"
         );
         assert_eq!(
-            grace_left(&pending, t0 + LOGIN_GRACE),
+            grace_left(&pending, t0 + LOGIN_GRACE, LOGIN_GRACE),
             None,
             "grace over: the next arrival closes it"
         );
         let (_, evicted) = pending.arrive((t0 + LOGIN_GRACE, ()));
         assert!(evicted.is_some());
         assert_eq!(
-            grace_left(&pending, t0 + LOGIN_GRACE),
+            grace_left(&pending, t0 + LOGIN_GRACE, LOGIN_GRACE),
             Some(ms(100)),
             "then the next oldest's grace counts"
         );

@@ -4,10 +4,16 @@
 
 use std::time::{Duration, Instant};
 
-use tokio::io::AsyncWriteExt;
+use std::future::poll_fn;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::{mpsc, oneshot};
 
 use super::listener::Joined;
+use super::stream::PeerStream;
 use super::timing::{heartbeat_frame, until_next_beat};
 
 /// Most bytes a node waiting for the run to start may send before it is read by
@@ -44,6 +50,9 @@ pub(crate) fn wait_in_lobby(
         // Bytes of the current heartbeat not written yet (its tail): a frame is
         // written whole before another begins, and before the connection is handed on.
         let mut unsent = 0usize;
+        // A heartbeat written into a TLS session and not yet flushed to the socket.
+        let mut flushing = false;
+        let mut chunk = [0u8; 4096];
         let first = tokio::time::Instant::now() + until_next_beat(Instant::now(), every);
         let mut beats = tokio::time::interval_at(first, every);
         beats.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -51,42 +60,38 @@ pub(crate) fn wait_in_lobby(
             // Every branch is cancel-safe: a read or write either moved bytes or did not.
             // The start wins over bytes or an end that arrive at the same time. Past
             // [`LOBBY_BYTES`] the lobby stops reading (the socket's buffers hold the rest).
+            let tail = &beat[beat.len() - unsent..];
+            let reading = buf.len() < LOBBY_BYTES;
+            let io = poll_fn(|cx| lobby_io(&mut j.stream, cx, tail, flushing, reading, &mut chunk));
             tokio::select! {
                 biased;
                 _ = &mut stop_rx => break None,
-                _ = beats.tick(), if unsent == 0 => unsent = beat.len(),
-                r = j.stream.writable(), if unsent > 0 => {
-                    let written = r.and_then(|()| match j.stream.try_write(&beat[beat.len() - unsent..]) {
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(0),
-                        r => r,
-                    });
-                    match written {
-                        Ok(n) => unsent -= n,
-                        Err(e) => break Some(format!("connection lost: {e}")),
+                _ = beats.tick(), if unsent == 0 && !flushing => unsent = beat.len(),
+                ev = io => match ev {
+                    LobbyIo::Wrote(n) => {
+                        unsent -= n;
+                        flushing = unsent == 0;
                     }
-                }
-                r = j.stream.readable(), if buf.len() < LOBBY_BYTES => {
-                    let read = r.and_then(|()| match j.stream.try_read_buf(&mut buf) {
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
-                        r => r.map(Some),
-                    });
-                    match read {
-                        Ok(Some(0)) => break Some(match failed_reason(&buf) {
-                            Some(why) => format!("failed: {why}"),
-                            None => "closed its connection".to_string(),
-                        }),
-                        Ok(_) => {}
-                        Err(e) => break Some(format!("connection lost: {e}")),
-                    }
+                    LobbyIo::Flushed => flushing = false,
+                    LobbyIo::Read(0) => break Some(match failed_reason(&buf) {
+                        Some(why) => format!("failed: {why}"),
+                        None => "closed its connection".to_string(),
+                    }),
+                    LobbyIo::Read(n) => buf.extend_from_slice(&chunk[..n]),
+                    LobbyIo::Lost(e) => break Some(format!("connection lost: {e}")),
                 }
             }
         };
         // A heartbeat begun is finished before the connection is handed on; a peer
         // that does not take a few bytes within four intervals is gone.
         let reason = match reason {
-            None if unsent > 0 => {
+            None if unsent > 0 || flushing => {
                 let rest = &beat[beat.len() - unsent..];
-                match tokio::time::timeout(every * 4, j.stream.write_all(rest)).await {
+                let finish = async {
+                    j.stream.write_all(rest).await?;
+                    j.stream.flush().await
+                };
+                match tokio::time::timeout(every * 4, finish).await {
                     Ok(Ok(())) => None,
                     Ok(Err(e)) => Some(format!("connection lost: {e}")),
                     Err(_) => Some("does not read what the trainer sends".to_string()),
@@ -104,6 +109,54 @@ pub(crate) fn wait_in_lobby(
         }
     });
     Waiting { index, stop, back }
+}
+
+/// What one turn of a waiting node's connection did.
+enum LobbyIo {
+    /// Bytes of the heartbeat written (into the socket, or a TLS session).
+    Wrote(usize),
+    /// The TLS session's records of the heartbeat are in the socket.
+    Flushed,
+    /// Bytes read into the scratch buffer (0: the node closed).
+    Read(usize),
+    /// The connection failed.
+    Lost(io::Error),
+}
+
+/// Writes `tail` (a heartbeat's unsent bytes) or, once it is written, flushes the
+/// session (`flushing`), and reads into `chunk` (when `reading`), whichever is ready
+/// first; plain and TLS alike, through one borrow of the stream.
+fn lobby_io(
+    s: &mut PeerStream,
+    cx: &mut Context<'_>,
+    tail: &[u8],
+    flushing: bool,
+    reading: bool,
+    chunk: &mut [u8],
+) -> Poll<LobbyIo> {
+    if !tail.is_empty() {
+        match Pin::new(&mut *s).poll_write(cx, tail) {
+            Poll::Ready(Ok(0)) => return Poll::Ready(LobbyIo::Lost(io::ErrorKind::WriteZero.into())),
+            Poll::Ready(Ok(n)) => return Poll::Ready(LobbyIo::Wrote(n)),
+            Poll::Ready(Err(e)) => return Poll::Ready(LobbyIo::Lost(e)),
+            Poll::Pending => {}
+        }
+    } else if flushing {
+        match Pin::new(&mut *s).poll_flush(cx) {
+            Poll::Ready(Ok(())) => return Poll::Ready(LobbyIo::Flushed),
+            Poll::Ready(Err(e)) => return Poll::Ready(LobbyIo::Lost(e)),
+            Poll::Pending => {}
+        }
+    }
+    if reading {
+        let mut rb = ReadBuf::new(chunk);
+        match Pin::new(&mut *s).poll_read(cx, &mut rb) {
+            Poll::Ready(Ok(())) => return Poll::Ready(LobbyIo::Read(rb.filled().len())),
+            Poll::Ready(Err(e)) => return Poll::Ready(LobbyIo::Lost(e)),
+            Poll::Pending => {}
+        }
+    }
+    Poll::Pending
 }
 
 /// The reason of the `failed` frame among the whole frames of `buf`, if the node sent

@@ -1,4 +1,5 @@
-//! Remote nodes over TCP: the trainer's listener, connections and inbox, the node's runtime.
+//! Remote nodes over TCP (plain or TLS): the trainer's listener, connections and inbox,
+//! the node's runtime.
 //! Users reach only what a node program needs (re-exported below); the rest is the
 //! crate's own.
 
@@ -12,6 +13,9 @@ pub(crate) mod lobby;
 pub(crate) mod node_runtime;
 pub(crate) mod parts;
 pub(crate) mod peer;
+pub(crate) mod stream;
 pub(crate) mod timing;
+pub mod tls;
 
 pub use node_runtime::{read_token, run_node, JoinError, LeaveHandle, NodeOptions};
+pub use tls::{NodeTls, TlsError, TrainerTls};

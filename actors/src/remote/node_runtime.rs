@@ -2,6 +2,9 @@
 //! serve until `Shutdown`. `rollout node --join` is this, and so is any user
 //! binary that registers envs of its own and calls [`run_node`].
 //!
+//! Over TLS when [`NodeOptions::tls`] is set (the trainer's certificate checked
+//! before the login starts), plain TCP otherwise.
+//!
 //! This file is the node's life from the login to the last frame ([`run_node`]);
 //! its parts: `options` (how a node joins), `token` (the shared secret), `login`
 //! (connecting and the handshake), `trainer_link` (the session: frames in and out,
@@ -37,7 +40,7 @@ use closing::{close_cleanly, second_handle, tell_failure};
 pub use error::JoinError;
 use leave::leave_asked;
 pub use leave::LeaveHandle;
-use login::handshake;
+use login::{handshake, Secure};
 pub use options::NodeOptions;
 pub use token::read_token;
 use trainer_link::{reclaim_weights, LeaveRun, Lost, Retired, TrainerLink};
@@ -56,27 +59,39 @@ pub fn run_node(addr: &str, token: &[u8], opts: NodeOptions) -> Result<(), JoinE
     result
 }
 
+/// The node's TLS connector and the trainer's expected name, from `opts.tls`, every
+/// file read and checked (`None`: plain TCP).
+fn secure(addr: &str, opts: &NodeOptions) -> Result<Secure, JoinError> {
+    let Some(tls) = &opts.tls else { return Ok(None) };
+    Ok(Some((tls.connector()?, tls.server_name(addr)?)))
+}
+
 /// The node's life: logs in within `connect_timeout`, builds its workers from the
 /// welcome, says `ready`, serves through a [`TrainerLink`] until it ends, then joins
 /// the workers and closes cleanly. Returns the outcome and the arbiters to join.
 async fn serve(addr: String, token: Vec<u8>, opts: NodeOptions) -> (Result<(), JoinError>, Vec<Arbiter>) {
-    let (mut stream, welcome) = match tokio::time::timeout(opts.connect_timeout, handshake(&addr, &token, &opts)).await
-    {
-        Ok(Ok(v)) => v,
-        Ok(Err(e)) => return (Err(e), Vec::new()),
-        Err(_) => {
-            return (
-                Err(JoinError::Connect {
-                    addr,
-                    reason: format!(
-                        "not connected and welcomed within {:.1} s",
-                        opts.connect_timeout.as_secs_f64()
-                    ),
-                }),
-                Vec::new(),
-            )
-        }
+    // TLS files are read and checked before the node dials.
+    let secure = match secure(&addr, &opts) {
+        Ok(s) => s,
+        Err(e) => return (Err(e), Vec::new()),
     };
+    let (mut stream, welcome) =
+        match tokio::time::timeout(opts.connect_timeout, handshake(&addr, &token, &opts, &secure)).await {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => return (Err(e), Vec::new()),
+            Err(_) => {
+                return (
+                    Err(JoinError::Connect {
+                        addr,
+                        reason: format!(
+                            "not connected and welcomed within {:.1} s",
+                            opts.connect_timeout.as_secs_f64()
+                        ),
+                    }),
+                    Vec::new(),
+                )
+            }
+        };
     let index = welcome.node_index;
     tracing::info!(node = index, trainer = %addr, "joined");
     let max = (welcome.max_frame as usize).max(1);

@@ -6,8 +6,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rollout::wire::{self, TrainerFrame, PREFIX_LEN};
-use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// Settings of a peer connection.
 #[derive(Clone, Copy, Debug)]
@@ -47,7 +46,7 @@ pub(crate) fn heartbeat_frame() -> Bytes {
 
 /// Reads one frame body straight from a stream (no read-ahead, so the stream can
 /// be handed on intact after the handshake).
-pub(crate) async fn read_frame(s: &mut TcpStream, max: usize) -> Result<Vec<u8>, String> {
+pub(crate) async fn read_frame(s: &mut (impl AsyncRead + Unpin), max: usize) -> Result<Vec<u8>, String> {
     let mut prefix = [0u8; PREFIX_LEN];
     s.read_exact(&mut prefix)
         .await

@@ -304,6 +304,12 @@ def _node_command(command: Any) -> list:
         raise _config_error("node_command", f"a list of strings, got {command!r}") from None
 
 
+
+def _path(p: Any) -> Any:
+    """A path argument as the builder reads it: a ``PathLike`` as its string, anything
+    else as it is (a wrong type is the builder's ConfigError naming the argument)."""
+    return os.fspath(p) if isinstance(p, os.PathLike) else p
+
 class DistributedCollector:
     """Collects batches of env frames on rollout's nodes, as torchrl's collectors do.
 
@@ -412,6 +418,12 @@ class DistributedCollector:
         Remote nodes: ``listen`` (``"127.0.0.1:0"``), ``advertise`` (SLURM), ``token``
             (at least 16 bytes; drawn at random for nodes this collector starts),
             ``max_frame`` (256 MiB).
+        TLS on every node's link (paths of PEM files; off: plain TCP): ``tls_cert`` and
+            ``tls_key`` (the trainer's certificate and key), ``tls_client_ca`` (mutual TLS:
+            the CA node certificates must chain to); for the nodes this collector starts
+            (``launcher="process"``, ``"slurm"``): ``tls_ca`` (the CA they check the
+            trainer against; required with ``tls_cert`` there), ``tls_server_name``,
+            ``node_tls_cert`` and ``node_tls_key`` (theirs, under mutual TLS).
         Metrics: ``metrics`` (``"HOST:PORT"``, off), ``metrics_linger`` (0 s).
 
     See docs/python.md for each in full.
@@ -477,6 +489,13 @@ class DistributedCollector:
         advertise: Optional[str] = None,
         token: Union[None, str, bytes] = None,
         max_frame: Optional[int] = None,
+        tls_cert: Union[None, str, "os.PathLike[str]"] = None,
+        tls_key: Union[None, str, "os.PathLike[str]"] = None,
+        tls_client_ca: Union[None, str, "os.PathLike[str]"] = None,
+        tls_ca: Union[None, str, "os.PathLike[str]"] = None,
+        tls_server_name: Optional[str] = None,
+        node_tls_cert: Union[None, str, "os.PathLike[str]"] = None,
+        node_tls_key: Union[None, str, "os.PathLike[str]"] = None,
         metrics: Optional[str] = None,
         metrics_linger: Optional[float] = None,
         tensordict: Optional[bool] = None,
@@ -631,6 +650,13 @@ class DistributedCollector:
             listen=listen,
             advertise=advertise,
             max_frame=max_frame,
+            tls_cert=_path(tls_cert),
+            tls_key=_path(tls_key),
+            tls_client_ca=_path(tls_client_ca),
+            tls_ca=_path(tls_ca),
+            tls_server_name=tls_server_name,
+            node_tls_cert=_path(node_tls_cert),
+            node_tls_key=_path(node_tls_key),
             metrics=metrics,
             metrics_linger=metrics_linger,
         )

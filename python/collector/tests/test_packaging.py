@@ -115,6 +115,13 @@ PASSED_THROUGH = [
     "listen",
     "advertise",
     "max_frame",
+    "tls_cert",
+    "tls_key",
+    "tls_client_ca",
+    "tls_ca",
+    "tls_server_name",
+    "node_tls_cert",
+    "node_tls_key",
     "metrics",
     "metrics_linger",
 ]

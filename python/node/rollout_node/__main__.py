@@ -11,6 +11,7 @@ import sys
 
 from . import wire
 from .session import JoinError, Session
+from .session import tls_context as session_tls_context
 
 
 class _Parser(argparse.ArgumentParser):
@@ -31,6 +32,10 @@ def parse(argv):
     p.add_argument("--name", help="Name shown in the trainer's logs [default: host:pid]")
     p.add_argument("--index", type=int, metavar="I", help="Ask for this node index (a node rejoining its slot)")
     p.add_argument("--connect-timeout", type=float, default=30.0, metavar="SECS", help="Give up connecting after this many seconds")
+    p.add_argument("--tls-ca", metavar="PEM", help="Join over TLS: the CA certificates the trainer's certificate must chain to")
+    p.add_argument("--tls-server-name", metavar="NAME", help="The name the trainer's certificate must hold [default: the host of --join]")
+    p.add_argument("--tls-cert", metavar="PEM", help="Mutual TLS: this node's certificate chain, with --tls-key")
+    p.add_argument("--tls-key", metavar="PEM", help="Mutual TLS: this node's private key, with --tls-cert")
     p.add_argument(
         "--import", dest="imports", action="append", default=[], metavar="MODULE",
         help="Import MODULE first (it registers envs with gymnasium); repeatable",
@@ -61,6 +66,17 @@ def main(argv=None):
     if args.index is not None and args.index < 0:
         print(f"error: invalid `index`: {args.index} is negative", file=sys.stderr)
         return 2
+    tls = None
+    if args.tls_ca is not None:
+        try:
+            tls = session_tls_context(args.tls_ca, args.tls_cert, args.tls_key)
+        except ValueError as e:
+            field, _, why = str(e).partition(": ")
+            print(f"error: invalid `{field}`: {why}", file=sys.stderr)
+            return 2
+    elif args.tls_cert or args.tls_key or args.tls_server_name:
+        print("error: invalid `tls_ca`: required with --tls-cert, --tls-key or --tls-server-name", file=sys.stderr)
+        return 2
     for m in args.imports:
         try:
             importlib.import_module(m)
@@ -73,6 +89,7 @@ def main(argv=None):
         Session(
             args.join, token, name, args.index, args.connect_timeout, leave_on_signals=True,
             double_to_float=args.double_to_float, allow_pickled_env=args.allow_pickled_env,
+            tls=tls, server_name=args.tls_server_name,
         ).run()
     except JoinError as e:
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)

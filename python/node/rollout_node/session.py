@@ -4,11 +4,17 @@ batch never delays the reader), a heartbeat thread, and the main thread serving 
 order. Heartbeats answer the trainer's as the Rust node's do (PROTOCOL.md §5, Liveness): the
 reader answers a trainer heartbeat unless this node beat less than half an interval before,
 and the heartbeat thread beats on its own only 1.25 intervals after the node's last beat.
+
+Over TLS (PROTOCOL.md §1; ``tls`` a client ``ssl.SSLContext``) the socket is wrapped before
+the first byte, the trainer's certificate checked for the host dialled or ``server_name``;
+every frame then travels inside it. The reader and the writer threads share the one
+``SSLSocket`` (reads and writes on separate threads, as CPython's ``ssl`` allows).
 """
 
 import queue
 import signal
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -52,8 +58,13 @@ class _Sent:
 
 
 def _send_parts(sock, parts):
-    """Sends every buffer of ``parts`` in order, a few system calls for the lot."""
+    """Sends every buffer of ``parts`` in order, a few system calls for the lot (over TLS,
+    which has no vectored send, one ``sendall`` each)."""
     views = [v for v in (memoryview(p).cast("B") for p in parts) if v.nbytes]
+    if isinstance(sock, ssl.SSLSocket):
+        for v in views:
+            sock.sendall(v)
+        return
     while views:
         sent = sock.sendmsg(views[:64])
         while sent:
@@ -63,6 +74,24 @@ def _send_parts(sock, parts):
             else:
                 views[0] = views[0][sent:]
                 sent = 0
+
+
+def tls_context(ca, cert=None, key=None):
+    """A client TLS context: the trainer checked against the CAs of the PEM file ``ca``;
+    with ``cert`` and ``key``, this node's certificate for mutual TLS. ``ValueError`` names
+    the flag and the file that cannot be used."""
+    if (cert is None) != (key is None):
+        raise ValueError("tls_cert: --tls-cert and --tls-key go together")
+    try:
+        ctx = ssl.create_default_context(cafile=ca)
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError(f"tls_ca: cannot use {ca} as CA certificates: {e}") from None
+    if cert is not None:
+        try:
+            ctx.load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as e:
+            raise ValueError(f"tls_cert: cannot use {cert} with the key {key}: {e}") from None
+    return ctx
 
 
 def _connect(addr, timeout):
@@ -88,9 +117,12 @@ class Session:
 
     def __init__(
         self, addr, token, name, index=None, connect_timeout=30.0, leave_on_signals=False, double_to_float=False,
-        allow_pickled_env=False,
+        allow_pickled_env=False, tls=None, server_name=None,
     ):
         self.addr, self.token, self.name, self.index = addr, token, name, index
+        #: TLS to the trainer (a client ``ssl.SSLContext``; ``None``: plain TCP), checking its
+        #: certificate for ``server_name`` (default: the host of ``addr``).
+        self.tls, self.server_name = tls, server_name
         #: A torchrl env the trainer sends as a pickle is loaded (it runs the trainer's code).
         self.allow_pickled_env = allow_pickled_env
         #: f64 boxes are reported and collected as f32 (torchrl's DoubleToFloat).
@@ -115,6 +147,13 @@ class Session:
         """Connects and joins; returns the ``welcome`` frame."""
         s = _connect(self.addr, self.connect_timeout)
         s.settimeout(self.connect_timeout)
+        if self.tls is not None:
+            host = self.server_name or self.addr.rpartition(":")[0].strip("[]")
+            try:
+                s = self.tls.wrap_socket(s, server_hostname=host)
+            except (ssl.SSLError, ssl.CertificateError, OSError) as e:
+                s.close()
+                raise JoinError(f"cannot connect to {self.addr}: TLS handshake failed: {e}") from None
         self.sock = s
         self.rfile = s.makefile("rb", buffering=1 << 16)
         try:
@@ -285,7 +324,10 @@ class Session:
             # closes, at most 1 s. Closing with a heartbeat unread would reset the
             # connection, and the reset throws away what is still queued: maybe `down`.
             try:
-                self.sock.shutdown(socket.SHUT_WR)
+                # The socket's own shutdown: `SSLSocket.shutdown` would drop the TLS
+                # session the reader still reads through (the trainer takes the end of
+                # the stream after whole frames as a close).
+                socket.socket.shutdown(self.sock, socket.SHUT_WR)
             except OSError:
                 pass
             threads[0].join(timeout=1.0)

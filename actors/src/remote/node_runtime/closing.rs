@@ -8,14 +8,18 @@ use rollout::wire::{self, NodeFrame};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+use crate::remote::stream::PeerStream;
+
 /// How long a node that said its last frame waits for the trainer to close.
 const CLOSE_WAIT: Duration = Duration::from_secs(1);
 
 /// A second handle on `stream`'s socket (a duplicate of its descriptor), so that the
 /// socket outlives the halves the link reads and writes through. `None` if the
-/// descriptor cannot be duplicated.
-pub(super) fn second_handle(stream: &TcpStream) -> Option<TcpStream> {
-    let std: std::net::TcpStream = socket2::SockRef::from(stream).try_clone().ok()?.into();
+/// descriptor cannot be duplicated. (Under TLS the writer closed the session, its
+/// `close_notify` sent, before this handle shuts the socket; what it reads after is
+/// dropped unread, records or not.)
+pub(super) fn second_handle(stream: &PeerStream) -> Option<TcpStream> {
+    let std: std::net::TcpStream = socket2::SockRef::from(stream.tcp()).try_clone().ok()?.into();
     std.set_nonblocking(true).ok()?;
     TcpStream::from_std(std).ok()
 }
@@ -42,7 +46,7 @@ pub(super) async fn close_cleanly(mut s: TcpStream) {
 
 /// Sends `failed` with `reason` and closes the connection, bounded: a node that cannot
 /// start says why before it goes, so the trainer handles it as any failed node.
-pub(super) async fn tell_failure(stream: &mut TcpStream, node: usize, reason: String, max: usize) {
+pub(super) async fn tell_failure(stream: &mut PeerStream, node: usize, reason: String, max: usize) {
     tracing::error!(node, %reason, "cannot start");
     let frame = NodeFrame::Message(FromNode::Failed { node, reason });
     let Ok(bytes) = wire::encode(&frame, max) else {

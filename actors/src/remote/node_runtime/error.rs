@@ -31,6 +31,10 @@ pub enum JoinError {
         /// Its permission bits.
         mode: u32,
     },
+    /// A TLS setting cannot be used (a file missing, unreadable or not what it
+    /// should be), naming the setting and the file.
+    #[error("{0}")]
+    Tls(#[from] crate::remote::tls::TlsError),
     /// The trainer could not be reached.
     #[error("cannot connect to {addr}: {reason}")]
     Connect {

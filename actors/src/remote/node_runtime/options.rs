@@ -1,10 +1,11 @@
-//! How a node joins: its name, the slot it asks for, its deadline and its envs.
+//! How a node joins: its name, the slot it asks for, its deadline, its envs and TLS.
 
 use std::time::Duration;
 
 use rollout::Registry;
 
 use super::LeaveHandle;
+use crate::remote::tls::NodeTls;
 
 /// How a node joins.
 #[derive(Clone, Debug)]
@@ -22,6 +23,9 @@ pub struct NodeOptions {
     pub leave_on_signals: bool,
     /// Leave the run cleanly when this handle is pulled (see [`LeaveHandle::leave`]).
     pub leave: Option<LeaveHandle>,
+    /// TLS to the trainer (its certificate checked against a CA; a certificate of the
+    /// node's own for mutual TLS); `None`: plain TCP, for a trainer without TLS.
+    pub tls: Option<NodeTls>,
 }
 
 impl Default for NodeOptions {
@@ -33,6 +37,7 @@ impl Default for NodeOptions {
             registry: Registry::with_builtins(),
             leave_on_signals: false,
             leave: None,
+            tls: None,
         }
     }
 }
