@@ -46,7 +46,11 @@ if ! command -v prometheus >/dev/null 2>&1; then
 fi
 
 # The release binary the training test runs (debug training is ~25x slower);
-# built here so that no test spends its deadline compiling.
+# built here so that no test spends its deadline compiling. No test measures speed
+# (the benchmarks do), so the release builds of this script take cargo's default
+# codegen units and no debug info: faster to build than the benchmarks' profile
+# (Cargo.toml), and the same for the CLI and the Python module, which share them.
+export CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 CARGO_PROFILE_RELEASE_DEBUG=false
 phase "the release CLI"
 cargo build --release -p rollout-cli --bin rollout
 
