@@ -110,8 +110,9 @@ def read_output(data):
     unpacker.feed(data)
     out = []
     for rec in unpacker:
-        if not isinstance(rec, dict) or set(rec.keys()) != {"batch", "node", "weights_version", "data"}:
-            raise FormatError(f"record {len(out)} is not a map of batch, node, weights_version, data")
+        keys = {"batch", "node", "weights_version", "weights_versions", "policy_lag", "data"}
+        if not isinstance(rec, dict) or set(rec.keys()) != keys:
+            raise FormatError(f"record {len(out)} is not a map of {', '.join(sorted(keys))}")
         out.append(plain(rec))
     if unpacker.tell() != len(data):
         raise FormatError(f"{len(data) - unpacker.tell()} trailing bytes")

@@ -74,6 +74,13 @@ pub struct RunSettings {
     pub max_weight_update_interval: Option<u64>,
     /// Push to all nodes every this many yielded batches.
     pub update_interval: Option<u64>,
+    /// Async: drop (or, with `deliver_lagging`, flag) batches whose weights are more
+    /// than this many versions behind the stored ones.
+    pub max_policy_lag: Option<u64>,
+    /// Deliver batches past `max_policy_lag` flagged instead of dropping them.
+    pub deliver_lagging: bool,
+    /// Async: batches each node collects ahead of the consumer.
+    pub prefetch: usize,
     /// Longest trajectory before it is truncated.
     pub max_frames_per_traj: Option<u64>,
     /// Frames collected with the random policy first, over the whole run.
@@ -107,6 +114,9 @@ impl Default for RunSettings {
             update_after_each_batch: false,
             max_weight_update_interval: None,
             update_interval: None,
+            max_policy_lag: None,
+            deliver_lagging: false,
+            prefetch: 0,
             max_frames_per_traj: None,
             init_random_frames: 0,
             reset_at_each_iter: false,
@@ -203,6 +213,9 @@ impl RunSettings {
             update_after_each_batch: self.update_after_each_batch,
             max_weight_update_interval: self.max_weight_update_interval,
             update_interval: self.update_interval,
+            max_policy_lag: self.max_policy_lag,
+            deliver_lagging: self.deliver_lagging,
+            prefetch: self.prefetch,
         };
         trainer.validate()?;
         let max_frame = (placement == Placement::Remote).then_some(self.max_frame);

@@ -34,6 +34,10 @@ pub mod keys {
     pub const STEP_COUNT: &str = "step_count";
     /// Real (true) or padding (false) frame, after `split_trajectories`.
     pub const MASK: &str = "collector.mask";
+    /// The weights version the frame's action came from, i64 `[..]`: written by the
+    /// trainer into a sync batch before it is split into trajectories (whose first
+    /// axis then no longer says which node, and so which version, a frame is from).
+    pub const WEIGHTS_VERSION: &str = "collector.weights_version";
     /// Log-probability of `action` under the policy's distribution, f32 `[..]`
     /// (summed over an action's dimensions). Written by policies with a distribution.
     pub const ACTION_LOG_PROB: &str = "action_log_prob";

@@ -14,6 +14,10 @@ pub struct OutputRecord {
     pub node: Option<usize>,
     /// The oldest weights version in it.
     pub weights_version: u64,
+    /// Each share's weights version (one per node in a sync batch).
+    pub weights_versions: Vec<u64>,
+    /// Versions `weights_version` was behind the stored weights when it was yielded.
+    pub policy_lag: u64,
     /// Its tensors by key.
     pub data: BTreeMap<String, Tensor>,
 }

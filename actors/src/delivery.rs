@@ -53,6 +53,14 @@ impl Delivery {
     /// `c` as its consumer receives it.
     pub(crate) fn apply(&self, mut c: Collected) -> Result<Collected, CollectError> {
         if self.split_trajs {
+            if c.node.is_none() {
+                // Split, a sync batch's first axis is no longer its nodes: each frame's
+                // weights version travels with it.
+                let versions = rollout::Tensor::I64(c.policy_version());
+                c.data
+                    .set(rollout::rollout::keys::WEIGHTS_VERSION, versions)
+                    .map_err(|e| CollectError::Postproc(e.to_string()))?;
+            }
             c.data = postproc::split_trajectories(&c.data).map_err(|e| CollectError::Postproc(e.to_string()))?;
         }
         if let Some(p) = &self.postproc {

@@ -295,7 +295,8 @@ impl TrainerHarness {
                 Output::Finished => self.finished = true,
                 Output::Seeded { next_seed } => self.seeded = Some(next_seed),
                 Output::AllDown => self.all_down = true,
-                Output::Recycle { .. } => {}
+                // Counted in the machine's `stats()`; its frames are asked again.
+                Output::Recycle { .. } | Output::DroppedLagging { .. } => {}
                 Output::RestartNode { node, restart, cause } => self.restarts.push_back((node, restart, cause)),
                 Output::Checkpoint(c) => self.checkpoints.push_back(Ok(*c)),
                 Output::CheckpointFailed(reason) => self.checkpoints.push_back(Err(reason)),

@@ -632,7 +632,7 @@ fn main() {
     // the argmax policy (default: sampling); `ROLLOUT_BENCH_NODES` and
     // `ROLLOUT_BENCH_NICE` set the collectors' nodes (2) and worker nice (10), `ROLLOUT_BENCH_FRAMES` the frames per batch (10,000);
     // `ROLLOUT_BENCH_ONLY=pair|cpair`: see `pair` and `cpair`; `embedded`: (ce) for 3 s, then (p);
-    // `independent`, `independent_best`: see those.
+    // `independent`, `independent_best`, `prefetch`: see those.
     let mode = match std::env::var("ROLLOUT_BENCH_MODE").as_deref() {
         Ok("deterministic") => ExplorationType::Deterministic,
         _ => ExplorationType::Random,
@@ -652,6 +652,10 @@ fn main() {
         }
         if which == "independent_best" {
             independent_best();
+            return;
+        }
+        if which == "prefetch" {
+            prefetch();
             return;
         }
         if which == "embedded" {
@@ -787,5 +791,69 @@ fn independent_best() {
         best.c1 / best.i,
         best.median_b,
         best.median_c1
+    );
+}
+
+/// `ROLLOUT_BENCH_ONLY=prefetch` (issue 39): the one-node async collector as `rollout
+/// collect --nodes 1` builds it (c1, torchrl's semantics: the node goes on once its batch
+/// is taken) and the same with `prefetch(1)` (c1p: it collects the next batch while the
+/// last waits), against `Rollout` alone (b, the node's own loop: what c1 would be if the
+/// hand-over cost nothing), deterministic CartPole, `ROLLOUT_BENCH_FRAMES` (10,000) frames
+/// per batch; the fastest of `ROLLOUT_BENCH_ROUNDS` (40) alternating windows of
+/// `ROLLOUT_BENCH_WINDOW` (20) batches each, and the medians of the rounds' ratios.
+fn prefetch() {
+    let frames = batch_frames();
+    let mut three = OneNode::new(frames);
+    let build = |ahead: usize| {
+        DistributedCollector::builder()
+            .env("CartPole-v1")
+            .policy(PolicyConfig::Linear)
+            .nodes(1)
+            .worker_nice(rollout::node_spec::DEFAULT_WORKER_NICE)
+            .envs_per_node(1)
+            .frames_per_batch(frames)
+            .total_frames(-1)
+            .exploration_type(ExplorationType::Deterministic)
+            .seed(0)
+            .prefetch(ahead)
+            .build()
+            .expect("collector")
+    };
+    let mut ahead = build(1);
+    let window = knob("ROLLOUT_BENCH_WINDOW", 20);
+    let pull = |c: &mut DistributedCollector| {
+        let batch = c.next_batch().expect("batch").expect("endless");
+        black_box(batch.data.numel());
+        c.recycle(batch);
+    };
+    let time = |f: &mut dyn FnMut()| {
+        let t = Instant::now();
+        for _ in 0..window {
+            f();
+        }
+        (window * frames) as f64 / t.elapsed().as_secs_f64()
+    };
+    let (mut b, mut c1, mut c1p) = (0f64, 0f64, 0f64);
+    let (mut r1, mut rp) = (Vec::new(), Vec::new());
+    for _ in 0..knob("ROLLOUT_BENCH_ROUNDS", 40) {
+        let rb = time(&mut || three.run_b());
+        let rc = time(&mut || three.pull_c1());
+        let rcp = time(&mut || pull(&mut ahead));
+        b = b.max(rb);
+        c1 = c1.max(rc);
+        c1p = c1p.max(rcp);
+        r1.push(rc / rb);
+        rp.push(rcp / rb);
+    }
+    three.shutdown();
+    ahead.shutdown().expect("shutdown");
+    println!(
+        "fastest windows of {window} x {frames} frames: b {b:.0}, c1 {c1:.0}, c1 prefetch=1 {c1p:.0} frames/s; \
+         c1/b {:.3}, c1p/b {:.3}, c1p/c1 {:.3}; medians of the rounds' ratios: c1/b {:.3}, c1p/b {:.3}",
+        c1 / b,
+        c1p / b,
+        c1p / c1,
+        median(r1),
+        median(rp)
     );
 }

@@ -142,6 +142,8 @@ fn run(
             index,
             node,
             weights_version,
+            ref weights_versions,
+            policy_lag,
             ref data,
             ..
         } = c;
@@ -153,6 +155,8 @@ fn run(
                 batch: index,
                 node,
                 weights_version,
+                weights_versions,
+                policy_lag,
                 data: Data(data),
             };
             rmp_serde::encode::write_named(w, &record).with_context(|| format!("writing batch {index}"))?;
@@ -163,6 +167,7 @@ fn run(
                 frames: n,
                 node,
                 weights_version,
+                policy_lag,
             })?;
             writeln!(stdout, "{line}")
                 .and_then(|()| stdout.flush())
@@ -206,11 +211,13 @@ fn run(
 }
 
 /// Whether the run stands in for a learner that updates the policy after every batch:
-/// any of the update options asks for pushes, and there must be something new to push.
+/// any of the update options asks for pushes, and there must be something new to push;
+/// a lag cap has nothing to cap without new versions.
 fn renews_weights(args: &CollectArgs) -> bool {
     args.run.update_after_each_batch
         || args.run.update_interval.is_some()
         || args.run.max_weight_update_interval.is_some()
+        || args.run.max_policy_lag.is_some()
 }
 
 /// Stores the trainer's current weights again, as the next version: `rollout collect`

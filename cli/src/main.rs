@@ -17,9 +17,10 @@
 //! # `--json`
 //!
 //! One JSON object per line on stdout for every yielded batch,
-//! `{"batch": i, "frames": n, "node": k|null, "weights_version": v}` (`node` is `null` for sync
-//! batches, which stack a share of every node; `frames` counts real frames, padding excluded after
-//! `--split-trajs`), then one summary object `{"frames": .., "batches": .., "seconds": .., "fps": ..}`.
+//! `{"batch": i, "frames": n, "node": k|null, "weights_version": v, "policy_lag": l}` (`node` is
+//! `null` for sync batches, which stack a share of every node; `frames` counts real frames,
+//! padding excluded after `--split-trajs`; `policy_lag` the versions `v` was behind the stored
+//! weights when the batch was yielded), then one summary object `{"frames": .., "batches": .., "seconds": .., "fps": ..}`.
 //!
 //! # `--output FILE` format
 //!
@@ -33,6 +34,10 @@
 //!   "batch": u64,                 // 0-based index of the batch in the run
 //!   "node": u64 | nil,            // the node that collected it (async), nil for a sync batch
 //!   "weights_version": u64,       // oldest policy weights version among its frames
+//!   "weights_versions": [u64],    // each share's: every frame of async batch has [0]; frame
+//!                                 // [n, ..] of a sync batch has [n]; a sync batch split with
+//!                                 // --split-trajs has each frame's in "collector.weights_version"
+//!   "policy_lag": u64,            // versions "weights_version" was behind the stored weights
 //!   "data": {                     // one entry per batch key, the dotted path as the key
 //!     KEY: {                      // e.g. "observation", "action", "next.reward", "collector.traj_ids"
 //!       "dtype": "f32" | "f64" | "i64" | "bool" | "u8",
@@ -45,8 +50,10 @@
 //! ```
 //!
 //! Each `data` value is exactly the serde form of `rollout::Tensor`, so in Rust a record decodes
-//! into `struct { batch: u64, node: Option<usize>, weights_version: u64, data: BTreeMap<String,
-//! rollout::Tensor> }` with `rmp_serde::decode::from_read` called repeatedly on one reader.
+//! into `struct { batch: u64, node: Option<usize>, weights_version: u64, weights_versions:
+//! Vec<u64>, policy_lag: u64, data: BTreeMap<String, rollout::Tensor> }` with
+//! `rmp_serde::decode::from_read` called repeatedly on one reader. A sync record split with
+//! `--split-trajs` also holds `collector.weights_version`: each frame's version.
 
 #![forbid(unsafe_code)]
 

@@ -25,6 +25,8 @@ pub(crate) struct Record<'a> {
     pub(crate) batch: u64,
     pub(crate) node: Option<usize>,
     pub(crate) weights_version: u64,
+    pub(crate) weights_versions: &'a [u64],
+    pub(crate) policy_lag: u64,
     pub(crate) data: Data<'a>,
 }
 
@@ -35,6 +37,7 @@ pub(crate) struct BatchLine {
     pub(crate) frames: u64,
     pub(crate) node: Option<usize>,
     pub(crate) weights_version: u64,
+    pub(crate) policy_lag: u64,
 }
 
 /// The last `--json` line.
@@ -66,6 +69,8 @@ mod tests {
     /// A decoded record's tensors (the crate docs' Rust reading of a record).
     #[derive(serde::Deserialize)]
     struct Read {
+        weights_versions: Vec<u64>,
+        policy_lag: u64,
         data: BTreeMap<String, Tensor>,
     }
 
@@ -97,11 +102,14 @@ mod tests {
         let bytes = rmp_serde::to_vec_named(&Record {
             batch: 0,
             node: Some(1),
-            weights_version: 0,
+            weights_version: 3,
+            weights_versions: &[3],
+            policy_lag: 2,
             data: Data(&data),
         })
         .expect("encodes");
         let back: Read = rmp_serde::from_slice(&bytes).expect("decodes");
+        assert_eq!((back.weights_versions, back.policy_lag), (vec![3], 2));
         assert_eq!(back.data.len(), entries.len());
         for (k, t) in data.iter() {
             assert_eq!(back.data.get(k), Some(t), "{k}");

@@ -69,7 +69,11 @@ fn check_json(run: &Run, batches: u64, frames_per_batch: u64) -> Vec<serde_json:
         let obj = l.as_object().expect("object");
         let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();
         keys.sort_unstable();
-        assert_eq!(keys, ["batch", "frames", "node", "weights_version"], "{l}");
+        assert_eq!(
+            keys,
+            ["batch", "frames", "node", "policy_lag", "weights_version"],
+            "{l}"
+        );
         assert_eq!(l["batch"], i as u64, "{l}");
         assert_eq!(l["frames"], frames_per_batch, "{l}");
         assert!(l["weights_version"].is_u64(), "{l}");
@@ -155,7 +159,14 @@ fn read_records(path: &Path) -> Vec<OutputRecord> {
         let rec: BTreeMap<String, IgnoredAny> = rmp_serde::from_read(&mut cur).expect("a record is a named map");
         assert_eq!(
             rec.keys().collect::<Vec<_>>(),
-            ["batch", "data", "node", "weights_version"]
+            [
+                "batch",
+                "data",
+                "node",
+                "policy_lag",
+                "weights_version",
+                "weights_versions"
+            ]
         );
         n += 1;
     }

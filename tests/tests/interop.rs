@@ -472,11 +472,23 @@ fn output_file_decodes_with_python_msgpack() {
     assert_eq!(py.len(), records.len());
     let mut frames = 0;
     for (i, (p, rec)) in py.iter().zip(&records).enumerate() {
-        assert_eq!(keys(p), ["batch", "data", "node", "weights_version"]);
+        assert_eq!(
+            keys(p),
+            [
+                "batch",
+                "data",
+                "node",
+                "policy_lag",
+                "weights_version",
+                "weights_versions"
+            ]
+        );
         assert_eq!(rec.batch, i as u64);
         assert_eq!(p["batch"], rec.batch);
         assert_eq!(p["node"], json!(rec.node));
         assert_eq!(p["weights_version"], rec.weights_version);
+        assert_eq!(p["weights_versions"], json!(rec.weights_versions));
+        assert_eq!(p["policy_lag"], rec.policy_lag);
         let data = p["data"].as_object().expect("data map");
         assert_eq!(
             data.keys().map(String::as_str).collect::<Vec<_>>(),

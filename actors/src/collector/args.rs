@@ -96,6 +96,17 @@ pub struct CollectorArgs {
     /// Push stored weights to all nodes every N yielded batches.
     #[cfg_attr(feature = "clap", arg(long, value_name = "N"))]
     pub update_interval: Option<u64>,
+    /// Async: drop a batch whose weights are more than N versions behind the stored
+    /// ones (its node gets them and collects it again), or flag it with
+    /// `--deliver-lagging`.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "N"))]
+    pub max_policy_lag: Option<u64>,
+    /// Deliver batches past `--max-policy-lag` flagged instead of dropping them.
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub deliver_lagging: bool,
+    /// Async: batches each node collects ahead of the consumer [default: 0].
+    #[cfg_attr(feature = "clap", arg(long, value_name = "N"))]
+    pub prefetch: Option<usize>,
     /// Truncate trajectories longer than N frames.
     #[cfg_attr(feature = "clap", arg(long, value_name = "N"))]
     pub max_frames_per_traj: Option<u64>,
@@ -285,6 +296,13 @@ impl CollectorArgs {
         }
         if let Some(n) = self.update_interval {
             b = b.update_interval(n);
+        }
+        if let Some(n) = self.max_policy_lag {
+            b = b.max_policy_lag(n);
+        }
+        b = b.deliver_lagging(self.deliver_lagging);
+        if let Some(n) = self.prefetch {
+            b = b.prefetch(n);
         }
         if let Some(n) = self.max_frames_per_traj {
             b = b.max_frames_per_traj(n);

@@ -195,6 +195,28 @@ impl CollectorBuilder {
         self.settings.run.update_interval = Some(n);
         self
     }
+    /// Async: a batch whose weights are more than `n` versions behind the stored ones
+    /// when it would be yielded is dropped (counted in the stats and the metrics), and
+    /// its node is sent the stored weights and asked again; `total_frames` counts
+    /// delivered frames only. Sync runs refuse it.
+    pub fn max_policy_lag(mut self, n: u64) -> Self {
+        self.settings.run.max_policy_lag = Some(n);
+        self
+    }
+    /// Deliver batches past [`Self::max_policy_lag`] flagged
+    /// ([`Collected::lagging`](rollout::machine::Collected::lagging)) instead of dropping them.
+    pub fn deliver_lagging(mut self, on: bool) -> Self {
+        self.settings.run.deliver_lagging = on;
+        self
+    }
+    /// Async: each node collects up to `n` batches ahead of the consumer (0, the
+    /// default, is torchrl's semantics: a node goes on once its batch is taken), at
+    /// most [`MAX_PREFETCH`](rollout::machine::MAX_PREFETCH). Ahead, a batch is
+    /// collected with older weights: its `policy_lag` says by how much.
+    pub fn prefetch(mut self, n: usize) -> Self {
+        self.settings.run.prefetch = n;
+        self
+    }
     /// Truncate trajectories longer than this.
     pub fn max_frames_per_traj(mut self, n: u64) -> Self {
         self.settings.run.max_frames_per_traj = Some(n);

@@ -11,5 +11,5 @@ pub(crate) mod observe;
 pub mod registry;
 pub mod server;
 
-pub use registry::{FailureReason, RefusalReason, RunMetrics};
+pub use registry::{DropReason, FailureReason, RefusalReason, RunMetrics};
 pub use server::{MetricsServer, ServeError};

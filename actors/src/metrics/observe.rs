@@ -7,7 +7,7 @@ use std::time::Instant;
 use rollout::machine::Collected;
 use rollout::message::{FromNode, ToNode};
 
-use super::registry::{FailureReason, NodeMetrics, RefusalReason, RunMetrics, FAILURE_REASONS};
+use super::registry::{DropReason, FailureReason, NodeMetrics, RefusalReason, RunMetrics, FAILURE_REASONS};
 
 /// Longest queue of unanswered `continue`s timed per node: a node that never answers
 /// cannot grow it without bound.
@@ -108,6 +108,12 @@ impl TrainerMetrics {
             }
         }
         self.run.collected_frames.set(collected as i64);
+        self.run.policy_lag.observe(c.policy_lag as f64);
+    }
+
+    /// A batch of `frames` frames was dropped unyielded: its weights lagged too far.
+    pub(crate) fn dropped_lagging(&self, frames: u64) {
+        self.run.dropped(DropReason::PolicyLag, frames);
     }
 
     /// Node `node` failed for `reason`: its unanswered `continue`s are not timed.
@@ -162,6 +168,8 @@ mod tests {
             node,
             weights_version: versions.iter().copied().min().unwrap_or(0),
             weights_versions: versions,
+            policy_lag: 0,
+            lagging: false,
             data: TensorDict::new(&[rows, steps]),
         }
     }
@@ -226,6 +234,39 @@ mod tests {
         assert_eq!(
             line(&text, "rollout_node_failures_total{node=\"0\",reason=\"failed\"}"),
             Some(0.0)
+        );
+    }
+
+    #[test]
+    fn every_yielded_batchs_lag_is_observed_and_dropped_batches_counted_by_reason() {
+        let run = RunMetrics::new();
+        let mut m = TrainerMetrics::new(run.clone(), -1, 1);
+        let text = run.encode();
+        assert_eq!(
+            line(&text, "rollout_dropped_batches_total{reason=\"policy_lag\"}"),
+            Some(0.0),
+            "from the start, at zero"
+        );
+        for lag in [0, 0, 1, 5] {
+            let mut c = yielded(Some(0), vec![1], 1, 10);
+            c.policy_lag = lag;
+            m.on_yield(&c, 10);
+        }
+        m.dropped_lagging(40);
+        let text = run.encode();
+        assert_eq!(line(&text, "rollout_policy_lag_count"), Some(4.0));
+        assert_eq!(line(&text, "rollout_policy_lag_sum"), Some(6.0));
+        assert_eq!(line(&text, "rollout_policy_lag_bucket{le=\"0.0\"}"), Some(2.0));
+        assert_eq!(line(&text, "rollout_policy_lag_bucket{le=\"1.0\"}"), Some(3.0));
+        assert_eq!(line(&text, "rollout_policy_lag_bucket{le=\"4.0\"}"), Some(3.0));
+        assert_eq!(line(&text, "rollout_policy_lag_bucket{le=\"8.0\"}"), Some(4.0));
+        assert_eq!(
+            line(&text, "rollout_dropped_batches_total{reason=\"policy_lag\"}"),
+            Some(1.0)
+        );
+        assert_eq!(
+            line(&text, "rollout_dropped_frames_total{reason=\"policy_lag\"}"),
+            Some(40.0)
         );
     }
 

@@ -124,6 +124,42 @@ pub struct RefusalLabel {
     pub reason: RefusalReason,
 }
 
+/// Why a node's batch was dropped unyielded (the label value is the name in snake case).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum DropReason {
+    /// Its weights lagged past the run's `max_policy_lag`.
+    PolicyLag,
+}
+
+impl DropReason {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::PolicyLag => "policy_lag",
+        }
+    }
+}
+
+impl EncodeLabelValue for DropReason {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(self.as_str())
+    }
+}
+
+/// Every [`DropReason`].
+pub const DROP_REASONS: [DropReason; 1] = [DropReason::PolicyLag];
+
+/// A drop's label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DropLabel {
+    /// Why.
+    pub reason: DropReason,
+}
+
+/// The upper bounds of the policy-lag histogram's buckets, in versions: every small
+/// lag its own bucket, then doubling.
+const LAG_BUCKETS: [f64; 10] = [0.0, 1.0, 2.0, 3.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
+
 /// The build's version, the label of `rollout_build_info`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabel {
@@ -146,6 +182,10 @@ pub struct Families {
     failures: Family<FailureLabel, Counter>,
     /// Asked → whole, one observation per batch.
     pub(crate) latency: Histogram,
+    /// Versions a yielded batch's oldest weights were behind the stored ones.
+    pub(crate) policy_lag: Histogram,
+    dropped_batches: Family<DropLabel, Counter>,
+    dropped_frames: Family<DropLabel, Counter>,
     /// The stored weights' version.
     pub(crate) weights_version: Gauge,
     /// Nodes not down (restarting ones included).
@@ -207,6 +247,9 @@ impl RunMetrics {
             failures: Family::default(),
             // 1 ms to about 65 s.
             latency: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
+            policy_lag: Histogram::new(LAG_BUCKETS),
+            dropped_batches: Family::default(),
+            dropped_frames: Family::default(),
             weights_version: Gauge::default(),
             nodes_up: Gauge::default(),
             joined: Counter::default(),
@@ -224,6 +267,21 @@ impl RunMetrics {
             "From asking a node for a batch to the batch whole at the trainer",
             Unit::Seconds,
             m.latency.clone(),
+        );
+        r.register(
+            "policy_lag",
+            "Versions the weights of each yielded batch were behind the stored ones when it was yielded",
+            m.policy_lag.clone(),
+        );
+        r.register(
+            "dropped_batches",
+            "Batches dropped unyielded, by reason (their frames asked again)",
+            m.dropped_batches.clone(),
+        );
+        r.register(
+            "dropped_frames",
+            "Frames of the batches dropped unyielded, by reason",
+            m.dropped_frames.clone(),
         );
         r.register(
             "node_weights_version",
@@ -272,6 +330,10 @@ impl RunMetrics {
         for reason in REFUSAL_REASONS {
             drop(m.refusals.get_or_create(&RefusalLabel { reason }));
         }
+        for reason in DROP_REASONS {
+            drop(m.dropped_batches.get_or_create(&DropLabel { reason }));
+            drop(m.dropped_frames.get_or_create(&DropLabel { reason }));
+        }
         RunMetrics(Arc::new(Families { registry: r, ..m }))
     }
 
@@ -292,6 +354,13 @@ impl RunMetrics {
                     .clone()
             }),
         }
+    }
+
+    /// Counts a batch of `frames` frames dropped for `reason`.
+    pub fn dropped(&self, reason: DropReason, frames: u64) {
+        let label = DropLabel { reason };
+        self.dropped_batches.get_or_create(&label).inc();
+        self.dropped_frames.get_or_create(&label).inc_by(frames);
     }
 
     /// Counts a join refused for `reason`.

@@ -101,6 +101,11 @@ impl Trainer {
                     }
                 }
                 Output::Recycle { node, data } => self.recycle(Some(node), data),
+                Output::DroppedLagging { frames, .. } => {
+                    if let Some(m) = &self.metrics {
+                        m.dropped_lagging(frames);
+                    }
+                }
                 Output::RestartNode { node, restart, cause } => self.restart_node(node, restart, cause),
                 Output::Checkpoint(c) => {
                     if let Some(tx) = self.checkpoint.take() {

@@ -31,10 +31,25 @@ class Batch:
 
     ``node`` is the node that collected it (``None`` for a sync batch stacked
     from all nodes), ``weights_version`` the oldest weights version its frames
-    used, ``index`` its position in the run.
+    used, ``weights_versions`` each share's (one per node in a sync batch),
+    :attr:`policy_version` each frame's, ``policy_lag`` how many versions the
+    oldest were behind the stored weights when the batch was yielded, ``lagging``
+    whether that is past ``max_policy_lag`` (delivered with ``deliver_lagging``),
+    ``index`` its position in the run.
     """
 
-    __slots__ = ("_data", "_prefix", "batch_size", "index", "node", "weights_version", "weights_versions", "_addresses")
+    __slots__ = (
+        "_data",
+        "_prefix",
+        "batch_size",
+        "index",
+        "node",
+        "weights_version",
+        "weights_versions",
+        "policy_lag",
+        "lagging",
+        "_addresses",
+    )
 
     def __init__(self, raw: Dict[str, Any], prefix: str = "") -> None:
         self._data: Dict[str, np.ndarray] = raw["data"]
@@ -45,6 +60,26 @@ class Batch:
         self.node: Optional[int] = raw["node"]
         self.weights_version: int = raw["weights_version"]
         self.weights_versions: List[int] = list(raw["weights_versions"])
+        self.policy_lag: int = raw.get("policy_lag", 0)
+        self.lagging: bool = raw.get("lagging", False)
+
+    @property
+    def policy_version(self) -> np.ndarray:
+        """The weights version each frame's action came from, ``int64`` shaped as the
+        batch (torchrl's ``policy_version``): a sync batch's first axis is its nodes,
+        each with its share's version; a sync batch split into trajectories carries
+        them per frame (``("collector", "weights_version")``)."""
+        size = self.batch_size
+        per_frame = self._data.get("collector.weights_version")
+        if per_frame is not None and tuple(per_frame.shape) == size:
+            return per_frame.astype(np.int64, copy=True)
+        versions = self.weights_versions
+        if len(versions) == 1:
+            return np.full(size, versions[0], dtype=np.int64)
+        if self.node is None and size and size[0] == len(versions):
+            lead = (len(versions),) + (1,) * (len(size) - 1)
+            return np.broadcast_to(np.asarray(versions, dtype=np.int64).reshape(lead), size).copy()
+        return np.full(size, self.weights_version, dtype=np.int64)
 
     def _sub(self, prefix: str) -> "Batch":
         sub = object.__new__(Batch)

@@ -373,6 +373,15 @@ class DistributedCollector:
             ``[sys.executable, "-m", "rollout_node"]``.
         ``update_after_each_batch`` (False), ``max_weight_update_interval`` (never),
             ``update_interval`` (never): when stored weights go to the nodes.
+        ``max_policy_lag`` (async; no cap): a batch whose weights are more than this many
+            versions behind the stored ones when it would be yielded is dropped (counted;
+            its node gets the stored weights and collects it again; ``total_frames``
+            counts delivered frames only), or, with ``deliver_lagging=True``, delivered
+            with ``batch.lagging`` set. Every batch says its ``policy_lag``.
+        ``prefetch`` (async; 0): batches each node collects ahead of the consumer. 0 is
+            torchrl's semantics (a node goes on once its batch is taken); 1 removes the
+            wait for the hand-over, at the price of frames one batch staler (see
+            ``policy_lag`` and ``max_policy_lag``).
         ``max_frames_per_traj``: truncate longer trajectories (no limit).
         ``init_random_frames``: frames of a random policy first (0).
         ``reset_at_each_iter``: fresh episodes for each batch (False).
@@ -451,6 +460,9 @@ class DistributedCollector:
         update_after_each_batch: bool = False,
         max_weight_update_interval: Optional[int] = None,
         update_interval: Optional[int] = None,
+        max_policy_lag: Optional[int] = None,
+        deliver_lagging: bool = False,
+        prefetch: Optional[int] = None,
         max_frames_per_traj: Optional[int] = None,
         init_random_frames: Optional[int] = None,
         reset_at_each_iter: bool = False,
@@ -612,6 +624,9 @@ class DistributedCollector:
             update_after_each_batch=update_after_each_batch,
             max_weight_update_interval=max_weight_update_interval,
             update_interval=update_interval,
+            max_policy_lag=max_policy_lag,
+            deliver_lagging=deliver_lagging,
+            prefetch=prefetch,
             max_frames_per_traj=max_frames_per_traj,
             init_random_frames=init_random_frames,
             reset_at_each_iter=reset_at_each_iter,
@@ -842,7 +857,8 @@ class DistributedCollector:
 
     # ---- the rest
     def stats(self) -> Dict[str, Any]:
-        """``restarts`` (per node), ``dropped_late``, ``frames_collected``,
+        """``restarts`` (per node), ``dropped_late``, ``dropped_lagging`` and
+        ``frames_dropped_lagging`` (batches past ``max_policy_lag``, asked again), ``frames_collected``,
         ``batches_recycled`` (batches Python freed, whose storage went back to the
         run), and for an elastic run ``joined`` (nodes that joined, the first ones
         included) and ``left`` (nodes that left with ``leave``); both 0 otherwise.

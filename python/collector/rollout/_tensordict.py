@@ -120,22 +120,18 @@ def to_tensordict(
 
 
 def _write_origin(collector: dict, batch: Batch, size: list) -> None:
-    """``weights_version`` and ``node`` of every frame: one value per share, a sync
-    batch's first axis being its nodes. A sync batch split into trajectories has
-    trajectories on that axis: its version is written when every node's is the same,
-    its node not at all."""
-    versions = batch.weights_versions
+    """``weights_version`` and ``node`` of every frame: the version of the weights its
+    action came from (:attr:`Batch.policy_version`), and its node, one per share, a
+    sync batch's first axis being its nodes. A sync batch split into trajectories has
+    trajectories on that axis: its versions come per frame, its node not at all."""
+    collector["weights_version"] = torch.from_numpy(batch.policy_version).reshape(size)
     split = "mask" in collector
     if batch.node is not None:
-        collector["weights_version"] = torch.full(size, versions[0], dtype=torch.int64)
         collector["node"] = torch.full(size, batch.node, dtype=torch.int64)
-    elif not split and size and size[0] == len(versions):
-        lead = [len(versions)] + [1] * (len(size) - 1)
+    elif not split and size and size[0] == len(batch.weights_versions):
+        lead = [len(batch.weights_versions)] + [1] * (len(size) - 1)
         # Contiguous (not expanded views), so `view` works on them as on every other entry.
-        collector["weights_version"] = torch.tensor(versions, dtype=torch.int64).reshape(lead).expand(size).contiguous()
-        collector["node"] = torch.arange(len(versions), dtype=torch.int64).reshape(lead).expand(size).contiguous()
-    elif len(set(versions)) == 1:
-        collector["weights_version"] = torch.full(size, versions[0], dtype=torch.int64)
+        collector["node"] = torch.arange(len(batch.weights_versions), dtype=torch.int64).reshape(lead).expand(size).contiguous()
 
 
 class EpisodeReward:

@@ -182,6 +182,8 @@ impl NativeCollector {
         let d = PyDict::new(py);
         d.set_item("restarts", s.restarts)?;
         d.set_item("dropped_late", s.dropped_late)?;
+        d.set_item("dropped_lagging", s.dropped_lagging)?;
+        d.set_item("frames_dropped_lagging", s.frames_dropped_lagging)?;
         d.set_item("frames_collected", s.frames_collected)?;
         d.set_item("joined", s.joined)?;
         d.set_item("left", s.left)?;

@@ -38,6 +38,8 @@ impl Drop for BatchStorage {
                 node: self.batch.node,
                 weights_version: self.batch.weights_version,
                 weights_versions: std::mem::take(&mut self.batch.weights_versions),
+                policy_lag: self.batch.policy_lag,
+                lagging: self.batch.lagging,
                 data,
             });
         }
@@ -64,7 +66,7 @@ fn tensor_view<'py>(t: &Tensor, storage: &Bound<'py, BatchStorage>) -> (Bound<'p
 }
 
 /// A batch as a dict: `index`, `node`, `weights_version`, `weights_versions`,
-/// `batch_size`, `data` (dotted key to an array viewing the batch's storage) and
+/// `policy_lag`, `lagging`, `batch_size`, `data` (dotted key to an array viewing the batch's storage) and
 /// `addresses` (dotted key to the address of the buffer the run collected into,
 /// which the tests compare with the arrays' data pointers and across batches). With
 /// `handle`, the storage goes back to the run once Python frees it.
@@ -74,6 +76,8 @@ pub(crate) fn batch_to_py(py: Python<'_>, batch: Collected, handle: Option<Colle
     out.set_item("node", batch.node)?;
     out.set_item("weights_version", batch.weights_version)?;
     out.set_item("weights_versions", PyList::new(py, &batch.weights_versions)?)?;
+    out.set_item("policy_lag", batch.policy_lag)?;
+    out.set_item("lagging", batch.lagging)?;
     out.set_item("batch_size", PyList::new(py, batch.data.batch_size())?)?;
     let storage = Bound::new(py, BatchStorage { batch, handle })?;
     let data = PyDict::new(py);

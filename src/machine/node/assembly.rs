@@ -1,7 +1,10 @@
 //! One `Continue` split over the env workers and their shares joined, in worker
 //! order, into the node's one `Batch`; the storage of a yielded batch handed back.
 
+use std::sync::Arc;
+
 use crate::message::{Batch, Continue, FromNode};
+use crate::policy::Weights;
 use crate::tensor::TensorDict;
 
 use super::{NodeError, NodeMachine, NodeOutput, WorkerCmd};
@@ -13,6 +16,10 @@ pub(super) struct Pending {
     pub(super) frames: usize,
     /// Each worker's share once it came: (weights version, frames).
     pub(super) shares: Vec<Option<(u64, TensorDict)>>,
+    /// The weights the node had when the `Continue` came: every share is collected
+    /// with them (updates wait in each worker's queue behind its `Collect`, and a
+    /// worker restarted meanwhile is rebuilt with these), so the batch has one version.
+    pub(super) weights: Option<Arc<Weights>>,
 }
 
 impl NodeMachine {
@@ -41,13 +48,15 @@ impl NodeMachine {
             seq: c.seq,
             frames,
             shares: vec![None; self.workers],
+            weights: self.weights.clone(),
         });
         Ok(())
     }
 
     /// A worker's share for `seq`, collected with weights `version`. The last share
     /// completes the node's batch: the shares joined in worker order, stamped with
-    /// the oldest weights version among them.
+    /// their weights version (one for all: see [`Pending::weights`]; the oldest, were
+    /// they ever to differ).
     pub(super) fn on_worker_batch(
         &mut self,
         worker: usize,

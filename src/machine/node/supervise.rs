@@ -129,7 +129,7 @@ impl NodeMachine {
                     seed: self.restart_seed(worker, number),
                     skip_traj_ids_below,
                     frames,
-                    weights: self.weights.clone(),
+                    weights: self.weights_owed_by(worker),
                     cause,
                 })
             }
@@ -148,6 +148,20 @@ impl NodeMachine {
                 self.fail(reason, out);
                 None
             }
+        }
+    }
+
+    /// The weights a restarted worker is rebuilt with: those of the `Continue` in
+    /// flight when it owes a share of it (so the node's batch is collected with one
+    /// version; the newer ones follow its share), else the node's current ones.
+    fn weights_owed_by(&self, worker: usize) -> Option<std::sync::Arc<crate::policy::Weights>> {
+        match self
+            .pending
+            .as_ref()
+            .filter(|p| p.shares.get(worker).is_some_and(Option::is_none))
+        {
+            Some(p) => p.weights.clone(),
+            None => self.weights.clone(),
         }
     }
 
@@ -179,6 +193,18 @@ impl NodeMachine {
                     frames: p.frames,
                 },
             });
+            // Rebuilt with the batch's weights: the ones that came since follow its share.
+            let newer = match (&p.weights, &self.weights) {
+                (Some(a), Some(b)) => !std::sync::Arc::ptr_eq(a, b),
+                (None, Some(_)) => true,
+                _ => false,
+            };
+            if let (true, Some(w)) = (newer, &self.weights) {
+                out.push(NodeOutput::Worker {
+                    worker,
+                    cmd: WorkerCmd::SetWeights(w.clone()),
+                });
+            }
         }
         if self.snapshot.as_ref().is_some_and(|(_, s)| s[worker].is_none()) {
             // The new incarnation's state is the truth now.

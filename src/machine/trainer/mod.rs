@@ -29,6 +29,8 @@ mod checkpoint;
 mod config;
 mod deadlines;
 mod error;
+#[cfg(test)]
+mod lag_tests;
 mod layout;
 mod membership;
 mod node_state;
@@ -45,7 +47,7 @@ mod versions;
 mod weights;
 
 use checkpoint::Checkpoints;
-pub use config::{ConfigError, TrainerConfig};
+pub use config::{ConfigError, TrainerConfig, MAX_PREFETCH};
 pub use deadlines::RequestDeadlines;
 pub use error::TrainerError;
 use layout::Layouts;
@@ -129,6 +131,8 @@ pub struct TrainerMachine {
     checkpoints: Checkpoints,
     /// Late batches refused.
     dropped_late: u64,
+    /// Batches (and their frames) dropped past `max_policy_lag`.
+    lagging_dropped: (u64, u64),
     /// Frames in accepted batches.
     frames_collected: u64,
     /// Batches the consumer handed back.
@@ -176,6 +180,7 @@ impl TrainerMachine {
             open_slots: Vec::new(),
             now: Duration::ZERO,
             dropped_late: 0,
+            lagging_dropped: (0, 0),
             frames_collected: 0,
             recycled: 0,
             checkpoints: Checkpoints::default(),

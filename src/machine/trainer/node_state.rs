@@ -37,6 +37,10 @@ pub(super) struct Asked {
     pub(super) seq: u64,
     /// Frames asked for.
     pub(super) frames: usize,
+    /// The weights version the node collects it with: the last weights the trainer
+    /// sent the node before this `Continue` (a node applies updates between batches
+    /// only, in the order they came), which its batch must name.
+    pub(super) version: u64,
     /// When it started to count (machine clock).
     pub(super) since: Duration,
 }
@@ -64,8 +68,8 @@ pub(super) enum NodeState {
     Released {
         /// The `Continue` whose batch is on its way.
         batch: Asked,
-        /// The `Continue` the node collects meanwhile: (seq, frames).
-        next: (u64, usize),
+        /// The `Continue` the node collects meanwhile (timed once `batch` is accepted).
+        next: Asked,
         /// False once that batch came whole but was refused: the trainer still waits
         /// for an answer to `batch`, but nothing of this node is on its way.
         on_its_way: bool,
@@ -107,7 +111,7 @@ impl NodeState {
     pub(super) fn outstanding(&self) -> Option<(u64, usize)> {
         match *self {
             NodeState::Collecting { asked } | NodeState::Arriving { asked } => Some((asked.seq, asked.frames)),
-            NodeState::Released { next, .. } => Some(next),
+            NodeState::Released { next, .. } => Some((next.seq, next.frames)),
             _ => None,
         }
     }
@@ -159,28 +163,22 @@ impl NodeState {
         }
     }
 
-    /// A `Continue` (seq, frames) was sent to it at `now` (an up node). Sent while
-    /// its batch arrives, it releases the node early: that batch is still expected
-    /// first, and the new `Continue` is collected meanwhile.
-    pub(super) fn asked(&mut self, seq: u64, frames: usize, now: Duration) {
+    /// A `Continue` was sent to it (an up node), `asked.since` the time of sending.
+    /// Sent while its batch arrives, it releases the node early: that batch is still
+    /// expected first, and the new `Continue` is collected meanwhile.
+    pub(super) fn asked(&mut self, asked: Asked) {
         *self = match *self {
             NodeState::Arriving { asked: batch } => NodeState::Released {
                 batch,
-                next: (seq, frames),
+                next: asked,
                 on_its_way: true,
             },
             NodeState::Released { batch, on_its_way, .. } => NodeState::Released {
                 batch,
-                next: (seq, frames),
+                next: asked,
                 on_its_way,
             },
-            _ => NodeState::Collecting {
-                asked: Asked {
-                    seq,
-                    frames,
-                    since: now,
-                },
-            },
+            _ => NodeState::Collecting { asked },
         };
     }
 
@@ -210,14 +208,8 @@ impl NodeState {
     /// goes on collecting `next`, timed from now; else it is idle.
     pub(super) fn answered(&mut self, now: Duration) {
         *self = match *self {
-            NodeState::Released {
-                next: (seq, frames), ..
-            } => NodeState::Collecting {
-                asked: Asked {
-                    seq,
-                    frames,
-                    since: now,
-                },
+            NodeState::Released { next, .. } => NodeState::Collecting {
+                asked: Asked { since: now, ..next },
             },
             _ => NodeState::Idle,
         };
@@ -271,25 +263,26 @@ mod tests {
         Duration::from_millis(ms)
     }
 
+    /// A `Continue` of `seq` and `frames` (collected with weights version `seq`), sent at `since`.
+    fn ask(seq: u64, frames: usize, since: Duration) -> Asked {
+        Asked {
+            seq,
+            frames,
+            version: seq,
+            since,
+        }
+    }
+
     fn collecting(seq: u64, frames: usize, since: Duration) -> NodeState {
         let mut s = NodeState::Idle;
-        s.asked(seq, frames, since);
+        s.asked(ask(seq, frames, since));
         s
     }
 
     #[test]
     fn a_continue_sent_to_an_idle_node_makes_it_collect_and_is_timed_from_then() {
         let s = collecting(3, 8, t(5));
-        assert_eq!(
-            s,
-            NodeState::Collecting {
-                asked: Asked {
-                    seq: 3,
-                    frames: 8,
-                    since: t(5)
-                }
-            }
-        );
+        assert_eq!(s, NodeState::Collecting { asked: ask(3, 8, t(5)) });
         assert_eq!(s.outstanding(), Some((3, 8)));
         assert_eq!(s.expected().map(|a| a.since), Some(t(5)));
         assert!(!s.in_transit());
@@ -301,7 +294,7 @@ mod tests {
         let mut s = collecting(1, 8, t(0));
         assert_eq!(s.begin_arriving().map(|a| a.seq), Some(1));
         assert!(s.in_transit());
-        s.asked(2, 8, t(3));
+        s.asked(ask(2, 8, t(3)));
         assert!(s.in_transit());
         // The newest Continue is outstanding, the released one is expected first and timed.
         assert_eq!(s.outstanding(), Some((2, 8)));
@@ -315,12 +308,9 @@ mod tests {
         assert_eq!(
             s,
             NodeState::Collecting {
-                asked: Asked {
-                    seq: 2,
-                    frames: 8,
-                    since: t(40)
-                }
-            }
+                asked: ask(2, 8, t(40))
+            },
+            "the next is collected with its own version, timed from the answer"
         );
     }
 
@@ -328,7 +318,7 @@ mod tests {
     fn a_refused_released_batch_is_no_longer_on_its_way_but_still_expected() {
         let mut s = collecting(1, 8, t(0));
         s.begin_arriving();
-        s.asked(2, 8, t(3));
+        s.asked(ask(2, 8, t(3)));
         s.batch_whole();
         assert!(!s.in_transit());
         assert_eq!(s.expected().map(|a| a.seq), Some(1));
@@ -350,7 +340,7 @@ mod tests {
     fn losing_a_released_node_returns_its_newest_continue_and_leaves_it_down() {
         let mut s = collecting(1, 8, t(0));
         s.begin_arriving();
-        s.asked(2, 6, t(3));
+        s.asked(ask(2, 6, t(3)));
         assert_eq!(s.lose(), Some(6));
         assert_eq!(s, NodeState::Down);
         assert!(!s.in_transit() && s.outstanding().is_none() && s.expected().is_none());

@@ -48,7 +48,13 @@ impl TrainerMachine {
         }
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.nodes[node].state.asked(seq, frames, self.now);
+        let version = self.nodes[node].book.pushed_version;
+        self.nodes[node].state.asked(Asked {
+            seq,
+            frames,
+            version,
+            since: self.now,
+        });
         if self.awaits_weights(node) {
             // Sent once the node has its version 0 (specs.rs).
             self.hold_continue(node, seq, frames);
@@ -136,8 +142,16 @@ impl TrainerMachine {
         if !self.wanted || self.finished || self.checkpointing() {
             return Ok(());
         }
-        let Some(b) = self.ready.pop_front() else {
-            return Ok(());
+        let b = loop {
+            let Some(b) = self.ready.pop_front() else {
+                return Ok(());
+            };
+            let lag = self.version.saturating_sub(b.weights_version);
+            if self.cfg.max_policy_lag.is_some_and(|max| lag > max) && !self.cfg.deliver_lagging {
+                self.drop_lagging(b, lag, out)?;
+                continue;
+            }
+            break b;
         };
         let node = b.node;
         let mut data = b.data;
@@ -161,6 +175,49 @@ impl TrainerMachine {
         }
         self.emit(node_batch(Some(node), vec![b.weights_version], data), false, out);
         Ok(())
+    }
+
+    /// `max_policy_lag`: batch `b`, `lag` versions behind the stored weights, is not
+    /// yielded. Its storage goes back to its node, which gets the stored weights (else
+    /// its next batch would lag as far) and is asked again, unless it already was.
+    fn drop_lagging(&mut self, b: Batch, lag: u64, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        let node = b.node;
+        let frames = b.data.numel() as u64;
+        self.lagging_dropped.0 += 1;
+        self.lagging_dropped.1 += frames;
+        tracing::debug!(node, seq = b.seq, lag, frames, "dropped a batch past max_policy_lag");
+        out.push(Output::DroppedLagging {
+            node,
+            frames,
+            policy_lag: lag,
+        });
+        out.push(Output::Recycle { node, data: b.data });
+        // Not during a seed chain or the shutdown: the next request asks it then.
+        let quiet = self.chain.at.is_none() && !self.shutting_down;
+        if quiet && !self.nodes[node].state.has_work() && self.remaining().is_none_or(|r| r > 0) {
+            self.push_to(node, out);
+            self.continue_node(node, self.cfg.shares.node_share(), out);
+        }
+        Ok(())
+    }
+
+    /// `prefetch`: node `node`, whose batch was just queued, goes on at once while it
+    /// has at most `prefetch` batches waiting to be yielded and more frames are wanted
+    /// than wait already (not during a seed chain, a checkpoint or the shutdown).
+    fn prefetch(&mut self, node: usize, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        let quiet = self.chain.at.is_none() && !self.checkpointing() && !self.shutting_down;
+        if !quiet || self.finished || !self.started || self.nodes[node].state.has_work() {
+            return Ok(());
+        }
+        let (mut waiting, mut frames) = (0usize, 0u64);
+        for b in &self.ready {
+            frames += b.data.numel() as u64;
+            waiting += usize::from(b.node == node);
+        }
+        if waiting > self.cfg.prefetch || self.remaining().is_some_and(|r| r <= frames) {
+            return Ok(());
+        }
+        self.release(node, out)
     }
 
     /// Node `node` goes on to its next batch, after its weight update if any.
@@ -209,6 +266,8 @@ impl TrainerMachine {
     /// Hands `c` to the consumer as the next batch of the run.
     fn emit(&mut self, mut c: Collected, push: bool, out: &mut Vec<Output>) {
         c.index = self.batches_yielded;
+        c.policy_lag = self.version.saturating_sub(c.weights_version);
+        c.lagging = self.cfg.max_policy_lag.is_some_and(|max| c.policy_lag > max);
         self.wanted = false;
         self.batches_yielded += 1;
         self.frames_yielded += c.data.numel() as u64;
@@ -230,7 +289,7 @@ impl TrainerMachine {
         let st = &self.nodes[node];
         // A node answers in order: the batch on its way first, then the outstanding one.
         let expected = st.state.expected();
-        let Some(Asked { frames, .. }) = expected.filter(|a| a.seq == b.seq) else {
+        let Some(Asked { frames, version, .. }) = expected.filter(|a| a.seq == b.seq) else {
             let replaced = self.supervision.is_some() || self.elastic.is_some();
             if replaced && (st.state.is_restarting() || b.seq < st.incarnation_seq) {
                 self.dropped_late += 1;
@@ -246,6 +305,18 @@ impl TrainerMachine {
                 },
             });
         };
+        if b.weights_version != version {
+            // A node applies updates between batches, in order: its batch is collected
+            // with the last weights sent before its `Continue`, which the trainer knows.
+            return Err(TrainerError::BadBatch {
+                node,
+                reason: format!(
+                    "claims weights version {}, but the last weights sent to it before its continue (seq {}) \
+                     were version {version}",
+                    b.weights_version, b.seq
+                ),
+            });
+        }
         let envs = self.cfg.envs(node);
         let bs = b.data.batch_size();
         // Sizes from outside: their product is checked, never wrapped.
@@ -311,6 +382,9 @@ impl TrainerMachine {
             // and a run resumed with a larger `total_frames` yields them first.
             self.ready.push_back(b);
             self.try_yield_async(out)?;
+            if self.cfg.prefetch > 0 {
+                self.prefetch(node, out)?;
+            }
         }
         self.advance_checkpoint(out);
         Ok(())

@@ -60,6 +60,11 @@ pub struct SupervisionStats {
     pub restarts: Vec<u32>,
     /// Batches refused because they answered a `Continue` of an incarnation that was replaced.
     pub dropped_late: u64,
+    /// Batches dropped unyielded because their weights lagged past `max_policy_lag`
+    /// (their frames asked again).
+    pub dropped_lagging: u64,
+    /// Frames of those batches.
+    pub frames_dropped_lagging: u64,
     /// Frames in the batches accepted from nodes.
     pub frames_collected: u64,
     /// Elastic runs: nodes that joined over the run, those it started with included (0 otherwise).
@@ -112,6 +117,8 @@ impl TrainerMachine {
                 .map(|i| self.restarts.get(i).map_or(0, Restarts::total))
                 .collect(),
             dropped_late: self.dropped_late,
+            dropped_lagging: self.lagging_dropped.0,
+            frames_dropped_lagging: self.lagging_dropped.1,
             frames_collected: self.frames_collected,
             joined: self.membership_counts().map_or(0, |(j, _)| j),
             left: self.membership_counts().map_or(0, |(_, l)| l),
@@ -190,7 +197,7 @@ impl TrainerMachine {
         for i in 0..self.nodes.len() {
             // The batch on its way first: the outstanding `Continue` is timed from
             // when that batch is whole, as if it had been sent then.
-            if let Some(Asked { seq, frames, since }) = self.nodes[i].state.expected() {
+            if let Some(Asked { seq, frames, since, .. }) = self.nodes[i].state.expected() {
                 if self.now.saturating_sub(since) >= limit {
                     let reason = format!(
                         "no answer to Continue seq {seq} ({frames} frames) within {:.3} s",

@@ -16,12 +16,7 @@ pub(super) fn config(nodes: usize, envs: usize, fpb: usize, total: Option<u64>, 
         Ok(s) => s,
         Err(e) => panic!("test shares refused: {e}"),
     };
-    TrainerConfig {
-        shares,
-        update_after_each_batch: false,
-        max_weight_update_interval: None,
-        update_interval: None,
-    }
+    TrainerConfig::new(shares)
 }
 
 /// A machine for `cfg`.
@@ -64,10 +59,15 @@ pub(super) fn data(node: usize, envs: usize, frames: usize) -> TensorDict {
 
 /// Node `node`'s batch for `seq` of `frames` frames over `envs` envs.
 pub(super) fn batch(node: usize, seq: u64, envs: usize, frames: usize) -> FromNode {
+    batch_of_version(node, seq, envs, frames, 0)
+}
+
+/// [`batch`], collected with weights `version`.
+pub(super) fn batch_of_version(node: usize, seq: u64, envs: usize, frames: usize, version: u64) -> FromNode {
     FromNode::Batch(Batch {
         node,
         seq,
-        weights_version: 0,
+        weights_version: version,
         data: data(node, envs, frames),
     })
 }

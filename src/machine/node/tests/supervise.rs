@@ -86,6 +86,54 @@ fn restart_skips_delivered_traj_ids_resumes_frames_and_gets_current_weights() {
 }
 
 #[test]
+fn a_worker_restarted_mid_batch_collects_its_share_with_the_batchs_weights_then_takes_the_newer() {
+    let spec = spec(0, 2, 5);
+    let mut m = machine(&spec);
+    let mut out = Vec::new();
+    let old = weights(2.0, 4);
+    let new = weights(3.0, 5);
+    m.handle(ToNode::UpdateWeights(UpdateWeights { weights: old.clone() }), &mut out)
+        .unwrap();
+    cont(&mut m, 1, 8);
+    // Version 5 comes while the batch is collected with version 4.
+    m.handle(ToNode::UpdateWeights(UpdateWeights { weights: new.clone() }), &mut out)
+        .unwrap();
+    m.on_worker(batch(0, 1, 4, share(4, &[0, 1])), s(0), &mut out).unwrap();
+    out.clear();
+    m.on_worker(failed(1, "panic: boom"), s(0), &mut out).unwrap();
+    let [(1, restart)] = replaced(&out)[..] else {
+        panic!("{out:?}");
+    };
+    assert_eq!(
+        restart.weights.as_ref().map(|w| w.version),
+        Some(4),
+        "rebuilt with the weights of the batch in flight, not the newer ones"
+    );
+    assert_eq!(
+        worker_cmds(&out),
+        vec![
+            (1, &WorkerCmd::Collect { seq: 1, frames: 4 }),
+            (1, &WorkerCmd::SetWeights(new.clone())),
+        ],
+        "its share asked again, then the newer weights"
+    );
+    out.clear();
+    m.on_worker(batch(1, 1, 4, share(4, &[2, 3])), s(0), &mut out).unwrap();
+    match trainer_msgs(&out)[..] {
+        [FromNode::Batch(b)] => assert_eq!(b.weights_version, 4, "one version for the whole batch"),
+        ref other => panic!("{other:?}"),
+    }
+    // Idle, a restarted worker takes the node's current weights.
+    out.clear();
+    m.on_worker(failed(0, "panic: again"), s(1), &mut out).unwrap();
+    let [(0, restart)] = replaced(&out)[..] else {
+        panic!("{out:?}");
+    };
+    assert_eq!(restart.weights.as_ref().map(|w| w.version), Some(5));
+    assert!(worker_cmds(&out).is_empty(), "nothing owed, nothing more: {out:?}");
+}
+
+#[test]
 fn a_failure_after_the_share_was_delivered_does_not_ask_again() {
     let mut m = machine(&spec(0, 2, 0));
     cont(&mut m, 1, 4);
