@@ -11,12 +11,15 @@
 //!     pulled in alternating 0.5 s windows: (c) over TLS / (c) plain; 8 MiB batches
 //!     (1,024 frames of 8 KiB) from 2 nodes joining over loopback, TLS / plain; and (d)
 //!     over TLS / (d) plain.
-//! Prints each figure, c/b, d/(2 x raw write), e (scraped / not) and the TLS ratios.
+//! (g) (c) with the trainer's metrics counted (every batch's latency and policy lag
+//!     observed, issue 39) against (c) with none, two collectors pulled in alternating
+//!     0.5 s windows.
+//! Prints each figure, c/b, d/(2 x raw write), e (scraped / not), the TLS ratios and g.
 //!
 //! Run: `cargo bench -p rollout-benches --bench remote`. For profiling one part
 //! (`perf record -a`), `ROLLOUT_BENCH_ONLY=local|process` collects for 3 s and
 //! `ROLLOUT_BENCH_ONLY=weights` runs (d) for 30 rounds, `ROLLOUT_BENCH_ONLY=metrics` (e),
-//! `ROLLOUT_BENCH_ONLY=tls` (f) alone.
+//! `ROLLOUT_BENCH_ONLY=tls` (f) alone, `ROLLOUT_BENCH_ONLY=counted` (g) alone.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -281,6 +284,28 @@ fn print_tls(rounds: usize) {
     );
 }
 
+/// (g): the trainer's metrics counted (served, not scraped) against none, two collectors
+/// of 2 process nodes side by side in alternating windows; `rounds` pairs, the median of
+/// the per-round ratios (counted / none).
+fn print_counted(rounds: usize) {
+    let mut none = builder(Launcher::Process, PolicyConfig::Linear, F, false)
+        .build()
+        .expect("collector");
+    let mut counted = builder(Launcher::Process, PolicyConfig::Linear, F, false)
+        .metrics("127.0.0.1:0")
+        .build()
+        .expect("collector");
+    let (n, c, r) = alternate(&mut none, &mut counted, rounds);
+    none.shutdown().expect("shutdown");
+    counted.shutdown().expect("shutdown");
+    println!(
+        "(g) (c) with metrics counted {:>12.0} frames/s, none {:>12.0}   g = {:.3} (median of {rounds} pairs)",
+        median(c),
+        median(n),
+        median(r)
+    );
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -296,6 +321,10 @@ fn main() {
         }
         if which == "tls" {
             print_tls(9);
+            return;
+        }
+        if which == "counted" {
+            print_counted(15);
             return;
         }
         if which == "weights" {
@@ -356,4 +385,5 @@ fn main() {
     );
     print_scraped(10);
     print_tls(9);
+    print_counted(9);
 }

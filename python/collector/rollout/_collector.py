@@ -376,8 +376,8 @@ class DistributedCollector:
         ``max_policy_lag`` (async; no cap): a batch whose weights are more than this many
             versions behind the stored ones when it would be yielded is dropped (counted;
             its node gets the stored weights and collects it again; ``total_frames``
-            counts delivered frames only), or, with ``deliver_lagging=True``, delivered
-            with ``batch.lagging`` set. Every batch says its ``policy_lag``.
+            counts delivered frames only), or, with ``deliver_lagging`` (False) true,
+            delivered with ``batch.lagging`` set. Every batch says its ``policy_lag``.
         ``prefetch`` (async; 0): batches each node collects ahead of the consumer. 0 is
             torchrl's semantics (a node goes on once its batch is taken); 1 removes the
             wait for the hand-over, at the price of frames one batch staler (see
