@@ -800,7 +800,8 @@ fn independent_best() {
 /// last waits), against `Rollout` alone (b, the node's own loop: what c1 would be if the
 /// hand-over cost nothing), deterministic CartPole, `ROLLOUT_BENCH_FRAMES` (10,000) frames
 /// per batch; the fastest of `ROLLOUT_BENCH_ROUNDS` (40) alternating windows of
-/// `ROLLOUT_BENCH_WINDOW` (20) batches each, and the medians of the rounds' ratios.
+/// `ROLLOUT_BENCH_WINDOW` (20) batches each (after two untimed ones), and the medians of
+/// the rounds' ratios.
 fn prefetch() {
     let frames = batch_frames();
     let mut three = OneNode::new(frames);
@@ -826,7 +827,11 @@ fn prefetch() {
         black_box(batch.data.numel());
         c.recycle(batch);
     };
+    // Each window first takes what the collectors finished while the others ran (one
+    // batch for c1, two for c1p): then each is timed in its steady state.
     let time = |f: &mut dyn FnMut()| {
+        f();
+        f();
         let t = Instant::now();
         for _ in 0..window {
             f();

@@ -65,6 +65,51 @@ fn with_prefetch_every_frame_names_its_version_and_total_frames_is_exact() {
 }
 
 #[test]
+fn a_sync_batch_gives_each_nodes_frames_its_version_split_into_trajectories_or_not() {
+    for split in [false, true] {
+        let mut c = builder(-1).sync(true).split_trajs(split).build().expect("collector");
+        let first = c.next_batch().expect("batch").expect("endless");
+        assert!(first.policy_version().iter().all(|&v| v == 0));
+        c.recycle(first);
+        // New weights for node 0 only: the next round's shares differ.
+        let w = c.policy_weights(0).expect("weights").expect("node 0's weights");
+        let v = c.update_policy_weights(Weights::clone(&w), Some(&[0])).expect("stored");
+        let b = c.next_batch().expect("batch").expect("endless");
+        assert_eq!(b.weights_versions, vec![v, 0]);
+        let per_frame = b.policy_version();
+        assert_eq!(per_frame.shape(), b.data.batch_size());
+        if split {
+            // Trajectories of either node, padded: half the real frames are node 0's.
+            let Ok(rollout::Tensor::Bool(mask)) = b.data.get(rollout::rollout::keys::MASK) else {
+                panic!("a split batch has its mask");
+            };
+            let newer = per_frame
+                .iter()
+                .zip(mask.iter())
+                .filter(|(&v_, &m)| m && v_ == v as i64)
+                .count();
+            let older = per_frame
+                .iter()
+                .zip(mask.iter())
+                .filter(|(&v_, &m)| m && v_ == 0)
+                .count();
+            assert_eq!((newer, older), (50, 50), "each node's 50 frames keep its version");
+        } else {
+            let node = |n: usize| {
+                per_frame
+                    .index_axis(ndarray::Axis(0), n)
+                    .iter()
+                    .copied()
+                    .collect::<Vec<_>>()
+            };
+            assert!(node(0).iter().all(|&x| x == v as i64), "node 0's share: {:?}", node(0));
+            assert!(node(1).iter().all(|&x| x == 0), "node 1's share: {:?}", node(1));
+        }
+        c.shutdown().expect("shutdown");
+    }
+}
+
+#[test]
 fn past_max_policy_lag_batches_are_dropped_asked_again_and_counted() {
     let mut c = builder(4_000)
         .max_policy_lag(0)

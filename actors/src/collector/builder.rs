@@ -197,7 +197,8 @@ impl CollectorBuilder {
     }
     /// Async: a batch whose weights are more than `n` versions behind the stored ones
     /// when it would be yielded is dropped (counted in the stats and the metrics), and
-    /// its node is sent the stored weights and asked again; `total_frames` counts
+    /// its node is sent the stored weights and asked again (unless it is collecting its
+    /// next batch already, or the run is shutting down); `total_frames` counts
     /// delivered frames only. Sync runs refuse it.
     pub fn max_policy_lag(mut self, n: u64) -> Self {
         self.settings.run.max_policy_lag = Some(n);

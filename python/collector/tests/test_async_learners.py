@@ -39,8 +39,8 @@ def test_every_frame_names_its_version_and_versions_advance_with_prefetch():
     assert sum(n for *_, n in batches) == 2_000, "total_frames exact with a node collecting ahead"
     for per_frame, lag, lagging, version, _ in batches:
         assert per_frame.dtype == np.int64 and per_frame.shape == (2, 50)
-        assert (per_frame == version).all(), "an async batch is acted by one version"
-        assert lag >= 0 and not lagging
+        assert (per_frame == version).all()
+        assert lag >= 0 and not lagging, "no cap, nothing flagged"
     assert max(v for *_, v, _ in batches) > 0, "the pushed versions reach the frames"
 
 
@@ -58,21 +58,33 @@ def test_lagging_batches_can_be_delivered_flagged():
     assert stats["dropped_lagging"] == 0
 
 
-def test_tensordict_batches_carry_the_version_of_every_frame_in_torchrls_key():
+@pytest.mark.parametrize("split_trajs", [False, True])
+def test_sync_tensordicts_give_each_nodes_frames_its_version_in_torchrls_key(split_trajs):
     pytest.importorskip("tensordict")
     with rollout.DistributedCollector(
         env="CartPole-v1",
+        policy="linear",
         nodes=2,
         frames_per_batch=40,
-        total_frames=200,
         sync=True,
         seed=1,
+        split_trajs=split_trajs,
         tensordict=True,
         track_policy_version=True,
     ) as c:
-        for td in c:
-            assert td["policy_version"].shape == td.batch_size
-            assert (td["policy_version"] == td["collector", "weights_version"]).all()
+        it = iter(c)
+        first = next(it)
+        assert (first["policy_version"] == 0).all()
+        # New weights for node 0 only: the next round's shares differ.
+        v = c.update_policy_weights_(WEIGHTS, worker_ids=[0])
+        td = next(it)
+        versions = td["collector", "weights_version"]
+        assert versions.shape == td.batch_size and (td["policy_version"] == versions).all()
+        if split_trajs:
+            mask = td["collector", "mask"]
+            assert (int((versions[mask] == v).sum()), int((versions[mask] == 0).sum())) == (20, 20)
+        else:
+            assert (versions[0] == v).all() and (versions[1] == 0).all()
 
 
 @pytest.mark.parametrize(

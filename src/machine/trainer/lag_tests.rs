@@ -174,4 +174,17 @@ fn prefetch_asks_for_no_frames_beyond_those_total_frames_still_needs() {
     let out = request(&mut m);
     assert_eq!(yields(&out).len(), 1);
     assert!(m.is_finished());
+    // Nor when a batch is yielded while another waits.
+    let mut cfg = async_config(1, Some(12));
+    cfg.prefetch = 1;
+    let mut m = machine(cfg);
+    request(&mut m);
+    feed(&mut m, batch(0, 0, 1, 4));
+    assert_eq!(continues(&feed(&mut m, batch(0, 1, 1, 4))), vec![(0, 2, 4)]);
+    assert!(continues(&feed(&mut m, batch(0, 2, 1, 4))).is_empty());
+    let out = request(&mut m);
+    assert_eq!(yields(&out).len(), 1);
+    assert!(continues(&out).is_empty(), "the 4 frames still needed wait already");
+    assert_eq!(yields(&request(&mut m)).len(), 1);
+    assert!(m.is_finished());
 }

@@ -116,6 +116,18 @@ impl NodeState {
         }
     }
 
+    /// The newest `Continue` (`seq`) goes out only now, after the weights of `version`
+    /// (one held until the node had weights): its batch is collected with them.
+    pub(super) fn sent_with(&mut self, seq: u64, version: u64) {
+        match self {
+            NodeState::Collecting { asked } | NodeState::Arriving { asked } if asked.seq == seq => {
+                asked.version = version;
+            }
+            NodeState::Released { next, .. } if next.seq == seq => next.version = version,
+            _ => {}
+        }
+    }
+
     /// The `Continue` its next batch must answer (a node answers in order), which
     /// is also the one timed: in early release, the batch on its way.
     pub(super) fn expected(&self) -> Option<Asked> {

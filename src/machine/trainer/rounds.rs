@@ -164,8 +164,16 @@ impl TrainerMachine {
             }
         }
         // The node whose batch is yielded goes on at once (after its weight update,
-        // if any), so it never idles while the consumer works on the batch.
-        let more = self.remaining().is_none_or(|r| r > data.numel() as u64);
+        // if any), so it never idles while the consumer works on the batch; unless the
+        // frames yielded and waiting (prefetched) are all the run still needs.
+        let waiting: u64 = if self.cfg.prefetch > 0 {
+            self.ready.iter().map(|b| b.data.numel() as u64).sum()
+        } else {
+            0
+        };
+        let more = self
+            .remaining()
+            .is_none_or(|r| r > (data.numel() as u64).saturating_add(waiting));
         // Periodic pushes go out before the node continues, so its next batch has them.
         self.interval_push(self.batches_yielded + 1, out);
         // A node released while its batch was on its way has its next batch asked already.
@@ -179,7 +187,9 @@ impl TrainerMachine {
 
     /// `max_policy_lag`: batch `b`, `lag` versions behind the stored weights, is not
     /// yielded. Its storage goes back to its node, which gets the stored weights (else
-    /// its next batch would lag as far) and is asked again, unless it already was.
+    /// its next batch would lag as far) and is asked again, unless it already was (its
+    /// next batch, prefetched or released early, then lags or not on its own) or the run
+    /// is shutting down.
     fn drop_lagging(&mut self, b: Batch, lag: u64, out: &mut Vec<Output>) -> Result<(), TrainerError> {
         let node = b.node;
         let frames = b.data.numel() as u64;
@@ -192,9 +202,8 @@ impl TrainerMachine {
             policy_lag: lag,
         });
         out.push(Output::Recycle { node, data: b.data });
-        // Not during a seed chain or the shutdown: the next request asks it then.
-        let quiet = self.chain.at.is_none() && !self.shutting_down;
-        if quiet && !self.nodes[node].state.has_work() && self.remaining().is_none_or(|r| r > 0) {
+        // Not at the shutdown. (During a seed chain it may: its `seed` went out first.)
+        if !self.shutting_down && !self.nodes[node].state.has_work() && self.remaining().is_none_or(|r| r > 0) {
             self.push_to(node, out);
             self.continue_node(node, self.cfg.shares.node_share(), out);
         }

@@ -183,6 +183,9 @@ impl TrainerMachine {
         self.specs.has_weights[node] = true;
         if let Some((seq, frames)) = self.specs.held[node].take() {
             if self.nodes[node].state.outstanding() == Some((seq, frames)) {
+                // Weights stored meanwhile may have gone out with this message.
+                let version = self.nodes[node].book.pushed_version;
+                self.nodes[node].state.sent_with(seq, version);
                 out.push(Output::Send {
                     node,
                     msg: ToNode::Continue(Continue { seq, frames }),
@@ -605,6 +608,27 @@ mod tests {
         assert_eq!(sends(&out), vec![(0, "update_weights"), (0, "continue")]);
         // A second ready of an incarnation that has its weights sends nothing.
         assert!(feed(&mut m, ready(0, Some(&specs(4)))).is_empty());
+    }
+
+    #[test]
+    fn a_held_continue_sent_behind_newer_weights_expects_their_version() {
+        let mut m = machine(config(2, 1, 4, None, false))
+            .with_layout_sources(first_ready(2, "Custom"))
+            .with_deferred_policy("Custom", linear());
+        request(&mut m);
+        feed(&mut m, ready(1, Some(&specs(4))));
+        // Node 0 has not sent `ready`: its `Continue` is held. The learner stores weights
+        // and pushes them to it; the held `Continue` goes out right behind them.
+        let want = initial_weights_for(&linear(), &specs(4)).unwrap().unwrap();
+        let v = m.set_weights(want);
+        let mut out = Vec::new();
+        m.push_weights(Some(&[0]), &mut out).unwrap();
+        assert_eq!(sends(&out), vec![(0, "update_weights"), (0, "continue")]);
+        assert_eq!(
+            m.nodes[0].state.expected().map(|a| a.version),
+            Some(v),
+            "its batch is collected with the weights sent just before it, not version 0"
+        );
     }
 
     #[test]
