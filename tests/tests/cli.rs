@@ -114,6 +114,27 @@ fn json_async_yields_every_batch_then_a_summary() {
     }
 }
 
+/// `--max-policy-lag 0` (issue 39): `rollout collect` stores a new version after each batch,
+/// two nodes collect meanwhile, so batches lag and are dropped and asked again: every line
+/// delivered says lag 0, and the run still yields exactly its frames. `--prefetch 1` too.
+#[test]
+fn json_lines_of_a_capped_prefetching_run_carry_no_lag_past_the_cap() {
+    let args = "collect --nodes 2 --frames-per-batch 100 --total-frames 2000 --seed 3 --json --quiet \
+                --max-policy-lag 0 --prefetch 1 --update-after-each-batch";
+    let run = rollout(&args.split_whitespace().collect::<Vec<_>>());
+    assert_ok(&run, args);
+    let lines = check_json(&run, 20, 100);
+    let versions: Vec<u64> = lines
+        .iter()
+        .map(|l| l["weights_version"].as_u64().expect("version"))
+        .collect();
+    assert!(lines.iter().all(|l| l["policy_lag"] == 0), "{lines:?}");
+    assert!(
+        versions.windows(2).all(|w| w[1] > w[0]),
+        "a fresher version each batch: {versions:?}"
+    );
+}
+
 #[test]
 fn json_sync_batches_have_no_node() {
     let args = "collect --sync --nodes 2 --envs-per-node 2 --frames-per-batch 200 --total-frames 1000 --json --quiet";
@@ -322,6 +343,9 @@ fn bad_flags_exit_2_with_one_line() {
     assert_usage_error(&["collect", "--nodes", "0"], "nodes");
     assert_usage_error(&["collect", "--hidden", "8", "--policy", "linear"], "hidden");
     assert_usage_error(&["collect", "--heartbeat", "0"], "heartbeat");
+    assert_usage_error(&["collect", "--sync", "--prefetch", "1"], "prefetch");
+    assert_usage_error(&["collect", "--sync", "--max-policy-lag", "1"], "max_policy_lag");
+    assert_usage_error(&["collect", "--deliver-lagging"], "deliver_lagging");
     // Only remote nodes have heartbeats: checked with a remote launcher.
     assert_usage_error(
         &[
