@@ -185,12 +185,12 @@ impl TrainerMachine {
             return Ok(());
         }
         if std::mem::take(&mut self.deferred) {
-            return self.request(out);
+            self.request(out)?;
+        } else if !self.cfg.sync() {
+            self.try_yield_async(out)?;
         }
-        if !self.cfg.sync() {
-            return self.try_yield_async(out);
-        }
-        Ok(())
+        // Nodes whose prefetch waited for the checkpoint go on now.
+        self.prefetch_idle(out)
     }
 
     /// The trainer's part of a checkpoint (call between batches).

@@ -188,3 +188,31 @@ fn prefetch_asks_for_no_frames_beyond_those_total_frames_still_needs() {
     assert_eq!(yields(&request(&mut m)).len(), 1);
     assert!(m.is_finished());
 }
+
+#[test]
+fn after_a_checkpoint_a_node_with_room_to_prefetch_goes_on() {
+    let mut cfg = async_config(1, None);
+    cfg.prefetch = 1;
+    let mut m = machine(cfg);
+    request(&mut m);
+    assert_eq!(continues(&feed(&mut m, batch(0, 0, 1, 4))), vec![(0, 1, 4)]);
+    let mut out = Vec::new();
+    let id = m.begin_checkpoint(&mut out).unwrap();
+    // Its batch arrives during the checkpoint: it waits, and the node is not sent on.
+    let out = feed(&mut m, batch(0, 1, 1, 4));
+    assert!(continues(&out).is_empty(), "{out:?}");
+    let out = feed(
+        &mut m,
+        FromNode::Snapshot {
+            node: 0,
+            id,
+            state: Box::new(node_checkpoint(0)),
+        },
+    );
+    assert!(out.iter().any(|o| matches!(o, Output::Checkpoint(_))), "{out:?}");
+    assert_eq!(
+        continues(&out),
+        vec![(0, 2, 4)],
+        "one batch waits: it collects the next"
+    );
+}

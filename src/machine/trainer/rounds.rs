@@ -229,6 +229,18 @@ impl TrainerMachine {
         self.release(node, out)
     }
 
+    /// `prefetch`: every node with room to collect ahead goes on (after a checkpoint,
+    /// during which none could).
+    pub(super) fn prefetch_idle(&mut self, out: &mut Vec<Output>) -> Result<(), TrainerError> {
+        if self.cfg.prefetch == 0 {
+            return Ok(());
+        }
+        for node in 0..self.nodes.len() {
+            self.prefetch(node, out)?;
+        }
+        Ok(())
+    }
+
     /// Node `node` goes on to its next batch, after its weight update if any.
     fn release(&mut self, node: usize, out: &mut Vec<Output>) -> Result<(), TrainerError> {
         if self.cfg.update_after_each_batch {
