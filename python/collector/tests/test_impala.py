@@ -16,7 +16,10 @@ inputs are what the batches carry, and the learner learns.
   V-trace must on-policy (each env's row of the ``[envs, T]`` batch is its time axis).
   torchrl's ``VTrace`` module scores ``log pi`` on its actor's mode rather than on the
   recorded action, which the example therefore does not use: a test pins that.
-- Learning (opt-in, ``ROLLOUT_LONG_TESTS=1``): see the figures at the long test.
+- ``make_collector`` passes ``max_policy_lag`` and ``prefetch`` only when they are given.
+- Learning (opt-in, ``ROLLOUT_LONG_TESTS=1``): the mean return of the last 20 episodes
+  passes 475 on CartPole (seconds) and -200 on Pendulum (minutes); the figures measured
+  are at the two tests.
 """
 
 from __future__ import annotations
@@ -149,7 +152,7 @@ def test_vtrace_on_the_learners_own_weights_is_td1(env, one_thread):
     import dataclasses
 
     import torch
-    from torchrl.objectives.value import TD1Estimator, VTrace
+    from torchrl.objectives.value import TD1Estimator
 
     import impala_torchrl
 
