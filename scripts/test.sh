@@ -24,7 +24,7 @@ python3 -c "import msgpack" 2>/dev/null || python3 -m pip install --quiet --disa
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check "./python/node[onnx,envpool]" pytest "gymnasium[mujoco]" ale-py torch
+.venv/bin/python -m pip install --quiet --disable-pip-version-check "./python/node[onnx,envpool]" pytest "gymnasium[mujoco]" ale-py torch "ray==2.60.0"
 
 # A real one-node SLURM cluster for tests/tests/slurm.rs (idempotent, fast when up).
 ./scripts/slurm-local.sh

@@ -9,6 +9,7 @@ under the ``rollout`` logger. See docs/python.md.
 from ._native import CollectorError, CollectorTimeout, ConfigError, __version__, refresh_log_levels
 from ._batch import Batch
 from ._collector import DistributedCollector
+from ._ray import RayNodes
 
 __all__ = [
     "Batch",
@@ -16,6 +17,7 @@ __all__ = [
     "CollectorTimeout",
     "ConfigError",
     "DistributedCollector",
+    "RayNodes",
     "__version__",
     "refresh_log_levels",
 ]

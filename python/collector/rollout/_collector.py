@@ -126,6 +126,39 @@ def _cpu_only(field: str, device: Any) -> None:
         )
 
 
+def _ray_plan(pickled, min_nodes, max_nodes, node_command, node_program, token, listen, advertise, actor_options,
+              tls_ca, tls_server_name, node_tls_cert, node_tls_key):
+    """``launcher="ray"``: the node program's words with its TLS flags and the address it
+    joins, the token (drawn when none was given: the actors hand it to their nodes) and
+    the trainer's listen address (a free loopback port when none was given)."""
+    import secrets
+
+    from ._ray import free_address
+
+    if pickled:
+        raise _config_error("launcher", 'a pickled torchrl env is served by Python nodes the "process" launcher starts, not "ray"')
+    if min_nodes is not None or max_nodes is not None:
+        raise _config_error("launcher", '"ray" starts a fixed set of nodes: give nodes, not min_nodes or max_nodes')
+    if actor_options is not None and not isinstance(actor_options, Mapping):
+        raise _config_error("ray_actor_options", f"a dict of Ray actor options (num_cpus, resources, ...), got {type(actor_options).__name__}")
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise _config_error("launcher", '"ray" needs Ray in this interpreter: pip install "ray>=2.40"') from None
+    argv = list(node_command) if node_command is not None else [os.fspath(node_program), "node"]
+    if tls_ca is not None:
+        argv += ["--tls-ca", os.fspath(tls_ca)]
+        if tls_server_name is not None:
+            argv += ["--tls-server-name", tls_server_name]
+        if node_tls_cert is not None or node_tls_key is not None:
+            argv += ["--tls-cert", os.fspath(node_tls_cert), "--tls-key", os.fspath(node_tls_key)]
+    if token is None:
+        token = secrets.token_hex(32).encode()
+    if listen is None:
+        listen = free_address()
+    return (argv, advertise or listen), token, listen
+
+
 def _needs_python_nodes(env: Any, env_config: Any, launcher: str, node_command: Any, node_program: Any, min_nodes: Any, max_nodes: Any) -> bool:
     """An env id no built-in env has, with nothing said about how to start nodes: it is
     served by Python nodes this collector starts (gymnasium's envs, and any the
@@ -362,8 +395,15 @@ class DistributedCollector:
         ``seed``: the run's seed (drawn from the clock). ``policy_init_seed``: the seed
             of a built-in policy's initial weights (0).
         ``launcher``: ``"local"`` (default: threads of this process), ``"process"``,
-            ``"external"``, ``"slurm"``; ``slurm_kwargs``: ``partition``, ``time``,
+            ``"external"``, ``"slurm"``, ``"ray"``; ``slurm_kwargs``: ``partition``, ``time``,
             ``cpus_per_task``, ``mem``, ``extra_lines``, ``job_name``, ``output_dir``.
+            ``"ray"``: each node a Ray actor running the node program, joining over TCP
+            (``ray_address``: the Ray cluster, default the one this process is connected
+            to or a new local one; ``ray_actor_options``: each node actor's options, e.g.
+            ``{"num_cpus": 2}``, default one CPU, spread over the cluster's nodes); a node
+            actor that dies is replaced, its slot waiting for it (``node_max_restarts``,
+            default 5 here); the trainer listens on ``listen`` (default a free loopback
+            port: give a cluster address for Ray nodes on other hosts).
         ``collector_kwargs``: one dict per node (``env``, ``env_config``,
             ``envs_per_node``, ``exploration_type``).
         ``node_program``: the ``rollout`` binary the process and SLURM launchers start
@@ -456,6 +496,8 @@ class DistributedCollector:
         seed: Optional[int] = None,
         launcher: str = "local",
         slurm_kwargs: Optional[Mapping[str, Any]] = None,
+        ray_address: Optional[str] = None,
+        ray_actor_options: Optional[Mapping[str, Any]] = None,
         collector_kwargs: Optional[Sequence[Mapping[str, Any]]] = None,
         update_after_each_batch: bool = False,
         max_weight_update_interval: Optional[int] = None,
@@ -560,7 +602,7 @@ class DistributedCollector:
             if node_program is not None:
                 raise _config_error("node_command", "give node_program or node_command, not both")
             node_command = _node_command(node_command)
-        elif launcher in ("process", "slurm") and node_program is None and not pickled:
+        elif launcher in ("process", "slurm", "ray") and node_program is None and not pickled:
             node_program = os.environ.get("ROLLOUT_BIN") or shutil.which("rollout")
             if node_program is None:
                 # No binary: the same Rust node from this package's extension.
@@ -575,6 +617,20 @@ class DistributedCollector:
             launcher, node_command = "process", _python_node_command(env)
         if isinstance(token, str):
             token = token.encode()
+        ray_plan = None
+        if launcher == "ray":
+            ray_plan, token, listen = _ray_plan(
+                pickled, min_nodes, max_nodes, node_command, node_program, token, listen, advertise, ray_actor_options,
+                tls_ca, tls_server_name, node_tls_cert, node_tls_key,
+            )
+            launcher, node_command, node_program = "external", None, None
+            tls_ca = tls_server_name = node_tls_cert = node_tls_key = None
+            if node_max_restarts is None:
+                # Supervised: a lost node's slot waits for the actor that replaces it.
+                node_max_restarts = 5
+        elif ray_address is not None or ray_actor_options is not None:
+            raise _config_error("ray_address" if ray_address is not None else "ray_actor_options", 'only with launcher="ray"')
+        self._ray_nodes: Any = None
         self._torch_policy = None
         self._onnx_model: Optional[bytes] = None
         if _is_torch(policy):
@@ -683,7 +739,21 @@ class DistributedCollector:
         # Unset settings are left to the Rust builder's defaults (documented there).
         settings = {k: v for k, v in settings.items() if v is not None}
         self._settings = {k: v for k, v in settings.items() if k != "resume"}
-        self._native = self._start(settings)
+        if ray_plan is not None:
+            from ._ray import RayNodes
+
+            argv, join = ray_plan
+            # Started first: they join as the trainer comes up (the constructor waits for them).
+            self._ray_nodes = RayNodes(
+                argv, join, token, nodes or 1, address=ray_address, actor_options=ray_actor_options,
+                max_replacements=node_max_restarts,
+            )
+        try:
+            self._native = self._start(settings)
+        except BaseException:
+            if self._ray_nodes is not None:
+                self._ray_nodes.stop()
+            raise
 
     def _start(self, settings: Dict[str, Any]) -> "_native.NativeCollector":
         # The `rollout` logger's level as it is now decides which Rust events are formatted.
@@ -892,7 +962,13 @@ class DistributedCollector:
         raises :class:`CollectorError`; :meth:`stats` keeps the last stats. A run still
         going when the interpreter exits is shut down then."""
         _LIVE.discard(self)
+        ray_nodes = getattr(self, "_ray_nodes", None)
+        if ray_nodes is not None:
+            # Nodes that end at the shutdown are not replaced; the actors go after it.
+            ray_nodes.stop_replacing()
         self._native.shutdown()
+        if ray_nodes is not None:
+            ray_nodes.stop()
 
     def __enter__(self) -> "DistributedCollector":
         return self
