@@ -1,5 +1,5 @@
 """A run of ``launcher="ray"`` on a real local Ray cluster (a head and two worker
-raylets), with one node actor killed mid-run; prints what ``test_ray.py`` checks, as
+raylets), with one node actor killed mid-run and later the raylet of the other stopped; prints what ``test_ray.py`` checks, as
 JSON. Run by that test inside a network namespace of its own (Ray listens on every
 address of its host: there, only the namespace's loopback)."""
 
@@ -60,6 +60,19 @@ def main():
                     time.sleep(0.05)
                 out["killed_gone"] = not any(alive(p) for p in killed_pids)
                 pids.update(killed_pids)
+            if batches == 25:
+                # A raylet stopped: node 1's, a fresh one taking its place in the cluster.
+                cluster.add_node(num_cpus=1)
+                cluster.wait_for_nodes()
+                host = ray.get(nodes.actor(1).host.remote(), timeout=60)
+                lost_pids = ray.get(nodes.actor(1).pids.remote(), timeout=60)
+                raylet = next(n for n in cluster.worker_nodes if n.node_id == host)
+                cluster.remove_node(raylet)
+                t = time.monotonic()
+                while any(alive(p) for p in lost_pids) and time.monotonic() - t < 30:
+                    time.sleep(0.05)
+                out["raylet_gone"] = not any(alive(p) for p in lost_pids)
+                pids.update(lost_pids)
         out["stats"] = c.stats()
         out["replaced"] = list(nodes.replaced)
     out.update(frames=frames, batches=batches, total=total, placed=len(placed))
