@@ -17,6 +17,7 @@ arguments can read it: secure the Ray cluster itself (Ray's token authentication
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -24,6 +25,7 @@ import threading
 from typing import Any, Dict, List, Mapping, Optional
 
 _PR_SET_PDEATHSIG = 1
+_log = logging.getLogger("rollout")
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
@@ -135,8 +137,10 @@ class RayNodes:
                 if self._stopping.is_set():
                     return
                 if self.replaced[index] >= self._max_replacements:
+                    _log.warning("node %d's Ray actor ended after %d replacements: not replaced again", index, self.replaced[index])
                     continue
                 self.replaced[index] += 1
+                _log.warning("node %d's Ray actor ended; starting another for its slot (replacement %d)", index, self.replaced[index])
                 self._start(index)
 
     def actor(self, index: int) -> Any:
