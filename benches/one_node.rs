@@ -21,6 +21,25 @@ use rollout_actors::DistributedCollector;
 
 use crate::independent::Independent;
 
+/// The collector as `rollout collect --nodes 1 --policy linear --exploration-type
+/// deterministic` builds it (one node, one env, async, the CLI's worker nice), endless, on
+/// batches of `frames` frames, each node `prefetch` batches ahead of the consumer.
+pub fn one_node_collector(frames: usize, prefetch: usize) -> DistributedCollector {
+    DistributedCollector::builder()
+        .env("CartPole-v1")
+        .policy(PolicyConfig::Linear)
+        .nodes(1)
+        .worker_nice(rollout::node_spec::DEFAULT_WORKER_NICE)
+        .envs_per_node(1)
+        .frames_per_batch(frames)
+        .total_frames(-1)
+        .exploration_type(ExplorationType::Deterministic)
+        .seed(0)
+        .prefetch(prefetch)
+        .build()
+        .expect("collector")
+}
+
 /// The three loops, built to act alike on batches of `frames` frames.
 pub struct OneNode {
     /// The independent loop (i).
@@ -37,18 +56,7 @@ impl OneNode {
     /// `frames` frames.
     pub fn new(frames: usize) -> OneNode {
         let mode = ExplorationType::Deterministic;
-        let c1 = DistributedCollector::builder()
-            .env("CartPole-v1")
-            .policy(PolicyConfig::Linear)
-            .nodes(1)
-            .worker_nice(rollout::node_spec::DEFAULT_WORKER_NICE)
-            .envs_per_node(1)
-            .frames_per_batch(frames)
-            .total_frames(-1)
-            .exploration_type(mode)
-            .seed(0)
-            .build()
-            .expect("collector");
+        let c1 = one_node_collector(frames, 0);
         let w = c1.policy_weights(0).expect("weights").expect("node 0's weights");
         let env = || CartPole::new(CartPoleConfig::default()).expect("cartpole");
         let probe = env();

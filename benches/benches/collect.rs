@@ -805,22 +805,7 @@ fn independent_best() {
 fn prefetch() {
     let frames = batch_frames();
     let mut three = OneNode::new(frames);
-    let build = |ahead: usize| {
-        DistributedCollector::builder()
-            .env("CartPole-v1")
-            .policy(PolicyConfig::Linear)
-            .nodes(1)
-            .worker_nice(rollout::node_spec::DEFAULT_WORKER_NICE)
-            .envs_per_node(1)
-            .frames_per_batch(frames)
-            .total_frames(-1)
-            .exploration_type(ExplorationType::Deterministic)
-            .seed(0)
-            .prefetch(ahead)
-            .build()
-            .expect("collector")
-    };
-    let mut ahead = build(1);
+    let mut ahead = rollout_benches::one_node::one_node_collector(frames, 1);
     let window = knob("ROLLOUT_BENCH_WINDOW", 20);
     let pull = |c: &mut DistributedCollector| {
         let batch = c.next_batch().expect("batch").expect("endless");
