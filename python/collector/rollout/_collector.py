@@ -145,6 +145,13 @@ def _ray_plan(pickled, min_nodes, max_nodes, node_command, node_program, token, 
         import ray  # noqa: F401
     except ImportError:
         raise _config_error("launcher", '"ray" needs Ray in this interpreter: pip install "ray>=2.40"') from None
+    if actor_options is not None:
+        from ._ray import check_actor_options
+
+        try:
+            check_actor_options(actor_options)
+        except (TypeError, ValueError) as e:
+            raise _config_error("ray_actor_options", f"Ray refuses them: {e}") from None
     argv = list(node_command) if node_command is not None else [os.fspath(node_program), "node"]
     if tls_ca is not None:
         argv += ["--tls-ca", os.fspath(tls_ca)]

@@ -69,6 +69,14 @@ def free_address(host: str = "127.0.0.1") -> str:
         return f"{host}:{s.getsockname()[1]}"
 
 
+def check_actor_options(options: Mapping[str, Any]) -> None:
+    """Raises Ray's own ``ValueError`` for options no Ray actor takes (without starting
+    or connecting to Ray)."""
+    import ray
+
+    ray.remote(_NodeActor).options(**dict(options))
+
+
 class RayNodes:
     """``nodes`` node actors on the Ray cluster at ``address`` (``None``: the one this
     process is connected to, else a new local one), each running ``argv`` + ``--join

@@ -24,6 +24,14 @@ def alive(pid):
         return False
 
 
+def gone_within(pids, seconds=30):
+    """Whether every process of ``pids`` ended within ``seconds``."""
+    end = time.monotonic() + seconds
+    while any(alive(p) for p in pids) and time.monotonic() < end:
+        time.sleep(0.05)
+    return not any(alive(p) for p in pids)
+
+
 def main():
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
     for _ in range(2):
@@ -55,10 +63,7 @@ def main():
                 killed = nodes.actor(0)
                 killed_pids = ray.get(killed.pids.remote(), timeout=60)
                 ray.kill(killed)
-                t = time.monotonic()
-                while any(alive(p) for p in killed_pids) and time.monotonic() - t < 30:
-                    time.sleep(0.05)
-                out["killed_gone"] = not any(alive(p) for p in killed_pids)
+                out["killed_gone"] = gone_within(killed_pids)
                 pids.update(killed_pids)
             if batches == 25:
                 # A raylet stopped: node 1's, a fresh one taking its place in the cluster.
@@ -68,17 +73,12 @@ def main():
                 lost_pids = ray.get(nodes.actor(1).pids.remote(), timeout=60)
                 raylet = next(n for n in cluster.worker_nodes if n.node_id == host)
                 cluster.remove_node(raylet)
-                t = time.monotonic()
-                while any(alive(p) for p in lost_pids) and time.monotonic() - t < 30:
-                    time.sleep(0.05)
-                out["raylet_gone"] = not any(alive(p) for p in lost_pids)
+                out["raylet_gone"] = gone_within(lost_pids)
                 pids.update(lost_pids)
         out["stats"] = c.stats()
         out["replaced"] = list(nodes.replaced)
     out.update(frames=frames, batches=batches, total=total, placed=len(placed))
-    deadline = time.monotonic() + 30
-    while any(alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    gone_within(pids)
     out["left_behind"] = sorted(p for p in pids if alive(p))
     out["pids_watched"] = len(pids)
     ray.shutdown()

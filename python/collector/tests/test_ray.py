@@ -60,6 +60,7 @@ def test_killed_node_actors_and_a_stopped_raylet_are_replaced_and_the_run_stays_
         (dict(ray_actor_options={"num_cpus": 1}), "ray_actor_options"),
         (dict(launcher="ray", min_nodes=1, max_nodes=2), "launcher"),
         (dict(launcher="ray", ray_actor_options=[1]), "ray_actor_options"),
+        (dict(launcher="ray", ray_actor_options={"no_such_option": 1}), "ray_actor_options"),
     ],
 )
 def test_ray_settings_that_cannot_work_are_refused_by_name(kw, field):
