@@ -270,7 +270,7 @@ impl RunSettings {
                     // Version 0 is built by the node spec, by the same function for every node.
                     let source = LayoutSource::Specs {
                         of: format!("env {}", env_i.name),
-                        specs: own,
+                        specs: Box::new(own),
                         recorded,
                         state,
                     };
@@ -313,7 +313,7 @@ impl RunSettings {
                         check_frames_fit(i, &v0, &d.batch_layout_with(recorded, &state), share, self.max_frame)?;
                         let source = LayoutSource::Specs {
                             of: "the declared specs (env_spec)".into(),
-                            specs: d.clone(),
+                            specs: Box::new(d.clone()),
                             recorded,
                             state,
                         };

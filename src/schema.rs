@@ -32,6 +32,9 @@ pub mod keys {
     pub const TRAJ_IDS: &str = "collector.traj_ids";
     /// Steps taken in the trajectory before this frame, i64 `[.., 1]`.
     pub const STEP_COUNT: &str = "step_count";
+    /// A multi-agent group's `<group>.mask`, bool `[.., n]`: the agent is present at
+    /// the step (torchrl's `PettingZooEnv` mask).
+    pub const AGENT_MASK: &str = "mask";
     /// Real (true) or padding (false) frame, after `split_trajectories`.
     pub const MASK: &str = "collector.mask";
     /// The weights version the frame's action came from, i64 `[..]`: written by the

@@ -37,6 +37,12 @@ pub const MAX_RANK: usize = 8;
 /// A box with more elements sends uniform bounds (one number each), as the Python
 /// node does whenever every element's bound is the same.
 pub const MAX_SPEC_VALUES: usize = 1 << 20;
+/// The most agents a multi-agent env may have over all its groups.
+pub const MAX_AGENTS: usize = 1024;
+/// The most groups a multi-agent env may have: each is an entry of both the observation
+/// and the action dict, and gives its batch about ten entries (a layout holds at most
+/// [`crate::schema::MAX_LAYOUT_ENTRIES`]).
+pub const MAX_GROUPS: usize = 16;
 
 /// The bounds of a box: one value for every element, or one per element (C order).
 /// Absent (`None` where a `Bounds` is expected) means unbounded.
@@ -108,10 +114,31 @@ fn is_zero(v: &i64) -> bool {
 /// An env's observation and action spaces: what a node reports in `ready`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EnvSpecs {
-    /// The observation's space.
+    /// The observation's space; of a multi-agent env, a dict of one entry per group
+    /// holding one agent's space.
     pub observation: Space,
-    /// The action's space.
+    /// The action's space; of a multi-agent env, a dict of one entry per group holding
+    /// one agent's space.
     pub action: Space,
+    /// A multi-agent env's groups (PROTOCOL.md §3, Multi-agent envs; version 10): each
+    /// group's agents in the order of its agent axis. `None` (absent on the wire, and not
+    /// written): an env of one agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents: Option<BTreeMap<String, Vec<String>>>,
+}
+
+/// One group of a multi-agent env's agents, borrowed from its [`EnvSpecs`]: agents that
+/// share their spaces, stacked on one agent axis in the batch (torchrl's `group_map`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AgentGroup<'a> {
+    /// The group's name: the first part of its batch keys (`agent.observation`).
+    pub name: &'a str,
+    /// Its agents, in the order of the agent axis.
+    pub agents: &'a [String],
+    /// One agent's observation space.
+    pub observation: &'a Space,
+    /// One agent's action space.
+    pub action: &'a Space,
 }
 
 /// Why a space cannot be collected. `key` names the batch key at fault
@@ -272,16 +299,18 @@ impl Space {
     }
 
     /// Adds the entries of this space under `key` to `layout`: one, or one per leaf
-    /// of a dict (`key.name`, recursively).
-    fn layout_into(&self, key: &str, action: bool, layout: &mut BatchLayout) {
+    /// of a dict (`key.name`, recursively), each feature shape after the dimensions
+    /// `lead` (a multi-agent group's agent axis; none for one agent).
+    fn layout_into(&self, key: &str, action: bool, lead: &[usize], layout: &mut BatchLayout) {
         match self {
             Space::Dict { spaces } => {
                 for (name, s) in spaces {
-                    s.layout_into(&format!("{key}.{name}"), action, layout);
+                    s.layout_into(&format!("{key}.{name}"), action, lead, layout);
                 }
             }
             leaf => {
-                layout.insert(key.to_string(), leaf.entry(action));
+                let (dtype, shape) = leaf.entry(action);
+                layout.insert(key.to_string(), (dtype, lead.iter().chain(&shape).copied().collect()));
             }
         }
     }
@@ -377,13 +406,43 @@ impl EnvSpecs {
         EnvSpecs {
             observation: Space::from_spec(observation),
             action: Space::from_spec(action),
+            agents: None,
         }
+    }
+
+    /// A multi-agent env's groups in name order (empty for an env of one agent); call on
+    /// validated specs (a group without both spaces is left out).
+    pub fn groups(&self) -> Vec<AgentGroup<'_>> {
+        let (Some(agents), Space::Dict { spaces: obs }, Space::Dict { spaces: act }) =
+            (&self.agents, &self.observation, &self.action)
+        else {
+            return Vec::new();
+        };
+        agents
+            .iter()
+            .filter_map(|(name, agents)| {
+                Some(AgentGroup {
+                    name,
+                    agents,
+                    observation: obs.get(name)?,
+                    action: act.get(name)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Whether these are a multi-agent env's specs (`agents` given).
+    pub fn is_multi_agent(&self) -> bool {
+        self.agents.is_some()
     }
 
     /// Checks that a rollout can collect an env of these specs: every size within
     /// bounds (checked arithmetic), every bound a number, no dict action. The error
     /// names the batch key at fault.
     pub fn validate(&self) -> Result<(), SpaceError> {
+        if let Some(agents) = &self.agents {
+            return self.validate_agents(agents);
+        }
         self.observation.check(keys::OBSERVATION, 0, &mut 0)?;
         if let Space::Dict { .. } = self.action {
             return Err(err(keys::ACTION, "a dict action space cannot be collected"));
@@ -399,19 +458,123 @@ impl EnvSpecs {
         self.action.check(keys::ACTION, 0, &mut 0)
     }
 
+    /// [`EnvSpecs::validate`] for a multi-agent env: at most [`MAX_GROUPS`] groups of at
+    /// least one agent, at most [`MAX_AGENTS`] agents in all, names as a dict's (1 to
+    /// [`MAX_NAME_LEN`] bytes; a group's without a dot), none twice; the observation
+    /// and action dicts of exactly the groups, each group's spaces checked as one
+    /// agent's under its batch keys (`agent.observation`, `agent.action`).
+    fn validate_agents(&self, agents: &BTreeMap<String, Vec<String>>) -> Result<(), SpaceError> {
+        const KEY: &str = "agents";
+        if agents.is_empty() || agents.len() > MAX_GROUPS {
+            return Err(err(KEY, format!("{} groups (1 to {MAX_GROUPS})", agents.len())));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (group, names) in agents {
+            if group.is_empty() || group.len() > MAX_NAME_LEN || group.contains('.') {
+                return Err(err(
+                    KEY,
+                    format!(
+                        "group name \"{}\": names are 1 to {MAX_NAME_LEN} bytes without a dot (they become batch keys)",
+                        Bounded(group)
+                    ),
+                ));
+            }
+            if names.is_empty() {
+                return Err(err(&format!("{KEY}.{group}"), "a group of no agent"));
+            }
+            for name in names {
+                if name.is_empty() || name.len() > MAX_NAME_LEN {
+                    return Err(err(
+                        &format!("{KEY}.{group}"),
+                        format!("agent name \"{}\": names are 1 to {MAX_NAME_LEN} bytes", Bounded(name)),
+                    ));
+                }
+                if seen.len() >= MAX_AGENTS {
+                    return Err(err(KEY, format!("more than {MAX_AGENTS} agents")));
+                }
+                if !seen.insert(name.as_str()) {
+                    return Err(err(
+                        &format!("{KEY}.{group}"),
+                        format!("agent \"{}\" given twice", Bounded(name)),
+                    ));
+                }
+            }
+        }
+        let mut entries = 0;
+        for (key, space) in [(keys::OBSERVATION, &self.observation), (keys::ACTION, &self.action)] {
+            let Space::Dict { spaces } = space else {
+                return Err(err(
+                    key,
+                    format!("{space}: a multi-agent env's {key} is a dict of its groups"),
+                ));
+            };
+            if let Some(name) = spaces.keys().find(|k| !agents.contains_key(*k)) {
+                return Err(err(key, format!("entry \"{}\" is no group of `agents`", Bounded(name))));
+            }
+            if let Some(name) = agents.keys().find(|k| !spaces.contains_key(*k)) {
+                return Err(err(key, format!("group \"{}\" has no entry", Bounded(name))));
+            }
+            entries += spaces.len();
+        }
+        for g in self.groups() {
+            let obs_key = format!("{}.{}", g.name, keys::OBSERVATION);
+            g.observation.check(&obs_key, 1, &mut entries)?;
+            let act_key = format!("{}.{}", g.name, keys::ACTION);
+            match g.action {
+                Space::Dict { .. } => return Err(err(&act_key, "a dict action space cannot be collected")),
+                Space::Box { dtype, .. } if !matches!(dtype, DType::F32 | DType::F64) => {
+                    return Err(err(
+                        &act_key,
+                        format!("a box action of {dtype} cannot be collected (box actions are f32 or f64)"),
+                    ))
+                }
+                _ => {}
+            }
+            g.action.check(&act_key, 1, &mut entries)?;
+        }
+        Ok(())
+    }
+
     /// The layout of every batch of an env with these specs: the observation's
     /// entries under `observation` and `next.observation` (a dict's leaves as
     /// `observation.name`), the action under `action` (a box action as f32), and the
     /// keys every rollout writes. Call on validated specs.
+    ///
+    /// A multi-agent env's batches hold instead, for each group `g` of `n` agents,
+    /// `g.observation` and `next.g.observation` (`[n, *shape]`), `g.action`, `g.mask`
+    /// (bool `[n]`), `next.g.reward` (f32 `[n, 1]`), `next.g.done`, `next.g.terminated`
+    /// and `next.g.truncated` (bool `[n, 1]`), and the env's `next.done`,
+    /// `next.terminated`, `next.truncated` with the trajectory keys; no root reward
+    /// (PROTOCOL.md §3, Multi-agent envs; torchrl's `PettingZooEnv` layout).
     pub fn batch_layout(&self) -> BatchLayout {
         // The keys that do not depend on the env, from the one definition of them.
         let mut layout = batch_layout(&Spec::Discrete { n: 1 }, &Spec::Discrete { n: 1 });
         for k in [keys::OBSERVATION, keys::NEXT_OBSERVATION, keys::ACTION] {
             layout.remove(k);
         }
-        self.observation.layout_into(keys::OBSERVATION, false, &mut layout);
-        self.observation.layout_into(keys::NEXT_OBSERVATION, false, &mut layout);
-        self.action.layout_into(keys::ACTION, true, &mut layout);
+        if self.is_multi_agent() {
+            layout.remove(keys::NEXT_REWARD);
+            for g in self.groups() {
+                let n = g.agents.len();
+                let key = |k: &str| format!("{}.{k}", g.name);
+                let next = |k: &str| format!("next.{}.{k}", g.name);
+                g.observation
+                    .layout_into(&key(keys::OBSERVATION), false, &[n], &mut layout);
+                g.observation
+                    .layout_into(&next(keys::OBSERVATION), false, &[n], &mut layout);
+                g.action.layout_into(&key(keys::ACTION), true, &[n], &mut layout);
+                layout.insert(key(keys::AGENT_MASK), (DType::Bool, vec![n]));
+                layout.insert(next("reward"), (DType::F32, vec![n, 1]));
+                for flag in ["done", "terminated", "truncated"] {
+                    layout.insert(next(flag), (DType::Bool, vec![n, 1]));
+                }
+            }
+            return layout;
+        }
+        self.observation.layout_into(keys::OBSERVATION, false, &[], &mut layout);
+        self.observation
+            .layout_into(keys::NEXT_OBSERVATION, false, &[], &mut layout);
+        self.action.layout_into(keys::ACTION, true, &[], &mut layout);
         layout
     }
 
@@ -423,8 +586,25 @@ impl EnvSpecs {
 
     /// [`EnvSpecs::batch_layout_recording`] with a recurrent policy's keys (`is_init`,
     /// each state tensor and its `next.` key; none for no state).
+    ///
+    /// On a multi-agent env `recorded` is the kind, sized for each group by its action
+    /// ([`Recorded::sized_for`]) and written under it with the agent axis
+    /// (`agent.action_log_prob` `[n]`).
     pub fn batch_layout_with(&self, recorded: Recorded, state: &[StateTensor]) -> BatchLayout {
         let mut layout = self.batch_layout();
+        if self.is_multi_agent() {
+            for g in self.groups() {
+                let mut own = BatchLayout::new();
+                let sized = g.action.as_spec().map_or(Recorded::None, |a| recorded.sized_for(&a));
+                sized.extend_layout(&mut own);
+                for (k, (dtype, shape)) in own {
+                    let shape = std::iter::once(g.agents.len()).chain(shape).collect();
+                    layout.insert(format!("{}.{k}", g.name), (dtype, shape));
+                }
+            }
+            crate::policy::extend_state_layout(state, &mut layout);
+            return layout;
+        }
         recorded.extend_layout(&mut layout);
         crate::policy::extend_state_layout(state, &mut layout);
         layout
@@ -452,7 +632,22 @@ impl EnvSpecs {
     /// the action (its observation may be any the model takes: an image, a dict); the
     /// others as [`PolicyConfig::recorded`] says for the action as a [`Spec`], nothing
     /// when they cannot take it (they are then refused before any node acts).
+    ///
+    /// On a multi-agent env, the kind its first group's action gives (each group's
+    /// sizes are its own: [`EnvSpecs::batch_layout_with`]); built-in policies other
+    /// than `random` serve one agent and record nothing there (they are refused).
     pub fn recorded(&self, config: &PolicyConfig) -> Recorded {
+        if self.is_multi_agent() {
+            return match config {
+                PolicyConfig::Random => Recorded::LogProb,
+                PolicyConfig::Onnx { .. } => self
+                    .groups()
+                    .first()
+                    .and_then(|g| g.action.as_spec().ok())
+                    .map_or(Recorded::None, |a| config.recorded(&a)),
+                _ => Recorded::None,
+            };
+        }
         match config {
             PolicyConfig::Random => Recorded::LogProb,
             PolicyConfig::Onnx { .. } => self.action.as_spec().map_or(Recorded::None, |a| config.recorded(&a)),
@@ -474,7 +669,15 @@ impl EnvSpecs {
     /// or why they cannot take these, naming the key. The observation must be a 1-D
     /// box: a discrete one (an index) is refused here, as the Python node refuses it,
     /// though rollout's own envs may hand their policies an index as one input.
+    ///
+    /// A multi-agent env is refused naming `agents`: the built-ins serve one agent.
     pub fn policy_specs(&self) -> Result<(Spec, Spec), SpaceError> {
+        if self.is_multi_agent() {
+            return Err(err(
+                "agents",
+                "a multi-agent env (built-in policies other than random serve one agent; a multi-agent env takes random or onnx)",
+            ));
+        }
         if let Space::Discrete { .. } = self.observation {
             return Err(err(
                 keys::OBSERVATION,
@@ -495,6 +698,7 @@ impl EnvSpecs {
         EnvSpecs {
             observation: self.observation.canonical(),
             action: self.action.canonical(),
+            agents: self.agents.clone(),
         }
     }
 
@@ -505,6 +709,18 @@ impl EnvSpecs {
         let (la, lb) = (a.batch_layout(), b.batch_layout());
         if let Some(d) = crate::schema::named_difference(name_a, &la, name_b, &lb) {
             return Some(d);
+        }
+        if a.agents != b.agents {
+            let show = |s: &EnvSpecs| {
+                s.agents
+                    .as_ref()
+                    .map_or_else(|| "one agent".to_string(), |g| format!("{g:?}"))
+            };
+            return Some(format!(
+                "{name_a}'s agents are {}, {name_b}'s are {}",
+                BoundedDisplay(format_args!("{}", show(a))),
+                BoundedDisplay(format_args!("{}", show(b)))
+            ));
         }
         [
             (keys::OBSERVATION, &a.observation, &b.observation),
@@ -563,6 +779,7 @@ mod tests {
                 spaces: BTreeMap::from([(name, f32_box(&[1]))]),
             },
             action: Space::Discrete { n: 2, start: 0 },
+            agents: None,
         };
         let e = named.validate().unwrap_err().to_string();
         assert!(e.len() < 2 * crate::peer_text::MAX_PRINTED, "{} bytes", e.len());
@@ -585,6 +802,7 @@ mod tests {
         let e = EnvSpecs {
             observation: wide,
             action: Space::Discrete { n: 2, start: 0 },
+            agents: None,
         }
         .validate()
         .unwrap_err()
@@ -637,6 +855,7 @@ mod tests {
                 ]),
             },
             action: Space::MultiDiscrete { nvec: vec![3, 2] },
+            agents: None,
         };
         specs.validate().unwrap();
         let l = specs.batch_layout();
@@ -663,6 +882,7 @@ mod tests {
                 high: None,
             },
             action: Space::Discrete { n: 2, start: 0 },
+            agents: None,
         };
         let e = huge.validate().unwrap_err();
         assert_eq!(e.key, "observation");
@@ -673,6 +893,7 @@ mod tests {
         let e = EnvSpecs {
             observation: deep,
             action: Space::Discrete { n: 2, start: 0 },
+            agents: None,
         }
         .validate()
         .unwrap_err();
@@ -683,6 +904,7 @@ mod tests {
         let e = EnvSpecs {
             observation: dotted,
             action: Space::Discrete { n: 2, start: 0 },
+            agents: None,
         }
         .validate()
         .unwrap_err();
@@ -690,6 +912,7 @@ mod tests {
         let e = EnvSpecs {
             observation: f32_box(&[3]),
             action: Space::Discrete { n: 3, start: i64::MAX },
+            agents: None,
         }
         .validate()
         .unwrap_err();
@@ -703,6 +926,7 @@ mod tests {
         let e = EnvSpecs {
             observation: bounds,
             action: Space::Discrete { n: 2, start: 0 },
+            agents: None,
         }
         .validate()
         .unwrap_err();
@@ -712,6 +936,7 @@ mod tests {
             action: Space::Dict {
                 spaces: BTreeMap::from([("a".to_string(), f32_box(&[1]))]),
             },
+            agents: None,
         }
         .validate()
         .unwrap_err();
@@ -763,6 +988,7 @@ mod tests {
         let specs = EnvSpecs {
             observation: Space::Discrete { n: 16, start: 0 },
             action: Space::Discrete { n: 4, start: 0 },
+            agents: None,
         };
         specs.validate().unwrap();
         let e = specs.policy_specs().unwrap_err();
@@ -802,6 +1028,7 @@ mod tests {
                 high: None,
             },
             action: Space::Discrete { n: 2, start: 0 },
+            agents: None,
         };
         assert_ne!(unbounded, absent, "written otherwise");
         assert_eq!(EnvSpecs::difference("a", &unbounded, "b", &absent), None);
@@ -828,6 +1055,7 @@ mod tests {
                 high: Some(Bounds::Uniform(255.0)),
             },
             action: Space::Discrete { n: 3, start: 0 },
+            agents: None,
         };
         let onnx = |head| PolicyConfig::Onnx {
             model: OnnxModel::new(Vec::new()),
@@ -842,5 +1070,141 @@ mod tests {
         assert_eq!(specs.recorded(&onnx(OnnxHead::Deterministic)), Recorded::None);
         // The built-ins cannot take an image: they record nothing and are refused elsewhere.
         assert_eq!(specs.recorded(&PolicyConfig::Linear), Recorded::None);
+    }
+
+    /// simple_spread's specs (one group `agent` of three) plus a group of one with a
+    /// dict observation and a box action.
+    fn two_groups() -> EnvSpecs {
+        EnvSpecs {
+            observation: Space::Dict {
+                spaces: BTreeMap::from([
+                    ("agent".to_string(), f32_box(&[18])),
+                    (
+                        "adversary".to_string(),
+                        Space::Dict {
+                            spaces: BTreeMap::from([("pos".to_string(), f32_box(&[2]))]),
+                        },
+                    ),
+                ]),
+            },
+            action: Space::Dict {
+                spaces: BTreeMap::from([
+                    ("agent".to_string(), Space::Discrete { n: 5, start: 0 }),
+                    ("adversary".to_string(), f32_box(&[2])),
+                ]),
+            },
+            agents: Some(BTreeMap::from([
+                (
+                    "agent".to_string(),
+                    vec!["agent_0".to_string(), "agent_1".to_string(), "agent_2".to_string()],
+                ),
+                ("adversary".to_string(), vec!["adversary_0".to_string()]),
+            ])),
+        }
+    }
+
+    #[test]
+    fn a_multi_agent_envs_batches_have_torchrls_per_group_layout() {
+        let specs = two_groups();
+        specs.validate().unwrap();
+        let l = specs.batch_layout();
+        assert_eq!(l["agent.observation"], (DType::F32, vec![3, 18]));
+        assert_eq!(l["next.agent.observation"], (DType::F32, vec![3, 18]));
+        assert_eq!(l["agent.action"], (DType::I64, vec![3]));
+        assert_eq!(l["agent.mask"], (DType::Bool, vec![3]));
+        assert_eq!(l["next.agent.reward"], (DType::F32, vec![3, 1]));
+        for flag in ["done", "terminated", "truncated"] {
+            assert_eq!(l[&format!("next.agent.{flag}")], (DType::Bool, vec![3, 1]));
+            assert_eq!(l[&format!("next.adversary.{flag}")], (DType::Bool, vec![1, 1]));
+            assert_eq!(l[&format!("next.{flag}")], (DType::Bool, vec![1]), "the env's own");
+        }
+        assert_eq!(l["adversary.observation.pos"], (DType::F32, vec![1, 2]));
+        assert_eq!(l["adversary.action"], (DType::F32, vec![1, 2]));
+        for single in [
+            keys::OBSERVATION,
+            keys::ACTION,
+            keys::NEXT_REWARD,
+            keys::NEXT_OBSERVATION,
+        ] {
+            assert!(!l.contains_key(single), "no root {single}");
+        }
+        assert_eq!(l[keys::TRAJ_IDS], (DType::I64, vec![]));
+        assert_eq!(l[keys::STEP_COUNT], (DType::I64, vec![1]));
+        assert_eq!(l.len(), 2 * 8 + 3 + 2, "{l:?}");
+        // What a policy records is per agent, sized by each group's own action.
+        let recorded = specs.recorded(&PolicyConfig::Random);
+        assert_eq!(recorded, Recorded::LogProb);
+        let r = specs.batch_layout_with(Recorded::Categorical { n: 5 }, &[]);
+        assert_eq!(r["agent.action_log_prob"], (DType::F32, vec![3]));
+        assert_eq!(r["agent.logits"], (DType::F32, vec![3, 5]));
+        assert!(
+            !r.contains_key("adversary.logits"),
+            "a categorical head cannot act on a box"
+        );
+        let r = specs.batch_layout_with(Recorded::Normal { d: 9 }, &[]);
+        assert_eq!(r["adversary.loc"], (DType::F32, vec![1, 2]));
+        assert!(!r.contains_key(keys::ACTION_LOG_PROB));
+    }
+
+    #[test]
+    fn a_multi_agent_envs_groups_are_checked_naming_the_key() {
+        let refused = |f: &dyn Fn(&mut EnvSpecs)| {
+            let mut s = two_groups();
+            f(&mut s);
+            s.validate().unwrap_err()
+        };
+        let e = refused(&|s| {
+            s.agents.as_mut().unwrap().get_mut("agent").unwrap()[1] = "adversary_0".into();
+        });
+        assert!(e.key == "agents.agent" && e.reason.contains("given twice"), "{e}");
+        let e = refused(&|s| {
+            s.agents.as_mut().unwrap().get_mut("agent").unwrap().clear();
+        });
+        assert!(e.reason.contains("no agent"), "{e}");
+        let e = refused(&|s| {
+            s.agents.as_mut().unwrap().remove("adversary");
+        });
+        assert_eq!(e.key, "observation");
+        assert!(e.reason.contains("\"adversary\" is no group"), "{e}");
+        let e = refused(&|s| {
+            s.action = Space::Discrete { n: 5, start: 0 };
+        });
+        assert!(e.key == "action" && e.reason.contains("dict of its groups"), "{e}");
+        let e = refused(&|s| {
+            if let Space::Dict { spaces } = &mut s.action {
+                spaces.insert(
+                    "agent".into(),
+                    Space::Dict {
+                        spaces: BTreeMap::from([("x".into(), f32_box(&[1]))]),
+                    },
+                );
+            }
+        });
+        assert_eq!(e.key, "agent.action");
+        let e = refused(&|s| {
+            if let Space::Dict { spaces } = &mut s.observation {
+                spaces.insert("agent".into(), Space::Discrete { n: 0, start: 0 });
+            }
+        });
+        assert_eq!(e.key, "agent.observation");
+        let e = refused(&|s| {
+            let groups: BTreeMap<String, Vec<String>> = (0..=MAX_GROUPS)
+                .map(|g| (format!("g{g}"), vec![format!("a{g}")]))
+                .collect();
+            s.agents = Some(groups);
+        });
+        assert!(e.reason.contains(&format!("{} groups", MAX_GROUPS + 1)), "{e}");
+        // The built-ins other than random serve one agent.
+        let e = two_groups().policy_specs().unwrap_err();
+        assert_eq!(e.key, "agents");
+        // Specs of other agents differ, naming them.
+        let mut other = two_groups();
+        other.agents.as_mut().unwrap().get_mut("agent").unwrap()[0] = "agent_9".into();
+        let d = EnvSpecs::difference("node 1", &other, "node 0", &two_groups()).unwrap();
+        assert!(d.starts_with("node 1's agents are"), "{d}");
+        assert_eq!(
+            EnvSpecs::difference("node 1", &two_groups(), "node 0", &two_groups()),
+            None
+        );
     }
 }

@@ -63,6 +63,7 @@ impl EnvSpecs {
         let specs = EnvSpecs {
             observation: space("observation")?,
             action: space("action")?,
+            agents: None,
         };
         specs.validate()?;
         Ok(specs)
@@ -144,6 +145,7 @@ mod tests {
         let specs = |n: u64, start: i64| EnvSpecs {
             observation: Space::Discrete { n: 3, start: 0 },
             action: Space::Discrete { n, start },
+            agents: None,
         };
         assert_eq!(specs(i64::MAX as u64, 0).validate(), Ok(()), "the largest n");
         assert_eq!(specs(2, i64::MAX - 1).validate(), Ok(()), "the last start");

@@ -40,7 +40,7 @@ use crate::policy::Weights;
 /// `ready` carries the env's specs). A trainer
 /// admits [`OLDEST_PROTOCOL_VERSION`] up to this one, less those a run cannot be served
 /// by ([`AdmitVersions`]).
-pub const PROTOCOL_VERSION: u32 = 9;
+pub const PROTOCOL_VERSION: u32 = 10;
 /// The oldest version a trainer admits: a version-3 node sends no specs in `ready` and
 /// no recorded keys in its batches, so it can only serve envs the trainer builds itself
 /// under a policy that records nothing; a version-4 node, any env under such a policy.

@@ -533,7 +533,7 @@ pub struct PolicySpec {
     pub init_seed: u64,
     /// Whether batches carry what the policy records beside its actions
     /// ([`Recorded`]: `action_log_prob`, its distribution's parameters); `false`
-    /// leaves them out (protocol version 10). Absent on the wire: `true`, so the bytes
+    /// leaves them out (protocol version 9). Absent on the wire: `true`, so the bytes
     /// of a spec that records are those of older versions.
     #[serde(default = "yes", skip_serializing_if = "is_yes")]
     pub record: bool,
@@ -579,7 +579,7 @@ impl PolicySpec {
     }
 
     /// Whether the nodes leave out what the policy would record
-    /// ([`PolicyConfig::records`] but not `record`): protocol version 10.
+    /// ([`PolicyConfig::records`] but not `record`): protocol version 9.
     pub fn withholds_records(&self) -> bool {
         !self.record && self.config.records()
     }

@@ -65,6 +65,25 @@ impl Recorded {
         }
     }
 
+    /// The same kind sized for `action` (a multi-agent group's own): `Categorical` and
+    /// `QValue` take its choices, `Normal` its dimension; `None` when the kind cannot
+    /// act on it (its node refuses the policy).
+    pub fn sized_for(&self, action: &crate::spec::Spec) -> Recorded {
+        use crate::spec::Spec;
+        match (*self, action) {
+            (Recorded::None, _) => Recorded::None,
+            (Recorded::LogProb, _) => Recorded::LogProb,
+            (Recorded::Categorical { .. }, Spec::Discrete { n }) => Recorded::Categorical {
+                n: usize::try_from(*n).unwrap_or(usize::MAX),
+            },
+            (Recorded::QValue { .. }, Spec::Discrete { n }) => Recorded::QValue {
+                n: usize::try_from(*n).unwrap_or(usize::MAX),
+            },
+            (Recorded::Normal { .. }, Spec::Box { low, .. }) => Recorded::Normal { d: low.len() },
+            _ => Recorded::None,
+        }
+    }
+
     /// Values per frame of the distribution's parameters (`n`, `2 * d`, or 0).
     pub fn params_per_frame(&self) -> usize {
         match *self {

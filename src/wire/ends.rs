@@ -37,12 +37,18 @@ pub struct Ends {
 }
 
 /// Whether `key` is an observation's (`observation`, or a leaf of an observation
-/// dict, `observation.*`): the entries a node sends once.
+/// dict, `observation.*`; a multi-agent group's `<group>.observation` and its leaves):
+/// the entries a node sends once.
 fn is_observation(key: &str) -> bool {
-    key == keys::OBSERVATION
+    let own = |k: &str| {
+        k == keys::OBSERVATION
+            || k.strip_prefix(keys::OBSERVATION)
+                .is_some_and(|rest| rest.starts_with('.'))
+    };
+    own(key)
         || key
-            .strip_prefix(keys::OBSERVATION)
-            .is_some_and(|rest| rest.starts_with('.'))
+            .split_once('.')
+            .is_some_and(|(group, rest)| group != "next" && own(rest))
 }
 
 /// An observation entry and its `next.` twin, as bytes.

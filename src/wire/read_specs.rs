@@ -25,7 +25,8 @@ use std::collections::BTreeMap;
 use super::cursor::Cursor;
 use crate::schema::{BatchLayout, MAX_LAYOUT_ENTRIES, MAX_LAYOUT_KEY_LEN};
 use crate::space::{
-    Bounds, EnvSpecs, Space, MAX_DICT_DEPTH, MAX_DICT_ENTRIES, MAX_ELEMENTS, MAX_NAME_LEN, MAX_RANK, MAX_SPEC_VALUES,
+    Bounds, EnvSpecs, Space, MAX_AGENTS, MAX_DICT_DEPTH, MAX_DICT_ENTRIES, MAX_ELEMENTS, MAX_GROUPS, MAX_NAME_LEN,
+    MAX_RANK, MAX_SPEC_VALUES,
 };
 use crate::tensor::DType;
 
@@ -65,9 +66,16 @@ impl Budget {
 pub(super) fn env_specs(c: &mut Cursor<'_>) -> Result<EnvSpecs, String> {
     let n = c.map_len()?;
     let mut budget = Budget::default();
-    let (mut observation, mut action) = (None, None);
+    let (mut observation, mut action, mut agents) = (None, None, None);
     for _ in 0..n {
         let key = c.str_bytes(u64::MAX).map_err(|e| format!("a key: {e}"))?;
+        if key == b"agents" {
+            if agents.is_some() {
+                return Err("`agents` given twice".into());
+            }
+            agents = Some(if c.nil()? { None } else { Some(agent_groups(c)?) });
+            continue;
+        }
         let (slot, name) = match key {
             b"observation" => (&mut observation, "observation"),
             b"action" => (&mut action, "action"),
@@ -84,7 +92,55 @@ pub(super) fn env_specs(c: &mut Cursor<'_>) -> Result<EnvSpecs, String> {
     Ok(EnvSpecs {
         observation: observation.ok_or("missing `observation`")?,
         action: action.ok_or("missing `action`")?,
+        agents: agents.flatten(),
     })
+}
+
+/// A multi-agent env's `agents` (PROTOCOL.md §3, Multi-agent envs): group → agent
+/// names, at most [`MAX_GROUPS`] groups and [`MAX_AGENTS`] agents in all, every name
+/// at most [`MAX_NAME_LEN`] bytes, checked as they are read (a group twice refused;
+/// the other rules are [`EnvSpecs::validate`]'s).
+fn agent_groups(c: &mut Cursor<'_>) -> Result<BTreeMap<String, Vec<String>>, String> {
+    let at = |e: String| format!("agents: {e}");
+    let groups = c.map_len().map_err(at)?;
+    if groups > MAX_GROUPS as u64 {
+        return Err(at(format!("{groups} groups (at most {MAX_GROUPS})")));
+    }
+    let mut out = BTreeMap::new();
+    let mut total = 0usize;
+    for _ in 0..groups {
+        let name = utf8(
+            c.str_bytes(MAX_NAME_LEN as u64)
+                .map_err(|e| at(format!("a group name: {e}")))?,
+        )
+        .map_err(|e| at(format!("a group name: {e}")))?;
+        let n = c.array_len().map_err(|e| at(format!("{name}: {e}")))?;
+        let left = (MAX_AGENTS - total) as u64;
+        if n > left {
+            return Err(at(format!(
+                "{name}: {n} agents with {total} before them (at most {MAX_AGENTS} in all)"
+            )));
+        }
+        let mut agents = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            let agent = c
+                .str_bytes(MAX_NAME_LEN as u64)
+                .map_err(|e| at(format!("{name}: an agent name: {e}")))?;
+            agents.push(utf8(agent).map_err(|e| at(format!("{name}: an agent name: {e}")))?);
+        }
+        total += agents.len();
+        if out.insert(name.clone(), agents).is_some() {
+            return Err(at(format!("{name}: given twice")));
+        }
+    }
+    Ok(out)
+}
+
+/// A name read from the wire, which must be UTF-8.
+fn utf8(bytes: &[u8]) -> Result<String, String> {
+    std::str::from_utf8(bytes)
+        .map(str::to_string)
+        .map_err(|_| "not UTF-8".to_string())
 }
 
 /// `ready`'s `layout`: a map of batch key → `[dtype, feature shape]`.

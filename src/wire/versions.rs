@@ -40,6 +40,9 @@ pub enum Need {
         /// The policy's kind (`mlp`, `random`, ...).
         policy: String,
     },
+    /// A multi-agent env (`agents` in its specs, declared to the trainer): batches of
+    /// per-group entries with an agent axis (version 10).
+    Agents,
 }
 
 impl Need {
@@ -52,6 +55,7 @@ impl Need {
             Need::Exploration => 7,
             Need::QValue => 8,
             Need::Unrecorded { .. } => 9,
+            Need::Agents => 10,
         }
     }
 }
@@ -88,6 +92,10 @@ impl fmt::Display for Need {
                 f,
                 "its policy ({policy}) records nothing in this run (record off, as in a deterministic run): its \
                  batches leave out action_log_prob and the distribution's parameters (version 9)"
+            ),
+            Need::Agents => write!(
+                f,
+                "its env has several agents, whose batches hold each group's entries on an agent axis (version 10)"
             ),
         }
     }
@@ -184,6 +192,17 @@ mod tests {
     }
 
     #[test]
+    fn a_multi_agent_env_declared_to_the_trainer_admits_version_10_only() {
+        let v = AdmitVersions::serving([specs(), Need::Agents, recorded()]);
+        assert_eq!(v.oldest(), 10);
+        assert_eq!(v.need(), Some(&Need::Agents));
+        assert_eq!(v.check(10), Ok(()));
+        assert!(v
+            .check(9)
+            .is_err_and(|r| r.contains("its env has several agents") && r.contains("this run admits 10 (")));
+    }
+
+    #[test]
     fn a_run_needing_nothing_admits_every_version_the_trainer_speaks() {
         let all = AdmitVersions::all();
         assert_eq!(all.oldest(), OLDEST_PROTOCOL_VERSION);
@@ -193,11 +212,11 @@ mod tests {
         }
         assert_eq!(
             all.check(2),
-            Err("protocol version 2 is not supported (this trainer speaks 3 to 9)".into())
+            Err("protocol version 2 is not supported (this trainer speaks 3 to 10)".into())
         );
         assert_eq!(
-            all.check(10),
-            Err("protocol version 10 is not supported (this trainer speaks 3 to 9)".into())
+            all.check(11),
+            Err("protocol version 11 is not supported (this trainer speaks 3 to 10)".into())
         );
     }
 
@@ -211,8 +230,8 @@ mod tests {
             v.check(4),
             Err(
                 "protocol version 4 cannot serve this run: its policy (mlp) records action_log_prob and its \
-                 distribution's parameters in every batch (version 5); this run admits 5 to 9 (this trainer \
-                 speaks 3 to 9, the older ones for runs that need less)"
+                 distribution's parameters in every batch (version 5); this run admits 5 to 10 (this trainer \
+                 speaks 3 to 10, the older ones for runs that need less)"
                     .into()
             )
         );
@@ -220,8 +239,8 @@ mod tests {
             .check(3)
             .is_err_and(|r| r.starts_with("protocol version 3 cannot serve this run")));
         assert_eq!(
-            v.check(10),
-            Err("protocol version 10 is not supported (this trainer speaks 3 to 9; this run admits 5 to 9)".into())
+            v.check(11),
+            Err("protocol version 11 is not supported (this trainer speaks 3 to 10; this run admits 5 to 10)".into())
         );
 
         let v = AdmitVersions::serving([specs()]);
@@ -234,8 +253,8 @@ mod tests {
             v.check(3),
             Err(
                 "protocol version 3 cannot serve this run: its env Custom is known only to its nodes, which \
-                 report its spaces in ready's specs (version 4); this run admits 4 to 9 (this trainer speaks 3 \
-                 to 9, the older ones for runs that need less)"
+                 report its spaces in ready's specs (version 4); this run admits 4 to 10 (this trainer speaks 3 \
+                 to 10, the older ones for runs that need less)"
                     .into()
             )
         );
@@ -245,15 +264,15 @@ mod tests {
         let v = AdmitVersions::serving([specs(), recorded(), Need::Onnx, Need::Recurrent]);
         assert_eq!((v.oldest(), v.need()), (6, Some(&Need::Recurrent)));
         assert_eq!(
-            v.check(10),
-            Err("protocol version 10 is not supported (this trainer speaks 3 to 9; this run admits 6 to 9)".into())
+            v.check(11),
+            Err("protocol version 11 is not supported (this trainer speaks 3 to 10; this run admits 6 to 10)".into())
         );
         // An exploration module: version 7 and up.
         let v = AdmitVersions::serving([recorded(), Need::Onnx, Need::Recurrent, Need::Exploration]);
         assert_eq!((v.oldest(), v.need()), (7, Some(&Need::Exploration)));
         assert_eq!(
-            v.check(10),
-            Err("protocol version 10 is not supported (this trainer speaks 3 to 9; this run admits 7 to 9)".into())
+            v.check(11),
+            Err("protocol version 11 is not supported (this trainer speaks 3 to 10; this run admits 7 to 10)".into())
         );
         // The qvalue head: version 8 alone; version 7 is refused naming the head.
         let v = AdmitVersions::serving([recorded(), Need::Onnx, Need::Exploration, Need::QValue]);
@@ -261,12 +280,12 @@ mod tests {
         assert_eq!(v.check(8), Ok(()));
         assert!(v
             .check(7)
-            .is_err_and(|r| r.contains("the qvalue head") && r.contains("this run admits 8 to 9 (")));
+            .is_err_and(|r| r.contains("the qvalue head") && r.contains("this run admits 8 to 10 (")));
         // A run that asked for no recording: version 9 alone.
         let v = AdmitVersions::serving([recorded(), Need::Unrecorded { policy: "mlp".into() }]);
         assert_eq!(v.oldest(), 9);
         assert!(v
             .check(8)
-            .is_err_and(|r| r.contains("records nothing in this run") && r.contains("this run admits 9 (")));
+            .is_err_and(|r| r.contains("records nothing in this run") && r.contains("this run admits 9 to 10 (")));
     }
 }

@@ -282,11 +282,13 @@ fn hostile_specs_are_refused_at_ready_before_anything_is_sized_by_them() {
             high: None,
         },
         action: Space::Discrete { n: 2, start: 0 },
+        agents: None,
     };
     let huge_layout: BatchLayout = [("observation".to_string(), (DType::U8, vec![1 << 40, 1 << 40]))].into();
     let deep = EnvSpecs {
         observation: nested(40),
         action: Space::Discrete { n: 2, start: 0 },
+        agents: None,
     };
     let hostile = [
         scripted_ready(addr, &huge_name, huge, huge_layout),
@@ -327,6 +329,7 @@ fn a_policy_that_cannot_take_the_nodes_specs_fails_the_run_naming_the_key() {
             high: Some(Bounds::Uniform(255.0)),
         },
         action: Space::Discrete { n: 6, start: 0 },
+        agents: None,
     };
     let layout = image.batch_layout();
     let raw = scripted_ready(addr, &unique_name("atari"), image, layout);
@@ -529,6 +532,7 @@ fn rollout_collect_fails_in_one_line_when_its_policy_cannot_take_the_nodes_specs
             high: Some(Bounds::Uniform(255.0)),
         },
         action: Space::Discrete { n: 6, start: 0 },
+        agents: None,
     };
     let layout = pong.batch_layout();
     let raw = scripted_ready(addr, "pong", pong, layout);

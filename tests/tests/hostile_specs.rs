@@ -123,6 +123,7 @@ fn the_largest_specs_a_node_may_send_cost_at_most_8_bytes_a_byte_to_decode() {
             high: Some(Bounds::Each(vec![1.0; n as usize])),
         },
         action: Space::Discrete { n: 2, start: 0 },
+        agents: None,
     };
     match decoded {
         Ok(NodeFrame::Message(FromNode::Ready { specs: Some(s), .. })) => assert_eq!(s, want),

@@ -256,8 +256,8 @@ fn a_policy_that_records_refuses_versions_3_and_4_at_hello_and_version_5_serves_
             reason,
             format!(
                 "protocol version {v} cannot serve this run: its policy (mlp) records action_log_prob and its \
-                 distribution's parameters in every batch (version 5); this run admits 5 to 9 (this trainer \
-                 speaks 3 to 9, the older ones for runs that need less)"
+                 distribution's parameters in every batch (version 5); this run admits 5 to 10 (this trainer \
+                 speaks 3 to 10, the older ones for runs that need less)"
             )
         );
     }
@@ -281,7 +281,7 @@ fn a_run_that_records_nothing_refuses_versions_5_to_8_at_hello_and_version_9_ser
             format!(
                 "protocol version {v} cannot serve this run: its policy (mlp) records nothing in this run (record \
                  off, as in a deterministic run): its batches leave out action_log_prob and the distribution's \
-                 parameters (version 9); this run admits 9 (this trainer speaks 3 to 9, the older ones for runs \
+                 parameters (version 9); this run admits 9 to 10 (this trainer speaks 3 to 10, the older ones for runs \
                  that need less)"
             )
         );
@@ -303,7 +303,7 @@ fn an_env_only_the_nodes_know_refuses_version_3_at_hello_and_versions_4_and_5_se
         reason,
         format!(
             "protocol version 3 cannot serve this run: its env {CUSTOM} is known only to its nodes, which report \
-             its spaces in ready's specs (version 4); this run admits 4 to 9 (this trainer speaks 3 to 9, the \
+             its spaces in ready's specs (version 4); this run admits 4 to 10 (this trainer speaks 3 to 10, the \
              older ones for runs that need less)"
         )
     );
@@ -333,8 +333,8 @@ fn a_recurrent_policy_refuses_versions_3_to_5_at_hello_and_version_6_serves_it()
             reason,
             format!(
                 "protocol version {v} cannot serve this run: its policy is a recurrent onnx model, whose state the \
-                 node keeps per env and records with is_init in every batch (version 6); this run admits 6 to 9 (this \
-                 trainer speaks 3 to 9, the older ones for runs that need less)"
+                 node keeps per env and records with is_init in every batch (version 6); this run admits 6 to 10 (this \
+                 trainer speaks 3 to 10, the older ones for runs that need less)"
             )
         );
     }

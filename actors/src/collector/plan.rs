@@ -394,6 +394,7 @@ mod tests {
                 high: None,
             },
             action: rollout::space::Space::Discrete { n: 3, start: 0 },
+            agents: None,
         }
     }
 

@@ -29,8 +29,8 @@ pub enum LayoutSource {
     Specs {
         /// What the specs are of, for errors (`env CartPole-v1`, `the declared specs`).
         of: String,
-        /// The specs.
-        specs: crate::space::EnvSpecs,
+        /// The specs (boxed: a multi-agent env's groups make them the largest variant).
+        specs: Box<crate::space::EnvSpecs>,
         /// What the run's policy records beside its actions for these specs
         /// ([`EnvSpecs::recorded`](crate::space::EnvSpecs::recorded)).
         recorded: crate::policy::Recorded,

@@ -51,6 +51,20 @@ pub fn initial_weights_for(policy: &PolicySpec, specs: &EnvSpecs) -> Result<Opti
     if let PolicyConfig::Onnx { model, head, .. } = &policy.config {
         // The model's weights are its own; the specs only have to fit it.
         let fail = |e: crate::policy::PolicyError| format!("policy onnx cannot take these specs: {e}");
+        if specs.is_multi_agent() {
+            // One model for every group (PROTOCOL.md §8, Multi-agent `onnx` policies): its
+            // inputs and outputs are the nodes' to check against each group (the Rust node
+            // serves no multi-agent env); what the trainer owns, its weights, is checked here.
+            if !policy.config.state().is_empty() {
+                return Err(
+                    "policy onnx cannot take these specs: a recurrent state or an exploration module on a \
+                            multi-agent env is not served"
+                        .to_string(),
+                );
+            }
+            let w = model.initial_weights().map_err(|e| fail(e.into()))?;
+            return Ok(Some(w.as_ref().clone().with_version(0)));
+        }
         let action = specs
             .action
             .as_spec()
@@ -399,6 +413,7 @@ mod tests {
                 high: Some(Bounds::Uniform(255.0)),
             },
             action: Space::Discrete { n: 6, start: 0 },
+            agents: None,
         }
     }
 
@@ -501,7 +516,7 @@ mod tests {
     fn a_layout_without_what_the_policy_records_or_with_it_wrong_is_refused() {
         let known = LayoutSource::Specs {
             of: "env E".into(),
-            specs: specs(4),
+            specs: Box::new(specs(4)),
             recorded: crate::policy::Recorded::Categorical { n: 2 },
             state: vec![],
         };
@@ -760,7 +775,7 @@ mod tests {
     fn known_specs_hold_every_node_that_sends_specs() {
         let known = LayoutSource::Specs {
             of: "env E".into(),
-            specs: specs(4),
+            specs: Box::new(specs(4)),
             recorded: crate::policy::Recorded::Categorical { n: 2 },
             state: vec![],
         };

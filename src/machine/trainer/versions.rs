@@ -33,9 +33,12 @@ impl TrainerMachine {
                         needs.push(recorded());
                     }
                 }
-                LayoutSource::Specs { recorded: r, .. } => {
+                LayoutSource::Specs { specs, recorded: r, .. } => {
                     if *r != Recorded::None {
                         needs.push(recorded());
+                    }
+                    if specs.is_multi_agent() {
+                        needs.push(Need::Agents);
                     }
                 }
                 LayoutSource::FirstReady { env } => {
@@ -88,7 +91,7 @@ mod tests {
     fn built(recorded: Recorded) -> LayoutSource {
         LayoutSource::Specs {
             of: "env Custom".into(),
-            specs: specs(),
+            specs: Box::new(specs()),
             recorded,
             state: vec![],
         }

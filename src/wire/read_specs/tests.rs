@@ -71,6 +71,7 @@ fn every_kind() -> EnvSpecs {
         action: Space::MultiDiscrete {
             nvec: vec![3, 2, u64::from(u32::MAX) + 1],
         },
+        agents: None,
     }
 }
 
@@ -119,6 +120,7 @@ fn specs_as_the_python_node_writes_them_decode_with_keys_in_any_order() {
                 high: Some(Bounds::Uniform(3.0)),
             },
             action: Space::Discrete { n: 6, start: 1 },
+            agents: None,
         }
     );
     let v = json!({"observation": {"kind": "box", "dtype": "u8", "shape": [210, 160, 3], "low": null,
@@ -351,4 +353,76 @@ fn layouts_are_bounded_in_entries_keys_and_ranks() {
     assert_eq!(e, "observation: expected [dtype, shape]");
     let e = layout_of(&pack(&json!({"observation": ["f16", [1]]}))).unwrap_err();
     assert!(e.starts_with("observation: unknown dtype `f16`"), "{e}");
+}
+
+/// A multi-agent env's specs as the Python node writes them (PROTOCOL.md §3,
+/// Multi-agent envs): two groups, `agents` last.
+fn two_groups() -> serde_json::Value {
+    let obs = json!({"kind": "box", "dtype": "f32", "shape": [18], "low": -1e30, "high": 1e30});
+    json!({
+        "observation": {"kind": "dict", "spaces": {"agent": obs, "adversary": {"kind": "box", "dtype": "f32", "shape": [8]}}},
+        "action": {"kind": "dict", "spaces": {"agent": discrete(5), "adversary": {"kind": "box", "dtype": "f32", "shape": [2], "low": -1, "high": 1}}},
+        "agents": {"agent": ["agent_0", "agent_1", "agent_2"], "adversary": ["adversary_0"]}
+    })
+}
+
+#[test]
+fn a_multi_agent_envs_groups_decode_to_what_serde_writes() {
+    let specs = specs_of(&pack(&two_groups())).unwrap();
+    specs.validate().unwrap();
+    let agents = specs.agents.as_ref().unwrap();
+    assert_eq!(agents["agent"], ["agent_0", "agent_1", "agent_2"]);
+    assert_eq!(agents["adversary"], ["adversary_0"]);
+    let serde: EnvSpecs = rmp_serde::from_slice(&rmp_serde::to_vec_named(&specs).unwrap()).unwrap();
+    assert_eq!(serde, specs);
+    // Absent or nil: one agent, and the specs of one agent written as before.
+    let mut one = two_groups();
+    one["agents"] = serde_json::Value::Null;
+    assert_eq!(specs_of(&pack(&one)).unwrap().agents, None);
+    let single = EnvSpecs::from_specs(
+        &crate::spec::Spec::uniform_box(2, -1.0, 1.0),
+        &crate::spec::Spec::Discrete { n: 2 },
+    );
+    let bytes = rmp_serde::to_vec_named(&single).unwrap();
+    assert!(
+        !bytes.windows(6).any(|w| w == b"agents"),
+        "no `agents` key for one agent"
+    );
+}
+
+#[test]
+fn agents_are_bounded_as_they_are_read() {
+    let with = |agents: serde_json::Value| {
+        let mut v = two_groups();
+        v["agents"] = agents;
+        specs_of(&pack(&v))
+    };
+    let many_groups: serde_json::Map<String, serde_json::Value> =
+        (0..=MAX_GROUPS).map(|g| (format!("g{g}"), json!(["a"]))).collect();
+    let e = with(serde_json::Value::Object(many_groups)).unwrap_err();
+    assert!(
+        e.contains(&format!("{} groups (at most {MAX_GROUPS})", MAX_GROUPS + 1)),
+        "{e}"
+    );
+    let many_agents: Vec<String> = (0..=MAX_AGENTS).map(|i| format!("agent_{i}")).collect();
+    let e = with(json!({ "agent": many_agents })).unwrap_err();
+    assert!(e.contains(&format!("at most {MAX_AGENTS} in all")), "{e}");
+    let long = "a".repeat(MAX_NAME_LEN + 1);
+    let e = with(json!({ "agent": [long] })).unwrap_err();
+    assert!(e.starts_with("agents: agent: an agent name"), "{e}");
+    // A group given twice, written by hand (JSON maps cannot hold it).
+    let mut twice = Vec::new();
+    rmpv::encode::write_value(
+        &mut twice,
+        &rmpv::Value::Map(vec![(
+            "agents".into(),
+            rmpv::Value::Map(vec![
+                ("g".into(), rmpv::Value::Array(vec!["a".into()])),
+                ("g".into(), rmpv::Value::Array(vec!["b".into()])),
+            ]),
+        )]),
+    )
+    .unwrap();
+    let e = specs_of(&twice).unwrap_err();
+    assert!(e.contains("g: given twice"), "{e}");
 }
