@@ -33,7 +33,7 @@ pub mod keys {
     /// Steps taken in the trajectory before this frame, i64 `[.., 1]`.
     pub const STEP_COUNT: &str = "step_count";
     /// A multi-agent group's `<group>.mask`, bool `[.., n]`: the agent is present at
-    /// the step (torchrl's `PettingZooEnv` mask).
+    /// the step (and `next.<group>.mask`, after it; torchrl's `PettingZooEnv` mask).
     pub const AGENT_MASK: &str = "mask";
     /// Real (true) or padding (false) frame, after `split_trajectories`.
     pub const MASK: &str = "collector.mask";

@@ -542,7 +542,7 @@ impl EnvSpecs {
     ///
     /// A multi-agent env's batches hold instead, for each group `g` of `n` agents,
     /// `g.observation` and `next.g.observation` (`[n, *shape]`), `g.action`, `g.mask`
-    /// (bool `[n]`), `next.g.reward` (f32 `[n, 1]`), `next.g.done`, `next.g.terminated`
+    /// and `next.g.mask` (bool `[n]`), `next.g.reward` (f32 `[n, 1]`), `next.g.done`, `next.g.terminated`
     /// and `next.g.truncated` (bool `[n, 1]`), and the env's `next.done`,
     /// `next.terminated`, `next.truncated` with the trajectory keys; no root reward
     /// (PROTOCOL.md §3, Multi-agent envs; torchrl's `PettingZooEnv` layout).
@@ -564,6 +564,7 @@ impl EnvSpecs {
                     .layout_into(&next(keys::OBSERVATION), false, &[n], &mut layout);
                 g.action.layout_into(&key(keys::ACTION), true, &[n], &mut layout);
                 layout.insert(key(keys::AGENT_MASK), (DType::Bool, vec![n]));
+                layout.insert(next(keys::AGENT_MASK), (DType::Bool, vec![n]));
                 layout.insert(next("reward"), (DType::F32, vec![n, 1]));
                 for flag in ["done", "terminated", "truncated"] {
                     layout.insert(next(flag), (DType::Bool, vec![n, 1]));
@@ -1130,7 +1131,8 @@ mod tests {
         }
         assert_eq!(l[keys::TRAJ_IDS], (DType::I64, vec![]));
         assert_eq!(l[keys::STEP_COUNT], (DType::I64, vec![1]));
-        assert_eq!(l.len(), 2 * 8 + 3 + 2, "{l:?}");
+        assert_eq!(l["next.agent.mask"], (DType::Bool, vec![3]));
+        assert_eq!(l.len(), 2 * 9 + 3 + 2, "{l:?}");
         // What a policy records is per agent, sized by each group's own action.
         let recorded = specs.recorded(&PolicyConfig::Random);
         assert_eq!(recorded, Recorded::LogProb);

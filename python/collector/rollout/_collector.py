@@ -241,8 +241,10 @@ def _env_specs(env: Optional[str], env_config: Any, env_spec: Any) -> Optional[D
     native = _native.builtin_env_specs(env, config)
     if native is not None:
         return json.loads(native)
-    from ._spaces import gymnasium_specs
+    from ._spaces import PETTINGZOO, gymnasium_specs, pettingzoo_specs
 
+    if env.startswith(PETTINGZOO):
+        return pettingzoo_specs(env, env_config)
     return gymnasium_specs(env, env_config)
 
 
@@ -581,11 +583,12 @@ class DistributedCollector:
         env_field = "env" if env is not None else "create_env_fn"
         added: tuple = ()
         primed: tuple = ()
+        agent_masks = True
         pickled, pickled_specs = False, None
         env = env if env is not None else create_env_fn
         if env is not None and not isinstance(env, str):
             from . import _pickled_env
-            from ._env_forms import PRIMED, resolve
+            from ._env_forms import NO_AGENT_MASKS, PRIMED, resolve
 
             forms = resolve(env, env_field)
             pickled, pickled_specs = _pickled_env.is_pickled(forms), _pickled_env.specs_of(forms)
@@ -594,6 +597,9 @@ class DistributedCollector:
             added = _added_entries(forms, env_field)
             primed = tuple(a[len(PRIMED) :] for a in added if a.startswith(PRIMED))
             added = tuple(a for a in added if not a.startswith(PRIMED))
+            if NO_AGENT_MASKS in added:
+                added = tuple(a for a in added if a != NO_AGENT_MASKS)
+                agent_masks = False
             env, env_config, collector_kwargs, nodes = _placed(forms, env_field, env_config, collector_kwargs, nodes)
         if envs_per_node is not None and num_workers_per_collector is not None:
             raise _config_error("envs_per_node", "give envs_per_node or num_workers_per_collector, not both")
@@ -661,6 +667,7 @@ class DistributedCollector:
             from . import _tensordict  # noqa: F401 - a missing torch/tensordict is said now
         self._tensordict = bool(tensordict)
         self._init_tracker = "is_init" in added
+        self._agent_masks = agent_masks
         self._episode_reward = None
         if "episode_reward" in added:
             from ._tensordict import EpisodeReward
@@ -807,11 +814,18 @@ class DistributedCollector:
         from ._tensordict import to_tensordict
 
         if self._torch_policy is None:
-            td = to_tensordict(batch, is_init=self._init_tracker)
+            td = to_tensordict(batch, is_init=self._init_tracker, agent_masks=self._agent_masks)
         else:
             p = self._torch_policy
             one_hot = p.n_actions if p.action_encoding == "one_hot" else None
-            td = to_tensordict(batch, one_hot=one_hot, log_prob_key=p.log_prob_key, leave_out=p.drop_keys, is_init=self._init_tracker)
+            td = to_tensordict(
+                batch,
+                one_hot=one_hot,
+                log_prob_key=p.log_prob_key,
+                leave_out=p.drop_keys,
+                is_init=self._init_tracker,
+                agent_masks=self._agent_masks,
+            )
         if self._episode_reward is not None:
             self._episode_reward.write(td)
         if self._policy_version:

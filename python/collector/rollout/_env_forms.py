@@ -36,6 +36,9 @@ from ._collector import _config_error as config_error
 # exporting a torch policy (None otherwise, and for an env named by its id).
 EnvForm = Tuple[str, Optional[dict], Tuple[str, ...], Optional[dict]]
 PRIMED = "primed:"
+#: Among the entries: a torchrl ``PettingZooWrapper`` without ``use_mask`` (its batches have
+#: no agent masks, so the collector leaves the nodes' out of each TensorDict).
+NO_AGENT_MASKS = "no-agent-masks"
 
 _WHAT_TO_PASS = "pass an env id (e.g. \"Pendulum-v1\"), a torchrl env, or a function making one"
 
@@ -135,6 +138,8 @@ def _of_env(env: Any, field: str) -> EnvForm:
             added += served
         name, config, inner = _of_env(env.base_env, field)
         return name, config, tuple(sorted(set(added) | set(inner)))
+    if type(env).__name__ in ("PettingZooWrapper", "PettingZooEnv"):
+        return _pettingzoo(env, field)
     if type(env).__name__ != "GymEnv":
         raise _NotByName(f"a {type(env).__name__}")
     kwargs = getattr(env, "_constructor_kwargs", None)
@@ -150,6 +155,42 @@ def _of_env(env: Any, field: str) -> EnvForm:
     except (TypeError, ValueError):
         raise _NotByName(f"gym.make's keyword arguments of {kwargs['env_name']}") from None
     return str(kwargs["env_name"]), (config or None), ()
+
+
+def _pettingzoo(env: Any, field: str) -> Tuple[str, Optional[dict], Tuple[str, ...]]:
+    """A torchrl ``PettingZooWrapper`` (or ``PettingZooEnv``) as the nodes build it: the
+    PettingZoo env's module as a ``pettingzoo:<module>`` id and its constructor's keyword
+    arguments (PettingZoo envs keep them, ``EzPickle``), made there with the module's own
+    ``parallel_env``. The wrapper's options the nodes follow are checked: its groups must
+    be torchrl's default ones, actions categorical, no ``return_state``; ``use_mask``
+    says whether the TensorDicts keep the agent masks. rollout's nodes end an episode
+    once every agent is done (torchrl's ``done_on_any=False``); with agents that end
+    together, as in MPE's envs, that is the same as torchrl's default for parallel envs."""
+    from ._spaces import PETTINGZOO, torchrl_groups
+
+    pz = getattr(env, "_env", None)
+    raw = getattr(pz, "unwrapped", None)
+    kwargs = getattr(raw, "_ezpickle_kwargs", None)
+    if pz is None or raw is None or not isinstance(kwargs, dict) or getattr(raw, "_ezpickle_args", ()):
+        raise config_error(
+            field,
+            f"the PettingZoo env of this {type(env).__name__} does not say how it was made (no EzPickle keyword "
+            "arguments): pass \"pettingzoo:<module>\" with env_config",
+        )
+    module = type(raw).__module__
+    for name in ("categorical_actions", "return_state"):
+        if getattr(env, name, name == "categorical_actions") != (name == "categorical_actions"):
+            raise config_error(field, f"{type(env).__name__}({name}={getattr(env, name)!r}) is not served: rollout's nodes write categorical actions and no state")
+    default = torchrl_groups(list(pz.possible_agents))
+    if dict(env.group_map) != default:
+        raise config_error(field, f"group_map {dict(env.group_map)} is not served: rollout's nodes group agents as torchrl does by default ({default})")
+    config = {k: v for k, v in kwargs.items() if not (k == "render_mode" and v is None)}
+    try:
+        json.dumps(config)
+    except (TypeError, ValueError):
+        raise config_error(field, f"the keyword arguments {sorted(config)} of {module} are not JSON: pass \"pettingzoo:{module}\" with env_config") from None
+    added = () if getattr(env, "use_mask", False) else (NO_AGENT_MASKS,)
+    return PETTINGZOO + module, (config or None), added
 
 
 def _transforms(transform: Any) -> List[Any]:

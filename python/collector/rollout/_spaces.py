@@ -5,7 +5,7 @@ asks for ``env_spec``."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -56,3 +56,64 @@ def gymnasium_specs(env_id: str, env_config: Optional[Mapping[str, Any]]) -> Opt
     if obs is None or act is None:
         return None
     return {"observation": obs, "action": act}
+
+
+#: The env ids of PettingZoo envs (PROTOCOL.md §3, Multi-agent envs): ``pettingzoo:<module>``
+#: or ``pettingzoo:<module>:<factory>``, served by Python nodes.
+PETTINGZOO = "pettingzoo:"
+
+
+def torchrl_groups(agents: Sequence[str]) -> Dict[str, List[str]]:
+    """torchrl's default ``group_map`` of ``PettingZooEnv``: an agent named
+    ``<prefix>_<int>`` goes to group ``<prefix>``, any other to a group of its own."""
+    groups: Dict[str, List[str]] = {}
+    for agent in agents:
+        prefix, _, index = agent.rpartition("_")
+        group = prefix if prefix and index.isdigit() else agent
+        groups.setdefault(group, []).append(agent)
+    return groups
+
+
+def make_pettingzoo(env_id: str, env_config: Optional[Mapping[str, Any]]) -> Any:
+    """The PettingZoo parallel env of a ``pettingzoo:`` id, as the Python node makes it:
+    the module's ``parallel_env(**config)``, or its AEC ``env`` converted with PettingZoo's
+    ``aec_to_parallel``, or ``<module>:<factory>``'s result."""
+    import importlib
+
+    from pettingzoo.utils.conversions import aec_to_parallel
+    from pettingzoo.utils.env import AECEnv
+
+    module, _, factory = env_id[len(PETTINGZOO):].partition(":")
+    m = importlib.import_module(module)
+    kwargs = dict(env_config or {})
+    if factory:
+        env = getattr(m, factory)(**kwargs)
+    elif hasattr(m, "parallel_env"):
+        env = m.parallel_env(**kwargs)
+    else:
+        env = m.env(**kwargs)
+    return aec_to_parallel(env) if isinstance(env, AECEnv) else env
+
+
+def pettingzoo_specs(env_id: str, env_config: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
+    """``{"observation", "action", "agents"}`` of a PettingZoo env (``None`` when it
+    cannot be made here, or its groups' agents differ in their spaces)."""
+    try:
+        env = make_pettingzoo(env_id, env_config)
+    except Exception:
+        return None
+    try:
+        groups = torchrl_groups(list(env.possible_agents))
+        obs, act = {}, {}
+        for g, agents in groups.items():
+            obs[g] = _space(env.observation_space(agents[0]))
+            act[g] = _space(env.action_space(agents[0]))
+            if obs[g] is None or act[g] is None:
+                return None
+    finally:
+        env.close()
+    return {
+        "observation": {"kind": "dict", "spaces": obs},
+        "action": {"kind": "dict", "spaces": act},
+        "agents": groups,
+    }

@@ -25,7 +25,12 @@ Rust side collected into (no copy). What torchrl's layout adds is made here:
   private keys; the :class:`~rollout.Batch` keeps it;
 - ``("collector", "weights_version")`` and ``("collector", "node")`` (``int64``, the
   batch's shape, new tensors): which weights and which node made each frame, so
-  batches still in flight when weights change can be told apart.
+  batches still in flight when weights change can be told apart;
+- of a multi-agent env (PROTOCOL.md §3, Multi-agent envs), each group's ``(g, "done")``,
+  ``(g, "terminated")`` and ``(g, "truncated")`` (``[..., n, 1]`` bool, new tensors) at
+  the step's start, as torchrl's ``PettingZooEnv`` writes them: an agent present is not
+  done, an agent not present (gone) is all three; and the masks left out unless asked
+  (``agent_masks``: torchrl's ``use_mask``).
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ def to_tensordict(
     log_prob_key: Any = _KEEP,
     leave_out: Any = (),
     is_init: bool = False,
+    agent_masks: bool = True,
 ) -> "TensorDict":
     """``batch`` as a TensorDict (see the module's doc); ``one_hot``: the number of
     actions, to write the discrete action as torchrl's one-hot (``None``: as it is);
@@ -64,7 +70,8 @@ def to_tensordict(
     where the log-probability goes (``None``: dropped; by default kept as it is);
     ``leave_out``: entries to leave out (a key, or a tuple for a nested one);
     ``is_init``: write ``is_init`` (the env has torchrl's ``InitTracker``) from
-    ``step_count`` when the nodes did not record it."""
+    ``step_count`` when the nodes did not record it; ``agent_masks``: keep a multi-agent
+    env's ``(g, "mask")`` and ``("next", g, "mask")``."""
     size = list(batch.batch_size)
     env_axis = len(size) - 2  # [envs, T] or [nodes, envs, T]
     drop = squeeze_env and env_axis >= 0 and size[env_axis] == 1
@@ -95,7 +102,14 @@ def to_tensordict(
         if a.dtype == torch.int64 and a.dim() == len(size):
             fields["action"] = torch.nn.functional.one_hot(a, one_hot)
 
-    if log_prob_key is not _KEEP and _LOG_PROB in fields:
+    groups = _groups(fields)
+    if log_prob_key is not _KEEP and isinstance(log_prob_key, tuple) and len(log_prob_key) == 2 and log_prob_key[0] in groups:
+        # A multi-agent actor's log-probability, under its group.
+        group = fields[log_prob_key[0]]
+        log_prob = group.pop(_LOG_PROB, None)
+        if log_prob is not None:
+            group[log_prob_key[1]] = log_prob
+    elif log_prob_key is not _KEEP and _LOG_PROB in fields:
         log_prob = fields.pop(_LOG_PROB)
         if log_prob_key is not None:
             parts = log_prob_key if isinstance(log_prob_key, tuple) else (log_prob_key,)
@@ -105,6 +119,8 @@ def to_tensordict(
             d[parts[-1]] = log_prob
 
     _write_origin(fields.setdefault("collector", {}), batch, size)
+    for g in groups:
+        _write_agent_flags(fields, g, agent_masks)
 
     next_done = fields.get("next", {}).get("done")
     if next_done is not None:
@@ -117,6 +133,26 @@ def to_tensordict(
     if init is not None and _IS_INIT not in fields.setdefault("next", {}):
         fields["next"][_IS_INIT] = torch.zeros(init.shape, dtype=torch.bool)
     return TensorDict(fields, batch_size=size)
+
+
+def _groups(fields: dict) -> list:
+    """The groups of a multi-agent env's batch: the keys ``g`` with a ``("next", g, "done")``."""
+    nxt = fields.get("next", {})
+    return [g for g, v in nxt.items() if isinstance(v, dict) and "done" in v and "reward" in v]
+
+
+def _write_agent_flags(fields: dict, g: str, keep_mask: bool) -> None:
+    """Group ``g``'s flags at the step's start, from its mask (an agent not present has
+    left: done, terminated and truncated, torchrl's rule), and its masks kept or not."""
+    mask = fields[g].get("mask")
+    if mask is None:
+        return
+    gone = (~mask).unsqueeze(-1)
+    for k in _ROOT_DONE:
+        fields[g].setdefault(k, gone.clone())
+    if not keep_mask:
+        fields[g].pop("mask", None)
+        fields.get("next", {}).get(g, {}).pop("mask", None)
 
 
 def _write_origin(collector: dict, batch: Batch, size: list) -> None:

@@ -68,9 +68,18 @@ def _key_name(key: Key) -> str:
     return ".".join(key) if isinstance(key, tuple) else str(key)
 
 
-def _input_name(key: Key) -> str:
-    """The ONNX input name of an in_key: ``observation`` or ``observation.<name>``."""
+def _input_name(key: Key, group: Optional[str] = None) -> str:
+    """The ONNX input name of an in_key: ``observation`` or ``observation.<name>``; of a
+    multi-agent actor, ``<group>.observation`` (PROTOCOL.md §8, Multi-agent)."""
     parts = key if isinstance(key, tuple) else tuple(key.split("."))
+    if group is not None:
+        if parts[:2] != (group, "observation"):
+            raise config_error(
+                "policy",
+                f"in_key {key!r} is not an observation key of group {group!r}: a multi-agent actor reads "
+                f"({group!r}, \"observation\")",
+            )
+        return ".".join(parts)
     if parts[0] != "observation":
         raise config_error(
             "policy",
@@ -381,8 +390,9 @@ class ExportedPolicy:
 
 
 # ---- export
-def _example(space: Optional[Mapping[str, Any]], key: Key, module: nn.Module) -> "torch.Tensor":
-    """An example input of the observation's shape, batch of 2."""
+def _example(space: Optional[Mapping[str, Any]], key: Key, module: nn.Module, lead: Tuple[int, ...] = ()) -> "torch.Tensor":
+    """An example input of the observation's shape, batch of 2 (then the ``lead``
+    dimensions: a multi-agent group's agent axis, whose key is given without its group)."""
     parts = key if isinstance(key, tuple) else tuple(str(key).split("."))
     sub = space
     for p in parts[1:]:
@@ -402,8 +412,8 @@ def _example(space: Optional[Mapping[str, Any]], key: Key, module: nn.Module) ->
         shape = tuple(int(s) for s in sub.get("shape", []))
         dtype = {"u8": torch.uint8, "uint8": torch.uint8}.get(str(sub.get("dtype", "f32")), torch.float32)
         if dtype == torch.uint8:
-            return torch.randint(0, 255, (2, *shape), dtype=torch.uint8)
-        return torch.randn(2, *shape)
+            return torch.randint(0, 255, (2, *lead, *shape), dtype=torch.uint8)
+        return torch.randn(2, *lead, *shape)
     # No spec: the first Linear's (or recurrent layer's) input size, for a flat observation.
     for m in module.modules():
         if isinstance(m, (nn.Linear, nn.RNNBase)):
@@ -416,7 +426,11 @@ def _example(space: Optional[Mapping[str, Any]], key: Key, module: nn.Module) ->
 
 
 def _inputs(
-    in_keys: List[Key], state: List[Tuple[Key, Key, Tuple[int, int]]], obs: Optional[Mapping[str, Any]], policy: nn.Module
+    in_keys: List[Key],
+    state: List[Tuple[Key, Key, Tuple[int, int]]],
+    obs: Optional[Mapping[str, Any]],
+    policy: nn.Module,
+    group: Optional[Tuple[str, int]] = None,
 ) -> Tuple[List[str], List["torch.Tensor"]]:
     """The ONNX input names of the actor's in_keys and an example of each, batch of
     2: the observations, and with a recurrent module ``is_init`` (bool ``[2, 1]``) and
@@ -440,10 +454,35 @@ def _inputs(
         elif _parts(key) in shapes:
             names.append(_key_name(key))
             examples.append(torch.randn(2, *shapes[_parts(key)]))
+        elif group is not None:
+            names.append(_input_name(key, group[0]))
+            examples.append(_example(obs, _parts(key)[1:], policy, lead=(group[1],)))
         else:
             names.append(_input_name(key))
             examples.append(_example(obs, key, policy))
     return names, examples
+
+
+def _group(specs: Optional[Mapping[str, Any]], in_keys: List[Key]) -> Optional[Tuple[str, int]]:
+    """The group a multi-agent actor acts for and its agents (``None`` for an env of one
+    agent): the group its in_keys read, which must be the env's only group (rollout's
+    nodes run one model for every group, PROTOCOL.md §8, Multi-agent; a torchrl actor
+    acts for one group)."""
+    agents = (specs or {}).get("agents")
+    if not agents:
+        return None
+    groups = sorted(agents)
+    read = {_parts(k)[0] for k in in_keys if len(_parts(k)) > 1}
+    if len(groups) != 1:
+        raise config_error(
+            "policy",
+            f"the env has groups {groups}: rollout exports a torch actor for an env of one group (an actor per "
+            "group is not served yet; export one ONNX model for every group, PROTOCOL.md §8, Multi-agent)",
+        )
+    g = groups[0]
+    if read != {g}:
+        raise config_error("policy", f"the actor reads {sorted(in_keys, key=str)}; the env's agents are group {g!r}: read ({g!r}, \"observation\")")
+    return g, len(agents[g])
 
 
 def _onnx_bytes(export: nn.Module, examples: List["torch.Tensor"], input_names: List[str], output_names: List[str]) -> bytes:
@@ -536,6 +575,10 @@ def export_policy(policy: nn.Module, specs: Optional[Mapping[str, Any]]) -> Expo
     ``{"observation", "action"}``, or ``None`` when unknown) are given."""
     obs = specs.get("observation") if specs else None
     action = specs.get("action") if specs else None
+    group = _group(specs, list(getattr(policy, "in_keys", []) or []))
+    if group is not None:
+        # One agent's spaces of the actor's group (PROTOCOL.md §3, Multi-agent envs).
+        obs, action = obs["spaces"][group[0]], action["spaces"][group[0]]
     for n, p in policy.state_dict().items():
         if torch.is_floating_point(p) and p.dtype != torch.float32:
             raise config_error("policy", f"`{n}` is {p.dtype}: rollout's ONNX policy runs float32 parameters")
@@ -575,8 +618,12 @@ def export_policy(policy: nn.Module, specs: Optional[Mapping[str, Any]]) -> Expo
         run = _tensordict_run(body, in_keys, out + state_out, recurrent)
 
     _check_head_kind(head, action)
+    if group is not None:
+        if state or off is not None and (_exploration.ou_module(_flat(policy)) is not None):
+            raise config_error("policy", "a recurrent or exploring multi-agent actor is not served yet (PROTOCOL.md §8, Multi-agent)")
+        out_names = [f"{group[0]}.{n}" for n in out_names]
     device = next((p.device for p in policy.parameters()), torch.device("cpu"))
-    input_names, examples = _inputs(in_keys, state, obs, policy)
+    input_names, examples = _inputs(in_keys, state, obs, policy, group)
     examples = [x.to(device) for x in examples]
     export = _Export(policy, run)
     with torch.no_grad():
