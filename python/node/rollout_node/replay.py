@@ -158,7 +158,8 @@ def main(argv=None):
         if args.pickled_env is not None:
             what = "the pickled torchrl env"
         else:
-            what = f"{'EnvPool' if args.env.startswith('envpool:') else 'gymnasium'} {args.env}"
+            lib = {"envpool:": "EnvPool", "pettingzoo:": "PettingZoo"}.get(args.env.partition(":")[0] + ":", "gymnasium")
+            what = f"{lib} {args.env}"
         print(f"{frames} frames replay through {what} by seed")
         return 0
     if args.weights:
