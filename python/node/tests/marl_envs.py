@@ -47,3 +47,27 @@ class Renamed(ParallelEnv):
 def renamed(module, names, **config):
     """``module``'s ``parallel_env(**config)`` with agents renamed by ``names``."""
     return Renamed(importlib.import_module(module).parallel_env(**config), names)
+
+
+#: ParallelEnvs ``flaky`` made in this process (a test sets it to choose which one fails).
+MADE = [0]
+
+
+class Flaky(Renamed):
+    """``env`` that raises at its ``fail_at``-th step if it is the ``which``-th env made."""
+
+    def __init__(self, env, fail_at, which):
+        super().__init__(env, {})
+        MADE[0] += 1
+        self.fails, self.fail_at, self.steps = MADE[0] == which, fail_at, 0
+
+    def step(self, actions):
+        self.steps += 1
+        if self.fails and self.steps == self.fail_at:
+            raise RuntimeError("flaky env: step failed on purpose")
+        return super().step(actions)
+
+
+def flaky(module, fail_at, which, **config):
+    """``module``'s ``parallel_env(**config)``; the ``which``-th made raises at step ``fail_at``."""
+    return Flaky(importlib.import_module(module).parallel_env(**config), fail_at, which)

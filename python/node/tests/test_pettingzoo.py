@@ -14,7 +14,7 @@ from torch import nn
 
 from conftest import node_spec, tensors
 from rollout_node import wire
-from rollout_node.collect import BuildError
+from rollout_node.collect import BuildError, restart_seed
 from rollout_node.envpool_backend import make_workers
 from rollout_node.marl_replay import check_rows, rows_of
 from rollout_node.policy import ActionSpace, PolicyError, random_actions
@@ -45,17 +45,19 @@ def make(name, config):
     return importlib.import_module(name.split(":")[1]).parallel_env(**(config or {}))
 
 
-def reference(batch, name, config, groups, seeds, max_traj=None):
+def reference(batch, name, config, groups, seeds, max_traj=None, first_ids=None, lanes=None):
     """Every env key of ``batch`` ([E, T, ...]) as PettingZoo gives it: row k reset with
     ``seeds[k]`` then without a seed after each episode's end (no agent left, or
     ``max_traj`` frames), stepped with the batch's actions of the agents in ``env.agents``;
-    absent agents zero, terminated and done. Trajectory ids of lane k of E lanes."""
+    absent agents zero, terminated and done. Trajectory ids from ``first_ids[k]`` (default k)
+    in steps of ``lanes`` (default E)."""
     E, T = batch["collector.traj_ids"].shape
+    lanes = lanes or E
     want = {k: np.zeros_like(v) for k, v in batch.items()}
     for k in range(E):
         env = make(name, config)
         obs, _ = env.reset(seed=seeds[k])
-        sc, traj = 0, k
+        sc, traj = 0, k if first_ids is None else first_ids[k]
         for t in range(T):
             present = list(env.agents)
             acts = {a: int(batch[f"{g}.action"][k, t, j]) for g, ag in groups.items() for j, a in enumerate(ag) if a in present}
@@ -87,7 +89,7 @@ def reference(batch, name, config, groups, seeds, max_traj=None):
             obs = nxt
             if done:
                 obs, _ = env.reset()
-                sc, traj = 0, traj + E
+                sc, traj = 0, traj + lanes
     return want
 
 
@@ -333,6 +335,42 @@ def test_a_seed_message_starts_every_env_anew_from_the_new_seed():
     assert_env_keys(b, {**reference(b, SPREAD, None, SPREAD_GROUPS, seeds=[100, 101]),
                         "collector.traj_ids": b["collector.traj_ids"]}, {"agent.action_log_prob"})
     assert b["step_count"][:, 0, 0].tolist() == [0, 0]
+
+
+def test_a_row_whose_env_raises_is_rebuilt_with_its_restart_seed_and_the_others_keep_theirs():
+    import marl_envs
+
+    marl_envs.MADE[0] = 0  # env 1 of 3 (the second made) raises at its 17th step
+    config = {"module": "mpe2.simple_spread_v3", "fail_at": 17, "which": 2}
+    w = make_workers(spec("pettingzoo:marl_envs:flaky", 3, config=config))
+    b = w.collect(3 * 40)
+    assert w.restart_count == [0, 1, 0]
+    rows = {k: {key: v[k:k + 1] for key, v in b.items()} for k in range(3)}
+    for k in (0, 2):
+        want = reference(rows[k], SPREAD, None, SPREAD_GROUPS, seeds=[7 + k], first_ids=[k], lanes=3)
+        assert_env_keys(rows[k], want, {"agent.action_log_prob"})
+    # Row 1 from its first frame: reset with the restart seed, ids of its lane after the one
+    # the failed attempt handed out (1): 4, then 7 at its next episode.
+    want = reference(rows[1], SPREAD, None, SPREAD_GROUPS, seeds=[restart_seed(8, 1)], first_ids=[4], lanes=3)
+    assert_env_keys(rows[1], want, {"agent.action_log_prob"})
+
+
+def test_init_random_frames_act_at_random_then_the_model_acts():
+    pytest.importorskip("onnxruntime")
+    m = GroupLogits(18, 5, 0)
+    model = onnx_bytes(m, [torch.zeros(2, 3, 18)], ["agent.observation"], ["agent.logits"])
+    w = make_workers(spec(SPREAD, 2, policy=onnx_policy(model), init_random_frames=10))
+    b = w.collect(2 * 20)
+    rng = np.random.default_rng(((7 * GOLDEN) & MASK64) ^ 1)
+    five = ActionSpace(n=5)
+    draws = np.array([[[random_actions(five, rng, 1)[0] for _ in range(3)] for _ in range(2)] for _ in range(10)])
+    assert np.array_equal(b["agent.action"][:, :10], draws.swapaxes(0, 1))
+    assert (b["agent.action_log_prob"][:, :10] == np.float32(-np.log(5.0))).all()
+    assert (b["agent.logits"][:, :10] == 0).all()
+    with torch.no_grad():
+        logits = m(torch.from_numpy(b["agent.observation"][:, 10:].reshape(-1, 3, 18))).numpy().reshape(2, 10, 3, 5)
+    assert np.array_equal(b["agent.action"][:, 10:], logits.argmax(-1))
+    assert np.allclose(b["agent.logits"][:, 10:], logits, atol=1e-5)
 
 
 @pytest.mark.parametrize("env, says", [
