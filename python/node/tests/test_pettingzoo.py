@@ -148,6 +148,16 @@ def test_knights_archers_zombies_are_two_groups_and_record_nothing_when_told():
     assert set(w.collect(10)) == set(layout)
 
 
+def test_double_to_float_reports_and_collects_f64_observations_as_f32():
+    w = make_workers(spec(KAZ, 1, KAZ_CONFIG), double_to_float=True)
+    assert w.specs["observation"]["spaces"]["knight"]["dtype"] == "f32"
+    assert w.layout()["next.knight.observation"] == ["f32", [2, 27, 5]]
+    b = w.collect(5)
+    want = reference(b, KAZ, KAZ_CONFIG, KAZ_GROUPS, seeds=[7])
+    assert b["knight.observation"].dtype == np.float32
+    assert np.array_equal(b["knight.observation"], want["knight.observation"].astype(np.float32))
+
+
 @pytest.mark.parametrize("max_traj", [None, 10])
 def test_every_key_of_every_simple_spread_frame_is_what_pettingzoo_gives(max_traj):
     w = make_workers(spec(SPREAD, 2, max_frames_per_traj=max_traj))
