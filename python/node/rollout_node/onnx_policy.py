@@ -238,10 +238,12 @@ class OnnxPolicy:
                     f"onnx: model input `{x.name}` is {_shape_str(want)}, the observation `{key}` is [K, {', '.join(map(str, leaf.shape))}]"
                 )
             self._feeds.append((x.name, i, None if dtype == leaf.np else dtype))
-        fed = {key for key in keys}
-        missing = [key for key in by_key if key not in fed]
-        if self.groups is not None and missing:
-            raise PolicyError(f"onnx: the model has no input `{missing[0]}` (its inputs are {[x.name for x in ins]})")
+        if self.groups is not None:
+            fed = {by_key[key][1].group for key in keys}
+            for hd in self._heads:
+                if hd.group not in fed:
+                    raise PolicyError(f"onnx: the model has no input `{hd.group}.observation` for group `{hd.group}` "
+                                      f"(its inputs are {[x.name for x in ins]})")
 
     def _bind_state_inputs(self, inputs):
         """Checks a recurrent model's ``is_init`` (bool ``[K, 1]``) and state inputs (f32

@@ -133,6 +133,7 @@ class PettingZooWorkers(Workers):
         self.group_list = [(g, self.actions[g], len(a)) for g, a in self.groups.items()]
         #: ``[(group, axis index, agent)]`` of every agent.
         self.agents = [(g, j, a) for g, agents in self.groups.items() for j, a in enumerate(agents)]
+        self._known = {a for _, _, a in self.agents}
         self._leaves_of = {g: [(i, leaf) for i, leaf in enumerate(self.leaves) if leaf.group == g] for g in self.groups}
         #: Whether each agent is in ``env.agents``, per group ``[E, n]``.
         self.alive = {g: np.zeros((self.E, len(a)), bool) for g, a in self.groups.items()}
@@ -165,6 +166,9 @@ class PettingZooWorkers(Workers):
     def _write_obs(self, k, obs, present):
         """Row ``k``'s current observations and ``alive`` from ``obs`` (agent -> observation)
         for the agents of ``present``; zeros for the others."""
+        stranger = present - self._known
+        if stranger:
+            raise NodeFailed(f"env worker {k}: agent `{sorted(stranger)[0]}` is not one of the env's possible_agents")
         for g, agents in self.groups.items():
             alive = self.alive[g]
             for j, a in enumerate(agents):
@@ -182,9 +186,10 @@ class PettingZooWorkers(Workers):
             env = self.vec.envs[k]
             try:
                 obs, _ = env.reset(seed=seed)
-                self._write_obs(k, obs, set(env.agents))
+                present = set(env.agents)
             except Exception as e:
                 raise _EnvFailed(k, e) from e
+            self._write_obs(k, obs, present)
             self.traj_id[k] = self.next_id[k]
             self.next_id[k] += self.lanes
             self.step_count[k] = 0

@@ -419,6 +419,14 @@ def test_a_network_policy_is_refused_naming_it(kind):
         make_workers(spec(SPREAD, 1, policy={"config": {"kind": kind, "hidden": [4]}}))
 
 
+def test_an_onnx_model_without_a_groups_input_is_refused_naming_it():
+    pytest.importorskip("onnxruntime")
+    x = torch.zeros(2, 2, 27, 5, dtype=torch.float64)
+    model = onnx_bytes(GroupLogits(135, 6, 0), [x], ["archer.observation"], ["archer.logits"])
+    with pytest.raises(PolicyError, match="no input `knight.observation` for group `knight`"):
+        make_workers(spec(KAZ, 1, KAZ_CONFIG, policy=onnx_policy(model)))
+
+
 @pytest.mark.parametrize("field, value", [("state", [{"name": "h", "shape": [4]}]), ("exploration", {"kind": "ou"})])
 def test_a_recurrent_or_exploring_onnx_policy_is_refused_naming_the_field(field, value):
     pytest.importorskip("onnxruntime")
@@ -427,14 +435,17 @@ def test_a_recurrent_or_exploring_onnx_policy_is_refused_naming_the_field(field,
         make_workers(spec(SPREAD, 1, policy=onnx_policy(model, **{field: value})))
 
 
-def test_the_node_serves_a_pettingzoo_env_to_a_trainer_and_refuses_a_bad_one(trainer, tmp_path):
+def test_the_node_serves_a_pettingzoo_env_to_a_trainer_each_observation_once(trainer):
     trainer.start_node()
-    ready = trainer.join(spec(SPREAD, 2, frames_per_batch=200, max_frames_per_traj=30))
+    ready = trainer.join(spec(SPREAD, 2, frames_per_batch=200, max_frames_per_traj=20))
     assert ready["type"] == "ready" and ready["specs"]["agents"] == SPREAD_GROUPS
     assert ready["layout"] == spread_layout(recorded={"agent.action_log_prob": ["f32", [3]]})
     trainer.send({"type": "continue", "seq": 1, "frames": 200})
-    b = tensors(trainer.recv())
-    assert_env_keys(b, reference(b, SPREAD, None, SPREAD_GROUPS, seeds=[7, 8], max_traj=30), {"agent.action_log_prob"})
+    raw = trainer.recv(expand=False)
+    assert raw["ends"]["rows"] == [19, 39, 59, 79, 99, 119, 139, 159, 179, 199]
+    assert set(raw["ends"]["tensors"]) == {"next.agent.observation"} and "next.agent.observation" not in raw["data"]["tensors"]
+    b = tensors(wire.expand_batch(raw))
+    assert_env_keys(b, reference(b, SPREAD, None, SPREAD_GROUPS, seeds=[7, 8], max_traj=20), {"agent.action_log_prob"})
     trainer.send({"type": "shutdown"})
     assert trainer.recv()["type"] == "down"
     assert trainer.finish()[0] == 0
