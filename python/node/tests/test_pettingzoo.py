@@ -60,7 +60,7 @@ def reference(batch, name, config, groups, seeds, max_traj=None, first_ids=None,
         sc, traj = 0, k if first_ids is None else first_ids[k]
         for t in range(T):
             present = list(env.agents)
-            acts = {a: int(batch[f"{g}.action"][k, t, j]) for g, ag in groups.items() for j, a in enumerate(ag) if a in present}
+            acts = {a: _as_env_action(batch[f"{g}.action"][k, t, j]) for g, ag in groups.items() for j, a in enumerate(ag) if a in present}
             nxt, r, te, tr, _ = env.step(acts)
             trunc_any = False
             for g, ag in groups.items():
@@ -91,6 +91,10 @@ def reference(batch, name, config, groups, seeds, max_traj=None, first_ids=None,
                 obs, _ = env.reset()
                 sc, traj = 0, traj + lanes
     return want
+
+
+def _as_env_action(v):
+    return int(v) if np.ndim(v) == 0 else v.copy()
 
 
 def assert_env_keys(batch, want, recorded):
@@ -171,6 +175,18 @@ def test_every_key_of_every_simple_spread_frame_is_what_pettingzoo_gives(max_tra
     assert b["next.truncated"][:, ends].all() and not b["next.terminated"].any()
     assert b["agent.mask"].all()
     assert (b["next.agent.truncated"][0, ends, :, 0] == (max_traj is None)).all()
+
+
+def test_box_actions_are_f32_per_agent_and_their_frames_are_pettingzoo_s():
+    config = {"continuous_actions": True}
+    w = make_workers(spec(SPREAD, 2, config=config))
+    assert w.specs["action"]["spaces"]["agent"] == {"kind": "box", "dtype": "f32", "shape": [5], "low": 0.0, "high": 1.0}
+    assert w.layout()["agent.action"] == ["f32", [3, 5]]
+    b = w.collect(2 * 30)
+    assert b["agent.action"].dtype == np.float32 and len(np.unique(b["agent.action"])) > 100
+    assert ((b["agent.action"] >= 0) & (b["agent.action"] <= 1)).all()
+    assert (b["agent.action_log_prob"] == 0).all()  # -ln(1 - 0) summed over the box
+    assert_env_keys(b, reference(b, SPREAD, config, SPREAD_GROUPS, seeds=[7, 8]), {"agent.action_log_prob"})
 
 
 def kaz_batch(envs=2, frames=150, policy=None, **rollout):
