@@ -139,7 +139,7 @@ def check_rows(rows, name, seed, config=None, max_frames_per_traj=None):
     make = factory(name, config)
     problems, frames = [], 0
     for r in sorted(rows):
-        why, n = check_row(rows[r], make, seed + r, max_frames_per_traj)
+        why, _ = check_row(rows[r], make, seed + r, max_frames_per_traj)
         frames += len(rows[r]["collector.traj_ids"])
         if why:
             problems.append(f"row {r} {why}")

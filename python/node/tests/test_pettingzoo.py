@@ -399,6 +399,15 @@ def test_init_random_frames_act_at_random_then_the_model_acts():
     assert np.allclose(b["agent.logits"][:, 10:], logits, atol=1e-5)
 
 
+def test_a_snapshot_or_restore_is_refused_with_the_reason():
+    from rollout_node import collect
+
+    w = make_workers(spec(SPREAD, 1))
+    for act in (lambda: collect.snapshot(w), lambda: collect.restore(w, {"workers": []})):
+        with pytest.raises(collect.CheckpointError, match="does not checkpoint multi-agent envs"):
+            act()
+
+
 @pytest.mark.parametrize("env, says", [
     ("pettingzoo:no_such_module_at_all", "cannot import `no_such_module_at_all`: ModuleNotFoundError"),
     ("pettingzoo:mpe2.simple_spread_v3:no_factory", "module `mpe2.simple_spread_v3` has no function `no_factory`"),
