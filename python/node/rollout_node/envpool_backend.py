@@ -57,12 +57,17 @@ def is_envpool(name):
 
 
 def make_workers(spec, double_to_float=False, allow_pickled_env=False):
-    """The node's workers for ``spec``: EnvPool's for an ``envpool:`` id, gymnasium's otherwise
-    (a pickled torchrl env's too, if ``allow_pickled_env``)."""
+    """The node's workers for ``spec``: EnvPool's for an ``envpool:`` id, PettingZoo's for a
+    ``pettingzoo:`` id (``pettingzoo_backend``), gymnasium's otherwise (a pickled torchrl
+    env's too, if ``allow_pickled_env``)."""
     env = spec.get("env") if isinstance(spec, dict) else None
     name = env.get("name") if isinstance(env, dict) else None
     if is_envpool(name):
         return EnvPoolWorkers(spec, double_to_float)
+    if isinstance(name, str) and name.startswith("pettingzoo:"):
+        from .pettingzoo_backend import PettingZooWorkers  # pettingzoo imported only for these ids
+
+        return PettingZooWorkers(spec, double_to_float)
     return Workers(spec, double_to_float, allow_pickled_env)
 
 

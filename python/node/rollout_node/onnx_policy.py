@@ -144,12 +144,21 @@ def _type_str(onnx_type):
 class OnnxPolicy:
     """The ``onnx`` policy of ``spec.policy`` for an env of these observation ``leaves``
     (``spaces.Leaf``) and this ``action`` space (``policy.ActionSpace``), whose batches hold
-    ``env_keys`` (``spaces.layout``'s: no state tensor may be named as one)."""
+    ``env_keys`` (``spaces.layout``'s: no state tensor may be named as one).
+
+    A multi-agent env (PROTOCOL.md §3, version 10) gives ``groups``, ``[(group, action, n)]``
+    in name order, and ``action`` None: the model takes ``g.observation`` (``[K, n, ...]``)
+    per group and gives the head's outputs as ``g.<name>`` ``[K, n, ...]``; each agent is one
+    row of the head, the K·n rows of each group in turn (``act_groups``)."""
 
     kind = "onnx"
 
-    def __init__(self, spec, leaves, action, seed, env_keys=()):
+    def __init__(self, spec, leaves, action, seed, env_keys=(), groups=None):
         config = spec.get("config") or {}
+        if groups is not None:
+            for field, what in (("state", "recurrent state"), ("exploration", "exploration module")):
+                if config.get(field) is not None:
+                    raise PolicyError(f"spec.policy.config.{field}: a multi-agent (PettingZoo) env takes no {what}")
         self.exploration = spec.get("exploration") or "random"
         if self.exploration not in ("random", "deterministic"):
             raise PolicyError(f"unknown exploration {self.exploration!r}")
@@ -161,7 +170,11 @@ class OnnxPolicy:
             raise PolicyError(f"onnx: policy.config.model must be the model file's bytes, got {type(model).__name__}")
         self.model = bytes(model)
         self.action = action
-        _check_head_action(self.head, action)
+        #: One head per group (one, named None, for a single-agent env).
+        self._heads = [_Head(None, action, None)] if groups is None else [_Head(*g) for g in groups]
+        self.groups = groups
+        for hd in self._heads:
+            _check_head_action(self.head, hd.action, hd.group)
         try:
             #: ``[(name, shape)]`` of the state tensors the caller keeps per env (``[]``:
             #: none): a recurrent model's and an exploration module's.
@@ -169,7 +182,7 @@ class OnnxPolicy:
             node_spec.check_state_keys(self.state, [*env_keys, *_HEAD_KEYS[self.head]])
             #: The exploration module run after the model (None: none), and the state
             #: tensors the model itself takes and gives (``self.state`` less the module's).
-            self.explorer, self.model_state = explore.from_config(config, self.state, action, self.head)
+            self.explorer, self.model_state = explore.from_config(config, self.state, action or self._heads[0].action, self.head)
         except (node_spec.SpecError, explore.ExplorationError) as e:
             raise PolicyError(str(e)) from None
         self.rng = np.random.default_rng(seed)
@@ -199,12 +212,12 @@ class OnnxPolicy:
         """Which observation leaf feeds which input, and its dtype (PolicyError naming it);
         a recurrent model's ``is_init`` and state inputs are checked by ``_bind_state_inputs``."""
         inputs = self._session.session.get_inputs()
-        by_key = {"observation" + leaf.suffix: (i, leaf) for i, leaf in enumerate(leaves)}
+        by_key = {_leaf_key(leaf): (i, leaf) for i, leaf in enumerate(leaves)}
         if self.model_state:
             inputs = self._bind_state_inputs(inputs)
         ins = inputs
         if len(leaves) == 1 and not leaves[0].path and len(inputs) == 1:
-            keys = ["observation"]  # the only input, whatever its name
+            keys = [_leaf_key(leaves[0])]  # the only input, whatever its name
         else:
             keys = [x.name for x in inputs]
         self._feeds = []
@@ -225,6 +238,12 @@ class OnnxPolicy:
                     f"onnx: model input `{x.name}` is {_shape_str(want)}, the observation `{key}` is [K, {', '.join(map(str, leaf.shape))}]"
                 )
             self._feeds.append((x.name, i, None if dtype == leaf.np else dtype))
+        if self.groups is not None:
+            fed = {by_key[key][1].group for key in keys}
+            for hd in self._heads:
+                if hd.group not in fed:
+                    raise PolicyError(f"onnx: the model has no input `{hd.group}.observation` for group `{hd.group}` "
+                                      f"(its inputs are {[x.name for x in ins]})")
 
     def _bind_state_inputs(self, inputs):
         """Checks a recurrent model's ``is_init`` (bool ``[K, 1]``) and state inputs (f32
@@ -242,50 +261,59 @@ class OnnxPolicy:
         return [x for x in inputs if x.name not in taken]
 
     def _bind_outputs(self):
-        """The outputs the head reads, by name, and a recurrent model's ``next.<name>``
-        (PolicyError naming what is missing or misshapen)."""
+        """The outputs the head reads, by name, for each group, and a recurrent model's
+        ``next.<name>`` (PolicyError naming what is missing or misshapen)."""
         outs = [o.name for o in self._session.session.get_outputs()]
         if self.model_state:
             outs = self._bind_state_outputs()
-        a = self.action
         h = self.head
+        one_group = len(self._heads) == 1
+        for hd in self._heads:
+            pre = "" if hd.group is None else hd.group + "."
 
-        def one(name):
-            if name in outs:
-                return name
-            if len(outs) == 1:
-                return outs[0]
-            raise PolicyError(f"onnx: the {h} head needs an output `{name}`; the model's are {outs}")
+            def one(name, pre=pre):
+                if pre + name in outs:
+                    return pre + name
+                if one_group and name in outs:
+                    return name
+                if one_group and len(outs) == 1:
+                    return outs[0]
+                raise PolicyError(f"onnx: the {h} head needs an output `{pre}{name}`; the model's are {outs}")
 
-        if h == "categorical":
-            self._out = [one("logits")]
-        elif h == "deterministic":
-            self._out = [one("action")]
-        elif h == "qvalue":
-            self._out = [one(ACTION_VALUE)]
-            self._check_float_output(self._out[0])
-        else:
-            if "loc" not in outs:
-                raise PolicyError(f"onnx: the {h} head needs an output `loc`; the model's are {outs}")
-            spread = [n for n in ("scale", "log_std") if n in outs]
-            if len(spread) != 1:
-                raise PolicyError(f"onnx: the {h} head needs one output `scale` or `log_std`; the model's are {outs}")
-            self._out = ["loc", spread[0]]
-        #: What each run fetches: the head's outputs, then the state's.
-        self._fetch = self._out + [NEXT + n for n, _ in self.model_state]
-        if not a.discrete:
-            low, high = a.low.astype(np.float64), a.high.astype(np.float64)
-            finite = np.isfinite(low) & np.isfinite(high)
-            self._c = np.where(finite, (high + low) / 2, 0.0)
-            self._h = np.where(finite, (high - low) / 2, 1.0)
+            if h == "categorical":
+                hd.out = [one("logits")]
+            elif h == "deterministic":
+                hd.out = [one("action")]
+            elif h == "qvalue":
+                hd.out = [one(ACTION_VALUE)]
+                self._check_float_output(hd.out[0], hd)
+            else:
+                # A one-group model may use the plain names; the group's come first.
+                found = [p for p in dict.fromkeys([pre, "" if one_group else pre]) if p + "loc" in outs]
+                if not found:
+                    raise PolicyError(f"onnx: the {h} head needs an output `{pre}loc`; the model's are {outs}")
+                p = found[0]
+                spread = [p + n for n in ("scale", "log_std") if p + n in outs]
+                if len(spread) != 1:
+                    raise PolicyError(f"onnx: the {h} head needs one output `{pre}scale` or `{pre}log_std`; the model's are {outs}")
+                hd.out = [p + "loc", spread[0]]
+            a = hd.action
+            if not a.discrete:
+                low, high = a.low.astype(np.float64), a.high.astype(np.float64)
+                finite = np.isfinite(low) & np.isfinite(high)
+                hd.c = np.where(finite, (high + low) / 2, 0.0)
+                hd.h = np.where(finite, (high - low) / 2, 1.0)
+        self._out = self._heads[0].out
+        #: What each run fetches: the heads' outputs, then the state's.
+        self._fetch = [n for hd in self._heads for n in hd.out] + [NEXT + n for n, _ in self.model_state]
 
-    def _check_float_output(self, name):
+    def _check_float_output(self, name, hd):
         """Refuses an output the model declares of another element type than float (the
         ``qvalue`` head's action values are f32, PROTOCOL.md §8): when the node is built,
         not at its first step."""
         o = next(o for o in self._session.session.get_outputs() if o.name == name)
         if o.type != "tensor(float)":
-            raise PolicyError(f"onnx: model output `{name}` is {_type_str(o.type)}, the {self.head} head needs float [K, {self.action.n}]")
+            raise PolicyError(f"onnx: model output `{name}` is {_type_str(o.type)}, the {self.head} head needs float [K, {hd.action.n}]")
 
     def _bind_state_outputs(self):
         """Checks a recurrent model's ``next.<name>`` outputs (f32 ``[K, *shape]``, PolicyError
@@ -347,8 +375,14 @@ class OnnxPolicy:
         """What this policy records beside its actions (PROTOCOL.md §3), ``{key: [dtype,
         shape]}``: categorical ``action_log_prob`` and ``logits`` ``[n]``; normal and
         tanh-normal ``action_log_prob``, ``loc`` and ``scale`` ``[d]``; qvalue ``action_value``
-        ``[n]`` and ``chosen_action_value`` ``[1]``; deterministic nothing."""
-        a = self.action
+        ``[n]`` and ``chosen_action_value`` ``[1]``; deterministic nothing. A multi-agent
+        env's are each group's, ``g.<key>`` ``[n, *shape]``."""
+        if self.groups is not None:
+            return {f"{hd.group}.{key}": [dtype, [hd.n, *shape]] for hd in self._heads
+                    for key, (dtype, shape) in self._head_layout(hd.action).items()}
+        return self._head_layout(self.action)
+
+    def _head_layout(self, a):
         if self.head == "categorical":
             return {LOG_PROB: ["f32", []], LOGITS: ["f32", [a.n]]}
         if self.head == "qvalue":
@@ -395,17 +429,39 @@ class OnnxPolicy:
             return self._exploring(obs, k, state)
         outs = self._run(obs, state)
         a = self.action
-        if self.head == "categorical":
-            action, rec = self._categorical(outs[0], k)
-        elif self.head == "qvalue":
-            action, rec = self._qvalue(outs[0], k)
-        elif self.head == "deterministic":
-            action, rec = self._deterministic(outs[0], k), {}
-        else:
-            action, rec = self._normal(outs[0], outs[1], k)
+        hd = self._heads[0]
+        hd.action = a  # `action` is the policy's own attribute (a caller may set it)
+        action, rec = self._apply(hd, outs, k)
         if self.model_state:
             rec.update(self._next_state(outs[len(self._out):], k))
         return (action if a.discrete else action.reshape((k,) + a.shape)), rec
+
+    def _apply(self, hd, outs, k):
+        """Head ``hd`` on its outputs ``outs`` (the first of the list) for ``k`` rows."""
+        if self.head == "categorical":
+            return self._categorical(hd, outs[0], k)
+        if self.head == "qvalue":
+            return self._qvalue(hd, outs[0], k)
+        if self.head == "deterministic":
+            return self._deterministic(hd, outs[0], k), {}
+        return self._normal(hd, outs[0], outs[1], k)
+
+    def act_groups(self, obs, k):
+        """A multi-agent env's actions for observation leaves ``obs`` (``[k, n, ...]`` each, the
+        leaves of every group): ``({g: [k, n, *action shape]}, {"g.<key>": [k, n, ...]})``. One
+        run; then each group's K·n rows (env then agent) through the head, groups in name
+        order, each drawing from the generator in turn."""
+        outs = self._run(obs)
+        acts, rec = {}, {}
+        i = 0
+        for hd in self._heads:
+            mine = [_agent_rows(np.asarray(x), k, hd.n) for x in outs[i:i + len(hd.out)]]
+            i += len(hd.out)
+            a, r = self._apply(hd, mine, k * hd.n)
+            acts[hd.group] = np.asarray(a).reshape((k, hd.n) + hd.action.shape)
+            for key, v in r.items():
+                rec[f"{hd.group}.{key}"] = v.reshape((k, hd.n) + v.shape[1:])
+        return acts, rec
 
     def _exploring(self, obs, k, state):
         """``act_recording`` with an Ornstein-Uhlenbeck module: the model's action clipped to the
@@ -455,9 +511,9 @@ class OnnxPolicy:
             raise PolicyError(f"onnx: output `{name}` is {list(x.shape)}, the {self.head} head needs [{k}, {d}]")
         return x
 
-    def _categorical(self, logits, k):
-        a = self.action
-        z = self._shaped(self._out[0], logits, k, a.n).astype(np.float64)
+    def _categorical(self, hd, logits, k):
+        a = hd.action
+        z = self._shaped(hd.out[0], logits, k, a.n).astype(np.float64)
         m = z.max(axis=1, keepdims=True)
         lse = m[:, 0] + np.log(np.exp(z - m).sum(axis=1))
         if self.exploration == "deterministic":
@@ -470,15 +526,15 @@ class OnnxPolicy:
         rec = {LOG_PROB: lp.astype(np.float32), LOGITS: np.array(logits, np.float32)}
         return a.value(idx.astype(np.int64)), rec
 
-    def _qvalue(self, values, k):
+    def _qvalue(self, hd, values, k):
         """The ``qvalue`` head on the ``[k, n]`` action values: the first argmax, kept in
         deterministic exploration or without a module, else the epsilon-greedy module's choice
         from the node's generator. Records the values and the greedy action's value (torchrl's
         ``QValueModule`` writes ``chosen_action_value`` before ``EGreedyModule`` acts)."""
-        a = self.action
-        q = self._shaped(self._out[0], values, k, a.n)
+        a = hd.action
+        q = self._shaped(hd.out[0], values, k, a.n)
         if q.dtype != np.float32:
-            raise PolicyError(f"onnx: output `{self._out[0]}` is {q.dtype}, the qvalue head needs float32 [{k}, {a.n}]")
+            raise PolicyError(f"onnx: output `{hd.out[0]}` is {q.dtype}, the qvalue head needs float32 [{k}, {a.n}]")
         greedy = np.argmax(q, axis=1).astype(np.int64)
         idx = greedy
         if self.explorer is not None and self.exploration == "random":
@@ -487,9 +543,9 @@ class OnnxPolicy:
         rec = {ACTION_VALUE: np.array(q, np.float32), CHOSEN_ACTION_VALUE: np.array(chosen, np.float32)}
         return a.value(idx), rec
 
-    def _spread(self, x, k, d):
+    def _spread(self, hd, x, k, d):
         """The scale output ([k, d], [1, d] or [d]) broadcast to [k, d], float64."""
-        name = self._out[1]
+        name = hd.out[1]
         x = np.asarray(x)
         if x.shape not in ((k, d), (1, d), (d,)):
             raise PolicyError(f"onnx: output `{name}` is {list(x.shape)}, the {self.head} head needs [{k}, {d}], [1, {d}] or [{d}]")
@@ -498,27 +554,27 @@ class OnnxPolicy:
             s = np.exp(s)
         return np.broadcast_to(s, (k, d))
 
-    def _normal(self, loc, spread, k):
-        a = self.action
+    def _normal(self, hd, loc, spread, k):
+        a = hd.action
         d = a.low.size
-        mu = self._shaped("loc", loc, k, d).astype(np.float64)
-        s = self._spread(spread, k, d)
+        mu = self._shaped(hd.out[0], loc, k, d).astype(np.float64)
+        s = self._spread(hd, spread, k, d)
         u = mu if self.exploration == "deterministic" else mu + s * self.rng.standard_normal((k, d))
         if self.head == "normal":
             act = np.minimum(np.maximum(u.astype(np.float32), a.low), a.high)
             x = act.astype(np.float64)
             lp = (-0.5 * ((x - mu) / s) ** 2 - np.log(s) - _LN_SQRT_2PI).sum(axis=1)
         else:
-            act = np.minimum(np.maximum((self._c + self._h * np.tanh(u)).astype(np.float32), a.low), a.high)
+            act = np.minimum(np.maximum((hd.c + hd.h * np.tanh(u)).astype(np.float32), a.low), a.high)
             normal = -0.5 * ((u - mu) / s) ** 2 - np.log(s) - _LN_SQRT_2PI
-            lp = (normal - np.log(self._h) - 2.0 * (_LN2 - u - np.logaddexp(0.0, -2.0 * u))).sum(axis=1)
+            lp = (normal - np.log(hd.h) - 2.0 * (_LN2 - u - np.logaddexp(0.0, -2.0 * u))).sum(axis=1)
         rec = {LOG_PROB: lp.astype(np.float32), LOC: mu.astype(np.float32), SCALE: s.astype(np.float32)}
         return act, rec
 
-    def _deterministic(self, out, k):
-        a = self.action
+    def _deterministic(self, hd, out, k):
+        a = hd.action
         x = np.asarray(out)
-        name = self._out[0]
+        name = hd.out[0]
         if a.discrete:
             if x.shape not in ((k,), (k, 1)) or x.dtype not in (np.int64, np.int32):
                 raise PolicyError(f"onnx: output `{name}` is {x.dtype} {list(x.shape)}, the deterministic head needs int64 or int32 [{k}] for a discrete action")
@@ -534,17 +590,41 @@ class OnnxPolicy:
         return np.minimum(np.maximum(x, a.low), a.high).astype(np.float32)
 
 
-def _check_head_action(head, action):
+def _check_head_action(head, action, group=None):
     """Refuses an action space the ``head`` cannot give (PolicyError naming the head), before
     the model is read or an exploration module checked, so that the head's refusal comes
     first: a discrete or box action; discrete for ``categorical`` and ``qvalue``, a box for
     ``normal`` and ``tanh_normal``."""
+    of = "the env's" if group is None else f"group `{group}`'s"
     if action.kind not in ("discrete", "box"):
-        raise PolicyError(f"onnx: a {action.kind} action cannot be taken by a model (discrete or box actions)")
+        raise PolicyError(f"onnx: a {action.kind} action cannot be taken by a model (discrete or box actions)"
+                          + ("" if group is None else f": group `{group}`"))
     if head in ("categorical", "qvalue") and not action.discrete:
-        raise PolicyError(f"onnx: the {head} head needs a discrete action space, the env's is {action.kind}")
+        raise PolicyError(f"onnx: the {head} head needs a discrete action space, {of} is {action.kind}")
     if head in ("normal", "tanh_normal") and action.discrete:
-        raise PolicyError(f"onnx: the {head} head needs a box action space, the env's is {action.kind}")
+        raise PolicyError(f"onnx: the {head} head needs a box action space, {of} is {action.kind}")
+
+
+class _Head:
+    """One group's part of the head (a single-agent env has one, ``group`` None): its action
+    space, its agents ``n``, the outputs it reads and a box's centre ``c`` and half-range ``h``."""
+
+    def __init__(self, group, action, n):
+        self.group, self.action, self.n = group, action, n
+        self.out, self.c, self.h = None, None, None
+
+
+def _leaf_key(leaf):
+    """The batch key of an observation leaf: a group's (``g.observation...``) or ``observation...``."""
+    return getattr(leaf, "key", None) or "observation" + leaf.suffix
+
+
+def _agent_rows(x, k, n):
+    """A model output ``[k, n, ...]`` as ``[k * n, ...]`` rows (env then agent); any other
+    shape (a state-independent ``[d]`` scale) as it is."""
+    if x.ndim >= 2 and x.shape[:2] == (k, n):
+        return x.reshape((k * n,) + x.shape[2:])
+    return x
 
 
 def _first_line(e):

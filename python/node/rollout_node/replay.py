@@ -8,7 +8,8 @@ Only the classic-control envs whose whole state is their observation can be repl
 CartPole-v1, Pendulum-v1, MountainCarContinuous-v0. With ``--seed S`` any env is, by seed
 (``replay_by_seed``): row ``r`` of the run reset with ``S + r``, stepped with the recorded
 actions (``--env-config JSON`` as the run's, ``--max-frames-per-traj N`` as the run's);
-``envpool:<task>`` ids too, through EnvPool; a pickled torchrl env by seed too,
+``envpool:<task>`` ids too, through EnvPool; ``pettingzoo:<module>`` ids through PettingZoo
+(``marl_replay``); a pickled torchrl env by seed too,
 ``--pickled-env PKL`` instead of ``--env``.
 """
 
@@ -158,7 +159,8 @@ def main(argv=None):
         if args.pickled_env is not None:
             what = "the pickled torchrl env"
         else:
-            what = f"{'EnvPool' if args.env.startswith('envpool:') else 'gymnasium'} {args.env}"
+            lib = {"envpool:": "EnvPool", "pettingzoo:": "PettingZoo"}.get(args.env.partition(":")[0] + ":", "gymnasium")
+            what = f"{lib} {args.env}"
         print(f"{frames} frames replay through {what} by seed")
         return 0
     if args.weights:

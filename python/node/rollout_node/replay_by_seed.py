@@ -15,6 +15,9 @@ It holds for a run whose envs were seeded once, at the start, with the seed chai
 ``seed`` (the trainer's ``seed``, ``rollout.seed`` for a node alone), and that no worker
 restarted: a restart reseeds its env, a ``seed`` frame cuts every episode.
 
+A PettingZoo id (``pettingzoo:mpe2.simple_spread_v3``) replays through PettingZoo itself
+(``marl_replay``: every agent's mask, observations, rewards and flags).
+
 An EnvPool id (``envpool:Pong-v5``, ``envpool_backend``) replays the same way through a pool
 of one env seeded ``(seed + r) mod 2^31``: EnvPool gives each env a generator of its own, so
 env ``r`` of a node's pool is that env.
@@ -77,6 +80,13 @@ def check_by_seed(path, name, seed, config=None, max_frames_per_traj=None):
     every frame replays)."""
     problems, frames = [], 0
     rows = _rows(path)
+    if isinstance(name, str) and name.startswith("pettingzoo:"):
+        from .marl_replay import check_rows  # pettingzoo imported only for these ids
+
+        problems, frames = check_rows(rows, name, seed, config, max_frames_per_traj)
+        if frames == 0:
+            problems.append(f"{path} holds no frames")
+        return problems, frames
     if name == torchrl_env.PICKLED_ENV:
         make = torchrl_env.factory(config, allowed=True)  # the caller's own pickle
     else:

@@ -14,7 +14,7 @@ import struct
 import msgpack
 import numpy as np
 
-PROTOCOL_VERSION = 9
+PROTOCOL_VERSION = 10
 DEFAULT_MAX_FRAME = 256 << 20
 PROOF_CONTEXT = b"rollout-join-v1"
 
@@ -165,8 +165,13 @@ def from_tensor(t, what="tensor"):
     return a
 
 
-def _is_observation(key):
-    return key == "observation" or key.startswith("observation.")
+def _is_observation(key, data):
+    """Whether batch key ``key`` is an observation entry: ``observation...``, or a group's
+    ``g.observation...`` in a multi-agent batch (one with ``g.mask``; version 10)."""
+    if key == "observation" or key.startswith("observation."):
+        return True
+    group, _, rest = key.partition(".")
+    return (rest == "observation" or rest.startswith("observation.")) and f"{group}.mask" in data
 
 
 #: The fewest bytes sending each observation once must save for a batch to be sent so
@@ -176,7 +181,8 @@ MIN_SAVED = 16 << 10
 
 def batch_ends(data, lanes, steps, min_saved=MIN_SAVED):
     """What a batch sends of its observations' ``next.`` entries (PROTOCOL.md §3, Ends;
-    version 9): ``(rows, {"next.K": array})``, the flat frame indices where ``next.K`` is
+    version 9; a multi-agent batch's ``next.g.observation...`` too, version 10): ``(rows,
+    {"next.K": array})``, the flat frame indices where ``next.K`` is
     not ``K`` one step later (compared as bytes, for every observation entry at once) plus
     each env's last frame, and those rows of each; ``None`` when ``data`` (arrays of shape
     ``[lanes, steps, ...]``) has no observation entry with its ``next.`` twin, or sending
@@ -184,7 +190,7 @@ def batch_ends(data, lanes, steps, min_saved=MIN_SAVED):
     pairs = []
     for k, a in data.items():
         n = data.get("next." + k)
-        if _is_observation(k) and n is not None and n.dtype == a.dtype and n.shape == a.shape:
+        if _is_observation(k, data) and n is not None and n.dtype == a.dtype and n.shape == a.shape:
             pairs.append((k, a, n))
     if not pairs or lanes * steps == 0:
         return None

@@ -1,0 +1,311 @@
+"""PettingZoo multi-agent envs as the node's envs (issue 40; PROTOCOL.md §3, version 10).
+
+``pettingzoo:<module>`` calls the module's ``parallel_env(**config)`` (a module with only
+``env``, an AEC env, is converted with PettingZoo's ``aec_to_parallel``);
+``pettingzoo:<module>:<factory>`` calls that factory, which returns a ParallelEnv or an
+AECEnv (converted likewise). Agents are grouped as ``marl_spaces`` says.
+
+Env ``k`` of the node is its own ParallelEnv, row ``k`` of every batch, first reset
+``reset(seed=rollout.seed + k)``, later resets ``reset()``; it is reset before its next step
+once no agent is left (``not env.agents``) or ``max_frames_per_traj`` cut the episode. Every
+agent of ``possible_agents`` has its place on its group's agent axis at every frame:
+``g.mask`` says whether it was in ``env.agents`` before the step (it observed and acted); an
+agent not present has zeros for its observation, action, next observation, reward and
+records, and terminated=True, truncated=False, done=True. The env is stepped with the actions
+of the present agents only.
+
+An env that raises is rebuilt alone (its restart seed, ids moved past those delivered: as
+``collect`` does for gymnasium's envs) and its row collected again from the batch's start;
+the other rows keep theirs. Multi-agent envs are not checkpointed (``checkpoint_failed``).
+"""
+
+import importlib
+
+import numpy as np
+
+from . import marl_spaces, spaces
+from .collect import _GOLDEN, _MASK64, STOP_CHECK_STEPS, BuildError, CheckpointError, NodeFailed, Stopped, Workers, _EnvFailed
+from .marl_policy import RandomGroups, random_group_actions, random_group_record
+from .policy import ActionSpace, Policy
+
+#: The env id prefix that names this backend: ``pettingzoo:mpe2.simple_spread_v3``.
+PREFIX = "pettingzoo:"
+
+
+def is_pettingzoo(name):
+    """Whether env id ``name`` names a PettingZoo env (``pettingzoo:<module>[:<factory>]``)."""
+    return isinstance(name, str) and name.startswith(PREFIX)
+
+
+def factory(name, config):
+    """A function making one ParallelEnv of ``pettingzoo:`` id ``name`` with ``config`` (its
+    keyword arguments); BuildError with a one-line reason for an id that names nothing usable."""
+    module, _, fn_name = name[len(PREFIX):].partition(":")
+    if not module:
+        raise BuildError(f"env `{name}`: a PettingZoo id is `pettingzoo:<module>` or `pettingzoo:<module>:<factory>`")
+    if config is None:
+        config = {}
+    if not isinstance(config, dict):
+        raise BuildError(f"spec.env.config of `{name}` must be a map of keyword arguments or nil")
+    try:
+        mod = importlib.import_module(module)
+    except Exception as e:
+        raise BuildError(f"env `{name}`: cannot import `{module}`: {type(e).__name__}: {e}") from None
+    if fn_name:
+        fn = getattr(mod, fn_name, None)
+        if not callable(fn):
+            raise BuildError(f"env `{name}`: module `{module}` has no function `{fn_name}`")
+    else:
+        fn = getattr(mod, "parallel_env", None) or getattr(mod, "env", None)
+        if not callable(fn):
+            raise BuildError(f"env `{name}`: module `{module}` has neither `parallel_env` nor `env`")
+
+    def make():
+        return as_parallel(name, fn(**config))
+
+    return make
+
+
+def as_parallel(name, env):
+    """``env`` as a ParallelEnv: an AECEnv through PettingZoo's ``aec_to_parallel``."""
+    from pettingzoo.utils.conversions import aec_to_parallel
+    from pettingzoo.utils.env import AECEnv, ParallelEnv
+
+    if isinstance(env, ParallelEnv):
+        return env
+    if isinstance(env, AECEnv):
+        return aec_to_parallel(env)
+    raise BuildError(f"env `{name}`: the factory returned a {type(env).__name__}, not a PettingZoo ParallelEnv or AECEnv")
+
+
+class _Envs:
+    """The node's envs, one ParallelEnv per row (``envs``, as a vector env's)."""
+
+    def __init__(self, envs):
+        self.envs = envs
+
+    def close(self):
+        for e in self.envs:
+            try:
+                e.close()
+            except Exception:
+                pass
+
+
+def _env_action(v):
+    """An action as the env takes it: a Python int for a discrete one, the array otherwise."""
+    return int(v) if np.ndim(v) == 0 else v
+
+
+class PettingZooWorkers(Workers):
+    """:class:`Workers` whose envs are PettingZoo ParallelEnvs (see the module's doc)."""
+
+    def _build_envs(self, config):
+        self._make_env = factory(self.env_name, config)
+        #: PettingZoo envs end their episodes themselves (``max_cycles``): no node limit.
+        self.time_limit = None
+        self.vec = _Envs([])
+        for _ in range(self.E):
+            self.vec.envs.append(self._make_env())
+
+    def _factory(self, k):
+        return self._make_env
+
+    def refuse_checkpoint(self):
+        raise CheckpointError(f"env `{self.env_name}` is a PettingZoo env: the Python node does not checkpoint multi-agent envs")
+
+    def _build_policy(self, spec, double_to_float):
+        env = self.vec.envs[0]
+        try:
+            groups = marl_spaces.group_map(list(env.possible_agents))
+            marl_spaces.check_agents(groups)
+            per = marl_spaces.group_spaces(groups, env.observation_space, env.action_space)
+        except spaces.SpaceError as e:
+            raise BuildError(f"env `{self.env_name}`: {e}") from None
+        #: ``{group: [agents]}``, groups in name order.
+        self.groups = {g: list(groups[g]) for g in sorted(groups)}
+        self.specs = marl_spaces.specs(self.groups, per, double_to_float)
+        self.leaves = marl_spaces.leaves(self.specs)
+        self.single = False
+        self._floats = [i for i, leaf in enumerate(self.leaves) if leaf.dtype in ("f32", "f64")]
+        self.actions = {g: ActionSpace.of(per[g][1]) for g in self.groups}
+        #: ``[(group, action space, n)]`` in name order: what the policies take.
+        self.group_list = [(g, self.actions[g], len(a)) for g, a in self.groups.items()]
+        #: ``[(group, axis index, agent)]`` of every agent.
+        self.agents = [(g, j, a) for g, agents in self.groups.items() for j, a in enumerate(agents)]
+        self._known = {a for _, _, a in self.agents}
+        self._leaves_of = {g: [(i, leaf) for i, leaf in enumerate(self.leaves) if leaf.group == g] for g in self.groups}
+        #: Whether each agent is in ``env.agents``, per group ``[E, n]``.
+        self.alive = {g: np.zeros((self.E, len(a)), bool) for g, a in self.groups.items()}
+        self.recurrent = None
+        pol = spec.get("policy") or {}
+        config = pol.get("config") if isinstance(pol.get("config"), dict) else {}
+        kind = config.get("kind")
+        seed = (self.seed * _GOLDEN) & _MASK64 ^ 1
+        if kind in spaces.WEIGHTED:
+            raise BuildError(f"policy {kind} serves single-agent envs; `{self.env_name}` is a multi-agent env (random and onnx serve it)")
+        if kind == "onnx":
+            from .onnx_policy import OnnxPolicy
+
+            self.policy = OnnxPolicy(pol, self.leaves, None, seed, env_keys=marl_spaces.layout(self.specs), groups=self.group_list)
+        elif kind == "random":
+            self.policy = RandomGroups(pol, self.group_list, seed)
+        else:
+            self.policy = Policy(pol, None, self.group_list[0][1], seed)  # refuses the kind, naming it
+        self._withhold_records(pol)
+
+    def layout(self):
+        """The ``ready`` layout: the env's keys (``marl_spaces.layout``) and the policy's records."""
+        return {**marl_spaces.layout(self.specs), **self.recording()}
+
+    def _new_batch(self, T):
+        new = self._array
+        return {key: new((self.E, T, *shape), np.bool_ if dtype == "bool" else spaces.NUMPY[dtype])
+                for key, (dtype, shape) in self.layout().items()}
+
+    def _write_obs(self, k, obs, present):
+        """Row ``k``'s current observations and ``alive`` from ``obs`` (agent -> observation)
+        for the agents of ``present``; zeros for the others."""
+        stranger = present - self._known
+        if stranger:
+            raise NodeFailed(f"env worker {k}: agent `{sorted(stranger)[0]}` is not one of the env's possible_agents")
+        for g, agents in self.groups.items():
+            alive = self.alive[g]
+            for j, a in enumerate(agents):
+                here = a in present and a in obs
+                alive[k, j] = a in present
+                for i, leaf in self._leaves_of[g]:
+                    self.cur[i][k, j] = leaf.get(obs[a]) if here else 0
+
+    def _reset(self, rows):
+        """Starts a new episode in every env of ``rows``, each reset with its pending seed
+        (None: ``reset()``, the env's generator going on)."""
+        for k in rows:
+            k = int(k)
+            seed, self.pending_seed[k] = self.pending_seed[k], None
+            env = self.vec.envs[k]
+            try:
+                obs, _ = env.reset(seed=seed)
+                present = set(env.agents)
+            except Exception as e:
+                raise _EnvFailed(k, e) from e
+            self._write_obs(k, obs, present)
+            self.traj_id[k] = self.next_id[k]
+            self.next_id[k] += self.lanes
+            self.step_count[k] = 0
+            self.needs_reset[k] = False
+            self.fresh[k] = False
+
+    def _group_actions(self, rows):
+        """``({g: [k, n, ...]}, {key: [k, n, ...]})`` of ``rows``: the policy's, or the random
+        policy's for a worker within ``init_random_frames``; absent agents' zeroed."""
+        k = len(rows)
+        obs = [c[rows] for c in self.cur]
+        random = self._random_rows(rows, 0) if self.init_random else np.zeros(k, bool)
+        if random.all():
+            acts = random_group_actions(self.group_list, self.policy.rng, k)
+            rec = random_group_record(self.group_list, self.recorded, k)
+        else:
+            acts, rec = self.policy.act_groups(obs, k)
+            for key in self._withheld:
+                rec.pop(key, None)
+            if random.any():
+                n = int(random.sum())
+                for g, v in random_group_actions(self.group_list, self.policy.rng, n).items():
+                    acts[g][random] = v
+                for key, v in random_group_record(self.group_list, self.recorded, n).items():
+                    rec[key][random] = v
+        for g in self.groups:
+            absent = ~self.alive[g][rows]
+            acts[g][absent] = 0
+            for key in rec:
+                if key.rsplit(".", 1)[0] == g:
+                    rec[key][absent] = 0
+        return acts, rec
+
+    def collect(self, frames, stop=None):
+        """One batch of ``frames`` frames, ``[E, T, ...]``: each column one policy call for every
+        row still collecting, then each row's env stepped with its present agents' actions."""
+        E = self.E
+        if frames == 0 or frames % E:
+            raise NodeFailed(f"{frames} frames do not split evenly over {E} env workers")
+        T = frames // E
+        if self.reset_each:
+            self.needs_reset[:] = True
+        b = self._new_batch(T)
+        pos = np.zeros(E, np.int64)
+        steps = 0
+        while (pos < T).any():
+            if stop is not None and steps % STOP_CHECK_STEPS == 0 and stop.is_set():
+                raise Stopped()
+            steps += 1
+            rows = np.nonzero(pos < T)[0]
+            try:
+                resets = [int(k) for k in rows if self.needs_reset[k]]
+                if resets:
+                    self._reset(resets)
+                acts, rec = self._group_actions(rows)
+                for i, k in enumerate(rows):
+                    k = int(k)
+                    self._step(b, k, int(pos[k]), i, acts, rec)
+                    pos[k] += 1
+            except _EnvFailed as f:
+                # Rows stepped before the failing one keep this column; the others step it
+                # again with new actions; the failed row is rebuilt and starts over.
+                self._restart(f.k, f.cause)
+                pos[f.k] = 0
+        for k in range(E):
+            self.delivered_max_id[k] = max(self.delivered_max_id[k], int(b["collector.traj_ids"][k].max()))
+            self.delivered_frames[k] += T
+        return b
+
+    def _step(self, b, k, t, i, acts, rec):
+        """Steps row ``k`` with row ``i`` of ``acts`` and writes column ``t`` of its frame."""
+        env = self.vec.envs[k]
+        action = {a: _env_action(acts[g][i, j]) for g, j, a in self.agents if self.alive[g][k, j]}
+        try:
+            o, r, te, tr, _ = env.step(action)
+            after = set(env.agents)
+        except Exception as e:
+            raise _EnvFailed(k, e) from e
+        for key, v in rec.items():
+            b[key][k, t] = v[i]
+        for leaf, c in zip(self.leaves, self.cur):
+            b[leaf.key][k, t] = c[k]
+        any_trunc = False
+        for g, agents in self.groups.items():
+            b[f"{g}.action"][k, t] = acts[g][i]
+            alive = self.alive[g][k]
+            b[f"{g}.mask"][k, t] = alive
+            rew, term, trunc = b[f"next.{g}.reward"], b[f"next.{g}.terminated"], b[f"next.{g}.truncated"]
+            for j, a in enumerate(agents):
+                if alive[j]:
+                    seen = a in o
+                    for _, leaf in self._leaves_of[g]:
+                        b["next." + leaf.key][k, t, j] = leaf.get(o[a]) if seen else 0
+                    rew[k, t, j, 0] = np.float32(r.get(a, 0.0))
+                    term[k, t, j, 0] = bool(te.get(a, False))
+                    trunc[k, t, j, 0] = bool(tr.get(a, False))
+                    any_trunc = any_trunc or bool(tr.get(a, False))
+                else:
+                    for _, leaf in self._leaves_of[g]:
+                        b["next." + leaf.key][k, t, j] = 0
+                    rew[k, t, j, 0] = 0.0
+                    term[k, t, j, 0] = True
+                    trunc[k, t, j, 0] = False
+            np.logical_or(term[k, t], trunc[k, t], out=b[f"next.{g}.done"][k, t])
+        sc = int(self.step_count[k])
+        cut = self.max_traj is not None and sc + 1 >= self.max_traj
+        done = not after or cut
+        truncated = done and (any_trunc or cut)
+        b["next.done"][k, t, 0] = done
+        b["next.truncated"][k, t, 0] = truncated
+        b["next.terminated"][k, t, 0] = done and not truncated
+        b["collector.traj_ids"][k, t] = self.traj_id[k]
+        b["step_count"][k, t, 0] = sc
+        self.step_count[k] = sc + 1
+        self.needs_reset[k] = done
+        self.frames[k] += 1
+        self._write_obs(k, o, after)
+        if self.nan_is_failure and not done and self._has_nan([c[k] for c in self.cur]):
+            raise NodeFailed(f"env worker {k} produced a NaN observation")
