@@ -127,6 +127,10 @@ pub struct EnvSpecs {
     pub agents: Option<BTreeMap<String, Vec<String>>>,
 }
 
+/// Names no group may have: its keys would be the batch's own (`next.…`,
+/// `collector.…`, `step_count`) or those of the root flags torchrl's TensorDicts carry.
+pub const RESERVED_GROUPS: [&str; 6] = ["next", "collector", "step_count", "done", "terminated", "truncated"];
+
 /// One group of a multi-agent env's agents, borrowed from its [`EnvSpecs`]: agents that
 /// share their spaces, stacked on one agent axis in the batch (torchrl's `group_map`).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -470,6 +474,15 @@ impl EnvSpecs {
         }
         let mut seen = std::collections::BTreeSet::new();
         for (group, names) in agents {
+            if RESERVED_GROUPS.contains(&group.as_str()) {
+                return Err(err(
+                    KEY,
+                    format!(
+                        "group name \"{group}\" is a batch's own (groups are none of {})",
+                        RESERVED_GROUPS.join(", ")
+                    ),
+                ));
+            }
             if group.is_empty() || group.len() > MAX_NAME_LEN || group.contains('.') {
                 return Err(err(
                     KEY,
@@ -1196,6 +1209,12 @@ mod tests {
             s.agents = Some(groups);
         });
         assert!(e.reason.contains(&format!("{} groups", MAX_GROUPS + 1)), "{e}");
+        let e = refused(&|s| {
+            let agents = s.agents.as_mut().unwrap();
+            let a = agents.remove("adversary").unwrap();
+            agents.insert("next".into(), a);
+        });
+        assert!(e.reason.contains("\"next\" is a batch's own"), "{e}");
         // The built-ins other than random serve one agent.
         let e = two_groups().policy_specs().unwrap_err();
         assert_eq!(e.key, "agents");

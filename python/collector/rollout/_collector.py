@@ -200,6 +200,12 @@ def _python_node_command(env: str) -> list:
         if importlib.util.find_spec("envpool") is None:
             raise _config_error("env", f"{env!r} is an EnvPool env: install envpool (pip install envpool) in this interpreter")
         return [sys.executable, "-m", "rollout_node"]
+    if env.startswith("pettingzoo:"):  # the Python node's PettingZoo backend (docs/python-node.md)
+        module = env[len("pettingzoo:") :].partition(":")[0]
+        for needed in ("pettingzoo", module.split(".")[0]):
+            if not needed or importlib.util.find_spec(needed) is None:
+                raise _config_error("env", f"{env!r} is a PettingZoo env: install {needed or 'its module'} in this interpreter")
+        return [sys.executable, "-m", "rollout_node"]
     try:
         import gymnasium
     except ImportError:

@@ -2,8 +2,9 @@
 row ``r`` of a run was first reset with ``seed + r`` and later reset without a seed, so a
 fresh ParallelEnv reset so and stepped with the recorded actions of the present agents must
 give every recorded mask, observation, next observation, reward and flag (floats within 1e-6;
-an f64 observation kept f64 exactly), with zeros and terminated=True, done=True for agents not
-present, and the episode's end where no agent is left or ``max_frames_per_traj`` cuts it.
+an f64 observation kept f64 exactly), with zeros for agents not present, an agent the step
+returned no flags for terminated and truncated, the cut (``max_frames_per_traj``) truncating
+every agent, and the env's flags those of every agent (PROTOCOL.md §3, Multi-agent envs).
 
 It reads rows as ``{key: [frames, ...]}`` (``replay_by_seed._rows`` of an ``--output`` file, or
 :func:`rows_of` of batches the node collected). It holds for runs seeded once at the start,
@@ -51,12 +52,12 @@ class _Row:
 
     def observations(self, head, t, obs, present):
         """What differs between the recorded ``head + g.observation...`` at frame ``t`` and
-        ``obs`` of the agents of ``present`` (zeros for the others)."""
+        ``obs`` of the agents of ``present`` that ``obs`` holds (zeros for the others)."""
         for g, agents in self.groups.items():
             for key, suffix in self.obs_keys[g]:
                 rec = self.data[head + key][t]
                 for j, a in enumerate(agents):
-                    want = _leaf(obs[a], suffix) if a in present else np.zeros_like(rec[j])
+                    want = _leaf(obs[a], suffix) if a in present and a in obs else np.zeros_like(rec[j])
                     why = _differs(rec[j], want)
                     if why:
                         return f"`{head}{key}` of {a}: {why}"
@@ -107,26 +108,29 @@ def _frame(row, env, t, obs, sc, max_traj):
                 v = d[f"{g}.action"][t, j]
                 actions[a] = int(v) if np.ndim(v) == 0 else v
     nxt, rew, te, tr, _ = env.step(actions)
-    why = row.observations("next.", t, nxt, present)
+    why = row.observations("next.", t, nxt, set(nxt))
     if why:
         return why
-    any_trunc = False
+    cut = max_traj is not None and sc + 1 >= max_traj
+    after = set(env.agents)
+    every = []
     for g, agents in row.groups.items():
+        want_mask = np.array([a in after for a in agents])
+        if not np.array_equal(d[f"next.{g}.mask"][t], want_mask):
+            return f"`next.{g}.mask` is {d[f'next.{g}.mask'][t]}, PettingZoo's agents after the step are {sorted(after)}"
         for j, a in enumerate(agents):
-            here = a in present
-            r = float(rew.get(a, 0.0)) if here else 0.0
-            flags = (bool(te.get(a, False)), bool(tr.get(a, False))) if here else (True, False)
-            any_trunc = any_trunc or (here and flags[1])
+            r = float(rew.get(a, 0.0))
+            # An agent the step returned no flags for has left (or not come): both.
+            flags = (bool(te.get(a, True)), bool(tr.get(a, True)) or cut)
+            every.append(flags)
             got_r = float(d[f"next.{g}.reward"][t, j, 0])
             if abs(got_r - r) > 1e-6 * max(1.0, abs(r)):
                 return f"reward of {a} {got_r}, PettingZoo gives {r}"
             got = (bool(d[f"next.{g}.terminated"][t, j, 0]), bool(d[f"next.{g}.truncated"][t, j, 0]), bool(d[f"next.{g}.done"][t, j, 0]))
             if got != (*flags, flags[0] or flags[1]):
                 return f"terminated, truncated, done of {a} {got}, PettingZoo gives {(*flags, flags[0] or flags[1])}"
-    cut = max_traj is not None and sc + 1 >= max_traj
-    done = not env.agents or cut
-    trunc = done and (any_trunc or cut)
-    want = (done, done and not trunc, trunc)
+    done = not after or cut or all(a or b for a, b in every)
+    want = (done, done and all(a for a, _ in every), done and all(b for _, b in every))
     got = (bool(d["next.done"][t, 0]), bool(d["next.terminated"][t, 0]), bool(d["next.truncated"][t, 0]))
     if got != want:
         return f"next.done, terminated, truncated {got}, PettingZoo gives {want}"

@@ -14,9 +14,10 @@ from . import spaces
 from .spaces import SpaceError
 
 #: The limits of ``ready.specs.agents`` (PROTOCOL.md §3): the trainer refuses more.
-MAX_GROUPS, MAX_AGENTS, MAX_NAME_BYTES = 64, 1024, 64
-#: Group names that would make a key the batch has already (``next.observation``...).
-_RESERVED = ("next", "collector", "step_count")
+MAX_GROUPS, MAX_AGENTS, MAX_NAME_BYTES = 16, 1024, 64
+#: Group names that would make a key the batch (or its TensorDict: the root ``done``,
+#: ``terminated``, ``truncated``) has already.
+_RESERVED = ("next", "collector", "step_count", "done", "terminated", "truncated")
 
 
 def group_map(agents):
@@ -121,6 +122,7 @@ def layout(env_specs):
         dtype, shape = spaces.entry(env_specs["action"]["spaces"][g], action=True)
         out[f"{g}.action"] = [dtype, [n, *shape]]
         out[f"{g}.mask"] = ["bool", [n]]
+        out[f"next.{g}.mask"] = ["bool", [n]]
         out[f"next.{g}.reward"] = ["f32", [n, 1]]
         for flag in ("terminated", "truncated", "done"):
             out[f"next.{g}.{flag}"] = ["bool", [n, 1]]

@@ -9,10 +9,15 @@ Env ``k`` of the node is its own ParallelEnv, row ``k`` of every batch, first re
 ``reset(seed=rollout.seed + k)``, later resets ``reset()``; it is reset before its next step
 once no agent is left (``not env.agents``) or ``max_frames_per_traj`` cut the episode. Every
 agent of ``possible_agents`` has its place on its group's agent axis at every frame:
-``g.mask`` says whether it was in ``env.agents`` before the step (it observed and acted); an
-agent not present has zeros for its observation, action, next observation, reward and
-records, and terminated=True, truncated=False, done=True. The env is stepped with the actions
-of the present agents only.
+``g.mask`` says whether it was in ``env.agents`` before the step (it observed and acted),
+``next.g.mask`` whether it is after it; an agent not present has zeros for its observation,
+action and records. What the step returned for an agent is its ``next.`` entries: its
+observation and reward (zeros when it returned none) and its flags, an agent it returned no
+flags for (gone, or not yet come) both terminated and truncated (torchrl's rule). The cut
+(``max_frames_per_traj``) truncates every agent. The env's ``next.done``, ``next.terminated``
+and ``next.truncated`` are each the flag of every agent (torchrl's ``done_on_any=False``),
+``next.done`` also once no agent is left. The env is stepped with the actions of the present
+agents only.
 
 An env that raises is rebuilt alone (its restart seed, ids moved past those delivered: as
 ``collect`` does for gymnasium's envs) and its row collected again from the batch's start;
@@ -272,35 +277,30 @@ class PettingZooWorkers(Workers):
             b[key][k, t] = v[i]
         for leaf, c in zip(self.leaves, self.cur):
             b[leaf.key][k, t] = c[k]
-        any_trunc = False
-        for g, agents in self.groups.items():
-            b[f"{g}.action"][k, t] = acts[g][i]
-            alive = self.alive[g][k]
-            b[f"{g}.mask"][k, t] = alive
-            rew, term, trunc = b[f"next.{g}.reward"], b[f"next.{g}.terminated"], b[f"next.{g}.truncated"]
-            for j, a in enumerate(agents):
-                if alive[j]:
-                    seen = a in o
-                    for _, leaf in self._leaves_of[g]:
-                        b["next." + leaf.key][k, t, j] = leaf.get(o[a]) if seen else 0
-                    rew[k, t, j, 0] = np.float32(r.get(a, 0.0))
-                    term[k, t, j, 0] = bool(te.get(a, False))
-                    trunc[k, t, j, 0] = bool(tr.get(a, False))
-                    any_trunc = any_trunc or bool(tr.get(a, False))
-                else:
-                    for _, leaf in self._leaves_of[g]:
-                        b["next." + leaf.key][k, t, j] = 0
-                    rew[k, t, j, 0] = 0.0
-                    term[k, t, j, 0] = True
-                    trunc[k, t, j, 0] = False
-            np.logical_or(term[k, t], trunc[k, t], out=b[f"next.{g}.done"][k, t])
         sc = int(self.step_count[k])
         cut = self.max_traj is not None and sc + 1 >= self.max_traj
-        done = not after or cut
-        truncated = done and (any_trunc or cut)
+        all_term = all_trunc = True
+        for g, agents in self.groups.items():
+            b[f"{g}.action"][k, t] = acts[g][i]
+            b[f"{g}.mask"][k, t] = self.alive[g][k]
+            rew, term, trunc = b[f"next.{g}.reward"], b[f"next.{g}.terminated"], b[f"next.{g}.truncated"]
+            nxt_mask = b[f"next.{g}.mask"]
+            for j, a in enumerate(agents):
+                seen = a in o
+                for _, leaf in self._leaves_of[g]:
+                    b["next." + leaf.key][k, t, j] = leaf.get(o[a]) if seen else 0
+                rew[k, t, j, 0] = np.float32(r.get(a, 0.0))
+                # An agent the step returned no flags for has left (or not come): both.
+                term[k, t, j, 0] = bool(te.get(a, True))
+                trunc[k, t, j, 0] = bool(tr.get(a, True)) or cut
+                nxt_mask[k, t, j] = a in after
+            all_term = all_term and bool(term[k, t].all())
+            all_trunc = all_trunc and bool(trunc[k, t].all())
+            np.logical_or(term[k, t], trunc[k, t], out=b[f"next.{g}.done"][k, t])
+        done = not after or cut or bool(all(b[f"next.{g}.done"][k, t].all() for g in self.groups))
         b["next.done"][k, t, 0] = done
-        b["next.truncated"][k, t, 0] = truncated
-        b["next.terminated"][k, t, 0] = done and not truncated
+        b["next.truncated"][k, t, 0] = done and all_trunc
+        b["next.terminated"][k, t, 0] = done and all_term
         b["collector.traj_ids"][k, t] = self.traj_id[k]
         b["step_count"][k, t, 0] = sc
         self.step_count[k] = sc + 1

@@ -49,8 +49,9 @@ def reference(batch, name, config, groups, seeds, max_traj=None, first_ids=None,
     """Every env key of ``batch`` ([E, T, ...]) as PettingZoo gives it: row k reset with
     ``seeds[k]`` then without a seed after each episode's end (no agent left, or
     ``max_traj`` frames), stepped with the batch's actions of the agents in ``env.agents``;
-    absent agents zero, terminated and done. Trajectory ids from ``first_ids[k]`` (default k)
-    in steps of ``lanes`` (default E)."""
+    absent agents zero; an agent the step returned no flags for terminated and truncated, the
+    cut truncating every agent, the env's flags those of every agent (torchrl's rules).
+    Trajectory ids from ``first_ids[k]`` (default k) in steps of ``lanes`` (default E)."""
     E, T = batch["collector.traj_ids"].shape
     lanes = lanes or E
     want = {k: np.zeros_like(v) for k, v in batch.items()}
@@ -62,27 +63,27 @@ def reference(batch, name, config, groups, seeds, max_traj=None, first_ids=None,
             present = list(env.agents)
             acts = {a: _as_env_action(batch[f"{g}.action"][k, t, j]) for g, ag in groups.items() for j, a in enumerate(ag) if a in present}
             nxt, r, te, tr, _ = env.step(acts)
-            trunc_any = False
+            cut = max_traj is not None and sc + 1 >= max_traj
+            flags = []
             for g, ag in groups.items():
                 for j, a in enumerate(ag):
                     want[f"{g}.mask"][k, t, j] = a in present
+                    want[f"next.{g}.mask"][k, t, j] = a in env.agents
                     if a in present:
                         want[f"{g}.observation"][k, t, j] = obs[a]
                         want[f"{g}.action"][k, t, j] = acts[a]
+                    if a in nxt:
                         want[f"next.{g}.observation"][k, t, j] = nxt[a]
-                        want[f"next.{g}.reward"][k, t, j, 0] = r[a]
-                        want[f"next.{g}.terminated"][k, t, j, 0] = te[a]
-                        want[f"next.{g}.truncated"][k, t, j, 0] = tr[a]
-                        want[f"next.{g}.done"][k, t, j, 0] = te[a] or tr[a]
-                        trunc_any |= bool(tr[a])
-                    else:
-                        want[f"next.{g}.terminated"][k, t, j, 0] = True
-                        want[f"next.{g}.done"][k, t, j, 0] = True
-            cut = max_traj is not None and sc + 1 >= max_traj
-            done = not env.agents or cut
+                    want[f"next.{g}.reward"][k, t, j, 0] = r.get(a, 0.0)
+                    term, trunc = bool(te.get(a, True)), bool(tr.get(a, True)) or cut
+                    want[f"next.{g}.terminated"][k, t, j, 0] = term
+                    want[f"next.{g}.truncated"][k, t, j, 0] = trunc
+                    want[f"next.{g}.done"][k, t, j, 0] = term or trunc
+                    flags.append((term, trunc))
+            done = not env.agents or cut or all(a or b for a, b in flags)
             want["next.done"][k, t, 0] = done
-            want["next.truncated"][k, t, 0] = done and (trunc_any or cut)
-            want["next.terminated"][k, t, 0] = done and not (trunc_any or cut)
+            want["next.truncated"][k, t, 0] = done and all(b for _, b in flags)
+            want["next.terminated"][k, t, 0] = done and all(a for a, _ in flags)
             want["collector.traj_ids"][k, t] = traj
             want["step_count"][k, t, 0] = sc
             sc += 1
@@ -109,7 +110,8 @@ def assert_env_keys(batch, want, recorded):
 def spread_layout(n=3, recorded=()):
     layout = {
         "agent.observation": ["f32", [n, 18]], "next.agent.observation": ["f32", [n, 18]],
-        "agent.action": ["i64", [n]], "agent.mask": ["bool", [n]], "next.agent.reward": ["f32", [n, 1]],
+        "agent.action": ["i64", [n]], "agent.mask": ["bool", [n]], "next.agent.mask": ["bool", [n]],
+        "next.agent.reward": ["f32", [n, 1]],
         "next.agent.terminated": ["bool", [n, 1]], "next.agent.truncated": ["bool", [n, 1]], "next.agent.done": ["bool", [n, 1]],
         "next.done": ["bool", [1]], "next.terminated": ["bool", [1]], "next.truncated": ["bool", [1]],
         "collector.traj_ids": ["i64", []], "step_count": ["i64", [1]],
@@ -174,7 +176,9 @@ def test_every_key_of_every_simple_spread_frame_is_what_pettingzoo_gives(max_tra
     assert ends.tolist() == ([24, 49, 74] if max_traj is None else [9, 19, 29, 39, 49, 59, 69, 79])
     assert b["next.truncated"][:, ends].all() and not b["next.terminated"].any()
     assert b["agent.mask"].all()
-    assert (b["next.agent.truncated"][0, ends, :, 0] == (max_traj is None)).all()
+    # The node's cut truncates every agent, as max_cycles does (torchrl reads per-agent flags).
+    assert b["next.agent.truncated"][0, ends, :, 0].all()
+    assert not b["next.agent.truncated"][0, np.setdiff1d(np.arange(80), ends), :, 0].any()
 
 
 def test_box_actions_are_f32_per_agent_and_their_frames_are_pettingzoo_s():
@@ -210,7 +214,11 @@ def test_knights_and_archers_that_die_are_masked_and_flagged_as_pettingzoo_says(
     assert b[f"next.{g}.terminated"][k, t - 1, j, 0] and b[f"{g}.mask"][k, t - 1, j]
     assert b[f"next.{g}.observation"][k, t - 1, j].any()
     assert not b[f"{g}.observation"][k, t, j].any() and b[f"{g}.action"][k, t, j] == 0
-    assert b[f"next.{g}.done"][k, t, j, 0] and not b[f"next.{g}.truncated"][k, t, j, 0]
+    # Gone: the step returns it no flags, so it is terminated and truncated (torchrl's rule),
+    # absent after the step too; the agents still playing keep the episode going.
+    assert b[f"next.{g}.terminated"][k, t, j, 0] and b[f"next.{g}.truncated"][k, t, j, 0]
+    assert not b[f"next.{g}.mask"][k, t - 1, j] and not b[f"next.{g}.mask"][k, t, j]
+    assert not b["next.done"][k, t - 1, 0] and masks[k, t].any()
     assert b["next.done"][:, :, 0].any(), "an episode ended in the batch"
 
 
