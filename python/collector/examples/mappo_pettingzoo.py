@@ -59,19 +59,20 @@ episode's return is the sum over its 25 steps of the mean of the 3 agents' rewar
 over the episodes that ended in it. :func:`train` returns the same as a :class:`History`.
 
 Measured (2-core machine shared with other work, load 4 to 8; the defaults, 10
-iterations = 60,000 frames = 2,400 episodes, seeds 0-2): uniformly random play scores
--26.5 to -27.3 (episode standard deviation about 8; simple_spread's default
-``local_ratio=0.5`` weighs the shared distance term and each agent's collision term by
-half); the first
-iteration -25.9 to -28.1, the mean of the last two -22.1 to -24.8, a gain of +3.0 to
-+5.0 through either collector (the figures per run are in tests/test_mappo.py). An
-iteration took about 5 s through rollout (one Python node of 4 envs, collection in the
-node's process) and 11 s (load 3) to 18 s (load 5 to 8) through torchrl's ``Collector``
-(``PettingZooWrapper`` stepped in this process, about 600 frames a second); learning on
-a batch 1 to 2 s. The critic learns slowly here: truncated episodes bootstrap, so its
-targets approach ``r / (1 - gamma)``, about -100, from its initial 0, and the Huber
-loss moves it by a bounded step (``--critic-loss l2 --gamma 0.9`` gained +4.2 and +4.4
-on seeds 0 and 1 through rollout, against +3.9 and +3.0).
+iterations = 60,000 frames = 2,400 episodes, seeds 0-4 through rollout and 0-2 through
+torchrl): uniformly random play scores -26.5 to -27.3 (episode standard deviation about
+8; simple_spread's default ``local_ratio=0.5`` weighs the shared distance term and each
+agent's collision term by half); the first iteration -25.9 to -28.2, the mean of the
+last two -22.1 to -24.8, a gain of +3.0 to +5.0 through either collector (the figures
+per run are in tests/test_mappo.py). An iteration took about 5 s through rollout (one
+Python node of 4 envs, collection in the node's process) and 11 s (load 3) to 18 s
+(load 5 to 8) through torchrl's ``Collector`` (``PettingZooWrapper`` stepped in this
+process, about 600 frames a second); learning on a batch 1 to 2 s. The critic explains
+next to nothing of the targets over these 10 iterations (explained variance about 0),
+likely because truncated episodes bootstrap, so the targets drift towards ``r / (1 -
+gamma)`` (about -100) while the Huber loss moves the critic by bounded steps
+(``--critic-loss l2 --gamma 0.9`` gained +4.2 and +4.4 on seeds 0 and 1 through
+rollout, against the defaults' +3.9 and +3.0).
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ torchrl's layout, and the learner learns.
 - Learning (every run through rollout, about 50 s; through torchrl's ``Collector``
   opt-in with ``ROLLOUT_LONG_TESTS=1``, 2 to 3 minutes): 60,000 frames of the example's
   defaults raise the mean episode return by at least 1.5 over the first iteration's
-  (measured: +3.0 to +5.0 over seeds 0-2 and both collectors; the figures are at the test).
+  (measured: +3.0 to +5.0 over seeds 0-4 through rollout and 0-2 through torchrl; the figures
+  are at the test).
 """
 
 from __future__ import annotations
@@ -216,9 +217,12 @@ def test_make_collector_builds_either_collector_from_the_same_env_and_actor(monk
 # near-uniform policy), "after" the mean of the last two iterations':
 #   rollout (1 node x 4 envs): seed 0 -26.90 -> -22.99 (+3.91; 52 s alone, 48 s as this
 #     test, 71 s next to another run); seed 1 -27.16 -> -24.18 (+2.98, 93 s next to
-#     another run); seed 2 -27.90 -> -24.81 (+3.10, 90 s next to another run).
+#     another run); seed 2 -27.90 -> -24.81 (+3.10, 90 s next to another run); seed 3
+#     -27.73 -> -24.33 (+3.40, 106 s next to another run); seed 4 -28.24 -> -23.63
+#     (+4.61, 103 s next to another run).
 #   torchrl (one env):         seed 0 -25.90 -> -22.12 (+3.78; 121 s at load 3, 179 s at
-#     load 5 to 8); seed 1 -28.13 -> -23.16 (+4.97); seed 2 -27.88 -> -23.52 (+4.36, 178 s).
+#     load 5 to 8, 176 s as this test); seed 1 -28.13 -> -23.16 (+4.97); seed 2 -27.88 ->
+#     -23.52 (+4.36, 178 s).
 # Both collectors' runs are deterministic for a seed (seed 0 repeated: the same ten
 # returns). Uniformly random actions: -26.5 to -27.3 over 400 episodes on each of seeds
 # 0-2 (standard deviation 7.6 to 8.2 per episode), so an iteration's mean over 240
