@@ -514,11 +514,12 @@ mod tests {
         let mut m = machine(config(1, 1, 4, None, false))
             .with_layout_sources(first_ready(1, "Zoo"))
             .with_deferred_policy("Zoo", linear());
-        let reason = refusal(&mut m, ready_of(0, Some(&ma), &PolicyConfig::Linear));
-        assert!(
-            reason.contains("policy linear cannot take agents: a multi-agent env"),
-            "{reason}"
-        );
+        match m.on_node(ready_of(0, Some(&ma), &PolicyConfig::Linear), &mut Vec::new()) {
+            Err(TrainerError::Policy(reason)) => {
+                assert!(reason.contains("policy linear cannot take agents: a multi-agent env"), "{reason}")
+            }
+            other => panic!("expected the policy refused, got {other:?}"),
+        }
     }
 
     #[test]
