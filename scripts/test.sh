@@ -20,11 +20,13 @@ python3 -c "import msgpack" 2>/dev/null || python3 -m pip install --quiet --disa
 # The node's `onnx` extra (onnxruntime, onnx) runs the `onnx` policy; torch (from PyPI, used
 # on the CPU only; pip's cache keeps its wheels) exports the models its tests run. Its
 # `envpool` extra (EnvPool, from PyPI: adds packages, downgrades none) serves `envpool:<task>`
-# ids, which the tests check against EnvPool's own loop.
+# ids, which the tests check against EnvPool's own loop. PettingZoo (with its butterfly envs)
+# and MPE2 (simple_spread) are the multi-agent envs the node serves and the tests replay.
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check "./python/node[onnx,envpool]" pytest "gymnasium[mujoco]" ale-py torch "ray==2.60.0"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check "./python/node[onnx,envpool]" pytest "gymnasium[mujoco]" ale-py torch "ray==2.60.0" \
+  "pettingzoo[butterfly]==1.27.0" "mpe2==1.1.1"
 
 # A real one-node SLURM cluster for tests/tests/slurm.rs (idempotent, fast when up).
 ./scripts/slurm-local.sh

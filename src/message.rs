@@ -184,9 +184,10 @@ pub enum FromNode {
         /// Per-frame entries of its batches.
         layout: crate::schema::BatchLayout,
         /// Its env's observation and action spaces (protocol version 4; `None` from a
-        /// version-3 node, which can only serve envs the trainer builds itself).
+        /// version-3 node, which can only serve envs the trainer builds itself). Boxed:
+        /// the largest of the node's messages otherwise, and every message is moved.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        specs: Option<crate::space::EnvSpecs>,
+        specs: Option<Box<crate::space::EnvSpecs>>,
     },
     /// Answer to [`ToNode::Snapshot`].
     Snapshot {

@@ -960,10 +960,10 @@ mod tests {
             FromNode::Ready {
                 node: 0,
                 layout: BatchLayout::default(),
-                specs: Some(crate::space::EnvSpecs::from_specs(
+                specs: Some(Box::new(crate::space::EnvSpecs::from_specs(
                     &crate::Spec::uniform_box(2, -1.0, 1.0),
                     &crate::Spec::Discrete { n: 3 },
-                )),
+                ))),
             },
             FromNode::Snapshot {
                 node: 1,
@@ -1180,7 +1180,7 @@ mod tests {
         let f = NodeFrame::Message(FromNode::Ready {
             node: 3,
             layout: crate::schema::batch_layout(&obs, &act),
-            specs: Some(crate::space::EnvSpecs::from_specs(&obs, &act)),
+            specs: Some(Box::new(crate::space::EnvSpecs::from_specs(&obs, &act))),
         });
         let b = body(&f);
         let back: NodeFrame = decode(&b).unwrap();

@@ -147,7 +147,7 @@ impl NodeSession {
         NodeFrame::Message(FromNode::Ready {
             node: self.index,
             layout,
-            specs,
+            specs: specs.map(Box::new),
         })
     }
 

@@ -277,7 +277,7 @@ impl sealed::Sealed for NodeFrame {
                 FromNode::Ready {
                     node: node.get()?,
                     layout: layout.get()?,
-                    specs: specs.opt(),
+                    specs: specs.opt().map(Box::new),
                 }
             }
             names::SNAPSHOT => {

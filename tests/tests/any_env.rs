@@ -234,7 +234,7 @@ fn scripted_ready(addr: SocketAddr, name: &str, specs: EnvSpecs, layout: BatchLa
             &NodeFrame::Message(FromNode::Ready {
                 node: w.node_index,
                 layout,
-                specs: Some(specs),
+                specs: Some(Box::new(specs)),
             }),
         );
         // Answers the seeding chain; anything else is left unanswered until the close.

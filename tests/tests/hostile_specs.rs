@@ -126,7 +126,7 @@ fn the_largest_specs_a_node_may_send_cost_at_most_8_bytes_a_byte_to_decode() {
         agents: None,
     };
     match decoded {
-        Ok(NodeFrame::Message(FromNode::Ready { specs: Some(s), .. })) => assert_eq!(s, want),
+        Ok(NodeFrame::Message(FromNode::Ready { specs: Some(s), .. })) => assert_eq!(*s, want),
         other => panic!("{other:?}"),
     }
     let factor = peak as f64 / body.len() as f64;
@@ -164,4 +164,61 @@ fn specs_over_the_limits_are_refused_having_allocated_next_to_nothing() {
     let (r, peak) = peak_during(|| wire::decode::<NodeFrame>(&body));
     assert!(r.expect_err("refused").to_string().contains("frame cut short"));
     assert!(peak < 64 * 1024, "{peak} bytes allocated refusing it");
+}
+
+/// `specs` of a one-group multi-agent env (PROTOCOL.md §3, Multi-agent envs) whose
+/// `agents` array announces `n` names, `given` of them written, each of 64 bytes.
+fn agents_specs(n: u32, given: usize) -> Vec<u8> {
+    let mut b = vec![0x83];
+    for key in ["observation", "action"] {
+        b.extend(str8(key));
+        b.push(0x82);
+        b.extend(str8("kind"));
+        b.extend(str8("dict"));
+        b.extend(str8("spaces"));
+        b.push(0x81);
+        b.extend(str8("agent"));
+        b.push(0x82);
+        b.extend(str8("kind"));
+        b.extend(str8("discrete"));
+        b.extend(str8("n"));
+        b.push(2);
+    }
+    b.extend(str8("agents"));
+    b.push(0x81);
+    b.extend(str8("agent"));
+    b.extend(array32(n));
+    for i in 0..given {
+        b.extend(str8(&format!("{i:064}")));
+    }
+    b
+}
+
+#[test]
+fn a_multi_agent_envs_agents_are_bounded_before_anything_is_built_for_them() {
+    use rollout::space::MAX_AGENTS;
+    // The most agents a node may name, of the longest names: read, and cheaply.
+    let body = ready_with(&agents_specs(MAX_AGENTS as u32, MAX_AGENTS));
+    let (decoded, peak) = peak_during(|| wire::decode::<NodeFrame>(&body));
+    match decoded {
+        Ok(NodeFrame::Message(FromNode::Ready { specs: Some(s), .. })) => {
+            assert_eq!(s.agents.as_ref().map(|g| g["agent"].len()), Some(MAX_AGENTS));
+            s.validate().expect("valid");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(peak <= 8 * body.len(), "{peak} bytes for a body of {}", body.len());
+    // One more, or 2^32 - 1 announced with three bytes behind: refused, nothing reserved.
+    for (n, given) in [(MAX_AGENTS as u32 + 1, MAX_AGENTS + 1), (u32::MAX, 0)] {
+        let body = ready_with(&agents_specs(n, given));
+        let (r, peak) = peak_during(|| wire::decode::<NodeFrame>(&body));
+        let e = r.expect_err("refused").to_string();
+        assert!(
+            e.contains(&format!(
+                "agents: agent: {n} agents with 0 before them (at most {MAX_AGENTS} in all)"
+            )),
+            "{e}"
+        );
+        assert!(peak < 64 * 1024, "{peak} bytes allocated refusing it");
+    }
 }

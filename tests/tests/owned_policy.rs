@@ -156,10 +156,10 @@ fn a_rust_node_without_weights_in_welcome_fails_on_a_continue_before_any_naming_
                 .expect("env");
             assert_eq!(
                 specs,
-                Some(EnvSpecs::from_specs(
+                Some(Box::new(EnvSpecs::from_specs(
                     cartpole.observation_spec(),
                     cartpole.action_spec()
-                )),
+                ))),
                 "ready carries the env's specs"
             );
         }

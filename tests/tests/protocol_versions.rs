@@ -142,7 +142,7 @@ impl TextNode {
         } else {
             w.env_specs().batch_layout()
         };
-        let specs = (self.version >= 4).then(|| w.env_specs());
+        let specs = (self.version >= 4).then(|| Box::new(w.env_specs()));
         let node = self.welcome.node_index;
         send(
             &mut self.s,

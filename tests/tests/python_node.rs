@@ -542,3 +542,52 @@ fn a_python_node_leaves_an_elastic_run_on_sigterm_and_the_run_goes_on_exactly() 
         "the Rust node exits 0 after Shutdown: {exit:?}"
     );
 }
+
+/// A PettingZoo env (issue 40) on two Python nodes, sync or async: the trainer takes the
+/// nodes' multi-agent specs (protocol 10), checks every batch against the per-group layout
+/// they give, and every frame of the `--output` file replays through PettingZoo by seed.
+fn pettingzoo_run(sync: bool) {
+    let Some(py) = venv_python() else { return };
+    let env = "pettingzoo:mpe2.simple_spread_v3";
+    let dir = temp_dir(&format!("pynode-pettingzoo-{sync}"));
+    let flags = [
+        "--policy",
+        "random",
+        "--frames-per-batch",
+        "80",
+        "--total-frames",
+        "640",
+    ];
+    let out = mixed_run(&py, &dir, env, sync, &flags, &[Node::Python, Node::Python]);
+    let records = read_output(&out);
+    let frames: usize = records.iter().map(|r| r.data["collector.traj_ids"].len()).sum();
+    assert_eq!(frames, 640);
+    let lead: &[usize] = if sync { &[2, 2] } else { &[2] };
+    for r in &records {
+        let obs = r.data["agent.observation"].shape();
+        assert_eq!(&obs[..lead.len()], lead, "batch {}: rows", r.batch);
+        assert_eq!(&obs[lead.len() + 1..], &[3, 18], "batch {}: [agents, 18]", r.batch);
+        assert!(!r.data.contains_key("observation") && !r.data.contains_key("next.reward"));
+        assert!(r.data.contains_key("agent.action_log_prob") && r.data.contains_key("next.agent.mask"));
+    }
+    if !sync {
+        assert_records_name_nodes_of_the_run(&records, 2);
+    }
+    let mut cmd = Command::new(&py);
+    cmd.args(["-m", "rollout_node.replay"])
+        .arg(&out)
+        .args(["--env", env, "--seed", "11"]);
+    run_bounded(&mut cmd, DEADLINE)
+        .expect("start the replay checker")
+        .assert_success("the PettingZoo replay by seed");
+}
+
+#[test]
+fn a_sync_pettingzoo_run_of_python_nodes_replays_through_pettingzoo() {
+    pettingzoo_run(true);
+}
+
+#[test]
+fn an_async_pettingzoo_run_of_python_nodes_replays_through_pettingzoo() {
+    pettingzoo_run(false);
+}

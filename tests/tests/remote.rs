@@ -285,7 +285,7 @@ fn post_join_case_ready(ready: bool, bad: impl FnOnce(&mut TcpStream, &Welcome, 
             &NodeFrame::Message(FromNode::Ready {
                 node: 0,
                 layout: r.batch_layout(),
-                specs: Some(r.env_specs()),
+                specs: Some(Box::new(r.env_specs())),
             }),
         );
     }

@@ -448,7 +448,7 @@ mod tests {
             sources[1],
             LayoutSource::Specs {
                 of: "the declared specs (env_spec)".into(),
-                specs: d.clone(),
+                specs: Box::new(d.clone()),
                 recorded: rollout::policy::Recorded::Categorical { n: 2 },
                 state: vec![],
             }

@@ -71,3 +71,41 @@ class Flaky(Renamed):
 def flaky(module, fail_at, which, **config):
     """``module``'s ``parallel_env(**config)``; the ``which``-th made raises at step ``fail_at``."""
     return Flaky(importlib.import_module(module).parallel_env(**config), fail_at, which)
+
+
+class DictObs(Renamed):
+    """``env`` whose observations are dicts: ``{"pos": obs[:2], "rest": {"other": obs[2:]}}``
+    (no installed PettingZoo env observes dicts per agent)."""
+
+    def __init__(self, env):
+        super().__init__(env, {})
+        from gymnasium import spaces
+
+        self._spaces = {}
+        for a in env.possible_agents:
+            box = env.observation_space(a)
+            self._spaces[a] = spaces.Dict({
+                "pos": spaces.Box(box.low[:2], box.high[:2], dtype=box.dtype),
+                "rest": spaces.Dict({"other": spaces.Box(box.low[2:], box.high[2:], dtype=box.dtype)}),
+            })
+
+    def observation_space(self, agent):
+        return self._spaces[agent]
+
+    @staticmethod
+    def split(obs):
+        """One agent's flat observation as this env's dict."""
+        return {"pos": obs[:2], "rest": {"other": obs[2:]}}
+
+    def reset(self, seed=None, options=None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        return {a: self.split(o) for a, o in obs.items()}, info
+
+    def step(self, actions):
+        obs, r, te, tr, info = self.env.step(actions)
+        return {a: self.split(o) for a, o in obs.items()}, r, te, tr, info
+
+
+def dict_obs(module, **config):
+    """``module``'s ``parallel_env(**config)`` observing dicts (``DictObs``)."""
+    return DictObs(importlib.import_module(module).parallel_env(**config))

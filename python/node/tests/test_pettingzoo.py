@@ -491,3 +491,48 @@ def test_a_bad_id_is_a_failed_frame_naming_the_module(trainer):
     assert "cannot import `mpe2.no_such_env_v0`" in failed["reason"]
     code, err = trainer.finish()
     assert code == 1 and "mpe2.no_such_env_v0" in err
+
+
+def test_dict_observations_per_agent_are_leaves_under_the_group_and_pettingzoos_frames():
+    import marl_envs
+
+    config = {"module": "mpe2.simple_spread_v3", "N": 3, "max_cycles": 25}
+    w = make_workers(spec("pettingzoo:marl_envs:dict_obs", 2, config=config))
+    box = lambda d: {"kind": "box", "dtype": "f32", "shape": [d], "low": float("-inf"), "high": float("inf")}  # noqa: E731
+    assert w.specs["observation"]["spaces"]["agent"] == {
+        "kind": "dict", "spaces": {"pos": box(2), "rest": {"kind": "dict", "spaces": {"other": box(16)}}}}
+    lay = w.layout()
+    for head in ("", "next."):
+        assert lay[f"{head}agent.observation.pos"] == ["f32", [3, 2]]
+        assert lay[f"{head}agent.observation.rest.other"] == ["f32", [3, 16]]
+    assert "agent.observation" not in lay
+    b = w.collect(2 * 30)
+    # The flat env stepped by hand with the recorded actions gives every leaf of every frame.
+    plain = {k: v for k, v in b.items() if not k.split(".")[-1] in ("pos", "other") or "observation" not in k}
+    plain["agent.observation"] = np.concatenate([b["agent.observation.pos"], b["agent.observation.rest.other"]], axis=-1)
+    plain["next.agent.observation"] = np.concatenate([b["next.agent.observation.pos"], b["next.agent.observation.rest.other"]], axis=-1)
+    want = reference(plain, SPREAD, {"N": 3, "max_cycles": 25}, SPREAD_GROUPS, seeds=[7, 8])
+    assert_env_keys(plain, want, {"agent.action_log_prob"})
+    assert marl_envs.DictObs.split(np.arange(18))["rest"]["other"].shape == (16,)
+    w.close()
+
+
+def test_image_observations_per_agent_keep_their_dtype_and_shape_and_are_pettingzoos():
+    pytest.importorskip("pymunk")
+    name = "pettingzoo:pettingzoo.butterfly.pistonball_v6"
+    config = {"n_pistons": 4, "max_cycles": 12}
+    w = make_workers(spec(name, 2, config=config))
+    groups = {"piston": [f"piston_{i}" for i in range(4)]}
+    assert w.specs["agents"] == groups
+    obs = w.specs["observation"]["spaces"]["piston"]
+    assert (obs["kind"], obs["dtype"]) == ("box", "u8") and len(obs["shape"]) == 3
+    assert w.layout()["piston.observation"] == ["u8", [4, *obs["shape"]]]
+    b = w.collect(2 * 15)
+    assert b["piston.observation"].dtype == np.uint8 and b["piston.action"].dtype == np.float32
+    want = reference(b, name, config, groups, seeds=[7, 8])
+    assert_env_keys(b, want, {"piston.action_log_prob"})
+    assert b["next.done"][:, 11, 0].all(), "max_cycles 12: every env's episode ends at its 12th step"
+    # ends: each image sent once but at each episode's end and each row's last frame.
+    rows, once = wire.batch_ends(b, 2, 15)
+    assert rows == [11, 14, 15 + 11, 15 + 14] and set(once) == {"next.piston.observation"}
+    w.close()

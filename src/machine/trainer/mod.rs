@@ -244,7 +244,7 @@ impl TrainerMachine {
             }
             FromNode::Failed { node, reason } => self.node_lost(node, reason, out),
             FromNode::Leave { node } => self.node_left(node, out),
-            FromNode::Ready { node, layout, specs } => self.on_ready(node, layout, specs, out),
+            FromNode::Ready { node, layout, specs } => self.on_ready(node, layout, specs.map(|s| *s), out),
             FromNode::Snapshot { node, id, state } => self.on_snapshot(node, id, *state, out),
             FromNode::Restored { node } => self.on_restored(node, out),
             FromNode::CheckpointFailed { node, id: 0, reason } => {

@@ -428,7 +428,7 @@ mod tests {
         FromNode::Ready {
             node,
             layout: of.batch_layout_recording(of.recorded(policy)),
-            specs: s.cloned(),
+            specs: s.cloned().map(Box::new),
         }
     }
 
@@ -475,6 +475,53 @@ mod tests {
         assert_eq!(m.layout(2), Some(&linear));
     }
 
+    /// simple_spread's specs: one group `agent` of three (PROTOCOL.md §3, Multi-agent envs).
+    fn spread(agents: [&str; 3]) -> EnvSpecs {
+        let one = |s: Space| Space::Dict {
+            spaces: std::collections::BTreeMap::from([("agent".to_string(), s)]),
+        };
+        EnvSpecs {
+            observation: one(Space::Box {
+                dtype: DType::F32,
+                shape: vec![18],
+                low: None,
+                high: None,
+            }),
+            action: one(Space::Discrete { n: 5, start: 0 }),
+            agents: Some(std::collections::BTreeMap::from([(
+                "agent".to_string(),
+                agents.iter().map(|a| a.to_string()).collect(),
+            )])),
+        }
+    }
+
+    #[test]
+    fn a_multi_agent_nodes_specs_set_the_per_group_layout_and_other_agents_are_refused() {
+        let random = PolicySpec::from(PolicyConfig::Random);
+        let mut m = machine(config(3, 1, 4, None, false))
+            .with_layout_sources(first_ready(3, "Zoo"))
+            .with_deferred_policy("Zoo", random);
+        let ma = spread(["agent_0", "agent_1", "agent_2"]);
+        feed(&mut m, ready_of(0, Some(&ma), &PolicyConfig::Random));
+        let layout = m.layout(0).expect("accepted");
+        assert_eq!(layout["agent.action_log_prob"], (DType::F32, vec![3]));
+        assert_eq!(layout["next.agent.reward"], (DType::F32, vec![3, 1]));
+        assert!(!layout.contains_key("next.reward"));
+        let other = spread(["agent_0", "agent_1", "agent_9"]);
+        let reason = refusal(&mut m, ready_of(1, Some(&other), &PolicyConfig::Random));
+        assert!(reason.contains("node 1's agents are"), "{reason}");
+        // A policy of one agent cannot act for it: refused naming `agents`.
+        let mut m = machine(config(1, 1, 4, None, false))
+            .with_layout_sources(first_ready(1, "Zoo"))
+            .with_deferred_policy("Zoo", linear());
+        match m.on_node(ready_of(0, Some(&ma), &PolicyConfig::Linear), &mut Vec::new()) {
+            Err(TrainerError::Policy(reason)) => {
+                assert!(reason.contains("policy linear cannot take agents: a multi-agent env"), "{reason}")
+            }
+            other => panic!("expected the policy refused, got {other:?}"),
+        }
+    }
+
     #[test]
     fn a_layout_other_than_its_specs_or_specs_that_cannot_be_collected_are_refused() {
         let mut m = machine(config(1, 1, 4, None, false)).with_layout_sources(first_ready(1, "Custom"));
@@ -483,7 +530,7 @@ mod tests {
             FromNode::Ready {
                 node: 0,
                 layout: specs(3).batch_layout(),
-                specs: Some(specs(4)),
+                specs: Some(Box::new(specs(4))),
             },
         );
         assert_eq!(
@@ -502,7 +549,7 @@ mod tests {
             FromNode::Ready {
                 node: 0,
                 layout: BatchLayout::new(),
-                specs: Some(huge),
+                specs: Some(Box::new(huge)),
             },
         );
         assert!(
@@ -532,7 +579,7 @@ mod tests {
                 FromNode::Ready {
                     node,
                     layout: without.clone(),
-                    specs: Some(specs(4)),
+                    specs: Some(Box::new(specs(4))),
                 },
             );
             assert!(
@@ -546,7 +593,7 @@ mod tests {
                 FromNode::Ready {
                     node,
                     layout: without,
-                    specs: Some(specs(4)),
+                    specs: Some(Box::new(specs(4))),
                 },
             );
             assert!(

@@ -1,0 +1,218 @@
+"""Multi-agent envs through ``rollout.DistributedCollector`` (issue 40): PettingZoo's envs
+served by Python nodes, batches in torchrl's ``PettingZooEnv`` layout, a torchrl
+multi-agent actor exported to the nodes, and every frame replaying through PettingZoo by
+seed.
+
+- Layout: one batch of torchrl's own ``Collector`` over ``PettingZooWrapper`` and one of
+  rollout's over the same wrapper and actor have the same keys, dtypes and feature shapes
+  (rollout adds ``step_count`` and which weights and node made each frame, as for one
+  agent): on simple_spread with and without ``use_mask``, and on knights-archers-zombies,
+  whose agents die (``use_mask=True, done_on_any=False``), where the masks and flags of the
+  agents that left are torchrl's too.
+- The actor: each frame's recorded ``("agent", "action_log_prob")`` is the log-probability
+  of its recorded action under the actor, on its recorded observation.
+- Replay: a sync and an async run of two nodes replay frame by frame through PettingZoo
+  itself by seed (``rollout_node.marl_replay``: row ``r`` of the run first reset with
+  ``seed + r``).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import rollout
+from conftest import require_python_node
+
+mpe2 = pytest.importorskip("mpe2")
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchrl")
+
+from tensordict.nn import TensorDictModule  # noqa: E402
+from torch.distributions import Categorical  # noqa: E402
+
+warnings.filterwarnings("ignore", category=UserWarning)
+warnings.filterwarnings("ignore", category=DeprecationWarning)
+warnings.filterwarnings("ignore", category=FutureWarning)
+
+SPREAD = "pettingzoo:mpe2.simple_spread_v3"
+SEED = 4
+
+
+def spread(**kw):
+    from mpe2 import simple_spread_v3
+
+    return simple_spread_v3.parallel_env(N=3, max_cycles=25, **kw)
+
+
+def kaz():
+    from pettingzoo.butterfly import knights_archers_zombies_v11
+
+    # Agents die one by one within a few hundred steps (measured: the first at ~130).
+    return knights_archers_zombies_v11.parallel_env(spawn_delay=2, max_zombies=30, max_cycles=300)
+
+
+def wrapper(pz, **kw):
+    from torchrl.envs import PettingZooWrapper
+
+    return PettingZooWrapper(env=pz, **kw)
+
+
+def spread_actor(group="agent", n=3, obs=18, actions=5):
+    """torchrl's multi-agent actor: a shared-parameter MLP per agent, categorical."""
+    from torchrl.modules import MultiAgentMLP, ProbabilisticActor
+
+    torch.manual_seed(0)
+    net = MultiAgentMLP(n_agent_inputs=obs, n_agent_outputs=actions, n_agents=n, centralised=False, share_params=True, depth=2, num_cells=32)
+    return ProbabilisticActor(
+        TensorDictModule(net, in_keys=[(group, "observation")], out_keys=[(group, "logits")]),
+        in_keys=[(group, "logits")],
+        out_keys=[(group, "action")],
+        distribution_class=Categorical,
+        return_log_prob=True,
+    )
+
+
+def layout(td):
+    """Leaf key -> (dtype, feature shape), the batch dims left out."""
+    n = len(td.batch_size)
+    return {k: (v.dtype, tuple(v.shape[n:])) for k, v in td.items(include_nested=True, leaves_only=True)}
+
+
+def torchrl_batch(env, policy, frames):
+    from torchrl.collectors import Collector
+
+    c = Collector(env, policy, frames_per_batch=frames, total_frames=frames)
+    try:
+        return next(iter(c))
+    finally:
+        c.shutdown()
+
+
+def rollout_batches(env, policy, frames, total=None, **kw):
+    require_python_node()
+    with rollout.DistributedCollector(env, policy, frames_per_batch=frames, total_frames=total or frames, seed=SEED, **kw) as c:
+        return list(c)
+
+
+def ours_less_rollouts_own(td):
+    """rollout's layout less what it adds for every env (``step_count``, which weights and
+    node made each frame)."""
+    ours = layout(td)
+    assert ours.pop("step_count") == (torch.int64, (1,))
+    assert ours.pop(("collector", "weights_version")) == (torch.int64, ())
+    assert ours.pop(("collector", "node")) == (torch.int64, ())
+    return ours
+
+
+@pytest.mark.parametrize("use_mask", [False, True])
+def test_simple_spread_batches_have_torchrls_pettingzoo_layout(use_mask):
+    actor = spread_actor()
+    theirs = layout(torchrl_batch(wrapper(spread(), use_mask=use_mask), actor, 50))
+    (td,) = rollout_batches(wrapper(spread(), use_mask=use_mask), actor, 50)
+    assert td.batch_size == torch.Size([50])
+    ours = ours_less_rollouts_own(td)
+    assert ours == theirs, {k: (ours.get(k), theirs.get(k)) for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k)}
+    assert (("agent", "mask") in ours) == use_mask
+    # max_cycles 25: every agent and the env truncated at the 25th step, reset after it.
+    ends = torch.nonzero(td["next", "done"][:, 0]).squeeze(1).tolist()
+    assert ends == [24, 49]
+    assert td["next", "agent", "truncated"][ends].all() and not td["next", "terminated"].any()
+    assert not td["agent", "done"].any(), "every agent is present at every step"
+
+
+def test_recorded_log_probs_are_the_actors_on_the_recorded_frames():
+    actor = spread_actor()
+    batches = rollout_batches(wrapper(spread()), actor, 100, total=300, nodes=2)
+    for td in batches:
+        with torch.no_grad():
+            lp = actor.get_dist(td.select(("agent", "observation"))).log_prob(td["agent", "action"])
+        assert td["agent", "action_log_prob"].shape == (100, 3)
+        assert torch.allclose(lp, td["agent", "action_log_prob"], atol=1e-5), (lp - td["agent", "action_log_prob"]).abs().max()
+    # Sampled, not the mode: some action is not its logits' argmax.
+    td = batches[0]
+    assert (td["agent", "action"] != td["agent", "logits"].argmax(-1)).any()
+
+
+def test_agents_that_die_are_masked_and_flagged_as_torchrl_masks_and_flags_them():
+    from torchrl.envs.utils import RandomPolicy
+
+    env = wrapper(kaz(), use_mask=True, done_on_any=False)
+    theirs = layout(torchrl_batch(env, RandomPolicy(env.full_action_spec), 400))
+    (td,) = rollout_batches(wrapper(kaz(), use_mask=True, done_on_any=False), "random", 400, record=False, tensordict=True)
+    ours = ours_less_rollouts_own(td)
+    assert ours == theirs, {k: (ours.get(k), theirs.get(k)) for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k)}
+    for g in ("archer", "knight"):
+        mask, nxt_mask = td[g, "mask"], td["next", g, "mask"]
+        assert mask.dtype == torch.bool and mask.shape == (400, 2)
+        # An agent not present: zeros, and done, terminated and truncated at the step's start
+        # and after it (torchrl's rule for an agent the step returned nothing for).
+        gone = ~mask
+        assert not td[g, "observation"][gone].any()
+        for flag in ("done", "terminated", "truncated"):
+            assert td[g, flag][..., 0][gone].all() and not td[g, flag][..., 0][mask].any()
+            assert td["next", g, flag][..., 0][gone].all()
+        # Within an episode, the mask after a step is the mask at the next step.
+        same = ~td["next", "done"][:-1, 0]
+        assert torch.equal(nxt_mask[:-1][same], mask[1:][same])
+    partial = td["archer", "mask"].any(-1) | td["knight", "mask"].any(-1)
+    alive = torch.cat([td["archer", "mask"], td["knight", "mask"]], -1)
+    assert (partial & ~alive.all(-1)).any(), "some agent died while others played on"
+    # The env's flags are every agent's: it ends once none is left.
+    ends = td["next", "done"][:, 0]
+    after = torch.cat([td["next", "archer", "mask"], td["next", "knight", "mask"]], -1)
+    assert torch.equal(ends, ~after.any(-1))
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_every_frame_of_a_run_replays_through_pettingzoo_by_seed(sync):
+    from rollout_node.marl_replay import check_rows
+
+    E, T = 2, 40
+    batches = rollout_batches(SPREAD, "random", 2 * E * T, total=4 * 2 * E * T, nodes=2, envs_per_node=E, sync=sync, tensordict=False)
+    rows: dict = {}
+    for b in batches:
+        flat = b.to_dict()
+        d = {}
+
+        def walk(x, prefix=""):
+            for k, v in x.items():
+                if isinstance(v, dict):
+                    walk(v, prefix + k + ".")
+                else:
+                    d[prefix + k] = np.array(v)
+
+        walk(flat)
+        if sync:  # [nodes, E, T, ...]: row node * E + env
+            shares = [(n, {k: v[n] for k, v in d.items()}) for n in range(2)]
+        else:  # one node's [E, T, ...]
+            shares = [(b.node, d)]
+        for node, share in shares:
+            for e in range(E):
+                rows.setdefault(node * E + e, []).append({k: v[e] for k, v in share.items()})
+    rows = {r: {k: np.concatenate([p[k] for p in parts]) for k in parts[0]} for r, parts in rows.items()}
+    assert sorted(rows) == [0, 1, 2, 3]
+    problems, frames = check_rows(rows, SPREAD, SEED, {})
+    assert (problems, frames) == ([], 4 * 2 * E * T)
+    # And a frame changed is named.
+    rows[2]["next.agent.reward"][7, 1, 0] += 0.5
+    problems, _ = check_rows(rows, SPREAD, SEED, {})
+    assert len(problems) == 1 and problems[0].startswith("row 2 frame 7: reward of agent_1"), problems
+
+
+def test_what_is_not_served_is_refused_before_any_node_starts_naming_it():
+    from pettingzoo.butterfly import knights_archers_zombies_v11
+
+    with pytest.raises(rollout.ConfigError, match="categorical_actions"):
+        rollout.DistributedCollector(wrapper(spread(), categorical_actions=False), "random", frames_per_batch=10, total_frames=10)
+    with pytest.raises(rollout.ConfigError, match="group_map"):
+        rollout.DistributedCollector(
+            wrapper(spread(), group_map={"a": ["agent_0"], "b": ["agent_1", "agent_2"]}), "random", frames_per_batch=10, total_frames=10
+        )
+    # A torch actor for one group of an env of two: the nodes run one model for every group.
+    with pytest.raises(rollout.ConfigError, match="groups \\['archer', 'knight'\\]"):
+        rollout.DistributedCollector(
+            wrapper(knights_archers_zombies_v11.parallel_env()), spread_actor("archer", n=2, obs=135), frames_per_batch=10, total_frames=10
+        )
