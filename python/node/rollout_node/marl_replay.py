@@ -15,6 +15,7 @@ import numpy as np
 
 from . import marl_spaces
 from .pettingzoo_backend import factory
+from .replay_by_seed import same_values
 
 
 def rows_of(batches):
@@ -34,11 +35,7 @@ def _differs(got, want):
     want = np.asarray(want)
     if got.shape != want.shape:
         return f"shape {list(got.shape)}, PettingZoo's {list(want.shape)}"
-    if got.dtype == np.float32 and want.dtype == np.float64:  # taken as f32 (DoubleToFloat)
-        same = np.allclose(got, want, rtol=1e-6, atol=1e-6)
-    else:
-        same = np.array_equal(got.astype(np.float64), want.astype(np.float64))
-    return None if same else f"{got}, PettingZoo gives {want}"
+    return None if same_values(got, want) else f"{got}, PettingZoo gives {want}"
 
 
 class _Row:

@@ -66,13 +66,17 @@ def _obs_problem(data, head, t, obs):
         got, want = rec[t], _leaf(obs, key[len(head):])
         if got.shape != want.shape:
             return f"`{key}` has shape {list(got.shape)}, gymnasium's {list(want.shape)}"
-        if got.dtype == np.float32 and want.dtype == np.float64:  # taken as f32 (DoubleToFloat)
-            same = np.allclose(got, want, rtol=1e-6, atol=1e-6)
-        else:
-            same = np.array_equal(got.astype(np.float64), want.astype(np.float64))
-        if not same:
+        if not same_values(got, want):
             return f"`{key}` is {got}, gymnasium gives {want}"
     return None
+
+
+def same_values(got, want):
+    """Whether recorded ``got`` is the env's ``want`` (of one shape): floats taken as f32
+    (``DoubleToFloat``) within 1e-6, anything else exactly."""
+    if got.dtype == np.float32 and want.dtype == np.float64:
+        return np.allclose(got, want, rtol=1e-6, atol=1e-6)
+    return np.array_equal(got.astype(np.float64), want.astype(np.float64))
 
 
 def check_by_seed(path, name, seed, config=None, max_frames_per_traj=None):
