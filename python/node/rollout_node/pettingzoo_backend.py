@@ -97,11 +97,6 @@ class _Envs:
                 pass
 
 
-def _env_action(v):
-    """An action as the env takes it: a Python int for a discrete one, the array otherwise."""
-    return int(v) if np.ndim(v) == 0 else v
-
-
 class PettingZooWorkers(Workers):
     """:class:`Workers` whose envs are PettingZoo ParallelEnvs (see the module's doc)."""
 
@@ -285,7 +280,6 @@ class PettingZooWorkers(Workers):
                 acts, rec = self._group_actions(rows, obs)
                 cols = pos[rows]
                 self._write_column(b, rows, cols, obs, acts, rec)
-                stepped = []
                 for i, (k, t) in enumerate(zip(rows.tolist(), cols.tolist())):
                     stepped.append(self._step(b, k, t, i, acts))
                     pos[k] += 1
@@ -312,7 +306,8 @@ class PettingZooWorkers(Workers):
         action = {}
         for g, agents, *_ in self._plan:
             a_k = acts[g][i]
-            if a_k.ndim == 1:  # one scalar per agent: the env takes a Python int
+            # An action as the env takes it: a Python int for a scalar one, the array otherwise.
+            if a_k.ndim == 1:
                 vals = a_k.tolist() if a_k.dtype.kind in "iu" else [int(v) for v in a_k]
             else:
                 vals = list(a_k)
