@@ -32,8 +32,8 @@ first one (start-up). Each run is a fresh process, one after the other (``--runs
   once, summed: torch (the ``ProbabilisticActor`` on a TensorDict, sampling, ``no_grad``),
   and the ONNX model rollout exports in onnxruntime as the Python node runs it
   (``ORT_DISABLE_ALL``, 1 thread) and fully optimised (``ORT_ENABLE_ALL``); the fastest is
-  F. ``L = 1 / (1/E + 1/F)`` frames/s. Measured before the other runs and after them; the
-  ratios are to the mean.
+  F (per CPU-second). ``L = 1 / (1/E + 1/F)`` frames/s. Measured at the start of each round
+  and once after the last; the ratios are to the mean.
 - ``rollout``: ``rollout.DistributedCollector(PettingZooWrapper(env), actor, nodes=2,
   envs_per_node=K)``, the default launcher: the collector starts Python nodes
   (``python -m rollout_node``; its PettingZoo backend, the actor exported to ONNX and run
@@ -43,6 +43,10 @@ first one (start-up). Each run is a fresh process, one after the other (``--runs
   without vectorising; ``--torchrl-envs serial`` makes it a ``SerialEnv`` of the 2K envs).
 - ``torchrl-multisync``: torchrl's ``MultiSyncCollector``, one worker process per node
   (``--nodes``), each a ``SerialEnv`` of K ``PettingZooWrapper`` envs running the actor.
+
+Each run also counts CPU time: every process of the run (this one and its descendants: the
+nodes, torchrl's workers) over the window, and each limit worker's own; frames per
+CPU-second compare on a machine whose load changes, the wall rates do not.
 
 Every torchrl env is ``PettingZooWrapper(env, done_on_any=False)``: rollout's nodes end
 an episode once every agent is done (with agents that end together, as here, the same
