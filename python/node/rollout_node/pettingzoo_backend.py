@@ -29,7 +29,7 @@ import importlib
 import numpy as np
 
 from . import marl_spaces, spaces
-from .collect import _GOLDEN, _MASK64, STOP_CHECK_STEPS, BuildError, CheckpointError, NodeFailed, Stopped, Workers, _EnvFailed
+from .collect import _DIRECT_BYTES, _GOLDEN, _MASK64, STOP_CHECK_STEPS, BuildError, CheckpointError, NodeFailed, Stopped, Workers, _EnvFailed
 from .marl_policy import RandomGroups, random_group_actions, random_group_record
 from .policy import ActionSpace, Policy
 
@@ -97,11 +97,6 @@ class _Envs:
                 pass
 
 
-def _env_action(v):
-    """An action as the env takes it: a Python int for a discrete one, the array otherwise."""
-    return int(v) if np.ndim(v) == 0 else v
-
-
 class PettingZooWorkers(Workers):
     """:class:`Workers` whose envs are PettingZoo ParallelEnvs (see the module's doc)."""
 
@@ -142,6 +137,19 @@ class PettingZooWorkers(Workers):
         self._leaves_of = {g: [(i, leaf) for i, leaf in enumerate(self.leaves) if leaf.group == g] for g in self.groups}
         #: Whether each agent is in ``env.agents``, per group ``[E, n]``.
         self.alive = {g: np.zeros((self.E, len(a)), bool) for g, a in self.groups.items()}
+        #: Per group, what ``_step`` reads and writes, looked up once: the group, its agents,
+        #: its observation leaves ``[(index in self.leaves, leaf, whether the leaf is the
+        #: whole observation, an agent's zeros when the leaf is small (None: written straight
+        #: into the batch))]`` and its batch keys.
+        self._plan = [
+            (g, agents, [(i, leaf, not leaf.path,
+                          None if np.prod(leaf.shape[1:]) * np.dtype(leaf.np).itemsize >= _DIRECT_BYTES
+                          else np.zeros(leaf.shape[1:], leaf.np))
+                         for i, leaf in self._leaves_of[g]],
+             f"{g}.action", f"{g}.mask", f"next.{g}.mask", f"next.{g}.reward",
+             f"next.{g}.terminated", f"next.{g}.truncated", f"next.{g}.done")
+            for g, agents in self.groups.items()
+        ]
         self.recurrent = None
         pol = spec.get("policy") or {}
         config = pol.get("config") if isinstance(pol.get("config"), dict) else {}
@@ -201,11 +209,11 @@ class PettingZooWorkers(Workers):
             self.needs_reset[k] = False
             self.fresh[k] = False
 
-    def _group_actions(self, rows):
-        """``({g: [k, n, ...]}, {key: [k, n, ...]})`` of ``rows``: the policy's, or the random
-        policy's for a worker within ``init_random_frames``; absent agents' zeroed."""
+    def _group_actions(self, rows, obs):
+        """``({g: [k, n, ...]}, {key: [k, n, ...]})`` of ``rows`` (whose current observations
+        are ``obs``): the policy's, or the random policy's for a worker within
+        ``init_random_frames``; absent agents' zeroed."""
         k = len(rows)
-        obs = [c[rows] for c in self.cur]
         random = self._random_rows(rows, 0) if self.init_random else np.zeros(k, bool)
         if random.all():
             acts = random_group_actions(self.group_list, self.policy.rng, k)
@@ -221,12 +229,30 @@ class PettingZooWorkers(Workers):
                 for key, v in random_group_record(self.group_list, self.recorded, n).items():
                     rec[key][random] = v
         for g in self.groups:
-            absent = ~self.alive[g][rows]
+            alive = self.alive[g][rows]
+            if alive.all():
+                continue
+            absent = ~alive
             acts[g][absent] = 0
             for key in rec:
                 if key.rsplit(".", 1)[0] == g:
                     rec[key][absent] = 0
         return acts, rec
+
+    def _write_column(self, b, rows, cols, obs, acts, rec):
+        """What the frames of ``rows`` (at columns ``cols``) hold before their step: the
+        current observations ``obs``, actions, records, masks, trajectory ids and step counts.
+        A row that does not step now (a failing env, and those after it) writes its frame
+        again when it does."""
+        for key, v in rec.items():
+            b[key][rows, cols] = v
+        for leaf, o in zip(self.leaves, obs):
+            b[leaf.key][rows, cols] = o
+        for g, _, _, k_act, k_mask, *_ in self._plan:
+            b[k_act][rows, cols] = acts[g]
+            b[k_mask][rows, cols] = self.alive[g][rows]
+        b["collector.traj_ids"][rows, cols] = self.traj_id[rows]
+        b["step_count"][rows, cols, 0] = self.step_count[rows]
 
     def collect(self, frames, stop=None):
         """One batch of ``frames`` frames, ``[E, T, ...]``: each column one policy call for every
@@ -245,18 +271,23 @@ class PettingZooWorkers(Workers):
                 raise Stopped()
             steps += 1
             rows = np.nonzero(pos < T)[0]
+            stepped = []
             try:
                 resets = [int(k) for k in rows if self.needs_reset[k]]
                 if resets:
                     self._reset(resets)
-                acts, rec = self._group_actions(rows)
-                for i, k in enumerate(rows):
-                    k = int(k)
-                    self._step(b, k, int(pos[k]), i, acts, rec)
+                obs = [c[rows] for c in self.cur]
+                acts, rec = self._group_actions(rows, obs)
+                cols = pos[rows]
+                self._write_column(b, rows, cols, obs, acts, rec)
+                for i, (k, t) in enumerate(zip(rows.tolist(), cols.tolist())):
+                    stepped.append(self._step(b, k, t, i, acts))
                     pos[k] += 1
+                self._flush(b, stepped)
             except _EnvFailed as f:
                 # Rows stepped before the failing one keep this column; the others step it
                 # again with new actions; the failed row is rebuilt and starts over.
+                self._flush(b, stepped)
                 self._restart(f.k, f.cause)
                 pos[f.k] = 0
         for k in range(E):
@@ -264,48 +295,100 @@ class PettingZooWorkers(Workers):
             self.delivered_frames[k] += T
         return b
 
-    def _step(self, b, k, t, i, acts, rec):
-        """Steps row ``k`` with row ``i`` of ``acts`` and writes column ``t`` of its frame."""
+    def _step(self, b, k, t, i, acts):
+        """Steps row ``k`` with row ``i`` of ``acts``. Writes the step's large observations
+        (images) into column ``t`` of its frame and into row ``k``'s current ones; returns the
+        rest, which ``_flush`` writes for every row of the column at once:
+        ``(k, t, done, truncated, terminated, [per group: (small observations, rewards,
+        terminated, truncated, done, in env.agents, agents that observed but left)])``."""
         env = self.vec.envs[k]
-        action = {a: _env_action(acts[g][i, j]) for g, j, a in self.agents if self.alive[g][k, j]}
+        alive = self.alive
+        action = {}
+        for g, agents, *_ in self._plan:
+            a_k = acts[g][i]
+            # An action as the env takes it: a Python int for a scalar one, the array otherwise.
+            if a_k.ndim == 1:
+                vals = a_k.tolist() if a_k.dtype.kind in "iu" else [int(v) for v in a_k]
+            else:
+                vals = list(a_k)
+            for a, v, here in zip(agents, vals, alive[g][k].tolist()):
+                if here:
+                    action[a] = v
         try:
             o, r, te, tr, _ = env.step(action)
             after = set(env.agents)
         except Exception as e:
             raise _EnvFailed(k, e) from e
-        for key, v in rec.items():
-            b[key][k, t] = v[i]
-        for leaf, c in zip(self.leaves, self.cur):
-            b[leaf.key][k, t] = c[k]
-        sc = int(self.step_count[k])
-        cut = self.max_traj is not None and sc + 1 >= self.max_traj
-        all_term = all_trunc = True
-        for g, agents in self.groups.items():
-            b[f"{g}.action"][k, t] = acts[g][i]
-            b[f"{g}.mask"][k, t] = self.alive[g][k]
-            rew, term, trunc = b[f"next.{g}.reward"], b[f"next.{g}.terminated"], b[f"next.{g}.truncated"]
-            nxt_mask = b[f"next.{g}.mask"]
-            for j, a in enumerate(agents):
-                seen = a in o
-                for _, leaf in self._leaves_of[g]:
-                    b["next." + leaf.key][k, t, j] = leaf.get(o[a]) if seen else 0
-                rew[k, t, j, 0] = np.float32(r.get(a, 0.0))
-                # An agent the step returned no flags for has left (or not come): both.
-                term[k, t, j, 0] = bool(te.get(a, True))
-                trunc[k, t, j, 0] = bool(tr.get(a, True)) or cut
-                nxt_mask[k, t, j] = a in after
-            all_term = all_term and bool(term[k, t].all())
-            all_trunc = all_trunc and bool(trunc[k, t].all())
-            np.logical_or(term[k, t], trunc[k, t], out=b[f"next.{g}.done"][k, t])
-        done = not after or cut or bool(all(b[f"next.{g}.done"][k, t].all() for g in self.groups))
-        b["next.done"][k, t, 0] = done
-        b["next.truncated"][k, t, 0] = done and all_trunc
-        b["next.terminated"][k, t, 0] = done and all_term
-        b["collector.traj_ids"][k, t] = self.traj_id[k]
-        b["step_count"][k, t, 0] = sc
-        self.step_count[k] = sc + 1
-        self.needs_reset[k] = done
-        self.frames[k] += 1
-        self._write_obs(k, o, after)
-        if self.nan_is_failure and not done and self._has_nan([c[k] for c in self.cur]):
-            raise NodeFailed(f"env worker {k} produced a NaN observation")
+        stranger = after - self._known
+        if stranger:
+            raise NodeFailed(f"env worker {k}: agent `{sorted(stranger)[0]}` is not one of the env's possible_agents")
+        cut = self.max_traj is not None and int(self.step_count[k]) + 1 >= self.max_traj
+        all_term = all_trunc = all_done = True
+        per_group = []
+        for g, agents, leaves, *_ in self._plan:
+            seen = [a in o for a in agents]
+            # Agents that observed but are no longer in env.agents: no current observation.
+            left = [j for j, a in enumerate(agents) if seen[j] and a not in after]
+            small = []
+            for li, leaf, whole, zero in leaves:
+                if zero is not None:
+                    small.append([(o[a] if whole else leaf.get(o[a])) if s_ else zero for a, s_ in zip(agents, seen)])
+                    continue
+                dst = b["next." + leaf.key][k, t]
+                for j, a in enumerate(agents):
+                    dst[j] = (o[a] if whole else leaf.get(o[a])) if seen[j] else 0
+                c = self.cur[li][k]
+                c[...] = dst
+                for j in left:
+                    c[j] = 0
+            # An agent the step returned no flags for has left (or not come): both.
+            term = [bool(te.get(a, True)) for a in agents]
+            trunc = [True] * len(agents) if cut else [bool(tr.get(a, True)) for a in agents]
+            done = [x or y for x, y in zip(term, trunc)]
+            per_group.append((small, [r.get(a, 0.0) for a in agents], term, trunc, done, [a in after for a in agents], left))
+            all_term = all_term and all(term)
+            all_trunc = all_trunc and all(trunc)
+            all_done = all_done and all(done)
+        done = not after or cut or all_done
+        return k, t, done, done and all_trunc, done and all_term, per_group
+
+    def _flush(self, b, stepped):
+        """Writes what ``_step`` returned for the rows ``stepped`` of a column: their frames'
+        ``next.`` entries, then their current observations, ``alive``, step counts and whether
+        they reset before their next step."""
+        if not stepped:
+            return
+        ks = np.array([s[0] for s in stepped], np.int64)
+        ts = np.array([s[1] for s in stepped], np.int64)
+        cur = self.cur
+        for gi, (g, agents, leaves, _, _, k_nmask, k_rew, k_term, k_trunc, k_done) in enumerate(self._plan):
+            per = [s[5][gi] for s in stepped]
+            si = 0
+            for li, leaf, _, zero in leaves:
+                if zero is None:
+                    continue
+                x = np.array([p[0][si] for p in per])
+                si += 1
+                b["next." + leaf.key][ks, ts] = x
+                cur[li][ks] = x
+                for k, p in zip(ks.tolist(), per):
+                    for j in p[6]:
+                        cur[li][k, j] = 0
+            b[k_rew][ks, ts, :, 0] = [p[1] for p in per]
+            b[k_term][ks, ts, :, 0] = [p[2] for p in per]
+            b[k_trunc][ks, ts, :, 0] = [p[3] for p in per]
+            b[k_done][ks, ts, :, 0] = [p[4] for p in per]
+            here = [p[5] for p in per]
+            b[k_nmask][ks, ts] = here
+            self.alive[g][ks] = here
+        done = [s[2] for s in stepped]
+        b["next.done"][ks, ts, 0] = done
+        b["next.truncated"][ks, ts, 0] = [s[3] for s in stepped]
+        b["next.terminated"][ks, ts, 0] = [s[4] for s in stepped]
+        self.step_count[ks] += 1
+        self.needs_reset[ks] = done
+        self.frames[ks] += 1
+        if self.nan_is_failure:
+            for k, d in zip(ks.tolist(), done):
+                if not d and self._has_nan([c[k] for c in cur]):
+                    raise NodeFailed(f"env worker {k} produced a NaN observation")
