@@ -516,7 +516,10 @@ mod tests {
             .with_deferred_policy("Zoo", linear());
         match m.on_node(ready_of(0, Some(&ma), &PolicyConfig::Linear), &mut Vec::new()) {
             Err(TrainerError::Policy(reason)) => {
-                assert!(reason.contains("policy linear cannot take agents: a multi-agent env"), "{reason}")
+                assert!(
+                    reason.contains("policy linear cannot take agents: a multi-agent env"),
+                    "{reason}"
+                )
             }
             other => panic!("expected the policy refused, got {other:?}"),
         }
