@@ -30,8 +30,9 @@ first one (start-up). Each run is a fresh process, one after the other (``--runs
   process per core, all at once: env steps/s summed over the cores; (F) the actor's forward
   alone at the batch size rollout's nodes use (K envs a call), one process per core, all at
   once, summed: torch (the ``ProbabilisticActor`` on a TensorDict, sampling, ``no_grad``),
-  and the ONNX model rollout exports in onnxruntime as the Python node runs it
-  (``ORT_DISABLE_ALL``, 1 thread) and fully optimised (``ORT_ENABLE_ALL``); the fastest is
+  and the ONNX model rollout exports in onnxruntime unoptimised (``ORT_DISABLE_ALL``, 1
+  thread; named ``ort-node`` after what the node ran before 2026-12-06) and fully optimised
+  (``ORT_ENABLE_ALL``, as the Python node runs it now); the fastest is
   F (per CPU-second). ``L = 1 / (1/E + 1/F)`` frames/s. Measured at the start of each round
   and once after the last; the ratios are to the mean.
 - ``rollout``: ``rollout.DistributedCollector(PettingZooWrapper(env), actor, nodes=2,

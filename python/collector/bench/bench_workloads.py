@@ -22,8 +22,9 @@ first one (start-up). Each run is a fresh process, one after the other (``--runs
   done) in one process per core, all at once: env steps/s summed over the cores; (F) the actor's
   forward alone at the batch size rollout's nodes use (K rows a call), one process per
   core, all at once, summed: torch (the ``ProbabilisticActor`` on a TensorDict, sampling,
-  ``no_grad``), and the ONNX model rollout exports in onnxruntime as the Python node runs
-  it (``ORT_DISABLE_ALL``, 1 thread) and fully optimised (``ORT_ENABLE_ALL``, 1 thread);
+  ``no_grad``), and the ONNX model rollout exports in onnxruntime unoptimised
+  (``ORT_DISABLE_ALL``, 1 thread; ``ort-node``, what the node ran before 2026-12-06) and
+  fully optimised (``ORT_ENABLE_ALL``, 1 thread, as the Python node runs it now);
   the fastest of the three is F. Every frame costs one env step and one K-th of a forward,
   on the same cores, so the limit is ``L = 1 / (1/E + 1/F)`` frames/s (per core the same:
   ``1 / (1/e + 1/f)`` with e = E / cores, f = F / cores, times the cores). It is measured
