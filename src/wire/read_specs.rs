@@ -114,23 +114,25 @@ fn agent_groups(c: &mut Cursor<'_>) -> Result<BTreeMap<String, Vec<String>>, Str
                 .map_err(|e| at(format!("a group name: {e}")))?,
         )
         .map_err(|e| at(format!("a group name: {e}")))?;
-        let n = c.array_len().map_err(|e| at(format!("{name}: {e}")))?;
+        // A peer's name, escaped before it reaches an error or a log line.
+        let shown = crate::peer_text::Bounded(&name).to_string();
+        let n = c.array_len().map_err(|e| at(format!("{shown}: {e}")))?;
         let left = (MAX_AGENTS - total) as u64;
         if n > left {
             return Err(at(format!(
-                "{name}: {n} agents with {total} before them (at most {MAX_AGENTS} in all)"
+                "{shown}: {n} agents with {total} before them (at most {MAX_AGENTS} in all)"
             )));
         }
         let mut agents = Vec::with_capacity(n as usize);
         for _ in 0..n {
             let agent = c
                 .str_bytes(MAX_NAME_LEN as u64)
-                .map_err(|e| at(format!("{name}: an agent name: {e}")))?;
-            agents.push(utf8(agent).map_err(|e| at(format!("{name}: an agent name: {e}")))?);
+                .map_err(|e| at(format!("{shown}: an agent name: {e}")))?;
+            agents.push(utf8(agent).map_err(|e| at(format!("{shown}: an agent name: {e}")))?);
         }
         total += agents.len();
         if out.insert(name.clone(), agents).is_some() {
-            return Err(at(format!("{name}: given twice")));
+            return Err(at(format!("{shown}: given twice")));
         }
     }
     Ok(out)

@@ -426,3 +426,11 @@ fn agents_are_bounded_as_they_are_read() {
     let e = specs_of(&twice).unwrap_err();
     assert!(e.contains("g: given twice"), "{e}");
 }
+
+#[test]
+fn a_group_name_in_an_error_is_escaped() {
+    let mut v = two_groups();
+    v["agents"] = json!({ "a\nb": (0..=MAX_AGENTS).map(|i| format!("x{i}")).collect::<Vec<_>>() });
+    let e = specs_of(&pack(&v)).unwrap_err();
+    assert!(e.starts_with("agents: a\\nb: ") && !e.contains('\n'), "{e}");
+}
