@@ -5,7 +5,7 @@
 //! observation, the `Wide` env of this file) from 2 nodes joining over loopback.
 
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rollout::{Action, Env, EnvError, PolicyConfig, Registry, Spec, Transition};
 use rollout_actors::remote::{run_node, NodeOptions, NodeTls};
@@ -138,4 +138,67 @@ pub fn wide_collector(frames: usize, certs: Option<&TestCerts>) -> (DistributedC
         })
         .collect();
     (build.join().expect("trainer"), nodes)
+}
+
+/// AES-128-GCM (the suite rustls picks here) sealing 16 KiB records on one core, in
+/// bytes a second: the floor under TLS's cost, which a link pays twice a byte (sealed
+/// by the writer, opened by the reader, at about the same rate).
+pub fn seal_rate() -> f64 {
+    use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM};
+    let key = LessSafeKey::new(UnboundKey::new(&AES_128_GCM, &[7u8; 16]).expect("a 16-byte key"));
+    let mut record = vec![1u8; 16 << 10];
+    let seal = |n: u64, record: &mut Vec<u8>| {
+        for i in 0..n {
+            let mut nonce = [0u8; 12];
+            nonce[4..].copy_from_slice(&i.to_be_bytes());
+            let tag = key
+                .seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), Aad::empty(), record)
+                .expect("seal");
+            let _ = std::hint::black_box(tag);
+        }
+    };
+    // The fastest of 9 rounds: the core's clock and neighbours vary from one to the next.
+    let n = 10_000;
+    (0..9)
+        .map(|_| {
+            let start = Instant::now();
+            seal(n, &mut record);
+            (n as usize * record.len()) as f64 / start.elapsed().as_secs_f64()
+        })
+        .fold(0.0, f64::max)
+}
+
+/// The bytes a frame of `b`'s run costs the nodes' links to the trainer: the same run
+/// with its metrics served, 50 batches pulled, the trainer's received-bytes counter over
+/// the frames made (those delivered and at most one batch a node in flight: within 4 %).
+pub fn wire_bytes_per_frame(b: CollectorBuilder, nodes: usize, frames_per_batch: usize) -> f64 {
+    let mut c = b.metrics("127.0.0.1:0").build().expect("collector");
+    let addr = c.metrics_addr().expect("metrics served");
+    let batches = 50;
+    for _ in 0..batches {
+        let batch = c.next_batch().expect("batch").expect("endless");
+        c.recycle(batch);
+    }
+    let received = || -> f64 {
+        let a = rollout_tests::http_get(addr, "/metrics").expect("scrape");
+        a.body
+            .lines()
+            .find_map(|l| l.strip_prefix("rollout_received_bytes_total "))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("rollout_received_bytes_total in the scrape")
+    };
+    // The counter is brought up to date on the trainer's ticks: read until it holds.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut last = received();
+    loop {
+        thread::sleep(Duration::from_millis(200));
+        let now = received();
+        if now == last || Instant::now() > deadline {
+            break;
+        }
+        last = now;
+    }
+    c.shutdown().expect("shutdown");
+    let made = (batches + nodes / 2) * frames_per_batch;
+    last / made as f64
 }

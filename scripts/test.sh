@@ -7,6 +7,13 @@ cd "$(dirname "$0")/.."
 # Where the time goes: each phase's start, in seconds since the script began.
 phase() { echo "test.sh: $1 from ${SECONDS}s"; }
 
+# A fresh run writes ~17 GB here (the build ~10, the venv with torch and Ray ~7). When the
+# disk is short, say so first: pip's "No space left on device" further down names nothing.
+free_gb=$(df -Pk . | awk 'NR == 2 { print int($4 / 1048576) }')
+if [ "${free_gb:-0}" -lt 18 ]; then
+  echo "test.sh: warning: ${free_gb} GB free on $(df -P . | awk 'NR == 2 { print $6 }'); a fresh run needs ~17 GB (target/ and .venv/)" >&2
+fi
+
 if ! command -v cargo-nextest >/dev/null 2>&1; then
   cargo install --locked cargo-nextest
 fi

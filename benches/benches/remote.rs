@@ -8,9 +8,11 @@
 //! (e) (c) with the trainer's metrics served, in windows alternately scraped every
 //!     100 ms and not, in one run.
 //! (f) TLS against plain TCP in the same run (issue 41), two collectors side by side
-//!     pulled in alternating 0.5 s windows: (c) over TLS / (c) plain; 8 MiB batches
+//!     pulled in alternating 0.5 s windows: (c) over TLS / (c) plain, as built and with
+//!     `prefetch(1)`; 8 MiB batches
 //!     (1,024 frames of 8 KiB) from 2 nodes joining over loopback, TLS / plain; and (d)
-//!     over TLS / (d) plain.
+//!     over TLS / (d) plain. First the cipher's own rate (AES-128-GCM on one core), the
+//!     floor of what TLS costs.
 //! (g) (c) with the trainer's metrics counted (every batch's latency and policy lag
 //!     observed, issue 39) against (c) with none, two collectors pulled in alternating
 //!     0.5 s windows.
@@ -19,7 +21,8 @@
 //! Run: `cargo bench -p rollout-benches --bench remote`. For profiling one part
 //! (`perf record -a`), `ROLLOUT_BENCH_ONLY=local|process` collects for 3 s and
 //! `ROLLOUT_BENCH_ONLY=weights` runs (d) for 30 rounds, `ROLLOUT_BENCH_ONLY=metrics` (e),
-//! `ROLLOUT_BENCH_ONLY=tls` (f) alone, `ROLLOUT_BENCH_ONLY=counted` (g) alone.
+//! `ROLLOUT_BENCH_ONLY=tls` (f) alone, `ROLLOUT_BENCH_ONLY=wide-plain|wide-tls` one of (f)'s
+//! 8 MiB collectors alone for 8 s, `ROLLOUT_BENCH_ONLY=counted` (g) alone.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -245,12 +248,44 @@ fn print_tls(rounds: usize) {
             .build()
             .expect("collector")
     };
+    // The cipher's own rate on this core: whatever else TLS costs comes on top.
+    let seal = rollout_benches::tls_cost::seal_rate();
+    println!(
+        "(f) AES-128-GCM alone, 16 KiB records, one core: {:.2} GB/s (sealing and opening a byte costs {:.3} ns of CPU)",
+        seal / 1e9,
+        2e9 / seal
+    );
     let (mut plain, mut tls) = (process(None), process(Some(&certs)));
+    let bytes = rollout_benches::tls_cost::wire_bytes_per_frame(
+        builder(Launcher::Process, PolicyConfig::Linear, F, false),
+        2,
+        F,
+    );
     let (p, t, r) = alternate(&mut plain, &mut tls, rounds);
     plain.shutdown().expect("shutdown");
     tls.shutdown().expect("shutdown");
     println!(
-        "(f) CartPole, 10,000-frame batches, 2 process nodes: plain {:>10.0} frames/s   TLS {:>10.0} frames/s   TLS/plain = {:.3}",
+        "(f) CartPole, 10,000-frame batches, 2 process nodes: plain {:>10.0} frames/s   TLS {:>10.0} frames/s   TLS/plain = {:.3}   ({bytes:.1} bytes a frame on the wire)",
+        median(p),
+        median(t),
+        median(r)
+    );
+    // The same with each node one batch ahead (`prefetch`, issue 39): the hand-over's
+    // round trip, which TLS lengthens, overlaps the next batch.
+    let ahead = |certs: Option<&TestCerts>| {
+        secured(
+            builder(Launcher::Process, PolicyConfig::Linear, F, false).prefetch(1),
+            certs,
+        )
+        .build()
+        .expect("collector")
+    };
+    let (mut plain, mut tls) = (ahead(None), ahead(Some(&certs)));
+    let (p, t, r) = alternate(&mut plain, &mut tls, rounds);
+    plain.shutdown().expect("shutdown");
+    tls.shutdown().expect("shutdown");
+    println!(
+        "(f) the same, prefetch 1:                            plain {:>10.0} frames/s   TLS {:>10.0} frames/s   TLS/plain = {:.3}",
         median(p),
         median(t),
         median(r)
@@ -321,6 +356,21 @@ fn main() {
         }
         if which == "tls" {
             print_tls(9);
+            return;
+        }
+        if let Some(kind) = which.strip_prefix("wide-") {
+            // One of (f)'s 8 MiB collectors alone for 8 s (`wide-plain`, `wide-tls`).
+            let certs = test_certs();
+            let (mut c, nodes) = wide_collector(1024, (kind == "tls").then_some(&certs));
+            let fps = rate(&mut c, 8.0);
+            c.shutdown().expect("shutdown");
+            for n in nodes {
+                let _ = n.join();
+            }
+            println!(
+                "{which}: {:.2} GB/s",
+                fps * (rollout_benches::tls_cost::WIDE_OBS * 4) as f64 / 1e9
+            );
             return;
         }
         if which == "counted" {
