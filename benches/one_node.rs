@@ -21,6 +21,15 @@ use rollout_actors::DistributedCollector;
 
 use crate::independent::Independent;
 
+/// The env worker's nice: the CLI's (10), or `ROLLOUT_BENCH_NICE` (profiling: what the
+/// hand-over costs once the worker is not preempted by the actors' threads).
+fn worker_nice() -> i32 {
+    std::env::var("ROLLOUT_BENCH_NICE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(rollout::node_spec::DEFAULT_WORKER_NICE)
+}
+
 /// The collector as `rollout collect --nodes 1 --policy linear --exploration-type
 /// deterministic` builds it (one node, one env, async, the CLI's worker nice), endless, on
 /// batches of `frames` frames, each node `prefetch` batches ahead of the consumer.
@@ -29,7 +38,7 @@ pub fn one_node_collector(frames: usize, prefetch: usize) -> DistributedCollecto
         .env("CartPole-v1")
         .policy(PolicyConfig::Linear)
         .nodes(1)
-        .worker_nice(rollout::node_spec::DEFAULT_WORKER_NICE)
+        .worker_nice(worker_nice())
         .envs_per_node(1)
         .frames_per_batch(frames)
         .total_frames(-1)

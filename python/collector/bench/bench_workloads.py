@@ -55,8 +55,9 @@ first one (start-up). Each run is a fresh process, one after the other (``--runs
   ``import sample_factory`` works (and even then not run by this script).
 
 ``--nodes`` defaults to the cores (2 here); K and T default to the workload's (pong-raw 4
-and 32, pong84 8 and 64, halfcheetah 8 and 128). ``--profile-nodes PREFIX`` runs rollout's
-nodes under cProfile (workloads/profiled_node.py: ``PREFIX.<pid>.prof`` and the node's wall
+and 32, pong84 8 and 64, halfcheetah 16 and 128: at 8 the model's and the sampling's
+per-call costs were a quarter of what a node adds, see BENCHMARKS.md). ``--profile-nodes
+PREFIX`` runs rollout's nodes under cProfile (workloads/profiled_node.py: ``PREFIX.<pid>.prof`` and the node's wall
 and CPU times in ``PREFIX.<pid>.json``). pong84 needs OpenCV (gymnasium's
 ``AtariPreprocessing`` resizes with it: ``pip install opencv-python-headless``).
 
@@ -125,7 +126,7 @@ WORKLOADS: Dict[str, Workload] = {
         "RolloutBench/Pong84-v5", (4, 84, 84), True, 6, False, "Pong-v5",
         dict(_ATARI_ENVPOOL, img_height=84, img_width=84, gray_scale=True, stack_num=4, noop_max=30), 8, 64,
     ),
-    "halfcheetah": Workload("HalfCheetah-v5", (17,), False, 6, True, "HalfCheetah-v4", {}, 8, 128),
+    "halfcheetah": Workload("HalfCheetah-v5", (17,), False, 6, True, "HalfCheetah-v4", {}, 16, 128),
 }
 
 
