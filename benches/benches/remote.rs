@@ -243,11 +243,6 @@ fn alternate(
 /// the per-round ratios (TLS / plain; for the weight push, plain time / TLS time).
 fn print_tls(rounds: usize) {
     let certs = test_certs();
-    let process = |certs: Option<&TestCerts>| {
-        secured(builder(Launcher::Process, PolicyConfig::Linear, F, false), certs)
-            .build()
-            .expect("collector")
-    };
     // The cipher's own rate on this core: whatever else TLS costs comes on top.
     let seal = rollout_benches::tls_cost::seal_rate();
     println!(
@@ -255,41 +250,33 @@ fn print_tls(rounds: usize) {
         seal / 1e9,
         2e9 / seal
     );
-    let (mut plain, mut tls) = (process(None), process(Some(&certs)));
     let bytes = rollout_benches::tls_cost::wire_bytes_per_frame(
         builder(Launcher::Process, PolicyConfig::Linear, F, false),
         2,
         F,
     );
-    let (p, t, r) = alternate(&mut plain, &mut tls, rounds);
-    plain.shutdown().expect("shutdown");
-    tls.shutdown().expect("shutdown");
-    println!(
-        "(f) CartPole, 10,000-frame batches, 2 process nodes: plain {:>10.0} frames/s   TLS {:>10.0} frames/s   TLS/plain = {:.3}   ({bytes:.1} bytes a frame on the wire)",
-        median(p),
-        median(t),
-        median(r)
-    );
-    // The same with each node one batch ahead (`prefetch`, issue 39): the hand-over's
-    // round trip, which TLS lengthens, overlaps the next batch.
-    let ahead = |certs: Option<&TestCerts>| {
-        secured(
-            builder(Launcher::Process, PolicyConfig::Linear, F, false).prefetch(1),
-            certs,
-        )
-        .build()
-        .expect("collector")
-    };
-    let (mut plain, mut tls) = (ahead(None), ahead(Some(&certs)));
-    let (p, t, r) = alternate(&mut plain, &mut tls, rounds);
-    plain.shutdown().expect("shutdown");
-    tls.shutdown().expect("shutdown");
-    println!(
-        "(f) the same, prefetch 1:                            plain {:>10.0} frames/s   TLS {:>10.0} frames/s   TLS/plain = {:.3}",
-        median(p),
-        median(t),
-        median(r)
-    );
+    // As built, then with each node one batch ahead (`prefetch`, issue 39): whether the
+    // hand-over's round trip, which TLS lengthens, is what TLS costs.
+    for prefetch in [0, 1] {
+        let process = |certs: Option<&TestCerts>| {
+            secured(
+                builder(Launcher::Process, PolicyConfig::Linear, F, false).prefetch(prefetch),
+                certs,
+            )
+            .build()
+            .expect("collector")
+        };
+        let (mut plain, mut tls) = (process(None), process(Some(&certs)));
+        let (p, t, r) = alternate(&mut plain, &mut tls, rounds);
+        plain.shutdown().expect("shutdown");
+        tls.shutdown().expect("shutdown");
+        println!(
+            "(f) CartPole, 10,000-frame batches, 2 process nodes, prefetch {prefetch}: plain {:>10.0} frames/s   TLS {:>10.0} frames/s   TLS/plain = {:.3}   ({bytes:.1} bytes a frame on the wire)",
+            median(p),
+            median(t),
+            median(r)
+        );
+    }
     let wide_frames = 1024;
     let mb = (wide_frames * rollout_benches::tls_cost::WIDE_OBS * 4) as f64 / (1 << 20) as f64;
     let (mut plain, plain_nodes) = wide_collector(wide_frames, None);
