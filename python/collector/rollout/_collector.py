@@ -97,6 +97,29 @@ def _added_entries(forms: Any, field: str) -> tuple:
     return each.pop()
 
 
+def _check_agents_end_together(batch: Batch) -> None:
+    """A torchrl ``PettingZooWrapper(done_on_any=True)`` resets its env once any agent is
+    done; rollout's nodes once every agent is. The two agree while the agents end together
+    (MPE's envs): a frame where an agent is done and the env is not says they do not, and
+    the run cannot give torchrl's episodes: ``CollectorError`` naming the option."""
+    env_done = batch.get("next.done")
+    if env_done is None:
+        return
+    for key in batch._own_keys():
+        parts = key.split(".")
+        if len(parts) != 3 or parts[0] != "next" or parts[2] != "done":
+            continue
+        agents_done = batch[key]
+        # [..., n, 1] against the env's [..., 1]: an agent done in a frame the env goes on.
+        early = agents_done.any(axis=-2) & ~env_done.astype(bool)
+        if early.any():
+            raise _native.CollectorError(
+                f"group `{parts[1]}`: an agent ended before the others (batch {batch.index}); torchrl's "
+                "PettingZooWrapper(done_on_any=True) would reset the env there, rollout's nodes reset it once "
+                "every agent is done: pass PettingZooWrapper(..., done_on_any=False)"
+            )
+
+
 def _check_primed(primed: tuple, policy: Any, field: str) -> None:
     """A ``TensorDictPrimer`` on the env primes the recurrent actor's state, which the
     nodes keep: each of its keys must be a state tensor of the exported actor."""
@@ -590,11 +613,12 @@ class DistributedCollector:
         added: tuple = ()
         primed: tuple = ()
         agent_masks = True
+        done_on_any = False
         pickled, pickled_specs = False, None
         env = env if env is not None else create_env_fn
         if env is not None and not isinstance(env, str):
             from . import _pickled_env
-            from ._env_forms import NO_AGENT_MASKS, PRIMED, resolve
+            from ._env_forms import DONE_ON_ANY, NO_AGENT_MASKS, PRIMED, resolve
 
             forms = resolve(env, env_field)
             pickled, pickled_specs = _pickled_env.is_pickled(forms), _pickled_env.specs_of(forms)
@@ -606,6 +630,9 @@ class DistributedCollector:
             if NO_AGENT_MASKS in added:
                 added = tuple(a for a in added if a != NO_AGENT_MASKS)
                 agent_masks = False
+            if DONE_ON_ANY in added:
+                added = tuple(a for a in added if a != DONE_ON_ANY)
+                done_on_any = True
             env, env_config, collector_kwargs, nodes = _placed(forms, env_field, env_config, collector_kwargs, nodes)
         if envs_per_node is not None and num_workers_per_collector is not None:
             raise _config_error("envs_per_node", "give envs_per_node or num_workers_per_collector, not both")
@@ -674,6 +701,7 @@ class DistributedCollector:
         self._tensordict = bool(tensordict)
         self._init_tracker = "is_init" in added
         self._agent_masks = agent_masks
+        self._done_on_any = done_on_any
         self._episode_reward = None
         if "episode_reward" in added:
             from ._tensordict import EpisodeReward
@@ -815,6 +843,8 @@ class DistributedCollector:
         if raw is None:
             return None
         batch = Batch(raw)
+        if self._done_on_any:
+            _check_agents_end_together(batch)
         if not self._tensordict:
             return batch if self._postproc is None else self._postproc(batch)
         from ._tensordict import to_tensordict

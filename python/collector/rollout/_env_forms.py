@@ -39,6 +39,9 @@ PRIMED = "primed:"
 #: Among the entries: a torchrl ``PettingZooWrapper`` without ``use_mask`` (its batches have
 #: no agent masks, so the collector leaves the nodes' out of each TensorDict).
 NO_AGENT_MASKS = "no-agent-masks"
+#: Among the entries: a torchrl ``PettingZooWrapper`` with ``done_on_any=True`` (torchrl's
+#: default for parallel envs), served while the env's agents end together (see ``_pettingzoo``).
+DONE_ON_ANY = "done-on-any"
 
 _WHAT_TO_PASS = "pass an env id (e.g. \"Pendulum-v1\"), a torchrl env, or a function making one"
 
@@ -165,7 +168,9 @@ def _pettingzoo(env: Any, field: str) -> Tuple[str, Optional[dict], Tuple[str, .
     be torchrl's default ones, actions categorical, no ``return_state``; ``use_mask``
     says whether the TensorDicts keep the agent masks. rollout's nodes end an episode
     once every agent is done (torchrl's ``done_on_any=False``); with agents that end
-    together, as in MPE's envs, that is the same as torchrl's default for parallel envs."""
+    together, as in MPE's envs, that is the same as torchrl's default for parallel envs
+    (``done_on_any=True``), which is therefore served, each batch checked for an agent
+    ending before the others (``DONE_ON_ANY``: the collector raises there)."""
     from ._spaces import PETTINGZOO, torchrl_groups
 
     pz = getattr(env, "_env", None)
@@ -190,6 +195,8 @@ def _pettingzoo(env: Any, field: str) -> Tuple[str, Optional[dict], Tuple[str, .
     except (TypeError, ValueError):
         raise config_error(field, f"the keyword arguments {sorted(config)} of {module} are not JSON: pass \"pettingzoo:{module}\" with env_config") from None
     added = () if getattr(env, "use_mask", False) else (NO_AGENT_MASKS,)
+    if getattr(env, "done_on_any", False):
+        added += (DONE_ON_ANY,)
     return PETTINGZOO + module, (config or None), added
 
 

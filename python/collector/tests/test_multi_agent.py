@@ -166,6 +166,20 @@ def test_agents_that_die_are_masked_and_flagged_as_torchrl_masks_and_flags_them(
     assert torch.equal(ends, ~after.any(-1))
 
 
+def test_done_on_any_is_refused_at_the_first_agent_that_ends_before_the_others():
+    # torchrl's default for a parallel env, done_on_any=True, resets the env at the first agent
+    # done; rollout's nodes at the last. Served while they agree (MPE: the layout test above,
+    # use_mask=True, runs with it), refused where they do not: the same KAZ run as above.
+    env = wrapper(kaz(), use_mask=True)
+    assert env.done_on_any
+    with pytest.raises(rollout.CollectorError, match=r"done_on_any=False") as e:
+        rollout_batches(env, "random", 400, record=False, tensordict=True)
+    assert "ended before the others" in str(e.value)
+    # The same run as plain batches is checked alike (the option is the env's, not the form's).
+    with pytest.raises(rollout.CollectorError, match=r"done_on_any"):
+        rollout_batches(wrapper(kaz(), use_mask=True), "random", 400, record=False, tensordict=False)
+
+
 @pytest.mark.parametrize("sync", [True, False])
 def test_every_frame_of_a_run_replays_through_pettingzoo_by_seed(sync):
     from rollout_node.marl_replay import check_rows
