@@ -326,9 +326,23 @@ class PettingZooWorkers(Workers):
         all_term = all_trunc = all_done = True
         per_group = []
         for g, agents, leaves, *_ in self._plan:
-            seen = [a in o for a in agents]
-            # Agents that observed but are no longer in env.agents: no current observation.
-            left = [j for j, a in enumerate(agents) if seen[j] and a not in after]
+            # One pass over the agents (a comprehension each costs a call): whether each
+            # observed, is still in env.agents, its flags and reward. An agent the step
+            # returned no flags for has left (or not come): terminated and truncated.
+            seen, here, left, term, trunc, done, rew = [], [], [], [], [], [], []
+            for j, a in enumerate(agents):
+                s_, h_ = a in o, a in after
+                seen.append(s_)
+                here.append(h_)
+                if s_ and not h_:
+                    # Observed, but no longer in env.agents: no current observation.
+                    left.append(j)
+                x = bool(te.get(a, True))
+                y = True if cut else bool(tr.get(a, True))
+                term.append(x)
+                trunc.append(y)
+                done.append(x or y)
+                rew.append(r.get(a, 0.0))
             small = []
             for li, leaf, whole, zero in leaves:
                 if zero is not None:
@@ -341,11 +355,7 @@ class PettingZooWorkers(Workers):
                 c[...] = dst
                 for j in left:
                     c[j] = 0
-            # An agent the step returned no flags for has left (or not come): both.
-            term = [bool(te.get(a, True)) for a in agents]
-            trunc = [True] * len(agents) if cut else [bool(tr.get(a, True)) for a in agents]
-            done = [x or y for x, y in zip(term, trunc)]
-            per_group.append((small, [r.get(a, 0.0) for a in agents], term, trunc, done, [a in after for a in agents], left))
+            per_group.append((small, rew, term, trunc, done, here, left))
             all_term = all_term and all(term)
             all_trunc = all_trunc and all(trunc)
             all_done = all_done and all(done)
