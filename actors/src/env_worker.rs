@@ -12,15 +12,21 @@
 //! ([`Rollout::collect_frames_until`]). Once the node sets it, the batch in flight
 //! ends within [`STOP_CHECK_STEPS`](rollout::rollout::STOP_CHECK_STEPS) steps and is
 //! dropped, answered by nothing: the `Stop` that follows is answered as usual.
+//!
+//! The storage of its batches comes back beside the mailbox, in a [`Returned`] slot
+//! it shares with its node, taken at each `Collect`: with `prefetch` the next
+//! `Collect` is queued before the last batch is handed back, and through the mailbox
+//! that storage would come only after the batch it could have held.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use actix::prelude::*;
 use rollout::machine::node::WorkerEvent;
 use rollout::machine::WorkerCmd;
 use rollout::rollout::{Rollout, RolloutError};
+use rollout::TensorDict;
 
 use crate::messages::{Deliver, Replace};
 
@@ -33,6 +39,26 @@ pub struct EnvWorker {
     owns_arbiter: bool,
     /// Set by the node when it stops: the batch in flight ends between steps.
     stop: Arc<AtomicBool>,
+    /// Storage its node handed back, taken at the next `Collect`.
+    returned: Returned,
+}
+
+/// The storage of a worker's last batch, handed back by its node and taken by the
+/// worker when it begins its next `Collect` (see the module's doc). Holds one batch:
+/// a newer one replaces it (the rollout keeps one spare anyway).
+#[derive(Clone, Debug, Default)]
+pub struct Returned(Arc<Mutex<Option<TensorDict>>>);
+
+impl Returned {
+    /// Hands `data` back.
+    pub fn put(&self, data: TensorDict) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(data);
+    }
+
+    /// What was handed back since the last take.
+    fn take(&self) -> Option<TensorDict> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
 }
 
 impl EnvWorker {
@@ -49,7 +75,15 @@ impl EnvWorker {
             node,
             owns_arbiter,
             stop: Arc::new(AtomicBool::new(false)),
+            returned: Returned::default(),
         }
+    }
+
+    /// The slot its node hands its batches' storage back in ([`Returned`]); without
+    /// it, storage comes as `Recycle` commands in the mailbox.
+    pub fn with_returned(mut self, returned: Returned) -> EnvWorker {
+        self.returned = returned;
+        self
     }
 
     /// The worker looks at `stop` while it collects (its node's flag, see
@@ -182,6 +216,11 @@ impl Handler<Deliver<WorkerCmd>> for EnvWorker {
 
     fn handle(&mut self, msg: Deliver<WorkerCmd>, ctx: &mut Self::Context) {
         let stop = matches!(msg.0, WorkerCmd::Stop);
+        if let (WorkerCmd::Collect { .. }, Some(r)) = (&msg.0, self.rollout.as_mut()) {
+            if let Some(data) = self.returned.take() {
+                r.recycle(data);
+            }
+        }
         if let Some(ev) = execute_until(&mut self.rollout, self.worker, msg.0, &self.stop) {
             if let WorkerEvent::Failed { reason, .. } = &ev {
                 tracing::warn!(worker = self.worker, %reason, "env worker failed");

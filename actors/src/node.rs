@@ -22,7 +22,7 @@ use rollout::node_spec::NodeSpec;
 use rollout::rollout::Rollout;
 use rollout::Registry;
 
-use crate::env_worker::EnvWorker;
+use crate::env_worker::{EnvWorker, Returned};
 use crate::messages::{Deliver, Recycle, Replace};
 
 /// One node: receives the trainer's messages, drives and supervises its env workers.
@@ -39,6 +39,9 @@ pub struct Node {
     start: Instant,
     /// Shared with every worker: set once the node stops (see the module's doc).
     stop: WorkersStop,
+    /// Each worker's slot for its batches' storage ([`Returned`]); empty: storage
+    /// goes back through the mailbox.
+    returned: Vec<Returned>,
 }
 
 /// The workers' stop flag, set when the node lets go of it: however the node ends
@@ -75,7 +78,16 @@ impl Node {
             dead,
             start: Instant::now(),
             stop: WorkersStop(Arc::new(AtomicBool::new(false))),
+            returned: Vec::new(),
         }
+    }
+
+    /// The slots its workers were given ([`EnvWorker::with_returned`]), one per
+    /// worker in order: a batch's storage goes back there, not behind a `Collect`
+    /// already queued. A worker started later (a dead actor replaced) gets its slot too.
+    pub fn with_returned(mut self, returned: Vec<Returned>) -> Node {
+        self.returned = returned;
+        self
     }
 
     /// The flag its workers were given ([`EnvWorker::with_stop_flag`]): the node sets
@@ -139,7 +151,10 @@ impl Node {
             return;
         };
         if w.connected() {
-            w.do_send(Deliver(cmd));
+            match (cmd, self.returned.get(worker)) {
+                (WorkerCmd::Recycle(data), Some(slot)) => slot.put(data),
+                (cmd, _) => w.do_send(Deliver(cmd)),
+            }
             return;
         }
         // The actor is gone (a panic outside the env boundary): a death, reported once.
@@ -180,8 +195,11 @@ impl Node {
         };
         let to_node = ctx.address().recipient();
         let stop = Arc::clone(&self.stop.0);
+        let returned = self.returned.get(worker).cloned().unwrap_or_default();
         self.workers[worker] = EnvWorker::start_in_arbiter(arbiter, move |_| {
-            EnvWorker::new(worker, rollout, to_node, true).with_stop_flag(stop)
+            EnvWorker::new(worker, rollout, to_node, true)
+                .with_stop_flag(stop)
+                .with_returned(returned)
         });
         self.dead[worker] = false;
         tracing::warn!(

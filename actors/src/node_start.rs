@@ -13,7 +13,7 @@ use rollout::policy::{PolicyError, Weights};
 use rollout::rollout::{Rollout, RolloutError};
 use rollout::Registry;
 
-use crate::env_worker::{worker_arbiter, EnvWorker};
+use crate::env_worker::{worker_arbiter, EnvWorker, Returned};
 use crate::messages::Deliver;
 use crate::node::Node;
 
@@ -113,12 +113,16 @@ pub(crate) fn start_node(
     let mut handles = Vec::with_capacity(workers.len());
     let mut arbiters = Vec::with_capacity(workers.len());
     let stop = Arc::new(AtomicBool::new(false));
+    let returned: Vec<Returned> = (0..workers.len()).map(|_| Returned::default()).collect();
     for (w, rollout) in workers.into_iter().enumerate() {
         let arbiter = worker_arbiter(spec.worker_nice);
         let to_node = node_addr.clone().recipient();
         let worker_stop = Arc::clone(&stop);
+        let slot = returned[w].clone();
         addrs.push(EnvWorker::start_in_arbiter(&arbiter.handle(), move |_| {
-            EnvWorker::new(w, rollout, to_node, true).with_stop_flag(worker_stop)
+            EnvWorker::new(w, rollout, to_node, true)
+                .with_stop_flag(worker_stop)
+                .with_returned(slot)
         }));
         handles.push(arbiter.handle());
         arbiters.push(arbiter);
@@ -133,7 +137,8 @@ pub(crate) fn start_node(
     node_ctx.run(
         Node::new(machine, addrs, trainer)
             .with_rebuild(spec.clone(), registry.clone(), handles)
-            .with_stop_flag(Arc::clone(&stop)),
+            .with_stop_flag(Arc::clone(&stop))
+            .with_returned(returned),
     );
     StartedNode {
         addr: node_addr,

@@ -43,6 +43,9 @@ pub enum Need {
     /// A multi-agent env (`agents` in its specs, declared to the trainer): batches of
     /// per-group entries with an agent axis (version 10).
     Agents,
+    /// `prefetch`: the trainer sends a node its next `continue` while it collects the
+    /// one before, and the node queues it (version 11).
+    Prefetch,
 }
 
 impl Need {
@@ -56,6 +59,7 @@ impl Need {
             Need::QValue => 8,
             Need::Unrecorded { .. } => 9,
             Need::Agents => 10,
+            Need::Prefetch => 11,
         }
     }
 }
@@ -96,6 +100,10 @@ impl fmt::Display for Need {
             Need::Agents => write!(
                 f,
                 "its env has several agents, whose batches hold each group's entries on an agent axis (version 10)"
+            ),
+            Need::Prefetch => write!(
+                f,
+                "it prefetches: a node is sent its next continue while it collects one, and queues it (version 11)"
             ),
         }
     }
@@ -192,14 +200,24 @@ mod tests {
     }
 
     #[test]
-    fn a_multi_agent_env_declared_to_the_trainer_admits_version_10_only() {
+    fn a_multi_agent_env_declared_to_the_trainer_admits_version_10_and_up() {
         let v = AdmitVersions::serving([specs(), Need::Agents, recorded()]);
         assert_eq!(v.oldest(), 10);
         assert_eq!(v.need(), Some(&Need::Agents));
         assert_eq!(v.check(10), Ok(()));
         assert!(v
             .check(9)
-            .is_err_and(|r| r.contains("its env has several agents") && r.contains("this run admits 10 (")));
+            .is_err_and(|r| r.contains("its env has several agents") && r.contains("this run admits 10 to 11 (")));
+    }
+
+    #[test]
+    fn a_prefetching_run_admits_version_11_only() {
+        let v = AdmitVersions::serving([specs(), Need::Agents, recorded(), Need::Prefetch]);
+        assert_eq!((v.oldest(), v.need()), (11, Some(&Need::Prefetch)));
+        assert_eq!(v.check(11), Ok(()));
+        assert!(v
+            .check(10)
+            .is_err_and(|r| r.contains("it prefetches") && r.contains("this run admits 11 (")));
     }
 
     #[test]
@@ -212,11 +230,11 @@ mod tests {
         }
         assert_eq!(
             all.check(2),
-            Err("protocol version 2 is not supported (this trainer speaks 3 to 10)".into())
+            Err("protocol version 2 is not supported (this trainer speaks 3 to 11)".into())
         );
         assert_eq!(
-            all.check(11),
-            Err("protocol version 11 is not supported (this trainer speaks 3 to 10)".into())
+            all.check(12),
+            Err("protocol version 12 is not supported (this trainer speaks 3 to 11)".into())
         );
     }
 
@@ -230,8 +248,8 @@ mod tests {
             v.check(4),
             Err(
                 "protocol version 4 cannot serve this run: its policy (mlp) records action_log_prob and its \
-                 distribution's parameters in every batch (version 5); this run admits 5 to 10 (this trainer \
-                 speaks 3 to 10, the older ones for runs that need less)"
+                 distribution's parameters in every batch (version 5); this run admits 5 to 11 (this trainer \
+                 speaks 3 to 11, the older ones for runs that need less)"
                     .into()
             )
         );
@@ -239,8 +257,8 @@ mod tests {
             .check(3)
             .is_err_and(|r| r.starts_with("protocol version 3 cannot serve this run")));
         assert_eq!(
-            v.check(11),
-            Err("protocol version 11 is not supported (this trainer speaks 3 to 10; this run admits 5 to 10)".into())
+            v.check(12),
+            Err("protocol version 12 is not supported (this trainer speaks 3 to 11; this run admits 5 to 11)".into())
         );
 
         let v = AdmitVersions::serving([specs()]);
@@ -253,8 +271,8 @@ mod tests {
             v.check(3),
             Err(
                 "protocol version 3 cannot serve this run: its env Custom is known only to its nodes, which \
-                 report its spaces in ready's specs (version 4); this run admits 4 to 10 (this trainer speaks 3 \
-                 to 10, the older ones for runs that need less)"
+                 report its spaces in ready's specs (version 4); this run admits 4 to 11 (this trainer speaks 3 \
+                 to 11, the older ones for runs that need less)"
                     .into()
             )
         );
@@ -264,15 +282,15 @@ mod tests {
         let v = AdmitVersions::serving([specs(), recorded(), Need::Onnx, Need::Recurrent]);
         assert_eq!((v.oldest(), v.need()), (6, Some(&Need::Recurrent)));
         assert_eq!(
-            v.check(11),
-            Err("protocol version 11 is not supported (this trainer speaks 3 to 10; this run admits 6 to 10)".into())
+            v.check(12),
+            Err("protocol version 12 is not supported (this trainer speaks 3 to 11; this run admits 6 to 11)".into())
         );
         // An exploration module: version 7 and up.
         let v = AdmitVersions::serving([recorded(), Need::Onnx, Need::Recurrent, Need::Exploration]);
         assert_eq!((v.oldest(), v.need()), (7, Some(&Need::Exploration)));
         assert_eq!(
-            v.check(11),
-            Err("protocol version 11 is not supported (this trainer speaks 3 to 10; this run admits 7 to 10)".into())
+            v.check(12),
+            Err("protocol version 12 is not supported (this trainer speaks 3 to 11; this run admits 7 to 11)".into())
         );
         // The qvalue head: version 8 alone; version 7 is refused naming the head.
         let v = AdmitVersions::serving([recorded(), Need::Onnx, Need::Exploration, Need::QValue]);
@@ -280,12 +298,12 @@ mod tests {
         assert_eq!(v.check(8), Ok(()));
         assert!(v
             .check(7)
-            .is_err_and(|r| r.contains("the qvalue head") && r.contains("this run admits 8 to 10 (")));
+            .is_err_and(|r| r.contains("the qvalue head") && r.contains("this run admits 8 to 11 (")));
         // A run that asked for no recording: version 9 alone.
         let v = AdmitVersions::serving([recorded(), Need::Unrecorded { policy: "mlp".into() }]);
         assert_eq!(v.oldest(), 9);
         assert!(v
             .check(8)
-            .is_err_and(|r| r.contains("records nothing in this run") && r.contains("this run admits 9 to 10 (")));
+            .is_err_and(|r| r.contains("records nothing in this run") && r.contains("this run admits 9 to 11 (")));
     }
 }

@@ -5,7 +5,9 @@
 //! their exact frames; a run that needs what an older version lacks (a policy that
 //! records log-probabilities: 5; an env only the nodes know: 4) refuses that version
 //! at `hello`, before the challenge, with a `reject` naming the versions, and is served
-//! by the newer ones.
+//! by the newer ones. A prefetching run (version 11) sends a node its next `continue`
+//! while it collects one: version 10 is refused, and a version-11 node that holds its
+//! first `continue` until the second came is served exactly.
 
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::thread::{self, JoinHandle};
@@ -116,6 +118,10 @@ struct TextNode {
     s: TcpStream,
     welcome: Welcome,
     workers: Vec<Rollout>,
+    /// Holds its first `continue` unanswered until a second one came (version 11: a
+    /// prefetching trainer sends it ahead), then answers both in order; a trainer that
+    /// never sends one ahead leaves the run to fail at its deadline.
+    awaits_ahead: bool,
 }
 
 impl TextNode {
@@ -130,6 +136,7 @@ impl TextNode {
             s,
             welcome: *welcome,
             workers,
+            awaits_ahead: false,
         }
     }
 
@@ -174,8 +181,14 @@ impl TextNode {
         self.ready();
         let node = self.welcome.node_index;
         let mut sent = Vec::new();
+        let mut held: Option<rollout::message::Continue> = None;
         while let Some(frame) = recv(&mut self.s) {
             let reply = match frame {
+                TrainerFrame::Message(ToNode::Continue(c)) if self.awaits_ahead => {
+                    self.awaits_ahead = false;
+                    held = Some(c);
+                    continue;
+                }
                 TrainerFrame::Heartbeat => NodeFrame::Heartbeat,
                 TrainerFrame::Message(ToNode::Seed(seed)) => NodeFrame::Message(FromNode::Seeded {
                     node,
@@ -186,6 +199,18 @@ impl TextNode {
                     version: u.weights.version,
                 }),
                 TrainerFrame::Message(ToNode::Continue(c)) => {
+                    // Answered in order: the one held first.
+                    if let Some(first) = held.take() {
+                        let data = self.collect(first.frames);
+                        sent.push(data.clone());
+                        let b = FromNode::Batch(Batch {
+                            node,
+                            seq: first.seq,
+                            weights_version: 0,
+                            data,
+                        });
+                        send(&mut self.s, &NodeFrame::Message(b));
+                    }
                     let data = self.collect(c.frames);
                     sent.push(data.clone());
                     NodeFrame::Message(FromNode::Batch(Batch {
@@ -256,8 +281,8 @@ fn a_policy_that_records_refuses_versions_3_and_4_at_hello_and_version_5_serves_
             reason,
             format!(
                 "protocol version {v} cannot serve this run: its policy (mlp) records action_log_prob and its \
-                 distribution's parameters in every batch (version 5); this run admits 5 to 10 (this trainer \
-                 speaks 3 to 10, the older ones for runs that need less)"
+                 distribution's parameters in every batch (version 5); this run admits 5 to 11 (this trainer \
+                 speaks 3 to 11, the older ones for runs that need less)"
             )
         );
     }
@@ -281,7 +306,7 @@ fn a_run_that_records_nothing_refuses_versions_5_to_8_at_hello_and_version_9_ser
             format!(
                 "protocol version {v} cannot serve this run: its policy (mlp) records nothing in this run (record \
                  off, as in a deterministic run): its batches leave out action_log_prob and the distribution's \
-                 parameters (version 9); this run admits 9 to 10 (this trainer speaks 3 to 10, the older ones for runs \
+                 parameters (version 9); this run admits 9 to 11 (this trainer speaks 3 to 11, the older ones for runs \
                  that need less)"
             )
         );
@@ -303,7 +328,7 @@ fn an_env_only_the_nodes_know_refuses_version_3_at_hello_and_versions_4_and_5_se
         reason,
         format!(
             "protocol version 3 cannot serve this run: its env {CUSTOM} is known only to its nodes, which report \
-             its spaces in ready's specs (version 4); this run admits 4 to 10 (this trainer speaks 3 to 10, the \
+             its spaces in ready's specs (version 4); this run admits 4 to 11 (this trainer speaks 3 to 11, the \
              older ones for runs that need less)"
         )
     );
@@ -333,8 +358,8 @@ fn a_recurrent_policy_refuses_versions_3_to_5_at_hello_and_version_6_serves_it()
             reason,
             format!(
                 "protocol version {v} cannot serve this run: its policy is a recurrent onnx model, whose state the \
-                 node keeps per env and records with is_init in every batch (version 6); this run admits 6 to 10 (this \
-                 trainer speaks 3 to 10, the older ones for runs that need less)"
+                 node keeps per env and records with is_init in every batch (version 6); this run admits 6 to 11 (this \
+                 trainer speaks 3 to 11, the older ones for runs that need less)"
             )
         );
     }
@@ -345,4 +370,47 @@ fn a_recurrent_policy_refuses_versions_3_to_5_at_hello_and_version_6_serves_it()
     }
     let c = t.join().expect("trainer thread");
     assert_exact(c, vec![node.serve_on_thread()]);
+}
+
+#[test]
+fn a_prefetching_run_refuses_version_10_at_hello_and_version_11_takes_its_continues_ahead() {
+    let (t, addr) = built_on_a_thread(
+        DistributedCollector::builder()
+            .env("Counting")
+            .policy(PolicyConfig::Constant { value: 1.0 })
+            .exploration_type(ExplorationType::Deterministic)
+            .nodes(1)
+            .envs_per_node(ENVS)
+            .frames_per_batch(SHARE)
+            .total_frames((SHARE * ROUNDS) as i64)
+            .prefetch(1)
+            .seed(5)
+            .launcher(Launcher::External)
+            .token(TOKEN)
+            .heartbeat(Duration::from_millis(200), Duration::from_secs(10))
+            .join_timeout(DEADLINE)
+            .batch_timeout(DEADLINE),
+    );
+    let reason = rejected_at_hello(addr, 10, 0);
+    assert_eq!(
+        reason,
+        "protocol version 10 cannot serve this run: it prefetches: a node is sent its next continue while it \
+         collects one, and queues it (version 11); this run admits 11 (this trainer speaks 3 to 11, the older ones \
+         for runs that need less)"
+    );
+    let mut node = TextNode::join(addr, 11, 0);
+    node.awaits_ahead = true;
+    let node = node.serve_on_thread();
+    let mut c = t.join().expect("trainer thread");
+    let mut got = Vec::new();
+    while let Some(b) = c.next_batch().expect("batch") {
+        got.push(b.data);
+    }
+    c.shutdown().expect("shutdown");
+    let sent = node.join().expect("node thread");
+    assert_eq!(got.len(), ROUNDS, "total_frames exact");
+    assert!(
+        got.iter().zip(&sent).all(|(g, s)| g == s),
+        "the batches in the order the node answered its continues"
+    );
 }

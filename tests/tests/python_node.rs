@@ -188,6 +188,30 @@ fn mixed_sync_cartpole_replays_through_gymnasium() {
     random_run("CartPole-v1", true);
 }
 
+/// Prefetch: each node is sent its next `continue` while it collects one (version
+/// 11) and queues it; both kinds answer in order, and every frame replays.
+#[test]
+fn a_prefetching_async_run_of_python_and_rust_nodes_replays_through_gymnasium() {
+    let Some(py) = venv_python() else { return };
+    let dir = temp_dir("pynode-prefetch");
+    let flags = [
+        "--policy",
+        "random",
+        "--frames-per-batch",
+        "60",
+        "--total-frames",
+        "1200",
+        "--prefetch",
+        "1",
+    ];
+    let out = mixed_run(&py, &dir, "CartPole-v1", false, &flags, &NODES);
+    let records = read_output(&out);
+    let frames: usize = records.iter().map(|r| r.data["collector.traj_ids"].len()).sum();
+    assert_eq!(frames, 1200, "total_frames exact");
+    assert_records_name_nodes_of_the_run(&records, NODES.len());
+    replay(&py, &out, "CartPole-v1", None);
+}
+
 #[test]
 fn mixed_async_pendulum_replays_through_gymnasium() {
     random_run("Pendulum-v1", false);

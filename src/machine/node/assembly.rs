@@ -1,6 +1,12 @@
 //! One `Continue` split over the env workers and their shares joined, in worker
 //! order, into the node's one `Batch`; the storage of a yielded batch handed back.
+//!
+//! A node takes a second `Continue` while it collects the first (protocol version 11:
+//! a trainer with `prefetch` sends the next one ahead): its `Collect`s go to the
+//! workers at once and queue behind the first's, so each worker steps on without
+//! waiting for the trainer to see the batch. The batches go out in the order asked.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::message::{Batch, Continue, FromNode};
@@ -9,7 +15,15 @@ use crate::tensor::TensorDict;
 
 use super::{NodeError, NodeMachine, NodeOutput, WorkerCmd};
 
-/// The `Continue` in flight.
+/// How many `Continue`s a node holds at once: the one collected and one queued
+/// behind it (PROTOCOL.md §5, Collect). A third is refused ([`NodeError::Busy`]).
+pub const MAX_CONTINUES: usize = 2;
+
+/// The `Continue`s in flight, oldest first: each is answered once every worker's
+/// share of it came, in the order they were asked.
+pub(super) type InFlight = VecDeque<Pending>;
+
+/// One `Continue` in flight.
 pub(super) struct Pending {
     pub(super) seq: u64,
     /// Frames asked of each worker.
@@ -19,16 +33,18 @@ pub(super) struct Pending {
     /// The weights the node had when the `Continue` came: every share is collected
     /// with them (updates wait in each worker's queue behind its `Collect`, and a
     /// worker restarted meanwhile is rebuilt with these), so the batch has one version.
+    /// A `Continue` queued behind another has the weights that came between them.
     pub(super) weights: Option<Arc<Weights>>,
 }
 
 impl NodeMachine {
-    /// Asks every worker for its equal share of `c`.
+    /// Asks every worker for its equal share of `c`, behind the `Continue` in flight
+    /// if there is one (at most [`MAX_CONTINUES`] in all).
     pub(super) fn begin_collect(&mut self, c: Continue, out: &mut Vec<NodeOutput>) -> Result<(), NodeError> {
-        if let Some(p) = &self.pending {
+        if self.pending.len() >= MAX_CONTINUES {
             return Err(NodeError::Busy {
                 seq: c.seq,
-                pending: p.seq,
+                pending: self.pending.iter().map(|p| p.seq).collect(),
             });
         }
         if !c.frames.is_multiple_of(self.workers) || c.frames == 0 {
@@ -44,7 +60,7 @@ impl NodeMachine {
                 cmd: WorkerCmd::Collect { seq: c.seq, frames },
             });
         }
-        self.pending = Some(Pending {
+        self.pending.push_back(Pending {
             seq: c.seq,
             frames,
             shares: vec![None; self.workers],
@@ -56,7 +72,9 @@ impl NodeMachine {
     /// A worker's share for `seq`, collected with weights `version`. The last share
     /// completes the node's batch: the shares joined in worker order, stamped with
     /// their weights version (one for all: see [`Pending::weights`]; the oldest, were
-    /// they ever to differ).
+    /// they ever to differ). Batches go out oldest first: a queued `Continue` whose
+    /// shares all came waits for the one before it (a worker answers in order, so
+    /// this cannot happen but through a bug elsewhere; the order holds regardless).
     pub(super) fn on_worker_batch(
         &mut self,
         worker: usize,
@@ -72,8 +90,8 @@ impl NodeMachine {
         }
         let Some(p) = self
             .pending
-            .as_mut()
-            .filter(|p| p.seq == seq && worker < p.shares.len())
+            .iter_mut()
+            .find(|p| p.seq == seq && worker < p.shares.len())
         else {
             return Err(NodeError::Unexpected { worker, seq });
         };
@@ -86,12 +104,20 @@ impl NodeMachine {
             life.next_traj_id = life.next_traj_id.max(max + 1);
         }
         p.shares[worker] = Some((version, data));
-        if !p.shares.iter().all(Option::is_some) {
-            return Ok(());
+        while self
+            .pending
+            .front()
+            .is_some_and(|p| p.shares.iter().all(Option::is_some))
+        {
+            if let Some(p) = self.pending.pop_front() {
+                self.answer(p, out)?;
+            }
         }
-        let Some(p) = self.pending.take() else {
-            return Ok(());
-        };
+        Ok(())
+    }
+
+    /// Sends the batch of `p`, every share of which came.
+    fn answer(&mut self, p: Pending, out: &mut Vec<NodeOutput>) -> Result<(), NodeError> {
         let (versions, mut parts): (Vec<u64>, Vec<TensorDict>) = p.shares.into_iter().flatten().unzip();
         let data = if parts.len() == 1 {
             // One worker: its own storage travels, no copy.

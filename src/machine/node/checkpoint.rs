@@ -21,7 +21,7 @@ impl NodeMachine {
     }
 
     pub(super) fn begin_snapshot(&mut self, id: u64, out: &mut Vec<NodeOutput>) {
-        if let Some(p) = &self.pending {
+        if let Some(p) = self.pending.front() {
             // The trainer waits for every batch before it asks; this is a protocol slip.
             return self.checkpoint_failed(id, format!("Snapshot while Continue {} is in flight", p.seq), out);
         }
@@ -38,7 +38,7 @@ impl NodeMachine {
     }
 
     pub(super) fn begin_restore(&mut self, state: NodeState, out: &mut Vec<NodeOutput>) {
-        if self.pending.is_some() || self.snapshot.is_some() || self.restoring.is_some() {
+        if !self.pending.is_empty() || self.snapshot.is_some() || self.restoring.is_some() {
             return self.checkpoint_failed(0, "Restore while the node is busy".into(), out);
         }
         if state.node != self.index {

@@ -192,13 +192,13 @@ impl fmt::Debug for NodeOutput {
 /// A message the node refused; it was dropped.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum NodeError {
-    /// A `Continue` while another is in flight.
-    #[error("Continue {seq} while {pending} is still in flight")]
+    /// A `Continue` while [`MAX_CONTINUES`](super::MAX_CONTINUES) are in flight.
+    #[error("Continue {seq} while {pending:?} are still in flight")]
     Busy {
         /// The new seq.
         seq: u64,
-        /// The seq in flight.
-        pending: u64,
+        /// The seqs in flight, oldest first.
+        pending: Vec<u64>,
     },
     /// Frames that do not divide over the workers.
     #[error("{frames} frames do not divide over {workers} env workers")]

@@ -25,7 +25,8 @@ use crate::policy::Weights;
 use crate::rollout::RolloutState;
 use crate::supervisor::{RestartIntensity, Restarts};
 
-use assembly::Pending;
+use assembly::InFlight;
+pub use assembly::MAX_CONTINUES;
 pub use messages::{NodeError, NodeOutput, WorkerCmd, WorkerEvent, WorkerRestart};
 use supervise::{Rebuild, WorkerLife};
 
@@ -69,7 +70,8 @@ pub struct NodeMachine {
     index: usize,
     workers: usize,
     envs_per_worker: usize,
-    pending: Option<Pending>,
+    /// The `Continue`s in flight, oldest first (at most [`MAX_CONTINUES`]).
+    pending: InFlight,
     stopped: Vec<bool>,
     stopping: bool,
     down: bool,
@@ -103,7 +105,7 @@ impl NodeMachine {
             index,
             workers,
             envs_per_worker,
-            pending: None,
+            pending: InFlight::new(),
             stopped: vec![false; workers],
             stopping: false,
             down: false,
@@ -210,9 +212,14 @@ impl NodeMachine {
         self.workers
     }
 
-    /// The seq in flight, if any.
+    /// The seq in flight answered next, if any.
     pub fn pending_seq(&self) -> Option<u64> {
-        self.pending.as_ref().map(|p| p.seq)
+        self.pending.front().map(|p| p.seq)
+    }
+
+    /// Every seq in flight, oldest (answered first) first.
+    pub fn pending_seqs(&self) -> Vec<u64> {
+        self.pending.iter().map(|p| p.seq).collect()
     }
 
     /// True from `Shutdown` on: the workers are told to stop, and their batches in
@@ -334,7 +341,7 @@ impl NodeMachine {
 
     /// `Shutdown`: drops whatever is in flight and stops every worker still running.
     fn begin_shutdown(&mut self, out: &mut Vec<NodeOutput>) {
-        self.pending = None;
+        self.pending.clear();
         self.snapshot = None;
         self.restoring = None;
         self.stopping = true;
@@ -364,7 +371,7 @@ impl NodeMachine {
     /// The node cannot go on: it reports `Failed` with `reason` and drops what is in flight.
     pub(super) fn fail(&mut self, reason: String, out: &mut Vec<NodeOutput>) {
         self.failed = true;
-        self.pending = None;
+        self.pending.clear();
         self.snapshot = None;
         self.restoring = None;
         out.push(NodeOutput::Trainer(FromNode::Failed {

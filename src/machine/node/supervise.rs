@@ -4,10 +4,12 @@
 //! owed; past the restart intensity the node fails, naming the worker, the cause
 //! and the restart history.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::env::Registry;
 use crate::node_spec::NodeSpec;
+use crate::policy::Weights;
 use crate::rollout::Rollout;
 use crate::supervisor::{restart_seed, Restarts};
 
@@ -151,14 +153,14 @@ impl NodeMachine {
         }
     }
 
-    /// The weights a restarted worker is rebuilt with: those of the `Continue` in
-    /// flight when it owes a share of it (so the node's batch is collected with one
+    /// The weights a restarted worker is rebuilt with: those of the oldest `Continue`
+    /// in flight it owes a share of (so the node's batch is collected with one
     /// version; the newer ones follow its share), else the node's current ones.
-    fn weights_owed_by(&self, worker: usize) -> Option<std::sync::Arc<crate::policy::Weights>> {
+    fn weights_owed_by(&self, worker: usize) -> Option<Arc<Weights>> {
         match self
             .pending
-            .as_ref()
-            .filter(|p| p.shares.get(worker).is_some_and(Option::is_none))
+            .iter()
+            .find(|p| p.shares.get(worker).is_some_and(Option::is_none))
         {
             Some(p) => p.weights.clone(),
             None => self.weights.clone(),
@@ -182,10 +184,25 @@ impl NodeMachine {
             .map_err(|e| e.to_string())
     }
 
-    /// Asks a restarted worker again for what it owed: its share of the `Continue`
-    /// in flight, its part of the snapshot being taken.
+    /// Asks a restarted worker again for what it owed: its share of each `Continue`
+    /// in flight, oldest first, each with the weights it was asked with (the worker
+    /// was rebuilt with the first's, [`Self::weights_owed_by`]), then the node's
+    /// current weights; its part of the snapshot being taken.
     fn ask_again(&self, worker: usize, out: &mut Vec<NodeOutput>) {
-        if let Some(p) = self.pending.as_ref().filter(|p| p.shares[worker].is_none()) {
+        let same = |a: &Option<Arc<Weights>>, b: &Option<Arc<Weights>>| match (a, b) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        let mut has = self.weights_owed_by(worker);
+        for p in self.pending.iter().filter(|p| p.shares[worker].is_none()) {
+            if let (false, Some(w)) = (same(&p.weights, &has), &p.weights) {
+                out.push(NodeOutput::Worker {
+                    worker,
+                    cmd: WorkerCmd::SetWeights(w.clone()),
+                });
+                has = p.weights.clone();
+            }
             out.push(NodeOutput::Worker {
                 worker,
                 cmd: WorkerCmd::Collect {
@@ -193,18 +210,13 @@ impl NodeMachine {
                     frames: p.frames,
                 },
             });
-            // Rebuilt with the batch's weights: the ones that came since follow its share.
-            let newer = match (&p.weights, &self.weights) {
-                (Some(a), Some(b)) => !std::sync::Arc::ptr_eq(a, b),
-                (None, Some(_)) => true,
-                _ => false,
-            };
-            if let (true, Some(w)) = (newer, &self.weights) {
-                out.push(NodeOutput::Worker {
-                    worker,
-                    cmd: WorkerCmd::SetWeights(w.clone()),
-                });
-            }
+        }
+        // The ones that came since follow its shares.
+        if let (false, Some(w)) = (same(&self.weights, &has), &self.weights) {
+            out.push(NodeOutput::Worker {
+                worker,
+                cmd: WorkerCmd::SetWeights(w.clone()),
+            });
         }
         if self.snapshot.as_ref().is_some_and(|(_, s)| s[worker].is_none()) {
             // The new incarnation's state is the truth now.

@@ -134,31 +134,78 @@ fn a_lagging_batch_is_delivered_flagged_when_asked() {
 }
 
 #[test]
-fn with_prefetch_a_node_collects_one_batch_ahead_of_the_consumer_and_no_further() {
+fn with_prefetch_a_node_is_sent_its_next_continue_ahead_and_holds_no_more_than_prefetch_plus_one() {
     let run = |prefetch: usize| {
         let mut cfg = async_config(1, None);
         cfg.prefetch = prefetch;
         let mut m = machine(cfg);
-        assert_eq!(continues(&request(&mut m)), vec![(0, 0, 4)]);
+        let first = continues(&request(&mut m));
         let out = feed(&mut m, batch(0, 0, 1, 4));
         assert_eq!(yields(&out).len(), 1);
-        assert_eq!(continues(&out), vec![(0, 1, 4)], "the yielded batch's node goes on");
-        // The consumer is busy: nobody waits for seq 1.
-        let ahead = continues(&feed(&mut m, batch(0, 1, 1, 4)));
-        (m, ahead)
+        (m, first, continues(&out))
     };
-    let (_, ahead) = run(0);
+    let (mut m, first, next) = run(0);
+    assert_eq!(first, vec![(0, 0, 4)]);
+    assert_eq!(next, vec![(0, 1, 4)], "the yielded batch's node goes on");
+    // The consumer is busy: nobody waits for seq 1.
     assert!(
-        ahead.is_empty(),
+        continues(&feed(&mut m, batch(0, 1, 1, 4))).is_empty(),
         "torchrl's semantics: the node waits for its batch to be taken"
     );
-    let (mut m, ahead) = run(1);
-    assert_eq!(ahead, vec![(0, 2, 4)], "one batch waits, so the node collects the next");
-    let out = feed(&mut m, batch(0, 2, 1, 4));
-    assert!(continues(&out).is_empty(), "two waiting: no further");
+
+    let (mut m, first, next) = run(1);
+    assert_eq!(
+        first,
+        vec![(0, 0, 4), (0, 1, 4)],
+        "the second continue goes out with the first: the node queues it"
+    );
+    assert_eq!(
+        next,
+        vec![(0, 2, 4)],
+        "one taken: the one after the queued one goes ahead"
+    );
+    // The consumer is busy: seq 1 waits, seq 2 is collected; nothing more.
+    assert!(continues(&feed(&mut m, batch(0, 1, 1, 4))).is_empty());
+    assert_eq!(m.outstanding(0), Some((2, 4)));
+    assert!(
+        continues(&feed(&mut m, batch(0, 2, 1, 4))).is_empty(),
+        "two waiting: no further"
+    );
     let out = request(&mut m);
     assert_eq!(yields(&out).len(), 1);
-    assert_eq!(continues(&out), vec![(0, 3, 4)], "one taken, one ahead again");
+    assert_eq!(
+        continues(&out),
+        vec![(0, 3, 4)],
+        "one taken: one waits, one is collected"
+    );
+    let out = feed(&mut m, batch(0, 3, 1, 4));
+    assert!(continues(&out).is_empty());
+    assert_eq!(yields(&request(&mut m)).len(), 1);
+}
+
+#[test]
+fn a_batch_asked_ahead_names_the_weights_sent_before_its_own_continue() {
+    let mut cfg = async_config(1, None);
+    cfg.prefetch = 1;
+    let mut m = machine(cfg);
+    assert_eq!(continues(&request(&mut m)), vec![(0, 0, 4), (0, 1, 4)]);
+    // Weights pushed after both continues: the node applies them after seq 1.
+    let (v, _) = store_and_push(&mut m);
+    let out = feed(&mut m, batch(0, 0, 1, 4));
+    let y = yields(&out);
+    assert_eq!((y[0].weights_versions.clone(), y[0].policy_lag), (vec![0], v));
+    let e = refused(&mut m, batch_of_version(0, 1, 1, 4, v));
+    assert!(
+        matches!(e, TrainerError::BadBatch { node: 0, .. }),
+        "seq 1 was asked before the push: {e}"
+    );
+    request(&mut m);
+    let out = feed(&mut m, batch(0, 1, 1, 4));
+    assert_eq!(yields(&out)[0].policy_lag, v, "collected with version 0");
+    // Seq 2 went out after the push: its batch names it.
+    request(&mut m);
+    let out = feed(&mut m, batch_of_version(0, 2, 1, 4, v));
+    assert_eq!(yields(&out)[0].policy_lag, 0);
 }
 
 #[test]
@@ -166,11 +213,15 @@ fn prefetch_asks_for_no_frames_beyond_those_total_frames_still_needs() {
     let mut cfg = async_config(1, Some(8));
     cfg.prefetch = 2;
     let mut m = machine(cfg);
-    request(&mut m);
+    assert_eq!(continues(&request(&mut m)), vec![(0, 0, 4), (0, 1, 4)]);
     let out = feed(&mut m, batch(0, 0, 1, 4));
-    assert_eq!(continues(&out), vec![(0, 1, 4)]);
+    assert_eq!(yields(&out).len(), 1);
+    assert!(
+        continues(&out).is_empty(),
+        "the 4 frames still needed are asked already"
+    );
     let out = feed(&mut m, batch(0, 1, 1, 4));
-    assert!(continues(&out).is_empty(), "the 4 frames still needed wait already");
+    assert!(continues(&out).is_empty());
     let out = request(&mut m);
     assert_eq!(yields(&out).len(), 1);
     assert!(m.is_finished());
@@ -179,8 +230,8 @@ fn prefetch_asks_for_no_frames_beyond_those_total_frames_still_needs() {
     cfg.prefetch = 1;
     let mut m = machine(cfg);
     request(&mut m);
-    feed(&mut m, batch(0, 0, 1, 4));
-    assert_eq!(continues(&feed(&mut m, batch(0, 1, 1, 4))), vec![(0, 2, 4)]);
+    assert_eq!(continues(&feed(&mut m, batch(0, 0, 1, 4))), vec![(0, 2, 4)]);
+    assert!(continues(&feed(&mut m, batch(0, 1, 1, 4))).is_empty());
     assert!(continues(&feed(&mut m, batch(0, 2, 1, 4))).is_empty());
     let out = request(&mut m);
     assert_eq!(yields(&out).len(), 1);
@@ -192,14 +243,16 @@ fn prefetch_asks_for_no_frames_beyond_those_total_frames_still_needs() {
 #[test]
 fn after_a_checkpoint_a_node_with_room_to_prefetch_goes_on() {
     let mut cfg = async_config(1, None);
-    cfg.prefetch = 1;
+    cfg.prefetch = 2;
     let mut m = machine(cfg);
     request(&mut m);
-    assert_eq!(continues(&feed(&mut m, batch(0, 0, 1, 4))), vec![(0, 1, 4)]);
+    assert_eq!(continues(&feed(&mut m, batch(0, 0, 1, 4))), vec![(0, 2, 4)]);
     let mut out = Vec::new();
     let id = m.begin_checkpoint(&mut out).unwrap();
-    // Its batch arrives during the checkpoint: it waits, and the node is not sent on.
+    // Its batches arrive during the checkpoint: they wait, and the node is not sent on.
     let out = feed(&mut m, batch(0, 1, 1, 4));
+    assert!(continues(&out).is_empty(), "{out:?}");
+    let out = feed(&mut m, batch(0, 2, 1, 4));
     assert!(continues(&out).is_empty(), "{out:?}");
     let out = feed(
         &mut m,
@@ -212,7 +265,7 @@ fn after_a_checkpoint_a_node_with_room_to_prefetch_goes_on() {
     assert!(out.iter().any(|o| matches!(o, Output::Checkpoint(_))), "{out:?}");
     assert_eq!(
         continues(&out),
-        vec![(0, 2, 4)],
-        "one batch waits: it collects the next"
+        vec![(0, 3, 4)],
+        "two batches wait: room for one more, not two"
     );
 }

@@ -8,7 +8,9 @@
 //! |---|---|---|---|
 //! | `Idle` | `Continue` sent | `Collecting` | [`NodeState::asked`] |
 //! | `Collecting` | its batch's first bytes arrive | `Arriving` | [`NodeState::begin_arriving`] |
+//! | `Collecting` | `prefetch`: the next `Continue` sent ahead | `Released`, not on its way | [`NodeState::asked`] |
 //! | `Arriving` | early release: the next `Continue` sent | `Released` | [`NodeState::asked`] |
+//! | `Released`, not on its way | its batch's first bytes arrive | `Released` | [`NodeState::begin_arriving`] |
 //! | `Arriving` | the batch is whole | `Collecting` | [`NodeState::batch_whole`] |
 //! | `Collecting` | the batch is accepted | `Idle` | [`NodeState::answered`] |
 //! | `Released` | the batch is whole | `Released`, not on its way | [`NodeState::batch_whole`] |
@@ -62,16 +64,21 @@ pub(super) enum NodeState {
         /// The `Continue` the arriving batch answers.
         asked: Asked,
     },
-    /// Early release: the batch answering `batch` is on its way, and the node was
-    /// already sent `next` (see `TrainerMachine::batch_arriving`). The node answers
-    /// in order, `batch` first. `batch` is timed until it is whole; `next` from then on.
+    /// Two `Continue`s outstanding: the node was sent `next` before its batch
+    /// answering `batch` was accepted, by early release (that batch is on its way, see
+    /// `TrainerMachine::batch_arriving`) or by `prefetch` (sent ahead while `batch` is
+    /// collected, queued at the node behind it). The node answers in order, `batch`
+    /// first. `batch` is timed until it is accepted; `next` from then on.
     Released {
-        /// The `Continue` whose batch is on its way.
+        /// The `Continue` answered first.
         batch: Asked,
-        /// The `Continue` the node collects meanwhile (timed once `batch` is accepted).
+        /// The `Continue` the node collects once `batch` is collected (timed once
+        /// `batch` is accepted).
         next: Asked,
-        /// False once that batch came whole but was refused: the trainer still waits
-        /// for an answer to `batch`, but nothing of this node is on its way.
+        /// Bytes of the batch answering `batch` arrived and it is not whole yet. False
+        /// while that batch is collected (sent ahead), and once it came whole but was
+        /// refused: the trainer still waits for an answer to `batch`, but nothing of
+        /// this node is on its way.
         on_its_way: bool,
     },
     /// Failed and being restarted: no `Continue`, no pushes, until the launcher reports.
@@ -177,9 +184,15 @@ impl NodeState {
 
     /// A `Continue` was sent to it (an up node), `asked.since` the time of sending.
     /// Sent while its batch arrives, it releases the node early: that batch is still
-    /// expected first, and the new `Continue` is collected meanwhile.
+    /// expected first, and the new `Continue` is collected meanwhile. Sent while it
+    /// collects (`prefetch`), the new one queues behind the one collected.
     pub(super) fn asked(&mut self, asked: Asked) {
         *self = match *self {
+            NodeState::Collecting { asked: batch } => NodeState::Released {
+                batch,
+                next: asked,
+                on_its_way: false,
+            },
             NodeState::Arriving { asked: batch } => NodeState::Released {
                 batch,
                 next: asked,
@@ -195,15 +208,30 @@ impl NodeState {
     }
 
     /// Its batch's first bytes arrived. Returns the `Continue` it answers when that
-    /// is the node's outstanding one (collecting, not released), else `None` and
-    /// nothing changes.
+    /// is the node's outstanding one (collecting, not released), else `None`: a node
+    /// sent its next `Continue` ahead has that batch on its way now; anything else
+    /// is unchanged.
     pub(super) fn begin_arriving(&mut self) -> Option<Asked> {
         match *self {
             NodeState::Collecting { asked } | NodeState::Arriving { asked } => {
                 *self = NodeState::Arriving { asked };
                 Some(asked)
             }
+            NodeState::Released { ref mut on_its_way, .. } => {
+                *on_its_way = true;
+                None
+            }
             _ => None,
+        }
+    }
+
+    /// How many `Continue`s it has to answer: 0, 1, or 2 (the second sent ahead or
+    /// released early).
+    pub(super) fn asks(&self) -> usize {
+        match self {
+            NodeState::Collecting { .. } | NodeState::Arriving { .. } => 1,
+            NodeState::Released { .. } => 2,
+            _ => 0,
         }
     }
 
@@ -324,6 +352,27 @@ mod tests {
             },
             "the next is collected with its own version, timed from the answer"
         );
+    }
+
+    #[test]
+    fn a_continue_sent_ahead_queues_behind_the_one_collected_and_is_timed_once_that_is_answered() {
+        let mut s = collecting(1, 8, t(0));
+        s.asked(ask(2, 8, t(1)));
+        assert_eq!(s.asks(), 2);
+        assert!(!s.in_transit(), "nothing of it arrives yet");
+        assert_eq!(
+            s.expected(),
+            Some(ask(1, 8, t(0))),
+            "answered in order, timed from its own sending"
+        );
+        assert_eq!(s.outstanding(), Some((2, 8)));
+        // Its first batch begins to arrive: on its way now, and no early release.
+        assert_eq!(s.begin_arriving(), None);
+        assert!(s.in_transit());
+        s.batch_whole();
+        s.answered(t(30));
+        assert_eq!(s, collecting(2, 8, t(30)));
+        assert_eq!(s.asks(), 1);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! first ready first served, early release of a node whose batch is arriving, and
 //! the acceptance of a node's batch.
 
-use super::node_state::Asked;
+use super::node_state::{Asked, NodeState};
 use super::output::node_batch;
 use super::{Collected, Output, TrainerError, TrainerMachine};
 use crate::message::{Batch, Continue, ToNode};
@@ -117,6 +117,8 @@ impl TrainerMachine {
                 let waiting = waiting.get_or_insert_with(|| self.nodes_with_ready_batch());
                 if !waiting[i] {
                     self.continue_node(i, self.cfg.shares.node_share(), out);
+                    // With `prefetch`, its next one too, sent ahead.
+                    self.prefetch(i, out)?;
                 }
             }
             self.try_yield_async(out)?;
@@ -182,7 +184,8 @@ impl TrainerMachine {
             self.release(node, out)?;
         }
         self.emit(node_batch(Some(node), vec![b.weights_version], data), false, out);
-        Ok(())
+        // With `prefetch`, its next one too, sent ahead.
+        self.prefetch(node, out)
     }
 
     /// `max_policy_lag`: batch `b`, `lag` versions behind the stored weights, is not
@@ -210,23 +213,44 @@ impl TrainerMachine {
         Ok(())
     }
 
-    /// `prefetch`: node `node`, whose batch was just queued, goes on at once while it
-    /// has at most `prefetch` batches waiting to be yielded and more frames are wanted
-    /// than wait already (not during a seed chain, a checkpoint or the shutdown).
+    /// `prefetch`: node `node` is asked for more while the batches it has waiting to
+    /// be yielded and the `Continue`s it has to answer are at most `prefetch` (so at
+    /// most `prefetch + 1` once asked), it answers at most two at once (the second
+    /// queues at the node behind the first, so its workers never wait for the trainer
+    /// between batches: protocol version 11), and more frames are wanted than wait
+    /// already or are asked of it; not during a seed chain, a checkpoint or the
+    /// shutdown, and not before the node has its weights.
     fn prefetch(&mut self, node: usize, out: &mut Vec<Output>) -> Result<(), TrainerError> {
-        let quiet = self.chain.at.is_none() && !self.checkpointing() && !self.shutting_down;
-        if !quiet || self.finished || !self.started || self.nodes[node].state.has_work() {
+        if self.cfg.prefetch == 0 {
             return Ok(());
         }
+        let quiet = self.chain.at.is_none() && !self.checkpointing() && !self.shutting_down;
+        if !quiet || self.finished || !self.started || !self.wants_ahead(node) {
+            return Ok(());
+        }
+        let asks = self.nodes[node].state.asks();
         let (mut waiting, mut frames) = (0usize, 0u64);
         for b in &self.ready {
             frames += b.data.numel() as u64;
             waiting += usize::from(b.node == node);
         }
-        if waiting > self.cfg.prefetch || self.remaining().is_some_and(|r| r <= frames) {
+        if let NodeState::Collecting { asked } = self.nodes[node].state {
+            frames += asked.frames as u64;
+        }
+        if waiting + asks > self.cfg.prefetch || self.remaining().is_some_and(|r| r <= frames) {
             return Ok(());
         }
         self.release(node, out)
+    }
+
+    /// Whether node `node` may be sent a `Continue` by `prefetch` now: up, answering
+    /// fewer than two, and (for a second one) collecting the first with weights it has.
+    fn wants_ahead(&self, node: usize) -> bool {
+        match self.nodes[node].state {
+            NodeState::Idle => true,
+            NodeState::Collecting { .. } => !self.awaits_weights(node),
+            _ => false,
+        }
     }
 
     /// `prefetch`: every node with room to collect ahead goes on (after a checkpoint,
@@ -403,9 +427,7 @@ impl TrainerMachine {
             // and a run resumed with a larger `total_frames` yields them first.
             self.ready.push_back(b);
             self.try_yield_async(out)?;
-            if self.cfg.prefetch > 0 {
-                self.prefetch(node, out)?;
-            }
+            self.prefetch(node, out)?;
         }
         self.advance_checkpoint(out);
         Ok(())

@@ -15,7 +15,8 @@ impl TrainerMachine {
     /// know (its specs come in `ready`); version 5 where its batches must carry
     /// recorded keys (the layout the trainer checks them against has
     /// `action_log_prob`: a policy with a distribution, [`PolicyConfig::records`]),
-    /// and for an `onnx` policy; version 9 where a node's policy records but the run
+    /// and for an `onnx` policy; version 11 where the run prefetches (a node is sent
+    /// its next `continue` while it collects); version 9 where a node's policy records but the run
     /// asked for no recording (`withholds_records`, [`PolicySpec::withholds_records`]
     /// of any node). A node with nothing known of it ([`LayoutSource::Announced`], a
     /// machine driven without a plan) needs nothing.
@@ -58,6 +59,9 @@ impl TrainerMachine {
         }
         if policy.exploration().is_some() {
             needs.push(Need::Exploration);
+        }
+        if self.cfg.prefetch > 0 {
+            needs.push(Need::Prefetch);
         }
         if withholds_records {
             needs.push(Need::Unrecorded {
