@@ -18,7 +18,7 @@ use rollout::message::{Batch, FromNode, ToNode};
 use rollout::rollout::{keys, Rollout};
 use rollout::wire::{self, Auth, NodeFrame, TrainerFrame, Welcome};
 use rollout::{Env, ExplorationType, PolicyConfig, Registry, TensorDict};
-use rollout_actors::{DistributedCollector, Launcher};
+use rollout_actors::{CollectorBuilder, DistributedCollector, Launcher};
 use rollout_tests::{built_on_a_thread, connect, hello, recv, send, unique_name};
 
 const TOKEN: &[u8] = b"protocol-versions-token-0123456789";
@@ -46,24 +46,26 @@ fn trainer_recording(
     policy: PolicyConfig,
     record: bool,
 ) -> (JoinHandle<DistributedCollector>, SocketAddr) {
-    built_on_a_thread(
-        DistributedCollector::builder()
-            .env(env)
-            .policy(policy)
-            .exploration_type(ExplorationType::Deterministic)
-            .record(record)
-            .nodes(nodes)
-            .envs_per_node(ENVS)
-            .frames_per_batch(SHARE * nodes)
-            .total_frames((SHARE * nodes * ROUNDS) as i64)
-            .sync(true)
-            .seed(5)
-            .launcher(Launcher::External)
-            .token(TOKEN)
-            .heartbeat(Duration::from_millis(200), Duration::from_secs(10))
-            .join_timeout(DEADLINE)
-            .batch_timeout(DEADLINE),
-    )
+    built_on_a_thread(run_of(nodes, env, policy).record(record).sync(true))
+}
+
+/// The runs' builder: `nodes` external nodes of `env` acting with `policy`
+/// (deterministic), `ROUNDS` batches of `SHARE` frames a node.
+fn run_of(nodes: usize, env: &str, policy: PolicyConfig) -> CollectorBuilder {
+    DistributedCollector::builder()
+        .env(env)
+        .policy(policy)
+        .exploration_type(ExplorationType::Deterministic)
+        .nodes(nodes)
+        .envs_per_node(ENVS)
+        .frames_per_batch(SHARE * nodes)
+        .total_frames((SHARE * nodes * ROUNDS) as i64)
+        .seed(5)
+        .launcher(Launcher::External)
+        .token(TOKEN)
+        .heartbeat(Duration::from_millis(200), Duration::from_secs(10))
+        .join_timeout(DEADLINE)
+        .batch_timeout(DEADLINE)
 }
 
 /// The nodes' registry: the built-ins, and [`CUSTOM`] as a Counting env.
@@ -374,23 +376,7 @@ fn a_recurrent_policy_refuses_versions_3_to_5_at_hello_and_version_6_serves_it()
 
 #[test]
 fn a_prefetching_run_refuses_version_10_at_hello_and_version_11_takes_its_continues_ahead() {
-    let (t, addr) = built_on_a_thread(
-        DistributedCollector::builder()
-            .env("Counting")
-            .policy(PolicyConfig::Constant { value: 1.0 })
-            .exploration_type(ExplorationType::Deterministic)
-            .nodes(1)
-            .envs_per_node(ENVS)
-            .frames_per_batch(SHARE)
-            .total_frames((SHARE * ROUNDS) as i64)
-            .prefetch(1)
-            .seed(5)
-            .launcher(Launcher::External)
-            .token(TOKEN)
-            .heartbeat(Duration::from_millis(200), Duration::from_secs(10))
-            .join_timeout(DEADLINE)
-            .batch_timeout(DEADLINE),
-    );
+    let (t, addr) = built_on_a_thread(run_of(1, "Counting", PolicyConfig::Constant { value: 1.0 }).prefetch(1));
     let reason = rejected_at_hello(addr, 10, 0);
     assert_eq!(
         reason,

@@ -135,10 +135,11 @@ fn assert_records_name_nodes_of_the_run(records: &[OutputRecord], nodes: usize) 
 
 const NODES: [Node; 3] = [Node::Python, Node::Rust, Node::Python];
 
-fn random_run(env: &str, sync: bool) {
+/// A run of `NODES` with the random policy and `extra` flags, checked and replayed.
+fn random_run(env: &str, sync: bool, extra: &[&str]) {
     let Some(py) = venv_python() else { return };
     let dir = temp_dir(&format!("pynode-{env}-{sync}"));
-    let flags = [
+    let mut flags = vec![
         "--policy",
         "random",
         "--frames-per-batch",
@@ -148,6 +149,7 @@ fn random_run(env: &str, sync: bool) {
         "--max-frames-per-traj",
         "25",
     ];
+    flags.extend_from_slice(extra);
     let out = mixed_run(&py, &dir, env, sync, &flags, &NODES);
     let records = read_output(&out);
     let frames: usize = records.iter().map(|r| r.data["collector.traj_ids"].len()).sum();
@@ -180,46 +182,29 @@ fn random_run(env: &str, sync: bool) {
 
 #[test]
 fn mixed_async_cartpole_replays_through_gymnasium() {
-    random_run("CartPole-v1", false);
+    random_run("CartPole-v1", false, &[]);
 }
 
 #[test]
 fn mixed_sync_cartpole_replays_through_gymnasium() {
-    random_run("CartPole-v1", true);
+    random_run("CartPole-v1", true, &[]);
 }
 
 /// Prefetch: each node is sent its next `continue` while it collects one (version
 /// 11) and queues it; both kinds answer in order, and every frame replays.
 #[test]
 fn a_prefetching_async_run_of_python_and_rust_nodes_replays_through_gymnasium() {
-    let Some(py) = venv_python() else { return };
-    let dir = temp_dir("pynode-prefetch");
-    let flags = [
-        "--policy",
-        "random",
-        "--frames-per-batch",
-        "60",
-        "--total-frames",
-        "1200",
-        "--prefetch",
-        "1",
-    ];
-    let out = mixed_run(&py, &dir, "CartPole-v1", false, &flags, &NODES);
-    let records = read_output(&out);
-    let frames: usize = records.iter().map(|r| r.data["collector.traj_ids"].len()).sum();
-    assert_eq!(frames, 1200, "total_frames exact");
-    assert_records_name_nodes_of_the_run(&records, NODES.len());
-    replay(&py, &out, "CartPole-v1", None);
+    random_run("CartPole-v1", false, &["--prefetch", "1"]);
 }
 
 #[test]
 fn mixed_async_pendulum_replays_through_gymnasium() {
-    random_run("Pendulum-v1", false);
+    random_run("Pendulum-v1", false, &[]);
 }
 
 #[test]
 fn mixed_sync_pendulum_replays_through_gymnasium() {
-    random_run("Pendulum-v1", true);
+    random_run("Pendulum-v1", true, &[]);
 }
 
 /// A deterministic linear run of `nodes`: the trainer's version-0 weights (init seed 0)

@@ -67,6 +67,21 @@ fn failed(worker: usize, reason: &str) -> WorkerEvent {
     }
 }
 
+/// The trainer's `UpdateWeights` of `w`, taken.
+fn update(m: &mut NodeMachine, w: &Arc<Weights>) {
+    let mut out = Vec::new();
+    m.handle(ToNode::UpdateWeights(UpdateWeights { weights: w.clone() }), &mut out)
+        .unwrap();
+}
+
+/// The weights version worker `worker`'s one restart in `out` was rebuilt with.
+fn rebuilt_with(out: &[NodeOutput], worker: usize) -> Option<u64> {
+    match replaced(out)[..] {
+        [(w, restart)] if w == worker => restart.weights.as_ref().map(|w| w.version),
+        _ => panic!("not one restart of worker {worker}: {out:?}"),
+    }
+}
+
 fn cont(m: &mut NodeMachine, seq: u64, frames: usize) {
     let mut out = Vec::new();
     m.handle(ToNode::Continue(Continue { seq, frames }), &mut out).unwrap();

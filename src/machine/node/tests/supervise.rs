@@ -216,30 +216,19 @@ fn failures_spread_wider_than_the_window_restart_forever() {
 
 #[test]
 fn a_worker_failing_with_two_continues_in_flight_collects_both_again_each_with_its_weights() {
-    let spec = spec(0, 2, 5);
-    let mut m = machine(&spec);
-    let mut out = Vec::new();
+    let mut m = machine(&spec(0, 2, 5));
     let (v4, v5, v6) = (weights(2.0, 4), weights(3.0, 5), weights(4.0, 6));
-    m.handle(ToNode::UpdateWeights(UpdateWeights { weights: v4.clone() }), &mut out)
-        .unwrap();
+    update(&mut m, &v4);
     cont(&mut m, 1, 8);
     // The second Continue was sent after version 5, and version 6 came after it.
-    m.handle(ToNode::UpdateWeights(UpdateWeights { weights: v5.clone() }), &mut out)
-        .unwrap();
+    update(&mut m, &v5);
     cont(&mut m, 2, 8);
-    m.handle(ToNode::UpdateWeights(UpdateWeights { weights: v6.clone() }), &mut out)
-        .unwrap();
+    update(&mut m, &v6);
+    let mut out = Vec::new();
     m.on_worker(batch(0, 1, 4, share(4, &[0])), s(0), &mut out).unwrap();
     out.clear();
     m.on_worker(failed(1, "panic: boom"), s(0), &mut out).unwrap();
-    let [(1, restart)] = replaced(&out)[..] else {
-        panic!("{out:?}");
-    };
-    assert_eq!(
-        restart.weights.as_ref().map(|w| w.version),
-        Some(4),
-        "the oldest owed batch's"
-    );
+    assert_eq!(rebuilt_with(&out, 1), Some(4), "the oldest owed batch's");
     assert_eq!(
         worker_cmds(&out),
         vec![
@@ -253,10 +242,7 @@ fn a_worker_failing_with_two_continues_in_flight_collects_both_again_each_with_i
     // A worker owing only the second is rebuilt with the second's weights.
     out.clear();
     m.on_worker(failed(0, "panic: again"), s(1), &mut out).unwrap();
-    let [(0, restart)] = replaced(&out)[..] else {
-        panic!("{out:?}");
-    };
-    assert_eq!(restart.weights.as_ref().map(|w| w.version), Some(5));
+    assert_eq!(rebuilt_with(&out, 0), Some(5));
     assert_eq!(
         worker_cmds(&out),
         vec![
