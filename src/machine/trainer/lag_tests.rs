@@ -119,6 +119,43 @@ fn past_max_policy_lag_a_batch_is_dropped_counted_and_asked_again_with_the_store
 }
 
 #[test]
+fn with_prefetch_a_node_whose_batch_is_dropped_gets_the_stored_weights_before_its_next_continue() {
+    let mut cfg = async_config(1, None);
+    cfg.max_policy_lag = Some(0);
+    cfg.prefetch = 1;
+    let mut m = machine(cfg);
+    assert_eq!(continues(&request(&mut m)), vec![(0, 0, 4), (0, 1, 4)]);
+    // Stored, not pushed: both batches asked are collected with version 0.
+    let v = m.set_weights(Weights::new(BTreeMap::new()));
+    let out = feed(&mut m, batch(0, 0, 1, 4));
+    assert_eq!(dropped(&out), vec![(0, 4, 1)]);
+    assert_eq!(
+        pushed(&out),
+        vec![(0, v)],
+        "pushed although its next batch is asked already"
+    );
+    let at = |update: bool| {
+        out.iter()
+            .position(|o| match o {
+                Output::Send { msg, .. } => matches!(msg, crate::message::ToNode::UpdateWeights(_)) == update,
+                _ => false,
+            })
+            .expect("sent")
+    };
+    assert!(
+        at(true) < at(false),
+        "the weights before the continue sent ahead: {out:?}"
+    );
+    assert_eq!(continues(&out), vec![(0, 2, 4)]);
+    // The one asked before the push still lags and is dropped; the next is yielded.
+    let out = feed(&mut m, batch(0, 1, 1, 4));
+    assert_eq!(dropped(&out), vec![(0, 4, 1)]);
+    assert!(pushed(&out).is_empty(), "it has them");
+    let out = feed(&mut m, batch_of_version(0, 2, 1, 4, v));
+    assert_eq!(yields(&out)[0].policy_lag, 0);
+}
+
+#[test]
 fn a_lagging_batch_is_delivered_flagged_when_asked() {
     let mut cfg = async_config(1, None);
     cfg.max_policy_lag = Some(0);

@@ -256,8 +256,10 @@ impl NodeState {
     }
 
     /// It is gone (failed, lost, or down): returns the frames of the `Continue` it
-    /// had outstanding, to be asked again (a batch on its way is lost with it; the
-    /// node was released already, so its newest `Continue` is the one asked again).
+    /// had outstanding, to be asked again. With two outstanding (released early, or
+    /// sent ahead) only the newest's frames come back: the other batch is lost with
+    /// the node, and async work is asked on demand, so the run asks for what it still
+    /// needs anyway.
     pub(super) fn lose(&mut self) -> Option<usize> {
         let lost = self.outstanding().map(|(_, frames)| frames);
         *self = NodeState::Down;

@@ -190,9 +190,10 @@ impl TrainerMachine {
 
     /// `max_policy_lag`: batch `b`, `lag` versions behind the stored weights, is not
     /// yielded. Its storage goes back to its node, which gets the stored weights (else
-    /// its next batch would lag as far) and is asked again, unless it already was (its
-    /// next batch, prefetched or released early, then lags or not on its own) or the run
-    /// is shutting down.
+    /// its next batches would lag as far: with `prefetch` every one of them, the node
+    /// never idle to be pushed to) and is asked again, unless it already was (its next
+    /// batch, prefetched or released early, then lags or not on its own) or the run is
+    /// shutting down.
     fn drop_lagging(&mut self, b: Batch, lag: u64, out: &mut Vec<Output>) -> Result<(), TrainerError> {
         let node = b.node;
         let frames = b.data.numel() as u64;
@@ -206,8 +207,11 @@ impl TrainerMachine {
         });
         out.push(Output::Recycle { node, data: b.data });
         // Not at the shutdown. (During a seed chain it may: its `seed` went out first.)
-        if !self.shutting_down && !self.nodes[node].state.has_work() && self.remaining().is_none_or(|r| r > 0) {
-            self.push_to(node, out);
+        if self.shutting_down {
+            return Ok(());
+        }
+        self.push_to(node, out);
+        if !self.nodes[node].state.has_work() && self.remaining().is_none_or(|r| r > 0) {
             self.continue_node(node, self.cfg.shares.node_share(), out);
         }
         Ok(())

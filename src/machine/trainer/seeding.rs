@@ -55,7 +55,8 @@ impl TrainerMachine {
     /// the run's next unused seeds: the seeding chain from [`Self::next_unused_seed`],
     /// so the episodes in progress are cut without `done` (PROTOCOL.md, "Seeding") and
     /// the run stays reproducible from its seed. A node collecting when its `seed`
-    /// arrives applies it after that batch; a sync round asked after this call starts
+    /// arrives applies it after that batch (with `prefetch`, after the one asked ahead
+    /// too: both were asked before the seed); a sync round asked after this call starts
     /// every episode anew. Ends with [`Output::Seeded`], as [`Self::set_seed`] does.
     pub fn reset_envs(&mut self, out: &mut Vec<Output>) {
         let seed = self.next_unused_seed();
