@@ -83,6 +83,9 @@ pub struct RunSettings {
     pub prefetch: usize,
     /// Longest trajectory before it is truncated.
     pub max_frames_per_traj: Option<u64>,
+    /// Multi-agent envs: every node's episodes end once any agent is done
+    /// ([`EnvSpec::done_on_any`], set on each node's env, overridden ones too).
+    pub done_on_any: bool,
     /// Frames collected with the random policy first, over the whole run.
     pub init_random_frames: u64,
     /// Reset every env at the start of each batch.
@@ -118,6 +121,7 @@ impl Default for RunSettings {
             deliver_lagging: false,
             prefetch: 0,
             max_frames_per_traj: None,
+            done_on_any: false,
             init_random_frames: 0,
             reset_at_each_iter: false,
             nan_is_failure: false,
@@ -196,7 +200,13 @@ impl RunSettings {
             ));
         }
         let over = |i: usize| self.node_configs.get(&i).cloned().unwrap_or_default();
-        let envs: Vec<EnvSpec> = (0..nodes).map(|i| over(i).env.unwrap_or_else(|| env.clone())).collect();
+        let envs: Vec<EnvSpec> = (0..nodes)
+            .map(|i| {
+                let env_i = over(i).env.unwrap_or_else(|| env.clone());
+                let any = env_i.done_on_any || self.done_on_any;
+                env_i.with_done_on_any(any)
+            })
+            .collect();
         let ks: Vec<usize> = (0..nodes)
             .map(|i| over(i).envs_per_node.unwrap_or(self.envs_per_node))
             .collect();
@@ -592,6 +602,41 @@ mod tests {
         assert!(!back.record);
         let older: PolicySpec = rmp_serde::from_slice(&bytes).expect("decode");
         assert!(older.record, "absent: records");
+    }
+
+    #[test]
+    fn done_on_any_reaches_every_nodes_env_and_is_absent_from_the_bytes_when_off() -> Result<(), super::ConfigError> {
+        let mut s = settings("Counting", 8);
+        s.done_on_any = true;
+        s.node_configs.insert(
+            1,
+            NodeOverrides {
+                env: Some(EnvSpec::new("CartPole-v1")),
+                ..NodeOverrides::default()
+            },
+        );
+        let plan = s.plan(2, 0, &Registry::with_builtins(), Placement::InProcess)?;
+        let on: Vec<(&str, bool)> = plan
+            .nodes
+            .iter()
+            .map(|n| (n.env.name.as_str(), n.env.done_on_any))
+            .collect();
+        assert_eq!(
+            on,
+            [("Counting", true), ("CartPole-v1", true)],
+            "the overridden env too"
+        );
+        let back: EnvSpec =
+            rmp_serde::from_slice(&rmp_serde::to_vec_named(&plan.nodes[1].env).expect("encode")).expect("decode");
+        assert!(back.done_on_any);
+        let off = rmp_serde::to_vec_named(&EnvSpec::new("Counting")).expect("encode");
+        assert!(
+            !String::from_utf8_lossy(&off).contains("done_on_any"),
+            "older nodes' bytes when off"
+        );
+        let older: EnvSpec = rmp_serde::from_slice(&off).expect("decode");
+        assert!(!older.done_on_any, "absent: every agent");
+        Ok(())
     }
 
     #[test]

@@ -34,15 +34,16 @@ use crate::message::{names, FromNode, ToNode};
 use crate::node_spec::NodeSpec;
 use crate::policy::Weights;
 
-/// Version of this protocol, the one nodes of this crate speak (11: a node queues a
-/// second `continue` while it collects; 10: multi-agent envs; 9: `ends` and runs that
+/// Version of this protocol, the one nodes of this crate speak (12: a multi-agent env's
+/// episodes end once any agent is done where `welcome.spec.env.done_on_any` says so;
+/// 11: a node queues a second `continue` while it collects; 10: multi-agent envs; 9: `ends` and runs that
 /// record nothing; 8: the `onnx` `qvalue`
 /// head and epsilon-greedy; 7: Ornstein–Uhlenbeck exploration; 6: a node runs recurrent
 /// `onnx` policies; 5: a node records what its policy records in every batch; 4:
 /// `ready` carries the env's specs). A trainer
 /// admits [`OLDEST_PROTOCOL_VERSION`] up to this one, less those a run cannot be served
 /// by ([`AdmitVersions`]).
-pub const PROTOCOL_VERSION: u32 = 11;
+pub const PROTOCOL_VERSION: u32 = 12;
 /// The oldest version a trainer admits: a version-3 node sends no specs in `ready` and
 /// no recorded keys in its batches, so it can only serve envs the trainer builds itself
 /// under a policy that records nothing; a version-4 node, any env under such a policy.

@@ -420,6 +420,17 @@ pub struct EnvSpec {
     /// Env-specific config; `null` means defaults.
     #[serde(default)]
     pub config: serde_json::Value,
+    /// When a multi-agent env's episode ends: once **any** agent is done (`true`, torchrl's
+    /// `PettingZooWrapper(done_on_any=True)`) or once every agent is (`false`, the default).
+    /// The env's `next.done`, `next.terminated` and `next.truncated` follow the same rule.
+    /// An env of one agent ends alike either way. Absent on the wire: `false` (and not
+    /// written when `false`); sent only to nodes of protocol version 12 or later.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub done_on_any: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl EnvSpec {
@@ -428,12 +439,19 @@ impl EnvSpec {
         EnvSpec {
             name: name.into(),
             config: serde_json::Value::Null,
+            done_on_any: false,
         }
     }
 
     /// The same env with a config.
     pub fn with_config(mut self, config: serde_json::Value) -> EnvSpec {
         self.config = config;
+        self
+    }
+
+    /// The same env, its episodes ending once any agent is done (see [`EnvSpec::done_on_any`]).
+    pub fn with_done_on_any(mut self, done_on_any: bool) -> EnvSpec {
+        self.done_on_any = done_on_any;
         self
     }
 }

@@ -46,6 +46,9 @@ pub enum Need {
     /// `prefetch`: the trainer sends a node its next `continue` while it collects the
     /// one before, and the node queues it (version 11).
     Prefetch,
+    /// `done_on_any` in `welcome.spec.env`: a multi-agent env's episode ends once any
+    /// agent is done (version 12; an older node would end it once every agent is).
+    DoneOnAny,
 }
 
 impl Need {
@@ -60,6 +63,7 @@ impl Need {
             Need::Unrecorded { .. } => 9,
             Need::Agents => 10,
             Need::Prefetch => 11,
+            Need::DoneOnAny => 12,
         }
     }
 }
@@ -104,6 +108,11 @@ impl fmt::Display for Need {
             Need::Prefetch => write!(
                 f,
                 "it prefetches: a node is sent its next continue while it collects one, and queues it (version 11)"
+            ),
+            Need::DoneOnAny => write!(
+                f,
+                "its env's episodes end once any agent is done (done_on_any), where older nodes end them once every \
+                 agent is (version 12)"
             ),
         }
     }
@@ -207,7 +216,7 @@ mod tests {
         assert_eq!(v.check(10), Ok(()));
         assert!(v
             .check(9)
-            .is_err_and(|r| r.contains("its env has several agents") && r.contains("this run admits 10 to 11 (")));
+            .is_err_and(|r| r.contains("its env has several agents") && r.contains("this run admits 10 to 12 (")));
     }
 
     #[test]
@@ -217,7 +226,7 @@ mod tests {
         assert_eq!(v.check(11), Ok(()));
         assert!(v
             .check(10)
-            .is_err_and(|r| r.contains("it prefetches") && r.contains("this run admits 11 (")));
+            .is_err_and(|r| r.contains("it prefetches") && r.contains("this run admits 11 to 12 (")));
     }
 
     #[test]
@@ -230,11 +239,11 @@ mod tests {
         }
         assert_eq!(
             all.check(2),
-            Err("protocol version 2 is not supported (this trainer speaks 3 to 11)".into())
+            Err("protocol version 2 is not supported (this trainer speaks 3 to 12)".into())
         );
         assert_eq!(
-            all.check(12),
-            Err("protocol version 12 is not supported (this trainer speaks 3 to 11)".into())
+            all.check(13),
+            Err("protocol version 13 is not supported (this trainer speaks 3 to 12)".into())
         );
     }
 
@@ -248,8 +257,8 @@ mod tests {
             v.check(4),
             Err(
                 "protocol version 4 cannot serve this run: its policy (mlp) records action_log_prob and its \
-                 distribution's parameters in every batch (version 5); this run admits 5 to 11 (this trainer \
-                 speaks 3 to 11, the older ones for runs that need less)"
+                 distribution's parameters in every batch (version 5); this run admits 5 to 12 (this trainer \
+                 speaks 3 to 12, the older ones for runs that need less)"
                     .into()
             )
         );
@@ -257,8 +266,8 @@ mod tests {
             .check(3)
             .is_err_and(|r| r.starts_with("protocol version 3 cannot serve this run")));
         assert_eq!(
-            v.check(12),
-            Err("protocol version 12 is not supported (this trainer speaks 3 to 11; this run admits 5 to 11)".into())
+            v.check(13),
+            Err("protocol version 13 is not supported (this trainer speaks 3 to 12; this run admits 5 to 12)".into())
         );
 
         let v = AdmitVersions::serving([specs()]);
@@ -271,8 +280,8 @@ mod tests {
             v.check(3),
             Err(
                 "protocol version 3 cannot serve this run: its env Custom is known only to its nodes, which \
-                 report its spaces in ready's specs (version 4); this run admits 4 to 11 (this trainer speaks 3 \
-                 to 11, the older ones for runs that need less)"
+                 report its spaces in ready's specs (version 4); this run admits 4 to 12 (this trainer speaks 3 \
+                 to 12, the older ones for runs that need less)"
                     .into()
             )
         );
@@ -282,15 +291,15 @@ mod tests {
         let v = AdmitVersions::serving([specs(), recorded(), Need::Onnx, Need::Recurrent]);
         assert_eq!((v.oldest(), v.need()), (6, Some(&Need::Recurrent)));
         assert_eq!(
-            v.check(12),
-            Err("protocol version 12 is not supported (this trainer speaks 3 to 11; this run admits 6 to 11)".into())
+            v.check(13),
+            Err("protocol version 13 is not supported (this trainer speaks 3 to 12; this run admits 6 to 12)".into())
         );
         // An exploration module: version 7 and up.
         let v = AdmitVersions::serving([recorded(), Need::Onnx, Need::Recurrent, Need::Exploration]);
         assert_eq!((v.oldest(), v.need()), (7, Some(&Need::Exploration)));
         assert_eq!(
-            v.check(12),
-            Err("protocol version 12 is not supported (this trainer speaks 3 to 11; this run admits 7 to 11)".into())
+            v.check(13),
+            Err("protocol version 13 is not supported (this trainer speaks 3 to 12; this run admits 7 to 12)".into())
         );
         // The qvalue head: version 8 alone; version 7 is refused naming the head.
         let v = AdmitVersions::serving([recorded(), Need::Onnx, Need::Exploration, Need::QValue]);
@@ -298,12 +307,12 @@ mod tests {
         assert_eq!(v.check(8), Ok(()));
         assert!(v
             .check(7)
-            .is_err_and(|r| r.contains("the qvalue head") && r.contains("this run admits 8 to 11 (")));
+            .is_err_and(|r| r.contains("the qvalue head") && r.contains("this run admits 8 to 12 (")));
         // A run that asked for no recording: version 9 alone.
         let v = AdmitVersions::serving([recorded(), Need::Unrecorded { policy: "mlp".into() }]);
         assert_eq!(v.oldest(), 9);
         assert!(v
             .check(8)
-            .is_err_and(|r| r.contains("records nothing in this run") && r.contains("this run admits 9 to 11 (")));
+            .is_err_and(|r| r.contains("records nothing in this run") && r.contains("this run admits 9 to 12 (")));
     }
 }

@@ -673,6 +673,7 @@ fn reset_envs_starts_every_episode_anew_at_the_next_sync_batch() {
         let env = rollout::EnvSpec {
             name: "Counting".into(),
             config: serde_json::json!({"max_steps": 100_000}),
+            done_on_any: false,
         };
         let b = DistributedCollector::builder()
             .env(env)

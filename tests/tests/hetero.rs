@@ -137,6 +137,7 @@ fn sync_accepts_overrides_that_keep_the_layout() {
                 env: Some(EnvSpec {
                     name: "Counting".into(),
                     config: serde_json::json!({ "max_steps": 3 }),
+                    done_on_any: false,
                 }),
                 exploration_type: Some(ExplorationType::Deterministic),
                 ..NodeOverrides::default()

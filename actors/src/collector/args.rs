@@ -110,6 +110,10 @@ pub struct CollectorArgs {
     /// Truncate trajectories longer than N frames.
     #[cfg_attr(feature = "clap", arg(long, value_name = "N"))]
     pub max_frames_per_traj: Option<u64>,
+    /// Multi-agent envs: end an episode once any agent is done (torchrl's
+    /// `PettingZooWrapper(done_on_any=True)`); default: once every agent is.
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub done_on_any: bool,
     /// Frames stepped with a random policy first [default: 0].
     #[cfg_attr(feature = "clap", arg(long, value_name = "N"))]
     pub init_random_frames: Option<u64>,
@@ -257,6 +261,9 @@ impl CollectorArgs {
         b = b.env(env_spec(env, self.env_config.as_deref())?);
         if let Some(s) = &self.env_spec {
             b = b.env_spec(env_specs(s)?);
+        }
+        if self.done_on_any {
+            b = b.done_on_any(true);
         }
         let frames_per_batch = self
             .frames_per_batch

@@ -218,6 +218,13 @@ impl CollectorBuilder {
         self.settings.run.prefetch = n;
         self
     }
+    /// Multi-agent envs: end an episode once any agent is done (torchrl's
+    /// `PettingZooWrapper(done_on_any=True)`), not once every agent is (the default);
+    /// the env's flags follow the same rule. Needs nodes of protocol version 12.
+    pub fn done_on_any(mut self, on: bool) -> Self {
+        self.settings.run.done_on_any = on;
+        self
+    }
     /// Truncate trajectories longer than this.
     pub fn max_frames_per_traj(mut self, n: u64) -> Self {
         self.settings.run.max_frames_per_traj = Some(n);

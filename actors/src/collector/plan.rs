@@ -221,7 +221,8 @@ impl Settings {
         // The protocol versions that can serve this run, from its plan: a node of any
         // other is refused at `hello`.
         let withholds = specs.iter().any(|s| s.policy.withholds_records());
-        let launch = self.launch(machine.admit_versions(&self.run.policy.config, withholds))?;
+        let on_any = specs.iter().any(|s| s.env.done_on_any);
+        let launch = self.launch(machine.admit_versions(&self.run.policy.config, withholds, on_any))?;
         // Each node's layout is the trainer's own (above): a remote node's `Ready` must
         // announce it; local::start reads it off the workers it builds.
         if self.max_nodes.is_some() {

@@ -97,29 +97,6 @@ def _added_entries(forms: Any, field: str) -> tuple:
     return each.pop()
 
 
-def _check_agents_end_together(batch: Batch) -> None:
-    """A torchrl ``PettingZooWrapper(done_on_any=True)`` resets its env once any agent is
-    done; rollout's nodes once every agent is. The two agree while the agents end together
-    (MPE's envs): a frame where an agent is done and the env is not says they do not, and
-    the run cannot give torchrl's episodes: ``CollectorError`` naming the option."""
-    env_done = batch.get("next.done")
-    if env_done is None:
-        return
-    for key in batch._own_keys():
-        parts = key.split(".")
-        if len(parts) != 3 or parts[0] != "next" or parts[2] != "done":
-            continue
-        agents_done = batch[key]
-        # [..., n, 1] against the env's [..., 1]: an agent done in a frame the env goes on.
-        early = agents_done.any(axis=-2) & ~env_done.astype(bool)
-        if early.any():
-            raise _native.CollectorError(
-                f"group `{parts[1]}`: an agent ended before the others (batch {batch.index}); torchrl's "
-                "PettingZooWrapper(done_on_any=True) would reset the env there, rollout's nodes reset it once "
-                "every agent is done: pass PettingZooWrapper(..., done_on_any=False)"
-            )
-
-
 def _check_primed(primed: tuple, policy: Any, field: str) -> None:
     """A ``TensorDictPrimer`` on the env primes the recurrent actor's state, which the
     nodes keep: each of its keys must be a state tensor of the exported actor."""
@@ -461,6 +438,9 @@ class DistributedCollector:
             wait for the hand-over, at the price of frames one batch staler (see
             ``policy_lag`` and ``max_policy_lag``).
         ``max_frames_per_traj``: truncate longer trajectories (no limit).
+        ``done_on_any``: multi-agent envs end an episode once any agent is done (torchrl's
+            ``PettingZooWrapper(done_on_any=True)``), not once every agent is; default: the
+            env's ``PettingZooWrapper``'s own, False for an env named by id.
         ``init_random_frames``: frames of a random policy first (0).
         ``reset_at_each_iter``: fresh episodes for each batch (False).
         ``split_trajs``: batches as ``[trajectories, max_len]`` with a mask (False).
@@ -544,6 +524,7 @@ class DistributedCollector:
         deliver_lagging: bool = False,
         prefetch: Optional[int] = None,
         max_frames_per_traj: Optional[int] = None,
+        done_on_any: Optional[bool] = None,
         init_random_frames: Optional[int] = None,
         reset_at_each_iter: bool = False,
         split_trajs: bool = False,
@@ -613,7 +594,7 @@ class DistributedCollector:
         added: tuple = ()
         primed: tuple = ()
         agent_masks = True
-        done_on_any = False
+        wrapper_on_any = None
         pickled, pickled_specs = False, None
         env = env if env is not None else create_env_fn
         if env is not None and not isinstance(env, str):
@@ -630,10 +611,19 @@ class DistributedCollector:
             if NO_AGENT_MASKS in added:
                 added = tuple(a for a in added if a != NO_AGENT_MASKS)
                 agent_masks = False
-            if DONE_ON_ANY in added:
-                added = tuple(a for a in added if a != DONE_ON_ANY)
-                done_on_any = True
+            # The wrapper's done_on_any (torchrl's default for a parallel env: True), which
+            # the nodes follow.
+            wrapper_on_any = DONE_ON_ANY in added
+            added = tuple(a for a in added if a != DONE_ON_ANY)
             env, env_config, collector_kwargs, nodes = _placed(forms, env_field, env_config, collector_kwargs, nodes)
+        if done_on_any is not None and not isinstance(done_on_any, bool):
+            raise _config_error("done_on_any", f"expected a bool, got {type(done_on_any).__name__}")
+        if wrapper_on_any is not None and done_on_any is not None and done_on_any != wrapper_on_any:
+            raise _config_error(
+                "done_on_any",
+                f"{done_on_any} contradicts the env's PettingZooWrapper(done_on_any={wrapper_on_any}): give it in one place",
+            )
+        done_on_any = bool(done_on_any if done_on_any is not None else wrapper_on_any)
         if envs_per_node is not None and num_workers_per_collector is not None:
             raise _config_error("envs_per_node", "give envs_per_node or num_workers_per_collector, not both")
         if envs_per_node is None:
@@ -701,7 +691,6 @@ class DistributedCollector:
         self._tensordict = bool(tensordict)
         self._init_tracker = "is_init" in added
         self._agent_masks = agent_masks
-        self._done_on_any = done_on_any
         self._episode_reward = None
         if "episode_reward" in added:
             from ._tensordict import EpisodeReward
@@ -732,6 +721,7 @@ class DistributedCollector:
             deliver_lagging=deliver_lagging,
             prefetch=prefetch,
             max_frames_per_traj=max_frames_per_traj,
+            done_on_any=done_on_any,
             init_random_frames=init_random_frames,
             reset_at_each_iter=reset_at_each_iter,
             split_trajs=split_trajs,
@@ -843,8 +833,6 @@ class DistributedCollector:
         if raw is None:
             return None
         batch = Batch(raw)
-        if self._done_on_any:
-            _check_agents_end_together(batch)
         if not self._tensordict:
             return batch if self._postproc is None else self._postproc(batch)
         from ._tensordict import to_tensordict

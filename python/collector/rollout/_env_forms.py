@@ -40,7 +40,7 @@ PRIMED = "primed:"
 #: no agent masks, so the collector leaves the nodes' out of each TensorDict).
 NO_AGENT_MASKS = "no-agent-masks"
 #: Among the entries: a torchrl ``PettingZooWrapper`` with ``done_on_any=True`` (torchrl's
-#: default for parallel envs), served while the env's agents end together (see ``_pettingzoo``).
+#: default for parallel envs): the run's nodes end an episode once any agent is done.
 DONE_ON_ANY = "done-on-any"
 
 _WHAT_TO_PASS = "pass an env id (e.g. \"Pendulum-v1\"), a torchrl env, or a function making one"
@@ -166,11 +166,9 @@ def _pettingzoo(env: Any, field: str) -> Tuple[str, Optional[dict], Tuple[str, .
     arguments (PettingZoo envs keep them, ``EzPickle``), made there with the module's own
     ``parallel_env``. The wrapper's options the nodes follow are checked: its groups must
     be torchrl's default ones, actions categorical, no ``return_state``; ``use_mask``
-    says whether the TensorDicts keep the agent masks. rollout's nodes end an episode
-    once every agent is done (torchrl's ``done_on_any=False``); with agents that end
-    together, as in MPE's envs, that is the same as torchrl's default for parallel envs
-    (``done_on_any=True``), which is therefore served, each batch checked for an agent
-    ending before the others (``DONE_ON_ANY``: the collector raises there)."""
+    says whether the TensorDicts keep the agent masks; ``done_on_any`` (torchrl's default
+    for a parallel env: True) whether the nodes end an episode once any agent is done
+    (``DONE_ON_ANY``) or once every agent is."""
     from ._spaces import PETTINGZOO, torchrl_groups
 
     pz = getattr(env, "_env", None)

@@ -67,7 +67,8 @@ def to_tensordict(
     """``batch`` as a TensorDict (see the module's doc); ``one_hot``: the number of
     actions, to write the discrete action as torchrl's one-hot (``None``: as it is);
     ``squeeze_env``: drop a node's env axis when it has one env; ``log_prob_key``:
-    where the log-probability goes (``None``: dropped; by default kept as it is);
+    where the log-probability goes (``None``: dropped; by default kept as it is; a list of
+    ``(group, key or None)``: each group's, for an actor per group);
     ``leave_out``: entries to leave out (a key, or a tuple for a nested one);
     ``is_init``: write ``is_init`` (the env has torchrl's ``InitTracker``) from
     ``step_count`` when the nodes did not record it; ``agent_masks``: keep a multi-agent
@@ -103,7 +104,17 @@ def to_tensordict(
             fields["action"] = torch.nn.functional.one_hot(a, one_hot)
 
     groups = _groups(fields)
-    if log_prob_key is not _KEEP and isinstance(log_prob_key, tuple) and len(log_prob_key) == 2 and log_prob_key[0] in groups:
+    if isinstance(log_prob_key, list):
+        # An actor per group: [(group, its log_prob_key or None)].
+        for g, key in log_prob_key:
+            log_prob = fields.get(g, {}).pop(_LOG_PROB, None)
+            if log_prob is not None and key is not None:
+                parts = key if isinstance(key, tuple) else (key,)
+                d = fields
+                for p in parts[:-1]:
+                    d = d.setdefault(p, {})
+                d[parts[-1]] = log_prob
+    elif log_prob_key is not _KEEP and isinstance(log_prob_key, tuple) and len(log_prob_key) == 2 and log_prob_key[0] in groups:
         # A multi-agent actor's log-probability, under its group.
         group = fields[log_prob_key[0]]
         log_prob = group.pop(_LOG_PROB, None)

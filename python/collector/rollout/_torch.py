@@ -465,24 +465,27 @@ def _inputs(
 
 def _group(specs: Optional[Mapping[str, Any]], in_keys: List[Key]) -> Optional[Tuple[str, int]]:
     """The group a multi-agent actor acts for and its agents (``None`` for an env of one
-    agent): the group its in_keys read, which must be the env's only group (rollout's
-    nodes run one model for every group, PROTOCOL.md §8, Multi-agent; a torchrl actor
-    acts for one group)."""
+    agent): the group its in_keys read, which must be the env's only group (an env of
+    several is :func:`_group_actors`')."""
     agents = (specs or {}).get("agents")
     if not agents:
         return None
     groups = sorted(agents)
     read = {_parts(k)[0] for k in in_keys if len(_parts(k)) > 1}
-    if len(groups) != 1:
-        raise config_error(
-            "policy",
-            f"the env has groups {groups}: rollout exports a torch actor for an env of one group (an actor per "
-            "group is not served yet; export one ONNX model for every group, PROTOCOL.md §8, Multi-agent)",
-        )
-    g = groups[0]
+    g = groups[0]  # several groups: _group_actors
     if read != {g}:
         raise config_error("policy", f"the actor reads {sorted(in_keys, key=str)}; the env's agents are group {g!r}: read ({g!r}, \"observation\")")
     return g, len(agents[g])
+
+
+def _sample(export: nn.Module, examples: List["torch.Tensor"]) -> Tuple["torch.Tensor", ...]:
+    """The exported function's outputs on the example inputs; a policy that fails on them is
+    a ``ConfigError`` saying why."""
+    with torch.no_grad():
+        try:
+            return export(*examples)
+        except Exception as e:
+            raise config_error("policy", f"the policy fails on an observation of the env's shape: {type(e).__name__}: {e}") from e
 
 
 def _onnx_bytes(export: nn.Module, examples: List["torch.Tensor"], input_names: List[str], output_names: List[str]) -> bytes:
@@ -570,11 +573,141 @@ def _check_action_spec(spec: Any, encoding: Optional[str], action: Optional[Mapp
     return says or encoding
 
 
+def _reads(module: nn.Module) -> set:
+    """The groups whose entries a tensordict module reads (``(g, ...)`` in_keys)."""
+    return {_parts(k)[0] for k in (getattr(module, "in_keys", None) or []) if len(_parts(k)) > 1}
+
+
+def _group_actors(policy: nn.Module, specs: Optional[Mapping[str, Any]]) -> Optional[List[Tuple[str, int, nn.Module]]]:
+    """``[(group, agents, actor)]`` in group order for an env of several groups, or ``None``
+    for an env of one group or one agent. A torchrl user's policy for such an env is one
+    actor per group in a ``TensorDictSequential`` (torchrl's multi-agent examples), each
+    reading its group's ``(g, "observation")``; rollout's nodes run them as one model
+    (PROTOCOL.md §8, Multi-agent)."""
+    from tensordict.nn import TensorDictSequential
+
+    agents = (specs or {}).get("agents")
+    groups = sorted(agents or {})
+    if len(groups) < 2:
+        return None
+    hint = (
+        f"the env has groups {groups}: give one actor per group, TensorDictSequential(actor of "
+        f"{groups[0]!r}, actor of {groups[1]!r}, ...), each reading (group, \"observation\") as torchrl's "
+        "multi-agent examples build their policy"
+    )
+    if not isinstance(policy, TensorDictSequential) or len(_reads(policy)) < 2:
+        raise config_error("policy", f"{hint}; this one reads {sorted(_reads(policy)) or 'no group'}")
+    per: Dict[str, nn.Module] = {}
+    for m in policy.module:
+        read = _reads(m)
+        if len(read) != 1:
+            raise config_error("policy", f"{hint}; a {type(m).__name__} of it reads {sorted(read) or 'no group'}")
+        g = read.pop()
+        if g not in agents:
+            raise config_error("policy", f"{hint}; a {type(m).__name__} of it reads group {g!r}, which the env does not have")
+        if g in per:
+            raise config_error("policy", f"{hint}; two of its modules read group {g!r}")
+        per[g] = m
+    missing = [g for g in groups if g not in per]
+    if missing:
+        raise config_error("policy", f"{hint}; no actor reads {missing}")
+    return [(g, len(agents[g]), per[g]) for g in groups]
+
+
+def _export_groups(policy: nn.Module, specs: Mapping[str, Any], actors: List[Tuple[str, int, nn.Module]]) -> ExportedPolicy:
+    """One model of every group's actor (PROTOCOL.md §8, Multi-agent): inputs
+    ``g.observation`` ``[K, n_g, ...]`` and outputs ``g.<head output>`` group by group, one
+    head for all. An actor may sample (``ProbabilisticActor``), act deterministically, or be
+    a Q-value actor or a deterministic one under ``AdditiveGaussianModule`` (TD3); a
+    recurrent actor, or one with an exploration module the nodes run (``EGreedyModule``,
+    ``OrnsteinUhlenbeckProcessModule``), is not served for several agents yet."""
+    from torchrl.modules import EGreedyModule, OrnsteinUhlenbeckProcessModule
+
+    heads, encodings, runs, counts = [], [], [], []
+    input_names: List[str] = []
+    examples: List["torch.Tensor"] = []
+    out_names: List[str] = []
+    per_group_names: List[Tuple[str, List[str], Mapping[str, Any]]] = []
+    log_prob_keys: List[Tuple[str, Any]] = []
+    drop: List[Tuple[str, str]] = []
+    for g, n, actor in actors:
+        obs, action = specs["observation"]["spaces"][g], specs["action"]["spaces"][g]
+        if any(isinstance(m, (EGreedyModule, OrnsteinUhlenbeckProcessModule)) for m in _flat(actor)):
+            raise config_error("policy", f"group {g!r}: an exploration module the nodes run is not served for several agents yet (PROTOCOL.md §8, Multi-agent)")
+        off = _off_policy(actor, action)
+        prob = None
+        encoding: Optional[str] = None
+        if off is not None:
+            body, head, out, encoding, in_keys = off
+            if head == "normal":
+                drop += [(g, "loc"), (g, "scale")]
+        else:
+            parts = _actor_parts(actor)
+            if parts is None:
+                raise config_error("policy", f"group {g!r}: a plain nn.Module cannot say which group it reads: wrap it in a TensorDictModule")
+            body, prob, in_keys = parts
+            if prob is None:
+                acts = [k for k in actor.out_keys if _parts(k)[-1] == "action"]
+                if not acts:
+                    raise config_error("policy", f"group {g!r}: a module without a distribution must write ({g!r}, \"action\"); it writes {actor.out_keys}")
+                head, out = "deterministic", [(acts[0], None)]
+            else:
+                head, out, encoding = _head(prob, action)
+                encoding = _check_action_spec(_action_spec_of(actor), encoding, action)
+        if _recurrent(actor, body):
+            raise config_error("policy", f"group {g!r}: a recurrent multi-agent actor is not served yet (PROTOCOL.md §8, Multi-agent)")
+        if encoding == "one_hot":
+            raise config_error("policy", f"group {g!r}: one-hot actions of several agents are not served: use Categorical (PettingZooWrapper's categorical_actions=True)")
+        _check_head_kind(head, action)
+        names_g, ex_g = _inputs(in_keys, [], obs, actor, (g, n))
+        input_names += names_g
+        examples += ex_g
+        counts.append(len(names_g))
+        runs.append(_tensordict_run(body, in_keys, out, {}))
+        outs_g = [f"{g}.{name}" for name, _ in _outputs(head, out)]
+        out_names += outs_g
+        per_group_names.append((g, outs_g, action))
+        heads.append(head)
+        encodings.append(encoding)
+        log_prob_keys.append((g, _log_prob_key(prob) if prob is not None else None))
+    if len(set(heads)) != 1:
+        said = ", ".join(f"{g}: {h}" for (g, _, _), h in zip(actors, heads))
+        raise config_error("policy", f"the groups' actors have different heads ({said}): rollout's nodes run one head for every group")
+
+    def run(*xs):
+        res: List[Any] = []
+        i = 0
+        for r, c in zip(runs, counts):
+            res.extend(r(*xs[i : i + c]))
+            i += c
+        return tuple(res)
+
+    device = next((p.device for p in policy.parameters()), torch.device("cpu"))
+    examples = [x.to(device) for x in examples]
+    export = _Export(policy, run)
+    sample = _sample(export, examples)
+    i = 0
+    for g, names_g, action in per_group_names:
+        _check_outputs(heads[0], names_g, sample[i : i + len(names_g)], action)
+        i += len(names_g)
+    model = _onnx_bytes(export, examples, input_names, out_names)
+    exported = ExportedPolicy(policy, model, heads[0], next((e for e in encodings if e is not None), None), input_names)
+    exported.log_prob_key = log_prob_keys
+    exported.drop_keys = tuple(drop)
+    return exported
+
+
 def export_policy(policy: nn.Module, specs: Optional[Mapping[str, Any]]) -> ExportedPolicy:
     """Exports ``policy`` for the env whose ``specs`` (PROTOCOL.md §3's
     ``{"observation", "action"}``, or ``None`` when unknown) are given."""
     obs = specs.get("observation") if specs else None
     action = specs.get("action") if specs else None
+    actors = _group_actors(policy, specs)
+    if actors is not None:
+        for n, p in policy.state_dict().items():
+            if torch.is_floating_point(p) and p.dtype != torch.float32:
+                raise config_error("policy", f"`{n}` is {p.dtype}: rollout's ONNX policy runs float32 parameters")
+        return _export_groups(policy, specs, actors)
     group = _group(specs, list(getattr(policy, "in_keys", []) or []))
     if group is not None:
         # One agent's spaces of the actor's group (PROTOCOL.md §3, Multi-agent envs).
@@ -626,11 +759,7 @@ def export_policy(policy: nn.Module, specs: Optional[Mapping[str, Any]]) -> Expo
     input_names, examples = _inputs(in_keys, state, obs, policy, group)
     examples = [x.to(device) for x in examples]
     export = _Export(policy, run)
-    with torch.no_grad():
-        try:
-            sample = export(*examples)
-        except Exception as e:
-            raise config_error("policy", f"the policy fails on an observation of the env's shape: {type(e).__name__}: {e}") from e
+    sample = _sample(export, examples)
     _check_outputs(head, out_names, sample, action)
     model = _onnx_bytes(export, examples, input_names, out_names + state_names)
     ou = _exploration.ou_module(_flat(policy)) if off is not None else None

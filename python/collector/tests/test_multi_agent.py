@@ -14,6 +14,12 @@ seed.
 - Replay: a sync and an async run of two nodes replay frame by frame through PettingZoo
   itself by seed (``rollout_node.marl_replay``: row ``r`` of the run first reset with
   ``seed + r``).
+- An actor per group (MPE's simple_tag: adversaries and an agent), torchrl's policy for an
+  env of several groups: exported as one model, torchrl's layout, each group's recorded
+  log-probabilities its actor's, each actor's pushed weights used.
+- ``done_on_any=True`` (torchrl's default for a parallel env): on KAZ the env's flags are,
+  frame for frame, what torchrl's wrapper aggregates from the agents' flags, the env resets
+  at the first agent's end, and the run replays through PettingZoo under that rule.
 """
 
 from __future__ import annotations
@@ -97,6 +103,21 @@ def rollout_batches(env, policy, frames, total=None, **kw):
         return list(c)
 
 
+def dotted(batch):
+    """A plain batch's entries by dotted key (``next.agent.reward``), as NumPy arrays."""
+    d = {}
+
+    def walk(x, prefix=""):
+        for k, v in x.items():
+            if isinstance(v, dict):
+                walk(v, prefix + k + ".")
+            else:
+                d[prefix + k] = np.array(v)
+
+    walk(batch.to_dict())
+    return d
+
+
 def ours_less_rollouts_own(td):
     """rollout's layout less what it adds for every env (``step_count``, which weights and
     node made each frame)."""
@@ -166,18 +187,67 @@ def test_agents_that_die_are_masked_and_flagged_as_torchrl_masks_and_flags_them(
     assert torch.equal(ends, ~after.any(-1))
 
 
-def test_done_on_any_is_refused_at_the_first_agent_that_ends_before_the_others():
-    # torchrl's default for a parallel env, done_on_any=True, resets the env at the first agent
-    # done; rollout's nodes at the last. Served while they agree (MPE: the layout test above,
-    # use_mask=True, runs with it), refused where they do not: the same KAZ run as above.
+def test_done_on_any_ends_the_episode_at_the_first_agent_done_by_torchrls_own_rule():
+    # torchrl's default for a parallel env, done_on_any=True: the env ends (and resets) once any
+    # agent is done. On KAZ, whose agents die one by one, the first death ends the episode.
+    from torchrl.envs.utils import RandomPolicy
+
     env = wrapper(kaz(), use_mask=True)
     assert env.done_on_any
-    with pytest.raises(rollout.CollectorError, match=r"done_on_any=False") as e:
-        rollout_batches(env, "random", 400, record=False, tensordict=True)
-    assert "ended before the others" in str(e.value)
-    # The same run as plain batches is checked alike (the option is the env's, not the form's).
-    with pytest.raises(rollout.CollectorError, match=r"done_on_any"):
-        rollout_batches(wrapper(kaz(), use_mask=True), "random", 400, record=False, tensordict=False)
+    theirs = layout(torchrl_batch(env, RandomPolicy(env.full_action_spec), 400))
+    (td,) = rollout_batches(wrapper(kaz(), use_mask=True), "random", 400, record=False, tensordict=True)
+    ours = ours_less_rollouts_own(td)
+    assert ours == theirs, {k: (ours.get(k), theirs.get(k)) for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k)}
+    # Every frame's env flags are what torchrl's wrapper aggregates from its agents' flags.
+    for t in range(400):
+        want = [bool(x) for x in env._aggregate_done(td["next"][t], use_any=True)]
+        got = [bool(td["next", k][t, 0]) for k in ("done", "terminated", "truncated")]
+        assert got == want, (t, got, want)
+    agents_done = torch.cat([td["next", "archer", "done"], td["next", "knight", "done"]], -2)[..., 0]
+    ends = td["next", "done"][:, 0]
+    assert (agents_done.any(-1) & ~agents_done.all(-1)).any(), "an agent died while others played on"
+    assert torch.equal(ends, agents_done.any(-1))
+    # Each end is followed by a fresh episode with every agent present.
+    after = torch.nonzero(ends[:-1]).squeeze(1) + 1
+    assert len(after) >= 1
+    assert not td["step_count"][after].any()
+    assert td["archer", "mask"][after].all() and td["knight", "mask"][after].all()
+    # So no step starts with an agent gone.
+    assert td["archer", "mask"].all() and td["knight", "mask"].all()
+
+
+def test_done_on_any_is_the_wrappers_or_the_keyword_and_the_two_must_agree():
+    with pytest.raises(rollout.ConfigError, match="done_on_any") as e:
+        rollout.DistributedCollector(wrapper(kaz(), use_mask=True), "random", frames_per_batch=10, total_frames=10, done_on_any=False)
+    assert "contradicts" in str(e.value)
+    with pytest.raises(rollout.ConfigError, match="done_on_any"):
+        rollout.DistributedCollector(SPREAD, "random", frames_per_batch=10, total_frames=10, done_on_any="yes")
+
+
+def test_a_done_on_any_run_replays_through_pettingzoo_by_seed_under_its_rule():
+    from rollout_node.marl_replay import check_rows
+
+    E, T = 2, 150
+    kaz_id = "pettingzoo:pettingzoo.butterfly.knights_archers_zombies_v11"
+    config = {"spawn_delay": 2, "max_zombies": 30, "max_cycles": 300}
+    batches = rollout_batches(
+        kaz_id, "random", E * T, total=2 * E * T, nodes=1, envs_per_node=E, env_config=config, done_on_any=True,
+        record=False, tensordict=False,
+    )
+    rows = {e: {} for e in range(E)}
+    for b in batches:
+        d = dotted(b)
+        for e in range(E):
+            for k, v in d.items():
+                rows[e].setdefault(k, []).append(v[e])
+    rows = {e: {k: np.concatenate(v) for k, v in r.items()} for e, r in rows.items()}
+    ends = sum(int(r["next.done"].sum()) for r in rows.values())
+    early = sum(int((r["next.archer.done"].any(-2) | r["next.knight.done"].any(-2)).sum()) for r in rows.values())
+    assert ends >= 1 and early == ends, "episodes ended at an agent's end"
+    assert check_rows(rows, kaz_id, SEED, config, done_on_any=True) == ([], 2 * E * T)
+    # The same frames under the other rule do not replay: the rule is what the node followed.
+    problems, _ = check_rows(rows, kaz_id, SEED, config)
+    assert problems and "next.done" in problems[0], problems
 
 
 @pytest.mark.parametrize("sync", [True, False])
@@ -188,17 +258,7 @@ def test_every_frame_of_a_run_replays_through_pettingzoo_by_seed(sync):
     batches = rollout_batches(SPREAD, "random", 2 * E * T, total=4 * 2 * E * T, nodes=2, envs_per_node=E, sync=sync, tensordict=False)
     rows: dict = {}
     for b in batches:
-        flat = b.to_dict()
-        d = {}
-
-        def walk(x, prefix=""):
-            for k, v in x.items():
-                if isinstance(v, dict):
-                    walk(v, prefix + k + ".")
-                else:
-                    d[prefix + k] = np.array(v)
-
-        walk(flat)
+        d = dotted(b)
         if sync:  # [nodes, E, T, ...]: row node * E + env
             shares = [(n, {k: v[n] for k, v in d.items()}) for n in range(2)]
         else:  # one node's [E, T, ...]
@@ -216,6 +276,53 @@ def test_every_frame_of_a_run_replays_through_pettingzoo_by_seed(sync):
     assert len(problems) == 1 and problems[0].startswith("row 2 frame 7: reward of agent_1"), problems
 
 
+def tag():
+    from mpe2 import simple_tag_v3
+
+    # Two groups: 3 adversaries (observation [16]) chasing 1 agent ([14]).
+    return simple_tag_v3.parallel_env(max_cycles=25)
+
+
+def tag_policy():
+    """torchrl's competitive multi-agent policy: an actor per group, as its MPE tutorials
+    build it, in one TensorDictSequential."""
+    from tensordict.nn import TensorDictSequential
+
+    return TensorDictSequential(spread_actor("adversary", n=3, obs=16), spread_actor("agent", n=1, obs=14))
+
+
+def test_an_actor_per_group_is_exported_as_one_model_and_records_each_groups_log_probs():
+    policy = tag_policy()
+    theirs = layout(torchrl_batch(wrapper(tag()), policy, 50))
+    batches = rollout_batches(wrapper(tag()), policy, 50, total=150, nodes=2)
+    ours = ours_less_rollouts_own(batches[0])
+    assert ours == theirs, {k: (ours.get(k), theirs.get(k)) for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k)}
+    for td in batches:
+        for g, n, actor in (("adversary", 3, policy[0]), ("agent", 1, policy[1])):
+            with torch.no_grad():
+                lp = actor.get_dist(td.select((g, "observation"))).log_prob(td[g, "action"])
+            assert td[g, "action_log_prob"].shape == (50, n)
+            assert torch.allclose(lp, td[g, "action_log_prob"], atol=1e-5), (g, (lp - td[g, "action_log_prob"]).abs().max())
+    assert any((td["adversary", "action"] != td["adversary", "logits"].argmax(-1)).any() for td in batches), "sampled"
+
+
+def test_each_groups_actor_takes_the_weights_pushed_to_it():
+    policy = tag_policy()
+    with rollout.DistributedCollector(wrapper(tag()), policy, frames_per_batch=25, total_frames=200, seed=SEED) as c:
+        it = iter(c)
+        next(it)
+        with torch.no_grad():
+            for p in policy[1].parameters():
+                p.mul_(3.0)  # the agent's actor only
+        c.update_policy_weights_()
+        # The first batch collected with the pushed weights (one already on its way has the old).
+        td = next(td for td in it if (td["collector", "weights_version"] >= 1).all())
+        with torch.no_grad():
+            for g, actor in (("adversary", policy[0]), ("agent", policy[1])):
+                want = actor(td.select((g, "observation")).clone())[g, "logits"]
+                assert torch.allclose(td[g, "logits"], want, atol=1e-5), g
+
+
 def test_what_is_not_served_is_refused_before_any_node_starts_naming_it():
     from pettingzoo.butterfly import knights_archers_zombies_v11
 
@@ -225,8 +332,15 @@ def test_what_is_not_served_is_refused_before_any_node_starts_naming_it():
         rollout.DistributedCollector(
             wrapper(spread(), group_map={"a": ["agent_0"], "b": ["agent_1", "agent_2"]}), "random", frames_per_batch=10, total_frames=10
         )
-    # A torch actor for one group of an env of two: the nodes run one model for every group.
-    with pytest.raises(rollout.ConfigError, match="groups \\['archer', 'knight'\\]"):
+    # A torch actor for one group of an env of two: an actor per group is needed.
+    with pytest.raises(rollout.ConfigError, match="groups \\['archer', 'knight'\\]: give one actor per group"):
         rollout.DistributedCollector(
             wrapper(knights_archers_zombies_v11.parallel_env()), spread_actor("archer", n=2, obs=135), frames_per_batch=10, total_frames=10
+        )
+    from tensordict.nn import TensorDictSequential
+
+    with pytest.raises(rollout.ConfigError, match="this one reads \\['adversary'\\]"):
+        rollout.DistributedCollector(
+            wrapper(tag()), TensorDictSequential(spread_actor("adversary", n=3, obs=16), spread_actor("adversary", n=3, obs=16)),
+            frames_per_batch=10, total_frames=10,
         )

@@ -128,6 +128,9 @@ class Workers:
         if not isinstance(self.env_name, str) or not isinstance(config, dict):
             raise BuildError("spec.env must be {name: str, config: map or nil}")
         self.config = config
+        #: Multi-agent envs: the episode ends once any agent is done (else once every agent
+        #: is); an env of one agent ends alike either way.
+        self.done_on_any = bool(env.get("done_on_any", False))
         self.E = spec.get("envs_per_node")
         if not isinstance(self.E, int) or self.E < 1:
             raise BuildError("envs_per_node must be at least 1")

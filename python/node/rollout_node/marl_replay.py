@@ -4,7 +4,8 @@ fresh ParallelEnv reset so and stepped with the recorded actions of the present 
 give every recorded mask, observation, next observation, reward and flag (floats within 1e-6;
 an f64 observation kept f64 exactly), with zeros for agents not present, an agent the step
 returned no flags for terminated and truncated, the cut (``max_frames_per_traj``) truncating
-every agent, and the env's flags those of every agent (PROTOCOL.md §3, Multi-agent envs).
+every agent, and the env's flags those of every agent, or of any agent in a run with
+``done_on_any`` (PROTOCOL.md §3, Multi-agent envs).
 
 It reads rows as ``{key: [frames, ...]}`` (``replay_by_seed._rows`` of an ``--output`` file, or
 :func:`rows_of` of batches the node collected). It holds for runs seeded once at the start,
@@ -61,7 +62,7 @@ class _Row:
         return None
 
 
-def check_row(data, make, seed, max_frames_per_traj=None):
+def check_row(data, make, seed, max_frames_per_traj=None, done_on_any=False):
     """``(problem or None, frames checked)`` of one row's frames (``{key: [frames, ...]}``)."""
     env = make()
     groups = {g: a for g, a in sorted(marl_spaces.group_map(list(env.possible_agents)).items())}
@@ -71,7 +72,7 @@ def check_row(data, make, seed, max_frames_per_traj=None):
     n = len(data["collector.traj_ids"])
     try:
         for t in range(n):
-            why = _frame(row, env, t, obs, sc, max_frames_per_traj)
+            why = _frame(row, env, t, obs, sc, max_frames_per_traj, done_on_any)
             if isinstance(why, str):
                 return f"frame {t}: {why}", t + 1
             obs, done = why
@@ -85,7 +86,7 @@ def check_row(data, make, seed, max_frames_per_traj=None):
         env.close()
 
 
-def _frame(row, env, t, obs, sc, max_traj):
+def _frame(row, env, t, obs, sc, max_traj, done_on_any):
     """Checks frame ``t``: a reason (str) or ``(next observation, done)``."""
     d = row.data
     present = set(env.agents)
@@ -126,21 +127,23 @@ def _frame(row, env, t, obs, sc, max_traj):
             got = (bool(d[f"next.{g}.terminated"][t, j, 0]), bool(d[f"next.{g}.truncated"][t, j, 0]), bool(d[f"next.{g}.done"][t, j, 0]))
             if got != (*flags, flags[0] or flags[1]):
                 return f"terminated, truncated, done of {a} {got}, PettingZoo gives {(*flags, flags[0] or flags[1])}"
-    done = not after or cut or all(a or b for a, b in every)
-    want = (done, done and all(a for a, _ in every), done and all(b for _, b in every))
+    rule = any if done_on_any else all
+    done = not after or cut or rule(a or b for a, b in every)
+    want = (done, done and rule(a for a, _ in every), done and rule(b for _, b in every))
     got = (bool(d["next.done"][t, 0]), bool(d["next.terminated"][t, 0]), bool(d["next.truncated"][t, 0]))
     if got != want:
         return f"next.done, terminated, truncated {got}, PettingZoo gives {want}"
     return nxt, done
 
 
-def check_rows(rows, name, seed, config=None, max_frames_per_traj=None):
+def check_rows(rows, name, seed, config=None, max_frames_per_traj=None, done_on_any=False):
     """``(problems, frames)`` of ``rows`` (``{row: {key: [frames, ...]}}``) of a ``pettingzoo:``
-    env ``name``: the first problem of each row that does not replay."""
+    env ``name`` (its episodes ending once any agent is done where ``done_on_any``): the
+    first problem of each row that does not replay."""
     make = factory(name, config)
     problems, frames = [], 0
     for r in sorted(rows):
-        why, _ = check_row(rows[r], make, seed + r, max_frames_per_traj)
+        why, _ = check_row(rows[r], make, seed + r, max_frames_per_traj, done_on_any)
         frames += len(rows[r]["collector.traj_ids"])
         if why:
             problems.append(f"row {r} {why}")

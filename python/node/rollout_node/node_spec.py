@@ -48,7 +48,7 @@ _TOP = [
     ("restart_window_ms", _uint, False),
     ("worker_nice", _int, False),
 ]
-_ENV = [("name", _str, True), ("config", _any, False)]
+_ENV = [("name", _str, True), ("config", _any, False), ("done_on_any", _bool, False)]
 _POLICY = [("config", _map, True), ("exploration", _str, False), ("init_seed", _uint, False), ("record", _bool, False)]
 _ROLLOUT = [
     ("frames_per_batch", _uint, True),

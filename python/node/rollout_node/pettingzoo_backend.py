@@ -15,9 +15,10 @@ action and records. What the step returned for an agent is its ``next.`` entries
 observation and reward (zeros when it returned none) and its flags, an agent it returned no
 flags for (gone, or not yet come) both terminated and truncated (torchrl's rule). The cut
 (``max_frames_per_traj``) truncates every agent. The env's ``next.done``, ``next.terminated``
-and ``next.truncated`` are each the flag of every agent (torchrl's ``done_on_any=False``),
-``next.done`` also once no agent is left. The env is stepped with the actions of the present
-agents only.
+and ``next.truncated`` are each the flag of every agent (torchrl's ``done_on_any=False``), or,
+where ``spec.env.done_on_any`` (version 12), of any agent (torchrl's ``done_on_any=True``:
+``_aggregate_done`` over every agent of every group, an agent not present done); ``next.done``
+also once no agent is left. The env is stepped with the actions of the present agents only.
 
 An env that raises is rebuilt alone (its restart seed, ids moved past those delivered: as
 ``collect`` does for gymnasium's envs) and its row collected again from the batch's start;
@@ -324,6 +325,7 @@ class PettingZooWorkers(Workers):
             raise NodeFailed(f"env worker {k}: agent `{sorted(stranger)[0]}` is not one of the env's possible_agents")
         cut = self.max_traj is not None and int(self.step_count[k]) + 1 >= self.max_traj
         all_term = all_trunc = all_done = True
+        any_term = any_trunc = any_done = False
         per_group = []
         for g, agents, leaves, *_ in self._plan:
             # One pass over the agents (a comprehension each costs a call): whether each
@@ -359,6 +361,12 @@ class PettingZooWorkers(Workers):
             all_term = all_term and all(term)
             all_trunc = all_trunc and all(trunc)
             all_done = all_done and all(done)
+            any_term = any_term or any(term)
+            any_trunc = any_trunc or any(trunc)
+            any_done = any_done or any(done)
+        if self.done_on_any:
+            done = not after or cut or any_done
+            return k, t, done, done and any_trunc, done and any_term, per_group
         done = not after or cut or all_done
         return k, t, done, done and all_trunc, done and all_term, per_group
 

@@ -126,6 +126,7 @@ def main(argv=None):
     p.add_argument("--seed", type=int, help="replay any env by seed: row r was first reset with SEED + r")
     p.add_argument("--env-config", help="with --seed: the run's env config (JSON), passed to gymnasium.make")
     p.add_argument("--max-frames-per-traj", type=int, help="with --seed: the run's max_frames_per_traj")
+    p.add_argument("--done-on-any", action="store_true", help="with --seed, a pettingzoo: env: the run's episodes ended once any agent was done")
     p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
                    help="import MODULE first (it registers envs with gymnasium); repeatable")
     args = p.parse_args(argv)
@@ -150,7 +151,7 @@ def main(argv=None):
         from .replay_by_seed import check_by_seed
 
         config = json.loads(args.env_config) if isinstance(args.env_config, str) else args.env_config
-        problems, frames = check_by_seed(args.file, args.env, args.seed, config, args.max_frames_per_traj)
+        problems, frames = check_by_seed(args.file, args.env, args.seed, config, args.max_frames_per_traj, args.done_on_any)
         for line in problems[:20]:
             print(line, file=sys.stderr)
         if problems:

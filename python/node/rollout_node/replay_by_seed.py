@@ -79,15 +79,16 @@ def same_values(got, want):
     return np.array_equal(got.astype(np.float64), want.astype(np.float64))
 
 
-def check_by_seed(path, name, seed, config=None, max_frames_per_traj=None):
+def check_by_seed(path, name, seed, config=None, max_frames_per_traj=None, done_on_any=False):
     """``(problems, frames)``: the first problem of each row of ``path`` (an empty list:
-    every frame replays)."""
+    every frame replays); ``done_on_any``: a multi-agent run's episodes ended once any agent
+    was done."""
     problems, frames = [], 0
     rows = _rows(path)
     if isinstance(name, str) and name.startswith("pettingzoo:"):
         from .marl_replay import check_rows  # pettingzoo imported only for these ids
 
-        problems, frames = check_rows(rows, name, seed, config, max_frames_per_traj)
+        problems, frames = check_rows(rows, name, seed, config, max_frames_per_traj, done_on_any)
         if frames == 0:
             problems.append(f"{path} holds no frames")
         return problems, frames

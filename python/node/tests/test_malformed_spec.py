@@ -34,6 +34,7 @@ def _with(**fields):
         (_without("lanes"), "spec.lanes is missing"),
         (_without("env"), "spec.env is missing"),
         (_with(env={"config": None}), "spec.env.name is missing"),
+        (_with(env={"name": "CartPole-v1", "done_on_any": 1}), "spec.env.done_on_any must be a bool, got int 1"),
         (_with(policy="linear"), "spec.policy must be a map, got str 'linear'"),
         (_with(policy={"config": {"kind": "linear"}, "init_seed": 1.5}), "spec.policy.init_seed must be a uint"),
         (_with(envs_per_node=True), "spec.envs_per_node must be a uint, got bool True"),

@@ -18,11 +18,13 @@ impl TrainerMachine {
     /// and for an `onnx` policy; version 11 where the run prefetches (a node is sent
     /// its next `continue` while it collects); version 9 where a node's policy records but the run
     /// asked for no recording (`withholds_records`, [`PolicySpec::withholds_records`]
-    /// of any node). A node with nothing known of it ([`LayoutSource::Announced`], a
+    /// of any node); version 12 where a node's env ends its episodes once any agent is
+    /// done (`done_on_any`, [`EnvSpec::done_on_any`] of any node). A node with nothing known of it ([`LayoutSource::Announced`], a
     /// machine driven without a plan) needs nothing.
     ///
     /// [`PolicySpec::withholds_records`]: crate::policy::PolicySpec::withholds_records
-    pub fn admit_versions(&self, policy: &PolicyConfig, withholds_records: bool) -> AdmitVersions {
+    /// [`EnvSpec::done_on_any`]: crate::EnvSpec::done_on_any
+    pub fn admit_versions(&self, policy: &PolicyConfig, withholds_records: bool, done_on_any: bool) -> AdmitVersions {
         let recorded = || Need::Recorded {
             policy: policy.kind_name().to_string(),
         };
@@ -62,6 +64,9 @@ impl TrainerMachine {
         }
         if self.cfg.prefetch > 0 {
             needs.push(Need::Prefetch);
+        }
+        if done_on_any {
+            needs.push(Need::DoneOnAny);
         }
         if withholds_records {
             needs.push(Need::Unrecorded {
@@ -109,7 +114,7 @@ mod tests {
         let n = sources.len();
         machine(config(n, 1, 4, None, false))
             .with_layout_sources(sources)
-            .admit_versions(policy, false)
+            .admit_versions(policy, false, false)
     }
 
     #[test]
@@ -224,5 +229,24 @@ mod tests {
                 "{refusal}"
             );
         }
+    }
+
+    #[test]
+    fn episodes_that_end_at_any_agent_need_version_12() {
+        let random = PolicyConfig::Random;
+        let on_any = machine(config(2, 1, 4, None, false))
+            .with_layout_sources(vec![built(Recorded::None); 2])
+            .admit_versions(&random, false, true);
+        assert_eq!((on_any.oldest(), on_any.need()), (12, Some(&Need::DoneOnAny)));
+        on_any.check(12).expect("version 12 serves it");
+        let refusal = on_any
+            .check(11)
+            .expect_err("version 11 ends episodes once every agent is done");
+        assert!(
+            refusal.contains("protocol version 11 cannot serve this run") && refusal.contains("done_on_any"),
+            "{refusal}"
+        );
+        // Without it the same run admits every version.
+        assert_eq!(versions(vec![built(Recorded::None); 2], &random).oldest(), 3);
     }
 }
