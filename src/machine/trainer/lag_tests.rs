@@ -275,6 +275,19 @@ fn prefetch_asks_for_no_frames_beyond_those_total_frames_still_needs() {
     assert!(continues(&out).is_empty(), "the 4 frames still needed wait already");
     assert_eq!(yields(&request(&mut m)).len(), 1);
     assert!(m.is_finished());
+    // Nor beyond what other nodes are asked for: of two nodes and 8 frames, the first is
+    // asked twice (8 frames), the second once (every node is asked at the first request)
+    // and not ahead.
+    let mut cfg = async_config(2, Some(8));
+    cfg.prefetch = 1;
+    let mut m = machine(cfg);
+    let asked: Vec<usize> = continues(&request(&mut m)).iter().map(|c| c.0).collect();
+    assert_eq!(asked, vec![0, 0, 1]);
+    // Once the first node's two batches are yielded the run is over, the second's dropped.
+    assert_eq!(yields(&feed(&mut m, batch(0, 0, 1, 4))).len(), 1);
+    assert!(continues(&feed(&mut m, batch(0, 1, 1, 4))).is_empty());
+    assert_eq!(yields(&request(&mut m)).len(), 1);
+    assert!(m.is_finished());
 }
 
 #[test]

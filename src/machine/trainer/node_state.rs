@@ -235,6 +235,17 @@ impl NodeState {
         }
     }
 
+    /// Frames of the `Continue`s it has to answer (or will be asked again once back from
+    /// a restart).
+    pub(super) fn asked_frames(&self) -> u64 {
+        match self {
+            NodeState::Collecting { asked } | NodeState::Arriving { asked } => asked.frames as u64,
+            NodeState::Released { batch, next, .. } => (batch.frames as u64).saturating_add(next.frames as u64),
+            NodeState::Restarting { held } => held.unwrap_or(0) as u64,
+            NodeState::Idle | NodeState::Down => 0,
+        }
+    }
+
     /// A batch of it came whole (accepted or not): nothing of it is on its way.
     pub(super) fn batch_whole(&mut self) {
         match self {

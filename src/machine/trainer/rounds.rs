@@ -222,7 +222,7 @@ impl TrainerMachine {
     /// most `prefetch + 1` once asked), it answers at most two at once (the second
     /// queues at the node behind the first, so its workers never wait for the trainer
     /// between batches: protocol version 11), and more frames are wanted than wait
-    /// already or are asked of it; not during a seed chain, a checkpoint or the
+    /// already or are asked of any node; not during a seed chain, a checkpoint or the
     /// shutdown, and not before the node has its weights.
     fn prefetch(&mut self, node: usize, out: &mut Vec<Output>) -> Result<(), TrainerError> {
         if self.cfg.prefetch == 0 {
@@ -238,11 +238,22 @@ impl TrainerMachine {
             frames += b.data.numel() as u64;
             waiting += usize::from(b.node == node);
         }
-        if let NodeState::Collecting { asked } = self.nodes[node].state {
-            frames += asked.frames as u64;
-        }
-        if waiting + asks > self.cfg.prefetch || self.remaining().is_some_and(|r| r <= frames) {
+        if waiting + asks > self.cfg.prefetch {
             return Ok(());
+        }
+        if let Some(r) = self.remaining() {
+            // Frames waiting and asked of every node, this one's included: enough for the
+            // run already, and no node is asked ahead (the first request asks every node
+            // once whatever `total_frames` is; ahead of that, only what the run needs).
+            for n in &self.nodes {
+                if frames >= r {
+                    break;
+                }
+                frames = frames.saturating_add(n.state.asked_frames());
+            }
+            if frames >= r {
+                return Ok(());
+            }
         }
         self.release(node, out)
     }
