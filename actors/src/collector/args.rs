@@ -577,6 +577,34 @@ mod tests {
     }
 
     #[test]
+    fn done_on_any_reaches_the_run_from_either_front_end() {
+        let from_python = args(
+            serde_json::json!({"env": "pettingzoo:mpe2.simple_spread_v3", "frames_per_batch": 10,
+            "done_on_any": true}),
+        )
+        .expect("parsed");
+        let b = from_python.apply(CollectorBuilder::default()).expect("applied");
+        assert!(b.settings().run.done_on_any);
+        assert!(
+            args(serde_json::json!({"done_on_any": "yes"})).is_err(),
+            "a bool, not anything truthy"
+        );
+        let unset = CollectorArgs {
+            env: Some("CartPole-v1".into()),
+            frames_per_batch: Some(10),
+            ..CollectorArgs::default()
+        };
+        assert!(
+            !unset
+                .apply(CollectorBuilder::default())
+                .expect("applied")
+                .settings()
+                .run
+                .done_on_any
+        );
+    }
+
+    #[test]
     fn apply_requires_the_env_and_the_batch_size_and_names_bad_json() {
         let field = |a: CollectorArgs| a.apply(CollectorBuilder::default()).err().map(|e| e.field);
         let good = CollectorArgs {
