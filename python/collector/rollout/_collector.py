@@ -599,7 +599,7 @@ class DistributedCollector:
         env = env if env is not None else create_env_fn
         if env is not None and not isinstance(env, str):
             from . import _pickled_env
-            from ._env_forms import DONE_ON_ANY, NO_AGENT_MASKS, PRIMED, resolve
+            from ._env_forms import DONE_ON_ALL, DONE_ON_ANY, NO_AGENT_MASKS, PRIMED, resolve
 
             forms = resolve(env, env_field)
             pickled, pickled_specs = _pickled_env.is_pickled(forms), _pickled_env.specs_of(forms)
@@ -611,10 +611,11 @@ class DistributedCollector:
             if NO_AGENT_MASKS in added:
                 added = tuple(a for a in added if a != NO_AGENT_MASKS)
                 agent_masks = False
-            # The wrapper's done_on_any (torchrl's default for a parallel env: True), which
-            # the nodes follow.
-            wrapper_on_any = DONE_ON_ANY in added
-            added = tuple(a for a in added if a != DONE_ON_ANY)
+            # A PettingZooWrapper's done_on_any (torchrl's default for a parallel env: True),
+            # which the nodes follow; None for any other env.
+            if DONE_ON_ANY in added or DONE_ON_ALL in added:
+                wrapper_on_any = DONE_ON_ANY in added
+            added = tuple(a for a in added if a not in (DONE_ON_ANY, DONE_ON_ALL))
             env, env_config, collector_kwargs, nodes = _placed(forms, env_field, env_config, collector_kwargs, nodes)
         if done_on_any is not None and not isinstance(done_on_any, bool):
             raise _config_error("done_on_any", f"expected a bool, got {type(done_on_any).__name__}")

@@ -40,8 +40,10 @@ PRIMED = "primed:"
 #: no agent masks, so the collector leaves the nodes' out of each TensorDict).
 NO_AGENT_MASKS = "no-agent-masks"
 #: Among the entries: a torchrl ``PettingZooWrapper`` with ``done_on_any=True`` (torchrl's
-#: default for parallel envs): the run's nodes end an episode once any agent is done.
+#: default for parallel envs): the run's nodes end an episode once any agent is done;
+#: ``DONE_ON_ALL``: one with ``done_on_any=False``, once every agent is.
 DONE_ON_ANY = "done-on-any"
+DONE_ON_ALL = "done-on-all"
 
 _WHAT_TO_PASS = "pass an env id (e.g. \"Pendulum-v1\"), a torchrl env, or a function making one"
 
@@ -168,7 +170,7 @@ def _pettingzoo(env: Any, field: str) -> Tuple[str, Optional[dict], Tuple[str, .
     be torchrl's default ones, actions categorical, no ``return_state``; ``use_mask``
     says whether the TensorDicts keep the agent masks; ``done_on_any`` (torchrl's default
     for a parallel env: True) whether the nodes end an episode once any agent is done
-    (``DONE_ON_ANY``) or once every agent is."""
+    (``DONE_ON_ANY``) or once every agent is (``DONE_ON_ALL``)."""
     from ._spaces import PETTINGZOO, torchrl_groups
 
     pz = getattr(env, "_env", None)
@@ -193,8 +195,7 @@ def _pettingzoo(env: Any, field: str) -> Tuple[str, Optional[dict], Tuple[str, .
     except (TypeError, ValueError):
         raise config_error(field, f"the keyword arguments {sorted(config)} of {module} are not JSON: pass \"pettingzoo:{module}\" with env_config") from None
     added = () if getattr(env, "use_mask", False) else (NO_AGENT_MASKS,)
-    if getattr(env, "done_on_any", False):
-        added += (DONE_ON_ANY,)
+    added += (DONE_ON_ANY,) if getattr(env, "done_on_any", False) else (DONE_ON_ALL,)
     return PETTINGZOO + module, (config or None), added
 
 

@@ -66,8 +66,9 @@ def wrapper(pz, **kw):
     return PettingZooWrapper(env=pz, **kw)
 
 
-def spread_actor(group="agent", n=3, obs=18, actions=5):
-    """torchrl's multi-agent actor: a shared-parameter MLP per agent, categorical."""
+def spread_actor(group="agent", n=3, obs=18, actions=5, **kw):
+    """torchrl's multi-agent actor: a shared-parameter MLP per agent, categorical (``kw``:
+    more of ``ProbabilisticActor``'s arguments)."""
     from torchrl.modules import MultiAgentMLP, ProbabilisticActor
 
     torch.manual_seed(0)
@@ -78,6 +79,7 @@ def spread_actor(group="agent", n=3, obs=18, actions=5):
         out_keys=[(group, "action")],
         distribution_class=Categorical,
         return_log_prob=True,
+        **kw,
     )
 
 
@@ -222,6 +224,13 @@ def test_done_on_any_is_the_wrappers_or_the_keyword_and_the_two_must_agree():
     assert "contradicts" in str(e.value)
     with pytest.raises(rollout.ConfigError, match="done_on_any"):
         rollout.DistributedCollector(SPREAD, "random", frames_per_batch=10, total_frames=10, done_on_any="yes")
+    # Said in both places alike, or for an env that is no PettingZooWrapper (one agent: the
+    # rule changes nothing), it is taken.
+    from torchrl.envs import GymEnv
+
+    for env, on_any in ((wrapper(spread(), done_on_any=False), False), ("CartPole-v1", True), (GymEnv("CartPole-v1"), True)):
+        (b,) = rollout_batches(env, "random", 20, done_on_any=on_any, tensordict=False)
+        assert b.batch_size[-1] == 20
 
 
 def test_a_done_on_any_run_replays_through_pettingzoo_by_seed_under_its_rule():
@@ -288,7 +297,8 @@ def tag_policy():
     build it, in one TensorDictSequential."""
     from tensordict.nn import TensorDictSequential
 
-    return TensorDictSequential(spread_actor("adversary", n=3, obs=16), spread_actor("agent", n=1, obs=14))
+    # The agent's actor writes its log-probability under a key of its own.
+    return TensorDictSequential(spread_actor("adversary", n=3, obs=16), spread_actor("agent", n=1, obs=14, log_prob_key=("agent", "lp")))
 
 
 def test_an_actor_per_group_is_exported_as_one_model_and_records_each_groups_log_probs():
@@ -297,12 +307,13 @@ def test_an_actor_per_group_is_exported_as_one_model_and_records_each_groups_log
     batches = rollout_batches(wrapper(tag()), policy, 50, total=150, nodes=2)
     ours = ours_less_rollouts_own(batches[0])
     assert ours == theirs, {k: (ours.get(k), theirs.get(k)) for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k)}
+    assert ("agent", "lp") in ours and ("agent", "action_log_prob") not in ours
     for td in batches:
-        for g, n, actor in (("adversary", 3, policy[0]), ("agent", 1, policy[1])):
+        for g, n, actor, key in (("adversary", 3, policy[0], "action_log_prob"), ("agent", 1, policy[1], "lp")):
             with torch.no_grad():
                 lp = actor.get_dist(td.select((g, "observation"))).log_prob(td[g, "action"])
-            assert td[g, "action_log_prob"].shape == (50, n)
-            assert torch.allclose(lp, td[g, "action_log_prob"], atol=1e-5), (g, (lp - td[g, "action_log_prob"]).abs().max())
+            assert td[g, key].shape == (50, n)
+            assert torch.allclose(lp, td[g, key], atol=1e-5), (g, (lp - td[g, key]).abs().max())
     assert any((td["adversary", "action"] != td["adversary", "logits"].argmax(-1)).any() for td in batches), "sampled"
 
 

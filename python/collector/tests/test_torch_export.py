@@ -325,3 +325,64 @@ def test_a_dict_observation_entry_the_env_lacks_is_refused():
     actor = TensorDictModule(Concat(), in_keys=[("observation", "pos"), ("observation", "acc")], out_keys=["action"])
     refused(actor, DICT_ENV, "'acc'", "no entry")
     refused(TensorDictModule(mlp(5, 2), in_keys=["observation"], out_keys=["action"]), DICT_ENV, "dict observation", "leaves")
+
+
+def _group_actor(g, n, obs):
+    """torchrl's multi-agent actor for group ``g``, built from seed 0 (so two groups of the
+    same shapes start with equal parameters)."""
+    from torchrl.modules import MultiAgentMLP
+
+    torch.manual_seed(0)
+    net = MultiAgentMLP(n_agent_inputs=obs, n_agent_outputs=5, n_agents=n, centralised=False, share_params=True, depth=1, num_cells=8)
+    return ProbabilisticActor(
+        TensorDictModule(net, in_keys=[(g, "observation")], out_keys=[(g, "logits")]),
+        in_keys=[(g, "logits")], out_keys=[(g, "action")], distribution_class=torch.distributions.Categorical,
+        return_log_prob=True,
+    )
+
+
+TWO_EQUAL_GROUPS = {
+    "observation": {"kind": "dict", "spaces": {"blue": {"kind": "box", "dtype": "f32", "shape": [6]},
+                                               "red": {"kind": "box", "dtype": "f32", "shape": [6]}}},
+    "action": {"kind": "dict", "spaces": {"blue": {"kind": "discrete", "n": 5}, "red": {"kind": "discrete", "n": 5}}},
+    "agents": {"blue": ["blue_0", "blue_1"], "red": ["red_0"]},
+}
+
+
+def test_tensors_of_equal_values_stay_weights_of_their_own():
+    # torch's exporter merges initializers of equal values: two groups' actors from one seed
+    # (and a LayerNorm's ones and zeros, a noise module's sigma) would then share the first
+    # one's tensor in the model, the second's never pushed.
+    from tensordict.nn import TensorDictSequential
+    from torchrl.modules import MLP
+
+    policy = TensorDictSequential(_group_actor("blue", 2, 6), _group_actor("red", 1, 6))
+    exported = export_policy(policy, TWO_EQUAL_GROUPS)
+    floats = {n for n, p in policy.state_dict().items() if torch.is_floating_point(p)}
+    assert set(exported.name_map) == floats and exported.fixed == {}
+    # The model holds the module's values (exported with others, then written back): run as
+    # it is, it gives each group's logits.
+    x = {"blue.observation": np.random.default_rng(2).standard_normal((3, 2, 6)).astype(np.float32),
+         "red.observation": np.random.default_rng(3).standard_normal((3, 1, 6)).astype(np.float32)}
+    session = ort.InferenceSession(exported.model, providers=["CPUExecutionProvider"])
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, x)))
+    td = TensorDict({("blue", "observation"): torch.from_numpy(x["blue.observation"]),
+                     ("red", "observation"): torch.from_numpy(x["red.observation"])}, batch_size=[3])
+    with torch.no_grad():
+        want = policy(td)
+    for g in ("blue", "red"):
+        np.testing.assert_allclose(got[f"{g}.logits"], want[g, "logits"].numpy(), atol=1e-5, rtol=0)
+    # One group's weights changed reach that group's tensors only.
+    with torch.no_grad():
+        for p in policy[1].parameters():
+            p.mul_(3.0)
+    w = exported.weights(policy)
+    for n in floats:
+        np.testing.assert_array_equal(w[n], policy.state_dict()[n].numpy())
+    # A single actor with two LayerNorms at their initial values alike.
+    torch.manual_seed(0)
+    net = MLP(in_features=4, out_features=2, depth=2, num_cells=8, norm_class=nn.LayerNorm, norm_kwargs={"normalized_shape": 8})
+    actor = ProbabilisticActor(TensorDictModule(net, in_keys=["observation"], out_keys=["logits"]), in_keys=["logits"],
+                               distribution_class=torch.distributions.Categorical, return_log_prob=True)
+    exported = export_policy(actor, CARTPOLE)
+    assert set(exported.name_map) == {n for n, p in actor.state_dict().items() if torch.is_floating_point(p)}

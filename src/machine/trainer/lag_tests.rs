@@ -275,19 +275,24 @@ fn prefetch_asks_for_no_frames_beyond_those_total_frames_still_needs() {
     assert!(continues(&out).is_empty(), "the 4 frames still needed wait already");
     assert_eq!(yields(&request(&mut m)).len(), 1);
     assert!(m.is_finished());
-    // Nor beyond what other nodes are asked for: of two nodes and 8 frames, the first is
-    // asked twice (8 frames), the second once (every node is asked at the first request)
-    // and not ahead.
-    let mut cfg = async_config(2, Some(8));
+    // Nor beyond what other nodes are asked for: of four nodes and 16 frames, each is asked
+    // once at the first request (4 frames each) and none ahead.
+    let mut cfg = async_config(4, Some(16));
     cfg.prefetch = 1;
     let mut m = machine(cfg);
     let asked: Vec<usize> = continues(&request(&mut m)).iter().map(|c| c.0).collect();
-    assert_eq!(asked, vec![0, 0, 1]);
-    // Once the first node's two batches are yielded the run is over, the second's dropped.
-    assert_eq!(yields(&feed(&mut m, batch(0, 0, 1, 4))).len(), 1);
-    assert!(continues(&feed(&mut m, batch(0, 1, 1, 4))).is_empty());
-    assert_eq!(yields(&request(&mut m)).len(), 1);
-    assert!(m.is_finished());
+    assert_eq!(asked, vec![0, 1, 2, 3]);
+    // A node whose batch is yielded goes on (as without prefetch), and is not asked ahead:
+    // the 12 frames still needed are asked already.
+    let out = feed(&mut m, batch(2, 2, 1, 4));
+    assert_eq!(yields(&out).len(), 1);
+    assert_eq!(continues(&out), vec![(2, 4, 4)], "{out:?}");
+    // Of two nodes and 24 frames, each is asked once, then ahead while the run needs more.
+    let mut cfg = async_config(2, Some(24));
+    cfg.prefetch = 1;
+    let mut m = machine(cfg);
+    let asked: Vec<usize> = continues(&request(&mut m)).iter().map(|c| c.0).collect();
+    assert_eq!(asked, vec![0, 1, 0, 1]);
 }
 
 #[test]
