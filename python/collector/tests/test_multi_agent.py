@@ -16,7 +16,8 @@ seed.
   ``seed + r``).
 - An actor per group (MPE's simple_tag: adversaries and an agent), torchrl's policy for an
   env of several groups: exported as one model, torchrl's layout, each group's recorded
-  log-probabilities its actor's, each actor's pushed weights used.
+  log-probabilities its actor's, each actor's pushed weights used; and torchrl's MADDPG form
+  (a TanhDelta actor under Gaussian noise per group), each group exploring with its own noise.
 - ``done_on_any=True`` (torchrl's default for a parallel env): on KAZ the env's flags are,
   frame for frame, what torchrl's wrapper aggregates from the agents' flags, the env resets
   at the first agent's end, and the run replays through PettingZoo under that rule.
@@ -332,6 +333,52 @@ def test_each_groups_actor_takes_the_weights_pushed_to_it():
             for g, actor in (("adversary", policy[0]), ("agent", policy[1])):
                 want = actor(td.select((g, "observation")).clone())[g, "logits"]
                 assert torch.allclose(td[g, "logits"], want, atol=1e-5), g
+
+
+def test_a_deterministic_actor_per_group_under_gaussian_noise_explores_within_the_box():
+    # torchrl's competitive MPE policy for continuous actions (its MADDPG tutorial): per group
+    # a TanhDelta actor and an AdditiveGaussianModule, each group's noise its own.
+    from tensordict.nn import TensorDictSequential
+    from torchrl.modules import AdditiveGaussianModule, MultiAgentMLP, ProbabilisticActor, TanhDelta
+
+    def make():
+        from mpe2 import simple_tag_v3
+
+        return wrapper(simple_tag_v3.parallel_env(max_cycles=25, continuous_actions=True))
+
+    spec_of = make().full_action_spec
+
+    def actor(g, n, obs, sigma):
+        torch.manual_seed(0)
+        net = MultiAgentMLP(n_agent_inputs=obs, n_agent_outputs=5, n_agents=n, centralised=False, share_params=True, depth=1, num_cells=16)
+        spec = spec_of[g, "action"]
+        det = ProbabilisticActor(
+            TensorDictModule(net, in_keys=[(g, "observation")], out_keys=[(g, "param")]), in_keys=[(g, "param")],
+            out_keys=[(g, "action")], distribution_class=TanhDelta,
+            distribution_kwargs={"low": spec.space.low, "high": spec.space.high}, spec=spec,
+        )
+        noise = AdditiveGaussianModule(spec=spec, annealing_num_steps=1000, action_key=(g, "action"), sigma_init=sigma, sigma_end=sigma)
+        return TensorDictSequential(det, noise), det
+
+    (adv, adv_det), (agent, agent_det) = actor("adversary", 3, 16, 0.5), actor("agent", 1, 14, 1e-4)
+    policy = TensorDictSequential(adv, agent)
+    theirs = layout(torchrl_batch(make(), policy, 50))
+    (td,) = rollout_batches(make(), policy, 50)
+    ours = ours_less_rollouts_own(td)
+    # The TanhDelta's `param` (its input, which a DDPG loss computes again) is torchrl's only.
+    assert set(theirs) - set(ours) == {("adversary", "param"), ("agent", "param")}
+    assert ours == {k: v for k, v in theirs.items() if k in ours}
+    with torch.no_grad():
+        for g, det, sigma in (("adversary", adv_det, 0.5), ("agent", agent_det, 1e-4)):
+            a = td[g, "action"]
+            assert ((a >= 0) & (a <= 1)).all(), g
+            mode = det(td.select((g, "observation")).clone())[g, "action"]
+            # Each group's own noise: the adversaries' visible, the agent's all but none.
+            off = (a - mode).abs()
+            if sigma > 0.1:
+                assert off.max() > 0.05, (g, off.max())
+            else:
+                assert off.max() < 1e-2, (g, off.max())
 
 
 def test_what_is_not_served_is_refused_before_any_node_starts_naming_it():
