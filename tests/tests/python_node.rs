@@ -600,3 +600,65 @@ fn a_sync_pettingzoo_run_of_python_nodes_replays_through_pettingzoo() {
 fn an_async_pettingzoo_run_of_python_nodes_replays_through_pettingzoo() {
     pettingzoo_run(false);
 }
+
+/// `rollout collect --done-on-any` (protocol 12) on knights-archers-zombies, whose agents die
+/// one by one, with two Python nodes: each episode ends at the first agent done (the env's
+/// `next.done` is any agent's), and the `--output` file replays through PettingZoo by seed
+/// under that rule (`--done-on-any`), not under the other.
+#[test]
+fn a_done_on_any_pettingzoo_run_ends_episodes_at_the_first_agent_and_replays_under_its_rule() {
+    let Some(py) = venv_python() else { return };
+    let env = "pettingzoo:pettingzoo.butterfly.knights_archers_zombies_v11";
+    let config = r#"{"spawn_delay": 2, "max_zombies": 30, "max_cycles": 300}"#;
+    let dir = temp_dir("pynode-pettingzoo-done-on-any");
+    let flags = [
+        "--policy",
+        "random",
+        "--env-config",
+        config,
+        "--done-on-any",
+        "--frames-per-batch",
+        "400",
+        "--total-frames",
+        "1600",
+    ];
+    let out = mixed_run(&py, &dir, env, false, &flags, &[Node::Python, Node::Python]);
+    let records = read_output(&out);
+    let (mut ends, mut early) = (0, 0);
+    for r in &records {
+        let done = r.data["next.done"].as_bool().expect("next.done is bool");
+        let archers = r.data["next.archer.done"].as_bool().expect("bool");
+        let knights = r.data["next.knight.done"].as_bool().expect("bool");
+        // [E, T, 1] against [E, T, n, 1]: the env's flag is any agent's.
+        for (i, d) in done.iter().enumerate() {
+            let any = archers
+                .iter()
+                .skip(2 * i)
+                .take(2)
+                .chain(knights.iter().skip(2 * i).take(2))
+                .any(|x| *x);
+            let all = archers
+                .iter()
+                .skip(2 * i)
+                .take(2)
+                .chain(knights.iter().skip(2 * i).take(2))
+                .all(|x| *x);
+            assert_eq!(*d, any, "batch {} frame {i}", r.batch);
+            ends += usize::from(*d);
+            early += usize::from(any && !all);
+        }
+    }
+    assert!(early > 0, "an agent ended before the others ({ends} ends)");
+    let replay = |rule: &[&str]| {
+        let mut cmd = Command::new(&py);
+        cmd.args(["-m", "rollout_node.replay"])
+            .arg(&out)
+            .args(["--env", env, "--seed", "11", "--env-config", config])
+            .args(rule);
+        run_bounded(&mut cmd, DEADLINE).expect("start the replay checker")
+    };
+    replay(&["--done-on-any"]).assert_success("the PettingZoo replay by seed, episodes ending at any agent");
+    let other = replay(&[]);
+    assert_eq!(other.code(), Some(1), "the frames replay under the other rule too");
+    assert!(other.stderr_text().contains("next.done"), "{}", other.stderr_text());
+}
