@@ -489,79 +489,54 @@ def _sample(export: nn.Module, examples: List["torch.Tensor"]) -> Tuple["torch.T
 
 
 def _onnx_bytes(export: nn.Module, examples: List["torch.Tensor"], input_names: List[str], output_names: List[str]) -> bytes:
-    """The ONNX model of ``export``, every float parameter and buffer its own initializer,
-    named as in ``export.state_dict()`` and holding its value.
+    """The ONNX model of ``export``: every float parameter and buffer its own initializer,
+    named as in ``export.state_dict()``.
 
-    torch's exporter merges initializers of equal values (in eval mode): two groups'
-    actors built from one seed, two LayerNorms at their initial ones and zeros, two noise
-    modules' ``sigma``. The merged tensor's other names would then never be pushed, and
-    the nodes would act with the first one's values for the whole run. So the model is
-    exported with every such tensor holding values of its own, and each initializer is
-    then given its tensor's real value (tensors that share memory stay one: they are
-    one weight)."""
+    torch's exporter merges initializers of equal values in eval mode (two groups' actors
+    built from one seed, two LayerNorms at their initial ones and zeros, a noise module's
+    ``sigma`` equal to its ``std``): the merged tensor's other names would never be pushed,
+    and the nodes would act with the first one's values for the whole run. It merges
+    nothing when the initializers are also graph inputs (``keep_initializers_as_inputs``),
+    so the model is exported so and the initializers then taken out of the inputs again:
+    the model's only inputs are the observations (and a recurrent actor's state)."""
     axes = {n: {0: "batch"} for n in input_names + output_names}
     f = io.BytesIO()
-    real = {n: t.detach().clone() for n, t in export.state_dict(keep_vars=True).items() if torch.is_floating_point(t)}
+    # The exporter puts the exported module back in the mode of its own flag (the wrapper's:
+    # training), which would leave a policy in eval mode (BatchNorm, dropout) in training
+    # mode: every module's own mode is put back instead.
+    modes = [(m, m.training) for m in export.modules()]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            with _distinct_values(export):
-                torch.onnx.export(
-                    export,
-                    tuple(examples),
-                    f,
-                    input_names=input_names,
-                    output_names=output_names,
-                    dynamic_axes=axes,
-                    dynamo=False,
-                    do_constant_folding=False,
-                    opset_version=_OPSET,
-                )
+            torch.onnx.export(
+                export,
+                tuple(examples),
+                f,
+                input_names=input_names,
+                output_names=output_names,
+                dynamic_axes=axes,
+                dynamo=False,
+                do_constant_folding=False,
+                keep_initializers_as_inputs=True,
+                opset_version=_OPSET,
+            )
         except Exception as e:
             raise config_error("policy", f"torch.onnx.export failed: {type(e).__name__}: {e}") from e
-    return _with_values(f.getvalue(), real)
+        finally:
+            for m, training in modes:
+                m.training = training
+    return _initializers_not_inputs(f.getvalue())
 
 
-class _distinct_values:
-    """Within it, every float parameter and buffer of ``module`` holds values no other one
-    holds (a ramp from an offset of its own); on leaving, the values it had."""
-
-    def __init__(self, module: nn.Module) -> None:
-        self.tensors = []
-        seen = set()
-        for t in list(module.parameters()) + list(module.buffers()):
-            if torch.is_floating_point(t) and t.data_ptr() not in seen:
-                seen.add(t.data_ptr())
-                self.tensors.append(t)
-        self.saved: List["torch.Tensor"] = []
-
-    def __enter__(self) -> "_distinct_values":
-        with torch.no_grad():
-            offset = 0
-            for t in self.tensors:
-                self.saved.append(t.detach().clone())
-                n = t.numel()
-                ramp = torch.arange(offset, offset + n, dtype=torch.float64) / 1024.0 + 1.0
-                t.copy_(ramp.reshape(t.shape).to(t.dtype))
-                offset += n + 1
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        with torch.no_grad():
-            for t, v in zip(self.tensors, self.saved):
-                t.copy_(v)
-
-
-def _with_values(model: bytes, real: Mapping[str, "torch.Tensor"]) -> bytes:
-    """``model`` with each initializer named as a tensor of ``real`` holding its value."""
+def _initializers_not_inputs(model: bytes) -> bytes:
+    """``model`` without its initializers among the graph's inputs."""
     import onnx
-    from onnx import numpy_helper
 
     proto = onnx.load_from_string(model)
-    for init in proto.graph.initializer:
-        t = real.get(init.name)
-        if t is not None:
-            init.CopyFrom(numpy_helper.from_array(t.cpu().numpy().astype(numpy_helper.to_array(init).dtype), init.name))
+    inits = {i.name for i in proto.graph.initializer}
+    inputs = [i for i in proto.graph.input if i.name not in inits]
+    del proto.graph.input[:]
+    proto.graph.input.extend(inputs)
     return proto.SerializeToString()
 
 

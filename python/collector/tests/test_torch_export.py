@@ -360,8 +360,7 @@ def test_tensors_of_equal_values_stay_weights_of_their_own():
     exported = export_policy(policy, TWO_EQUAL_GROUPS)
     floats = {n for n, p in policy.state_dict().items() if torch.is_floating_point(p)}
     assert set(exported.name_map) == floats and exported.fixed == {}
-    # The model holds the module's values (exported with others, then written back): run as
-    # it is, it gives each group's logits.
+    # Run as it is, the model gives each group's logits.
     x = {"blue.observation": np.random.default_rng(2).standard_normal((3, 2, 6)).astype(np.float32),
          "red.observation": np.random.default_rng(3).standard_normal((3, 1, 6)).astype(np.float32)}
     session = ort.InferenceSession(exported.model, providers=["CPUExecutionProvider"])
@@ -372,13 +371,6 @@ def test_tensors_of_equal_values_stay_weights_of_their_own():
         want = policy(td)
     for g in ("blue", "red"):
         np.testing.assert_allclose(got[f"{g}.logits"], want[g, "logits"].numpy(), atol=1e-5, rtol=0)
-    # One group's weights changed reach that group's tensors only.
-    with torch.no_grad():
-        for p in policy[1].parameters():
-            p.mul_(3.0)
-    w = exported.weights(policy)
-    for n in floats:
-        np.testing.assert_array_equal(w[n], policy.state_dict()[n].numpy())
     # A single actor with two LayerNorms at their initial values alike.
     torch.manual_seed(0)
     net = MLP(in_features=4, out_features=2, depth=2, num_cells=8, norm_class=nn.LayerNorm, norm_kwargs={"normalized_shape": 8})
@@ -386,3 +378,30 @@ def test_tensors_of_equal_values_stay_weights_of_their_own():
                                distribution_class=torch.distributions.Categorical, return_log_prob=True)
     exported = export_policy(actor, CARTPOLE)
     assert set(exported.name_map) == {n for n, p in actor.state_dict().items() if torch.is_floating_point(p)}
+    # A TD3 actor whose noise starts at sigma 1, its std: sigma is a weight of its own (its
+    # annealing is pushed).
+    from torchrl.data import Bounded
+    from torchrl.modules import AdditiveGaussianModule, TanhModule
+    from tensordict.nn import TensorDictSequential as Seq
+
+    spec = Bounded(-2.0, 2.0, (1,))
+    td3 = Seq(TensorDictModule(mlp(3, 1), in_keys=["observation"], out_keys=["param"]),
+              TanhModule(in_keys=["param"], out_keys=["action"], spec=spec),
+              AdditiveGaussianModule(spec=spec, sigma_init=1.0, sigma_end=0.1, annealing_num_steps=10))
+    exported = export_policy(td3, PENDULUM)
+    assert {"module.2.sigma", "module.2.mean", "module.2.std"} <= set(exported.name_map), sorted(exported.name_map)
+
+
+def test_export_leaves_every_module_in_its_own_mode():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Tanh(), nn.Linear(8, 2))
+    actor = ProbabilisticActor(TensorDictModule(net, in_keys=["observation"], out_keys=["logits"]), in_keys=["logits"],
+                               distribution_class=torch.distributions.Categorical, return_log_prob=True)
+    actor.eval()
+    net[0].train()  # one module's own mode, unlike its parent's
+    exported = export_policy(actor, CARTPOLE)
+    assert not actor.training and not net[1].training and net[0].training
+    # And the model is the module in eval mode (BatchNorm's running statistics).
+    actor.eval()
+    x = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
+    np.testing.assert_allclose(run_onnx(exported, x)["logits"], reference(actor, x)["logits"].numpy(), atol=1e-5, rtol=0)
