@@ -651,7 +651,12 @@ def _export_groups(policy: nn.Module, specs: Mapping[str, Any], actors: List[Tup
     a Q-value actor or a deterministic one under ``AdditiveGaussianModule`` (TD3); a
     recurrent actor, or one with an exploration module the nodes run (``EGreedyModule``,
     ``OrnsteinUhlenbeckProcessModule``), is not served for several agents yet."""
-    from torchrl.modules import EGreedyModule, OrnsteinUhlenbeckProcessModule
+    try:
+        from torchrl.modules import EGreedyModule, OrnsteinUhlenbeckProcessModule
+
+        node_run: Tuple[type, ...] = (EGreedyModule, OrnsteinUhlenbeckProcessModule)
+    except ImportError:  # pragma: no cover - without torchrl no actor has these
+        node_run = ()
 
     heads, encodings, runs, counts = [], [], [], []
     input_names: List[str] = []
@@ -662,7 +667,7 @@ def _export_groups(policy: nn.Module, specs: Mapping[str, Any], actors: List[Tup
     drop: List[Tuple[str, str]] = []
     for g, n, actor in actors:
         obs, action = specs["observation"]["spaces"][g], specs["action"]["spaces"][g]
-        if any(isinstance(m, (EGreedyModule, OrnsteinUhlenbeckProcessModule)) for m in _flat(actor)):
+        if node_run and any(isinstance(m, node_run) for m in _flat(actor)):
             raise config_error("policy", f"group {g!r}: an exploration module the nodes run is not served for several agents yet (PROTOCOL.md §8, Multi-agent)")
         off = _off_policy(actor, action)
         prob = None
@@ -733,18 +738,15 @@ def export_policy(policy: nn.Module, specs: Optional[Mapping[str, Any]]) -> Expo
     obs = specs.get("observation") if specs else None
     action = specs.get("action") if specs else None
     actors = _group_actors(policy, specs)
+    for n, p in policy.state_dict().items():
+        if torch.is_floating_point(p) and p.dtype != torch.float32:
+            raise config_error("policy", f"`{n}` is {p.dtype}: rollout's ONNX policy runs float32 parameters")
     if actors is not None:
-        for n, p in policy.state_dict().items():
-            if torch.is_floating_point(p) and p.dtype != torch.float32:
-                raise config_error("policy", f"`{n}` is {p.dtype}: rollout's ONNX policy runs float32 parameters")
         return _export_groups(policy, specs, actors)
     group = _group(specs, list(getattr(policy, "in_keys", []) or []))
     if group is not None:
         # One agent's spaces of the actor's group (PROTOCOL.md §3, Multi-agent envs).
         obs, action = obs["spaces"][group[0]], action["spaces"][group[0]]
-    for n, p in policy.state_dict().items():
-        if torch.is_floating_point(p) and p.dtype != torch.float32:
-            raise config_error("policy", f"`{n}` is {p.dtype}: rollout's ONNX policy runs float32 parameters")
 
     off = _off_policy(policy, action)
     parts = None if off is not None else _actor_parts(policy)
