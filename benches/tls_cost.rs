@@ -2,7 +2,8 @@
 //! the same run: the `remote` bench's part (f). Two collectors side by side, one plain
 //! and one over TLS, pulled in alternating windows: CartPole batches of 10,000 frames
 //! from 2 process nodes, and batches of 8 MiB (1,024 frames of a 2,048-float
-//! observation, the `Wide` env of this file) from 2 nodes joining over loopback.
+//! observation, the `Wide` env of this file) from 2 nodes joining over loopback; and
+//! part (h), the same 8 MiB batches over a link of a given rate between two test hosts.
 
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -94,10 +95,75 @@ pub fn secured(b: CollectorBuilder, certs: Option<&TestCerts>) -> CollectorBuild
 
 const TOKEN: &[u8] = b"tls-bench-token-0123456789abcdef";
 
+/// Two test hosts (network namespaces, `rollout_tests::Hosts`) a link apart: the trainer
+/// listens at `trainer_addr` in `trainer_ns`, the nodes dial it from `node_ns`.
+pub struct Link {
+    /// The trainer's host (its namespace's name under `/run/netns`).
+    pub trainer_ns: String,
+    /// The trainer's address in it.
+    pub trainer_addr: String,
+    /// The nodes' host.
+    pub node_ns: String,
+}
+
+/// Moves the calling thread into network namespace `name` (`/run/netns/<name>`): the
+/// sockets it makes from then on, and the threads it starts, are that host's.
+pub fn enter_netns(name: &str) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(format!("/run/netns/{name}"))?;
+    // SAFETY: setns on an open namespace file; it changes only this thread's namespace.
+    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Bytes a second one TCP socket carries over `link` (from the nodes' host to the
+/// trainer's, 4 MiB writes, for `seconds`): what the link itself allows.
+pub fn raw_link(link: &Link, seconds: f64) -> f64 {
+    use std::io::{Read, Write};
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (ns, at) = (link.trainer_ns.clone(), link.trainer_addr.clone());
+    let reader = thread::spawn(move || {
+        enter_netns(&ns).expect("the trainer's host");
+        let l = std::net::TcpListener::bind(format!("{at}:0")).expect("bind");
+        tx.send(l.local_addr().expect("addr")).expect("send the address");
+        let (mut s, _) = l.accept().expect("accept");
+        let mut buf = vec![0u8; 4 << 20];
+        let (mut got, start) = (0usize, Instant::now());
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got += n,
+            }
+        }
+        got as f64 / start.elapsed().as_secs_f64()
+    });
+    let addr = rx.recv_timeout(Duration::from_secs(10)).expect("bound");
+    let ns = link.node_ns.clone();
+    let writer = thread::spawn(move || {
+        enter_netns(&ns).expect("the nodes' host");
+        let mut s = std::net::TcpStream::connect(addr).expect("connect");
+        let chunk = vec![1u8; 4 << 20];
+        let start = Instant::now();
+        while start.elapsed().as_secs_f64() < seconds {
+            if s.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+    });
+    writer.join().expect("writer");
+    reader.join().expect("reader")
+}
+
 /// An endless async run of [`Wide`] with a constant policy, `frames` a batch, from 2
-/// nodes of this process joining over loopback (TLS with `certs`); the node threads to
-/// join after its shutdown.
-pub fn wide_collector(frames: usize, certs: Option<&TestCerts>) -> (DistributedCollector, Vec<JoinHandle<()>>) {
+/// nodes of this process joining over loopback, or over `link` (TLS with `certs`); the
+/// node threads to join after its shutdown.
+pub fn wide_collector(
+    frames: usize,
+    certs: Option<&TestCerts>,
+    link: Option<&Link>,
+) -> (DistributedCollector, Vec<JoinHandle<()>>) {
     let (tx, rx) = std::sync::mpsc::channel();
     let b = DistributedCollector::builder()
         .env(Wide::NAME)
@@ -117,16 +183,34 @@ pub fn wide_collector(frames: usize, certs: Option<&TestCerts>) -> (DistributedC
         Some(c) => b.tls_cert(&c.trainer_cert).tls_key(&c.trainer_key),
         None => b,
     };
-    let build = thread::spawn(move || b.build().expect("collector"));
+    let b = match link {
+        Some(l) => b.listen(format!("{}:0", l.trainer_addr)),
+        None => b,
+    };
+    let trainer_ns = link.map(|l| l.trainer_ns.clone());
+    // The trainer's threads start from this one: in the trainer's host over a link.
+    let build = thread::spawn(move || {
+        if let Some(ns) = trainer_ns {
+            enter_netns(&ns).expect("the trainer's host");
+        }
+        b.build().expect("collector")
+    });
     let addr = rx.recv_timeout(Duration::from_secs(60)).expect("bound");
     let tls = certs.map(|c| NodeTls {
         ca: c.ca.clone(),
+        // The test certificate names `localhost`; over a link the nodes dial an address.
+        server_name: link.map(|_| "localhost".to_string()),
         ..NodeTls::default()
     });
+    let node_ns = link.map(|l| l.node_ns.clone());
     let nodes = (0..2)
         .map(|i| {
             let tls = tls.clone();
+            let node_ns = node_ns.clone();
             thread::spawn(move || {
+                if let Some(ns) = node_ns {
+                    enter_netns(&ns).expect("the nodes' host");
+                }
                 let opts = NodeOptions {
                     name: format!("wide-{i}"),
                     registry: wide_registry(),

@@ -13,7 +13,8 @@
 #                                    packet in and out of eth0 (its processes keep running);
 #                                    with PORT, only TCP to and from that remote port
 #   scripts/hosts.sh restore HOST    undoes `cut`
-#   scripts/hosts.sh slow HOST RATE  tc tbf limits HOST's link to RATE (e.g. 2mbit) both ways
+#   scripts/hosts.sh slow HOST RATE [BURST]  tc tbf limits HOST's link to RATE (e.g. 2mbit) both ways,
+#                                    BURST bytes at once (default 32kbit; gbit rates need ~1 ms of RATE)
 #   scripts/hosts.sh loss HOST P     nftables drops P % of HOST's packets at random, both ways
 #   scripts/hosts.sh clear HOST      removes every fault of HOST (cut, slow, loss)
 #   scripts/hosts.sh dropped HOST    the packets HOST's cut and loss rules dropped so far
@@ -194,14 +195,15 @@ cmd_restore() {
 }
 
 cmd_slow() {
-  local ns rate="${2:-}"
+  local ns rate="${2:-}" burst="${3:-32kbit}"
   ns="$(ns_of "$1")"
   [[ "$rate" =~ ^[0-9]+(bit|kbit|mbit|gbit)$ ]] || die "slow: RATE like 2mbit, not '$rate'"
+  [[ "$burst" =~ ^[0-9]+(b|kb|mb|kbit|mbit)$ ]] || die "slow: BURST like 32kbit or 2mb, not '$burst'"
   local i
   i="$(num_of "$ns")"
   # The host's egress on its eth0, its ingress on the bridge's end of the pair.
-  tc -n "$ns" qdisc replace dev eth0 root tbf rate "$rate" burst 32kbit latency 500ms
-  tc -n "$BRIDGE_NS" qdisc replace dev "v$i" root tbf rate "$rate" burst 32kbit latency 500ms
+  tc -n "$ns" qdisc replace dev eth0 root tbf rate "$rate" burst "$burst" latency 500ms
+  tc -n "$BRIDGE_NS" qdisc replace dev "v$i" root tbf rate "$rate" burst "$burst" latency 500ms
   say "$ns slowed to $rate"
 }
 
@@ -391,7 +393,7 @@ main() {
   addr) addr_of "$(ns_of "${1:?addr HOST}")" ;;
   cut) cmd_cut "${1:?cut HOST [PORT]}" "${2:-}" ;;
   restore) cmd_restore "${1:?restore HOST}" ;;
-  slow) cmd_slow "${1:?slow HOST RATE}" "${2:-}" ;;
+  slow) cmd_slow "${1:?slow HOST RATE [BURST]}" "${2:-}" "${3:-}" ;;
   loss) cmd_loss "${1:?loss HOST P}" "${2:-}" ;;
   clear) cmd_clear "${1:?clear HOST}" ;;
   dropped) cmd_dropped "${1:?dropped HOST}" ;;

@@ -149,6 +149,13 @@ impl Hosts {
         hosts_sh(&["slow", &i.to_string(), rate]);
     }
 
+    /// [`Hosts::slow`] letting `burst` bytes through at once (e.g. `2mb`): a link of
+    /// gigabits needs about a millisecond of its rate, where the default 32 kbit would
+    /// hold it far below the rate.
+    pub fn slow_with_burst(&self, i: usize, rate: &str, burst: &str) {
+        hosts_sh(&["slow", &i.to_string(), rate, burst]);
+    }
+
     /// `percent` % of host `i`'s packets dropped at random, both ways.
     pub fn loss(&self, i: usize, percent: u32) {
         hosts_sh(&["loss", &i.to_string(), &percent.to_string()]);

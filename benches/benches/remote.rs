@@ -16,13 +16,17 @@
 //! (g) (c) with the trainer's metrics counted (every batch's latency and policy lag
 //!     observed, issue 39) against (c) with none, two collectors pulled in alternating
 //!     0.5 s windows.
+//! (h) (f)'s 8 MiB batches over a link of a given rate between two test hosts
+//!     (`ROLLOUT_BENCH_ONLY=tls-link`, root; not in the default run).
 //! Prints each figure, c/b, d/(2 x raw write), e (scraped / not), the TLS ratios and g.
 //!
 //! Run: `cargo bench -p rollout-benches --bench remote`. For profiling one part
 //! (`perf record -a`), `ROLLOUT_BENCH_ONLY=local|process` collects for 3 s and
 //! `ROLLOUT_BENCH_ONLY=weights` runs (d) for 30 rounds, `ROLLOUT_BENCH_ONLY=metrics` (e),
 //! `ROLLOUT_BENCH_ONLY=tls` (f) alone, `ROLLOUT_BENCH_ONLY=wide-plain|wide-tls` one of (f)'s
-//! 8 MiB collectors alone for 8 s, `ROLLOUT_BENCH_ONLY=counted` (g) alone.
+//! 8 MiB collectors alone for 8 s, `ROLLOUT_BENCH_ONLY=counted` (g) alone,
+//! `ROLLOUT_BENCH_ONLY=tls-link` (h) (`ROLLOUT_BENCH_LINK_RATES=1gbit,10gbit,none` picks
+//! the rates).
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -223,14 +227,24 @@ fn alternate(
     tls: &mut DistributedCollector,
     rounds: usize,
 ) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    alternate_in(plain, tls, rounds, 0.5)
+}
+
+/// [`alternate`] in windows of `secs`.
+fn alternate_in(
+    plain: &mut DistributedCollector,
+    tls: &mut DistributedCollector,
+    rounds: usize,
+    secs: f64,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let (mut p, mut t, mut r) = (vec![], vec![], vec![]);
     for i in 0..rounds {
         let (rp, rt) = if i % 2 == 0 {
-            let rp = rate(plain, 0.5);
-            (rp, rate(tls, 0.5))
+            let rp = rate(plain, secs);
+            (rp, rate(tls, secs))
         } else {
-            let rt = rate(tls, 0.5);
-            (rate(plain, 0.5), rt)
+            let rt = rate(tls, secs);
+            (rate(plain, secs), rt)
         };
         p.push(rp);
         t.push(rt);
@@ -279,8 +293,8 @@ fn print_tls(rounds: usize) {
     }
     let wide_frames = 1024;
     let mb = (wide_frames * rollout_benches::tls_cost::WIDE_OBS * 4) as f64 / (1 << 20) as f64;
-    let (mut plain, plain_nodes) = wide_collector(wide_frames, None);
-    let (mut tls, tls_nodes) = wide_collector(wide_frames, Some(&certs));
+    let (mut plain, plain_nodes) = wide_collector(wide_frames, None, None);
+    let (mut tls, tls_nodes) = wide_collector(wide_frames, Some(&certs), None);
     let (p, t, r) = alternate(&mut plain, &mut tls, rounds);
     plain.shutdown().expect("shutdown");
     tls.shutdown().expect("shutdown");
@@ -304,6 +318,65 @@ fn print_tls(rounds: usize) {
         median(dt) * 1e3,
         median(ratio)
     );
+}
+
+/// Bits a second of a tc rate such as `2500mbit` or `10gbit`.
+fn rate_bits(rate: &str) -> f64 {
+    let (n, unit) = rate.split_at(rate.find(|c: char| !c.is_ascii_digit()).unwrap_or(rate.len()));
+    let scale = match unit {
+        "gbit" => 1e9,
+        "mbit" => 1e6,
+        "kbit" => 1e3,
+        _ => 1.0,
+    };
+    n.parse::<f64>().expect("a rate like 10gbit") * scale
+}
+
+/// (h): (f)'s 8 MiB batches, TLS against plain, over a link between two test hosts
+/// (network namespaces on a bridge, `scripts/hosts.sh`; needs root): the trainer on one,
+/// both nodes on the other, the nodes' link limited by tc tbf to each rate of
+/// `ROLLOUT_BENCH_LINK_RATES` (default `1gbit,2500mbit,5gbit,10gbit,none`, `none` the
+/// bridge as it is), with a burst of 1 ms of the rate. Per rate: one socket's raw rate
+/// over the link, then `rounds` pairs of windows as (f) (each at least 24 batches long
+/// at the raw rate), the median ratio.
+fn print_tls_link(rounds: usize) {
+    let certs = test_certs();
+    let hosts = rollout_tests::Hosts::up(2);
+    let link = rollout_benches::tls_cost::Link {
+        trainer_ns: hosts.ns(0),
+        trainer_addr: hosts.addr(0),
+        node_ns: hosts.ns(1),
+    };
+    let rates = std::env::var("ROLLOUT_BENCH_LINK_RATES").unwrap_or_else(|_| "1gbit,2500mbit,5gbit,10gbit,none".into());
+    let per_frame = (rollout_benches::tls_cost::WIDE_OBS * 4) as f64;
+    for rate in rates.split(',') {
+        if rate != "none" {
+            let burst = format!("{}b", ((rate_bits(rate) / 8.0 / 1000.0) as u64).max(4096));
+            hosts.slow_with_burst(1, rate, &burst);
+        }
+        let raw = rollout_benches::tls_cost::raw_link(&link, 2.0);
+        let (mut plain, plain_nodes) = wide_collector(1024, None, Some(&link));
+        let (mut tls, tls_nodes) = wide_collector(1024, Some(&certs), Some(&link));
+        // Windows of at least 24 batches at the link's raw rate: a slow link's 0.5 s
+        // window holds a handful, and one batch more or less would be the ratio.
+        let secs = (24.0 * 1024.0 * per_frame / raw).max(0.5);
+        let (p, t, r) = alternate_in(&mut plain, &mut tls, rounds, secs);
+        plain.shutdown().expect("shutdown");
+        tls.shutdown().expect("shutdown");
+        for n in plain_nodes.into_iter().chain(tls_nodes) {
+            let _ = n.join();
+        }
+        println!(
+            "(h) 8 MiB batches over a {rate:>8} link: raw socket {:>6.3} GB/s   plain {:>6.3} GB/s   TLS {:>6.3} GB/s   TLS/plain = {:.3} (median of {rounds}; {:.3}..{:.3})",
+            raw / 1e9,
+            median(p) * per_frame / 1e9,
+            median(t) * per_frame / 1e9,
+            median(r.clone()),
+            r.iter().copied().fold(f64::INFINITY, f64::min),
+            r.iter().copied().fold(0.0, f64::max)
+        );
+        hosts.clear(1);
+    }
 }
 
 /// (g): the trainer's metrics counted (served, not scraped) against none, two collectors
@@ -345,10 +418,14 @@ fn main() {
             print_tls(9);
             return;
         }
+        if which == "tls-link" {
+            print_tls_link(9);
+            return;
+        }
         if let Some(kind) = which.strip_prefix("wide-") {
             // One of (f)'s 8 MiB collectors alone for 8 s (`wide-plain`, `wide-tls`).
             let certs = test_certs();
-            let (mut c, nodes) = wide_collector(1024, (kind == "tls").then_some(&certs));
+            let (mut c, nodes) = wide_collector(1024, (kind == "tls").then_some(&certs), None);
             let fps = rate(&mut c, 8.0);
             c.shutdown().expect("shutdown");
             for n in nodes {

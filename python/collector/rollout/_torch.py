@@ -505,7 +505,7 @@ def _onnx_bytes(export: nn.Module, examples: List["torch.Tensor"], input_names: 
     # training), which would leave a policy in eval mode (BatchNorm, dropout) in training
     # mode: every module's own mode is put back instead.
     modes = [(m, m.training) for m in export.modules()]
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _projection_without_branch():
         warnings.simplefilter("ignore")
         try:
             torch.onnx.export(
@@ -526,6 +526,33 @@ def _onnx_bytes(export: nn.Module, examples: List["torch.Tensor"], input_names: 
             for m, training in modes:
                 m.training = training
     return _initializers_not_inputs(f.getvalue())
+
+
+class _projection_without_branch:
+    """While exporting, torchrl's ``safe=True`` projection of a continuous box
+    (``spec.project``: clamp only if a value is out of bounds) clamps always, which gives
+    the same values without an ``if`` on the data; a discrete spec's value is left as it
+    is (the actor's argmax or draw is in the spec by construction, and torchrl's projection
+    of one that is not is a random draw no model can reproduce). Without torchrl, nothing
+    to do."""
+
+    def __enter__(self) -> "_projection_without_branch":
+        try:
+            from torchrl.data.tensor_specs import BoundedContinuous, TensorSpec
+        except ImportError:
+            self._spec = None
+            return self
+        self._spec, self._project = TensorSpec, TensorSpec.project
+
+        def project(spec, val):
+            return spec._project(val) if isinstance(spec, BoundedContinuous) else val
+
+        TensorSpec.project = project
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._spec is not None:
+            self._spec.project = self._project
 
 
 def _initializers_not_inputs(model: bytes) -> bytes:

@@ -405,3 +405,41 @@ def test_export_leaves_every_module_in_its_own_mode():
     actor.eval()
     x = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
     np.testing.assert_allclose(run_onnx(exported, x)["logits"], reference(actor, x)["logits"].numpy(), atol=1e-5, rtol=0)
+
+
+def _with_weights(exported, tensors):
+    """``exported``'s model with its initializers set to ``tensors`` (by parameter name),
+    as a node's session is after a push."""
+    import onnx
+    from onnx import numpy_helper
+
+    proto = onnx.load_from_string(exported.model)
+    by_init = {exported.name_map[n]: t for n, t in tensors.items() if n in exported.name_map}
+    for i, init in enumerate(proto.graph.initializer):
+        if init.name in by_init:
+            proto.graph.initializer[i].CopyFrom(numpy_helper.from_array(by_init[init.name].detach().numpy(), init.name))
+    return proto.SerializeToString()
+
+
+def test_a_safe_modules_projection_is_in_the_model_whatever_the_example_gave():
+    from torchrl.data import Bounded
+    from torchrl.modules import SafeModule
+
+    # Bounds narrower than the env's [-2, 2], so the nodes' clip to the env cannot hide a
+    # missing one; at export the outputs are well inside them (no projection on the example).
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 16), nn.Tanh(), nn.Linear(16, 1))
+    with torch.no_grad():
+        net[2].weight.mul_(0.01)
+    actor = SafeModule(net, in_keys=["observation"], out_keys=["action"], spec=Bounded(-0.5, 0.5, shape=(1,)), safe=True)
+    exported = export_policy(actor, PENDULUM)
+    # The learner's weights then push the outputs past the bounds: torchrl projects them.
+    with torch.no_grad():
+        net[2].weight.mul_(1000.0)
+    x = np.random.default_rng(1).standard_normal((64, 3)).astype(np.float32) * 3
+    s = ort.InferenceSession(_with_weights(exported, dict(actor.state_dict())))
+    got = s.run(None, {"observation": x})[0]
+    want = reference(actor, x)["action"].numpy()
+    assert np.abs(want).max() == pytest.approx(0.5)  # some outputs were projected
+    assert (np.abs(net(torch.from_numpy(x)).detach().numpy()) > 0.5).any()
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
