@@ -151,6 +151,9 @@ class PettingZooWorkers(Workers):
              f"next.{g}.terminated", f"next.{g}.truncated", f"next.{g}.done")
             for g, agents in self.groups.items()
         ]
+        #: Per group, the flags of a step where every agent is on (``_step_all_on``): all
+        #: false, all true. Read only (``_flush`` copies them into the batch).
+        self._all_on = {g: ([False] * len(a), [True] * len(a)) for g, a in self.groups.items()}
         self.recurrent = None
         pol = spec.get("policy") or {}
         config = pol.get("config") if isinstance(pol.get("config"), dict) else {}
@@ -317,13 +320,18 @@ class PettingZooWorkers(Workers):
                     action[a] = v
         try:
             o, r, te, tr, _ = env.step(action)
-            after = set(env.agents)
+            ag = env.agents
         except Exception as e:
             raise _EnvFailed(k, e) from e
-        stranger = after - self._known
+        known = self._known
+        cut = self.max_traj is not None and int(self.step_count[k]) + 1 >= self.max_traj
+        if (not cut and len(ag) == len(known) and known.issuperset(ag) and o.keys() == known and te.keys() == known
+                and tr.keys() == known and not any(te.values()) and not any(tr.values())):
+            return self._step_all_on(b, k, t, o, r)
+        after = set(ag)
+        stranger = after - known
         if stranger:
             raise NodeFailed(f"env worker {k}: agent `{sorted(stranger)[0]}` is not one of the env's possible_agents")
-        cut = self.max_traj is not None and int(self.step_count[k]) + 1 >= self.max_traj
         all_term = all_trunc = all_done = True
         any_term = any_trunc = any_done = False
         per_group = []
@@ -369,6 +377,25 @@ class PettingZooWorkers(Workers):
             return k, t, done, done and any_trunc, done and any_term, per_group
         done = not after or cut or all_done
         return k, t, done, done and all_trunc, done and all_term, per_group
+
+    def _step_all_on(self, b, k, t, o, r):
+        """``_step``'s result for the common step: every agent observed, still in the env,
+        neither terminated nor truncated, the trajectory not cut (so the env goes on). The
+        same values as the general pass over the agents, with the flags' lists made once."""
+        per_group = []
+        for g, agents, leaves, *_ in self._plan:
+            small = []
+            for li, leaf, whole, zero in leaves:
+                if zero is not None:
+                    small.append([o[a] for a in agents] if whole else [leaf.get(o[a]) for a in agents])
+                    continue
+                dst = b["next." + leaf.key][k, t]
+                for j, a in enumerate(agents):
+                    dst[j] = o[a] if whole else leaf.get(o[a])
+                self.cur[li][k][...] = dst
+            no, yes = self._all_on[g]
+            per_group.append((small, [r.get(a, 0.0) for a in agents], no, no, no, yes, ()))
+        return k, t, False, False, False, per_group
 
     def _flush(self, b, stepped):
         """Writes what ``_step`` returned for the rows ``stepped`` of a column: their frames'
