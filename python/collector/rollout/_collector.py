@@ -674,7 +674,7 @@ class DistributedCollector:
             from ._torch import export_policy
 
             specs = pickled_specs if env_spec is None and pickled_specs is not None else _env_specs(env, env_config, env_spec)
-            self._torch_policy = export_policy(policy, specs)
+            self._torch_policy = export_policy(policy, specs, _exploration(exploration_type))
             self._onnx_model = self._torch_policy.model
             policy = {"kind": "onnx"}
             if self._torch_policy.exploration is not None:

@@ -390,9 +390,17 @@ class ExportedPolicy:
 
 
 # ---- export
-def _example(space: Optional[Mapping[str, Any]], key: Key, module: nn.Module, lead: Tuple[int, ...] = ()) -> "torch.Tensor":
-    """An example input of the observation's shape, batch of 2 (then the ``lead``
-    dimensions: a multi-agent group's agent axis, whose key is given without its group)."""
+def _example(
+    space: Optional[Mapping[str, Any]],
+    key: Key,
+    module: nn.Module,
+    lead: Tuple[int, ...] = (),
+    batch: int = 2,
+    gen: Optional["torch.Generator"] = None,
+) -> "torch.Tensor":
+    """An example input of the observation's shape, batch of ``batch`` (then the ``lead``
+    dimensions: a multi-agent group's agent axis, whose key is given without its group),
+    drawn from ``gen`` (torch's global generator when None)."""
     parts = key if isinstance(key, tuple) else tuple(str(key).split("."))
     sub = space
     for p in parts[1:]:
@@ -412,12 +420,12 @@ def _example(space: Optional[Mapping[str, Any]], key: Key, module: nn.Module, le
         shape = tuple(int(s) for s in sub.get("shape", []))
         dtype = {"u8": torch.uint8, "uint8": torch.uint8}.get(str(sub.get("dtype", "f32")), torch.float32)
         if dtype == torch.uint8:
-            return torch.randint(0, 255, (2, *lead, *shape), dtype=torch.uint8)
-        return torch.randn(2, *lead, *shape)
+            return torch.randint(0, 255, (batch, *lead, *shape), dtype=torch.uint8, generator=gen)
+        return torch.randn(batch, *lead, *shape, generator=gen)
     # No spec: the first Linear's (or recurrent layer's) input size, for a flat observation.
     for m in module.modules():
         if isinstance(m, (nn.Linear, nn.RNNBase)):
-            return torch.randn(2, m.in_features if isinstance(m, nn.Linear) else m.input_size)
+            return torch.randn(batch, m.in_features if isinstance(m, nn.Linear) else m.input_size, generator=gen)
     raise config_error(
         "policy",
         "cannot tell the observation's shape to export the policy: give env_spec "
@@ -431,10 +439,13 @@ def _inputs(
     obs: Optional[Mapping[str, Any]],
     policy: nn.Module,
     group: Optional[Tuple[str, int]] = None,
+    batch: int = 2,
+    gen: Optional["torch.Generator"] = None,
 ) -> Tuple[List[str], List["torch.Tensor"]]:
     """The ONNX input names of the actor's in_keys and an example of each, batch of
-    2: the observations, and with a recurrent module ``is_init`` (bool ``[2, 1]``) and
-    the state tensors (``[2, layers, hidden]``, named as their keys, dotted)."""
+    ``batch`` (drawn from ``gen``): the observations, and with a recurrent module
+    ``is_init`` (bool ``[batch, 1]``) and the state tensors (``[batch, layers, hidden]``,
+    named as their keys, dotted)."""
     shapes = {_parts(key): shape for key, _, shape in state}
     if state:
         have = {_parts(k) for k in in_keys}
@@ -450,16 +461,16 @@ def _inputs(
     for key in in_keys:
         if state and _parts(key) == (_IS_INIT,):
             names.append(_IS_INIT)
-            examples.append(torch.tensor([[True], [False]]))
+            examples.append(torch.tensor([[i % 2 == 0] for i in range(batch)]))
         elif _parts(key) in shapes:
             names.append(_key_name(key))
-            examples.append(torch.randn(2, *shapes[_parts(key)]))
+            examples.append(torch.randn(batch, *shapes[_parts(key)], generator=gen))
         elif group is not None:
             names.append(_input_name(key, group[0]))
-            examples.append(_example(obs, _parts(key)[1:], policy, lead=(group[1],)))
+            examples.append(_example(obs, _parts(key)[1:], policy, lead=(group[1],), batch=batch, gen=gen))
         else:
             names.append(_input_name(key))
-            examples.append(_example(obs, key, policy))
+            examples.append(_example(obs, key, policy, batch=batch, gen=gen))
     return names, examples
 
 
@@ -553,6 +564,86 @@ class _projection_without_branch:
     def __exit__(self, *exc: Any) -> None:
         if self._spec is not None:
             self._spec.project = self._project
+
+
+#: The batch the model is checked at: other than the export's example (2), so that a batch
+#: size fixed while tracing shows.
+_CHECK_BATCH = 3
+
+
+def _check_against_module(
+    model: bytes, export: nn.Module, inputs: List["torch.Tensor"], input_names: List[str], output_names: List[str]
+) -> None:
+    """A ``ConfigError`` unless the exported ``model``, in onnxruntime, computes what the
+    module computes (in eval mode, as exported) on ``inputs``: fresh random observations at
+    another batch size than the export's example. A trace keeps one path through the
+    module's Python: an ``if`` on a tensor's value, ``float(t)`` / ``t.item()`` (a weight
+    baked in, never pushed), ``len(x)`` or a split along the batch (the batch size fixed)
+    would otherwise act on the nodes other than the module does, with no error. Without
+    onnxruntime installed in the learner's environment, or for a module that draws random
+    numbers in its forward pass, the check is skipped."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return
+    modes = [(m, m.training) for m in export.modules()]
+    try:
+        export.eval()
+        want = _sample(export, inputs)
+        again = _sample(export, inputs)
+    finally:
+        for m, training in modes:
+            m.training = training
+    if any(not torch.equal(a, b) for a, b in zip(want, again)):
+        # A module that draws in its forward pass (torch.randn_like) gives no values to
+        # hold the model to; the trainer's trial pass still judges whether it runs.
+        return
+    first = lambda e: (str(e).strip().splitlines() or [type(e).__name__])[0][:300]  # noqa: E731
+    try:
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        session = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+        got = session.run(output_names, {n: x.detach().cpu().numpy() for n, x in zip(input_names, inputs)})
+    except Exception as e:
+        raise config_error(
+            "policy",
+            f"the exported model fails on {_CHECK_BATCH} random observations where the module does not ({first(e)}): "
+            "the trace fixed a size the module computes from its input (the batch size: len(x), x.split(1); or a "
+            "count of values: an assignment through a boolean mask, as NormalParamExtractor's scale_mapping=\"expln\" "
+            "makes): write it with tensor operations (reshape(-1, ...), torch.where)",
+        ) from e
+    for name, g, w in zip(output_names, got, want):
+        w = w.detach().cpu().numpy()
+        if g.shape != w.shape or not np.allclose(g, w, rtol=1e-3, atol=1e-4, equal_nan=True):
+            how = (
+                f"{list(g.shape)} where the module gives {list(w.shape)}"
+                if g.shape != w.shape
+                else f"differs from the module's by up to {float(np.nanmax(np.abs(g.astype(np.float64) - w))):.3g}"
+            )
+            raise config_error(
+                "policy",
+                f"the exported model's `{name}` on {_CHECK_BATCH} random observations {how}: the module takes a "
+                "path the trace cannot follow (an `if` on a tensor's value, float(t) or t.item() of a weight, a mask "
+                "whose count depends on the data), which the exported model fixes at the example's; write it with "
+                "tensor operations (torch.where, torch.clamp)",
+            )
+
+
+def _warn_unexported(exported: "ExportedPolicy", policy: nn.Module) -> None:
+    """Warns, naming them, of the policy's float parameters the model does not hold: unused
+    ones are harmless, but one read as a Python number (``float(p)``, ``p.item()``,
+    ``math.exp(p)``) was baked into the model at its value now, and training it never
+    reaches the nodes."""
+    pushed = set(exported.name_map.values()) | set(exported.fixed)
+    absent = [n for n, p in policy.named_parameters() if p.requires_grad and torch.is_floating_point(p) and n not in pushed]
+    if absent:
+        shown = ", ".join(f"`{n}`" for n in absent[:5]) + (f" and {len(absent) - 5} more" if len(absent) > 5 else "")
+        warnings.warn(
+            f"rollout: the exported policy does not hold the parameters {shown}: if the policy reads them as a Python "
+            "number (float(p), p.item(), math.exp(p)) their value now is fixed in the model and training them never "
+            "reaches the nodes (compute with the tensor instead); if it does not use them, ignore this",
+            stacklevel=4,
+        )
 
 
 def _initializers_not_inputs(model: bytes) -> bytes:
@@ -688,6 +779,8 @@ def _export_groups(policy: nn.Module, specs: Mapping[str, Any], actors: List[Tup
     heads, encodings, runs, counts = [], [], [], []
     input_names: List[str] = []
     examples: List["torch.Tensor"] = []
+    fresh: List["torch.Tensor"] = []
+    gen = torch.Generator().manual_seed(1)
     out_names: List[str] = []
     per_group_names: List[Tuple[str, List[str], Mapping[str, Any]]] = []
     log_prob_keys: List[Tuple[str, Any]] = []
@@ -724,6 +817,7 @@ def _export_groups(policy: nn.Module, specs: Mapping[str, Any], actors: List[Tup
         names_g, ex_g = _inputs(in_keys, [], obs, actor, (g, n))
         input_names += names_g
         examples += ex_g
+        fresh += _inputs(in_keys, [], obs, actor, (g, n), batch=_CHECK_BATCH, gen=gen)[1]
         counts.append(len(names_g))
         runs.append(_tensordict_run(body, in_keys, out, {}))
         outs_g = [f"{g}.{name}" for name, _ in _outputs(head, out)]
@@ -753,15 +847,52 @@ def _export_groups(policy: nn.Module, specs: Mapping[str, Any], actors: List[Tup
         _check_outputs(heads[0], names_g, sample[i : i + len(names_g)], action)
         i += len(names_g)
     model = _onnx_bytes(export, examples, input_names, out_names)
+    _check_against_module(model, export, [x.to(device) for x in fresh], input_names, out_names)
     exported = ExportedPolicy(policy, model, heads[0], next((e for e in encodings if e is not None), None), input_names)
     exported.log_prob_key = log_prob_keys
     exported.drop_keys = tuple(drop)
     return exported
 
 
-def export_policy(policy: nn.Module, specs: Optional[Mapping[str, Any]]) -> ExportedPolicy:
+def export_policy(
+    policy: nn.Module, specs: Optional[Mapping[str, Any]], exploration_type: Optional[str] = None
+) -> ExportedPolicy:
     """Exports ``policy`` for the env whose ``specs`` (PROTOCOL.md §3's
-    ``{"observation", "action"}``, or ``None`` when unknown) are given."""
+    ``{"observation", "action"}``, or ``None`` when unknown) are given, as it acts under
+    the run's ``exploration_type`` (``"random"`` when None, as torchrl's collectors): a
+    module that reads it while computing (torchrl's ``NoisyLinear``: its noise only in
+    ``RANDOM``) is exported as the collector runs it."""
+    with _exploration_of_the_run(exploration_type):
+        exported = _export(policy, specs)
+    _warn_unexported(exported, policy)
+    return exported
+
+
+class _exploration_of_the_run:
+    """torchrl's ``set_exploration_type`` of the run's ``exploration_type`` (a name; None:
+    random) while exporting; nothing without torchrl."""
+
+    def __init__(self, name: Optional[str]) -> None:
+        self._name = (name or "random").upper()
+        self._ctx: Any = None
+
+    def __enter__(self) -> "_exploration_of_the_run":
+        try:
+            from torchrl.envs.utils import ExplorationType, set_exploration_type
+        except ImportError:
+            return self
+        member = getattr(ExplorationType, self._name, ExplorationType.RANDOM)
+        self._ctx = set_exploration_type(member)
+        self._ctx.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._ctx is not None:
+            self._ctx.__exit__(*exc)
+
+
+def _export(policy: nn.Module, specs: Optional[Mapping[str, Any]]) -> ExportedPolicy:
+    """``export_policy`` under the run's exploration type."""
     obs = specs.get("observation") if specs else None
     action = specs.get("action") if specs else None
     actors = _group_actors(policy, specs)
@@ -817,10 +948,12 @@ def export_policy(policy: nn.Module, specs: Optional[Mapping[str, Any]]) -> Expo
     device = next((p.device for p in policy.parameters()), torch.device("cpu"))
     input_names, examples = _inputs(in_keys, state, obs, policy, group)
     examples = [x.to(device) for x in examples]
+    _, fresh = _inputs(in_keys, state, obs, policy, group, batch=_CHECK_BATCH, gen=torch.Generator().manual_seed(1))
     export = _Export(policy, run)
     sample = _sample(export, examples)
     _check_outputs(head, out_names, sample, action)
     model = _onnx_bytes(export, examples, input_names, out_names + state_names)
+    _check_against_module(model, export, [x.to(device) for x in fresh], input_names, out_names + state_names)
     ou = _exploration.ou_module(_flat(policy)) if off is not None else None
     greedy = _exploration.egreedy_module(_flat(policy)) if off is not None and head == "qvalue" else None
     explorer = ou if ou is not None else greedy
@@ -967,21 +1100,60 @@ def _head(prob: nn.Module, action: Optional[Mapping[str, Any]]):
                 up = float(kwargs.get("upscale", 5.0))
                 loc_f = lambda v: up * torch.tanh(v / up)  # noqa: E731 - TanhNormal's own tanh_loc
         head = "tanh_normal" if name in _TANH_NORMAL else "normal"
+        safe = _safe_box(prob)
+        if safe is not None and action is not None and action.get("kind") == "box":
+            # torchrl clamps the drawn action to the spec; the nodes clip it to the env's box.
+            env_low, env_high = _box_bounds(action)
+            low, high = (np.broadcast_to(b.detach().cpu().double().numpy().reshape(-1), env_low.shape) for b in safe)
+            if not (np.allclose(low, env_low, atol=1e-6) and np.allclose(high, env_high, atol=1e-6)):
+                raise config_error(
+                    "policy",
+                    f"the actor is safe=True with an action spec of bounds low={low.tolist()} high={high.tolist()}, "
+                    f"not the env's low={env_low.tolist()} high={env_high.tolist()}: rollout's nodes clip a drawn "
+                    "action to the env's bounds; give the actor the env's action spec",
+                )
         return head, [(params["loc"], loc_f), (params["scale"], None)], None
     if name in _DELTA:
         key = params.get("param")
         if key is None:
             raise config_error("policy", f"{name} must take `param`")
+        f = None
         if name == "TanhDelta":
             low, high = _tanh_bounds(kwargs)
             c, h = (high + low) / 2, (high - low) / 2
-            return "deterministic", [(key, lambda v: c + h * torch.tanh(v))], None
-        return "deterministic", [(key, None)], None
+            # torchrl's TanhDelta shifts its parameter by the box's centre before the tanh
+            # (`update`: param + (high - low) / 2 + low), then maps tanh's [-1, 1] onto the box.
+            f = lambda v: c + h * torch.tanh(v + c)  # noqa: E731
+        safe = _safe_box(prob)
+        if safe is not None:
+            # safe=True: torchrl projects the action onto the spec (a clamp; the same numbers
+            # as its clamp of only the values out of bounds).
+            inner, (s_low, s_high) = f, safe
+            f = lambda v: torch.clamp(v if inner is None else inner(v), s_low, s_high)  # noqa: E731
+        return "deterministic", [(key, f)], None
     raise config_error(
         "policy",
         f"distribution {name} has no ONNX head: rollout runs Categorical, OneHotCategorical, Normal, "
         "IndependentNormal, TanhNormal, Delta and TanhDelta",
     )
+
+
+def _safe_box(prob: nn.Module) -> Optional[Tuple["torch.Tensor", "torch.Tensor"]]:
+    """The bounds a ``safe=True`` probabilistic module (torchrl's ``SafeProbabilisticModule``,
+    a ``ProbabilisticActor(spec=..., safe=True)``) projects its action onto, when its spec
+    for the action is a continuous box; None otherwise (a discrete action is in its spec by
+    construction)."""
+    if not getattr(prob, "safe", False):
+        return None
+    try:
+        from torchrl.data.tensor_specs import BoundedContinuous
+
+        spec = prob.spec[prob.out_keys[0]]
+    except (ImportError, KeyError, IndexError, TypeError, AttributeError):
+        return None
+    if not isinstance(spec, BoundedContinuous):
+        return None
+    return spec.space.low.detach().float(), spec.space.high.detach().float()
 
 
 def _tanh_bounds(kwargs: Mapping[str, Any]):

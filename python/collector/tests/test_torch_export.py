@@ -3,6 +3,7 @@ outputs against the module's own (onnxruntime), what is refused by name, and the
 weights taken from the module by its own parameter names."""
 
 import json
+import math
 import warnings
 
 import numpy as np
@@ -24,6 +25,7 @@ from torchrl.modules import (  # noqa: E402
     IndependentNormal,
     OneHotCategorical,
     ProbabilisticActor,
+    TanhDelta,
     TanhNormal,
 )
 
@@ -443,3 +445,127 @@ def test_a_safe_modules_projection_is_in_the_model_whatever_the_example_gave():
     assert np.abs(want).max() == pytest.approx(0.5)  # some outputs were projected
     assert (np.abs(net(torch.from_numpy(x)).detach().numpy()) > 0.5).any()
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+
+
+def _changed(module, scale=3.0, seed=5):
+    """Every float parameter and buffer of ``module`` moved, as training moves them."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for t in list(module.parameters()) + list(module.buffers()):
+            if torch.is_floating_point(t):
+                t.add_(torch.randn(t.shape, generator=g) * scale * (t.abs().mean() + 0.1))
+
+
+def test_noisy_linear_is_exported_with_its_noise_and_every_noise_tensor_is_pushed():
+    # Rainbow's NoisyLinear adds its noise only under ExplorationType.RANDOM, the collector's
+    # default: the export follows the run's exploration type.
+    from torchrl.modules import NoisyLinear, QValueActor, reset_noise
+
+    torch.manual_seed(0)
+    actor = QValueActor(nn.Sequential(NoisyLinear(4, 16), nn.ReLU(), NoisyLinear(16, 2)), in_keys=["observation"], spec=OneHot(2))
+    exported = export_policy(actor, CARTPOLE)
+    assert set(exported.name_map) == {n for n, p in actor.state_dict().items() if torch.is_floating_point(p)}
+    assert any(n.endswith("weight_epsilon") for n in exported.name_map)
+    actor.apply(reset_noise)  # the learner draws new noise; its buffers are pushed
+    x = np.random.default_rng(3).standard_normal((7, 4)).astype(np.float32)
+    got = ort.InferenceSession(_with_weights(exported, dict(actor.state_dict()))).run(None, {"observation": x})[0]
+    from torchrl.envs.utils import ExplorationType, set_exploration_type
+
+    with set_exploration_type(ExplorationType.RANDOM), torch.no_grad():
+        want = actor(TensorDict(observation=torch.from_numpy(x), batch_size=[7]))["action_value"].numpy()
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+    # Collecting deterministically, the noise is left out, as torchrl leaves it out.
+    exported = export_policy(actor, CARTPOLE, "deterministic")
+    got = run_onnx(exported, x)["action_value"]
+    with set_exploration_type(ExplorationType.DETERMINISTIC), torch.no_grad():
+        want = actor(TensorDict(observation=torch.from_numpy(x), batch_size=[7]))["action_value"].numpy()
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+
+
+def test_tanh_delta_acts_as_torchrl_computes_it_on_bounds_not_centred_on_zero():
+    # torchrl's TanhDelta shifts its parameter by the box's centre before the tanh.
+    unit = json.loads(json.dumps(PENDULUM))
+    unit["action"]["low"], unit["action"]["high"] = [0.0], [1.0]
+    torch.manual_seed(0)
+    actor = ProbabilisticActor(TensorDictModule(mlp(3, 1), in_keys=["observation"], out_keys=["param"]), in_keys=["param"],
+                               distribution_class=TanhDelta, distribution_kwargs={"low": 0.0, "high": 1.0})
+    exported = export_policy(actor, unit)
+    x = np.random.default_rng(1).standard_normal((9, 3)).astype(np.float32)
+    with torch.no_grad():
+        want = actor(TensorDict(observation=torch.from_numpy(x), batch_size=[9]))["action"].numpy()
+    np.testing.assert_allclose(run_onnx(exported, x)["action"], want, atol=1e-6, rtol=0)
+
+
+def test_a_safe_probabilistic_actors_projection_is_exported_or_refused():
+    from torchrl.data import Bounded
+
+    # Delta: torchrl clamps the action onto the spec; so does the model, whatever weights come.
+    torch.manual_seed(0)
+    net = mlp(3, 1)
+    with torch.no_grad():
+        net[2].weight.mul_(0.01)
+    actor = ProbabilisticActor(TensorDictModule(net, in_keys=["observation"], out_keys=["param"]), in_keys=["param"],
+                               distribution_class=Delta, spec=Bounded(-0.5, 0.5, (1,)), safe=True)
+    exported = export_policy(actor, PENDULUM)
+    with torch.no_grad():
+        net[2].weight.mul_(1000.0)
+    x = np.random.default_rng(1).standard_normal((64, 3)).astype(np.float32) * 3
+    got = ort.InferenceSession(_with_weights(exported, dict(actor.state_dict()))).run(None, {"observation": x})[0]
+    with torch.no_grad():
+        want = actor(TensorDict(observation=torch.from_numpy(x), batch_size=[64]))["action"].numpy()
+    assert np.abs(want).max() == pytest.approx(0.5)
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+    # A drawn action: torchrl clamps it to the spec, the nodes clip it to the env's box.
+    def normal(spec):
+        return ProbabilisticActor(TensorDictModule(mlp(3, 2, NormalParamExtractor()), in_keys=["observation"], out_keys=["loc", "scale"]),
+                                  in_keys=["loc", "scale"], distribution_class=torch.distributions.Normal, spec=spec, safe=True)
+
+    refused(normal(Bounded(-0.5, 0.5, (1,))), PENDULUM, "safe=True", "[-0.5]", "[-2.0]", "env's action spec")
+    assert export_policy(normal(Bounded(-2.0, 2.0, (1,))), PENDULUM).head == "normal"
+
+
+class _Scaled(nn.Module):
+    """Scales by the batch size, read as a Python number: a trace fixes it at the example's."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = mlp(3, 1)
+
+    def forward(self, obs):
+        return self.net(obs) * float(len(obs))
+
+
+class _SplitRows(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = mlp(3, 1)
+
+    def forward(self, obs):
+        return torch.cat([self.net(row) for row in obs.split(1, 0)])
+
+
+class _ExpTemperature(nn.Module):
+    """Reads a parameter as a Python number: the model keeps its value at export."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = mlp(3, 1)
+        self.log_t = nn.Parameter(torch.zeros(()))
+
+    def forward(self, obs):
+        return self.net(obs) * math.exp(self.log_t)
+
+
+def test_a_model_that_computes_otherwise_than_the_module_is_refused():
+    # Checked in onnxruntime at another batch than the export's example.
+    refused(TensorDictModule(_Scaled(), in_keys=["observation"], out_keys=["action"]), PENDULUM, "`action`", "random observations", "differs")
+    refused(TensorDictModule(_SplitRows(), in_keys=["observation"], out_keys=["action"]), PENDULUM, "fails on 3 random observations")
+    # tensordict's own expln mapping assigns through a boolean mask: its count is fixed.
+    expln = ProbabilisticActor(TensorDictModule(mlp(3, 2, NormalParamExtractor(scale_mapping="expln")), in_keys=["observation"], out_keys=["loc", "scale"]),
+                               in_keys=["loc", "scale"], distribution_class=torch.distributions.Normal)
+    refused(expln, PENDULUM, "boolean mask")
+
+
+def test_a_parameter_the_model_does_not_hold_is_named_in_a_warning():
+    with pytest.warns(UserWarning, match=r"`module.log_t`.*float\(p\)"):
+        export_policy(TensorDictModule(_ExpTemperature(), in_keys=["observation"], out_keys=["action"]), PENDULUM)
