@@ -1046,6 +1046,15 @@ def _off_policy(policy: nn.Module, action: Optional[Mapping[str, Any]] = None):
         raise config_error("policy", "EGreedyModule after an actor without a QValueModule: rollout's nodes run it on Q-value actors")
     noise = explore
     key = noise.action_key
+    try:
+        spec = noise.spec[key]
+    except (KeyError, TypeError, AttributeError, RuntimeError):
+        spec = None
+    box = getattr(spec, "space", None)
+    if box is not None and getattr(box, "low", None) is not None:
+        # torchrl projects the noisy action onto the module's spec; the nodes clip it to the
+        # env's bounds.
+        _check_clip_bounds("AdditiveGaussianModule's spec", box.low, box.high, action)
     return (
         rest,
         "normal",
@@ -1101,17 +1110,9 @@ def _head(prob: nn.Module, action: Optional[Mapping[str, Any]]):
                 loc_f = lambda v: up * torch.tanh(v / up)  # noqa: E731 - TanhNormal's own tanh_loc
         head = "tanh_normal" if name in _TANH_NORMAL else "normal"
         safe = _safe_box(prob)
-        if safe is not None and action is not None and action.get("kind") == "box":
+        if safe is not None:
             # torchrl clamps the drawn action to the spec; the nodes clip it to the env's box.
-            env_low, env_high = _box_bounds(action)
-            low, high = (np.broadcast_to(b.detach().cpu().double().numpy().reshape(-1), env_low.shape) for b in safe)
-            if not (np.allclose(low, env_low, atol=1e-6) and np.allclose(high, env_high, atol=1e-6)):
-                raise config_error(
-                    "policy",
-                    f"the actor is safe=True with an action spec of bounds low={low.tolist()} high={high.tolist()}, "
-                    f"not the env's low={env_low.tolist()} high={env_high.tolist()}: rollout's nodes clip a drawn "
-                    "action to the env's bounds; give the actor the env's action spec",
-                )
+            _check_clip_bounds("the actor is safe=True with an action spec whose", safe[0], safe[1], action)
         return head, [(params["loc"], loc_f), (params["scale"], None)], None
     if name in _DELTA:
         key = params.get("param")
@@ -1136,6 +1137,27 @@ def _head(prob: nn.Module, action: Optional[Mapping[str, Any]]):
         f"distribution {name} has no ONNX head: rollout runs Categorical, OneHotCategorical, Normal, "
         "IndependentNormal, TanhNormal, Delta and TanhDelta",
     )
+
+
+def _check_clip_bounds(what: str, low: "torch.Tensor", high: "torch.Tensor", action: Optional[Mapping[str, Any]]) -> None:
+    """A ``ConfigError`` unless ``low``/``high`` (a spec torchrl clamps a drawn action to) are
+    the env's action bounds, which the nodes clip it to."""
+    if action is None or action.get("kind") != "box":
+        return
+    env_low, env_high = _box_bounds(action)
+    d = env_low.size
+    lo, hi = (b.detach().cpu().double().numpy().reshape(-1) for b in (low, high))
+    # A spec of one value, of one agent's action, or of every agent's ([n, d]) rows.
+    same = lo.size == hi.size and (lo.size == 1 or lo.size % d == 0)
+    if same:
+        rows = lambda b: b.reshape(-1, 1) if b.size == 1 else b.reshape(-1, d)  # noqa: E731
+        same = np.allclose(rows(lo), env_low, atol=1e-6) and np.allclose(rows(hi), env_high, atol=1e-6)
+    if not same:
+        raise config_error(
+            "policy",
+            f"{what} bounds low={lo.tolist()} high={hi.tolist()} are not the env's low={env_low.tolist()} "
+            f"high={env_high.tolist()}: rollout's nodes clip a drawn action to the env's bounds; give it the env's action spec",
+        )
 
 
 def _safe_box(prob: nn.Module) -> Optional[Tuple["torch.Tensor", "torch.Tensor"]]:

@@ -569,3 +569,16 @@ def test_a_model_that_computes_otherwise_than_the_module_is_refused():
 def test_a_parameter_the_model_does_not_hold_is_named_in_a_warning():
     with pytest.warns(UserWarning, match=r"`module.log_t`.*float\(p\)"):
         export_policy(TensorDictModule(_ExpTemperature(), in_keys=["observation"], out_keys=["action"]), PENDULUM)
+
+
+def test_gaussian_noise_clamped_to_other_bounds_than_the_envs_is_refused():
+    from tensordict.nn import TensorDictSequential
+    from torchrl.data import Bounded
+    from torchrl.modules import AdditiveGaussianModule
+
+    def td3(low, high):
+        body = TensorDictModule(mlp(3, 1), in_keys=["observation"], out_keys=["action"])
+        return TensorDictSequential(body, AdditiveGaussianModule(spec=Bounded(low, high, (1,)), sigma_init=0.5, sigma_end=0.1, annealing_num_steps=10))
+
+    refused(td3(-1.0, 1.0), PENDULUM, "AdditiveGaussianModule's spec", "[-1.0]", "[-2.0]")
+    assert export_policy(td3(-2.0, 2.0), PENDULUM).head == "normal"
