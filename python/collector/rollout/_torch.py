@@ -788,7 +788,7 @@ def _export_groups(policy: nn.Module, specs: Mapping[str, Any], actors: List[Tup
     for g, n, actor in actors:
         obs, action = specs["observation"]["spaces"][g], specs["action"]["spaces"][g]
         if node_run and any(isinstance(m, node_run) for m in _flat(actor)):
-            raise config_error("policy", f"group {g!r}: an exploration module the nodes run is not served for several agents yet (PROTOCOL.md §8, Multi-agent)")
+            raise config_error("policy", f"group {g!r}: an exploration module the nodes run is not served in an actor per group yet (one group's Q-value actor under an EGreedyModule is; PROTOCOL.md §8, Multi-agent)")
         off = _off_policy(actor, action)
         prob = None
         encoding: Optional[str] = None

@@ -402,3 +402,59 @@ def test_what_is_not_served_is_refused_before_any_node_starts_naming_it():
             wrapper(tag()), TensorDictSequential(spread_actor("adversary", n=3, obs=16), spread_actor("adversary", n=3, obs=16)),
             frames_per_batch=10, total_frames=10,
         )
+
+
+def iql_actor(eps_init):
+    """torchrl's IQL/VDN/QMIX actor for one group: a MultiAgentMLP of action values, a
+    QValueModule, an EGreedyModule on the group's action."""
+    from tensordict.nn import TensorDictSequential
+    from torchrl.modules import EGreedyModule, MultiAgentMLP, QValueModule
+
+    # As torchrl's qmix_vdn example: the env's whole (unbatched) action spec.
+    spec = wrapper(spread()).full_action_spec_unbatched
+    torch.manual_seed(0)
+    net = MultiAgentMLP(n_agent_inputs=18, n_agent_outputs=5, n_agents=3, centralised=False, share_params=True, depth=2, num_cells=32)
+    q = TensorDictSequential(
+        TensorDictModule(net, in_keys=[("agent", "observation")], out_keys=[("agent", "action_value")]),
+        QValueModule(action_value_key=("agent", "action_value"), spec=spec, action_space=None,
+                     out_keys=[("agent", "action"), ("agent", "action_value"), ("agent", "chosen_action_value")]),
+    )
+    greedy = EGreedyModule(spec=spec, eps_init=eps_init, eps_end=0.0, annealing_num_steps=1000, action_key=("agent", "action"))
+    return net, q, greedy, TensorDictSequential(q, greedy)
+
+
+def test_a_q_value_actor_of_a_group_is_epsilon_greedy_per_agent_and_its_annealed_eps_reaches_the_nodes():
+    require_python_node()
+    net, q, greedy, actor = iql_actor(eps_init=1.0)
+    theirs = layout(torchrl_batch(wrapper(spread()), actor, 50))
+
+    def agreement(td):
+        return (td["agent", "action"] == td["agent", "action_value"].argmax(-1)).float().mean().item()
+
+    with rollout.DistributedCollector(wrapper(spread()), actor, frames_per_batch=800, total_frames=-1, seed=SEED, envs_per_node=8) as c:
+        td = c.next()
+        assert ours_less_rollouts_own(td) == theirs
+        # The Q-network's values for each agent's observation, and the greedy one's.
+        with torch.no_grad():
+            want = net(td["agent", "observation"])
+        torch.testing.assert_close(td["agent", "action_value"], want, atol=1e-5, rtol=1e-5)
+        chosen = want.gather(-1, want.argmax(-1, keepdim=True))
+        torch.testing.assert_close(td["agent", "chosen_action_value"], chosen, atol=1e-5, rtol=1e-5)
+        # eps = 1: uniform over 5 actions per agent (2,400 draws: sd 0.008).
+        assert abs(agreement(td) - 0.2) < 0.04, agreement(td)
+        counts = torch.bincount(td["agent", "action"].flatten(), minlength=5)
+        assert (counts > 400).all(), counts
+        greedy.step(600)  # eps 0.4: the greedy action 1 - 0.4 + 0.4 / 5 = 0.68 of the time
+        version = c.update_policy_weights_()
+        td = next(td for td in iter(c.next, None) if (td["collector", "weights_version"] == version).all())
+        assert abs(agreement(td) - 0.68) < 0.04, agreement(td)
+        greedy.step(10_000)  # eps_end: greedy
+        version = c.update_policy_weights_()
+        td = next(td for td in iter(c.next, None) if (td["collector", "weights_version"] == version).all())
+        assert agreement(td) == 1.0
+    # Collecting deterministically: greedy whatever eps is (a deterministic run records no
+    # action values unless asked: the greedy actions from the network itself).
+    net, _, _, actor = iql_actor(eps_init=1.0)
+    (td,) = rollout_batches(wrapper(spread()), actor, 200, exploration_type="deterministic")
+    with torch.no_grad():
+        assert (td["agent", "action"] == net(td["agent", "observation"]).argmax(-1)).all()

@@ -156,9 +156,13 @@ class OnnxPolicy:
     def __init__(self, spec, leaves, action, seed, env_keys=(), groups=None):
         config = spec.get("config") or {}
         if groups is not None:
-            for field, what in (("state", "recurrent state"), ("exploration", "exploration module")):
-                if config.get(field) is not None:
-                    raise PolicyError(f"spec.policy.config.{field}: a multi-agent (PettingZoo) env takes no {what}")
+            if config.get("state") is not None:
+                raise PolicyError("spec.policy.config.state: a multi-agent (PettingZoo) env takes no recurrent state")
+            # Epsilon-greedy keeps no state: it acts per agent row, as torchrl's module does on
+            # a group's [K, n] actions. An OU module keeps noise per env and agent: not yet.
+            ex = config.get("exploration")
+            if ex is not None and not (isinstance(ex, dict) and ex.get("kind") == explore.EGREEDY):
+                raise PolicyError("spec.policy.config.exploration: a multi-agent (PettingZoo) env takes no exploration module but epsilon-greedy")
         self.exploration = spec.get("exploration") or "random"
         if self.exploration not in ("random", "deterministic"):
             raise PolicyError(f"unknown exploration {self.exploration!r}")
@@ -183,6 +187,9 @@ class OnnxPolicy:
             #: The exploration module run after the model (None: none), and the state
             #: tensors the model itself takes and gives (``self.state`` less the module's).
             self.explorer, self.model_state = explore.from_config(config, self.state, action or self._heads[0].action, self.head)
+            # Each group's own (its number of actions); one `eps` for all.
+            for hd in self._heads:
+                hd.explorer = self.explorer if hd is self._heads[0] else explore.from_config(config, [], hd.action, self.head)[0]
         except (node_spec.SpecError, explore.ExplorationError) as e:
             raise PolicyError(str(e)) from None
         self.rng = np.random.default_rng(seed)
@@ -539,8 +546,8 @@ class OnnxPolicy:
             raise PolicyError(f"onnx: output `{hd.out[0]}` is {q.dtype}, the qvalue head needs float32 [{k}, {a.n}]")
         greedy = np.argmax(q, axis=1).astype(np.int64)
         idx = greedy
-        if self.explorer is not None and self.exploration == "random":
-            idx = self.explorer.step(greedy, self.eps, self.rng)
+        if hd.explorer is not None and self.exploration == "random":
+            idx = hd.explorer.step(greedy, self.eps, self.rng)
         chosen = q[np.arange(k), greedy][:, None]
         rec = {ACTION_VALUE: np.array(q, np.float32), CHOSEN_ACTION_VALUE: np.array(chosen, np.float32)}
         return a.value(idx), rec
@@ -624,6 +631,8 @@ class _Head:
     def __init__(self, group, action, n):
         self.group, self.action, self.n = group, action, n
         self.out, self.c, self.h, self.log_h = None, None, None, 0.0
+        #: The epsilon-greedy module of this group's action (None: none).
+        self.explorer = None
 
 
 def _leaf_key(leaf):
