@@ -582,3 +582,27 @@ def test_gaussian_noise_clamped_to_other_bounds_than_the_envs_is_refused():
 
     refused(td3(-1.0, 1.0), PENDULUM, "AdditiveGaussianModule's spec", "[-1.0]", "[-2.0]")
     assert export_policy(td3(-2.0, 2.0), PENDULUM).head == "normal"
+
+
+class _PosOnly(nn.Module):
+    """Reads two leaves, uses one: the exporter drops the other input."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = mlp(2, 2)
+
+    def forward(self, pos, vel):
+        return self.net(pos)
+
+
+def test_a_module_that_ignores_an_input_is_checked_on_the_inputs_the_model_takes():
+    actor = ProbabilisticActor(
+        TensorDictModule(_PosOnly(), in_keys=[("observation", "pos"), ("observation", "vel")], out_keys=["logits"]),
+        in_keys=["logits"],
+        distribution_class=torch.distributions.Categorical,
+    )
+    exported = export_policy(actor, DICT_ENV)
+    pos = np.random.default_rng(3).standard_normal((6, 2)).astype(np.float32)
+    got = ort.InferenceSession(exported.model).run(None, {"observation.pos": pos})[0]
+    with torch.no_grad():
+        np.testing.assert_allclose(got, actor.module[0].module.net(torch.from_numpy(pos)).numpy(), atol=1e-5)

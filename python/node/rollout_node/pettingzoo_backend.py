@@ -325,7 +325,7 @@ class PettingZooWorkers(Workers):
             raise _EnvFailed(k, e) from e
         known = self._known
         cut = self.max_traj is not None and int(self.step_count[k]) + 1 >= self.max_traj
-        if (not cut and len(ag) == len(known) and known.issuperset(ag) and o.keys() == known and te.keys() == known
+        if (not cut and len(ag) == len(known) and set(ag) == known and o.keys() == known and te.keys() == known
                 and tr.keys() == known and not any(te.values()) and not any(tr.values())):
             return self._step_all_on(b, k, t, o, r)
         after = set(ag)
