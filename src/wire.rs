@@ -34,7 +34,8 @@ use crate::message::{names, FromNode, ToNode};
 use crate::node_spec::NodeSpec;
 use crate::policy::Weights;
 
-/// Version of this protocol, the one nodes of this crate speak (12: a multi-agent env's
+/// Version of this protocol, the one nodes of this crate speak (13: a multi-agent env's
+/// policy may run epsilon-greedy exploration per agent; 12: a multi-agent env's
 /// episodes end once any agent is done where `welcome.spec.env.done_on_any` says so;
 /// 11: a node queues a second `continue` while it collects; 10: multi-agent envs; 9: `ends` and runs that
 /// record nothing; 8: the `onnx` `qvalue`
@@ -43,7 +44,7 @@ use crate::policy::Weights;
 /// `ready` carries the env's specs). A trainer
 /// admits [`OLDEST_PROTOCOL_VERSION`] up to this one, less those a run cannot be served
 /// by ([`AdmitVersions`]).
-pub const PROTOCOL_VERSION: u32 = 12;
+pub const PROTOCOL_VERSION: u32 = 13;
 /// The oldest version a trainer admits: a version-3 node sends no specs in `ready` and
 /// no recorded keys in its batches, so it can only serve envs the trainer builds itself
 /// under a policy that records nothing; a version-4 node, any env under such a policy.

@@ -360,7 +360,7 @@ mod tests {
         rejected(hs.on_frame(&auth(TOKEN, &nonce(), "node-0")), "already finished");
         rejected(
             TrainerHandshake::new(TOKEN, nonce()).on_frame(&hello("node-0", OLDEST_PROTOCOL_VERSION - 1, None)),
-            "protocol version 2 is not supported (this trainer speaks 3 to 12)",
+            "protocol version 2 is not supported (this trainer speaks 3 to 13)",
         );
         // Version 3 (no specs in `ready`), 4 (no recorded keys) and 5 are admitted by a
         // handshake told nothing of the run.
@@ -431,15 +431,15 @@ mod tests {
     fn a_version_that_cannot_serve_the_run_is_refused_at_hello_naming_the_versions() {
         let recorded = || Some(Need::Recorded { policy: "mlp".into() });
         let specs = || Some(Need::Specs { env: "Custom".into() });
-        // A policy that records log-probabilities: only versions 5 to 12 serve it.
+        // A policy that records log-probabilities: only versions 5 to 13 serve it.
         for v in [3, 4] {
             let (mut hs, step) = hello_to_a_run_needing(recorded(), v);
             rejected(
                 step,
                 &format!(
                     "protocol version {v} cannot serve this run: its policy (mlp) records action_log_prob and its \
-                     distribution's parameters in every batch (version 5); this run admits 5 to 12 (this trainer \
-                     speaks 3 to 12"
+                     distribution's parameters in every batch (version 5); this run admits 5 to 13 (this trainer \
+                     speaks 3 to 13"
                 ),
             );
             // Refused before the challenge: no proof is even asked for.
@@ -458,7 +458,7 @@ mod tests {
         rejected(
             hello_to_a_run_needing(specs(), 3).1,
             "protocol version 3 cannot serve this run: its env Custom is known only to its nodes, which report \
-             its spaces in ready's specs (version 4); this run admits 4 to 12",
+             its spaces in ready's specs (version 4); this run admits 4 to 13",
         );
         for v in [4, 5, 6, 7, 8] {
             assert!(
@@ -481,8 +481,8 @@ mod tests {
         }
         // Outside what the trainer speaks, the run's versions are named too.
         rejected(
-            hello_to_a_run_needing(recorded(), 13).1,
-            "protocol version 13 is not supported (this trainer speaks 3 to 12; this run admits 5 to 12)",
+            hello_to_a_run_needing(recorded(), 14).1,
+            "protocol version 14 is not supported (this trainer speaks 3 to 13; this run admits 5 to 13)",
         );
         // A recurrent policy: version 5 knows no state.
         rejected(

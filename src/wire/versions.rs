@@ -49,6 +49,9 @@ pub enum Need {
     /// `done_on_any` in `welcome.spec.env`: a multi-agent env's episode ends once any
     /// agent is done (version 12; an older node would end it once every agent is).
     DoneOnAny,
+    /// An exploration module (epsilon-greedy) in a multi-agent env's policy, run per
+    /// agent (version 13; an older node refuses it when built).
+    AgentExploration,
 }
 
 impl Need {
@@ -64,6 +67,7 @@ impl Need {
             Need::Agents => 10,
             Need::Prefetch => 11,
             Need::DoneOnAny => 12,
+            Need::AgentExploration => 13,
         }
     }
 }
@@ -113,6 +117,10 @@ impl fmt::Display for Need {
                 f,
                 "its env's episodes end once any agent is done (done_on_any), where older nodes end them once every \
                  agent is (version 12)"
+            ),
+            Need::AgentExploration => write!(
+                f,
+                "its policy explores (epsilon-greedy) on an env of several agents, per agent (version 13)"
             ),
         }
     }
@@ -216,7 +224,7 @@ mod tests {
         assert_eq!(v.check(10), Ok(()));
         assert!(v
             .check(9)
-            .is_err_and(|r| r.contains("its env has several agents") && r.contains("this run admits 10 to 12 (")));
+            .is_err_and(|r| r.contains("its env has several agents") && r.contains("this run admits 10 to 13 (")));
     }
 
     #[test]
@@ -226,7 +234,7 @@ mod tests {
         assert_eq!(v.check(11), Ok(()));
         assert!(v
             .check(10)
-            .is_err_and(|r| r.contains("it prefetches") && r.contains("this run admits 11 to 12 (")));
+            .is_err_and(|r| r.contains("it prefetches") && r.contains("this run admits 11 to 13 (")));
     }
 
     #[test]
@@ -239,11 +247,11 @@ mod tests {
         }
         assert_eq!(
             all.check(2),
-            Err("protocol version 2 is not supported (this trainer speaks 3 to 12)".into())
+            Err("protocol version 2 is not supported (this trainer speaks 3 to 13)".into())
         );
         assert_eq!(
-            all.check(13),
-            Err("protocol version 13 is not supported (this trainer speaks 3 to 12)".into())
+            all.check(14),
+            Err("protocol version 14 is not supported (this trainer speaks 3 to 13)".into())
         );
     }
 
@@ -257,8 +265,8 @@ mod tests {
             v.check(4),
             Err(
                 "protocol version 4 cannot serve this run: its policy (mlp) records action_log_prob and its \
-                 distribution's parameters in every batch (version 5); this run admits 5 to 12 (this trainer \
-                 speaks 3 to 12, the older ones for runs that need less)"
+                 distribution's parameters in every batch (version 5); this run admits 5 to 13 (this trainer \
+                 speaks 3 to 13, the older ones for runs that need less)"
                     .into()
             )
         );
@@ -266,8 +274,8 @@ mod tests {
             .check(3)
             .is_err_and(|r| r.starts_with("protocol version 3 cannot serve this run")));
         assert_eq!(
-            v.check(13),
-            Err("protocol version 13 is not supported (this trainer speaks 3 to 12; this run admits 5 to 12)".into())
+            v.check(14),
+            Err("protocol version 14 is not supported (this trainer speaks 3 to 13; this run admits 5 to 13)".into())
         );
 
         let v = AdmitVersions::serving([specs()]);
@@ -280,8 +288,8 @@ mod tests {
             v.check(3),
             Err(
                 "protocol version 3 cannot serve this run: its env Custom is known only to its nodes, which \
-                 report its spaces in ready's specs (version 4); this run admits 4 to 12 (this trainer speaks 3 \
-                 to 12, the older ones for runs that need less)"
+                 report its spaces in ready's specs (version 4); this run admits 4 to 13 (this trainer speaks 3 \
+                 to 13, the older ones for runs that need less)"
                     .into()
             )
         );
@@ -291,15 +299,15 @@ mod tests {
         let v = AdmitVersions::serving([specs(), recorded(), Need::Onnx, Need::Recurrent]);
         assert_eq!((v.oldest(), v.need()), (6, Some(&Need::Recurrent)));
         assert_eq!(
-            v.check(13),
-            Err("protocol version 13 is not supported (this trainer speaks 3 to 12; this run admits 6 to 12)".into())
+            v.check(14),
+            Err("protocol version 14 is not supported (this trainer speaks 3 to 13; this run admits 6 to 13)".into())
         );
         // An exploration module: version 7 and up.
         let v = AdmitVersions::serving([recorded(), Need::Onnx, Need::Recurrent, Need::Exploration]);
         assert_eq!((v.oldest(), v.need()), (7, Some(&Need::Exploration)));
         assert_eq!(
-            v.check(13),
-            Err("protocol version 13 is not supported (this trainer speaks 3 to 12; this run admits 7 to 12)".into())
+            v.check(14),
+            Err("protocol version 14 is not supported (this trainer speaks 3 to 13; this run admits 7 to 13)".into())
         );
         // The qvalue head: version 8 alone; version 7 is refused naming the head.
         let v = AdmitVersions::serving([recorded(), Need::Onnx, Need::Exploration, Need::QValue]);
@@ -307,12 +315,12 @@ mod tests {
         assert_eq!(v.check(8), Ok(()));
         assert!(v
             .check(7)
-            .is_err_and(|r| r.contains("the qvalue head") && r.contains("this run admits 8 to 12 (")));
+            .is_err_and(|r| r.contains("the qvalue head") && r.contains("this run admits 8 to 13 (")));
         // A run that asked for no recording: version 9 alone.
         let v = AdmitVersions::serving([recorded(), Need::Unrecorded { policy: "mlp".into() }]);
         assert_eq!(v.oldest(), 9);
         assert!(v
             .check(8)
-            .is_err_and(|r| r.contains("records nothing in this run") && r.contains("this run admits 9 to 12 (")));
+            .is_err_and(|r| r.contains("records nothing in this run") && r.contains("this run admits 9 to 13 (")));
     }
 }

@@ -285,8 +285,8 @@ fn a_policy_that_records_refuses_versions_3_and_4_at_hello_and_version_5_serves_
             reason,
             format!(
                 "protocol version {v} cannot serve this run: its policy (mlp) records action_log_prob and its \
-                 distribution's parameters in every batch (version 5); this run admits 5 to 12 (this trainer \
-                 speaks 3 to 12, the older ones for runs that need less)"
+                 distribution's parameters in every batch (version 5); this run admits 5 to 13 (this trainer \
+                 speaks 3 to 13, the older ones for runs that need less)"
             )
         );
     }
@@ -310,7 +310,7 @@ fn a_run_that_records_nothing_refuses_versions_5_to_8_at_hello_and_version_9_ser
             format!(
                 "protocol version {v} cannot serve this run: its policy (mlp) records nothing in this run (record \
                  off, as in a deterministic run): its batches leave out action_log_prob and the distribution's \
-                 parameters (version 9); this run admits 9 to 12 (this trainer speaks 3 to 12, the older ones for runs \
+                 parameters (version 9); this run admits 9 to 13 (this trainer speaks 3 to 13, the older ones for runs \
                  that need less)"
             )
         );
@@ -332,7 +332,7 @@ fn an_env_only_the_nodes_know_refuses_version_3_at_hello_and_versions_4_and_5_se
         reason,
         format!(
             "protocol version 3 cannot serve this run: its env {CUSTOM} is known only to its nodes, which report \
-             its spaces in ready's specs (version 4); this run admits 4 to 12 (this trainer speaks 3 to 12, the \
+             its spaces in ready's specs (version 4); this run admits 4 to 13 (this trainer speaks 3 to 13, the \
              older ones for runs that need less)"
         )
     );
@@ -362,8 +362,8 @@ fn a_recurrent_policy_refuses_versions_3_to_5_at_hello_and_version_6_serves_it()
             reason,
             format!(
                 "protocol version {v} cannot serve this run: its policy is a recurrent onnx model, whose state the \
-                 node keeps per env and records with is_init in every batch (version 6); this run admits 6 to 12 (this \
-                 trainer speaks 3 to 12, the older ones for runs that need less)"
+                 node keeps per env and records with is_init in every batch (version 6); this run admits 6 to 13 (this \
+                 trainer speaks 3 to 13, the older ones for runs that need less)"
             )
         );
     }
@@ -383,7 +383,7 @@ fn a_prefetching_run_refuses_version_10_at_hello_and_version_11_takes_its_contin
     assert_eq!(
         reason,
         "protocol version 10 cannot serve this run: it prefetches: a node is sent its next continue while it \
-         collects one, and queues it (version 11); this run admits 11 to 12 (this trainer speaks 3 to 12, the older ones \
+         collects one, and queues it (version 11); this run admits 11 to 13 (this trainer speaks 3 to 13, the older ones \
          for runs that need less)"
     );
     let mut node = TextNode::join(addr, 11, 0);
@@ -419,8 +419,8 @@ fn a_run_ending_episodes_at_any_agent_refuses_version_11_and_tells_version_12_in
     assert_eq!(
         reason,
         "protocol version 11 cannot serve this run: its env's episodes end once any agent is done (done_on_any), \
-         where older nodes end them once every agent is (version 12); this run admits 12 (this trainer speaks 3 to \
-         12, the older ones for runs that need less)"
+         where older nodes end them once every agent is (version 12); this run admits 12 to 13 (this trainer speaks 3 to \
+         13, the older ones for runs that need less)"
     );
     let node = TextNode::join(addr, 12, 0);
     assert!(node.welcome.spec.env.done_on_any, "welcome.spec.env says so");

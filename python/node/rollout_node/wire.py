@@ -14,7 +14,7 @@ import struct
 import msgpack
 import numpy as np
 
-PROTOCOL_VERSION = 12
+PROTOCOL_VERSION = 13
 DEFAULT_MAX_FRAME = 256 << 20
 PROOF_CONTEXT = b"rollout-join-v1"
 

@@ -93,7 +93,7 @@ class Trainer:
         """Handshake up to `ready`; returns the ready frame."""
         self.accept()
         hello = self.recv()
-        assert hello["type"] == "hello" and hello["protocol_version"] == wire.PROTOCOL_VERSION == 12, hello
+        assert hello["type"] == "hello" and hello["protocol_version"] == wire.PROTOCOL_VERSION == 13, hello
         nonce = bytes(range(32))
         self.send({"type": "challenge", "nonce": nonce})
         auth = self.recv()

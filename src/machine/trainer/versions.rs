@@ -19,7 +19,9 @@ impl TrainerMachine {
     /// its next `continue` while it collects); version 9 where a node's policy records but the run
     /// asked for no recording (`withholds_records`, [`PolicySpec::withholds_records`]
     /// of any node); version 12 where a node's env ends its episodes once any agent is
-    /// done (`done_on_any`, [`EnvSpec::done_on_any`] of any node). A node with nothing known of it ([`LayoutSource::Announced`], a
+    /// done (`done_on_any`, [`EnvSpec::done_on_any`] of any node); version 13 where the
+    /// policy explores and a node's env has several agents, or may have (its specs come
+    /// only in `ready`). A node with nothing known of it ([`LayoutSource::Announced`], a
     /// machine driven without a plan) needs nothing.
     ///
     /// [`PolicySpec::withholds_records`]: crate::policy::PolicySpec::withholds_records
@@ -29,6 +31,9 @@ impl TrainerMachine {
             policy: policy.kind_name().to_string(),
         };
         let mut needs = Vec::new();
+        // Whether some node's env may have several agents: its specs say so, or they come
+        // only in `ready`.
+        let mut agents_possible = false;
         for source in &self.layouts.sources {
             match source {
                 LayoutSource::Known { layout, .. } => {
@@ -42,10 +47,12 @@ impl TrainerMachine {
                     }
                     if specs.is_multi_agent() {
                         needs.push(Need::Agents);
+                        agents_possible = true;
                     }
                 }
                 LayoutSource::FirstReady { env } => {
                     needs.push(Need::Specs { env: env.clone() });
+                    agents_possible = true;
                     if policy.records() && !withholds_records {
                         needs.push(recorded());
                     }
@@ -61,6 +68,9 @@ impl TrainerMachine {
         }
         if policy.exploration().is_some() {
             needs.push(Need::Exploration);
+            if agents_possible {
+                needs.push(Need::AgentExploration);
+            }
         }
         if self.cfg.prefetch > 0 {
             needs.push(Need::Prefetch);
@@ -229,6 +239,44 @@ mod tests {
                 "{refusal}"
             );
         }
+    }
+
+    #[test]
+    fn exploring_on_an_env_of_several_agents_needs_version_13() {
+        let greedy = PolicyConfig::Onnx {
+            model: crate::policy::OnnxModel::new(Vec::new()),
+            head: crate::policy::OnnxHead::QValue,
+            state: vec![],
+            exploration: Some(crate::policy::ExplorationModule::EpsilonGreedy(
+                crate::policy::EpsilonGreedy { eps: "eps".into() },
+            )),
+        };
+        let marl = LayoutSource::Specs {
+            of: "env spread".into(),
+            specs: Box::new(crate::space::EnvSpecs {
+                agents: Some(std::collections::BTreeMap::from([(
+                    "agent".to_string(),
+                    vec!["agent_0".to_string()],
+                )])),
+                ..specs()
+            }),
+            recorded: Recorded::QValue { n: 2 },
+            state: vec![],
+        };
+        for sources in [vec![marl], vec![first_ready()]] {
+            let v = versions(sources, &greedy);
+            assert_eq!((v.oldest(), v.need()), (13, Some(&Need::AgentExploration)));
+            v.check(13).expect("version 13 serves it");
+            let refusal = v
+                .check(12)
+                .expect_err("version 12 refuses exploration on several agents");
+            assert!(
+                refusal.contains("protocol version 12 cannot serve this run") && refusal.contains("per agent"),
+                "{refusal}"
+            );
+        }
+        // On an env of one agent the trainer builds, version 8 still serves it.
+        assert_eq!(versions(vec![built(Recorded::QValue { n: 2 })], &greedy).oldest(), 8);
     }
 
     #[test]
