@@ -49,10 +49,13 @@ first one (start-up). Each run is a fresh process, one after the other (``--runs
 - ``envpool``: EnvPool's ``Pong-v5`` (raw: 210x160 RGB, no stacking, or 84x84 gray x 4)
   or ``HalfCheetah-v4`` (EnvPool has no v5), 2K envs, ``num_threads`` = cores, and the
   same torch loop; skipped when ``import envpool`` fails;
-- ``sample-factory``: not run: Sample Factory 2.1.1 requires gymnasium < 1.0 and
-  numpy < 2.0 (``pip install --dry-run sample-factory==2.1.1`` would install gymnasium
-  0.29.1 and numpy 1.26.4 over 1.4.0 and 2.4.6), so it is reported as skipped unless
-  ``import sample_factory`` works (and even then not run by this script).
+- ``sample-factory``: Sample Factory 2.1.1's own sampler, no learner (workloads/sf_peer.py:
+  ``SyncSamplingAPI``, ``--nodes`` rollout workers of K envs, its inference workers, CPU).
+  It pins gymnasium < 1.0 and numpy < 2.0, so it runs in a venv of its own:
+  ``--sf-python`` (default: ``.venv-sf/bin/python`` of the checkout, which
+  ``scripts/sf-venv.sh`` makes); skipped, saying so, when there is none. Its envs are
+  gymnasium 0.29's (HalfCheetah-v4, no v5 there) and its actor its own (the same layers;
+  a plain Normal head on HalfCheetah, a value head beside): see sf_peer.py.
 
 ``--nodes`` defaults to the cores (2 here); K and T default to the workload's (pong-raw 4
 and 32, pong84 8 and 64, halfcheetah 16 and 128: at 8 the model's and the sampling's
@@ -92,6 +95,7 @@ _pp = os.environ.get("PYTHONPATH", "")
 if HERE not in _pp.split(os.pathsep):
     os.environ["PYTHONPATH"] = os.pathsep.join([HERE] + ([_pp] if _pp else []))
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 RUNS = ("limit", "rollout", "torchrl-collector", "torchrl-multisync", "gym-async", "envpool", "sample-factory")
 PEERS = RUNS[1:]
 
@@ -498,18 +502,31 @@ def envpool_run(args) -> dict:
     return out
 
 
-def skipped(run: str) -> Optional[str]:
+def skipped(run: str, args) -> Optional[str]:
     """Why a run cannot be made here, or None."""
     import importlib.util
 
     if run == "envpool" and importlib.util.find_spec("envpool") is None:
         return "`import envpool` fails (not installed in this venv)"
-    if run == "sample-factory":
-        if importlib.util.find_spec("sample_factory") is None:
-            return ("not installed: sample-factory 2.1.1 requires gymnasium<1.0 and numpy<2.0 "
-                    "(pip's dry run would install gymnasium 0.29.1 and numpy 1.26.4 over this venv's)")
-        return "installed, but this script has no Sample Factory run"
+    if run == "sample-factory" and not os.access(args.sf_python, os.X_OK):
+        return (f"no Sample Factory venv at {args.sf_python}: `scripts/sf-venv.sh` makes one (sample-factory "
+                "2.1.1 pins gymnasium<1.0 and numpy<2.0, so it cannot share this venv)")
     return None
+
+
+def sf_command(args) -> list:
+    """Sample Factory's run: workloads/sf_peer.py in its own venv, the same nodes, K and T."""
+    return [args.sf_python, os.path.join(HERE, "workloads", "sf_peer.py"), "--workload", args.workload,
+            "--seconds", str(args.seconds), "--workers", str(args.nodes), "--envs-per-worker",
+            str(args.envs_per_node), "--rollout", str(args.steps), "--seed", str(args.seed)]
+
+
+def sf_result(r: dict) -> dict:
+    """sf_peer.py's line as one of this script's results."""
+    return {"run": "sample-factory", "fps": r["frames_per_s"], "startup_s": r["startup_s"],
+            "batch_shape": [r["envs_total"], r["rollout"]], "seconds": r["seconds"], "frames": r["frames"],
+            "env": r["env"], "inference_workers": r["inference_workers"], "worker_num_splits": r["worker_num_splits"],
+            "params": r["model"]["params"], "window_cpu_s": r["window_cpu_s"], "versions": r["versions"]}
 
 
 def one(run: str, args) -> dict:
@@ -543,6 +560,8 @@ def main() -> None:
     p.add_argument("--profile-nodes", default=None, metavar="PREFIX",
                    help="rollout's nodes run under cProfile, written to PREFIX.<pid>.prof")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sf-python", default=os.path.join(ROOT, ".venv-sf", "bin", "python"),
+                   help="the Python of a venv with sample-factory 2.1.1 (scripts/sf-venv.sh)")
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--limit-once", action="store_true", help="measure the limit once, not before and after the runs")
     p.add_argument("--one", help=argparse.SUPPRESS)
@@ -563,11 +582,14 @@ def main() -> None:
     if "limit" in runs and runs[-1] != "limit" and not args.limit_once:
         runs.append("limit")  # the limit before and after the runs: L is their mean
     for run in runs:
-        why = skipped(run)
+        why = skipped(run, args)
         if why:
             print(f"{run}: skipped: {why}", flush=True)
             continue
-        cmd = [sys.executable, os.path.abspath(__file__), "--one", run] + sys.argv[1:]
+        if run == "sample-factory":
+            cmd = sf_command(args)
+        else:
+            cmd = [sys.executable, os.path.abspath(__file__), "--one", run] + sys.argv[1:]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:  # a collector whose workers died can wait for ever: give each run a deadline
             stdout, stderr = proc.communicate(timeout=2 * args.seconds + 150)
@@ -583,6 +605,8 @@ def main() -> None:
                 print(stderr[-4000:], flush=True)
             continue
         r = json.loads(lines[-1])
+        if run == "sample-factory":
+            r = sf_result(r)
         results.append(r)
         print(json.dumps(r), flush=True)
     load = os.getloadavg()

@@ -15,7 +15,7 @@ import shutil
 import sys
 import tempfile
 import weakref
-from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -236,9 +236,12 @@ def _is_torch(policy: Any) -> bool:
     return torch is not None and isinstance(policy, torch.nn.Module)
 
 
-def _env_specs(env: Optional[str], env_config: Any, env_spec: Any) -> Optional[Dict[str, Any]]:
+def _env_specs(
+    env: Optional[str], env_config: Any, env_spec: Any, why: Optional[List[str]] = None
+) -> Optional[Dict[str, Any]]:
     """The env's spaces before any node runs, when they can be known: ``env_spec``,
-    a built-in env's, or gymnasium's spaces for a gymnasium id (``None`` otherwise)."""
+    a built-in env's, or gymnasium's spaces for a gymnasium id (``None`` otherwise, and
+    why appended to ``why`` when gymnasium could not make the env)."""
     if env_spec is not None:
         return dict(env_spec)
     if env is None:
@@ -251,7 +254,7 @@ def _env_specs(env: Optional[str], env_config: Any, env_spec: Any) -> Optional[D
 
     if env.startswith(PETTINGZOO):
         return pettingzoo_specs(env, env_config)
-    return gymnasium_specs(env, env_config)
+    return gymnasium_specs(env, env_config, why)
 
 
 def _policy(policy: Any) -> Optional[str]:
@@ -673,8 +676,24 @@ class DistributedCollector:
         if _is_torch(policy):
             from ._torch import export_policy
 
-            specs = pickled_specs if env_spec is None and pickled_specs is not None else _env_specs(env, env_config, env_spec)
-            self._torch_policy = export_policy(policy, specs, _exploration(exploration_type))
+            unknown: List[str] = []
+            specs = (
+                pickled_specs
+                if env_spec is None and pickled_specs is not None
+                else _env_specs(env, env_config, env_spec, unknown)
+            )
+            try:
+                self._torch_policy = export_policy(policy, specs, _exploration(exploration_type))
+            except _native.ConfigError as e:
+                if specs is None and unknown:
+                    # The export had to guess the observation (the actor's first layer): say why.
+                    raise _config_error(
+                        getattr(e, "field", "policy"),
+                        f"{str(e).split(': ', 1)[-1]} (not the env's shape: its spaces are unknown in this "
+                        f"process, so the observation's shape was guessed from the actor's first layer; "
+                        f"{unknown[0]}; make the env here or give env_spec)",
+                    ) from e
+                raise
             self._onnx_model = self._torch_policy.model
             policy = {"kind": "onnx"}
             if self._torch_policy.exploration is not None:

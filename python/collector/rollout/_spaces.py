@@ -39,15 +39,24 @@ def _space(space: Any) -> Optional[Dict[str, Any]]:
     return None
 
 
-def gymnasium_specs(env_id: str, env_config: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
-    """``{"observation", "action"}`` of ``gymnasium.make(env_id, **env_config)``."""
+def gymnasium_specs(
+    env_id: str, env_config: Optional[Mapping[str, Any]], why: Optional[List[str]] = None
+) -> Optional[Dict[str, Any]]:
+    """``{"observation", "action"}`` of ``gymnasium.make(env_id, **env_config)``; None when
+    it cannot be made here, the reason appended to ``why`` (for an error that needs the
+    spaces: the nodes may still make the env)."""
     try:
         import gymnasium
     except ImportError:
+        if why is not None:
+            why.append("gymnasium is not installed in this process")
         return None
     try:
         env = gymnasium.make(env_id, **dict(env_config or {}))
-    except Exception:
+    except Exception as e:
+        if why is not None:
+            first = (str(e).strip().splitlines() or [""])[0][:300]
+            why.append(f"gymnasium.make({env_id!r}) failed here: {type(e).__name__}: {first}")
         return None
     try:
         obs, act = _space(env.observation_space), _space(env.action_space)

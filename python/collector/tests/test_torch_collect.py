@@ -132,6 +132,33 @@ def test_actor_refused_before_anything_starts():
     assert e.value.field == "policy" and "pixels" in str(e.value)
 
 
+def test_a_cnn_actor_on_an_env_this_process_cannot_make_is_refused_naming_why():
+    # The trainer reads the env's spaces with gymnasium.make; when that fails here (a
+    # dependency only the nodes have), the exporter guesses a flat observation from the
+    # actor's first Linear, which a CNN cannot take. The error says the shape was guessed
+    # and why the spaces were unknown, not only that the policy failed on it.
+    import gymnasium as gym
+
+    env_id = "RolloutTest/NeedsOpenCV-v0"
+
+    def needs_opencv(**kw):
+        raise gym.error.DependencyNotInstalled("opencv-python package not installed")
+
+    if env_id not in gym.registry:
+        gym.register(env_id, entry_point=needs_opencv)
+    actor = TensorDictModule(
+        nn.Sequential(nn.Conv2d(4, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 6 * 6, 6)),
+        in_keys=["observation"],
+        out_keys=["action"],
+    )
+    with pytest.raises(rollout.ConfigError) as e:
+        rollout.DistributedCollector(env_id, actor, frames_per_batch=8, total_frames=8)
+    msg = str(e.value)
+    assert e.value.field == "policy", msg
+    assert "guessed" in msg and f"gymnasium.make({env_id!r}) failed here" in msg, msg
+    assert "DependencyNotInstalled: opencv-python package not installed" in msg and "\n" not in msg, msg
+
+
 def actor_with(**kw):
     torch.manual_seed(0)
     return ProbabilisticActor(
