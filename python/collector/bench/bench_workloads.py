@@ -522,11 +522,12 @@ def sf_command(args) -> list:
 
 
 def sf_result(r: dict) -> dict:
-    """sf_peer.py's line as one of this script's results."""
+    """sf_peer.py's line as one of this script's results (a KeyError if it lacks a field)."""
     return {"run": "sample-factory", "fps": r["frames_per_s"], "startup_s": r["startup_s"],
             "batch_shape": [r["envs_total"], r["rollout"]], "seconds": r["seconds"], "frames": r["frames"],
             "env": r["env"], "inference_workers": r["inference_workers"], "worker_num_splits": r["worker_num_splits"],
-            "params": r["model"]["params"], "window_cpu_s": r["window_cpu_s"], "versions": r["versions"]}
+            "params": r["model"]["params"], "window_cpu_s": r["window_cpu_s"],
+            "window_cpu_s_by_process": r.get("window_cpu_s_by_process"), "versions": r["versions"]}
 
 
 def one(run: str, args) -> dict:
@@ -604,9 +605,13 @@ def main() -> None:
             if os.environ.get("BENCH_VERBOSE"):
                 print(stderr[-4000:], flush=True)
             continue
-        r = json.loads(lines[-1])
-        if run == "sample-factory":
-            r = sf_result(r)
+        try:
+            r = json.loads(lines[-1])
+            if run == "sample-factory":
+                r = sf_result(r)
+        except (ValueError, KeyError) as e:
+            print(f"{run}: failed: its result line lacks {e} (or is not JSON)", flush=True)
+            continue
         results.append(r)
         print(json.dumps(r), flush=True)
     load = os.getloadavg()

@@ -682,17 +682,13 @@ class DistributedCollector:
                 if env_spec is None and pickled_specs is not None
                 else _env_specs(env, env_config, env_spec, unknown)
             )
+            exploration = _exploration(exploration_type)
             try:
-                self._torch_policy = export_policy(policy, specs, _exploration(exploration_type))
+                self._torch_policy = export_policy(policy, specs, exploration)
             except _native.ConfigError as e:
-                if specs is None and unknown:
-                    # The export had to guess the observation (the actor's first layer): say why.
-                    raise _config_error(
-                        getattr(e, "field", "policy"),
-                        f"{str(e).split(': ', 1)[-1]} (not the env's shape: its spaces are unknown in this "
-                        f"process, so the observation's shape was guessed from the actor's first layer; "
-                        f"{unknown[0]}; make the env here or give env_spec)",
-                    ) from e
+                if getattr(e, "guessed", False) and unknown:
+                    # The policy failed on a guessed observation: say why the env's spaces were unknown.
+                    raise _config_error("policy", f"{str(e).split(': ', 1)[-1]}; {unknown[0]}; make the env here or give env_spec") from e
                 raise
             self._onnx_model = self._torch_policy.model
             policy = {"kind": "onnx"}

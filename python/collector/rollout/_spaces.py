@@ -63,6 +63,9 @@ def gymnasium_specs(
     finally:
         env.close()
     if obs is None or act is None:
+        if why is not None:
+            space = env.observation_space if obs is None else env.action_space
+            why.append(f"{env_id!r}'s {'observation' if obs is None else 'action'} space ({type(space).__name__}) has no PROTOCOL.md §3 form")
         return None
     return {"observation": obs, "action": act}
 

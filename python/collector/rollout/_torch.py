@@ -489,14 +489,24 @@ def _group(specs: Optional[Mapping[str, Any]], in_keys: List[Key]) -> Optional[T
     return g, len(agents[g])
 
 
-def _sample(export: nn.Module, examples: List["torch.Tensor"]) -> Tuple["torch.Tensor", ...]:
+def _sample(export: nn.Module, examples: List["torch.Tensor"], guessed: bool = False) -> Tuple["torch.Tensor", ...]:
     """The exported function's outputs on the example inputs; a policy that fails on them is
-    a ``ConfigError`` saying why."""
+    a ``ConfigError`` saying why. ``guessed``: the env's spaces were unknown, so the example
+    observation is :func:`_example`'s guess; the error says so and has ``guessed`` set."""
     with torch.no_grad():
         try:
             return export(*examples)
         except Exception as e:
-            raise config_error("policy", f"the policy fails on an observation of the env's shape: {type(e).__name__}: {e}") from e
+            if not guessed:
+                raise config_error("policy", f"the policy fails on an observation of the env's shape: {type(e).__name__}: {e}") from e
+            shapes = ", ".join(str(list(x.shape)) for x in examples)
+            err = config_error(
+                "policy",
+                f"the policy fails on an example observation of shape {shapes}, guessed from the actor's first "
+                f"layer because the env's spaces are unknown in this process: {type(e).__name__}: {e}",
+            )
+            err.guessed = True
+            raise err from e
 
 
 def _onnx_bytes(export: nn.Module, examples: List["torch.Tensor"], input_names: List[str], output_names: List[str]) -> bytes:
@@ -971,7 +981,7 @@ def _export(policy: nn.Module, specs: Optional[Mapping[str, Any]]) -> ExportedPo
     examples = [x.to(device) for x in examples]
     _, fresh = _inputs(in_keys, state, obs, policy, group, batch=_CHECK_BATCH, gen=torch.Generator().manual_seed(1))
     export = _Export(policy, run)
-    sample = _sample(export, examples)
+    sample = _sample(export, examples, guessed=obs is None)
     _check_outputs(head, out_names, sample, action)
     model = _onnx_bytes(export, examples, input_names, out_names + state_names)
     _check_against_module(model, export, [x.to(device) for x in fresh], input_names, out_names + state_names)

@@ -137,8 +137,7 @@ def test_a_cnn_actor_on_an_env_this_process_cannot_make_is_refused_naming_why():
     # dependency only the nodes have), the exporter guesses a flat observation from the
     # actor's first Linear, which a CNN cannot take. The error says the shape was guessed
     # and why the spaces were unknown, not only that the policy failed on it.
-    import gymnasium as gym
-
+    gym = pytest.importorskip("gymnasium")
     env_id = "RolloutTest/NeedsOpenCV-v0"
 
     def needs_opencv(**kw):
@@ -155,8 +154,13 @@ def test_a_cnn_actor_on_an_env_this_process_cannot_make_is_refused_naming_why():
         rollout.DistributedCollector(env_id, actor, frames_per_batch=8, total_frames=8)
     msg = str(e.value)
     assert e.value.field == "policy", msg
-    assert "guessed" in msg and f"gymnasium.make({env_id!r}) failed here" in msg, msg
+    assert "fails on an example observation of shape [2, 288], guessed" in msg, msg
+    assert f"gymnasium.make({env_id!r}) failed here" in msg, msg
     assert "DependencyNotInstalled: opencv-python package not installed" in msg and "\n" not in msg, msg
+    # Another field's error on the same env is its own, without the guess's story.
+    with pytest.raises(rollout.ConfigError) as e:
+        rollout.DistributedCollector(env_id, actor, frames_per_batch=8, total_frames=8, exploration_type=3)
+    assert e.value.field == "exploration_type" and "guessed" not in str(e.value), e.value
 
 
 def actor_with(**kw):

@@ -30,7 +30,7 @@ Workloads (the other peers run gymnasium 1.x's envs; this venv has gymnasium 0.2
   its ``PixelFormatChwWrapper`` (HWC to CHW), its ``convnet_atari`` encoder (conv 32 8x8/4,
   64 4x4/2, 64 3x3/1) and a 512 ReLU layer (the Nature-CNN), a Categorical head; split 1
   and 2 inference workers (the CNN's forward is the bottleneck: its default of one
-  single-threaded inference worker leaves a core idle; 1.6-1.9 x faster here).
+  single-threaded inference worker leaves a core idle; 1.7-1.9 x faster here).
 - ``pong84``: ``ALE/Pong-v5`` (``frameskip=1``) under gymnasium 0.29's ``AtariPreprocessing``
   (no-op starts, frame skip 4, 84x84 gray) and a stack of 4, uint8 ``[4, 84, 84]``: the
   bench's ``RolloutBench/Pong84-v5``; the same encoder, Sample Factory's default knobs
@@ -38,7 +38,7 @@ Workloads (the other peers run gymnasium 1.x's envs; this venv has gymnasium 0.2
   larger cost on this one).
 
 Every workload: device cpu, no RNN, no input normalisation (the peers' actors do not
-normalise), one torch thread per process, Sample Factory's CPU affinity (worker i on core
+normalise), one torch thread per worker process, Sample Factory's CPU affinity (worker i on core
 i) and its niceness for its workers (rollout +10, inference +2). ``--workers``,
 ``--envs-per-worker``, ``--rollout``, ``--splits``, ``--inference-workers`` and
 ``--batched`` override.
@@ -53,8 +53,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import sys
 import time
 
 WORKLOADS = {
@@ -97,6 +95,7 @@ class _StepCounter:
 
 
 def _maybe_count(env):
+    """``env`` under a step counter with ``--count-steps`` (the workers inherit the directory), else itself."""
     if not COUNT_DIR:
         return env
     import gymnasium as gym
@@ -113,6 +112,7 @@ def _maybe_count(env):
 
 
 def counted_steps() -> int:
+    """The env steps the envs' counters have written so far, summed."""
     total = 0
     for name in os.listdir(COUNT_DIR):
         if name.endswith(".tmp"):
@@ -126,12 +126,14 @@ def counted_steps() -> int:
 
 
 def make_halfcheetah(env_name, cfg=None, env_config=None, render_mode=None, **kwargs):
+    """Sample Factory's env factory for ``halfcheetah``: gymnasium 0.29's HalfCheetah-v4."""
     import gymnasium as gym
 
     return _maybe_count(gym.make("HalfCheetah-v4", render_mode=render_mode))
 
 
 def make_pong_raw(env_name, cfg=None, env_config=None, render_mode=None, **kwargs):
+    """Sample Factory's env factory for ``pong-raw``: ALE/Pong-v5's raw frames, channels first."""
     import gymnasium as gym
 
     _register_ale()
@@ -142,6 +144,7 @@ def make_pong_raw(env_name, cfg=None, env_config=None, render_mode=None, **kwarg
 
 
 def make_pong84(env_name, cfg=None, env_config=None, render_mode=None, **kwargs):
+    """Sample Factory's env factory for ``pong84``: the bench's ``RolloutBench/Pong84-v5`` in gymnasium 0.29."""
     import gymnasium as gym
     from gymnasium.wrappers import AtariPreprocessing, FrameStack
 
@@ -177,6 +180,7 @@ def _register_ale():
 
 
 def register_components():
+    """The workloads' envs, registered with Sample Factory (in every process it spawns, by import)."""
     from sample_factory.envs.env_utils import register_env
 
     register_env(WORKLOADS["halfcheetah"][0], make_halfcheetah)
@@ -185,6 +189,7 @@ def register_components():
 
 
 def sf_argv(args) -> list:
+    """Sample Factory's command line for this run: the workload's env and encoder, its knobs, CPU only."""
     env, workers, epw, rollout = WORKLOADS[args.workload]
     workers = args.workers or workers
     epw = args.envs_per_worker or epw
@@ -220,8 +225,7 @@ def sf_argv(args) -> list:
 
 
 def describe_model(cfg, env_info) -> dict:
-    import torch
-
+    """The actor-critic Sample Factory builds for ``cfg``: its class, parameters and layers."""
     from sample_factory.model.actor_critic import create_actor_critic
 
     ac = create_actor_critic(cfg, env_info.obs_space, env_info.action_space)
@@ -230,6 +234,7 @@ def describe_model(cfg, env_info) -> dict:
 
 
 def main() -> None:
+    """Runs the sampler, counts its env steps over the window, prints the JSON line."""
     p = argparse.ArgumentParser()
     p.add_argument("--workload", required=True, choices=sorted(WORKLOADS))
     p.add_argument("--seconds", type=float, default=20.0, help="measurement window after warm-up")
@@ -261,13 +266,6 @@ def main() -> None:
         COUNT_DIR = tempfile.mkdtemp(prefix="sf_peer_counts_")
         os.environ["SF_PEER_COUNT_DIR"] = COUNT_DIR  # spawned workers inherit it
 
-    # This process leads its own process group, so everything SF spawns can be ended with it.
-    if os.getpgrp() != os.getpid():
-        try:
-            os.setpgrp()
-        except OSError:
-            pass
-
     import logging
 
     from sample_factory.algo.sampling.simplified_sampling_api import SyncSamplingAPI
@@ -281,22 +279,27 @@ def main() -> None:
         for h in log.handlers:
             h.setLevel(logging.WARNING)
 
-    register_components()
-    argv = sf_argv(args)
-    parser, _ = parse_sf_args(argv=argv)
-    cfg = parse_full_cfg(parser, argv)
-
-    t_start = time.perf_counter()
-    env_info = obtain_env_info_in_a_separate_process(cfg)
-    model = describe_model(cfg, env_info)
+    try:
+        register_components()
+        argv = sf_argv(args)
+        parser, _ = parse_sf_args(argv=argv)
+        cfg = parse_full_cfg(parser, argv)
+        t_start = time.perf_counter()
+        env_info = obtain_env_info_in_a_separate_process(cfg)
+        model = describe_model(cfg, env_info)
+    except BaseException:
+        _remove(COUNT_DIR, own_dir)
+        raise
 
     load_before = os.getloadavg()
-    sampler = SyncSamplingAPI(cfg, env_info)
-    sampler.start()
     out = {"peer": "sample-factory", "workload": args.workload}
-    status = None
+    status = sampler = None
     try:
+        sampler = SyncSamplingAPI(cfg, env_info)
+        sampler.start()
         traj = sampler.get_trajectories_sync()
+        if traj is None:
+            raise RuntimeError("Sample Factory's sampler stopped before its first trajectory")
         t_first = time.perf_counter()
         out["startup_s"] = t_first - t_start
         out["trajectory_shape_obs"] = list(traj["obs"]["obs"].shape) if "obs" in traj else None
@@ -334,16 +337,11 @@ def main() -> None:
             main_process_cpu_s=time.process_time() - cpu0,
         )
     finally:
-        status = sampler.stop()
+        if sampler is not None:
+            status = sampler.stop()
         out["children_terminated_by_harness"] = _kill_children()
-        import shutil
-
-        if COUNT_DIR:
-            shutil.rmtree(COUNT_DIR, ignore_errors=True)
-        if own_dir:
-            shutil.rmtree(own_dir, ignore_errors=True)
+        _remove(COUNT_DIR, own_dir)
     load_after = os.getloadavg()
-    env, workers, epw, rollout = WORKLOADS[args.workload]
     out.update(
         env={"halfcheetah": "gymnasium 0.29 HalfCheetah-v4", "pong-raw": "ALE/Pong-v5 raw RGB, CHW transpose",
              "pong84": "ALE/Pong-v5, AtariPreprocessing 84x84 gray, a stack of 4"}[args.workload],
@@ -417,7 +415,16 @@ def _versions() -> dict:
     return {k: version(k) for k in ("sample-factory", "gymnasium", "numpy", "torch", "mujoco", "ale-py")}
 
 
-def _kill_children() -> None:
+def _remove(*dirs) -> None:
+    """The temporary directories this run made (None for one it did not)."""
+    import shutil
+
+    for d in dirs:
+        if d:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _kill_children() -> int:
     """End any process SF left behind (children of this process only): after SF's own
     stop, give them 10 s to exit, then terminate, then kill. multiprocessing's
     resource tracker is left alone (it exits with this process)."""
