@@ -15,7 +15,8 @@ Workloads (``--workload``):
 A frame is one env step (4 emulator frames on Pong). Every collector runs the same actor
 on ``--nodes`` x ``--envs-per-node`` envs (2 x K), ``--steps`` steps of each env per
 batch; frames/s are counted over at least ``--seconds`` seconds of batches after the
-first one (start-up). Each run is a fresh process, one after the other (``--runs``):
+first one (start-up). Each run is a fresh process, one after the other (``--runs``;
+``--rounds`` R repeats them, each round starting the peers one further along):
 
 - ``limit``: what the machine can do if nothing but the env and the actor ran. (E) the
   env's own stepping alone (``gymnasium.make``, random actions drawn beforehand, reset on
@@ -563,7 +564,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sf-python", default=os.path.join(ROOT, ".venv-sf", "bin", "python"),
                    help="the Python of a venv with sample-factory 2.1.1 (scripts/sf-venv.sh)")
-    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=1, help="rounds of the runs; each round rotates the peers' order by one")
     p.add_argument("--limit-once", action="store_true", help="measure the limit once, not before and after the runs")
     p.add_argument("--one", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -579,7 +580,15 @@ def main() -> None:
     print(f"workload {args.workload}: {w.env}, {args.nodes} x {args.envs_per_node} envs, {args.steps} steps per env "
           f"per batch, {_cores()} cores; load before {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
     results = []
-    runs = [r for _ in range(args.rounds) for r in args.runs.split(",")]
+    runs = []
+    asked = args.runs.split(",")
+    peers = [r for r in asked if r != "limit"]
+    for i in range(args.rounds):
+        # Each round starts its peers one further along (rollout first in round 1, second in
+        # round 2, ...), so a host that slows down during a round does not favour one run.
+        k = i % len(peers) if peers else 0
+        turn = peers[k:] + peers[:k]
+        runs += [r if r == "limit" else turn.pop(0) for r in asked]
     if "limit" in runs and runs[-1] != "limit" and not args.limit_once:
         runs.append("limit")  # the limit before and after the runs: L is their mean
     for run in runs:
