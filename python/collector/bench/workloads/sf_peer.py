@@ -249,7 +249,20 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--train_dir", default=None, help="Sample Factory's experiment directory (default: a temporary one, removed)")
     p.add_argument("--verbose", action="store_true")
+    p.add_argument("--deadline", type=float, default=None,
+                   help="seconds after which the run gives up, cleaning up (default: warm-up + window + 300)")
     args = p.parse_args()
+    # Sample Factory waits for its workers without a deadline (a worker that dies at start-up
+    # leaves `start()` waiting): the run's own bound, raised in the main thread so that the
+    # `finally` below stops the sampler and ends the workers.
+    import signal
+
+    def _late(signum, frame):
+        raise TimeoutError(f"sf_peer: no result within {deadline:.0f} s")
+
+    deadline = args.deadline if args.deadline is not None else args.warmup + args.seconds + 300
+    signal.signal(signal.SIGALRM, _late)
+    signal.setitimer(signal.ITIMER_REAL, deadline)
     d_splits, d_iw, d_batched = SAMPLING_DEFAULTS[args.workload]
     args.splits = args.splits or d_splits
     args.inference_workers = args.inference_workers or d_iw
